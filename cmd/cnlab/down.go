@@ -1,0 +1,49 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cnlab/cnlab/topology"
+	"github.com/spf13/cobra"
+)
+
+func newDownCmd(e *env) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "down LAB | --all",
+		Short: "Tear a lab down (or every lab), leaving nothing behind",
+		Long: `Tear a lab down: kill the processes running inside it, delete its
+namespaces and pins, and return once the kernel has destroyed them. What to
+delete is found from the kernel's state (names tagged with the lab), so a
+lab left half-built by a crash or kill -9 is removed as well.`,
+		Example: `  cnlab down multi-host
+  cnlab down --all`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) > 0) || len(args) > 1 {
+				return usagef("give one LAB or --all")
+			}
+			if err := needRoot(); err != nil {
+				return err
+			}
+			start := time.Now()
+			if all {
+				labs, err := topology.DownAll(e.progress)
+				for _, l := range labs {
+					fmt.Fprintf(e.stdout, "lab %s is down\n", l)
+				}
+				if len(labs) == 0 {
+					fmt.Fprintln(e.stdout, "no lab is up")
+				}
+				return err
+			}
+			if err := topology.Down(args[0], e.progress); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "lab %s is down (%.2fs)\n", args[0], time.Since(start).Seconds())
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "tear down every cnlab lab on this machine")
+	return cmd
+}

@@ -1,0 +1,18 @@
+// Command cnlab is a container-network datapath lab: it builds container
+// networks out of network namespaces, enforces traffic policies through
+// interchangeable datapaths and measures what each costs.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cnlab/cnlab/labels"
+	"github.com/cnlab/cnlab/topology"
+	"github.com/spf13/cobra"
+)
+
+// statusView is the JSON shape of `cnlab status -o json` (one object per
+// lab; an array under "labs" when no lab is named).
+type statusView struct {
+	Name       string                        `json:"name"`
+	Phase      string                        `json:"phase"`
+	Datapath   string                        `json:"datapath,omitempty"`
+	Source     string                        `json:"source,omitempty"`
+	Created    *time.Time                    `json:"created,omitempty"`
+	MTU        int                           `json:"mtu,omitempty"`
+	Netns      []string                      `json:"netns"`
+	Missing    []string                      `json:"missingNetns,omitempty"`
+	Hosts      []hostView                    `json:"hosts,omitempty"`
+	Links      []topology.Link               `json:"links,omitempty"`
+	Chain      *chainView                    `json:"chain,omitempty"`
+	Namespaces map[string]topology.Namespace `json:"namespaces,omitempty"`
+	Endpoints  []endpointView                `json:"endpoints"`
+}
+
+type hostView struct {
+	Name    string `json:"name"`
+	PodCIDR string `json:"podCIDR"`
+	Gateway string `json:"gateway"`
+	Netns   string `json:"netns"`
+}
+
+type chainView struct {
+	Length int    `json:"length"`
+	Link   string `json:"link"`
+	CIDR   string `json:"cidr"`
+}
+
+type endpointView struct {
+	ID        string            `json:"id"`
+	Name      string            `json:"name"`
+	Namespace string            `json:"namespace"`
+	Host      string            `json:"host,omitempty"`
+	IP        string            `json:"ip"`
+	Netns     string            `json:"netns"`
+	HostVeth  string            `json:"hostVeth,omitempty"`
+	Labels    map[string]string `json:"labels"`
+	Ports     []topology.Port   `json:"ports,omitempty"`
+}
+
+func toView(s *topology.LabStatus) statusView {
+	v := statusView{Name: s.Name, Phase: s.Health, Created: s.Created, Netns: s.NetnsKernel, Missing: s.Missing,
+		Endpoints: []endpointView{}}
+	if v.Netns == nil {
+		v.Netns = []string{}
+	}
+	sp := s.Spec
+	if sp == nil {
+		return v
+	}
+	v.Datapath, v.Source, v.MTU, v.Links, v.Namespaces = sp.Datapath, sp.Source, sp.MTU, sp.Links, sp.Namespaces
+	for _, h := range sp.Hosts {
+		v.Hosts = append(v.Hosts, hostView{h.Name, h.PodCIDR.String(), h.Gateway.String(), h.Netns})
+	}
+	if c := sp.Chain; c != nil {
+		v.Chain = &chainView{c.Length, c.Link, c.CIDR.String()}
+	}
+	for _, ep := range sp.Endpoints {
+		v.Endpoints = append(v.Endpoints, endpointView{ep.ID(), ep.Name, ep.Namespace, ep.Host, ep.IP.String(),
+			ep.Netns, ep.HostVeth, ep.Labels, ep.Ports})
+	}
+	return v
+}
+
+func newStatusCmd(e *env) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "status [LAB] [-o json]",
+		Short: "Show the labs on this machine, or one lab in detail",
+		Example: `  cnlab status
+  cnlab status multi-host
+  cnlab status multi-host -o json | jq -r '.endpoints[] | .id + " " + .ip'`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "" && output != "json" && output != "text" {
+				return usagef("unknown output format %q (text, json)", output)
+			}
+			if len(args) == 1 {
+				s, err := topology.Status(args[0])
+				if err != nil {
+					return err
+				}
+				if output == "json" {
+					return writeJSON(e.stdout, toView(s))
+				}
+				printLab(e.stdout, s)
+				return nil
+			}
+			all, err := topology.StatusAll()
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				views := []statusView{}
+				for _, s := range all {
+					views = append(views, toView(s))
+				}
+				return writeJSON(e.stdout, map[string]any{"labs": views})
+			}
+			if len(all) == 0 {
+				fmt.Fprintln(e.stdout, "no lab is up (start one with: cnlab up --preset single-host)")
+				return nil
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "LAB\tPHASE\tDATAPATH\tHOSTS\tENDPOINTS\tNETNS\tAGE")
+			for _, s := range all {
+				dp, hosts, eps, age := "-", "-", "-", "-"
+				if s.Spec != nil {
+					dp = s.Spec.Datapath
+					hosts = fmt.Sprint(len(s.Spec.Hosts))
+					eps = fmt.Sprint(len(s.Spec.Endpoints))
+				}
+				if s.Created != nil {
+					age = time.Since(*s.Created).Round(time.Second).String()
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.Name, s.Health, dp, hosts, eps, len(s.NetnsKernel), age)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: text or json")
+	return cmd
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func printLab(w io.Writer, s *topology.LabStatus) {
+	fmt.Fprintf(w, "lab %s: %s\n", s.Name, s.Health)
+	if len(s.Missing) > 0 {
+		fmt.Fprintf(w, "missing namespaces: %s\n", strings.Join(s.Missing, ", "))
+	}
+	sp := s.Spec
+	if sp == nil {
+		fmt.Fprintf(w, "namespaces in the kernel (no ledger): %s\n", strings.Join(s.NetnsKernel, ", "))
+		return
+	}
+	fmt.Fprintf(w, "source %s, datapath %s, mtu %d\n", sp.Source, sp.Datapath, sp.MTU)
+	if len(sp.Hosts) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "HOST\tPOD CIDR\tBRIDGE\tNETNS")
+		for _, h := range sp.Hosts {
+			fmt.Fprintf(tw, "%s\t%s\t%s %s\t%s\n", h.Name, h.PodCIDR, h.Bridge, h.Gateway, h.Netns)
+		}
+		tw.Flush()
+	}
+	if len(sp.Links) > 0 {
+		fmt.Fprintln(w)
+		for _, l := range sp.Links {
+			fmt.Fprintf(w, "link %d: %s %s(%s) <-> %s(%s)", l.Index, l.Kind, l.Ends[0].Host, l.Ends[0].WireAddr, l.Ends[1].Host, l.Ends[1].WireAddr)
+			if l.Kind == topology.LinkVXLAN {
+				fmt.Fprintf(w, ", vni %d overlay %s <-> %s", l.VNI, l.Ends[0].OverAddr, l.Ends[1].OverAddr)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	if c := sp.Chain; c != nil {
+		fmt.Fprintf(w, "\nchain: %d forwarding namespaces, %s links, segments in %s\n", c.Length, c.Link, c.CIDR)
+	}
+	fmt.Fprintln(w)
+	printEndpoints(w, sp)
+}
+
+func printEndpoints(w io.Writer, sp *topology.Spec) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ENDPOINT\tHOST\tIP\tLABELS")
+	eps := append([]topology.Endpoint(nil), sp.Endpoints...)
+	sort.SliceStable(eps, func(i, j int) bool { return eps[i].ID() < eps[j].ID() })
+	for _, ep := range eps {
+		host := ep.Host
+		if host == "" {
+			host = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ep.ID(), host, ep.IP, labels.String(ep.Labels))
+	}
+	tw.Flush()
+}

@@ -1,0 +1,116 @@
+package netns
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	vns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Pids returns the processes (other than this one) whose network namespace
+// is one of the given inodes, as `ip netns pids` does.
+func Pids(inodes map[uint64]bool) ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("list /proc: %w", err)
+	}
+	self := os.Getpid()
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			continue // gone, or a kernel thread
+		}
+		// link looks like "net:[4026532281]"
+		ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(link, "net:["), "]"), 10, 64)
+		if err == nil && inodes[ino] {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// KillAll sends SIGKILL to every process inside the given namespaces and
+// waits (up to timeout) until none is left.
+func KillAll(names []string, timeout time.Duration) error {
+	inodes := map[uint64]bool{}
+	for _, n := range names {
+		if ino, err := Inode(n); err == nil {
+			inodes[ino] = true
+		}
+	}
+	if len(inodes) == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		pids, err := Pids(inodes)
+		if err != nil {
+			return err
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes still running in lab namespaces after %v: %v", timeout, pids)
+		}
+		for _, pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Start starts cmd inside the named namespace. The process inherits the
+// namespace from the locked thread that forks it; nothing else moves.
+func Start(name string, cmd *exec.Cmd) error {
+	return Do(name, func() error { return cmd.Start() })
+}
+
+// Exec replaces the current process with argv run inside the named
+// namespace, the way `ip netns exec NAME argv...` does: it also gives the
+// command a private mount namespace in which /sys shows the namespace's own
+// devices. It returns only on error.
+func Exec(name string, argv []string, env []string) error {
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return err
+	}
+	h, err := Open(name)
+	if err != nil {
+		return err
+	}
+	// runtime.LockOSThread is never undone: the process image is replaced.
+	lockForExec()
+	if err := vns.Set(h); err != nil {
+		return fmt.Errorf("enter netns %s: %w", name, err)
+	}
+	remountSys(name)
+	return syscall.Exec(path, argv, env)
+}
+
+// remountSys gives the calling thread a private mount namespace with a fresh
+// sysfs, so tools reading /sys/class/net see the lab namespace. Failure is
+// not fatal: most tools use netlink and do not need it.
+func remountSys(name string) {
+	if unix.Unshare(unix.CLONE_NEWNS) != nil {
+		return
+	}
+	if unix.Mount("", "/", "none", unix.MS_SLAVE|unix.MS_REC, "") != nil {
+		return
+	}
+	if unix.Unmount("/sys", unix.MNT_DETACH) != nil {
+		return
+	}
+	_ = unix.Mount(name, "/sys", "sysfs", 0, "")
+}

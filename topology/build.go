@@ -1,0 +1,563 @@
+package topology
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/vishvananda/netlink"
+	vns "github.com/vishvananda/netns"
+)
+
+// Progress receives one short line per step of a long operation.
+type Progress func(msg string)
+
+// AlreadyUpError says `up` found the lab already present and changed
+// nothing. Complete is false for a lab left half-built by an interrupted
+// `up`; SameSpec tells whether the running lab matches the requested one.
+type AlreadyUpError struct {
+	Lab      string
+	Complete bool
+	SameSpec bool
+}
+
+func (e *AlreadyUpError) Error() string {
+	switch {
+	case !e.Complete:
+		return fmt.Sprintf("lab %s exists but is incomplete (an interrupted up?); nothing changed: run `cnlab down %s` first", e.Lab, e.Lab)
+	case !e.SameSpec:
+		return fmt.Sprintf("lab %s is already up with a different topology; nothing changed: run `cnlab down %s` first", e.Lab, e.Lab)
+	}
+	return fmt.Sprintf("lab %s is already up; nothing changed", e.Lab)
+}
+
+func (e *AlreadyUpError) Is(target error) bool { return target == ErrAlreadyUp }
+
+// UpOptions tunes Up.
+type UpOptions struct {
+	Progress Progress
+	Workers  int // endpoints built in parallel (default 4)
+}
+
+// Up builds the lab in the kernel. If anything fails (or ctx is cancelled)
+// it tears down what it built before returning the error. The root network
+// namespace is never modified.
+func Up(ctx context.Context, spec *Spec, o UpOptions) error {
+	unlock, err := lockLab(spec.Name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := checkAbsent(spec); err != nil {
+		return err
+	}
+	st := &State{Schema: 1, Phase: PhaseCreating, Created: time.Now().UTC(), Pid: os.Getpid(), Spec: spec}
+	if err := writeState(st); err != nil {
+		return err
+	}
+	b := &builder{spec: spec, progress: o.Progress, workers: o.Workers}
+	if b.progress == nil {
+		b.progress = func(string) {}
+	}
+	if b.workers <= 0 {
+		b.workers = 4
+	}
+	if err := b.build(ctx); err != nil {
+		if derr := teardown(spec.Name, b.progress); derr != nil {
+			err = errors.Join(err, fmt.Errorf("clean up after failed up: %w", derr))
+		}
+		return fmt.Errorf("up %s: %w", spec.Name, err)
+	}
+	st.Phase = PhaseUp
+	return writeState(st)
+}
+
+// checkAbsent refuses to build over an existing lab.
+func checkAbsent(spec *Spec) error {
+	names, err := listNetns(LabNetnsPrefix(spec.Name))
+	if err != nil {
+		return err
+	}
+	st, serr := ReadState(spec.Name)
+	if len(names) == 0 && serr != nil {
+		return nil
+	}
+	e := &AlreadyUpError{Lab: spec.Name}
+	if serr == nil && st.Phase == PhaseUp {
+		e.Complete = true
+		for _, n := range st.Spec.Netns() {
+			if !netns.Exists(n) {
+				e.Complete = false
+			}
+		}
+		e.SameSpec = sameSpec(st.Spec, spec)
+	}
+	return e
+}
+
+func sameSpec(a, b *Spec) bool {
+	x, y := *a, *b
+	x.Source, y.Source = "", ""
+	return reflect.DeepEqual(jsonRoundTrip(&x), jsonRoundTrip(&y))
+}
+
+type builder struct {
+	spec     *Spec
+	progress Progress
+	workers  int
+}
+
+func (b *builder) build(ctx context.Context) error {
+	s := b.spec
+	if s.Chain != nil {
+		return b.buildChain(ctx)
+	}
+	for i := range s.Hosts {
+		if err := b.buildHost(&s.Hosts[i]); err != nil {
+			return err
+		}
+	}
+	for _, l := range s.Links {
+		if err := b.buildLink(l); err != nil {
+			return err
+		}
+	}
+	for _, h := range s.Hosts {
+		if err := b.hostRoutes(h); err != nil {
+			return err
+		}
+	}
+	b.progress(fmt.Sprintf("%d hosts and %d links up; creating %d endpoints", len(s.Hosts), len(s.Links), len(s.Endpoints)))
+	return b.parallelEndpoints(ctx)
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+func addrOf(a netip.Addr, bits int) *netlink.Addr {
+	return &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}}
+}
+
+// newNetns creates a lab namespace with IPv6 off (so no router
+// solicitations or DAD traffic pollute measurements) and, for nodes that
+// route, forwarding on.
+func newNetns(name string, forward bool) error {
+	return netns.Create(name, func() error {
+		for _, kv := range [][2]string{
+			{"net/ipv6/conf/all/disable_ipv6", "1"},
+			{"net/ipv6/conf/default/disable_ipv6", "1"},
+		} {
+			if err := netns.SetSysctl(kv[0], kv[1]); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+		if forward {
+			return netns.SetSysctl("net/ipv4/ip_forward", "1")
+		}
+		return nil
+	})
+}
+
+func (b *builder) buildHost(h *Host) error {
+	if err := newNetns(h.Netns, true); err != nil {
+		return fmt.Errorf("host %s: %w", h.Name, err)
+	}
+	nh, err := netns.Handle(h.Netns)
+	if err != nil {
+		return err
+	}
+	defer nh.Close()
+	if err := linkUp(nh, "lo"); err != nil {
+		return fmt.Errorf("host %s: %w", h.Name, err)
+	}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: h.Bridge, MTU: b.spec.MTU}}
+	if err := nh.LinkAdd(br); err != nil {
+		return fmt.Errorf("host %s: add bridge %s: %w", h.Name, h.Bridge, err)
+	}
+	if err := nh.AddrAdd(br, addrOf(h.Gateway, h.PodCIDR.Bits())); err != nil {
+		return fmt.Errorf("host %s: address %s: %w", h.Name, h.Bridge, err)
+	}
+	if err := nh.LinkSetUp(br); err != nil {
+		return fmt.Errorf("host %s: up %s: %w", h.Name, h.Bridge, err)
+	}
+	return nil
+}
+
+func linkUp(h *netlink.Handle, name string) error {
+	l, err := h.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", name, err)
+	}
+	if err := h.LinkSetUp(l); err != nil {
+		return fmt.Errorf("up %s: %w", name, err)
+	}
+	return nil
+}
+
+// vethPair creates a veth named dev in the namespace of h whose peer, named
+// peer, is created directly inside the namespace peerNs, then sets addresses
+// (if valid) and brings both ends up. Equivalent to `ip link add DEV type
+// veth peer name PEER netns PEERNS`.
+func vethPair(h *netlink.Handle, dev string, peerH *netlink.Handle, peerNs vns.NsHandle, peer string, mtu int, master int) error {
+	v := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: dev, MTU: mtu, MasterIndex: master, Flags: net.FlagUp},
+		PeerName:      peer,
+		PeerNamespace: netlink.NsFd(int(peerNs)),
+		PeerMTU:       uint32(mtu),
+	}
+	if err := h.LinkAdd(v); err != nil {
+		return fmt.Errorf("add veth %s/%s: %w", dev, peer, err)
+	}
+	return linkUp(peerH, peer)
+}
+
+func (b *builder) buildLink(l Link) error {
+	var hs [2]*netlink.Handle
+	var fds [2]vns.NsHandle
+	for k, end := range l.Ends {
+		host := b.spec.Host(end.Host)
+		h, err := netns.Handle(host.Netns)
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		fd, err := netns.Open(host.Netns)
+		if err != nil {
+			return err
+		}
+		defer fd.Close()
+		hs[k], fds[k] = h, fd
+	}
+	a, z := l.Ends[0], l.Ends[1]
+	if err := vethPair(hs[0], a.WireDev, hs[1], fds[1], z.WireDev, l.MTU, 0); err != nil {
+		return fmt.Errorf("link %s-%s: %w", a.Host, z.Host, err)
+	}
+	for k, end := range l.Ends {
+		dev, err := hs[k].LinkByName(end.WireDev)
+		if err != nil {
+			return err
+		}
+		if err := hs[k].AddrAdd(dev, addrOf(end.WireAddr, l.Wire.Bits())); err != nil {
+			return fmt.Errorf("link %s-%s: address %s on %s: %w", a.Host, z.Host, end.WireAddr, end.Host, err)
+		}
+		if l.Kind != LinkVXLAN {
+			continue
+		}
+		peer := l.Ends[1-k]
+		vx := &netlink.Vxlan{
+			LinkAttrs:    netlink.LinkAttrs{Name: end.OverDev, MTU: b.spec.MTU},
+			VxlanId:      l.VNI,
+			VtepDevIndex: dev.Attrs().Index,
+			SrcAddr:      end.WireAddr.AsSlice(),
+			Group:        peer.WireAddr.AsSlice(), // a unicast group is the fixed remote
+			Port:         4789,
+			Learning:     true,
+		}
+		if err := hs[k].LinkAdd(vx); err != nil {
+			return fmt.Errorf("link %s-%s: add vxlan on %s: %w", a.Host, z.Host, end.Host, err)
+		}
+		if err := hs[k].AddrAdd(vx, addrOf(end.OverAddr, l.Over.Bits())); err != nil {
+			return fmt.Errorf("link %s-%s: vxlan address on %s: %w", a.Host, z.Host, end.Host, err)
+		}
+		if err := hs[k].LinkSetUp(vx); err != nil {
+			return fmt.Errorf("link %s-%s: up vxlan on %s: %w", a.Host, z.Host, end.Host, err)
+		}
+	}
+	return nil
+}
+
+func addRoutes(h *netlink.Handle, routes []Route) error {
+	for _, rt := range routes {
+		dev, err := h.LinkByName(rt.Dev)
+		if err != nil {
+			return fmt.Errorf("route %s: find %s: %w", rt.Dst, rt.Dev, err)
+		}
+		r := &netlink.Route{Dst: ipNet(rt.Dst), Gw: rt.Via.AsSlice(), LinkIndex: dev.Attrs().Index}
+		if err := h.RouteAdd(r); err != nil {
+			return fmt.Errorf("route %s via %s dev %s: %w", rt.Dst, rt.Via, rt.Dev, err)
+		}
+	}
+	return nil
+}
+
+func (b *builder) hostRoutes(h Host) error {
+	nh, err := netns.Handle(h.Netns)
+	if err != nil {
+		return err
+	}
+	defer nh.Close()
+	if err := addRoutes(nh, h.Routes); err != nil {
+		return fmt.Errorf("host %s: %w", h.Name, err)
+	}
+	return nil
+}
+
+// parallelEndpoints creates the endpoints with a few workers; each worker
+// keeps its own netlink handles (a handle is not safe for concurrent use).
+func (b *builder) parallelEndpoints(ctx context.Context) error {
+	s := b.spec
+	jobs := make(chan *Endpoint)
+	errc := make(chan error, b.workers)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	done := 0
+	step := max(len(s.Endpoints)/10, 50)
+	for w := 0; w < b.workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hosts := map[string]*hostCtx{}
+			defer func() {
+				for _, hc := range hosts {
+					hc.close()
+				}
+			}()
+			for ep := range jobs {
+				hc, ok := hosts[ep.Host]
+				if !ok {
+					var err error
+					if hc, err = openHost(s.Host(ep.Host)); err != nil {
+						errc <- err
+						return
+					}
+					hosts[ep.Host] = hc
+				}
+				if err := b.buildEndpoint(hc, ep); err != nil {
+					errc <- fmt.Errorf("endpoint %s: %w", ep.ID(), err)
+					return
+				}
+				mu.Lock()
+				done++
+				if done%step == 0 && done < len(s.Endpoints) {
+					b.progress(fmt.Sprintf("%d/%d endpoints", done, len(s.Endpoints)))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	var err error
+feed:
+	for i := range s.Endpoints {
+		select {
+		case jobs <- &s.Endpoints[i]:
+		case err = <-errc:
+			break feed
+		case <-ctx.Done():
+			err = ctx.Err()
+			break feed
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err == nil {
+		select {
+		case err = <-errc:
+		default:
+		}
+	}
+	return err
+}
+
+type hostCtx struct {
+	h      *netlink.Handle
+	bridge int
+}
+
+func openHost(host *Host) (*hostCtx, error) {
+	h, err := netns.Handle(host.Netns)
+	if err != nil {
+		return nil, err
+	}
+	br, err := h.LinkByName(host.Bridge)
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("host %s: find %s: %w", host.Name, host.Bridge, err)
+	}
+	return &hostCtx{h: h, bridge: br.Attrs().Index}, nil
+}
+
+func (hc *hostCtx) close() { hc.h.Close() }
+
+func (b *builder) buildEndpoint(hc *hostCtx, ep *Endpoint) error {
+	if err := newNetns(ep.Netns, false); err != nil {
+		return err
+	}
+	fd, err := netns.Open(ep.Netns)
+	if err != nil {
+		return err
+	}
+	defer fd.Close()
+	eh, err := netlink.NewHandleAt(fd)
+	if err != nil {
+		return fmt.Errorf("netlink in %s: %w", ep.Netns, err)
+	}
+	defer eh.Close()
+	if err := vethPair(hc.h, ep.HostVeth, eh, fd, "eth0", b.spec.MTU, hc.bridge); err != nil {
+		return err
+	}
+	if hv, err := hc.h.LinkByName(ep.HostVeth); err == nil {
+		_ = hc.h.LinkSetAlias(hv, ep.ID()) // for `ip link` readers; not relied on
+	}
+	return configureEndpoint(eh, ep)
+}
+
+// configureEndpoint gives an endpoint its loopback, address and default
+// route (its eth0 already exists and is up).
+func configureEndpoint(eh *netlink.Handle, ep *Endpoint) error {
+	if err := linkUp(eh, "lo"); err != nil {
+		return err
+	}
+	eth0, err := eh.LinkByName("eth0")
+	if err != nil {
+		return fmt.Errorf("find eth0: %w", err)
+	}
+	if err := eh.AddrAdd(eth0, addrOf(ep.IP, ep.Prefix)); err != nil {
+		return fmt.Errorf("address %s: %w", ep.IP, err)
+	}
+	def := &netlink.Route{Gw: ep.Gateway.AsSlice(), LinkIndex: eth0.Attrs().Index}
+	if err := eh.RouteAdd(def); err != nil {
+		return fmt.Errorf("default route via %s: %w", ep.Gateway, err)
+	}
+	return nil
+}
+
+func (b *builder) buildChain(ctx context.Context) error {
+	c := b.spec.Chain
+	s := b.spec
+	for _, ep := range s.Endpoints {
+		if err := newNetns(ep.Netns, false); err != nil {
+			return err
+		}
+	}
+	for _, n := range c.Nodes {
+		if err := newNetns(n.Netns, true); err != nil {
+			return err
+		}
+	}
+	handles := map[string]*netlink.Handle{}
+	fds := map[string]vns.NsHandle{}
+	defer func() {
+		for _, h := range handles {
+			h.Close()
+		}
+		for _, fd := range fds {
+			fd.Close()
+		}
+	}()
+	open := func(name string) (*netlink.Handle, vns.NsHandle, error) {
+		if h, ok := handles[name]; ok {
+			return h, fds[name], nil
+		}
+		fd, err := netns.Open(name)
+		if err != nil {
+			return nil, 0, err
+		}
+		h, err := netlink.NewHandleAt(fd)
+		if err != nil {
+			fd.Close()
+			return nil, 0, fmt.Errorf("netlink in %s: %w", name, err)
+		}
+		handles[name], fds[name] = h, fd
+		return h, fd, linkUp(h, "lo")
+	}
+	for i, sg := range c.Segments {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		lh, lfd, err := open(sg.LeftNetns)
+		if err != nil {
+			return err
+		}
+		rh, rfd, err := open(sg.RightNetns)
+		if err != nil {
+			return err
+		}
+		if sg.Switch == "" {
+			if err := vethPair(lh, sg.LeftDev, rh, rfd, sg.RightDev, s.MTU, 0); err != nil {
+				return fmt.Errorf("chain segment %d: %w", i, err)
+			}
+		} else if err := b.switchSegment(sg, lh, lfd, rh, rfd, open); err != nil {
+			return fmt.Errorf("chain segment %d: %w", i, err)
+		}
+		for _, side := range []struct {
+			h    *netlink.Handle
+			dev  string
+			addr netip.Addr
+		}{{lh, sg.LeftDev, sg.Left}, {rh, sg.RightDev, sg.Right}} {
+			l, err := side.h.LinkByName(side.dev)
+			if err != nil {
+				return fmt.Errorf("chain segment %d: find %s: %w", i, side.dev, err)
+			}
+			if err := side.h.AddrAdd(l, addrOf(side.addr, sg.Prefix.Bits())); err != nil {
+				return fmt.Errorf("chain segment %d: address %s: %w", i, side.addr, err)
+			}
+		}
+	}
+	for _, ep := range s.Endpoints {
+		h, _, err := open(ep.Netns)
+		if err != nil {
+			return err
+		}
+		eth0, err := h.LinkByName("eth0")
+		if err != nil {
+			return fmt.Errorf("endpoint %s: find eth0: %w", ep.ID(), err)
+		}
+		if err := h.RouteAdd(&netlink.Route{Gw: ep.Gateway.AsSlice(), LinkIndex: eth0.Attrs().Index}); err != nil {
+			return fmt.Errorf("endpoint %s: default route: %w", ep.ID(), err)
+		}
+	}
+	for _, n := range c.Nodes {
+		h, _, err := open(n.Netns)
+		if err != nil {
+			return err
+		}
+		if err := addRoutes(h, n.Routes); err != nil {
+			return fmt.Errorf("%s: %w", n.Netns, err)
+		}
+	}
+	return nil
+}
+
+// switchSegment joins the two neighbours of a segment through a Linux
+// bridge in a namespace of its own, as seed 001 did with a switch between
+// each pair of namespaces.
+func (b *builder) switchSegment(sg Segment, lh *netlink.Handle, lfd vns.NsHandle, rh *netlink.Handle, rfd vns.NsHandle,
+	open func(string) (*netlink.Handle, vns.NsHandle, error)) error {
+	if err := newNetns(sg.Switch, false); err != nil {
+		return err
+	}
+	sh, _, err := open(sg.Switch)
+	if err != nil {
+		return err
+	}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: HostBridge, MTU: b.spec.MTU}}
+	if err := sh.LinkAdd(br); err != nil {
+		return fmt.Errorf("add bridge: %w", err)
+	}
+	if err := sh.LinkSetUp(br); err != nil {
+		return fmt.Errorf("up bridge: %w", err)
+	}
+	idx := br.Attrs().Index
+	if err := vethPair(sh, "p0", lh, lfd, sg.LeftDev, b.spec.MTU, idx); err != nil {
+		return err
+	}
+	return vethPair(sh, "p1", rh, rfd, sg.RightDev, b.spec.MTU, idx)
+}
+
+func jsonRoundTrip(v any) any {
+	data, _ := json.Marshal(v)
+	var out any
+	_ = json.Unmarshal(data, &out)
+	return out
+}
+
+func listNetns(prefix string) ([]string, error) { return netns.List(prefix) }

@@ -1,0 +1,78 @@
+package topology
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// PresetOptions tunes a preset. Zero values take the preset's defaults.
+type PresetOptions struct {
+	Length int    // chain: number of forwarding namespaces (default 3)
+	Link   string // chain: veth or bridge; multi-host: wire or vxlan
+}
+
+// presets build the seed studies' testbeds without a file. single-host and
+// multi-host follow seed 000 (hosts Flip and Flap, their container subnets,
+// server on Flip, client on Flap); chain follows seed 001.
+var presets = map[string]func(o PresetOptions) *rawFile{
+	"single-host": func(o PresetOptions) *rawFile {
+		return &rawFile{
+			Name:  "single-host",
+			Hosts: []rawHost{{Name: "flip", PodCIDR: "10.0.192.0/24"}},
+			Endpoints: []rawEndpoint{
+				{Name: "client", Labels: map[string]string{"app": "client"}},
+				{Name: "server", Labels: map[string]string{"app": "server"}, Ports: serverPorts()},
+			},
+		}
+	},
+	"multi-host": func(o PresetOptions) *rawFile {
+		return &rawFile{
+			Name: "multi-host",
+			Hosts: []rawHost{
+				{Name: "flip", PodCIDR: "10.0.192.0/24"},
+				{Name: "flap", PodCIDR: "10.0.191.0/24"},
+			},
+			Links: []rawLink{{Between: []string{"flip", "flap"}, Kind: o.Link}},
+			Endpoints: []rawEndpoint{
+				{Name: "client", Host: "flap", Labels: map[string]string{"app": "client"}},
+				{Name: "server", Host: "flip", Labels: map[string]string{"app": "server"}, Ports: serverPorts()},
+			},
+		}
+	},
+	"chain": func(o PresetOptions) *rawFile {
+		n := o.Length
+		if n == 0 {
+			n = 3
+		}
+		return &rawFile{Name: "chain", Chain: &rawChain{Length: n, Link: o.Link}}
+	},
+}
+
+func serverPorts() []rawPort {
+	return []rawPort{{Name: "iperf3", Port: 5201, Protocol: "TCP"}, {Name: "http", Port: 80, Protocol: "TCP"}}
+}
+
+// Presets lists the preset names.
+func Presets() []string {
+	var out []string
+	for k := range presets {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Preset resolves a named preset. name overrides the lab name when set.
+func Preset(preset string, o PresetOptions, ov Overrides) (*Spec, error) {
+	file := "preset " + preset
+	mk, ok := presets[preset]
+	if !ok {
+		return nil, &InputError{File: "--preset", Msg: fmt.Sprintf("unknown preset %q (presets: %s)", preset, strings.Join(Presets(), ", "))}
+	}
+	raw := mk(o)
+	if o.Length != 0 && raw.Chain == nil {
+		return nil, &InputError{File: file, Path: "--length", Msg: "applies to the chain preset only"}
+	}
+	return resolve(raw, file, ov)
+}

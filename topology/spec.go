@@ -1,0 +1,242 @@
+package topology
+
+import (
+	"net/netip"
+)
+
+// Raw types mirror the topology file one to one. They are decoded strictly
+// (an unknown field is an error) and then resolved into a Spec by Resolve.
+
+type rawFile struct {
+	Name        string                  `yaml:"name"`
+	Datapath    string                  `yaml:"datapath"`
+	MTU         int                     `yaml:"mtu"`
+	TransitCIDR string                  `yaml:"transitCIDR"`
+	Hosts       []rawHost               `yaml:"hosts"`
+	Links       []rawLink               `yaml:"links"`
+	Namespaces  map[string]rawNamespace `yaml:"namespaces"`
+	Endpoints   []rawEndpoint           `yaml:"endpoints"`
+	Chain       *rawChain               `yaml:"chain"`
+}
+
+type rawHost struct {
+	Name    string `yaml:"name"`
+	PodCIDR string `yaml:"podCIDR"`
+}
+
+type rawLink struct {
+	Between []string `yaml:"between"`
+	Kind    string   `yaml:"kind"`
+}
+
+type rawNamespace struct {
+	Labels map[string]string `yaml:"labels"`
+}
+
+type rawEndpoint struct {
+	Name      string            `yaml:"name"`
+	Namespace string            `yaml:"namespace"`
+	Host      string            `yaml:"host"`
+	IP        string            `yaml:"ip"`
+	Labels    map[string]string `yaml:"labels"`
+	Ports     []rawPort         `yaml:"ports"`
+}
+
+type rawPort struct {
+	Name     string `yaml:"name"`
+	Port     int    `yaml:"port"`
+	Protocol string `yaml:"protocol"`
+}
+
+type rawChain struct {
+	Length    int              `yaml:"length"`
+	Link      string           `yaml:"link"`
+	CIDR      string           `yaml:"cidr"`
+	Functions []map[string]any `yaml:"functions"`
+}
+
+// Spec is a validated, fully resolved lab: every address allocated, every
+// kernel object named. It is deterministic: the same file always resolves
+// to the same Spec. Nothing in it touches the kernel.
+type Spec struct {
+	Name        string               `json:"name"`
+	Source      string               `json:"source"`
+	Datapath    string               `json:"datapath"`
+	MTU         int                  `json:"mtu"`
+	TransitCIDR netip.Prefix         `json:"transitCIDR"`
+	Hosts       []Host               `json:"hosts,omitempty"`
+	Links       []Link               `json:"links,omitempty"`
+	Namespaces  map[string]Namespace `json:"namespaces"`
+	Endpoints   []Endpoint           `json:"endpoints"`
+	Chain       *Chain               `json:"chain,omitempty"`
+}
+
+// Host is a node: a network namespace with a Linux bridge for its endpoints.
+type Host struct {
+	Name    string       `json:"name"`
+	PodCIDR netip.Prefix `json:"podCIDR"`
+	Gateway netip.Addr   `json:"gateway"` // the bridge's address, first of the CIDR
+	Netns   string       `json:"netns"`
+	Bridge  string       `json:"bridge"`
+	Routes  []Route      `json:"routes,omitempty"` // to other hosts' pod CIDRs
+}
+
+// Route sends a destination prefix through a device, via a next hop.
+type Route struct {
+	Dst netip.Prefix `json:"dst"`
+	Via netip.Addr   `json:"via"`
+	Dev string       `json:"dev"`
+}
+
+// Link kinds between hosts.
+const (
+	LinkWire  = "wire"
+	LinkVXLAN = "vxlan"
+)
+
+// Link joins two hosts: a routed veth pair (the "cable"), and for kind vxlan
+// an overlay device on each end that carries pod traffic across it.
+type Link struct {
+	Index int          `json:"index"`
+	Kind  string       `json:"kind"`
+	Ends  [2]LinkEnd   `json:"ends"`
+	Wire  netip.Prefix `json:"wire"`             // the /30 of the cable
+	Over  netip.Prefix `json:"overlay,omitzero"` // the /30 of the overlay (vxlan)
+	VNI   int          `json:"vni,omitempty"`    // vxlan network identifier
+	MTU   int          `json:"wireMTU"`          // cable MTU (room for the vxlan header)
+}
+
+// LinkEnd is one host's side of a link.
+type LinkEnd struct {
+	Host     string     `json:"host"`
+	WireDev  string     `json:"wireDev"`
+	WireAddr netip.Addr `json:"wireAddr"`
+	OverDev  string     `json:"overlayDev,omitempty"`
+	OverAddr netip.Addr `json:"overlayAddr,omitzero"`
+}
+
+// Namespace is a Kubernetes namespace with its labels (including
+// kubernetes.io/metadata.name).
+type Namespace struct {
+	Labels map[string]string `json:"labels"`
+}
+
+// Endpoint is a "container": a network namespace with eth0 plugged into its
+// host (or, in a chain, into the first or last hop).
+type Endpoint struct {
+	Name      string            `json:"name"`
+	Namespace string            `json:"namespace"`
+	Host      string            `json:"host,omitempty"`
+	IP        netip.Addr        `json:"ip"`
+	Prefix    int               `json:"prefixLen"`
+	Gateway   netip.Addr        `json:"gateway"`
+	Labels    map[string]string `json:"labels"`
+	Ports     []Port            `json:"ports,omitempty"`
+	Netns     string            `json:"netns"`
+	HostVeth  string            `json:"hostVeth,omitempty"` // host-side veth name
+}
+
+// ID is the endpoint's name as shown everywhere: "namespace/name".
+func (e Endpoint) ID() string { return e.Namespace + "/" + e.Name }
+
+// Port is a declared container port, for named ports in policies.
+type Port struct {
+	Name     string `json:"name,omitempty"`
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol"`
+}
+
+// Chain link kinds.
+const (
+	ChainVeth   = "veth"
+	ChainBridge = "bridge"
+)
+
+// Chain is N forwarding namespaces in series between a client and a server
+// endpoint (seed 001). Segment i joins node i and node i+1, where node 0 is
+// the client and node Length+1 the server.
+type Chain struct {
+	Length   int          `json:"length"`
+	Link     string       `json:"link"`
+	CIDR     netip.Prefix `json:"cidr"`
+	Nodes    []ChainNode  `json:"nodes"`
+	Segments []Segment    `json:"segments"`
+}
+
+// ChainNode is one forwarding namespace of a chain.
+type ChainNode struct {
+	Netns  string  `json:"netns"`
+	Routes []Route `json:"routes"`
+}
+
+// Segment is the /24 between two neighbours of a chain. For link kind
+// bridge it goes through a switch namespace holding a Linux bridge.
+type Segment struct {
+	Prefix     netip.Prefix `json:"prefix"`
+	Left       netip.Addr   `json:"left"`  // address of the left neighbour
+	Right      netip.Addr   `json:"right"` // address of the right neighbour
+	LeftNetns  string       `json:"leftNetns"`
+	RightNetns string       `json:"rightNetns"`
+	LeftDev    string       `json:"leftDev"`
+	RightDev   string       `json:"rightDev"`
+	Switch     string       `json:"switchNetns,omitempty"`
+}
+
+// Netns returns every network namespace the lab consists of.
+func (s *Spec) Netns() []string {
+	var out []string
+	for _, h := range s.Hosts {
+		out = append(out, h.Netns)
+	}
+	for _, e := range s.Endpoints {
+		out = append(out, e.Netns)
+	}
+	if s.Chain != nil {
+		for _, n := range s.Chain.Nodes {
+			out = append(out, n.Netns)
+		}
+		for _, sg := range s.Chain.Segments {
+			if sg.Switch != "" {
+				out = append(out, sg.Switch)
+			}
+		}
+	}
+	return out
+}
+
+// Endpoint finds an endpoint by "ns/name", or by bare name when that is
+// unique in the lab.
+func (s *Spec) Endpoint(ref string) (*Endpoint, error) {
+	var found []*Endpoint
+	for i := range s.Endpoints {
+		e := &s.Endpoints[i]
+		if e.ID() == ref || e.Name == ref {
+			found = append(found, e)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, &NotFoundError{What: "endpoint", Name: ref, Lab: s.Name}
+	case 1:
+		return found[0], nil
+	}
+	return nil, &AmbiguousError{Name: ref, Lab: s.Name, Candidates: ids(found)}
+}
+
+// Host finds a host by name.
+func (s *Spec) Host(name string) *Host {
+	for i := range s.Hosts {
+		if s.Hosts[i].Name == name {
+			return &s.Hosts[i]
+		}
+	}
+	return nil
+}
+
+func ids(es []*Endpoint) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.ID()
+	}
+	return out
+}

@@ -1,0 +1,128 @@
+package topology
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// StateDir holds one directory per lab with its ledger (lab.json). The
+// ledger is a convenience for status and exec: teardown never depends on it.
+var StateDir = "/run/cnlab"
+
+// Lab phases recorded in the ledger.
+const (
+	PhaseCreating = "creating"
+	PhaseUp       = "up"
+)
+
+// State is the ledger of a lab, persisted in StateDir/LAB/lab.json.
+type State struct {
+	Schema  int       `json:"schema"`
+	Phase   string    `json:"phase"`
+	Created time.Time `json:"created"`
+	Pid     int       `json:"pid"` // process that ran `up`
+	Spec    *Spec     `json:"spec"`
+}
+
+func labDir(lab string) string { return filepath.Join(StateDir, lab) }
+
+func writeState(st *State) error {
+	dir := labDir(st.Spec.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "lab.json.tmp")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "lab.json")); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	return nil
+}
+
+// ReadState loads a lab's ledger. It returns an error wrapping
+// os.ErrNotExist when the lab has none.
+func ReadState(lab string) (*State, error) {
+	data, err := os.ReadFile(filepath.Join(labDir(lab), "lab.json"))
+	if err != nil {
+		return nil, err
+	}
+	var st State
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("read state of lab %s: %w", lab, err)
+	}
+	return &st, nil
+}
+
+func removeState(lab string) error {
+	if err := os.RemoveAll(labDir(lab)); err != nil {
+		return fmt.Errorf("remove state of lab %s: %w", lab, err)
+	}
+	return nil
+}
+
+// lockLab takes an exclusive lock on the lab so that two cnlab processes
+// never build or tear down the same lab at once. The lock is released when
+// the returned function is called or the process dies.
+func lockLab(lab string) (func(), error) {
+	if err := os.MkdirAll(StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", StateDir, err)
+	}
+	f, err := os.OpenFile(filepath.Join(StateDir, "."+lab+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock lab %s: %w", lab, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("lab %s is busy: another cnlab process is changing it", lab)
+		}
+		return nil, fmt.Errorf("lock lab %s: %w", lab, err)
+	}
+	return func() {
+		os.Remove(f.Name())
+		f.Close()
+	}, nil
+}
+
+// Labs lists every lab present on the machine: those with namespaces in the
+// kernel and those with a ledger, sorted by name.
+func Labs() ([]string, error) {
+	set := map[string]bool{}
+	names, err := listNetns(NetnsPrefix)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if lab := LabOfNetns(n); lab != "" {
+			set[lab] = true
+		}
+	}
+	ents, err := os.ReadDir(StateDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("list %s: %w", StateDir, err)
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			set[e.Name()] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for l := range set {
+		out = append(out, l)
+	}
+	sort.Strings(out)
+	return out, nil
+}
