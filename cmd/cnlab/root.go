@@ -44,7 +44,9 @@ func exitCode(err error, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "cnlab: %v\n", err)
 	var ue usageError
-	if errors.As(err, &ue) || topology.IsInputError(err) {
+	var nf *topology.NotFoundError
+	var amb *topology.AmbiguousError
+	if errors.As(err, &ue) || topology.IsInputError(err) || errors.As(err, &nf) || errors.As(err, &amb) {
 		return exitBadInput
 	}
 	return exitFail

@@ -1,0 +1,98 @@
+package testutil
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/cnlab/cnlab/internal/netns"
+)
+
+// EchoServer accepts TCP connections inside a namespace and echoes what it
+// reads. Close stops it.
+type EchoServer struct {
+	ln net.Listener
+	wg sync.WaitGroup
+}
+
+// ListenEcho starts an EchoServer on addr:port inside the named namespace.
+func ListenEcho(ns string, addr netip.AddrPort) (*EchoServer, error) {
+	var ln net.Listener
+	err := netns.Do(ns, func() error {
+		var err error
+		ln, err = net.Listen("tcp", addr.String())
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listen in %s: %w", ns, err)
+	}
+	s := &EchoServer{ln: ln}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return s, nil
+}
+
+// Close stops the server and waits for its connections to end.
+func (s *EchoServer) Close() {
+	s.ln.Close()
+	s.wg.Wait()
+}
+
+// ExchangeTCP connects from inside the named namespace to dst, sends n
+// random bytes and checks that the same bytes come back.
+func ExchangeTCP(ctx context.Context, ns string, dst netip.AddrPort, n int) error {
+	var c net.Conn
+	err := netns.Do(ns, func() error {
+		d := net.Dialer{Timeout: 3 * time.Second}
+		var err error
+		c, err = d.DialContext(ctx, "tcp", dst.String())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("connect from %s to %s: %w", ns, dst, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	msg := make([]byte, n)
+	_, _ = rand.Read(msg)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Write(msg)
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+		errc <- err
+	}()
+	got, err := io.ReadAll(c)
+	if werr := <-errc; werr != nil {
+		return fmt.Errorf("send from %s to %s: %w", ns, dst, werr)
+	}
+	if err != nil {
+		return fmt.Errorf("receive from %s at %s: %w", dst, ns, err)
+	}
+	if !bytes.Equal(got, msg) {
+		return fmt.Errorf("%s -> %s: sent %d bytes, got %d different bytes back", ns, dst, len(msg), len(got))
+	}
+	return nil
+}

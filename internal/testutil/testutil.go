@@ -1,0 +1,111 @@
+// Package testutil holds helpers shared by cnlab's tests: privilege checks
+// that skip outside CI and fail under CI, and a check that a test binary
+// leaves the kernel (namespaces, links, nftables, bpffs) as it found it.
+// It is imported by tests only.
+package testutil
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// InCI reports whether the tests run under CI (CI=true), where a missing
+// privilege or tool is a failure, never a silent skip.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// RequireRoot skips the test when not root, or fails it under CI.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if InCI() {
+		t.Fatal("this test needs root (network namespaces), and CI=true: run the suite as root")
+	}
+	t.Skip("skipping: needs root (network namespaces); run the tests with sudo")
+}
+
+// RequireTool skips the test when a program is missing, or fails it under
+// CI, naming the package that provides it.
+func RequireTool(t testing.TB, name, pkg string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err == nil {
+		return
+	}
+	msg := fmt.Sprintf("needs %s (Debian package %s; scripts/install.sh installs it)", name, pkg)
+	if InCI() {
+		t.Fatal(msg)
+	}
+	t.Skip("skipping: " + msg)
+}
+
+// Snapshot records what the tests must leave as they found it: the named
+// network namespaces, the root namespace's links, the nftables ruleset and
+// the bpffs tree. Outside root it records nothing.
+func Snapshot() string {
+	if os.Geteuid() != 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("# ip netns list\n")
+	b.WriteString(run("ip", "netns", "list"))
+	b.WriteString("# ip -o link (root namespace)\n")
+	b.WriteString(normalizeLinks(run("ip", "-o", "link", "show")))
+	b.WriteString("# nft list ruleset\n")
+	b.WriteString(run("nft", "list", "ruleset"))
+	b.WriteString("# /sys/fs/bpf\n")
+	var files []string
+	_ = filepath.WalkDir("/sys/fs/bpf", func(p string, _ os.DirEntry, err error) error {
+		if err == nil {
+			files = append(files, p)
+		}
+		return nil
+	})
+	sort.Strings(files)
+	b.WriteString(strings.Join(files, "\n"))
+	return b.String()
+}
+
+func run(name string, args ...string) string {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		if _, lerr := exec.LookPath(name); lerr != nil {
+			return "(" + name + " not installed)\n"
+		}
+	}
+	return string(out)
+}
+
+// normalizeLinks keeps the name and flags of each link, dropping counters
+// and state details that change by themselves (qdisc backlog, link mode).
+func normalizeLinks(s string) string {
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 {
+			out = append(out, f[1]+" "+f[2])
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n") + "\n"
+}
+
+// Main runs a package's tests and then fails the binary if the kernel state
+// differs from before: a test that leaks a namespace, a link, an nftables
+// table or a pin is caught even if it passed. Use it from TestMain.
+func Main(m *testing.M) {
+	before := Snapshot()
+	code := m.Run()
+	if after := Snapshot(); after != before {
+		fmt.Fprintf(os.Stderr, "FAIL: the tests left the kernel changed\n--- before\n%s\n--- after\n%s\n", before, after)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,232 @@
+package topology
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const good = `
+name: demo
+hosts:
+  - {name: flip, podCIDR: 10.0.192.0/24}
+  - {name: flap, podCIDR: 10.0.191.0/24}
+links:
+  - {between: [flip, flap], kind: wire}
+namespaces:
+  x: {labels: {ns: x}}
+endpoints:
+  - {name: a, namespace: x, host: flip, ip: 10.0.192.10, labels: {pod: a}, ports: [{name: http, port: 80}]}
+  - {name: b, host: flip}
+  - {name: c, host: flap}
+`
+
+func TestResolveGood(t *testing.T) {
+	s, err := Parse([]byte(good), "good.yaml", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Datapath != "iptables" || s.MTU != 1500 {
+		t.Errorf("defaults: datapath %q mtu %d", s.Datapath, s.MTU)
+	}
+	want := map[string]string{"x/a": "10.0.192.10", "default/b": "10.0.192.2", "default/c": "10.0.191.2"}
+	for _, ep := range s.Endpoints {
+		if ep.IP.String() != want[ep.ID()] {
+			t.Errorf("%s: ip %s, want %s", ep.ID(), ep.IP, want[ep.ID()])
+		}
+		if !strings.HasPrefix(ep.Netns, "cnlab.demo.ep.") || len(ep.HostVeth) > 15 {
+			t.Errorf("%s: netns %q veth %q", ep.ID(), ep.Netns, ep.HostVeth)
+		}
+	}
+	if got := s.Endpoints[0].Ports[0]; got.Protocol != "TCP" || got.Port != 80 {
+		t.Errorf("port defaults: %+v", got)
+	}
+	if s.Namespaces["x"].Labels[MetadataNameLabel] != "x" || s.Namespaces["default"].Labels[MetadataNameLabel] != "default" {
+		t.Errorf("namespace labels: %v", s.Namespaces)
+	}
+	flip := s.Host("flip")
+	if len(flip.Routes) != 1 || flip.Routes[0].Dst.String() != "10.0.191.0/24" || flip.Routes[0].Via.String() != "100.64.0.2" {
+		t.Errorf("flip routes: %+v", flip.Routes)
+	}
+	// The spec is deterministic.
+	s2, _ := Parse([]byte(good), "good.yaml", Overrides{})
+	if !sameSpec(s, s2) {
+		t.Error("resolving the same file twice gave different specs")
+	}
+}
+
+func TestResolveRoutesThroughTransitHost(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "examples", "three-hosts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Parse(data, "three-hosts.yaml", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := s.Host("a")
+	got := map[string]string{}
+	for _, r := range a.Routes {
+		got[r.Dst.String()] = r.Via.String() + " " + r.Dev
+	}
+	// a reaches c through b over the wire; b reaches c over the vxlan overlay.
+	if got["10.2.0.0/24"] != "100.64.0.2 wire0" || got["10.3.0.0/24"] != "100.64.0.2 wire0" {
+		t.Errorf("routes of a: %v", got)
+	}
+	b := s.Host("b")
+	for _, r := range b.Routes {
+		if r.Dst.String() == "10.3.0.0/24" && r.Dev != "vxlan1" {
+			t.Errorf("b reaches c via %s, want vxlan1", r.Dev)
+		}
+	}
+}
+
+func TestResolveChainLayout(t *testing.T) {
+	s, err := Preset("chain", PresetOptions{Length: 3}, Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Chain
+	if len(c.Nodes) != 3 || len(c.Segments) != 4 {
+		t.Fatalf("nodes %d segments %d", len(c.Nodes), len(c.Segments))
+	}
+	client, _ := s.Endpoint("client")
+	server, _ := s.Endpoint("default/server")
+	if client.IP.String() != "10.100.0.1" || client.Gateway.String() != "10.100.0.2" ||
+		server.IP.String() != "10.100.3.2" || server.Gateway.String() != "10.100.3.1" {
+		t.Errorf("client %s via %s, server %s via %s", client.IP, client.Gateway, server.IP, server.Gateway)
+	}
+	// Hop 2 sits between segments 1 and 2: it needs routes to segment 0
+	// (left) and segment 3 (right) and nothing else.
+	rs := c.Nodes[1].Routes
+	if len(rs) != 2 || rs[0].Dst.String() != "10.100.0.0/24" || rs[0].Via.String() != "10.100.1.1" ||
+		rs[1].Dst.String() != "10.100.3.0/24" || rs[1].Via.String() != "10.100.2.2" {
+		t.Errorf("hop 2 routes: %+v", rs)
+	}
+}
+
+func TestPresetsResolve(t *testing.T) {
+	for _, p := range Presets() {
+		if _, err := Preset(p, PresetOptions{}, Overrides{}); err != nil {
+			t.Errorf("preset %s: %v", p, err)
+		}
+	}
+	if _, err := Preset("multi-host", PresetOptions{Link: "vxlan"}, Overrides{Name: "mh2"}); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	hosts2 := "hosts:\n  - {name: flip, podCIDR: 10.0.192.0/24}\n  - {name: flap, podCIDR: 10.0.191.0/24}\n"
+	many := "name: big\nhosts: [{name: h, podCIDR: 10.0.0.0/29}]\nendpoints:\n"
+	for i := 0; i < 6; i++ {
+		many += fmt.Sprintf("  - {name: e%d}\n", i)
+	}
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"syntax", "name: [", "bad.yaml: "},
+		{"empty", "", "bad.yaml: empty topology document"},
+		{"not a mapping", "- a\n- b\n", "must be a mapping"},
+		{"unknown top field", "name: x\nhostz: []\n", `bad.yaml: hostz: unknown field "hostz" (known fields: chain, datapath, endpoints, hosts, links, mtu, name, namespaces, transitCIDR)`},
+		{"unknown nested field", "name: x\nhosts:\n  - name: a\n    podCidr: 10.0.0.0/24\n", `bad.yaml: hosts[0].podCidr: unknown field "podCidr" (known fields: name, podCIDR)`},
+		{"wrong type", "name: x\nmtu: big\n", `bad.yaml: mtu: expected an integer, got the string "big"`},
+		{"two documents", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\n---\nname: y\n", "more than one YAML document"},
+		{"missing name", "hosts: [{name: a, podCIDR: 10.0.0.0/24}]\n", "bad.yaml: name: is required"},
+		{"bad lab name", "name: My_Lab\n", `bad.yaml: name: "My_Lab" must consist of lower case`},
+		{"long lab name", "name: " + strings.Repeat("a", 25) + "\n", "longer than 24"},
+		{"unknown datapath", "name: x\ndatapath: ovs\n", `bad.yaml: datapath: unknown datapath "ovs" (supported: iptables, nftables, ebpf)`},
+		{"mtu range", "name: x\nmtu: 70000\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\n", "bad.yaml: mtu: 70000 is out of range"},
+		{"no hosts", "name: x\n", "bad.yaml: hosts: at least one host is required"},
+		{"bad cidr", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/33}]\n", `bad.yaml: hosts[0].podCIDR: "10.0.0.0/33" is not a CIDR`},
+		{"host bits", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.5/24}]\n", "hosts[0].podCIDR: 10.0.0.5/24 has host bits set (did you mean 10.0.0.0/24?)"},
+		{"ipv6", "name: x\nhosts: [{name: a, podCIDR: 'fd00::/64'}]\n", "only IPv4 is supported"},
+		{"overlapping cidrs", "name: x\nhosts:\n  - {name: a, podCIDR: 10.0.0.0/16}\n  - {name: b, podCIDR: 10.0.5.0/24}\n", "bad.yaml: hosts[1].podCIDR: 10.0.5.0/24 overlaps hosts[0].podCIDR 10.0.0.0/16"},
+		{"overlaps transit", "name: x\nhosts: [{name: a, podCIDR: 100.64.1.0/24}]\n", "overlaps transitCIDR 100.64.0.0/16"},
+		{"duplicate host", "name: x\nhosts:\n  - {name: a, podCIDR: 10.0.0.0/24}\n  - {name: a, podCIDR: 10.0.1.0/24}\n", `bad.yaml: hosts[1].name: duplicate host name "a" (also hosts[0])`},
+		{"link unknown host", "name: x\n" + hosts2 + "links: [{between: [flip, flop]}]\n", `bad.yaml: links[0].between[1]: unknown host "flop" (hosts: flip, flap)`},
+		{"link one host", "name: x\n" + hosts2 + "links: [{between: [flip]}]\n", "bad.yaml: links[0].between: must name exactly two hosts"},
+		{"link self", "name: x\n" + hosts2 + "links: [{between: [flip, flip]}]\n", "two different hosts"},
+		{"link twice", "name: x\n" + hosts2 + "links: [{between: [flip, flap]}, {between: [flap, flip]}]\n", "bad.yaml: links[1].between: hosts flap and flip are already linked by links[0]"},
+		{"link kind", "name: x\n" + hosts2 + "links: [{between: [flip, flap], kind: gre}]\n", `bad.yaml: links[0].kind: unknown link kind "gre" (supported: wire, vxlan)`},
+		{"endpoint unknown host", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flop}]\n", `bad.yaml: endpoints[0].host: unknown host "flop" (hosts: flip, flap)`},
+		{"endpoint needs host", "name: x\n" + hosts2 + "endpoints: [{name: a}]\n", "bad.yaml: endpoints[0].host: is required when the lab has several hosts (flip, flap)"},
+		{"endpoint unknown namespace", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, namespace: prod}]\n", `bad.yaml: endpoints[0].namespace: unknown namespace "prod" (declare it under namespaces:)`},
+		{"duplicate endpoint", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip}, {name: a, host: flap}]\n", "bad.yaml: endpoints[1].name: duplicate endpoint default/a (also endpoints[0])"},
+		{"bad endpoint name", "name: x\n" + hosts2 + "endpoints: [{name: A.b, host: flip}]\n", `bad.yaml: endpoints[0].name: "A.b" must consist`},
+		{"ip outside cidr", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ip: 10.0.191.5}]\n", "bad.yaml: endpoints[0].ip: 10.0.191.5 is not a usable address of host flip's podCIDR 10.0.192.0/24"},
+		{"ip is gateway", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ip: 10.0.192.1}]\n", "the first address is the bridge"},
+		{"ip not an ip", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ip: 10.0.192}]\n", `bad.yaml: endpoints[0].ip: "10.0.192" is not an IPv4 address`},
+		{"ip taken twice", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ip: 10.0.192.9}, {name: b, host: flip, ip: 10.0.192.9}]\n", "bad.yaml: endpoints[1].ip: 10.0.192.9 is already taken by default/a"},
+		{"too many endpoints", many, "bad.yaml: endpoints[5]: host h's podCIDR 10.0.0.0/29 has no free address left (5 usable, 6 endpoints on it)"},
+		{"label key", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, labels: {'bad key': v}}]\n", `bad.yaml: endpoints[0].labels: label key "bad key"`},
+		{"label value", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, labels: {app: '-x-'}}]\n", `bad.yaml: endpoints[0].labels: key "app": label value "-x-"`},
+		{"namespace label", "name: x\n" + hosts2 + "namespaces: {x: {labels: {'a/b/c': v}}}\n", `bad.yaml: namespaces.x.labels: label key "a/b/c"`},
+		{"metadata name", "name: x\n" + hosts2 + "namespaces: {x: {labels: {kubernetes.io/metadata.name: y}}}\n", "is always the namespace's own name"},
+		{"port range", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ports: [{port: 70000}]}]\n", "bad.yaml: endpoints[0].ports[0].port: 70000 is not a port number (1-65535)"},
+		{"port protocol", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ports: [{port: 80, protocol: ICMP}]}]\n", `bad.yaml: endpoints[0].ports[0].protocol: unknown protocol "ICMP"`},
+		{"port name", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ports: [{name: Web_Port, port: 80}]}]\n", "bad.yaml: endpoints[0].ports[0].name: port name \"Web_Port\""},
+		{"port twice", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ports: [{port: 80}, {port: 80, protocol: tcp}]}]\n", "bad.yaml: endpoints[0].ports[1].port: 80/TCP is declared twice"},
+		{"chain length", "name: x\nchain: {length: 0}\n", "bad.yaml: chain.length: 0 is below 1"},
+		{"chain link", "name: x\nchain: {length: 2, link: ovs}\n", `bad.yaml: chain.link: unknown chain link "ovs" (supported: veth, bridge)`},
+		{"chain with hosts", "name: x\n" + hosts2 + "chain: {length: 2}\n", "bad.yaml: hosts: a chain lab builds its own namespaces"},
+		{"chain too long", "name: x\nchain: {length: 300}\n", "bad.yaml: chain.length: 300 hops need 301 /24 segments but chain.cidr 10.100.0.0/16 holds 256"},
+		{"chain functions", "name: x\nchain: {length: 2, functions: [{kind: firewall}]}\n", "bad.yaml: chain.functions: network functions in chain hops are not supported yet"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml), "bad.yaml", Overrides{})
+			if err == nil {
+				t.Fatalf("no error; want %q", tc.want)
+			}
+			if !IsInputError(err) {
+				t.Errorf("error %T is not an InputError", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error:\n  %s\nwant it to contain:\n  %s", err, tc.want)
+			}
+			if strings.Count(err.Error(), "\n") > 0 {
+				t.Errorf("error spans several lines: %q", err)
+			}
+		})
+	}
+}
+
+func TestOverrides(t *testing.T) {
+	s, err := Parse([]byte(good), "good.yaml", Overrides{Name: "other", Datapath: "nftables"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Name != "other" || s.Datapath != "nftables" || !strings.HasPrefix(s.Endpoints[0].Netns, "cnlab.other.") {
+		t.Errorf("overrides not applied: %s %s %s", s.Name, s.Datapath, s.Endpoints[0].Netns)
+	}
+	if _, err := Parse([]byte(good), "good.yaml", Overrides{Datapath: "ovs"}); err == nil || !strings.Contains(err.Error(), "--datapath") {
+		t.Errorf("bad --datapath: %v", err)
+	}
+	if _, err := Preset("nope", PresetOptions{}, Overrides{}); err == nil || !strings.Contains(err.Error(), "presets: chain, multi-host, single-host") {
+		t.Errorf("unknown preset: %v", err)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load("/nonexistent/topo.yaml", Overrides{})
+	if err == nil || err.Error() != "/nonexistent/topo.yaml: cannot read: no such file or directory" {
+		t.Errorf("got %v", err)
+	}
+}
+
+func TestNameHelpers(t *testing.T) {
+	if LabOfNetns(HostNetns("lab-1", "flip")) != "lab-1" || LabOfNetns("other") != "" || LabOfNetns("cnlab.") != "" {
+		t.Error("LabOfNetns")
+	}
+	p := netip.MustParsePrefix("10.0.0.0/24")
+	if !usable(p, netip.MustParseAddr("10.0.0.2")) || usable(p, netip.MustParseAddr("10.0.0.255")) || usable(p, netip.MustParseAddr("10.0.0.1")) {
+		t.Error("usable")
+	}
+	if sub, ok := nthSubnet(netip.MustParsePrefix("100.64.0.0/16"), 30, 3); !ok || sub.String() != "100.64.0.12/30" {
+		t.Errorf("nthSubnet: %s %v", sub, ok)
+	}
+}
