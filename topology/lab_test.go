@@ -13,6 +13,7 @@ import (
 
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/testutil"
+	"github.com/vishvananda/netlink"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }
@@ -248,5 +249,39 @@ func TestDownUnknownLab(t *testing.T) {
 	var nf *NotFoundError
 	if err := Down("t-never-up", nil); !errors.As(err, &nf) {
 		t.Errorf("got %v", err)
+	}
+}
+
+// TestDownReturnsAfterDevicesAreGone checks the promise of Down: when it
+// returns, the kernel has already destroyed the lab's devices. An observer
+// namespace outside the lab holds one end of a veth whose other end is in a
+// lab host; that end must be gone the moment Down returns, with no waiting.
+func TestDownReturnsAfterDevicesAreGone(t *testing.T) {
+	s, _ := Preset("single-host", PresetOptions{}, Overrides{Name: "t-gone"})
+	upForTest(t, s)
+	obs, err := netns.Anonymous()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	oh, err := netlink.NewHandleAt(obs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oh.Close()
+	hostNs, err := netns.Open(s.Hosts[0].Netns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = oh.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "observer"}, PeerName: "observed", PeerNamespace: netlink.NsFd(int(hostNs))})
+	hostNs.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Down(s.Name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oh.LinkByName("observer"); err == nil {
+		t.Error("Down returned while the lab's devices still existed")
 	}
 }

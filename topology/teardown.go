@@ -126,65 +126,81 @@ func teardown(lab string, progress Progress) error {
 	return removeState(lab)
 }
 
-// cleanupWitness tells when the kernel has destroyed namespaces released
-// before it. The kernel frees network namespaces on one ordered work queue,
-// in batches, unregistering every device of a batch together. The witness
-// is a veth pair between an anonymous "watcher" namespace and an anonymous
-// "sentinel" namespace; the sentinel is released after the lab's
-// namespaces, so when the watcher's end of the pair disappears, every
-// namespace released earlier has had its devices destroyed too. One veth,
-// whatever the size of the lab.
+// cleanupWitness tells when the kernel has finished destroying namespaces
+// released before it. The kernel frees network namespaces on one ordered
+// work queue, in batches: each run of cleanup_net takes every namespace
+// released so far and destroys them together, unregistering all their
+// devices at once. The witness holds two veth pairs, each between an
+// anonymous "watcher" namespace and an anonymous "sentinel" namespace.
+// Sentinel 1 is released right after the lab's namespaces: when its veth
+// end vanishes from the watcher, the batch holding the lab's namespaces has
+// unregistered its devices. Sentinel 2 is released only then, so it lands
+// in a later batch; when its veth end vanishes, the lab's batch has run to
+// its end (devices gone, namespace counts released). Only the RCU-deferred
+// freeing of memory may still follow. Two veths, whatever the lab's size.
 type cleanupWitness struct {
-	watcher  vns.NsHandle
-	sentinel vns.NsHandle
-	h        *netlink.Handle
+	watcher   vns.NsHandle
+	sentinels [2]vns.NsHandle
+	h         *netlink.Handle
 }
 
-const witnessDev = "cnlab-witness"
-
 func newCleanupWitness() (*cleanupWitness, error) {
-	w := &cleanupWitness{}
+	w := &cleanupWitness{sentinels: [2]vns.NsHandle{vns.None(), vns.None()}}
 	var err error
 	if w.watcher, err = netns.Anonymous(); err != nil {
-		return nil, err
-	}
-	if w.sentinel, err = netns.Anonymous(); err != nil {
-		w.watcher.Close()
 		return nil, err
 	}
 	if w.h, err = netlink.NewHandleAt(w.watcher); err != nil {
 		w.close()
 		return nil, fmt.Errorf("netlink in witness netns: %w", err)
 	}
-	v := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: witnessDev},
-		PeerName:      witnessDev,
-		PeerNamespace: netlink.NsFd(int(w.sentinel)),
-	}
-	if err := w.h.LinkAdd(v); err != nil {
-		w.close()
-		return nil, fmt.Errorf("add witness veth: %w", err)
+	for i := range w.sentinels {
+		if w.sentinels[i], err = netns.Anonymous(); err != nil {
+			w.close()
+			return nil, err
+		}
+		v := &netlink.Veth{
+			LinkAttrs:     netlink.LinkAttrs{Name: witnessDev(i)},
+			PeerName:      "witness",
+			PeerNamespace: netlink.NsFd(int(w.sentinels[i])),
+		}
+		if err := w.h.LinkAdd(v); err != nil {
+			w.close()
+			return nil, fmt.Errorf("add witness veth: %w", err)
+		}
 	}
 	return w, nil
 }
+
+func witnessDev(i int) string { return fmt.Sprintf("witness%d", i) }
 
 func (w *cleanupWitness) close() {
 	if w.h != nil {
 		w.h.Close()
 	}
-	w.sentinel.Close()
+	for i := range w.sentinels {
+		w.sentinels[i].Close()
+	}
 	w.watcher.Close()
 }
 
-// wait releases the sentinel and polls the watcher until its end of the
-// pair is gone.
+// wait releases the sentinels one after the other, each time polling the
+// watcher until its end of the pair is gone.
 func (w *cleanupWitness) wait(timeout time.Duration) error {
 	defer w.close()
-	w.sentinel.Close()
-	w.sentinel = vns.None()
 	deadline := time.Now().Add(timeout)
-	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
-		_, err := w.h.LinkByName(witnessDev)
+	for i := range w.sentinels {
+		w.sentinels[i].Close()
+		if err := w.waitGone(witnessDev(i), deadline, timeout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *cleanupWitness) waitGone(dev string, deadline time.Time, timeout time.Duration) error {
+	for delay := time.Millisecond; ; delay = min(2*delay, 20*time.Millisecond) {
+		_, err := w.h.LinkByName(dev)
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) {
 			return nil

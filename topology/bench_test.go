@@ -1,0 +1,46 @@
+package topology
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cnlab/cnlab/internal/testutil"
+)
+
+// BenchmarkUpDown measures `up` and `down` of a one-host lab with 10, 100
+// and 1,000 endpoints. It reports up-s and down-s per lab (ns/op is their
+// sum). Reproduce with:
+//
+//	go test -run '^$' -bench UpDown -benchtime 3x -count 5 ./topology
+func BenchmarkUpDown(b *testing.B) {
+	testutil.RequireRoot(b)
+	for _, n := range []int{10, 100, 1000} {
+		raw := &rawFile{Name: "bench-updown", Hosts: []rawHost{{Name: "h", PodCIDR: "10.8.0.0/20"}}}
+		for i := 0; i < n; i++ {
+			raw.Endpoints = append(raw.Endpoints, rawEndpoint{Name: fmt.Sprintf("e%d", i)})
+		}
+		spec, err := resolve(raw, "bench", Overrides{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			var up, down time.Duration
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if err := Up(context.Background(), spec, UpOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if err := Down(spec.Name, nil); err != nil {
+					b.Fatal(err)
+				}
+				up += t1.Sub(t0)
+				down += time.Since(t1)
+			}
+			b.ReportMetric(up.Seconds()/float64(b.N), "up-s")
+			b.ReportMetric(down.Seconds()/float64(b.N), "down-s")
+		})
+	}
+}
