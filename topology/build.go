@@ -135,7 +135,9 @@ func (b *builder) build(ctx context.Context) error {
 			return err
 		}
 	}
-	b.progress(fmt.Sprintf("%d hosts and %d links up; creating %d endpoints", len(s.Hosts), len(s.Links), len(s.Endpoints)))
+	if len(s.Endpoints) >= 50 {
+		b.progress(fmt.Sprintf("hosts and links up; creating %d endpoints", len(s.Endpoints)))
+	}
 	return b.parallelEndpoints(ctx)
 }
 

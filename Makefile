@@ -1,0 +1,25 @@
+# cnlab — see README.md. Everything here runs as root.
+GO ?= go
+BIN := bin/cnlab
+
+.PHONY: build test demo bench clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/cnlab
+
+# The test command of the README and of .ci/run. Packages run one at a
+# time (-p 1): each test binary checks that it left the kernel as it found
+# it, which only holds if no other package is changing it meanwhile.
+test:
+	$(GO) vet ./...
+	$(GO) test -p 1 -count=1 ./...
+
+# The default demo: two hosts joined by a wire, iperf3 between them.
+demo: build
+	./scripts/demo.sh
+
+bench:
+	$(GO) test -run '^$$' -bench UpDown -benchtime 3x -count 5 ./topology
+
+clean:
+	rm -rf bin

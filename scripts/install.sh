@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Install what cnlab needs on Debian/Ubuntu, as root. Idempotent: packages
+# already present are skipped, and nothing is downloaded when all are there.
+#   sudo ./scripts/install.sh
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "install.sh: run as root (sudo ./scripts/install.sh)" >&2
+	exit 1
+fi
+
+# Command -> Debian package. Tools cnlab and its tests run.
+declare -A tools=(
+	[ip]=iproute2 [iperf3]=iperf3 [iptables]=iptables [nft]=nftables
+	[ipset]=ipset [ethtool]=ethtool [sockperf]=sockperf [ping]=iputils-ping
+	[clang]=clang [llvm-strip]=llvm [bpftool]=bpftool [perf]=linux-perf
+	[conntrack]=conntrack [python3]=python3 [make]=make [git]=git [tc]=iproute2
+)
+# Packages without a command of their own.
+extra=(libbpf-dev)
+
+missing=()
+for cmd in "${!tools[@]}"; do
+	command -v "$cmd" >/dev/null 2>&1 || missing+=("${tools[$cmd]}")
+done
+for pkg in "${extra[@]}"; do
+	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+	mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+	echo "install.sh: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+	echo "install.sh: system packages already present"
+fi
+
+# Go builds cnlab. Debian's golang is too old; the machines this project
+# runs on come with a recent Go. A Go >= 1.21 fetches the toolchain go.mod
+# asks for by itself.
+if ! command -v go >/dev/null 2>&1; then
+	echo "install.sh: Go is missing: install Go 1.24 or later (https://go.dev/doc/install), then run this again" >&2
+	exit 1
+fi
+echo "install.sh: $(go version)"
