@@ -44,7 +44,7 @@ func TestCreateDoDelete(t *testing.T) {
 	// Do leaves the calling thread's namespace as it was.
 	self, _ := vns.Get()
 	defer self.Close()
-	root, _ := vns.GetFromPid(1)
+	root, _ := vns.GetFromPath("/proc/self/ns/net") // the main thread
 	defer root.Close()
 	if !self.Equal(root) {
 		t.Error("the test goroutine's thread is not in the root namespace after Do")
