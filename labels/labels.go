@@ -104,3 +104,15 @@ func String(set map[string]string) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// CheckDNSSubdomain returns why s is not a DNS-1123 subdomain (the form of
+// Kubernetes object names), or nil.
+func CheckDNSSubdomain(s string) error {
+	if s == "" {
+		return fmt.Errorf("must not be empty")
+	}
+	if len(s) > 253 || !dnsSubRe.MatchString(s) {
+		return fmt.Errorf("%q must be at most 253 characters of lower case letters, digits, '-' and '.', starting and ending with a letter or digit", s)
+	}
+	return nil
+}

@@ -1,6 +1,9 @@
 package labels
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestChecks(t *testing.T) {
 	for _, tc := range []struct {
@@ -21,7 +24,8 @@ func TestChecks(t *testing.T) {
 		{"key bad prefix", CheckKey("Example.com/app"), false},
 		{"key two slashes", CheckKey("a/b/c"), false},
 		{"key space", CheckKey("a b"), false},
-		{"key long", CheckKey(string(make([]byte, 64))), false},
+		{"key long", CheckKey(strings.Repeat("a", 64)), false},
+		{"key 63", CheckKey(strings.Repeat("a", 63)), true},
 		{"value empty", CheckValue(""), true},
 		{"value ok", CheckValue("v1.2_beta-3"), true},
 		{"value dash start", CheckValue("-x"), false},

@@ -5,10 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cnlab=./bin/cnlab
-lab=demo
+lab=cnlab-demo
 
-$cnlab down "$lab" >/dev/null 2>&1 || true
-trap '$cnlab down "$lab" >/dev/null' EXIT
+if $cnlab status "$lab" >/dev/null 2>&1; then
+	echo "demo: a lab named $lab is up already; remove it with: $cnlab down $lab" >&2
+	exit 1
+fi
+trap '$cnlab down "$lab" >/dev/null 2>&1' EXIT
 
 $cnlab up --preset multi-host --name "$lab"
 server_ip=$($cnlab status "$lab" -o json | python3 -c 'import json,sys; print([e["ip"] for e in json.load(sys.stdin)["endpoints"] if e["name"]=="server"][0])')

@@ -27,14 +27,15 @@ type AlreadyUpError struct {
 	Lab      string
 	Complete bool
 	SameSpec bool
+	Diff     string // what differs, when !SameSpec
 }
 
 func (e *AlreadyUpError) Error() string {
 	switch {
 	case !e.Complete:
-		return fmt.Sprintf("lab %s exists but is incomplete (an interrupted up?); nothing changed: run `cnlab down %s` first", e.Lab, e.Lab)
+		return fmt.Sprintf("lab %s exists but is incomplete or orphaned (an interrupted up?); nothing changed: run `cnlab down %s` first", e.Lab, e.Lab)
 	case !e.SameSpec:
-		return fmt.Sprintf("lab %s is already up with a different topology; nothing changed: run `cnlab down %s` first", e.Lab, e.Lab)
+		return fmt.Sprintf("lab %s is already up with %s; nothing changed: run `cnlab down %s` first", e.Lab, e.Diff, e.Lab)
 	}
 	return fmt.Sprintf("lab %s is already up; nothing changed", e.Lab)
 }
@@ -70,14 +71,21 @@ func Up(ctx context.Context, spec *Spec, o UpOptions) error {
 	if b.workers <= 0 {
 		b.workers = 4
 	}
-	if err := b.build(ctx); err != nil {
-		if derr := teardown(spec.Name, b.progress); derr != nil {
-			err = errors.Join(err, fmt.Errorf("clean up after failed up: %w", derr))
-		}
-		return fmt.Errorf("up %s: %w", spec.Name, err)
+	err = b.build(ctx)
+	if err == nil {
+		st.Phase = PhaseUp
+		err = writeState(st)
 	}
-	st.Phase = PhaseUp
-	return writeState(st)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			err = errors.New("interrupted")
+		}
+		if derr := teardown(spec.Name, b.progress); derr != nil {
+			return fmt.Errorf("up %s: %w; cleaning up also failed: %w", spec.Name, err, derr)
+		}
+		return fmt.Errorf("up %s: %w (nothing was left behind)", spec.Name, err)
+	}
+	return nil
 }
 
 // checkAbsent refuses to build over an existing lab.
@@ -99,6 +107,14 @@ func checkAbsent(spec *Spec) error {
 			}
 		}
 		e.SameSpec = sameSpec(st.Spec, spec)
+		e.Diff = "a different topology"
+		if st.Spec.Datapath != spec.Datapath {
+			x := *st.Spec
+			x.Datapath = spec.Datapath
+			if sameSpec(&x, spec) {
+				e.Diff = fmt.Sprintf("datapath %s (you asked for %s)", st.Spec.Datapath, spec.Datapath)
+			}
+		}
 	}
 	return e
 }
@@ -121,11 +137,17 @@ func (b *builder) build(ctx context.Context) error {
 		return b.buildChain(ctx)
 	}
 	for i := range s.Hosts {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if err := b.buildHost(&s.Hosts[i]); err != nil {
 			return err
 		}
 	}
 	for _, l := range s.Links {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if err := b.buildLink(l); err != nil {
 			return err
 		}
@@ -398,7 +420,7 @@ func (b *builder) buildEndpoint(hc *hostCtx, ep *Endpoint) error {
 		return err
 	}
 	defer fd.Close()
-	eh, err := netlink.NewHandleAt(fd)
+	eh, err := netns.HandleAt(fd)
 	if err != nil {
 		return fmt.Errorf("netlink in %s: %w", ep.Netns, err)
 	}
@@ -441,6 +463,9 @@ func (b *builder) buildChain(ctx context.Context) error {
 		}
 	}
 	for _, n := range c.Nodes {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if err := newNetns(n.Netns, true); err != nil {
 			return err
 		}
@@ -463,7 +488,7 @@ func (b *builder) buildChain(ctx context.Context) error {
 		if err != nil {
 			return nil, 0, err
 		}
-		h, err := netlink.NewHandleAt(fd)
+		h, err := netns.HandleAt(fd)
 		if err != nil {
 			fd.Close()
 			return nil, 0, fmt.Errorf("netlink in %s: %w", name, err)

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,7 +46,9 @@ func checkAllPairs(t *testing.T, s *Spec) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(srv.Close)
+		// A listening socket keeps its namespace alive: close it before
+		// the lab goes down, or Down rightly reports the namespace held.
+		defer srv.Close()
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(s.Endpoints)*len(s.Endpoints))
@@ -264,7 +267,7 @@ func TestDownReturnsAfterDevicesAreGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer obs.Close()
-	oh, err := netlink.NewHandleAt(obs)
+	oh, err := netns.HandleAt(obs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,5 +286,28 @@ func TestDownReturnsAfterDevicesAreGone(t *testing.T) {
 	}
 	if _, err := oh.LinkByName("observer"); err == nil {
 		t.Error("Down returned while the lab's devices still existed")
+	}
+}
+
+// TestDownReportsNamespaceHeldBySocket: a socket opened inside a lab
+// namespace by a process that is not inside it keeps the namespace alive
+// after its mount is gone. Down must say so instead of claiming success.
+func TestDownReportsNamespaceHeldBySocket(t *testing.T) {
+	s, _ := Preset("single-host", PresetOptions{}, Overrides{Name: "t-held"})
+	upForTest(t, s)
+	ep, _ := s.Endpoint("server")
+	srv, err := testutil.ListenEcho(ep.Netns, netip.AddrPortFrom(ep.IP, 7777))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Down(s.Name, nil)
+	srv.Close()
+	if err == nil || !strings.Contains(err.Error(), "still held") || !strings.Contains(err.Error(), ep.Netns) {
+		t.Fatalf("Down with a socket held in %s: %v", ep.Netns, err)
+	}
+	// With the socket closed the kernel frees it; a second down clears the
+	// ledger.
+	if err := Down(s.Name, nil); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -50,7 +50,16 @@ var presets = map[string]func(o PresetOptions) *rawFile{
 }
 
 func serverPorts() []rawPort {
-	return []rawPort{{Name: "iperf3", Port: 5201, Protocol: "TCP"}, {Name: "http", Port: 80, Protocol: "TCP"}}
+	var out []rawPort
+	for _, p := range defaultServerPorts() {
+		out = append(out, rawPort{Name: p.Name, Port: p.Port, Protocol: p.Protocol})
+	}
+	return out
+}
+
+// defaultServerPorts are the ports the presets' server declares.
+func defaultServerPorts() []Port {
+	return []Port{{Name: "iperf3", Port: 5201, Protocol: "TCP"}, {Name: "http", Port: 80, Protocol: "TCP"}}
 }
 
 // Presets lists the preset names.

@@ -22,6 +22,13 @@ const (
 	MetadataNameLabel  = "kubernetes.io/metadata.name"
 )
 
+// reservedNamespaces cannot be Kubernetes namespaces of a lab: their names
+// address hosts and chain nodes in `cnlab exec`.
+var reservedNamespaces = map[string]bool{"host": true, "hop": true, "sw": true}
+
+// MaxChainLength bounds a chain (each hop is a namespace and two links).
+const MaxChainLength = 1000
+
 // Datapaths lists the datapath names a lab may ask for.
 var Datapaths = []string{"iptables", "nftables", "ebpf"}
 
@@ -49,13 +56,12 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 		raw.Datapath = ov.Datapath
 	}
 	r := &resolver{file: file, raw: raw, spec: &Spec{Source: file}}
-	steps := []func() error{r.header, r.chain, r.hosts, r.namespaces, r.links, r.endpoints}
+	steps := []func() error{r.header, r.chain, r.hosts, r.namespaces, r.links, r.routes, r.endpoints}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return nil, err
 		}
 	}
-	r.routes()
 	return r.spec, nil
 }
 
@@ -75,9 +81,9 @@ func (r *resolver) header() error {
 	if !contains(Datapaths, s.Datapath) {
 		return r.errf("datapath", "unknown datapath %q (supported: %s)", s.Datapath, strings.Join(Datapaths, ", "))
 	}
-	s.MTU = raw.MTU
-	if s.MTU == 0 {
-		s.MTU = DefaultMTU
+	s.MTU = DefaultMTU
+	if raw.MTU != nil {
+		s.MTU = *raw.MTU
 	}
 	if s.MTU < 68 || s.MTU > 65535-vxlanOverhead {
 		return r.errf("mtu", "%d is out of range (68 to %d)", s.MTU, 65535-vxlanOverhead)
@@ -87,6 +93,9 @@ func (r *resolver) header() error {
 		tc = DefaultTransitCIDR
 	}
 	p, err := parsePrefix(tc)
+	if err == nil {
+		err = unicastRange(p)
+	}
 	if err != nil {
 		return r.errf("transitCIDR", "%v", err)
 	}
@@ -122,6 +131,9 @@ func (r *resolver) hosts() error {
 		if p.Bits() > 30 {
 			return r.errf(path+".podCIDR", "%s is too small: a host needs at least a /30", p)
 		}
+		if err := unicastRange(p); err != nil {
+			return r.errf(path+".podCIDR", "%v", err)
+		}
 		for j, o := range r.spec.Hosts {
 			if p.Overlaps(o.PodCIDR) {
 				return r.errf(path+".podCIDR", "%s overlaps hosts[%d].podCIDR %s", p, j, o.PodCIDR)
@@ -151,6 +163,9 @@ func (r *resolver) namespaces() error {
 		path := "namespaces." + n
 		if err := labels.CheckDNSLabel(n, 63); err != nil {
 			return r.errf(path, "namespace name: %v", err)
+		}
+		if reservedNamespaces[n] {
+			return r.errf(path, "namespace name %q is reserved (cnlab exec uses host/NAME, hop/N and sw/N)", n)
 		}
 		ls := map[string]string{}
 		for k, v := range r.raw.Namespaces[n].Labels {
@@ -357,7 +372,7 @@ func (r *resolver) ports(path string, raw []rawPort) ([]Port, error) {
 		if p.Port < 1 || p.Port > 65535 {
 			return nil, r.errf(pp+".port", "%d is not a port number (1-65535)", p.Port)
 		}
-		proto := strings.ToUpper(p.Protocol)
+		proto := p.Protocol
 		if proto == "" {
 			proto = "TCP"
 		}
@@ -376,8 +391,10 @@ func (r *resolver) ports(path string, raw []rawPort) ([]Port, error) {
 
 // routes computes, for every host, a static route to every other reachable
 // host's pod CIDR through the first link of a shortest path (breadth-first
-// over the links, in file order, so the result is deterministic).
-func (r *resolver) routes() {
+// over the links, in file order, so the result is deterministic). Hosts
+// that no path joins are an error: their endpoints could not reach each
+// other.
+func (r *resolver) routes() error {
 	s := r.spec
 	type hop struct {
 		link *Link
@@ -410,9 +427,13 @@ func (r *resolver) routes() {
 			}
 		}
 		for _, dst := range s.Hosts {
-			h, ok := first[dst.Name]
-			if !ok || dst.Name == src.Name {
+			if dst.Name == src.Name {
 				continue
+			}
+			h, ok := first[dst.Name]
+			if !ok {
+				return r.errf("links", "no link path joins hosts %s and %s, so their endpoints could not reach each other: add a link (e.g. between: [%s, %s])",
+					src.Name, dst.Name, src.Name, dst.Name)
 			}
 			me, peer := h.link.Ends[h.end], h.link.Ends[1-h.end]
 			rt := Route{Dst: dst.PodCIDR, Via: peer.WireAddr, Dev: me.WireDev}
@@ -422,6 +443,7 @@ func (r *resolver) routes() {
 			src.Routes = append(src.Routes, rt)
 		}
 	}
+	return nil
 }
 
 func (r *resolver) chain() error {
@@ -442,6 +464,9 @@ func (r *resolver) chain() error {
 	if c.Length < 1 {
 		return r.errf("chain.length", "%d is below 1 (the number of forwarding namespaces between client and server)", c.Length)
 	}
+	if c.Length > MaxChainLength {
+		return r.errf("chain.length", "%d is above the limit of %d", c.Length, MaxChainLength)
+	}
 	kind := c.Link
 	if kind == "" {
 		kind = ChainVeth
@@ -457,17 +482,17 @@ func (r *resolver) chain() error {
 		cidr = DefaultChainCIDR
 	}
 	p, err := parsePrefix(cidr)
+	if err == nil {
+		err = unicastRange(p)
+	}
 	if err != nil {
 		return r.errf("chain.cidr", "%v", err)
 	}
 	if p.Bits() > 24 {
 		return r.errf("chain.cidr", "%s is too small: the chain takes one /24 per segment", p)
 	}
-	if maxSeg := 1 << (24 - p.Bits()); c.Length+1 > maxSeg {
+	if maxSeg := 1 << (24 - p.Bits()); c.Length >= maxSeg {
 		return r.errf("chain.length", "%d hops need %d /24 segments but chain.cidr %s holds %d", c.Length, c.Length+1, p, maxSeg)
-	}
-	if p.Overlaps(r.spec.TransitCIDR) {
-		return r.errf("chain.cidr", "%s overlaps transitCIDR %s", p, r.spec.TransitCIDR)
 	}
 	r.spec.Chain = buildChain(r.spec.Name, c.Length, kind, p)
 	s := r.spec
@@ -476,7 +501,7 @@ func (r *resolver) chain() error {
 		{Name: "client", Namespace: DefaultNamespace, IP: first.Left, Prefix: 24, Gateway: first.Right,
 			Labels: map[string]string{"app": "client"}, Netns: EndpointNetns(s.Name, DefaultNamespace, "client")},
 		{Name: "server", Namespace: DefaultNamespace, IP: last.Right, Prefix: 24, Gateway: last.Left,
-			Labels: map[string]string{"app": "server"}, Netns: EndpointNetns(s.Name, DefaultNamespace, "server")},
+			Labels: map[string]string{"app": "server"}, Ports: defaultServerPorts(), Netns: EndpointNetns(s.Name, DefaultNamespace, "server")},
 	}
 	return nil
 }
@@ -523,6 +548,21 @@ func buildChain(lab string, n int, kind string, cidr netip.Prefix) *Chain {
 		c.Nodes = append(c.Nodes, node)
 	}
 	return c
+}
+
+// unicastRange rejects ranges that cannot hold endpoints: loopback,
+// multicast, link-local, "this network" and the reserved class E.
+func unicastRange(p netip.Prefix) error {
+	for _, bad := range []struct{ p, what string }{
+		{"0.0.0.0/8", "\"this network\" (0.0.0.0/8)"}, {"127.0.0.0/8", "loopback (127.0.0.0/8)"},
+		{"169.254.0.0/16", "link-local (169.254.0.0/16)"}, {"224.0.0.0/4", "multicast (224.0.0.0/4)"},
+		{"240.0.0.0/4", "reserved (240.0.0.0/4)"},
+	} {
+		if p.Overlaps(netip.MustParsePrefix(bad.p)) {
+			return fmt.Errorf("%s overlaps the %s range: use a private unicast range such as 10.0.0.0/8", p, bad.what)
+		}
+	}
+	return nil
 }
 
 func parsePrefix(s string) (netip.Prefix, error) {

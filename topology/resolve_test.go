@@ -78,10 +78,14 @@ func TestResolveRoutesThroughTransitHost(t *testing.T) {
 	}
 	b := s.Host("b")
 	for _, r := range b.Routes {
-		if r.Dst.String() == "10.3.0.0/24" && r.Dev != "vxlan1" {
-			t.Errorf("b reaches c via %s, want vxlan1", r.Dev)
+		if r.Dst.String() == "10.3.0.0/24" {
+			if r.Dev != "vxlan1" {
+				t.Errorf("b reaches c via %s, want vxlan1", r.Dev)
+			}
+			return
 		}
 	}
+	t.Errorf("b has no route to c: %+v", b.Routes)
 }
 
 func TestResolveChainLayout(t *testing.T) {
@@ -121,6 +125,7 @@ func TestPresetsResolve(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	hosts2 := "hosts:\n  - {name: flip, podCIDR: 10.0.192.0/24}\n  - {name: flap, podCIDR: 10.0.191.0/24}\n"
+	linked := hosts2 + "links: [{between: [flip, flap]}]\n"
 	many := "name: big\nhosts: [{name: h, podCIDR: 10.0.0.0/29}]\nendpoints:\n"
 	for i := 0; i < 6; i++ {
 		many += fmt.Sprintf("  - {name: e%d}\n", i)
@@ -133,7 +138,7 @@ func TestBadInput(t *testing.T) {
 		{"not a mapping", "- a\n- b\n", "must be a mapping"},
 		{"unknown top field", "name: x\nhostz: []\n", `bad.yaml: hostz: unknown field "hostz" (known fields: chain, datapath, endpoints, hosts, links, mtu, name, namespaces, transitCIDR)`},
 		{"unknown nested field", "name: x\nhosts:\n  - name: a\n    podCidr: 10.0.0.0/24\n", `bad.yaml: hosts[0].podCidr: unknown field "podCidr" (known fields: name, podCIDR)`},
-		{"wrong type", "name: x\nmtu: big\n", `bad.yaml: mtu: expected an integer, got the string "big"`},
+		{"wrong type", "name: x\nmtu: big\n", `bad.yaml: mtu: expected an integer, got "big"`},
 		{"two documents", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\n---\nname: y\n", "more than one YAML document"},
 		{"missing name", "hosts: [{name: a, podCIDR: 10.0.0.0/24}]\n", "bad.yaml: name: is required"},
 		{"bad lab name", "name: My_Lab\n", `bad.yaml: name: "My_Lab" must consist of lower case`},
@@ -152,24 +157,36 @@ func TestBadInput(t *testing.T) {
 		{"link self", "name: x\n" + hosts2 + "links: [{between: [flip, flip]}]\n", "two different hosts"},
 		{"link twice", "name: x\n" + hosts2 + "links: [{between: [flip, flap]}, {between: [flap, flip]}]\n", "bad.yaml: links[1].between: hosts flap and flip are already linked by links[0]"},
 		{"link kind", "name: x\n" + hosts2 + "links: [{between: [flip, flap], kind: gre}]\n", `bad.yaml: links[0].kind: unknown link kind "gre" (supported: wire, vxlan)`},
-		{"endpoint unknown host", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flop}]\n", `bad.yaml: endpoints[0].host: unknown host "flop" (hosts: flip, flap)`},
-		{"endpoint needs host", "name: x\n" + hosts2 + "endpoints: [{name: a}]\n", "bad.yaml: endpoints[0].host: is required when the lab has several hosts (flip, flap)"},
-		{"endpoint unknown namespace", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, namespace: prod}]\n", `bad.yaml: endpoints[0].namespace: unknown namespace "prod" (declare it under namespaces:)`},
-		{"duplicate endpoint", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip}, {name: a, host: flap}]\n", "bad.yaml: endpoints[1].name: duplicate endpoint default/a (also endpoints[0])"},
-		{"bad endpoint name", "name: x\n" + hosts2 + "endpoints: [{name: A.b, host: flip}]\n", `bad.yaml: endpoints[0].name: "A.b" must consist`},
-		{"ip outside cidr", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ip: 10.0.191.5}]\n", "bad.yaml: endpoints[0].ip: 10.0.191.5 is not a usable address of host flip's podCIDR 10.0.192.0/24"},
-		{"ip is gateway", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ip: 10.0.192.1}]\n", "the first address is the bridge"},
-		{"ip not an ip", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ip: 10.0.192}]\n", `bad.yaml: endpoints[0].ip: "10.0.192" is not an IPv4 address`},
-		{"ip taken twice", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ip: 10.0.192.9}, {name: b, host: flip, ip: 10.0.192.9}]\n", "bad.yaml: endpoints[1].ip: 10.0.192.9 is already taken by default/a"},
+		{"endpoint unknown host", "name: x\n" + linked + "endpoints: [{name: a, host: flop}]\n", `bad.yaml: endpoints[0].host: unknown host "flop" (hosts: flip, flap)`},
+		{"endpoint needs host", "name: x\n" + linked + "endpoints: [{name: a}]\n", "bad.yaml: endpoints[0].host: is required when the lab has several hosts (flip, flap)"},
+		{"endpoint unknown namespace", "name: x\n" + linked + "endpoints: [{name: a, host: flip, namespace: prod}]\n", `bad.yaml: endpoints[0].namespace: unknown namespace "prod" (declare it under namespaces:)`},
+		{"duplicate endpoint", "name: x\n" + linked + "endpoints: [{name: a, host: flip}, {name: a, host: flap}]\n", "bad.yaml: endpoints[1].name: duplicate endpoint default/a (also endpoints[0])"},
+		{"bad endpoint name", "name: x\n" + linked + "endpoints: [{name: A.b, host: flip}]\n", `bad.yaml: endpoints[0].name: "A.b" must consist`},
+		{"ip outside cidr", "name: x\n" + linked + "endpoints: [{name: a, host: flip, ip: 10.0.191.5}]\n", "bad.yaml: endpoints[0].ip: 10.0.191.5 is not a usable address of host flip's podCIDR 10.0.192.0/24"},
+		{"ip is gateway", "name: x\n" + linked + "endpoints: [{name: a, host: flip, ip: 10.0.192.1}]\n", "the first address is the bridge"},
+		{"ip not an ip", "name: x\n" + linked + "endpoints: [{name: a, host: flip, ip: 10.0.192}]\n", `bad.yaml: endpoints[0].ip: "10.0.192" is not an IPv4 address`},
+		{"ip taken twice", "name: x\n" + linked + "endpoints: [{name: a, host: flip, ip: 10.0.192.9}, {name: b, host: flip, ip: 10.0.192.9}]\n", "bad.yaml: endpoints[1].ip: 10.0.192.9 is already taken by default/a"},
 		{"too many endpoints", many, "bad.yaml: endpoints[5]: host h's podCIDR 10.0.0.0/29 has no free address left (5 usable, 6 endpoints on it)"},
-		{"label key", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, labels: {'bad key': v}}]\n", `bad.yaml: endpoints[0].labels: label key "bad key"`},
-		{"label value", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, labels: {app: '-x-'}}]\n", `bad.yaml: endpoints[0].labels: key "app": label value "-x-"`},
-		{"namespace label", "name: x\n" + hosts2 + "namespaces: {x: {labels: {'a/b/c': v}}}\n", `bad.yaml: namespaces.x.labels: label key "a/b/c"`},
-		{"metadata name", "name: x\n" + hosts2 + "namespaces: {x: {labels: {kubernetes.io/metadata.name: y}}}\n", "is always the namespace's own name"},
-		{"port range", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ports: [{port: 70000}]}]\n", "bad.yaml: endpoints[0].ports[0].port: 70000 is not a port number (1-65535)"},
-		{"port protocol", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ports: [{port: 80, protocol: ICMP}]}]\n", `bad.yaml: endpoints[0].ports[0].protocol: unknown protocol "ICMP"`},
-		{"port name", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ports: [{name: Web_Port, port: 80}]}]\n", "bad.yaml: endpoints[0].ports[0].name: port name \"Web_Port\""},
-		{"port twice", "name: x\n" + hosts2 + "endpoints: [{name: a, host: flip, ports: [{port: 80}, {port: 80, protocol: tcp}]}]\n", "bad.yaml: endpoints[0].ports[1].port: 80/TCP is declared twice"},
+		{"label key", "name: x\n" + linked + "endpoints: [{name: a, host: flip, labels: {'bad key': v}}]\n", `bad.yaml: endpoints[0].labels: label key "bad key"`},
+		{"label value", "name: x\n" + linked + "endpoints: [{name: a, host: flip, labels: {app: '-x-'}}]\n", `bad.yaml: endpoints[0].labels: key "app": label value "-x-"`},
+		{"namespace label", "name: x\n" + linked + "namespaces: {x: {labels: {'a/b/c': v}}}\n", `bad.yaml: namespaces.x.labels: label key "a/b/c"`},
+		{"metadata name", "name: x\n" + linked + "namespaces: {x: {labels: {kubernetes.io/metadata.name: y}}}\n", "is always the namespace's own name"},
+		{"port range", "name: x\n" + linked + "endpoints: [{name: a, host: flip, ports: [{port: 70000}]}]\n", "bad.yaml: endpoints[0].ports[0].port: 70000 is not a port number (1-65535)"},
+		{"port protocol", "name: x\n" + linked + "endpoints: [{name: a, host: flip, ports: [{port: 80, protocol: ICMP}]}]\n", `bad.yaml: endpoints[0].ports[0].protocol: unknown protocol "ICMP"`},
+		{"port name", "name: x\n" + linked + "endpoints: [{name: a, host: flip, ports: [{name: Web_Port, port: 80}]}]\n", "bad.yaml: endpoints[0].ports[0].name: port name \"Web_Port\""},
+		{"port twice", "name: x\n" + linked + "endpoints: [{name: a, host: flip, ports: [{port: 80}, {port: 80, protocol: TCP}]}]\n", "bad.yaml: endpoints[0].ports[1].port: 80/TCP is declared twice"},
+		{"port protocol case", "name: x\n" + linked + "endpoints: [{name: a, host: flip, ports: [{port: 80, protocol: tcp}]}]\n", `bad.yaml: endpoints[0].ports[0].protocol: unknown protocol "tcp" (TCP, UDP or SCTP)`},
+		{"unconnected hosts", "name: x\n" + hosts2, "bad.yaml: links: no link path joins hosts flip and flap"},
+		{"reserved namespace", "name: x\n" + linked + "namespaces: {host: {}}\n", `bad.yaml: namespaces.host: namespace name "host" is reserved`},
+		{"multicast cidr", "name: x\nhosts: [{name: a, podCIDR: 224.0.0.0/24}]\n", "bad.yaml: hosts[0].podCIDR: 224.0.0.0/24 overlaps the multicast (224.0.0.0/4) range"},
+		{"loopback cidr", "name: x\nhosts: [{name: a, podCIDR: 127.0.0.0/24}]\n", "overlaps the loopback (127.0.0.0/8) range"},
+		{"mtu zero", "name: x\nmtu: 0\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\n", "bad.yaml: mtu: 0 is out of range"},
+		{"float length", "name: x\nchain: {length: 2.5}\n", `bad.yaml: chain.length: expected an integer, got "2.5"`},
+		{"huge length", "name: x\nchain: {length: 9223372036854775807}\n", "bad.yaml: chain.length: 9223372036854775807 is above the limit of 1000"},
+		{"wrong shape list", "name: x\nendpoints: {p: {}}\n", "bad.yaml: endpoints: expected a list, got a mapping"},
+		{"wrong shape map", "name: x\nnamespaces: [x]\n", "bad.yaml: namespaces: expected a mapping, got a list"},
+		{"nested wrong shape", "name: x\n" + linked + "endpoints: [{name: a, labels: {a: {b: c}}}]\n", "bad.yaml: endpoints[0].labels.a: expected a string, got a mapping"},
+		{"duplicate key", "name: x\nname: y\n", `bad.yaml: name: mapping key "name" already defined at line 1`},
 		{"chain length", "name: x\nchain: {length: 0}\n", "bad.yaml: chain.length: 0 is below 1"},
 		{"chain link", "name: x\nchain: {length: 2, link: ovs}\n", `bad.yaml: chain.link: unknown chain link "ovs" (supported: veth, bridge)`},
 		{"chain with hosts", "name: x\n" + hosts2 + "chain: {length: 2}\n", "bad.yaml: hosts: a chain lab builds its own namespaces"},

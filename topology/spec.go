@@ -10,7 +10,7 @@ import (
 type rawFile struct {
 	Name        string                  `yaml:"name"`
 	Datapath    string                  `yaml:"datapath"`
-	MTU         int                     `yaml:"mtu"`
+	MTU         *int                    `yaml:"mtu"`
 	TransitCIDR string                  `yaml:"transitCIDR"`
 	Hosts       []rawHost               `yaml:"hosts"`
 	Links       []rawLink               `yaml:"links"`

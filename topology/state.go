@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/cnlab/cnlab/labels"
 	"golang.org/x/sys/unix"
 )
 
@@ -73,14 +74,30 @@ func removeState(lab string) error {
 	return nil
 }
 
+// CheckLabName validates a lab name given on the command line, so that it
+// can never name a path outside cnlab's directories.
+func CheckLabName(lab string) error {
+	if err := labels.CheckDNSLabel(lab, MaxLabName); err != nil {
+		return &InputError{File: "LAB", Msg: fmt.Sprintf("lab name: %v", err)}
+	}
+	return nil
+}
+
+func lockPath(lab string) string { return filepath.Join(StateDir, "."+lab+".lock") }
+
 // lockLab takes an exclusive lock on the lab so that two cnlab processes
 // never build or tear down the same lab at once. The lock is released when
-// the returned function is called or the process dies.
+// the returned function is called or the process dies. The lock file is
+// never removed: removing it would let two processes lock two different
+// files of the same name.
 func lockLab(lab string) (func(), error) {
+	if err := CheckLabName(lab); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(StateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", StateDir, err)
 	}
-	f, err := os.OpenFile(filepath.Join(StateDir, "."+lab+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(lockPath(lab), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("lock lab %s: %w", lab, err)
 	}
@@ -91,10 +108,21 @@ func lockLab(lab string) (func(), error) {
 		}
 		return nil, fmt.Errorf("lock lab %s: %w", lab, err)
 	}
-	return func() {
-		os.Remove(f.Name())
-		f.Close()
-	}, nil
+	return func() { f.Close() }, nil
+}
+
+// labBusy reports whether some process holds the lab's lock right now.
+func labBusy(lab string) bool {
+	f, err := os.Open(lockPath(lab))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		return errors.Is(err, unix.EWOULDBLOCK)
+	}
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return false
 }
 
 // Labs lists every lab present on the machine: those with namespaces in the

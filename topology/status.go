@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/internal/netns"
-	"golang.org/x/sys/unix"
 )
 
 // Lab health as reported by Status.
@@ -29,6 +28,9 @@ type LabStatus struct {
 
 // Status reports on one lab, from the kernel's state and the ledger.
 func Status(lab string) (*LabStatus, error) {
+	if err := CheckLabName(lab); err != nil {
+		return nil, err
+	}
 	names, err := listNetns(LabNetnsPrefix(lab))
 	if err != nil {
 		return nil, err
@@ -54,7 +56,7 @@ func Status(lab string) (*LabStatus, error) {
 		}
 	}
 	switch {
-	case st.Phase == PhaseCreating && unix.Kill(st.Pid, 0) == nil:
+	case st.Phase == PhaseCreating && labBusy(lab):
 		ls.Health = HealthCreating
 	case st.Phase != PhaseUp || len(ls.Missing) > 0:
 		ls.Health = HealthIncomplete

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cnlab/cnlab/internal/netns"
@@ -44,7 +45,8 @@ func Down(lab string, progress Progress) error {
 	return teardown(lab, progress)
 }
 
-// DownAll removes every cnlab lab on the machine and returns their names.
+// DownAll removes every cnlab lab on the machine and returns the names of
+// those it removed.
 func DownAll(progress Progress) ([]string, error) {
 	labs, err := Labs()
 	if err != nil {
@@ -56,15 +58,18 @@ func DownAll(progress Progress) ([]string, error) {
 		}
 	}
 	var errs []error
+	var done []string
 	for _, lab := range labs {
-		if err := Down(lab, progress); err != nil {
-			var nf *NotFoundError
-			if !errors.As(err, &nf) {
-				errs = append(errs, fmt.Errorf("down %s: %w", lab, err))
-			}
+		err := Down(lab, progress)
+		var nf *NotFoundError
+		switch {
+		case err == nil:
+			done = append(done, lab)
+		case !errors.As(err, &nf):
+			errs = append(errs, fmt.Errorf("down %s: %w", lab, err))
 		}
 	}
-	return labs, errors.Join(errs...)
+	return done, errors.Join(errs...)
 }
 
 func containsStr(list []string, s string) bool { return contains(list, s) }
@@ -86,6 +91,14 @@ func bpffsLabs() []string {
 }
 
 // teardown does the work of Down without taking the lock.
+//
+// Order matters. The namespaces' mounts are removed first, so no new
+// process can enter them (`cnlab exec` takes no lock); then every process
+// holding them (a thread inside, or an open file on them) is killed; then
+// the kernel's cleanup is awaited; last, ids assigned beforehand in the
+// witness's watcher namespace tell whether every namespace is really gone,
+// or still held by something cnlab cannot see (a socket kept by a process
+// that was never inside, for example).
 func teardown(lab string, progress Progress) error {
 	if progress == nil {
 		progress = func(string) {}
@@ -95,12 +108,14 @@ func teardown(lab string, progress Progress) error {
 		return err
 	}
 	if len(names) > 0 {
-		progress(fmt.Sprintf("lab %s: stopping processes in %d namespaces", lab, len(names)))
-		if err := netns.KillAll(names, killTimeout); err != nil {
-			return err
-		}
+		progress(fmt.Sprintf("lab %s: deleting %d namespaces", lab, len(names)))
+		inodes := netns.Inodes(names)
 		w, err := newCleanupWitness()
 		if err != nil {
+			return err
+		}
+		if err := netns.AssignIDs(w.h, names); err != nil {
+			w.close()
 			return err
 		}
 		var errs []error
@@ -109,10 +124,18 @@ func teardown(lab string, progress Progress) error {
 				errs = append(errs, err)
 			}
 		}
-		progress(fmt.Sprintf("lab %s: waiting for the kernel to destroy %d namespaces", lab, len(names)))
-		if err := w.wait(cleanupTimeout); err != nil {
+		if err := netns.KillAll(inodes, killTimeout); err != nil {
 			errs = append(errs, err)
 		}
+		if err := w.wait(cleanupTimeout); err != nil {
+			errs = append(errs, err)
+		} else if alive, err := netns.WatchedAlive(w.watcher, names); err != nil {
+			errs = append(errs, err)
+		} else if len(alive) > 0 {
+			errs = append(errs, fmt.Errorf("%d namespaces of lab %s are unmounted but still held by something (an open socket or file?), so the kernel keeps them: %s",
+				len(alive), lab, abbreviate(alive, 5)))
+		}
+		w.close()
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
@@ -124,6 +147,14 @@ func teardown(lab string, progress Progress) error {
 		_ = os.Remove(BPFFSDir)
 	}
 	return removeState(lab)
+}
+
+// abbreviate lists the first n items and says how many more there are.
+func abbreviate(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:n], ", "), len(items)-n)
 }
 
 // cleanupWitness tells when the kernel has finished destroying namespaces
@@ -150,7 +181,7 @@ func newCleanupWitness() (*cleanupWitness, error) {
 	if w.watcher, err = netns.Anonymous(); err != nil {
 		return nil, err
 	}
-	if w.h, err = netlink.NewHandleAt(w.watcher); err != nil {
+	if w.h, err = netns.HandleAt(w.watcher); err != nil {
 		w.close()
 		return nil, fmt.Errorf("netlink in witness netns: %w", err)
 	}
@@ -187,7 +218,6 @@ func (w *cleanupWitness) close() {
 // wait releases the sentinels one after the other, each time polling the
 // watcher until its end of the pair is gone.
 func (w *cleanupWitness) wait(timeout time.Duration) error {
-	defer w.close()
 	deadline := time.Now().Add(timeout)
 	for i := range w.sentinels {
 		w.sentinels[i].Close()

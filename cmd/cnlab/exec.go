@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 
@@ -17,10 +19,11 @@ func newExecCmd(e *env) *cobra.Command {
 		Short: "Run a command inside an endpoint (or host) of a lab",
 		Long: `Run a command inside an endpoint's network namespace, like
 ip netns exec. ENDPOINT is namespace/name, or a bare name when it is unique.
-host/NAME enters a host, hop/N the N-th forwarding namespace of a chain.
-The command replaces cnlab: its exit status is cnlab's.`,
+host/NAME enters a host, hop/N the N-th forwarding namespace of a chain and
+sw/N the switch of its N-th segment (link: bridge). The command replaces
+cnlab: its exit status is cnlab's (127 when it cannot be found).`,
 		Example: `  cnlab exec multi-host server -- iperf3 -s -D
-  cnlab exec multi-host default/client -- iperf3 -c 10.0.192.3 -t 5
+  cnlab exec multi-host default/client -- iperf3 -c 10.0.192.2 -t 5
   cnlab exec multi-host host/flip -- ip route`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 2 || len(args) < 3 {
@@ -41,7 +44,11 @@ The command replaces cnlab: its exit status is cnlab's.`,
 				return err
 			}
 			err = netns.Exec(ns, args[2:], os.Environ())
-			return fmt.Errorf("exec %s: %w", args[2], err)
+			fmt.Fprintf(e.stderr, "cnlab: exec %s: %v\n", args[2], err)
+			if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+				return exitStatus(127)
+			}
+			return exitStatus(126)
 		},
 	}
 }
@@ -53,13 +60,28 @@ func resolveNetns(spec *topology.Spec, ref string) (string, error) {
 		return ep.Netns, nil
 	}
 	kind, name, ok := strings.Cut(ref, "/")
+	n, nerr := strconv.Atoi(name)
+	numbered := nerr == nil && strconv.Itoa(n) == name && spec.Chain != nil
 	switch {
 	case ok && kind == "host" && spec.Host(name) != nil:
 		return spec.Host(name).Netns, nil
-	case ok && kind == "hop" && spec.Chain != nil:
-		if n, cerr := strconv.Atoi(name); cerr == nil && n >= 1 && n <= spec.Chain.Length {
-			return spec.Chain.Nodes[n-1].Netns, nil
-		}
+	case ok && kind == "hop" && numbered && n >= 1 && n <= spec.Chain.Length:
+		return spec.Chain.Nodes[n-1].Netns, nil
+	case ok && kind == "sw" && numbered && n >= 0 && n <= spec.Chain.Length && spec.Chain.Segments[n].Switch != "":
+		return spec.Chain.Segments[n].Switch, nil
 	}
-	return "", usageError{err}
+	var ids []string
+	for _, ep := range spec.Endpoints {
+		ids = append(ids, ep.ID())
+	}
+	for _, h := range spec.Hosts {
+		ids = append(ids, "host/"+h.Name)
+	}
+	if spec.Chain != nil {
+		ids = append(ids, fmt.Sprintf("hop/1..%d", spec.Chain.Length))
+	}
+	if len(ids) > 12 {
+		ids = append(ids[:12], fmt.Sprintf("... (%d in all, see cnlab status %s)", len(ids), spec.Name))
+	}
+	return "", usageError{fmt.Errorf("%w; try one of: %s", err, strings.Join(ids, ", "))}
 }

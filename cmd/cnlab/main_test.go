@@ -61,13 +61,18 @@ func TestBadInputExitsTwoAndCreatesNothing(t *testing.T) {
 		{[]string{"up", "-f", bad}, bad + ": hosts[1].podCIDR: 10.0.0.128/25 overlaps hosts[0].podCIDR 10.0.0.0/24"},
 		{[]string{"up"}, "give exactly one of -f FILE or --preset"},
 		{[]string{"up", "--preset", "star"}, `unknown preset "star"`},
-		{[]string{"up", "--preset", "chain", "--length", "0", "--name", "Bad Name"}, `--name: "Bad Name" must consist`},
+		{[]string{"up", "--preset", "chain", "--length", "2", "--name", "Bad Name"}, `--name: "Bad Name" must consist`},
 		{[]string{"up", "--preset", "single-host", "--datapath", "ovs"}, `--datapath: unknown datapath "ovs"`},
 		{[]string{"up", "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"status", "-o", "yaml"}, `unknown output format "yaml"`},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"down"}, "give one LAB or --all"},
 		{[]string{"exec", "lab", "ep"}, "usage: cnlab exec LAB ENDPOINT -- CMD..."},
+		{[]string{"up", "--preset", "chain", "--length", "0"}, "--length must be at least 1"},
+		{[]string{"up", "--preset", "single-host", "--name="}, "--name must not be empty"},
+		{[]string{"up", "--preset", "single-host", "--workers", "0"}, "--workers must be between 1 and 64"},
+		{[]string{"down", "../../etc"}, `LAB: lab name: "../../etc" must consist of lower case`},
+		{[]string{"status", ".."}, `LAB: lab name: ".." must consist`},
 	}
 	for _, tc := range cases {
 		_, stderr, code := runCLI(t, tc.args...)
@@ -149,12 +154,15 @@ func TestUpStatusExecDown(t *testing.T) {
 	if _, _, code := runCLI(t, "exec", lab, "client", "--", "sh", "-c", "exit 7"); code != 7 {
 		t.Errorf("exec exit status %d, want 7", code)
 	}
+	if _, stderr, code := runCLI(t, "exec", lab, "client", "--", "no-such-program"); code != 127 || !strings.Contains(stderr, "no-such-program") {
+		t.Errorf("exec of a missing program: exit %d %q, want 127", code, stderr)
+	}
 	stdout, _, code = runCLI(t, "exec", lab, "host/flip", "--", "cat", "/proc/sys/net/ipv4/ip_forward")
 	if code != 0 || strings.TrimSpace(stdout) != "1" {
 		t.Errorf("exec in host: %d %q", code, stdout)
 	}
 	stdout, _, _ = runCLI(t, "exec", lab, "client", "--", "ls", "/sys/class/net")
-	if strings.Fields(stdout)[0] != "eth0" {
+	if f := strings.Fields(stdout); len(f) == 0 || f[0] != "eth0" {
 		t.Errorf("exec does not show the endpoint's /sys/class/net: %q", stdout)
 	}
 	if _, stderr, code := runCLI(t, "exec", lab, "nobody", "--", "true"); code != 2 || !strings.Contains(stderr, `endpoint "nobody" not found in lab t-cli`) {

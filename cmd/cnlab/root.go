@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strings"
 
@@ -55,25 +54,24 @@ func exitCode(err error, stderr io.Writer) int {
 // env is what every subcommand gets: where to write data and messages.
 type env struct {
 	stdout, stderr io.Writer
-	log            *slog.Logger
 }
 
 // progress prints a status line to stderr, keeping stdout for data.
 func (e *env) progress(msg string) { fmt.Fprintf(e.stderr, "cnlab: %s\n", msg) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	e := &env{stdout: stdout, stderr: stderr,
-		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	e := &env{stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:   "cnlab",
 		Short: "A container-network datapath lab on one Linux machine",
-		Long: `cnlab builds container networks out of network namespaces (Docker-style
-bridges, hosts joined by a wire or a VXLAN overlay, chains of namespaces),
-enforces traffic policies through interchangeable datapaths and measures
-what each costs. It needs root.`,
+		Long: `cnlab builds container networks out of network namespaces: Docker-style
+hosts with a bridge and endpoints ("containers") on it, hosts joined by a
+routed wire or a VXLAN overlay, and chains of namespaces. It is the base of
+a lab for comparing policy datapaths (iptables, nftables, eBPF). It needs
+root.`,
 		Example: `  cnlab up --preset multi-host
   cnlab exec multi-host server -- iperf3 -s -D
-  cnlab exec multi-host client -- iperf3 -c 10.0.192.3 -t 5
+  cnlab exec multi-host client -- iperf3 -c 10.0.192.2 -t 5
   cnlab status
   cnlab down --all`,
 		SilenceUsage:  true,

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -150,11 +149,11 @@ func writeJSON(w io.Writer, v any) error {
 func printLab(w io.Writer, s *topology.LabStatus) {
 	fmt.Fprintf(w, "lab %s: %s\n", s.Name, s.Health)
 	if len(s.Missing) > 0 {
-		fmt.Fprintf(w, "missing namespaces: %s\n", strings.Join(s.Missing, ", "))
+		fmt.Fprintf(w, "%d namespaces missing: %s\n", len(s.Missing), abbreviate(s.Missing, 5))
 	}
 	sp := s.Spec
 	if sp == nil {
-		fmt.Fprintf(w, "namespaces in the kernel (no ledger): %s\n", strings.Join(s.NetnsKernel, ", "))
+		fmt.Fprintf(w, "%d namespaces in the kernel and no ledger: %s\n", len(s.NetnsKernel), abbreviate(s.NetnsKernel, 5))
 		return
 	}
 	fmt.Fprintf(w, "source %s, datapath %s, mtu %d\n", sp.Source, sp.Datapath, sp.MTU)
@@ -187,9 +186,7 @@ func printLab(w io.Writer, s *topology.LabStatus) {
 func printEndpoints(w io.Writer, sp *topology.Spec) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ENDPOINT\tHOST\tIP\tLABELS")
-	eps := append([]topology.Endpoint(nil), sp.Endpoints...)
-	sort.SliceStable(eps, func(i, j int) bool { return eps[i].ID() < eps[j].ID() })
-	for _, ep := range eps {
+	for _, ep := range sp.Endpoints { // in file order
 		host := ep.Host
 		if host == "" {
 			host = "-"
@@ -197,4 +194,12 @@ func printEndpoints(w io.Writer, sp *topology.Spec) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ep.ID(), host, ep.IP, labels.String(ep.Labels))
 	}
 	tw.Flush()
+}
+
+// abbreviate lists the first n items and says how many more there are.
+func abbreviate(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:n], ", "), len(items)-n)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -24,6 +25,20 @@ If the lab is already up, nothing changes.`,
   cnlab up -f examples/two-hosts-vxlan.yaml --name mylab`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, f := range []struct {
+				name string
+				val  string
+			}{{"name", name}, {"link", link}, {"datapath", datapath}, {"file", file}, {"preset", preset}} {
+				if cmd.Flags().Changed(f.name) && f.val == "" {
+					return usagef("--%s must not be empty", f.name)
+				}
+			}
+			if cmd.Flags().Changed("length") && length < 1 {
+				return usagef("--length must be at least 1 (the number of forwarding namespaces)")
+			}
+			if workers < 1 || workers > 64 {
+				return usagef("--workers must be between 1 and 64")
+			}
 			if (file == "") == (preset == "") {
 				return usagef("give exactly one of -f FILE or --preset (%s)", strings.Join(topology.Presets(), ", "))
 			}
@@ -37,7 +52,15 @@ If the lab is already up, nothing changes.`,
 				if length != 0 || link != "" {
 					return usagef("--length and --link apply to presets; set them in the file")
 				}
-				spec, err = topology.Load(file, ov)
+				if file == "-" {
+					data, rerr := io.ReadAll(cmd.InOrStdin())
+					if rerr != nil {
+						return fmt.Errorf("read stdin: %w", rerr)
+					}
+					spec, err = topology.Parse(data, "<stdin>", ov)
+				} else {
+					spec, err = topology.Load(file, ov)
+				}
 			} else {
 				spec, err = topology.Preset(preset, topology.PresetOptions{Length: length, Link: link}, ov)
 			}
@@ -58,12 +81,16 @@ If the lab is already up, nothing changes.`,
 				return err
 			}
 			fmt.Fprintf(e.stdout, "lab %s is up in %.2fs: %s\n", spec.Name, time.Since(start).Seconds(), summary(spec))
-			printEndpoints(e.stdout, spec)
+			if len(spec.Endpoints) <= 20 {
+				printEndpoints(e.stdout, spec)
+			} else {
+				fmt.Fprintf(e.stdout, "see them with: cnlab status %s\n", spec.Name)
+			}
 			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&file, "file", "f", "", "topology file (YAML)")
+	f.StringVarP(&file, "file", "f", "", "topology file (YAML); - reads standard input")
 	f.StringVar(&preset, "preset", "", "preset topology: "+strings.Join(topology.Presets(), ", "))
 	f.StringVar(&name, "name", "", "lab name (overrides the file's or preset's)")
 	f.StringVar(&datapath, "datapath", "", "datapath: "+strings.Join(topology.Datapaths, ", "))
@@ -75,7 +102,15 @@ If the lab is already up, nothing changes.`,
 
 func summary(s *topology.Spec) string {
 	if s.Chain != nil {
-		return fmt.Sprintf("chain of %d %s-linked hops between 2 endpoints, datapath %s", s.Chain.Length, s.Chain.Link, s.Datapath)
+		return fmt.Sprintf("chain of %s between client and server (%s links)", plural(s.Chain.Length, "hop"), s.Chain.Link)
 	}
-	return fmt.Sprintf("%d hosts, %d links, %d endpoints, datapath %s", len(s.Hosts), len(s.Links), len(s.Endpoints), s.Datapath)
+	return fmt.Sprintf("%s, %s, %s, datapath %s", plural(len(s.Hosts), "host"), plural(len(s.Links), "link"),
+		plural(len(s.Endpoints), "endpoint"), s.Datapath)
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }

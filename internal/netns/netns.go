@@ -8,8 +8,10 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	vns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -21,15 +23,26 @@ const RunDir = "/run/netns"
 // Path returns the bind-mount path of the named namespace.
 func Path(name string) string { return filepath.Join(RunDir, name) }
 
+var (
+	runDirMu    sync.Mutex
+	runDirReady bool
+)
+
 // ensureRunDir makes RunDir a shared mount point, as `ip netns add` does, so
 // that namespace mounts propagate to other mount namespaces.
 func ensureRunDir() error {
+	runDirMu.Lock()
+	defer runDirMu.Unlock()
+	if runDirReady {
+		return nil
+	}
 	if err := os.MkdirAll(RunDir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", RunDir, err)
 	}
 	for attempt := 0; ; attempt++ {
 		err := unix.Mount("", RunDir, "none", unix.MS_SHARED|unix.MS_REC, "")
 		if err == nil {
+			runDirReady = true
 			return nil
 		}
 		if !errors.Is(err, unix.EINVAL) || attempt > 0 {
@@ -178,19 +191,32 @@ func DoHandle(h vns.NsHandle, fn func() error) error {
 	})
 }
 
-// Handle returns a netlink handle bound to the named namespace, so that no
-// thread has to move. The caller closes it.
+// Handle returns a netlink handle bound to the named namespace: its socket
+// lives there, so using it moves no thread. The caller closes it.
 func Handle(name string) (*netlink.Handle, error) {
 	ns, err := Open(name)
 	if err != nil {
 		return nil, err
 	}
 	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := HandleAt(ns)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in %s: %w", name, err)
 	}
 	return h, nil
+}
+
+// HandleAt is Handle for an open namespace. The socket is opened on a
+// locked thread of our own (netlink.NewHandleAt enters the namespace to
+// open it), which is thrown away if it cannot return.
+func HandleAt(ns vns.NsHandle) (*netlink.Handle, error) {
+	var h *netlink.Handle
+	err := onThread(func(vns.NsHandle) error {
+		var err error
+		h, err = netlink.NewHandleAt(ns)
+		return err
+	})
+	return h, err
 }
 
 // Anonymous creates a network namespace that has no name and lives only as
@@ -229,4 +255,63 @@ func Inode(name string) (uint64, error) {
 		return 0, fmt.Errorf("stat netns %s: %w", name, err)
 	}
 	return st.Ino, nil
+}
+
+// nsidBase is where the ids cnlab assigns start, far above the ids the
+// kernel assigns by itself (from 0 up).
+const nsidBase = 1 << 20
+
+// AssignIDs gives each named namespace an id in the namespace watcher
+// (nsidBase + its index), as `ip netns set NAME ID` would. The kernel
+// removes an id when its namespace is destroyed, so WatchedAlive tells
+// which of them still exist without holding a reference to any.
+func AssignIDs(watcher *netlink.Handle, names []string) error {
+	for i, n := range names {
+		if !Exists(n) {
+			continue // gone, or a plain file left by a creation killed halfway
+		}
+		ns, err := Open(n)
+		if err != nil {
+			continue
+		}
+		err = watcher.SetNetNsIdByFd(int(ns), nsidBase+i)
+		ns.Close()
+		if err != nil {
+			return fmt.Errorf("assign id to netns %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// WatchedAlive returns the names (from the list given to AssignIDs) whose
+// namespaces still exist, read from the ids alive in the watcher namespace
+// (an RTM_GETNSID dump, as `ip netns list-id`).
+func WatchedAlive(watcher vns.NsHandle, names []string) ([]string, error) {
+	var alive []string
+	err := DoHandle(watcher, func() error {
+		req := nl.NewNetlinkRequest(unix.RTM_GETNSID, unix.NLM_F_DUMP)
+		req.AddData(nl.NewRtGenMsg())
+		msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWNSID)
+		if err != nil {
+			return fmt.Errorf("list netns ids: %w", err)
+		}
+		for _, m := range msgs {
+			attrs, err := nl.ParseRouteAttr(m[nl.DeserializeRtGenMsg(m).Len():])
+			if err != nil {
+				continue
+			}
+			for _, a := range attrs {
+				if a.Attr.Type != netlink.NETNSA_NSID || len(a.Value) < 4 {
+					continue
+				}
+				id := int(int32(nl.NativeEndian().Uint32(a.Value))) - nsidBase
+				if id >= 0 && id < len(names) {
+					alive = append(alive, names[id])
+				}
+			}
+		}
+		return nil
+	})
+	sort.Strings(alive)
+	return alive, err
 }

@@ -10,7 +10,6 @@ import (
 
 	. "github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/testutil"
-	vns "github.com/vishvananda/netns"
 )
 
 func TestMain(m *testing.M) { testutil.Main(m) }
@@ -41,13 +40,19 @@ func TestCreateDoDelete(t *testing.T) {
 	if inside != "1" {
 		t.Errorf("ip_forward inside = %q", inside)
 	}
-	// Do leaves the calling thread's namespace as it was.
-	self, _ := vns.Get()
-	defer self.Close()
-	root, _ := vns.GetFromPath("/proc/self/ns/net") // the main thread
-	defer root.Close()
-	if !self.Equal(root) {
-		t.Error("the test goroutine's thread is not in the root namespace after Do")
+	// Do, including a failing one, leaves no thread of the process in the
+	// lab namespace: every task's namespace is the main thread's.
+	for i := 0; i < 50; i++ {
+		_ = Do(name, func() error { return nil })
+		_ = Do(name, func() error { return errors.New("fail") })
+		_ = Do("cnlab.t-netns.missing", func() error { return nil })
+	}
+	main, _ := os.Readlink("/proc/self/ns/net")
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		if l, err := os.Readlink("/proc/self/task/" + task.Name() + "/ns/net"); err == nil && l != main {
+			t.Errorf("thread %s is in %s, not the main thread's %s", task.Name(), l, main)
+		}
 	}
 	if names, _ := List("cnlab.t-netns."); len(names) != 1 || names[0] != name {
 		t.Errorf("List = %v", names)
@@ -76,7 +81,7 @@ func TestKillAll(t *testing.T) {
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
-	if err := KillAll([]string{name}, 5*time.Second); err != nil {
+	if err := KillAll(Inodes([]string{name}), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -13,8 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Pids returns the processes (other than this one) whose network namespace
-// is one of the given inodes, as `ip netns pids` does.
+// Pids returns the processes (other than this one) that hold one of the
+// given namespaces: with any of their threads inside it (what
+// `ip netns pids` finds, extended to threads) or with an open file on it.
 func Pids(inodes map[uint64]bool) ([]int, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -27,28 +28,53 @@ func Pids(inodes map[uint64]bool) ([]int, error) {
 		if err != nil || pid == self {
 			continue
 		}
-		link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
-		if err != nil {
-			continue // gone, or a kernel thread
-		}
-		// link looks like "net:[4026532281]"
-		ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(link, "net:["), "]"), 10, 64)
-		if err == nil && inodes[ino] {
+		if holds(pid, inodes) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids, nil
 }
 
-// KillAll sends SIGKILL to every process inside the given namespaces and
-// waits (up to timeout) until none is left.
-func KillAll(names []string, timeout time.Duration) error {
+func nsInode(link string) (uint64, bool) {
+	if !strings.HasPrefix(link, "net:[") {
+		return 0, false
+	}
+	ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(link, "net:["), "]"), 10, 64)
+	return ino, err == nil
+}
+
+func holds(pid int, inodes map[uint64]bool) bool {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, t := range tasks {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/task/%s/ns/net", pid, t.Name()))
+		if ino, ok := nsInode(link); err == nil && ok && inodes[ino] {
+			return true
+		}
+	}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if ino, ok := nsInode(link); err == nil && ok && inodes[ino] {
+			return true
+		}
+	}
+	return false
+}
+
+// Inodes returns the inode numbers of the named namespaces that exist.
+func Inodes(names []string) map[uint64]bool {
 	inodes := map[uint64]bool{}
 	for _, n := range names {
 		if ino, err := Inode(n); err == nil {
 			inodes[ino] = true
 		}
 	}
+	return inodes
+}
+
+// KillAll sends SIGKILL to every process holding one of the namespaces
+// (by inode, see Pids) and waits (up to timeout) until none is left.
+func KillAll(inodes map[uint64]bool, timeout time.Duration) error {
 	if len(inodes) == 0 {
 		return nil
 	}
