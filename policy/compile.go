@@ -1,0 +1,419 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Dir is a direction of enforcement, seen from the subject endpoint.
+type Dir uint8
+
+// Directions.
+const (
+	Ingress Dir = iota
+	Egress
+)
+
+func (d Dir) String() string {
+	if d == Egress {
+		return "egress"
+	}
+	return "ingress"
+}
+
+// IP protocol numbers used in the IR; 0 means any protocol.
+const (
+	ProtoAny  uint8 = 0
+	ProtoTCP  uint8 = 6
+	ProtoUDP  uint8 = 17
+	ProtoSCTP uint8 = 132
+)
+
+// ProtoNumber maps TCP/UDP/SCTP to their IP protocol numbers.
+func ProtoNumber(p string) uint8 {
+	switch strings.ToUpper(p) {
+	case TCP:
+		return ProtoTCP
+	case UDP:
+		return ProtoUDP
+	case SCTP:
+		return ProtoSCTP
+	}
+	return ProtoAny
+}
+
+// ProtoName is the inverse of ProtoNumber ("any" for 0).
+func ProtoName(n uint8) string {
+	switch n {
+	case ProtoTCP:
+		return "tcp"
+	case ProtoUDP:
+		return "udp"
+	case ProtoSCTP:
+		return "sctp"
+	case ProtoAny:
+		return "any"
+	}
+	return fmt.Sprint(n)
+}
+
+// Entry is one entry of the intermediate form every datapath consumes:
+// subject identity, direction, peer (an identity, a CIDR, or any), protocol
+// and destination port range, allow or deny.
+type Entry struct {
+	Subject  uint32       `json:"subject"`
+	Dir      Dir          `json:"dir"`
+	Deny     bool         `json:"deny,omitempty"`
+	PeerID   uint32       `json:"peerIdentity,omitempty"` // 0 with no PeerCIDR: any peer
+	PeerCIDR netip.Prefix `json:"peerCIDR,omitzero"`
+	Proto    uint8        `json:"proto"`            // 0: any protocol (then any port)
+	PortLo   uint16       `json:"portLo,omitempty"` // 0: any port
+	PortHi   uint16       `json:"portHi,omitempty"`
+	Origin   string       `json:"origin"` // policy and rule path it comes from
+}
+
+// AnyPeer reports whether the rule applies to every peer.
+func (r Entry) AnyPeer() bool { return r.PeerID == 0 && !r.PeerCIDR.IsValid() }
+
+func (r Entry) key() string {
+	return fmt.Sprintf("%d/%d/%v/%d/%s/%d/%d-%d", r.Subject, r.Dir, r.Deny, r.PeerID, r.PeerCIDR, r.Proto, r.PortLo, r.PortHi)
+}
+
+// PortString renders the rule's protocol and ports ("tcp/80", "udp/1000-2000", "any").
+func (r Entry) PortString() string {
+	if r.Proto == ProtoAny && r.PortLo == 0 {
+		return "any"
+	}
+	s := ProtoName(r.Proto)
+	switch {
+	case r.PortLo == 0:
+		return s + "/any"
+	case r.PortHi > r.PortLo:
+		return fmt.Sprintf("%s/%d-%d", s, r.PortLo, r.PortHi)
+	}
+	return fmt.Sprintf("%s/%d", s, r.PortLo)
+}
+
+// Enforcement says whether an identity is isolated in each direction
+// (traffic not allowed by a rule is dropped).
+type Enforcement struct {
+	Ingress bool `json:"ingress"`
+	Egress  bool `json:"egress"`
+}
+
+// Compiled is the intermediate form of a lab's policies.
+type Compiled struct {
+	Identities     []*Identity             `json:"identities"`
+	CIDRIdentities map[netip.Prefix]uint32 `json:"cidrIdentities"`
+	Enforced       map[uint32]Enforcement  `json:"enforced"`
+	Rules          []Entry                 `json:"rules"`
+	endpointIPs    map[uint32][]netip.Addr
+	identityOfIP   map[netip.Addr]uint32
+}
+
+// Compile turns the model's policies into IR rules, sorted and without
+// duplicates. Named ports are resolved on the destination endpoints; an
+// identity whose endpoints declare one name with different numbers is an
+// error (the IR is per identity).
+func (m *Model) Compile() (*Compiled, error) {
+	c := &Compiled{Identities: m.Identities, CIDRIdentities: map[netip.Prefix]uint32{},
+		Enforced: map[uint32]Enforcement{}, endpointIPs: map[uint32][]netip.Addr{}, identityOfIP: map[netip.Addr]uint32{}}
+	for _, ep := range m.Lab.Endpoints {
+		id := m.byEndpoint[ep.ID()].ID
+		c.endpointIPs[id] = append(c.endpointIPs[id], ep.IP)
+		c.identityOfIP[ep.IP] = id
+	}
+	seen := map[string]bool{}
+	add := func(r Entry) {
+		if k := r.key(); !seen[k] {
+			seen[k] = true
+			c.Rules = append(c.Rules, r)
+		}
+	}
+	for _, id := range m.Identities {
+		rep := m.endpoint(id.Endpoints[0])
+		var enf Enforcement
+		for _, p := range m.Policies {
+			for si := range p.Specs {
+				sp := &p.Specs[si]
+				if !m.selects(p, sp, rep) {
+					continue
+				}
+				enf.Ingress = enf.Ingress || sp.Ingress.Enforce
+				enf.Egress = enf.Egress || sp.Egress.Enforce
+				for _, dir := range []Dir{Ingress, Egress} {
+					d := sp.Ingress
+					if dir == Egress {
+						d = sp.Egress
+					}
+					for _, r := range d.Deny {
+						if err := m.compileRule(c, p, id, dir, true, r, add); err != nil {
+							return nil, err
+						}
+					}
+					for _, r := range d.Allow {
+						if err := m.compileRule(c, p, id, dir, false, r, add); err != nil {
+							return nil, err
+						}
+					}
+				}
+			}
+		}
+		if enf.Ingress || enf.Egress {
+			c.Enforced[id.ID] = enf
+		}
+	}
+	sort.SliceStable(c.Rules, func(i, j int) bool {
+		a, b := c.Rules[i], c.Rules[j]
+		if a.Subject != b.Subject {
+			return a.Subject < b.Subject
+		}
+		if a.Dir != b.Dir {
+			return a.Dir < b.Dir
+		}
+		return a.Deny && !b.Deny
+	})
+	var cidrs []netip.Prefix
+	for _, r := range c.Rules {
+		if r.PeerCIDR.IsValid() {
+			if _, ok := c.CIDRIdentities[r.PeerCIDR]; !ok {
+				c.CIDRIdentities[r.PeerCIDR] = 0
+				cidrs = append(cidrs, r.PeerCIDR)
+			}
+		}
+	}
+	sort.Slice(cidrs, func(i, j int) bool { return cidrs[i].String() < cidrs[j].String() })
+	for i, p := range cidrs {
+		c.CIDRIdentities[p] = uint32(FirstCIDRIdentity + i)
+	}
+	return c, nil
+}
+
+func (m *Model) endpoint(id string) *topology.Endpoint {
+	for i := range m.Lab.Endpoints {
+		if m.Lab.Endpoints[i].ID() == id {
+			return &m.Lab.Endpoints[i]
+		}
+	}
+	return nil
+}
+
+// irPeer is a peer of an IR rule before ports are attached.
+type irPeer struct {
+	id   uint32
+	cidr netip.Prefix
+	ips  []netip.Addr // the addresses the peer covers among endpoints (for named ports)
+	ids  []*Identity  // the identities it covers (for named ports)
+}
+
+func (m *Model) compileRule(c *Compiled, p *Policy, subj *Identity, dir Dir, deny bool, r Rule, add func(Entry)) error {
+	origin := p.Ref() + " " + r.Path
+	var peers []irPeer
+	if r.AnyPeer {
+		peers = append(peers, irPeer{ids: m.Identities})
+	}
+	for _, pe := range r.Peers {
+		if pe.Endpoints != nil {
+			for _, id := range m.Identities {
+				if m.endpointSelMatches(pe.Endpoints, m.endpoint(id.Endpoints[0])) {
+					peers = append(peers, irPeer{id: id.ID, ids: []*Identity{id}})
+				}
+			}
+			continue
+		}
+		for _, pr := range Subtract(pe.CIDR, pe.Except) {
+			ip := irPeer{cidr: pr}
+			for _, ep := range m.Lab.Endpoints {
+				if pr.Contains(ep.IP) {
+					ip.ips = append(ip.ips, ep.IP)
+				}
+			}
+			peers = append(peers, ip)
+		}
+	}
+	base := Entry{Subject: subj.ID, Dir: dir, Deny: deny, Origin: origin}
+	for _, pe := range peers {
+		if len(r.Ports) == 0 {
+			rr := base
+			rr.PeerID, rr.PeerCIDR = pe.id, pe.cidr
+			add(rr)
+			continue
+		}
+		for _, port := range r.Ports {
+			if port.Name == "" {
+				for _, proto := range protosOf(port.Protocol) {
+					rr := base
+					rr.PeerID, rr.PeerCIDR, rr.Proto = pe.id, pe.cidr, proto
+					rr.PortLo, rr.PortHi = uint16(port.Port), uint16(max(port.Port, port.EndPort))
+					add(rr)
+				}
+				continue
+			}
+			if err := m.namedPort(subj, dir, pe, port, base, add); err != nil {
+				return &InputError{File: p.Source, Doc: p.Ref(), Path: r.Path, Msg: err.Error()}
+			}
+		}
+	}
+	return nil
+}
+
+func protosOf(p string) []uint8 {
+	if p == ANY {
+		return []uint8{ProtoTCP, ProtoUDP, ProtoSCTP}
+	}
+	return []uint8{ProtoNumber(p)}
+}
+
+// namedPort resolves a named port on the destination: the subject for
+// ingress, the peer for egress.
+func (m *Model) namedPort(subj *Identity, dir Dir, pe irPeer, port Port, base Entry, add func(Entry)) error {
+	emit := func(peerID uint32, cidr netip.Prefix, dst *Identity) error {
+		nums, err := m.resolveName(dst, port)
+		if err != nil {
+			return err
+		}
+		for _, n := range nums {
+			rr := base
+			rr.PeerID, rr.PeerCIDR = peerID, cidr
+			rr.Proto, rr.PortLo, rr.PortHi = ProtoNumber(n.Protocol), uint16(n.Port), uint16(n.Port)
+			add(rr)
+		}
+		return nil
+	}
+	if dir == Ingress {
+		return emit(pe.id, pe.cidr, subj)
+	}
+	switch {
+	case pe.id != 0:
+		return emit(pe.id, netip.Prefix{}, pe.ids[0])
+	case pe.cidr.IsValid():
+		// The named port exists only on endpoints inside the CIDR.
+		for _, ip := range pe.ips {
+			id := m.byEndpoint[m.byIP[ip].ID()]
+			if err := emit(0, netip.PrefixFrom(ip, 32), id); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, id := range pe.ids { // any peer: every identity declaring it
+		if err := emit(id.ID, netip.Prefix{}, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resolveName returns the container ports of an identity's endpoints that
+// carry the name (and protocol), checking the endpoints agree.
+func (m *Model) resolveName(id *Identity, port Port) ([]topology.Port, error) {
+	var first []topology.Port
+	for i, epID := range id.Endpoints {
+		var got []topology.Port
+		for _, cp := range m.endpoint(epID).Ports {
+			if cp.Name == port.Name && (port.Protocol == ANY || cp.Protocol == port.Protocol) {
+				got = append(got, cp)
+			}
+		}
+		if i == 0 {
+			first = got
+		} else if fmt.Sprint(got) != fmt.Sprint(first) {
+			return nil, fmt.Errorf("named port %q: endpoints %s and %s share identity %d but declare it differently; give them different labels or the same ports",
+				port.Name, id.Endpoints[0], epID, id.ID)
+		}
+	}
+	return first, nil
+}
+
+// IPsOf returns the endpoint addresses of an identity.
+func (c *Compiled) IPsOf(id uint32) []netip.Addr { return c.endpointIPs[id] }
+
+// IdentityOfIP returns the identity of an endpoint address (0 if none).
+func (c *Compiled) IdentityOfIP(ip netip.Addr) uint32 { return c.identityOfIP[ip] }
+
+// PeerPrefixes returns the address prefixes a rule's peer covers: the /32s
+// of its identity's endpoints, its CIDR, or 0.0.0.0/0 for any peer.
+func (c *Compiled) PeerPrefixes(r Entry) []netip.Prefix {
+	switch {
+	case r.PeerCIDR.IsValid():
+		return []netip.Prefix{r.PeerCIDR}
+	case r.PeerID != 0:
+		var out []netip.Prefix
+		for _, ip := range c.endpointIPs[r.PeerID] {
+			out = append(out, netip.PrefixFrom(ip, 32))
+		}
+		return out
+	}
+	return []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+}
+
+// Allows evaluates the IR for a new connection between two endpoint
+// addresses, the way a datapath does. Tests compare it with the model.
+func (c *Compiled) Allows(src, dst netip.Addr, proto uint8, port uint16) bool {
+	return c.sideAllows(c.identityOfIP[src], Egress, dst, proto, port) &&
+		c.sideAllows(c.identityOfIP[dst], Ingress, src, proto, port)
+}
+
+func (c *Compiled) sideAllows(subject uint32, dir Dir, remote netip.Addr, proto uint8, port uint16) bool {
+	enf := c.Enforced[subject]
+	enforced := enf.Ingress
+	if dir == Egress {
+		enforced = enf.Egress
+	}
+	allowed := false
+	for _, r := range c.Rules {
+		if r.Subject != subject || r.Dir != dir || !c.ruleMatches(r, remote, proto, port) {
+			continue
+		}
+		if r.Deny {
+			return false
+		}
+		allowed = true
+	}
+	return allowed || !enforced
+}
+
+func (c *Compiled) ruleMatches(r Entry, remote netip.Addr, proto uint8, port uint16) bool {
+	switch {
+	case r.PeerCIDR.IsValid():
+		if !r.PeerCIDR.Contains(remote) {
+			return false
+		}
+	case r.PeerID != 0:
+		if c.identityOfIP[remote] != r.PeerID {
+			return false
+		}
+	}
+	if r.Proto == ProtoAny {
+		return true
+	}
+	if r.Proto != proto {
+		return false
+	}
+	return r.PortLo == 0 || (port >= r.PortLo && port <= r.PortHi)
+}
+
+// RulesFor returns the rules of one subject and direction, denies first.
+func (c *Compiled) RulesFor(subject uint32, dir Dir) []Entry {
+	var out []Entry
+	for _, r := range c.Rules {
+		if r.Subject == subject && r.Dir == dir {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Identity returns the identity with that number, or nil.
+func (c *Compiled) Identity(id uint32) *Identity {
+	for _, x := range c.Identities {
+		if x.ID == id {
+			return x
+		}
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"github.com/cnlab/cnlab/labels"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// FirstIdentity is the first numeric identity given to a label set, as in
+// Cilium (lower numbers are reserved).
+const FirstIdentity = 256
+
+// FirstCIDRIdentity is the first identity of a CIDR (Cilium's local
+// identity scope).
+const FirstCIDRIdentity = 1 << 24
+
+// Identity is a distinct label set: an endpoint's labels together with its
+// namespace. Every endpoint with the same set shares it, on every host.
+type Identity struct {
+	ID        uint32            `json:"id"`
+	Namespace string            `json:"namespace"`
+	Labels    map[string]string `json:"labels"`
+	// Cilium are the identity labels Cilium would give: the pod's labels,
+	// io.kubernetes.pod.namespace and io.cilium.k8s.namespace.labels.*.
+	Cilium    map[string]string `json:"-"`
+	Endpoints []string          `json:"endpoints"`
+}
+
+// Model is a lab's endpoints and policies: it answers what is allowed, on
+// its own, from the policies' meaning. It is the oracle the datapaths are
+// tested against, and the input of Compile.
+type Model struct {
+	Lab        *topology.Spec
+	Policies   []*Policy
+	Identities []*Identity
+	byEndpoint map[string]*Identity
+	byIP       map[netip.Addr]*topology.Endpoint
+}
+
+// NewModel checks the policies against the lab (their namespaces must
+// exist) and assigns identities.
+func NewModel(lab *topology.Spec, pols []*Policy) (*Model, error) {
+	m := &Model{Lab: lab, byEndpoint: map[string]*Identity{}, byIP: map[netip.Addr]*topology.Endpoint{}}
+	for _, p := range pols {
+		if _, ok := lab.Namespaces[p.Namespace]; !ok {
+			return nil, &InputError{File: p.Source, Doc: p.Ref(), Path: "metadata.namespace",
+				Msg: fmt.Sprintf("namespace %q does not exist in lab %s (namespaces: %s)", p.Namespace, lab.Name, strings.Join(nsNames(lab), ", "))}
+		}
+	}
+	m.Policies = append([]*Policy(nil), pols...)
+	sort.SliceStable(m.Policies, func(i, j int) bool { return m.Policies[i].Ref() < m.Policies[j].Ref() })
+	byKey := map[string]*Identity{}
+	var keys []string
+	for i := range lab.Endpoints {
+		ep := &lab.Endpoints[i]
+		m.byIP[ep.IP] = ep
+		key := ep.Namespace + "\x00" + labels.String(ep.Labels)
+		id, ok := byKey[key]
+		if !ok {
+			id = &Identity{Namespace: ep.Namespace, Labels: ep.Labels, Cilium: ciliumLabels(lab, ep)}
+			byKey[key] = id
+			keys = append(keys, key)
+		}
+		id.Endpoints = append(id.Endpoints, ep.ID())
+		m.byEndpoint[ep.ID()] = id
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		id := byKey[k]
+		id.ID = uint32(FirstIdentity + i)
+		sort.Strings(id.Endpoints)
+		m.Identities = append(m.Identities, id)
+	}
+	return m, nil
+}
+
+func nsNames(lab *topology.Spec) []string {
+	var out []string
+	for n := range lab.Namespaces {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func ciliumLabels(lab *topology.Spec, ep *topology.Endpoint) map[string]string {
+	out := map[string]string{PodNamespaceLabel: ep.Namespace}
+	for k, v := range lab.Namespaces[ep.Namespace].Labels {
+		out[NamespaceLabelPrefix+k] = v
+	}
+	for k, v := range ep.Labels {
+		out[k] = v
+	}
+	return out
+}
+
+// IdentityOf returns the identity of an endpoint ("ns/name").
+func (m *Model) IdentityOf(ep string) *Identity { return m.byEndpoint[ep] }
+
+// selects reports whether a spec of policy p selects endpoint ep.
+func (m *Model) selects(p *Policy, s *Spec, ep *topology.Endpoint) bool {
+	if ep.Namespace != p.Namespace {
+		return false
+	}
+	if p.Kind == KindCNP {
+		return s.Subject.Matches(m.byEndpoint[ep.ID()].Cilium)
+	}
+	return s.Subject.Matches(ep.Labels)
+}
+
+// peerMatches reports whether a peer matches the remote side of a
+// connection: an endpoint (ep non-nil) or a bare address.
+func (m *Model) peerMatches(pe Peer, ep *topology.Endpoint, ip netip.Addr) bool {
+	if pe.Endpoints != nil {
+		return ep != nil && m.endpointSelMatches(pe.Endpoints, ep)
+	}
+	if !pe.CIDR.Contains(ip) {
+		return false
+	}
+	for _, x := range pe.Except {
+		if x.Contains(ip) {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *Model) endpointSelMatches(es *EndpointSel, ep *topology.Endpoint) bool {
+	if es.Namespace != "" && ep.Namespace != es.Namespace {
+		return false
+	}
+	if es.Namespaces != nil && !es.Namespaces.Matches(m.Lab.Namespaces[ep.Namespace].Labels) {
+		return false
+	}
+	if es.CiliumKeys {
+		return es.Pods.Matches(m.byEndpoint[ep.ID()].Cilium)
+	}
+	return es.Pods.Matches(ep.Labels)
+}
+
+// portMatches reports whether a port rule matches proto/port on the
+// destination endpoint dst (needed for named ports; nil when the
+// destination is not an endpoint).
+func portMatches(pr Port, proto string, port int, dst *topology.Endpoint) bool {
+	if pr.Protocol != ANY && pr.Protocol != proto {
+		return false
+	}
+	if pr.Protocol == ANY && proto != TCP && proto != UDP && proto != SCTP {
+		return false
+	}
+	switch {
+	case pr.Name != "":
+		if dst == nil {
+			return false
+		}
+		for _, cp := range dst.Ports {
+			if cp.Name == pr.Name && cp.Port == port && cp.Protocol == proto {
+				return true
+			}
+		}
+		return false
+	case pr.Port == 0:
+		return true
+	case pr.EndPort > 0:
+		return port >= pr.Port && port <= pr.EndPort
+	}
+	return port == pr.Port
+}
+
+// ruleMatches reports whether a rule matches the remote side and the
+// destination port.
+func (m *Model) ruleMatches(r Rule, remote *topology.Endpoint, remoteIP netip.Addr, proto string, port int, dst *topology.Endpoint) bool {
+	peerOK := r.AnyPeer
+	for _, pe := range r.Peers {
+		if m.peerMatches(pe, remote, remoteIP) {
+			peerOK = true
+			break
+		}
+	}
+	if !peerOK {
+		return false
+	}
+	if len(r.Ports) == 0 {
+		return true
+	}
+	for _, pr := range r.Ports {
+		if portMatches(pr, proto, port, dst) {
+			return true
+		}
+	}
+	return false
+}
+
+// Side is the verdict of one end of a connection: the source's egress or
+// the destination's ingress.
+type Side struct {
+	Endpoint   string   `json:"endpoint,omitempty"`
+	Selected   bool     `json:"selected"`             // isolated in this direction
+	SelectedBy []string `json:"selectedBy,omitempty"` // policies isolating it
+	Allowed    bool     `json:"allowed"`
+	Reason     string   `json:"reason"`
+	Rule       string   `json:"rule,omitempty"` // the rule that decided, if any
+}
+
+// Verdict says whether a connection is allowed, and why.
+type Verdict struct {
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Protocol string `json:"protocol"`
+	Port     int    `json:"port"`
+	Allowed  bool   `json:"allowed"`
+	Egress   Side   `json:"egress"`
+	Ingress  Side   `json:"ingress"`
+}
+
+// Verdict decides a new connection from endpoint src to endpoint dst on
+// proto/port: it needs the source's egress and the destination's ingress
+// to allow it. Replies of an allowed connection always pass.
+func (m *Model) Verdict(src, dst *topology.Endpoint, proto string, port int) Verdict {
+	proto = strings.ToUpper(proto)
+	v := Verdict{From: src.ID(), To: dst.ID(), Protocol: proto, Port: port}
+	v.Egress = m.side(src, dst, dst.IP, proto, port, dst, true)
+	v.Ingress = m.side(dst, src, src.IP, proto, port, dst, false)
+	v.Allowed = v.Egress.Allowed && v.Ingress.Allowed
+	return v
+}
+
+func (m *Model) side(subject, remote *topology.Endpoint, remoteIP netip.Addr, proto string, port int, dst *topology.Endpoint, egress bool) Side {
+	dirName := "ingress"
+	if egress {
+		dirName = "egress"
+	}
+	s := Side{Endpoint: subject.ID()}
+	var allowRule string
+	for _, p := range m.Policies {
+		for _, sp := range p.Specs {
+			if !m.selects(p, &sp, subject) {
+				continue
+			}
+			d := sp.Ingress
+			if egress {
+				d = sp.Egress
+			}
+			for _, r := range d.Deny {
+				if m.ruleMatches(r, remote, remoteIP, proto, port, dst) {
+					s.Allowed = false
+					s.Reason = fmt.Sprintf("denied by %s %s", p.Ref(), r.Path)
+					s.Rule = p.Ref() + " " + r.Path
+					s.Selected = s.Selected || d.Enforce
+					return s
+				}
+			}
+			if d.Enforce {
+				s.Selected = true
+				if !contains(s.SelectedBy, p.Ref()) {
+					s.SelectedBy = append(s.SelectedBy, p.Ref())
+				}
+			}
+			if allowRule == "" {
+				for _, r := range d.Allow {
+					if m.ruleMatches(r, remote, remoteIP, proto, port, dst) {
+						allowRule = p.Ref() + " " + r.Path
+						break
+					}
+				}
+			}
+		}
+	}
+	switch {
+	case !s.Selected:
+		s.Allowed = true
+		s.Reason = fmt.Sprintf("no policy isolates %s for %s", subject.ID(), dirName)
+	case allowRule != "":
+		s.Allowed = true
+		s.Rule = allowRule
+		s.Reason = "allowed by " + allowRule
+	default:
+		s.Reason = fmt.Sprintf("no rule allows it: %s is isolated for %s by %s", subject.ID(), dirName, strings.Join(s.SelectedBy, ", "))
+	}
+	return s
+}

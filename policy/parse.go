@@ -1,0 +1,612 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/cnlab/cnlab/internal/yamlx"
+	"github.com/cnlab/cnlab/labels"
+	"gopkg.in/yaml.v3"
+)
+
+// InputError is a problem with a policy file: it names the file, the
+// document (its position and, once known, kind and name), the YAML path
+// and what is wrong.
+type InputError struct {
+	File string
+	Doc  string // "document 2 (NetworkPolicy x/web)"
+	Path string
+	Msg  string
+}
+
+func (e *InputError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Doc != "" {
+		b.WriteString(": " + e.Doc)
+	}
+	if e.Path != "" {
+		b.WriteString(": " + e.Path)
+	}
+	b.WriteString(": " + e.Msg)
+	return b.String()
+}
+
+// IsInputError reports whether err is bad policy input.
+func IsInputError(err error) bool {
+	var ie *InputError
+	return errors.As(err, &ie)
+}
+
+// Supported apiVersions per kind.
+var apiVersions = map[string]string{
+	KindNetworkPolicy: "networking.k8s.io/v1",
+	KindCNP:           "cilium.io/v2",
+}
+
+// ParseFile reads a multi-document YAML file of policies.
+func ParseFile(path string) ([]*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, &InputError{File: path, Msg: fmt.Sprintf("cannot read: %v", err)}
+	}
+	return Parse(data, path)
+}
+
+// Parse decodes and validates every policy document in data. It does not
+// know the lab: namespaces and named ports are checked when the policies
+// are compiled against one.
+func Parse(data []byte, file string) ([]*Policy, error) {
+	docs, err := yamlx.Documents(data)
+	if err != nil {
+		return nil, &InputError{File: file, Msg: err.Error()}
+	}
+	if len(docs) == 0 {
+		return nil, &InputError{File: file, Msg: "no policy documents"}
+	}
+	var out []*Policy
+	seen := map[string]int{}
+	for i, doc := range docs {
+		p := &parser{file: file, doc: fmt.Sprintf("document %d", i+1)}
+		pol, err := p.document(doc)
+		if err != nil {
+			return nil, err
+		}
+		raw, _ := yaml.Marshal(doc)
+		pol.Raw = string(raw)
+		pol.Source = fmt.Sprintf("%s#%d", file, i+1)
+		key := pol.Kind + " " + pol.Key()
+		if j, dup := seen[key]; dup {
+			return nil, p.errf("metadata.name", "%s is defined twice in this file (also document %d)", pol.Ref(), j)
+		}
+		seen[key] = i + 1
+		out = append(out, pol)
+	}
+	return out, nil
+}
+
+type parser struct {
+	file, doc string
+}
+
+func (p *parser) errf(path, format string, args ...any) error {
+	return &InputError{File: p.file, Doc: p.doc, Path: path, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (p *parser) wrap(err error) error {
+	var ye *yamlx.Error
+	if errors.As(err, &ye) {
+		return p.errf(ye.Path, "%s", ye.Msg)
+	}
+	return p.errf("", "%v", err)
+}
+
+func (p *parser) document(doc *yaml.Node) (*Policy, error) {
+	if doc.Kind != yaml.MappingNode {
+		return nil, p.errf("", "a policy document must be a mapping (apiVersion:, kind:, metadata:, spec:)")
+	}
+	var obj rawObject
+	if err := yamlx.Decode(doc, &obj, ""); err != nil {
+		return nil, p.wrap(err)
+	}
+	want, ok := apiVersions[obj.Kind]
+	if !ok {
+		if obj.Kind == "" {
+			return nil, p.errf("kind", "is required (NetworkPolicy or CiliumNetworkPolicy)")
+		}
+		return nil, p.errf("kind", "%q is not supported (NetworkPolicy, CiliumNetworkPolicy)", obj.Kind)
+	}
+	if obj.APIVersion != want {
+		return nil, p.errf("apiVersion", "%q is not the apiVersion of %s (want %s)", obj.APIVersion, obj.Kind, want)
+	}
+	m := obj.Metadata
+	if m.Name == "" {
+		return nil, p.errf("metadata.name", "is required")
+	}
+	if err := labels.CheckDNSSubdomain(m.Name); err != nil {
+		return nil, p.errf("metadata.name", "%v", err)
+	}
+	ns := m.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	if err := labels.CheckDNSLabel(ns, 63); err != nil {
+		return nil, p.errf("metadata.namespace", "%v", err)
+	}
+	if err := labels.CheckSet(m.Labels); err != nil {
+		return nil, p.errf("metadata.labels", "%v", err)
+	}
+	pol := &Policy{Kind: obj.Kind, Namespace: ns, Name: m.Name}
+	p.doc = fmt.Sprintf("%s (%s)", p.doc, pol.Ref())
+	var err error
+	switch obj.Kind {
+	case KindNetworkPolicy:
+		if !isEmpty(&obj.Specs) {
+			return nil, p.errf("specs", "a NetworkPolicy has spec:, not specs:")
+		}
+		if isEmpty(&obj.Spec) {
+			return nil, p.errf("spec", "is required")
+		}
+		var s Spec
+		s, err = p.networkPolicy(&obj.Spec, ns)
+		pol.Specs = []Spec{s}
+	case KindCNP:
+		pol.Specs, err = p.ciliumPolicy(&obj, ns)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return pol, nil
+}
+
+func isEmpty(n *yaml.Node) bool { return n.Kind == 0 }
+
+// --- NetworkPolicy
+
+func (p *parser) networkPolicy(node *yaml.Node, ns string) (Spec, error) {
+	var r rawNPSpec
+	var s Spec
+	if err := yamlx.Decode(node, &r, "spec"); err != nil {
+		return s, p.wrap(err)
+	}
+	if r.PodSelector == nil {
+		return s, p.errf("spec.podSelector", "is required (use {} to select every pod of the namespace)")
+	}
+	sel, err := p.selector(r.PodSelector, "spec.podSelector", nil)
+	if err != nil {
+		return s, err
+	}
+	s.Subject = sel
+	// policyTypes defaulting, as the API server does it.
+	ingress, egress := true, r.Egress != nil
+	if r.PolicyTypes != nil {
+		ingress, egress = false, false
+		for i, t := range r.PolicyTypes {
+			path := fmt.Sprintf("spec.policyTypes[%d]", i)
+			switch t {
+			case "Ingress":
+				if ingress {
+					return s, p.errf(path, "Ingress is listed twice")
+				}
+				ingress = true
+			case "Egress":
+				if egress {
+					return s, p.errf(path, "Egress is listed twice")
+				}
+				egress = true
+			default:
+				return s, p.errf(path, "unknown policy type %q (Ingress, Egress)", t)
+			}
+		}
+		if r.Ingress != nil && len(*r.Ingress) > 0 && !ingress {
+			return s, p.errf("spec.ingress", "has rules but spec.policyTypes does not list Ingress, so they would be ignored")
+		}
+		if r.Egress != nil && len(*r.Egress) > 0 && !egress {
+			return s, p.errf("spec.egress", "has rules but spec.policyTypes does not list Egress, so they would be ignored")
+		}
+	}
+	s.Ingress.Enforce, s.Egress.Enforce = ingress, egress
+	if r.Ingress != nil {
+		for i, in := range *r.Ingress {
+			path := fmt.Sprintf("spec.ingress[%d]", i)
+			rule, err := p.npRule(in.From, in.Ports, path, path+".from", ns)
+			if err != nil {
+				return s, err
+			}
+			s.Ingress.Allow = append(s.Ingress.Allow, rule)
+		}
+	}
+	if r.Egress != nil {
+		for i, eg := range *r.Egress {
+			path := fmt.Sprintf("spec.egress[%d]", i)
+			rule, err := p.npRule(eg.To, eg.Ports, path, path+".to", ns)
+			if err != nil {
+				return s, err
+			}
+			s.Egress.Allow = append(s.Egress.Allow, rule)
+		}
+	}
+	return s, nil
+}
+
+func (p *parser) npRule(peers []rawNPPeer, ports []rawNPPort, path, peersPath, ns string) (Rule, error) {
+	rule := Rule{Path: path, AnyPeer: len(peers) == 0}
+	for j, peer := range peers {
+		pp := fmt.Sprintf("%s[%d]", peersPath, j)
+		switch {
+		case peer.IPBlock != nil:
+			if peer.PodSelector != nil || peer.NamespaceSelector != nil {
+				return rule, p.errf(pp, "ipBlock cannot be combined with podSelector or namespaceSelector in one peer")
+			}
+			cidr, except, err := p.cidrExcept(peer.IPBlock.CIDR, peer.IPBlock.Except, pp+".ipBlock")
+			if err != nil {
+				return rule, err
+			}
+			rule.Peers = append(rule.Peers, Peer{CIDR: cidr, Except: except})
+		case peer.PodSelector != nil || peer.NamespaceSelector != nil:
+			es := &EndpointSel{}
+			var err error
+			if es.Pods, err = p.selector(peer.PodSelector, pp+".podSelector", nil); err != nil {
+				return rule, err
+			}
+			if peer.NamespaceSelector != nil {
+				nsSel, err := p.selector(peer.NamespaceSelector, pp+".namespaceSelector", nil)
+				if err != nil {
+					return rule, err
+				}
+				es.Namespaces = &nsSel
+			} else {
+				es.Namespace = ns
+			}
+			rule.Peers = append(rule.Peers, Peer{Endpoints: es})
+		default:
+			return rule, p.errf(pp, "a peer needs podSelector, namespaceSelector or ipBlock")
+		}
+	}
+	for j, port := range ports {
+		pp := fmt.Sprintf("%s.ports[%d]", path, j)
+		pr, err := p.npPort(port, pp)
+		if err != nil {
+			return rule, err
+		}
+		rule.Ports = append(rule.Ports, pr)
+	}
+	return rule, nil
+}
+
+func (p *parser) npPort(r rawNPPort, path string) (Port, error) {
+	proto := r.Protocol
+	if proto == "" {
+		proto = TCP
+	}
+	if proto != TCP && proto != UDP && proto != SCTP {
+		return Port{}, p.errf(path+".protocol", "unknown protocol %q (TCP, UDP, SCTP)", r.Protocol)
+	}
+	pr := Port{Protocol: proto}
+	if r.Port != nil {
+		if r.Port.IsInt {
+			if r.Port.Int < 1 || r.Port.Int > 65535 {
+				return pr, p.errf(path+".port", "%d is not a port number (1-65535)", r.Port.Int)
+			}
+			pr.Port = r.Port.Int
+		} else {
+			if err := labels.CheckPortName(r.Port.Str); err != nil {
+				return pr, p.errf(path+".port", "%v", err)
+			}
+			pr.Name = r.Port.Str
+		}
+	}
+	if r.EndPort != nil {
+		switch {
+		case r.Port == nil:
+			return pr, p.errf(path+".endPort", "needs a numeric port")
+		case pr.Name != "":
+			return pr, p.errf(path+".endPort", "cannot be used with the named port %q", pr.Name)
+		case *r.EndPort < pr.Port || *r.EndPort > 65535:
+			return pr, p.errf(path+".endPort", "%d must be between port %d and 65535", *r.EndPort, pr.Port)
+		}
+		pr.EndPort = *r.EndPort
+	}
+	return pr, nil
+}
+
+func (p *parser) cidrExcept(cidr string, except []string, path string) (netip.Prefix, []netip.Prefix, error) {
+	c, err := parseCIDR(cidr)
+	if err != nil {
+		return c, nil, p.errf(path+".cidr", "%v", err)
+	}
+	var out []netip.Prefix
+	for i, e := range except {
+		x, err := parseCIDR(e)
+		if err != nil {
+			return c, nil, p.errf(fmt.Sprintf("%s.except[%d]", path, i), "%v", err)
+		}
+		if !c.Contains(x.Addr()) || x.Bits() <= c.Bits() {
+			return c, nil, p.errf(fmt.Sprintf("%s.except[%d]", path, i), "%s is not strictly inside %s", x, c)
+		}
+		out = append(out, x)
+	}
+	return c, out, nil
+}
+
+// parseCIDR accepts an IPv4 CIDR (or a bare address as a /32).
+func parseCIDR(s string) (netip.Prefix, error) {
+	if s == "" {
+		return netip.Prefix{}, fmt.Errorf("is required (e.g. 10.0.0.0/8)")
+	}
+	var pr netip.Prefix
+	var err error
+	if strings.Contains(s, "/") {
+		pr, err = netip.ParsePrefix(s)
+	} else {
+		var a netip.Addr
+		a, err = netip.ParseAddr(s)
+		pr = netip.PrefixFrom(a, a.BitLen())
+	}
+	if err != nil {
+		return pr, fmt.Errorf("%q is not a CIDR (e.g. 10.0.0.0/8)", s)
+	}
+	if !pr.Addr().Is4() {
+		return pr, fmt.Errorf("%s: only IPv4 is supported (labs are IPv4)", s)
+	}
+	return pr.Masked(), nil
+}
+
+// --- CiliumNetworkPolicy
+
+func (p *parser) ciliumPolicy(obj *rawObject, ns string) ([]Spec, error) {
+	switch {
+	case !isEmpty(&obj.Spec) && !isEmpty(&obj.Specs):
+		return nil, p.errf("specs", "give spec: or specs:, not both")
+	case !isEmpty(&obj.Spec):
+		s, err := p.cnpSpec(&obj.Spec, "spec", ns)
+		return []Spec{s}, err
+	case !isEmpty(&obj.Specs):
+		var list []yaml.Node
+		if err := obj.Specs.Decode(&list); err != nil || len(list) == 0 {
+			return nil, p.errf("specs", "must be a non-empty list of rule specs")
+		}
+		var out []Spec
+		for i := range list {
+			s, err := p.cnpSpec(&list[i], fmt.Sprintf("specs[%d]", i), ns)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+		}
+		return out, nil
+	}
+	return nil, p.errf("spec", "is required")
+}
+
+// ciliumKey maps a label key of a Cilium selector: the "k8s:" and "any:"
+// sources are what cnlab's endpoints have; other sources are rejected.
+func ciliumKey(k string) string {
+	for _, src := range []string{"k8s:", "any:"} {
+		if strings.HasPrefix(k, src) {
+			return strings.TrimPrefix(k, src)
+		}
+	}
+	return k
+}
+
+// Cilium's identity labels that carry the namespace.
+const (
+	PodNamespaceLabel       = "io.kubernetes.pod.namespace"
+	NamespaceLabelPrefix    = "io.cilium.k8s.namespace.labels."
+	PolicyNamespaceLabelAll = ""
+)
+
+func (p *parser) cnpSelector(r *rawSelector, path string) (Selector, error) {
+	if r != nil {
+		for k := range r.MatchLabels {
+			if err := checkSource(k); err != nil {
+				return Selector{}, p.errf(path+".matchLabels", "%v", err)
+			}
+		}
+		for i, e := range r.MatchExpressions {
+			if err := checkSource(e.Key); err != nil {
+				return Selector{}, p.errf(fmt.Sprintf("%s.matchExpressions[%d].key", path, i), "%v", err)
+			}
+		}
+	}
+	return p.selector(r, path, ciliumKey)
+}
+
+func checkSource(k string) error {
+	if i := strings.Index(k, ":"); i > 0 && !strings.HasPrefix(k, "k8s:") && !strings.HasPrefix(k, "any:") {
+		return fmt.Errorf("label source %q in %q is not supported (k8s: or any:)", k[:i+1], k)
+	}
+	return nil
+}
+
+func (p *parser) cnpSpec(node *yaml.Node, base, ns string) (Spec, error) {
+	var r rawCNPSpec
+	var s Spec
+	if err := yamlx.Decode(node, &r, base); err != nil {
+		return s, p.wrap(err)
+	}
+	if !isEmpty(&r.NodeSelector) {
+		return s, p.errf(base+".nodeSelector", "host policies (nodeSelector) are not supported yet")
+	}
+	if !isEmpty(&r.Labels) {
+		return s, p.errf(base+".labels", "rule labels are not supported yet")
+	}
+	if r.EndpointSelector == nil {
+		return s, p.errf(base+".endpointSelector", "is required (use {} to select every endpoint of the namespace)")
+	}
+	sel, err := p.cnpSelector(r.EndpointSelector, base+".endpointSelector")
+	if err != nil {
+		return s, err
+	}
+	s.Subject = sel
+	for i, in := range r.Ingress {
+		rule, err := p.cnpIngress(in, fmt.Sprintf("%s.ingress[%d]", base, i), ns)
+		if err != nil {
+			return s, err
+		}
+		s.Ingress.Allow = append(s.Ingress.Allow, rule)
+	}
+	for i, in := range r.IngressDeny {
+		rule, err := p.cnpIngress(in, fmt.Sprintf("%s.ingressDeny[%d]", base, i), ns)
+		if err != nil {
+			return s, err
+		}
+		s.Ingress.Deny = append(s.Ingress.Deny, rule)
+	}
+	for i, eg := range r.Egress {
+		rule, err := p.cnpEgress(eg, fmt.Sprintf("%s.egress[%d]", base, i), ns)
+		if err != nil {
+			return s, err
+		}
+		s.Egress.Allow = append(s.Egress.Allow, rule)
+	}
+	for i, eg := range r.EgressDeny {
+		rule, err := p.cnpEgress(eg, fmt.Sprintf("%s.egressDeny[%d]", base, i), ns)
+		if err != nil {
+			return s, err
+		}
+		s.Egress.Deny = append(s.Egress.Deny, rule)
+	}
+	// Cilium: a rule with ingress (or ingressDeny) rules puts the endpoint
+	// in default deny at ingress, unless enableDefaultDeny says otherwise.
+	s.Ingress.Enforce = len(r.Ingress)+len(r.IngressDeny) > 0
+	s.Egress.Enforce = len(r.Egress)+len(r.EgressDeny) > 0
+	if d := r.EnableDefaultDeny; d != nil {
+		if d.Ingress != nil {
+			s.Ingress.Enforce = *d.Ingress
+		}
+		if d.Egress != nil {
+			s.Egress.Enforce = *d.Egress
+		}
+	}
+	return s, nil
+}
+
+func unsupported(path string, fields map[string]*yaml.Node) error {
+	for name, n := range fields {
+		if !isEmpty(n) {
+			return fmt.Errorf("%s.%s", path, name)
+		}
+	}
+	return nil
+}
+
+func (p *parser) cnpIngress(r rawCNPIngress, path, ns string) (Rule, error) {
+	if err := unsupported(path, map[string]*yaml.Node{"fromEntities": &r.FromEntities, "fromRequires": &r.FromRequires,
+		"fromGroups": &r.FromGroups, "fromNodes": &r.FromNodes, "icmps": &r.ICMPs, "authentication": &r.Authentication}); err != nil {
+		return Rule{}, p.errf(err.Error(), "is not supported yet (cnlab enforces fromEndpoints, fromCIDR, fromCIDRSet and toPorts)")
+	}
+	return p.cnpRule(path, ns, "fromEndpoints", r.FromEndpoints, "fromCIDR", r.FromCIDR, "fromCIDRSet", r.FromCIDRSet, r.ToPorts)
+}
+
+func (p *parser) cnpEgress(r rawCNPEgress, path, ns string) (Rule, error) {
+	if err := unsupported(path, map[string]*yaml.Node{"toEntities": &r.ToEntities, "toFQDNs": &r.ToFQDNs,
+		"toServices": &r.ToServices, "toRequires": &r.ToRequires, "toGroups": &r.ToGroups, "toNodes": &r.ToNodes,
+		"icmps": &r.ICMPs, "authentication": &r.Authentication}); err != nil {
+		return Rule{}, p.errf(err.Error(), "is not supported yet (cnlab enforces toEndpoints, toCIDR, toCIDRSet and toPorts)")
+	}
+	return p.cnpRule(path, ns, "toEndpoints", r.ToEndpoints, "toCIDR", r.ToCIDR, "toCIDRSet", r.ToCIDRSet, r.ToPorts)
+}
+
+func (p *parser) cnpRule(path, ns, epField string, eps []rawSelector, cidrField string, cidrs []string,
+	setField string, sets []rawCIDRSet, ports []rawPortRule) (Rule, error) {
+	rule := Rule{Path: path}
+	if len(eps) > 0 && len(cidrs)+len(sets) > 0 {
+		other := cidrField
+		if len(cidrs) == 0 {
+			other = setField
+		}
+		return rule, p.errf(path, "combining %s and %s in one rule is not supported (as in Cilium): use two rules", epField, other)
+	}
+	for i := range eps {
+		sp := fmt.Sprintf("%s.%s[%d]", path, epField, i)
+		sel, err := p.cnpSelector(&eps[i], sp)
+		if err != nil {
+			return rule, err
+		}
+		es := &EndpointSel{Pods: sel, CiliumKeys: true}
+		if !sel.mentions(PodNamespaceLabel) {
+			es.Namespace = ns // a namespaced policy selects its own namespace
+		}
+		rule.Peers = append(rule.Peers, Peer{Endpoints: es})
+	}
+	for i, c := range cidrs {
+		pr, err := parseCIDR(c)
+		if err != nil {
+			return rule, p.errf(fmt.Sprintf("%s.%s[%d]", path, cidrField, i), "%v", err)
+		}
+		rule.Peers = append(rule.Peers, Peer{CIDR: pr})
+	}
+	for i, s := range sets {
+		sp := fmt.Sprintf("%s.%s[%d]", path, setField, i)
+		if !isEmpty(&s.CIDRGroupRef) {
+			return rule, p.errf(sp+".cidrGroupRef", "is not supported yet")
+		}
+		c, except, err := p.cidrExcept(s.CIDR, s.Except, sp)
+		if err != nil {
+			return rule, err
+		}
+		rule.Peers = append(rule.Peers, Peer{CIDR: c, Except: except})
+	}
+	// An L4-only rule applies to every peer; an empty rule {} to none.
+	rule.AnyPeer = len(rule.Peers) == 0 && len(ports) > 0
+	for i, pr := range ports {
+		pp := fmt.Sprintf("%s.toPorts[%d]", path, i)
+		if err := unsupported(pp, map[string]*yaml.Node{"rules": &pr.Rules, "originatingTLS": &pr.OriginatingTLS,
+			"terminatingTLS": &pr.TerminatingTLS, "serverNames": &pr.ServerNames, "listener": &pr.Listener}); err != nil {
+			return rule, p.errf(err.Error(), "L7 policy is not supported yet (cnlab enforces L3/L4)")
+		}
+		if len(pr.Ports) == 0 {
+			rule.Ports = append(rule.Ports, Port{Protocol: ANY}) // toPorts without ports: any port
+		}
+		for j, pp2 := range pr.Ports {
+			port, err := p.cnpPort(pp2, fmt.Sprintf("%s.ports[%d]", pp, j))
+			if err != nil {
+				return rule, err
+			}
+			rule.Ports = append(rule.Ports, port)
+		}
+	}
+	return rule, nil
+}
+
+func (p *parser) cnpPort(r rawPortProto, path string) (Port, error) {
+	proto := strings.ToUpper(r.Protocol)
+	if proto == "" {
+		proto = ANY
+	}
+	if proto != TCP && proto != UDP && proto != SCTP && proto != ANY {
+		return Port{}, p.errf(path+".protocol", "unknown protocol %q (TCP, UDP, SCTP, ANY)", r.Protocol)
+	}
+	pr := Port{Protocol: proto}
+	switch n, err := strconv.Atoi(r.Port); {
+	case r.Port == "" || (err == nil && n == 0):
+		// any port
+	case err == nil:
+		if n < 1 || n > 65535 {
+			return pr, p.errf(path+".port", "%d is not a port number (1-65535)", n)
+		}
+		pr.Port = n
+	default:
+		if err := labels.CheckPortName(r.Port); err != nil {
+			return pr, p.errf(path+".port", "%v", err)
+		}
+		pr.Name = r.Port
+	}
+	if r.EndPort != 0 {
+		if pr.Port == 0 || r.EndPort < pr.Port || r.EndPort > 65535 {
+			return pr, p.errf(path+".endPort", "%d must be between port %d and 65535 (and needs a numeric port)", r.EndPort, pr.Port)
+		}
+		pr.EndPort = r.EndPort
+	}
+	return pr, nil
+}

@@ -1,0 +1,131 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/cnlab/cnlab/internal/scenarios"
+)
+
+const npHead = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: x}\n"
+const cnpHead = "apiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\nmetadata: {name: c, namespace: x}\n"
+
+func TestParseBadInput(t *testing.T) {
+	cases := []struct{ name, yaml, want string }{
+		{"empty", "", "f.yaml: no policy documents"},
+		{"syntax", "kind: [", "f.yaml: "},
+		{"not a mapping", "- a", "f.yaml: document 1: a policy document must be a mapping"},
+		{"no kind", "apiVersion: v1\n", "f.yaml: document 1: kind: is required"},
+		{"unknown kind", "apiVersion: v1\nkind: Service\n", `f.yaml: document 1: kind: "Service" is not supported (NetworkPolicy, CiliumNetworkPolicy)`},
+		{"wrong apiVersion", "apiVersion: networking.k8s.io/v1beta1\nkind: NetworkPolicy\n", `apiVersion: "networking.k8s.io/v1beta1" is not the apiVersion of NetworkPolicy (want networking.k8s.io/v1)`},
+		{"no name", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {}\n", "metadata.name: is required"},
+		{"bad name", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: Bad_Name}\n", `metadata.name: "Bad_Name" must be at most 253`},
+		{"unknown top field", npHead + "spce: {}\n", `f.yaml: document 1: spce: unknown field "spce"`},
+		{"no spec", npHead, "document 1 (NetworkPolicy x/p): spec: is required"},
+		{"no podSelector", npHead + "spec: {ingress: []}\n", "spec.podSelector: is required (use {} to select every pod of the namespace)"},
+		{"unknown spec field", npHead + "spec: {podSelector: {}, ingres: []}\n", `spec.ingres: unknown field "ingres" (known fields: egress, ingress, podSelector, policyTypes)`},
+		{"bad policyType", npHead + "spec: {podSelector: {}, policyTypes: [Inbound]}\n", `spec.policyTypes[0]: unknown policy type "Inbound" (Ingress, Egress)`},
+		{"ignored rules", npHead + "spec: {podSelector: {}, policyTypes: [Egress], ingress: [{}]}\n", "spec.ingress: has rules but spec.policyTypes does not list Ingress"},
+		{"bad label key", npHead + "spec: {podSelector: {matchLabels: {'a b': c}}}\n", `spec.podSelector.matchLabels: label key "a b"`},
+		{"bad operator", npHead + "spec: {podSelector: {matchExpressions: [{key: a, operator: Equals, values: [b]}]}}\n", `spec.podSelector.matchExpressions[0].operator: unknown operator "Equals"`},
+		{"In without values", npHead + "spec: {podSelector: {matchExpressions: [{key: a, operator: In}]}}\n", "matchExpressions[0].values: must not be empty for operator In"},
+		{"Exists with values", npHead + "spec: {podSelector: {matchExpressions: [{key: a, operator: Exists, values: [b]}]}}\n", "matchExpressions[0].values: must be empty for operator Exists"},
+		{"empty peer", npHead + "spec: {podSelector: {}, ingress: [{from: [{}]}]}\n", "spec.ingress[0].from[0]: a peer needs podSelector, namespaceSelector or ipBlock"},
+		{"ipBlock and selector", npHead + "spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8}, podSelector: {}}]}]}\n", "spec.ingress[0].from[0]: ipBlock cannot be combined"},
+		{"bad cidr", npHead + "spec: {podSelector: {}, egress: [{to: [{ipBlock: {cidr: 10.0.0.0/40}}]}]}\n", `spec.egress[0].to[0].ipBlock.cidr: "10.0.0.0/40" is not a CIDR`},
+		{"ipv6 cidr", npHead + "spec: {podSelector: {}, egress: [{to: [{ipBlock: {cidr: 'fd00::/8'}}]}]}\n", "only IPv4 is supported"},
+		{"except outside", npHead + "spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/16, except: [10.1.0.0/24]}}]}]}\n", "spec.ingress[0].from[0].ipBlock.except[0]: 10.1.0.0/24 is not strictly inside 10.0.0.0/16"},
+		{"bad protocol", npHead + "spec: {podSelector: {}, ingress: [{ports: [{protocol: ICMP}]}]}\n", `spec.ingress[0].ports[0].protocol: unknown protocol "ICMP" (TCP, UDP, SCTP)`},
+		{"lower-case protocol", npHead + "spec: {podSelector: {}, ingress: [{ports: [{protocol: tcp, port: 80}]}]}\n", `unknown protocol "tcp"`},
+		{"port zero", npHead + "spec: {podSelector: {}, ingress: [{ports: [{port: 0}]}]}\n", "spec.ingress[0].ports[0].port: 0 is not a port number (1-65535)"},
+		{"port too big", npHead + "spec: {podSelector: {}, ingress: [{ports: [{port: 70000}]}]}\n", "70000 is not a port number"},
+		{"bad port name", npHead + "spec: {podSelector: {}, ingress: [{ports: [{port: HTTP_PORT}]}]}\n", `spec.ingress[0].ports[0].port: port name "HTTP_PORT"`},
+		{"endPort below port", npHead + "spec: {podSelector: {}, ingress: [{ports: [{port: 90, endPort: 80}]}]}\n", "spec.ingress[0].ports[0].endPort: 80 must be between port 90 and 65535"},
+		{"endPort with name", npHead + "spec: {podSelector: {}, ingress: [{ports: [{port: web, endPort: 80}]}]}\n", `endPort: cannot be used with the named port "web"`},
+		{"endPort without port", npHead + "spec: {podSelector: {}, ingress: [{ports: [{endPort: 80}]}]}\n", "endPort: needs a numeric port"},
+		{"float port", npHead + "spec: {podSelector: {}, ingress: [{ports: [{port: 80, endPort: 81.5}]}]}\n", `endPort: expected an integer, got "81.5"`},
+		{"duplicate policy", npHead + "spec: {podSelector: {}}\n---\n" + npHead + "spec: {podSelector: {}}\n", "document 2 (NetworkPolicy x/p): metadata.name: NetworkPolicy x/p is defined twice in this file (also document 1)"},
+		{"second document bad", npHead + "spec: {podSelector: {}}\n---\nkind: Pod\n", `f.yaml: document 2: kind: "Pod" is not supported`},
+		{"cnp no selector", cnpHead + "spec: {ingress: [{}]}\n", "spec.endpointSelector: is required"},
+		{"cnp spec and specs", cnpHead + "spec: {endpointSelector: {}}\nspecs: [{endpointSelector: {}}]\n", "specs: give spec: or specs:, not both"},
+		{"cnp L7", cnpHead + "spec: {endpointSelector: {}, ingress: [{toPorts: [{ports: [{port: '80'}], rules: {http: [{method: GET}]}}]}]}\n", "spec.ingress[0].toPorts[0].rules: L7 policy is not supported yet (cnlab enforces L3/L4)"},
+		{"cnp fqdn", cnpHead + "spec: {endpointSelector: {}, egress: [{toFQDNs: [{matchName: example.com}]}]}\n", "spec.egress[0].toFQDNs: is not supported yet"},
+		{"cnp entities", cnpHead + "spec: {endpointSelector: {}, ingress: [{fromEntities: [world]}]}\n", "spec.ingress[0].fromEntities: is not supported yet"},
+		{"cnp node selector", cnpHead + "spec: {nodeSelector: {}}\n", "spec.nodeSelector: host policies (nodeSelector) are not supported yet"},
+		{"cnp mixed L3", cnpHead + "spec: {endpointSelector: {}, ingress: [{fromEndpoints: [{}], fromCIDR: [10.0.0.0/8]}]}\n", "spec.ingress[0]: combining fromEndpoints and fromCIDR in one rule is not supported"},
+		{"cnp bad source", cnpHead + "spec: {endpointSelector: {matchLabels: {'reserved:host': ''}}}\n", `spec.endpointSelector.matchLabels: label source "reserved:" in "reserved:host" is not supported`},
+		{"cnp bad protocol", cnpHead + "spec: {endpointSelector: {}, ingress: [{toPorts: [{ports: [{port: '80', protocol: ICMP}]}]}]}\n", `spec.ingress[0].toPorts[0].ports[0].protocol: unknown protocol "ICMP" (TCP, UDP, SCTP, ANY)`},
+		{"cnp bad port", cnpHead + "spec: {endpointSelector: {}, ingress: [{toPorts: [{ports: [{port: '99999'}]}]}]}\n", "spec.ingress[0].toPorts[0].ports[0].port: 99999 is not a port number"},
+		{"cnp bad except", cnpHead + "spec: {endpointSelector: {}, egress: [{toCIDRSet: [{cidr: 10.0.0.0/24, except: [10.0.0.0/16]}]}]}\n", "spec.egress[0].toCIDRSet[0].except[0]: 10.0.0.0/16 is not strictly inside 10.0.0.0/24"},
+		{"cnp specs empty", cnpHead + "specs: []\n", "specs: must be a non-empty list"},
+		{"np with specs", npHead + "specs: []\n", "a NetworkPolicy has spec:, not specs:"},
+		{"bad namespace", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: Bad}\nspec: {podSelector: {}}\n", `metadata.namespace: "Bad" must consist`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml), "f.yaml")
+			if err == nil {
+				t.Fatalf("no error, want %q", tc.want)
+			}
+			if !IsInputError(err) {
+				t.Errorf("%T is not an InputError", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("got  %s\nwant one line containing %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestNamespaceMustExist(t *testing.T) {
+	pols, err := Parse([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: prod}\nspec: {podSelector: {}}\n"), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewModel(scenarioLab(t), pols)
+	if err == nil || !strings.Contains(err.Error(), `f.yaml#1: NetworkPolicy prod/p: metadata.namespace: namespace "prod" does not exist in lab scen (namespaces: default, x, y, z)`) {
+		t.Errorf("got %v", err)
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	pols, err := Parse([]byte(npHead+"spec:\n  podSelector: {}\n  egress:\n  - ports: [{port: 53, protocol: UDP}]\n"), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := pols[0].Specs[0]
+	if !s.Ingress.Enforce || !s.Egress.Enforce {
+		t.Errorf("policyTypes defaulting: ingress %v egress %v, want both", s.Ingress.Enforce, s.Egress.Enforce)
+	}
+	pols, _ = Parse([]byte(npHead+"spec:\n  podSelector: {}\n  ingress: [{}]\n"), "f.yaml")
+	if s := pols[0].Specs[0]; !s.Ingress.Enforce || s.Egress.Enforce || !s.Ingress.Allow[0].AnyPeer {
+		t.Errorf("ingress-only defaulting: %+v", s)
+	}
+	pols, _ = Parse([]byte(cnpHead+"spec:\n  endpointSelector: {}\n  egressDeny: [{toCIDR: [10.0.0.0/8]}]\n"), "f.yaml")
+	if s := pols[0].Specs[0]; s.Ingress.Enforce || !s.Egress.Enforce {
+		t.Errorf("cilium default deny from egressDeny: %+v", s)
+	}
+}
+
+// FuzzParse feeds the parser mutations of every scenario's policies: it
+// must never panic, and what it accepts must compile on the scenario lab.
+func FuzzParse(f *testing.F) {
+	for _, sc := range scenarios.All {
+		f.Add([]byte(sc.Policies))
+	}
+	lab := scenarioLab(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		pols, err := Parse(data, "fuzz.yaml")
+		if err != nil {
+			if !IsInputError(err) {
+				t.Fatalf("error %T is not an InputError: %v", err, err)
+			}
+			return
+		}
+		m, err := NewModel(lab, pols)
+		if err != nil {
+			return // e.g. a namespace the lab does not have
+		}
+		_, _ = m.Compile()
+	})
+}
