@@ -101,6 +101,40 @@ func (r *resolver) header() error {
 	}
 	s.TransitCIDR = p
 	s.Namespaces = map[string]Namespace{}
+	return r.iptables()
+}
+
+// MaxFiller bounds the iptables filler rules.
+const MaxFiller = 100000
+
+func (r *resolver) iptables() error {
+	o := IPTablesOptions{FillerMode: FillerNoMatch, Backend: "legacy"}
+	if ip := r.raw.IPTables; ip != nil {
+		if r.spec.Datapath != "iptables" {
+			return r.errf("iptables", "options for the iptables datapath, but the lab's datapath is %s", r.spec.Datapath)
+		}
+		if ip.Filler != nil {
+			if *ip.Filler < 0 || *ip.Filler > MaxFiller {
+				return r.errf("iptables.filler", "%d is out of range (0 to %d)", *ip.Filler, MaxFiller)
+			}
+			o.Filler = *ip.Filler
+		}
+		switch ip.FillerMode {
+		case "":
+		case FillerNoMatch, FillerTopOfChain:
+			o.FillerMode = ip.FillerMode
+		default:
+			return r.errf("iptables.fillerMode", "unknown mode %q (no-match, top-of-chain)", ip.FillerMode)
+		}
+		switch ip.Backend {
+		case "":
+		case "legacy", "nft":
+			o.Backend = ip.Backend
+		default:
+			return r.errf("iptables.backend", "unknown backend %q (legacy, nft)", ip.Backend)
+		}
+	}
+	r.spec.IPTables = o
 	return nil
 }
 

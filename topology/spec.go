@@ -17,6 +17,13 @@ type rawFile struct {
 	Namespaces  map[string]rawNamespace `yaml:"namespaces"`
 	Endpoints   []rawEndpoint           `yaml:"endpoints"`
 	Chain       *rawChain               `yaml:"chain"`
+	IPTables    *rawIPTables            `yaml:"iptables"`
+}
+
+type rawIPTables struct {
+	Filler     *int   `yaml:"filler"`
+	FillerMode string `yaml:"fillerMode"`
+	Backend    string `yaml:"backend"`
 }
 
 type rawHost struct {
@@ -69,6 +76,20 @@ type Spec struct {
 	Namespaces  map[string]Namespace `json:"namespaces"`
 	Endpoints   []Endpoint           `json:"endpoints"`
 	Chain       *Chain               `json:"chain,omitempty"`
+	IPTables    IPTablesOptions      `json:"iptables"`
+}
+
+// Filler modes of the iptables datapath (seed 000's two iptables settings).
+const (
+	FillerNoMatch    = "no-match"     // filler rules before everything: every packet walks them
+	FillerTopOfChain = "top-of-chain" // after the rule accepting established traffic
+)
+
+// IPTablesOptions tune the iptables datapath.
+type IPTablesOptions struct {
+	Filler     int    `json:"filler"`     // rules that match nothing
+	FillerMode string `json:"fillerMode"` // no-match or top-of-chain
+	Backend    string `json:"backend"`    // legacy (x_tables) or nft
 }
 
 // Host is a node: a network namespace with a Linux bridge for its endpoints.

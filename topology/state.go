@@ -154,3 +154,7 @@ func Labs() ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
+
+// Lock takes the lab's lock for a change made outside this package (policy
+// updates); call the returned function to release it.
+func Lock(lab string) (func(), error) { return lockLab(lab) }

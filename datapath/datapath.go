@@ -1,0 +1,144 @@
+// Package datapath defines what a policy datapath does — attach to a lab,
+// enforce compiled policy incrementally and atomically, describe itself —
+// and the explicit registry of implementations (iptables, nftables; eBPF
+// next). Datapaths consume the policy IR only: they never read policy YAML.
+// Each host of a lab enforces its own endpoints' egress and ingress.
+package datapath
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Datapath enforces a lab's compiled policy.
+type Datapath interface {
+	// Name is the name used in topology files and --datapath.
+	Name() string
+	// Setup prepares every host of the lab (sysctls, base chains or
+	// tables) and attaches every endpoint. It is idempotent.
+	Setup(ctx context.Context, lab *topology.Spec) error
+	// AttachEndpoint starts enforcing on one endpoint.
+	AttachEndpoint(ctx context.Context, lab *topology.Spec, ep *topology.Endpoint) error
+	// Apply makes each host enforce c, changing only what differs from
+	// the previous Apply, in one atomic transaction per host: a flow that
+	// both the old and the new policy deny never passes in between.
+	Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error
+	// Detach removes everything Setup and Apply installed.
+	Detach(ctx context.Context, lab *topology.Spec) error
+	// Describe returns the kernel state of the datapath on each host.
+	Describe(ctx context.Context, lab *topology.Spec) (string, error)
+}
+
+// New returns the datapath of that name. The registry is explicit: an
+// unknown name lists the valid ones.
+func New(name string) (Datapath, error) {
+	mk, ok := registry[name]
+	if !ok {
+		var names []string
+		for n := range registry {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return nil, fmt.Errorf("unknown datapath %q (available: %s)", name, strings.Join(names, ", "))
+	}
+	return mk(), nil
+}
+
+var registry = map[string]func() Datapath{}
+
+// Register adds a datapath constructor; called from package main's
+// explicit wiring (see cmd/cnlab), never from init.
+func Register(name string, mk func() Datapath) { registry[name] = mk }
+
+// ErrNoHosts is returned for labs without hosts (chains): there is nothing
+// to enforce policies on.
+var ErrNoHosts = errors.New("a chain lab has no hosts to enforce policies on")
+
+// LocalEndpoints returns the endpoints placed on a host.
+func LocalEndpoints(lab *topology.Spec, host string) []*topology.Endpoint {
+	var out []*topology.Endpoint
+	for i := range lab.Endpoints {
+		if lab.Endpoints[i].Host == host {
+			out = append(out, &lab.Endpoints[i])
+		}
+	}
+	return out
+}
+
+// Run runs a program inside a lab namespace, feeding it stdin, and returns
+// its output; a failure carries the program's own message.
+func Run(ctx context.Context, ns string, stdin []byte, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	if err := netns.Start(ns, cmd); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		msg := strings.TrimSpace(errb.String())
+		if len(msg) > 2000 {
+			msg = msg[:2000] + "..."
+		}
+		return out.Bytes(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, msg)
+	}
+	return out.Bytes(), nil
+}
+
+// StatePath is where a datapath keeps what it last applied on a host, so
+// that the next Apply can change only the difference.
+func StatePath(lab, datapath, host string) string {
+	return filepath.Join(topology.StateDir, lab, "datapath", datapath+"-"+host+".json")
+}
+
+// LoadState reads a datapath's state for a host into v; a missing file
+// leaves v unchanged and is not an error.
+func LoadState(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, v)
+}
+
+// SaveState writes a datapath's state for a host.
+func SaveState(path string, v any) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// EnableBridgeNetfilter makes bridged IPv4 traffic traverse the host's
+// netfilter hooks (br_netfilter), so that rules in the forward path see
+// traffic between two endpoints of the same host, as on a Docker host.
+func EnableBridgeNetfilter(hostNetns string) error {
+	return netns.Do(hostNetns, func() error {
+		return netns.SetSysctl("net/bridge/bridge-nf-call-iptables", "1")
+	})
+}

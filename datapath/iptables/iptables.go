@@ -1,0 +1,306 @@
+// Package iptables is the classic Docker-host datapath: rules in the
+// FORWARD chain of each host, seen by traffic crossing the host's bridge
+// (br_netfilter) or routed to another host, matched top-down. Established
+// and related traffic is accepted first; then each local endpoint with
+// policy gets a chain of its own for egress and one for ingress, with one
+// rule per (peer address, protocol, port range), denies before allows.
+// Changes go through iptables-restore --noflush, one atomic commit per
+// host, rewriting only the chains that changed. It never touches the root
+// network namespace.
+package iptables
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strings"
+
+	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Name is the datapath's name.
+const Name = "iptables"
+
+// Chains cnlab owns in the filter table.
+const (
+	fwdChain = "CNLAB-FWD"
+	comment  = "cnlab policy"
+)
+
+type iptables struct{}
+
+// New returns the iptables datapath.
+func New() datapath.Datapath { return iptables{} }
+
+func (iptables) Name() string { return Name }
+
+func tools(lab *topology.Spec) (restore, save, bin string) {
+	if lab.IPTables.Backend == "nft" {
+		return "iptables-nft-restore", "iptables-nft-save", "iptables-nft"
+	}
+	return "iptables-legacy-restore", "iptables-legacy-save", "iptables-legacy"
+}
+
+// Setup turns br_netfilter on in every host, creates CNLAB-FWD with no
+// policy (filler and the established-accept rule) and hooks it into
+// FORWARD once.
+func (d iptables) Setup(ctx context.Context, lab *topology.Spec) error {
+	if len(lab.Hosts) == 0 {
+		return datapath.ErrNoHosts
+	}
+	_, _, bin := tools(lab)
+	for _, h := range lab.Hosts {
+		if err := datapath.EnableBridgeNetfilter(h.Netns); err != nil {
+			return fmt.Errorf("host %s: %w", h.Name, err)
+		}
+		if _, err := datapath.Run(ctx, h.Netns, nil, bin, "-w", "-N", fwdChain); err != nil && !strings.Contains(err.Error(), "exists") {
+			return fmt.Errorf("host %s: %w", h.Name, err)
+		}
+		if _, err := datapath.Run(ctx, h.Netns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain); err != nil {
+			if _, err := datapath.Run(ctx, h.Netns, nil, bin, "-w", "-I", "FORWARD", "1", "-m", "comment", "--comment", comment, "-j", fwdChain); err != nil {
+				return fmt.Errorf("host %s: %w", h.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// AttachEndpoint has nothing to do: rules match endpoints by address.
+func (iptables) AttachEndpoint(context.Context, *topology.Spec, *topology.Endpoint) error { return nil }
+
+// hostState is what was last applied on a host: the rules of each chain.
+type hostState struct {
+	Chains map[string][]string `json:"chains"`
+}
+
+// Apply writes each host's chains, rewriting only those that changed and
+// removing those no longer needed, in one iptables-restore commit.
+func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
+	if len(lab.Hosts) == 0 {
+		return datapath.ErrNoHosts
+	}
+	restore, _, _ := tools(lab)
+	for _, h := range lab.Hosts {
+		want := Render(lab, h.Name, c)
+		path := datapath.StatePath(lab.Name, Name, h.Name)
+		var have hostState
+		if err := datapath.LoadState(path, &have); err != nil {
+			return fmt.Errorf("host %s: read datapath state: %w", h.Name, err)
+		}
+		script := diffScript(have.Chains, want.Chains)
+		if script == "" {
+			continue
+		}
+		if _, err := datapath.Run(ctx, h.Netns, []byte(script), restore, "-w", "--noflush"); err != nil {
+			return fmt.Errorf("host %s: %w", h.Name, err)
+		}
+		if err := datapath.SaveState(path, want); err != nil {
+			return fmt.Errorf("host %s: save datapath state: %w", h.Name, err)
+		}
+	}
+	return nil
+}
+
+// diffScript returns an iptables-restore script that turns the chains in
+// have into those in want ("" when nothing changes). Declaring a chain
+// flushes it; chains no longer wanted are flushed and deleted after the
+// chains that jumped to them have been rewritten.
+func diffScript(have, want map[string][]string) string {
+	var b strings.Builder
+	var changed, gone []string
+	for name, rules := range want {
+		if old, ok := have[name]; !ok || strings.Join(old, "\n") != strings.Join(rules, "\n") {
+			changed = append(changed, name)
+		}
+	}
+	for name := range have {
+		if _, ok := want[name]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	if len(changed) == 0 && len(gone) == 0 {
+		return ""
+	}
+	sort.Strings(changed)
+	sort.Strings(gone)
+	b.WriteString("*filter\n")
+	for _, name := range changed {
+		fmt.Fprintf(&b, ":%s - [0:0]\n", name)
+	}
+	for _, name := range gone {
+		fmt.Fprintf(&b, ":%s - [0:0]\n", name)
+	}
+	for _, name := range changed {
+		for _, r := range want[name] {
+			fmt.Fprintf(&b, "-A %s %s\n", name, r)
+		}
+	}
+	for _, name := range gone {
+		fmt.Fprintf(&b, "-X %s\n", name)
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// chainName names an endpoint's chain: CNLAB-E- (egress) or CNLAB-I-
+// (ingress) and 8 hex digits of a hash of the endpoint's ID.
+func chainName(dir policy.Dir, ep *topology.Endpoint) string {
+	h := fnv.New32a()
+	h.Write([]byte(ep.ID()))
+	if dir == policy.Egress {
+		return fmt.Sprintf("CNLAB-E-%08x", h.Sum32())
+	}
+	return fmt.Sprintf("CNLAB-I-%08x", h.Sum32())
+}
+
+// Render computes the chains of one host for a compiled policy: CNLAB-FWD
+// and one chain per local endpoint and direction that has rules or is
+// isolated. It is pure, so it is tested without root.
+func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
+	st := hostState{Chains: map[string][]string{}}
+	var fwd []string
+	filler := fillerRules(lab.IPTables.Filler)
+	if lab.IPTables.FillerMode == topology.FillerNoMatch {
+		fwd = append(fwd, filler...)
+	}
+	fwd = append(fwd, "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
+	if lab.IPTables.FillerMode == topology.FillerTopOfChain {
+		fwd = append(fwd, filler...)
+	}
+	fwd = append(fwd, "-m conntrack --ctstate INVALID -j DROP")
+	var jumpsIn []string
+	for _, ep := range datapath.LocalEndpoints(lab, host) {
+		id := c.IdentityOfIP(ep.IP)
+		enf := c.Enforced[id]
+		for _, dir := range []policy.Dir{policy.Egress, policy.Ingress} {
+			rules := c.RulesFor(id, dir)
+			enforced := enf.Ingress
+			if dir == policy.Egress {
+				enforced = enf.Egress
+			}
+			if len(rules) == 0 && !enforced {
+				continue
+			}
+			name := chainName(dir, ep)
+			st.Chains[name] = endpointChain(c, dir, rules, enforced)
+			if dir == policy.Egress {
+				fwd = append(fwd, fmt.Sprintf("-s %s/32 -j %s", ep.IP, name))
+			} else {
+				jumpsIn = append(jumpsIn, fmt.Sprintf("-d %s/32 -j %s", ep.IP, name))
+			}
+		}
+	}
+	// Every egress check comes before every ingress check: a packet
+	// between two endpoints of this host needs both.
+	st.Chains[fwdChain] = append(fwd, jumpsIn...)
+	return st
+}
+
+func endpointChain(c *policy.Compiled, dir policy.Dir, rules []policy.Entry, enforced bool) []string {
+	var out []string
+	peerFlag, allow := "-d", "RETURN"
+	if dir == policy.Ingress {
+		peerFlag, allow = "-s", "ACCEPT"
+	}
+	for _, r := range rules { // denies come first in RulesFor
+		verdict := allow
+		if r.Deny {
+			verdict = "DROP"
+		}
+		for _, pfx := range c.PeerPrefixes(r) {
+			var m []string
+			if pfx.Bits() > 0 {
+				m = append(m, peerFlag, pfx.String())
+			}
+			m = append(m, protoMatch(r)...)
+			m = append(m, "-m", "comment", "--comment", quote(r.Origin), "-j", verdict)
+			out = append(out, strings.Join(m, " "))
+		}
+	}
+	if enforced {
+		out = append(out, "-j DROP")
+	} else {
+		out = append(out, "-j RETURN")
+	}
+	return out
+}
+
+func protoMatch(r policy.Entry) []string {
+	if r.Proto == policy.ProtoAny {
+		return nil
+	}
+	name := policy.ProtoName(r.Proto)
+	m := []string{"-p", name}
+	if r.PortLo != 0 {
+		port := fmt.Sprint(r.PortLo)
+		if r.PortHi > r.PortLo {
+			port = fmt.Sprintf("%d:%d", r.PortLo, r.PortHi)
+		}
+		m = append(m, "-m", name, "--dport", port)
+	}
+	return m
+}
+
+// quote makes a comment safe for iptables-restore (at most 256 bytes, no
+// double quotes).
+func quote(s string) string {
+	s = strings.ReplaceAll(s, `"`, "'")
+	if len(s) > 250 {
+		s = s[:250]
+	}
+	return `"` + s + `"`
+}
+
+// fillerRules returns n rules that never match lab traffic: addresses from
+// the benchmarking range 198.18.0.0/15, which no lab uses, shaped like a
+// real policy rule (source, destination, protocol and port).
+func fillerRules(n int) []string {
+	out := make([]string, n)
+	for i := 0; i < n; i++ {
+		a, b := byte(i>>8), byte(i)
+		out[i] = fmt.Sprintf("-s 198.18.%d.%d/32 -d 198.19.%d.%d/32 -p tcp -m tcp --dport %d -j ACCEPT", a, b, a, b, 1024+i%60000)
+	}
+	return out
+}
+
+// Detach removes cnlab's chains from every host.
+func (d iptables) Detach(ctx context.Context, lab *topology.Spec) error {
+	restore, _, bin := tools(lab)
+	for _, h := range lab.Hosts {
+		path := datapath.StatePath(lab.Name, Name, h.Name)
+		var have hostState
+		if err := datapath.LoadState(path, &have); err != nil {
+			return err
+		}
+		_, _ = datapath.Run(ctx, h.Netns, nil, bin, "-w", "-D", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain)
+		if have.Chains == nil {
+			have.Chains = map[string][]string{fwdChain: nil}
+		}
+		if script := diffScript(have.Chains, map[string][]string{}); script != "" {
+			if _, err := datapath.Run(ctx, h.Netns, []byte(script), restore, "-w", "--noflush"); err != nil {
+				return fmt.Errorf("host %s: %w", h.Name, err)
+			}
+		}
+		if err := datapath.SaveState(path, hostState{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Describe returns iptables-save of each host's filter table.
+func (d iptables) Describe(ctx context.Context, lab *topology.Spec) (string, error) {
+	_, save, _ := tools(lab)
+	var b strings.Builder
+	for _, h := range lab.Hosts {
+		out, err := datapath.Run(ctx, h.Netns, nil, save, "-t", "filter")
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "# host %s (%s)\n%s\n", h.Name, save, out)
+	}
+	return b.String(), nil
+}

@@ -1,0 +1,280 @@
+// Package lab drives a lab as a whole through the Go APIs of the other
+// packages: build the topology, set the datapath up, apply, delete and
+// show policies, all under the lab's lock. Commands and the experiment
+// runner use it; it never parses command lines or prints.
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/datapath/iptables"
+	"github.com/cnlab/cnlab/datapath/nftables"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// RegisterDatapaths wires the available datapaths into the registry. It is
+// called once by programs that use this package (explicit, not init).
+func RegisterDatapaths() {
+	datapath.Register(iptables.Name, iptables.New)
+	datapath.Register(nftables.Name, nftables.New)
+}
+
+// Available reports whether a datapath is implemented in this build.
+func Available(name string) bool {
+	_, err := datapath.New(name)
+	return err == nil
+}
+
+// Up builds the lab and sets its datapath up with no policy (everything
+// allowed). A failure tears the lab down again.
+func Up(ctx context.Context, spec *topology.Spec, o topology.UpOptions) error {
+	var dp datapath.Datapath
+	if spec.Chain == nil {
+		var err error
+		if dp, err = datapath.New(spec.Datapath); err != nil {
+			return &topology.InputError{File: spec.Source, Path: "datapath", Msg: err.Error()}
+		}
+	}
+	if err := topology.Up(ctx, spec, o); err != nil {
+		return err
+	}
+	if dp == nil {
+		return nil
+	}
+	err := dp.Setup(ctx, spec)
+	if err == nil {
+		err = applyLocked(ctx, spec, dp, nil)
+	}
+	if err != nil {
+		if derr := topology.Down(spec.Name, nil); derr != nil {
+			return fmt.Errorf("set up datapath %s: %w; tearing the lab down also failed: %w", spec.Datapath, err, derr)
+		}
+		return fmt.Errorf("set up datapath %s: %w (the lab was torn down)", spec.Datapath, err)
+	}
+	return nil
+}
+
+func policiesPath(lab string) string { return filepath.Join(topology.StateDir, lab, "policies.yaml") }
+
+// Policies returns the policies applied to a lab, in the order applied.
+func Policies(lab string) ([]*policy.Policy, error) {
+	data, err := os.ReadFile(policiesPath(lab))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(string(data)) == "" {
+		return nil, nil
+	}
+	pols, err := policy.Parse(data, policiesPath(lab))
+	if err != nil {
+		return nil, fmt.Errorf("stored policies of lab %s: %w", lab, err)
+	}
+	return pols, nil
+}
+
+func savePolicies(lab string, pols []*policy.Policy) error {
+	var b strings.Builder
+	for _, p := range pols {
+		b.WriteString(p.Raw)
+		b.WriteString("---\n")
+	}
+	tmp := policiesPath(lab) + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, policiesPath(lab))
+}
+
+func key(p *policy.Policy) string { return p.Kind + " " + p.Key() }
+
+// Change is what an apply or delete did.
+type Change struct {
+	Created, Updated, Deleted, Unchanged []string
+	Compiled                             *policy.Compiled
+}
+
+// Apply adds or replaces policies (matched by kind, namespace and name)
+// and makes the datapath enforce the new set. Nothing is stored unless the
+// datapath took it.
+func Apply(ctx context.Context, labName string, pols []*policy.Policy) (*Change, error) {
+	return modify(ctx, labName, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
+		idx := map[string]int{}
+		for i, p := range cur {
+			idx[key(p)] = i
+		}
+		out := append([]*policy.Policy(nil), cur...)
+		for _, p := range pols {
+			if i, ok := idx[key(p)]; ok {
+				if out[i].Raw == p.Raw {
+					ch.Unchanged = append(ch.Unchanged, p.Ref())
+				} else {
+					ch.Updated = append(ch.Updated, p.Ref())
+				}
+				out[i] = p
+				continue
+			}
+			idx[key(p)] = len(out)
+			out = append(out, p)
+			ch.Created = append(ch.Created, p.Ref())
+		}
+		return out, nil
+	})
+}
+
+// Delete removes policies by "namespace/name" (or a bare name when only
+// one policy has it), or all of them.
+func Delete(ctx context.Context, labName string, names []string, all bool) (*Change, error) {
+	return modify(ctx, labName, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
+		if all {
+			for _, p := range cur {
+				ch.Deleted = append(ch.Deleted, p.Ref())
+			}
+			return nil, nil
+		}
+		drop := map[*policy.Policy]bool{}
+		for _, n := range names {
+			var hit []*policy.Policy
+			for _, p := range cur {
+				if p.Key() == n || (!strings.Contains(n, "/") && p.Name == n) {
+					hit = append(hit, p)
+				}
+			}
+			if len(hit) == 0 {
+				var have []string
+				for _, p := range cur {
+					have = append(have, p.Key())
+				}
+				if len(have) == 0 {
+					return nil, &topology.NotFoundError{What: "policy", Name: n, Lab: labName}
+				}
+				return nil, fmt.Errorf("%w (policies: %s)", &topology.NotFoundError{What: "policy", Name: n, Lab: labName}, strings.Join(have, ", "))
+			}
+			if !strings.Contains(n, "/") && len(namespacesOf(hit)) > 1 {
+				return nil, &topology.AmbiguousError{Name: n, Lab: labName, Candidates: keysOf(hit)}
+			}
+			for _, p := range hit {
+				drop[p] = true
+			}
+		}
+		var out []*policy.Policy
+		for _, p := range cur {
+			if drop[p] {
+				ch.Deleted = append(ch.Deleted, p.Ref())
+			} else {
+				out = append(out, p)
+			}
+		}
+		return out, nil
+	})
+}
+
+func namespacesOf(ps []*policy.Policy) map[string]bool {
+	m := map[string]bool{}
+	for _, p := range ps {
+		m[p.Namespace] = true
+	}
+	return m
+}
+
+func keysOf(ps []*policy.Policy) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Key())
+	}
+	sort.Strings(out)
+	return out
+}
+
+func modify(ctx context.Context, labName string, f func([]*policy.Policy, *Change) ([]*policy.Policy, error)) (*Change, error) {
+	unlock, err := topology.Lock(labName)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	spec, err := topology.Open(labName)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Chain != nil {
+		return nil, datapath.ErrNoHosts
+	}
+	dp, err := datapath.New(spec.Datapath)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := Policies(labName)
+	if err != nil {
+		return nil, err
+	}
+	ch := &Change{}
+	next, err := f(cur, ch)
+	if err != nil {
+		return nil, err
+	}
+	if err := applyLocked(ctx, spec, dp, next); err != nil {
+		return nil, err
+	}
+	m, _ := policy.NewModel(spec, next)
+	ch.Compiled, _ = m.Compile()
+	if err := savePolicies(labName, next); err != nil {
+		return nil, fmt.Errorf("store policies: %w", err)
+	}
+	return ch, nil
+}
+
+// applyLocked compiles pols against the lab and applies them.
+func applyLocked(ctx context.Context, spec *topology.Spec, dp datapath.Datapath, pols []*policy.Policy) error {
+	m, err := policy.NewModel(spec, pols)
+	if err != nil {
+		return err
+	}
+	c, err := m.Compile()
+	if err != nil {
+		return err
+	}
+	return dp.Apply(ctx, spec, c)
+}
+
+// Model returns a lab's spec and the policy model of what is applied.
+func Model(labName string) (*topology.Spec, *policy.Model, error) {
+	spec, err := topology.Open(labName)
+	if err != nil {
+		return nil, nil, err
+	}
+	pols, err := Policies(labName)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := policy.NewModel(spec, pols)
+	if err != nil {
+		return nil, nil, err
+	}
+	return spec, m, nil
+}
+
+// Describe returns the datapath's kernel state.
+func Describe(ctx context.Context, labName string) (string, error) {
+	spec, err := topology.Open(labName)
+	if err != nil {
+		return "", err
+	}
+	if spec.Chain != nil {
+		return "", datapath.ErrNoHosts
+	}
+	dp, err := datapath.New(spec.Datapath)
+	if err != nil {
+		return "", err
+	}
+	return dp.Describe(ctx, spec)
+}

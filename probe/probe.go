@@ -1,0 +1,322 @@
+// Package probe measures a lab's connectivity matrix with real packets:
+// it starts its own listeners on every endpoint, then, for every ordered
+// pair of distinct endpoints and every target (protocol, port), tries a
+// TCP connect or a UDP request/reply, all in parallel with short timeouts.
+// It never changes policy; it only observes.
+package probe
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/topology"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Target is a protocol ("tcp", "udp", "sctp") and a port.
+type Target struct {
+	Protocol string
+	Port     int
+}
+
+func (t Target) String() string { return fmt.Sprintf("%s/%d", t.Protocol, t.Port) }
+
+// Cell is the observed verdict for one ordered pair and target.
+type Cell struct {
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Protocol string `json:"protocol"`
+	Port     int    `json:"port"`
+	Allowed  bool   `json:"allowed"`
+	Expected *bool  `json:"expected,omitempty"`
+	Error    string `json:"error,omitempty"` // neither allowed nor a clean timeout
+}
+
+// Options tune a probe.
+type Options struct {
+	// Timeout after which an unanswered TCP connect or UDP request counts
+	// as denied (default 1s; UDP retries three times within it).
+	Timeout time.Duration
+	// Parallel bounds the attempts in flight (default 256).
+	Parallel int
+}
+
+// ErrUnsupported says the kernel cannot do a protocol (SCTP here).
+var ErrUnsupported = errors.New("not supported by this kernel")
+
+// Run probes every ordered pair of distinct endpoints for every target.
+// Cells come back sorted by target, source, destination.
+func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) ([]Cell, error) {
+	if o.Timeout <= 0 {
+		o.Timeout = time.Second
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 256
+	}
+	for i, t := range targets {
+		t.Protocol = strings.ToLower(t.Protocol)
+		targets[i] = t
+		switch t.Protocol {
+		case "tcp", "udp":
+		case "sctp":
+			return nil, fmt.Errorf("probe sctp: %w (the kernel has no SCTP: policies on SCTP are compiled and installed, but cannot be probed here)", ErrUnsupported)
+		default:
+			return nil, fmt.Errorf("unknown protocol %q (tcp, udp, sctp)", t.Protocol)
+		}
+		if t.Port < 1 || t.Port > 65535 {
+			return nil, fmt.Errorf("port %d is not a port number (1-65535)", t.Port)
+		}
+	}
+	srv := &servers{}
+	defer srv.close()
+	for _, ep := range lab.Endpoints {
+		for _, t := range targets {
+			if err := srv.listen(ep, t); err != nil {
+				return nil, err
+			}
+		}
+	}
+	type job struct {
+		src, dst *topology.Endpoint
+		t        Target
+	}
+	var jobs []job
+	for i := range lab.Endpoints {
+		for j := range lab.Endpoints {
+			if i == j {
+				continue
+			}
+			for _, t := range targets {
+				jobs = append(jobs, job{&lab.Endpoints[i], &lab.Endpoints[j], t})
+			}
+		}
+	}
+	cells := make([]Cell, len(jobs))
+	udpFlows := make([]netip.AddrPort, len(jobs))
+	sem := make(chan struct{}, o.Parallel)
+	var wg sync.WaitGroup
+	for i, jb := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c := Cell{From: jb.src.ID(), To: jb.dst.ID(), Protocol: jb.t.Protocol, Port: jb.t.Port}
+			ok, local, err := attempt(ctx, jb.src.Netns, netip.AddrPortFrom(jb.dst.IP, uint16(jb.t.Port)), jb.t.Protocol, o.Timeout)
+			c.Allowed = ok
+			udpFlows[i] = local
+			if err != nil {
+				c.Error = err.Error()
+			}
+			cells[i] = c
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := forgetUDP(lab, udpFlows); err != nil {
+		return nil, err
+	}
+	sort.SliceStable(cells, func(i, j int) bool {
+		a, b := cells[i], cells[j]
+		if a.Protocol != b.Protocol || a.Port != b.Port {
+			return a.Protocol < b.Protocol || (a.Protocol == b.Protocol && a.Port < b.Port)
+		}
+		if a.From != b.From {
+			return a.From < b.From
+		}
+		return a.To < b.To
+	})
+	return cells, nil
+}
+
+// attempt returns whether a connection from inside ns reached dst. A
+// timeout is a clean "denied"; anything else (refused, unreachable) is
+// denied with an error.
+func attempt(ctx context.Context, ns string, dst netip.AddrPort, proto string, timeout time.Duration) (bool, netip.AddrPort, error) {
+	var none netip.AddrPort
+	if proto == "tcp" {
+		var c net.Conn
+		err := netns.Do(ns, func() error {
+			d := net.Dialer{Timeout: timeout}
+			var err error
+			c, err = d.DialContext(ctx, "tcp", dst.String())
+			return err
+		})
+		if err == nil {
+			c.Close()
+			return true, none, nil
+		}
+		return false, none, classify(err)
+	}
+	var c *net.UDPConn
+	err := netns.Do(ns, func() error {
+		var err error
+		c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
+		return err
+	})
+	if err != nil {
+		return false, none, err
+	}
+	defer c.Close()
+	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
+	nonce := make([]byte, 8)
+	_, _ = rand.Read(nonce)
+	msg := []byte("cnlab-probe " + hex.EncodeToString(nonce))
+	buf := make([]byte, 256)
+	const tries = 3
+	for i := 0; i < tries; i++ {
+		if _, err := c.Write(msg); err != nil {
+			return false, local, classify(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(timeout / tries))
+		n, err := c.Read(buf)
+		if err == nil && string(buf[:n]) == string(msg) {
+			return true, local, nil
+		}
+		if err != nil && !isTimeout(err) {
+			return false, local, classify(err)
+		}
+		if ctx.Err() != nil {
+			return false, local, ctx.Err()
+		}
+	}
+	return false, local, nil
+}
+
+// forgetUDP deletes the conntrack entries of the probe's own UDP flows in
+// every host. A UDP flow the probe saw answered would otherwise stay
+// "established" for 30 s, and a later probe that happened to reuse its
+// source port would pass whatever the policy says by then. Only the
+// probe's flows are touched.
+func forgetUDP(lab *topology.Spec, flows []netip.AddrPort) error {
+	var filters []netlink.CustomConntrackFilter
+	for _, f := range flows {
+		if !f.IsValid() {
+			continue
+		}
+		cf := &netlink.ConntrackFilter{}
+		_ = cf.AddProtocol(17)
+		_ = cf.AddIP(netlink.ConntrackOrigSrcIP, f.Addr().AsSlice())
+		_ = cf.AddPort(netlink.ConntrackOrigSrcPort, f.Port())
+		filters = append(filters, cf)
+	}
+	if len(filters) == 0 {
+		return nil
+	}
+	for _, h := range lab.Hosts {
+		nh, err := netns.Handle(h.Netns)
+		if err != nil {
+			return err
+		}
+		_, err = nh.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, filters...)
+		nh.Close()
+		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EPROTONOSUPPORT) {
+			return fmt.Errorf("host %s: forget probe flows in conntrack: %w", h.Name, err)
+		}
+	}
+	return nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// classify keeps timeouts silent (dropped by policy) and reports the rest.
+func classify(err error) error {
+	if isTimeout(err) {
+		return nil
+	}
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return errors.New("connection refused")
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return errors.New("unreachable")
+	}
+	return err
+}
+
+// servers are the probe's own listeners.
+type servers struct {
+	mu      sync.Mutex
+	closers []func()
+	wg      sync.WaitGroup
+}
+
+func (s *servers) listen(ep topology.Endpoint, t Target) error {
+	addr := netip.AddrPortFrom(ep.IP, uint16(t.Port)).String()
+	if t.Protocol == "tcp" {
+		var ln net.Listener
+		err := netns.Do(ep.Netns, func() error {
+			var err error
+			ln, err = net.Listen("tcp", addr)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("listen on %s %s in %s: %w (is something else using the port?)", t.Protocol, addr, ep.ID(), err)
+		}
+		s.add(func() { ln.Close() })
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		return nil
+	}
+	var pc net.PacketConn
+	err := netns.Do(ep.Netns, func() error {
+		var err error
+		pc, err = net.ListenPacket("udp", addr)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("listen on %s %s in %s: %w (is something else using the port?)", t.Protocol, addr, ep.ID(), err)
+	}
+	s.add(func() { pc.Close() })
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(buf[:n], from)
+		}
+	}()
+	return nil
+}
+
+func (s *servers) add(f func()) {
+	s.mu.Lock()
+	s.closers = append(s.closers, f)
+	s.mu.Unlock()
+}
+
+func (s *servers) close() {
+	for _, f := range s.closers {
+		f()
+	}
+	s.wg.Wait()
+}
