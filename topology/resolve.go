@@ -55,6 +55,17 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 		}
 		raw.Datapath = ov.Datapath
 	}
+	if ov.Filler != nil || ov.FillerMode != "" {
+		if raw.IPTables == nil {
+			raw.IPTables = &rawIPTables{}
+		}
+		if ov.Filler != nil {
+			raw.IPTables.Filler = ov.Filler
+		}
+		if ov.FillerMode != "" {
+			raw.IPTables.FillerMode = ov.FillerMode
+		}
+	}
 	r := &resolver{file: file, raw: raw, spec: &Spec{Source: file}}
 	steps := []func() error{r.header, r.chain, r.hosts, r.namespaces, r.links, r.routes, r.endpoints}
 	for _, step := range steps {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
 )
@@ -45,7 +47,7 @@ func exitCode(err error, stderr io.Writer) int {
 	var ue usageError
 	var nf *topology.NotFoundError
 	var amb *topology.AmbiguousError
-	if errors.As(err, &ue) || topology.IsInputError(err) || errors.As(err, &nf) || errors.As(err, &amb) {
+	if errors.As(err, &ue) || topology.IsInputError(err) || policy.IsInputError(err) || errors.As(err, &nf) || errors.As(err, &amb) {
 		return exitBadInput
 	}
 	return exitFail
@@ -83,7 +85,8 @@ root.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see `%s --help`)", err, c.CommandPath())}
 	})
-	root.AddCommand(newUpCmd(e), newDownCmd(e), newStatusCmd(e), newExecCmd(e))
+	lab.RegisterDatapaths()
+	root.AddCommand(newUpCmd(e), newDownCmd(e), newStatusCmd(e), newExecCmd(e), newPolicyCmd(e), newProbeCmd(e))
 	err := root.ExecuteContext(ctx)
 	if err != nil && isCobraUsage(err) {
 		return usageError{err}

@@ -7,13 +7,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
 )
 
 func newUpCmd(e *env) *cobra.Command {
 	var file, preset, name, datapath, link string
-	var length, workers int
+	var length, workers, filler int
+	var fillerMode string
 	cmd := &cobra.Command{
 		Use:   "up (-f FILE | --preset single-host|multi-host|chain) [--name LAB] [--datapath D]",
 		Short: "Build a lab from a topology file or a preset",
@@ -22,6 +24,7 @@ with the lab's name. With no policy, every endpoint reaches every other.
 If the lab is already up, nothing changes.`,
 		Example: `  cnlab up --preset multi-host
   cnlab up --preset chain --length 5 --link bridge
+  cnlab up --preset single-host --datapath iptables --filler 200 --filler-mode no-match
   cnlab up -f examples/two-hosts-vxlan.yaml --name mylab`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -45,7 +48,10 @@ If the lab is already up, nothing changes.`,
 			if preset != "chain" && link != "" && preset != "multi-host" {
 				return usagef("--link applies to the chain (veth, bridge) and multi-host (wire, vxlan) presets")
 			}
-			ov := topology.Overrides{Name: name, Datapath: datapath}
+			ov := topology.Overrides{Name: name, Datapath: datapath, FillerMode: fillerMode}
+			if cmd.Flags().Changed("filler") {
+				ov.Filler = &filler
+			}
 			var spec *topology.Spec
 			var err error
 			if file != "" {
@@ -71,7 +77,7 @@ If the lab is already up, nothing changes.`,
 				return err
 			}
 			start := time.Now()
-			err = topology.Up(cmd.Context(), spec, topology.UpOptions{Progress: e.progress, Workers: workers})
+			err = lab.Up(cmd.Context(), spec, topology.UpOptions{Progress: e.progress, Workers: workers})
 			var already *topology.AlreadyUpError
 			if errors.As(err, &already) && already.Complete && already.SameSpec {
 				fmt.Fprintln(e.stdout, already.Error())
@@ -97,6 +103,8 @@ If the lab is already up, nothing changes.`,
 	f.IntVar(&length, "length", 0, "chain preset: number of forwarding namespaces (default 3)")
 	f.StringVar(&link, "link", "", "chain preset: veth or bridge; multi-host preset: wire or vxlan")
 	f.IntVar(&workers, "workers", 4, "endpoints built in parallel")
+	f.IntVar(&filler, "filler", 0, "iptables datapath: rules that match nothing (seed 000's rule count)")
+	f.StringVar(&fillerMode, "filler-mode", "", "iptables datapath: no-match (before every rule) or top-of-chain (after the established rule)")
 	return cmd
 }
 

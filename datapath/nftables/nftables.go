@@ -28,14 +28,25 @@ const table = "inet cnlab"
 
 // Sets of the table. The *_subj sets hold local endpoints with policy in
 // that direction, *_enf those isolated (default drop), *_deny and *_allow
-// the flows.
-var setNames = []string{"eg_subj", "in_subj", "eg_enf", "in_enf", "eg_deny", "eg_allow", "in_deny", "in_allow"}
+// the flows: the *_x sets are hash sets of exact flows (one peer address,
+// one protocol, one port — the common case, added and found in constant
+// time), the others interval sets for prefixes and ranges (the kernel's
+// pipapo sets, whose updates cost more as they grow; see BENCHMARKS.md).
+var setNames = []string{"eg_subj", "in_subj", "eg_enf", "in_enf",
+	"eg_deny_x", "eg_deny", "eg_allow_x", "eg_allow", "in_deny_x", "in_deny", "in_allow_x", "in_allow"}
+
+// intervalSets are the sets with flags interval.
+var intervalSets = map[string]bool{"eg_deny": true, "eg_allow": true, "in_deny": true, "in_allow": true}
 
 const skeleton = `table inet cnlab {
 	set eg_subj { type ipv4_addr; }
 	set in_subj { type ipv4_addr; }
 	set eg_enf { type ipv4_addr; }
 	set in_enf { type ipv4_addr; }
+	set eg_deny_x { type ipv4_addr . ipv4_addr . inet_proto . inet_service; }
+	set eg_allow_x { type ipv4_addr . ipv4_addr . inet_proto . inet_service; }
+	set in_deny_x { type ipv4_addr . ipv4_addr . inet_proto . inet_service; }
+	set in_allow_x { type ipv4_addr . ipv4_addr . inet_proto . inet_service; }
 	set eg_deny { type ipv4_addr . ipv4_addr . inet_proto . inet_service; flags interval; }
 	set eg_allow { type ipv4_addr . ipv4_addr . inet_proto . inet_service; flags interval; }
 	set in_deny { type ipv4_addr . ipv4_addr . inet_proto . inet_service; flags interval; }
@@ -48,12 +59,16 @@ const skeleton = `table inet cnlab {
 		ip daddr @in_subj jump ingress
 	}
 	chain egress {
+		ip saddr . ip daddr . meta l4proto . th dport @eg_deny_x counter drop
 		ip saddr . ip daddr . meta l4proto . th dport @eg_deny counter drop
+		ip saddr . ip daddr . meta l4proto . th dport @eg_allow_x counter return
 		ip saddr . ip daddr . meta l4proto . th dport @eg_allow counter return
 		ip saddr @eg_enf counter drop
 	}
 	chain ingress {
+		ip daddr . ip saddr . meta l4proto . th dport @in_deny_x counter drop
 		ip daddr . ip saddr . meta l4proto . th dport @in_deny counter drop
+		ip daddr . ip saddr . meta l4proto . th dport @in_allow_x counter accept
 		ip daddr . ip saddr . meta l4proto . th dport @in_allow counter accept
 		ip daddr @in_enf counter drop
 	}
@@ -154,6 +169,17 @@ func diffScript(have, want map[string][]string) string {
 		}
 		sort.Strings(del)
 		sort.Strings(add)
+		if intervalSets[set] && len(del) > maxDeletes {
+			// The kernel's interval sets (pipapo) rebuild their lookup
+			// tables for each deleted element: many deletes cost far more
+			// than emptying the set and filling it again, which the same
+			// transaction still makes atomic.
+			fmt.Fprintf(&b, "flush set %s %s\n", table, set)
+			if len(cur) > 0 {
+				b.WriteString(elements("add", set, sortedKeys(cur)))
+			}
+			continue
+		}
 		if len(del) > 0 {
 			b.WriteString(elements("delete", set, del))
 		}
@@ -162,6 +188,19 @@ func diffScript(have, want map[string][]string) string {
 		}
 	}
 	return b.String()
+}
+
+// maxDeletes is the number of deletions in one set above which the set is
+// refilled instead (see diffScript; measured in BENCHMARKS.md).
+const maxDeletes = 32
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func fullScript(want map[string][]string) string {
@@ -212,11 +251,14 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 					allow = append(allow, r)
 				}
 			}
-			for _, b := range Disjoint(c, allow) {
-				st.Sets[prefix+"allow"] = append(st.Sets[prefix+"allow"], b.element(ep.IP))
-			}
-			for _, b := range Disjoint(c, deny) {
-				st.Sets[prefix+"deny"] = append(st.Sets[prefix+"deny"], b.element(ep.IP))
+			for kind, rs := range map[string][]policy.Entry{"allow": allow, "deny": deny} {
+				for _, b := range Disjoint(c, rs) {
+					set := prefix + kind
+					if b.exact() {
+						set += "_x"
+					}
+					st.Sets[set] = append(st.Sets[set], b.element(ep.IP))
+				}
 			}
 		}
 	}
@@ -234,7 +276,16 @@ type Box struct {
 	PortLo, PortHi   uint16
 }
 
+// exact reports whether the box is a single flow: one peer address, one
+// protocol, one port. Exact boxes go to hash sets.
+func (b Box) exact() bool {
+	return b.Peer.Bits() == 32 && b.ProtoLo == b.ProtoHi && b.PortLo == b.PortHi
+}
+
 func (b Box) element(local netip.Addr) string {
+	if b.exact() {
+		return fmt.Sprintf("%s . %s . %d . %d", local, b.Peer.Addr(), b.ProtoLo, b.PortLo)
+	}
 	proto := fmt.Sprint(b.ProtoLo)
 	if b.ProtoHi != b.ProtoLo {
 		proto = fmt.Sprintf("%d-%d", b.ProtoLo, b.ProtoHi)

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/labels"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/spf13/cobra"
+)
+
+func newPolicyCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Apply, delete, show and trace traffic policies of a lab",
+		Long: `Policies are Kubernetes NetworkPolicy (networking.k8s.io/v1) and the L3/L4
+part of CiliumNetworkPolicy (cilium.io/v2), in multi-document YAML files.
+The lab's datapath enforces them; changes are incremental and atomic.`,
+	}
+	cmd.AddCommand(newPolicyApplyCmd(e), newPolicyDeleteCmd(e), newPolicyShowCmd(e), newPolicyTraceCmd(e))
+	return cmd
+}
+
+func newPolicyApplyCmd(e *env) *cobra.Command {
+	var files []string
+	cmd := &cobra.Command{
+		Use:   "apply LAB -f FILE...",
+		Short: "Add or replace policies (matched by kind, namespace and name)",
+		Example: `  cnlab up -f examples/policy-lab.yaml
+  cnlab policy apply policy-lab -f examples/policies/web-from-front.yaml
+  cat policies.yaml | cnlab policy apply policy-lab -f -`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(files) == 0 {
+				return usagef("give at least one -f FILE")
+			}
+			if err := needRoot(); err != nil {
+				return err
+			}
+			var pols []*policy.Policy
+			for _, f := range files {
+				var ps []*policy.Policy
+				var err error
+				if f == "-" {
+					data, rerr := io.ReadAll(cmd.InOrStdin())
+					if rerr != nil {
+						return fmt.Errorf("read stdin: %w", rerr)
+					}
+					ps, err = policy.Parse(data, "<stdin>")
+				} else {
+					ps, err = policy.ParseFile(f)
+				}
+				if err != nil {
+					return err
+				}
+				pols = append(pols, ps...)
+			}
+			ch, err := lab.Apply(cmd.Context(), args[0], pols)
+			if err != nil {
+				return err
+			}
+			printChange(e.stdout, ch)
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "policy file (multi-document YAML); - reads standard input; repeatable")
+	return cmd
+}
+
+func printChange(w io.Writer, ch *lab.Change) {
+	for _, s := range []struct {
+		what  string
+		names []string
+	}{{"created", ch.Created}, {"updated", ch.Updated}, {"unchanged", ch.Unchanged}, {"deleted", ch.Deleted}} {
+		for _, n := range s.names {
+			fmt.Fprintf(w, "%s %s\n", n, s.what)
+		}
+	}
+	if ch.Compiled != nil {
+		fmt.Fprintf(w, "%d rules over %d identities now enforced\n", len(ch.Compiled.Rules), len(ch.Compiled.Identities))
+	}
+}
+
+func newPolicyDeleteCmd(e *env) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "delete LAB (NAMESPACE/NAME... | NAME... | --all)",
+		Short: "Delete policies by name, or all of them",
+		Example: `  cnlab policy delete policy-lab x/web-from-front
+  cnlab policy delete policy-lab --all`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) > 1) {
+				return usagef("give policy names or --all")
+			}
+			if err := needRoot(); err != nil {
+				return err
+			}
+			ch, err := lab.Delete(cmd.Context(), args[0], args[1:], all)
+			if err != nil {
+				return err
+			}
+			if len(ch.Deleted) == 0 {
+				fmt.Fprintln(e.stdout, "no policy to delete")
+			}
+			printChange(e.stdout, ch)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "delete every policy of the lab")
+	return cmd
+}
+
+// showView is the JSON shape of `cnlab policy show -o json`.
+type showView struct {
+	Lab        string                        `json:"lab"`
+	Datapath   string                        `json:"datapath"`
+	Policies   []string                      `json:"policies"`
+	Identities []*policy.Identity            `json:"identities"`
+	Enforced   map[uint32]policy.Enforcement `json:"enforced"`
+	Rules      []policy.Entry                `json:"rules"`
+	Kernel     string                        `json:"kernel,omitempty"`
+}
+
+func newPolicyShowCmd(e *env) *cobra.Command {
+	var output string
+	var kernel bool
+	cmd := &cobra.Command{
+		Use:   "show LAB [-o json] [--kernel]",
+		Short: "Show the identities and the compiled rules of a lab",
+		Example: `  cnlab policy show policy-lab
+  cnlab policy show policy-lab --kernel     # also the datapath's own state (iptables-save, nft list)`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "" && output != "json" && output != "text" {
+				return usagef("unknown output format %q (text, json)", output)
+			}
+			if err := needRoot(); err != nil {
+				return err
+			}
+			spec, m, err := lab.Model(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := m.Compile()
+			if err != nil {
+				return err
+			}
+			v := showView{Lab: spec.Name, Datapath: spec.Datapath, Identities: c.Identities, Enforced: c.Enforced, Rules: c.Rules, Policies: []string{}}
+			for _, p := range m.Policies {
+				v.Policies = append(v.Policies, p.Ref())
+			}
+			if kernel {
+				if v.Kernel, err = lab.Describe(cmd.Context(), spec.Name); err != nil {
+					return err
+				}
+			}
+			if output == "json" {
+				return writeJSON(e.stdout, v)
+			}
+			printShow(e.stdout, v, c)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: text or json")
+	cmd.Flags().BoolVar(&kernel, "kernel", false, "also print the datapath's kernel state")
+	return cmd
+}
+
+func printShow(w io.Writer, v showView, c *policy.Compiled) {
+	fmt.Fprintf(w, "lab %s, datapath %s, %d policies: %s\n\n", v.Lab, v.Datapath, len(v.Policies), strings.Join(v.Policies, ", "))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "IDENTITY\tNAMESPACE\tLABELS\tENDPOINTS\tISOLATED")
+	for _, id := range v.Identities {
+		enf := v.Enforced[id.ID]
+		var iso []string
+		if enf.Ingress {
+			iso = append(iso, "ingress")
+		}
+		if enf.Egress {
+			iso = append(iso, "egress")
+		}
+		if len(iso) == 0 {
+			iso = []string{"-"}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", id.ID, id.Namespace, labels.String(id.Labels), strings.Join(id.Endpoints, ","), strings.Join(iso, ","))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SUBJECT\tDIR\tVERDICT\tPEER\tPORTS\tFROM")
+	for _, r := range v.Rules {
+		verdict := "allow"
+		if r.Deny {
+			verdict = "deny"
+		}
+		peer := "any"
+		switch {
+		case r.PeerCIDR.IsValid():
+			peer = r.PeerCIDR.String()
+		case r.PeerID != 0:
+			peer = fmt.Sprint(r.PeerID)
+			if id := c.Identity(r.PeerID); id != nil {
+				peer = fmt.Sprintf("%d (%s)", r.PeerID, strings.Join(id.Endpoints, ","))
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", r.Subject, r.Dir, verdict, peer, r.PortString(), r.Origin)
+	}
+	tw.Flush()
+	if len(v.Rules) == 0 {
+		fmt.Fprintln(w, "(no rules: every endpoint that no policy isolates allows everything)")
+	}
+	if v.Kernel != "" {
+		fmt.Fprintf(w, "\n%s", v.Kernel)
+	}
+}
+
+func newPolicyTraceCmd(e *env) *cobra.Command {
+	var from, to, proto, output string
+	var port int
+	cmd := &cobra.Command{
+		Use:   "trace LAB --from A --to B --port P [--protocol tcp|udp|sctp] [-o json]",
+		Short: "Explain whether a connection is allowed, and by which rule",
+		Example: `  cnlab policy trace policy-lab --from y/a --to x/a --port 80
+  cnlab policy trace policy-lab --from x/b --to x/a --port 81 --protocol udp -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if from == "" || to == "" || port == 0 {
+				return usagef("--from, --to and --port are required")
+			}
+			if port < 1 || port > 65535 {
+				return usagef("--port %d is not a port number (1-65535)", port)
+			}
+			p := strings.ToUpper(proto)
+			if p != policy.TCP && p != policy.UDP && p != policy.SCTP {
+				return usagef("--protocol %q: tcp, udp or sctp", proto)
+			}
+			if err := needRoot(); err != nil {
+				return err
+			}
+			spec, m, err := lab.Model(args[0])
+			if err != nil {
+				return err
+			}
+			src, err := spec.Endpoint(from)
+			if err != nil {
+				return err
+			}
+			dst, err := spec.Endpoint(to)
+			if err != nil {
+				return err
+			}
+			v := m.Verdict(src, dst, p, port)
+			if output == "json" {
+				return writeJSON(e.stdout, v)
+			}
+			verdict := "ALLOWED"
+			if !v.Allowed {
+				verdict = "DENIED"
+			}
+			fmt.Fprintf(e.stdout, "%s -> %s %s/%d: %s\n", v.From, v.To, strings.ToLower(p), port, verdict)
+			fmt.Fprintf(e.stdout, "  egress of %s (identity %d): %s\n", v.From, m.IdentityOf(v.From).ID, v.Egress.Reason)
+			fmt.Fprintf(e.stdout, "  ingress of %s (identity %d): %s\n", v.To, m.IdentityOf(v.To).ID, v.Ingress.Reason)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&from, "from", "", "source endpoint (ns/name or a unique name)")
+	f.StringVar(&to, "to", "", "destination endpoint")
+	f.IntVar(&port, "port", 0, "destination port")
+	f.StringVar(&proto, "protocol", "tcp", "tcp, udp or sctp")
+	f.StringVarP(&output, "output", "o", "", "output format: text or json")
+	return cmd
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/probe"
+	"github.com/cnlab/cnlab/topology"
+	"github.com/spf13/cobra"
+)
+
+// probeView is the JSON shape of `cnlab probe -o json` (contract).
+type probeView struct {
+	Lab      string       `json:"lab"`
+	Port     int          `json:"port"`
+	Protocol string       `json:"protocol"`
+	Results  []probe.Cell `json:"results"`
+}
+
+func newProbeCmd(e *env) *cobra.Command {
+	var port int
+	var proto, output string
+	var expect bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--expect] [-o json]",
+		Short: "Test connectivity between every ordered pair of endpoints with real packets",
+		Long: `Start listeners on every endpoint, then connect (TCP) or send a request and
+wait for the reply (UDP) from every endpoint to every other one, in
+parallel. With --expect, compare every cell with the policy model and exit
+1 listing the cells that differ.`,
+		Example: `  cnlab probe policy-lab --port 80
+  cnlab probe policy-lab --port 81 --protocol udp --expect
+  cnlab probe policy-lab -o json | jq '.results[] | select(.allowed != .expected)'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "" && output != "json" && output != "text" {
+				return usagef("unknown output format %q (text, json)", output)
+			}
+			if port < 1 || port > 65535 {
+				return usagef("--port %d is not a port number (1-65535)", port)
+			}
+			proto = strings.ToLower(proto)
+			if proto != "tcp" && proto != "udp" && proto != "sctp" {
+				return usagef("--protocol %q: tcp, udp or sctp", proto)
+			}
+			if err := needRoot(); err != nil {
+				return err
+			}
+			spec, m, err := lab.Model(args[0])
+			if err != nil {
+				return err
+			}
+			cells, err := probe.Run(cmd.Context(), spec, []probe.Target{{Protocol: proto, Port: port}}, probe.Options{Timeout: timeout})
+			if err != nil {
+				return err
+			}
+			var wrong []probe.Cell
+			for i := range cells {
+				src, _ := spec.Endpoint(cells[i].From)
+				dst, _ := spec.Endpoint(cells[i].To)
+				exp := m.Verdict(src, dst, proto, port).Allowed
+				cells[i].Expected = &exp
+				if exp != cells[i].Allowed {
+					wrong = append(wrong, cells[i])
+				}
+			}
+			if output == "json" {
+				if err := writeJSON(e.stdout, probeView{Lab: spec.Name, Port: port, Protocol: proto, Results: cells}); err != nil {
+					return err
+				}
+			} else {
+				printMatrix(e.stdout, spec, cells, proto, port)
+			}
+			if expect && len(wrong) > 0 {
+				fmt.Fprintf(e.stderr, "cnlab: %d of %d cells differ from the policy model:\n", len(wrong), len(cells))
+				for _, c := range wrong {
+					fmt.Fprintf(e.stderr, "  %s -> %s %s/%d: probed %s, expected %s\n", c.From, c.To, c.Protocol, c.Port, word(c.Allowed), word(*c.Expected))
+				}
+				return exitStatus(exitFail)
+			}
+			if expect {
+				fmt.Fprintf(e.stderr, "cnlab: all %d cells match the policy model\n", len(cells))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&port, "port", 80, "destination port")
+	f.StringVar(&proto, "protocol", "tcp", "tcp, udp or sctp")
+	f.BoolVar(&expect, "expect", false, "compare with the policy model; exit 1 on any difference")
+	f.StringVarP(&output, "output", "o", "", "output format: text or json")
+	f.DurationVar(&timeout, "timeout", time.Second, "time after which an unanswered attempt counts as denied")
+	return cmd
+}
+
+func word(allowed bool) string {
+	if allowed {
+		return "allowed"
+	}
+	return "denied"
+}
+
+// printMatrix prints rows (from) by columns (to): ✓ allowed, ✗ denied,
+// and a * after a cell that differs from the model.
+func printMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, proto string, port int) {
+	at := map[[2]string]probe.Cell{}
+	for _, c := range cells {
+		at[[2]string{c.From, c.To}] = c
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
+	fmt.Fprintf(tw, "%s/%d", proto, port)
+	for _, to := range spec.Endpoints {
+		fmt.Fprintf(tw, "\t%s", to.ID())
+	}
+	fmt.Fprintln(tw)
+	for _, from := range spec.Endpoints {
+		fmt.Fprint(tw, from.ID())
+		for _, to := range spec.Endpoints {
+			c, ok := at[[2]string{from.ID(), to.ID()}]
+			mark := "."
+			if ok {
+				mark = "✗"
+				if c.Allowed {
+					mark = "✓"
+				}
+				if c.Expected != nil && *c.Expected != c.Allowed {
+					mark += "*"
+				}
+			}
+			fmt.Fprintf(tw, "\t%s", mark)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "✓ allowed  ✗ denied  * differs from the policy model")
+}

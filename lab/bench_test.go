@@ -1,0 +1,127 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/internal/scenarios"
+	"github.com/cnlab/cnlab/internal/testutil"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// benchPolicies returns n NetworkPolicies, each letting the c pods of every
+// namespace reach x/a (app=web) on its own TCP port (10000+2i: never
+// adjacent, so no datapath can merge them). Each compiles into 3 IR rules.
+func benchPolicies(n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p%d, namespace: x}\nspec:\n  podSelector: {matchLabels: {app: web}}\n  ingress:\n  - from:\n    - namespaceSelector: {}\n      podSelector: {matchLabels: {pod: c}}\n    ports: [{port: %d}]\n---\n", i, 10000+2*i)
+	}
+	return b.String()
+}
+
+func compileFor(b *testing.B, spec *topology.Spec, pols []*policy.Policy) *policy.Compiled {
+	m, err := policy.NewModel(spec, pols)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := m.Compile()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// BenchmarkPolicyScale measures, per datapath and number of policies:
+//
+//	compile-s  parsing and compiling the policies (pure Go)
+//	apply-s    applying them all to an empty datapath
+//	change-s   changing one policy (its port) with all in place
+//	leave-s    the datapath update when an endpoint (z/c), matched as a
+//	           peer by every policy, goes away (and the changed policy is
+//	           changed back)
+//	endpoint-s the datapath update when it appears again
+//
+// Reproduce with:
+//
+//	go test -run '^$' -bench PolicyScale -benchtime 1x -count 5 -timeout 60m ./lab
+func BenchmarkPolicyScale(b *testing.B) {
+	testutil.RequireRoot(b)
+	for _, dp := range datapaths {
+		for _, n := range []int{10, 100, 1000, 10000} {
+			b.Run(fmt.Sprintf("%s/policies=%d", dp, n), func(b *testing.B) {
+				spec, err := topology.Parse([]byte(scenarios.Lab), "bench", topology.Overrides{Name: "bench-pol", Datapath: dp})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				if err := Up(ctx, spec, topology.UpOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				defer topology.Down(spec.Name, nil)
+				d, _ := datapath.New(dp)
+				// The same lab without z/c, for the endpoint measurement.
+				without := *spec
+				without.Endpoints = nil
+				for _, ep := range spec.Endpoints {
+					if ep.ID() != "z/c" {
+						without.Endpoints = append(without.Endpoints, ep)
+					}
+				}
+				src := benchPolicies(n)
+				var compile, apply, change, endpoint, leave time.Duration
+				for i := 0; i < b.N; i++ {
+					if err := d.Apply(ctx, spec, compileFor(b, spec, nil)); err != nil {
+						b.Fatal(err)
+					}
+					t0 := time.Now()
+					pols, err := policy.Parse([]byte(src), "bench.yaml")
+					if err != nil {
+						b.Fatal(err)
+					}
+					c := compileFor(b, spec, pols)
+					compile += time.Since(t0)
+
+					t0 = time.Now()
+					if err := d.Apply(ctx, spec, c); err != nil {
+						b.Fatal(err)
+					}
+					apply += time.Since(t0)
+
+					pols2, _ := policy.Parse([]byte(strings.Replace(src, "ports: [{port: 10000}]", "ports: [{port: 9999}]", 1)), "bench.yaml")
+					c2 := compileFor(b, spec, pols2)
+					t0 = time.Now()
+					if err := d.Apply(ctx, spec, c2); err != nil {
+						b.Fatal(err)
+					}
+					change += time.Since(t0)
+
+					cw := compileFor(b, &without, pols)
+					t0 = time.Now()
+					if err := d.Apply(ctx, &without, cw); err != nil {
+						b.Fatal(err)
+					}
+					leave += time.Since(t0)
+					c3 := compileFor(b, spec, pols)
+					t0 = time.Now()
+					if err := d.Apply(ctx, spec, c3); err != nil {
+						b.Fatal(err)
+					}
+					endpoint += time.Since(t0)
+					b.ReportMetric(float64(len(c.Rules)), "rules")
+				}
+				per := func(d time.Duration) float64 { return d.Seconds() / float64(b.N) }
+				b.ReportMetric(per(compile), "compile-s")
+				b.ReportMetric(per(apply), "apply-s")
+				b.ReportMetric(per(change), "change-s")
+				b.ReportMetric(per(endpoint), "endpoint-s")
+				b.ReportMetric(per(leave), "leave-s")
+			})
+		}
+	}
+}
