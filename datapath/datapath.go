@@ -142,3 +142,29 @@ func EnableBridgeNetfilter(hostNetns string) error {
 		return netns.SetSysctl("net/bridge/bridge-nf-call-iptables", "1")
 	})
 }
+
+// ApplyHosts runs the update every datapath makes on each host: render what
+// the host should have, load what it had from the last apply, let update
+// send the difference (in one atomic transaction), and record the new
+// state. S is the datapath's own state type.
+func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, name string,
+	render func(host string) S, update func(ctx context.Context, ns string, have, want S) error) error {
+	if len(lab.Hosts) == 0 {
+		return ErrNoHosts
+	}
+	for _, h := range lab.Hosts {
+		want := render(h.Name)
+		path := StatePath(lab.Name, name, h.Name)
+		var have S
+		if err := LoadState(path, &have); err != nil {
+			return fmt.Errorf("host %s: read datapath state: %w", h.Name, err)
+		}
+		if err := update(ctx, h.Netns, have, want); err != nil {
+			return fmt.Errorf("host %s: %w", h.Name, err)
+		}
+		if err := SaveState(path, want); err != nil {
+			return fmt.Errorf("host %s: save datapath state: %w", h.Name, err)
+		}
+	}
+	return nil
+}

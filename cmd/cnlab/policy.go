@@ -135,8 +135,8 @@ func newPolicyShowCmd(e *env) *cobra.Command {
   cnlab policy show policy-lab --kernel     # also the datapath's own state (iptables-save, nft list)`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "" && output != "json" && output != "text" {
-				return usagef("unknown output format %q (text, json)", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			if err := needRoot(); err != nil {
 				return err

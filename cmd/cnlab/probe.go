@@ -38,8 +38,8 @@ parallel. With --expect, compare every cell with the policy model and exit
   cnlab probe policy-lab -o json | jq '.results[] | select(.allowed != .expected)'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "" && output != "json" && output != "text" {
-				return usagef("unknown output format %q (text, json)", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			if port < 1 || port > 65535 {
 				return usagef("--port %d is not a port number (1-65535)", port)

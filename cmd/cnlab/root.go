@@ -117,3 +117,11 @@ func needRoot() error {
 	}
 	return nil
 }
+
+// checkOutput validates an -o value.
+func checkOutput(output string) error {
+	if output != "" && output != "json" && output != "text" {
+		return usagef("unknown output format %q (text, json)", output)
+	}
+	return nil
+}

@@ -90,8 +90,8 @@ func newStatusCmd(e *env) *cobra.Command {
   cnlab status multi-host -o json | jq -r '.endpoints[] | .id + " " + .ip'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "" && output != "json" && output != "text" {
-				return usagef("unknown output format %q (text, json)", output)
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			if len(args) == 1 {
 				s, err := topology.Status(args[0])

@@ -79,29 +79,17 @@ type hostState struct {
 // Apply writes each host's chains, rewriting only those that changed and
 // removing those no longer needed, in one iptables-restore commit.
 func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
-	if len(lab.Hosts) == 0 {
-		return datapath.ErrNoHosts
-	}
 	restore, _, _ := tools(lab)
-	for _, h := range lab.Hosts {
-		want := Render(lab, h.Name, c)
-		path := datapath.StatePath(lab.Name, Name, h.Name)
-		var have hostState
-		if err := datapath.LoadState(path, &have); err != nil {
-			return fmt.Errorf("host %s: read datapath state: %w", h.Name, err)
-		}
-		script := diffScript(have.Chains, want.Chains)
-		if script == "" {
-			continue
-		}
-		if _, err := datapath.Run(ctx, h.Netns, []byte(script), restore, "-w", "--noflush"); err != nil {
-			return fmt.Errorf("host %s: %w", h.Name, err)
-		}
-		if err := datapath.SaveState(path, want); err != nil {
-			return fmt.Errorf("host %s: save datapath state: %w", h.Name, err)
-		}
-	}
-	return nil
+	return datapath.ApplyHosts(ctx, lab, Name,
+		func(host string) hostState { return Render(lab, host, c) },
+		func(ctx context.Context, ns string, have, want hostState) error {
+			script := diffScript(have.Chains, want.Chains)
+			if script == "" {
+				return nil
+			}
+			_, err := datapath.Run(ctx, ns, []byte(script), restore, "-w", "--noflush")
+			return err
+		})
 }
 
 // diffScript returns an iptables-restore script that turns the chains in

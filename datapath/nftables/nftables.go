@@ -116,30 +116,21 @@ type hostState struct {
 // ones in one transaction. If the kernel refuses the incremental change,
 // the sets are flushed and refilled, still in one transaction.
 func (d nft) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
-	if len(lab.Hosts) == 0 {
-		return datapath.ErrNoHosts
-	}
-	for _, h := range lab.Hosts {
-		want := Render(lab, h.Name, c)
-		path := datapath.StatePath(lab.Name, Name, h.Name)
-		var have hostState
-		if err := datapath.LoadState(path, &have); err != nil {
-			return fmt.Errorf("host %s: read datapath state: %w", h.Name, err)
-		}
-		script := diffScript(have.Sets, want.Sets)
-		if script == "" {
-			continue
-		}
-		if _, err := datapath.Run(ctx, h.Netns, []byte(script), "nft", "-f", "-"); err != nil {
-			if _, err2 := datapath.Run(ctx, h.Netns, []byte(fullScript(want.Sets)), "nft", "-f", "-"); err2 != nil {
-				return fmt.Errorf("host %s: %w", h.Name, err2)
+	return datapath.ApplyHosts(ctx, lab, Name,
+		func(host string) hostState { return Render(lab, host, c) },
+		func(ctx context.Context, ns string, have, want hostState) error {
+			script := diffScript(have.Sets, want.Sets)
+			if script == "" {
+				return nil
 			}
-		}
-		if err := datapath.SaveState(path, want); err != nil {
-			return fmt.Errorf("host %s: save datapath state: %w", h.Name, err)
-		}
-	}
-	return nil
+			if _, err := datapath.Run(ctx, ns, []byte(script), "nft", "-f", "-"); err != nil {
+				// The recorded state may not match the kernel (an earlier
+				// failure): rebuild every set from scratch.
+				_, err = datapath.Run(ctx, ns, []byte(fullScript(want.Sets)), "nft", "-f", "-")
+				return err
+			}
+			return nil
+		})
 }
 
 func elements(op, set string, elems []string) string {

@@ -1,0 +1,189 @@
+package nftables
+
+import (
+	"math/rand"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/cnlab/cnlab/internal/scenarios"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+func compiled(t *testing.T, yaml string) (*topology.Spec, *policy.Compiled) {
+	t.Helper()
+	lab, err := topology.Parse([]byte(scenarios.Lab), "lab", topology.Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pols []*policy.Policy
+	if yaml != "" {
+		if pols, err = policy.Parse([]byte(yaml), "p.yaml"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := policy.NewModel(lab, pols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lab, c
+}
+
+func (b Box) contains(ip netip.Addr, proto uint8, port uint16) bool {
+	return b.Peer.Contains(ip) && proto >= b.ProtoLo && proto <= b.ProtoHi && port >= b.PortLo && port <= b.PortHi
+}
+
+// TestDisjointMatchesRules checks, for every scenario, subject and
+// direction, that the set elements are pairwise disjoint (the kernel
+// refuses overlaps) and cover exactly the flows the IR rules match, on
+// endpoint addresses, random addresses, and ports around every bound.
+func TestDisjointMatchesRules(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	extra := `apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: overlap, namespace: x}
+spec:
+  endpointSelector: {}
+  ingress:
+  - fromCIDRSet: [{cidr: 10.0.0.0/8, except: [10.0.191.0/24]}]
+    toPorts: [{ports: [{port: "80", endPort: 90, protocol: TCP}]}]
+  - fromCIDR: [10.0.191.0/25, 10.0.191.11/32]
+    toPorts: [{ports: [{port: "85", endPort: 100, protocol: TCP}, {port: "81", protocol: UDP}]}]
+  - fromCIDR: [10.0.191.0/28]
+  - fromEndpoints: [{matchLabels: {pod: b}}]
+    toPorts: [{ports: [{port: "0", protocol: ANY}]}]
+`
+	all := append([]scenarios.Scenario{{Name: "overlapping cidrs", Policies: extra}}, scenarios.All...)
+	for _, sc := range all {
+		lab, c := compiled(t, sc.Policies)
+		var ips []netip.Addr
+		for _, ep := range lab.Endpoints {
+			ips = append(ips, ep.IP)
+		}
+		for i := 0; i < 50; i++ {
+			ips = append(ips, netip.AddrFrom4([4]byte{10, byte(rng.Intn(2)), byte(190 + rng.Intn(4)), byte(rng.Intn(256))}))
+		}
+		for _, id := range c.Identities {
+			for _, dir := range []policy.Dir{policy.Ingress, policy.Egress} {
+				for _, deny := range []bool{false, true} {
+					var rules []policy.Entry
+					for _, r := range c.RulesFor(id.ID, dir) {
+						if r.Deny == deny {
+							rules = append(rules, r)
+						}
+					}
+					boxes := Disjoint(c, rules)
+					ports := []uint16{0, 1, 79, 80, 81, 82, 84, 85, 89, 90, 91, 100, 101, 10000, 65535}
+					for _, ip := range ips {
+						for _, proto := range []uint8{1, 6, 17, 132} {
+							for _, port := range ports {
+								want := false
+								for _, r := range rules {
+									if ruleHas(c, r, ip, proto, port) {
+										want = true
+									}
+								}
+								n := 0
+								for _, b := range boxes {
+									if b.contains(ip, proto, port) {
+										n++
+									}
+								}
+								if n > 1 {
+									t.Fatalf("%s: identity %d %s: %d elements overlap at %s %d/%d", sc.Name, id.ID, dir, n, ip, proto, port)
+								}
+								if (n == 1) != want {
+									t.Fatalf("%s: identity %d %s deny=%v: %s proto %d port %d: elements say %v, rules %v",
+										sc.Name, id.ID, dir, deny, ip, proto, port, n == 1, want)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// ruleHas mirrors the IR's own matching on an address.
+func ruleHas(c *policy.Compiled, r policy.Entry, ip netip.Addr, proto uint8, port uint16) bool {
+	in := false
+	for _, p := range c.PeerPrefixes(r) {
+		if p.Contains(ip) {
+			in = true
+		}
+	}
+	if !in {
+		return false
+	}
+	if r.Proto == policy.ProtoAny {
+		return true
+	}
+	return r.Proto == proto && (r.PortLo == 0 || (port >= r.PortLo && port <= r.PortHi))
+}
+
+func TestRenderAndDiff(t *testing.T) {
+	lab, c := compiled(t, `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: p, namespace: x}
+spec:
+  podSelector: {matchLabels: {pod: a}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {pod: b}}}]
+    ports: [{port: 80}]
+  - from: [{ipBlock: {cidr: 10.0.191.0/24}}]
+    ports: [{port: 81, endPort: 82}]
+`)
+	st := Render(lab, "flip", c)
+	if got := st.Sets["in_enf"]; len(got) != 1 || got[0] != "10.0.192.10" {
+		t.Errorf("in_enf = %v", got)
+	}
+	// x/b (10.0.191.11) is in both rules: its atom gets the merged ports
+	// 80-82, and the rest of the /24 is split around it into 8 prefixes.
+	if got := st.Sets["in_allow_x"]; len(got) != 0 {
+		t.Errorf("in_allow_x = %v", got)
+	}
+	got := st.Sets["in_allow"]
+	if len(got) != 9 || !contains(got, "10.0.192.10 . 10.0.191.11/32 . 6 . 80-82") || !contains(got, "10.0.192.10 . 10.0.191.128/25 . 6 . 81-82") {
+		t.Errorf("in_allow = %v", got)
+	}
+	// A single exact flow goes to the hash set.
+	lab1, c1 := compiled(t, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: x}\nspec:\n  podSelector: {matchLabels: {pod: a}}\n  ingress:\n  - from: [{podSelector: {matchLabels: {pod: b}}}]\n    ports: [{port: 80}]\n")
+	st = Render(lab1, "flip", c1)
+	if got := st.Sets["in_allow_x"]; len(got) != 1 || got[0] != "10.0.192.10 . 10.0.191.11 . 6 . 80" {
+		t.Errorf("in_allow_x = %v", got)
+	}
+	if other := Render(lab, "flap", c); len(other.Sets) != 0 {
+		t.Errorf("flap enforces nothing, got %v", other.Sets)
+	}
+	script := diffScript(nil, st.Sets)
+	for _, want := range []string{
+		"add element inet cnlab in_allow_x { 10.0.192.10 . 10.0.191.11 . 6 . 80 }",
+		"add element inet cnlab in_enf { 10.0.192.10 }",
+	} {
+		if !strings.Contains(script, want) {
+			t.Errorf("script lacks %q:\n%s", want, script)
+		}
+	}
+	if diffScript(st.Sets, st.Sets) != "" {
+		t.Error("no change must send nothing")
+	}
+	next := map[string][]string{"in_enf": st.Sets["in_enf"]}
+	if s := diffScript(st.Sets, next); !strings.Contains(s, "delete element inet cnlab in_allow_x { 10.0.192.10 . 10.0.191.11 . 6 . 80 }") || strings.Contains(s, "in_enf") {
+		t.Errorf("diff:\n%s", s)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
