@@ -152,19 +152,47 @@ func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, name string,
 	if len(lab.Hosts) == 0 {
 		return ErrNoHosts
 	}
+	type done struct {
+		netns, path string
+		have, want  S
+	}
+	var applied []done
+	// rollback puts the hosts already updated back to what they had, so a
+	// failure on one host does not leave the lab half on the new policy.
+	rollback := func(cause error) error {
+		var errs []error
+		for i := len(applied) - 1; i >= 0; i-- {
+			d := applied[i]
+			if err := update(context.WithoutCancel(ctx), d.netns, d.want, d.have); err != nil {
+				errs = append(errs, fmt.Errorf("roll back %s: %w", d.netns, err))
+				continue
+			}
+			if err := SaveState(d.path, d.have); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) > 0 {
+			return fmt.Errorf("%w; rolling back the other hosts failed too: %w", cause, errors.Join(errs...))
+		}
+		if len(applied) > 0 {
+			return fmt.Errorf("%w (the %d hosts already updated were rolled back)", cause, len(applied))
+		}
+		return cause
+	}
 	for _, h := range lab.Hosts {
 		want := render(h.Name)
 		path := StatePath(lab.Name, name, h.Name)
 		var have S
 		if err := LoadState(path, &have); err != nil {
-			return fmt.Errorf("host %s: read datapath state: %w", h.Name, err)
+			return rollback(fmt.Errorf("host %s: read datapath state: %w", h.Name, err))
 		}
 		if err := update(ctx, h.Netns, have, want); err != nil {
-			return fmt.Errorf("host %s: %w", h.Name, err)
+			return rollback(fmt.Errorf("host %s: %w", h.Name, err))
 		}
 		if err := SaveState(path, want); err != nil {
-			return fmt.Errorf("host %s: save datapath state: %w", h.Name, err)
+			return rollback(fmt.Errorf("host %s: save datapath state: %w", h.Name, err))
 		}
+		applied = append(applied, done{h.Netns, path, have, want})
 	}
 	return nil
 }

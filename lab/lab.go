@@ -34,7 +34,7 @@ func Available(name string) bool {
 }
 
 // Up builds the lab and sets its datapath up with no policy (everything
-// allowed). A failure tears the lab down again.
+// allowed), all under the lab's lock. A failure tears the lab down again.
 func Up(ctx context.Context, spec *topology.Spec, o topology.UpOptions) error {
 	var dp datapath.Datapath
 	if spec.Chain == nil {
@@ -43,23 +43,19 @@ func Up(ctx context.Context, spec *topology.Spec, o topology.UpOptions) error {
 			return &topology.InputError{File: spec.Source, Path: "datapath", Msg: err.Error()}
 		}
 	}
-	if err := topology.Up(ctx, spec, o); err != nil {
-		return err
-	}
-	if dp == nil {
-		return nil
-	}
-	err := dp.Setup(ctx, spec)
-	if err == nil {
-		err = applyLocked(ctx, spec, dp, nil)
-	}
-	if err != nil {
-		if derr := topology.Down(spec.Name, nil); derr != nil {
-			return fmt.Errorf("set up datapath %s: %w; tearing the lab down also failed: %w", spec.Datapath, err, derr)
+	if dp != nil {
+		o.AfterBuild = func(ctx context.Context, spec *topology.Spec) error {
+			err := dp.Setup(ctx, spec)
+			if err == nil {
+				err = applyLocked(ctx, spec, dp, nil)
+			}
+			if err != nil {
+				return fmt.Errorf("set up datapath %s: %w", spec.Datapath, err)
+			}
+			return nil
 		}
-		return fmt.Errorf("set up datapath %s: %w (the lab was torn down)", spec.Datapath, err)
 	}
-	return nil
+	return topology.Up(ctx, spec, o)
 }
 
 func policiesPath(lab string) string { return filepath.Join(topology.StateDir, lab, "policies.yaml") }
@@ -83,17 +79,20 @@ func Policies(lab string) ([]*policy.Policy, error) {
 	return pols, nil
 }
 
-func savePolicies(lab string, pols []*policy.Policy) error {
+// stagePolicies writes the new policy set next to the current one and
+// returns the function that makes it current (a rename): the set is staged
+// before the datapath changes and committed only if it took them.
+func stagePolicies(lab string, pols []*policy.Policy) (commit func() error, err error) {
 	var b strings.Builder
 	for _, p := range pols {
 		b.WriteString(p.Raw)
 		b.WriteString("---\n")
 	}
-	tmp := policiesPath(lab) + ".tmp"
+	tmp := policiesPath(lab) + ".new"
 	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
-		return err
+		return nil, fmt.Errorf("store policies: %w", err)
 	}
-	return os.Rename(tmp, policiesPath(lab))
+	return func() error { return os.Rename(tmp, policiesPath(lab)) }, nil
 }
 
 func key(p *policy.Policy) string { return p.Kind + " " + p.Key() }
@@ -108,7 +107,7 @@ type Change struct {
 // and makes the datapath enforce the new set. Nothing is stored unless the
 // datapath took it.
 func Apply(ctx context.Context, labName string, pols []*policy.Policy) (*Change, error) {
-	return modify(ctx, labName, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
+	return modify(ctx, labName, false, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
 		idx := map[string]int{}
 		for i, p := range cur {
 			idx[key(p)] = i
@@ -135,7 +134,7 @@ func Apply(ctx context.Context, labName string, pols []*policy.Policy) (*Change,
 // Delete removes policies by "namespace/name" (or a bare name when only
 // one policy has it), or all of them.
 func Delete(ctx context.Context, labName string, names []string, all bool) (*Change, error) {
-	return modify(ctx, labName, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
+	return modify(ctx, labName, all, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
 		if all {
 			for _, p := range cur {
 				ch.Deleted = append(ch.Deleted, p.Ref())
@@ -196,7 +195,11 @@ func keysOf(ps []*policy.Policy) []string {
 	return out
 }
 
-func modify(ctx context.Context, labName string, f func([]*policy.Policy, *Change) ([]*policy.Policy, error)) (*Change, error) {
+// modify runs f on the lab's policies and enforces the result. With
+// tolerateBad, stored policies that no longer parse (written by another
+// cnlab version) are dropped instead of blocking the change: delete --all
+// must always be able to clean up.
+func modify(ctx context.Context, labName string, tolerateBad bool, f func([]*policy.Policy, *Change) ([]*policy.Policy, error)) (*Change, error) {
 	unlock, err := topology.Lock(labName)
 	if err != nil {
 		return nil, err
@@ -214,7 +217,7 @@ func modify(ctx context.Context, labName string, f func([]*policy.Policy, *Chang
 		return nil, err
 	}
 	cur, err := Policies(labName)
-	if err != nil {
+	if err != nil && !tolerateBad {
 		return nil, err
 	}
 	ch := &Change{}
@@ -222,14 +225,18 @@ func modify(ctx context.Context, labName string, f func([]*policy.Policy, *Chang
 	if err != nil {
 		return nil, err
 	}
+	commit, err := stagePolicies(labName, next)
+	if err != nil {
+		return nil, err
+	}
 	if err := applyLocked(ctx, spec, dp, next); err != nil {
 		return nil, err
 	}
-	m, _ := policy.NewModel(spec, next)
-	ch.Compiled, _ = m.Compile()
-	if err := savePolicies(labName, next); err != nil {
+	if err := commit(); err != nil {
 		return nil, fmt.Errorf("store policies: %w", err)
 	}
+	m, _ := policy.NewModel(spec, next)
+	ch.Compiled, _ = m.Compile()
 	return ch, nil
 }
 

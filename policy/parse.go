@@ -185,9 +185,11 @@ func (p *parser) networkPolicy(node *yaml.Node, ns string) (Spec, error) {
 		return s, err
 	}
 	s.Subject = sel
-	// policyTypes defaulting, as the API server does it.
-	ingress, egress := true, r.Egress != nil
-	if r.PolicyTypes != nil {
+	// policyTypes defaulting, as the API server does it
+	// (SetDefaults_NetworkPolicy): an empty list counts as unset, and
+	// Egress is added only when there are egress rules.
+	ingress, egress := true, r.Egress != nil && len(*r.Egress) > 0
+	if len(r.PolicyTypes) > 0 {
 		ingress, egress = false, false
 		for i, t := range r.PolicyTypes {
 			path := fmt.Sprintf("spec.policyTypes[%d]", i)
@@ -363,18 +365,22 @@ func parseCIDR(s string) (netip.Prefix, error) {
 // --- CiliumNetworkPolicy
 
 func (p *parser) ciliumPolicy(obj *rawObject, ns string) ([]Spec, error) {
-	switch {
-	case !isEmpty(&obj.Spec) && !isEmpty(&obj.Specs):
-		return nil, p.errf("specs", "give spec: or specs:, not both")
-	case !isEmpty(&obj.Spec):
+	if isEmpty(&obj.Spec) && isEmpty(&obj.Specs) {
+		return nil, p.errf("spec", "is required")
+	}
+	var out []Spec
+	if !isEmpty(&obj.Spec) {
 		s, err := p.cnpSpec(&obj.Spec, "spec", ns)
-		return []Spec{s}, err
-	case !isEmpty(&obj.Specs):
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	if !isEmpty(&obj.Specs) { // with spec:, both count, as in Cilium
 		var list []yaml.Node
 		if err := obj.Specs.Decode(&list); err != nil || len(list) == 0 {
 			return nil, p.errf("specs", "must be a non-empty list of rule specs")
 		}
-		var out []Spec
 		for i := range list {
 			s, err := p.cnpSpec(&list[i], fmt.Sprintf("specs[%d]", i), ns)
 			if err != nil {
@@ -382,9 +388,8 @@ func (p *parser) ciliumPolicy(obj *rawObject, ns string) ([]Spec, error) {
 			}
 			out = append(out, s)
 		}
-		return out, nil
 	}
-	return nil, p.errf("spec", "is required")
+	return out, nil
 }
 
 // ciliumKey maps a label key of a Cilium selector: the "k8s:" and "any:"
@@ -480,13 +485,18 @@ func (p *parser) cnpSpec(node *yaml.Node, base, ns string) (Spec, error) {
 	// in default deny at ingress, unless enableDefaultDeny says otherwise.
 	s.Ingress.Enforce = len(r.Ingress)+len(r.IngressDeny) > 0
 	s.Egress.Enforce = len(r.Egress)+len(r.EgressDeny) > 0
+	// enableDefaultDeny only speaks for a direction the rule has rules
+	// for, as in Cilium.
 	if d := r.EnableDefaultDeny; d != nil {
-		if d.Ingress != nil {
+		if d.Ingress != nil && s.Ingress.Enforce {
 			s.Ingress.Enforce = *d.Ingress
 		}
-		if d.Egress != nil {
+		if d.Egress != nil && s.Egress.Enforce {
 			s.Egress.Enforce = *d.Egress
 		}
+	}
+	if len(r.Ingress)+len(r.IngressDeny)+len(r.Egress)+len(r.EgressDeny) == 0 {
+		return s, p.errf(base, "has no ingress, ingressDeny, egress or egressDeny rules (Cilium refuses such a rule)")
 	}
 	return s, nil
 }
@@ -517,9 +527,16 @@ func (p *parser) cnpEgress(r rawCNPEgress, path, ns string) (Rule, error) {
 	return p.cnpRule(path, ns, "toEndpoints", r.ToEndpoints, "toCIDR", r.ToCIDR, "toCIDRSet", r.ToCIDRSet, r.ToPorts)
 }
 
-func (p *parser) cnpRule(path, ns, epField string, eps []rawSelector, cidrField string, cidrs []string,
+func (p *parser) cnpRule(path, ns, epField string, epsp *[]rawSelector, cidrField string, cidrs []string,
 	setField string, sets []rawCIDRSet, ports []rawPortRule) (Rule, error) {
 	rule := Rule{Path: path}
+	var eps []rawSelector
+	if epsp != nil {
+		eps = *epsp
+	}
+	if len(cidrs) > 0 && len(sets) > 0 {
+		return rule, p.errf(path, "combining %s and %s in one rule is not supported (as in Cilium): use two rules", cidrField, setField)
+	}
 	if len(eps) > 0 && len(cidrs)+len(sets) > 0 {
 		other := cidrField
 		if len(cidrs) == 0 {
@@ -534,8 +551,10 @@ func (p *parser) cnpRule(path, ns, epField string, eps []rawSelector, cidrField 
 			return rule, err
 		}
 		es := &EndpointSel{Pods: sel, CiliumKeys: true}
-		if !sel.mentions(PodNamespaceLabel) {
-			es.Namespace = ns // a namespaced policy selects its own namespace
+		if !sel.mentions(PodNamespaceLabel) && !sel.mentionsPrefix(NamespaceLabelPrefix) {
+			// A namespaced policy selects its own namespace, unless the
+			// selector speaks of namespaces itself (Cilium 1.14 and later).
+			es.Namespace = ns
 		}
 		rule.Peers = append(rule.Peers, Peer{Endpoints: es})
 	}
@@ -557,8 +576,9 @@ func (p *parser) cnpRule(path, ns, epField string, eps []rawSelector, cidrField 
 		}
 		rule.Peers = append(rule.Peers, Peer{CIDR: c, Except: except})
 	}
-	// An L4-only rule applies to every peer; an empty rule {} to none.
-	rule.AnyPeer = len(rule.Peers) == 0 && len(ports) > 0
+	// An L4-only rule applies to every peer; an empty rule {} to none, and
+	// so does an explicitly empty fromEndpoints/toEndpoints list.
+	rule.AnyPeer = len(rule.Peers) == 0 && len(ports) > 0 && epsp == nil
 	for i, pr := range ports {
 		pp := fmt.Sprintf("%s.toPorts[%d]", path, i)
 		if err := unsupported(pp, map[string]*yaml.Node{"rules": &pr.Rules, "originatingTLS": &pr.OriginatingTLS,
@@ -580,7 +600,7 @@ func (p *parser) cnpRule(path, ns, epField string, eps []rawSelector, cidrField 
 }
 
 func (p *parser) cnpPort(r rawPortProto, path string) (Port, error) {
-	proto := strings.ToUpper(r.Protocol)
+	proto := r.Protocol
 	if proto == "" {
 		proto = ANY
 	}
@@ -588,8 +608,14 @@ func (p *parser) cnpPort(r rawPortProto, path string) (Port, error) {
 		return Port{}, p.errf(path+".protocol", "unknown protocol %q (TCP, UDP, SCTP, ANY)", r.Protocol)
 	}
 	pr := Port{Protocol: proto}
+	if r.Port == "" {
+		return pr, p.errf(path+".port", `is required (use "0" for any port)`)
+	}
+	if len(r.Port) > 1 && r.Port[0] == '0' {
+		return pr, p.errf(path+".port", "%q has a leading zero (Cilium would read it as octal): write the decimal number", r.Port)
+	}
 	switch n, err := strconv.Atoi(r.Port); {
-	case r.Port == "" || (err == nil && n == 0):
+	case err == nil && n == 0:
 		// any port
 	case err == nil:
 		if n < 1 || n > 65535 {

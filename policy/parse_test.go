@@ -47,7 +47,11 @@ func TestParseBadInput(t *testing.T) {
 		{"duplicate policy", npHead + "spec: {podSelector: {}}\n---\n" + npHead + "spec: {podSelector: {}}\n", "document 2 (NetworkPolicy x/p): metadata.name: NetworkPolicy x/p is defined twice in this file (also document 1)"},
 		{"second document bad", npHead + "spec: {podSelector: {}}\n---\nkind: Pod\n", `f.yaml: document 2: kind: "Pod" is not supported`},
 		{"cnp no selector", cnpHead + "spec: {ingress: [{}]}\n", "spec.endpointSelector: is required"},
-		{"cnp spec and specs", cnpHead + "spec: {endpointSelector: {}}\nspecs: [{endpointSelector: {}}]\n", "specs: give spec: or specs:, not both"},
+		{"cnp no rules", cnpHead + "spec: {endpointSelector: {}}\n", "spec: has no ingress, ingressDeny, egress or egressDeny rules"},
+		{"cnp cidr and cidrset", cnpHead + "spec: {endpointSelector: {}, ingress: [{fromCIDR: [10.0.0.0/8], fromCIDRSet: [{cidr: 10.0.0.0/8}]}]}\n", "spec.ingress[0]: combining fromCIDR and fromCIDRSet in one rule is not supported"},
+		{"cnp empty port", cnpHead + "spec: {endpointSelector: {}, ingress: [{toPorts: [{ports: [{protocol: TCP}]}]}]}\n", `spec.ingress[0].toPorts[0].ports[0].port: is required (use "0" for any port)`},
+		{"cnp leading zero", cnpHead + "spec: {endpointSelector: {}, ingress: [{toPorts: [{ports: [{port: '080'}]}]}]}\n", `spec.ingress[0].toPorts[0].ports[0].port: "080" has a leading zero`},
+		{"cnp lower-case protocol", cnpHead + "spec: {endpointSelector: {}, ingress: [{toPorts: [{ports: [{port: '80', protocol: tcp}]}]}]}\n", `unknown protocol "tcp" (TCP, UDP, SCTP, ANY)`},
 		{"cnp L7", cnpHead + "spec: {endpointSelector: {}, ingress: [{toPorts: [{ports: [{port: '80'}], rules: {http: [{method: GET}]}}]}]}\n", "spec.ingress[0].toPorts[0].rules: L7 policy is not supported yet (cnlab enforces L3/L4)"},
 		{"cnp fqdn", cnpHead + "spec: {endpointSelector: {}, egress: [{toFQDNs: [{matchName: example.com}]}]}\n", "spec.egress[0].toFQDNs: is not supported yet"},
 		{"cnp entities", cnpHead + "spec: {endpointSelector: {}, ingress: [{fromEntities: [world]}]}\n", "spec.ingress[0].fromEntities: is not supported yet"},
@@ -85,6 +89,13 @@ func TestNamespaceMustExist(t *testing.T) {
 	_, err = NewModel(scenarioLab(t), pols)
 	if err == nil || !strings.Contains(err.Error(), `f.yaml#1: NetworkPolicy prod/p: metadata.namespace: namespace "prod" does not exist in lab scen (namespaces: default, x, y, z)`) {
 		t.Errorf("got %v", err)
+	}
+}
+
+func TestCiliumSpecAndSpecsAddUp(t *testing.T) {
+	pols, err := Parse([]byte(cnpHead+"spec: {endpointSelector: {}, ingress: [{}]}\nspecs: [{endpointSelector: {}, egress: [{}]}]\n"), "f.yaml")
+	if err != nil || len(pols[0].Specs) != 2 {
+		t.Fatalf("spec + specs: %v", err)
 	}
 }
 

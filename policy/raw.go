@@ -118,7 +118,7 @@ type rawDefaultDeny struct {
 }
 
 type rawCNPIngress struct {
-	FromEndpoints  []rawSelector `yaml:"fromEndpoints"`
+	FromEndpoints  *[]rawSelector `yaml:"fromEndpoints"`
 	FromCIDR       []string      `yaml:"fromCIDR"`
 	FromCIDRSet    []rawCIDRSet  `yaml:"fromCIDRSet"`
 	ToPorts        []rawPortRule `yaml:"toPorts"`
@@ -131,7 +131,7 @@ type rawCNPIngress struct {
 }
 
 type rawCNPEgress struct {
-	ToEndpoints    []rawSelector `yaml:"toEndpoints"`
+	ToEndpoints    *[]rawSelector `yaml:"toEndpoints"`
 	ToCIDR         []string      `yaml:"toCIDR"`
 	ToCIDRSet      []rawCIDRSet  `yaml:"toCIDRSet"`
 	ToPorts        []rawPortRule `yaml:"toPorts"`

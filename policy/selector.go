@@ -79,6 +79,22 @@ func (s Selector) mentions(key string) bool {
 	return false
 }
 
+// mentionsPrefix reports whether the selector constrains a key with that
+// prefix.
+func (s Selector) mentionsPrefix(prefix string) bool {
+	for k := range s.MatchLabels {
+		if strings.HasPrefix(k, prefix) {
+			return true
+		}
+	}
+	for _, e := range s.Exprs {
+		if strings.HasPrefix(e.Key, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 func (s Selector) String() string {
 	if s.Empty() {
 		return "{}"

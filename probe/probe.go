@@ -65,6 +65,7 @@ func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) (
 	if o.Parallel <= 0 {
 		o.Parallel = 256
 	}
+	targets = append([]Target(nil), targets...) // normalized below; the caller's stay as given
 	for i, t := range targets {
 		t.Protocol = strings.ToLower(t.Protocol)
 		targets[i] = t
@@ -124,10 +125,10 @@ func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) (
 		}()
 	}
 	wg.Wait()
-	if err := ctx.Err(); err != nil {
+	if err := forgetUDP(lab, udpFlows); err != nil {
 		return nil, err
 	}
-	if err := forgetUDP(lab, udpFlows); err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	sort.SliceStable(cells, func(i, j int) bool {

@@ -46,6 +46,10 @@ func (e *AlreadyUpError) Is(target error) bool { return target == ErrAlreadyUp }
 type UpOptions struct {
 	Progress Progress
 	Workers  int // endpoints built in parallel (default 4)
+	// AfterBuild, if set, runs once the namespaces and links are up,
+	// still under the lab's lock (the datapath's setup); its failure tears
+	// the lab down like any other.
+	AfterBuild func(ctx context.Context, spec *Spec) error
 }
 
 // Up builds the lab in the kernel. If anything fails (or ctx is cancelled)
@@ -72,6 +76,9 @@ func Up(ctx context.Context, spec *Spec, o UpOptions) error {
 		b.workers = 4
 	}
 	err = b.build(ctx)
+	if err == nil && o.AfterBuild != nil {
+		err = o.AfterBuild(ctx, spec)
+	}
 	if err == nil {
 		st.Phase = PhaseUp
 		err = writeState(st)

@@ -242,14 +242,16 @@ func quote(s string) string {
 	return `"` + s + `"`
 }
 
-// fillerRules returns n rules that never match lab traffic: addresses from
-// the benchmarking range 198.18.0.0/15, which no lab uses, shaped like a
-// real policy rule (source, destination, protocol and port).
+// fillerRules returns n rules that never match lab traffic, shaped like a
+// real policy rule (source, destination, protocol and port): distinct
+// sources from the benchmarking range 198.18.0.0/15 (131,072 addresses,
+// more than topology.MaxFiller) towards TEST-NET-3, which no lab uses.
 func fillerRules(n int) []string {
 	out := make([]string, n)
 	for i := 0; i < n; i++ {
-		a, b := byte(i>>8), byte(i)
-		out[i] = fmt.Sprintf("-s 198.18.%d.%d/32 -d 198.19.%d.%d/32 -p tcp -m tcp --dport %d -j ACCEPT", a, b, a, b, 1024+i%60000)
+		v := 198<<24 | 18<<16 + uint32(i)
+		out[i] = fmt.Sprintf("-s %d.%d.%d.%d/32 -d 203.0.113.1/32 -p tcp -m tcp --dport %d -j ACCEPT",
+			byte(v>>24), byte(v>>16), byte(v>>8), byte(v), 1024+i%60000)
 	}
 	return out
 }

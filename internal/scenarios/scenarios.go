@@ -28,6 +28,12 @@ var All = []Scenario{
 	{Name: "deny all both ways in x", Policies: np("x", "deny-both", "  podSelector: {}\n  policyTypes: [Ingress, Egress]\n"),
 		Expect: []Cell{deny("x/a", "y/a", "TCP", 80), deny("y/a", "x/a", "TCP", 80), allow("y/a", "z/b", "UDP", 80)}},
 
+	{Name: "egress: [] does not isolate egress", Policies: np("x", "empty-egress", "  podSelector: {}\n  egress: []\n"),
+		Expect: []Cell{allow("x/a", "y/a", "TCP", 80), deny("y/a", "x/a", "TCP", 80)}},
+
+	{Name: "policyTypes: [] counts as unset", Policies: np("x", "empty-types", "  podSelector: {}\n  policyTypes: []\n"),
+		Expect: []Cell{deny("y/a", "x/a", "TCP", 80), allow("x/a", "y/a", "TCP", 80)}},
+
 	{Name: "ingress: [] in policyTypes Ingress denies all", Policies: np("y", "empty-list", "  podSelector: {}\n  policyTypes: [Ingress]\n  ingress: []\n"),
 		Expect: []Cell{deny("x/a", "y/a", "TCP", 80), allow("y/a", "x/a", "TCP", 80)}},
 
@@ -130,8 +136,14 @@ var All = []Scenario{
 	{Name: "cilium: fromEndpoints in another namespace", Policies: cnp("x", "from-y-web", "  endpointSelector:\n    matchLabels: {app: web}\n  ingress:\n  - fromEndpoints:\n    - matchLabels:\n        k8s:io.kubernetes.pod.namespace: y\n        k8s:app: web\n"),
 		Expect: []Cell{allow("y/a", "x/a", "TCP", 80), deny("y/b", "x/a", "TCP", 80), deny("x/b", "x/a", "TCP", 80), allow("z/b", "x/c", "TCP", 80)}},
 
-	{Name: "cilium: namespace labels in a selector", Policies: cnp("z", "from-back", "  endpointSelector: {}\n  ingress:\n  - fromEndpoints:\n    - matchLabels:\n        io.cilium.k8s.namespace.labels.tier: back\n"),
-		Expect: []Cell{deny("y/a", "z/a", "TCP", 80), deny("z/b", "z/a", "TCP", 80)}},
+	{Name: "cilium: namespace labels in a selector reach other namespaces", Policies: cnp("z", "from-back", "  endpointSelector: {}\n  ingress:\n  - fromEndpoints:\n    - matchLabels:\n        io.cilium.k8s.namespace.labels.tier: back\n"),
+		Expect: []Cell{allow("y/a", "z/a", "TCP", 80), deny("x/a", "z/a", "TCP", 80), deny("z/b", "z/a", "TCP", 80)}},
+
+	{Name: "cilium: explicit empty fromEndpoints selects nobody", Policies: cnp("y", "empty-eps", "  endpointSelector: {}\n  ingress:\n  - fromEndpoints: []\n    toPorts:\n    - ports:\n      - {port: \"80\", protocol: TCP}\n"),
+		Expect: []Cell{deny("x/a", "y/a", "TCP", 80), deny("y/b", "y/a", "TCP", 80), allow("y/a", "x/a", "TCP", 80)}},
+
+	{Name: "cilium: enableDefaultDeny ignores directions without rules", Policies: cnp("x", "egress-only", "  endpointSelector: {}\n  enableDefaultDeny: {ingress: true}\n  egress:\n  - toEndpoints:\n    - {}\n"),
+		Expect: []Cell{allow("y/a", "x/a", "TCP", 80), allow("x/a", "x/b", "TCP", 80), deny("x/a", "y/a", "TCP", 80)}},
 
 	{Name: "cilium: namespace labels with the namespace key", Policies: cnp("z", "from-back2", "  endpointSelector: {}\n  ingress:\n  - fromEndpoints:\n    - matchExpressions:\n      - {key: io.kubernetes.pod.namespace, operator: Exists}\n      matchLabels:\n        io.cilium.k8s.namespace.labels.tier: back\n"),
 		Expect: []Cell{allow("y/a", "z/a", "TCP", 80), deny("x/a", "z/a", "TCP", 80), deny("z/b", "z/a", "TCP", 80)}},
