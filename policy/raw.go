@@ -119,30 +119,30 @@ type rawDefaultDeny struct {
 
 type rawCNPIngress struct {
 	FromEndpoints  *[]rawSelector `yaml:"fromEndpoints"`
-	FromCIDR       []string      `yaml:"fromCIDR"`
-	FromCIDRSet    []rawCIDRSet  `yaml:"fromCIDRSet"`
-	ToPorts        []rawPortRule `yaml:"toPorts"`
-	FromEntities   yaml.Node     `yaml:"fromEntities"`
-	FromRequires   yaml.Node     `yaml:"fromRequires"`
-	FromGroups     yaml.Node     `yaml:"fromGroups"`
-	FromNodes      yaml.Node     `yaml:"fromNodes"`
-	ICMPs          yaml.Node     `yaml:"icmps"`
-	Authentication yaml.Node     `yaml:"authentication"`
+	FromCIDR       []string       `yaml:"fromCIDR"`
+	FromCIDRSet    []rawCIDRSet   `yaml:"fromCIDRSet"`
+	ToPorts        []rawPortRule  `yaml:"toPorts"`
+	FromEntities   yaml.Node      `yaml:"fromEntities"`
+	FromRequires   yaml.Node      `yaml:"fromRequires"`
+	FromGroups     yaml.Node      `yaml:"fromGroups"`
+	FromNodes      yaml.Node      `yaml:"fromNodes"`
+	ICMPs          yaml.Node      `yaml:"icmps"`
+	Authentication yaml.Node      `yaml:"authentication"`
 }
 
 type rawCNPEgress struct {
 	ToEndpoints    *[]rawSelector `yaml:"toEndpoints"`
-	ToCIDR         []string      `yaml:"toCIDR"`
-	ToCIDRSet      []rawCIDRSet  `yaml:"toCIDRSet"`
-	ToPorts        []rawPortRule `yaml:"toPorts"`
-	ToEntities     yaml.Node     `yaml:"toEntities"`
-	ToFQDNs        yaml.Node     `yaml:"toFQDNs"`
-	ToServices     yaml.Node     `yaml:"toServices"`
-	ToRequires     yaml.Node     `yaml:"toRequires"`
-	ToGroups       yaml.Node     `yaml:"toGroups"`
-	ToNodes        yaml.Node     `yaml:"toNodes"`
-	ICMPs          yaml.Node     `yaml:"icmps"`
-	Authentication yaml.Node     `yaml:"authentication"`
+	ToCIDR         []string       `yaml:"toCIDR"`
+	ToCIDRSet      []rawCIDRSet   `yaml:"toCIDRSet"`
+	ToPorts        []rawPortRule  `yaml:"toPorts"`
+	ToEntities     yaml.Node      `yaml:"toEntities"`
+	ToFQDNs        yaml.Node      `yaml:"toFQDNs"`
+	ToServices     yaml.Node      `yaml:"toServices"`
+	ToRequires     yaml.Node      `yaml:"toRequires"`
+	ToGroups       yaml.Node      `yaml:"toGroups"`
+	ToNodes        yaml.Node      `yaml:"toNodes"`
+	ICMPs          yaml.Node      `yaml:"icmps"`
+	Authentication yaml.Node      `yaml:"authentication"`
 }
 
 type rawCIDRSet struct {
