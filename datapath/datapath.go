@@ -148,7 +148,7 @@ func EnableBridgeNetfilter(hostNetns string) error {
 // send the difference (in one atomic transaction), and record the new
 // state. S is the datapath's own state type.
 func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, name string,
-	render func(host string) S, update func(ctx context.Context, ns string, have, want S) error) error {
+	render func(host string) S, update func(ctx context.Context, ns string, have S, want *S) error) error {
 	if len(lab.Hosts) == 0 {
 		return ErrNoHosts
 	}
@@ -163,11 +163,12 @@ func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, name string,
 		var errs []error
 		for i := len(applied) - 1; i >= 0; i-- {
 			d := applied[i]
-			if err := update(context.WithoutCancel(ctx), d.netns, d.want, d.have); err != nil {
+			back := d.have
+			if err := update(context.WithoutCancel(ctx), d.netns, d.want, &back); err != nil {
 				errs = append(errs, fmt.Errorf("roll back %s: %w", d.netns, err))
 				continue
 			}
-			if err := SaveState(d.path, d.have); err != nil {
+			if err := SaveState(d.path, back); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -186,7 +187,7 @@ func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, name string,
 		if err := LoadState(path, &have); err != nil {
 			return rollback(fmt.Errorf("host %s: read datapath state: %w", h.Name, err))
 		}
-		if err := update(ctx, h.Netns, have, want); err != nil {
+		if err := update(ctx, h.Netns, have, &want); err != nil {
 			return rollback(fmt.Errorf("host %s: %w", h.Name, err))
 		}
 		if err := SaveState(path, want); err != nil {

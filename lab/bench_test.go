@@ -46,6 +46,7 @@ func compileFor(b *testing.B, spec *topology.Spec, pols []*policy.Policy) *polic
 //	           peer by every policy, goes away (and the changed policy is
 //	           changed back)
 //	endpoint-s the datapath update when it appears again
+//	clear-s    removing every policy (policy delete --all)
 //
 // Reproduce with:
 //
@@ -74,11 +75,8 @@ func BenchmarkPolicyScale(b *testing.B) {
 					}
 				}
 				src := benchPolicies(n)
-				var compile, apply, change, endpoint, leave time.Duration
+				var compile, apply, change, endpoint, leave, clear time.Duration
 				for i := 0; i < b.N; i++ {
-					if err := d.Apply(ctx, spec, compileFor(b, spec, nil)); err != nil {
-						b.Fatal(err)
-					}
 					t0 := time.Now()
 					pols, err := policy.Parse([]byte(src), "bench.yaml")
 					if err != nil {
@@ -113,6 +111,13 @@ func BenchmarkPolicyScale(b *testing.B) {
 						b.Fatal(err)
 					}
 					endpoint += time.Since(t0)
+
+					empty := compileFor(b, spec, nil)
+					t0 = time.Now()
+					if err := d.Apply(ctx, spec, empty); err != nil {
+						b.Fatal(err)
+					}
+					clear += time.Since(t0)
 					b.ReportMetric(float64(len(c.Rules)), "rules")
 				}
 				per := func(d time.Duration) float64 { return d.Seconds() / float64(b.N) }
@@ -121,6 +126,7 @@ func BenchmarkPolicyScale(b *testing.B) {
 				b.ReportMetric(per(change), "change-s")
 				b.ReportMetric(per(endpoint), "endpoint-s")
 				b.ReportMetric(per(leave), "leave-s")
+				b.ReportMetric(per(clear), "clear-s")
 			})
 		}
 	}

@@ -40,7 +40,11 @@ func Up(ctx context.Context, spec *topology.Spec, o topology.UpOptions) error {
 	if spec.Chain == nil {
 		var err error
 		if dp, err = datapath.New(spec.Datapath); err != nil {
-			return &topology.InputError{File: spec.Source, Path: "datapath", Msg: err.Error()}
+			msg := err.Error()
+			if spec.Datapath == "ebpf" {
+				msg = "the ebpf datapath is not built yet: use iptables or nftables"
+			}
+			return &topology.InputError{File: spec.Source, Path: "datapath", Msg: msg}
 		}
 	}
 	if dp != nil {
@@ -132,8 +136,10 @@ func Apply(ctx context.Context, labName string, pols []*policy.Policy) (*Change,
 }
 
 // Delete removes policies by "namespace/name" (or a bare name when only
-// one policy has it), or all of them.
-func Delete(ctx context.Context, labName string, names []string, all bool) (*Change, error) {
+// one namespace has it), or all of them. kind, when set, restricts the
+// names to NetworkPolicy or CiliumNetworkPolicy; otherwise a name held by
+// both kinds deletes both.
+func Delete(ctx context.Context, labName string, names []string, all bool, kind string) (*Change, error) {
 	return modify(ctx, labName, all, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
 		if all {
 			for _, p := range cur {
@@ -145,6 +151,9 @@ func Delete(ctx context.Context, labName string, names []string, all bool) (*Cha
 		for _, n := range names {
 			var hit []*policy.Policy
 			for _, p := range cur {
+				if kind != "" && p.Kind != kind {
+					continue
+				}
 				if p.Key() == n || (!strings.Contains(n, "/") && p.Name == n) {
 					hit = append(hit, p)
 				}
@@ -160,7 +169,7 @@ func Delete(ctx context.Context, labName string, names []string, all bool) (*Cha
 				return nil, fmt.Errorf("%w (policies: %s)", &topology.NotFoundError{What: "policy", Name: n, Lab: labName}, strings.Join(have, ", "))
 			}
 			if !strings.Contains(n, "/") && len(namespacesOf(hit)) > 1 {
-				return nil, &topology.AmbiguousError{Name: n, Lab: labName, Candidates: keysOf(hit)}
+				return nil, &topology.AmbiguousError{What: "policy", Name: n, Lab: labName, Candidates: refsOf(hit)}
 			}
 			for _, p := range hit {
 				drop[p] = true
@@ -186,10 +195,10 @@ func namespacesOf(ps []*policy.Policy) map[string]bool {
 	return m
 }
 
-func keysOf(ps []*policy.Policy) []string {
+func refsOf(ps []*policy.Policy) []string {
 	var out []string
 	for _, p := range ps {
-		out = append(out, p.Key())
+		out = append(out, p.Ref())
 	}
 	sort.Strings(out)
 	return out
@@ -258,6 +267,9 @@ func Model(labName string) (*topology.Spec, *policy.Model, error) {
 	spec, err := topology.Open(labName)
 	if err != nil {
 		return nil, nil, err
+	}
+	if spec.Chain != nil {
+		return nil, nil, datapath.ErrNoHosts
 	}
 	pols, err := Policies(labName)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/scenarios"
 	"github.com/cnlab/cnlab/internal/testutil"
@@ -69,7 +70,7 @@ func TestScenarios(t *testing.T) {
 					if link == "vxlan" && i%3 != 0 {
 						continue // the overlay only changes the path: a third of the table
 					}
-					if _, err := Delete(ctx, spec.Name, nil, true); err != nil {
+					if _, err := Delete(ctx, spec.Name, nil, true, ""); err != nil {
 						t.Fatalf("%s: delete: %v", sc.Name, err)
 					}
 					var pols []*policy.Policy
@@ -205,7 +206,7 @@ func TestUpdatesAreAtomic(t *testing.T) {
 				if _, err := Apply(ctx, spec.Name, mustParse(t, xPol)); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := Delete(ctx, spec.Name, []string{"x/x-extra"}, false); err != nil {
+				if _, err := Delete(ctx, spec.Name, []string{"x/x-extra"}, false, ""); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -236,14 +237,45 @@ func TestDeleteByName(t *testing.T) {
 	if _, err := Apply(ctx, spec.Name, mustParse(t, denyYToX)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Delete(ctx, spec.Name, []string{"x/nope"}, false); err == nil || !strings.Contains(err.Error(), `policy "x/nope" not found in lab t-delete (policies: x/only-x)`) {
+	if _, err := Delete(ctx, spec.Name, []string{"x/nope"}, false, ""); err == nil || !strings.Contains(err.Error(), `policy "x/nope" not found in lab t-delete (policies: x/only-x)`) {
 		t.Errorf("unknown policy: %v", err)
 	}
-	ch, err := Delete(ctx, spec.Name, []string{"only-x"}, false)
+	ch, err := Delete(ctx, spec.Name, []string{"only-x"}, false, "")
 	if err != nil || len(ch.Deleted) != 1 {
 		t.Fatalf("delete by bare name: %v %+v", err, ch)
 	}
 	if pols, _ := Policies(spec.Name); len(pols) != 0 {
 		t.Errorf("left: %v", pols)
+	}
+}
+
+// TestNftablesNewGeneration makes a change that deletes many interval-set
+// elements, which the nftables datapath does by building a new generation
+// of sets and chains: the matrix must stay right across it.
+func TestNftablesNewGeneration(t *testing.T) {
+	spec := scenarioLab(t, "t-nftgen", "nftables", "wire")
+	ctx := context.Background()
+	ranges := func(base int) string {
+		var b strings.Builder
+		b.WriteString("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: ranges, namespace: x}\nspec:\n  podSelector: {}\n  ingress:\n  - ports:\n")
+		for i := 0; i < 40; i++ {
+			fmt.Fprintf(&b, "    - {port: %d, endPort: %d}\n", base+10*i, base+10*i+1)
+		}
+		b.WriteString("    - {port: 80, endPort: 81}\n")
+		return b.String()
+	}
+	for i, base := range []int{1000, 3000, 5000} {
+		pols := mustParse(t, ranges(base))
+		if _, err := Apply(ctx, spec.Name, pols); err != nil {
+			t.Fatalf("apply %d: %v", i, err)
+		}
+		var st struct{ Gen int }
+		if err := datapath.LoadState(datapath.StatePath(spec.Name, "nftables", "flip"), &st); err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && st.Gen != i {
+			t.Errorf("after change %d the generation is %d, want %d", i, st.Gen, i)
+		}
+		checkMatrix(t, fmt.Sprintf("ranges from %d", base), spec, pols)
 	}
 }

@@ -254,7 +254,7 @@ func (m *Model) compileRule(c *Compiled, p *Policy, subj *Identity, dir Dir, den
 				continue
 			}
 			if err := m.namedPort(subj, dir, pe, port, base, add); err != nil {
-				return &InputError{File: p.Source, Doc: p.Ref(), Path: r.Path, Msg: err.Error()}
+				return p.errorAt(r.Path, err.Error())
 			}
 		}
 	}

@@ -47,8 +47,8 @@ func NewModel(lab *topology.Spec, pols []*Policy) (*Model, error) {
 	m := &Model{Lab: lab, byEndpoint: map[string]*Identity{}, byIP: map[netip.Addr]*topology.Endpoint{}}
 	for _, p := range pols {
 		if _, ok := lab.Namespaces[p.Namespace]; !ok {
-			return nil, &InputError{File: p.Source, Doc: p.Ref(), Path: "metadata.namespace",
-				Msg: fmt.Sprintf("namespace %q does not exist in lab %s (namespaces: %s)", p.Namespace, lab.Name, strings.Join(nsNames(lab), ", "))}
+			return nil, p.errorAt("metadata.namespace",
+				fmt.Sprintf("namespace %q does not exist in lab %s (namespaces: %s)", p.Namespace, lab.Name, strings.Join(nsNames(lab), ", ")))
 		}
 	}
 	m.Policies = append([]*Policy(nil), pols...)

@@ -36,6 +36,12 @@ func (e *InputError) Error() string {
 	return b.String()
 }
 
+// errorAt returns an InputError about a parsed policy, in the same form as
+// the parser's own errors.
+func (p *Policy) errorAt(path, msg string) *InputError {
+	return &InputError{File: p.File, Doc: fmt.Sprintf("document %d (%s)", p.DocIndex, p.Ref()), Path: path, Msg: msg}
+}
+
 // IsInputError reports whether err is bad policy input.
 func IsInputError(err error) bool {
 	var ie *InputError
@@ -83,6 +89,7 @@ func Parse(data []byte, file string) ([]*Policy, error) {
 		raw, _ := yaml.Marshal(doc)
 		pol.Raw = string(raw)
 		pol.Source = fmt.Sprintf("%s#%d", file, i+1)
+		pol.File, pol.DocIndex = file, i+1
 		key := pol.Kind + " " + pol.Key()
 		if j, dup := seen[key]; dup {
 			return nil, p.errf("metadata.name", "%s is defined twice in this file (also document %d)", pol.Ref(), j)
@@ -112,6 +119,13 @@ func (p *parser) wrap(err error) error {
 func (p *parser) document(doc *yaml.Node) (*Policy, error) {
 	if doc.Kind != yaml.MappingNode {
 		return nil, p.errf("", "a policy document must be a mapping (apiVersion:, kind:, metadata:, spec:)")
+	}
+	var head struct {
+		Kind string `yaml:"kind"`
+	}
+	_ = doc.Decode(&head)
+	if head.Kind == "List" || strings.HasSuffix(head.Kind, "List") {
+		return nil, p.errf("kind", "%s is not supported: give its items as separate documents (separated by ---)", head.Kind)
 	}
 	var obj rawObject
 	if err := yamlx.Decode(doc, &obj, ""); err != nil {
@@ -321,6 +335,9 @@ func (p *parser) npPort(r rawNPPort, path string) (Port, error) {
 }
 
 func (p *parser) cidrExcept(cidr string, except []string, path string) (netip.Prefix, []netip.Prefix, error) {
+	if cidr != "" && !strings.Contains(cidr, "/") {
+		return netip.Prefix{}, nil, p.errf(path+".cidr", "%q needs a prefix length (e.g. %s/32)", cidr, cidr)
+	}
 	c, err := parseCIDR(cidr)
 	if err != nil {
 		return c, nil, p.errf(path+".cidr", "%v", err)
@@ -451,6 +468,9 @@ func (p *parser) cnpSpec(node *yaml.Node, base, ns string) (Spec, error) {
 	sel, err := p.cnpSelector(r.EndpointSelector, base+".endpointSelector")
 	if err != nil {
 		return s, err
+	}
+	if sel.mentions(PodNamespaceLabel) {
+		return s, p.errf(base+".endpointSelector", "%s: a namespaced policy selects endpoints of its own namespace %s only (Cilium would replace the value with %s)", PodNamespaceLabel, ns, ns)
 	}
 	s.Subject = sel
 	for i, in := range r.Ingress {

@@ -87,7 +87,7 @@ func TestNamespaceMustExist(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = NewModel(scenarioLab(t), pols)
-	if err == nil || !strings.Contains(err.Error(), `f.yaml#1: NetworkPolicy prod/p: metadata.namespace: namespace "prod" does not exist in lab scen (namespaces: default, x, y, z)`) {
+	if err == nil || !strings.Contains(err.Error(), `f.yaml: document 1 (NetworkPolicy prod/p): metadata.namespace: namespace "prod" does not exist in lab scen (namespaces: default, x, y, z)`) {
 		t.Errorf("got %v", err)
 	}
 }

@@ -26,6 +26,14 @@ type rawMeta struct {
 	Namespace   string            `yaml:"namespace"`
 	Labels      map[string]string `yaml:"labels"`
 	Annotations map[string]string `yaml:"annotations"`
+	// Set by the API server; accepted so that exported objects apply as
+	// they are, and ignored.
+	UID               yaml.Node `yaml:"uid"`
+	ResourceVersion   yaml.Node `yaml:"resourceVersion"`
+	Generation        yaml.Node `yaml:"generation"`
+	CreationTimestamp yaml.Node `yaml:"creationTimestamp"`
+	ManagedFields     yaml.Node `yaml:"managedFields"`
+	SelfLink          yaml.Node `yaml:"selfLink"`
 }
 
 type rawSelector struct {

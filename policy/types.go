@@ -17,6 +17,8 @@ type Policy struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Source    string `json:"source"` // file#document, for messages
+	File      string `json:"-"`      // the file it came from
+	DocIndex  int    `json:"-"`      // its position in the file, from 1
 	Specs     []Spec `json:"specs"`
 	// Raw is the document as given, kept so the set of applied policies can
 	// be stored and re-read.

@@ -45,15 +45,20 @@ func (e *NotFoundError) Error() string {
 	return fmt.Sprintf("%s %q not found in lab %s", e.What, e.Name, e.Lab)
 }
 
-// AmbiguousError says a bare endpoint name matches several endpoints.
+// AmbiguousError says a bare name matches several objects.
 type AmbiguousError struct {
+	What       string // "endpoint" when empty
 	Name, Lab  string
 	Candidates []string
 }
 
 func (e *AmbiguousError) Error() string {
-	return fmt.Sprintf("endpoint %q is ambiguous in lab %s: use one of %s",
-		e.Name, e.Lab, strings.Join(e.Candidates, ", "))
+	what := e.What
+	if what == "" {
+		what = "endpoint"
+	}
+	return fmt.Sprintf("%s %q is ambiguous in lab %s: use one of %s",
+		what, e.Name, e.Lab, strings.Join(e.Candidates, ", "))
 }
 
 // ErrAlreadyUp is returned by Up when the lab already exists.

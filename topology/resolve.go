@@ -29,6 +29,9 @@ var reservedNamespaces = map[string]bool{"host": true, "hop": true, "sw": true}
 // MaxChainLength bounds a chain (each hop is a namespace and two links).
 const MaxChainLength = 1000
 
+// NoDatapath is the datapath of labs that enforce no policy (chains).
+const NoDatapath = "none"
+
 // Datapaths lists the datapath names a lab may ask for.
 var Datapaths = []string{"iptables", "nftables", "ebpf"}
 
@@ -56,6 +59,13 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 		raw.Datapath = ov.Datapath
 	}
 	if ov.Filler != nil || ov.FillerMode != "" {
+		dp := raw.Datapath
+		if ov.Datapath != "" {
+			dp = ov.Datapath
+		}
+		if dp != "" && dp != "iptables" {
+			return nil, &InputError{File: "--filler", Msg: fmt.Sprintf("filler rules are for the iptables datapath, but the lab's datapath is %s", dp)}
+		}
 		if raw.IPTables == nil {
 			raw.IPTables = &rawIPTables{}
 		}
@@ -506,6 +516,10 @@ func (r *resolver) chain() error {
 	case len(r.raw.Namespaces) > 0:
 		return r.errf("namespaces", "a chain lab's endpoints live in namespace default: remove namespaces:")
 	}
+	if r.raw.Datapath != "" {
+		return r.errf("datapath", "a chain lab has no policy datapath (it has no hosts): remove datapath:")
+	}
+	r.spec.Datapath = NoDatapath
 	if c.Length < 1 {
 		return r.errf("chain.length", "%d is below 1 (the number of forwarding namespaces between client and server)", c.Length)
 	}

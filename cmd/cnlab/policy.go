@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -21,6 +22,13 @@ part of CiliumNetworkPolicy (cilium.io/v2), in multi-document YAML files.
 The lab's datapath enforces them; changes are incremental and atomic.`,
 	}
 	cmd.AddCommand(newPolicyApplyCmd(e), newPolicyDeleteCmd(e), newPolicyShowCmd(e), newPolicyTraceCmd(e))
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		return usagef("unknown policy command %q (apply, delete, show, trace)", args[0])
+	}
 	return cmd
 }
 
@@ -41,6 +49,7 @@ func newPolicyApplyCmd(e *env) *cobra.Command {
 				return err
 			}
 			var pols []*policy.Policy
+			seen := map[string]string{}
 			for _, f := range files {
 				var ps []*policy.Policy
 				var err error
@@ -55,6 +64,12 @@ func newPolicyApplyCmd(e *env) *cobra.Command {
 				}
 				if err != nil {
 					return err
+				}
+				for _, p := range ps {
+					if other, dup := seen[p.Ref()]; dup {
+						return &policy.InputError{File: f, Msg: fmt.Sprintf("%s is also defined in %s: give it once", p.Ref(), other)}
+					}
+					seen[p.Ref()] = f
 				}
 				pols = append(pols, ps...)
 			}
@@ -86,20 +101,28 @@ func printChange(w io.Writer, ch *lab.Change) {
 
 func newPolicyDeleteCmd(e *env) *cobra.Command {
 	var all bool
+	var kind string
 	cmd := &cobra.Command{
 		Use:   "delete LAB (NAMESPACE/NAME... | NAME... | --all)",
 		Short: "Delete policies by name, or all of them",
-		Example: `  cnlab policy delete policy-lab x/web-from-front
+		Example: `  cnlab policy delete policy-lab y/web-from-front
+  cnlab policy delete policy-lab --kind CiliumNetworkPolicy x/protect-a
   cnlab policy delete policy-lab --all`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if all == (len(args) > 1) {
-				return usagef("give policy names or --all")
+			if all && len(args) > 1 {
+				return usagef("give policy names or --all, not both")
+			}
+			if !all && len(args) == 1 {
+				return usagef("give policy names (namespace/name) or --all")
+			}
+			if kind != "" && kind != policy.KindNetworkPolicy && kind != policy.KindCNP {
+				return usagef("--kind %q: NetworkPolicy or CiliumNetworkPolicy", kind)
 			}
 			if err := needRoot(); err != nil {
 				return err
 			}
-			ch, err := lab.Delete(cmd.Context(), args[0], args[1:], all)
+			ch, err := lab.Delete(cmd.Context(), args[0], args[1:], all, kind)
 			if err != nil {
 				return err
 			}
@@ -111,6 +134,7 @@ func newPolicyDeleteCmd(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "delete every policy of the lab")
+	cmd.Flags().StringVar(&kind, "kind", "", "only policies of this kind (NetworkPolicy, CiliumNetworkPolicy); by default a name held by both kinds deletes both")
 	return cmd
 }
 
@@ -219,8 +243,7 @@ func printShow(w io.Writer, v showView, c *policy.Compiled) {
 }
 
 func newPolicyTraceCmd(e *env) *cobra.Command {
-	var from, to, proto, output string
-	var port int
+	var from, to, proto, output, portArg string
 	cmd := &cobra.Command{
 		Use:   "trace LAB --from A --to B --port P [--protocol tcp|udp|sctp] [-o json]",
 		Short: "Explain whether a connection is allowed, and by which rule",
@@ -228,11 +251,15 @@ func newPolicyTraceCmd(e *env) *cobra.Command {
   cnlab policy trace policy-lab --from x/b --to x/a --port 81 --protocol udp -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if from == "" || to == "" || port == 0 {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if from == "" || to == "" || portArg == "" {
 				return usagef("--from, --to and --port are required")
 			}
-			if port < 1 || port > 65535 {
-				return usagef("--port %d is not a port number (1-65535)", port)
+			port, perr := strconv.Atoi(portArg)
+			if perr != nil || port < 1 || port > 65535 {
+				return usagef("--port %q is not a port number (1-65535)", portArg)
 			}
 			p := strings.ToUpper(proto)
 			if p != policy.TCP && p != policy.UDP && p != policy.SCTP {
@@ -254,6 +281,7 @@ func newPolicyTraceCmd(e *env) *cobra.Command {
 				return err
 			}
 			v := m.Verdict(src, dst, p, port)
+			v.Protocol = strings.ToLower(v.Protocol) // as probe -o json writes it
 			if output == "json" {
 				return writeJSON(e.stdout, v)
 			}
@@ -270,7 +298,7 @@ func newPolicyTraceCmd(e *env) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&from, "from", "", "source endpoint (ns/name or a unique name)")
 	f.StringVar(&to, "to", "", "destination endpoint")
-	f.IntVar(&port, "port", 0, "destination port")
+	f.StringVar(&portArg, "port", "", "destination port (a number)")
 	f.StringVar(&proto, "protocol", "tcp", "tcp, udp or sctp")
 	f.StringVarP(&output, "output", "o", "", "output format: text or json")
 	return cmd

@@ -44,6 +44,9 @@ parallel. With --expect, compare every cell with the policy model and exit
 			if port < 1 || port > 65535 {
 				return usagef("--port %d is not a port number (1-65535)", port)
 			}
+			if timeout <= 0 {
+				return usagef("--timeout must be positive (e.g. 500ms)")
+			}
 			proto = strings.ToLower(proto)
 			if proto != "tcp" && proto != "udp" && proto != "sctp" {
 				return usagef("--protocol %q: tcp, udp or sctp", proto)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
@@ -47,7 +48,8 @@ func exitCode(err error, stderr io.Writer) int {
 	var ue usageError
 	var nf *topology.NotFoundError
 	var amb *topology.AmbiguousError
-	if errors.As(err, &ue) || topology.IsInputError(err) || policy.IsInputError(err) || errors.As(err, &nf) || errors.As(err, &amb) {
+	if errors.As(err, &ue) || topology.IsInputError(err) || policy.IsInputError(err) || errors.As(err, &nf) || errors.As(err, &amb) ||
+		errors.Is(err, datapath.ErrNoHosts) {
 		return exitBadInput
 	}
 	return exitFail

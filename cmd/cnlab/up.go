@@ -99,7 +99,7 @@ If the lab is already up, nothing changes.`,
 	f.StringVarP(&file, "file", "f", "", "topology file (YAML); - reads standard input")
 	f.StringVar(&preset, "preset", "", "preset topology: "+strings.Join(topology.Presets(), ", "))
 	f.StringVar(&name, "name", "", "lab name (overrides the file's or preset's)")
-	f.StringVar(&datapath, "datapath", "", "datapath: "+strings.Join(topology.Datapaths, ", "))
+	f.StringVar(&datapath, "datapath", "", "policy datapath: iptables (default), nftables (ebpf is planned)")
 	f.IntVar(&length, "length", 0, "chain preset: number of forwarding namespaces (default 3)")
 	f.StringVar(&link, "link", "", "chain preset: veth or bridge; multi-host preset: wire or vxlan")
 	f.IntVar(&workers, "workers", 4, "endpoints built in parallel")

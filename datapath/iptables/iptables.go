@@ -82,7 +82,7 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 	restore, _, _ := tools(lab)
 	return datapath.ApplyHosts(ctx, lab, Name,
 		func(host string) hostState { return Render(lab, host, c) },
-		func(ctx context.Context, ns string, have, want hostState) error {
+		func(ctx context.Context, ns string, have hostState, want *hostState) error {
 			script := diffScript(have.Chains, want.Chains)
 			if script == "" {
 				return nil

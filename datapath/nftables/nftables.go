@@ -38,42 +38,84 @@ var setNames = []string{"eg_subj", "in_subj", "eg_enf", "in_enf",
 // intervalSets are the sets with flags interval.
 var intervalSets = map[string]bool{"eg_deny": true, "eg_allow": true, "in_deny": true, "in_allow": true}
 
-const skeleton = `table inet cnlab {
-	set eg_subj { type ipv4_addr; }
-	set in_subj { type ipv4_addr; }
-	set eg_enf { type ipv4_addr; }
-	set in_enf { type ipv4_addr; }
-	set eg_deny_x { type ipv4_addr . ipv4_addr . inet_proto . inet_service; }
-	set eg_allow_x { type ipv4_addr . ipv4_addr . inet_proto . inet_service; }
-	set in_deny_x { type ipv4_addr . ipv4_addr . inet_proto . inet_service; }
-	set in_allow_x { type ipv4_addr . ipv4_addr . inet_proto . inet_service; }
-	set eg_deny { type ipv4_addr . ipv4_addr . inet_proto . inet_service; flags interval; }
-	set eg_allow { type ipv4_addr . ipv4_addr . inet_proto . inet_service; flags interval; }
-	set in_deny { type ipv4_addr . ipv4_addr . inet_proto . inet_service; flags interval; }
-	set in_allow { type ipv4_addr . ipv4_addr . inet_proto . inet_service; flags interval; }
-	chain forward {
-		type filter hook forward priority filter; policy accept;
-		ct state established,related accept
-		ct state invalid drop
-		ip saddr @eg_subj jump egress
-		ip daddr @in_subj jump ingress
+// The table holds one generation of sets and lookup chains at a time,
+// named with a suffix _gN. Small changes edit the current generation's
+// sets; a change that would delete many elements from an interval set
+// builds generation N+1 complete, points the forward chain at it and
+// deletes generation N, all in one transaction: deleting a whole set is
+// cheap, deleting its elements one by one is not (see BENCHMARKS.md).
+
+func setDecls(g int) string {
+	var b strings.Builder
+	for _, name := range setNames {
+		typ := "ipv4_addr . ipv4_addr . inet_proto . inet_service"
+		flags := ""
+		switch {
+		case strings.HasSuffix(name, "_subj"), strings.HasSuffix(name, "_enf"):
+			typ = "ipv4_addr"
+		case intervalSets[name]:
+			flags = " flags interval;"
+		}
+		fmt.Fprintf(&b, "add set %s %s_g%d { type %s;%s }\n", table, name, g, typ, flags)
 	}
-	chain egress {
-		ip saddr . ip daddr . meta l4proto . th dport @eg_deny_x counter drop
-		ip saddr . ip daddr . meta l4proto . th dport @eg_deny counter drop
-		ip saddr . ip daddr . meta l4proto . th dport @eg_allow_x counter return
-		ip saddr . ip daddr . meta l4proto . th dport @eg_allow counter return
-		ip saddr @eg_enf counter drop
-	}
-	chain ingress {
-		ip daddr . ip saddr . meta l4proto . th dport @in_deny_x counter drop
-		ip daddr . ip saddr . meta l4proto . th dport @in_deny counter drop
-		ip daddr . ip saddr . meta l4proto . th dport @in_allow_x counter accept
-		ip daddr . ip saddr . meta l4proto . th dport @in_allow counter accept
-		ip daddr @in_enf counter drop
-	}
+	return b.String()
 }
-`
+
+func chainDecls(g int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "add chain %s egress_g%d\n", table, g)
+	for _, r := range []string{
+		"ip saddr . ip daddr . meta l4proto . th dport @eg_deny_x_g%d counter drop",
+		"ip saddr . ip daddr . meta l4proto . th dport @eg_deny_g%d counter drop",
+		"ip saddr . ip daddr . meta l4proto . th dport @eg_allow_x_g%d counter return",
+		"ip saddr . ip daddr . meta l4proto . th dport @eg_allow_g%d counter return",
+		"ip saddr @eg_enf_g%d counter drop",
+	} {
+		fmt.Fprintf(&b, "add rule %s egress_g%d %s\n", table, g, fmt.Sprintf(r, g))
+	}
+	fmt.Fprintf(&b, "add chain %s ingress_g%d\n", table, g)
+	for _, r := range []string{
+		"ip daddr . ip saddr . meta l4proto . th dport @in_deny_x_g%d counter drop",
+		"ip daddr . ip saddr . meta l4proto . th dport @in_deny_g%d counter drop",
+		"ip daddr . ip saddr . meta l4proto . th dport @in_allow_x_g%d counter accept",
+		"ip daddr . ip saddr . meta l4proto . th dport @in_allow_g%d counter accept",
+		"ip daddr @in_enf_g%d counter drop",
+	} {
+		fmt.Fprintf(&b, "add rule %s ingress_g%d %s\n", table, g, fmt.Sprintf(r, g))
+	}
+	return b.String()
+}
+
+// forwardRules (re)writes the forward chain to use generation g.
+func forwardRules(g int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "flush chain %s forward\n", table)
+	for _, r := range []string{
+		"ct state established,related accept",
+		"ct state invalid drop",
+		fmt.Sprintf("ip saddr @eg_subj_g%d jump egress_g%d", g, g),
+		fmt.Sprintf("ip daddr @in_subj_g%d jump ingress_g%d", g, g),
+	} {
+		fmt.Fprintf(&b, "add rule %s forward %s\n", table, r)
+	}
+	return b.String()
+}
+
+func dropGeneration(g int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "delete chain %s egress_g%d\ndelete chain %s ingress_g%d\n", table, g, table, g)
+	for _, name := range setNames {
+		fmt.Fprintf(&b, "delete set %s %s_g%d\n", table, name, g)
+	}
+	return b.String()
+}
+
+// skeleton creates the table with generation 0, empty.
+func skeleton() string {
+	return "add table " + table + "\ndelete table " + table + "\nadd table " + table + "\n" +
+		"add chain " + table + " forward { type filter hook forward priority filter; policy accept; }\n" +
+		setDecls(0) + chainDecls(0) + forwardRules(0)
+}
 
 type nft struct{}
 
@@ -89,7 +131,7 @@ func (nft) Setup(ctx context.Context, lab *topology.Spec) error {
 	if len(lab.Hosts) == 0 {
 		return datapath.ErrNoHosts
 	}
-	script := "add table " + table + "\ndelete table " + table + "\n" + skeleton
+	script := skeleton()
 	for _, h := range lab.Hosts {
 		if err := datapath.EnableBridgeNetfilter(h.Netns); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
@@ -107,8 +149,10 @@ func (nft) Setup(ctx context.Context, lab *topology.Spec) error {
 // AttachEndpoint has nothing to do: sets match endpoints by address.
 func (nft) AttachEndpoint(context.Context, *topology.Spec, *topology.Endpoint) error { return nil }
 
-// hostState is the content of every set on a host.
+// hostState is the content of every set on a host, and the generation
+// the forward chain uses.
 type hostState struct {
+	Gen  int                 `json:"gen"`
 	Sets map[string][]string `json:"sets"`
 }
 
@@ -118,19 +162,46 @@ type hostState struct {
 func (d nft) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
 	return datapath.ApplyHosts(ctx, lab, Name,
 		func(host string) hostState { return Render(lab, host, c) },
-		func(ctx context.Context, ns string, have, want hostState) error {
-			script := diffScript(have.Sets, want.Sets)
-			if script == "" {
-				return nil
-			}
-			if _, err := datapath.Run(ctx, ns, []byte(script), "nft", "-f", "-"); err != nil {
-				// The recorded state may not match the kernel (an earlier
-				// failure): rebuild every set from scratch.
-				_, err = datapath.Run(ctx, ns, []byte(fullScript(want.Sets)), "nft", "-f", "-")
-				return err
-			}
-			return nil
+		func(ctx context.Context, ns string, have hostState, want *hostState) error {
+			return update(ctx, ns, &have, want)
 		})
+}
+
+// update brings a host from have to want: in place when that deletes few
+// elements from interval sets, else through a new generation. It records
+// the generation used in want.
+func update(ctx context.Context, ns string, have, want *hostState) error {
+	want.Gen = have.Gen
+	script, ok := diffScript(have.Gen, have.Sets, want.Sets)
+	if ok {
+		if script == "" {
+			return nil
+		}
+		if _, err := datapath.Run(ctx, ns, []byte(script), "nft", "-f", "-"); err == nil {
+			return nil
+		}
+		// The kernel refused the edit (its sets may not be what the state
+		// file says, after an earlier failure): rebuild instead.
+	}
+	want.Gen = have.Gen + 1
+	_, err := datapath.Run(ctx, ns, []byte(rebuildScript(have.Gen, want.Gen, want.Sets)), "nft", "-f", "-")
+	return err
+}
+
+// rebuildScript builds generation to with the given sets, switches the
+// forward chain to it and deletes generation from, in one transaction.
+func rebuildScript(from, to int, sets map[string][]string) string {
+	var b strings.Builder
+	b.WriteString(setDecls(to))
+	b.WriteString(chainDecls(to))
+	for _, set := range setNames {
+		if len(sets[set]) > 0 {
+			b.WriteString(elements("add", fmt.Sprintf("%s_g%d", set, to), sets[set]))
+		}
+	}
+	b.WriteString(forwardRules(to))
+	b.WriteString(dropGeneration(from))
+	return b.String()
 }
 
 func elements(op, set string, elems []string) string {
@@ -142,7 +213,10 @@ func elements(op, set string, elems []string) string {
 	return b.String()
 }
 
-func diffScript(have, want map[string][]string) string {
+// diffScript edits generation g's sets from have to want. ok is false when
+// the edit would delete more than maxDeletes elements from one interval
+// set: a new generation is cheaper then.
+func diffScript(g int, have, want map[string][]string) (script string, ok bool) {
 	var b strings.Builder
 	for _, set := range setNames {
 		old := toSet(have[set])
@@ -158,52 +232,25 @@ func diffScript(have, want map[string][]string) string {
 				add = append(add, e)
 			}
 		}
+		if intervalSets[set] && len(del) > maxDeletes {
+			return "", false
+		}
 		sort.Strings(del)
 		sort.Strings(add)
-		if intervalSets[set] && len(del) > maxDeletes {
-			// The kernel's interval sets (pipapo) rebuild their lookup
-			// tables for each deleted element: many deletes cost far more
-			// than emptying the set and filling it again, which the same
-			// transaction still makes atomic.
-			fmt.Fprintf(&b, "flush set %s %s\n", table, set)
-			if len(cur) > 0 {
-				b.WriteString(elements("add", set, sortedKeys(cur)))
-			}
-			continue
-		}
+		name := fmt.Sprintf("%s_g%d", set, g)
 		if len(del) > 0 {
-			b.WriteString(elements("delete", set, del))
+			b.WriteString(elements("delete", name, del))
 		}
 		if len(add) > 0 {
-			b.WriteString(elements("add", set, add))
+			b.WriteString(elements("add", name, add))
 		}
 	}
-	return b.String()
+	return b.String(), true
 }
 
-// maxDeletes is the number of deletions in one set above which the set is
-// refilled instead (see diffScript; measured in BENCHMARKS.md).
+// maxDeletes is the number of deletions from one interval set above which
+// a new generation is built instead (see diffScript and BENCHMARKS.md).
 const maxDeletes = 32
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func fullScript(want map[string][]string) string {
-	var b strings.Builder
-	for _, set := range setNames {
-		fmt.Fprintf(&b, "flush set %s %s\n", table, set)
-		if len(want[set]) > 0 {
-			b.WriteString(elements("add", set, want[set]))
-		}
-	}
-	return b.String()
-}
 
 func toSet(list []string) map[string]bool {
 	m := make(map[string]bool, len(list))

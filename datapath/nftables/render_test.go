@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"fmt"
 	"math/rand"
 	"net/netip"
 	"strings"
@@ -161,21 +162,40 @@ spec:
 	if other := Render(lab, "flap", c); len(other.Sets) != 0 {
 		t.Errorf("flap enforces nothing, got %v", other.Sets)
 	}
-	script := diffScript(nil, st.Sets)
+	script, ok := diffScript(3, nil, st.Sets)
+	if !ok {
+		t.Fatal("an edit that only adds must be done in place")
+	}
 	for _, want := range []string{
-		"add element inet cnlab in_allow_x { 10.0.192.10 . 10.0.191.11 . 6 . 80 }",
-		"add element inet cnlab in_enf { 10.0.192.10 }",
+		"add element inet cnlab in_allow_x_g3 { 10.0.192.10 . 10.0.191.11 . 6 . 80 }",
+		"add element inet cnlab in_enf_g3 { 10.0.192.10 }",
 	} {
 		if !strings.Contains(script, want) {
 			t.Errorf("script lacks %q:\n%s", want, script)
 		}
 	}
-	if diffScript(st.Sets, st.Sets) != "" {
+	if s, ok := diffScript(0, st.Sets, st.Sets); s != "" || !ok {
 		t.Error("no change must send nothing")
 	}
 	next := map[string][]string{"in_enf": st.Sets["in_enf"]}
-	if s := diffScript(st.Sets, next); !strings.Contains(s, "delete element inet cnlab in_allow_x { 10.0.192.10 . 10.0.191.11 . 6 . 80 }") || strings.Contains(s, "in_enf") {
+	if s, _ := diffScript(0, st.Sets, next); !strings.Contains(s, "delete element inet cnlab in_allow_x_g0 { 10.0.192.10 . 10.0.191.11 . 6 . 80 }") || strings.Contains(s, "in_enf") {
 		t.Errorf("diff:\n%s", s)
+	}
+	// Many deletions from an interval set: not in place.
+	big := map[string][]string{"in_allow": nil}
+	for i := 0; i < maxDeletes+1; i++ {
+		big["in_allow"] = append(big["in_allow"], fmt.Sprintf("10.0.192.10 . 10.9.0.%d/32 . 6 . 1-2", i))
+	}
+	if _, ok := diffScript(0, big, nil); ok {
+		t.Error("deleting many interval elements must ask for a new generation")
+	}
+	rb := rebuildScript(4, 5, next)
+	for _, want := range []string{"add set inet cnlab in_allow_g5 { type ipv4_addr . ipv4_addr . inet_proto . inet_service; flags interval; }",
+		"add element inet cnlab in_enf_g5 { 10.0.192.10 }", "add rule inet cnlab forward ip daddr @in_subj_g5 jump ingress_g5",
+		"delete chain inet cnlab ingress_g4", "delete set inet cnlab in_allow_g4"} {
+		if !strings.Contains(rb, want) {
+			t.Errorf("rebuild lacks %q:\n%s", want, rb)
+		}
 	}
 }
 

@@ -93,6 +93,11 @@ func checkKnown(n *yaml.Node, t reflect.Type, path string) error {
 		if n.Kind != yaml.ScalarNode {
 			return &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected a string, got %s", kindName(n))}
 		}
+		// As the Kubernetes API does: 1, true or 1.5 are not strings
+		// (quote them), so "version: 1" fails here as it would there.
+		if tag := n.ShortTag(); tag == "!!int" || tag == "!!bool" || tag == "!!float" {
+			return &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected a string, got %s %s (quote it: %q)", strings.TrimPrefix(tag, "!!"), n.Value, n.Value)}
+		}
 	case reflect.Struct:
 		if n.Kind != yaml.MappingNode {
 			if n.ShortTag() == "!!null" {
