@@ -37,8 +37,8 @@ type Datapath interface {
 	Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error
 	// Detach removes everything Setup and Apply installed.
 	Detach(ctx context.Context, lab *topology.Spec) error
-	// Describe returns the kernel state of the datapath on each host.
-	Describe(ctx context.Context, lab *topology.Spec) (string, error)
+	// Describe returns the kernel state of the datapath, per host name.
+	Describe(ctx context.Context, lab *topology.Spec) (map[string]string, error)
 }
 
 // New returns the datapath of that name. The registry is explicit: an

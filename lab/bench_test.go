@@ -17,10 +17,16 @@ import (
 // benchPolicies returns n NetworkPolicies, each letting the c pods of every
 // namespace reach x/a (app=web) on its own TCP port (10000+2i: never
 // adjacent, so no datapath can merge them). Each compiles into 3 IR rules.
-func benchPolicies(n int) string {
+// With ranges, policy i allows the two ports 10000+4i and 10000+4i+1 (an
+// endPort range, so an interval-set element on nftables).
+func benchPolicies(n int, ranges bool) string {
 	var b strings.Builder
 	for i := 0; i < n; i++ {
-		fmt.Fprintf(&b, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p%d, namespace: x}\nspec:\n  podSelector: {matchLabels: {app: web}}\n  ingress:\n  - from:\n    - namespaceSelector: {}\n      podSelector: {matchLabels: {pod: c}}\n    ports: [{port: %d}]\n---\n", i, 10000+2*i)
+		port := fmt.Sprintf("{port: %d}", 10000+2*i)
+		if ranges {
+			port = fmt.Sprintf("{port: %d, endPort: %d}", 10000+4*i, 10000+4*i+1)
+		}
+		fmt.Fprintf(&b, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p%d, namespace: x}\nspec:\n  podSelector: {matchLabels: {app: web}}\n  ingress:\n  - from:\n    - namespaceSelector: {}\n      podSelector: {matchLabels: {pod: c}}\n    ports: [%s]\n---\n", i, port)
 	}
 	return b.String()
 }
@@ -37,7 +43,8 @@ func compileFor(b *testing.B, spec *topology.Spec, pols []*policy.Policy) *polic
 	return c
 }
 
-// BenchmarkPolicyScale measures, per datapath and number of policies:
+// BenchmarkPolicyScale measures, per datapath, shape of policy (single
+// ports or port ranges) and number of policies:
 //
 //	compile-s  parsing and compiling the policies (pure Go)
 //	apply-s    applying them all to an empty datapath
@@ -54,80 +61,82 @@ func compileFor(b *testing.B, spec *topology.Spec, pols []*policy.Policy) *polic
 func BenchmarkPolicyScale(b *testing.B) {
 	testutil.RequireRoot(b)
 	for _, dp := range datapaths {
-		for _, n := range []int{10, 100, 1000, 10000} {
-			b.Run(fmt.Sprintf("%s/policies=%d", dp, n), func(b *testing.B) {
-				spec, err := topology.Parse([]byte(scenarios.Lab), "bench", topology.Overrides{Name: "bench-pol", Datapath: dp})
-				if err != nil {
-					b.Fatal(err)
-				}
-				ctx := context.Background()
-				if err := Up(ctx, spec, topology.UpOptions{}); err != nil {
-					b.Fatal(err)
-				}
-				defer topology.Down(spec.Name, nil)
-				d, _ := datapath.New(dp)
-				// The same lab without z/c, for the endpoint measurement.
-				without := *spec
-				without.Endpoints = nil
-				for _, ep := range spec.Endpoints {
-					if ep.ID() != "z/c" {
-						without.Endpoints = append(without.Endpoints, ep)
-					}
-				}
-				src := benchPolicies(n)
-				var compile, apply, change, endpoint, leave, clear time.Duration
-				for i := 0; i < b.N; i++ {
-					t0 := time.Now()
-					pols, err := policy.Parse([]byte(src), "bench.yaml")
+		for _, shape := range []string{"ports", "ranges"} {
+			for _, n := range []int{10, 100, 1000, 10000} {
+				b.Run(fmt.Sprintf("%s/%s/policies=%d", dp, shape, n), func(b *testing.B) {
+					spec, err := topology.Parse([]byte(scenarios.Lab), "bench", topology.Overrides{Name: "bench-pol", Datapath: dp})
 					if err != nil {
 						b.Fatal(err)
 					}
-					c := compileFor(b, spec, pols)
-					compile += time.Since(t0)
+					ctx := context.Background()
+					if err := Up(ctx, spec, topology.UpOptions{}); err != nil {
+						b.Fatal(err)
+					}
+					defer topology.Down(spec.Name, nil)
+					d, _ := datapath.New(dp)
+					// The same lab without z/c, for the endpoint measurement.
+					without := *spec
+					without.Endpoints = nil
+					for _, ep := range spec.Endpoints {
+						if ep.ID() != "z/c" {
+							without.Endpoints = append(without.Endpoints, ep)
+						}
+					}
+					src := benchPolicies(n, shape == "ranges")
+					var compile, apply, change, endpoint, leave, clear time.Duration
+					for i := 0; i < b.N; i++ {
+						t0 := time.Now()
+						pols, err := policy.Parse([]byte(src), "bench.yaml")
+						if err != nil {
+							b.Fatal(err)
+						}
+						c := compileFor(b, spec, pols)
+						compile += time.Since(t0)
 
-					t0 = time.Now()
-					if err := d.Apply(ctx, spec, c); err != nil {
-						b.Fatal(err)
-					}
-					apply += time.Since(t0)
+						t0 = time.Now()
+						if err := d.Apply(ctx, spec, c); err != nil {
+							b.Fatal(err)
+						}
+						apply += time.Since(t0)
 
-					pols2, _ := policy.Parse([]byte(strings.Replace(src, "ports: [{port: 10000}]", "ports: [{port: 9999}]", 1)), "bench.yaml")
-					c2 := compileFor(b, spec, pols2)
-					t0 = time.Now()
-					if err := d.Apply(ctx, spec, c2); err != nil {
-						b.Fatal(err)
-					}
-					change += time.Since(t0)
+						pols2, _ := policy.Parse([]byte(strings.Replace(src, "ports: [{port: 10000", "ports: [{port: 9990", 1)), "bench.yaml")
+						c2 := compileFor(b, spec, pols2)
+						t0 = time.Now()
+						if err := d.Apply(ctx, spec, c2); err != nil {
+							b.Fatal(err)
+						}
+						change += time.Since(t0)
 
-					cw := compileFor(b, &without, pols)
-					t0 = time.Now()
-					if err := d.Apply(ctx, &without, cw); err != nil {
-						b.Fatal(err)
-					}
-					leave += time.Since(t0)
-					c3 := compileFor(b, spec, pols)
-					t0 = time.Now()
-					if err := d.Apply(ctx, spec, c3); err != nil {
-						b.Fatal(err)
-					}
-					endpoint += time.Since(t0)
+						cw := compileFor(b, &without, pols)
+						t0 = time.Now()
+						if err := d.Apply(ctx, &without, cw); err != nil {
+							b.Fatal(err)
+						}
+						leave += time.Since(t0)
+						c3 := compileFor(b, spec, pols)
+						t0 = time.Now()
+						if err := d.Apply(ctx, spec, c3); err != nil {
+							b.Fatal(err)
+						}
+						endpoint += time.Since(t0)
 
-					empty := compileFor(b, spec, nil)
-					t0 = time.Now()
-					if err := d.Apply(ctx, spec, empty); err != nil {
-						b.Fatal(err)
+						empty := compileFor(b, spec, nil)
+						t0 = time.Now()
+						if err := d.Apply(ctx, spec, empty); err != nil {
+							b.Fatal(err)
+						}
+						clear += time.Since(t0)
+						b.ReportMetric(float64(len(c.Rules)), "rules")
 					}
-					clear += time.Since(t0)
-					b.ReportMetric(float64(len(c.Rules)), "rules")
-				}
-				per := func(d time.Duration) float64 { return d.Seconds() / float64(b.N) }
-				b.ReportMetric(per(compile), "compile-s")
-				b.ReportMetric(per(apply), "apply-s")
-				b.ReportMetric(per(change), "change-s")
-				b.ReportMetric(per(endpoint), "endpoint-s")
-				b.ReportMetric(per(leave), "leave-s")
-				b.ReportMetric(per(clear), "clear-s")
-			})
+					per := func(d time.Duration) float64 { return d.Seconds() / float64(b.N) }
+					b.ReportMetric(per(compile), "compile-s")
+					b.ReportMetric(per(apply), "apply-s")
+					b.ReportMetric(per(change), "change-s")
+					b.ReportMetric(per(endpoint), "endpoint-s")
+					b.ReportMetric(per(leave), "leave-s")
+					b.ReportMetric(per(clear), "clear-s")
+				})
+			}
 		}
 	}
 }

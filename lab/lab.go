@@ -283,17 +283,17 @@ func Model(labName string) (*topology.Spec, *policy.Model, error) {
 }
 
 // Describe returns the datapath's kernel state.
-func Describe(ctx context.Context, labName string) (string, error) {
+func Describe(ctx context.Context, labName string) (map[string]string, error) {
 	spec, err := topology.Open(labName)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if spec.Chain != nil {
-		return "", datapath.ErrNoHosts
+		return nil, datapath.ErrNoHosts
 	}
 	dp, err := datapath.New(spec.Datapath)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	return dp.Describe(ctx, spec)
 }

@@ -73,6 +73,14 @@ func TestBadInputExitsTwoAndCreatesNothing(t *testing.T) {
 		{[]string{"up", "--preset", "single-host", "--workers", "0"}, "--workers must be between 1 and 64"},
 		{[]string{"down", "../../etc"}, `LAB: lab name: "../../etc" must consist of lower case`},
 		{[]string{"status", ".."}, `LAB: lab name: ".." must consist`},
+		{[]string{"policy", "frob"}, `unknown policy command "frob" (apply, delete, show, trace)`},
+		{[]string{"policy", "delete", "lab", "--all", "x/a"}, "give policy names or --all, not both"},
+		{[]string{"policy", "delete", "lab", "--kind", "Pod", "x/a"}, `--kind "Pod": NetworkPolicy or CiliumNetworkPolicy`},
+		{[]string{"policy", "apply", "lab"}, "give at least one -f FILE"},
+		{[]string{"policy", "trace", "lab", "--from", "a", "--to", "b", "--port", "http"}, `--port "http" is not a port number`},
+		{[]string{"probe", "lab", "--timeout", "0s"}, "--timeout must be positive"},
+		{[]string{"probe", "lab", "--protocol", "icmp"}, `--protocol "icmp": tcp, udp or sctp`},
+		{[]string{"up", "--preset", "single-host", "--datapath", "nftables", "--filler", "10"}, "--filler: filler rules are for the iptables datapath, but the lab's datapath is nftables"},
 	}
 	for _, tc := range cases {
 		_, stderr, code := runCLI(t, tc.args...)

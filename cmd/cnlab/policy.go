@@ -2,8 +2,8 @@ package main
 
 import (
 	"fmt"
-	"strconv"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -146,7 +146,7 @@ type showView struct {
 	Identities []*policy.Identity            `json:"identities"`
 	Enforced   map[uint32]policy.Enforcement `json:"enforced"`
 	Rules      []policy.Entry                `json:"rules"`
-	Kernel     string                        `json:"kernel,omitempty"`
+	Kernel     map[string]string             `json:"kernel,omitempty"` // per host
 }
 
 func newPolicyShowCmd(e *env) *cobra.Command {
@@ -237,8 +237,8 @@ func printShow(w io.Writer, v showView, c *policy.Compiled) {
 	if len(v.Rules) == 0 {
 		fmt.Fprintln(w, "(no rules: every endpoint that no policy isolates allows everything)")
 	}
-	if v.Kernel != "" {
-		fmt.Fprintf(w, "\n%s", v.Kernel)
+	for _, h := range labels.SortedKeys(v.Kernel) {
+		fmt.Fprintf(w, "\n# host %s\n%s", h, v.Kernel[h])
 	}
 }
 

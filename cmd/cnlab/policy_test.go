@@ -102,4 +102,12 @@ func TestPolicyAndProbeCLI(t *testing.T) {
 	if _, stderr, code = runCLI(t, "probe", lab, "--protocol", "sctp"); code != 1 || !strings.Contains(stderr, "not supported by this kernel") {
 		t.Errorf("sctp probe: %d %q", code, stderr)
 	}
+	// A chain lab has no datapath: policy commands say so, exit 2.
+	if _, stderr, code := runCLI(t, "up", "--preset", "chain", "--length", "1", "--name", "t-pol-chain"); code != 0 {
+		t.Fatal(stderr)
+	}
+	defer runCLI(t, "down", "t-pol-chain")
+	if _, stderr, code = runCLI(t, "policy", "show", "t-pol-chain"); code != 2 || !strings.Contains(stderr, "a chain lab has no hosts to enforce policies on") {
+		t.Errorf("policy on a chain lab: %d %q", code, stderr)
+	}
 }

@@ -282,15 +282,15 @@ func (d iptables) Detach(ctx context.Context, lab *topology.Spec) error {
 }
 
 // Describe returns iptables-save of each host's filter table.
-func (d iptables) Describe(ctx context.Context, lab *topology.Spec) (string, error) {
+func (d iptables) Describe(ctx context.Context, lab *topology.Spec) (map[string]string, error) {
 	_, save, _ := tools(lab)
-	var b strings.Builder
+	out := map[string]string{}
 	for _, h := range lab.Hosts {
-		out, err := datapath.Run(ctx, h.Netns, nil, save, "-t", "filter")
+		text, err := datapath.Run(ctx, h.Netns, nil, save, "-t", "filter")
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		fmt.Fprintf(&b, "# host %s (%s)\n%s\n", h.Name, save, out)
+		out[h.Name] = string(text)
 	}
-	return b.String(), nil
+	return out, nil
 }

@@ -215,9 +215,10 @@ func elements(op, set string, elems []string) string {
 
 // diffScript edits generation g's sets from have to want. ok is false when
 // the edit would delete more than maxDeletes elements from one interval
-// set: a new generation is cheaper then.
+// set, or more elements than it keeps: a new generation is cheaper then.
 func diffScript(g int, have, want map[string][]string) (script string, ok bool) {
 	var b strings.Builder
+	dels, keep := 0, 0
 	for _, set := range setNames {
 		old := toSet(have[set])
 		cur := toSet(want[set])
@@ -235,6 +236,8 @@ func diffScript(g int, have, want map[string][]string) (script string, ok bool) 
 		if intervalSets[set] && len(del) > maxDeletes {
 			return "", false
 		}
+		dels += len(del)
+		keep += len(cur)
 		sort.Strings(del)
 		sort.Strings(add)
 		name := fmt.Sprintf("%s_g%d", set, g)
@@ -244,6 +247,11 @@ func diffScript(g int, have, want map[string][]string) (script string, ok bool) 
 		if len(add) > 0 {
 			b.WriteString(elements("add", name, add))
 		}
+	}
+	// Deleting more than what stays (delete --all, say) costs more than
+	// building the rest afresh.
+	if dels > maxDeletes && dels > keep {
+		return "", false
 	}
 	return b.String(), true
 }
@@ -291,11 +299,13 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 			}
 			for kind, rs := range map[string][]policy.Entry{"allow": allow, "deny": deny} {
 				for _, b := range Disjoint(c, rs) {
-					set := prefix + kind
-					if b.exact() {
-						set += "_x"
+					for _, e := range b.split() {
+						set := prefix + kind
+						if e.exact() {
+							set += "_x"
+						}
+						st.Sets[set] = append(st.Sets[set], e.element(ep.IP))
 					}
-					st.Sets[set] = append(st.Sets[set], b.element(ep.IP))
 				}
 			}
 		}
@@ -312,6 +322,25 @@ type Box struct {
 	Peer             netip.Prefix
 	ProtoLo, ProtoHi uint8
 	PortLo, PortHi   uint16
+}
+
+// maxExpand is the widest port range of one peer address that goes into
+// the hash sets as one element per port rather than into an interval set.
+const maxExpand = 16
+
+// split turns a narrow port range towards one address into exact flows:
+// hash-set elements cost far less to add and remove than interval ones.
+func (b Box) split() []Box {
+	if b.Peer.Bits() != 32 || b.ProtoLo != b.ProtoHi || b.ProtoLo == 0 || int(b.PortHi)-int(b.PortLo) >= maxExpand {
+		return []Box{b}
+	}
+	var out []Box
+	for p := int(b.PortLo); p <= int(b.PortHi); p++ {
+		e := b
+		e.PortLo, e.PortHi = uint16(p), uint16(p)
+		out = append(out, e)
+	}
+	return out
 }
 
 // exact reports whether the box is a single flow: one peer address, one
@@ -442,14 +471,14 @@ func (nft) Detach(ctx context.Context, lab *topology.Spec) error {
 }
 
 // Describe lists the table of every host.
-func (nft) Describe(ctx context.Context, lab *topology.Spec) (string, error) {
-	var b strings.Builder
+func (nft) Describe(ctx context.Context, lab *topology.Spec) (map[string]string, error) {
+	out := map[string]string{}
 	for _, h := range lab.Hosts {
-		out, err := datapath.Run(ctx, h.Netns, nil, "nft", "list", "table", table)
+		text, err := datapath.Run(ctx, h.Netns, nil, "nft", "list", "table", table)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		fmt.Fprintf(&b, "# host %s\n%s\n", h.Name, out)
+		out[h.Name] = string(text)
 	}
-	return b.String(), nil
+	return out, nil
 }

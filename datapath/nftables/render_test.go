@@ -145,12 +145,14 @@ spec:
 		t.Errorf("in_enf = %v", got)
 	}
 	// x/b (10.0.191.11) is in both rules: its atom gets the merged ports
-	// 80-82, and the rest of the /24 is split around it into 8 prefixes.
-	if got := st.Sets["in_allow_x"]; len(got) != 0 {
+	// 80-82 (narrow, so three exact flows), and the rest of the /24 is
+	// split around it into 8 prefixes, of which the /32 10.0.191.10 also
+	// becomes exact flows (81, 82).
+	if got := st.Sets["in_allow_x"]; len(got) != 5 || !contains(got, "10.0.192.10 . 10.0.191.11 . 6 . 80") || !contains(got, "10.0.192.10 . 10.0.191.10 . 6 . 82") {
 		t.Errorf("in_allow_x = %v", got)
 	}
 	got := st.Sets["in_allow"]
-	if len(got) != 9 || !contains(got, "10.0.192.10 . 10.0.191.11/32 . 6 . 80-82") || !contains(got, "10.0.192.10 . 10.0.191.128/25 . 6 . 81-82") {
+	if len(got) != 7 || !contains(got, "10.0.192.10 . 10.0.191.128/25 . 6 . 81-82") {
 		t.Errorf("in_allow = %v", got)
 	}
 	// A single exact flow goes to the hash set.
