@@ -23,6 +23,11 @@ lab left half-built by a crash or kill -9 is removed as well.`,
 			if all == (len(args) > 0) || len(args) > 1 {
 				return usagef("give one LAB or --all")
 			}
+			if len(args) == 1 {
+				if err := topology.CheckLabName(args[0]); err != nil {
+					return err
+				}
+			}
 			if err := needRoot(); err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/labels"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
@@ -157,6 +158,11 @@ func printLab(w io.Writer, s *topology.LabStatus) {
 		return
 	}
 	fmt.Fprintf(w, "source %s, datapath %s, mtu %d\n", sp.Source, sp.Datapath, sp.MTU)
+	if sp.Chain == nil {
+		if pols, err := lab.Policies(s.Name); err == nil {
+			fmt.Fprintf(w, "%d policies applied (cnlab policy show %s)\n", len(pols), s.Name)
+		}
+	}
 	if len(sp.Hosts) > 0 {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -88,6 +88,11 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 				return nil
 			}
 			_, err := datapath.Run(ctx, ns, []byte(script), restore, "-w", "--noflush")
+			if err != nil {
+				// The kernel may not hold what the state file says (an
+				// earlier failure, a hand edit): rewrite every chain.
+				_, err = datapath.Run(ctx, ns, []byte(diffScript(nil, want.Chains)), restore, "-w", "--noflush")
+			}
 			return err
 		})
 }
