@@ -214,14 +214,7 @@ func modify(ctx context.Context, labName string, tolerateBad bool, f func([]*pol
 		return nil, err
 	}
 	defer unlock()
-	spec, err := topology.Open(labName)
-	if err != nil {
-		return nil, err
-	}
-	if spec.Chain != nil {
-		return nil, datapath.ErrNoHosts
-	}
-	dp, err := datapath.New(spec.Datapath)
+	spec, dp, err := openDatapath(labName)
 	if err != nil {
 		return nil, err
 	}
@@ -284,16 +277,25 @@ func Model(labName string) (*topology.Spec, *policy.Model, error) {
 
 // Describe returns the datapath's kernel state.
 func Describe(ctx context.Context, labName string) (map[string]string, error) {
-	spec, err := topology.Open(labName)
-	if err != nil {
-		return nil, err
-	}
-	if spec.Chain != nil {
-		return nil, datapath.ErrNoHosts
-	}
-	dp, err := datapath.New(spec.Datapath)
+	spec, dp, err := openDatapath(labName)
 	if err != nil {
 		return nil, err
 	}
 	return dp.Describe(ctx, spec)
+}
+
+// openDatapath returns a running lab's spec and its datapath.
+func openDatapath(labName string) (*topology.Spec, datapath.Datapath, error) {
+	spec, err := topology.Open(labName)
+	if err != nil {
+		return nil, nil, err
+	}
+	if spec.Chain != nil {
+		return nil, nil, datapath.ErrNoHosts
+	}
+	dp, err := datapath.New(spec.Datapath)
+	if err != nil {
+		return nil, nil, err
+	}
+	return spec, dp, nil
 }

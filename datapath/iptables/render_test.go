@@ -4,30 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cnlab/cnlab/internal/scenarios"
+	"github.com/cnlab/cnlab/internal/scenarios/ir"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
 
 func compiled(t *testing.T, yaml string, ov topology.Overrides) (*topology.Spec, *policy.Compiled) {
 	t.Helper()
-	lab, err := topology.Parse([]byte(scenarios.Lab), "lab", ov)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pols, err := policy.Parse([]byte(yaml), "p.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := policy.NewModel(lab, pols)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := m.Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lab, c
+	return ir.Compile(t, yaml, ov)
 }
 
 const pol = `apiVersion: cilium.io/v2

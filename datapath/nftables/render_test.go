@@ -8,31 +8,14 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/scenarios"
+	"github.com/cnlab/cnlab/internal/scenarios/ir"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
 
 func compiled(t *testing.T, yaml string) (*topology.Spec, *policy.Compiled) {
 	t.Helper()
-	lab, err := topology.Parse([]byte(scenarios.Lab), "lab", topology.Overrides{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pols []*policy.Policy
-	if yaml != "" {
-		if pols, err = policy.Parse([]byte(yaml), "p.yaml"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m, err := policy.NewModel(lab, pols)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := m.Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lab, c
+	return ir.Compile(t, yaml, topology.Overrides{})
 }
 
 func (b Box) contains(ip netip.Addr, proto uint8, port uint16) bool {

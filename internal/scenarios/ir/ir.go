@@ -1,0 +1,36 @@
+// Package ir compiles the scenario lab's policies for tests that need the
+// IR without the kernel (the datapaths' render tests).
+package ir
+
+import (
+	"testing"
+
+	"github.com/cnlab/cnlab/internal/scenarios"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Compile resolves the scenario lab (with overrides) and compiles the given
+// policies against it, for tests that need the IR without the kernel.
+func Compile(t testing.TB, yaml string, ov topology.Overrides) (*topology.Spec, *policy.Compiled) {
+	t.Helper()
+	lab, err := topology.Parse([]byte(scenarios.Lab), "scenario lab", ov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pols []*policy.Policy
+	if yaml != "" {
+		if pols, err = policy.Parse([]byte(yaml), "scenario.yaml"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := policy.NewModel(lab, pols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lab, c
+}
