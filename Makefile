@@ -2,10 +2,13 @@
 GO ?= go
 BIN := bin/cnlab
 
-.PHONY: build test demo bench clean
+.PHONY: build install test demo bench clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cnlab
+
+install: build
+	install -m 0755 $(BIN) /usr/local/bin/cnlab
 
 # The test command of the README and of .ci/run. Packages run one at a
 # time (-p 1): each test binary checks that it left the kernel as it found
