@@ -88,8 +88,9 @@ func lockPath(lab string) string { return filepath.Join(StateDir, "."+lab+".lock
 // lockLab takes an exclusive lock on the lab so that two cnlab processes
 // never build or tear down the same lab at once. The lock is released when
 // the returned function is called or the process dies. The lock file is
-// never removed: removing it would let two processes lock two different
-// files of the same name.
+// removed on release when the lab no longer exists; a process that locked
+// a file just removed sees that the path now names another file (or none)
+// and locks again, so two processes never hold two files of one name.
 func lockLab(lab string) (func(), error) {
 	if err := CheckLabName(lab); err != nil {
 		return nil, err
@@ -97,18 +98,40 @@ func lockLab(lab string) (func(), error) {
 	if err := os.MkdirAll(StateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", StateDir, err)
 	}
-	f, err := os.OpenFile(lockPath(lab), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock lab %s: %w", lab, err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("lab %s is busy: another cnlab process is changing it", lab)
+	for {
+		f, err := os.OpenFile(lockPath(lab), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("lock lab %s: %w", lab, err)
 		}
-		return nil, fmt.Errorf("lock lab %s: %w", lab, err)
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, fmt.Errorf("lab %s is busy: another cnlab process is changing it", lab)
+			}
+			return nil, fmt.Errorf("lock lab %s: %w", lab, err)
+		}
+		var held, now unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &held) != nil || unix.Stat(lockPath(lab), &now) != nil || held.Ino != now.Ino {
+			f.Close() // removed by the previous holder: lock the new file
+			continue
+		}
+		return func() {
+			if !labExists(lab) {
+				_ = os.Remove(f.Name())
+			}
+			f.Close()
+		}, nil
 	}
-	return func() { f.Close() }, nil
+}
+
+// labExists reports whether anything of the lab is left: a ledger or a
+// namespace.
+func labExists(lab string) bool {
+	if _, err := os.Stat(labDir(lab)); err == nil {
+		return true
+	}
+	names, _ := listNetns(LabNetnsPrefix(lab))
+	return len(names) > 0
 }
 
 // labBusy reports whether some process holds the lab's lock right now.
