@@ -138,8 +138,16 @@ func SaveState(path string, v any) error {
 // netfilter hooks (br_netfilter), so that rules in the forward path see
 // traffic between two endpoints of the same host, as on a Docker host.
 func EnableBridgeNetfilter(hostNetns string) error {
+	if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
+		// A modular kernel: load it (a built-in one has the directory).
+		_ = exec.Command("modprobe", "br_netfilter").Run()
+	}
 	return netns.Do(hostNetns, func() error {
-		return netns.SetSysctl("net/bridge/bridge-nf-call-iptables", "1")
+		err := netns.SetSysctl("net/bridge/bridge-nf-call-iptables", "1")
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("br_netfilter is not available (modprobe br_netfilter failed): traffic bridged between endpoints of one host would bypass the datapath")
+		}
+		return err
 	})
 }
 

@@ -99,7 +99,12 @@ func BenchmarkPolicyScale(b *testing.B) {
 						}
 						apply += time.Since(t0)
 
-						pols2, _ := policy.Parse([]byte(strings.Replace(src, "ports: [{port: 10000", "ports: [{port: 9990", 1)), "bench.yaml")
+						// One policy moves to another port (ports) or range (ranges).
+						changed := strings.Replace(src, "ports: [{port: 10000}]", "ports: [{port: 9990}]", 1)
+						if shape == "ranges" {
+							changed = strings.Replace(src, "ports: [{port: 10000, endPort: 10001}]", "ports: [{port: 9990, endPort: 9991}]", 1)
+						}
+						pols2, _ := policy.Parse([]byte(changed), "bench.yaml")
 						c2 := compileFor(b, spec, pols2)
 						t0 = time.Now()
 						if err := d.Apply(ctx, spec, c2); err != nil {

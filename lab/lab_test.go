@@ -96,7 +96,7 @@ func checkMatrix(t *testing.T, name string, spec *topology.Spec, pols []*policy.
 	if err != nil {
 		t.Fatal(err)
 	}
-	cells, err := probe.Run(context.Background(), spec, targets(), probe.Options{Timeout: 500 * time.Millisecond})
+	cells, err := probe.Run(context.Background(), spec, targets(), probe.Options{Timeout: 750 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("%s: probe: %v", name, err)
 	}
@@ -210,6 +210,10 @@ func TestUpdatesAreAtomic(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// However fast the updates were, hammer long enough to count.
+			for deadline := time.Now().Add(3 * time.Second); tries.Load() < 40 && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
 			close(stop)
 			wg.Wait()
 			if tries.Load() < 10 {
@@ -226,6 +230,20 @@ func TestUpdatesAreAtomic(t *testing.T) {
 			buf := make([]byte, 10)
 			if _, err := conn.Read(buf); err != nil || string(buf) != "still here" {
 				t.Errorf("established connection cut by unrelated changes: %v %q", err, buf)
+			}
+			// Control: without the policies the hammered pair does connect,
+			// so "none passed" above was the policy, not a broken path.
+			if _, err := Delete(ctx, spec.Name, nil, true, ""); err != nil {
+				t.Fatal(err)
+			}
+			if err := netns.Do(ya.Netns, func() error {
+				c, err := net.DialTimeout("tcp", netip.AddrPortFrom(xa.IP, 9000).String(), 2*time.Second)
+				if err == nil {
+					c.Close()
+				}
+				return err
+			}); err != nil {
+				t.Errorf("y/a cannot reach x/a even with no policy: %v", err)
 			}
 		})
 	}

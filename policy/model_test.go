@@ -101,9 +101,14 @@ func TestIdentities(t *testing.T) {
 	if a.ID < FirstIdentity || a.Cilium[PodNamespaceLabel] != "x" || a.Cilium[NamespaceLabelPrefix+"tier"] != "front" {
 		t.Errorf("identity of x/a: %+v", a)
 	}
-	// Same labels in another lab order give the same numbers: identities
-	// depend on the label sets only.
-	m2 := modelFor(t, lab, "")
+	// The same endpoints listed in the opposite order give the same
+	// numbers: identities depend on the label sets only.
+	rev := *lab
+	rev.Endpoints = nil
+	for i := len(lab.Endpoints) - 1; i >= 0; i-- {
+		rev.Endpoints = append(rev.Endpoints, lab.Endpoints[i])
+	}
+	m2 := modelFor(t, &rev, "")
 	for i := range m.Identities {
 		if m.Identities[i].ID != m2.Identities[i].ID || m.Identities[i].Namespace != m2.Identities[i].Namespace {
 			t.Fatal("identities are not deterministic")

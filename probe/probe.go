@@ -72,7 +72,12 @@ func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) (
 		switch t.Protocol {
 		case "tcp", "udp":
 		case "sctp":
-			return nil, fmt.Errorf("probe sctp: %w (the kernel has no SCTP: policies on SCTP are compiled and installed, but cannot be probed here)", ErrUnsupported)
+			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, syscall.IPPROTO_SCTP)
+			if err != nil {
+				return nil, fmt.Errorf("probe sctp: %w (opening an SCTP socket: %v): SCTP policies are compiled and installed, but cannot be probed here", ErrUnsupported, err)
+			}
+			syscall.Close(fd)
+			return nil, errors.New("probe sctp: this kernel has SCTP, but the probe does not speak it yet (tcp, udp)")
 		default:
 			return nil, fmt.Errorf("unknown protocol %q (tcp, udp, sctp)", t.Protocol)
 		}
