@@ -80,14 +80,22 @@ func Parse(data []byte, file string) ([]*Policy, error) {
 	}
 	var out []*Policy
 	seen := map[string]int{}
+	texts := splitDocuments(data)
+	if len(texts) != len(docs) {
+		texts = nil // unusual layout: re-encode each document instead
+	}
 	for i, doc := range docs {
 		p := &parser{file: file, doc: fmt.Sprintf("document %d", i+1)}
 		pol, err := p.document(doc)
 		if err != nil {
 			return nil, err
 		}
-		raw, _ := yaml.Marshal(doc)
-		pol.Raw = string(raw)
+		if texts != nil {
+			pol.Raw = texts[i]
+		} else {
+			raw, _ := yaml.Marshal(doc)
+			pol.Raw = string(raw)
+		}
 		pol.Source = fmt.Sprintf("%s#%d", file, i+1)
 		pol.File, pol.DocIndex = file, i+1
 		key := pol.Kind + " " + pol.Key()
@@ -98,6 +106,34 @@ func Parse(data []byte, file string) ([]*Policy, error) {
 		out = append(out, pol)
 	}
 	return out, nil
+}
+
+// splitDocuments cuts a YAML stream at its "---" lines and drops the
+// pieces that hold no content (blank or comment-only), so that piece i is
+// the text of document i as written.
+func splitDocuments(data []byte) []string {
+	var out []string
+	var cur strings.Builder
+	content := false
+	flush := func() {
+		if content {
+			out = append(out, strings.TrimRight(cur.String(), "\n")+"\n")
+		}
+		cur.Reset()
+		content = false
+	}
+	for _, line := range strings.SplitAfter(string(data), "\n") {
+		if strings.HasPrefix(line, "---") || strings.HasPrefix(line, "...") {
+			flush()
+			continue
+		}
+		cur.WriteString(line)
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
+			content = true
+		}
+	}
+	flush()
+	return out
 }
 
 type parser struct {

@@ -140,3 +140,23 @@ func FuzzParse(f *testing.F) {
 		_, _ = m.Compile()
 	})
 }
+
+func TestRawKeepsTheDocumentsText(t *testing.T) {
+	src := "# leading comment\n" + npHead + "spec: {podSelector: {}} # keep me\n---\n---\n# only a comment\n---\n" +
+		strings.Replace(npHead, "name: p", "name: q", 1) + "spec: {podSelector: {}}\n...\n"
+	pols, err := Parse([]byte(src), "f.yaml")
+	if err != nil || len(pols) != 2 {
+		t.Fatalf("%v %d", err, len(pols))
+	}
+	if !strings.Contains(pols[0].Raw, "# keep me") || !strings.HasPrefix(pols[0].Raw, "# leading comment") || strings.Contains(pols[0].Raw, "name: q") {
+		t.Errorf("raw 0: %q", pols[0].Raw)
+	}
+	if !strings.Contains(pols[1].Raw, "name: q") || strings.Contains(pols[1].Raw, "---") {
+		t.Errorf("raw 1: %q", pols[1].Raw)
+	}
+	// Stored policies parse back to the same set.
+	again, err := Parse([]byte(pols[0].Raw+"---\n"+pols[1].Raw), "stored.yaml")
+	if err != nil || len(again) != 2 || again[1].Name != "q" {
+		t.Errorf("re-parse: %v", err)
+	}
+}
