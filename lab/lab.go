@@ -255,14 +255,20 @@ func applyLocked(ctx context.Context, spec *topology.Spec, dp datapath.Datapath,
 	return dp.Apply(ctx, spec, c)
 }
 
-// Model returns a lab's spec and the policy model of what is applied.
-func Model(labName string) (*topology.Spec, *policy.Model, error) {
+// Model returns a lab's spec and the policy model of what is applied. A
+// chain lab has no datapath: its model has no policy (everything allowed)
+// when allowChain is set, and is ErrNoHosts otherwise.
+func Model(labName string, allowChain bool) (*topology.Spec, *policy.Model, error) {
 	spec, err := topology.Open(labName)
 	if err != nil {
 		return nil, nil, err
 	}
 	if spec.Chain != nil {
-		return nil, nil, datapath.ErrNoHosts
+		if !allowChain {
+			return nil, nil, datapath.ErrNoHosts
+		}
+		m, err := policy.NewModel(spec, nil)
+		return spec, m, err
 	}
 	pols, err := Policies(labName)
 	if err != nil {

@@ -165,7 +165,7 @@ func newPolicyShowCmd(e *env) *cobra.Command {
 			if err := needRoot(); err != nil {
 				return err
 			}
-			spec, m, err := lab.Model(args[0])
+			spec, m, err := lab.Model(args[0], false)
 			if err != nil {
 				return err
 			}
@@ -195,7 +195,11 @@ func newPolicyShowCmd(e *env) *cobra.Command {
 }
 
 func printShow(w io.Writer, v showView, c *policy.Compiled) {
-	fmt.Fprintf(w, "lab %s, datapath %s, %d policies: %s\n\n", v.Lab, v.Datapath, len(v.Policies), strings.Join(v.Policies, ", "))
+	if len(v.Policies) == 0 {
+		fmt.Fprintf(w, "lab %s, datapath %s, no policies\n\n", v.Lab, v.Datapath)
+	} else {
+		fmt.Fprintf(w, "lab %s, datapath %s, %d policies: %s\n\n", v.Lab, v.Datapath, len(v.Policies), strings.Join(v.Policies, ", "))
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "IDENTITY\tNAMESPACE\tLABELS\tENDPOINTS\tISOLATED")
 	for _, id := range v.Identities {
@@ -268,7 +272,7 @@ func newPolicyTraceCmd(e *env) *cobra.Command {
 			if err := needRoot(); err != nil {
 				return err
 			}
-			spec, m, err := lab.Model(args[0])
+			spec, m, err := lab.Model(args[0], false)
 			if err != nil {
 				return err
 			}

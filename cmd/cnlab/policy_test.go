@@ -110,4 +110,8 @@ func TestPolicyAndProbeCLI(t *testing.T) {
 	if _, stderr, code = runCLI(t, "policy", "show", "t-pol-chain"); code != 2 || !strings.Contains(stderr, "a chain lab has no hosts to enforce policies on") {
 		t.Errorf("policy on a chain lab: %d %q", code, stderr)
 	}
+	// ... but the probe works on it: client and server reach each other.
+	if stdout, stderr, code := runCLI(t, "probe", "t-pol-chain", "--expect", "-o", "json"); code != 0 || strings.Count(stdout, `"allowed": true`) != 2 {
+		t.Errorf("probe of a chain lab: %d %s %s", code, stdout, stderr)
+	}
 }

@@ -54,7 +54,7 @@ parallel. With --expect, compare every cell with the policy model and exit
 			if err := needRoot(); err != nil {
 				return err
 			}
-			spec, m, err := lab.Model(args[0])
+			spec, m, err := lab.Model(args[0], true)
 			if err != nil {
 				return err
 			}
