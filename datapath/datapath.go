@@ -8,7 +8,6 @@ package datapath
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
@@ -108,31 +108,14 @@ func StatePath(lab, datapath, host string) string {
 // LoadState reads a datapath's state for a host into v; a missing file
 // leaves v unchanged and is not an error.
 func LoadState(path string, v any) error {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
+	if err := files.ReadJSON(path, v); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return json.Unmarshal(data, v)
+	return nil
 }
 
 // SaveState writes a datapath's state for a host.
-func SaveState(path string, v any) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
+func SaveState(path string, v any) error { return files.WriteJSON(path, v, false) }
 
 // EnableBridgeNetfilter makes bridged IPv4 traffic traverse the host's
 // netfilter hooks (br_netfilter), so that rules in the forward path see

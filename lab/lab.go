@@ -51,7 +51,7 @@ func Up(ctx context.Context, spec *topology.Spec, o topology.UpOptions) error {
 		o.AfterBuild = func(ctx context.Context, spec *topology.Spec) error {
 			err := dp.Setup(ctx, spec)
 			if err == nil {
-				err = applyLocked(ctx, spec, dp, nil)
+				_, err = applyLocked(ctx, spec, dp, nil)
 			}
 			if err != nil {
 				return fmt.Errorf("set up datapath %s: %w", spec.Datapath, err)
@@ -231,28 +231,27 @@ func modify(ctx context.Context, labName string, tolerateBad bool, f func([]*pol
 	if err != nil {
 		return nil, err
 	}
-	if err := applyLocked(ctx, spec, dp, next); err != nil {
+	if ch.Compiled, err = applyLocked(ctx, spec, dp, next); err != nil {
 		return nil, err
 	}
 	if err := commit(); err != nil {
 		return nil, fmt.Errorf("store policies: %w", err)
 	}
-	m, _ := policy.NewModel(spec, next)
-	ch.Compiled, _ = m.Compile()
 	return ch, nil
 }
 
-// applyLocked compiles pols against the lab and applies them.
-func applyLocked(ctx context.Context, spec *topology.Spec, dp datapath.Datapath, pols []*policy.Policy) error {
+// applyLocked compiles pols against the lab, applies them, and returns
+// what it compiled.
+func applyLocked(ctx context.Context, spec *topology.Spec, dp datapath.Datapath, pols []*policy.Policy) (*policy.Compiled, error) {
 	m, err := policy.NewModel(spec, pols)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c, err := m.Compile()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return dp.Apply(ctx, spec, c)
+	return c, dp.Apply(ctx, spec, c)
 }
 
 // Model returns a lab's spec and the policy model of what is applied. A

@@ -76,9 +76,6 @@ type Entry struct {
 	Origin   string       `json:"origin"` // policy and rule path it comes from
 }
 
-// AnyPeer reports whether the rule applies to every peer.
-func (r Entry) AnyPeer() bool { return r.PeerID == 0 && !r.PeerCIDR.IsValid() }
-
 func (r Entry) key() string {
 	return fmt.Sprintf("%d/%d/%v/%d/%s/%d/%d-%d", r.Subject, r.Dir, r.Deny, r.PeerID, r.PeerCIDR, r.Proto, r.PortLo, r.PortHi)
 }
@@ -113,6 +110,12 @@ type Compiled struct {
 	Rules          []Entry                 `json:"rules"`
 	endpointIPs    map[uint32][]netip.Addr
 	identityOfIP   map[netip.Addr]uint32
+	bySubject      map[subjectDir][]Entry // Rules, indexed for RulesFor
+}
+
+type subjectDir struct {
+	subject uint32
+	dir     Dir
 }
 
 // Compile turns the model's policies into IR rules, sorted and without
@@ -177,6 +180,11 @@ func (m *Model) Compile() (*Compiled, error) {
 		}
 		return a.Deny && !b.Deny
 	})
+	c.bySubject = map[subjectDir][]Entry{}
+	for _, r := range c.Rules {
+		k := subjectDir{r.Subject, r.Dir}
+		c.bySubject[k] = append(c.bySubject[k], r)
+	}
 	var cidrs []netip.Prefix
 	for _, r := range c.Rules {
 		if r.PeerCIDR.IsValid() {
@@ -193,14 +201,7 @@ func (m *Model) Compile() (*Compiled, error) {
 	return c, nil
 }
 
-func (m *Model) endpoint(id string) *topology.Endpoint {
-	for i := range m.Lab.Endpoints {
-		if m.Lab.Endpoints[i].ID() == id {
-			return &m.Lab.Endpoints[i]
-		}
-	}
-	return nil
-}
+func (m *Model) endpoint(id string) *topology.Endpoint { return m.byID[id] }
 
 // irPeer is a peer of an IR rule before ports are attached.
 type irPeer struct {
@@ -329,9 +330,6 @@ func (m *Model) resolveName(id *Identity, port Port) ([]topology.Port, error) {
 	return first, nil
 }
 
-// IPsOf returns the endpoint addresses of an identity.
-func (c *Compiled) IPsOf(id uint32) []netip.Addr { return c.endpointIPs[id] }
-
 // IdentityOfIP returns the identity of an endpoint address (0 if none).
 func (c *Compiled) IdentityOfIP(ip netip.Addr) uint32 { return c.identityOfIP[ip] }
 
@@ -365,8 +363,8 @@ func (c *Compiled) sideAllows(subject uint32, dir Dir, remote netip.Addr, proto 
 		enforced = enf.Egress
 	}
 	allowed := false
-	for _, r := range c.Rules {
-		if r.Subject != subject || r.Dir != dir || !c.ruleMatches(r, remote, proto, port) {
+	for _, r := range c.RulesFor(subject, dir) {
+		if !c.ruleMatches(r, remote, proto, port) {
 			continue
 		}
 		if r.Deny {
@@ -399,13 +397,7 @@ func (c *Compiled) ruleMatches(r Entry, remote netip.Addr, proto uint8, port uin
 
 // RulesFor returns the rules of one subject and direction, denies first.
 func (c *Compiled) RulesFor(subject uint32, dir Dir) []Entry {
-	var out []Entry
-	for _, r := range c.Rules {
-		if r.Subject == subject && r.Dir == dir {
-			out = append(out, r)
-		}
-	}
-	return out
+	return c.bySubject[subjectDir{subject, dir}]
 }
 
 // Identity returns the identity with that number, or nil.

@@ -39,12 +39,14 @@ type Model struct {
 	Identities []*Identity
 	byEndpoint map[string]*Identity
 	byIP       map[netip.Addr]*topology.Endpoint
+	byID       map[string]*topology.Endpoint
 }
 
 // NewModel checks the policies against the lab (their namespaces must
 // exist) and assigns identities.
 func NewModel(lab *topology.Spec, pols []*Policy) (*Model, error) {
-	m := &Model{Lab: lab, byEndpoint: map[string]*Identity{}, byIP: map[netip.Addr]*topology.Endpoint{}}
+	m := &Model{Lab: lab, byEndpoint: map[string]*Identity{}, byIP: map[netip.Addr]*topology.Endpoint{},
+		byID: map[string]*topology.Endpoint{}}
 	for _, p := range pols {
 		if _, ok := lab.Namespaces[p.Namespace]; !ok {
 			return nil, p.errorAt("metadata.namespace",
@@ -58,6 +60,7 @@ func NewModel(lab *topology.Spec, pols []*Policy) (*Model, error) {
 	for i := range lab.Endpoints {
 		ep := &lab.Endpoints[i]
 		m.byIP[ep.IP] = ep
+		m.byID[ep.ID()] = ep
 		key := ep.Namespace + "\x00" + labels.String(ep.Labels)
 		id, ok := byKey[key]
 		if !ok {

@@ -3,8 +3,8 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"github.com/cnlab/cnlab/internal/files"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 
@@ -56,12 +56,8 @@ var apiVersions = map[string]string{
 
 // ParseFile reads a multi-document YAML file of policies.
 func ParseFile(path string) ([]*Policy, error) {
-	data, err := os.ReadFile(path)
+	data, err := files.ReadInput(path)
 	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
 		return nil, &InputError{File: path, Msg: fmt.Sprintf("cannot read: %v", err)}
 	}
 	return Parse(data, path)
@@ -458,9 +454,8 @@ func ciliumKey(k string) string {
 
 // Cilium's identity labels that carry the namespace.
 const (
-	PodNamespaceLabel       = "io.kubernetes.pod.namespace"
-	NamespaceLabelPrefix    = "io.cilium.k8s.namespace.labels."
-	PolicyNamespaceLabelAll = ""
+	PodNamespaceLabel    = "io.kubernetes.pod.namespace"
+	NamespaceLabelPrefix = "io.cilium.k8s.namespace.labels."
 )
 
 func (p *parser) cnpSelector(r *rawSelector, path string) (Selector, error) {

@@ -42,8 +42,3 @@ func LabOfNetns(name string) string {
 	}
 	return parts[0]
 }
-
-// isEndpointNetns reports whether a lab namespace is an endpoint's.
-func isEndpointNetns(lab, name string) bool {
-	return strings.HasPrefix(name, LabNetnsPrefix(lab)+"ep.")
-}

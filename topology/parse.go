@@ -3,7 +3,7 @@ package topology
 import (
 	"errors"
 	"fmt"
-	"os"
+	"github.com/cnlab/cnlab/internal/files"
 
 	"github.com/cnlab/cnlab/internal/yamlx"
 	"gopkg.in/yaml.v3"
@@ -11,12 +11,8 @@ import (
 
 // Load reads and resolves a topology file.
 func Load(path string, ov Overrides) (*Spec, error) {
-	data, err := os.ReadFile(path)
+	data, err := files.ReadInput(path)
 	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
 		return nil, &InputError{File: path, Msg: fmt.Sprintf("cannot read: %v", err)}
 	}
 	return Parse(data, path, ov)

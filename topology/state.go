@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/labels"
 	"golang.org/x/sys/unix"
 )
@@ -35,19 +35,7 @@ type State struct {
 func labDir(lab string) string { return filepath.Join(StateDir, lab) }
 
 func writeState(st *State) error {
-	dir := labDir(st.Spec.Name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create state dir: %w", err)
-	}
-	data, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(dir, "lab.json.tmp")
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "lab.json")); err != nil {
+	if err := files.WriteJSON(filepath.Join(labDir(st.Spec.Name), "lab.json"), st, true); err != nil {
 		return fmt.Errorf("write state: %w", err)
 	}
 	return nil
@@ -56,12 +44,12 @@ func writeState(st *State) error {
 // ReadState loads a lab's ledger. It returns an error wrapping
 // os.ErrNotExist when the lab has none.
 func ReadState(lab string) (*State, error) {
-	data, err := os.ReadFile(filepath.Join(labDir(lab), "lab.json"))
-	if err != nil {
+	var st State
+	err := files.ReadJSON(filepath.Join(labDir(lab), "lab.json"), &st)
+	if errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	var st State
-	if err := json.Unmarshal(data, &st); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("read state of lab %s: %w", lab, err)
 	}
 	return &st, nil

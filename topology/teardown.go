@@ -53,7 +53,7 @@ func DownAll(progress Progress) ([]string, error) {
 		return nil, err
 	}
 	for _, lab := range bpffsLabs() {
-		if !containsStr(labs, lab) {
+		if !contains(labs, lab) {
 			labs = append(labs, lab)
 		}
 	}
@@ -71,8 +71,6 @@ func DownAll(progress Progress) ([]string, error) {
 	}
 	return done, errors.Join(errs...)
 }
-
-func containsStr(list []string, s string) bool { return contains(list, s) }
 
 func bpffsExists(lab string) bool {
 	_, err := os.Stat(filepath.Join(BPFFSDir, lab))

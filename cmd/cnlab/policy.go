@@ -54,9 +54,9 @@ func newPolicyApplyCmd(e *env) *cobra.Command {
 				var ps []*policy.Policy
 				var err error
 				if f == "-" {
-					data, rerr := io.ReadAll(cmd.InOrStdin())
+					data, rerr := readStdin(cmd)
 					if rerr != nil {
-						return fmt.Errorf("read stdin: %w", rerr)
+						return rerr
 					}
 					ps, err = policy.Parse(data, "<stdin>")
 				} else {

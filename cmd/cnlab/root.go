@@ -127,3 +127,12 @@ func checkOutput(output string) error {
 	}
 	return nil
 }
+
+// readStdin reads a "-f -" argument's data.
+func readStdin(cmd *cobra.Command) ([]byte, error) {
+	data, err := io.ReadAll(cmd.InOrStdin())
+	if err != nil {
+		return nil, fmt.Errorf("read stdin: %w", err)
+	}
+	return data, nil
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -59,9 +58,9 @@ If the lab is already up, nothing changes.`,
 					return usagef("--length and --link apply to presets; set them in the file")
 				}
 				if file == "-" {
-					data, rerr := io.ReadAll(cmd.InOrStdin())
+					data, rerr := readStdin(cmd)
 					if rerr != nil {
-						return fmt.Errorf("read stdin: %w", rerr)
+						return rerr
 					}
 					spec, err = topology.Parse(data, "<stdin>", ov)
 				} else {
