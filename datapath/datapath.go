@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,6 +40,13 @@ type Datapath interface {
 	Detach(ctx context.Context, lab *topology.Spec) error
 	// Describe returns the kernel state of the datapath, per host name.
 	Describe(ctx context.Context, lab *topology.Spec) (map[string]string, error)
+}
+
+// FlowForgetter is a datapath with its own connection tracking (eBPF): the
+// probe asks it to forget the probe's own flows, as it does the kernel's
+// conntrack.
+type FlowForgetter interface {
+	ForgetFlows(ctx context.Context, lab *topology.Spec, proto uint8, srcs []netip.AddrPort) error
 }
 
 // New returns the datapath of that name. The registry is explicit: an

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/datapath/ebpf"
 	"github.com/cnlab/cnlab/datapath/iptables"
 	"github.com/cnlab/cnlab/datapath/nftables"
 	"github.com/cnlab/cnlab/policy"
@@ -25,6 +26,7 @@ import (
 func RegisterDatapaths() {
 	datapath.Register(iptables.Name, iptables.New)
 	datapath.Register(nftables.Name, nftables.New)
+	datapath.Register(ebpf.Name, ebpf.New)
 }
 
 // Available reports whether a datapath is implemented in this build.
@@ -40,11 +42,7 @@ func Up(ctx context.Context, spec *topology.Spec, o topology.UpOptions) error {
 	if spec.Chain == nil {
 		var err error
 		if dp, err = datapath.New(spec.Datapath); err != nil {
-			msg := err.Error()
-			if spec.Datapath == "ebpf" {
-				msg = "the ebpf datapath is not built yet: use iptables or nftables"
-			}
-			return &topology.InputError{File: spec.Source, Path: "datapath", Msg: msg}
+			return &topology.InputError{File: spec.Source, Path: "datapath", Msg: err.Error()}
 		}
 	}
 	if dp != nil {

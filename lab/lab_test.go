@@ -25,7 +25,12 @@ func TestMain(m *testing.M) {
 	testutil.Main(m)
 }
 
-var datapaths = []string{"iptables", "nftables"}
+// datapaths are the datapaths every kernel test runs on; "ebpf-legacy" is
+// the eBPF datapath with legacy host routing (endpoints on the bridge).
+var datapaths = []string{"iptables", "nftables", "ebpf", "ebpf-legacy"}
+
+// short names a datapath in lab names.
+var short = map[string]string{"iptables": "ipt", "nftables": "nft", "ebpf": "ebp", "ebpf-legacy": "ebl"}
 
 func scenarioLab(t *testing.T, name, dp, link string) *topology.Spec {
 	t.Helper()
@@ -33,7 +38,11 @@ func scenarioLab(t *testing.T, name, dp, link string) *topology.Spec {
 	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
 	testutil.RequireTool(t, "nft", "nftables")
 	yaml := strings.Replace(scenarios.Lab, "kind: wire", "kind: "+link, 1)
-	spec, err := topology.Parse([]byte(yaml), "scenario lab", topology.Overrides{Name: name, Datapath: dp})
+	ov := topology.Overrides{Name: name, Datapath: dp}
+	if dp == "ebpf-legacy" {
+		ov.Datapath, ov.HostRouting = "ebpf", topology.HostRoutingLegacy
+	}
+	spec, err := topology.Parse([]byte(yaml), "scenario lab", ov)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +73,7 @@ func TestScenarios(t *testing.T) {
 	for _, dp := range datapaths {
 		for _, link := range []string{"wire", "vxlan"} {
 			t.Run(dp+"-"+link, func(t *testing.T) {
-				spec := scenarioLab(t, "t-scen-"+dp[:3]+"-"+link[:2], dp, link)
+				spec := scenarioLab(t, "t-scen-"+short[dp]+"-"+link[:2], dp, link)
 				ctx := context.Background()
 				for i, sc := range scenarios.All {
 					if link == "vxlan" && i%3 != 0 {
@@ -147,7 +156,7 @@ spec:
 func TestUpdatesAreAtomic(t *testing.T) {
 	for _, dp := range datapaths {
 		t.Run(dp, func(t *testing.T) {
-			spec := scenarioLab(t, "t-atomic-"+dp[:3], dp, "wire")
+			spec := scenarioLab(t, "t-atomic-"+short[dp], dp, "wire")
 			ctx := context.Background()
 			if _, err := Apply(ctx, spec.Name, mustParse(t, denyYToX)); err != nil {
 				t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/vishvananda/netlink"
@@ -130,7 +131,7 @@ func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) (
 		}()
 	}
 	wg.Wait()
-	if err := forgetUDP(lab, udpFlows); err != nil {
+	if err := forgetUDP(ctx, lab, udpFlows); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -208,7 +209,7 @@ func attempt(ctx context.Context, ns string, dst netip.AddrPort, proto string, t
 // "established" for 30 s, and a later probe that happened to reuse its
 // source port would pass whatever the policy says by then. Only the
 // probe's flows are touched.
-func forgetUDP(lab *topology.Spec, flows []netip.AddrPort) error {
+func forgetUDP(ctx context.Context, lab *topology.Spec, flows []netip.AddrPort) error {
 	var filters []netlink.CustomConntrackFilter
 	for _, f := range flows {
 		if !f.IsValid() {
@@ -232,6 +233,14 @@ func forgetUDP(lab *topology.Spec, flows []netip.AddrPort) error {
 		nh.Close()
 		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EPROTONOSUPPORT) {
 			return fmt.Errorf("host %s: forget probe flows in conntrack: %w", h.Name, err)
+		}
+	}
+	// A datapath with its own connection tracking forgets them too.
+	if dp, err := datapath.New(lab.Datapath); err == nil {
+		if f, ok := dp.(datapath.FlowForgetter); ok {
+			if err := f.ForgetFlows(context.WithoutCancel(ctx), lab, 17, flows); err != nil {
+				return fmt.Errorf("forget probe flows in the %s datapath: %w", lab.Datapath, err)
+			}
 		}
 	}
 	return nil

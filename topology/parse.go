@@ -21,10 +21,11 @@ func Load(path string, ov Overrides) (*Spec, error) {
 // Overrides replace fields of the file from the command line (--name,
 // --datapath). Empty fields change nothing.
 type Overrides struct {
-	Name       string
-	Datapath   string
-	Filler     *int   // iptables filler rules
-	FillerMode string // iptables filler mode
+	Name        string
+	Datapath    string
+	Filler      *int   // iptables filler rules
+	FillerMode  string // iptables filler mode
+	HostRouting string // ebpf host routing
 }
 
 // Parse decodes a topology document strictly and resolves it. file is used

@@ -58,6 +58,19 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 		}
 		raw.Datapath = ov.Datapath
 	}
+	if ov.HostRouting != "" {
+		dp := raw.Datapath
+		if ov.Datapath != "" {
+			dp = ov.Datapath
+		}
+		if dp != "ebpf" {
+			return nil, &InputError{File: "--host-routing", Msg: fmt.Sprintf("host routing is an option of the ebpf datapath, but the lab's datapath is %s", dp)}
+		}
+		if raw.EBPF == nil {
+			raw.EBPF = &rawEBPF{}
+		}
+		raw.EBPF.HostRouting = ov.HostRouting
+	}
 	if ov.Filler != nil || ov.FillerMode != "" {
 		dp := raw.Datapath
 		if ov.Datapath != "" {
@@ -156,6 +169,53 @@ func (r *resolver) iptables() error {
 		}
 	}
 	r.spec.IPTables = o
+	return r.ebpf()
+}
+
+// Bounds and defaults of the eBPF datapath's map sizes.
+const (
+	DefaultPolicyMapSize = 65536
+	MaxPolicyMapSize     = 1 << 22
+	DefaultCTMapSize     = 65536
+	MaxCTMapSize         = 1 << 24
+	DefaultMaxEndpoints  = 1024
+	MaxMaxEndpoints      = 16384
+)
+
+func (r *resolver) ebpf() error {
+	o := EBPFOptions{HostRouting: HostRoutingBPF, PolicyMapSize: DefaultPolicyMapSize,
+		CTMapSize: DefaultCTMapSize, MaxEndpoints: DefaultMaxEndpoints}
+	if e := r.raw.EBPF; e != nil {
+		if r.spec.Datapath != "ebpf" {
+			return r.errf("ebpf", "options for the ebpf datapath, but the lab's datapath is %s", r.spec.Datapath)
+		}
+		switch e.HostRouting {
+		case "":
+		case HostRoutingBPF, HostRoutingLegacy:
+			o.HostRouting = e.HostRouting
+		default:
+			return r.errf("ebpf.hostRouting", "unknown mode %q (bpf, legacy)", e.HostRouting)
+		}
+		for _, f := range []struct {
+			name    string
+			v       *int
+			dst     *int
+			lo, max int
+		}{
+			{"policyMapSize", e.PolicyMapSize, &o.PolicyMapSize, 1, MaxPolicyMapSize},
+			{"ctMapSize", e.CTMapSize, &o.CTMapSize, 1024, MaxCTMapSize},
+			{"maxEndpoints", e.MaxEndpoints, &o.MaxEndpoints, 1, MaxMaxEndpoints},
+		} {
+			if f.v == nil {
+				continue
+			}
+			if *f.v < f.lo || *f.v > f.max {
+				return r.errf("ebpf."+f.name, "%d is out of range (%d to %d)", *f.v, f.lo, f.max)
+			}
+			*f.dst = *f.v
+		}
+	}
+	r.spec.EBPF = o
 	return nil
 }
 

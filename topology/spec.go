@@ -18,6 +18,14 @@ type rawFile struct {
 	Endpoints   []rawEndpoint           `yaml:"endpoints"`
 	Chain       *rawChain               `yaml:"chain"`
 	IPTables    *rawIPTables            `yaml:"iptables"`
+	EBPF        *rawEBPF                `yaml:"ebpf"`
+}
+
+type rawEBPF struct {
+	HostRouting   string `yaml:"hostRouting"`
+	PolicyMapSize *int   `yaml:"policyMapSize"`
+	CTMapSize     *int   `yaml:"ctMapSize"`
+	MaxEndpoints  *int   `yaml:"maxEndpoints"`
 }
 
 type rawIPTables struct {
@@ -77,6 +85,21 @@ type Spec struct {
 	Endpoints   []Endpoint           `json:"endpoints"`
 	Chain       *Chain               `json:"chain,omitempty"`
 	IPTables    IPTablesOptions      `json:"iptables"`
+	EBPF        EBPFOptions          `json:"ebpf"`
+}
+
+// Host routing modes of the eBPF datapath (Cilium's names).
+const (
+	HostRoutingBPF    = "bpf"    // same-host traffic redirected veth to veth, no bridge
+	HostRoutingLegacy = "legacy" // endpoints stay on the bridge; programs only filter
+)
+
+// EBPFOptions tune the eBPF datapath.
+type EBPFOptions struct {
+	HostRouting   string `json:"hostRouting"`
+	PolicyMapSize int    `json:"policyMapSize"` // entries per endpoint policy map
+	CTMapSize     int    `json:"ctMapSize"`     // conntrack entries per host
+	MaxEndpoints  int    `json:"maxEndpoints"`  // endpoints per host
 }
 
 // Filler modes of the iptables datapath (seed 000's two iptables settings).

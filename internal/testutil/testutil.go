@@ -5,6 +5,8 @@
 package testutil
 
 import (
+	"github.com/cnlab/cnlab/internal/bpffs"
+
 	"fmt"
 	"os"
 	"os/exec"
@@ -51,6 +53,10 @@ func Snapshot() string {
 	if os.Geteuid() != 0 {
 		return ""
 	}
+	// The eBPF datapath mounts bpffs on first use (with the kernel's own
+	// maps.debug and progs.debug in it): mount it before looking, so
+	// that the mount is not mistaken for a leak.
+	_ = bpffs.Ensure()
 	var b strings.Builder
 	b.WriteString("# ip netns list\n")
 	b.WriteString(run("ip", "netns", "list"))

@@ -1,0 +1,781 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+//
+// cnlab's eBPF datapath: label-identity policy at tc on each endpoint's
+// host-side veth, one program pair per host attached with tcx.
+//
+//   cnlab_from_ep  tcx ingress of the host-side veth: packets the endpoint
+//                  sends (the endpoint's egress).
+//   cnlab_to_ep    tcx egress of the host-side veth: packets delivered to
+//                  the endpoint (its ingress) by the host's stack or bridge.
+//
+// A new flow costs an ipcache lookup (LPM trie: address -> peer key) and
+// two policy lookups (LPM trie on peer, direction, protocol and port: one
+// with the peer's key, one with the wildcard peer), whatever the number of
+// policies; an established flow costs one conntrack lookup. Policy maps are
+// double-buffered: user space fills generation 1-g while packets use g, and
+// one word in the config map switches every endpoint of the host at once.
+//
+// The rules for what is not an IPv4 policy decision are explicit and
+// documented in docs/ebpf.md: ARP is answered (bpf host routing) or passed
+// unchecked (legacy), IPv6 and other L3 protocols are dropped, malformed
+// headers are dropped, a non-first fragment passes only if its first
+// fragment passed at the same enforcement point.
+
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+char __license[] SEC("license") = "Dual MIT/GPL";
+
+// From linux/if_arp.h, which drags in libc headers.
+#define ARPOP_REQUEST 1
+#define ARPOP_REPLY 2
+#define ARPHRD_ETHER 1
+
+struct arphdr {
+	__be16 ar_hrd;
+	__be16 ar_pro;
+	__u8 ar_hln;
+	__u8 ar_pln;
+	__be16 ar_op;
+};
+
+#define DIR_INGRESS 0
+#define DIR_EGRESS 1
+
+// Verdict reasons; below 16 a packet passes, from 16 it is dropped. They
+// index the per-endpoint counters; keep datapath/ebpf/reasons.go in step.
+enum reason {
+	R_ALLOW_POLICY = 1,     // new flow allowed by a policy entry
+	R_ALLOW_UNENFORCED = 2, // new flow, direction not isolated
+	R_ALLOW_CT = 3,         // established or reply (conntrack)
+	R_ALLOW_RELATED = 4,    // ICMP error about a tracked flow
+	R_ALLOW_FRAG = 5,       // later fragment of an allowed datagram
+	R_ARP_REPLIED = 6,      // ARP request answered by the program
+	R_ARP_PASSED = 7,       // ARP passed unchecked (legacy, or to the host)
+	R_DROP_DENY = 16,       // a deny entry matched
+	R_DROP_DEFAULT = 17,    // isolated direction, no allow entry matched
+	R_DROP_MALFORMED = 18,  // truncated or invalid headers
+	R_DROP_FRAG = 19,       // fragment whose first fragment was not seen
+	R_DROP_IPV6 = 20,       // IPv6 (labs are IPv4-only)
+	R_DROP_L3 = 21,         // other ethertypes, other ARP
+	R_DROP_SPOOF = 22,      // source address is not the endpoint's
+	R_DROP_UNKNOWN = 23,    // interface or destination unknown to the maps
+	R_MAX = 32,
+};
+
+#define FLAG_HOST_ROUTING_BPF 1
+
+struct config {
+	__u32 gen;    // active policy generation, 0 or 1
+	__u32 flags;  // FLAG_*
+	__u32 max_ep; // stride of the per-generation arrays
+	__u32 pad;
+};
+
+// Written by `cnlab monitor` only (the config by apply only), so neither
+// overwrites the other's fields.
+struct monitor {
+	__u32 level; // 0 off, 1 drops, 2 all verdicts
+	__u32 pad;
+	__u64 until; // lease (ktime ns): no events after it
+};
+
+struct endpoint {
+	__u32 index;    // slot in the per-endpoint arrays
+	__u32 identity; // security identity
+	__u32 ip;       // network order
+	__u32 ifindex;  // host-side veth
+	__u8 mac[6];    // endpoint's eth0
+	__u8 lxc_mac[6];// host-side veth
+};
+
+struct ipcache_key {
+	__u32 prefixlen;
+	__u32 ip; // network order
+};
+
+struct peer {
+	__u32 key;      // the peer as policy keys name it
+	__u32 identity; // its security identity (for events)
+};
+
+struct policy_key {
+	__u32 prefixlen; // 40: any protocol, 48: any port, up to 64: port prefix
+	__u32 peer;      // peer key, 0 for any peer
+	__u8 dir;
+	__u8 proto;
+	__u16 port; // network order, so port ranges are prefixes
+};
+
+struct policy_val {
+	__u8 deny;
+	__u8 pad[3];
+	__u32 rule; // index into user space's rule table, for events
+};
+
+struct ct_key {
+	__u32 saddr, daddr;
+	__u16 sport, dport;
+	__u8 proto;
+	__u8 scope; // 0: host-local path (both sides checked), 1 + dir at ep
+	__u16 ep;
+};
+
+struct ct_val {
+	__u64 expires;
+	__u32 flags;
+	__u32 pad;
+};
+
+#define CT_CLOSING 1
+
+struct frag_key {
+	__u32 saddr, daddr;
+	__u16 id;
+	__u8 proto;
+	__u8 scope;
+	__u16 ep;
+	__u16 pad;
+};
+
+struct frag_val {
+	__u16 sport, dport;
+	__u64 expires;
+};
+
+struct counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+struct event {
+	__u64 time;
+	__u32 saddr, daddr;
+	__u16 sport, dport;
+	__u8 proto;
+	__u8 dir;    // direction at the endpoint that decided
+	__u8 reason;
+	__u8 pad;
+	__u32 ep;    // endpoint slot that decided
+	__u32 src_identity, dst_identity;
+	__u32 len;
+	__u32 rule;
+};
+
+struct flow_key {
+	__u32 saddr, daddr;
+	__u16 sport, dport;
+	__u8 proto, reason;
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct config);
+} cnlab_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct monitor);
+} cnlab_monitor SEC(".maps");
+
+// Endpoints of this host by host-side ifindex, and by address.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct endpoint);
+} cnlab_lxc SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct endpoint);
+} cnlab_local SEC(".maps");
+
+// ipcache per generation.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+		__uint(max_entries, 1);
+		__uint(map_flags, BPF_F_NO_PREALLOC);
+		__uint(key_size, sizeof(struct ipcache_key));
+		__uint(value_size, sizeof(struct peer));
+	});
+} cnlab_ipcache SEC(".maps");
+
+// Policy map of each endpoint, per generation: slot gen*max_ep + index.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+		__uint(max_entries, 1);
+		__uint(map_flags, BPF_F_NO_PREALLOC);
+		__uint(key_size, sizeof(struct policy_key));
+		__uint(value_size, sizeof(struct policy_val));
+	});
+} cnlab_policy SEC(".maps");
+
+// Isolation of each endpoint per generation: bit 0 ingress, bit 1 egress.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u32);
+} cnlab_enforce SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct ct_key);
+	__type(value, struct ct_val);
+} cnlab_ct SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct frag_key);
+	__type(value, struct frag_val);
+} cnlab_frag SEC(".maps");
+
+// Packets and bytes per endpoint, direction and reason:
+// slot (index*2 + dir)*R_MAX + reason.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 4096 * 2 * R_MAX);
+	__type(key, __u32);
+	__type(value, struct counter);
+} cnlab_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 18);
+} cnlab_events SEC(".maps");
+
+// Last event time per flow and reason: at most one event per second each.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct flow_key);
+	__type(value, __u64);
+} cnlab_evlimit SEC(".maps");
+
+// Keep the types user space reads in BTF, for bpf2go.
+const struct event *unused_event __attribute__((unused));
+const struct counter *unused_counter __attribute__((unused));
+const struct ipcache_key *unused_ipk __attribute__((unused));
+const struct policy_key *unused_pk __attribute__((unused));
+const struct policy_val *unused_pv __attribute__((unused));
+const struct peer *unused_peer __attribute__((unused));
+
+#define NSEC 1000000000ULL
+#define LIFE_TCP (3600 * NSEC)
+#define LIFE_CLOSING (10 * NSEC)
+#define LIFE_OTHER (60 * NSEC)
+#define LIFE_FRAG (30 * NSEC)
+
+#define TCP_FIN 0x01
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+#define TCP_ACK 0x10
+
+#define WORLD_IDENTITY 2
+
+struct pkt {
+	__u32 saddr, daddr;
+	__u16 sport, dport; // host order
+	__u8 proto;
+	__u8 tcpflags;
+	__u8 frag;    // 0 whole, 1 first fragment, 2 later fragment
+	__u8 icmp_err; // an ICMP error carrying the tuple below
+	__u16 ipid;
+	__u16 pad;
+	// inner tuple of an ICMP error, as the quoted packet was sent
+	__u32 in_saddr, in_daddr;
+	__u16 in_sport, in_dport;
+	__u8 in_proto;
+};
+
+static __always_inline struct config *config(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&cnlab_config, &zero);
+}
+
+static __always_inline void count(__u32 index, __u8 dir, __u8 reason, __u32 len)
+{
+	__u32 slot = (index * 2 + dir) * R_MAX + reason;
+	struct counter *c = bpf_map_lookup_elem(&cnlab_counters, &slot);
+	if (c) {
+		c->packets++;
+		c->bytes += len;
+	}
+}
+
+static __always_inline int is_drop(__u8 reason) { return reason >= R_DROP_DENY; }
+
+static __always_inline void emit(struct config *cfg, struct __sk_buff *skb, struct pkt *p,
+				 __u32 ep, __u8 dir, __u8 reason, __u32 src_id, __u32 dst_id, __u32 rule)
+{
+	__u32 zero = 0;
+	struct monitor *m = bpf_map_lookup_elem(&cnlab_monitor, &zero);
+	if (!m || !m->level)
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	if (now > m->until)
+		return;
+	if (m->level == 1 && !is_drop(reason))
+		return;
+	struct flow_key fk = {.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport,
+			      .dport = p->dport, .proto = p->proto, .reason = reason};
+	__u64 *last = bpf_map_lookup_elem(&cnlab_evlimit, &fk);
+	if (last && now - *last < NSEC)
+		return;
+	bpf_map_update_elem(&cnlab_evlimit, &fk, &now, BPF_ANY);
+	struct event *e = bpf_ringbuf_reserve(&cnlab_events, sizeof(*e), 0);
+	if (!e)
+		return;
+	e->time = now;
+	e->saddr = p->saddr;
+	e->daddr = p->daddr;
+	e->sport = p->sport;
+	e->dport = p->dport;
+	e->proto = p->proto;
+	e->dir = dir;
+	e->reason = reason;
+	e->pad = 0;
+	e->ep = ep;
+	e->src_identity = src_id;
+	e->dst_identity = dst_id;
+	e->len = skb->len;
+	e->rule = rule;
+	bpf_ringbuf_submit(e, 0);
+}
+
+// parse_l4 reads the ports (and TCP flags) of the L4 header at off.
+static __always_inline int parse_l4(struct __sk_buff *skb, __u32 off, __u8 proto,
+				    __u16 *sport, __u16 *dport, __u8 *flags)
+{
+	__u16 ports[2];
+	switch (proto) {
+	case IPPROTO_TCP: {
+		__u8 h[14];
+		if (bpf_skb_load_bytes(skb, off, h, sizeof(h)) < 0)
+			return -1;
+		if ((h[12] >> 4) < 5)
+			return -1; // data offset below the minimum header
+		*sport = (h[0] << 8) | h[1];
+		*dport = (h[2] << 8) | h[3];
+		*flags = h[13];
+		return 0;
+	}
+	case IPPROTO_UDP:
+	case IPPROTO_SCTP:
+		if (bpf_skb_load_bytes(skb, off, ports, sizeof(ports)) < 0)
+			return -1;
+		*sport = bpf_ntohs(ports[0]);
+		*dport = bpf_ntohs(ports[1]);
+		return 0;
+	}
+	*sport = 0;
+	*dport = 0;
+	return 0;
+}
+
+// parse reads an IPv4 packet's tuple; it returns 0 or a drop reason.
+static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
+{
+	struct iphdr ip;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) < 0)
+		return R_DROP_MALFORMED;
+	if (ip.version != 4 || ip.ihl < 5)
+		return R_DROP_MALFORMED;
+	__u32 hl = ip.ihl * 4;
+	__u16 tot = bpf_ntohs(ip.tot_len);
+	if (tot != 0 && tot < hl)
+		return R_DROP_MALFORMED;
+	p->saddr = ip.saddr;
+	p->daddr = ip.daddr;
+	p->proto = ip.protocol;
+	p->ipid = bpf_ntohs(ip.id);
+	__u16 fo = bpf_ntohs(ip.frag_off);
+	if (fo & 0x1fff) {
+		p->frag = 2; // no L4 header here: ports come from the first fragment
+		return 0;
+	}
+	if (fo & 0x2000)
+		p->frag = 1;
+	__u32 off = ETH_HLEN + hl;
+	if (parse_l4(skb, off, p->proto, &p->sport, &p->dport, &p->tcpflags) < 0)
+		return R_DROP_MALFORMED;
+	if (p->proto == IPPROTO_ICMP) {
+		__u8 h[8];
+		if (bpf_skb_load_bytes(skb, off, h, sizeof(h)) < 0)
+			return R_DROP_MALFORMED;
+		__u8 type = h[0];
+		if (type == 0 || type == 8) { // echo reply / request: the id is the "port"
+			__u16 id = (h[4] << 8) | h[5];
+			p->sport = id;
+			p->dport = id;
+		} else if (type == 3 || type == 11 || type == 12) {
+			struct iphdr in;
+			__u8 fl;
+			if (bpf_skb_load_bytes(skb, off + 8, &in, sizeof(in)) == 0 && in.version == 4 &&
+			    in.ihl >= 5 &&
+			    parse_l4(skb, off + 8 + in.ihl * 4, in.protocol, &p->in_sport, &p->in_dport, &fl) == 0) {
+				p->icmp_err = 1;
+				p->in_saddr = in.saddr;
+				p->in_daddr = in.daddr;
+				p->in_proto = in.protocol;
+			}
+		}
+	}
+	return 0;
+}
+
+static __always_inline struct ct_val *ct_get(struct ct_key *k, __u64 now)
+{
+	struct ct_val *v = bpf_map_lookup_elem(&cnlab_ct, k);
+	if (v && v->expires < now) {
+		bpf_map_delete_elem(&cnlab_ct, k);
+		return 0;
+	}
+	return v;
+}
+
+static __always_inline void ct_touch(struct ct_val *v, __u8 proto, __u8 tcpflags, __u64 now)
+{
+	if (proto == IPPROTO_TCP && (tcpflags & (TCP_FIN | TCP_RST)))
+		v->flags |= CT_CLOSING;
+	__u64 life = LIFE_OTHER;
+	if (v->flags & CT_CLOSING)
+		life = LIFE_CLOSING;
+	else if (proto == IPPROTO_TCP)
+		life = LIFE_TCP;
+	// Write at most once a second per entry: a hot flow does not bounce
+	// the cache line between CPUs on every packet.
+	if (v->expires < now + life - NSEC || (v->flags & CT_CLOSING && v->expires > now + life))
+		v->expires = now + life;
+}
+
+// ct_lookup returns R_ALLOW_CT or R_ALLOW_RELATED for a packet of a
+// tracked flow at an enforcement point, 0 for a new flow. scope is 0 for
+// the host-local path, else 1 + dir.
+static __always_inline int ct_lookup(struct pkt *p, __u8 scope, __u8 rscope, __u16 ep, __u64 now)
+{
+	struct ct_key k = {.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport,
+			   .dport = p->dport, .proto = p->proto, .scope = scope, .ep = ep};
+	struct ct_val *v;
+	// A SYN opens a new connection: it is checked against policy even
+	// when an old entry with the same tuple lingers.
+	int syn = p->proto == IPPROTO_TCP && (p->tcpflags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+	if (!syn) {
+		v = ct_get(&k, now);
+		if (v) {
+			ct_touch(v, p->proto, p->tcpflags, now);
+			return R_ALLOW_CT;
+		}
+		struct ct_key r = {.saddr = p->daddr, .daddr = p->saddr, .sport = p->dport,
+				   .dport = p->sport, .proto = p->proto, .scope = rscope, .ep = ep};
+		v = ct_get(&r, now);
+		if (v) {
+			ct_touch(v, p->proto, p->tcpflags, now);
+			return R_ALLOW_CT;
+		}
+	}
+	if (p->icmp_err) {
+		// The quoted packet went the other way: it belongs to a flow
+		// opened in the opposite direction, or is a reply of ours.
+		struct ct_key q = {.saddr = p->in_saddr, .daddr = p->in_daddr, .sport = p->in_sport,
+				   .dport = p->in_dport, .proto = p->in_proto, .scope = rscope, .ep = ep};
+		if (ct_get(&q, now))
+			return R_ALLOW_RELATED;
+		struct ct_key q2 = {.saddr = p->in_daddr, .daddr = p->in_saddr, .sport = p->in_dport,
+				    .dport = p->in_sport, .proto = p->in_proto, .scope = scope, .ep = ep};
+		if (ct_get(&q2, now))
+			return R_ALLOW_RELATED;
+	}
+	return 0;
+}
+
+static __always_inline void ct_create(struct pkt *p, __u8 scope, __u16 ep, __u64 now)
+{
+	struct ct_key k = {.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport,
+			   .dport = p->dport, .proto = p->proto, .scope = scope, .ep = ep};
+	struct ct_val v = {};
+	ct_touch(&v, p->proto, p->tcpflags, now);
+	v.expires = now + (v.flags & CT_CLOSING ? LIFE_CLOSING : p->proto == IPPROTO_TCP ? LIFE_TCP : LIFE_OTHER);
+	bpf_map_update_elem(&cnlab_ct, &k, &v, BPF_ANY);
+}
+
+// peer_of resolves an address to its peer key through the ipcache of a
+// generation; addresses the ipcache does not know are the world.
+static __always_inline struct peer peer_of(__u32 gen, __u32 ip)
+{
+	struct peer out = {.key = WORLD_IDENTITY, .identity = WORLD_IDENTITY};
+	void *ipc = bpf_map_lookup_elem(&cnlab_ipcache, &gen);
+	if (!ipc)
+		return out;
+	struct ipcache_key k = {.prefixlen = 32, .ip = ip};
+	struct peer *v = bpf_map_lookup_elem(ipc, &k);
+	if (v)
+		out = *v;
+	return out;
+}
+
+// verdict decides a new flow at one side: the endpoint at slot index, in
+// direction dir, against the remote peer. Deny entries win; the two
+// lookups are the peer's own entries and the wildcard-peer entries.
+static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __u32 peer,
+				   struct pkt *p, __u32 *rule)
+{
+	__u32 slot = cfg->gen * cfg->max_ep + index;
+	__u32 *enf = bpf_map_lookup_elem(&cnlab_enforce, &slot);
+	void *pol = bpf_map_lookup_elem(&cnlab_policy, &slot);
+	struct policy_val *a = 0, *b = 0;
+	if (pol) {
+		struct policy_key k = {.prefixlen = 64, .peer = peer, .dir = dir, .proto = p->proto,
+				       .port = bpf_htons(p->dport)};
+		a = bpf_map_lookup_elem(pol, &k);
+		k.peer = 0;
+		b = bpf_map_lookup_elem(pol, &k);
+	}
+	if (a && a->deny) {
+		*rule = a->rule;
+		return R_DROP_DENY;
+	}
+	if (b && b->deny) {
+		*rule = b->rule;
+		return R_DROP_DENY;
+	}
+	if (a) {
+		*rule = a->rule;
+		return R_ALLOW_POLICY;
+	}
+	if (b) {
+		*rule = b->rule;
+		return R_ALLOW_POLICY;
+	}
+	*rule = 0xffffffff;
+	__u32 bit = dir == DIR_EGRESS ? 2 : 1;
+	if (enf && (*enf & bit))
+		return R_DROP_DEFAULT;
+	return R_ALLOW_UNENFORCED;
+}
+
+// fragment handles a later fragment: it passes where the first passed.
+static __always_inline int fragment(struct pkt *p, __u8 scope, __u16 ep, __u64 now)
+{
+	struct frag_key fk = {.saddr = p->saddr, .daddr = p->daddr, .id = p->ipid,
+			      .proto = p->proto, .scope = scope, .ep = ep};
+	struct frag_val *fv = bpf_map_lookup_elem(&cnlab_frag, &fk);
+	if (!fv || fv->expires < now)
+		return R_DROP_FRAG;
+	p->sport = fv->sport;
+	p->dport = fv->dport;
+	return R_ALLOW_FRAG;
+}
+
+static __always_inline void first_fragment(struct pkt *p, __u8 scope, __u16 ep, __u64 now)
+{
+	struct frag_key fk = {.saddr = p->saddr, .daddr = p->daddr, .id = p->ipid,
+			      .proto = p->proto, .scope = scope, .ep = ep};
+	struct frag_val fv = {.sport = p->sport, .dport = p->dport, .expires = now + LIFE_FRAG};
+	bpf_map_update_elem(&cnlab_frag, &fk, &fv, BPF_ANY);
+}
+
+// side enforces one endpoint's direction for a packet (conntrack, then
+// policy for a new flow) and returns the reason.
+static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 dir, struct pkt *p,
+				__u64 now, __u32 *peer_id, __u32 *rule)
+{
+	__u8 scope = 1 + dir, rscope = 1 + !dir;
+	__u16 idx = ep->index;
+	*rule = 0xffffffff;
+	if (p->frag == 2)
+		return fragment(p, scope, idx, now);
+	int r = ct_lookup(p, scope, rscope, idx, now);
+	if (r)
+		return r;
+	struct peer peer = peer_of(cfg->gen, dir == DIR_EGRESS ? p->daddr : p->saddr);
+	*peer_id = peer.identity;
+	r = verdict(cfg, ep->index, dir, peer.key, p, rule);
+	if (!is_drop(r)) {
+		ct_create(p, scope, idx, now);
+		if (p->frag == 1)
+			first_fragment(p, scope, idx, now);
+	}
+	return r;
+}
+
+// arp answers an endpoint's ARP request with the host-side MAC, whatever
+// address it asks for (every destination is routed through the host), and
+// sends the reply back out of the host-side veth.
+static __always_inline int arp(struct __sk_buff *skb, struct endpoint *ep, struct config *cfg)
+{
+	struct {
+		struct arphdr h;
+		__u8 sha[6];
+		__u32 sip;
+		__u8 tha[6];
+		__u32 tip;
+	} __attribute__((packed)) a;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &a, sizeof(a)) < 0) {
+		count(ep->index, DIR_EGRESS, R_DROP_MALFORMED, skb->len);
+		return TC_ACT_SHOT;
+	}
+	if (!(cfg->flags & FLAG_HOST_ROUTING_BPF)) {
+		count(ep->index, DIR_EGRESS, R_ARP_PASSED, skb->len);
+		return TC_ACT_OK; // legacy: the bridge carries ARP
+	}
+	if (a.h.ar_op == bpf_htons(ARPOP_REPLY)) {
+		count(ep->index, DIR_EGRESS, R_ARP_PASSED, skb->len);
+		return TC_ACT_OK; // the endpoint answering the host
+	}
+	if (a.h.ar_op != bpf_htons(ARPOP_REQUEST) || a.h.ar_hrd != bpf_htons(ARPHRD_ETHER) ||
+	    a.h.ar_pro != bpf_htons(ETH_P_IP) || a.tip == ep->ip) {
+		count(ep->index, DIR_EGRESS, R_DROP_L3, skb->len);
+		return TC_ACT_SHOT; // duplicate address detection and the like
+	}
+	__u32 tip = a.tip;
+	a.h.ar_op = bpf_htons(ARPOP_REPLY);
+	__builtin_memcpy(a.tha, a.sha, 6);
+	a.tip = a.sip;
+	__builtin_memcpy(a.sha, ep->lxc_mac, 6);
+	a.sip = tip;
+	struct ethhdr eth;
+	__builtin_memcpy(eth.h_dest, a.tha, 6);
+	__builtin_memcpy(eth.h_source, ep->lxc_mac, 6);
+	eth.h_proto = bpf_htons(ETH_P_ARP);
+	if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN, &a, sizeof(a), 0) < 0) {
+		count(ep->index, DIR_EGRESS, R_DROP_MALFORMED, skb->len);
+		return TC_ACT_SHOT;
+	}
+	count(ep->index, DIR_EGRESS, R_ARP_REPLIED, skb->len);
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+// l3 sorts out what is not IPv4: it returns -1 for IPv4, else the tc action.
+static __always_inline int l3(struct __sk_buff *skb, struct endpoint *ep, struct config *cfg, __u8 dir)
+{
+	__u16 proto = skb->protocol;
+	if (proto == bpf_htons(ETH_P_IP))
+		return -1;
+	if (proto == bpf_htons(ETH_P_ARP)) {
+		if (dir == DIR_EGRESS)
+			return arp(skb, ep, cfg);
+		count(ep->index, dir, R_ARP_PASSED, skb->len);
+		return TC_ACT_OK; // ARP from the host or the bridge to the endpoint
+	}
+	count(ep->index, dir, proto == bpf_htons(ETH_P_IPV6) ? R_DROP_IPV6 : R_DROP_L3, skb->len);
+	return TC_ACT_SHOT;
+}
+
+static __always_inline int finish(struct config *cfg, struct __sk_buff *skb, struct pkt *p, __u32 index,
+				  __u8 dir, int r, __u32 src_id, __u32 dst_id, __u32 rule)
+{
+	count(index, dir, r, skb->len);
+	emit(cfg, skb, p, index, dir, r, src_id, dst_id, rule);
+	return is_drop(r) ? TC_ACT_SHOT : TC_ACT_OK;
+}
+
+SEC("tc")
+int cnlab_from_ep(struct __sk_buff *skb)
+{
+	struct config *cfg = config();
+	__u32 ifindex = skb->ifindex;
+	struct endpoint *src = bpf_map_lookup_elem(&cnlab_lxc, &ifindex);
+	if (!cfg || !src)
+		return TC_ACT_SHOT; // never attached without its entry
+	int act = l3(skb, src, cfg, DIR_EGRESS);
+	if (act >= 0)
+		return act;
+	struct pkt p = {};
+	__u32 rule = 0xffffffff, peer_id = WORLD_IDENTITY;
+	int r = parse(skb, &p);
+	if (r)
+		return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, 0, rule);
+	if (p.saddr != src->ip)
+		return finish(cfg, skb, &p, src->index, DIR_EGRESS, R_DROP_SPOOF, src->identity, 0, rule);
+	__u64 now = bpf_ktime_get_ns();
+	struct endpoint *dst = 0;
+	if (cfg->flags & FLAG_HOST_ROUTING_BPF)
+		dst = bpf_map_lookup_elem(&cnlab_local, &p.daddr);
+	if (!dst) {
+		// Remote destination (or legacy host routing): enforce this
+		// endpoint's egress and let the host's stack or bridge carry it.
+		r = side(cfg, src, DIR_EGRESS, &p, now, &peer_id, &rule);
+		return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, peer_id, rule);
+	}
+	// Host-local destination: both sides here, then straight into the
+	// destination's namespace.
+	if (p.frag == 2) {
+		r = fragment(&p, 0, 0, now);
+	} else {
+		r = ct_lookup(&p, 0, 0, 0, now);
+		if (!r) {
+			__u32 gen = cfg->gen;
+			struct peer sp = peer_of(gen, p.saddr), dp = peer_of(gen, p.daddr);
+			r = verdict(cfg, src->index, DIR_EGRESS, dp.key, &p, &rule);
+			if (is_drop(r))
+				return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, dst->identity, rule);
+			count(src->index, DIR_EGRESS, r, skb->len);
+			r = verdict(cfg, dst->index, DIR_INGRESS, sp.key, &p, &rule);
+			if (is_drop(r))
+				return finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
+			ct_create(&p, 0, 0, now);
+			if (p.frag == 1)
+				first_fragment(&p, 0, 0, now);
+			finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
+			goto redirect;
+		}
+	}
+	if (is_drop(r))
+		return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, dst->identity, rule);
+	count(src->index, DIR_EGRESS, r, skb->len);
+	finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
+redirect:;
+	struct ethhdr eth;
+	__builtin_memcpy(eth.h_dest, dst->mac, 6);
+	__builtin_memcpy(eth.h_source, dst->lxc_mac, 6);
+	eth.h_proto = bpf_htons(ETH_P_IP);
+	if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0)
+		return TC_ACT_SHOT;
+	return bpf_redirect_peer(dst->ifindex, 0);
+}
+
+SEC("tc")
+int cnlab_to_ep(struct __sk_buff *skb)
+{
+	struct config *cfg = config();
+	__u32 ifindex = skb->ifindex;
+	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_lxc, &ifindex);
+	if (!cfg || !dst)
+		return TC_ACT_SHOT;
+	int act = l3(skb, dst, cfg, DIR_INGRESS);
+	if (act >= 0)
+		return act;
+	struct pkt p = {};
+	__u32 rule = 0xffffffff, peer_id = WORLD_IDENTITY;
+	int r = parse(skb, &p);
+	if (r)
+		return finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, 0, dst->identity, rule);
+	r = side(cfg, dst, DIR_INGRESS, &p, bpf_ktime_get_ns(), &peer_id, &rule);
+	return finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule);
+}

@@ -1,0 +1,786 @@
+// Package ebpf is cnlab's eBPF datapath: label-identity policy enforced by
+// tc programs (attached with tcx) on each endpoint's host-side veth, with an
+// ipcache, per-endpoint policy maps, conntrack, per-endpoint counters and
+// verdict events, all pinned under /sys/fs/bpf/cnlab/LAB/HOST. With host
+// routing "bpf" (the default) same-host traffic skips the bridge: the
+// sender's program checks both sides and redirects the packet straight into
+// the destination's namespace. With "legacy" the endpoints stay on the
+// bridge and the programs only filter. See docs/ebpf.md.
+package ebpf
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/internal/bpffs"
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Name is the datapath's name in topology files.
+const Name = "ebpf"
+
+// New returns the eBPF datapath.
+func New() datapath.Datapath { return &Datapath{} }
+
+// Datapath implements datapath.Datapath with eBPF programs.
+type Datapath struct{}
+
+// Name implements datapath.Datapath.
+func (*Datapath) Name() string { return Name }
+
+const (
+	// ipcacheSize bounds the ipcache: endpoints plus CIDR prefixes.
+	ipcacheSize        = 1 << 20
+	flagHostRoutingBPF = 1
+	noRule             = ^uint32(0)
+)
+
+// reasonRMax is the stride of the counters per endpoint and direction.
+const reasonRMax = 32
+
+// HostDir is where a host's maps and links are pinned.
+func HostDir(lab, host string) string { return filepath.Join(topology.BPFFSDir, lab, host) }
+
+// collectionSpec is the compiled programs with the lab's map sizes.
+func collectionSpec(lab *topology.Spec) (*ebpf.CollectionSpec, error) {
+	cs, err := loadCnlab()
+	if err != nil {
+		return nil, err
+	}
+	o := lab.EBPF
+	sizes := map[string]uint32{
+		"cnlab_lxc":      uint32(o.MaxEndpoints),
+		"cnlab_local":    uint32(o.MaxEndpoints),
+		"cnlab_policy":   uint32(2 * o.MaxEndpoints),
+		"cnlab_enforce":  uint32(2 * o.MaxEndpoints),
+		"cnlab_counters": uint32(o.MaxEndpoints * 2 * reasonRMax),
+		"cnlab_ct":       uint32(o.CTMapSize),
+	}
+	for name, m := range cs.Maps {
+		if n, ok := sizes[name]; ok {
+			m.MaxEntries = n
+		}
+		if strings.HasPrefix(name, "cnlab_") {
+			m.Pinning = ebpf.PinByName
+		}
+	}
+	// Inner maps must match their template, max_entries included (LPM
+	// tries cannot be BPF_F_INNER_MAP); without preallocation a large
+	// bound costs nothing until used.
+	cs.Maps["cnlab_policy"].InnerMap.MaxEntries = uint32(o.PolicyMapSize)
+	cs.Maps["cnlab_ipcache"].InnerMap.MaxEntries = ipcacheSize
+	return cs, nil
+}
+
+// hostMaps are a host's pinned maps, opened by any cnlab process.
+type hostMaps struct {
+	dir                                                   string
+	config, monitor, lxc, local, ipcache, policy, enforce *ebpf.Map
+	ct, counters, events                                  *ebpf.Map
+}
+
+func (m *hostMaps) Close() {
+	for _, x := range []*ebpf.Map{m.config, m.monitor, m.lxc, m.local, m.ipcache, m.policy, m.enforce, m.ct, m.counters, m.events} {
+		if x != nil {
+			x.Close()
+		}
+	}
+}
+
+// openHost opens the pinned maps of a host of a lab set up with eBPF.
+func openHost(lab, host string) (*hostMaps, error) {
+	m := &hostMaps{dir: HostDir(lab, host)}
+	for name, dst := range map[string]**ebpf.Map{
+		"cnlab_config": &m.config, "cnlab_monitor": &m.monitor, "cnlab_lxc": &m.lxc,
+		"cnlab_local": &m.local, "cnlab_ipcache": &m.ipcache, "cnlab_policy": &m.policy,
+		"cnlab_enforce": &m.enforce, "cnlab_ct": &m.ct, "cnlab_counters": &m.counters,
+		"cnlab_events": &m.events,
+	} {
+		x, err := ebpf.LoadPinnedMap(filepath.Join(m.dir, name), nil)
+		if err != nil {
+			m.Close()
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("host %s: the eBPF datapath is not set up (no %s under %s)", host, name, m.dir)
+			}
+			return nil, fmt.Errorf("host %s: open map %s: %w", host, name, err)
+		}
+		*dst = x
+	}
+	return m, nil
+}
+
+func (m *hostMaps) readConfig() (cnlabConfig, error) {
+	var c cnlabConfig
+	err := m.config.Lookup(uint32(0), &c)
+	return c, err
+}
+
+// Setup implements datapath.Datapath: it loads the programs and maps of
+// every host (pinned, so later commands find them) and attaches every
+// endpoint. Run again, it keeps the maps and atomically replaces the
+// programs of the existing links.
+func (d *Datapath) Setup(ctx context.Context, lab *topology.Spec) error {
+	if len(lab.Hosts) == 0 {
+		return datapath.ErrNoHosts
+	}
+	if err := bpffs.Ensure(); err != nil {
+		return err
+	}
+	for _, h := range lab.Hosts {
+		if n := len(datapath.LocalEndpoints(lab, h.Name)); n > lab.EBPF.MaxEndpoints {
+			return fmt.Errorf("host %s has %d endpoints, but ebpf.maxEndpoints is %d (raise it in the topology, at most %d)",
+				h.Name, n, lab.EBPF.MaxEndpoints, topology.MaxMaxEndpoints)
+		}
+	}
+	for i := range lab.Hosts {
+		if err := d.setupHost(ctx, lab, &lab.Hosts[i]); err != nil {
+			return fmt.Errorf("host %s: %w", lab.Hosts[i].Name, err)
+		}
+	}
+	return nil
+}
+
+func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topology.Host) error {
+	dir := HostDir(lab.Name, h.Name)
+	for _, sub := range []string{"links", "policy"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return err
+		}
+	}
+	cs, err := collectionSpec(lab)
+	if err != nil {
+		return err
+	}
+	var objs cnlabObjects
+	if err := cs.LoadAndAssign(&objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("load programs: %+v", ve)
+		}
+		return fmt.Errorf("load programs: %w", err)
+	}
+	defer objs.Close()
+	var flags uint32
+	if lab.EBPF.HostRouting == topology.HostRoutingBPF {
+		flags = flagHostRoutingBPF
+	}
+	var cfg cnlabConfig
+	if err := objs.CnlabConfig.Lookup(uint32(0), &cfg); err != nil {
+		return err
+	}
+	if cfg.MaxEp == 0 {
+		cfg = cnlabConfig{Flags: flags, MaxEp: uint32(lab.EBPF.MaxEndpoints)}
+		if err := objs.CnlabConfig.Put(uint32(0), cfg); err != nil {
+			return fmt.Errorf("write config: %w", err)
+		}
+	} else if cfg.Flags != flags || cfg.MaxEp != uint32(lab.EBPF.MaxEndpoints) {
+		return fmt.Errorf("the pinned maps in %s were set up with other eBPF options: take the lab down first", dir)
+	}
+	for slot, ep := range datapath.LocalEndpoints(lab, h.Name) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := attach(lab, h, ep, uint32(slot), &objs); err != nil {
+			return fmt.Errorf("endpoint %s: %w", ep.ID(), err)
+		}
+	}
+	return nil
+}
+
+// AttachEndpoint implements datapath.Datapath.
+func (d *Datapath) AttachEndpoint(ctx context.Context, lab *topology.Spec, ep *topology.Endpoint) error {
+	h := lab.Host(ep.Host)
+	if h == nil {
+		return fmt.Errorf("endpoint %s: unknown host %q", ep.ID(), ep.Host)
+	}
+	for slot, e := range datapath.LocalEndpoints(lab, h.Name) {
+		if e.ID() != ep.ID() {
+			continue
+		}
+		cs, err := collectionSpec(lab)
+		if err != nil {
+			return err
+		}
+		var objs cnlabObjects
+		if err := cs.LoadAndAssign(&objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: HostDir(lab.Name, h.Name)}}); err != nil {
+			return fmt.Errorf("load programs: %w", err)
+		}
+		defer objs.Close()
+		return attach(lab, h, e, uint32(slot), &objs)
+	}
+	return fmt.Errorf("endpoint %s is not on host %s", ep.ID(), h.Name)
+}
+
+func ip4(a netip.Addr) uint32 { b := a.As4(); return binary.LittleEndian.Uint32(b[:]) }
+
+func addrOf(x uint32) netip.Addr {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], x)
+	return netip.AddrFrom4(b)
+}
+
+func htons(p uint16) uint16 { return p<<8 | p>>8 }
+
+// attach writes the endpoint's map entries, plumbs it for the host routing
+// mode, and attaches (or atomically updates) its two tcx links.
+func attach(lab *topology.Spec, h *topology.Host, ep *topology.Endpoint, slot uint32, objs *cnlabObjects) error {
+	nh, err := netns.Handle(h.Netns)
+	if err != nil {
+		return err
+	}
+	defer nh.Close()
+	lxc, err := nh.LinkByName(ep.HostVeth)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", ep.HostVeth, err)
+	}
+	eh, err := netns.Handle(ep.Netns)
+	if err != nil {
+		return err
+	}
+	eth0, err := eh.LinkByName("eth0")
+	eh.Close()
+	if err != nil {
+		return fmt.Errorf("find eth0: %w", err)
+	}
+	e := cnlabEndpoint{Index: slot, Ip: ip4(ep.IP), Ifindex: uint32(lxc.Attrs().Index)}
+	copy(e.Mac[:], eth0.Attrs().HardwareAddr)
+	copy(e.LxcMac[:], lxc.Attrs().HardwareAddr)
+	var old cnlabEndpoint
+	if objs.CnlabLxc.Lookup(e.Ifindex, &old) == nil {
+		e.Identity = old.Identity
+	}
+	if err := objs.CnlabLxc.Put(e.Ifindex, e); err != nil {
+		return fmt.Errorf("endpoint map: %w", err)
+	}
+	if err := objs.CnlabLocal.Put(e.Ip, e); err != nil {
+		return fmt.Errorf("local endpoint map: %w", err)
+	}
+	if lab.EBPF.HostRouting == topology.HostRoutingBPF {
+		// Off the bridge: the host reaches the endpoint by a /32 route
+		// and a permanent neighbour entry; the endpoint reaches
+		// everything through the program's ARP answers.
+		if lxc.Attrs().MasterIndex != 0 {
+			if err := nh.LinkSetNoMaster(lxc); err != nil {
+				return fmt.Errorf("take %s off the bridge: %w", ep.HostVeth, err)
+			}
+		}
+		rt := &netlink.Route{Dst: &net.IPNet{IP: ep.IP.AsSlice(), Mask: net.CIDRMask(32, 32)},
+			LinkIndex: lxc.Attrs().Index, Scope: netlink.SCOPE_LINK}
+		if err := nh.RouteReplace(rt); err != nil {
+			return fmt.Errorf("route to %s: %w", ep.IP, err)
+		}
+		n := &netlink.Neigh{LinkIndex: lxc.Attrs().Index, IP: ep.IP.AsSlice(), HardwareAddr: eth0.Attrs().HardwareAddr,
+			State: netlink.NUD_PERMANENT, Family: unix.AF_INET}
+		if err := nh.NeighSet(n); err != nil {
+			return fmt.Errorf("neighbour %s: %w", ep.IP, err)
+		}
+	}
+	dir := HostDir(lab.Name, h.Name)
+	for _, a := range []struct {
+		suffix string
+		prog   *ebpf.Program
+		typ    ebpf.AttachType
+	}{
+		{"ingress", objs.CnlabFromEp, ebpf.AttachTCXIngress},
+		{"egress", objs.CnlabToEp, ebpf.AttachTCXEgress},
+	} {
+		pin := filepath.Join(dir, "links", ep.HostVeth+"_"+a.suffix)
+		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+			err = l.Update(a.prog)
+			l.Close()
+			if err != nil {
+				return fmt.Errorf("replace the %s program of %s: %w", a.suffix, ep.HostVeth, err)
+			}
+			continue
+		}
+		// The interface index is looked up in the calling thread's
+		// network namespace; pinning is done from ours.
+		var l link.Link
+		err := netns.Do(h.Netns, func() (err error) {
+			l, err = link.AttachTCX(link.TCXOptions{Interface: lxc.Attrs().Index, Program: a.prog, Attach: a.typ})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("attach tcx %s of %s: %w", a.suffix, ep.HostVeth, err)
+		}
+		err = l.Pin(pin)
+		l.Close()
+		if err != nil {
+			return fmt.Errorf("pin link %s: %w", pin, err)
+		}
+	}
+	return nil
+}
+
+// hostState is what the last apply left active on a host.
+type hostState struct {
+	Gen       uint32            `json:"gen"`
+	IPCache   string            `json:"ipcache"`   // hash of the ipcache contents
+	Endpoints map[string]string `json:"endpoints"` // endpoint -> hash of its policy map
+}
+
+// staged is a host whose next generation is built but not yet active.
+type staged struct {
+	host  *topology.Host
+	maps  *hostMaps
+	cfg   cnlabConfig
+	state hostState
+	pins  map[string]*ebpf.Map // new active inner maps to pin, by pin name
+}
+
+// Apply implements datapath.Datapath. Every host gets its next generation
+// of maps built beside the active one (unchanged maps are shared, changed
+// ones rebuilt whole with a batch update), then each host switches with
+// one word: a packet sees either the old or the new policy, never a mix.
+// If building fails on any host, no host switches.
+func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
+	if len(lab.Hosts) == 0 {
+		return datapath.ErrNoHosts
+	}
+	plans, err := plan(lab, c)
+	if err != nil {
+		return err
+	}
+	var all []*staged
+	defer func() {
+		for _, s := range all {
+			s.maps.Close()
+			for _, m := range s.pins {
+				m.Close()
+			}
+		}
+	}()
+	for i := range lab.Hosts {
+		h := &lab.Hosts[i]
+		s, err := stage(lab, h, plans[h.Name])
+		if s != nil {
+			all = append(all, s)
+		}
+		if err != nil {
+			return fmt.Errorf("host %s: %w (no host changed)", h.Name, err)
+		}
+	}
+	for i, s := range all {
+		next := s.cfg
+		next.Gen = 1 - s.cfg.Gen
+		if err := s.maps.config.Put(uint32(0), next); err != nil {
+			for _, p := range all[:i] {
+				_ = p.maps.config.Put(uint32(0), p.cfg)
+			}
+			return fmt.Errorf("host %s: switch generation: %w", s.host.Name, err)
+		}
+	}
+	var errs []error
+	for _, s := range all {
+		s.state.Gen = 1 - s.cfg.Gen
+		if err := datapath.SaveState(datapath.StatePath(lab.Name, Name, s.host.Name), s.state); err != nil {
+			errs = append(errs, err)
+		}
+		errs = append(errs, pinActive(s))
+	}
+	return errors.Join(errs...)
+}
+
+// stage builds a host's next generation.
+func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) {
+	m, err := openHost(lab.Name, h.Name)
+	if err != nil {
+		return nil, err
+	}
+	s := &staged{host: h, maps: m, pins: map[string]*ebpf.Map{}}
+	if s.cfg, err = m.readConfig(); err != nil {
+		return s, err
+	}
+	var have hostState
+	if err := datapath.LoadState(datapath.StatePath(lab.Name, Name, h.Name), &have); err != nil {
+		return s, err
+	}
+	if have.Gen != s.cfg.Gen {
+		have = hostState{} // not ours to trust: rebuild everything
+	}
+	cur, next := s.cfg.Gen, 1-s.cfg.Gen
+	maxEp := s.cfg.MaxEp
+	s.state = hostState{IPCache: ipcacheHash(hp.IPCache), Endpoints: map[string]string{}}
+	// ipcache
+	ipc, err := reuseOrBuild(m.ipcache, cur, have.IPCache == s.state.IPCache, func() (*ebpf.Map, error) {
+		return buildIPCache(hp.IPCache)
+	})
+	if err != nil {
+		return s, fmt.Errorf("ipcache: %w", err)
+	}
+	if err := m.ipcache.Put(next, ipc); err != nil {
+		ipc.Close()
+		return s, fmt.Errorf("ipcache: %w", err)
+	}
+	s.pins["ipcache"] = ipc
+	// identities shown in events
+	var it = m.lxc.Iterate()
+	var ifx uint32
+	var e cnlabEndpoint
+	ident := map[uint32]uint32{}
+	for _, ep := range hp.Endpoints {
+		ident[ep.Slot] = ep.Identity
+	}
+	for it.Next(&ifx, &e) {
+		if id, ok := ident[e.Index]; ok && e.Identity != id {
+			e.Identity = id
+			if err := m.lxc.Put(ifx, e); err != nil {
+				return s, err
+			}
+			if err := m.local.Put(e.Ip, e); err != nil {
+				return s, err
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return s, err
+	}
+	for i := range hp.Endpoints {
+		ep := &hp.Endpoints[i]
+		hash := ep.hash()
+		s.state.Endpoints[ep.ID] = hash
+		slotCur, slotNext := cur*maxEp+ep.Slot, next*maxEp+ep.Slot
+		if err := m.enforce.Put(slotNext, ep.Enforce); err != nil {
+			return s, fmt.Errorf("endpoint %s: enforcement: %w", ep.ID, err)
+		}
+		if len(ep.Entries) == 0 {
+			if err := m.policy.Delete(slotNext); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return s, fmt.Errorf("endpoint %s: clear policy map: %w", ep.ID, err)
+			}
+			s.pins[pinName(ep.ID)] = nil
+			continue
+		}
+		pm, err := reuseOrBuild(m.policy, slotCur, have.Endpoints[ep.ID] == hash, func() (*ebpf.Map, error) {
+			return buildPolicy(ep.Entries, lab.EBPF.PolicyMapSize)
+		})
+		if err != nil {
+			return s, fmt.Errorf("endpoint %s: policy map: %w", ep.ID, err)
+		}
+		s.pins[pinName(ep.ID)] = pm
+		if err := m.policy.Put(slotNext, pm); err != nil {
+			return s, fmt.Errorf("endpoint %s: policy map: %w", ep.ID, err)
+		}
+	}
+	return s, nil
+}
+
+// pinName is where an endpoint's active policy map is pinned (bpffs
+// refuses dots in names; "_" cannot occur in namespace or endpoint names).
+func pinName(ep string) string { return "policy/" + strings.ReplaceAll(ep, "/", "_") }
+
+// reuseOrBuild returns the inner map active at slot cur when it already
+// holds what is wanted, else a newly built one.
+func reuseOrBuild(outer *ebpf.Map, cur uint32, same bool, build func() (*ebpf.Map, error)) (*ebpf.Map, error) {
+	if same {
+		var id uint32
+		if err := outer.Lookup(cur, &id); err == nil {
+			if m, err := ebpf.NewMapFromID(ebpf.MapID(id)); err == nil {
+				return m, nil
+			}
+		}
+	}
+	return build()
+}
+
+func buildIPCache(es []ipEntry) (*ebpf.Map, error) {
+	if len(es) > ipcacheSize {
+		return nil, fmt.Errorf("%d addresses and CIDR prefixes, the ipcache holds %d", len(es), ipcacheSize)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "cnlab_ipc", Type: ebpf.LPMTrie, KeySize: 8, ValueSize: 8,
+		MaxEntries: ipcacheSize, Flags: unix.BPF_F_NO_PREALLOC})
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]cnlabIpcacheKey, len(es))
+	vals := make([]cnlabPeer, len(es))
+	for i, e := range es {
+		keys[i] = cnlabIpcacheKey{Prefixlen: uint32(e.Prefix.Bits()), Ip: ip4(e.Prefix.Addr())}
+		vals[i] = cnlabPeer{Key: e.Key, Identity: e.Identity}
+	}
+	if err := batchPut(m, keys, vals); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+func buildPolicy(es []polEntry, size int) (*ebpf.Map, error) {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "cnlab_pol", Type: ebpf.LPMTrie, KeySize: 12, ValueSize: 8,
+		MaxEntries: uint32(size), Flags: unix.BPF_F_NO_PREALLOC})
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]cnlabPolicyKey, len(es))
+	vals := make([]cnlabPolicyVal, len(es))
+	for i, e := range es {
+		keys[i] = cnlabPolicyKey{Prefixlen: uint32(e.Plen), Peer: e.Peer, Dir: e.Dir, Proto: e.Proto, Port: htons(e.Port)}
+		vals[i] = cnlabPolicyVal{Rule: e.Rule}
+		if e.Deny {
+			vals[i].Deny = 1
+		}
+	}
+	if err := batchPut(m, keys, vals); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// batchPut inserts all entries with one batch syscall where the kernel
+// supports it for the map type, else one by one.
+func batchPut[K, V any](m *ebpf.Map, keys []K, vals []V) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := m.BatchUpdate(keys, vals, nil)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return err
+	}
+	for i := range keys {
+		if err := m.Put(keys[i], vals[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pinActive pins the now active inner maps where bpftool users look for
+// them: policy/NAMESPACE.NAME and ipcache. A pin is replaced atomically.
+func pinActive(s *staged) error {
+	var errs []error
+	for name, m := range s.pins {
+		path := filepath.Join(s.maps.dir, name)
+		if m == nil {
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		tmp := path + "_new"
+		_ = os.Remove(tmp)
+		if err := m.Pin(tmp); err != nil {
+			errs = append(errs, fmt.Errorf("pin %s: %w", path, err))
+			continue
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			errs = append(errs, fmt.Errorf("pin %s: %w", path, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Detach implements datapath.Datapath: links and pins go, endpoints go back
+// on their bridge.
+func (d *Datapath) Detach(ctx context.Context, lab *topology.Spec) error {
+	var errs []error
+	for _, h := range lab.Hosts {
+		if lab.EBPF.HostRouting == topology.HostRoutingBPF {
+			errs = append(errs, backOnBridge(lab, &h))
+		}
+		if err := os.RemoveAll(HostDir(lab.Name, h.Name)); err != nil {
+			errs = append(errs, err)
+		}
+		_ = os.Remove(datapath.StatePath(lab.Name, Name, h.Name))
+	}
+	_ = os.Remove(filepath.Join(topology.BPFFSDir, lab.Name))
+	return errors.Join(errs...)
+}
+
+func backOnBridge(lab *topology.Spec, h *topology.Host) error {
+	nh, err := netns.Handle(h.Netns)
+	if err != nil {
+		return err
+	}
+	defer nh.Close()
+	br, err := nh.LinkByName(h.Bridge)
+	if err != nil {
+		return err
+	}
+	for _, ep := range datapath.LocalEndpoints(lab, h.Name) {
+		lxc, err := nh.LinkByName(ep.HostVeth)
+		if err != nil {
+			return err
+		}
+		_ = nh.RouteDel(&netlink.Route{Dst: &net.IPNet{IP: ep.IP.AsSlice(), Mask: net.CIDRMask(32, 32)},
+			LinkIndex: lxc.Attrs().Index, Scope: netlink.SCOPE_LINK})
+		_ = nh.NeighDel(&netlink.Neigh{LinkIndex: lxc.Attrs().Index, IP: ep.IP.AsSlice(), Family: unix.AF_INET})
+		if err := nh.LinkSetMasterByIndex(lxc, br.Attrs().Index); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Describe implements datapath.Datapath: per host, the active generation,
+// and per endpoint its slot, isolation, policy entries and counters.
+func (d *Datapath) Describe(ctx context.Context, lab *topology.Spec) (map[string]string, error) {
+	out := map[string]string{}
+	for _, h := range lab.Hosts {
+		m, err := openHost(lab.Name, h.Name)
+		if err != nil {
+			return nil, err
+		}
+		text, err := describeHost(lab, &h, m)
+		m.Close()
+		if err != nil {
+			return nil, fmt.Errorf("host %s: %w", h.Name, err)
+		}
+		out[h.Name] = text
+	}
+	return out, nil
+}
+
+func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, error) {
+	cfg, err := m.readConfig()
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	routing := topology.HostRoutingLegacy
+	if cfg.Flags&flagHostRoutingBPF != 0 {
+		routing = topology.HostRoutingBPF
+	}
+	fmt.Fprintf(&b, "pins %s, host routing %s, active generation %d\n", m.dir, routing, cfg.Gen)
+	counters, err := readCounters(m, cfg.MaxEp)
+	if err != nil {
+		return "", err
+	}
+	for slot, ep := range datapath.LocalEndpoints(lab, h.Name) {
+		s := cfg.Gen*cfg.MaxEp + uint32(slot)
+		var enf uint32
+		_ = m.enforce.Lookup(s, &enf)
+		n := 0
+		var id uint32
+		if m.policy.Lookup(s, &id) == nil {
+			if pm, err := ebpf.NewMapFromID(ebpf.MapID(id)); err == nil {
+				var k cnlabPolicyKey
+				var v cnlabPolicyVal
+				it := pm.Iterate()
+				for it.Next(&k, &v) {
+					n++
+				}
+				pm.Close()
+			}
+		}
+		iso := []string{}
+		if enf&1 != 0 {
+			iso = append(iso, "ingress")
+		}
+		if enf&2 != 0 {
+			iso = append(iso, "egress")
+		}
+		if len(iso) == 0 {
+			iso = append(iso, "none")
+		}
+		fmt.Fprintf(&b, "endpoint %s slot %d dev %s: isolated %s, %d policy entries\n", ep.ID(), slot, ep.HostVeth, strings.Join(iso, "+"), n)
+		for _, c := range counters[uint32(slot)] {
+			fmt.Fprintf(&b, "  %-7s %-16s %d packets %d bytes\n", policy.Dir(c.dir), reasonName(c.reason), c.packets, c.bytes)
+		}
+	}
+	return b.String(), nil
+}
+
+type counterLine struct {
+	dir, reason    uint8
+	packets, bytes uint64
+}
+
+// readCounters sums the per-CPU counters of every endpoint slot.
+func readCounters(m *hostMaps, maxEp uint32) (map[uint32][]counterLine, error) {
+	out := map[uint32][]counterLine{}
+	var k uint32
+	var per []cnlabCounter
+	it := m.counters.Iterate()
+	for it.Next(&k, &per) {
+		var c counterLine
+		for _, p := range per {
+			c.packets += p.Packets
+			c.bytes += p.Bytes
+		}
+		if c.packets == 0 {
+			continue
+		}
+		slot := k / (2 * reasonRMax)
+		c.dir = uint8(k / reasonRMax % 2)
+		c.reason = uint8(k % reasonRMax)
+		out[slot] = append(out[slot], c)
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	for _, cs := range out {
+		sort.Slice(cs, func(i, j int) bool {
+			if cs[i].dir != cs[j].dir {
+				return cs[i].dir < cs[j].dir
+			}
+			return cs[i].reason < cs[j].reason
+		})
+	}
+	return out, nil
+}
+
+// ForgetFlows deletes the conntrack entries of flows from the given source
+// addresses and ports (both directions), for the probe: a later probe that
+// reuses a source port must meet the policy, not an old entry.
+func (d *Datapath) ForgetFlows(ctx context.Context, lab *topology.Spec, proto uint8, srcs []netip.AddrPort) error {
+	want := map[[2]uint32]bool{}
+	for _, s := range srcs {
+		if s.IsValid() {
+			want[[2]uint32{ip4(s.Addr()), uint32(s.Port())}] = true
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	for _, h := range lab.Hosts {
+		m, err := openHost(lab.Name, h.Name)
+		if err != nil {
+			return err
+		}
+		var k cnlabCtKey
+		var v cnlabCtVal
+		var del []cnlabCtKey
+		it := m.ct.Iterate()
+		for it.Next(&k, &v) {
+			if k.Proto == proto && (want[[2]uint32{k.Saddr, uint32(k.Sport)}] || want[[2]uint32{k.Daddr, uint32(k.Dport)}]) {
+				del = append(del, k)
+			}
+		}
+		for _, k := range del {
+			_ = m.ct.Delete(k)
+		}
+		err = it.Err()
+		m.Close()
+		if err != nil {
+			return fmt.Errorf("host %s: conntrack: %w", h.Name, err)
+		}
+	}
+	return nil
+}
+
+// now returns the clock bpf_ktime_get_ns reads.
+func now() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return time.Duration(ts.Nano())
+}

@@ -1,0 +1,350 @@
+package ebpf
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// WorldIdentity is the peer of addresses the ipcache does not know.
+const WorldIdentity = 2
+
+// firstSplitKey numbers the peer keys of endpoint addresses whose identity
+// some CIDR rule covers only in part (see peerClasses).
+const firstSplitKey = 1 << 28
+
+// Policy keys are an LPM trie over 64 bits: peer (32), direction (8),
+// protocol (8), port (16). The peer and direction are always exact.
+const (
+	keyBitsExact = 40
+	keyBitsProto = 48
+	keyBitsAll   = 64
+)
+
+// polEntry is one flattened policy map entry.
+type polEntry struct {
+	Peer  uint32
+	Dir   uint8
+	Proto uint8
+	Port  uint16 // first port of the prefix
+	Plen  uint8  // 40..64
+	Deny  bool
+	Rule  uint32 // index in Compiled.Rules (for events)
+}
+
+// ipEntry is one ipcache entry.
+type ipEntry struct {
+	Prefix   netip.Prefix
+	Key      uint32
+	Identity uint32
+}
+
+// hostPlan is what one host's maps hold for a compiled policy.
+type hostPlan struct {
+	IPCache   []ipEntry
+	Endpoints []epPlan // the host's endpoints, in slot order
+}
+
+type epPlan struct {
+	ID       string
+	Slot     uint32
+	Identity uint32
+	Enforce  uint32 // bit 0 ingress, bit 1 egress
+	Entries  []polEntry
+}
+
+// hash fingerprints an endpoint's map contents, so that an apply rebuilds
+// only the maps that changed.
+func (e *epPlan) hash() string {
+	h := sha256.New()
+	var b [16]byte
+	for _, x := range e.Entries {
+		binary.LittleEndian.PutUint32(b[0:], x.Peer)
+		b[4], b[5], b[8] = x.Dir, x.Proto, x.Plen
+		binary.LittleEndian.PutUint16(b[6:], x.Port)
+		b[9] = 0
+		if x.Deny {
+			b[9] = 1
+		}
+		binary.LittleEndian.PutUint32(b[10:], x.Rule)
+		h.Write(b[:14])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+func ipcacheHash(es []ipEntry) string {
+	h := sha256.New()
+	for _, e := range es {
+		fmt.Fprintf(h, "%s %d %d\n", e.Prefix, e.Key, e.Identity)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// peerClasses gives every endpoint address its peer key. Endpoints are
+// grouped by identity and by the set of CIDR rule prefixes containing
+// their address: a group is what a policy entry can name. When all the
+// endpoints of an identity fall in one group (the usual case) the key is
+// the identity itself; otherwise the extra groups get keys from
+// firstSplitKey, so a CIDR rule matches exactly the addresses it covers
+// and never the rest of an identity.
+func peerClasses(lab *topology.Spec, c *policy.Compiled) (keyOf map[netip.Addr]uint32, keysOfIdentity map[uint32][]uint32, containing map[uint32][]netip.Prefix) {
+	var cidrs []netip.Prefix
+	for p := range c.CIDRIdentities {
+		cidrs = append(cidrs, p)
+	}
+	sort.Slice(cidrs, func(i, j int) bool { return cidrs[i].String() < cidrs[j].String() })
+	keyOf = map[netip.Addr]uint32{}
+	keysOfIdentity = map[uint32][]uint32{}
+	containing = map[uint32][]netip.Prefix{}
+	group := map[string]uint32{}
+	next := uint32(firstSplitKey)
+	for _, ep := range lab.Endpoints {
+		id := c.IdentityOfIP(ep.IP)
+		var in []netip.Prefix
+		var b strings.Builder
+		fmt.Fprint(&b, id)
+		for _, p := range cidrs {
+			if p.Contains(ep.IP) {
+				in = append(in, p)
+				b.WriteString(" " + p.String())
+			}
+		}
+		k, ok := group[b.String()]
+		if !ok {
+			k = id
+			if len(keysOfIdentity[id]) > 0 {
+				k = next
+				next++
+			}
+			group[b.String()] = k
+			keysOfIdentity[id] = append(keysOfIdentity[id], k)
+			containing[k] = in
+		}
+		keyOf[ep.IP] = k
+	}
+	return keyOf, keysOfIdentity, containing
+}
+
+// plan renders the maps of every host for a compiled policy (nil: no
+// policy). Errors name the endpoint and the numbers when a policy map
+// would overflow.
+func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) {
+	if c == nil {
+		c = &policy.Compiled{}
+	}
+	keyOf, keysOfIdentity, containing := peerClasses(lab, c)
+	// ipcache: endpoint addresses, then the CIDR prefixes of the rules.
+	var ipc []ipEntry
+	epAddr := map[netip.Prefix]bool{}
+	for _, ep := range lab.Endpoints {
+		p := netip.PrefixFrom(ep.IP, 32)
+		epAddr[p] = true
+		ipc = append(ipc, ipEntry{Prefix: p, Key: keyOf[ep.IP], Identity: c.IdentityOfIP(ep.IP)})
+	}
+	var cidrs []netip.Prefix
+	for p := range c.CIDRIdentities {
+		cidrs = append(cidrs, p)
+	}
+	sort.Slice(cidrs, func(i, j int) bool { return cidrs[i].String() < cidrs[j].String() })
+	for _, p := range cidrs {
+		if !epAddr[p] {
+			id := c.CIDRIdentities[p]
+			ipc = append(ipc, ipEntry{Prefix: p, Key: id, Identity: id})
+		}
+	}
+	// peers expands an IR entry's peer into policy keys.
+	peers := func(r policy.Entry) []uint32 {
+		switch {
+		case r.PeerCIDR.IsValid():
+			var out []uint32
+			for k, in := range containing {
+				if slices.Contains(in, r.PeerCIDR) {
+					out = append(out, k)
+				}
+			}
+			for _, q := range cidrs {
+				if !epAddr[q] && q.Bits() >= r.PeerCIDR.Bits() && r.PeerCIDR.Contains(q.Addr()) {
+					out = append(out, c.CIDRIdentities[q])
+				}
+			}
+			slices.Sort(out)
+			return out
+		case r.PeerID != 0:
+			return keysOfIdentity[r.PeerID]
+		}
+		return []uint32{0}
+	}
+	bySubject := map[uint32][]polEntry{} // flattened per identity
+	for _, id := range c.Identities {
+		var raw []polEntry
+		for _, dir := range []policy.Dir{policy.Ingress, policy.Egress} {
+			for _, r := range c.RulesFor(id.ID, dir) {
+				idx := ruleIndexOf(c, r)
+				for _, pk := range peers(r) {
+					for _, pp := range portPrefixes(r) {
+						raw = append(raw, polEntry{Peer: pk, Dir: uint8(dir), Proto: r.Proto,
+							Port: pp.port, Plen: pp.plen, Deny: r.Deny, Rule: idx})
+					}
+				}
+			}
+		}
+		bySubject[id.ID] = flatten(raw)
+	}
+	out := map[string]*hostPlan{}
+	for _, h := range lab.Hosts {
+		hp := &hostPlan{IPCache: ipc}
+		for slot, ep := range datapath.LocalEndpoints(lab, h.Name) {
+			id := c.IdentityOfIP(ep.IP)
+			enf := c.Enforced[id]
+			var bits uint32
+			if enf.Ingress {
+				bits |= 1
+			}
+			if enf.Egress {
+				bits |= 2
+			}
+			e := epPlan{ID: ep.ID(), Slot: uint32(slot), Identity: id, Enforce: bits, Entries: bySubject[id]}
+			if n := len(e.Entries); n > lab.EBPF.PolicyMapSize {
+				return nil, fmt.Errorf("endpoint %s needs %d policy map entries, but its policy map holds %d (raise ebpf.policyMapSize in the topology, at most %d)",
+					ep.ID(), n, lab.EBPF.PolicyMapSize, topology.MaxPolicyMapSize)
+			}
+			hp.Endpoints = append(hp.Endpoints, e)
+		}
+		out[h.Name] = hp
+	}
+	return out, nil
+}
+
+// ruleIndexOf finds an entry's index in c.Rules (RulesFor returns copies).
+func ruleIndexOf(c *policy.Compiled, r policy.Entry) uint32 {
+	i := sort.Search(len(c.Rules), func(i int) bool {
+		a := c.Rules[i]
+		if a.Subject != r.Subject {
+			return a.Subject > r.Subject
+		}
+		if a.Dir != r.Dir {
+			return a.Dir > r.Dir
+		}
+		return !a.Deny || r.Deny
+	})
+	for ; i < len(c.Rules); i++ {
+		if c.Rules[i] == r {
+			return uint32(i)
+		}
+	}
+	return ^uint32(0)
+}
+
+type portPrefix struct {
+	port uint16
+	plen uint8
+}
+
+// portPrefixes turns an entry's protocol and port range into LPM prefixes
+// over the protocol and port bits.
+func portPrefixes(r policy.Entry) []portPrefix {
+	switch {
+	case r.Proto == policy.ProtoAny:
+		return []portPrefix{{0, keyBitsExact}}
+	case r.PortLo == 0:
+		return []portPrefix{{0, keyBitsProto}}
+	}
+	hi := max(r.PortHi, r.PortLo)
+	var out []portPrefix
+	for lo := uint32(r.PortLo); lo <= uint32(hi); {
+		// The largest aligned block starting at lo that fits in [lo, hi].
+		size := uint32(1)
+		for size < 1<<16 && lo%(size*2) == 0 && lo+size*2-1 <= uint32(hi) {
+			size *= 2
+		}
+		bits := 0
+		for s := size; s > 1; s >>= 1 {
+			bits++
+		}
+		out = append(out, portPrefix{uint16(lo), uint8(keyBitsAll - bits)})
+		lo += size
+	}
+	return out
+}
+
+// flatten makes longest-prefix match give the policy's answer: an allow
+// nested inside a deny of the same peer and direction becomes a deny (deny
+// wins), and duplicates collapse (deny first, then the lowest rule index).
+func flatten(raw []polEntry) []polEntry {
+	type k struct {
+		peer       uint32
+		dir, proto uint8
+		port       uint16
+		plen       uint8
+	}
+	keyOf := func(e polEntry) k { return k{e.Peer, e.Dir, e.Proto, e.Port, e.Plen} }
+	denies := map[k]uint32{}
+	for _, e := range raw {
+		if e.Deny {
+			if r, ok := denies[keyOf(e)]; !ok || e.Rule < r {
+				denies[keyOf(e)] = e.Rule
+			}
+		}
+	}
+	// coveringDeny finds a deny prefix containing e (itself included).
+	coveringDeny := func(e polEntry) (uint32, bool) {
+		bits := uint32(e.Proto)<<16 | uint32(e.Port)
+		for plen := int(e.Plen); plen >= keyBitsExact; plen-- {
+			n := plen - keyBitsExact // significant bits of the 24
+			var mask uint32
+			if n > 0 {
+				mask = ^uint32(0) << (24 - n) & 0xffffff
+			}
+			v := bits & mask
+			if r, ok := denies[k{e.Peer, e.Dir, uint8(v >> 16), uint16(v), uint8(plen)}]; ok {
+				return r, true
+			}
+		}
+		return 0, false
+	}
+	seen := map[k]int{}
+	var out []polEntry
+	for _, e := range raw {
+		if !e.Deny {
+			if r, ok := coveringDeny(e); ok {
+				e.Deny, e.Rule = true, r
+			}
+		}
+		kk := keyOf(e)
+		if i, ok := seen[kk]; ok {
+			o := &out[i]
+			if (e.Deny && !o.Deny) || (e.Deny == o.Deny && e.Rule < o.Rule) {
+				*o = e
+			}
+			continue
+		}
+		seen[kk] = len(out)
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Peer != b.Peer {
+			return a.Peer < b.Peer
+		}
+		if a.Dir != b.Dir {
+			return a.Dir < b.Dir
+		}
+		if a.Proto != b.Proto {
+			return a.Proto < b.Proto
+		}
+		if a.Port != b.Port {
+			return a.Port < b.Port
+		}
+		return a.Plen < b.Plen
+	})
+	return out
+}
