@@ -122,6 +122,9 @@ func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) (
 			defer func() { <-sem }()
 			c := Cell{From: jb.src.ID(), To: jb.dst.ID(), Protocol: jb.t.Protocol, Port: jb.t.Port}
 			ok, local, err := attempt(ctx, jb.src.Netns, netip.AddrPortFrom(jb.dst.IP, uint16(jb.t.Port)), jb.t.Protocol, o.Timeout)
+			if errors.Is(err, errRefused) && lab.EBPF.ConnectHook && jb.t.Protocol == "tcp" {
+				err = nil // the eBPF connect hook refuses denied connects at once
+			}
 			c.Allowed = ok
 			udpFlows[i] = local
 			if err != nil {
@@ -246,6 +249,11 @@ func forgetUDP(ctx context.Context, lab *topology.Spec, flows []netip.AddrPort) 
 	return nil
 }
 
+// errRefused is a refused connection: the probe listens on every port it
+// tries, so only a datapath that refuses denied connects (the eBPF
+// connect hook) should cause one.
+var errRefused = errors.New("connection refused")
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
@@ -258,7 +266,7 @@ func classify(err error) error {
 	}
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return errors.New("connection refused")
+		return errRefused
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return errors.New("unreachable")
 	}

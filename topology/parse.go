@@ -26,6 +26,7 @@ type Overrides struct {
 	Filler      *int   // iptables filler rules
 	FillerMode  string // iptables filler mode
 	HostRouting string // ebpf host routing
+	ConnectHook bool   // ebpf socket-level enforcement
 }
 
 // Parse decodes a topology document strictly and resolves it. file is used

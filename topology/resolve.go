@@ -58,18 +58,25 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 		}
 		raw.Datapath = ov.Datapath
 	}
-	if ov.HostRouting != "" {
+	if ov.HostRouting != "" || ov.ConnectHook {
 		dp := raw.Datapath
 		if ov.Datapath != "" {
 			dp = ov.Datapath
 		}
 		if dp != "ebpf" {
-			return nil, &InputError{File: "--host-routing", Msg: fmt.Sprintf("host routing is an option of the ebpf datapath, but the lab's datapath is %s", dp)}
+			flag := "--host-routing"
+			if ov.HostRouting == "" {
+				flag = "--connect-hook"
+			}
+			return nil, &InputError{File: flag, Msg: fmt.Sprintf("an option of the ebpf datapath, but the lab's datapath is %s", dp)}
 		}
 		if raw.EBPF == nil {
 			raw.EBPF = &rawEBPF{}
 		}
-		raw.EBPF.HostRouting = ov.HostRouting
+		if ov.HostRouting != "" {
+			raw.EBPF.HostRouting = ov.HostRouting
+		}
+		raw.EBPF.ConnectHook = raw.EBPF.ConnectHook || ov.ConnectHook
 	}
 	if ov.Filler != nil || ov.FillerMode != "" {
 		dp := raw.Datapath
@@ -196,6 +203,7 @@ func (r *resolver) ebpf() error {
 		default:
 			return r.errf("ebpf.hostRouting", "unknown mode %q (bpf, legacy)", e.HostRouting)
 		}
+		o.ConnectHook = e.ConnectHook
 		for _, f := range []struct {
 			name    string
 			v       *int

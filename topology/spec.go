@@ -26,6 +26,7 @@ type rawEBPF struct {
 	PolicyMapSize *int   `yaml:"policyMapSize"`
 	CTMapSize     *int   `yaml:"ctMapSize"`
 	MaxEndpoints  *int   `yaml:"maxEndpoints"`
+	ConnectHook   bool   `yaml:"connectHook"`
 }
 
 type rawIPTables struct {
@@ -100,6 +101,7 @@ type EBPFOptions struct {
 	PolicyMapSize int    `json:"policyMapSize"` // entries per endpoint policy map
 	CTMapSize     int    `json:"ctMapSize"`     // conntrack entries per host
 	MaxEndpoints  int    `json:"maxEndpoints"`  // endpoints per host
+	ConnectHook   bool   `json:"connectHook"`   // refuse denied TCP connects at the socket
 }
 
 // Filler modes of the iptables datapath (seed 000's two iptables settings).

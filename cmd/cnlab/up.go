@@ -14,7 +14,8 @@ import (
 func newUpCmd(e *env) *cobra.Command {
 	var file, preset, name, datapath, link string
 	var length, workers, filler int
-	var fillerMode string
+	var fillerMode, hostRouting string
+	var connectHook bool
 	cmd := &cobra.Command{
 		Use:   "up (-f FILE | --preset single-host|multi-host|chain) [--name LAB] [--datapath D]",
 		Short: "Build a lab from a topology file or a preset",
@@ -24,6 +25,7 @@ If the lab is already up, nothing changes.`,
 		Example: `  cnlab up --preset multi-host
   cnlab up --preset chain --length 5 --link bridge
   cnlab up --preset single-host --datapath iptables --filler 200 --filler-mode no-match
+  cnlab up --preset multi-host --datapath ebpf --host-routing legacy --connect-hook
   cnlab up -f examples/two-hosts-vxlan.yaml --name mylab`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -47,7 +49,7 @@ If the lab is already up, nothing changes.`,
 			if preset != "chain" && link != "" && preset != "multi-host" {
 				return usagef("--link applies to the chain (veth, bridge) and multi-host (wire, vxlan) presets")
 			}
-			ov := topology.Overrides{Name: name, Datapath: datapath, FillerMode: fillerMode}
+			ov := topology.Overrides{Name: name, Datapath: datapath, FillerMode: fillerMode, HostRouting: hostRouting, ConnectHook: connectHook}
 			if cmd.Flags().Changed("filler") {
 				ov.Filler = &filler
 			}
@@ -98,7 +100,9 @@ If the lab is already up, nothing changes.`,
 	f.StringVarP(&file, "file", "f", "", "topology file (YAML); - reads standard input")
 	f.StringVar(&preset, "preset", "", "preset topology: "+strings.Join(topology.Presets(), ", "))
 	f.StringVar(&name, "name", "", "lab name (overrides the file's or preset's)")
-	f.StringVar(&datapath, "datapath", "", "policy datapath: iptables (default), nftables (ebpf is planned)")
+	f.StringVar(&datapath, "datapath", "", "policy datapath: iptables (default), nftables or ebpf")
+	f.StringVar(&hostRouting, "host-routing", "", "ebpf datapath: bpf (default: veth to veth, no bridge) or legacy (through the bridge)")
+	f.BoolVar(&connectHook, "connect-hook", false, "ebpf datapath: refuse denied TCP connects at the socket (cgroup connect4 hook)")
 	f.IntVar(&length, "length", 0, "chain preset: number of forwarding namespaces (default 3)")
 	f.StringVar(&link, "link", "", "chain preset: veth or bridge; multi-host preset: wire or vxlan")
 	f.IntVar(&workers, "workers", 4, "endpoints built in parallel")

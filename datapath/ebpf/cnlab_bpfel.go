@@ -143,26 +143,28 @@ type cnlabPolicyVal struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	cnlabMapCnlabConfig   = "cnlab_config"
-	cnlabMapCnlabCounters = "cnlab_counters"
-	cnlabMapCnlabCt       = "cnlab_ct"
-	cnlabMapCnlabEnforce  = "cnlab_enforce"
-	cnlabMapCnlabEvents   = "cnlab_events"
-	cnlabMapCnlabEvlimit  = "cnlab_evlimit"
-	cnlabMapCnlabFrag     = "cnlab_frag"
-	cnlabMapCnlabIpcache  = "cnlab_ipcache"
-	cnlabMapCnlabLocal    = "cnlab_local"
-	cnlabMapCnlabLxc      = "cnlab_lxc"
-	cnlabMapCnlabMonitor  = "cnlab_monitor"
-	cnlabMapCnlabPolicy   = "cnlab_policy"
-	cnlabProgCnlabFromEp  = "cnlab_from_ep"
-	cnlabProgCnlabToEp    = "cnlab_to_ep"
-	cnlabVarUnusedCounter = "unused_counter"
-	cnlabVarUnusedEvent   = "unused_event"
-	cnlabVarUnusedIpk     = "unused_ipk"
-	cnlabVarUnusedPeer    = "unused_peer"
-	cnlabVarUnusedPk      = "unused_pk"
-	cnlabVarUnusedPv      = "unused_pv"
+	cnlabMapCnlabConfig    = "cnlab_config"
+	cnlabMapCnlabCounters  = "cnlab_counters"
+	cnlabMapCnlabCt        = "cnlab_ct"
+	cnlabMapCnlabEnforce   = "cnlab_enforce"
+	cnlabMapCnlabEvents    = "cnlab_events"
+	cnlabMapCnlabEvlimit   = "cnlab_evlimit"
+	cnlabMapCnlabFrag      = "cnlab_frag"
+	cnlabMapCnlabIpcache   = "cnlab_ipcache"
+	cnlabMapCnlabLocal     = "cnlab_local"
+	cnlabMapCnlabLxc       = "cnlab_lxc"
+	cnlabMapCnlabMonitor   = "cnlab_monitor"
+	cnlabMapCnlabPolicy    = "cnlab_policy"
+	cnlabMapCnlabSockep    = "cnlab_sockep"
+	cnlabProgCnlabConnect4 = "cnlab_connect4"
+	cnlabProgCnlabFromEp   = "cnlab_from_ep"
+	cnlabProgCnlabToEp     = "cnlab_to_ep"
+	cnlabVarUnusedCounter  = "unused_counter"
+	cnlabVarUnusedEvent    = "unused_event"
+	cnlabVarUnusedIpk      = "unused_ipk"
+	cnlabVarUnusedPeer     = "unused_peer"
+	cnlabVarUnusedPk       = "unused_pk"
+	cnlabVarUnusedPv       = "unused_pv"
 )
 
 // loadCnlab returns the embedded CollectionSpec for cnlab.
@@ -207,8 +209,9 @@ type cnlabSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cnlabProgramSpecs struct {
-	CnlabFromEp *ebpf.ProgramSpec `ebpf:"cnlab_from_ep"`
-	CnlabToEp   *ebpf.ProgramSpec `ebpf:"cnlab_to_ep"`
+	CnlabConnect4 *ebpf.ProgramSpec `ebpf:"cnlab_connect4"`
+	CnlabFromEp   *ebpf.ProgramSpec `ebpf:"cnlab_from_ep"`
+	CnlabToEp     *ebpf.ProgramSpec `ebpf:"cnlab_to_ep"`
 }
 
 // cnlabMapSpecs contains maps before they are loaded into the kernel.
@@ -227,6 +230,7 @@ type cnlabMapSpecs struct {
 	CnlabLxc      *ebpf.MapSpec `ebpf:"cnlab_lxc"`
 	CnlabMonitor  *ebpf.MapSpec `ebpf:"cnlab_monitor"`
 	CnlabPolicy   *ebpf.MapSpec `ebpf:"cnlab_policy"`
+	CnlabSockep   *ebpf.MapSpec `ebpf:"cnlab_sockep"`
 }
 
 // cnlabVariableSpecs contains global variables before they are loaded into the kernel.
@@ -273,6 +277,7 @@ type cnlabMaps struct {
 	CnlabLxc      *ebpf.Map `ebpf:"cnlab_lxc"`
 	CnlabMonitor  *ebpf.Map `ebpf:"cnlab_monitor"`
 	CnlabPolicy   *ebpf.Map `ebpf:"cnlab_policy"`
+	CnlabSockep   *ebpf.Map `ebpf:"cnlab_sockep"`
 }
 
 func (m *cnlabMaps) Close() error {
@@ -289,6 +294,7 @@ func (m *cnlabMaps) Close() error {
 		m.CnlabLxc,
 		m.CnlabMonitor,
 		m.CnlabPolicy,
+		m.CnlabSockep,
 	)
 }
 
@@ -308,12 +314,14 @@ type cnlabVariables struct {
 //
 // It can be passed to loadCnlabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cnlabPrograms struct {
-	CnlabFromEp *ebpf.Program `ebpf:"cnlab_from_ep"`
-	CnlabToEp   *ebpf.Program `ebpf:"cnlab_to_ep"`
+	CnlabConnect4 *ebpf.Program `ebpf:"cnlab_connect4"`
+	CnlabFromEp   *ebpf.Program `ebpf:"cnlab_from_ep"`
+	CnlabToEp     *ebpf.Program `ebpf:"cnlab_to_ep"`
 }
 
 func (p *cnlabPrograms) Close() error {
 	return _CnlabClose(
+		p.CnlabConnect4,
 		p.CnlabFromEp,
 		p.CnlabToEp,
 	)

@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -68,6 +69,7 @@ func collectionSpec(lab *topology.Spec) (*ebpf.CollectionSpec, error) {
 	sizes := map[string]uint32{
 		"cnlab_lxc":      uint32(o.MaxEndpoints),
 		"cnlab_local":    uint32(o.MaxEndpoints),
+		"cnlab_sockep":   uint32(o.MaxEndpoints),
 		"cnlab_policy":   uint32(2 * o.MaxEndpoints),
 		"cnlab_enforce":  uint32(2 * o.MaxEndpoints),
 		"cnlab_counters": uint32(o.MaxEndpoints * 2 * reasonRMax),
@@ -93,11 +95,11 @@ func collectionSpec(lab *topology.Spec) (*ebpf.CollectionSpec, error) {
 type hostMaps struct {
 	dir                                                   string
 	config, monitor, lxc, local, ipcache, policy, enforce *ebpf.Map
-	ct, counters, events                                  *ebpf.Map
+	ct, counters, events, sockep                          *ebpf.Map
 }
 
 func (m *hostMaps) Close() {
-	for _, x := range []*ebpf.Map{m.config, m.monitor, m.lxc, m.local, m.ipcache, m.policy, m.enforce, m.ct, m.counters, m.events} {
+	for _, x := range []*ebpf.Map{m.config, m.monitor, m.lxc, m.local, m.ipcache, m.policy, m.enforce, m.ct, m.counters, m.events, m.sockep} {
 		if x != nil {
 			x.Close()
 		}
@@ -111,7 +113,7 @@ func openHost(lab, host string) (*hostMaps, error) {
 		"cnlab_config": &m.config, "cnlab_monitor": &m.monitor, "cnlab_lxc": &m.lxc,
 		"cnlab_local": &m.local, "cnlab_ipcache": &m.ipcache, "cnlab_policy": &m.policy,
 		"cnlab_enforce": &m.enforce, "cnlab_ct": &m.ct, "cnlab_counters": &m.counters,
-		"cnlab_events": &m.events,
+		"cnlab_events": &m.events, "cnlab_sockep": &m.sockep,
 	} {
 		x, err := ebpf.LoadPinnedMap(filepath.Join(m.dir, name), nil)
 		if err != nil {
@@ -201,7 +203,70 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 			return fmt.Errorf("endpoint %s: %w", ep.ID(), err)
 		}
 	}
+	if lab.EBPF.ConnectHook {
+		return attachConnectHook(dir, &objs)
+	}
 	return nil
+}
+
+// cgroupRoot finds where the connect hook is attached: the root of the
+// cgroup v2 hierarchy, so that every process, whatever runs inside an
+// endpoint included, is covered (the program passes sockets of other
+// namespaces at once). It is /sys/fs/cgroup on unified systems and
+// /sys/fs/cgroup/unified on hybrid ones.
+func cgroupRoot() (string, error) {
+	data, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[2] == "cgroup2" {
+			return f[1], nil
+		}
+	}
+	return "", errors.New("no cgroup v2 hierarchy is mounted: the connect hook needs one (mount -t cgroup2 none /sys/fs/cgroup/unified)")
+}
+
+func attachConnectHook(dir string, objs *cnlabObjects) error {
+	pin := filepath.Join(dir, "links", "connect4")
+	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+		err = l.Update(objs.CnlabConnect4)
+		l.Close()
+		return err
+	}
+	root, err := cgroupRoot()
+	if err != nil {
+		return err
+	}
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: root, Attach: ebpf.AttachCGroupInet4Connect, Program: objs.CnlabConnect4})
+	if err != nil {
+		return fmt.Errorf("attach the connect hook to %s: %w", root, err)
+	}
+	defer l.Close()
+	return l.Pin(pin)
+}
+
+// netnsCookie returns the kernel's cookie of a network namespace, which
+// the connect hook reads with bpf_get_netns_cookie.
+func netnsCookie(ns string) (uint64, error) {
+	var cookie uint64
+	err := netns.Do(ns, func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		var buf [8]byte
+		n := uint32(len(buf))
+		if _, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_NETNS_COOKIE,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0); errno != 0 {
+			return fmt.Errorf("SO_NETNS_COOKIE: %w", errno)
+		}
+		cookie = binary.NativeEndian.Uint64(buf[:])
+		return nil
+	})
+	return cookie, err
 }
 
 // AttachEndpoint implements datapath.Datapath.
@@ -271,6 +336,15 @@ func attach(lab *topology.Spec, h *topology.Host, ep *topology.Endpoint, slot ui
 	}
 	if err := objs.CnlabLocal.Put(e.Ip, e); err != nil {
 		return fmt.Errorf("local endpoint map: %w", err)
+	}
+	if lab.EBPF.ConnectHook {
+		cookie, err := netnsCookie(ep.Netns)
+		if err != nil {
+			return err
+		}
+		if err := objs.CnlabSockep.Put(cookie, e); err != nil {
+			return fmt.Errorf("socket endpoint map: %w", err)
+		}
 	}
 	if lab.EBPF.HostRouting == topology.HostRoutingBPF {
 		// Off the bridge: the host reaches the endpoint by a /32 route
@@ -451,6 +525,21 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) 
 	}
 	if err := it.Err(); err != nil {
 		return s, err
+	}
+	if m.sockep != nil {
+		var cookie uint64
+		it = m.sockep.Iterate()
+		for it.Next(&cookie, &e) {
+			if id, ok := ident[e.Index]; ok && e.Identity != id {
+				e.Identity = id
+				if err := m.sockep.Put(cookie, e); err != nil {
+					return s, err
+				}
+			}
+		}
+		if err := it.Err(); err != nil {
+			return s, err
+		}
 	}
 	for i := range hp.Endpoints {
 		ep := &hp.Endpoints[i]

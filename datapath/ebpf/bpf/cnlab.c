@@ -239,6 +239,14 @@ struct {
 	__type(value, __u32);
 } cnlab_enforce SEC(".maps");
 
+// Endpoints of this host by network namespace cookie, for the connect hook.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct endpoint);
+} cnlab_sockep SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -329,7 +337,7 @@ static __always_inline void count(__u32 index, __u8 dir, __u8 reason, __u32 len)
 
 static __always_inline int is_drop(__u8 reason) { return reason >= R_DROP_DENY; }
 
-static __always_inline void emit(struct config *cfg, struct __sk_buff *skb, struct pkt *p,
+static __always_inline void emit(struct config *cfg, __u32 len, struct pkt *p,
 				 __u32 ep, __u8 dir, __u8 reason, __u32 src_id, __u32 dst_id, __u32 rule)
 {
 	__u32 zero = 0;
@@ -362,7 +370,7 @@ static __always_inline void emit(struct config *cfg, struct __sk_buff *skb, stru
 	e->ep = ep;
 	e->src_identity = src_id;
 	e->dst_identity = dst_id;
-	e->len = skb->len;
+	e->len = len;
 	e->rule = rule;
 	bpf_ringbuf_submit(e, 0);
 }
@@ -691,7 +699,7 @@ static __always_inline int finish(struct config *cfg, struct __sk_buff *skb, str
 				  __u8 dir, int r, __u32 src_id, __u32 dst_id, __u32 rule)
 {
 	count(index, dir, r, skb->len);
-	emit(cfg, skb, p, index, dir, r, src_id, dst_id, rule);
+	emit(cfg, skb->len, p, index, dir, r, src_id, dst_id, rule);
 	return is_drop(r) ? TC_ACT_SHOT : TC_ACT_OK;
 }
 
@@ -778,4 +786,45 @@ int cnlab_to_ep(struct __sk_buff *skb)
 		return finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, 0, dst->identity, rule);
 	r = side(cfg, dst, DIR_INGRESS, &p, bpf_ktime_get_ns(), &peer_id, &rule);
 	return finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule);
+}
+
+#define ECONNREFUSED 111
+
+// cnlab_connect4 is the optional socket-level enforcement (ebpf.connectHook):
+// attached to the root cgroup, it decides a TCP connect() made inside one
+// of this host's endpoints before any packet leaves, against the same
+// policy maps (the endpoint's egress, and the destination's ingress when
+// the destination lives on this host). A denied connect fails at once with
+// ECONNREFUSED instead of timing out on dropped SYNs.
+SEC("cgroup/connect4")
+int cnlab_connect4(struct bpf_sock_addr *ctx)
+{
+	if (ctx->protocol != IPPROTO_TCP)
+		return 1;
+	__u64 cookie = bpf_get_netns_cookie(ctx);
+	struct endpoint *src = bpf_map_lookup_elem(&cnlab_sockep, &cookie);
+	struct config *cfg = config();
+	if (!src || !cfg)
+		return 1; // not one of our endpoints: not our business
+	struct pkt p = {.saddr = src->ip, .daddr = ctx->user_ip4, .proto = IPPROTO_TCP,
+			.dport = bpf_ntohs(ctx->user_port), .tcpflags = TCP_SYN};
+	__u32 rule = 0xffffffff;
+	__u32 gen = cfg->gen;
+	struct peer dp = peer_of(gen, p.daddr);
+	int r = verdict(cfg, src->index, DIR_EGRESS, dp.key, &p, &rule);
+	__u32 index = src->index;
+	__u8 dir = DIR_EGRESS;
+	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_local, &p.daddr);
+	if (!is_drop(r) && dst) {
+		struct peer sp = peer_of(gen, p.saddr);
+		r = verdict(cfg, dst->index, DIR_INGRESS, sp.key, &p, &rule);
+		index = dst->index;
+		dir = DIR_INGRESS;
+	}
+	if (!is_drop(r))
+		return 1;
+	count(index, dir, r, 0);
+	emit(cfg, 0, &p, index, dir, r, src->identity, dst ? dst->identity : dp.identity, rule);
+	bpf_set_retval(-ECONNREFUSED);
+	return 0;
 }

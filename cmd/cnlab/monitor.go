@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cnlab/cnlab/datapath/ebpf"
+	"github.com/cnlab/cnlab/lab"
+	"github.com/spf13/cobra"
+)
+
+func newMonitorCmd(e *env) *cobra.Command {
+	var typ, output string
+	var count int
+	var duration time.Duration
+	cmd := &cobra.Command{
+		Use:   "monitor LAB [--type drop|all] [-o json]",
+		Short: "Stream the eBPF datapath's verdicts as they happen",
+		Long: `Print one line per verdict of the eBPF datapath's programs: time, host,
+the endpoint side that decided, verdict and reason, source and destination
+endpoints with their identities, the 5-tuple, and the policy rule behind it.
+Events are rate-limited to one per flow and reason per second, so a flood
+cannot slow the datapath; with no monitor running the programs report
+nothing. Stops on Ctrl-C, after --count events, or after --duration.`,
+		Example: `  cnlab monitor policy-lab                 # drops only
+  cnlab monitor policy-lab --type all -o json | jq 'select(.to == "y/b")'
+  cnlab monitor policy-lab --count 1 --duration 10s   # wait for one drop`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			var level uint32
+			switch typ {
+			case "drop":
+				level = ebpf.MonitorDrops
+			case "all":
+				level = ebpf.MonitorAll
+			default:
+				return usagef("--type %q: drop or all", typ)
+			}
+			if count < 0 || duration < 0 {
+				return usagef("--count and --duration cannot be negative")
+			}
+			if err := needRoot(); err != nil {
+				return err
+			}
+			spec, m, err := lab.Model(args[0], false)
+			if err != nil {
+				return err
+			}
+			if spec.Datapath != ebpf.Name {
+				return usagef("lab %s uses the %s datapath: monitor reads the eBPF datapath's events (up a lab with --datapath ebpf)", spec.Name, spec.Datapath)
+			}
+			c, err := m.Compile()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if duration > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, duration)
+				defer cancel()
+			}
+			errDone := errors.New("done")
+			seen := 0
+			if output != "json" {
+				fmt.Fprintf(e.stderr, "monitoring lab %s (%s); Ctrl-C to stop\n", spec.Name, map[string]string{"drop": "drops", "all": "all verdicts"}[typ])
+			}
+			err = ebpf.Monitor(ctx, spec, level, c.Rules, func(ev ebpf.Event) error {
+				if output == "json" {
+					b, err := json.Marshal(ev)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintln(e.stdout, string(b))
+				} else {
+					fmt.Fprintln(e.stdout, formatEvent(ev))
+				}
+				seen++
+				if count > 0 && seen >= count {
+					return errDone
+				}
+				return nil
+			})
+			if errors.Is(err, errDone) || errors.Is(err, context.DeadlineExceeded) {
+				return nil
+			}
+			if err == nil && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&typ, "type", "drop", "verdicts to show: drop or all")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json (one object per line)")
+	cmd.Flags().IntVar(&count, "count", 0, "stop after this many events (0: no limit)")
+	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
+	return cmd
+}
+
+// formatEvent renders one verdict as a line.
+func formatEvent(ev ebpf.Event) string {
+	name := func(id string, ident uint32) string {
+		if id == "" {
+			id = "world"
+		}
+		return fmt.Sprintf("%s(%d)", id, ident)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %-5s %-7s %-20s %s -> %s %s %s -> %s, at %s of %s",
+		ev.Time.Format("15:04:05.000000"), ev.Host, strings.ToUpper(ev.Verdict), ev.Reason,
+		name(ev.From, ev.SrcIdentity), name(ev.To, ev.DstIdentity), ev.Protocol, ev.Src, ev.Dst,
+		ev.Direction, ev.Endpoint)
+	if ev.Rule != "" {
+		fmt.Fprintf(&b, " [%s]", ev.Rule)
+	}
+	return b.String()
+}

@@ -1,0 +1,236 @@
+package ebpf
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Monitor levels: which verdicts the programs report.
+const (
+	MonitorDrops = 1
+	MonitorAll   = 2
+)
+
+// Event is one verdict reported by the programs.
+type Event struct {
+	Time        time.Time      `json:"time"`
+	Host        string         `json:"host"`
+	Endpoint    string         `json:"endpoint"`  // the endpoint whose side decided
+	Direction   string         `json:"direction"` // ingress or egress of that endpoint
+	Verdict     string         `json:"verdict"`   // allowed or dropped
+	Reason      string         `json:"reason"`
+	From        string         `json:"from,omitempty"` // source endpoint, when it is one
+	To          string         `json:"to,omitempty"`   // destination endpoint, when it is one
+	SrcIdentity uint32         `json:"srcIdentity"`
+	DstIdentity uint32         `json:"dstIdentity"`
+	Protocol    string         `json:"protocol"`
+	Src         netip.AddrPort `json:"src"`
+	Dst         netip.AddrPort `json:"dst"`
+	Bytes       uint32         `json:"bytes"`
+	Rule        string         `json:"rule,omitempty"` // the policy rule that decided
+}
+
+// leaseTime is how long the programs keep reporting after the monitor's
+// last renewal: a monitor killed with SIGKILL stops costing anything soon.
+const leaseTime = 3 * time.Second
+
+// Monitor streams the verdicts of every host of a lab to fn until ctx ends
+// or fn returns an error. level is MonitorDrops or MonitorAll. rules are
+// the lab's compiled rules, to name the rule behind a verdict (nil: none).
+// One monitor runs per lab at a time (the ring buffer has one reader).
+func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []policy.Entry, fn func(Event) error) error {
+	if len(lab.Hosts) == 0 {
+		return datapath.ErrNoHosts
+	}
+	unlock, err := monitorLock(lab.Name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	type hostRing struct {
+		host *topology.Host
+		maps *hostMaps
+		rd   *ringbuf.Reader
+	}
+	var rings []hostRing
+	defer func() {
+		for _, r := range rings {
+			_ = r.maps.monitor.Put(uint32(0), cnlabMonitor{}) // stop reporting
+			if r.rd != nil {
+				r.rd.Close()
+			}
+			r.maps.Close()
+		}
+	}()
+	for i := range lab.Hosts {
+		h := &lab.Hosts[i]
+		m, err := openHost(lab.Name, h.Name)
+		if err != nil {
+			return err
+		}
+		rd, err := ringbuf.NewReader(m.events)
+		rings = append(rings, hostRing{h, m, rd})
+		if err != nil {
+			return fmt.Errorf("host %s: events: %w", h.Name, err)
+		}
+	}
+	start := now()
+	wallStart := time.Now()
+	renew := func() error {
+		for _, r := range rings {
+			if err := r.maps.monitor.Put(uint32(0), cnlabMonitor{Level: level, Until: uint64(now() + leaseTime)}); err != nil {
+				return fmt.Errorf("host %s: monitor lease: %w", r.host.Name, err)
+			}
+		}
+		return nil
+	}
+	if err := renew(); err != nil {
+		return err
+	}
+	names := newNamer(lab, rules)
+	events := make(chan Event, 256)
+	errc := make(chan error, len(rings))
+	var wg sync.WaitGroup
+	for _, r := range rings {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				rec, err := r.rd.Read()
+				if err != nil {
+					if !errors.Is(err, os.ErrClosed) {
+						errc <- fmt.Errorf("host %s: read events: %w", r.host.Name, err)
+					}
+					return
+				}
+				ev, ok := decode(rec.RawSample)
+				if !ok || time.Duration(ev.Time) < start {
+					continue // a record left over from an earlier monitor
+				}
+				select {
+				case events <- names.event(r.host, ev, wallStart.Add(time.Duration(ev.Time)-start)):
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var result error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-errc:
+			result = err
+			break loop
+		case <-tick.C:
+			if err := renew(); err != nil {
+				result = err
+				break loop
+			}
+		case ev := <-events:
+			if err := fn(ev); err != nil {
+				result = err
+				break loop
+			}
+		}
+	}
+	for _, r := range rings {
+		r.rd.Close() // unblocks the readers
+	}
+	wg.Wait()
+	return result
+}
+
+func decode(b []byte) (cnlabEvent, bool) {
+	var e cnlabEvent
+	if len(b) < binary.Size(e) {
+		return e, false
+	}
+	_, err := binary.Decode(b, binary.NativeEndian, &e)
+	return e, err == nil
+}
+
+// namer turns slots, addresses and rule indexes into names.
+type namer struct {
+	lab    *topology.Spec
+	slots  map[string][]string // host -> endpoint IDs by slot
+	byAddr map[netip.Addr]string
+	rules  []policy.Entry
+}
+
+func newNamer(lab *topology.Spec, rules []policy.Entry) *namer {
+	n := &namer{lab: lab, slots: map[string][]string{}, byAddr: map[netip.Addr]string{}, rules: rules}
+	for _, h := range lab.Hosts {
+		for _, ep := range datapath.LocalEndpoints(lab, h.Name) {
+			n.slots[h.Name] = append(n.slots[h.Name], ep.ID())
+		}
+	}
+	for _, ep := range lab.Endpoints {
+		n.byAddr[ep.IP] = ep.ID()
+	}
+	return n
+}
+
+func (n *namer) event(h *topology.Host, e cnlabEvent, at time.Time) Event {
+	src, dst := addrOf(e.Saddr), addrOf(e.Daddr)
+	ev := Event{Time: at, Host: h.Name, Direction: policy.Dir(e.Dir).String(), Reason: reasonName(e.Reason),
+		From: n.byAddr[src], To: n.byAddr[dst], SrcIdentity: e.SrcIdentity, DstIdentity: e.DstIdentity,
+		Protocol: protoName(e.Proto), Src: netip.AddrPortFrom(src, e.Sport), Dst: netip.AddrPortFrom(dst, e.Dport),
+		Bytes: e.Len, Verdict: "allowed"}
+	if isDrop(e.Reason) {
+		ev.Verdict = "dropped"
+	}
+	if s := n.slots[h.Name]; int(e.Ep) < len(s) {
+		ev.Endpoint = s[e.Ep]
+	}
+	if e.Rule != noRule && int(e.Rule) < len(n.rules) {
+		ev.Rule = n.rules[e.Rule].Origin
+	}
+	return ev
+}
+
+func protoName(p uint8) string {
+	switch p {
+	case 1:
+		return "icmp"
+	case 6, 17, 132:
+		return policy.ProtoName(p)
+	}
+	return fmt.Sprint(p)
+}
+
+// monitorLock takes the lab's monitor lock without waiting: the programs
+// have one ring buffer per host, and two readers would split its events.
+func monitorLock(lab string) (func(), error) {
+	path := filepath.Join(topology.StateDir, lab, "monitor.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("monitor lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another cnlab monitor is already watching lab %s (one at a time: they would share its events)", lab)
+		}
+		return nil, fmt.Errorf("monitor lock: %w", err)
+	}
+	return func() { f.Close() }, nil
+}
