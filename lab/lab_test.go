@@ -39,8 +39,11 @@ func scenarioLab(t *testing.T, name, dp, link string) *topology.Spec {
 	testutil.RequireTool(t, "nft", "nftables")
 	yaml := strings.Replace(scenarios.Lab, "kind: wire", "kind: "+link, 1)
 	ov := topology.Overrides{Name: name, Datapath: dp}
-	if dp == "ebpf-legacy" {
+	switch dp {
+	case "ebpf-legacy":
 		ov.Datapath, ov.HostRouting = "ebpf", topology.HostRoutingLegacy
+	case "ebpf-hook":
+		ov.Datapath, ov.ConnectHook = "ebpf", true
 	}
 	spec, err := topology.Parse([]byte(yaml), "scenario lab", ov)
 	if err != nil {

@@ -63,6 +63,9 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 		if ov.Datapath != "" {
 			dp = ov.Datapath
 		}
+		if dp == "" {
+			dp = DefaultDatapath
+		}
 		if dp != "ebpf" {
 			flag := "--host-routing"
 			if ov.HostRouting == "" {

@@ -81,6 +81,11 @@ func TestBadInputExitsTwoAndCreatesNothing(t *testing.T) {
 		{[]string{"probe", "lab", "--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"probe", "lab", "--protocol", "icmp"}, `--protocol "icmp": tcp, udp or sctp`},
 		{[]string{"up", "--preset", "single-host", "--datapath", "nftables", "--filler", "10"}, "--filler: filler rules are for the iptables datapath, but the lab's datapath is nftables"},
+		{[]string{"up", "--preset", "single-host", "--host-routing", "legacy"}, "--host-routing: an option of the ebpf datapath, but the lab's datapath is iptables"},
+		{[]string{"up", "--preset", "single-host", "--datapath", "nftables", "--connect-hook"}, "--connect-hook: an option of the ebpf datapath, but the lab's datapath is nftables"},
+		{[]string{"up", "--preset", "single-host", "--datapath", "ebpf", "--host-routing", "fast"}, `ebpf.hostRouting: unknown mode "fast" (bpf, legacy)`},
+		{[]string{"monitor", "lab", "--type", "some"}, `--type "some": drop or all`},
+		{[]string{"monitor", "lab", "--count", "-1"}, "--count and --duration cannot be negative"},
 	}
 	for _, tc := range cases {
 		_, stderr, code := runCLI(t, tc.args...)
