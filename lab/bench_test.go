@@ -60,9 +60,13 @@ func compileFor(b *testing.B, spec *topology.Spec, pols []*policy.Policy) *polic
 //	go test -run '^$' -bench PolicyScale -benchtime 1x -count 5 -timeout 60m ./lab
 func BenchmarkPolicyScale(b *testing.B) {
 	testutil.RequireRoot(b)
-	for _, dp := range datapaths {
+	for _, dp := range []string{"iptables", "nftables", "ebpf"} {
 		for _, shape := range []string{"ports", "ranges"} {
-			for _, n := range []int{10, 100, 1000, 10000} {
+			ns := []int{10, 100, 1000, 10000}
+			if dp == "ebpf" {
+				ns = []int{10, 100, 1000, 3334, 10000} // 3334 policies: 10,002 policy map entries
+			}
+			for _, n := range ns {
 				b.Run(fmt.Sprintf("%s/%s/policies=%d", dp, shape, n), func(b *testing.B) {
 					spec, err := topology.Parse([]byte(scenarios.Lab), "bench", topology.Overrides{Name: "bench-pol", Datapath: dp})
 					if err != nil {

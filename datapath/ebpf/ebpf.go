@@ -499,9 +499,12 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) 
 	if err != nil {
 		return s, fmt.Errorf("ipcache: %w", err)
 	}
-	if err := m.ipcache.Put(next, ipc); err != nil {
-		ipc.Close()
-		return s, fmt.Errorf("ipcache: %w", err)
+	var nextIPC uint32
+	if m.ipcache.Lookup(next, &nextIPC) != nil || nextIPC != mapID(ipc) {
+		if err := m.ipcache.Put(next, ipc); err != nil {
+			ipc.Close()
+			return s, fmt.Errorf("ipcache: %w", err)
+		}
 	}
 	s.pins["ipcache"] = ipc
 	// identities shown in events
@@ -541,6 +544,11 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) 
 			return s, err
 		}
 	}
+	// Inner maps go into the next generation's slots in one batch: every
+	// syscall update of a map-of-maps waits for an RCU grace period
+	// (milliseconds), once per batch rather than once per endpoint. Slots
+	// that already hold the wanted map are left alone.
+	var putKeys, putFDs, delKeys []uint32
 	for i := range hp.Endpoints {
 		ep := &hp.Endpoints[i]
 		hash := ep.hash()
@@ -549,9 +557,11 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) 
 		if err := m.enforce.Put(slotNext, ep.Enforce); err != nil {
 			return s, fmt.Errorf("endpoint %s: enforcement: %w", ep.ID, err)
 		}
+		var nextID uint32
+		hasNext := m.policy.Lookup(slotNext, &nextID) == nil
 		if len(ep.Entries) == 0 {
-			if err := m.policy.Delete(slotNext); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return s, fmt.Errorf("endpoint %s: clear policy map: %w", ep.ID, err)
+			if hasNext {
+				delKeys = append(delKeys, slotNext)
 			}
 			s.pins[pinName(ep.ID)] = nil
 			continue
@@ -563,11 +573,49 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) 
 			return s, fmt.Errorf("endpoint %s: policy map: %w", ep.ID, err)
 		}
 		s.pins[pinName(ep.ID)] = pm
-		if err := m.policy.Put(slotNext, pm); err != nil {
-			return s, fmt.Errorf("endpoint %s: policy map: %w", ep.ID, err)
+		if hasNext && mapID(pm) == nextID {
+			continue
 		}
+		putKeys = append(putKeys, slotNext)
+		putFDs = append(putFDs, uint32(pm.FD()))
+	}
+	if err := batchPut(m.policy, putKeys, putFDs); err != nil {
+		return s, fmt.Errorf("policy maps: %w", err)
+	}
+	if err := batchDelete(m.policy, delKeys); err != nil {
+		return s, fmt.Errorf("policy maps: %w", err)
 	}
 	return s, nil
+}
+
+// mapID is a map's kernel ID (0 if unknown).
+func mapID(m *ebpf.Map) uint32 {
+	info, err := m.Info()
+	if err != nil {
+		return 0
+	}
+	id, _ := info.ID()
+	return uint32(id)
+}
+
+// batchDelete deletes keys with one syscall where supported.
+func batchDelete(m *ebpf.Map, keys []uint32) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := m.BatchDelete(keys, nil)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return err
+	}
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // pinName is where an endpoint's active policy map is pinned (bpffs

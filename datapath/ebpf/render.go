@@ -183,21 +183,18 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 		}
 		return []uint32{0}
 	}
-	bySubject := map[uint32][]polEntry{} // flattened per identity
-	for _, id := range c.Identities {
-		var raw []polEntry
-		for _, dir := range []policy.Dir{policy.Ingress, policy.Egress} {
-			for _, r := range c.RulesFor(id.ID, dir) {
-				idx := ruleIndexOf(c, r)
-				for _, pk := range peers(r) {
-					for _, pp := range portPrefixes(r) {
-						raw = append(raw, polEntry{Peer: pk, Dir: uint8(dir), Proto: r.Proto,
-							Port: pp.port, Plen: pp.plen, Deny: r.Deny, Rule: idx})
-					}
-				}
+	raw := map[uint32][]polEntry{} // per subject identity, before flattening
+	for i, r := range c.Rules {
+		for _, pk := range peers(r) {
+			for _, pp := range portPrefixes(r) {
+				raw[r.Subject] = append(raw[r.Subject], polEntry{Peer: pk, Dir: uint8(r.Dir), Proto: r.Proto,
+					Port: pp.port, Plen: pp.plen, Deny: r.Deny, Rule: uint32(i)})
 			}
 		}
-		bySubject[id.ID] = flatten(raw)
+	}
+	bySubject := map[uint32][]polEntry{} // flattened per identity
+	for id, es := range raw {
+		bySubject[id] = flatten(es)
 	}
 	out := map[string]*hostPlan{}
 	for _, h := range lab.Hosts {
@@ -222,26 +219,6 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 		out[h.Name] = hp
 	}
 	return out, nil
-}
-
-// ruleIndexOf finds an entry's index in c.Rules (RulesFor returns copies).
-func ruleIndexOf(c *policy.Compiled, r policy.Entry) uint32 {
-	i := sort.Search(len(c.Rules), func(i int) bool {
-		a := c.Rules[i]
-		if a.Subject != r.Subject {
-			return a.Subject > r.Subject
-		}
-		if a.Dir != r.Dir {
-			return a.Dir > r.Dir
-		}
-		return !a.Deny || r.Deny
-	})
-	for ; i < len(c.Rules); i++ {
-		if c.Rules[i] == r {
-			return uint32(i)
-		}
-	}
-	return ^uint32(0)
 }
 
 type portPrefix struct {
