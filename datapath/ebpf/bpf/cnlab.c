@@ -405,6 +405,37 @@ static __always_inline int parse_l4(struct __sk_buff *skb, __u32 off, __u8 proto
 	return 0;
 }
 
+// quoted_ports reads the ports of the packet an ICMP error quotes, or
+// the id of a quoted echo. Only the first 8 bytes of the quoted L4
+// header are sure to be there (RFC 792; many routers quote no more), so
+// nothing past them is read: not the TCP flags parse_l4 wants.
+static __always_inline int quoted_ports(struct __sk_buff *skb, __u32 off, __u8 proto,
+					__u16 *sport, __u16 *dport)
+{
+	__u8 h[8];
+	*sport = 0;
+	*dport = 0;
+	switch (proto) {
+	case IPPROTO_TCP:
+	case IPPROTO_UDP:
+	case IPPROTO_SCTP:
+		if (bpf_skb_load_bytes(skb, off, h, 4) < 0)
+			return -1;
+		*sport = (h[0] << 8) | h[1];
+		*dport = (h[2] << 8) | h[3];
+		return 0;
+	case IPPROTO_ICMP:
+		if (bpf_skb_load_bytes(skb, off, h, 8) < 0)
+			return -1;
+		if (h[0] == 0 || h[0] == 8) { // as parse tracks echoes: the id is the "port"
+			*sport = (h[4] << 8) | h[5];
+			*dport = *sport;
+		}
+		return 0;
+	}
+	return 0;
+}
+
 // parse reads an IPv4 packet's tuple; it returns 0 or a drop reason.
 static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 {
@@ -442,10 +473,9 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 			p->dport = id;
 		} else if (type == 3 || type == 11 || type == 12) {
 			struct iphdr in;
-			__u8 fl;
 			if (bpf_skb_load_bytes(skb, off + 8, &in, sizeof(in)) == 0 && in.version == 4 &&
 			    in.ihl >= 5 &&
-			    parse_l4(skb, off + 8 + in.ihl * 4, in.protocol, &p->in_sport, &p->in_dport, &fl) == 0) {
+			    quoted_ports(skb, off + 8 + in.ihl * 4, in.protocol, &p->in_sport, &p->in_dport) == 0) {
 				p->icmp_err = 1;
 				p->in_saddr = in.saddr;
 				p->in_daddr = in.daddr;
@@ -618,16 +648,18 @@ static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 di
 	if (p->frag == 2)
 		return fragment(p, scope, idx, now);
 	int r = ct_lookup(p, scope, rscope, idx, now);
-	if (r)
-		return r;
-	struct peer peer = peer_of(cfg->gen, dir == DIR_EGRESS ? p->daddr : p->saddr);
-	*peer_id = peer.identity;
-	r = verdict(cfg, ep->index, dir, peer.key, p, rule);
-	if (!is_drop(r)) {
+	if (!r) {
+		struct peer peer = peer_of(cfg->gen, dir == DIR_EGRESS ? p->daddr : p->saddr);
+		*peer_id = peer.identity;
+		r = verdict(cfg, ep->index, dir, peer.key, p, rule);
+		if (is_drop(r))
+			return r;
 		ct_create(p, scope, idx, now);
-		if (p->frag == 1)
-			first_fragment(p, scope, idx, now);
 	}
+	// Whatever let the first fragment through (policy, or conntrack for
+	// a fragmented reply), the rest of its datagram follows it.
+	if (p->frag == 1)
+		first_fragment(p, scope, idx, now);
 	return r;
 }
 
@@ -753,6 +785,9 @@ int cnlab_from_ep(struct __sk_buff *skb)
 			finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
 			goto redirect;
 		}
+		// Passed by conntrack: the rest of a fragmented datagram follows.
+		if (p.frag == 1)
+			first_fragment(&p, 0, 0, now);
 	}
 	if (is_drop(r))
 		return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, dst->identity, rule);

@@ -1,0 +1,204 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"net"
+	"net/netip"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/internal/testutil"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// manyEntries returns policies giving the server's ingress n+1 policy map
+// entries: iperf3's port from the client, and n other ports from it.
+func manyEntries(n int) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: iperf, namespace: default}\nspec:\n  podSelector: {matchLabels: {app: server}}\n  ingress:\n  - from:\n    - podSelector: {matchLabels: {app: client}}\n    ports:\n    - {port: 5201}\n")
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "    - {port: %d}\n", 10000+2*i)
+	}
+	return b.String()
+}
+
+// pathUnderTest is a client and server namespace pair to run iperf3 over.
+type pathUnderTest struct {
+	name           string
+	client, server string // netns names
+	serverIP       netip.Addr
+	cleanup        func()
+}
+
+func labPath(b *testing.B, name, preset, dp string, entries int) pathUnderTest {
+	b.Helper()
+	o := topology.PresetOptions{Link: topology.LinkWire}
+	if preset == "chain" {
+		o = topology.PresetOptions{Link: topology.ChainVeth, Length: 2}
+	}
+	spec, err := topology.Preset(preset, o, topology.Overrides{Name: "bench-tp-" + name, Datapath: dp})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := Up(ctx, spec, topology.UpOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if entries > 0 {
+		pols, err := policy.Parse([]byte(manyEntries(entries)), "bench.yaml")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Apply(ctx, spec.Name, pols); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cl, _ := spec.Endpoint("default/client")
+	sv, _ := spec.Endpoint("default/server")
+	return pathUnderTest{name, cl.Netns, sv.Netns, sv.IP, func() { _ = topology.Down(spec.Name, nil) }}
+}
+
+// vethPath is two namespaces joined by one veth pair: the floor.
+func vethPath(b *testing.B) pathUnderTest {
+	b.Helper()
+	a, z := "cnlab.bench-veth.a", "cnlab.bench-veth.z"
+	ipA, ipZ := netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("10.99.0.2")
+	cleanup := func() { _ = netns.Delete(a); _ = netns.Delete(z) }
+	for _, n := range []string{a, z} {
+		if err := netns.Create(n, nil); err != nil {
+			cleanup()
+			b.Fatal(err)
+		}
+	}
+	ha, _ := netns.Handle(a)
+	defer ha.Close()
+	hz, _ := netns.Handle(z)
+	defer hz.Close()
+	fz, _ := netns.Open(z)
+	defer fz.Close()
+	if err := ha.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0", MTU: 1500}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(fz))}); err != nil {
+		cleanup()
+		b.Fatal(err)
+	}
+	for _, x := range []struct {
+		h  *netlink.Handle
+		ip netip.Addr
+	}{{ha, ipA}, {hz, ipZ}} {
+		l, _ := x.h.LinkByName("eth0")
+		lo, _ := x.h.LinkByName("lo")
+		_ = x.h.LinkSetUp(lo)
+		if err := x.h.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: x.ip.AsSlice(), Mask: net.CIDRMask(24, 32)}}); err != nil {
+			cleanup()
+			b.Fatal(err)
+		}
+		if err := x.h.LinkSetUp(l); err != nil {
+			cleanup()
+			b.Fatal(err)
+		}
+	}
+	return pathUnderTest{"veth", a, z, ipZ, cleanup}
+}
+
+// iperf3 runs one TCP stream for secs seconds (after a second of
+// warm-up that is not counted) and returns Gbit/s received.
+func iperf3(b *testing.B, p pathUnderTest, secs int) float64 {
+	b.Helper()
+	srv := exec.Command("iperf3", "-s", "-1", "-p", "5201")
+	if err := netns.Start(p.server, srv); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	for try := 0; ; try++ {
+		cli := exec.Command("iperf3", "-c", p.serverIP.String(), "-p", "5201", "-t", fmt.Sprint(secs), "-O", "1", "-J")
+		var out strings.Builder
+		cli.Stdout = &out
+		if err := netns.Start(p.client, cli); err != nil {
+			b.Fatal(err)
+		}
+		err := cli.Wait()
+		var r struct {
+			End struct {
+				SumReceived struct {
+					BitsPerSecond float64 `json:"bits_per_second"`
+				} `json:"sum_received"`
+			} `json:"end"`
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal([]byte(out.String()), &r)
+		if err == nil && r.End.SumReceived.BitsPerSecond > 0 {
+			return r.End.SumReceived.BitsPerSecond / 1e9
+		}
+		if try == 20 || !strings.Contains(r.Error, "connect") {
+			b.Fatalf("iperf3 over %s: %v %s", p.name, err, r.Error)
+		}
+		time.Sleep(100 * time.Millisecond) // server not listening yet
+	}
+}
+
+// BenchmarkThroughput measures one iperf3 TCP stream between two endpoints,
+// on one host and across two, for: the eBPF datapath with 10,000 policy
+// map entries on the server, iptables with no policy at all, and the
+// floor: a bare veth pair between two namespaces (one host), or two plain
+// routing namespaces (a chain of length 2: the same three veth pairs as
+// the two-host lab, without bridge or datapath). The paths run in shuffled
+// rounds, so drift of the machine does not favour one of them.
+//
+//	go test -run '^$' -bench Throughput -benchtime 1x -timeout 30m ./lab
+func BenchmarkThroughput(b *testing.B) {
+	testutil.RequireRoot(b)
+	testutil.RequireTool(b, "iperf3", "iperf3")
+	const rounds, secs = 5, 5
+	for _, scope := range []string{"one-host", "two-hosts"} {
+		b.Run(scope, func(b *testing.B) {
+			preset := "single-host"
+			if scope == "two-hosts" {
+				preset = "multi-host"
+			}
+			paths := []pathUnderTest{
+				labPath(b, "ebpf", preset, "ebpf", 10000),
+				labPath(b, "ipt", preset, "iptables", 0),
+			}
+			if scope == "one-host" {
+				paths = append(paths, vethPath(b))
+			} else {
+				paths = append(paths, labPath(b, "bare", "chain", "", 0))
+			}
+			paths[0].name, paths[1].name, paths[2].name = "ebpf-10k", "iptables-nopolicy", "bare"
+			defer func() {
+				for _, p := range paths {
+					p.cleanup()
+				}
+			}()
+			got := map[string][]float64{}
+			for i := 0; i < b.N; i++ {
+				for r := 0; r < rounds; r++ {
+					order := rand.Perm(len(paths))
+					for _, k := range order {
+						got[paths[k].name] = append(got[paths[k].name], iperf3(b, paths[k], secs))
+					}
+				}
+			}
+			med := map[string]float64{}
+			for _, p := range paths {
+				xs := append([]float64(nil), got[p.name]...)
+				sort.Float64s(xs)
+				med[p.name] = xs[len(xs)/2]
+				b.ReportMetric(med[p.name], p.name+"-Gbps")
+				b.ReportMetric(xs[0], p.name+"-min-Gbps")
+				b.ReportMetric(xs[len(xs)-1], p.name+"-max-Gbps")
+			}
+			b.ReportMetric(med["ebpf-10k"]/med["iptables-nopolicy"], "ebpf/iptables")
+			b.ReportMetric(med["ebpf-10k"]/med["bare"], "ebpf/bare")
+		})
+	}
+}
