@@ -18,7 +18,7 @@ import (
 )
 
 // dial connects from an endpoint and reports the error and how long it took.
-func dial(t *testing.T, from *topology.Endpoint, to netip.AddrPort, timeout time.Duration) (time.Duration, error) {
+func dial(t testing.TB, from *topology.Endpoint, to netip.AddrPort, timeout time.Duration) (time.Duration, error) {
 	t.Helper()
 	var took time.Duration
 	err := netns.Do(from.Netns, func() error {

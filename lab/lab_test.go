@@ -30,9 +30,9 @@ func TestMain(m *testing.M) {
 var datapaths = []string{"iptables", "nftables", "ebpf", "ebpf-legacy"}
 
 // short names a datapath in lab names.
-var short = map[string]string{"iptables": "ipt", "nftables": "nft", "ebpf": "ebp", "ebpf-legacy": "ebl"}
+var short = map[string]string{"iptables": "ipt", "nftables": "nft", "ebpf": "ebp", "ebpf-legacy": "ebl", "ebpf-hook": "ebh"}
 
-func scenarioLab(t *testing.T, name, dp, link string) *topology.Spec {
+func scenarioLab(t testing.TB, name, dp, link string) *topology.Spec {
 	t.Helper()
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
@@ -133,7 +133,7 @@ func checkMatrix(t *testing.T, name string, spec *topology.Spec, pols []*policy.
 	}
 }
 
-func mustParse(t *testing.T, yaml string) []*policy.Policy {
+func mustParse(t testing.TB, yaml string) []*policy.Policy {
 	t.Helper()
 	pols, err := policy.Parse([]byte(yaml), "test.yaml")
 	if err != nil {

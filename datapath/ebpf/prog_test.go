@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -331,27 +332,50 @@ func TestProgICMP(t *testing.T) {
 	h.toEp(t, "echo reply W to A", echoPkt(addrW, epA.ip, 0, 77), actOK, ingress(epA, reasonAllowCT))
 	h.toEp(t, "echo reply W to A, untracked id", echoPkt(addrW, epA.ip, 0, 78), actShot, ingress(epA, reasonDropDefault))
 
-	// Errors about flows A opened.
-	syn := ipHdr{src: epA.ip, dst: addrW, proto: protoTCP, id: 9}.bytes(tcpHdr(40000, 443, tcpSYN))
-	h.fromEp(t, "SYN A to W:443", frame(ethIPv4, syn), actOK, egress(epA, reasonAllowUnenforced))
-	unreach := func(quoted []byte) []byte {
-		return frame(ethIPv4, ipHdr{src: addrRtr, dst: epA.ip, proto: protoICMP, id: 10}.bytes(icmpError(3, 1, quoted)))
+	// Errors about flows A opened, quoting 8 bytes of the L4 header (RFC
+	// 792, what many routers send) or all of it (Linux).
+	unreach := func(quoted []byte, l4 int) []byte {
+		return frame(ethIPv4, ipHdr{src: addrRtr, dst: epA.ip, proto: protoICMP, id: 10}.bytes(icmpError(3, 1, quoted, l4)))
 	}
-	h.toEp(t, "unreachable about the tracked SYN", unreach(syn), actOK, ingress(epA, reasonAllowRelated))
-	ttl := frame(ethIPv4, ipHdr{src: addrRtr, dst: epA.ip, proto: protoICMP, id: 11}.bytes(icmpError(11, 0, syn)))
-	h.toEp(t, "time exceeded about the tracked SYN", ttl, actOK, ingress(epA, reasonAllowRelated))
-	unknown := ipHdr{src: epA.ip, dst: addrW, proto: protoTCP, id: 12}.bytes(tcpHdr(40000, 444, tcpSYN))
-	h.toEp(t, "unreachable about an unknown flow", unreach(unknown), actShot, ingress(epA, reasonDropDefault))
+	for _, l4 := range []int{8, 20} {
+		t.Run(fmt.Sprintf("quoting %d bytes", l4), func(t *testing.T) {
+			sport := uint16(40000 + l4)
+			syn := ipHdr{src: epA.ip, dst: addrW, proto: protoTCP, id: 9}.bytes(tcpHdr(sport, 443, tcpSYN))
+			h.fromEp(t, "SYN A to W:443", frame(ethIPv4, syn), actOK, egress(epA, reasonAllowUnenforced))
+			h.toEp(t, "unreachable about the tracked SYN", unreach(syn, l4), actOK, ingress(epA, reasonAllowRelated))
+			fragNeeded := frame(ethIPv4, ipHdr{src: addrRtr, dst: epA.ip, proto: protoICMP, id: 11}.bytes(icmpError(3, 4, syn, l4)))
+			h.toEp(t, "fragmentation needed about the tracked SYN", fragNeeded, actOK, ingress(epA, reasonAllowRelated))
+			ttl := frame(ethIPv4, ipHdr{src: addrRtr, dst: epA.ip, proto: protoICMP, id: 11}.bytes(icmpError(11, 0, syn, l4)))
+			h.toEp(t, "time exceeded about the tracked SYN", ttl, actOK, ingress(epA, reasonAllowRelated))
+			unknown := ipHdr{src: epA.ip, dst: addrW, proto: protoTCP, id: 12}.bytes(tcpHdr(sport, 444, tcpSYN))
+			h.toEp(t, "unreachable about an unknown flow", unreach(unknown, l4), actShot, ingress(epA, reasonDropDefault))
 
-	// An error about A's reply in a flow R opened.
-	h.toEp(t, "SYN R to A:80", tcpPkt(addrR, epA.ip, 5555, 80, tcpSYN), actOK, ingress(epA, reasonAllowPolicy))
-	synack := ipHdr{src: epA.ip, dst: addrR, proto: protoTCP, id: 13}.bytes(tcpHdr(80, 5555, tcpSYN|tcpACK))
-	h.toEp(t, "unreachable about A's SYN-ACK", unreach(synack), actOK, ingress(epA, reasonAllowRelated))
+			dns := ipHdr{src: epA.ip, dst: addrW, proto: protoUDP, id: 14}.bytes(udpHdr(sport, 53, []byte("query")))
+			h.fromEp(t, "UDP A to W:53", frame(ethIPv4, dns), actOK, egress(epA, reasonAllowUnenforced))
+			h.toEp(t, "port unreachable about the UDP query", unreach(dns, l4), actOK, ingress(epA, reasonAllowRelated))
+
+			ping := ipHdr{src: epA.ip, dst: addrW, proto: protoICMP, id: 15}.bytes(icmpEcho(8, sport, 1))
+			h.fromEp(t, "echo request A to W", frame(ethIPv4, ping), actOK, egress(epA, reasonAllowUnenforced))
+			h.toEp(t, "host unreachable about the ping", unreach(ping, l4), actOK, ingress(epA, reasonAllowRelated))
+			otherPing := ipHdr{src: epA.ip, dst: addrW, proto: protoICMP, id: 16}.bytes(icmpEcho(8, sport+1, 1))
+			h.toEp(t, "host unreachable about an untracked ping", unreach(otherPing, l4), actShot, ingress(epA, reasonDropDefault))
+
+			// An error about A's reply in a flow R opened.
+			h.toEp(t, "SYN R to A:80", tcpPkt(addrR, epA.ip, sport, 80, tcpSYN), actOK, ingress(epA, reasonAllowPolicy))
+			synack := ipHdr{src: epA.ip, dst: addrR, proto: protoTCP, id: 13}.bytes(tcpHdr(80, sport, tcpSYN|tcpACK))
+			h.toEp(t, "unreachable about A's SYN-ACK", unreach(synack, l4), actOK, ingress(epA, reasonAllowRelated))
+		})
+	}
+	// An error quoting less than the ports is no error about a flow: it
+	// goes to policy like any other ICMP packet.
+	syn := ipHdr{src: epA.ip, dst: addrW, proto: protoTCP, id: 9}.bytes(tcpHdr(40008, 443, tcpSYN))
+	h.toEp(t, "unreachable quoting 2 bytes of the tracked SYN", unreach(syn, 2), actShot, ingress(epA, reasonDropDefault))
 
 	// Unknown flows are policy's: with an allow for the world, the error
 	// about the unknown flow passes as policy-allow.
 	h.setPolicy(0, epA, isoIn, allow(policy.Ingress, WorldIdentity, policy.ProtoAny, 0))
-	h.toEp(t, "unreachable about an unknown flow, world allowed", unreach(unknown), actOK, ingress(epA, reasonAllowPolicy))
+	unknown := ipHdr{src: epA.ip, dst: addrW, proto: protoTCP, id: 12}.bytes(tcpHdr(40000, 444, tcpSYN))
+	h.toEp(t, "unreachable about an unknown flow, world allowed", unreach(unknown, 8), actOK, ingress(epA, reasonAllowPolicy))
 }
 
 // TestProgTCP: a SYN always meets policy, other segments meet conntrack

@@ -437,11 +437,12 @@ func icmpEcho(typ uint8, id, seq uint16) []byte {
 	return b
 }
 
-// icmpError is an ICMP error quoting a packet (its IP header and the first
-// 8 bytes of its payload, as routers do).
-func icmpError(typ, code uint8, quoted []byte) []byte {
+// icmpError is an ICMP error quoting a packet: its IP header and the first
+// l4 bytes of its payload (8 is the RFC 792 minimum, which many routers
+// quote; Linux quotes as much as fits).
+func icmpError(typ, code uint8, quoted []byte, l4 int) []byte {
 	hl := int(quoted[0]&0xf) * 4
-	quoted = quoted[:min(len(quoted), hl+8)]
+	quoted = quoted[:min(len(quoted), hl+l4)]
 	b := make([]byte, 8, 8+len(quoted))
 	b[0], b[1] = typ, code
 	b = append(b, quoted...)
