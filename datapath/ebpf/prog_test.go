@@ -107,6 +107,10 @@ func TestProgMalformed(t *testing.T) {
 			binary.BigEndian.PutUint16(p[14+2:], 16)
 			return p
 		}},
+		{"IP options cut short", func(src, dst netip.Addr) []byte {
+			p := frame(ethIPv4, ipHdr{src: src, dst: dst, proto: protoTCP, id: 7, opts: ipOptions(4, 80)}.bytes(tcpHdr(1000, 80, tcpSYN)))
+			return p[:14+22]
+		}},
 		{"ihl 15 past the end of the packet", func(src, dst netip.Addr) []byte {
 			return setIP(ipOf(src, dst, protoTCP, tcpHdr(1000, 80, tcpSYN)), 0, 0x4f)
 		}},
