@@ -64,6 +64,12 @@ func Snapshot() string {
 	b.WriteString(normalizeLinks(run("ip", "-o", "link", "show")))
 	b.WriteString("# nft list ruleset\n")
 	b.WriteString(run("nft", "list", "ruleset"))
+	b.WriteString("# cnlab BPF programs loaded\n")
+	for _, line := range strings.Split(run("bpftool", "prog", "show"), "\n") {
+		if f := strings.Fields(line); len(f) >= 4 && f[2] == "name" && strings.HasPrefix(f[3], "cnlab_") {
+			b.WriteString(f[0] + " " + f[3] + "\n")
+		}
+	}
 	b.WriteString("# /sys/fs/bpf\n")
 	var files []string
 	_ = filepath.WalkDir("/sys/fs/bpf", func(p string, _ os.DirEntry, err error) error {
