@@ -13,6 +13,7 @@ import (
 	"github.com/cnlab/cnlab/datapath/ebpf"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/scenarios"
+	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -148,5 +149,51 @@ func TestConnectHook(t *testing.T) {
 			}
 		}
 		checkMatrix(t, sc.Name, spec, pols)
+	}
+}
+
+// TestPolicyMapFull: a policy that does not fit an endpoint's policy map
+// is refused at apply time with the numbers, and the policy in force stays
+// as it was; too many endpoints for a host fail `up` cleanly.
+func TestPolicyMapFull(t *testing.T) {
+	testutil.RequireRoot(t)
+	ctx := context.Background()
+	yaml := scenarios.Lab + "ebpf: {policyMapSize: 4}\n"
+	spec, err := topology.Parse([]byte(yaml), "small.yaml", topology.Overrides{Name: "t-mapfull", Datapath: "ebpf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Up(ctx, spec, topology.UpOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = topology.Down(spec.Name, nil) })
+	small := mustParse(t, denyYToX) // x/* ingress from x: 3 entries each
+	if _, err := Apply(ctx, spec.Name, small); err != nil {
+		t.Fatal(err)
+	}
+	// x/a from the 3 endpoints of x on 2 ports: 6 entries, with only-x's 3.
+	big := mustParse(t, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: big, namespace: x}\nspec:\n  podSelector: {matchLabels: {pod: a}}\n  ingress:\n  - from:\n    - podSelector: {}\n    ports: [{port: 1}, {port: 2}]\n")
+	_, err = Apply(ctx, spec.Name, big)
+	if err == nil || !strings.Contains(err.Error(), "endpoint x/a needs 9 policy map entries, but its policy map holds 4 (raise ebpf.policyMapSize") {
+		t.Fatalf("apply of an oversized policy: %v", err)
+	}
+	pols, err := Policies(spec.Name)
+	if err != nil || len(pols) != 1 || pols[0].Name != "only-x" {
+		t.Errorf("stored policies after the refused apply: %v %v", pols, err)
+	}
+	checkMatrix(t, "after refused apply", spec, small)
+
+	// Two endpoints on a host that takes one.
+	one, err := topology.Parse([]byte(scenarios.Lab+"ebpf: {maxEndpoints: 1}\n"), "one.yaml", topology.Overrides{Name: "t-maxep", Datapath: "ebpf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Up(ctx, one, topology.UpOptions{})
+	if err == nil || !strings.Contains(err.Error(), "has 5 endpoints, but ebpf.maxEndpoints is 1") {
+		_ = topology.Down(one.Name, nil)
+		t.Fatalf("up with too many endpoints: %v", err)
+	}
+	if names, _ := netns.List(topology.LabNetnsPrefix("t-maxep")); len(names) != 0 {
+		t.Errorf("failed up left namespaces: %v", names)
 	}
 }

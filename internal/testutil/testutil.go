@@ -6,6 +6,7 @@ package testutil
 
 import (
 	"github.com/cnlab/cnlab/internal/bpffs"
+	"time"
 
 	"fmt"
 	"os"
@@ -113,7 +114,15 @@ func normalizeLinks(s string) string {
 func Main(m *testing.M) {
 	before := Snapshot()
 	code := m.Run()
-	if after := Snapshot(); after != before {
+	after := Snapshot()
+	// The kernel frees some objects (BPF programs, namespaces) a moment
+	// after their last reference goes: give it a second before calling it
+	// a leak.
+	for try := 0; try < 10 && after != before; try++ {
+		time.Sleep(100 * time.Millisecond)
+		after = Snapshot()
+	}
+	if after != before {
 		fmt.Fprintf(os.Stderr, "FAIL: the tests left the kernel changed\n--- before\n%s\n--- after\n%s\n", before, after)
 		if code == 0 {
 			code = 1
