@@ -46,7 +46,7 @@ const testMaxEp = 4
 // kernel accepts a shorter context and zero-fills the rest.
 type skbCtx struct {
 	Len, PktType, Mark, QueueMapping, Protocol, VlanPresent, VlanTCI, VlanProto uint32
-	Priority, IngressIfindex, Ifindex, TCIndex                                 uint32
+	Priority, IngressIfindex, Ifindex, TCIndex                                  uint32
 }
 
 // tep is a test endpoint.
