@@ -1,8 +1,12 @@
 package lab
 
 import (
+	"os"
+	"path/filepath"
+
 	"context"
 	"errors"
+	"github.com/cilium/ebpf/link"
 	"net"
 	"net/netip"
 	"strings"
@@ -134,6 +138,25 @@ func TestConnectHook(t *testing.T) {
 	if took > time.Second {
 		t.Errorf("refusal took %v", took)
 	}
+	// Loopback and the endpoint's own address are not policy decisions:
+	// an egress-isolated endpoint still reaches itself.
+	egress := mustParse(t, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: dns-only, namespace: x}\nspec:\n  podSelector: {matchLabels: {pod: a}}\n  policyTypes: [Egress]\n  egress:\n  - ports: [{port: 53, protocol: UDP}]\n")
+	if _, err := Apply(ctx, spec.Name, egress); err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []netip.Addr{netip.MustParseAddr("127.0.0.1"), xa.IP} {
+		srv, err := testutil.ListenEcho(xa.Netns, netip.AddrPortFrom(addr, 9100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dial(t, xa, netip.AddrPortFrom(addr, 9100), 2*time.Second); err != nil {
+			t.Errorf("x/a -> %s with egress isolation: %v", addr, err)
+		}
+		srv.Close()
+	}
+	if _, err := dial(t, xa, netip.AddrPortFrom(yb.IP, 80), 2*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("x/a -> y/b with egress isolation: %v, want refused", err)
+	}
 	// Scenarios with egress rules and CIDRs, decided at the socket too.
 	for _, sc := range scenarios.All[:12] {
 		if _, err := Delete(ctx, spec.Name, nil, true, ""); err != nil {
@@ -196,4 +219,53 @@ func TestPolicyMapFull(t *testing.T) {
 	if names, _ := netns.List(topology.LabNetnsPrefix("t-maxep")); len(names) != 0 {
 		t.Errorf("failed up left namespaces: %v", names)
 	}
+}
+
+// TestEBPFReload: setting the datapath up again over a running lab
+// replaces every program through its tcx link (new program IDs), keeps the
+// maps (the policy stays enforced) and traffic keeps flowing.
+func TestEBPFReload(t *testing.T) {
+	spec := scenarioLab(t, "t-reload", "ebpf", "wire")
+	ctx := context.Background()
+	pols := mustParse(t, denyYToX)
+	if _, err := Apply(ctx, spec.Name, pols); err != nil {
+		t.Fatal(err)
+	}
+	progs := func() map[string]uint32 {
+		out := map[string]uint32{}
+		for _, h := range spec.Hosts {
+			dir := filepath.Join(ebpf.HostDir(spec.Name, h.Name), "links")
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				l, err := link.LoadPinnedLink(filepath.Join(dir, e.Name()), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				info, err := l.Info()
+				l.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				out[h.Name+"/"+e.Name()] = uint32(info.Program)
+			}
+		}
+		return out
+	}
+	before := progs()
+	if len(before) != 2*len(spec.Endpoints) {
+		t.Fatalf("%d links pinned for %d endpoints", len(before), len(spec.Endpoints))
+	}
+	if err := ebpf.New().Setup(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	after := progs()
+	for k, id := range before {
+		if after[k] == 0 || after[k] == id {
+			t.Errorf("%s: program %d before, %d after the reload", k, id, after[k])
+		}
+	}
+	checkMatrix(t, "after reload", spec, pols)
 }

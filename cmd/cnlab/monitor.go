@@ -109,6 +109,9 @@ func formatEvent(ev ebpf.Event) string {
 		if id == "" {
 			id = "world"
 		}
+		if ident == 0 { // not looked up: a packet passed by conntrack
+			return id
+		}
 		return fmt.Sprintf("%s(%d)", id, ident)
 	}
 	var b strings.Builder

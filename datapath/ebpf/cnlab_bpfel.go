@@ -14,11 +14,11 @@ import (
 )
 
 type cnlabConfig struct {
-	_     structs.HostLayout
-	Gen   uint32
-	Flags uint32
-	MaxEp uint32
-	Pad   uint32
+	_          structs.HostLayout
+	Gen        uint32
+	Flags      uint32
+	MaxEp      uint32
+	PolicySize uint32
 }
 
 type cnlabCounter struct {

@@ -166,6 +166,21 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 			return err
 		}
 	}
+	var flags uint32
+	if lab.EBPF.HostRouting == topology.HostRoutingBPF {
+		flags = flagHostRoutingBPF
+	}
+	want := cnlabConfig{Flags: flags, MaxEp: uint32(lab.EBPF.MaxEndpoints), PolicySize: uint32(lab.EBPF.PolicyMapSize)}
+	// Maps pinned by an earlier Setup must have been made for the same
+	// options: say so before cilium/ebpf finds a size that differs.
+	if old, err := ebpf.LoadPinnedMap(filepath.Join(dir, "cnlab_config"), nil); err == nil {
+		var have cnlabConfig
+		err := old.Lookup(uint32(0), &have)
+		old.Close()
+		if err == nil && (have.Flags != want.Flags || have.MaxEp != want.MaxEp || have.PolicySize != want.PolicySize) {
+			return fmt.Errorf("the maps pinned in %s were made with other ebpf options (host routing, maxEndpoints or policyMapSize): take the lab down first", dir)
+		}
+	}
 	cs, err := collectionSpec(lab)
 	if err != nil {
 		return err
@@ -179,21 +194,14 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 		return fmt.Errorf("load programs: %w", err)
 	}
 	defer objs.Close()
-	var flags uint32
-	if lab.EBPF.HostRouting == topology.HostRoutingBPF {
-		flags = flagHostRoutingBPF
-	}
 	var cfg cnlabConfig
 	if err := objs.CnlabConfig.Lookup(uint32(0), &cfg); err != nil {
 		return err
 	}
 	if cfg.MaxEp == 0 {
-		cfg = cnlabConfig{Flags: flags, MaxEp: uint32(lab.EBPF.MaxEndpoints)}
-		if err := objs.CnlabConfig.Put(uint32(0), cfg); err != nil {
+		if err := objs.CnlabConfig.Put(uint32(0), want); err != nil {
 			return fmt.Errorf("write config: %w", err)
 		}
-	} else if cfg.Flags != flags || cfg.MaxEp != uint32(lab.EBPF.MaxEndpoints) {
-		return fmt.Errorf("the pinned maps in %s were set up with other eBPF options: take the lab down first", dir)
 	}
 	for slot, ep := range datapath.LocalEndpoints(lab, h.Name) {
 		if err := ctx.Err(); err != nil {
@@ -461,13 +469,61 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 			return fmt.Errorf("host %s: switch generation: %w", s.host.Name, err)
 		}
 	}
-	var errs []error
+	// The new policy is in force on every host: what follows only helps
+	// the next apply and bpftool users, and must not make this one look
+	// failed (the lab would then store the old policy set).
 	for _, s := range all {
 		s.state.Gen = 1 - s.cfg.Gen
-		if err := datapath.SaveState(datapath.StatePath(lab.Name, Name, s.host.Name), s.state); err != nil {
-			errs = append(errs, err)
+		path := datapath.StatePath(lab.Name, Name, s.host.Name)
+		if err := datapath.SaveState(path, s.state); err != nil {
+			_ = os.Remove(path) // the next apply then rebuilds every map
 		}
-		errs = append(errs, pinActive(s))
+		_ = pinActive(s)
+		_ = setIdentities(s.maps, plans[s.host.Name])
+	}
+	return nil
+}
+
+// setIdentities writes the endpoints' identities into the endpoint maps,
+// for events (the programs decide by peer key, never by these).
+func setIdentities(m *hostMaps, hp *hostPlan) error {
+	ident := map[uint32]uint32{}
+	for _, ep := range hp.Endpoints {
+		ident[ep.Slot] = ep.Identity
+	}
+	var errs []error
+	for _, mp := range []*ebpf.Map{m.lxc, m.local, m.sockep} {
+		if mp == nil {
+			continue
+		}
+		type kv struct {
+			k any
+			v cnlabEndpoint
+		}
+		var upd []kv
+		var e cnlabEndpoint
+		var k32 uint32
+		var k64 uint64
+		it := mp.Iterate()
+		if mp == m.sockep {
+			for it.Next(&k64, &e) {
+				if id, ok := ident[e.Index]; ok && e.Identity != id {
+					e.Identity = id
+					upd = append(upd, kv{k64, e})
+				}
+			}
+		} else {
+			for it.Next(&k32, &e) {
+				if id, ok := ident[e.Index]; ok && e.Identity != id {
+					e.Identity = id
+					upd = append(upd, kv{k32, e})
+				}
+			}
+		}
+		errs = append(errs, it.Err())
+		for _, u := range upd { // after the walk: a hash walk may skip keys updated during it
+			errs = append(errs, mp.Put(u.k, u.v))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -507,43 +563,6 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) 
 		}
 	}
 	s.pins["ipcache"] = ipc
-	// identities shown in events
-	var it = m.lxc.Iterate()
-	var ifx uint32
-	var e cnlabEndpoint
-	ident := map[uint32]uint32{}
-	for _, ep := range hp.Endpoints {
-		ident[ep.Slot] = ep.Identity
-	}
-	for it.Next(&ifx, &e) {
-		if id, ok := ident[e.Index]; ok && e.Identity != id {
-			e.Identity = id
-			if err := m.lxc.Put(ifx, e); err != nil {
-				return s, err
-			}
-			if err := m.local.Put(e.Ip, e); err != nil {
-				return s, err
-			}
-		}
-	}
-	if err := it.Err(); err != nil {
-		return s, err
-	}
-	if m.sockep != nil {
-		var cookie uint64
-		it = m.sockep.Iterate()
-		for it.Next(&cookie, &e) {
-			if id, ok := ident[e.Index]; ok && e.Identity != id {
-				e.Identity = id
-				if err := m.sockep.Put(cookie, e); err != nil {
-					return s, err
-				}
-			}
-		}
-		if err := it.Err(); err != nil {
-			return s, err
-		}
-	}
 	// Inner maps go into the next generation's slots in one batch: every
 	// syscall update of a map-of-maps waits for an RCU grace period
 	// (milliseconds), once per batch rather than once per endpoint. Slots

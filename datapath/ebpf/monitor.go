@@ -102,6 +102,8 @@ func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []poli
 		return err
 	}
 	names := newNamer(lab, rules)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	events := make(chan Event, 256)
 	errc := make(chan error, len(rings))
 	var wg sync.WaitGroup
@@ -152,8 +154,9 @@ loop:
 			}
 		}
 	}
+	cancel() // unblocks readers waiting to hand over an event
 	for _, r := range rings {
-		r.rd.Close() // unblocks the readers
+		r.rd.Close() // unblocks readers waiting for one
 	}
 	wg.Wait()
 	return result
@@ -173,11 +176,14 @@ type namer struct {
 	lab    *topology.Spec
 	slots  map[string][]string // host -> endpoint IDs by slot
 	byAddr map[netip.Addr]string
-	rules  []policy.Entry
+	rules  map[uint32]string // RuleRef -> origin
 }
 
 func newNamer(lab *topology.Spec, rules []policy.Entry) *namer {
-	n := &namer{lab: lab, slots: map[string][]string{}, byAddr: map[netip.Addr]string{}, rules: rules}
+	n := &namer{lab: lab, slots: map[string][]string{}, byAddr: map[netip.Addr]string{}, rules: map[uint32]string{}}
+	for _, r := range rules {
+		n.rules[RuleRef(r.Origin)] = r.Origin
+	}
 	for _, h := range lab.Hosts {
 		for _, ep := range datapath.LocalEndpoints(lab, h.Name) {
 			n.slots[h.Name] = append(n.slots[h.Name], ep.ID())
@@ -201,8 +207,8 @@ func (n *namer) event(h *topology.Host, e cnlabEvent, at time.Time) Event {
 	if s := n.slots[h.Name]; int(e.Ep) < len(s) {
 		ev.Endpoint = s[e.Ep]
 	}
-	if e.Rule != noRule && int(e.Rule) < len(n.rules) {
-		ev.Rule = n.rules[e.Rule].Origin
+	if e.Rule != noRule {
+		ev.Rule = n.rules[e.Rule]
 	}
 	return ev
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"slices"
 	"sort"
@@ -38,7 +39,7 @@ type polEntry struct {
 	Port  uint16 // first port of the prefix
 	Plen  uint8  // 40..64
 	Deny  bool
-	Rule  uint32 // index in Compiled.Rules (for events)
+	Rule  uint32 // RuleRef of the rule it comes from (for events)
 }
 
 // ipEntry is one ipcache entry.
@@ -184,11 +185,11 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 		return []uint32{0}
 	}
 	raw := map[uint32][]polEntry{} // per subject identity, before flattening
-	for i, r := range c.Rules {
+	for _, r := range c.Rules {
 		for _, pk := range peers(r) {
 			for _, pp := range portPrefixes(r) {
 				raw[r.Subject] = append(raw[r.Subject], polEntry{Peer: pk, Dir: uint8(r.Dir), Proto: r.Proto,
-					Port: pp.port, Plen: pp.plen, Deny: r.Deny, Rule: uint32(i)})
+					Port: pp.port, Plen: pp.plen, Deny: r.Deny, Rule: RuleRef(r.Origin)})
 			}
 		}
 	}
@@ -211,7 +212,7 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 			}
 			e := epPlan{ID: ep.ID(), Slot: uint32(slot), Identity: id, Enforce: bits, Entries: bySubject[id]}
 			if n := len(e.Entries); n > lab.EBPF.PolicyMapSize {
-				return nil, fmt.Errorf("endpoint %s needs %d policy map entries, but its policy map holds %d (raise ebpf.policyMapSize in the topology, at most %d)",
+				return nil, fmt.Errorf("endpoint %s needs %d policy map entries, but its policy map holds %d (raise ebpf.policyMapSize in the topology, at most %d, and bring the lab up again)",
 					ep.ID(), n, lab.EBPF.PolicyMapSize, topology.MaxPolicyMapSize)
 			}
 			hp.Endpoints = append(hp.Endpoints, e)
@@ -219,6 +220,18 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 		out[h.Name] = hp
 	}
 	return out, nil
+}
+
+// RuleRef names a policy rule in map values and events: a hash of its
+// origin ("Kind ns/name path"), stable when unrelated rules come and go, so
+// that an endpoint's map is rebuilt only when its own rules change.
+func RuleRef(origin string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(origin))
+	if v := h.Sum32(); v != noRule {
+		return v
+	}
+	return 0
 }
 
 type portPrefix struct {

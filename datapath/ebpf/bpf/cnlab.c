@@ -74,7 +74,7 @@ struct config {
 	__u32 gen;    // active policy generation, 0 or 1
 	__u32 flags;  // FLAG_*
 	__u32 max_ep; // stride of the per-generation arrays
-	__u32 pad;
+	__u32 policy_size; // max_entries of every policy map (checked by user space)
 };
 
 // Written by `cnlab monitor` only (the config by apply only), so neither
@@ -132,7 +132,8 @@ struct ct_val {
 	__u32 pad;
 };
 
-#define CT_CLOSING 1
+#define CT_CLOSING 1 // RST seen
+#define CT_FIN 2     // FIN seen
 
 struct frag_key {
 	__u32 saddr, daddr;
@@ -292,7 +293,11 @@ const struct policy_val *unused_pv __attribute__((unused));
 const struct peer *unused_peer __attribute__((unused));
 
 #define NSEC 1000000000ULL
-#define LIFE_TCP (3600 * NSEC)
+// Lifetimes as Linux conntrack's defaults: established 5 days, 120 s
+// after a FIN (the other side may still answer a half-closed connection),
+// 10 s after a RST.
+#define LIFE_TCP (432000 * NSEC)
+#define LIFE_FIN (120 * NSEC)
 #define LIFE_CLOSING (10 * NSEC)
 #define LIFE_OTHER (60 * NSEC)
 #define LIFE_FRAG (30 * NSEC)
@@ -319,10 +324,19 @@ struct pkt {
 	__u8 in_proto;
 };
 
-static __always_inline struct config *config(void)
+// config copies the config for one program run: every lookup of the run
+// (ipcache, policy, isolation, both sides of a host-local flow) uses the
+// same generation even if user space switches it meanwhile. Peer keys are
+// not stable across generations, so mixing them could allow a flow that
+// both generations deny.
+static __always_inline int config(struct config *out)
 {
 	__u32 zero = 0;
-	return bpf_map_lookup_elem(&cnlab_config, &zero);
+	struct config *c = bpf_map_lookup_elem(&cnlab_config, &zero);
+	if (!c)
+		return -1;
+	__builtin_memcpy(out, c, sizeof(*out));
+	return 0;
 }
 
 static __always_inline void count(__u32 index, __u8 dir, __u8 reason, __u32 len)
@@ -498,16 +512,21 @@ static __always_inline struct ct_val *ct_get(struct ct_key *k, __u64 now)
 
 static __always_inline void ct_touch(struct ct_val *v, __u8 proto, __u8 tcpflags, __u64 now)
 {
-	if (proto == IPPROTO_TCP && (tcpflags & (TCP_FIN | TCP_RST)))
+	if (proto == IPPROTO_TCP && (tcpflags & TCP_RST))
 		v->flags |= CT_CLOSING;
+	if (proto == IPPROTO_TCP && (tcpflags & TCP_FIN))
+		v->flags |= CT_FIN;
 	__u64 life = LIFE_OTHER;
 	if (v->flags & CT_CLOSING)
 		life = LIFE_CLOSING;
+	else if (v->flags & CT_FIN)
+		life = LIFE_FIN;
 	else if (proto == IPPROTO_TCP)
 		life = LIFE_TCP;
 	// Write at most once a second per entry: a hot flow does not bounce
-	// the cache line between CPUs on every packet.
-	if (v->expires < now + life - NSEC || (v->flags & CT_CLOSING && v->expires > now + life))
+	// the cache line between CPUs on every packet. A shorter life (after
+	// FIN or RST) is written at once.
+	if (v->expires < now + life - NSEC || v->expires > now + life)
 		v->expires = now + life;
 }
 
@@ -557,7 +576,6 @@ static __always_inline void ct_create(struct pkt *p, __u8 scope, __u16 ep, __u64
 			   .dport = p->dport, .proto = p->proto, .scope = scope, .ep = ep};
 	struct ct_val v = {};
 	ct_touch(&v, p->proto, p->tcpflags, now);
-	v.expires = now + (v.flags & CT_CLOSING ? LIFE_CLOSING : p->proto == IPPROTO_TCP ? LIFE_TCP : LIFE_OTHER);
 	bpf_map_update_elem(&cnlab_ct, &k, &v, BPF_ANY);
 }
 
@@ -610,8 +628,10 @@ static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __
 		return R_ALLOW_POLICY;
 	}
 	*rule = 0xffffffff;
+	if (!enf)
+		return R_DROP_UNKNOWN; // a slot out of range: fail closed
 	__u32 bit = dir == DIR_EGRESS ? 2 : 1;
-	if (enf && (*enf & bit))
+	if (*enf & bit)
 		return R_DROP_DEFAULT;
 	return R_ALLOW_UNENFORCED;
 }
@@ -738,16 +758,16 @@ static __always_inline int finish(struct config *cfg, struct __sk_buff *skb, str
 SEC("tc")
 int cnlab_from_ep(struct __sk_buff *skb)
 {
-	struct config *cfg = config();
+	struct config snap, *cfg = &snap;
 	__u32 ifindex = skb->ifindex;
 	struct endpoint *src = bpf_map_lookup_elem(&cnlab_lxc, &ifindex);
-	if (!cfg || !src)
+	if (config(cfg) || !src)
 		return TC_ACT_SHOT; // never attached without its entry
 	int act = l3(skb, src, cfg, DIR_EGRESS);
 	if (act >= 0)
 		return act;
 	struct pkt p = {};
-	__u32 rule = 0xffffffff, peer_id = WORLD_IDENTITY;
+	__u32 rule = 0xffffffff, peer_id = 0; // 0: not looked up (conntrack paths)
 	int r = parse(skb, &p);
 	if (r)
 		return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, 0, rule);
@@ -806,16 +826,16 @@ redirect:;
 SEC("tc")
 int cnlab_to_ep(struct __sk_buff *skb)
 {
-	struct config *cfg = config();
+	struct config snap, *cfg = &snap;
 	__u32 ifindex = skb->ifindex;
 	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_lxc, &ifindex);
-	if (!cfg || !dst)
+	if (config(cfg) || !dst)
 		return TC_ACT_SHOT;
 	int act = l3(skb, dst, cfg, DIR_INGRESS);
 	if (act >= 0)
 		return act;
 	struct pkt p = {};
-	__u32 rule = 0xffffffff, peer_id = WORLD_IDENTITY;
+	__u32 rule = 0xffffffff, peer_id = 0; // 0: not looked up (conntrack paths)
 	int r = parse(skb, &p);
 	if (r)
 		return finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, 0, dst->identity, rule);
@@ -838,9 +858,14 @@ int cnlab_connect4(struct bpf_sock_addr *ctx)
 		return 1;
 	__u64 cookie = bpf_get_netns_cookie(ctx);
 	struct endpoint *src = bpf_map_lookup_elem(&cnlab_sockep, &cookie);
-	struct config *cfg = config();
-	if (!src || !cfg)
+	struct config snap, *cfg = &snap;
+	if (!src || config(cfg))
 		return 1; // not one of our endpoints: not our business
+	// Loopback and the endpoint's own address never reach the tc
+	// programs: not a policy decision here either.
+	__u32 daddr = ctx->user_ip4;
+	if ((bpf_ntohl(daddr) >> 24) == 127 || daddr == src->ip)
+		return 1;
 	struct pkt p = {.saddr = src->ip, .daddr = ctx->user_ip4, .proto = IPPROTO_TCP,
 			.dport = bpf_ntohs(ctx->user_port), .tcpflags = TCP_SYN};
 	__u32 rule = 0xffffffff;
