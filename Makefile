@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/cnlab
 
-.PHONY: build install test demo bench clean
+.PHONY: build install test demo bench generate clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cnlab
@@ -20,6 +20,11 @@ test:
 # The default demo: two hosts joined by a wire, iperf3 between them.
 demo: build
 	./scripts/demo.sh
+
+# Rebuild the eBPF programs and their Go bindings (needs clang, llvm and
+# libbpf-dev); the tests check the committed ones are up to date.
+generate:
+	$(GO) generate ./datapath/ebpf
 
 bench:
 	$(GO) test -run '^$$' -bench UpDown -benchtime 3x -count 5 ./topology

@@ -16,8 +16,9 @@ declare -A tools=(
 	[clang]=clang [llvm-strip]=llvm [bpftool]=bpftool [perf]=linux-perf
 	[conntrack]=conntrack [python3]=python3 [make]=make [git]=git [tc]=iproute2
 )
-# Packages without a command of their own.
-extra=(libbpf-dev)
+# Packages without a command of their own: headers for rebuilding the eBPF
+# programs (go generate ./datapath/ebpf, checked by the tests).
+extra=(libbpf-dev linux-libc-dev)
 
 missing=()
 for cmd in "${!tools[@]}"; do
@@ -32,8 +33,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -q
 	# Keep what this distribution has (linux-perf is Debian's name; Ubuntu
-	# packages perf per kernel): the tests need only iproute2, iptables,
-	# nftables and iperf3, which both have.
+	# packages perf per kernel): the tests need iproute2, iptables,
+	# nftables, iperf3, clang, llvm, libbpf-dev and bpftool, which both have.
 	avail=()
 	for pkg in "${missing[@]}"; do
 		if apt-cache show "$pkg" >/dev/null 2>&1; then
