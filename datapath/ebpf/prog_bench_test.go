@@ -50,6 +50,28 @@ func BenchmarkProgram(b *testing.B) {
 			benchRun(b, h, h.objs.CnlabToEp, syn, ingress(epA, reason))
 		})
 	}
+	// The monitor's cost on the hot path: no monitor (the lease is unset),
+	// a monitor for drops (the lease is checked, nothing is reported), a
+	// monitor for everything (the flow's events are rate-limited to one a
+	// second: one LRU lookup per packet).
+	for _, mon := range []struct {
+		name  string
+		level uint32
+	}{{"off", 0}, {"drops", MonitorDrops}, {"all", MonitorAll}} {
+		b.Run("established/monitor="+mon.name, func(b *testing.B) {
+			h := newHarness(b, harnessOpts{policyMapSize: benchPolicySize})
+			h.setEntries(0, epA, isoIn, benchEntries(100))
+			if mon.level != 0 {
+				lease := cnlabMonitor{Level: mon.level, Until: uint64(now() + time.Hour)}
+				if err := h.objs.CnlabMonitor.Put(uint32(0), lease); err != nil {
+					b.Fatal(err)
+				}
+			}
+			h.toEp(b, "SYN", tcpPkt(addrR, epA.ip, 40000, 80, tcpSYN), actOK, ingress(epA, reasonAllowPolicy))
+			ack := tcpPkt(addrR, epA.ip, 40000, 80, tcpACK)
+			benchRun(b, h, h.objs.CnlabToEp, ack, ingress(epA, reasonAllowCT))
+		})
+	}
 	b.Run("established/entries=10000", func(b *testing.B) {
 		h := newHarness(b, harnessOpts{policyMapSize: benchPolicySize})
 		h.setEntries(0, epA, isoIn, benchEntries(10_000))

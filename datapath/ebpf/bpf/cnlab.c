@@ -358,10 +358,10 @@ static __always_inline void emit(struct config *cfg, __u32 len, struct pkt *p,
 	struct monitor *m = bpf_map_lookup_elem(&cnlab_monitor, &zero);
 	if (!m || !m->level)
 		return;
+	if (m->level == 1 && !is_drop(reason))
+		return; // before reading the clock: a drops-only monitor costs allowed packets nothing more
 	__u64 now = bpf_ktime_get_ns();
 	if (now > m->until)
-		return;
-	if (m->level == 1 && !is_drop(reason))
 		return;
 	struct flow_key fk = {.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport,
 			      .dport = p->dport, .proto = p->proto, .reason = reason};
