@@ -64,7 +64,7 @@ func TestMonitorShowsDrops(t *testing.T) {
 		events := make(chan ebpf.Event, 1000)
 		done := make(chan error, 1)
 		go func() {
-			done <- ebpf.Monitor(mctx, spec, level, c.Rules, func(ev ebpf.Event) error {
+			done <- ebpf.Monitor(mctx, spec, level, c.Rules, nil, func(ev ebpf.Event) error {
 				events <- ev
 				return nil
 			})
@@ -206,18 +206,10 @@ func TestPolicyMapFull(t *testing.T) {
 	}
 	checkMatrix(t, "after refused apply", spec, small)
 
-	// Two endpoints on a host that takes one.
-	one, err := topology.Parse([]byte(scenarios.Lab+"ebpf: {maxEndpoints: 1}\n"), "one.yaml", topology.Overrides{Name: "t-maxep", Datapath: "ebpf"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = Up(ctx, one, topology.UpOptions{})
-	if err == nil || !strings.Contains(err.Error(), "has 5 endpoints, but ebpf.maxEndpoints is 1") {
-		_ = topology.Down(one.Name, nil)
-		t.Fatalf("up with too many endpoints: %v", err)
-	}
-	if names, _ := netns.List(topology.LabNetnsPrefix("t-maxep")); len(names) != 0 {
-		t.Errorf("failed up left namespaces: %v", names)
+	// Too many endpoints for a host is refused before anything is built.
+	_, err = topology.Parse([]byte(scenarios.Lab+"ebpf: {maxEndpoints: 1}\n"), "one.yaml", topology.Overrides{Name: "t-maxep", Datapath: "ebpf"})
+	if err == nil || !strings.Contains(err.Error(), "one.yaml: ebpf.maxEndpoints: host flip has 5 endpoints, more than 1") {
+		t.Fatalf("too many endpoints: %v", err)
 	}
 }
 
@@ -268,4 +260,39 @@ func TestEBPFReload(t *testing.T) {
 		}
 	}
 	checkMatrix(t, "after reload", spec, pols)
+}
+
+// TestMonitorEndsWithLab: a monitor whose lab is taken down stops with
+// ErrLabGone instead of watching dead maps (and holding them) forever.
+func TestMonitorEndsWithLab(t *testing.T) {
+	testutil.RequireRoot(t)
+	spec, err := topology.Preset("single-host", topology.PresetOptions{}, topology.Overrides{Name: "t-mon-gone", Datapath: "ebpf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := Up(ctx, spec, topology.UpOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		done <- ebpf.Monitor(ctx, spec, ebpf.MonitorDrops, nil, func() { close(started) }, func(ebpf.Event) error { return nil })
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("monitor: %v", err)
+	}
+	if err := topology.Down(spec.Name, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ebpf.ErrLabGone) {
+			t.Errorf("monitor ended with %v, want ErrLabGone", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("monitor still running 5 s after its lab went down")
+	}
 }

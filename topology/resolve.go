@@ -73,6 +73,9 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 			}
 			return nil, &InputError{File: flag, Msg: fmt.Sprintf("an option of the ebpf datapath, but the lab's datapath is %s", dp)}
 		}
+		if ov.HostRouting != "" && ov.HostRouting != HostRoutingBPF && ov.HostRouting != HostRoutingLegacy {
+			return nil, &InputError{File: "--host-routing", Msg: fmt.Sprintf("unknown mode %q (bpf, legacy)", ov.HostRouting)}
+		}
 		if raw.EBPF == nil {
 			raw.EBPF = &rawEBPF{}
 		}
@@ -100,7 +103,7 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 		}
 	}
 	r := &resolver{file: file, raw: raw, spec: &Spec{Source: file}}
-	steps := []func() error{r.header, r.chain, r.hosts, r.namespaces, r.links, r.routes, r.endpoints}
+	steps := []func() error{r.header, r.chain, r.hosts, r.namespaces, r.links, r.routes, r.endpoints, r.ebpfLimits}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return nil, err
@@ -182,6 +185,24 @@ func (r *resolver) iptables() error {
 	return r.ebpf()
 }
 
+// ebpfLimits checks what the eBPF datapath's maps must hold, so that a lab
+// that could not be set up is refused before anything is built.
+func (r *resolver) ebpfLimits() error {
+	if r.spec.Datapath != "ebpf" {
+		return nil
+	}
+	per := map[string]int{}
+	for _, ep := range r.spec.Endpoints {
+		per[ep.Host]++
+	}
+	for _, h := range r.spec.Hosts {
+		if n := per[h.Name]; n > r.spec.EBPF.MaxEndpoints {
+			return r.errf("ebpf.maxEndpoints", "host %s has %d endpoints, more than %d (raise ebpf.maxEndpoints, at most %d)", h.Name, n, r.spec.EBPF.MaxEndpoints, MaxMaxEndpoints)
+		}
+	}
+	return nil
+}
+
 // Bounds and defaults of the eBPF datapath's map sizes.
 const (
 	DefaultPolicyMapSize = 65536
@@ -197,7 +218,7 @@ func (r *resolver) ebpf() error {
 		CTMapSize: DefaultCTMapSize, MaxEndpoints: DefaultMaxEndpoints}
 	if e := r.raw.EBPF; e != nil {
 		if r.spec.Datapath != "ebpf" {
-			return r.errf("ebpf", "options for the ebpf datapath, but the lab's datapath is %s", r.spec.Datapath)
+			return r.errf("ebpf", "options for the ebpf datapath, but the lab's datapath is %s (add datapath: ebpf, or use --datapath ebpf)", r.spec.Datapath)
 		}
 		switch e.HostRouting {
 		case "":

@@ -83,7 +83,8 @@ func TestBadInputExitsTwoAndCreatesNothing(t *testing.T) {
 		{[]string{"up", "--preset", "single-host", "--datapath", "nftables", "--filler", "10"}, "--filler: filler rules are for the iptables datapath, but the lab's datapath is nftables"},
 		{[]string{"up", "--preset", "single-host", "--host-routing", "legacy"}, "--host-routing: an option of the ebpf datapath, but the lab's datapath is iptables"},
 		{[]string{"up", "--preset", "single-host", "--datapath", "nftables", "--connect-hook"}, "--connect-hook: an option of the ebpf datapath, but the lab's datapath is nftables"},
-		{[]string{"up", "--preset", "single-host", "--datapath", "ebpf", "--host-routing", "fast"}, `ebpf.hostRouting: unknown mode "fast" (bpf, legacy)`},
+		{[]string{"up", "--preset", "single-host", "--datapath", "ebpf", "--host-routing", "fast"}, `--host-routing: unknown mode "fast" (bpf, legacy)`},
+		{[]string{"monitor"}, "give the lab to monitor: cnlab monitor LAB"},
 		{[]string{"monitor", "lab", "--type", "some"}, `--type "some": drop or all`},
 		{[]string{"monitor", "lab", "--count", "-1"}, "--count and --duration cannot be negative"},
 	}

@@ -25,11 +25,18 @@ the endpoint side that decided, verdict and reason, source and destination
 endpoints with their identities, the 5-tuple, and the policy rule behind it.
 Events are rate-limited to one per flow and reason per second, so a flood
 cannot slow the datapath; with no monitor running the programs report
-nothing. Stops on Ctrl-C, after --count events, or after --duration.`,
+nothing. Stops on Ctrl-C, after --count events, or after --duration; with
+both, fewer than --count events in time exits 1. Exits 1 if the lab is
+taken down meanwhile.`,
 		Example: `  cnlab monitor policy-lab                 # drops only
   cnlab monitor policy-lab --type all -o json | jq 'select(.to == "y/b")'
   cnlab monitor policy-lab --count 1 --duration 10s   # wait for one drop`,
-		Args: cobra.ExactArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("give the lab to monitor: cnlab monitor LAB")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
@@ -68,10 +75,17 @@ nothing. Stops on Ctrl-C, after --count events, or after --duration.`,
 			}
 			errDone := errors.New("done")
 			seen := 0
-			if output != "json" {
-				fmt.Fprintf(e.stderr, "monitoring lab %s (%s); Ctrl-C to stop\n", spec.Name, map[string]string{"drop": "drops", "all": "all verdicts"}[typ])
+			started := func() {
+				if output == "json" {
+					return
+				}
+				until := "Ctrl-C to stop"
+				if duration > 0 {
+					until = "for " + duration.String()
+				}
+				fmt.Fprintf(e.stderr, "monitoring lab %s (%s); %s\n", spec.Name, map[string]string{"drop": "drops", "all": "all verdicts"}[typ], until)
 			}
-			err = ebpf.Monitor(ctx, spec, level, c.Rules, func(ev ebpf.Event) error {
+			err = ebpf.Monitor(ctx, spec, level, c.Rules, started, func(ev ebpf.Event) error {
 				if output == "json" {
 					b, err := json.Marshal(ev)
 					if err != nil {
@@ -87,13 +101,18 @@ nothing. Stops on Ctrl-C, after --count events, or after --duration.`,
 				}
 				return nil
 			})
-			if errors.Is(err, errDone) || errors.Is(err, context.DeadlineExceeded) {
+			if errors.Is(err, errDone) {
 				return nil
 			}
-			if err == nil && ctx.Err() != nil {
-				return nil
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return err
 			}
-			return err
+			if count > 0 && seen < count {
+				// --count with --duration waits for events: a script must
+				// tell "they came" from "time ran out".
+				return fmt.Errorf("%d of %d events within %v", seen, count, duration)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&typ, "type", "drop", "verdicts to show: drop or all")
@@ -119,6 +138,9 @@ func formatEvent(ev ebpf.Event) string {
 		ev.Time.Format("15:04:05.000000"), ev.Host, strings.ToUpper(ev.Verdict), ev.Reason,
 		name(ev.From, ev.SrcIdentity), name(ev.To, ev.DstIdentity), ev.Protocol, ev.Src, ev.Dst,
 		ev.Direction, ev.Endpoint)
+	if ev.At == "connect" {
+		b.WriteString(", refused at connect()")
+	}
 	if ev.Rule != "" {
 		fmt.Fprintf(&b, " [%s]", ev.Rule)
 	}

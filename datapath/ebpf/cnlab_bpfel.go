@@ -65,7 +65,7 @@ type cnlabEvent struct {
 	Proto       uint8
 	Dir         uint8
 	Reason      uint8
-	Pad         uint8
+	At          uint8
 	Ep          uint32
 	SrcIdentity uint32
 	DstIdentity uint32

@@ -850,7 +850,7 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 		}
 		fmt.Fprintf(&b, "endpoint %s slot %d dev %s: isolated %s, %d policy entries\n", ep.ID(), slot, ep.HostVeth, strings.Join(iso, "+"), n)
 		for _, c := range counters[uint32(slot)] {
-			fmt.Fprintf(&b, "  %-7s %-16s %d packets %d bytes\n", policy.Dir(c.dir), reasonName(c.reason), c.packets, c.bytes)
+			fmt.Fprintf(&b, "  %-7s %-20s %d packets %d bytes\n", policy.Dir(c.dir), reasonName(c.reason), c.packets, c.bytes)
 		}
 	}
 	return b.String(), nil

@@ -42,7 +42,11 @@ type Event struct {
 	Dst         netip.AddrPort `json:"dst"`
 	Bytes       uint32         `json:"bytes"`
 	Rule        string         `json:"rule,omitempty"` // the policy rule that decided
+	At          string         `json:"at"`             // "tc" (a packet) or "connect" (the connect hook, before any packet)
 }
+
+// ErrLabGone: the lab went down while the monitor watched it.
+var ErrLabGone = errors.New("the lab was taken down")
 
 // leaseTime is how long the programs keep reporting after the monitor's
 // last renewal: a monitor killed with SIGKILL stops costing anything soon.
@@ -52,7 +56,9 @@ const leaseTime = 3 * time.Second
 // or fn returns an error. level is MonitorDrops or MonitorAll. rules are
 // the lab's compiled rules, to name the rule behind a verdict (nil: none).
 // One monitor runs per lab at a time (the ring buffer has one reader).
-func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []policy.Entry, fn func(Event) error) error {
+// started, if not nil, is called once the monitor is reporting. Monitor
+// returns ErrLabGone if the lab is taken down meanwhile.
+func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []policy.Entry, started func(), fn func(Event) error) error {
 	if len(lab.Hosts) == 0 {
 		return datapath.ErrNoHosts
 	}
@@ -101,6 +107,9 @@ func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []poli
 	if err := renew(); err != nil {
 		return err
 	}
+	if started != nil {
+		started()
+	}
 	names := newNamer(lab, rules)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -143,6 +152,10 @@ loop:
 			result = err
 			break loop
 		case <-tick.C:
+			if _, err := os.Stat(HostDir(lab.Name, lab.Hosts[0].Name)); err != nil {
+				result = fmt.Errorf("%w: %s", ErrLabGone, lab.Name)
+				break loop
+			}
 			if err := renew(); err != nil {
 				result = err
 				break loop
@@ -200,7 +213,10 @@ func (n *namer) event(h *topology.Host, e cnlabEvent, at time.Time) Event {
 	ev := Event{Time: at, Host: h.Name, Direction: policy.Dir(e.Dir).String(), Reason: reasonName(e.Reason),
 		From: n.byAddr[src], To: n.byAddr[dst], SrcIdentity: e.SrcIdentity, DstIdentity: e.DstIdentity,
 		Protocol: protoName(e.Proto), Src: netip.AddrPortFrom(src, e.Sport), Dst: netip.AddrPortFrom(dst, e.Dport),
-		Bytes: e.Len, Verdict: "allowed"}
+		Bytes: e.Len, Verdict: "allowed", At: "tc"}
+	if e.At == 1 {
+		ev.At = "connect"
+	}
 	if isDrop(e.Reason) {
 		ev.Verdict = "dropped"
 	}

@@ -161,7 +161,7 @@ struct event {
 	__u8 proto;
 	__u8 dir;    // direction at the endpoint that decided
 	__u8 reason;
-	__u8 pad;
+	__u8 at;     // 0: tc program, 1: connect hook
 	__u32 ep;    // endpoint slot that decided
 	__u32 src_identity, dst_identity;
 	__u32 len;
@@ -351,7 +351,7 @@ static __always_inline void count(__u32 index, __u8 dir, __u8 reason, __u32 len)
 
 static __always_inline int is_drop(__u8 reason) { return reason >= R_DROP_DENY; }
 
-static __always_inline void emit(struct config *cfg, __u32 len, struct pkt *p,
+static __always_inline void emit(struct config *cfg, __u32 len, struct pkt *p, __u8 at,
 				 __u32 ep, __u8 dir, __u8 reason, __u32 src_id, __u32 dst_id, __u32 rule)
 {
 	__u32 zero = 0;
@@ -380,7 +380,7 @@ static __always_inline void emit(struct config *cfg, __u32 len, struct pkt *p,
 	e->proto = p->proto;
 	e->dir = dir;
 	e->reason = reason;
-	e->pad = 0;
+	e->at = at;
 	e->ep = ep;
 	e->src_identity = src_id;
 	e->dst_identity = dst_id;
@@ -751,7 +751,7 @@ static __always_inline int finish(struct config *cfg, struct __sk_buff *skb, str
 				  __u8 dir, int r, __u32 src_id, __u32 dst_id, __u32 rule)
 {
 	count(index, dir, r, skb->len);
-	emit(cfg, skb->len, p, index, dir, r, src_id, dst_id, rule);
+	emit(cfg, skb->len, p, 0, index, dir, r, src_id, dst_id, rule);
 	return is_drop(r) ? TC_ACT_SHOT : TC_ACT_OK;
 }
 
@@ -884,7 +884,7 @@ int cnlab_connect4(struct bpf_sock_addr *ctx)
 	if (!is_drop(r))
 		return 1;
 	count(index, dir, r, 0);
-	emit(cfg, 0, &p, index, dir, r, src->identity, dst ? dst->identity : dp.identity, rule);
+	emit(cfg, 0, &p, 1, index, dir, r, src->identity, dst ? dst->identity : dp.identity, rule);
 	bpf_set_retval(-ECONNREFUSED);
 	return 0;
 }
