@@ -1,0 +1,92 @@
+package traffic
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Iperf3Result is what cnlab keeps of an iperf3 client's JSON report
+// (`iperf3 -c ... -J`), for TCP and UDP streams.
+type Iperf3Result struct {
+	Protocol     string  `json:"protocol"` // TCP or UDP
+	Streams      int     `json:"streams"`
+	Seconds      float64 `json:"seconds"`
+	SentBps      float64 `json:"sentBitsPerSecond"`
+	ReceivedBps  float64 `json:"receivedBitsPerSecond"` // TCP: at the receiver; UDP: what arrived
+	Retransmits  int     `json:"retransmits"`           // TCP
+	Packets      int     `json:"packets,omitempty"`     // UDP datagrams sent
+	LostPackets  int     `json:"lostPackets,omitempty"` // UDP
+	LostPercent  float64 `json:"lostPercent"`           // UDP
+	JitterMs     float64 `json:"jitterMs,omitempty"`    // UDP
+	SenderCPU    float64 `json:"senderCPUPercent"`      // the client's total CPU
+	ReceiverCPU  float64 `json:"receiverCPUPercent"`    // the server's total CPU
+	IperfVersion string  `json:"iperfVersion,omitempty"`
+}
+
+type iperfSum struct {
+	Seconds       float64 `json:"seconds"`
+	BitsPerSecond float64 `json:"bits_per_second"`
+	Retransmits   int     `json:"retransmits"`
+	Packets       int     `json:"packets"`
+	LostPackets   int     `json:"lost_packets"`
+	LostPercent   float64 `json:"lost_percent"`
+	JitterMs      float64 `json:"jitter_ms"`
+}
+
+// ParseIperf3 reads an iperf3 client's JSON report. A report carrying an
+// error (server unreachable, interrupted) is returned as that error.
+func ParseIperf3(data []byte) (*Iperf3Result, error) {
+	var raw struct {
+		Start struct {
+			Version   string `json:"version"`
+			TestStart struct {
+				Protocol   string `json:"protocol"`
+				NumStreams int    `json:"num_streams"`
+			} `json:"test_start"`
+		} `json:"start"`
+		End struct {
+			Sum         *iperfSum `json:"sum"`
+			SumSent     *iperfSum `json:"sum_sent"`
+			SumReceived *iperfSum `json:"sum_received"`
+			CPU         struct {
+				HostTotal   float64 `json:"host_total"`
+				RemoteTotal float64 `json:"remote_total"`
+			} `json:"cpu_utilization_percent"`
+		} `json:"end"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("iperf3 report: %w", err)
+	}
+	if raw.Error != "" {
+		return nil, fmt.Errorf("iperf3: %s", raw.Error)
+	}
+	r := &Iperf3Result{Protocol: raw.Start.TestStart.Protocol, Streams: raw.Start.TestStart.NumStreams,
+		SenderCPU: raw.End.CPU.HostTotal, ReceiverCPU: raw.End.CPU.RemoteTotal, IperfVersion: raw.Start.Version}
+	switch r.Protocol {
+	case "TCP":
+		if raw.End.SumSent == nil || raw.End.SumReceived == nil {
+			return nil, errors.New("iperf3 report: no TCP totals")
+		}
+		r.Seconds = raw.End.SumReceived.Seconds
+		r.SentBps = raw.End.SumSent.BitsPerSecond
+		r.ReceivedBps = raw.End.SumReceived.BitsPerSecond
+		r.Retransmits = raw.End.SumSent.Retransmits
+	case "UDP":
+		s := raw.End.Sum
+		if s == nil {
+			return nil, errors.New("iperf3 report: no UDP totals")
+		}
+		r.Seconds = s.Seconds
+		r.SentBps = s.BitsPerSecond
+		r.Packets, r.LostPackets, r.LostPercent, r.JitterMs = s.Packets, s.LostPackets, s.LostPercent, s.JitterMs
+		r.ReceivedBps = s.BitsPerSecond * (1 - s.LostPercent/100)
+	default:
+		return nil, fmt.Errorf("iperf3 report: protocol %q", r.Protocol)
+	}
+	if r.Seconds <= 0 {
+		return nil, errors.New("iperf3 report: no measured time")
+	}
+	return r, nil
+}

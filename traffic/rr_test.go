@@ -1,0 +1,186 @@
+package traffic
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cnlab/cnlab/internal/testutil"
+)
+
+func freePort(t testing.TB, network string) int {
+	t.Helper()
+	if network == "udp" {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.LocalAddr().(*net.UDPAddr).Port
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// serve starts an rr server for c and stops it with the test.
+func serve(t testing.TB, c RRConfig) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- RRServe(ctx, c, ready) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
+}
+
+// TestRRModes runs each mode on loopback with netperf's 1/1 and the
+// thesis's 100/200 sizes, and checks the result is self-consistent.
+func TestRRModes(t *testing.T) {
+	for _, mode := range RRModes {
+		for _, sz := range [][2]int{{1, 1}, {100, 200}} {
+			t.Run(fmt.Sprintf("%s-%d-%d", mode, sz[0], sz[1]), func(t *testing.T) {
+				network := "tcp"
+				if mode == UDPRR {
+					network = "udp"
+				}
+				c := RRConfig{Mode: mode, Addr: fmt.Sprintf("127.0.0.1:%d", freePort(t, network)), RequestSize: sz[0], ResponseSize: sz[1],
+					Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond}
+				serve(t, c)
+				r, err := RRRun(context.Background(), c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l := r.LatencyUs
+				if r.Transactions < 100 || r.Seconds < 0.29 || r.Seconds > 1 {
+					t.Errorf("%d transactions in %.3f s", r.Transactions, r.Seconds)
+				}
+				if got := float64(r.Transactions) / r.Seconds; got/r.PerSecond < 0.99 || got/r.PerSecond > 1.01 {
+					t.Errorf("rate %.0f/s, transactions/seconds %.0f", r.PerSecond, got)
+				}
+				if !(l.Min <= l.P50 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max && l.Min > 0) {
+					t.Errorf("latency not ordered: %+v", l)
+				}
+				// Transactions are back to back: the mean latency is the
+				// inverse of the rate, give or take the loop's own cost.
+				if ratio := l.Mean * r.PerSecond / 1e6; ratio < 0.5 || ratio > 1.01 {
+					t.Errorf("mean %.1f us at %.0f/s: busy %.0f%% of the time", l.Mean, r.PerSecond, ratio*100)
+				}
+				var buf = new(bytesBuffer)
+				if err := WriteRR(buf, r); err != nil {
+					t.Fatal(err)
+				}
+				back, err := ParseRR(buf.b)
+				if err != nil || *back != *r {
+					t.Errorf("round trip: %v %+v", err, back)
+				}
+			})
+		}
+	}
+}
+
+type bytesBuffer struct{ b []byte }
+
+func (w *bytesBuffer) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
+
+func TestRRErrors(t *testing.T) {
+	c := RRConfig{Mode: TCPRR, Addr: fmt.Sprintf("127.0.0.1:%d", freePort(t, "tcp")), RequestSize: 1, ResponseSize: 1, Duration: time.Second}
+	if _, err := RRRun(context.Background(), c); err == nil {
+		t.Error("no server: no error")
+	}
+	for _, bad := range []RRConfig{
+		{Mode: "tcp-stream", RequestSize: 1, ResponseSize: 1, Duration: time.Second},
+		{Mode: TCPRR, RequestSize: 0, ResponseSize: 1, Duration: time.Second},
+		{Mode: TCPRR, RequestSize: 1, ResponseSize: 70000, Duration: time.Second},
+		{Mode: TCPRR, RequestSize: 1, ResponseSize: 1},
+	} {
+		if err := bad.Check(); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+	if _, err := ParseRR([]byte(`{"mode":"tcp-rr"}`)); err == nil {
+		t.Error("a result without time parsed")
+	}
+}
+
+// TestRRParseRecorded parses a client result recorded from a real run.
+func TestRRParseRecorded(t *testing.T) {
+	data, err := os.ReadFile("testdata/rr-tcp-rr-100-200.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ParseRR(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Mode != TCPRR || r.RequestSize != 100 || r.ResponseSize != 200 || r.Transactions == 0 || r.LatencyUs.P99 < r.LatencyUs.P50 {
+		t.Errorf("%+v", r)
+	}
+}
+
+var sockperfMedian = regexp.MustCompile(`percentile 50\.000 =\s+([0-9.]+)`)
+
+// BenchmarkRRFloor measures the request/response floor on loopback
+// (tcp-rr, 14-byte messages, blocking sockets) and sockperf's ping-pong on
+// the same path, alternating in 5 rounds of 1 s, and reports both medians
+// of the round medians and their ratio (sockperf reports half the round
+// trip; doubled here). Figures in BENCHMARKS.md.
+//
+//	go test -run '^$' -bench RRFloor -benchtime 1x ./traffic
+func BenchmarkRRFloor(b *testing.B) {
+	testutil.RequireTool(b, "sockperf", "sockperf")
+	port := freePort(b, "tcp")
+	srv := exec.Command("sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", strconv.Itoa(port))
+	if err := srv.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	time.Sleep(300 * time.Millisecond)
+	c := RRConfig{Mode: TCPRR, Addr: fmt.Sprintf("127.0.0.1:%d", freePort(b, "tcp")), RequestSize: 14, ResponseSize: 14,
+		Duration: time.Second, Warmup: 200 * time.Millisecond}
+	serve(b, c)
+	var ours, theirs []float64
+	for i := 0; i < b.N; i++ {
+		for round := 0; round < 5; round++ {
+			r, err := RRRun(context.Background(), c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ours = append(ours, r.LatencyUs.P50)
+			out, err := exec.Command("sockperf", "pp", "--tcp", "-i", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "1", "-m", "14").CombinedOutput()
+			if err != nil {
+				b.Fatalf("sockperf: %v\n%s", err, out)
+			}
+			m := sockperfMedian.FindSubmatch(out)
+			if m == nil {
+				b.Fatalf("no median in sockperf output:\n%s", out)
+			}
+			half, _ := strconv.ParseFloat(string(m[1]), 64)
+			theirs = append(theirs, 2*half)
+		}
+	}
+	med := func(xs []float64) float64 { sort.Float64s(xs); return xs[len(xs)/2] }
+	o, s := med(ours), med(theirs)
+	b.ReportMetric(o, "rr-p50-us")
+	b.ReportMetric(s, "sockperf-p50-us")
+	b.ReportMetric(o/s, "rr/sockperf")
+}
