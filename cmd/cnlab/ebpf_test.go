@@ -55,6 +55,9 @@ func TestEBPFCLI(t *testing.T) {
 	if ev.Verdict != "dropped" || ev.Reason != "policy-default-deny" || ev.Protocol != "tcp" || !strings.HasSuffix(ev.Dst, ":80") || ev.From == "" || ev.To == "" {
 		t.Errorf("monitor event %+v", ev)
 	}
+	if stdout, _, _ := runCLI(t, "status", lab); !strings.Contains(stdout, "datapath ebpf (host routing bpf)") {
+		t.Errorf("status does not show the eBPF options:\n%s", stdout)
+	}
 	stdout, stderr, code := runCLI(t, "policy", "show", lab, "--kernel")
 	if code != 0 || !strings.Contains(stdout, "host routing bpf") || !strings.Contains(stdout, "policy entries") {
 		t.Errorf("policy show --kernel: %d %s %s", code, stdout, stderr)

@@ -20,6 +20,8 @@ type statusView struct {
 	Name       string                        `json:"name"`
 	Phase      string                        `json:"phase"`
 	Datapath   string                        `json:"datapath,omitempty"`
+	IPTables   *topology.IPTablesOptions     `json:"iptables,omitempty"` // options of the lab's datapath
+	EBPF       *topology.EBPFOptions         `json:"ebpf,omitempty"`
 	Source     string                        `json:"source,omitempty"`
 	Created    *time.Time                    `json:"created,omitempty"`
 	MTU        int                           `json:"mtu,omitempty"`
@@ -68,6 +70,12 @@ func toView(s *topology.LabStatus) statusView {
 		return v
 	}
 	v.Datapath, v.Source, v.MTU, v.Links, v.Namespaces = sp.Datapath, sp.Source, sp.MTU, sp.Links, sp.Namespaces
+	switch sp.Datapath {
+	case "iptables":
+		v.IPTables = &sp.IPTables
+	case "ebpf":
+		v.EBPF = &sp.EBPF
+	}
 	for _, h := range sp.Hosts {
 		v.Hosts = append(v.Hosts, hostView{h.Name, h.PodCIDR.String(), h.Gateway.String(), h.Netns})
 	}
@@ -157,7 +165,7 @@ func printLab(w io.Writer, s *topology.LabStatus) {
 		fmt.Fprintf(w, "%d namespaces in the kernel and no ledger: %s\n", len(s.NetnsKernel), abbreviate(s.NetnsKernel, 5))
 		return
 	}
-	fmt.Fprintf(w, "source %s, datapath %s, mtu %d\n", sp.Source, sp.Datapath, sp.MTU)
+	fmt.Fprintf(w, "source %s, datapath %s%s, mtu %d\n", sp.Source, sp.Datapath, datapathOptions(sp), sp.MTU)
 	if sp.Chain == nil {
 		if pols, err := lab.Policies(s.Name); err == nil {
 			fmt.Fprintf(w, "%d policies applied (cnlab policy show %s)\n", len(pols), s.Name)
@@ -208,4 +216,24 @@ func abbreviate(items []string, n int) string {
 		return strings.Join(items, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(items[:n], ", "), len(items)-n)
+}
+
+// datapathOptions describes the options of a lab's datapath, for status.
+func datapathOptions(sp *topology.Spec) string {
+	switch sp.Datapath {
+	case "iptables":
+		o := sp.IPTables
+		if o.Filler > 0 {
+			return fmt.Sprintf(" (%s backend, %d filler rules %s)", o.Backend, o.Filler, o.FillerMode)
+		}
+		return fmt.Sprintf(" (%s backend)", o.Backend)
+	case "ebpf":
+		o := sp.EBPF
+		s := fmt.Sprintf(" (host routing %s", o.HostRouting)
+		if o.ConnectHook {
+			s += ", connect hook"
+		}
+		return s + ")"
+	}
+	return ""
 }
