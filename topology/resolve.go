@@ -59,13 +59,7 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 		raw.Datapath = ov.Datapath
 	}
 	if ov.HostRouting != "" || ov.ConnectHook {
-		dp := raw.Datapath
-		if ov.Datapath != "" {
-			dp = ov.Datapath
-		}
-		if dp == "" {
-			dp = DefaultDatapath
-		}
+		dp := effectiveDatapath(raw, ov)
 		if dp != "ebpf" {
 			flag := "--host-routing"
 			if ov.HostRouting == "" {
@@ -85,11 +79,7 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 		raw.EBPF.ConnectHook = raw.EBPF.ConnectHook || ov.ConnectHook
 	}
 	if ov.Filler != nil || ov.FillerMode != "" {
-		dp := raw.Datapath
-		if ov.Datapath != "" {
-			dp = ov.Datapath
-		}
-		if dp != "" && dp != "iptables" {
+		if dp := effectiveDatapath(raw, ov); dp != "iptables" {
 			return nil, &InputError{File: "--filler", Msg: fmt.Sprintf("filler rules are for the iptables datapath, but the lab's datapath is %s", dp)}
 		}
 		if raw.IPTables == nil {
@@ -110,6 +100,17 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 		}
 	}
 	return r.spec, nil
+}
+
+// effectiveDatapath is the lab's datapath once --datapath is applied.
+func effectiveDatapath(raw *rawFile, ov Overrides) string {
+	switch {
+	case ov.Datapath != "":
+		return ov.Datapath
+	case raw.Datapath != "":
+		return raw.Datapath
+	}
+	return DefaultDatapath
 }
 
 func (r *resolver) header() error {
