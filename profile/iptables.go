@@ -1,0 +1,104 @@
+package profile
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"strings"
+
+	"github.com/cnlab/cnlab/internal/netns"
+)
+
+// RuleCounter is one rule of `iptables-save -c` and the packets and bytes
+// it matched.
+type RuleCounter struct {
+	Table   string `json:"table"`
+	Chain   string `json:"chain"`
+	Rule    string `json:"rule"` // the rule after "-A CHAIN "
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// SaveBinary returns the iptables-save of an iptables backend as
+// topology.IPTablesOptions.Backend names it: "legacy" (the default) or
+// "nft".
+func SaveBinary(backend string) string {
+	if backend == "nft" {
+		return "iptables-nft-save"
+	}
+	return "iptables-legacy-save"
+}
+
+// IPTablesCounters runs `BINARY -c` (iptables-legacy-save or
+// iptables-nft-save; see SaveBinary) in the named network namespace and
+// returns the counters of every rule of every table, in order.
+// Equivalent to `ip netns exec NETNS BINARY -c`.
+func IPTablesCounters(ctx context.Context, netnsName, binary string) ([]RuleCounter, error) {
+	if binary == "" {
+		binary = SaveBinary("")
+	}
+	cmd := exec.CommandContext(ctx, binary, "-c")
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := netns.Start(netnsName, cmd); err != nil {
+		return nil, fmt.Errorf("%s in %s: %w", binary, netnsName, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		return nil, fmt.Errorf("%s in %s: %w: %s", binary, netnsName, err, strings.TrimSpace(stderr.String()))
+	}
+	return ParseIPTablesSave(&out)
+}
+
+// ParseIPTablesSave parses the output of `iptables-save -c`: lines
+// "[PACKETS:BYTES] -A CHAIN RULE..." under a "*TABLE" line.
+func ParseIPTablesSave(r io.Reader) ([]RuleCounter, error) {
+	var rules []RuleCounter
+	table := ""
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table = line[1:]
+			continue
+		case !strings.HasPrefix(line, "["):
+			continue // comments, ":CHAIN POLICY [p:b]", COMMIT
+		}
+		counts, rest, ok := strings.Cut(line[1:], "] ")
+		if !ok {
+			return nil, fmt.Errorf("iptables-save line %d: no \"]\" in %q", n, line)
+		}
+		pk, by, ok := strings.Cut(counts, ":")
+		packets, err1 := strconv.ParseUint(pk, 10, 64)
+		bytes, err2 := strconv.ParseUint(by, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("iptables-save line %d: bad counters [%s]", n, counts)
+		}
+		rest, ok = strings.CutPrefix(rest, "-A ")
+		if !ok {
+			return nil, fmt.Errorf("iptables-save line %d: want \"-A CHAIN\" after the counters: %q", n, line)
+		}
+		chain, rule, _ := strings.Cut(rest, " ")
+		rules = append(rules, RuleCounter{Table: table, Chain: chain, Rule: rule, Packets: packets, Bytes: bytes})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read iptables-save: %w", err)
+	}
+	return rules, nil
+}
+
+// PacketsByChain sums the packets matched by the rules of each chain,
+// keyed "TABLE/CHAIN" (e.g. "filter/INPUT"). A packet that traverses a
+// chain without matching any rule adds nothing.
+func PacketsByChain(rules []RuleCounter) map[string]uint64 {
+	sum := map[string]uint64{}
+	for _, r := range rules {
+		sum[r.Table+"/"+r.Chain] += r.Packets
+	}
+	return sum
+}
