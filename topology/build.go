@@ -558,7 +558,10 @@ func (b *builder) buildChain(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", n.Netns, err)
 		}
 	}
-	return nil
+	return b.buildFunctions(ctx, func(name string) (*netlink.Handle, error) {
+		h, _, err := open(name)
+		return h, err
+	})
 }
 
 // switchSegment joins the two neighbours of a segment through a Linux

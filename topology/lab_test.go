@@ -97,7 +97,7 @@ func TestPresetsCarryTCPBetweenEveryPair(t *testing.T) {
 }
 
 func TestFilesCarryTCPBetweenEveryPair(t *testing.T) {
-	for _, f := range []string{"two-hosts-vxlan.yaml", "three-hosts.yaml", "chain-bridge.yaml"} {
+	for _, f := range []string{"two-hosts-vxlan.yaml", "three-hosts.yaml", "chain-bridge.yaml", "chain-firewall.yaml"} {
 		t.Run(f, func(t *testing.T) {
 			s, err := Load(filepath.Join("..", "examples", f), Overrides{Name: "t-file"})
 			if err != nil {

@@ -27,6 +27,7 @@ type Overrides struct {
 	FillerMode  string // iptables filler mode
 	HostRouting string // ebpf host routing
 	ConnectHook bool   // ebpf socket-level enforcement
+	MTU         int    // the lab's MTU (0: the file's)
 }
 
 // Parse decodes a topology document strictly and resolves it. file is used

@@ -10,6 +10,9 @@ import (
 type PresetOptions struct {
 	Length int    // chain: number of forwarding namespaces (default 3)
 	Link   string // chain: veth or bridge; multi-host: wire or vxlan
+	// Functions go in every hop of the chain preset (validated as the
+	// file's chain.functions are; Shaper.Rate from ParseRate).
+	Functions []Function
 }
 
 // presets build the seed studies' testbeds without a file. single-host and
@@ -45,7 +48,7 @@ var presets = map[string]func(o PresetOptions) *rawFile{
 		if n == 0 {
 			n = 3
 		}
-		return &rawFile{Name: "chain", Chain: &rawChain{Length: n, Link: o.Link}}
+		return &rawFile{Name: "chain", Chain: &rawChain{Length: n, Link: o.Link, functions: o.Functions}}
 	},
 }
 
@@ -82,6 +85,9 @@ func Preset(preset string, o PresetOptions, ov Overrides) (*Spec, error) {
 	raw := mk(o)
 	if o.Length != 0 && raw.Chain == nil {
 		return nil, &InputError{File: file, Path: "--length", Msg: "applies to the chain preset only"}
+	}
+	if len(o.Functions) > 0 && raw.Chain == nil {
+		return nil, &InputError{File: file, Path: "functions", Msg: "network functions go in the hops of the chain preset only"}
 	}
 	return resolve(raw, file, ov)
 }

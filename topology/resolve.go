@@ -92,6 +92,9 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 			raw.IPTables.FillerMode = ov.FillerMode
 		}
 	}
+	if ov.MTU != 0 {
+		raw.MTU = &ov.MTU
+	}
 	r := &resolver{file: file, raw: raw, spec: &Spec{Source: file}}
 	steps := []func() error{r.header, r.chain, r.hosts, r.namespaces, r.links, r.routes, r.endpoints, r.ebpfLimits}
 	for _, step := range steps {
@@ -626,8 +629,8 @@ func (r *resolver) chain() error {
 	if kind != ChainVeth && kind != ChainBridge {
 		return r.errf("chain.link", "unknown chain link %q (supported: veth, bridge)", kind)
 	}
-	if len(c.Functions) > 0 {
-		return r.errf("chain.functions", "network functions in chain hops are not supported yet (they arrive with the experiments: firewall and shaper)")
+	if r.raw.IPTables != nil {
+		return r.errf("iptables", "options of the iptables datapath, but a chain lab has no policy datapath: put rules in its hops with chain.functions: [{kind: firewall, rules: N}]")
 	}
 	cidr := c.CIDR
 	if cidr == "" {
@@ -648,6 +651,20 @@ func (r *resolver) chain() error {
 	}
 	r.spec.Chain = buildChain(r.spec.Name, c.Length, kind, p)
 	s := r.spec
+	fns, path := c.functions, "functions" // a preset's
+	if len(c.Functions) > 0 {
+		fns, path = nil, "chain.functions"
+		for i := range c.Functions {
+			f, err := r.decodeFunction(&c.Functions[i], fmt.Sprintf("%s[%d]", path, i))
+			if err != nil {
+				return err
+			}
+			fns = append(fns, f)
+		}
+	}
+	if s.Chain.Functions, err = r.functions(path, fns, s.Chain); err != nil {
+		return err
+	}
 	first, last := s.Chain.Segments[0], s.Chain.Segments[c.Length]
 	s.Endpoints = []Endpoint{
 		{Name: "client", Namespace: DefaultNamespace, IP: first.Left, Prefix: 24, Gateway: first.Right,

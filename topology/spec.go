@@ -2,6 +2,8 @@ package topology
 
 import (
 	"net/netip"
+
+	"gopkg.in/yaml.v3"
 )
 
 // Raw types mirror the topology file one to one. They are decoded strictly
@@ -65,10 +67,11 @@ type rawPort struct {
 }
 
 type rawChain struct {
-	Length    int              `yaml:"length"`
-	Link      string           `yaml:"link"`
-	CIDR      string           `yaml:"cidr"`
-	Functions []map[string]any `yaml:"functions"`
+	Length    int         `yaml:"length"`
+	Link      string      `yaml:"link"`
+	CIDR      string      `yaml:"cidr"`
+	Functions []yaml.Node `yaml:"functions"` // decoded by kind in resolve
+	functions []Function  `yaml:"-"`         // a preset's, already typed
 }
 
 // Spec is a validated, fully resolved lab: every address allocated, every
@@ -207,6 +210,9 @@ type Chain struct {
 	CIDR     netip.Prefix `json:"cidr"`
 	Nodes    []ChainNode  `json:"nodes"`
 	Segments []Segment    `json:"segments"`
+	// Functions are the network functions in every hop, in file order
+	// (at most one of each kind).
+	Functions []Function `json:"functions,omitempty"`
 }
 
 // ChainNode is one forwarding namespace of a chain.

@@ -155,7 +155,7 @@ func chainName(dir policy.Dir, ep *topology.Endpoint) string {
 func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	st := hostState{Chains: map[string][]string{}}
 	var fwd []string
-	filler := fillerRules(lab.IPTables.Filler)
+	filler := topology.FillerRules(lab.IPTables.Filler) // shared with the chain firewall
 	if lab.IPTables.FillerMode == topology.FillerNoMatch {
 		fwd = append(fwd, filler...)
 	}
@@ -245,20 +245,6 @@ func quote(s string) string {
 		s = s[:250]
 	}
 	return `"` + s + `"`
-}
-
-// fillerRules returns n rules that never match lab traffic, shaped like a
-// real policy rule (source, destination, protocol and port): distinct
-// sources from the benchmarking range 198.18.0.0/15 (131,072 addresses,
-// more than topology.MaxFiller) towards TEST-NET-3, which no lab uses.
-func fillerRules(n int) []string {
-	out := make([]string, n)
-	for i := 0; i < n; i++ {
-		v := 198<<24 | 18<<16 + uint32(i)
-		out[i] = fmt.Sprintf("-s %d.%d.%d.%d/32 -d 203.0.113.1/32 -p tcp -m tcp --dport %d -j ACCEPT",
-			byte(v>>24), byte(v>>16), byte(v>>8), byte(v), 1024+i%60000)
-	}
-	return out
 }
 
 // Detach removes cnlab's chains from every host.

@@ -1,0 +1,108 @@
+package topology
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/vishvananda/netlink"
+)
+
+// buildFunctions puts the chain's network functions in every hop. All of
+// it lives inside the hops' namespaces (iptables tables, qdiscs), so
+// deleting the namespaces removes it.
+func (b *builder) buildFunctions(ctx context.Context, handles func(string) (*netlink.Handle, error)) error {
+	c := b.spec.Chain
+	if len(c.Functions) == 0 {
+		return nil
+	}
+	for i, n := range c.Nodes {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		for _, f := range c.Functions {
+			var err error
+			switch f.Kind {
+			case FunctionFirewall:
+				err = applyFirewall(ctx, n.Netns, f.Firewall, f.Firewall.HopRules[i], c.CIDR.String())
+			case FunctionShaper:
+				var h *netlink.Handle
+				if h, err = handles(n.Netns); err == nil {
+					err = applyShaper(h, f.Shaper)
+				}
+			default:
+				err = fmt.Errorf("unknown function kind %q", f.Kind)
+			}
+			if err != nil {
+				return fmt.Errorf("hop %d: %s: %w", i+1, f.Kind, err)
+			}
+		}
+	}
+	return nil
+}
+
+// applyFirewall loads a hop's firewall in one iptables-restore commit.
+func applyFirewall(ctx context.Context, ns string, fw *Firewall, rules int, cidr string) error {
+	script := FirewallScript(fw, rules, cidr)
+	_, err := runIn(ctx, ns, []byte(script), iptablesRestore(fw.Backend), "-w")
+	return err
+}
+
+// applyShaper adds the HTB qdisc and its one class to each shaped device,
+// like `tc qdisc add dev DEV root handle 1: htb default 1; tc class add
+// dev DEV parent 1: classid 1:1 htb rate R ceil C burst B cburst B`.
+func applyShaper(h *netlink.Handle, sh *Shaper) error {
+	for _, dev := range sh.Devs {
+		l, err := h.LinkByName(dev)
+		if err != nil {
+			return fmt.Errorf("find %s: %w", dev, err)
+		}
+		idx := l.Attrs().Index
+		qd := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: idx, Handle: htbQdiscHandle, Parent: netlink.HANDLE_ROOT})
+		qd.Defcls = htbClassHandle & 0xffff
+		if err := h.QdiscAdd(qd); err != nil {
+			return fmt.Errorf("add htb qdisc on %s: %w", dev, err)
+		}
+		cl := netlink.NewHtbClass(
+			netlink.ClassAttrs{LinkIndex: idx, Parent: htbQdiscHandle, Handle: htbClassHandle},
+			netlink.HtbClassAttrs{Rate: sh.Rate, Ceil: sh.Ceil, Buffer: sh.Burst, Cbuffer: sh.Burst, Quantum: htbQuantum(sh.Rate)},
+		)
+		if err := h.ClassAdd(cl); err != nil {
+			return fmt.Errorf("add htb class on %s: %w", dev, err)
+		}
+	}
+	return nil
+}
+
+// htbQuantum is what the kernel would compute (a tenth of the rate in
+// bytes, r2q 10) kept within its bounds, set explicitly so the kernel
+// does not log a warning for fast or slow classes.
+func htbQuantum(rate uint64) uint32 {
+	q := rate / 8 / 10
+	return uint32(min(max(q, minHTBQuantum), maxHTBQuantum))
+}
+
+// runIn runs a program inside a lab namespace, feeding it stdin; a
+// failure carries the program's own message.
+func runIn(ctx context.Context, ns string, stdin []byte, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	if err := netns.Start(ns, cmd); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		msg := strings.TrimSpace(errb.String())
+		if len(msg) > 2000 {
+			msg = msg[:2000] + "..."
+		}
+		return out.Bytes(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, msg)
+	}
+	return out.Bytes(), nil
+}

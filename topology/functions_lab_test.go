@@ -1,0 +1,203 @@
+package topology
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/internal/testutil"
+	"github.com/vishvananda/netlink"
+)
+
+// TestChainFunctionsInEveryHop builds chains of two hops with a firewall
+// (stateful and not, both iptables backends) and a shaper, checks that
+// traffic still crosses them, and that each hop holds its rules and qdisc.
+func TestChainFunctionsInEveryHop(t *testing.T) {
+	cases := []struct {
+		name, fns string
+		stateful  bool
+		backend   string
+		devs      []string // shaped
+	}{
+		{"stateful", "[{kind: firewall, rules: 5, stateful: true}, {kind: shaper, rate: 10mbit, direction: both}]", true, BackendLegacy, []string{"eth0", "eth1"}},
+		{"stateless", "[{kind: shaper, rate: 1tbit}, {kind: firewall, rules: 5, backend: nft}]", false, BackendNFT, []string{"eth1"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			testutil.RequireRoot(t)
+			testutil.RequireTool(t, iptablesRestore(tc.backend), "iptables")
+			yaml := fmt.Sprintf("name: t-nf-%s\nchain:\n  length: 2\n  functions: %s\n", tc.name, tc.fns)
+			s, err := Parse([]byte(yaml), "t.yaml", Overrides{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			upForTest(t, s)
+			checkAllPairs(t, s)
+			client, _ := s.Endpoint("client")
+			server, _ := s.Endpoint("server")
+			if out, err := runIn(context.Background(), client.Netns, nil, "ping", "-c", "2", "-i", "0.2", "-W", "2", server.IP.String()); err != nil {
+				t.Errorf("ping client -> server: %v\n%s", err, out)
+			}
+			save := "iptables-legacy-save"
+			if tc.backend == BackendNFT {
+				save = "iptables-nft-save"
+			}
+			for i, n := range s.Chain.Nodes {
+				out, err := runIn(context.Background(), n.Netns, nil, save, "-t", "filter")
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkHopRules(t, i+1, string(out), tc.stateful, 5, s.Chain.CIDR.String())
+				checkHopQdiscs(t, i+1, n.Netns, tc.devs)
+				// A stateless firewall leaves conntrack off in the hop: the
+				// kernel hooks it into a namespace only for rules that need
+				// it, so no NOTRACK rule is needed.
+				if cnt, ok := conntrackCount(t, n.Netns); ok && (cnt > 0) != tc.stateful {
+					t.Errorf("hop %d: %d conntrack entries (stateful %v)", i+1, cnt, tc.stateful)
+				}
+			}
+		})
+	}
+}
+
+func checkHopRules(t *testing.T, hop int, save string, stateful bool, filler int, cidr string) {
+	t.Helper()
+	var fwd []string
+	for _, l := range strings.Split(save, "\n") {
+		if strings.HasPrefix(l, "-A FORWARD ") {
+			fwd = append(fwd, l)
+		}
+	}
+	want := filler + 1
+	if len(fwd) != want || !strings.Contains(save, ":FORWARD DROP") {
+		t.Errorf("hop %d: %d FORWARD rules, want %d:\n%s", hop, len(fwd), want, save)
+		return
+	}
+	if ct := strings.Contains(fwd[0], "--ctstate NEW,RELATED,ESTABLISHED"); ct != stateful {
+		t.Errorf("hop %d: first rule %q (stateful %v)", hop, fwd[0], stateful)
+	}
+	if last := fwd[len(fwd)-1]; last != fmt.Sprintf("-A FORWARD -s %s -d %s -j ACCEPT", cidr, cidr) {
+		t.Errorf("hop %d: last rule %q", hop, last)
+	}
+}
+
+func checkHopQdiscs(t *testing.T, hop int, ns string, shaped []string) {
+	t.Helper()
+	h, err := netns.Handle(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, dev := range []string{"eth0", "eth1"} {
+		l, err := h.LinkByName(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs, err := h.QdiscList(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var htb *netlink.Htb
+		for _, q := range qs {
+			if x, ok := q.(*netlink.Htb); ok && q.Attrs().Parent == netlink.HANDLE_ROOT {
+				htb = x
+			}
+		}
+		want := false
+		for _, d := range shaped {
+			want = want || d == dev
+		}
+		if (htb != nil) != want {
+			t.Errorf("hop %d %s: htb root qdisc %v, want %v (%v)", hop, dev, htb != nil, want, qs)
+			continue
+		}
+		if htb == nil {
+			continue
+		}
+		cs, err := h.ClassList(l, htbQdiscHandle)
+		if err != nil || len(cs) != 1 || cs[0].Attrs().Handle != htbClassHandle || htb.Defcls != 1 {
+			t.Errorf("hop %d %s: classes %v (%v), default %d", hop, dev, cs, err, htb.Defcls)
+		}
+	}
+}
+
+// conntrackCount reads the number of conntrack entries of a namespace;
+// false when the kernel has no conntrack.
+func conntrackCount(t *testing.T, ns string) (int, bool) {
+	t.Helper()
+	out, err := runIn(context.Background(), ns, nil, "cat", "/proc/sys/net/netfilter/nf_conntrack_count")
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, true
+}
+
+// TestShaperLimitsThroughput sends an iperf3 stream for one second through
+// a chain shaped at 10mbit. Unshaped, a veth chain carries gigabits; the
+// check only asks for less than twice the rate, so a slow machine cannot
+// fail it.
+func TestShaperLimitsThroughput(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "iperf3", "iperf3")
+	const rate = 10e6
+	s, err := Preset("chain", PresetOptions{Length: 2, Functions: []Function{{Kind: FunctionShaper, Shaper: &Shaper{Rate: rate}}}},
+		Overrides{Name: "t-nf-shaper"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	upForTest(t, s)
+	client, _ := s.Endpoint("client")
+	server, _ := s.Endpoint("server")
+	const port = "5399"
+	srv := exec.Command("iperf3", "-s", "-1", "-p", port)
+	if err := netns.Start(server.Netns, srv); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = srv.Process.Kill()
+		_ = srv.Wait()
+	}()
+	var rep struct {
+		Error string `json:"error"`
+		End   struct {
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+	}
+	var out []byte
+	for try := 0; ; try++ { // until the server listens
+		// iperf3 -J may exit 0 with an "error" in its report.
+		out, err = runIn(context.Background(), client.Netns, nil, "iperf3", "-c", server.IP.String(), "-p", port, "-t", "1", "-J")
+		rep.Error = ""
+		if jerr := json.Unmarshal(out, &rep); err == nil && jerr != nil {
+			err = fmt.Errorf("iperf3 report: %w", jerr)
+		}
+		if err == nil && rep.Error != "" {
+			err = errors.New(rep.Error)
+		}
+		if err == nil || try == 30 || !strings.Contains(err.Error(), "refused") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("iperf3: %v\n%s", err, out)
+	}
+	got := rep.End.SumReceived.BitsPerSecond
+	t.Logf("received %.1f Mbit/s through a 10mbit shaper", got/1e6)
+	if got <= 0 || got > 2*rate {
+		t.Errorf("received %.1f Mbit/s through a %s shaper; want at most twice the rate\n%s", got/1e6, FormatRate(rate), out)
+	}
+}
