@@ -19,8 +19,9 @@ type Iperf3Result struct {
 	LostPackets  int     `json:"lostPackets,omitempty"` // UDP
 	LostPercent  float64 `json:"lostPercent"`           // UDP
 	JitterMs     float64 `json:"jitterMs,omitempty"`    // UDP
-	SenderCPU    float64 `json:"senderCPUPercent"`      // the client's total CPU
-	ReceiverCPU  float64 `json:"receiverCPUPercent"`    // the server's total CPU
+	SenderCPU    float64 `json:"senderCPUPercent"`      // the sending side's total CPU (the client's, or the server's with -R)
+	ReceiverCPU  float64 `json:"receiverCPUPercent"`    // the receiving side's total CPU
+	Reverse      bool    `json:"reverse,omitempty"`     // -R: the server sent
 	IperfVersion string  `json:"iperfVersion,omitempty"`
 }
 
@@ -43,6 +44,7 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 			TestStart struct {
 				Protocol   string `json:"protocol"`
 				NumStreams int    `json:"num_streams"`
+				Reverse    int    `json:"reverse"`
 			} `json:"test_start"`
 		} `json:"start"`
 		End struct {
@@ -63,17 +65,33 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 		return nil, fmt.Errorf("iperf3: %s", raw.Error)
 	}
 	r := &Iperf3Result{Protocol: raw.Start.TestStart.Protocol, Streams: raw.Start.TestStart.NumStreams,
-		SenderCPU: raw.End.CPU.HostTotal, ReceiverCPU: raw.End.CPU.RemoteTotal, IperfVersion: raw.Start.Version}
+		SenderCPU: raw.End.CPU.HostTotal, ReceiverCPU: raw.End.CPU.RemoteTotal, IperfVersion: raw.Start.Version,
+		Reverse: raw.Start.TestStart.Reverse != 0}
+	if r.Reverse { // the client received: host_total is the receiver's
+		r.SenderCPU, r.ReceiverCPU = r.ReceiverCPU, r.SenderCPU
+	}
+	sent, received := raw.End.SumSent, raw.End.SumReceived
 	switch r.Protocol {
 	case "TCP":
-		if raw.End.SumSent == nil || raw.End.SumReceived == nil {
+		if sent == nil || received == nil {
 			return nil, errors.New("iperf3 report: no TCP totals")
 		}
-		r.Seconds = raw.End.SumReceived.Seconds
-		r.SentBps = raw.End.SumSent.BitsPerSecond
-		r.ReceivedBps = raw.End.SumReceived.BitsPerSecond
-		r.Retransmits = raw.End.SumSent.Retransmits
+		r.Seconds = received.Seconds
+		r.SentBps = sent.BitsPerSecond
+		r.ReceivedBps = received.BitsPerSecond
+		r.Retransmits = sent.Retransmits
 	case "UDP":
+		if sent != nil && received != nil {
+			// Both sides' totals: the receiver's counts the loss, jitter
+			// and what arrived.
+			r.Seconds = received.Seconds
+			r.SentBps, r.ReceivedBps = sent.BitsPerSecond, received.BitsPerSecond
+			r.Packets = sent.Packets
+			r.LostPackets, r.LostPercent, r.JitterMs = received.LostPackets, received.LostPercent, received.JitterMs
+			break
+		}
+		// Older reports have only the sender's totals with the
+		// receiver's loss: estimate what arrived.
 		s := raw.End.Sum
 		if s == nil {
 			return nil, errors.New("iperf3 report: no UDP totals")

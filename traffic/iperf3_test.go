@@ -1,6 +1,7 @@
 package traffic
 
 import (
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -41,5 +42,75 @@ func TestParseIperf3(t *testing.T) {
 	}
 	if _, err := ParseIperf3([]byte("iperf3: error")); err == nil {
 		t.Error("text parsed as a report")
+	}
+}
+
+// TestParseIperf3Totals parses UDP and reverse (-R) reports recorded from
+// iperf3 3.12 on loopback:
+//
+//	iperf3 -c 127.0.0.1 -u -b 100M -t 1 -J            iperf3-udp-100m-1s.json
+//	iperf3 -c 127.0.0.1 -u -b 0 -l 1400 -t 1 -J       iperf3-udp-lossy.json
+//	iperf3 -c 127.0.0.1 -u -b 100M -t 1 -R -J         iperf3-udp-reverse.json
+//	iperf3 -c 127.0.0.1 -t 1 -R -J                    iperf3-tcp-reverse.json
+func TestParseIperf3Totals(t *testing.T) {
+	read := func(name string) []byte {
+		b, err := os.ReadFile("testdata/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	parse := func(name string) *Iperf3Result {
+		r, err := ParseIperf3(read(name))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return r
+	}
+	// Values as in the files: the sender's rate from sum_sent, the
+	// receiver's rate, loss and jitter from sum_received.
+	udp := parse("iperf3-udp-100m-1s.json")
+	if udp.SentBps != 100125991.62108926 || udp.ReceivedBps != 100081461.1598331 || udp.Seconds != 1.000575 ||
+		udp.Packets != 382 || udp.JitterMs != 0.00746981135769711 || udp.Reverse || udp.SenderCPU != 3.9284565054167118 {
+		t.Errorf("udp: %+v", udp)
+	}
+	lossy := parse("iperf3-udp-lossy.json")
+	if lossy.SentBps != 2553131237.175667 || lossy.ReceivedBps != 2498693777.64624 || lossy.Packets != 227970 ||
+		lossy.LostPackets != 4842 || lossy.LostPercent != 2.123963679431504 {
+		t.Errorf("lossy udp: %+v", lossy)
+	}
+	// -R: the client received, so its CPU is the receiver's.
+	rev := parse("iperf3-udp-reverse.json")
+	if !rev.Reverse || rev.ReceivedBps != 100124790.27978027 || rev.Seconds != 1.000142 ||
+		rev.SenderCPU != 4.270446979315585 || rev.ReceiverCPU != 0.8370595349979976 {
+		t.Errorf("udp -R: %+v", rev)
+	}
+	tcpRev := parse("iperf3-tcp-reverse.json")
+	if !tcpRev.Reverse || tcpRev.ReceivedBps != 17725229266.73327 || tcpRev.Retransmits != 2 ||
+		tcpRev.SenderCPU != 96.96498310719795 || tcpRev.ReceiverCPU != 40.36636286086293 {
+		t.Errorf("tcp -R: %+v", tcpRev)
+	}
+	// A report with only "sum" (no sum_sent/sum_received): the receiver's
+	// rate is estimated from the loss. Derived from the recording, which
+	// stays as iperf3 wrote it.
+	var raw map[string]any
+	if err := json.Unmarshal(read("iperf3-udp-lossy.json"), &raw); err != nil {
+		t.Fatal(err)
+	}
+	end := raw["end"].(map[string]any)
+	delete(end, "sum_sent")
+	delete(end, "sum_received")
+	old, err := json.Marshal(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, err := ParseIperf3(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, lost := 2553131237.175667, 2.123963679431504
+	if want := sent * (1 - lost/100); est.SentBps != sent || est.ReceivedBps != want ||
+		est.Seconds != 1.000136 || est.LostPackets != 4842 {
+		t.Errorf("udp from sum: %+v, want received %v", est, want)
 	}
 }

@@ -28,8 +28,25 @@ type RRConfig struct {
 	ResponseSize int           // bytes per response (netperf's default: 1)
 	Duration     time.Duration // measured time
 	Warmup       time.Duration // transactions before it are not counted
-	Timeout      time.Duration // per transaction (udp-rr: a lost datagram)
+
+	// Timeout (0: 1 s) is how long a udp-rr transaction waits for its
+	// response before it counts as lost. TCP modes never give up on a
+	// slow transaction: they check ctx and the run's end every Timeout
+	// and end the run with an error only after stallTimeouts (10)
+	// Timeouts in a row without a byte moving.
+	Timeout time.Duration
+	// ConnectTimeout (0: 5 s) bounds each TCP connect: a SYN dropped by a
+	// policy would otherwise be retried by the kernel for minutes.
+	ConnectTimeout time.Duration
 }
+
+// RRConfig's default timeouts, and how many Timeouts without progress end
+// a TCP run.
+const (
+	defaultTimeout        = time.Second
+	defaultConnectTimeout = 5 * time.Second
+	stallTimeouts         = 10
+)
 
 // Check validates a config.
 func (c RRConfig) Check() error {
@@ -44,6 +61,10 @@ func (c RRConfig) Check() error {
 		return errors.New("duration must be positive")
 	case c.Warmup < 0:
 		return errors.New("warm-up cannot be negative")
+	case c.Timeout < 0:
+		return errors.New("timeout cannot be negative")
+	case c.ConnectTimeout < 0:
+		return errors.New("connect timeout cannot be negative")
 	}
 	return nil
 }
@@ -68,16 +89,19 @@ type Latency struct {
 	Max  float64 `json:"max"`
 }
 
-// RRResult is what a request/response client measured.
+// RRResult is what a request/response client measured. The measured time
+// runs from the end of the warm-up to the completion of the last
+// transaction or the end of the run, whichever is earlier: a trailing lost
+// datagram's wait is not in it.
 type RRResult struct {
 	Mode         string  `json:"mode"`
 	RequestSize  int     `json:"requestSize"`
 	ResponseSize int     `json:"responseSize"`
 	Seconds      float64 `json:"seconds"`      // measured time
-	Transactions uint64  `json:"transactions"` // completed in it
+	Transactions uint64  `json:"transactions"` // started after the warm-up and completed
 	PerSecond    float64 `json:"transactionsPerSecond"`
 	LatencyUs    Latency `json:"latencyUs"`
-	Timeouts     uint64  `json:"timeouts,omitempty"` // udp-rr: lost request or response
+	Timeouts     uint64  `json:"timeouts,omitempty"` // udp-rr: lost request or response, after the warm-up
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }

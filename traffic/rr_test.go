@@ -112,6 +112,8 @@ func TestRRErrors(t *testing.T) {
 		{Mode: TCPRR, RequestSize: 0, ResponseSize: 1, Duration: time.Second},
 		{Mode: TCPRR, RequestSize: 1, ResponseSize: 70000, Duration: time.Second},
 		{Mode: TCPRR, RequestSize: 1, ResponseSize: 1},
+		{Mode: UDPRR, RequestSize: 1, ResponseSize: 1, Duration: time.Second, Timeout: -time.Second},
+		{Mode: TCPCRR, RequestSize: 1, ResponseSize: 1, Duration: time.Second, ConnectTimeout: -time.Second},
 	} {
 		if err := bad.Check(); err == nil {
 			t.Errorf("%+v accepted", bad)

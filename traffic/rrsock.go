@@ -2,15 +2,16 @@ package traffic
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"runtime"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
-	"io"
 )
 
 // The request/response tool uses blocking sockets, one OS thread each, as
@@ -19,6 +20,11 @@ import (
 // seed studies contain. (Go's own network poller spins before sleeping,
 // which measured about 5x lower round trips on loopback here than any
 // blocking tool: a different quantity.)
+//
+// udp-rr requests of 4 bytes or more carry a sequence number in their
+// first 4 bytes (big-endian), which the server copies into the response:
+// the client tells a late response to an earlier request from the one it
+// waits for.
 
 func sockaddr(addr string) (unix.Sockaddr, error) {
 	ap, err := netip.ParseAddrPort(addr)
@@ -28,10 +34,11 @@ func sockaddr(addr string) (unix.Sockaddr, error) {
 	return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}, nil
 }
 
-// socket opens a blocking socket with the rr options: TCP_NODELAY for
-// TCP, and the timeout on blocking reads and writes.
-func socket(typ int, timeout time.Duration) (int, error) {
-	fd, err := unix.Socket(unix.AF_INET, typ|unix.SOCK_CLOEXEC, 0)
+// socket opens a socket with the rr options: TCP_NODELAY for TCP, and
+// the timeout (if not 0) on blocking reads and writes. flags are added to
+// the type (SOCK_NONBLOCK for a connect with a timeout).
+func socket(typ, flags int, timeout time.Duration) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, typ|flags|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
@@ -39,53 +46,141 @@ func socket(typ int, timeout time.Duration) (int, error) {
 		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	}
 	if timeout > 0 {
-		tv := unix.NsecToTimeval(timeout.Nanoseconds())
-		_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-		_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+		setTimeout(fd, unix.SO_RCVTIMEO, timeout)
+		setTimeout(fd, unix.SO_SNDTIMEO, timeout)
 	}
 	return fd, nil
 }
 
-func writeAll(fd int, b []byte) error {
+// setTimeout sets SO_RCVTIMEO or SO_SNDTIMEO to d, at least 1 us (0 would
+// mean no timeout).
+func setTimeout(fd, opt int, d time.Duration) {
+	tv := unix.NsecToTimeval(max(d, time.Microsecond).Nanoseconds())
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, opt, &tv)
+}
+
+// A waitFunc is called when a blocking read or write timed out (EAGAIN
+// after the socket's SO_RCVTIMEO or SO_SNDTIMEO) with the number of
+// timeouts in a row without progress; it returns nil to keep waiting. A
+// nil waitFunc makes a timeout an error.
+type waitFunc func(stalls int) error
+
+// ioRetry decides what to do after a read or write error: retry (nil) or
+// give up (an error).
+func ioRetry(err error, stalls *int, wait waitFunc) error {
+	switch {
+	case err == unix.EINTR:
+		return nil
+	case isTimeout(err) && wait != nil:
+		*stalls++
+		return wait(*stalls)
+	}
+	return err
+}
+
+func writeAll(fd int, b []byte, wait waitFunc) error {
+	stalls := 0
 	for len(b) > 0 {
 		n, err := unix.Write(fd, b)
-		if err == unix.EINTR {
+		if err != nil {
+			if err := ioRetry(err, &stalls, wait); err != nil {
+				return err
+			}
 			continue
 		}
-		if err != nil {
-			return err
-		}
-		b = b[n:]
+		b, stalls = b[n:], 0
 	}
 	return nil
 }
 
 // readFull reads len(b) bytes; io.EOF if the peer closed first.
-func readFull(fd int, b []byte) error {
+func readFull(fd int, b []byte, wait waitFunc) error {
+	stalls := 0
 	for len(b) > 0 {
 		n, err := unix.Read(fd, b)
-		if err == unix.EINTR {
-			continue
-		}
 		if err != nil {
-			return err
+			if err := ioRetry(err, &stalls, wait); err != nil {
+				return err
+			}
+			continue
 		}
 		if n == 0 {
 			return io.EOF
 		}
-		b = b[n:]
+		b, stalls = b[n:], 0
 	}
 	return nil
+}
+
+// readEOF reads (into buf, discarded) until the peer closes.
+func readEOF(fd int, buf []byte, wait waitFunc) error {
+	stalls := 0
+	for {
+		n, err := unix.Read(fd, buf)
+		switch {
+		case err != nil:
+			if err := ioRetry(err, &stalls, wait); err != nil {
+				return err
+			}
+		case n == 0:
+			return nil
+		default:
+			stalls = 0
+		}
+	}
 }
 
 func isTimeout(err error) bool {
 	return errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EWOULDBLOCK)
 }
 
+// fdSet is a server's open sockets, for ctx's end to shut them down
+// (which wakes a blocked accept or recv). A socket is shut down only while
+// it is registered and deregistered before it is closed, both under mu: a
+// closed descriptor, perhaps already reused by another socket, is never
+// touched.
+type fdSet struct {
+	mu      sync.Mutex
+	fds     map[int]bool
+	stopped bool
+}
+
+// add registers fd; false (fd not registered) once the set is shut down.
+func (s *fdSet) add(fd int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return false
+	}
+	s.fds[fd] = true
+	return true
+}
+
+// close deregisters and closes fd.
+func (s *fdSet) close(fd int) {
+	s.mu.Lock()
+	delete(s.fds, fd)
+	s.mu.Unlock()
+	unix.Close(fd)
+}
+
+// shutdown shuts down every registered socket, and those added later.
+func (s *fdSet) shutdown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	for fd := range s.fds {
+		_ = unix.Shutdown(fd, unix.SHUT_RDWR)
+	}
+}
+
 // RRServe answers requests on c.Addr until ctx ends: TCP connections get
-// a response of ResponseSize bytes for every RequestSize bytes read; UDP
-// datagrams get one response datagram each. ready, if not nil, is closed
-// once the socket listens.
+// a response of ResponseSize bytes for every RequestSize bytes read (with
+// tcp-crr the server then closes first, as netperf's does, so that the
+// TIME_WAIT state is the server's and the client's ephemeral ports are not
+// exhausted); UDP datagrams get one response datagram each, carrying the
+// request's first 4 bytes. ready, if not nil, is closed once the socket
+// listens.
 func RRServe(ctx context.Context, c RRConfig, ready chan<- struct{}) error {
 	sa, err := sockaddr(c.Addr)
 	if err != nil {
@@ -95,29 +190,19 @@ func RRServe(ctx context.Context, c RRConfig, ready chan<- struct{}) error {
 	if c.Mode == UDPRR {
 		typ = unix.SOCK_DGRAM
 	}
-	fd, err := socket(typ, 0)
+	fd, err := socket(typ, 0, 0)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
+	fds := &fdSet{fds: map[int]bool{fd: true}}
+	defer fds.close(fd)
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
 	if err := unix.Bind(fd, sa); err != nil {
 		return fmt.Errorf("bind %s: %w", c.Addr, err)
 	}
 	resp := make([]byte, c.ResponseSize)
-	var mu sync.Mutex
-	open := map[int]bool{fd: true}
-	stopped := false
-	go func() {
-		<-ctx.Done()
-		mu.Lock()
-		stopped = true
-		for f := range open {
-			_ = unix.Shutdown(f, unix.SHUT_RDWR) // wakes blocked accept, recv
-		}
-		mu.Unlock()
-	}()
 	if typ == unix.SOCK_DGRAM {
+		defer context.AfterFunc(ctx, fds.shutdown)()
 		if ready != nil {
 			close(ready)
 		}
@@ -125,7 +210,7 @@ func RRServe(ctx context.Context, c RRConfig, ready chan<- struct{}) error {
 		defer runtime.UnlockOSThread()
 		buf := make([]byte, 65536)
 		for {
-			_, from, err := unix.Recvfrom(fd, buf, 0)
+			n, from, err := unix.Recvfrom(fd, buf, 0)
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -133,7 +218,10 @@ func RRServe(ctx context.Context, c RRConfig, ready chan<- struct{}) error {
 				continue
 			}
 			if err != nil {
-				return err
+				return fmt.Errorf("receive: %w", err)
+			}
+			if n >= 4 && len(resp) >= 4 {
+				copy(resp, buf[:4]) // the sequence number
 			}
 			if from != nil {
 				_ = unix.Sendto(fd, resp, 0, from)
@@ -141,13 +229,18 @@ func RRServe(ctx context.Context, c RRConfig, ready chan<- struct{}) error {
 		}
 	}
 	if err := unix.Listen(fd, 128); err != nil {
-		return err
+		return fmt.Errorf("listen %s: %w", c.Addr, err)
 	}
+	// Registered once listening: a listening socket's shutdown wakes accept.
+	defer context.AfterFunc(ctx, fds.shutdown)()
 	if ready != nil {
 		close(ready)
 	}
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() {
+		fds.shutdown() // after an accept error, wakes the connections still reading
+		wg.Wait()
+	}()
 	for {
 		cfd, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC)
 		if ctx.Err() != nil {
@@ -160,37 +253,57 @@ func RRServe(ctx context.Context, c RRConfig, ready chan<- struct{}) error {
 			continue
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("accept: %w", err)
 		}
 		_ = unix.SetsockoptInt(cfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
+		if !fds.add(cfd) {
 			unix.Close(cfd)
 			return nil
 		}
-		open[cfd] = true
-		mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			defer func() { mu.Lock(); delete(open, cfd); mu.Unlock(); unix.Close(cfd) }()
+			defer fds.close(cfd)
 			req := make([]byte, c.RequestSize)
-			for readFull(cfd, req) == nil && writeAll(cfd, resp) == nil {
+			for readFull(cfd, req, nil) == nil && writeAll(cfd, resp, nil) == nil {
+				if c.Mode == TCPCRR {
+					return // the server closes first
+				}
 			}
 		}()
 	}
 }
 
-// RRRun runs the client side and measures transactions and latency.
+// errRunEnded stops a transaction that was still waiting when the run's
+// time was up; it is not an error of the run.
+var errRunEnded = errors.New("run ended")
+
+// rrClient is one run of RRRun.
+type rrClient struct {
+	c                RRConfig
+	ctx              context.Context
+	sa               unix.Sockaddr
+	req, resp        []byte
+	h                *Histogram
+	measureFrom, end time.Time
+	last             time.Time // completion of the last counted transaction
+	timeouts         uint64
+}
+
+// RRRun runs the client side and measures transactions and latency. A
+// transaction's latency runs from its request's write (tcp-crr: from the
+// connect) to the last byte of its response.
 func RRRun(ctx context.Context, c RRConfig) (*RRResult, error) {
 	if err := c.Check(); err != nil {
 		return nil, err
 	}
 	if c.Timeout == 0 {
-		c.Timeout = time.Second
+		c.Timeout = defaultTimeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = defaultConnectTimeout
 	}
 	sa, err := sockaddr(c.Addr)
 	if err != nil {
@@ -198,82 +311,237 @@ func RRRun(ctx context.Context, c RRConfig) (*RRResult, error) {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	req := make([]byte, c.RequestSize)
-	resp := make([]byte, max(c.ResponseSize, 65536))
-	h := NewHistogram()
-	var timeouts uint64
-	measureFrom := time.Now().Add(c.Warmup)
-	end := measureFrom.Add(c.Duration)
-	record := func(t0 time.Time) {
-		if !t0.Before(measureFrom) {
-			h.Record(time.Since(t0))
-		}
-	}
-	dial := func(typ int) (int, error) {
-		fd, err := socket(typ, c.Timeout)
-		if err != nil {
-			return -1, err
-		}
-		if err := unix.Connect(fd, sa); err != nil {
-			unix.Close(fd)
-			return -1, fmt.Errorf("connect %s: %w", c.Addr, err)
-		}
-		return fd, nil
-	}
+	r := &rrClient{c: c, ctx: ctx, sa: sa, req: make([]byte, c.RequestSize), resp: make([]byte, max(c.ResponseSize, 65536)),
+		h: NewHistogram(), measureFrom: time.Now().Add(c.Warmup)}
+	r.end = r.measureFrom.Add(c.Duration)
 	switch c.Mode {
-	case TCPRR, UDPRR:
-		typ := unix.SOCK_STREAM
-		if c.Mode == UDPRR {
-			typ = unix.SOCK_DGRAM
-		}
-		fd, err := dial(typ)
-		if err != nil {
-			return nil, err
-		}
-		defer unix.Close(fd)
-		for t0 := time.Now(); t0.Before(end); t0 = time.Now() {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			if err := writeAll(fd, req); err != nil {
-				return nil, fmt.Errorf("request: %w", err)
-			}
-			if typ == unix.SOCK_DGRAM {
-				if _, err := unix.Read(fd, resp); err != nil {
-					if isTimeout(err) || err == unix.EINTR {
-						timeouts++
-						continue
-					}
-					return nil, fmt.Errorf("response: %w", err)
-				}
-			} else if err := readFull(fd, resp[:c.ResponseSize]); err != nil {
-				return nil, fmt.Errorf("response: %w", err)
-			}
-			record(t0)
-		}
+	case TCPRR:
+		err = r.tcp()
 	case TCPCRR:
-		for t0 := time.Now(); t0.Before(end); t0 = time.Now() {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			fd, err := dial(unix.SOCK_STREAM)
-			if err != nil {
-				return nil, err
-			}
-			err = writeAll(fd, req)
-			if err == nil {
-				err = readFull(fd, resp[:c.ResponseSize])
-			}
-			unix.Close(fd)
-			if err != nil {
-				return nil, fmt.Errorf("transaction: %w", err)
-			}
-			record(t0)
-		}
+		err = r.crr()
+	case UDPRR:
+		err = r.udp()
 	}
-	elapsed := time.Since(measureFrom)
-	if h.Count() == 0 {
+	if err != nil && !errors.Is(err, errRunEnded) {
+		return nil, err
+	}
+	if r.h.Count() == 0 {
 		return nil, fmt.Errorf("%s to %s: no transaction completed in %v", c.Mode, c.Addr, c.Duration)
 	}
-	return summarize(c, h, elapsed, timeouts), nil
+	stop := r.last // the clock stops at the last completion or the end, whichever is earlier
+	if r.end.Before(stop) {
+		stop = r.end
+	}
+	return summarize(c, r.h, stop.Sub(r.measureFrom), r.timeouts), nil
+}
+
+// measured reports whether a transaction started at t0 counts.
+func (r *rrClient) measured(t0 time.Time) bool { return !t0.Before(r.measureFrom) }
+
+// done records a transaction started at t0 that just completed.
+func (r *rrClient) done(t0 time.Time) {
+	if r.measured(t0) {
+		r.last = time.Now()
+		r.h.Record(r.last.Sub(t0))
+	}
+}
+
+// wait is the TCP modes' waitFunc: a slow transaction keeps waiting until
+// ctx or the run ends, or nothing moved for stallTimeouts Timeouts.
+func (r *rrClient) wait(stalls int) error {
+	if err := r.ctx.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(r.end) {
+		return errRunEnded
+	}
+	if stalls >= stallTimeouts {
+		return fmt.Errorf("stalled: nothing moved for %v (%d timeouts of %v)", time.Duration(stalls)*r.c.Timeout, stalls, r.c.Timeout)
+	}
+	return nil
+}
+
+// dial opens a blocking socket connected to the server. A TCP connect
+// waits at most ConnectTimeout, checking ctx every Timeout.
+func (r *rrClient) dial(typ int) (int, error) {
+	fd, err := socket(typ, unix.SOCK_NONBLOCK, r.c.Timeout)
+	if err != nil {
+		return -1, err
+	}
+	err = unix.Connect(fd, r.sa)
+	if err == unix.EINPROGRESS {
+		err = r.connected(fd)
+	}
+	if err == nil {
+		err = unix.SetNonblock(fd, false)
+	}
+	if err != nil {
+		unix.Close(fd)
+		if r.ctx.Err() != nil {
+			return -1, err
+		}
+		return -1, fmt.Errorf("connect %s: %w", r.c.Addr, err)
+	}
+	return fd, nil
+}
+
+// connected waits for a non-blocking connect to complete.
+func (r *rrClient) connected(fd int) error {
+	deadline := time.Now().Add(r.c.ConnectTimeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("timed out after %v; is a policy dropping it?", r.c.ConnectTimeout)
+		}
+		ms := int(min(left, r.c.Timeout).Milliseconds()) + 1 // rounded up
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}, ms)
+		switch {
+		case err == unix.EINTR:
+		case err != nil:
+			return err
+		case n > 0:
+			if soErr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil {
+				return err
+			} else if soErr != 0 {
+				return unix.Errno(soErr)
+			}
+			return nil
+		}
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// tcp is tcp-rr: back-to-back transactions on one connection.
+func (r *rrClient) tcp() error {
+	fd, err := r.dial(unix.SOCK_STREAM)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	for t0 := time.Now(); t0.Before(r.end); t0 = time.Now() {
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+		if err := writeAll(fd, r.req, r.wait); err != nil {
+			return fmt.Errorf("request: %w", err)
+		}
+		if err := readFull(fd, r.resp[:r.c.ResponseSize], r.wait); err != nil {
+			return fmt.Errorf("response: %w", err)
+		}
+		r.done(t0)
+	}
+	return nil
+}
+
+// crr is tcp-crr: a connection per transaction. The latency runs from
+// connect to the response; the client then reads until the server closes
+// (the server closes first, so the TIME_WAIT is the server's) and closes.
+func (r *rrClient) crr() error {
+	for t0 := time.Now(); t0.Before(r.end); t0 = time.Now() {
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+		fd, err := r.dial(unix.SOCK_STREAM)
+		if err != nil {
+			return err
+		}
+		err = writeAll(fd, r.req, r.wait)
+		if err == nil {
+			err = readFull(fd, r.resp[:r.c.ResponseSize], r.wait)
+		}
+		if err == nil {
+			r.done(t0)
+			if err = readEOF(fd, r.resp, r.wait); err != nil {
+				err = fmt.Errorf("waiting for the server to close: %w", err)
+			}
+		}
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("transaction: %w", err)
+		}
+	}
+	return nil
+}
+
+// udp is udp-rr: one datagram each way per transaction; a transaction
+// whose response does not come within Timeout counts as a timeout.
+func (r *rrClient) udp() error {
+	fd, err := r.dial(unix.SOCK_DGRAM)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	numbered := r.c.RequestSize >= 4 && r.c.ResponseSize >= 4
+	var seq uint32
+	for t0 := time.Now(); t0.Before(r.end); t0 = time.Now() {
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+		seq++
+		if numbered {
+			binary.BigEndian.PutUint32(r.req, seq)
+		}
+		if err := writeAll(fd, r.req, nil); err != nil {
+			return fmt.Errorf("request: %w", err)
+		}
+		ok, err := r.udpResponse(fd, t0, numbered, seq)
+		if err != nil {
+			return fmt.Errorf("response: %w", err)
+		}
+		if ok {
+			r.done(t0)
+			continue
+		}
+		if r.measured(t0) {
+			r.timeouts++
+		}
+		if !numbered {
+			// Without numbers, a late response that came meanwhile would
+			// pass for the next request's.
+			drain(fd, r.resp)
+		}
+	}
+	return nil
+}
+
+// udpResponse waits until t0+Timeout for the response to request seq
+// (numbered: skipping late responses to earlier ones); false if it did not
+// come.
+func (r *rrClient) udpResponse(fd int, t0 time.Time, numbered bool, seq uint32) (bool, error) {
+	shortened := false // SO_RCVTIMEO set to the rest of this transaction's time
+	defer func() {
+		if shortened {
+			setTimeout(fd, unix.SO_RCVTIMEO, r.c.Timeout)
+		}
+	}()
+	for {
+		n, err := unix.Read(fd, r.resp)
+		switch {
+		case err == nil && (!numbered || n >= 4 && binary.BigEndian.Uint32(r.resp) == seq):
+			return true, nil
+		case isTimeout(err):
+			return false, nil
+		case err != nil && err != unix.EINTR:
+			return false, err
+		}
+		// A late response or a signal: wait for the rest of the time.
+		left := r.c.Timeout - time.Since(t0)
+		if left <= 0 {
+			return false, nil
+		}
+		setTimeout(fd, unix.SO_RCVTIMEO, left)
+		shortened = true
+	}
+}
+
+// drain discards the datagrams waiting on fd.
+func drain(fd int, buf []byte) {
+	for {
+		_, _, err := unix.Recvfrom(fd, buf, unix.MSG_DONTWAIT)
+		if err != nil && err != unix.EINTR {
+			return
+		}
+	}
 }

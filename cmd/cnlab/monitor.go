@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/cnlab/cnlab/datapath/ebpf"
 	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
 )
 
@@ -25,9 +28,10 @@ the endpoint side that decided, verdict and reason, source and destination
 endpoints with their identities, the 5-tuple, and the policy rule behind it.
 Events are rate-limited to one per flow and reason per second, so a flood
 cannot slow the datapath; with no monitor running the programs report
-nothing. Stops on Ctrl-C, after --count events, or after --duration; with
-both, fewer than --count events in time exits 1. Exits 1 if the lab is
-taken down meanwhile.`,
+nothing. Stops on Ctrl-C (exit 0), after --count events, or after
+--duration; with both, fewer than --count events when --duration is up
+exits 1. Exits 1 if the lab is taken down meanwhile (also if it is up
+again by then: it is another lab, with other programs).`,
 		Example: `  cnlab monitor policy-lab                 # drops only
   cnlab monitor policy-lab --type all -o json | jq 'select(.to == "y/b")'
   cnlab monitor policy-lab --count 1 --duration 10s   # wait for one drop`,
@@ -68,11 +72,19 @@ taken down meanwhile.`,
 				return err
 			}
 			ctx := cmd.Context()
+			errTimeUp := errors.New("--duration is up")
 			if duration > 0 {
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, duration)
+				ctx, cancel = context.WithTimeoutCause(ctx, duration, errTimeUp)
 				defer cancel()
 			}
+			ids, err := labIdentity(spec)
+			if err != nil {
+				return fmt.Errorf("%w: %s (%v)", ebpf.ErrLabGone, spec.Name, err)
+			}
+			ctx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			go watchLab(ctx, spec, ids, cancel)
 			errDone := errors.New("done")
 			seen := 0
 			started := func() {
@@ -101,15 +113,18 @@ taken down meanwhile.`,
 				}
 				return nil
 			})
-			if errors.Is(err, errDone) {
+			cause := context.Cause(ctx)
+			switch {
+			case errors.Is(err, errDone):
 				return nil
-			}
-			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			case errors.Is(cause, ebpf.ErrLabGone):
+				return cause
+			case err != nil && ctx.Err() == nil:
 				return err
-			}
-			if count > 0 && seen < count {
+			case count > 0 && seen < count && errors.Is(cause, errTimeUp):
 				// --count with --duration waits for events: a script must
-				// tell "they came" from "time ran out".
+				// tell "they came" from "time ran out". Ctrl-C is no
+				// failure.
 				return fmt.Errorf("%d of %d events within %v", seen, count, duration)
 			}
 			return nil
@@ -120,6 +135,48 @@ taken down meanwhile.`,
 	cmd.Flags().IntVar(&count, "count", 0, "stop after this many events (0: no limit)")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
 	return cmd
+}
+
+// labIdentity is the identity (device and inode) of the lab's state
+// directory and of every host's pin directory: a lab taken down and up
+// again has new ones, though the same names.
+func labIdentity(spec *topology.Spec) ([]os.FileInfo, error) {
+	dirs := []string{filepath.Join(topology.StateDir, spec.Name)}
+	for _, h := range spec.Hosts {
+		dirs = append(dirs, ebpf.HostDir(spec.Name, h.Name))
+	}
+	ids := make([]os.FileInfo, len(dirs))
+	for i, dir := range dirs {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = fi
+	}
+	return ids, nil
+}
+
+// watchLab cancels ctx with ebpf.ErrLabGone once the lab's directories are
+// gone or replaced (see labIdentity), checking every second until ctx ends.
+func watchLab(ctx context.Context, spec *topology.Spec, ids []os.FileInfo, cancel context.CancelCauseFunc) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now, err := labIdentity(spec)
+		same := err == nil
+		for i := 0; same && i < len(ids); i++ {
+			same = os.SameFile(ids[i], now[i])
+		}
+		if !same {
+			cancel(fmt.Errorf("%w: %s", ebpf.ErrLabGone, spec.Name))
+			return
+		}
+	}
 }
 
 // formatEvent renders one verdict as a line.
