@@ -133,6 +133,35 @@ func Apply(ctx context.Context, labName string, pols []*policy.Policy) (*Change,
 	})
 }
 
+// Replace makes pols the lab's whole policy set in one datapath update:
+// policies not in it are deleted, the others created or updated.
+func Replace(ctx context.Context, labName string, pols []*policy.Policy) (*Change, error) {
+	return modify(ctx, labName, true, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
+		keep := map[string]string{}
+		for _, p := range pols {
+			keep[key(p)] = p.Raw
+		}
+		had := map[string]string{}
+		for _, p := range cur {
+			had[key(p)] = p.Raw
+			if _, ok := keep[key(p)]; !ok {
+				ch.Deleted = append(ch.Deleted, p.Ref())
+			}
+		}
+		for _, p := range pols {
+			switch raw, ok := had[key(p)]; {
+			case !ok:
+				ch.Created = append(ch.Created, p.Ref())
+			case raw == p.Raw:
+				ch.Unchanged = append(ch.Unchanged, p.Ref())
+			default:
+				ch.Updated = append(ch.Updated, p.Ref())
+			}
+		}
+		return pols, nil
+	})
+}
+
 // Delete removes policies by "namespace/name" (or a bare name when only
 // one namespace has it), or all of them. kind, when set, restricts the
 // names to NetworkPolicy or CiliumNetworkPolicy; otherwise a name held by

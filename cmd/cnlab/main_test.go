@@ -53,6 +53,8 @@ func runCLI(t *testing.T, args ...string) (string, string, int) {
 func TestBadInputExitsTwoAndCreatesNothing(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
+	badExp := filepath.Join(dir, "exp.yaml")
+	os.WriteFile(badExp, []byte("workloads: [{kind: tcp-rr}]\nmatrix: {policies: [-1]}\n"), 0o644)
 	os.WriteFile(bad, []byte("name: t-cli-bad\nhosts:\n  - {name: a, podCIDR: 10.0.0.0/24}\n  - {name: b, podCIDR: 10.0.0.128/25}\n"), 0o644)
 	cases := []struct {
 		args []string
@@ -91,6 +93,9 @@ func TestBadInputExitsTwoAndCreatesNothing(t *testing.T) {
 		{[]string{"rr", "server", "--request-size", "0"}, "request size 0: 1 to 65000 bytes"},
 		{[]string{"monitor", "lab", "--type", "some"}, `--type "some": drop or all`},
 		{[]string{"monitor", "lab", "--count", "-1"}, "--count and --duration cannot be negative"},
+		{[]string{"run", filepath.Join(dir, "missing.yaml")}, "missing.yaml: no such file or directory"},
+		{[]string{"run", badExp}, badExp + ": matrix.policies[0]: -1: between 0 and 100000"},
+		{[]string{"run", "a.yaml", "b.yaml"}, "accepts at most 1 arg"},
 	}
 	for _, tc := range cases {
 		_, stderr, code := runCLI(t, tc.args...)

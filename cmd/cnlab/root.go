@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
@@ -49,7 +50,7 @@ func exitCode(err error, stderr io.Writer) int {
 	var nf *topology.NotFoundError
 	var amb *topology.AmbiguousError
 	if errors.As(err, &ue) || topology.IsInputError(err) || policy.IsInputError(err) || errors.As(err, &nf) || errors.As(err, &amb) ||
-		errors.Is(err, datapath.ErrNoHosts) {
+		errors.Is(err, datapath.ErrNoHosts) || experiment.IsInputError(err) {
 		return exitBadInput
 	}
 	return exitFail
@@ -88,7 +89,7 @@ root.`,
 		return usageError{fmt.Errorf("%w (see `%s --help`)", err, c.CommandPath())}
 	})
 	lab.RegisterDatapaths()
-	root.AddCommand(newUpCmd(e), newDownCmd(e), newStatusCmd(e), newExecCmd(e), newPolicyCmd(e), newProbeCmd(e), newMonitorCmd(e), newRRCmd(e))
+	root.AddCommand(newUpCmd(e), newDownCmd(e), newStatusCmd(e), newExecCmd(e), newPolicyCmd(e), newProbeCmd(e), newMonitorCmd(e), newRRCmd(e), newRunCmd(e))
 	err := root.ExecuteContext(ctx)
 	if err != nil && isCobraUsage(err) {
 		return usageError{err}

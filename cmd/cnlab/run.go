@@ -1,0 +1,240 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/lab"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+)
+
+// exitInterrupted is the exit code of a run stopped by Ctrl-C or SIGTERM
+// (128 + SIGINT, as shells report it).
+const exitInterrupted = 130
+
+func newRunCmd(e *env) *cobra.Command {
+	var quick, plan bool
+	var out, labName, output string
+	var seed int64
+	cmd := &cobra.Command{
+		Use:   "run [FILE] [--quick] [--out DIR]",
+		Short: "Run an experiment: a sweep of datapaths, policies and topologies, measured",
+		Long: `Run an experiment file (experiments/*.yaml; docs/methodology.md): expand its
+matrix into points, run every point's workloads (iperf3 streams, cnlab rr
+request/response, ping) for its repetitions in a shuffled order, rebuilding
+the lab only when the topology changes, and write a results directory:
+results.json (schema 1: the experiment, every sample, per-point median,
+mean, stdev, CV and 95% CI), results.csv (one row per sample and metric),
+environment.json and logs/.
+
+With no FILE it runs the built-in default: a quick policy-scaling sweep on
+one host across the datapaths this machine has. --quick applies the file's
+quick: block (shorter runs, fewer values). --plan prints the points and the
+expected duration without running anything.
+
+Ctrl-C keeps the finished points, marks results.json interrupted, tears
+the lab down and exits 130. A point that fails is recorded with its error
+and the run goes on; the exit code is then 1.`,
+		Example: `  cnlab run                                                  # the built-in default
+  cnlab run experiments/thesis-policy-scaling.yaml --quick
+  cnlab run experiments/service-chain.yaml --out results/chain-1
+  cnlab run experiments/thesis-offloads.yaml --plan`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			file, text := experiment.DefaultFile, experiment.DefaultText
+			if len(args) == 1 {
+				file = args[0]
+				data, err := files.ReadInput(file)
+				if err != nil {
+					return usagef("%s: %v", file, err)
+				}
+				text = data
+			}
+			s, err := experiment.Parse(text, file, quick)
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				s.Matrix.Datapath = availableDatapaths(s.Matrix.Datapath)
+			}
+			if cmd.Flags().Changed("seed") {
+				s.Seed = &seed
+			}
+			if plan {
+				return printPlan(e, s, output)
+			}
+			if err := needRoot(); err != nil {
+				return err
+			}
+			if out == "" {
+				out = filepath.Join("results", fmt.Sprintf("%s-%s", s.Name, time.Now().Format("20060102-150405")))
+			}
+			jobs, labs, d, _ := s.Estimate()
+			e.progress(fmt.Sprintf("running %s: %d runs on %d lab builds, about %s; results in %s", s, jobs, labs, d.Round(time.Second), out))
+			r, err := experiment.Run(cmd.Context(), s, text, experiment.Options{Out: out, Progress: e.stderr, Terminal: isTerminal(e.stderr), LabName: labName})
+			if r == nil {
+				return err
+			}
+			failed := printRunSummary(e, r, out, output)
+			switch {
+			case errors.Is(err, experiment.ErrInterrupted):
+				fmt.Fprintf(e.stderr, "cnlab: %v\n", err)
+				return exitStatus(exitInterrupted)
+			case err != nil:
+				return err
+			case failed > 0:
+				fmt.Fprintf(e.stderr, "cnlab: %d points failed: see their error in %s and logs/\n", failed, filepath.Join(out, "results.json"))
+				return exitStatus(exitFail)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&quick, "quick", false, "apply the file's quick: block (shorter, fewer values)")
+	f.StringVar(&out, "out", "", "results directory (default results/NAME-DATE-TIME)")
+	f.StringVar(&labName, "lab", "", "name of the lab the run builds (default xp-XXXX)")
+	f.Int64Var(&seed, "seed", 0, "seed of the shuffled order (default: the file's, else random; recorded)")
+	f.BoolVar(&plan, "plan", false, "print the points and the expected duration, run nothing")
+	f.StringVarP(&output, "output", "o", "", "json: print the outcome (or the plan) as JSON on stdout")
+	return cmd
+}
+
+// availableDatapaths keeps the built-in experiment's datapaths that this
+// machine can run.
+func availableDatapaths(dps []string) []string {
+	var out []string
+	for _, d := range dps {
+		if lab.Available(d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+func printPlan(e *env, s *experiment.Spec, output string) error {
+	points, err := s.Points()
+	if err != nil {
+		return err
+	}
+	jobs, labs, d, err := s.Estimate()
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"experiment": s.Name, "quick": s.IsQuick(), "points": points, "runs": jobs,
+			"labBuilds": labs, "estimatedSeconds": d.Seconds()})
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "POINT\tSWEEP\tTOPOLOGY\tSERIES\tPARAMS\tWORKLOAD")
+	for _, p := range points {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, dash(p.Sweep), p.Params.Topology, p.Series, paramText(p.Params), p.Workload.Name())
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(e.stdout, "%s: %d points, %d runs (%d repetitions each, plus profiled runs), %d lab builds, about %s\n",
+		s, len(points), jobs, s.Repetitions, labs, d.Round(time.Second))
+	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// paramText lists a point's non-default parameters.
+func paramText(p experiment.Params) string {
+	var parts []string
+	add := func(cond bool, format string, args ...any) {
+		if cond {
+			parts = append(parts, fmt.Sprintf(format, args...))
+		}
+	}
+	add(true, "policies=%d", p.Policies)
+	add(p.PolicyMode != experiment.ModeNoMatch && p.PolicyMode != "", "mode=%s", p.PolicyMode)
+	add(p.Link != "", "link=%s", p.Link)
+	add(p.ChainLength > 0, "length=%d", p.ChainLength)
+	add(p.HostRouting != "", "routing=%s", p.HostRouting)
+	add(p.MTU > 0, "mtu=%d", p.MTU)
+	add(p.Offloads != "", "offloads=%s", p.Offloads)
+	add(p.FirewallRules > 0, "firewall=%d", p.FirewallRules)
+	add(p.FirewallStateful, "stateful")
+	add(p.FirewallSpread, "spread")
+	add(p.ShaperRate != "", "shaper=%s", p.ShaperRate)
+	return strings.Join(parts, " ")
+}
+
+// headline is the metric a summary line shows for a workload.
+func headline(kind string) string {
+	switch kind {
+	case experiment.TCPStream, experiment.UDPStream:
+		return "throughput_gbps"
+	case experiment.Ping:
+		return "first_rtt_us"
+	}
+	return "latency_p50_us"
+}
+
+// printRunSummary prints each point's headline median with its CI and CV
+// and returns the number of failed points.
+func printRunSummary(e *env, r *experiment.Results, out, output string) int {
+	failed := 0
+	for _, p := range r.Points {
+		if p.Status == experiment.PointFailed {
+			failed++
+		}
+	}
+	if output == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(map[string]any{"out": out, "status": r.Status, "points": len(r.Points), "failed": failed})
+		return failed
+	}
+	pts := append([]experiment.PointResult(nil), r.Points...)
+	sort.SliceStable(pts, func(i, j int) bool { return pts[i].ID < pts[j].ID })
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "POINT\tTOPOLOGY\tSERIES\tPARAMS\tWORKLOAD\tMETRIC\tMEDIAN\t95% CI\tCV\tN\tSTATUS")
+	for _, p := range pts {
+		m := headline(p.Workload.Kind)
+		s, ok := p.Summary[m]
+		val, ci, cv := "-", "-", "-"
+		if ok {
+			val = fmt.Sprintf("%.4g", s.Median)
+			ci = fmt.Sprintf("%.4g–%.4g", s.CILow, s.CIHigh)
+			cv = fmt.Sprintf("%.1f%%", 100*s.CV)
+		}
+		status := p.Status
+		if p.Error != "" {
+			status += ": " + p.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", p.ID, p.Params.Topology, p.Series, paramText(p.Params),
+			p.Workload.Name(), m, val, ci, cv, s.N, status)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(e.stdout, "results: %s\n", out)
+	return failed
+}

@@ -1,0 +1,52 @@
+package experiment
+
+import (
+	_ "embed"
+	"fmt"
+	"time"
+)
+
+// DefaultText is the experiment `cnlab run` runs without a file: a quick
+// policy-scaling sweep on one host across the datapaths (seed 000's
+// figures 7.2 and 7.6 in miniature).
+//
+//go:embed default.yaml
+var DefaultText []byte
+
+// DefaultFile names the built-in experiment in messages and results.
+const DefaultFile = "(built-in default experiment)"
+
+// Estimate is how long a run should take: measured time plus a per-job
+// and per-lab overhead measured on the development machine (2 cores),
+// which a slower machine exceeds.
+func (s *Spec) Estimate() (jobs, labs int, d time.Duration, err error) {
+	points, err := s.Points()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	order := schedule(points, s.Repetitions, nil)
+	prev := ""
+	byID := map[string]Point{}
+	for _, p := range points {
+		byID[p.ID] = p
+	}
+	for _, j := range order {
+		p := byID[j.Point]
+		if k := labKey(p.Params); k != prev {
+			labs++
+			prev = k
+		}
+		d += time.Duration(s.Warmup+s.Duration) + 300*time.Millisecond
+		if p.Workload.Kind == Ping {
+			d -= time.Duration(s.Warmup + s.Duration)
+			d += time.Duration(p.Workload.Count) * 15 * time.Millisecond
+		}
+	}
+	d += time.Duration(labs) * 500 * time.Millisecond
+	return len(order), labs, d, nil
+}
+
+// String describes the spec in one line.
+func (s *Spec) String() string {
+	return fmt.Sprintf("%s (%v warm-up, %v measured, %d repetitions)", s.Name, time.Duration(s.Warmup), time.Duration(s.Duration), s.Repetitions)
+}

@@ -1,0 +1,151 @@
+package experiment
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Environment is environment.json: the machine a run was measured on.
+type Environment struct {
+	Hostname      string            `json:"hostname"`
+	Kernel        string            `json:"kernel"` // uname -r
+	KernelVersion string            `json:"kernelVersion"`
+	Arch          string            `json:"arch"`
+	CPUModel      string            `json:"cpuModel"`
+	Cores         int               `json:"cores"`
+	MemoryBytes   uint64            `json:"memoryBytes"`
+	Virtualized   string            `json:"virtualized,omitempty"` // the hypervisor CPU flag, if any
+	Cnlab         string            `json:"cnlab"`                 // commit
+	Go            string            `json:"go"`
+	Tools         map[string]string `json:"tools"`   // first line of each tool's --version
+	Sysctls       map[string]string `json:"sysctls"` // the ones that change results
+	CPUGovernor   string            `json:"cpuGovernor,omitempty"`
+	DefaultMTU    int               `json:"defaultMTU"`
+	// Offloads are the lab interfaces' offload settings as built (ethtool
+	// -k of the first lab's client eth0), before any offloads: value of
+	// the matrix.
+	Offloads   map[string]string `json:"offloads,omitempty"`
+	CapturedAt time.Time         `json:"capturedAt"`
+}
+
+// Commit is the VCS revision cnlab was built from ("devel" when unknown).
+func Commit() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "devel"
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
+}
+
+func firstLine(argv ...string) string {
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil && len(out) == 0 {
+		return ""
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}
+
+func readTrim(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// CaptureEnvironment describes this machine.
+func CaptureEnvironment() *Environment {
+	e := &Environment{Arch: runtime.GOARCH, Cores: runtime.NumCPU(), Cnlab: Commit(), Go: runtime.Version(),
+		Tools: map[string]string{}, Sysctls: map[string]string{}, DefaultMTU: 1500, CapturedAt: time.Now().UTC()}
+	e.Hostname, _ = os.Hostname()
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		e.Kernel = unix.ByteSliceToString(u.Release[:])
+		e.KernelVersion = unix.ByteSliceToString(u.Version[:])
+	}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(data))
+		for sc.Scan() {
+			k, v, ok := strings.Cut(sc.Text(), ":")
+			k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+			if ok && k == "model name" && e.CPUModel == "" {
+				e.CPUModel = v
+			}
+			if ok && k == "flags" && strings.Contains(" "+v+" ", " hypervisor ") {
+				e.Virtualized = "hypervisor"
+			}
+		}
+	}
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		e.MemoryBytes = uint64(si.Totalram) * uint64(si.Unit)
+	}
+	for name, argv := range map[string][]string{
+		"iperf3":          {"iperf3", "--version"},
+		"iptables":        {"iptables", "--version"},
+		"iptables-legacy": {"iptables-legacy", "--version"},
+		"nft":             {"nft", "--version"},
+		"ethtool":         {"ethtool", "--version"},
+		"perf":            {"perf", "--version"},
+		"ping":            {"ping", "-V"},
+		"sockperf":        {"sockperf", "--version"},
+	} {
+		if v := firstLine(argv...); v != "" {
+			e.Tools[name] = v
+		}
+	}
+	for _, k := range []string{"net/core/bpf_jit_enable", "net/core/rmem_max", "net/core/wmem_max", "net/ipv4/tcp_rmem", "net/ipv4/tcp_wmem",
+		"net/ipv4/tcp_congestion_control", "net/bridge/bridge-nf-call-iptables", "kernel/perf_event_paranoid"} {
+		if v := readTrim("/proc/sys/" + k); v != "" {
+			e.Sysctls[strings.ReplaceAll(k, "/", ".")] = v
+		}
+	}
+	e.CPUGovernor = readTrim("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+	return e
+}
+
+// parseEthtoolK reads `ethtool -k DEV` output into feature: on|off for the
+// offloads the matrix can set.
+func parseEthtoolK(out string) map[string]string {
+	names := map[string]string{"tcp-segmentation-offload": "tso", "generic-segmentation-offload": "gso",
+		"generic-receive-offload": "gro", "tx-checksumming": "tx-checksum", "rx-checksumming": "rx-checksum",
+		"scatter-gather": "sg"}
+	m := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if short, known := names[strings.TrimSpace(k)]; ok && known {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				m[short] = f[0]
+			}
+		}
+	}
+	return m
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,450 @@
+package experiment
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Policy modes: how the matrix's number of policies is generated
+// (docs/methodology.md).
+const (
+	ModeNoMatch    = "no-match"     // iptables: filler rules every packet walks; others: policies on other ports
+	ModeTopOfChain = "top-of-chain" // iptables only: filler after the established-accept rule
+	ModeL4Rules    = "l4-rules"     // one policy with N extra L4 port rules
+	ModeSelectors  = "selectors"    // N policies, each with its own label selector for the client
+)
+
+var policyModes = []string{ModeNoMatch, ModeTopOfChain, ModeL4Rules, ModeSelectors}
+
+// Params are the values of one point of the matrix. Zero values are the
+// defaults (the topology's own datapath, MTU and offloads).
+type Params struct {
+	Topology         string `json:"topology"`
+	Link             string `json:"link,omitempty"`
+	ChainLength      int    `json:"chainLength,omitempty"`
+	Datapath         string `json:"datapath,omitempty"`
+	HostRouting      string `json:"hostRouting,omitempty"`
+	Policies         int    `json:"policies"`
+	PolicyMode       string `json:"policyMode,omitempty"`
+	Flows            int    `json:"flows,omitempty"`
+	Size             int    `json:"size,omitempty"`
+	MTU              int    `json:"mtu,omitempty"`
+	Offloads         string `json:"offloads,omitempty"`
+	Zerocopy         bool   `json:"zerocopy,omitempty"`
+	FirewallRules    int    `json:"firewallRules,omitempty"`
+	FirewallStateful bool   `json:"firewallStateful,omitempty"`
+	FirewallSpread   bool   `json:"firewallSpread,omitempty"`
+	ShaperRate       string `json:"shaperRate,omitempty"`
+}
+
+// Point is one measurement of the experiment: parameters and a workload.
+type Point struct {
+	ID       string   `json:"id"`
+	Sweep    string   `json:"sweep,omitempty"`
+	Params   Params   `json:"params"`
+	Workload Workload `json:"workload"`
+	Series   string   `json:"series"` // the line a figure draws this point on
+	Profile  bool     `json:"profile,omitempty"`
+	// Repetitions is the number of measured samples the point gets.
+	Repetitions int `json:"repetitions"`
+}
+
+// override replaces every key o sets.
+func (m *Matrix) override(o Matrix) { m.merge(o, false) }
+
+// overrideSet replaces only the keys both m and o set.
+func (m *Matrix) overrideSet(o Matrix) { m.merge(o, true) }
+
+func (m *Matrix) merge(o Matrix, onlySet bool) {
+	pick := func(have, give int) bool { return give > 0 && (!onlySet || have > 0) }
+	if pick(len(m.Topology), len(o.Topology)) {
+		m.Topology = o.Topology
+	}
+	if pick(len(m.Link), len(o.Link)) {
+		m.Link = o.Link
+	}
+	if pick(len(m.ChainLength), len(o.ChainLength)) {
+		m.ChainLength = o.ChainLength
+	}
+	if pick(len(m.Datapath), len(o.Datapath)) {
+		m.Datapath = o.Datapath
+	}
+	if pick(len(m.HostRouting), len(o.HostRouting)) {
+		m.HostRouting = o.HostRouting
+	}
+	if pick(len(m.Policies), len(o.Policies)) {
+		m.Policies = o.Policies
+	}
+	if pick(len(m.PolicyMode), len(o.PolicyMode)) {
+		m.PolicyMode = o.PolicyMode
+	}
+	if pick(len(m.Flows), len(o.Flows)) {
+		m.Flows = o.Flows
+	}
+	if pick(len(m.Size), len(o.Size)) {
+		m.Size = o.Size
+	}
+	if pick(len(m.MTU), len(o.MTU)) {
+		m.MTU = o.MTU
+	}
+	if pick(len(m.Offloads), len(o.Offloads)) {
+		m.Offloads = o.Offloads
+	}
+	if pick(len(m.Zerocopy), len(o.Zerocopy)) {
+		m.Zerocopy = o.Zerocopy
+	}
+	if pick(len(m.FirewallRules), len(o.FirewallRules)) {
+		m.FirewallRules = o.FirewallRules
+	}
+	if pick(len(m.FirewallStateful), len(o.FirewallStateful)) {
+		m.FirewallStateful = o.FirewallStateful
+	}
+	if pick(len(m.FirewallSpread), len(o.FirewallSpread)) {
+		m.FirewallSpread = o.FirewallSpread
+	}
+	if pick(len(m.ShaperRate), len(o.ShaperRate)) {
+		m.ShaperRate = o.ShaperRate
+	}
+}
+
+// dim is one axis of the matrix: how many values it has and how the i-th
+// is set on a point.
+type dim struct {
+	n   int
+	set func(p *Params, i int)
+}
+
+func (m Matrix) dims() []dim {
+	var ds []dim
+	str := func(vs []string, f func(p *Params, v string)) {
+		if len(vs) > 0 {
+			ds = append(ds, dim{len(vs), func(p *Params, i int) { f(p, vs[i]) }})
+		}
+	}
+	num := func(vs []int, f func(p *Params, v int)) {
+		if len(vs) > 0 {
+			ds = append(ds, dim{len(vs), func(p *Params, i int) { f(p, vs[i]) }})
+		}
+	}
+	boo := func(vs []bool, f func(p *Params, v bool)) {
+		if len(vs) > 0 {
+			ds = append(ds, dim{len(vs), func(p *Params, i int) { f(p, vs[i]) }})
+		}
+	}
+	str(m.Topology, func(p *Params, v string) { p.Topology = v })
+	str(m.Link, func(p *Params, v string) { p.Link = v })
+	num(m.ChainLength, func(p *Params, v int) { p.ChainLength = v })
+	str(m.Datapath, func(p *Params, v string) { p.Datapath = v })
+	str(m.HostRouting, func(p *Params, v string) { p.HostRouting = v })
+	num(m.Policies, func(p *Params, v int) { p.Policies = v })
+	str(m.PolicyMode, func(p *Params, v string) { p.PolicyMode = v })
+	num(m.Flows, func(p *Params, v int) { p.Flows = v })
+	num(m.Size, func(p *Params, v int) { p.Size = v })
+	num(m.MTU, func(p *Params, v int) { p.MTU = v })
+	str(m.Offloads, func(p *Params, v string) { p.Offloads = v })
+	boo(m.Zerocopy, func(p *Params, v bool) { p.Zerocopy = v })
+	num(m.FirewallRules, func(p *Params, v int) { p.FirewallRules = v })
+	boo(m.FirewallStateful, func(p *Params, v bool) { p.FirewallStateful = v })
+	boo(m.FirewallSpread, func(p *Params, v bool) { p.FirewallSpread = v })
+	str(m.ShaperRate, func(p *Params, v string) { p.ShaperRate = v })
+	return ds
+}
+
+// size is the number of parameter combinations.
+func (m Matrix) size() int {
+	n := 1
+	for _, d := range m.dims() {
+		n *= d.n
+		if n > MaxPoints {
+			return n
+		}
+	}
+	return n
+}
+
+// check validates the values of each key on its own.
+func (m Matrix) check(s *Spec, path string) error {
+	if n := m.size(); n > MaxPoints {
+		return s.errf(path, "expands to more than %d points", MaxPoints)
+	}
+	for i, t := range m.Topology {
+		if t == "" {
+			return s.errf(fmt.Sprintf("%s.topology[%d]", path, i), "empty topology: a preset (%s) or a topology file", strings.Join(topology.Presets(), ", "))
+		}
+	}
+	for i, v := range m.Datapath {
+		if !contains([]string{"iptables", "nftables", "ebpf"}, v) {
+			return s.errf(fmt.Sprintf("%s.datapath[%d]", path, i), "%q is not a datapath (iptables, nftables, ebpf)", v)
+		}
+	}
+	for i, v := range m.HostRouting {
+		if v != topology.HostRoutingBPF && v != topology.HostRoutingLegacy {
+			return s.errf(fmt.Sprintf("%s.hostRouting[%d]", path, i), "%q: bpf or legacy", v)
+		}
+	}
+	for i, v := range m.PolicyMode {
+		if !contains(policyModes, v) {
+			return s.errf(fmt.Sprintf("%s.policyMode[%d]", path, i), "%q: one of %s", v, strings.Join(policyModes, ", "))
+		}
+	}
+	ints := []struct {
+		key      string
+		vs       []int
+		min, max int
+	}{
+		{"chainLength", m.ChainLength, 1, 64},
+		{"policies", m.Policies, 0, MaxPolicies},
+		{"flows", m.Flows, 1, MaxFlows},
+		{"size", m.Size, 1, 1 << 20},
+		{"mtu", m.MTU, 576, 65000},
+		{"firewallRules", m.FirewallRules, 0, 100000},
+	}
+	for _, k := range ints {
+		for i, v := range k.vs {
+			if v < k.min || v > k.max {
+				return s.errf(fmt.Sprintf("%s.%s[%d]", path, k.key, i), "%d: between %d and %d", v, k.min, k.max)
+			}
+		}
+	}
+	for i, v := range m.Offloads {
+		if _, err := parseOffloads(v); err != nil {
+			return s.errf(fmt.Sprintf("%s.offloads[%d]", path, i), "%v", err)
+		}
+	}
+	for i, v := range m.ShaperRate {
+		if _, err := topology.ParseRate(v); err != nil {
+			return s.errf(fmt.Sprintf("%s.shaperRate[%d]", path, i), "%v", err)
+		}
+	}
+	return nil
+}
+
+// parseOffloads reads "on", "off" or a list like "tso=off,gso=off,gro=on"
+// into ethtool -K settings.
+func parseOffloads(v string) (map[string]string, error) {
+	all := []string{"tso", "gso", "gro"}
+	out := map[string]string{}
+	if v == "on" || v == "off" {
+		for _, k := range all {
+			out[k] = v
+		}
+		return out, nil
+	}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || !contains(all, k) || (val != "on" && val != "off") {
+			return nil, fmt.Errorf("%q: on, off, or a list such as tso=off,gso=off,gro=on (keys tso, gso, gro)", v)
+		}
+		out[k] = val
+	}
+	return out, nil
+}
+
+// Points expands the experiment into its points, in a fixed order (the
+// runner shuffles them).
+func (s *Spec) Points() ([]Point, error) {
+	type part struct {
+		name, path string
+		m          Matrix
+		wl         []Workload
+		profile    bool
+		reps       int
+	}
+	var parts []part
+	if len(s.Sweeps) == 0 {
+		parts = append(parts, part{"", "matrix", s.Matrix, s.Workloads, s.Profile, s.Repetitions})
+	}
+	for i, sw := range s.Sweeps {
+		m := s.Matrix
+		m.override(sw.Matrix)
+		wl := sw.Workloads
+		if len(wl) == 0 {
+			wl = s.Workloads
+		}
+		prof := s.Profile
+		if sw.Profile != nil {
+			prof = *sw.Profile
+		}
+		reps := s.Repetitions
+		if sw.Repetitions > 0 {
+			reps = sw.Repetitions
+		}
+		parts = append(parts, part{sw.Name, fmt.Sprintf("sweeps[%d].matrix", i), m, wl, prof, reps})
+	}
+	var out []Point
+	for _, pt := range parts {
+		ds := pt.m.dims()
+		idx := make([]int, len(ds))
+		for {
+			p := Params{}
+			for k, d := range ds {
+				d.set(&p, idx[k])
+			}
+			if err := s.resolveParams(&p, pt.path); err != nil {
+				return nil, err
+			}
+			for _, w := range pt.wl {
+				w = effectiveWorkload(w, p)
+				out = append(out, Point{ID: fmt.Sprintf("p%04d", len(out)+1), Sweep: pt.name, Params: p, Workload: w,
+					Series: series(p), Profile: pt.profile, Repetitions: pt.reps})
+				if len(out) > MaxPoints {
+					return nil, s.errf("matrix", "expands to more than %d points", MaxPoints)
+				}
+			}
+			k := len(ds) - 1
+			for ; k >= 0; k-- {
+				idx[k]++
+				if idx[k] < ds[k].n {
+					break
+				}
+				idx[k] = 0
+			}
+			if k < 0 {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// effectiveWorkload applies the matrix's flows, size and zerocopy to a
+// workload where they mean something.
+func effectiveWorkload(w Workload, p Params) Workload {
+	stream := w.Kind == TCPStream || w.Kind == UDPStream
+	if stream && p.Flows > 0 {
+		w.Flows = p.Flows
+	}
+	if stream && p.Size > 0 {
+		w.Length = p.Size
+	}
+	if w.Kind == TCPStream && p.Zerocopy {
+		w.Zerocopy = true
+	}
+	return w
+}
+
+// series names the line a point is drawn on: the datapath, with the
+// iptables filler mode when it matters.
+func series(p Params) string {
+	s := p.Datapath
+	if s == "" {
+		s = "none"
+	}
+	if p.Datapath == "iptables" {
+		s += " " + p.PolicyMode
+	}
+	if p.HostRouting == topology.HostRoutingLegacy {
+		s += " legacy-routing"
+	}
+	return s
+}
+
+// isChain reports whether a topology value names the chain preset.
+func isChain(t string) bool { return t == "chain" }
+
+// isPreset reports whether a topology value names a preset, not a file.
+func isPreset(t string) bool { return contains(topology.Presets(), t) }
+
+// resolveParams fills defaults and checks the combination.
+func (s *Spec) resolveParams(p *Params, path string) error {
+	if p.Topology == "" {
+		p.Topology = "single-host"
+	}
+	if p.PolicyMode == "" {
+		p.PolicyMode = ModeNoMatch
+	}
+	bad := func(key, format string, args ...any) error {
+		return s.errf(path+"."+key, format, args...)
+	}
+	chain := isChain(p.Topology)
+	if !isPreset(p.Topology) {
+		spec, err := s.loadTopology(p.Topology, topology.Overrides{Name: "check"})
+		if err != nil {
+			return err
+		}
+		chain = spec.Chain != nil
+	}
+	if chain {
+		switch {
+		case p.Datapath != "":
+			return bad("datapath", "%s: a chain has no policy datapath (remove datapath: from this sweep)", p.Datapath)
+		case p.Policies > 0:
+			return bad("policies", "%d: a chain has no policy datapath; use firewallRules for rules in its hops", p.Policies)
+		case p.HostRouting != "":
+			return bad("hostRouting", "applies to the eBPF datapath, not to chains")
+		}
+		if p.Link != "" && p.Link != topology.ChainVeth && p.Link != topology.ChainBridge {
+			return bad("link", "%q: a chain's links are veth or bridge", p.Link)
+		}
+		if p.ChainLength != 0 && !isPreset(p.Topology) {
+			return bad("chainLength", "applies to the chain preset; a chain topology file sets its own length")
+		}
+		if isPreset(p.Topology) {
+			// The chain and its functions as the lab will have them.
+			if _, err := topology.Parse([]byte(chainYAML(*p)), s.File+" (chain of "+path+")", topology.Overrides{Name: "check", MTU: p.MTU}); err != nil {
+				return err
+			}
+		}
+	} else {
+		switch {
+		case p.ChainLength != 0:
+			return bad("chainLength", "applies to the chain topology only (topology %s)", p.Topology)
+		case p.FirewallRules != 0 || p.FirewallStateful || p.FirewallSpread || p.ShaperRate != "":
+			return bad("firewallRules", "network functions (firewall, shaper) go in chain hops: use topology chain")
+		}
+		if p.Link != "" {
+			if p.Topology != "multi-host" {
+				return bad("link", "applies to the multi-host and chain presets (topology %s)", p.Topology)
+			}
+			if p.Link != topology.LinkWire && p.Link != topology.LinkVXLAN {
+				return bad("link", "%q: hosts are joined by wire or vxlan", p.Link)
+			}
+		}
+		if p.Datapath == "" {
+			p.Datapath = "iptables"
+			if !isPreset(p.Topology) {
+				spec, _ := s.loadTopology(p.Topology, topology.Overrides{Name: "check"})
+				p.Datapath = spec.Datapath
+			}
+		}
+		if p.HostRouting != "" && p.Datapath != "ebpf" {
+			return bad("hostRouting", "applies to the eBPF datapath only (datapath %s)", p.Datapath)
+		}
+		if p.PolicyMode == ModeTopOfChain && p.Datapath != "iptables" {
+			return bad("policyMode", "top-of-chain is an iptables filler mode (datapath %s): sweep it in a sweep of its own with datapath [iptables]", p.Datapath)
+		}
+		if usesFiller(*p) && p.Policies > topology.MaxFiller {
+			return bad("policies", "%d filler rules: iptables takes at most %d", p.Policies, topology.MaxFiller)
+		}
+		if !usesFiller(*p) && p.Policies > maxPortPolicies {
+			return bad("policies", "%d: policies generated on ports %d and up take at most %d", p.Policies, fillerPort, maxPortPolicies)
+		}
+	}
+	return nil
+}
+
+// loadTopology parses a topology file named in the experiment, relative
+// to the experiment file.
+func (s *Spec) loadTopology(name string, ov topology.Overrides) (*topology.Spec, error) {
+	path := name
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(s.Dir, name)
+	}
+	data, err := files.ReadInput(path)
+	if err != nil {
+		msg := err.Error()
+		if os.IsNotExist(err) {
+			msg = fmt.Sprintf("no such topology file (and not a preset: %s)", strings.Join(topology.Presets(), ", "))
+		}
+		return nil, &InputError{File: s.File, Path: "topology", Msg: fmt.Sprintf("%s: %s", name, msg)}
+	}
+	return topology.Parse(data, path, ov)
+}
+
+func maxCPU() int { return runtime.NumCPU() }

@@ -1,0 +1,95 @@
+package experiment
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Ports the workloads use on the server.
+const (
+	IperfPort = 5201  // iperf3, flow i on IperfPort+i (its TCP control connection and its data, TCP or UDP)
+	RRPort    = 12865 // cnlab rr (netperf's port)
+	// fillerPort is the first port of generated policies that the
+	// workloads never use; policy i gets fillerPort+2i (never adjacent, so
+	// no datapath can merge two into one range).
+	fillerPort = 20000
+	// maxPortPolicies keeps fillerPort+2i a port number.
+	maxPortPolicies = (65535 - fillerPort) / 2
+)
+
+// workloadPorts are the server's ports every generated policy set allows
+// from the client, so the measured traffic passes whatever else is there.
+const workloadPorts = "[{port: 5201, endPort: 5264, protocol: TCP}, {port: 5201, endPort: 5264, protocol: UDP}, {port: 12865, protocol: TCP}, {port: 12865, protocol: UDP}]"
+
+// usesFiller reports whether the point's policies are iptables filler
+// rules (part of the lab) rather than policies applied to it.
+func usesFiller(p Params) bool {
+	return p.Datapath == "iptables" && (p.PolicyMode == ModeNoMatch || p.PolicyMode == ModeTopOfChain)
+}
+
+// policyText generates the point's policies as Kubernetes NetworkPolicy
+// YAML, all on the server (app=server in namespace default) and about
+// the client (app=client):
+//
+//	no-match   N policies, each allowing the client on one port no
+//	           workload uses, plus one allowing the workload ports
+//	l4-rules   one policy allowing the client on the workload ports and
+//	           N other ports: N more L4 rules in one policy (seed 000's
+//	           experiment 3)
+//	selectors  N policies, each selecting the client with a label
+//	           selector of its own (app In [client, peer-i]) on a port of
+//	           its own, plus one allowing the workload ports
+//
+// iptables' no-match and top-of-chain are filler rules instead (see
+// usesFiller). Zero policies is an empty text: no policy at all.
+func policyText(p Params) string {
+	if usesFiller(p) || p.Policies == 0 && p.PolicyMode != ModeL4Rules {
+		return ""
+	}
+	var b strings.Builder
+	head := func(name string) {
+		fmt.Fprintf(&b, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: %s, namespace: %s}\nspec:\n  podSelector: {matchLabels: {app: server}}\n  ingress:\n", name, topology.DefaultNamespace)
+	}
+	switch p.PolicyMode {
+	case ModeL4Rules:
+		head("l4-rules")
+		b.WriteString("  - from: [{podSelector: {matchLabels: {app: client}}}]\n    ports:\n")
+		for _, port := range []string{"{port: 5201, endPort: 5264, protocol: TCP}", "{port: 5201, endPort: 5264, protocol: UDP}", "{port: 12865, protocol: TCP}", "{port: 12865, protocol: UDP}"} {
+			fmt.Fprintf(&b, "    - %s\n", port)
+		}
+		for i := 0; i < p.Policies; i++ {
+			fmt.Fprintf(&b, "    - {port: %d, protocol: TCP}\n", fillerPort+2*i)
+		}
+		return b.String()
+	case ModeSelectors:
+		for i := 0; i < p.Policies; i++ {
+			head(fmt.Sprintf("sel-%d", i))
+			fmt.Fprintf(&b, "  - from: [{podSelector: {matchExpressions: [{key: app, operator: In, values: [client, peer-%d]}]}}]\n    ports: [{port: %d, protocol: TCP}]\n---\n", i, fillerPort+2*i)
+		}
+	default:
+		for i := 0; i < p.Policies; i++ {
+			head(fmt.Sprintf("filler-%d", i))
+			fmt.Fprintf(&b, "  - from: [{podSelector: {matchLabels: {app: client}}}]\n    ports: [{port: %d, protocol: TCP}]\n---\n", fillerPort+2*i)
+		}
+	}
+	head("allow-workloads")
+	fmt.Fprintf(&b, "  - from: [{podSelector: {matchLabels: {app: client}}}]\n    ports: %s\n", workloadPorts)
+	return b.String()
+}
+
+// labKey identifies what a point needs built: points with the same key
+// share a lab. Policies applied with lab.Apply are not part of it; the
+// iptables filler is (it is a lab option).
+func labKey(p Params) string {
+	k := p
+	k.Flows, k.Size, k.Zerocopy = 0, 0, false
+	if !usesFiller(p) {
+		k.Policies, k.PolicyMode = 0, ""
+	}
+	return fmt.Sprintf("%+v", k)
+}
+
+// policyKey identifies the policies a point applies to its lab.
+func policyKey(p Params) string { return policyText(p) }

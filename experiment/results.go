@@ -1,0 +1,244 @@
+package experiment
+
+import (
+	"encoding/csv"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/profile"
+)
+
+// Schema is the version of results.json; a reader refuses another.
+const Schema = 1
+
+// Run states.
+const (
+	StatusRunning     = "running"
+	StatusComplete    = "complete"
+	StatusInterrupted = "interrupted"
+	StatusFailed      = "failed"
+)
+
+// Point states.
+const (
+	PointPending = "pending" // not run (yet, or the run was interrupted first)
+	PointDone    = "done"    // every repetition measured
+	PointPartial = "partial" // some repetitions measured, the run stopped
+	PointFailed  = "failed"  // a repetition failed: see Error
+)
+
+// Results is results.json: everything a report needs, and the experiment
+// as given so the run can be repeated.
+type Results struct {
+	Schema     int            `json:"schema"`
+	Cnlab      string         `json:"cnlab"` // commit of the cnlab that ran it
+	Experiment ExperimentInfo `json:"experiment"`
+	Seed       int64          `json:"seed"`
+	Lab        string         `json:"lab"`
+	StartedAt  time.Time      `json:"startedAt"`
+	FinishedAt *time.Time     `json:"finishedAt,omitempty"`
+	Status     string         `json:"status"`
+	Error      string         `json:"error,omitempty"`
+	Order      []Job          `json:"order"`  // the shuffled schedule
+	Builds     []Build        `json:"builds"` // every lab built, in order
+	Points     []PointResult  `json:"points"`
+}
+
+// ExperimentInfo is the experiment file as given and as parsed.
+type ExperimentInfo struct {
+	File  string `json:"file"`
+	Name  string `json:"name"`
+	Quick bool   `json:"quick"`
+	Text  string `json:"text"` // the file's bytes
+	Spec  *Spec  `json:"spec"`
+}
+
+// Job is one repetition of one point in the schedule. Repetition -1 is
+// the extra, unmeasured run of a point with profile: true.
+type Job struct {
+	Point      string `json:"point"`
+	Repetition int    `json:"repetition"`
+}
+
+// Build is one lab built during the run, with what it cost.
+type Build struct {
+	Key          string    `json:"key"`
+	Params       Params    `json:"params"`
+	At           time.Time `json:"at"`
+	UpSeconds    float64   `json:"upSeconds"`
+	Offloads     string    `json:"offloads,omitempty"`
+	Error        string    `json:"error,omitempty"`
+	PolicyApply  []Apply   `json:"policyApply,omitempty"`
+	TeardownSecs float64   `json:"teardownSeconds"`
+}
+
+// Apply is one policy update of a lab.
+type Apply struct {
+	Policies   int     `json:"policies"`
+	PolicyMode string  `json:"policyMode"`
+	Seconds    float64 `json:"seconds"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// PointResult is a point with its samples and their summaries.
+type PointResult struct {
+	Point
+	Status  string             `json:"status"`
+	Error   string             `json:"error,omitempty"`
+	Samples []Sample           `json:"samples"`
+	Summary map[string]Summary `json:"summary"`
+	Prof    *ProfileResult     `json:"profileResult,omitempty"`
+}
+
+// Sample is one repetition's measurement.
+type Sample struct {
+	Repetition int                `json:"repetition"`
+	At         time.Time          `json:"at"`
+	Seconds    float64            `json:"seconds"` // wall time of the whole sample
+	Metrics    map[string]float64 `json:"metrics"`
+	Log        string             `json:"log"` // relative to the results directory
+}
+
+// ProfileResult is what the profiled run of a point saw.
+type ProfileResult struct {
+	Metrics  map[string]float64               `json:"metrics,omitempty"` // of the profiled run (not in the samples)
+	Kernel   *profile.Result                  `json:"kernel"`
+	IPTables map[string][]profile.RuleCounter `json:"iptablesCounters,omitempty"` // per host netns
+	Error    string                           `json:"error,omitempty"`
+	Log      string                           `json:"log"`
+}
+
+// summarize recomputes a point's summaries from its samples.
+func (p *PointResult) summarize() {
+	by := map[string][]float64{}
+	for _, s := range p.Samples {
+		for k, v := range s.Metrics {
+			by[k] = append(by[k], v)
+		}
+	}
+	p.Summary = map[string]Summary{}
+	for k, xs := range by {
+		p.Summary[k] = Summarize(xs)
+	}
+}
+
+// write saves results.json and results.csv atomically.
+func (r *Results) write(dir string) error {
+	if err := files.WriteJSON(filepath.Join(dir, "results.json"), r, true); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	return r.writeCSV(filepath.Join(dir, "results.csv"))
+}
+
+// csvHeader is results.csv's columns: one row per metric of every sample.
+var csvHeader = []string{"point", "sweep", "series", "workload", "topology", "link", "chainLength", "datapath", "hostRouting",
+	"policies", "policyMode", "flows", "size", "mtu", "offloads", "zerocopy", "firewallRules", "firewallStateful",
+	"firewallSpread", "shaperRate", "repetition", "metric", "value"}
+
+func (r *Results) writeCSV(path string) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write(csvHeader)
+	itoa := strconv.Itoa
+	btoa := strconv.FormatBool
+	for _, p := range r.Points {
+		q := p.Params
+		for _, s := range p.Samples {
+			for _, k := range sortedKeys(s.Metrics) {
+				_ = w.Write([]string{p.ID, p.Sweep, p.Series, p.Workload.Name(), q.Topology, q.Link, itoa(q.ChainLength), q.Datapath, q.HostRouting,
+					itoa(q.Policies), q.PolicyMode, itoa(q.Flows), itoa(q.Size), itoa(q.MTU), q.Offloads, btoa(q.Zerocopy), itoa(q.FirewallRules),
+					btoa(q.FirewallStateful), btoa(q.FirewallSpread), q.ShaperRate, itoa(s.Repetition), k,
+					strconv.FormatFloat(s.Metrics[k], 'g', -1, 64)})
+			}
+		}
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Load reads a results directory's results.json.
+func Load(dir string) (*Results, error) {
+	var r Results
+	if err := files.ReadJSON(filepath.Join(dir, "results.json"), &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	if r.Schema != Schema {
+		return nil, fmt.Errorf("%s: results schema %d; this cnlab reads schema %d", dir, r.Schema, Schema)
+	}
+	return &r, nil
+}
+
+// Check validates results against the schema's rules: what a reader of
+// results.json may rely on. It returns every problem found.
+func (r *Results) Check() []string {
+	var bad []string
+	add := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
+	if r.Schema != Schema {
+		add("schema %d, want %d", r.Schema, Schema)
+	}
+	if r.Experiment.Text == "" || r.Experiment.Spec == nil {
+		add("the experiment file is missing")
+	}
+	if !contains([]string{StatusRunning, StatusComplete, StatusInterrupted, StatusFailed}, r.Status) {
+		add("status %q", r.Status)
+	}
+	if r.Status != StatusRunning && r.FinishedAt == nil {
+		add("a finished run has no finishedAt")
+	}
+	ids := map[string]bool{}
+	for _, p := range r.Points {
+		if ids[p.ID] {
+			add("point %s twice", p.ID)
+		}
+		ids[p.ID] = true
+		if !contains([]string{PointPending, PointDone, PointPartial, PointFailed}, p.Status) {
+			add("point %s: status %q", p.ID, p.Status)
+		}
+		if p.Status == PointFailed && p.Error == "" {
+			add("point %s failed without an error", p.ID)
+		}
+		if p.Status == PointDone && len(p.Samples) == 0 {
+			add("point %s done without samples", p.ID)
+		}
+		if r.Status == StatusComplete && p.Status != PointDone && p.Status != PointFailed {
+			add("complete run, point %s %s", p.ID, p.Status)
+		}
+		n := map[string]int{}
+		for _, s := range p.Samples {
+			if len(s.Metrics) == 0 {
+				add("point %s repetition %d has no metrics", p.ID, s.Repetition)
+			}
+			for k := range s.Metrics {
+				n[k]++
+			}
+		}
+		for k, c := range n {
+			if p.Summary[k].N != c {
+				add("point %s metric %s: summary of %d samples, %d taken", p.ID, k, p.Summary[k].N, c)
+			}
+		}
+	}
+	for _, j := range r.Order {
+		if !ids[j.Point] {
+			add("order names unknown point %s", j.Point)
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}

@@ -1,0 +1,267 @@
+package experiment
+
+import (
+	"context"
+	"encoding/csv"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/internal/testutil"
+	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/topology"
+)
+
+var rrBinary string // a cnlab built for the rr workloads
+
+func TestMain(m *testing.M) {
+	lab.RegisterDatapaths()
+	if os.Geteuid() == 0 {
+		dir, err := os.MkdirTemp("", "cnlab-exp-test")
+		if err != nil {
+			panic(err)
+		}
+		rrBinary = filepath.Join(dir, "cnlab")
+		build := exec.Command("go", "build", "-o", rrBinary, "github.com/cnlab/cnlab/cmd/cnlab")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			panic("build cnlab for the rr workloads: " + err.Error())
+		}
+		defer os.RemoveAll(dir)
+	}
+	testutil.Main(m)
+}
+
+// shortExp is a real experiment of about half a minute: every workload on
+// the eBPF datapath with and without policies, and a profiled iptables
+// point with filler rules.
+const shortExp = `
+name: short
+warmup: 0s
+duration: 1s
+repetitions: 2
+seed: 7
+workloads:
+  - {kind: tcp-stream}
+  - {kind: tcp-rr}
+  - {kind: udp-rr, requestSize: 100, responseSize: 200}
+  - {kind: ping, count: 3}
+sweeps:
+  - name: ebpf
+    matrix: {datapath: [ebpf], policies: [0, 2]}
+  - name: iptables
+    matrix: {datapath: [iptables], policies: [20]}
+    workloads: [{kind: tcp-stream}]
+    profile: true
+`
+
+func runShort(t *testing.T, ctx context.Context, src string, o Options) (*Results, error) {
+	t.Helper()
+	s, err := Parse([]byte(src), "short.yaml", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.RR = []string{rrBinary, "rr"}
+	if o.Out == "" {
+		o.Out = filepath.Join(t.TempDir(), "run")
+	}
+	return Run(ctx, s, []byte(src), o)
+}
+
+func TestRunEndToEnd(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "iperf3", "iperf3")
+	testutil.RequireTool(t, "ping", "iputils-ping")
+	out := filepath.Join(t.TempDir(), "run")
+	r, err := runShort(t, context.Background(), shortExp, Options{Out: out, LabName: "t-exp-e2e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The results directory validates and reads back.
+	back, err := Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := back.Check(); len(bad) > 0 {
+		t.Errorf("results.json does not validate:\n%s", strings.Join(bad, "\n"))
+	}
+	if back.Status != StatusComplete || back.Seed != 7 || back.Experiment.Text != shortExp || len(back.Points) != 9 {
+		t.Errorf("status %s, seed %d, %d points", back.Status, back.Seed, len(back.Points))
+	}
+	rows := 1
+	for _, p := range r.Points {
+		// The server is isolated by the policies, and a NetworkPolicy
+		// cannot allow ICMP: that ping point fails, and the run goes on.
+		if p.Workload.Kind == Ping && p.Params.Policies > 0 {
+			if p.Status != PointFailed || !strings.Contains(p.Error, "no reply") {
+				t.Errorf("%s: ping through an isolated server: %s %q", p.ID, p.Status, p.Error)
+			}
+			continue
+		}
+		if p.Status != PointDone || len(p.Samples) != 2 {
+			t.Errorf("%s (%s %s): %s with %d samples: %s", p.ID, p.Series, p.Workload.Name(), p.Status, len(p.Samples), p.Error)
+			continue
+		}
+		for _, s := range p.Samples {
+			rows += len(s.Metrics)
+			if _, err := os.Stat(filepath.Join(out, s.Log)); err != nil {
+				t.Errorf("%s: log %v", p.ID, err)
+			}
+		}
+		sum := p.Summary
+		switch p.Workload.Kind {
+		case TCPStream:
+			if s := sum["throughput_gbps"]; s.N != 2 || s.Median < 0.1 || s.CILow > s.Median || s.CIHigh < s.Median {
+				t.Errorf("%s: throughput %+v", p.ID, s)
+			}
+		case TCPRR, UDPRR:
+			if sum["transactions_per_s"].Median < 100 || sum["latency_p50_us"].Median > sum["latency_p99_us"].Median {
+				t.Errorf("%s: rr %+v", p.ID, sum)
+			}
+		case Ping:
+			if sum["first_rtt_us"].N != 2 || sum["rtt_us"].Median <= 0 {
+				t.Errorf("%s: ping %+v", p.ID, sum)
+			}
+		}
+		if p.Profile {
+			checkProfile(t, p)
+		}
+	}
+	f, err := os.Open(filepath.Join(out, "results.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(f).ReadAll()
+	f.Close()
+	if err != nil || len(recs) != rows || len(recs[0]) != len(csvHeader) {
+		t.Errorf("results.csv: %d rows (want %d), %v", len(recs), rows, err)
+	}
+	var env Environment
+	if err := files.ReadJSON(filepath.Join(out, "environment.json"), &env); err != nil || env.Kernel == "" || env.Cores < 1 ||
+		env.MemoryBytes == 0 || env.Tools["iperf3"] == "" || env.Offloads["tso"] == "" {
+		t.Errorf("environment.json: %+v %v", env, err)
+	}
+	// The lab builds were recorded, with the policy updates' times.
+	applied := false
+	for _, b := range back.Builds {
+		if b.UpSeconds <= 0 || b.Error != "" {
+			t.Errorf("build %+v", b)
+		}
+		applied = applied || len(b.PolicyApply) > 0
+	}
+	if !applied {
+		t.Error("no policy update recorded")
+	}
+	if labs, _ := topology.Labs(); contains(labs, "t-exp-e2e") {
+		t.Error("the lab is still up after the run")
+	}
+}
+
+func checkProfile(t *testing.T, p PointResult) {
+	t.Helper()
+	pr := p.Prof
+	if pr == nil || pr.Kernel == nil {
+		t.Errorf("%s: no profile: %+v", p.ID, pr)
+		return
+	}
+	if !pr.Kernel.Available {
+		if testutil.InCI() {
+			t.Errorf("%s: perf unavailable under CI: %s", p.ID, pr.Kernel.Reason)
+		}
+		return
+	}
+	if pr.Kernel.Samples == 0 || len(pr.Kernel.Groups) == 0 || pr.Metrics["throughput_gbps"] <= 0 {
+		t.Errorf("%s: empty profile %+v", p.ID, pr)
+	}
+	// The filler rules are in the host's FORWARD path: the counters show
+	// the run's packets passing the established-accept rule.
+	var pkts uint64
+	for _, rules := range pr.IPTables {
+		for _, rc := range rules {
+			if strings.Contains(rc.Rule, "ESTABLISHED") {
+				pkts += rc.Packets
+			}
+		}
+	}
+	if pkts < 1000 {
+		t.Errorf("%s: %d packets counted by the established rule during the profiled run", p.ID, pkts)
+	}
+}
+
+// lockedWriter collects progress lines and calls on for each write.
+type lockedWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+	on func(string)
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.b.Write(p)
+	s := w.b.String()
+	w.mu.Unlock()
+	w.on(s)
+	return len(p), nil
+}
+
+// TestRunInterrupted cancels a run during its third job: the results file
+// is valid and marked interrupted, the finished samples are kept, and no
+// lab is left behind.
+func TestRunInterrupted(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "iperf3", "iperf3")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &lockedWriter{on: func(s string) {
+		if strings.Contains(s, "[3/") {
+			cancel()
+		}
+	}}
+	out := filepath.Join(t.TempDir(), "run")
+	r, err := runShort(t, ctx, shortExp, Options{Out: out, LabName: "t-exp-int", Progress: w})
+	if err != ErrInterrupted {
+		t.Fatalf("err %v, want ErrInterrupted", err)
+	}
+	back, err := Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := back.Check(); len(bad) > 0 {
+		t.Errorf("partial results.json does not validate:\n%s", strings.Join(bad, "\n"))
+	}
+	samples, pending := 0, 0
+	for _, p := range back.Points {
+		samples += len(p.Samples)
+		if p.Status == PointPending {
+			pending++
+		}
+	}
+	if back.Status != StatusInterrupted || back.FinishedAt == nil || samples < 1 || samples > 2 || pending == 0 {
+		t.Errorf("status %s, %d samples kept, %d points pending", back.Status, samples, pending)
+	}
+	if r.Status != back.Status {
+		t.Errorf("returned %s, wrote %s", r.Status, back.Status)
+	}
+	if labs, _ := topology.Labs(); contains(labs, "t-exp-int") {
+		t.Error("the lab is still up after the interruption")
+	}
+}
+
+func TestRunRefusesUsedDirectory(t *testing.T) {
+	out := t.TempDir()
+	if err := os.WriteFile(filepath.Join(out, "results.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Parse([]byte(shortExp), "short.yaml", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), s, []byte(shortExp), Options{Out: out})
+	if err == nil || !IsInputError(err) || !strings.Contains(err.Error(), "already holds a run") {
+		t.Errorf("err %v", err)
+	}
+}

@@ -1,0 +1,285 @@
+package experiment
+
+import (
+	"math"
+	"math/rand"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+const good = `
+name: t
+warmup: 1s
+duration: 2s
+repetitions: 3
+workloads:
+  - {kind: tcp-stream}
+  - {kind: tcp-rr, requestSize: 100, responseSize: 200}
+matrix:
+  topology: [single-host, multi-host]
+  datapath: [iptables, ebpf]
+  policies: [0, 10, 200]
+quick:
+  duration: 1s
+  repetitions: 2
+  matrix: {policies: [0, 200]}
+`
+
+func TestParseAndExpand(t *testing.T) {
+	s, err := Parse([]byte(good), "t.yaml", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := s.Points()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pts) != 2*2*3*2 {
+		t.Fatalf("%d points, want 24", len(pts))
+	}
+	if pts[1].Workload.RequestSize != 100 || pts[0].Workload.Streams != 1 {
+		t.Errorf("workload defaults: %+v %+v", pts[0].Workload, pts[1].Workload)
+	}
+	q, err := Parse([]byte(good), "t.yaml", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, _ := q.Points()
+	if len(qp) != 16 || q.Repetitions != 2 || time.Duration(q.Duration) != time.Second || time.Duration(q.Warmup) != time.Second || !q.IsQuick() {
+		t.Errorf("quick: %d points, %d reps, %v/%v", len(qp), q.Repetitions, q.Duration, q.Warmup)
+	}
+}
+
+func TestSweepsAndSeries(t *testing.T) {
+	src := `
+workloads: [{kind: tcp-stream}]
+matrix: {policies: [0, 100]}
+sweeps:
+  - {name: flat, matrix: {datapath: [ebpf, nftables]}}
+  - {name: ipt, matrix: {datapath: [iptables], policyMode: [no-match, top-of-chain]}}
+  - name: complexity
+    matrix: {datapath: [ebpf], policyMode: [l4-rules], policies: [0, 40]}
+    profile: true
+    workloads: [{kind: ping, count: 3}]
+`
+	s, err := Parse([]byte(src), "dir/s.yaml", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Name != "s" {
+		t.Errorf("name from the file: %q", s.Name)
+	}
+	pts, _ := s.Points()
+	series := map[string]int{}
+	for _, p := range pts {
+		series[p.Sweep+"/"+p.Series]++
+		if p.Sweep == "complexity" && (!p.Profile || p.Workload.Kind != Ping) {
+			t.Errorf("sweep overrides: %+v", p)
+		}
+	}
+	want := map[string]int{"flat/ebpf": 2, "flat/nftables": 2, "ipt/iptables no-match": 2, "ipt/iptables top-of-chain": 2, "complexity/ebpf": 2}
+	if len(series) != len(want) {
+		t.Fatalf("series %v", series)
+	}
+	for k, n := range want {
+		if series[k] != n {
+			t.Errorf("series %s: %d points, want %d (%v)", k, series[k], n, series)
+		}
+	}
+}
+
+// TestBadInput: every error names the file, the YAML path and the problem.
+func TestBadInput(t *testing.T) {
+	base := "workloads: [{kind: tcp-stream}]\n"
+	cases := []struct{ src, want string }{
+		{"", "x.yaml: empty experiment document"},
+		{"- a\n", "x.yaml: an experiment must be a mapping"},
+		{base + "durration: 1s\n", "x.yaml: durration: unknown field"},
+		{base + "duration: fast\n", "x.yaml: duration:"},
+		{base + "duration: 1500ms\n", "x.yaml: duration: 1.5s: iperf3 (the tcp-stream workload) measures whole seconds"},
+		{base + "repetitions: 0\nduration: 1s\nmatrix: {policies: [1]}\nquick: {repetitions: 0}\n", ""},
+		{base + "repetitions: -1\n", "x.yaml: repetitions: -1: between 1 and 1000"},
+		{"workloads: [{kind: tcp-bulk}]\n", `x.yaml: workloads[0].kind: "tcp-bulk" is not a workload`},
+		{"workloads: [{kind: tcp-rr, streams: 2}]\n", "x.yaml: workloads[0].streams: applies to tcp-stream and udp-stream workloads only"},
+		{"workloads: [{kind: udp-stream, rate: fast}]\n", `x.yaml: workloads[0].rate: "fast" is not a rate`},
+		{"workloads: [{kind: tcp-rr, requestSize: 70000}]\n", "x.yaml: workloads[0].requestSize: 70000 bytes: between 1 and 65000"},
+		{"workloads: []\n", "x.yaml: workloads: give at least one workload"},
+		{base + "matrix: {datapath: [cilium]}\n", `x.yaml: matrix.datapath[0]: "cilium" is not a datapath`},
+		{base + "matrix: {policies: [0, -5]}\n", "x.yaml: matrix.policies[1]: -5: between 0 and 100000"},
+		{base + "matrix: {policyMode: [top-of-chain], datapath: [ebpf]}\n", "x.yaml: matrix.policyMode: top-of-chain is an iptables filler mode (datapath ebpf)"},
+		{base + "matrix: {policies: [30000], datapath: [nftables]}\n", "x.yaml: matrix.policies: 30000: policies generated on ports 20000 and up take at most 22767"},
+		{base + "matrix: {topology: [chain], datapath: [ebpf]}\n", "x.yaml: matrix.datapath: ebpf: a chain has no policy datapath"},
+		{base + "matrix: {chainLength: [3]}\n", "x.yaml: matrix.chainLength: applies to the chain topology only"},
+		{base + "matrix: {link: [vxlan]}\n", "x.yaml: matrix.link: applies to the multi-host and chain presets"},
+		{base + "matrix: {topology: [multi-host], link: [cable]}\n", `x.yaml: matrix.link: "cable": hosts are joined by wire or vxlan`},
+		{base + "matrix: {offloads: [tso]}\n", `x.yaml: matrix.offloads[0]: "tso": on, off, or a list`},
+		{base + "matrix: {hostRouting: [legacy]}\n", "x.yaml: matrix.hostRouting: applies to the eBPF datapath only (datapath iptables)"},
+		{base + "matrix: {topology: [nowhere.yaml]}\n", "x.yaml: topology: nowhere.yaml: no such topology file"},
+		{base + "matrix: {firewallRules: [10]}\n", "x.yaml: matrix.firewallRules: network functions (firewall, shaper) go in chain hops"},
+		{base + "sweeps: [{matrix: {policies: [1]}}]\n", "x.yaml: sweeps[0].name: every sweep needs a name"},
+		{base + "sweeps: [{name: a}, {name: a}]\n", `x.yaml: sweeps[1].name: "a" is used twice`},
+		{base + "sweeps: [{name: a, matrix: {datapath: [bpf]}}]\n", `x.yaml: sweeps[0].matrix.datapath[0]: "bpf" is not a datapath`},
+		{base + "pin: {client: 4096}\n", "x.yaml: pin.client: CPU 4096 does not exist here"},
+		{base + "matrix: {policies: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], flows: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], size: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], mtu: [1000, 1500, 4000, 9000, 9001], zerocopy: [true, false]}\n", "x.yaml: matrix: expands to more than 10000 points"},
+		{"workloads: [{kind: ping, count: 1}]\n", "x.yaml: workloads[0].count: 1: at least 2"},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.src), "x.yaml", false)
+		if c.want == "" {
+			// repetitions: 0 means the default; quick's 0 is ignored as well
+			continue
+		}
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%q:\n got %v\nwant %s...", c.src, err, c.want)
+			continue
+		}
+		if !IsInputError(err) && !topology.IsInputError(err) {
+			t.Errorf("%q: %v is not an input error", c.src, err)
+		}
+	}
+}
+
+// TestGeneratedPolicies: every mode's policies parse, and compile on the
+// preset into what the mode says: the workload ports stay allowed, and the
+// number of rules grows with the number of policies.
+func TestGeneratedPolicies(t *testing.T) {
+	spec, err := topology.Preset("single-host", topology.PresetOptions{}, topology.Overrides{Name: "t", Datapath: "ebpf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{ModeNoMatch, ModeL4Rules, ModeSelectors} {
+		for _, n := range []int{0, 1, 40} {
+			p := Params{Datapath: "ebpf", PolicyMode: mode, Policies: n}
+			text := policyText(p)
+			if text == "" {
+				if n != 0 || mode == ModeL4Rules {
+					t.Errorf("%s %d: no policy", mode, n)
+				}
+				continue
+			}
+			pols, err := policy.Parse([]byte(text), "gen")
+			if err != nil {
+				t.Fatalf("%s %d: %v\n%s", mode, n, err, text)
+			}
+			m, err := policy.NewModel(spec, pols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := m.Compile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 4 workload ports, and one port per generated policy or rule.
+			if got, want := len(c.Rules), 4+n; got != want {
+				t.Errorf("%s %d: %d rules, want %d", mode, n, got, want)
+			}
+			cl, _ := spec.Endpoint("default/client")
+			sv, _ := spec.Endpoint("default/server")
+			for _, port := range []int{IperfPort, RRPort, fillerPort + 2*n} {
+				allowed := m.Verdict(cl, sv, "TCP", port).Allowed
+				if want := port != fillerPort+2*n; allowed != want {
+					t.Errorf("%s %d: port %d allowed=%v, want %v", mode, n, port, allowed, want)
+				}
+			}
+		}
+	}
+	if policyText(Params{Datapath: "iptables", PolicyMode: ModeNoMatch, Policies: 10}) != "" {
+		t.Error("iptables no-match: filler rules, not policies")
+	}
+}
+
+func TestScheduleShufflesAndGroups(t *testing.T) {
+	s, err := Parse([]byte(good), "t.yaml", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, _ := s.Points()
+	pts[0].Profile = true
+	byID := map[string]Point{}
+	for _, p := range pts {
+		byID[p.ID] = p
+	}
+	a := schedule(pts, 3, rand.New(rand.NewSource(1)))
+	b := schedule(pts, 3, rand.New(rand.NewSource(1)))
+	c := schedule(pts, 3, rand.New(rand.NewSource(2)))
+	if len(a) != 3*len(pts)+1 {
+		t.Fatalf("%d jobs", len(a))
+	}
+	same, differ := true, false
+	for i := range a {
+		same = same && a[i] == b[i]
+		differ = differ || a[i] != c[i]
+	}
+	if !same || !differ {
+		t.Errorf("the order must follow the seed: same seed same=%v, other seed differs=%v", same, differ)
+	}
+	count := map[Job]int{}
+	builds := 0
+	prev := ""
+	for _, j := range a {
+		count[j]++
+		if k := labKey(byID[j.Point].Params); k != prev {
+			builds++
+			prev = k
+		}
+	}
+	for _, p := range pts {
+		for r := 0; r < 3; r++ {
+			if count[Job{p.ID, r}] != 1 {
+				t.Errorf("%s rep %d scheduled %d times", p.ID, r, count[Job{p.ID, r}])
+			}
+		}
+	}
+	if a[len(a)-1] != (Job{pts[0].ID, -1}) {
+		t.Errorf("profiled run last: %v", a[len(a)-1])
+	}
+	// Labs: 2 topologies x (ebpf + 3 iptables filler sizes) = 8 per round.
+	if builds != 8*3+1 && builds != 8*3 { // the profiled run may reuse the last lab
+		t.Errorf("%d lab builds, want 24 or 25: a lab is built once per round", builds)
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	s := Summarize([]float64{2, 4, 4, 4, 5, 5, 7, 9})
+	if s.N != 8 || s.Median != 4.5 || s.Mean != 5 || math.Abs(s.Stdev-2.138) > 0.001 || math.Abs(s.CV-0.4276) > 0.001 {
+		t.Errorf("%+v", s)
+	}
+	half := 2.365 * s.Stdev / math.Sqrt(8)
+	if math.Abs(s.CILow-(5-half)) > 1e-9 || math.Abs(s.CIHigh-(5+half)) > 1e-9 {
+		t.Errorf("CI %g..%g", s.CILow, s.CIHigh)
+	}
+	one := Summarize([]float64{3})
+	if one.Stdev != 0 || one.CILow != 3 || one.CIHigh != 3 || one.Median != 3 {
+		t.Errorf("one sample: %+v", one)
+	}
+	// Student's t beyond the table: known values for 40, 60 and 120 df.
+	for df, want := range map[int]float64{40: 2.021, 60: 2.000, 120: 1.980, 30: 2.042} {
+		if got := tQuantile975(df); math.Abs(got-want) > 0.001 {
+			t.Errorf("t(%d) = %.4f, want %.3f", df, got, want)
+		}
+	}
+}
+
+func TestParseOffloadsAndRates(t *testing.T) {
+	m, err := parseOffloads("tso=off,gro=on")
+	if err != nil || m["tso"] != "off" || m["gro"] != "on" || len(m) != 2 {
+		t.Errorf("%v %v", m, err)
+	}
+	if m, _ := parseOffloads("off"); len(m) != 3 {
+		t.Errorf("off: %v", m)
+	}
+	for in, want := range map[string]float64{"1G": 1e9, "500M": 5e8, "100K": 1e5, "2.5G": 2.5e9, "1000": 1000} {
+		if got, err := parseRate(in); err != nil || got != want {
+			t.Errorf("rate %s: %v %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"G", "-1G", "1T", "fast"} {
+		if _, err := parseRate(bad); err == nil {
+			t.Errorf("rate %q accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,373 @@
+package experiment
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/netip"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/traffic"
+)
+
+// endpoints is where a workload runs: the client and server namespaces
+// and the server's address.
+type endpoints struct {
+	client, server string
+	serverIP       netip.Addr
+}
+
+// sampleEnv is what one sample needs besides its point.
+type sampleEnv struct {
+	ep       endpoints
+	warmup   time.Duration
+	duration time.Duration
+	pin      *Pin
+	rr       []string // argv of cnlab's rr command
+	log      io.Writer
+}
+
+// proc is a measuring process started inside a namespace.
+type proc struct {
+	cmd  *exec.Cmd
+	out  bytes.Buffer
+	errb bytes.Buffer
+	t0   time.Time
+}
+
+// start runs argv inside ns, pinned to cpu when set. The process is
+// killed when ctx ends.
+func start(ctx context.Context, ns string, cpu *int, log io.Writer, argv ...string) (*proc, error) {
+	if cpu != nil {
+		argv = append([]string{"taskset", "-c", strconv.Itoa(*cpu)}, argv...)
+	}
+	fmt.Fprintf(log, "$ [%s] %s\n", ns, strings.Join(argv, " "))
+	p := &proc{cmd: exec.CommandContext(ctx, argv[0], argv[1:]...)}
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errb
+	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(syscall.SIGTERM) }
+	p.cmd.WaitDelay = 3 * time.Second
+	p.t0 = time.Now()
+	if err := netns.Start(ns, p.cmd); err != nil {
+		return nil, fmt.Errorf("start %s in %s: %w", argv[0], ns, err)
+	}
+	return p, nil
+}
+
+// wait waits for the process and logs its output.
+func (p *proc) wait(log io.Writer) error {
+	err := p.cmd.Wait()
+	p.dump(log)
+	return err
+}
+
+func (p *proc) dump(log io.Writer) {
+	if p.out.Len() > 0 {
+		fmt.Fprintf(log, "--- stdout of %s\n%s\n", p.cmd.Args[0], strings.TrimSpace(p.out.String()))
+	}
+	if p.errb.Len() > 0 {
+		fmt.Fprintf(log, "--- stderr of %s\n%s\n", p.cmd.Args[0], strings.TrimSpace(p.errb.String()))
+	}
+}
+
+// stop ends a server: SIGTERM, then SIGKILL after a grace period.
+func (p *proc) stop(log io.Writer) {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-done
+		}
+	}
+	p.dump(log)
+}
+
+// cpuPercent is the CPU time a finished process used, in percent of one
+// core over its lifetime.
+func (p *proc) cpuPercent() float64 {
+	st := p.cmd.ProcessState
+	if st == nil {
+		return 0
+	}
+	wall := time.Since(p.t0)
+	return 100 * (st.UserTime() + st.SystemTime()).Seconds() / wall.Seconds()
+}
+
+// waitListening waits until the process listens on port (TCP or UDP),
+// reading its namespace's socket tables through /proc/PID/net.
+func waitListening(ctx context.Context, p *proc, port int, udp bool) error {
+	file, state := "tcp", " 0A " // LISTEN
+	if udp {
+		file, state = "udp", " 07 " // unconnected UDP sockets are "CLOSE"
+	}
+	want := fmt.Sprintf(":%04X ", port)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, table := range []string{file, file + "6"} { // iperf3 listens on a dual-stack IPv6 socket
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", p.cmd.Process.Pid, table))
+			if err != nil {
+				continue
+			}
+			sc := bufio.NewScanner(bytes.NewReader(data))
+			for sc.Scan() {
+				f := strings.Fields(sc.Text())
+				if len(f) > 3 && strings.HasSuffix(f[1]+" ", want) && " "+f[3]+" " == state {
+					return nil
+				}
+			}
+		}
+		if p.cmd.ProcessState != nil || time.Now().After(deadline) {
+			return fmt.Errorf("%s did not listen on port %d within 5 s: %s", p.cmd.Args[0], port, strings.TrimSpace(p.errb.String()))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// cpuTimes reads the machine's busy and total jiffies from /proc/stat.
+func cpuTimes() (busy, total float64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	for i, v := range f[1:] {
+		x, _ := strconv.ParseFloat(v, 64)
+		total += x
+		if i != 3 && i != 4 { // idle, iowait
+			busy += x
+		}
+	}
+	return busy, total
+}
+
+// runSample runs one workload once and returns its metrics.
+func runSample(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
+	b0, t0 := cpuTimes()
+	var m map[string]float64
+	var err error
+	switch w.Kind {
+	case TCPStream, UDPStream:
+		m, err = runIperf3(ctx, w, e)
+	case TCPRR, TCPCRR, UDPRR:
+		m, err = runRR(ctx, w, e)
+	case Ping:
+		m, err = runPing(ctx, w, e)
+	default:
+		err = fmt.Errorf("workload %q", w.Kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if b1, t1 := cpuTimes(); t1 > t0 {
+		m["system_cpu_pct"] = 100 * (b1 - b0) / (t1 - t0)
+	}
+	return m, nil
+}
+
+// secs rounds a duration up to whole seconds: iperf3 takes -t and -O in
+// whole seconds.
+func secs(d time.Duration) int { return int(math.Ceil(d.Seconds())) }
+
+// runIperf3 runs w.Flows iperf3 client/server pairs at once, on ports
+// IperfPort, IperfPort+1, ..., each with w.Streams parallel streams: as
+// seed 001, one process per flow, so flows are not confined to one core
+// (iperf3 before 3.16 runs all the streams of a process on one thread).
+func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
+	flows := max(w.Flows, 1)
+	var clients []*proc
+	for i := 0; i < flows; i++ {
+		port := IperfPort + i
+		srv, err := start(ctx, e.ep.server, e.pin.server(), e.log, "iperf3", "-s", "-1", "-p", strconv.Itoa(port))
+		if err != nil {
+			return nil, err
+		}
+		defer srv.stop(e.log)
+		if err := waitListening(ctx, srv, port, false); err != nil {
+			return nil, err
+		}
+	}
+	for i := 0; i < flows; i++ {
+		argv := []string{"iperf3", "-c", e.ep.serverIP.String(), "-p", strconv.Itoa(IperfPort + i), "-J",
+			"-t", strconv.Itoa(secs(e.duration)), "-O", strconv.Itoa(secs(e.warmup)), "-P", strconv.Itoa(max(w.Streams, 1))}
+		if w.Length > 0 {
+			argv = append(argv, "-l", strconv.Itoa(w.Length))
+		}
+		if w.Zerocopy {
+			argv = append(argv, "-Z")
+		}
+		if w.Kind == UDPStream {
+			rate := w.Rate
+			if rate == "" {
+				rate = "1G"
+			}
+			argv = append(argv, "-u", "-b", rate)
+		}
+		cli, err := start(ctx, e.ep.client, e.pin.client(), e.log, argv...)
+		if err != nil {
+			return nil, err
+		}
+		clients = append(clients, cli)
+	}
+	var rs []*traffic.Iperf3Result
+	var firstErr error
+	for _, cli := range clients {
+		werr := cli.wait(e.log)
+		r, perr := traffic.ParseIperf3(cli.out.Bytes())
+		switch {
+		case perr != nil && werr != nil && firstErr == nil:
+			firstErr = fmt.Errorf("%w (%v)", perr, werr)
+		case perr != nil && firstErr == nil:
+			firstErr = perr
+		case perr == nil:
+			rs = append(rs, r)
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	m := map[string]float64{}
+	var packets, lost int
+	for _, r := range rs {
+		m["throughput_gbps"] += r.ReceivedBps / 1e9
+		m["sent_gbps"] += r.SentBps / 1e9
+		m["sender_cpu_pct"] += r.SenderCPU
+		m["receiver_cpu_pct"] += r.ReceiverCPU
+		if w.Kind == TCPStream {
+			m["retransmits"] += float64(r.Retransmits)
+		} else {
+			packets += r.Packets
+			lost += r.LostPackets
+			m["jitter_ms"] += r.JitterMs / float64(len(rs))
+		}
+	}
+	if w.Kind == UDPStream && packets > 0 {
+		m["loss_pct"] = 100 * float64(lost) / float64(packets)
+	}
+	return m, nil
+}
+
+func runRR(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
+	sizes := []string{"--mode", w.Kind, "--request-size", strconv.Itoa(w.RequestSize), "--response-size", strconv.Itoa(w.ResponseSize)}
+	srvArgv := append(append(append([]string{}, e.rr...), "server", "--port", strconv.Itoa(RRPort)), sizes...)
+	srv, err := start(ctx, e.ep.server, e.pin.server(), e.log, srvArgv...)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop(e.log)
+	if err := waitListening(ctx, srv, RRPort, w.Kind == UDPRR); err != nil {
+		return nil, err
+	}
+	cliArgv := append(append(append([]string{}, e.rr...), "client", "-o", "json", "--to", fmt.Sprintf("%s:%d", e.ep.serverIP, RRPort),
+		"--duration", e.duration.String(), "--warmup", e.warmup.String()), sizes...)
+	cli, err := start(ctx, e.ep.client, e.pin.client(), e.log, cliArgv...)
+	if err != nil {
+		return nil, err
+	}
+	werr := cli.wait(e.log)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if werr != nil {
+		return nil, fmt.Errorf("rr client: %v: %s", werr, lastLine(cli.errb.String()))
+	}
+	r, err := traffic.ParseRR(cli.out.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	l := r.LatencyUs
+	m := map[string]float64{
+		"transactions_per_s": r.PerSecond,
+		"latency_mean_us":    l.Mean,
+		"latency_p50_us":     l.P50,
+		"latency_p90_us":     l.P90,
+		"latency_p99_us":     l.P99,
+		"latency_p999_us":    l.P999,
+		"client_cpu_pct":     cli.cpuPercent(),
+	}
+	if w.Kind == UDPRR {
+		m["timeouts"] = float64(r.Timeouts)
+	}
+	return m, nil
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+var pingRTT = regexp.MustCompile(`icmp_seq=(\d+) .*time=([0-9.]+) ms`)
+
+// runPing sends w.Count echo requests 10 ms apart from a new ping process
+// (a new ICMP flow): the first reply's RTT includes setting the flow up
+// (conntrack, the datapath's first lookup), the rest are steady state.
+func runPing(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
+	cli, err := start(ctx, e.ep.client, e.pin.client(), e.log, "ping", "-n", "-c", strconv.Itoa(w.Count), "-i", "0.01", "-W", "1", e.ep.serverIP.String())
+	if err != nil {
+		return nil, err
+	}
+	_ = cli.wait(e.log) // exit 1 when replies are missing: counted below
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	rtts := map[int]float64{}
+	for _, m := range pingRTT.FindAllStringSubmatch(cli.out.String(), -1) {
+		seq, _ := strconv.Atoi(m[1])
+		v, _ := strconv.ParseFloat(m[2], 64)
+		rtts[seq] = v * 1000
+	}
+	first, ok := rtts[1]
+	if !ok {
+		return nil, fmt.Errorf("ping %s: no reply to the first echo request (%d of %d replies): %s", e.ep.serverIP, len(rtts), w.Count, lastLine(cli.out.String()))
+	}
+	var steady []float64
+	for seq, v := range rtts {
+		if seq != 1 {
+			steady = append(steady, v)
+		}
+	}
+	m := map[string]float64{"first_rtt_us": first, "loss_pct": 100 * float64(w.Count-len(rtts)) / float64(w.Count)}
+	if len(steady) > 0 {
+		sort.Float64s(steady)
+		m["rtt_us"] = median(steady)
+	}
+	return m, nil
+}
+
+func (p *Pin) client() *int {
+	if p == nil {
+		return nil
+	}
+	return p.Client
+}
+
+func (p *Pin) server() *int {
+	if p == nil {
+		return nil
+	}
+	return p.Server
+}
