@@ -278,6 +278,7 @@ func (s *Spec) Points() ([]Point, error) {
 		parts = append(parts, part{sw.Name, fmt.Sprintf("sweeps[%d].matrix", i), m, wl, prof, reps})
 	}
 	var out []Point
+	seen := map[string]bool{}
 	for _, pt := range parts {
 		ds := pt.m.dims()
 		idx := make([]int, len(ds))
@@ -290,9 +291,20 @@ func (s *Spec) Points() ([]Point, error) {
 				return nil, err
 			}
 			for _, w := range pt.wl {
-				w = effectiveWorkload(w, p)
-				out = append(out, Point{ID: fmt.Sprintf("p%04d", len(out)+1), Sweep: pt.name, Params: p, Workload: w,
-					Series: series(p), Profile: pt.profile, Repetitions: pt.reps})
+				q := p
+				w = effectiveWorkload(w, &q)
+				if w.Kind == UDPStream && w.Length > 65507 {
+					return nil, s.errf(pt.path+".size", "%d bytes: a UDP datagram holds at most 65507", w.Length)
+				}
+				// flows, size and zerocopy that do not apply to a workload
+				// would measure the same point again: once is enough.
+				key := fmt.Sprintf("%s %+v %+v", pt.name, q, w)
+				if seen[key] {
+					continue
+				}
+				seen[key] = true
+				out = append(out, Point{ID: fmt.Sprintf("p%04d", len(out)+1), Sweep: pt.name, Params: q, Workload: w,
+					Series: series(q), Profile: pt.profile, Repetitions: pt.reps})
 				if len(out) > MaxPoints {
 					return nil, s.errf("matrix", "expands to more than %d points", MaxPoints)
 				}
@@ -314,8 +326,9 @@ func (s *Spec) Points() ([]Point, error) {
 }
 
 // effectiveWorkload applies the matrix's flows, size and zerocopy to a
-// workload where they mean something.
-func effectiveWorkload(w Workload, p Params) Workload {
+// workload where they mean something, and clears them from the point's
+// parameters where they do not.
+func effectiveWorkload(w Workload, p *Params) Workload {
 	stream := w.Kind == TCPStream || w.Kind == UDPStream
 	if stream && p.Flows > 0 {
 		w.Flows = p.Flows
@@ -325,6 +338,12 @@ func effectiveWorkload(w Workload, p Params) Workload {
 	}
 	if w.Kind == TCPStream && p.Zerocopy {
 		w.Zerocopy = true
+	}
+	if !stream {
+		p.Flows, p.Size = 0, 0
+	}
+	if w.Kind != TCPStream {
+		p.Zerocopy = false
 	}
 	return w
 }
@@ -336,7 +355,7 @@ func series(p Params) string {
 	if s == "" {
 		s = "none"
 	}
-	if p.Datapath == "iptables" {
+	if p.Datapath == "iptables" || p.PolicyMode != ModeNoMatch && p.PolicyMode != "" {
 		s += " " + p.PolicyMode
 	}
 	if p.HostRouting == topology.HostRoutingLegacy {
@@ -356,6 +375,7 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 	if p.Topology == "" {
 		p.Topology = "single-host"
 	}
+	modeGiven := p.PolicyMode != ""
 	if p.PolicyMode == "" {
 		p.PolicyMode = ModeNoMatch
 	}
@@ -378,6 +398,8 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 			return bad("policies", "%d: a chain has no policy datapath; use firewallRules for rules in its hops", p.Policies)
 		case p.HostRouting != "":
 			return bad("hostRouting", "applies to the eBPF datapath, not to chains")
+		case modeGiven:
+			return bad("policyMode", "%s: a chain has no policy datapath", p.PolicyMode)
 		}
 		if p.Link != "" && p.Link != topology.ChainVeth && p.Link != topology.ChainBridge {
 			return bad("link", "%q: a chain's links are veth or bridge", p.Link)
@@ -385,18 +407,19 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 		if p.ChainLength != 0 && !isPreset(p.Topology) {
 			return bad("chainLength", "applies to the chain preset; a chain topology file sets its own length")
 		}
-		if isPreset(p.Topology) {
-			// The chain and its functions as the lab will have them.
-			if _, err := topology.Parse([]byte(chainYAML(*p)), s.File+" (chain of "+path+")", topology.Overrides{Name: "check", MTU: p.MTU}); err != nil {
-				return err
-			}
-		}
+
 	} else {
 		switch {
 		case p.ChainLength != 0:
 			return bad("chainLength", "applies to the chain topology only (topology %s)", p.Topology)
-		case p.FirewallRules != 0 || p.FirewallStateful || p.FirewallSpread || p.ShaperRate != "":
-			return bad("firewallRules", "network functions (firewall, shaper) go in chain hops: use topology chain")
+		case p.FirewallRules != 0:
+			return bad("firewallRules", "network functions go in chain hops: use topology chain")
+		case p.FirewallStateful:
+			return bad("firewallStateful", "network functions go in chain hops: use topology chain")
+		case p.FirewallSpread:
+			return bad("firewallSpread", "network functions go in chain hops: use topology chain")
+		case p.ShaperRate != "":
+			return bad("shaperRate", "network functions go in chain hops: use topology chain")
 		}
 		if p.Link != "" {
 			if p.Topology != "multi-host" {
@@ -424,6 +447,18 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 		}
 		if !usesFiller(*p) && p.Policies > maxPortPolicies {
 			return bad("policies", "%d: policies generated on ports %d and up take at most %d", p.Policies, fillerPort, maxPortPolicies)
+		}
+	}
+	// The lab as the point will build it: the topology's own checks (an
+	// MTU VXLAN cannot carry, eBPF limits, options of another datapath).
+	spec, err := s.labSpec(*p, "check")
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{"client", "server"} {
+		ep, err := spec.Endpoint(topology.DefaultNamespace + "/" + name)
+		if err != nil || ep.Labels["app"] != name {
+			return &InputError{File: s.File, Path: path + ".topology", Msg: fmt.Sprintf("%s: the workloads run between endpoints default/client (app=client) and default/server (app=server); this topology has no default/%s labelled app=%s", p.Topology, name, name)}
 		}
 	}
 	return nil

@@ -71,7 +71,8 @@ type Build struct {
 	Params       Params    `json:"params"`
 	At           time.Time `json:"at"`
 	UpSeconds    float64   `json:"upSeconds"`
-	Offloads     string    `json:"offloads,omitempty"`
+	MTU          int       `json:"mtu"`
+	Offloads     string    `json:"offloads,omitempty"` // as the matrix set them (empty: as built)
 	Error        string    `json:"error,omitempty"`
 	PolicyApply  []Apply   `json:"policyApply,omitempty"`
 	TeardownSecs float64   `json:"teardownSeconds"`
@@ -135,30 +136,49 @@ func (r *Results) write(dir string) error {
 	return r.writeCSV(filepath.Join(dir, "results.csv"))
 }
 
-// csvHeader is results.csv's columns: one row per metric of every sample.
-var csvHeader = []string{"point", "sweep", "series", "workload", "topology", "link", "chainLength", "datapath", "hostRouting",
-	"policies", "policyMode", "flows", "size", "mtu", "offloads", "zerocopy", "firewallRules", "firewallStateful",
-	"firewallSpread", "shaperRate", "repetition", "metric", "value"}
+// csvParams are results.csv's first columns: the point, its parameters
+// and its workload's effective options. Then come the repetition and one
+// column per metric (the union over the run, sorted; empty where a
+// workload has no such metric): one row per sample.
+var csvParams = []string{"point", "sweep", "series", "workload", "topology", "link", "chainLength", "datapath", "hostRouting",
+	"policies", "policyMode", "mtu", "offloads", "firewallRules", "firewallStateful", "firewallSpread", "shaperRate",
+	"kind", "flows", "streams", "length", "rate", "zerocopy", "requestSize", "responseSize", "count", "repetition"}
 
 func (r *Results) writeCSV(path string) error {
+	metrics := map[string]bool{}
+	for _, p := range r.Points {
+		for _, s := range p.Samples {
+			for k := range s.Metrics {
+				metrics[k] = true
+			}
+		}
+	}
+	names := sortedKeys(metrics)
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
 		return err
 	}
 	w := csv.NewWriter(f)
-	_ = w.Write(csvHeader)
+	_ = w.Write(append(append([]string(nil), csvParams...), names...))
 	itoa := strconv.Itoa
 	btoa := strconv.FormatBool
 	for _, p := range r.Points {
-		q := p.Params
+		q, wl := p.Params, p.Workload
 		for _, s := range p.Samples {
-			for _, k := range sortedKeys(s.Metrics) {
-				_ = w.Write([]string{p.ID, p.Sweep, p.Series, p.Workload.Name(), q.Topology, q.Link, itoa(q.ChainLength), q.Datapath, q.HostRouting,
-					itoa(q.Policies), q.PolicyMode, itoa(q.Flows), itoa(q.Size), itoa(q.MTU), q.Offloads, btoa(q.Zerocopy), itoa(q.FirewallRules),
-					btoa(q.FirewallStateful), btoa(q.FirewallSpread), q.ShaperRate, itoa(s.Repetition), k,
-					strconv.FormatFloat(s.Metrics[k], 'g', -1, 64)})
+			row := []string{p.ID, p.Sweep, p.Series, wl.Name(), q.Topology, q.Link, itoa(q.ChainLength), q.Datapath, q.HostRouting,
+				itoa(q.Policies), q.PolicyMode, itoa(q.MTU), q.Offloads, itoa(q.FirewallRules), btoa(q.FirewallStateful),
+				btoa(q.FirewallSpread), q.ShaperRate, wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
+				btoa(wl.Zerocopy), itoa(wl.RequestSize), itoa(wl.ResponseSize), itoa(wl.Count), itoa(s.Repetition)}
+			for _, k := range names {
+				v, ok := s.Metrics[k]
+				if ok {
+					row = append(row, strconv.FormatFloat(v, 'g', -1, 64))
+				} else {
+					row = append(row, "")
+				}
 			}
+			_ = w.Write(row)
 		}
 	}
 	w.Flush()
@@ -213,8 +233,13 @@ func (r *Results) Check() []string {
 		if p.Status == PointFailed && p.Error == "" {
 			add("point %s failed without an error", p.ID)
 		}
-		if p.Status == PointDone && len(p.Samples) == 0 {
-			add("point %s done without samples", p.ID)
+		switch {
+		case p.Status == PointDone && len(p.Samples) != p.Repetitions:
+			add("point %s done with %d of %d samples", p.ID, len(p.Samples), p.Repetitions)
+		case p.Status == PointPartial && (len(p.Samples) == 0 || len(p.Samples) >= p.Repetitions):
+			add("point %s partial with %d of %d samples", p.ID, len(p.Samples), p.Repetitions)
+		case p.Status == PointPending && len(p.Samples) > 0:
+			add("point %s pending with %d samples", p.ID, len(p.Samples))
 		}
 		if r.Status == StatusComplete && p.Status != PointDone && p.Status != PointFailed {
 			add("complete run, point %s %s", p.ID, p.Status)

@@ -6,9 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/testutil"
@@ -92,7 +94,7 @@ func TestRunEndToEnd(t *testing.T) {
 	if back.Status != StatusComplete || back.Seed != 7 || back.Experiment.Text != shortExp || len(back.Points) != 9 {
 		t.Errorf("status %s, seed %d, %d points", back.Status, back.Seed, len(back.Points))
 	}
-	rows := 1
+	rows := 1 // the header
 	for _, p := range r.Points {
 		// The server is isolated by the policies, and a NetworkPolicy
 		// cannot allow ICMP: that ping point fails, and the run goes on.
@@ -107,7 +109,7 @@ func TestRunEndToEnd(t *testing.T) {
 			continue
 		}
 		for _, s := range p.Samples {
-			rows += len(s.Metrics)
+			rows++
 			if _, err := os.Stat(filepath.Join(out, s.Log)); err != nil {
 				t.Errorf("%s: log %v", p.ID, err)
 			}
@@ -137,8 +139,31 @@ func TestRunEndToEnd(t *testing.T) {
 	}
 	recs, err := csv.NewReader(f).ReadAll()
 	f.Close()
-	if err != nil || len(recs) != rows || len(recs[0]) != len(csvHeader) {
-		t.Errorf("results.csv: %d rows (want %d), %v", len(recs), rows, err)
+	if err != nil || len(recs) != rows || len(recs[0]) <= len(csvParams) || recs[0][len(csvParams)-1] != "repetition" {
+		t.Errorf("results.csv: %d rows (want %d, one per sample), %v", len(recs), rows, err)
+	} else {
+		// Every value in the CSV is the one in results.json.
+		col := map[string]int{}
+		for i, h := range recs[0] {
+			col[h] = i
+		}
+		for _, rec := range recs[1:] {
+			for _, p := range back.Points {
+				if p.ID != rec[0] {
+					continue
+				}
+				for _, s := range p.Samples {
+					if strconv.Itoa(s.Repetition) != rec[col["repetition"]] {
+						continue
+					}
+					for k, v := range s.Metrics {
+						if rec[col[k]] != strconv.FormatFloat(v, 'g', -1, 64) {
+							t.Errorf("%s rep %d %s: csv %q, json %v", p.ID, s.Repetition, k, rec[col[k]], v)
+						}
+					}
+				}
+			}
+		}
 	}
 	var env Environment
 	if err := files.ReadJSON(filepath.Join(out, "environment.json"), &env); err != nil || env.Kernel == "" || env.Cores < 1 ||
@@ -208,17 +233,18 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestRunInterrupted cancels a run during its third job: the results file
-// is valid and marked interrupted, the finished samples are kept, and no
-// lab is left behind.
+// TestRunInterrupted cancels a run in the middle of its third job's
+// sample: the results file is valid and marked interrupted, the finished
+// samples are kept, and neither the lab nor a measuring process is left.
 func TestRunInterrupted(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "iperf3", "iperf3")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var once sync.Once
 	w := &lockedWriter{on: func(s string) {
 		if strings.Contains(s, "[3/") {
-			cancel()
+			once.Do(func() { time.AfterFunc(400*time.Millisecond, cancel) })
 		}
 	}}
 	out := filepath.Join(t.TempDir(), "run")
@@ -249,6 +275,28 @@ func TestRunInterrupted(t *testing.T) {
 	if labs, _ := topology.Labs(); contains(labs, "t-exp-int") {
 		t.Error("the lab is still up after the interruption")
 	}
+	if left := measuring(); len(left) > 0 {
+		t.Errorf("processes left running: %v", left)
+	}
+}
+
+// measuring lists the running processes that a run starts: iperf3, the rr
+// tool, ping and perf.
+func measuring() []string {
+	var out []string
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		cmd, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil || len(cmd) == 0 {
+			continue
+		}
+		argv := strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
+		base := filepath.Base(argv[0])
+		if base == "iperf3" || base == "ping" || argv[0] == rrBinary || base == "perf" && len(argv) > 1 && argv[1] == "record" {
+			out = append(out, d.Name()+": "+strings.Join(argv, " "))
+		}
+	}
+	return out
 }
 
 func TestRunRefusesUsedDirectory(t *testing.T) {

@@ -96,6 +96,9 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 	if err := r.write(o.Out); err != nil {
 		return nil, err
 	}
+	if err := files.WriteJSON(filepath.Join(o.Out, "environment.json"), env, true); err != nil {
+		return nil, err
+	}
 	ru := &runner{s: s, o: o, r: r, env: env, byID: byID}
 	ru.prog = newProgress(o.Progress, o.Terminal, len(r.Order), time.Duration(s.Warmup+s.Duration))
 	err = ru.run(ctx)
@@ -214,8 +217,12 @@ type runner struct {
 	envDone  bool
 }
 
-func (ru *runner) run(ctx context.Context) error {
-	defer ru.teardown()
+func (ru *runner) run(ctx context.Context) (err error) {
+	defer func() {
+		if terr := ru.teardown(); terr != nil && err == nil {
+			err = terr
+		}
+	}()
 	failedLab := map[string]string{} // a lab that failed to build, per round
 	for i, j := range ru.r.Order {
 		if ctx.Err() != nil {
@@ -236,20 +243,20 @@ func (ru *runner) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, errTeardown) {
+			return err
+		}
 		if err != nil {
 			if errors.Is(err, errLab) {
 				failedLab[key] = err.Error()
 			}
 			ru.fail(pr, err.Error())
 			ru.prog.note(fmt.Sprintf("%s failed: %v", pr.ID, err))
+		} else if pr.Status == PointPending && len(pr.Samples) == pr.Repetitions {
+			pr.Status = PointDone
 		}
 		if werr := ru.r.write(ru.o.Out); werr != nil {
 			return werr
-		}
-	}
-	for i := range ru.r.Points {
-		if p := &ru.r.Points[i]; p.Status == PointPending {
-			p.Status = PointDone
 		}
 	}
 	return nil
@@ -262,8 +269,12 @@ func (ru *runner) fail(pr *PointResult, msg string) {
 	}
 }
 
-// errLab marks a failure to build or configure a lab.
-var errLab = errors.New("lab")
+// errLab marks a failure to build or configure a lab; errTeardown one to
+// take it down, which ends the run.
+var (
+	errLab      = errors.New("lab")
+	errTeardown = errors.New("teardown")
+)
 
 type labError struct{ err error }
 
@@ -277,7 +288,7 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 		return labError{err}
 	}
 	if err := ru.ensurePolicies(ctx, pr.Params); err != nil {
-		return labError{err}
+		return err // this point's policies only: the lab's other points go on
 	}
 	cl, err := ru.cur.Endpoint("default/client")
 	if err != nil {
@@ -314,9 +325,9 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 	return nil
 }
 
-// labSpec resolves the topology a point needs.
-func (ru *runner) labSpec(p Params) (*topology.Spec, error) {
-	ov := topology.Overrides{Name: ru.o.LabName, MTU: p.MTU, HostRouting: p.HostRouting}
+// labSpec resolves the topology a point needs, as lab name.
+func (s *Spec) labSpec(p Params, name string) (*topology.Spec, error) {
+	ov := topology.Overrides{Name: name, MTU: p.MTU, HostRouting: p.HostRouting}
 	if p.Datapath != "" {
 		ov.Datapath = p.Datapath
 	}
@@ -326,11 +337,11 @@ func (ru *runner) labSpec(p Params) (*topology.Spec, error) {
 	}
 	switch {
 	case isChain(p.Topology):
-		return topology.Parse([]byte(chainYAML(p)), "experiment "+ru.s.File+" (chain)", ov)
+		return topology.Parse([]byte(chainYAML(p)), s.File+" (the chain preset with this point's functions)", ov)
 	case isPreset(p.Topology):
 		return topology.Preset(p.Topology, topology.PresetOptions{Link: p.Link}, ov)
 	default:
-		return ru.s.loadTopology(p.Topology, ov)
+		return s.loadTopology(p.Topology, ov)
 	}
 }
 
@@ -361,8 +372,10 @@ func (ru *runner) ensureLab(ctx context.Context, p Params) error {
 	if ru.cur != nil && ru.curKey == key {
 		return nil
 	}
-	ru.teardown()
-	spec, err := ru.labSpec(p)
+	if err := ru.teardown(); err != nil {
+		return fmt.Errorf("%w: %w", errTeardown, err)
+	}
+	spec, err := ru.s.labSpec(p, ru.o.LabName)
 	if err != nil {
 		return err
 	}
@@ -372,6 +385,13 @@ func (ru *runner) ensureLab(ctx context.Context, p Params) error {
 	t0 := time.Now()
 	err = lab.Up(ctx, spec, topology.UpOptions{})
 	b.UpSeconds = time.Since(t0).Seconds()
+	b.MTU = spec.MTU
+	if err == nil && !ru.envDone {
+		ru.envDone = true
+		ru.env.Offloads = clientOffloads(spec)
+		ru.env.DefaultMTU = spec.MTU
+		_ = files.WriteJSON(filepath.Join(ru.o.Out, "environment.json"), ru.env, true)
+	}
 	if err == nil && p.Offloads != "" {
 		b.Offloads = p.Offloads
 		err = setOffloads(ctx, spec, p.Offloads)
@@ -384,18 +404,23 @@ func (ru *runner) ensureLab(ctx context.Context, p Params) error {
 	}
 	ru.r.Builds = append(ru.r.Builds, b)
 	ru.cur, ru.curKey, ru.curBuild, ru.curPol = spec, key, len(ru.r.Builds)-1, ""
-	if !ru.envDone {
-		ru.envDone = true
-		if cl, err := spec.Endpoint("default/client"); err == nil {
-			cmd := exec.Command("ethtool", "-k", "eth0")
-			var out strings.Builder
-			cmd.Stdout = &out
-			if netns.Start(cl.Netns, cmd) == nil && cmd.Wait() == nil {
-				ru.env.Offloads = parseEthtoolK(out.String())
-			}
-		}
-	}
 	return nil
+}
+
+// clientOffloads reads the offloads of the client's eth0 as the lab was
+// built (ethtool -k), before any offloads: value of the matrix.
+func clientOffloads(spec *topology.Spec) map[string]string {
+	cl, err := spec.Endpoint("default/client")
+	if err != nil {
+		return nil
+	}
+	cmd := exec.Command("ethtool", "-k", "eth0")
+	var out strings.Builder
+	cmd.Stdout = &out
+	if netns.Start(cl.Netns, cmd) != nil || cmd.Wait() != nil {
+		return nil
+	}
+	return parseEthtoolK(out.String())
 }
 
 func describeLab(p Params) string {
@@ -450,23 +475,34 @@ func (ru *runner) ensurePolicies(ctx context.Context, p Params) error {
 	b := &ru.r.Builds[ru.curBuild]
 	b.PolicyApply = append(b.PolicyApply, a)
 	if err != nil {
+		// The datapath may hold part of the new set: the next point must
+		// apply its policies whatever they are.
+		ru.curPol = policyUnknown
 		return fmt.Errorf("apply %d %s policies: %w", p.Policies, p.PolicyMode, err)
 	}
 	ru.curPol = text
 	return nil
 }
 
-// teardown takes the current lab down, even after Ctrl-C.
-func (ru *runner) teardown() {
+// policyUnknown is never a generated policy text.
+const policyUnknown = "\x00unknown"
+
+// teardown takes the current lab down, even after Ctrl-C. A lab that
+// cannot be taken down is an error of the whole run: every later build
+// of the same name would fail.
+func (ru *runner) teardown() error {
 	if ru.cur == nil {
-		return
+		return nil
 	}
 	t0 := time.Now()
-	if err := topology.Down(ru.cur.Name, nil); err != nil {
-		ru.prog.note(fmt.Sprintf("tear down %s: %v", ru.cur.Name, err))
-	}
+	err := topology.Down(ru.cur.Name, nil)
 	ru.r.Builds[ru.curBuild].TeardownSecs = time.Since(t0).Seconds()
+	if err != nil {
+		ru.r.Builds[ru.curBuild].Error = "teardown: " + err.Error()
+		return fmt.Errorf("tear down lab %s: %w (remove it with: cnlab down %s)", ru.cur.Name, err, ru.cur.Name)
+	}
 	ru.cur, ru.curKey = nil, ""
+	return nil
 }
 
 // setOffloads runs ethtool -K on every interface of every namespace of

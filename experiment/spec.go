@@ -15,6 +15,8 @@ package experiment
 import (
 	"errors"
 	"fmt"
+	"math"
+	"regexp"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -200,6 +202,8 @@ func IsInputError(err error) bool {
 	return errors.As(err, &ie)
 }
 
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
 // Limits of an experiment file.
 const (
 	MaxPoints      = 10000
@@ -225,7 +229,7 @@ func Parse(data []byte, file string, quick bool) (*Spec, error) {
 	case docs[0].Kind != yaml.MappingNode:
 		return nil, &InputError{File: file, Msg: "an experiment must be a mapping (name:, workloads:, matrix:, ...)"}
 	}
-	s := &Spec{File: file, Dir: filepath.Dir(file), Warmup: unsetWarmup}
+	s := &Spec{File: file, Dir: filepath.Dir(file), Warmup: unsetDuration, Duration: unsetDuration, Repetitions: unsetInt}
 	if err := yamlx.Decode(docs[0], s, ""); err != nil {
 		var ye *yamlx.Error
 		if errors.As(err, &ye) {
@@ -284,8 +288,12 @@ func (s *Spec) applyQuick() {
 // IsQuick reports whether the quick: block was applied.
 func (s *Spec) IsQuick() bool { return s.quick }
 
-// unsetWarmup marks a warm-up the file does not give (0 is a valid one).
-const unsetWarmup = Duration(-1)
+// unsetDuration and unsetInt mark fields the file does not give, so that
+// an explicit 0 is told from a missing value.
+const (
+	unsetDuration = Duration(math.MinInt64)
+	unsetInt      = math.MinInt
+)
 
 // Defaults of an experiment.
 const (
@@ -302,14 +310,17 @@ func (s *Spec) validate() error {
 	if s.Name == "" {
 		s.Name = strings.TrimSuffix(filepath.Base(s.File), filepath.Ext(s.File))
 	}
-	if s.Duration == 0 {
+	if s.Duration == unsetDuration {
 		s.Duration = Duration(DefaultDuration)
 	}
-	if s.Warmup == unsetWarmup {
+	if s.Warmup == unsetDuration {
 		s.Warmup = Duration(DefaultWarmup)
 	}
-	if s.Repetitions == 0 {
+	if s.Repetitions == unsetInt {
 		s.Repetitions = DefaultRepetitions
+	}
+	if !validName.MatchString(s.Name) {
+		return s.errf("name", "%q: letters, digits, '.', '_' and '-' only (it names the results directory)", s.Name)
 	}
 	switch {
 	case s.Duration < Duration(100*time.Millisecond) || s.Duration > Duration(maxDuration):

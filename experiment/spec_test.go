@@ -81,7 +81,7 @@ sweeps:
 			t.Errorf("sweep overrides: %+v", p)
 		}
 	}
-	want := map[string]int{"flat/ebpf": 2, "flat/nftables": 2, "ipt/iptables no-match": 2, "ipt/iptables top-of-chain": 2, "complexity/ebpf": 2}
+	want := map[string]int{"flat/ebpf": 2, "flat/nftables": 2, "ipt/iptables no-match": 2, "ipt/iptables top-of-chain": 2, "complexity/ebpf l4-rules": 2}
 	if len(series) != len(want) {
 		t.Fatalf("series %v", series)
 	}
@@ -101,7 +101,9 @@ func TestBadInput(t *testing.T) {
 		{base + "durration: 1s\n", "x.yaml: durration: unknown field"},
 		{base + "duration: fast\n", "x.yaml: duration:"},
 		{base + "duration: 1500ms\n", "x.yaml: duration: 1.5s: iperf3 (the tcp-stream workload) measures whole seconds"},
-		{base + "repetitions: 0\nduration: 1s\nmatrix: {policies: [1]}\nquick: {repetitions: 0}\n", ""},
+		{base + "repetitions: 0\n", "x.yaml: repetitions: 0: between 1 and 1000"},
+		{base + "duration: 0s\n", "x.yaml: duration: 0s: between 100ms and 24h"},
+		{base + "name: ../up\n", `x.yaml: name: "../up": letters, digits`},
 		{base + "repetitions: -1\n", "x.yaml: repetitions: -1: between 1 and 1000"},
 		{"workloads: [{kind: tcp-bulk}]\n", `x.yaml: workloads[0].kind: "tcp-bulk" is not a workload`},
 		{"workloads: [{kind: tcp-rr, streams: 2}]\n", "x.yaml: workloads[0].streams: applies to tcp-stream and udp-stream workloads only"},
@@ -119,7 +121,13 @@ func TestBadInput(t *testing.T) {
 		{base + "matrix: {offloads: [tso]}\n", `x.yaml: matrix.offloads[0]: "tso": on, off, or a list`},
 		{base + "matrix: {hostRouting: [legacy]}\n", "x.yaml: matrix.hostRouting: applies to the eBPF datapath only (datapath iptables)"},
 		{base + "matrix: {topology: [nowhere.yaml]}\n", "x.yaml: topology: nowhere.yaml: no such topology file"},
-		{base + "matrix: {firewallRules: [10]}\n", "x.yaml: matrix.firewallRules: network functions (firewall, shaper) go in chain hops"},
+		{base + "matrix: {firewallRules: [10]}\n", "x.yaml: matrix.firewallRules: network functions go in chain hops"},
+		{base + "matrix: {shaperRate: [1gbit]}\n", "x.yaml: matrix.shaperRate: network functions go in chain hops"},
+		{base + "matrix: {topology: [chain], shaperRate: [fast]}\n", `x.yaml: matrix.shaperRate[0]: "fast" is not a rate`},
+		{base + "matrix: {topology: [chain], policyMode: [l4-rules]}\n", "x.yaml: matrix.policyMode: l4-rules: a chain has no policy datapath"},
+		{"workloads: [{kind: udp-stream}]\nmatrix: {size: [70000]}\n", "x.yaml: matrix.size: 70000 bytes: a UDP datagram holds at most 65507"},
+		{base + "matrix: {topology: [../examples/three-hosts.yaml]}\n", "x.yaml: matrix.topology: ../examples/three-hosts.yaml: the workloads run between endpoints default/client (app=client) and default/server (app=server)"},
+		{base + "matrix: {topology: [multi-host], link: [vxlan], mtu: [65500]}\n", "x.yaml: matrix.mtu[0]: 65500: between 576 and 65000"},
 		{base + "sweeps: [{matrix: {policies: [1]}}]\n", "x.yaml: sweeps[0].name: every sweep needs a name"},
 		{base + "sweeps: [{name: a}, {name: a}]\n", `x.yaml: sweeps[1].name: "a" is used twice`},
 		{base + "sweeps: [{name: a, matrix: {datapath: [bpf]}}]\n", `x.yaml: sweeps[0].matrix.datapath[0]: "bpf" is not a datapath`},
@@ -146,6 +154,29 @@ func TestBadInput(t *testing.T) {
 // TestGeneratedPolicies: every mode's policies parse, and compile on the
 // preset into what the mode says: the workload ports stay allowed, and the
 // number of rules grows with the number of policies.
+// TestFlowsApplyToStreamsOnly: flows, size and zerocopy multiply the
+// stream workloads only; request/response is measured once per point.
+func TestFlowsApplyToStreamsOnly(t *testing.T) {
+	s, err := Parse([]byte("warmup: 0s\nduration: 1s\nworkloads: [{kind: tcp-stream}, {kind: tcp-rr}, {kind: udp-stream}]\nmatrix: {flows: [1, 4], zerocopy: [false, true]}\n"), "x.yaml", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, _ := s.Points()
+	kinds := map[string]int{}
+	for _, p := range pts {
+		kinds[p.Workload.Kind]++
+		if p.Workload.Kind == TCPRR && (p.Params.Flows != 0 || p.Params.Zerocopy) {
+			t.Errorf("rr point with stream parameters: %+v", p.Params)
+		}
+		if p.Workload.Kind == UDPStream && p.Params.Zerocopy {
+			t.Errorf("udp point with zerocopy: %+v", p.Params)
+		}
+	}
+	if kinds[TCPStream] != 4 || kinds[TCPRR] != 1 || kinds[UDPStream] != 2 {
+		t.Errorf("points per workload %v, want tcp-stream 4, tcp-rr 1, udp-stream 2", kinds)
+	}
+}
+
 func TestGeneratedPolicies(t *testing.T) {
 	spec, err := topology.Preset("single-host", topology.PresetOptions{}, topology.Overrides{Name: "t", Datapath: "ebpf"})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -41,9 +42,35 @@ type sampleEnv struct {
 // proc is a measuring process started inside a namespace.
 type proc struct {
 	cmd  *exec.Cmd
-	out  bytes.Buffer
-	errb bytes.Buffer
+	out  syncBuffer
+	errb syncBuffer
 	t0   time.Time
+}
+
+// syncBuffer is a bytes.Buffer that can be read while the process writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Bytes() []byte { return []byte(s.String()) }
+
+func (s *syncBuffer) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Len()
 }
 
 // start runs argv inside ns, pinned to cpu when set. The process is
@@ -130,7 +157,7 @@ func waitListening(ctx context.Context, p *proc, port int, udp bool) error {
 				}
 			}
 		}
-		if p.cmd.ProcessState != nil || time.Now().After(deadline) {
+		if exited(p.cmd.Process.Pid) || time.Now().After(deadline) {
 			return fmt.Errorf("%s did not listen on port %d within 5 s: %s", p.cmd.Args[0], port, strings.TrimSpace(p.errb.String()))
 		}
 		select {
@@ -139,6 +166,17 @@ func waitListening(ctx context.Context, p *proc, port int, udp bool) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// exited reports whether a child that was not waited for has exited (a
+// zombie), so a server that fails at once is not waited on for seconds.
+func exited(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(data, ')')
+	return i < 0 || i+2 >= len(data) || data[i+2] == 'Z'
 }
 
 // cpuTimes reads the machine's busy and total jiffies from /proc/stat.
@@ -223,6 +261,9 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 		}
 		cli, err := start(ctx, e.ep.client, e.pin.client(), e.log, argv...)
 		if err != nil {
+			for _, c := range clients {
+				c.stop(e.log)
+			}
 			return nil, err
 		}
 		clients = append(clients, cli)

@@ -15,7 +15,7 @@ type Iperf3Result struct {
 	SentBps      float64 `json:"sentBitsPerSecond"`
 	ReceivedBps  float64 `json:"receivedBitsPerSecond"` // TCP: at the receiver; UDP: what arrived
 	Retransmits  int     `json:"retransmits"`           // TCP
-	Packets      int     `json:"packets,omitempty"`     // UDP datagrams sent
+	Packets      int     `json:"packets,omitempty"`     // UDP datagrams the receiver expected (lost included)
 	LostPackets  int     `json:"lostPackets,omitempty"` // UDP
 	LostPercent  float64 `json:"lostPercent"`           // UDP
 	JitterMs     float64 `json:"jitterMs,omitempty"`    // UDP
@@ -86,7 +86,7 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 			// and what arrived.
 			r.Seconds = received.Seconds
 			r.SentBps, r.ReceivedBps = sent.BitsPerSecond, received.BitsPerSecond
-			r.Packets = sent.Packets
+			r.Packets = received.Packets // what the receiver expected, lost ones included
 			r.LostPackets, r.LostPercent, r.JitterMs = received.LostPackets, received.LostPercent, received.JitterMs
 			break
 		}

@@ -141,47 +141,72 @@ func TestRRParseRecorded(t *testing.T) {
 
 var sockperfMedian = regexp.MustCompile(`percentile 50\.000 =\s+([0-9.]+)`)
 
-// BenchmarkRRFloor measures the request/response floor on loopback
-// (tcp-rr, 14-byte messages, blocking sockets) and sockperf's ping-pong on
-// the same path, alternating in 5 rounds of 1 s, and reports both medians
-// of the round medians and their ratio (sockperf reports half the round
-// trip; doubled here). Figures in BENCHMARKS.md.
-//
-//	go test -run '^$' -bench RRFloor -benchtime 1x ./traffic
-func BenchmarkRRFloor(b *testing.B) {
-	testutil.RequireTool(b, "sockperf", "sockperf")
-	port := freePort(b, "tcp")
+// rrFloor measures, in interleaved rounds on loopback, the median p50 of
+// cnlab rr's tcp-rr and of sockperf ping-pong (its median one-way latency,
+// doubled) with the same 14-byte messages, each round lasting d.
+func rrFloor(tb testing.TB, rounds int, d time.Duration) (ours, theirs float64) {
+	tb.Helper()
+	testutil.RequireTool(tb, "sockperf", "sockperf")
+	port := freePort(tb, "tcp")
 	srv := exec.Command("sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", strconv.Itoa(port))
 	if err := srv.Start(); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
 	time.Sleep(300 * time.Millisecond)
-	c := RRConfig{Mode: TCPRR, Addr: fmt.Sprintf("127.0.0.1:%d", freePort(b, "tcp")), RequestSize: 14, ResponseSize: 14,
-		Duration: time.Second, Warmup: 200 * time.Millisecond}
-	serve(b, c)
-	var ours, theirs []float64
-	for i := 0; i < b.N; i++ {
-		for round := 0; round < 5; round++ {
-			r, err := RRRun(context.Background(), c)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ours = append(ours, r.LatencyUs.P50)
-			out, err := exec.Command("sockperf", "pp", "--tcp", "-i", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "1", "-m", "14").CombinedOutput()
-			if err != nil {
-				b.Fatalf("sockperf: %v\n%s", err, out)
-			}
-			m := sockperfMedian.FindSubmatch(out)
-			if m == nil {
-				b.Fatalf("no median in sockperf output:\n%s", out)
-			}
-			half, _ := strconv.ParseFloat(string(m[1]), 64)
-			theirs = append(theirs, 2*half)
+	c := RRConfig{Mode: TCPRR, Addr: fmt.Sprintf("127.0.0.1:%d", freePort(tb, "tcp")), RequestSize: 14, ResponseSize: 14,
+		Duration: d, Warmup: 200 * time.Millisecond}
+	serve(tb, c)
+	var os_, ss []float64
+	for round := 0; round < rounds; round++ {
+		r, err := RRRun(context.Background(), c)
+		if err != nil {
+			tb.Fatal(err)
 		}
+		os_ = append(os_, r.LatencyUs.P50)
+		secs := strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+		out, err := exec.Command("sockperf", "pp", "--tcp", "-i", "127.0.0.1", "-p", strconv.Itoa(port), "-t", secs, "-m", "14").CombinedOutput()
+		if err != nil {
+			tb.Fatalf("sockperf: %v\n%s", err, out)
+		}
+		m := sockperfMedian.FindSubmatch(out)
+		if m == nil {
+			tb.Fatalf("no median in sockperf output:\n%s", out)
+		}
+		half, _ := strconv.ParseFloat(string(m[1]), 64)
+		ss = append(ss, 2*half)
 	}
 	med := func(xs []float64) float64 { sort.Float64s(xs); return xs[len(xs)/2] }
-	o, s := med(ours), med(theirs)
+	return med(os_), med(ss)
+}
+
+// TestRRFloorMatchesSockperf checks that cnlab rr measures what a reference
+// tool measures on the same path: its median round trip on loopback within
+// 20% of sockperf ping-pong's (the issue's criterion). It is a check of
+// what is measured, not of speed: both run interleaved on the same
+// machine, and a failure is retried once, since one busy second of a
+// shared VM can move either median.
+func TestRRFloorMatchesSockperf(t *testing.T) {
+	var o, s float64
+	for try := 0; try < 2; try++ {
+		o, s = rrFloor(t, 5, time.Second) // sockperf takes whole seconds
+		t.Logf("rr p50 %.1f us, sockperf p50 %.1f us: ratio %.2f", o, s, o/s)
+		if r := o / s; r >= 0.8 && r <= 1.2 {
+			return
+		}
+	}
+	t.Errorf("cnlab rr's median round trip %.1f us is not within 20%% of sockperf's %.1f us", o, s)
+}
+
+// BenchmarkRRFloor reports the same comparison with longer rounds (the
+// figures in BENCHMARKS.md).
+//
+//	go test -run '^$' -bench RRFloor -benchtime 1x -count 5 ./traffic
+func BenchmarkRRFloor(b *testing.B) {
+	var o, s float64
+	for i := 0; i < b.N; i++ {
+		o, s = rrFloor(b, 5, time.Second)
+	}
 	b.ReportMetric(o, "rr-p50-us")
 	b.ReportMetric(s, "sockperf-p50-us")
 	b.ReportMetric(o/s, "rr/sockperf")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -68,7 +69,7 @@ and the run goes on; the exit code is then 1.`,
 				return err
 			}
 			if len(args) == 0 {
-				s.Matrix.Datapath = availableDatapaths(s.Matrix.Datapath)
+				s.Matrix.Datapath = availableDatapaths(e, s.Matrix.Datapath)
 			}
 			if cmd.Flags().Changed("seed") {
 				s.Seed = &seed
@@ -113,15 +114,46 @@ and the run goes on; the exit code is then 1.`,
 }
 
 // availableDatapaths keeps the built-in experiment's datapaths that this
-// machine can run.
-func availableDatapaths(dps []string) []string {
+// machine can run: iptables needs iptables-legacy-restore, nftables nft,
+// eBPF a kernel with BTF and tcx (6.6 or later).
+func availableDatapaths(e *env, dps []string) []string {
 	var out []string
 	for _, d := range dps {
-		if lab.Available(d) {
+		why := ""
+		switch d {
+		case "iptables":
+			if _, err := exec.LookPath("iptables-legacy-restore"); err != nil {
+				why = "iptables-legacy-restore is not installed"
+			}
+		case "nftables":
+			if _, err := exec.LookPath("nft"); err != nil {
+				why = "nft is not installed"
+			}
+		case "ebpf":
+			why = ebpfMissing()
+		}
+		if why == "" && lab.Available(d) {
 			out = append(out, d)
+		} else {
+			e.progress(fmt.Sprintf("leaving datapath %s out: %s", d, why))
 		}
 	}
 	return out
+}
+
+// ebpfMissing says why this kernel cannot run the eBPF datapath, or "".
+func ebpfMissing() string {
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return "the kernel has no BTF (/sys/kernel/btf/vmlinux)"
+	}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		var major, minor int
+		if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err == nil && (major < 6 || major == 6 && minor < 6) {
+			return fmt.Sprintf("kernel %d.%d has no tcx (6.6 or later)", major, minor)
+		}
+	}
+	return ""
 }
 
 func isTerminal(w any) bool {
@@ -224,6 +256,8 @@ func printRunSummary(e *env, r *experiment.Results, out, output string) int {
 		val, ci, cv := "-", "-", "-"
 		if ok {
 			val = fmt.Sprintf("%.4g", s.Median)
+		}
+		if ok && s.N > 1 { // one sample has no spread to show
 			ci = fmt.Sprintf("%.4g–%.4g", s.CILow, s.CIHigh)
 			cv = fmt.Sprintf("%.1f%%", 100*s.CV)
 		}
