@@ -6,9 +6,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,31 +144,104 @@ func TestRRParseRecorded(t *testing.T) {
 
 var sockperfMedian = regexp.MustCompile(`percentile 50\.000 =\s+([0-9.]+)`)
 
-// rrFloor measures, in interleaved rounds on loopback, the median p50 of
-// cnlab rr's tcp-rr and of sockperf ping-pong (its median one-way latency,
-// doubled) with the same 14-byte messages, each round lasting d.
-func rrFloor(tb testing.TB, rounds int, d time.Duration) (ours, theirs float64) {
+// The floor comparison runs both tools the same way: each server and each
+// client is its own process, the servers pinned to the last CPU and the
+// clients to the first (taskset). Placement decides a loopback round trip
+// in a VM: a wake-up across CPUs costs an inter-processor interrupt
+// through the hypervisor (tens of µs), one on the same CPU a context
+// switch (a few µs), and an unpinned pair moves between the two. cnlab
+// rr's processes are this test binary run again with rrHelperEnv set.
+const rrHelperEnv = "CNLAB_RR_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(rrHelperEnv); mode != "" {
+		os.Exit(rrHelper(mode, os.Getenv("CNLAB_RR_TEST_ADDR")))
+	}
+	os.Exit(m.Run())
+}
+
+// rrHelper is cnlab rr's server or client in a helper process: 14-byte
+// tcp-rr, the client's result as JSON on stdout.
+func rrHelper(mode, addr string) int {
+	c := RRConfig{Mode: TCPRR, Addr: addr, RequestSize: 14, ResponseSize: 14, Duration: time.Second, Warmup: 200 * time.Millisecond}
+	var err error
+	if mode == "server" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		defer stop()
+		err = RRServe(ctx, c, nil)
+	} else {
+		var r *RRResult
+		if r, err = RRRun(context.Background(), c); err == nil {
+			err = WriteRR(os.Stdout, r)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// pinned is argv under taskset on one CPU.
+func pinned(cpu int, argv ...string) *exec.Cmd {
+	return exec.Command("taskset", append([]string{"-c", strconv.Itoa(cpu)}, argv...)...)
+}
+
+// startServer starts a pinned server and waits until its port accepts.
+func startServer(tb testing.TB, cmd *exec.Cmd, port int) {
 	tb.Helper()
-	testutil.RequireTool(tb, "sockperf", "sockperf")
-	port := freePort(tb, "tcp")
-	srv := exec.Command("sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", strconv.Itoa(port))
-	if err := srv.Start(); err != nil {
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
-	time.Sleep(300 * time.Millisecond)
-	c := RRConfig{Mode: TCPRR, Addr: fmt.Sprintf("127.0.0.1:%d", freePort(tb, "tcp")), RequestSize: 14, ResponseSize: 14,
-		Duration: d, Warmup: 200 * time.Millisecond}
-	serve(tb, c)
+	tb.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+	for i := 0; ; i++ {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if i == 50 {
+			tb.Fatalf("%s does not listen on port %d: %v", cmd.Args, port, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// rrFloor measures, in interleaved 1 s rounds on loopback, the median p50
+// of cnlab rr's tcp-rr and of sockperf ping-pong (its median one-way
+// latency, doubled) with the same 14-byte messages and the same CPU
+// placement.
+func rrFloor(tb testing.TB, rounds int) (ours, theirs float64) {
+	tb.Helper()
+	testutil.RequireTool(tb, "sockperf", "sockperf")
+	testutil.RequireTool(tb, "taskset", "util-linux")
+	cli, srv := 0, runtime.NumCPU()-1
+	sp, rp := freePort(tb, "tcp"), freePort(tb, "tcp")
+	startServer(tb, pinned(srv, "sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", strconv.Itoa(sp)), sp)
+	addr := fmt.Sprintf("127.0.0.1:%d", rp)
+	self, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	helper := func(cpu int, mode string) *exec.Cmd {
+		c := pinned(cpu, self)
+		c.Env = append(os.Environ(), rrHelperEnv+"="+mode, "CNLAB_RR_TEST_ADDR="+addr)
+		return c
+	}
+	startServer(tb, helper(srv, "server"), rp)
 	var os_, ss []float64
 	for round := 0; round < rounds; round++ {
-		r, err := RRRun(context.Background(), c)
+		out, err := helper(cli, "client").Output()
+		if err != nil {
+			tb.Fatalf("cnlab rr client: %v", err)
+		}
+		r, err := ParseRR(out)
 		if err != nil {
 			tb.Fatal(err)
 		}
 		os_ = append(os_, r.LatencyUs.P50)
-		secs := strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
-		out, err := exec.Command("sockperf", "pp", "--tcp", "-i", "127.0.0.1", "-p", strconv.Itoa(port), "-t", secs, "-m", "14").CombinedOutput()
+		out, err = pinned(cli, "sockperf", "pp", "--tcp", "-i", "127.0.0.1", "-p", strconv.Itoa(sp), "-t", "1", "-m", "14").CombinedOutput()
 		if err != nil {
 			tb.Fatalf("sockperf: %v\n%s", err, out)
 		}
@@ -189,7 +265,7 @@ func rrFloor(tb testing.TB, rounds int, d time.Duration) (ours, theirs float64) 
 func TestRRFloorMatchesSockperf(t *testing.T) {
 	var o, s float64
 	for try := 0; try < 2; try++ {
-		o, s = rrFloor(t, 5, time.Second) // sockperf takes whole seconds
+		o, s = rrFloor(t, 5)
 		t.Logf("rr p50 %.1f us, sockperf p50 %.1f us: ratio %.2f", o, s, o/s)
 		if r := o / s; r >= 0.8 && r <= 1.2 {
 			return
@@ -205,7 +281,7 @@ func TestRRFloorMatchesSockperf(t *testing.T) {
 func BenchmarkRRFloor(b *testing.B) {
 	var o, s float64
 	for i := 0; i < b.N; i++ {
-		o, s = rrFloor(b, 5, time.Second)
+		o, s = rrFloor(b, 5)
 	}
 	b.ReportMetric(o, "rr-p50-us")
 	b.ReportMetric(s, "sockperf-p50-us")
