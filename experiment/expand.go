@@ -43,6 +43,29 @@ type Params struct {
 	ShaperRate       string `json:"shaperRate,omitempty"`
 }
 
+// Text is the point's parameters in a few words, for tables
+// ("policies=100 mode=top-of-chain").
+func (p Params) Text() string {
+	var parts []string
+	add := func(cond bool, format string, args ...any) {
+		if cond {
+			parts = append(parts, fmt.Sprintf(format, args...))
+		}
+	}
+	add(true, "policies=%d", p.Policies)
+	add(p.PolicyMode != ModeNoMatch && p.PolicyMode != "", "mode=%s", p.PolicyMode)
+	add(p.Link != "", "link=%s", p.Link)
+	add(p.ChainLength > 0, "length=%d", p.ChainLength)
+	add(p.HostRouting != "", "routing=%s", p.HostRouting)
+	add(p.MTU > 0, "mtu=%d", p.MTU)
+	add(p.Offloads != "", "offloads=%s", p.Offloads)
+	add(p.FirewallRules > 0, "firewall=%d", p.FirewallRules)
+	add(p.FirewallStateful, "stateful")
+	add(p.FirewallSpread, "spread")
+	add(p.ShaperRate != "", "shaper=%s", p.ShaperRate)
+	return strings.Join(parts, " ")
+}
+
 // Point is one measurement of the experiment: parameters and a workload.
 type Point struct {
 	ID       string   `json:"id"`

@@ -89,7 +89,7 @@ root.`,
 		return usageError{fmt.Errorf("%w (see `%s --help`)", err, c.CommandPath())}
 	})
 	lab.RegisterDatapaths()
-	root.AddCommand(newUpCmd(e), newDownCmd(e), newStatusCmd(e), newExecCmd(e), newPolicyCmd(e), newProbeCmd(e), newMonitorCmd(e), newRRCmd(e), newRunCmd(e))
+	root.AddCommand(newUpCmd(e), newDownCmd(e), newStatusCmd(e), newExecCmd(e), newPolicyCmd(e), newProbeCmd(e), newMonitorCmd(e), newRRCmd(e), newRunCmd(e), newReportCmd(e), newCompareCmd(e))
 	err := root.ExecuteContext(ctx)
 	if err != nil && isCobraUsage(err) {
 		return usageError{err}

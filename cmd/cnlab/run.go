@@ -8,13 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/report"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
@@ -24,18 +24,18 @@ import (
 const exitInterrupted = 130
 
 func newRunCmd(e *env) *cobra.Command {
-	var quick, plan bool
+	var quick, plan, withReport bool
 	var out, labName, output string
 	var seed int64
 	cmd := &cobra.Command{
-		Use:   "run [FILE] [--quick] [--out DIR]",
+		Use:   "run [FILE] [--quick] [--out DIR] [--report]",
 		Short: "Run an experiment: a sweep of datapaths, policies and topologies, measured",
 		Long: `Run an experiment file (experiments/*.yaml; docs/methodology.md): expand its
 matrix into points, run every point's workloads (iperf3 streams, cnlab rr
 request/response, ping) for its repetitions in a shuffled order, rebuilding
 the lab only when the topology changes, and write a results directory:
 results.json (schema 1: the experiment, every sample, per-point median,
-mean, stdev, CV and 95% CI), results.csv (one row per sample and metric),
+mean, stdev, CV and 95% CI), results.csv (one row per sample, a column per metric),
 environment.json and logs/.
 
 With no FILE it runs the built-in default: a quick policy-scaling sweep on
@@ -43,11 +43,14 @@ one host across the datapaths this machine has. --quick applies the file's
 quick: block (shorter runs, fewer values). --plan prints the points and the
 expected duration without running anything.
 
+--report writes report.html and figures/ into the results directory when
+the run ends, as cnlab report does.
+
 Ctrl-C keeps the finished points, marks results.json interrupted, tears
 the lab down and exits 130. A point that fails is recorded with its error
 and the run goes on; the exit code is then 1.`,
 		Example: `  cnlab run                                                  # the built-in default
-  cnlab run experiments/thesis-policy-scaling.yaml --quick
+  cnlab run experiments/thesis-policy-scaling.yaml --quick --report
   cnlab run experiments/service-chain.yaml --out results/chain-1
   cnlab run experiments/thesis-offloads.yaml --plan`,
 		Args: cobra.MaximumNArgs(1),
@@ -90,6 +93,12 @@ and the run goes on; the exit code is then 1.`,
 				return err
 			}
 			failed := printRunSummary(e, r, out, output)
+			if withReport && len(r.Points) > 0 {
+				// Even an interrupted run: the report draws what it has.
+				if rerr := writeRunReport(e, out, output); rerr != nil && err == nil {
+					err = rerr
+				}
+			}
 			switch {
 			case errors.Is(err, experiment.ErrInterrupted):
 				fmt.Fprintf(e.stderr, "cnlab: %v\n", err)
@@ -108,6 +117,7 @@ and the run goes on; the exit code is then 1.`,
 	f.StringVar(&out, "out", "", "results directory (default results/NAME-DATE-TIME)")
 	f.StringVar(&labName, "lab", "", "name of the lab the run builds (default xp-XXXX)")
 	f.Int64Var(&seed, "seed", 0, "seed of the shuffled order (default: the file's, else random; recorded)")
+	f.BoolVar(&withReport, "report", false, "write report.html and figures/ when the run ends (as cnlab report)")
 	f.BoolVar(&plan, "plan", false, "print the points and the expected duration, run nothing")
 	f.StringVarP(&output, "output", "o", "", "json: print the outcome (or the plan) as JSON on stdout")
 	return cmd
@@ -183,7 +193,7 @@ func printPlan(e *env, s *experiment.Spec, output string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POINT\tSWEEP\tTOPOLOGY\tSERIES\tPARAMS\tWORKLOAD")
 	for _, p := range points {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, dash(p.Sweep), p.Params.Topology, p.Series, paramText(p.Params), p.Workload.Name())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, dash(p.Sweep), p.Params.Topology, p.Series, p.Params.Text(), p.Workload.Name())
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(e.stdout, "%s: %d points, %d runs (%d repetitions each, plus profiled runs), %d lab builds, about %s\n",
@@ -196,28 +206,6 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// paramText lists a point's non-default parameters.
-func paramText(p experiment.Params) string {
-	var parts []string
-	add := func(cond bool, format string, args ...any) {
-		if cond {
-			parts = append(parts, fmt.Sprintf(format, args...))
-		}
-	}
-	add(true, "policies=%d", p.Policies)
-	add(p.PolicyMode != experiment.ModeNoMatch && p.PolicyMode != "", "mode=%s", p.PolicyMode)
-	add(p.Link != "", "link=%s", p.Link)
-	add(p.ChainLength > 0, "length=%d", p.ChainLength)
-	add(p.HostRouting != "", "routing=%s", p.HostRouting)
-	add(p.MTU > 0, "mtu=%d", p.MTU)
-	add(p.Offloads != "", "offloads=%s", p.Offloads)
-	add(p.FirewallRules > 0, "firewall=%d", p.FirewallRules)
-	add(p.FirewallStateful, "stateful")
-	add(p.FirewallSpread, "spread")
-	add(p.ShaperRate != "", "shaper=%s", p.ShaperRate)
-	return strings.Join(parts, " ")
 }
 
 // headline is the metric a summary line shows for a workload.
@@ -265,10 +253,28 @@ func printRunSummary(e *env, r *experiment.Results, out, output string) int {
 		if p.Error != "" {
 			status += ": " + p.Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", p.ID, p.Params.Topology, p.Series, paramText(p.Params),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", p.ID, p.Params.Topology, p.Series, p.Params.Text(),
 			p.Workload.Name(), m, val, ci, cv, s.N, status)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(e.stdout, "results: %s\n", out)
 	return failed
+}
+
+// writeRunReport reports on a run that just ended. With -o json the run's
+// JSON is on stdout already: the report says where it is on stderr.
+func writeRunReport(e *env, dir, output string) error {
+	rep, err := report.Load(dir)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	written, err := rep.Write(dir)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if output == "json" {
+		e.progress(fmt.Sprintf("report: %s (%d figures)", filepath.Join(dir, "report.html"), len(rep.Figures)))
+		return nil
+	}
+	return printReport(e, rep, written, "")
 }

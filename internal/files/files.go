@@ -14,9 +14,6 @@ import (
 // WriteJSON writes v as JSON to path through a temporary file renamed into
 // place, so a reader never sees half a file. It creates the directory.
 func WriteJSON(path string, v any, indent bool) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
 	var data []byte
 	var err error
 	if indent {
@@ -25,6 +22,15 @@ func WriteJSON(path string, v any, indent bool) error {
 		data, err = json.Marshal(v)
 	}
 	if err != nil {
+		return err
+	}
+	return WriteAtomic(path, data)
+}
+
+// WriteAtomic writes data to path through a temporary file renamed into
+// place. It creates the directory.
+func WriteAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	tmp := path + ".tmp"

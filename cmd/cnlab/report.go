@@ -1,0 +1,181 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/report"
+	"github.com/spf13/cobra"
+)
+
+func newReportCmd(e *env) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "report RUN_DIR",
+		Short: "Draw a run's figures, fit its scaling laws and write report.html",
+		Long: `Read a results directory of cnlab run and write, next to results.json:
+report.html (self-contained: figures inline as SVG, opens with no network)
+and figures/*.png. Figures: every swept metric against its parameter, one
+line per series, with 95% confidence intervals; baseline bars; chains with
+the fitted power law t(n) = t(1)·(1 − l)^(n−1); perf shares of profiled
+points. Fits: per-rule slopes with their CI, bends, per-hop loss. Findings:
+sentences each backed by the medians of named points. Points whose CV is
+above 5% are flagged. The findings are printed; -o json prints the whole
+analysis.`,
+		Example: `  cnlab report results/thesis-policy-scaling-20261122-101500
+  cnlab report results/run-1 -o json | jq '.findings[].text'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			rep, err := loadReport(args[0])
+			if err != nil {
+				return err
+			}
+			written, err := rep.Write(args[0])
+			if err != nil {
+				return fmt.Errorf("write report: %w", err)
+			}
+			return printReport(e, rep, written, output)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "json: print the analysis (findings, fits, table, figures) as JSON")
+	return cmd
+}
+
+// loadReport reads a run directory; a directory that is not a run is bad
+// input.
+func loadReport(dir string) (*report.Report, error) {
+	if _, err := os.Stat(filepath.Join(dir, "results.json")); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, usagef("%s: no results.json: not a results directory of cnlab run", dir)
+		}
+		return nil, err
+	}
+	rep, err := report.Load(dir)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return rep, nil
+}
+
+func printReport(e *env, rep *report.Report, written []string, output string) error {
+	if output == "json" {
+		type fig struct {
+			report.Figure
+			PNG string `json:"png"`
+		}
+		var figs []fig
+		for _, f := range rep.Figures {
+			figs = append(figs, fig{f, filepath.Join(rep.Dir, "figures", f.ID+".png")})
+		}
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			*report.Report
+			HTML    string `json:"html"`
+			Figures []fig  `json:"figures"`
+		}{rep, filepath.Join(rep.Dir, "report.html"), figs})
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(e.stdout, "note: %s\n", n)
+	}
+	if len(rep.Findings) > 0 {
+		fmt.Fprintln(e.stdout, "Findings:")
+		for _, f := range rep.Findings {
+			fmt.Fprintf(e.stdout, "- %s\n", f.Text)
+		}
+	}
+	if rep.Noisy > 0 {
+		fmt.Fprintf(e.stdout, "%d of %d table rows have a CV above %.0f%% (marked in the report).\n", rep.Noisy, len(rep.Rows), 100*report.CVWarn)
+	}
+	fmt.Fprintf(e.stdout, "report: %s (%d figures in %s)\n", filepath.Join(rep.Dir, "report.html"), len(rep.Figures), filepath.Join(rep.Dir, "figures"))
+	_ = written
+	return nil
+}
+
+func newCompareCmd(e *env) *cobra.Command {
+	var output, html string
+	var threshold float64
+	cmd := &cobra.Command{
+		Use:   "compare RUN_A RUN_B [--html FILE] [--threshold PCT]",
+		Short: "Say what changed between two runs, point by point, with a significance test",
+		Long: `Match the points of two results directories (same sweep, parameters and
+workload) and, for every headline metric, print both medians, the change
+in percent and the p-value of a two-sided Mann–Whitney U test on their
+samples. A change that is not significant (p ≥ 0.05) prints as "~", as
+benchstat does. Small samples cannot reach significance: 2 vs 2 samples
+never do (p ≥ 0.33), 4 vs 4 can.
+
+--threshold PCT makes compare a CI gate: it exits 1 when a metric got
+significantly worse by at least PCT percent (throughput down, latency up).`,
+		Example: `  cnlab compare results/before results/after
+  cnlab compare results/before results/after --threshold 5     # exit 1 on a >= 5% regression
+  cnlab compare results/a results/b --html compare.html -o json`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			gate := cmd.Flags().Changed("threshold")
+			if gate && (threshold < 0 || threshold > 1000) {
+				return usagef("--threshold %g: a percentage between 0 and 1000", threshold)
+			}
+			var runs [2]*experiment.Results
+			for i, dir := range args {
+				rep, err := loadReport(dir)
+				if err != nil {
+					return err
+				}
+				runs[i] = rep.Results
+			}
+			t := -1.0
+			if gate {
+				t = threshold / 100
+			}
+			c := report.Compare(runs[0], runs[1], t)
+			c.A, c.B = args[0], args[1]
+			if len(c.Changes) == 0 {
+				return usagef("no point of %s matches one of %s (same sweep, parameters and workload): are they runs of the same experiment?", args[0], args[1])
+			}
+			if html != "" {
+				page, err := c.HTML()
+				if err != nil {
+					return err
+				}
+				if err := files.WriteAtomic(html, page); err != nil {
+					return fmt.Errorf("write %s: %w", html, err)
+				}
+			}
+			if output == "json" {
+				enc := json.NewEncoder(e.stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(c); err != nil {
+					return err
+				}
+			} else if err := c.Text(e.stdout); err != nil {
+				return err
+			}
+			if html != "" {
+				e.progress("comparison page: " + html)
+			}
+			if gate && c.Regressions > 0 {
+				fmt.Fprintf(e.stderr, "cnlab: %d significant regressions of %g%% or more\n", c.Regressions, threshold)
+				return exitStatus(exitFail)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&html, "html", "", "also write the comparison as an HTML page to FILE")
+	f.Float64Var(&threshold, "threshold", 0, "exit 1 when a metric got significantly worse by at least PCT percent")
+	f.StringVarP(&output, "output", "o", "", "json: print the comparison as JSON")
+	return cmd
+}

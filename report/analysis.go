@@ -1,0 +1,323 @@
+package report
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/cnlab/cnlab/report/stats"
+)
+
+// Fit is one fitted law of one curve.
+type Fit struct {
+	Panel  string `json:"panel"`
+	Series string `json:"series"`
+	Kind   string `json:"kind"` // linear, power-law, bend
+	N      int    `json:"n"`    // samples used
+	// linear: metric = Intercept + Slope·x
+	Intercept float64        `json:"intercept,omitempty"`
+	Slope     float64        `json:"slope,omitempty"`
+	SlopeCI   stats.Interval `json:"slopeCI"`
+	// Relative is the slope as a fraction of the intercept per unit of x,
+	// with its interval (the intercept taken as known); 0 when undefined.
+	Relative   float64        `json:"relativeSlope,omitempty"`
+	RelativeCI stats.Interval `json:"relativeSlopeCI"`
+	Flat       bool           `json:"flat,omitempty"` // the slope's CI contains 0
+	// power-law: t(n) = T1·(1−Loss)^(n−1)
+	T1     float64        `json:"t1,omitempty"`
+	Loss   float64        `json:"loss,omitempty"`
+	LossCI stats.Interval `json:"lossCI"`
+	// bend: a hinge at X0, slopes before and after
+	X0          float64 `json:"x0,omitempty"`
+	SlopeBefore float64 `json:"slopeBefore,omitempty"`
+	SlopeAfter  float64 `json:"slopeAfter,omitempty"`
+	P           float64 `json:"p,omitempty"`
+	R2          float64 `json:"r2"`
+	Text        string  `json:"text"`
+	Note        string  `json:"note,omitempty"` // why a fit was not made
+}
+
+// Finding is one generated sentence, with the panel and points it rests
+// on.
+type Finding struct {
+	Panel  string   `json:"panel"`
+	Points []string `json:"points"`
+	Text   string   `json:"text"`
+}
+
+// bootstrap settings of the findings' intervals: fixed, so a report is
+// reproducible.
+const (
+	bootIters = 2000
+	bootSeed  = 1
+	// minCI is the fewest samples per side for a bootstrap interval: with
+	// two, resampling gives three medians and no honest interval.
+	minCI = 3
+	// bendP is the p-value below which a bend is reported: the hinge's
+	// F test picks its own breakpoint and calls a straight line bent more
+	// often than its nominal 5% (report/stats).
+	bendP = 0.01
+)
+
+// isCount reports whether x counts rules or policies: the axes whose
+// slope is a per-rule cost.
+func isCount(d string) bool { return d == "policies" || d == "firewallRules" }
+
+// unitOf is the unit of one step of x, for "per policy".
+func unitOf(pn *Panel) (one, many string) {
+	switch pn.XDim {
+	case "policies":
+		if strings.HasPrefix(pn.XLabel, "L4") {
+			return "rule", "L4 rules"
+		}
+		return "policy", "policies"
+	case "firewallRules":
+		return "rule", "rules"
+	case "chainLength":
+		return "hop", "hops"
+	case "flows":
+		return "flow", "flows"
+	case "size":
+		return "byte", "bytes"
+	case "mtu":
+		return "byte of MTU", "bytes of MTU"
+	}
+	return "step", ""
+}
+
+// analyze fits every curve of a panel and says what it shows.
+func analyze(pn *Panel) ([]Fit, []Finding) {
+	var fits []Fit
+	var finds []Finding
+	if pn.XDim == "" {
+		return nil, baseline(pn)
+	}
+	one, many := unitOf(pn)
+	m := pn.Metric
+	for _, c := range pn.Curves {
+		if len(c.X) < 2 {
+			continue
+		}
+		xs, ys := c.all()
+		if pn.XDim == "chainLength" && m.Name == "throughput_gbps" {
+			f := Fit{Panel: pn.ID, Series: c.Series, Kind: "power-law"}
+			pl, err := stats.PowerLawFit(xs, ys)
+			if err != nil {
+				f.Note = fitNote(err)
+			} else {
+				f.N, f.T1, f.Loss, f.LossCI, f.R2 = pl.N, pl.T1, pl.Loss, pl.LossCI, pl.R2
+				f.Text = fmt.Sprintf("t(n) = %s·(1 − %.3g)^(n−1): %s%% per hop (95%% CI %s–%s%%), R² %.3f",
+					fmtNum(pl.T1), pl.Loss, fmtNum(100*pl.Loss), fmtNum(100*pl.LossCI.Lo), fmtNum(100*pl.LossCI.Hi), pl.R2)
+				finds = append(finds, Finding{Panel: pn.ID, Points: endPoints(c), Text: fmt.Sprintf(
+					"%s (%s): each hop costs %s%% of the throughput (95%% CI %s–%s%%), from %s Gb/s with one hop (fitted; R² %.2f over %d samples).",
+					c.Series, pn.ctx(), fmtNum(100*pl.Loss), fmtNum(100*pl.LossCI.Lo), fmtNum(100*pl.LossCI.Hi), fmtNum(pl.T1), pl.R2, pl.N)})
+			}
+			fits = append(fits, f)
+			continue
+		}
+		f := Fit{Panel: pn.ID, Series: c.Series, Kind: "linear"}
+		lin, err := stats.LinearFit(xs, ys)
+		if err != nil {
+			f.Note = fitNote(err)
+		} else {
+			f.N, f.Intercept, f.Slope, f.SlopeCI, f.R2 = lin.N, lin.Intercept, lin.Slope, lin.SlopeCI, lin.R2
+			f.Flat = lin.SlopeCI.Contains(0)
+			if lin.Intercept > 0 {
+				f.Relative = lin.Slope / lin.Intercept
+				f.RelativeCI = stats.Interval{Lo: lin.SlopeCI.Lo / lin.Intercept, Hi: lin.SlopeCI.Hi / lin.Intercept}
+			}
+			f.Text = fmt.Sprintf("%s %s per %s (95%% CI %s to %s)%s, R² %.3f", signed(lin.Slope), m.Unit, one,
+				signed(lin.SlopeCI.Lo), signed(lin.SlopeCI.Hi), relText(f), lin.R2)
+		}
+		fits = append(fits, f)
+		finds = append(finds, change(pn, c, f, one, many))
+		if isCount(pn.XDim) {
+			if b, ok := bend(pn, c, one); ok {
+				fits = append(fits, b)
+				finds = append(finds, Finding{Panel: pn.ID, Points: endPoints(c), Text: fmt.Sprintf(
+					"%s (%s): the curve bends at about %s %s (slope %s %s per %s before, %s after; p = %.2g).",
+					c.Series, pn.ctx(), fmtNum(b.X0), many, signed(b.SlopeBefore), m.Unit, one, signed(b.SlopeAfter), b.P)})
+			}
+		}
+	}
+	finds = append(finds, baseline(pn)...)
+	return fits, finds
+}
+
+func fitNote(err error) string {
+	switch {
+	case errors.Is(err, stats.ErrTooFewPoints):
+		return "too few points to fit"
+	case errors.Is(err, stats.ErrNonPositive):
+		return "a zero or negative value: no power law"
+	}
+	return err.Error()
+}
+
+func relText(f Fit) string {
+	if f.Relative == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" = %s%% (%s to %s%%)", signed(100*f.Relative), signed(100*f.RelativeCI.Lo), signed(100*f.RelativeCI.Hi))
+}
+
+// change says how much a curve moves from its first x to its last, and
+// whether its slope differs from 0.
+func change(pn *Panel, c *Curve, f Fit, one, many string) Finding {
+	m := pn.Metric
+	x0, x1 := c.X[0], c.X[len(c.X)-1]
+	a, b := c.Samples[x0], c.Samples[x1]
+	ma, mb := stats.Median(a), stats.Median(b)
+	var s strings.Builder
+	fmt.Fprintf(&s, "%s (%s): %s ", c.Series, pn.ctx(), m.Label)
+	if ma != 0 {
+		ch := (mb - ma) / math.Abs(ma)
+		verb := "rises"
+		if ch < 0 {
+			verb = "falls"
+		}
+		fmt.Fprintf(&s, "%s %s%% from %s to %s %s (median %s → %s %s", verb, fmtNum(math.Abs(100*ch)), fmtNum(x0), fmtNum(x1), many, fmtNum(ma), fmtNum(mb), m.Unit)
+		if len(a) >= minCI && len(b) >= minCI {
+			if lo, hi, err := stats.BootstrapMedianDiffCI(a, b, 0.95, bootIters, bootSeed); err == nil {
+				fmt.Fprintf(&s, "; 95%% CI of the change %s to %s%%", signed(100*lo), signed(100*hi))
+			}
+		} else {
+			fmt.Fprintf(&s, "; %d and %d samples: no interval", len(a), len(b))
+		}
+		s.WriteString(")")
+	} else {
+		fmt.Fprintf(&s, "goes from %s to %s %s from %s to %s %s", fmtNum(ma), fmtNum(mb), m.Unit, fmtNum(x0), fmtNum(x1), many)
+	}
+	switch {
+	case f.N == 0:
+		s.WriteString(".")
+	case f.Flat:
+		fmt.Fprintf(&s, "; its slope is not different from 0 (%s %s per %s, 95%% CI %s to %s).", signed(f.Slope), m.Unit, one, signed(f.SlopeCI.Lo), signed(f.SlopeCI.Hi))
+	default:
+		fmt.Fprintf(&s, "; slope %s %s per %s (95%% CI %s to %s)", signed(f.Slope), m.Unit, one, signed(f.SlopeCI.Lo), signed(f.SlopeCI.Hi))
+		if f.Relative != 0 {
+			fmt.Fprintf(&s, ", %s%% of the fitted start per %s", signed(100*f.Relative), one)
+		}
+		s.WriteString(".")
+	}
+	return Finding{Panel: pn.ID, Points: endPoints(c), Text: s.String()}
+}
+
+// bend fits a hinge where a curve has enough distinct x, and keeps it
+// when the bend is clear.
+func bend(pn *Panel, c *Curve, one string) (Fit, bool) {
+	if len(c.X) < 5 {
+		return Fit{}, false
+	}
+	xs, ys := c.all()
+	sg, err := stats.Breakpoint(xs, ys)
+	if err != nil || sg.P >= bendP {
+		return Fit{}, false
+	}
+	return Fit{Panel: pn.ID, Series: c.Series, Kind: "bend", N: sg.N, X0: sg.X0, SlopeBefore: sg.SlopeBefore, SlopeAfter: sg.SlopeAfter,
+		P: sg.P, R2: sg.R2, Text: fmt.Sprintf("bends at x = %s: %s then %s %s per %s (p = %.2g vs a line)",
+			fmtNum(sg.X0), signed(sg.SlopeBefore), signed(sg.SlopeAfter), pn.Metric.Unit, one, sg.P)}, true
+}
+
+// baseline compares the curves at their common first x (seed 000's
+// baseline figures).
+func baseline(pn *Panel) []Finding {
+	if len(pn.Curves) < 2 {
+		return nil
+	}
+	x := pn.Curves[0].X[0]
+	type v struct {
+		c   *Curve
+		med float64
+	}
+	var vs []v
+	for _, c := range pn.Curves {
+		if s, ok := c.Samples[x]; ok {
+			vs = append(vs, v{c, stats.Median(s)})
+		}
+	}
+	if len(vs) < 2 {
+		return nil
+	}
+	best := vs[0]
+	for _, w := range vs[1:] {
+		if pn.Metric.Better >= 0 && w.med > best.med || pn.Metric.Better < 0 && w.med < best.med {
+			best = w
+		}
+	}
+	word := "highest"
+	if pn.Metric.Better < 0 {
+		word = "lowest"
+	}
+	var s strings.Builder
+	at := ""
+	if pn.XDim != "" {
+		_, many := unitOf(pn)
+		at = fmt.Sprintf(" at %s %s", fmtNum(x), many)
+	}
+	fmt.Fprintf(&s, "%s%s (%s), %s has the %s %s: %s %s", upperFirst(pn.Metric.Label), at, pn.ctx(), best.c.Series, word, "median", fmtNum(best.med), pn.Metric.Unit)
+	var pts []string
+	pts = append(pts, best.c.Points[x]...)
+	var others []string
+	for _, w := range vs {
+		if w.c == best.c {
+			continue
+		}
+		pts = append(pts, w.c.Points[x]...)
+		rel := ""
+		if best.med != 0 {
+			rel = fmt.Sprintf(" (%s%%)", signed(100*(w.med-best.med)/math.Abs(best.med)))
+		}
+		others = append(others, fmt.Sprintf("%s %s%s", w.c.Series, fmtNum(w.med), rel))
+	}
+	fmt.Fprintf(&s, "; %s.", strings.Join(others, ", "))
+	return []Finding{{Panel: pn.ID, Points: pts, Text: s.String()}}
+}
+
+// ctx is a panel's workload and topology for a sentence.
+func (p *Panel) ctx() string {
+	parts := []string{p.Workload, p.Topology}
+	if p.Sweep != "" {
+		parts = append(parts, "sweep "+p.Sweep)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func endPoints(c *Curve) []string {
+	return append(append([]string(nil), c.Points[c.X[0]]...), c.Points[c.X[len(c.X)-1]]...)
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// fmtNum prints a number with about three significant digits.
+func fmtNum(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case v == 0:
+		return "0"
+	case a >= 1000:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.3g", v)
+}
+
+// signed is fmtNum with a sign, and a real minus.
+func signed(v float64) string {
+	s := fmtNum(v)
+	if v > 0 {
+		return "+" + s
+	}
+	return strings.Replace(s, "-", "−", 1)
+}

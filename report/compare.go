@@ -1,0 +1,242 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/report/stats"
+)
+
+// Alpha is the significance level of compare.
+const Alpha = 0.05
+
+// Change is one metric of one point in two runs.
+type Change struct {
+	Key      string  `json:"key"` // what matches the point across runs
+	PointA   string  `json:"pointA"`
+	PointB   string  `json:"pointB"`
+	Topology string  `json:"topology"`
+	Series   string  `json:"series"`
+	Params   string  `json:"params"`
+	Workload string  `json:"workload"`
+	Metric   string  `json:"metric"`
+	NA       int     `json:"nA"`
+	NB       int     `json:"nB"`
+	MedianA  float64 `json:"medianA"`
+	MedianB  float64 `json:"medianB"`
+	// Delta is (B − A) / |A|; 0 with DeltaDefined false when A's median
+	// is 0.
+	Delta        float64 `json:"delta"`
+	DeltaDefined bool    `json:"deltaDefined"`
+	P            float64 `json:"p"`    // two-sided Mann–Whitney U
+	MinP         float64 `json:"minP"` // the smallest p these sample sizes allow
+	Significant  bool    `json:"significant"`
+	// Verdict is "~" (not significant), "better" or "worse" (by the
+	// metric's direction), or "changed" for a metric with none.
+	Verdict string `json:"verdict"`
+	// Regression is a significant change for the worse beyond the
+	// threshold.
+	Regression bool `json:"regression,omitempty"`
+}
+
+// Comparison is `cnlab compare`'s result.
+type Comparison struct {
+	A, B        string   `json:"-"`
+	RunA        string   `json:"runA"`
+	RunB        string   `json:"runB"`
+	Alpha       float64  `json:"alpha"`
+	Threshold   float64  `json:"threshold"` // fraction; 0: any significant regression counts only with a threshold set
+	Changes     []Change `json:"changes"`
+	OnlyA       []string `json:"onlyInA,omitempty"` // point keys without a match
+	OnlyB       []string `json:"onlyInB,omitempty"`
+	Regressions int      `json:"regressions"`
+	Unreachable int      `json:"unreachable"` // changes whose sample sizes cannot reach Alpha
+}
+
+// pointKey matches a point across two runs: its sweep, parameters and
+// workload (point IDs differ when experiment files do).
+func pointKey(p *experiment.PointResult) string {
+	b, _ := json.Marshal(struct {
+		P experiment.Params
+		W experiment.Workload
+	}{p.Params, p.Workload})
+	return p.Sweep + " " + string(b)
+}
+
+// Compare matches the points of two runs and tests every primary metric
+// of each pair. threshold (a fraction, e.g. 0.05) marks significant
+// changes for the worse at least that large as regressions; a negative
+// threshold marks none.
+func Compare(a, b *experiment.Results, threshold float64) *Comparison {
+	c := &Comparison{RunA: a.Experiment.Name, RunB: b.Experiment.Name, Alpha: Alpha, Threshold: threshold}
+	bByKey := map[string]*experiment.PointResult{}
+	for i := range b.Points {
+		bByKey[pointKey(&b.Points[i])] = &b.Points[i]
+	}
+	seen := map[string]bool{}
+	for i := range a.Points {
+		pa := &a.Points[i]
+		k := pointKey(pa)
+		seen[k] = true
+		pb := bByKey[k]
+		if pb == nil {
+			c.OnlyA = append(c.OnlyA, pa.ID+" "+pa.Params.Text()+" "+pa.Workload.Name())
+			continue
+		}
+		for _, m := range PrimaryMetrics(pa.Workload.Kind) {
+			xa, xb := samplesOf(pa, m), samplesOf(pb, m)
+			if len(xa) == 0 || len(xb) == 0 {
+				continue
+			}
+			cmp := stats.Compare(xa, xb, Alpha)
+			ch := Change{Key: k, PointA: pa.ID, PointB: pb.ID, Topology: pa.Params.Topology, Series: pa.Series, Params: pa.Params.Text(),
+				Workload: pa.Workload.Name(), Metric: m, NA: cmp.NA, NB: cmp.NB, MedianA: cmp.MedianA, MedianB: cmp.MedianB,
+				Delta: cmp.Change, DeltaDefined: cmp.ChangeDefined, P: cmp.P, MinP: cmp.MinP, Significant: cmp.Significant, Verdict: "~"}
+			if cmp.MinP >= Alpha {
+				c.Unreachable++
+			}
+			if ch.Significant {
+				dir := MetricInfo(m).Better
+				up := ch.MedianB > ch.MedianA
+				switch {
+				case dir == 0:
+					ch.Verdict = "changed"
+				case up == (dir > 0):
+					ch.Verdict = "better"
+				default:
+					ch.Verdict = "worse"
+				}
+				if ch.Verdict == "worse" && threshold >= 0 && (!ch.DeltaDefined || math.Abs(ch.Delta) >= threshold) {
+					ch.Regression = true
+					c.Regressions++
+				}
+			}
+			c.Changes = append(c.Changes, ch)
+		}
+	}
+	for i := range b.Points {
+		if k := pointKey(&b.Points[i]); !seen[k] {
+			p := &b.Points[i]
+			c.OnlyB = append(c.OnlyB, p.ID+" "+p.Params.Text()+" "+p.Workload.Name())
+		}
+	}
+	sort.SliceStable(c.Changes, func(i, j int) bool { return c.Changes[i].PointA < c.Changes[j].PointA })
+	return c
+}
+
+func samplesOf(p *experiment.PointResult, metric string) []float64 {
+	var xs []float64
+	for _, s := range p.Samples {
+		if v, ok := s.Metrics[metric]; ok {
+			xs = append(xs, v)
+		}
+	}
+	return xs
+}
+
+// deltaText is a change as printed: "~" when not significant, as
+// benchstat does.
+func (ch Change) deltaText() string {
+	d := "n/a"
+	if ch.DeltaDefined {
+		d = signed(100*ch.Delta) + "%"
+	}
+	if !ch.Significant {
+		return "~ (" + d + ")"
+	}
+	return d
+}
+
+// Text writes the comparison as a table.
+func (c *Comparison) Text(w io.Writer) error {
+	fmt.Fprintf(w, "A: %s (%s)\nB: %s (%s)\n\n", c.A, c.RunA, c.B, c.RunB)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "POINT\tTOPOLOGY\tSERIES\tPARAMS\tWORKLOAD\tMETRIC\tA\tB\tCHANGE\tP\tN\tVERDICT")
+	for _, ch := range c.Changes {
+		v := ch.Verdict
+		if ch.Regression {
+			v = "REGRESSION"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2g\t%d+%d\t%s\n", ch.PointA, ch.Topology, ch.Series, ch.Params, ch.Workload, ch.Metric,
+			fmtNum(ch.MedianA), fmtNum(ch.MedianB), ch.deltaText(), ch.P, ch.NA, ch.NB, v)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range c.summary() {
+		fmt.Fprintln(w, s)
+	}
+	return nil
+}
+
+// summary is the lines under the table.
+func (c *Comparison) summary() []string {
+	var out []string
+	sig := 0
+	for _, ch := range c.Changes {
+		if ch.Significant {
+			sig++
+		}
+	}
+	out = append(out, fmt.Sprintf("%d of %d metrics changed significantly (two-sided Mann–Whitney U, p < %g); \"~\" marks the others, with their change in parentheses.",
+		sig, len(c.Changes), c.Alpha))
+	if c.Unreachable > 0 {
+		out = append(out, fmt.Sprintf("%d of them have too few samples to ever reach p < %g (2 vs 2 samples: p ≥ 0.33; it takes 4 vs 4): run more repetitions to detect changes.",
+			c.Unreachable, c.Alpha))
+	}
+	if c.Threshold >= 0 {
+		out = append(out, fmt.Sprintf("%d regressions (significant changes for the worse of at least %g%%).", c.Regressions, 100*c.Threshold))
+	}
+	if len(c.OnlyA) > 0 {
+		out = append(out, fmt.Sprintf("%d points only in A (not compared): %s", len(c.OnlyA), firstFew(c.OnlyA)))
+	}
+	if len(c.OnlyB) > 0 {
+		out = append(out, fmt.Sprintf("%d points only in B (not compared): %s", len(c.OnlyB), firstFew(c.OnlyB)))
+	}
+	return out
+}
+
+// HTML renders the comparison as a self-contained page.
+func (c *Comparison) HTML() ([]byte, error) {
+	var b bytes.Buffer
+	err := comparePage.Execute(&b, map[string]any{"C": c, "Summary": c.summary()})
+	return b.Bytes(), err
+}
+
+var comparePage = template.Must(template.New("compare").Funcs(template.FuncMap{"num": fmtNum,
+	"delta": func(ch Change) string { return ch.deltaText() }}).Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>cnlab compare — {{.C.RunA}} vs {{.C.RunB}}</title>
+<style>
+body { font-family: system-ui, Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; font-size: .85em; width: 100%; }
+th, td { border-bottom: 1px solid #eee; padding: .25em .5em; text-align: left; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+tr.better td.v { color: #070; font-weight: bold; } tr.worse td.v { color: #b00; font-weight: bold; }
+tr.regression td { background: #fde8e8; }
+</style></head><body>
+<h1>cnlab compare</h1>
+<p>A: <code>{{.C.A}}</code> ({{.C.RunA}})<br>B: <code>{{.C.B}}</code> ({{.C.RunB}})</p>
+<table>
+<tr><th>point</th><th>topology</th><th>series</th><th>parameters</th><th>workload</th><th>metric</th><th>A median</th><th>B median</th><th>change</th><th>p</th><th>n</th><th>verdict</th></tr>
+{{range .C.Changes}}<tr class="{{.Verdict}}{{if .Regression}} regression{{end}}"><td>{{.PointA}}</td><td>{{.Topology}}</td><td>{{.Series}}</td><td>{{.Params}}</td><td>{{.Workload}}</td><td>{{.Metric}}</td>
+<td class="n">{{num .MedianA}}</td><td class="n">{{num .MedianB}}</td><td class="n">{{delta .}}</td><td class="n">{{printf "%.2g" .P}}</td><td class="n">{{.NA}}+{{.NB}}</td><td class="v">{{if .Regression}}regression{{else}}{{.Verdict}}{{end}}</td></tr>
+{{end}}</table>
+{{range .Summary}}<p>{{.}}</p>
+{{end}}</body></html>
+`))
+
+// firstFew lists up to five items.
+func firstFew(xs []string) string {
+	if len(xs) <= 5 {
+		return strings.Join(xs, "; ")
+	}
+	return strings.Join(xs[:5], "; ") + fmt.Sprintf("; and %d more", len(xs)-5)
+}

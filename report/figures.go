@@ -1,0 +1,178 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/report/plot"
+	"github.com/cnlab/cnlab/report/stats"
+)
+
+// Figure is one figure of a report with what it shows.
+type Figure struct {
+	ID      string       `json:"id"`
+	Kind    string       `json:"kind"` // sweep, baseline, profile
+	Title   string       `json:"title"`
+	Caption string       `json:"caption"`
+	Plot    *plot.Figure `json:"-"`
+}
+
+// sweepFigure draws a panel: the median of each x with its 95% CI, one
+// line per series, and the fitted power laws as dashed curves.
+func sweepFigure(pn *Panel, fits []Fit) Figure {
+	f := &plot.Figure{ID: pn.ID, Title: pn.Title(), XLabel: pn.XLabel, YLabel: pn.Metric.Label, Scale: 2}
+	caption := "Median of the samples at each point; error bars: 95% confidence interval of the mean (Student's t)."
+	if pn.XDim == "" {
+		f.Kind = plot.Bars
+		s := plot.Series{Name: pn.Metric.Label}
+		for i, c := range pn.Curves {
+			f.Categories = append(f.Categories, c.Series)
+			s.Points = append(s.Points, ciPoint(float64(i), c.summary(c.X[0])))
+		}
+		f.Series = []plot.Series{s}
+		f.Legend = plot.LegendNone
+		f.Title = pn.Metric.Label + " — " + pn.ctx()
+	} else {
+		for i, c := range pn.Curves {
+			col := plot.PaletteColor(i)
+			s := plot.Series{Name: c.Series, Color: col}
+			for _, x := range c.X {
+				s.Points = append(s.Points, ciPoint(x, c.summary(x)))
+			}
+			f.Series = append(f.Series, s)
+			for _, ft := range fits {
+				if ft.Kind == "power-law" && ft.Series == c.Series && ft.N > 0 {
+					fs := plot.Series{Name: fmt.Sprintf("fit: −%s%%/hop", fmtNum(100*ft.Loss)), Style: plot.DashedLine, Color: col}
+					lo, hi := c.X[0], c.X[len(c.X)-1]
+					for k := 0; k <= 40; k++ {
+						n := lo + (hi-lo)*float64(k)/40
+						fs.Points = append(fs.Points, plot.Point{X: n, Y: (stats.PowerLaw{T1: ft.T1, Loss: ft.Loss}).Predict(n)})
+					}
+					f.Series = append(f.Series, fs)
+					caption += " Dashed: t(n) = t(1)·(1 − l)^(n−1) fitted to every sample."
+				}
+			}
+		}
+	}
+	f.Note = caption
+	return Figure{ID: pn.ID, Kind: "sweep", Title: f.Title, Caption: caption, Plot: f}
+}
+
+func ciPoint(x float64, s stats.Summary) plot.Point {
+	p := plot.Point{X: x, Y: s.Median}
+	if s.N > 1 {
+		// Every metric here is ≥ 0: an interval reaching below 0 (two
+		// samples give ±12.7 standard errors) is drawn down to 0.
+		p.YLow, p.YHigh = math.Max(s.MeanCI.Lo, 0), s.MeanCI.Hi
+	}
+	return p
+}
+
+// baselineFigure draws the bars of every series at a panel's first x,
+// as seed 000's baseline figures (7.1, 7.3, 7.5, 7.7).
+func baselineFigure(pn *Panel) (Figure, bool) {
+	if !isCount(pn.XDim) || len(pn.Curves) < 2 {
+		return Figure{}, false
+	}
+	x := pn.Curves[0].X[0]
+	for _, c := range pn.Curves {
+		if c.X[0] < x {
+			x = c.X[0]
+		}
+	}
+	_, many := unitOf(pn)
+	id := pn.ID + "-baseline"
+	f := &plot.Figure{ID: id, Kind: plot.Bars, Title: fmt.Sprintf("Baseline at %s %s: %s — %s", fmtNum(x), many, pn.Metric.Label, pn.ctx()),
+		YLabel: pn.Metric.Label, Legend: plot.LegendNone, Scale: 2}
+	s := plot.Series{Name: pn.Metric.Label}
+	for _, c := range pn.Curves {
+		if _, ok := c.Samples[x]; !ok {
+			continue
+		}
+		s.Points = append(s.Points, ciPoint(float64(len(f.Categories)), c.summary(x)))
+		f.Categories = append(f.Categories, c.Series)
+	}
+	if len(f.Categories) < 2 {
+		return Figure{}, false
+	}
+	f.Series = []plot.Series{s}
+	f.Note = "Median; error bars: 95% confidence interval of the mean."
+	return Figure{ID: id, Kind: "baseline", Title: f.Title, Caption: f.Note, Plot: f}, true
+}
+
+// profileFigures draw, per sweep, topology and series, the share of CPU
+// samples of the datapath's kernel functions against the swept parameter
+// (seed 000 figure 7.10 counted ipt_do_table events with kprobes; this
+// kernel has none, so perf's share of samples stands in).
+func profileFigures(r *experiment.Results, first int) []Figure {
+	type key struct{ sweep, topo, series string }
+	var keys []key
+	seen := map[key]bool{}
+	for i := range r.Points {
+		p := &r.Points[i]
+		k := key{p.Sweep, p.Params.Topology, p.Series}
+		if p.Prof != nil && p.Prof.Kernel != nil && p.Prof.Kernel.Available && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	// x: the first dimension that varies among the profiled points.
+	var out []Figure
+	for _, k := range keys {
+		var pts []*experiment.PointResult
+		for i := range r.Points {
+			p := &r.Points[i]
+			if p.Prof != nil && p.Prof.Kernel != nil && p.Prof.Kernel.Available && (key{p.Sweep, p.Params.Topology, p.Series}) == k {
+				pts = append(pts, p)
+			}
+		}
+		x := xAxis(pts)
+		if x == "" {
+			continue
+		}
+		names := map[string]bool{}
+		byName := map[string][]plot.Point{}
+		for _, p := range pts {
+			var xv float64
+			fmt.Sscan(dimByName(x).value(p), &xv)
+			sh := map[string]float64{}
+			for _, g := range p.Prof.Kernel.Groups {
+				switch g.Name {
+				case "idle", "other", "user": // not the datapath: they would flatten the rest
+				default:
+					sh["group "+g.Name] += g.Percent
+				}
+			}
+			for _, s := range p.Prof.Kernel.Top {
+				if s.Name == "ipt_do_table" || s.Name == "nft_do_chain" {
+					sh[s.Name] += s.Percent
+				}
+			}
+			for n, v := range sh {
+				if v > 0 {
+					names[n] = true
+				}
+				byName[n] = append(byName[n], plot.Point{X: xv, Y: v})
+			}
+		}
+		var ns []string
+		for n := range names {
+			ns = append(ns, n)
+		}
+		sort.Strings(ns)
+		id := fmt.Sprintf("fig%02d-%s", first+len(out), slug("profile "+k.sweep+" "+k.topo+" "+k.series))
+		f := &plot.Figure{ID: id, Title: fmt.Sprintf("Share of CPU samples vs %s — %s, %s (perf)", xLabel(x, pts), k.series, k.topo),
+			XLabel: xLabel(x, pts), YLabel: "% of all CPU samples", Scale: 2}
+		for _, n := range ns {
+			ps := byName[n]
+			sort.Slice(ps, func(i, j int) bool { return ps[i].X < ps[j].X })
+			f.Series = append(f.Series, plot.Series{Name: strings.TrimPrefix(n, "group "), Points: ps})
+		}
+		f.Note = "The datapath's kernel functions by group, one profiled run per point (perf record -a, cpu-clock; idle, user and other samples not drawn). Seed 000's figure 7.10 counted ipt_do_table events with kprobes, which this kernel lacks."
+		out = append(out, Figure{ID: id, Kind: "profile", Title: f.Title, Caption: f.Note, Plot: f})
+	}
+	return out
+}

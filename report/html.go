@@ -1,0 +1,162 @@
+package report
+
+import (
+	"bytes"
+	"fmt"
+	"html/template"
+	"sort"
+	"strings"
+	"time"
+)
+
+// HTML renders the report as one self-contained page: figures inline as
+// SVG, styles inline, nothing loaded from anywhere.
+func (rep *Report) HTML() ([]byte, error) {
+	type fig struct {
+		Figure
+		SVG template.HTML
+		PNG string
+	}
+	var figs []fig
+	for _, f := range rep.Figures {
+		svg, err := f.Plot.SVG()
+		if err != nil {
+			return nil, fmt.Errorf("figure %s: %w", f.ID, err)
+		}
+		figs = append(figs, fig{f, template.HTML(svg), "figures/" + f.ID + ".png"}) // #nosec: our own renderer escapes its text
+	}
+	r := rep.Results
+	var env [][2]string
+	if e := rep.Env; e != nil {
+		env = append(env,
+			[2]string{"kernel", e.Kernel},
+			[2]string{"CPU", fmt.Sprintf("%s, %d cores%s", e.CPUModel, e.Cores, map[bool]string{true: " (virtualized: " + e.Virtualized + ")", false: ""}[e.Virtualized != ""])},
+			[2]string{"memory", fmt.Sprintf("%.1f GiB", float64(e.MemoryBytes)/(1<<30))},
+			[2]string{"cnlab", e.Cnlab}, [2]string{"Go", e.Go}, [2]string{"default MTU", fmt.Sprint(e.DefaultMTU)},
+			[2]string{"CPU governor", e.CPUGovernor})
+		for _, k := range sortedKeys(e.Tools) {
+			env = append(env, [2]string{k, e.Tools[k]})
+		}
+		for _, k := range sortedKeys(e.Sysctls) {
+			env = append(env, [2]string{k, e.Sysctls[k]})
+		}
+		var offs []string
+		for _, k := range sortedKeys(e.Offloads) {
+			offs = append(offs, k+" "+e.Offloads[k])
+		}
+		if len(offs) > 0 {
+			env = append(env, [2]string{"offloads as built", strings.Join(offs, ", ")})
+		}
+	}
+	finished := "—"
+	if r.FinishedAt != nil {
+		finished = r.FinishedAt.Format(time.RFC3339)
+	}
+	data := map[string]any{
+		"R": r, "Rep": rep, "Figs": figs, "Env": env, "Finished": finished, "CVWarn": 100 * CVWarn,
+		"Started": r.StartedAt.Format(time.RFC3339),
+	}
+	var b bytes.Buffer
+	if err := page.Execute(&b, data); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+var funcs = template.FuncMap{
+	"num":  fmtNum,
+	"pct":  func(v float64) string { return fmtNum(100*v) + "%" },
+	"join": strings.Join,
+}
+
+var page = template.Must(template.New("report").Funcs(funcs).Parse(`<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>cnlab report — {{.R.Experiment.Name}}</title>
+<style>
+body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em; color: #222; }
+h1 { font-size: 1.6em; margin-bottom: .2em; }
+h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 2em; }
+.meta { color: #555; }
+.note { background: #fff6d6; border-left: 4px solid #e6b800; padding: .5em 1em; }
+figure { margin: 1.5em 0; }
+figure svg { max-width: 100%; height: auto; }
+figcaption { color: #555; font-size: .9em; }
+table { border-collapse: collapse; font-size: .85em; width: 100%; }
+th, td { border-bottom: 1px solid #eee; padding: .25em .5em; text-align: left; vertical-align: top; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.noisy td.cv { color: #b00; font-weight: bold; }
+tr.failed td { color: #b00; }
+ul.findings li { margin: .4em 0; }
+.pts { color: #777; font-size: .85em; }
+code { font-size: .9em; }
+</style>
+</head>
+<body>
+<h1>{{.R.Experiment.Name}}</h1>
+<p class="meta">cnlab report of <code>{{.R.Experiment.File}}</code>{{if .R.Experiment.Quick}} (--quick){{end}} — run {{.R.Status}}, started {{.Started}}, finished {{.Finished}};
+{{len .R.Points}} points, seed {{.R.Seed}}, cnlab {{.R.Cnlab}}.</p>
+{{range .Rep.Notes}}<p class="note">{{.}}</p>
+{{end}}{{if .Rep.Noisy}}<p class="note">{{.Rep.Noisy}} of {{len .Rep.Rows}} table rows have a coefficient of variation above {{.CVWarn}}%: see the CV column.</p>
+{{end}}
+<h2 id="findings">Findings</h2>
+{{if .Rep.Findings}}<ul class="findings">
+{{range .Rep.Findings}}<li>{{.Text}} <span class="pts">(<a href="#{{.Panel}}">figure</a>; points {{join .Points ", "}})</span></li>
+{{end}}</ul>{{else}}<p>No sweep in this run has two values of a parameter: nothing to say about a trend.</p>{{end}}
+
+<h2 id="figures">Figures</h2>
+{{range .Figs}}<figure id="{{.ID}}" class="report-figure" data-kind="{{.Kind}}">
+{{.SVG}}
+<figcaption>{{.Caption}} <a href="{{.PNG}}">PNG</a></figcaption>
+</figure>
+{{else}}<p>No point has samples: no figure.</p>
+{{end}}
+{{if .Rep.Fits}}<h2 id="fits">Fits</h2>
+<table>
+<tr><th>figure</th><th>series</th><th>law</th><th>samples</th><th>result</th></tr>
+{{range .Rep.Fits}}<tr><td><a href="#{{.Panel}}">{{.Panel}}</a></td><td>{{.Series}}</td><td>{{.Kind}}</td><td class="n">{{.N}}</td><td>{{if .Note}}{{.Note}}{{else}}{{.Text}}{{end}}</td></tr>
+{{end}}</table>
+<p class="meta">Linear: ordinary least squares on every sample, slope with its 95% CI (Student's t, n−2); relative slope: per unit of x as a share of the fitted intercept. Power law: t(n) = t(1)·(1 − l)^(n−1), least squares on log t; R² of the curve against the raw samples. Bend: continuous two-segment fit, reported when its F test against a straight line gives p &lt; 0.01.</p>
+{{end}}
+<h2 id="table">Points</h2>
+<table>
+<tr><th>point</th><th>topology</th><th>series</th><th>parameters</th><th>workload</th><th>metric</th><th>median</th><th>95% CI of the mean</th><th>CV</th><th>n</th><th>status</th></tr>
+{{range .Rep.Rows}}<tr class="{{if .Noisy}}noisy{{end}}{{if eq .Status "failed"}} failed{{end}}"><td>{{.Point}}</td><td>{{.Topology}}</td><td>{{.Series}}</td><td>{{.Params}}</td><td>{{.Workload}}</td><td>{{.Metric}}</td>
+{{if .N}}<td class="n">{{num .Median}}</td><td class="n">{{if gt .N 1}}{{num .CI.Lo}} – {{num .CI.Hi}}{{else}}—{{end}}</td><td class="n cv">{{if gt .N 1}}{{pct .CV}}{{if .Noisy}} ⚠{{end}}{{else}}—{{end}}</td><td class="n">{{.N}}</td>{{else}}<td></td><td></td><td></td><td class="n">0</td>{{end}}
+<td>{{.Status}}{{if .Error}}: {{.Error}}{{end}}</td></tr>
+{{end}}</table>
+
+<h2 id="environment">Environment</h2>
+{{if .Env}}<table>
+{{range .Env}}<tr><th>{{index . 0}}</th><td>{{index . 1}}</td></tr>
+{{end}}</table>{{else}}<p>No environment.json in the results directory.</p>{{end}}
+
+<h2 id="experiment">Experiment file</h2>
+<pre>{{.R.Experiment.Text}}</pre>
+<script>
+// Marks the page once laid out: how many figures have a drawn SVG (a
+// check for tests and for a reader's browser alike).
+(function () {
+  var n = 0;
+  document.querySelectorAll("figure.report-figure svg").forEach(function (s) {
+    var b = s.getBoundingClientRect();
+    if (b.width > 0 && b.height > 0 && s.querySelector("title")) { n++; }
+  });
+  document.body.setAttribute("data-figures-drawn", String(n));
+  document.body.setAttribute("data-figures", String(document.querySelectorAll("figure.report-figure").length));
+})();
+</script>
+</body>
+</html>
+`))

@@ -1,0 +1,392 @@
+package report
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/report/stats"
+)
+
+// dim is a parameter points can differ in.
+type dim struct {
+	name  string
+	value func(p *experiment.PointResult) string
+	// show is the value as part of a series label ("" leaves it out).
+	show func(v string) string
+}
+
+func num(v int) string { return strconv.Itoa(v) }
+
+func boolShow(yes, no string) func(string) string {
+	return func(v string) string {
+		if v == "true" {
+			return yes
+		}
+		return no
+	}
+}
+
+func named(prefix string) func(string) string {
+	return func(v string) string {
+		if v == "" || v == "0" {
+			return prefix + " default"
+		}
+		return prefix + " " + v
+	}
+}
+
+// xDims are the parameters a figure can have on its x axis, in the order
+// they are chosen: the first that varies in a panel is its x.
+var xDims = []dim{
+	{"policies", func(p *experiment.PointResult) string { return num(p.Params.Policies) }, func(v string) string { return v + " policies" }},
+	{"chainLength", func(p *experiment.PointResult) string { return num(p.Params.ChainLength) }, func(v string) string { return v + " hops" }},
+	{"firewallRules", func(p *experiment.PointResult) string { return num(p.Params.FirewallRules) }, func(v string) string { return v + " rules" }},
+	{"flows", func(p *experiment.PointResult) string { return num(p.Workload.Flows) }, func(v string) string { return v + " flows" }},
+	{"size", func(p *experiment.PointResult) string { return num(sizeOf(p)) }, func(v string) string { return v + " B" }},
+	{"mtu", func(p *experiment.PointResult) string { return num(p.Params.MTU) }, named("MTU")},
+}
+
+// seriesDims are the other parameters: those that vary within a panel
+// name its lines.
+var seriesDims = []dim{
+	{"series", func(p *experiment.PointResult) string { return p.Series }, func(v string) string {
+		if v == "none" {
+			return ""
+		}
+		return v
+	}},
+	{"link", func(p *experiment.PointResult) string { return p.Params.Link }, func(v string) string { return v }},
+	{"offloads", func(p *experiment.PointResult) string { return p.Params.Offloads }, named("offloads")},
+	{"zerocopy", func(p *experiment.PointResult) string { return strconv.FormatBool(p.Workload.Zerocopy) }, boolShow("zerocopy", "copy")},
+	{"firewallStateful", func(p *experiment.PointResult) string { return strconv.FormatBool(p.Params.FirewallStateful) }, boolShow("stateful", "stateless")},
+	{"firewallSpread", func(p *experiment.PointResult) string { return strconv.FormatBool(p.Params.FirewallSpread) }, boolShow("spread over the hops", "in one hop")},
+	{"shaperRate", func(p *experiment.PointResult) string { return p.Params.ShaperRate }, func(v string) string {
+		if v == "" {
+			return "no shaper"
+		}
+		return "shaper " + v
+	}},
+}
+
+// sizeOf is a point's message or datagram size.
+func sizeOf(p *experiment.PointResult) int {
+	if p.Workload.Length > 0 {
+		return p.Workload.Length
+	}
+	return p.Params.Size
+}
+
+// xLabel is the axis label of an x dimension in a panel.
+func xLabel(d string, pts []*experiment.PointResult) string {
+	switch d {
+	case "policies":
+		l4 := true
+		for _, p := range pts {
+			l4 = l4 && p.Params.PolicyMode == experiment.ModeL4Rules
+		}
+		if l4 {
+			return "L4 rules in one policy"
+		}
+		return "number of policies"
+	case "chainLength":
+		return "chain length (hops)"
+	case "firewallRules":
+		return "firewall rules"
+	case "flows":
+		return "parallel flows"
+	case "size":
+		return "message size (bytes)"
+	case "mtu":
+		return "MTU (bytes)"
+	}
+	return d
+}
+
+// Curve is one line of a panel: a series' samples at each x.
+type Curve struct {
+	Series  string
+	X       []float64             // distinct, ascending
+	Samples map[float64][]float64 // every sample at x
+	Points  map[float64][]string  // the point IDs behind x
+}
+
+// Panel is one figure's worth of data: a metric of one workload in one
+// sweep and topology, against one parameter, one curve per series.
+type Panel struct {
+	ID       string
+	Sweep    string
+	Topology string
+	Workload string // workload kind, with rr sizes
+	Metric   Metric
+	XDim     string // "" when nothing varies: a bar per series
+	XLabel   string
+	Curves   []*Curve
+}
+
+// Title describes the panel in words.
+func (p *Panel) Title() string {
+	parts := []string{p.Metric.Label}
+	if p.XDim != "" {
+		parts = append(parts, "vs "+p.XLabel)
+	}
+	ctx := []string{p.Workload, p.Topology}
+	if p.Sweep != "" {
+		ctx = append([]string{p.Sweep}, ctx...)
+	}
+	return strings.Join(parts, " ") + " — " + strings.Join(ctx, ", ")
+}
+
+// workloadKey names a workload without the options a matrix varies
+// (flows, zerocopy, size become series or x).
+func workloadKey(w experiment.Workload) string {
+	switch w.Kind {
+	case experiment.TCPRR, experiment.TCPCRR, experiment.UDPRR:
+		return fmt.Sprintf("%s %d/%d", w.Kind, w.RequestSize, w.ResponseSize)
+	case experiment.UDPStream:
+		if w.Rate != "" {
+			return w.Kind + " " + w.Rate
+		}
+	}
+	return w.Kind
+}
+
+// panels groups the points that have samples into panels, in the order
+// of the experiment's points. Sweeps that vary the same parameter share
+// their panels (seed 000's figure 7.2 draws the "scaling" and the
+// "top-of-chain" sweeps together), except that L4 rules in one policy are
+// never drawn on an axis of policies.
+func panels(r *experiment.Results) []*Panel {
+	type group struct {
+		sweeps   []string
+		topo, wl string
+		kind, x  string
+		pts      []*experiment.PointResult
+	}
+	group1 := func(key func(p *experiment.PointResult) string) ([]*group, map[string]*group) {
+		var gs []*group
+		by := map[string]*group{}
+		for i := range r.Points {
+			p := &r.Points[i]
+			if len(p.Samples) == 0 {
+				continue
+			}
+			k := key(p)
+			g := by[k]
+			if g == nil {
+				g = &group{topo: p.Params.Topology, wl: workloadKey(p.Workload), kind: p.Workload.Kind}
+				by[k] = g
+				gs = append(gs, g)
+			}
+			g.pts = append(g.pts, p)
+			if !contains(g.sweeps, p.Sweep) {
+				g.sweeps = append(g.sweeps, p.Sweep)
+			}
+		}
+		return gs, by
+	}
+	base := func(p *experiment.PointResult) string {
+		return p.Params.Topology + "\x00" + workloadKey(p.Workload) + "\x00" + strconv.FormatBool(p.Params.PolicyMode == experiment.ModeL4Rules)
+	}
+	// The x of each sweep on its own, then the points regrouped by it.
+	bySweep, _ := group1(func(p *experiment.PointResult) string { return p.Sweep + "\x00" + base(p) })
+	xOf := map[string]string{}
+	for _, g := range bySweep {
+		xOf[g.sweeps[0]+"\x00"+base(g.pts[0])] = xAxis(g.pts)
+	}
+	groups, _ := group1(func(p *experiment.PointResult) string { return xOf[p.Sweep+"\x00"+base(p)] + "\x00" + base(p) })
+	var out []*Panel
+	for _, g := range groups {
+		x := xAxis(g.pts)
+		var sdims []dim
+		for _, d := range append(append([]dim(nil), seriesDims...), xDims...) {
+			if d.name != x && distinct(g.pts, d) > 1 {
+				sdims = append(sdims, d)
+			}
+		}
+		for _, m := range figureMetrics(g.kind) {
+			pn := &Panel{Sweep: strings.Join(g.sweeps, "+"), Topology: g.topo, Workload: g.wl, Metric: MetricInfo(m), XDim: x, XLabel: xLabel(x, g.pts)}
+			curves := map[string]*Curve{}
+			for _, p := range g.pts {
+				name := seriesName(p, sdims)
+				xv := 0.0
+				if x != "" {
+					xv, _ = strconv.ParseFloat(dimByName(x).value(p), 64)
+				}
+				var vals []float64
+				for _, s := range p.Samples {
+					if v, ok := s.Metrics[m]; ok {
+						vals = append(vals, v)
+					}
+				}
+				if len(vals) == 0 {
+					continue
+				}
+				c := curves[name]
+				if c == nil {
+					c = &Curve{Series: name, Samples: map[float64][]float64{}, Points: map[float64][]string{}}
+					curves[name] = c
+					pn.Curves = append(pn.Curves, c)
+				}
+				if _, ok := c.Samples[xv]; !ok {
+					c.X = append(c.X, xv)
+				}
+				c.Samples[xv] = append(c.Samples[xv], vals...)
+				c.Points[xv] = append(c.Points[xv], p.ID)
+			}
+			if len(pn.Curves) == 0 {
+				continue
+			}
+			for _, c := range pn.Curves {
+				sort.Float64s(c.X)
+			}
+			sort.SliceStable(pn.Curves, func(i, j int) bool { return seriesLess(pn.Curves[i].Series, pn.Curves[j].Series) })
+			pn.ID = fmt.Sprintf("fig%02d-%s", len(out)+1, slug(pn.Sweep+" "+pn.Topology+" "+pn.Workload+" "+m))
+			out = append(out, pn)
+		}
+	}
+	return out
+}
+
+// seriesLess orders lines as the seed thesis does: eBPF first, then
+// iptables, then the rest, alphabetically within.
+func seriesLess(a, b string) bool {
+	rank := func(s string) int {
+		switch {
+		case strings.HasPrefix(s, "ebpf"):
+			return 0
+		case strings.HasPrefix(s, "iptables no-match"):
+			return 1
+		case strings.HasPrefix(s, "iptables"):
+			return 2
+		case strings.HasPrefix(s, "nftables"):
+			return 3
+		}
+		return 4
+	}
+	if ra, rb := rank(a), rank(b); ra != rb {
+		return ra < rb
+	}
+	return naturalLess(a, b)
+}
+
+// naturalLess compares strings with their numbers as numbers ("2 flows"
+// before "10 flows").
+func naturalLess(a, b string) bool {
+	for a != "" && b != "" {
+		na, ra := leadingNum(a)
+		nb, rb := leadingNum(b)
+		if na >= 0 && nb >= 0 {
+			if na != nb {
+				return na < nb
+			}
+			a, b = ra, rb
+			continue
+		}
+		if a[0] != b[0] {
+			return a[0] < b[0]
+		}
+		a, b = a[1:], b[1:]
+	}
+	return len(a) < len(b)
+}
+
+func leadingNum(s string) (int, string) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == 0 || i > 9 {
+		return -1, s
+	}
+	n, _ := strconv.Atoi(s[:i])
+	return n, s[i:]
+}
+
+// xAxis is the first of xDims that varies among pts ("" if none does).
+func xAxis(pts []*experiment.PointResult) string {
+	for _, d := range xDims {
+		if distinct(pts, d) > 1 {
+			return d.name
+		}
+	}
+	return ""
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
+
+func dimByName(name string) dim {
+	for _, d := range append(append([]dim(nil), xDims...), seriesDims...) {
+		if d.name == name {
+			return d
+		}
+	}
+	panic("report: no dimension " + name)
+}
+
+func distinct(pts []*experiment.PointResult, d dim) int {
+	seen := map[string]bool{}
+	for _, p := range pts {
+		seen[d.value(p)] = true
+	}
+	return len(seen)
+}
+
+func seriesName(p *experiment.PointResult, ds []dim) string {
+	var parts []string
+	for _, d := range ds {
+		if s := d.show(d.value(p)); s != "" {
+			parts = append(parts, s)
+		}
+	}
+	if len(parts) == 0 {
+		switch {
+		case p.Series != "none":
+			return p.Series
+		case p.Params.Link != "":
+			return p.Params.Link // a chain: its link kind
+		}
+		return workloadKey(p.Workload)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// slug makes an identifier for a file name or an HTML id.
+func slug(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s) {
+		switch {
+		case r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+			dash = false
+		case !dash && b.Len() > 0:
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	return strings.TrimSuffix(b.String(), "-")
+}
+
+// summary of a curve at x.
+func (c *Curve) summary(x float64) stats.Summary { return stats.Summarize(c.Samples[x]) }
+
+// all returns every (x, sample) pair of a curve, for fits.
+func (c *Curve) all() (xs, ys []float64) {
+	for _, x := range c.X {
+		for _, y := range c.Samples[x] {
+			xs = append(xs, x)
+			ys = append(ys, y)
+		}
+	}
+	return xs, ys
+}

@@ -1,0 +1,199 @@
+package report
+
+import (
+	"encoding/xml"
+	"math"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/cnlab/cnlab/experiment"
+)
+
+// synth builds results with known laws: on one host, iptables no-match
+// throughput falls 0.1% of 10 Gb/s per policy, eBPF stays at 12 Gb/s;
+// on a chain, veth throughput loses 6% per hop from 20 Gb/s. Noise is
+// multiplicative, 1%, seeded; reps samples per point.
+func synth(reps int, seed uint64) *experiment.Results {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	noise := func() float64 { return 1 + 0.01*rng.NormFloat64() }
+	r := &experiment.Results{Schema: experiment.Schema, Status: experiment.StatusComplete,
+		Experiment: experiment.ExperimentInfo{Name: "synthetic", File: "synthetic.yaml", Text: "name: synthetic\n"}}
+	add := func(sweep string, p experiment.Params, series string, w experiment.Workload, metric string, mean float64) {
+		pr := experiment.PointResult{Point: experiment.Point{ID: "p" + string(rune('A'+len(r.Points)/26)) + string(rune('a'+len(r.Points)%26)),
+			Sweep: sweep, Params: p, Workload: w, Series: series, Repetitions: reps}, Status: experiment.PointDone}
+		for i := 0; i < reps; i++ {
+			pr.Samples = append(pr.Samples, experiment.Sample{Repetition: i + 1, Metrics: map[string]float64{metric: mean * noise()}})
+		}
+		r.Points = append(r.Points, pr)
+	}
+	stream := experiment.Workload{Kind: experiment.TCPStream}
+	for _, n := range []int{0, 10, 25, 50, 100, 150, 200} {
+		add("scaling", experiment.Params{Topology: "single-host", Datapath: "ebpf", Policies: n, PolicyMode: "no-match"}, "ebpf", stream, "throughput_gbps", 12)
+		add("scaling", experiment.Params{Topology: "single-host", Datapath: "iptables", Policies: n, PolicyMode: "no-match"}, "iptables no-match", stream,
+			"throughput_gbps", 10*(1-0.001*float64(n)))
+	}
+	for _, n := range []int{1, 2, 4, 6, 8, 12, 16} {
+		add("chain", experiment.Params{Topology: "chain", Link: "veth", ChainLength: n}, "none", stream, "throughput_gbps", 20*math.Pow(0.94, float64(n-1)))
+	}
+	return r
+}
+
+// TestFindingsRecoverLaws: the report's fits and sentences give back the
+// laws the synthetic run was made with.
+func TestFindingsRecoverLaws(t *testing.T) {
+	rep := Build(synth(5, 1), nil)
+	byKey := map[string]Fit{}
+	for _, f := range rep.Fits {
+		byKey[f.Series+"/"+f.Kind] = f
+	}
+	ipt, ok := byKey["iptables no-match/linear"]
+	if !ok || math.Abs(ipt.Slope+0.01) > 0.001 || ipt.Flat || !ipt.SlopeCI.Contains(-0.01) {
+		t.Errorf("iptables slope %+v, want −0.01 Gb/s per policy, not flat", ipt)
+	}
+	if math.Abs(ipt.Relative+0.001) > 0.0002 {
+		t.Errorf("iptables relative slope %v, want −0.1%% per policy", ipt.Relative)
+	}
+	if e := byKey["ebpf/linear"]; !e.Flat {
+		t.Errorf("ebpf slope %+v: its CI should contain 0", e)
+	}
+	pl, ok := byKey["veth/power-law"]
+	if !ok || math.Abs(pl.Loss-0.06) > 0.005 || math.Abs(pl.T1-20)/20 > 0.03 || !pl.LossCI.Contains(0.06) {
+		t.Errorf("chain power law %+v, want l 0.06, t1 20", pl)
+	}
+	text := ""
+	for _, f := range rep.Findings {
+		text += f.Text + "\n"
+		if len(f.Points) == 0 {
+			t.Errorf("finding without points: %s", f.Text)
+		}
+	}
+	for _, want := range []string{
+		`iptables no-match \(tcp-stream, single-host, sweep scaling\): throughput \(Gb/s\) falls (19|20)\.\d% from 0 to 200 policies`, // 10 → 8 Gb/s
+		`ebpf \(tcp-stream, single-host, sweep scaling\): throughput \(Gb/s\) .* its slope is not different from 0`,
+		`veth \(tcp-stream, chain, sweep chain\): each hop costs 6\.0\d% of the throughput`,
+		`at 0 policies \(tcp-stream, single-host, sweep scaling\), ebpf has the highest median: 1[12]\.\d Gb/s; iptables no-match (9\.9\d|10\.0) \(−1[67]\.\d%\)`,
+	} {
+		if !regexp.MustCompile(want).MatchString(text) {
+			t.Errorf("findings lack %q:\n%s", want, text)
+		}
+	}
+	// Figures: the two sweeps, the baseline bars, and the fitted curve.
+	kinds := map[string]int{}
+	for _, f := range rep.Figures {
+		kinds[f.Kind]++
+		svg, err := f.Plot.SVG()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkXML(svg); err != nil {
+			t.Errorf("%s: %v", f.ID, err)
+		}
+		if f.ID == "fig02-chain-chain-tcp-stream-throughput-gbps" && !strings.Contains(string(svg), "fit: −6.0") {
+			t.Errorf("%s has no fitted curve", f.ID)
+		}
+	}
+	if kinds["sweep"] != 2 || kinds["baseline"] != 1 {
+		t.Errorf("figures %v, want 2 sweeps and 1 baseline", kinds)
+	}
+}
+
+// TestSmallSamplesSayNoInterval: with two samples per point the change
+// gets no bootstrap interval, and the sentence says so.
+func TestSmallSamplesSayNoInterval(t *testing.T) {
+	rep := Build(synth(2, 2), nil)
+	for _, f := range rep.Findings {
+		if strings.Contains(f.Text, "falls") && !strings.Contains(f.Text, "2 and 2 samples: no interval") {
+			t.Errorf("two samples given an interval: %s", f.Text)
+		}
+	}
+}
+
+func TestNoisyPointsFlagged(t *testing.T) {
+	r := synth(5, 3)
+	p := &r.Points[0]
+	for i := range p.Samples {
+		p.Samples[i].Metrics["throughput_gbps"] = float64(10 + 3*i) // CV ≫ 5%
+	}
+	rep := Build(r, nil)
+	if rep.Noisy != 1 || !rep.Rows[0].Noisy {
+		t.Errorf("noisy rows %d, first row %+v", rep.Noisy, rep.Rows[0])
+	}
+	page, err := rep.HTML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), "⚠") || !strings.Contains(string(page), "1 of ") {
+		t.Error("the page does not warn about the noisy point")
+	}
+}
+
+// TestCompare: a run against itself changes nothing; a 10% drop with 8
+// samples a side is significant and, past a 5% threshold, a regression;
+// with 2 samples a side it cannot be.
+func TestCompare(t *testing.T) {
+	a := synth(8, 4)
+	c := Compare(a, a, 0.05)
+	for _, ch := range c.Changes {
+		if ch.Significant || ch.Verdict != "~" {
+			t.Errorf("a run against itself: %+v", ch)
+		}
+	}
+	b := synth(8, 4) // the same samples, but eBPF's 10% lower
+	for i := range b.Points {
+		if b.Points[i].Series == "ebpf" {
+			for _, s := range b.Points[i].Samples {
+				s.Metrics["throughput_gbps"] *= 0.9
+			}
+		}
+	}
+	c = Compare(a, b, 0.05)
+	worse, other := 0, 0
+	for _, ch := range c.Changes {
+		switch {
+		case ch.Series == "ebpf" && ch.Regression && ch.Verdict == "worse":
+			worse++
+		case ch.Series != "ebpf" && ch.Significant:
+			other++
+		}
+	}
+	if worse != 7 || c.Regressions != 7 {
+		t.Errorf("%d ebpf regressions (want 7), %d in all", worse, c.Regressions)
+	}
+	if other > 0 {
+		t.Errorf("%d unchanged points called significant", other)
+	}
+	c = Compare(synth(2, 6), synth(2, 7), 0)
+	if c.Unreachable != len(c.Changes) || c.Regressions != 0 {
+		t.Errorf("2 vs 2 samples: %d of %d unreachable, %d regressions", c.Unreachable, len(c.Changes), c.Regressions)
+	}
+	var sb strings.Builder
+	if err := c.Text(&sb); err != nil || !strings.Contains(sb.String(), "it takes 4 vs 4") {
+		t.Errorf("compare text: %v\n%s", err, sb.String())
+	}
+	page, err := c.HTML()
+	if err != nil || checkXMLish(page) != nil {
+		t.Errorf("compare page: %v", err)
+	}
+}
+
+func checkXML(b []byte) error {
+	d := xml.NewDecoder(strings.NewReader(string(b)))
+	for {
+		if _, err := d.Token(); err != nil {
+			if err.Error() == "EOF" {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// checkXMLish checks an HTML page is not empty and is closed.
+func checkXMLish(b []byte) error {
+	if !strings.HasSuffix(strings.TrimSpace(string(b)), "</html>") {
+		return xml.UnmarshalError("page not closed")
+	}
+	return nil
+}
