@@ -107,11 +107,23 @@ func analyze(pn *Panel) ([]Fit, []Finding) {
 				f.Note = fitNote(err)
 			} else {
 				f.N, f.T1, f.Loss, f.LossCI, f.R2 = pl.N, pl.T1, pl.Loss, pl.LossCI, pl.R2
-				f.Text = fmt.Sprintf("t(n) = %s·(1 − %.3g)^(n−1): %s%% per hop (95%% CI %s–%s%%), R² %.3f",
-					fmtNum(pl.T1), pl.Loss, fmtNum(100*pl.Loss), fmtNum(100*pl.LossCI.Lo), fmtNum(100*pl.LossCI.Hi), pl.R2)
+				f.Text = fmt.Sprintf("t(n) = %s·(1 − l)^(n−1), l = %s%% per hop (95%% CI %s to %s%%), R² %.3f",
+					fmtNum(pl.T1), signed(100*pl.Loss), signed(100*pl.LossCI.Lo), signed(100*pl.LossCI.Hi), pl.R2)
+				var what string
+				switch {
+				case pl.LossCI.Contains(0):
+					what = fmt.Sprintf("no per-hop loss is detectable (l = %s%% per hop, 95%% CI %s to %s%%)",
+						signed(100*pl.Loss), signed(100*pl.LossCI.Lo), signed(100*pl.LossCI.Hi))
+				case pl.Loss > 0:
+					what = fmt.Sprintf("each hop costs %s%% of the throughput (95%% CI %s–%s%%)",
+						fmtNum(100*pl.Loss), fmtNum(100*pl.LossCI.Lo), fmtNum(100*pl.LossCI.Hi))
+				default:
+					what = fmt.Sprintf("the throughput grows %s%% per hop (95%% CI %s–%s%%)",
+						fmtNum(-100*pl.Loss), fmtNum(-100*pl.LossCI.Hi), fmtNum(-100*pl.LossCI.Lo))
+				}
 				finds = append(finds, Finding{Panel: pn.ID, Points: endPoints(c), Text: fmt.Sprintf(
-					"%s (%s): each hop costs %s%% of the throughput (95%% CI %s–%s%%), from %s Gb/s with one hop (fitted; R² %.2f over %d samples).",
-					c.Series, pn.ctx(), fmtNum(100*pl.Loss), fmtNum(100*pl.LossCI.Lo), fmtNum(100*pl.LossCI.Hi), fmtNum(pl.T1), pl.R2, pl.N)})
+					"%s (%s): %s, from %s Gb/s with one hop (fitted t(n) = t(1)·(1 − l)^(n−1); R² %.2f over %d samples).",
+					c.Series, pn.ctx(), what, fmtNum(pl.T1), pl.R2, pl.N)})
 			}
 			fits = append(fits, f)
 			continue
@@ -212,7 +224,11 @@ func bend(pn *Panel, c *Curve, one string) (Fit, bool) {
 	}
 	xs, ys := c.all()
 	sg, err := stats.Breakpoint(xs, ys)
-	if err != nil || sg.P >= bendP {
+	// A bend is reported when the F test is clear and the two slopes'
+	// intervals do not overlap: a report has a dozen curves, and the test
+	// alone would call about one straight line in a hundred bent.
+	disjoint := sg.SlopeBeforeCI.Hi < sg.SlopeAfterCI.Lo || sg.SlopeAfterCI.Hi < sg.SlopeBeforeCI.Lo
+	if err != nil || sg.P >= bendP || !disjoint {
 		return Fit{}, false
 	}
 	return Fit{Panel: pn.ID, Series: c.Series, Kind: "bend", N: sg.N, X0: sg.X0, SlopeBefore: sg.SlopeBefore, SlopeAfter: sg.SlopeAfter,
@@ -226,7 +242,7 @@ func baseline(pn *Panel) []Finding {
 	if len(pn.Curves) < 2 {
 		return nil
 	}
-	x := pn.Curves[0].X[0]
+	x := firstX(pn)
 	type v struct {
 		c   *Curve
 		med float64
@@ -320,4 +336,16 @@ func signed(v float64) string {
 		return "+" + s
 	}
 	return strings.Replace(s, "-", "−", 1)
+}
+
+// firstX is the smallest x of a panel's curves: where baselines are
+// compared.
+func firstX(pn *Panel) float64 {
+	x := pn.Curves[0].X[0]
+	for _, c := range pn.Curves {
+		if c.X[0] < x {
+			x = c.X[0]
+		}
+	}
+	return x
 }

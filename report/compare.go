@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/report/stats"
@@ -49,16 +50,33 @@ type Change struct {
 
 // Comparison is `cnlab compare`'s result.
 type Comparison struct {
-	A, B        string   `json:"-"`
-	RunA        string   `json:"runA"`
-	RunB        string   `json:"runB"`
-	Alpha       float64  `json:"alpha"`
-	Threshold   float64  `json:"threshold"` // fraction; 0: any significant regression counts only with a threshold set
-	Changes     []Change `json:"changes"`
-	OnlyA       []string `json:"onlyInA,omitempty"` // point keys without a match
-	OnlyB       []string `json:"onlyInB,omitempty"`
-	Regressions int      `json:"regressions"`
-	Unreachable int      `json:"unreachable"` // changes whose sample sizes cannot reach Alpha
+	A, B      string   `json:"-"`
+	RunA      string   `json:"runA"`
+	RunB      string   `json:"runB"`
+	Alpha     float64  `json:"alpha"`
+	Threshold float64  `json:"threshold"` // fraction; 0: any significant regression counts only with a threshold set
+	Changes   []Change `json:"changes"`
+	OnlyA     []string `json:"onlyInA,omitempty"` // point keys without a match
+	OnlyB     []string `json:"onlyInB,omitempty"`
+	// Missing are matched points that have samples in one run only (a
+	// point that failed, or that an interrupted run did not reach).
+	Missing     []Missing `json:"missing,omitempty"`
+	Mismatch    []string  `json:"mismatch,omitempty"` // how the two runs were measured differently
+	Regressions int       `json:"regressions"`
+	Unreachable int       `json:"unreachable"` // changes whose sample sizes cannot reach Alpha
+}
+
+// Missing is a matched point without samples in one of the runs.
+type Missing struct {
+	PointA  string `json:"pointA"`
+	PointB  string `json:"pointB"`
+	Point   string `json:"point"` // parameters and workload
+	StatusA string `json:"statusA"`
+	StatusB string `json:"statusB"`
+	ErrorB  string `json:"errorB,omitempty"`
+	// Regression: measured in A, not in B (B failed it or did not get
+	// there), counted as a regression when a threshold is set.
+	Regression bool `json:"regression,omitempty"`
 }
 
 // pointKey matches a point across two runs: its sweep, parameters and
@@ -89,6 +107,18 @@ func Compare(a, b *experiment.Results, threshold float64) *Comparison {
 		pb := bByKey[k]
 		if pb == nil {
 			c.OnlyA = append(c.OnlyA, pa.ID+" "+pa.Params.Text()+" "+pa.Workload.Name())
+			continue
+		}
+		if len(pa.Samples) == 0 || len(pb.Samples) == 0 {
+			if len(pa.Samples) == 0 && len(pb.Samples) == 0 {
+				continue
+			}
+			ms := Missing{PointA: pa.ID, PointB: pb.ID, Point: pa.Params.Text() + " " + pa.Workload.Name(), StatusA: pa.Status, StatusB: pb.Status, ErrorB: pb.Error}
+			if len(pb.Samples) == 0 && threshold >= 0 {
+				ms.Regression = true
+				c.Regressions++
+			}
+			c.Missing = append(c.Missing, ms)
 			continue
 		}
 		for _, m := range PrimaryMetrics(pa.Workload.Kind) {
@@ -129,7 +159,28 @@ func Compare(a, b *experiment.Results, threshold float64) *Comparison {
 		}
 	}
 	sort.SliceStable(c.Changes, func(i, j int) bool { return c.Changes[i].PointA < c.Changes[j].PointA })
+	c.Mismatch = mismatch(a, b)
 	return c
+}
+
+// mismatch lists how two runs were measured differently: their samples
+// are then not of the same experiment.
+func mismatch(a, b *experiment.Results) []string {
+	var out []string
+	if a.Experiment.Quick != b.Experiment.Quick {
+		out = append(out, fmt.Sprintf("quick: %v in A, %v in B", a.Experiment.Quick, b.Experiment.Quick))
+	}
+	sa, sb := a.Experiment.Spec, b.Experiment.Spec
+	if sa != nil && sb != nil {
+		if sa.Duration != sb.Duration || sa.Warmup != sb.Warmup {
+			out = append(out, fmt.Sprintf("duration/warm-up: %v/%v in A, %v/%v in B", time.Duration(sa.Duration), time.Duration(sa.Warmup),
+				time.Duration(sb.Duration), time.Duration(sb.Warmup)))
+		}
+		if (sa.Pin == nil) != (sb.Pin == nil) || sa.Pin != nil && sb.Pin != nil && fmt.Sprint(*sa.Pin) != fmt.Sprint(*sb.Pin) {
+			out = append(out, "CPU pinning differs")
+		}
+	}
+	return out
 }
 
 func samplesOf(p *experiment.PointResult, metric string) []float64 {
@@ -193,7 +244,25 @@ func (c *Comparison) summary() []string {
 			c.Unreachable, c.Alpha))
 	}
 	if c.Threshold >= 0 {
-		out = append(out, fmt.Sprintf("%d regressions (significant changes for the worse of at least %g%%).", c.Regressions, 100*c.Threshold))
+		out = append(out, fmt.Sprintf("%d regressions (significant changes for the worse of at least %g%%, and points measured in A but not in B).", c.Regressions, 100*c.Threshold))
+	}
+	for _, m := range c.Missing {
+		what := "no samples in A"
+		if m.Regression {
+			what = "measured in A, not in B (counted as a regression)"
+		} else if m.StatusB != "" && m.StatusA == m.StatusB {
+			what = "no samples in one run"
+		} else if m.StatusA == experiment.PointDone || m.StatusA == experiment.PointPartial {
+			what = "measured in A, not in B"
+		}
+		line := fmt.Sprintf("%s/%s %s: %s (A %s, B %s)", m.PointA, m.PointB, m.Point, what, m.StatusA, m.StatusB)
+		if m.ErrorB != "" {
+			line += ": " + m.ErrorB
+		}
+		out = append(out, line)
+	}
+	for _, m := range c.Mismatch {
+		out = append(out, "warning: the runs were measured differently: "+m)
 	}
 	if len(c.OnlyA) > 0 {
 		out = append(out, fmt.Sprintf("%d points only in A (not compared): %s", len(c.OnlyA), firstFew(c.OnlyA)))

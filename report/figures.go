@@ -45,14 +45,16 @@ func sweepFigure(pn *Panel, fits []Fit) Figure {
 			f.Series = append(f.Series, s)
 			for _, ft := range fits {
 				if ft.Kind == "power-law" && ft.Series == c.Series && ft.N > 0 {
-					fs := plot.Series{Name: fmt.Sprintf("fit: −%s%%/hop", fmtNum(100*ft.Loss)), Style: plot.DashedLine, Color: col}
+					fs := plot.Series{Name: fmt.Sprintf("fit: %s%%/hop", signed(-100*ft.Loss)), Style: plot.DashedLine, Color: col}
 					lo, hi := c.X[0], c.X[len(c.X)-1]
 					for k := 0; k <= 40; k++ {
 						n := lo + (hi-lo)*float64(k)/40
 						fs.Points = append(fs.Points, plot.Point{X: n, Y: (stats.PowerLaw{T1: ft.T1, Loss: ft.Loss}).Predict(n)})
 					}
 					f.Series = append(f.Series, fs)
-					caption += " Dashed: t(n) = t(1)·(1 − l)^(n−1) fitted to every sample."
+					if !strings.Contains(caption, "Dashed") {
+						caption += " Dashed: t(n) = t(1)·(1 − l)^(n−1) fitted to every sample."
+					}
 				}
 			}
 		}
@@ -77,12 +79,7 @@ func baselineFigure(pn *Panel) (Figure, bool) {
 	if !isCount(pn.XDim) || len(pn.Curves) < 2 {
 		return Figure{}, false
 	}
-	x := pn.Curves[0].X[0]
-	for _, c := range pn.Curves {
-		if c.X[0] < x {
-			x = c.X[0]
-		}
-	}
+	x := firstX(pn)
 	_, many := unitOf(pn)
 	id := pn.ID + "-baseline"
 	f := &plot.Figure{ID: id, Kind: plot.Bars, Title: fmt.Sprintf("Baseline at %s %s: %s — %s", fmtNum(x), many, pn.Metric.Label, pn.ctx()),
@@ -108,12 +105,12 @@ func baselineFigure(pn *Panel) (Figure, bool) {
 // (seed 000 figure 7.10 counted ipt_do_table events with kprobes; this
 // kernel has none, so perf's share of samples stands in).
 func profileFigures(r *experiment.Results, first int) []Figure {
-	type key struct{ sweep, topo, series string }
+	type key struct{ sweep, topo, series, wl string }
 	var keys []key
 	seen := map[key]bool{}
 	for i := range r.Points {
 		p := &r.Points[i]
-		k := key{p.Sweep, p.Params.Topology, p.Series}
+		k := key{p.Sweep, p.Params.Topology, p.Series, workloadKey(p.Workload)}
 		if p.Prof != nil && p.Prof.Kernel != nil && p.Prof.Kernel.Available && !seen[k] {
 			seen[k] = true
 			keys = append(keys, k)
@@ -125,7 +122,7 @@ func profileFigures(r *experiment.Results, first int) []Figure {
 		var pts []*experiment.PointResult
 		for i := range r.Points {
 			p := &r.Points[i]
-			if p.Prof != nil && p.Prof.Kernel != nil && p.Prof.Kernel.Available && (key{p.Sweep, p.Params.Topology, p.Series}) == k {
+			if p.Prof != nil && p.Prof.Kernel != nil && p.Prof.Kernel.Available && (key{p.Sweep, p.Params.Topology, p.Series, workloadKey(p.Workload)}) == k {
 				pts = append(pts, p)
 			}
 		}
@@ -163,8 +160,8 @@ func profileFigures(r *experiment.Results, first int) []Figure {
 			ns = append(ns, n)
 		}
 		sort.Strings(ns)
-		id := fmt.Sprintf("fig%02d-%s", first+len(out), slug("profile "+k.sweep+" "+k.topo+" "+k.series))
-		f := &plot.Figure{ID: id, Title: fmt.Sprintf("Share of CPU samples vs %s — %s, %s (perf)", xLabel(x, pts), k.series, k.topo),
+		id := fmt.Sprintf("fig%02d-%s", first+len(out), slug("profile "+k.sweep+" "+k.topo+" "+k.series+" "+k.wl))
+		f := &plot.Figure{ID: id, Title: fmt.Sprintf("Share of CPU samples vs %s — %s, %s, %s (perf)", xLabel(x, pts), k.series, k.wl, k.topo),
 			XLabel: xLabel(x, pts), YLabel: "% of all CPU samples", Scale: 2}
 		for _, n := range ns {
 			ps := byName[n]

@@ -63,6 +63,13 @@ var seriesDims = []dim{
 	{"zerocopy", func(p *experiment.PointResult) string { return strconv.FormatBool(p.Workload.Zerocopy) }, boolShow("zerocopy", "copy")},
 	{"firewallStateful", func(p *experiment.PointResult) string { return strconv.FormatBool(p.Params.FirewallStateful) }, boolShow("stateful", "stateless")},
 	{"firewallSpread", func(p *experiment.PointResult) string { return strconv.FormatBool(p.Params.FirewallSpread) }, boolShow("spread over the hops", "in one hop")},
+	{"streams", func(p *experiment.PointResult) string { return num(p.Workload.Streams) }, func(v string) string {
+		if v == "0" || v == "1" {
+			return "1 stream"
+		}
+		return v + " streams"
+	}},
+	{"count", func(p *experiment.PointResult) string { return num(p.Workload.Count) }, func(v string) string { return v + " pings" }},
 	{"shaperRate", func(p *experiment.PointResult) string { return p.Params.ShaperRate }, func(v string) string {
 		if v == "" {
 			return "no shaper"
@@ -199,7 +206,10 @@ func panels(r *experiment.Results) []*Panel {
 	groups, _ := group1(func(p *experiment.PointResult) string { return xOf[p.Sweep+"\x00"+base(p)] + "\x00" + base(p) })
 	var out []*Panel
 	for _, g := range groups {
-		x := xAxis(g.pts)
+		// The x the sweeps share, not one recomputed over them all: a
+		// parameter fixed within each sweep but different between them
+		// (one hop here, four there) names lines, it is not an axis.
+		x := xOf[g.pts[0].Sweep+"\x00"+base(g.pts[0])]
 		var sdims []dim
 		for _, d := range append(append([]dim(nil), seriesDims...), xDims...) {
 			if d.name != x && distinct(g.pts, d) > 1 {
@@ -209,8 +219,22 @@ func panels(r *experiment.Results) []*Panel {
 		for _, m := range figureMetrics(g.kind) {
 			pn := &Panel{Sweep: strings.Join(g.sweeps, "+"), Topology: g.topo, Workload: g.wl, Metric: MetricInfo(m), XDim: x, XLabel: xLabel(x, g.pts)}
 			curves := map[string]*Curve{}
+			// A series measured in several sweeps is drawn once per sweep:
+			// its samples are different measurements (another repetition
+			// count, a profiled sweep) and are not pooled.
+			sweepsOf := map[string]map[string]bool{}
+			for _, p := range g.pts {
+				n := seriesName(p, sdims)
+				if sweepsOf[n] == nil {
+					sweepsOf[n] = map[string]bool{}
+				}
+				sweepsOf[n][p.Sweep] = true
+			}
 			for _, p := range g.pts {
 				name := seriesName(p, sdims)
+				if len(sweepsOf[name]) > 1 {
+					name += " [" + p.Sweep + "]"
+				}
 				xv := 0.0
 				if x != "" {
 					xv, _ = strconv.ParseFloat(dimByName(x).value(p), 64)

@@ -156,6 +156,11 @@ func (rep *Report) Write(dir string) ([]string, error) {
 	if err := os.MkdirAll(figDir, 0o755); err != nil {
 		return nil, err
 	}
+	// Figures of an earlier report go: their numbers may have shifted.
+	old, _ := filepath.Glob(filepath.Join(figDir, "fig*.png"))
+	for _, f := range old {
+		_ = os.Remove(f)
+	}
 	var written []string
 	for _, f := range rep.Figures {
 		data, err := f.Plot.PNG()

@@ -53,10 +53,7 @@ analysis.`,
 // loadReport reads a run directory; a directory that is not a run is bad
 // input.
 func loadReport(dir string) (*report.Report, error) {
-	if _, err := os.Stat(filepath.Join(dir, "results.json")); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, usagef("%s: no results.json: not a results directory of cnlab run", dir)
-		}
+	if err := isRunDir(dir); err != nil {
 		return nil, err
 	}
 	rep, err := report.Load(dir)
@@ -64,6 +61,26 @@ func loadReport(dir string) (*report.Report, error) {
 		return nil, usagef("%v", err)
 	}
 	return rep, nil
+}
+
+// isRunDir checks that dir is a results directory.
+func isRunDir(dir string) error {
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return usagef("%s: no such directory", dir)
+	case err != nil:
+		return err
+	case !st.IsDir():
+		return usagef("%s: not a directory: give the results directory of cnlab run (the one with results.json)", dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "results.json")); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return usagef("%s: no results.json: not a results directory of cnlab run", dir)
+		}
+		return err
+	}
+	return nil
 }
 
 func printReport(e *env, rep *report.Report, written []string, output string) error {
@@ -130,11 +147,14 @@ significantly worse by at least PCT percent (throughput down, latency up).`,
 			}
 			var runs [2]*experiment.Results
 			for i, dir := range args {
-				rep, err := loadReport(dir)
-				if err != nil {
+				if err := isRunDir(dir); err != nil {
 					return err
 				}
-				runs[i] = rep.Results
+				r, err := experiment.Load(dir)
+				if err != nil {
+					return usagef("%v", err)
+				}
+				runs[i] = r
 			}
 			t := -1.0
 			if gate {
@@ -142,7 +162,7 @@ significantly worse by at least PCT percent (throughput down, latency up).`,
 			}
 			c := report.Compare(runs[0], runs[1], t)
 			c.A, c.B = args[0], args[1]
-			if len(c.Changes) == 0 {
+			if len(c.Changes) == 0 && len(c.Missing) == 0 {
 				return usagef("no point of %s matches one of %s (same sweep, parameters and workload): are they runs of the same experiment?", args[0], args[1])
 			}
 			if html != "" {

@@ -94,9 +94,14 @@ and the run goes on; the exit code is then 1.`,
 			}
 			failed := printRunSummary(e, r, out, output)
 			if withReport && len(r.Points) > 0 {
-				// Even an interrupted run: the report draws what it has.
-				if rerr := writeRunReport(e, out, output); rerr != nil && err == nil {
-					err = rerr
+				// Even an interrupted run: the report draws what it has. A
+				// report that fails is said, and the run's own outcome
+				// still decides the exit code.
+				if rerr := writeRunReport(e, out, output); rerr != nil {
+					fmt.Fprintf(e.stderr, "cnlab: %v (the results are kept: cnlab report %s)\n", rerr, out)
+					if err == nil && failed == 0 {
+						return rerr
+					}
 				}
 			}
 			switch {
