@@ -139,8 +139,8 @@ func analyze(pn *Panel) ([]Fit, []Finding) {
 				f.Relative = lin.Slope / lin.Intercept
 				f.RelativeCI = stats.Interval{Lo: lin.SlopeCI.Lo / lin.Intercept, Hi: lin.SlopeCI.Hi / lin.Intercept}
 			}
-			f.Text = fmt.Sprintf("%s %s per %s (95%% CI %s to %s)%s, R² %.3f", signed(lin.Slope), m.Unit, one,
-				signed(lin.SlopeCI.Lo), signed(lin.SlopeCI.Hi), relText(f), lin.R2)
+			v, ci := slopeText(m.Unit, lin.Slope, lin.SlopeCI, one)
+			f.Text = fmt.Sprintf("%s (%s)%s, R² %.3f", v, ci, relText(f), lin.R2)
 		}
 		fits = append(fits, f)
 		finds = append(finds, change(pn, c, f, one, many))
@@ -205,9 +205,11 @@ func change(pn *Panel, c *Curve, f Fit, one, many string) Finding {
 	case f.N == 0:
 		s.WriteString(".")
 	case f.Flat:
-		fmt.Fprintf(&s, "; its slope is not different from 0 (%s %s per %s, 95%% CI %s to %s).", signed(f.Slope), m.Unit, one, signed(f.SlopeCI.Lo), signed(f.SlopeCI.Hi))
+		v, ci := slopeText(m.Unit, f.Slope, f.SlopeCI, one)
+		fmt.Fprintf(&s, "; its slope is not different from 0 (%s, %s).", v, ci)
 	default:
-		fmt.Fprintf(&s, "; slope %s %s per %s (95%% CI %s to %s)", signed(f.Slope), m.Unit, one, signed(f.SlopeCI.Lo), signed(f.SlopeCI.Hi))
+		v, ci := slopeText(m.Unit, f.Slope, f.SlopeCI, one)
+		fmt.Fprintf(&s, "; slope %s (%s)", v, ci)
 		if f.Relative != 0 {
 			fmt.Fprintf(&s, ", %s%% of the fitted start per %s", signed(100*f.Relative), one)
 		}
@@ -294,7 +296,7 @@ func baseline(pn *Panel) []Finding {
 // ctx is a panel's workload and topology for a sentence.
 func (p *Panel) ctx() string {
 	parts := []string{p.Workload, p.Topology}
-	if p.Sweep != "" {
+	if p.Sweep != "" && p.Sweep != p.Topology {
 		parts = append(parts, "sweep "+p.Sweep)
 	}
 	return strings.Join(parts, ", ")
@@ -348,4 +350,20 @@ func firstX(pn *Panel) float64 {
 		}
 	}
 	return x
+}
+
+// slopeText is a slope with its interval, in a smaller unit when the
+// numbers are small (10.4 ns per policy, not 0.0104 µs).
+func slopeText(unit string, v float64, ci stats.Interval, per string) (value, interval string) {
+	big := math.Max(math.Abs(v), math.Max(math.Abs(ci.Lo), math.Abs(ci.Hi)))
+	switch {
+	case unit == "µs" && big < 1:
+		unit, v, ci = "ns", v*1e3, stats.Interval{Lo: ci.Lo * 1e3, Hi: ci.Hi * 1e3}
+	case unit == "Gb/s" && big < 0.1:
+		unit, v, ci = "Mb/s", v*1e3, stats.Interval{Lo: ci.Lo * 1e3, Hi: ci.Hi * 1e3}
+	}
+	if unit != "" {
+		unit = " " + unit
+	}
+	return fmt.Sprintf("%s%s per %s", signed(v), unit, per), fmt.Sprintf("95%% CI %s to %s", signed(ci.Lo), signed(ci.Hi))
 }

@@ -140,7 +140,7 @@ func (p *Panel) Title() string {
 		parts = append(parts, "vs "+p.XLabel)
 	}
 	ctx := []string{p.Workload, p.Topology}
-	if p.Sweep != "" {
+	if p.Sweep != "" && p.Sweep != p.Topology {
 		ctx = append([]string{p.Sweep}, ctx...)
 	}
 	return strings.Join(parts, " ") + " — " + strings.Join(ctx, ", ")
