@@ -176,8 +176,8 @@ func mismatch(a, b *experiment.Results) []string {
 			out = append(out, fmt.Sprintf("duration/warm-up: %v/%v in A, %v/%v in B", time.Duration(sa.Duration), time.Duration(sa.Warmup),
 				time.Duration(sb.Duration), time.Duration(sb.Warmup)))
 		}
-		if (sa.Pin == nil) != (sb.Pin == nil) || sa.Pin != nil && sb.Pin != nil && fmt.Sprint(*sa.Pin) != fmt.Sprint(*sb.Pin) {
-			out = append(out, "CPU pinning differs")
+		if pa, pb := pinText(sa.Pin), pinText(sb.Pin); pa != pb {
+			out = append(out, fmt.Sprintf("CPU pinning: %s in A, %s in B", pa, pb))
 		}
 	}
 	return out
@@ -216,7 +216,7 @@ func (c *Comparison) Text(w io.Writer) error {
 		if ch.Regression {
 			v = "REGRESSION"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2g\t%d+%d\t%s\n", ch.PointA, ch.Topology, ch.Series, ch.Params, ch.Workload, ch.Metric,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3g\t%d+%d\t%s\n", ch.PointA, ch.Topology, ch.Series, ch.Params, ch.Workload, ch.Metric,
 			fmtNum(ch.MedianA), fmtNum(ch.MedianB), ch.deltaText(), ch.P, ch.NA, ch.NB, v)
 	}
 	if err := tw.Flush(); err != nil {
@@ -240,8 +240,15 @@ func (c *Comparison) summary() []string {
 	out = append(out, fmt.Sprintf("%d of %d metrics changed significantly (two-sided Mann–Whitney U, p < %g); \"~\" marks the others, with their change in parentheses.",
 		sig, len(c.Changes), c.Alpha))
 	if c.Unreachable > 0 {
-		out = append(out, fmt.Sprintf("%d of them have too few samples to ever reach p < %g (2 vs 2 samples: p ≥ 0.33; it takes 4 vs 4): run more repetitions to detect changes.",
-			c.Unreachable, c.Alpha))
+		var ex Change
+		for _, ch := range c.Changes {
+			if ch.MinP >= c.Alpha {
+				ex = ch
+				break
+			}
+		}
+		out = append(out, fmt.Sprintf("%d of them have too few samples to ever reach p < %g (with %d vs %d samples the smallest possible p is %.2g; 4 vs 4 is the fewest that can): run more repetitions to detect changes.",
+			c.Unreachable, c.Alpha, ex.NA, ex.NB, ex.MinP))
 	}
 	if c.Threshold >= 0 {
 		out = append(out, fmt.Sprintf("%d regressions (significant changes for the worse of at least %g%%, and points measured in A but not in B).", c.Regressions, 100*c.Threshold))
@@ -296,7 +303,7 @@ tr.regression td { background: #fde8e8; }
 <table>
 <tr><th>point</th><th>topology</th><th>series</th><th>parameters</th><th>workload</th><th>metric</th><th>A median</th><th>B median</th><th>change</th><th>p</th><th>n</th><th>verdict</th></tr>
 {{range .C.Changes}}<tr class="{{.Verdict}}{{if .Regression}} regression{{end}}"><td>{{.PointA}}</td><td>{{.Topology}}</td><td>{{.Series}}</td><td>{{.Params}}</td><td>{{.Workload}}</td><td>{{.Metric}}</td>
-<td class="n">{{num .MedianA}}</td><td class="n">{{num .MedianB}}</td><td class="n">{{delta .}}</td><td class="n">{{printf "%.2g" .P}}</td><td class="n">{{.NA}}+{{.NB}}</td><td class="v">{{if .Regression}}regression{{else}}{{.Verdict}}{{end}}</td></tr>
+<td class="n">{{num .MedianA}}</td><td class="n">{{num .MedianB}}</td><td class="n">{{delta .}}</td><td class="n">{{printf "%.3g" .P}}</td><td class="n">{{.NA}}+{{.NB}}</td><td class="v">{{if .Regression}}regression{{else}}{{.Verdict}}{{end}}</td></tr>
 {{end}}</table>
 {{range .Summary}}<p>{{.}}</p>
 {{end}}</body></html>
@@ -308,4 +315,18 @@ func firstFew(xs []string) string {
 		return strings.Join(xs, "; ")
 	}
 	return strings.Join(xs[:5], "; ") + fmt.Sprintf("; and %d more", len(xs)-5)
+}
+
+// pinText describes an experiment's CPU pinning.
+func pinText(p *experiment.Pin) string {
+	cpu := func(c *int) string {
+		if c == nil {
+			return "any"
+		}
+		return fmt.Sprint(*c)
+	}
+	if p == nil {
+		return "unpinned"
+	}
+	return "client " + cpu(p.Client) + ", server " + cpu(p.Server)
 }

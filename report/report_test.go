@@ -164,12 +164,23 @@ func TestCompare(t *testing.T) {
 	if other > 0 {
 		t.Errorf("%d unchanged points called significant", other)
 	}
+	// Equal pinning is not a difference; another pinning is.
+	zero, one := 0, 1
+	a.Experiment.Spec = &experiment.Spec{Pin: &experiment.Pin{Client: &zero, Server: &zero}}
+	b.Experiment.Spec = &experiment.Spec{Pin: &experiment.Pin{Client: &zero, Server: &zero}}
+	if m := Compare(a, b, 0.05).Mismatch; len(m) != 0 {
+		t.Errorf("same pinning reported as a difference: %v", m)
+	}
+	b.Experiment.Spec.Pin.Server = &one
+	if m := Compare(a, b, 0.05).Mismatch; len(m) != 1 || !strings.Contains(m[0], "server 0 in A") {
+		t.Errorf("another pinning: %v", m)
+	}
 	c = Compare(synth(2, 6), synth(2, 7), 0)
 	if c.Unreachable != len(c.Changes) || c.Regressions != 0 {
 		t.Errorf("2 vs 2 samples: %d of %d unreachable, %d regressions", c.Unreachable, len(c.Changes), c.Regressions)
 	}
 	var sb strings.Builder
-	if err := c.Text(&sb); err != nil || !strings.Contains(sb.String(), "it takes 4 vs 4") {
+	if err := c.Text(&sb); err != nil || !strings.Contains(sb.String(), "with 2 vs 2 samples the smallest possible p is 0.33") {
 		t.Errorf("compare text: %v\n%s", err, sb.String())
 	}
 	page, err := c.HTML()
