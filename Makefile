@@ -4,8 +4,10 @@ BIN := bin/cnlab
 
 .PHONY: build install test demo bench generate clean
 
+# -buildvcs=auto: record the commit (environment.json, results.json) even
+# where GOFLAGS turns VCS stamping off.
 build:
-	$(GO) build -o $(BIN) ./cmd/cnlab
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/cnlab
 
 install: build
 	install -m 0755 $(BIN) /usr/local/bin/cnlab

@@ -149,7 +149,7 @@ func analyze(pn *Panel) ([]Fit, []Finding) {
 				fits = append(fits, b)
 				finds = append(finds, Finding{Panel: pn.ID, Points: endPoints(c), Text: fmt.Sprintf(
 					"%s (%s): the curve bends at about %s %s (slope %s %s per %s before, %s after; p = %.2g).",
-					c.Series, pn.ctx(), fmtNum(b.X0), many, signed(b.SlopeBefore), m.Unit, one, signed(b.SlopeAfter), b.P)})
+					c.Series, pn.ctx(), fmtX(b.X0), many, signed(b.SlopeBefore), m.Unit, one, signed(b.SlopeAfter), b.P)})
 			}
 		}
 	}
@@ -189,7 +189,7 @@ func change(pn *Panel, c *Curve, f Fit, one, many string) Finding {
 		if ch < 0 {
 			verb = "falls"
 		}
-		fmt.Fprintf(&s, "%s %s%% from %s to %s %s (median %s → %s %s", verb, fmtNum(math.Abs(100*ch)), fmtNum(x0), fmtNum(x1), many, fmtNum(ma), fmtNum(mb), m.Unit)
+		fmt.Fprintf(&s, "%s %s%% from %s to %s %s (median %s → %s %s", verb, fmtNum(math.Abs(100*ch)), fmtX(x0), fmtX(x1), many, fmtNum(ma), fmtNum(mb), m.Unit)
 		if len(a) >= minCI && len(b) >= minCI {
 			if lo, hi, err := stats.BootstrapMedianDiffCI(a, b, 0.95, bootIters, bootSeed); err == nil {
 				fmt.Fprintf(&s, "; 95%% CI of the change %s to %s%%", signed(100*lo), signed(100*hi))
@@ -199,7 +199,7 @@ func change(pn *Panel, c *Curve, f Fit, one, many string) Finding {
 		}
 		s.WriteString(")")
 	} else {
-		fmt.Fprintf(&s, "goes from %s to %s %s from %s to %s %s", fmtNum(ma), fmtNum(mb), m.Unit, fmtNum(x0), fmtNum(x1), many)
+		fmt.Fprintf(&s, "goes from %s to %s %s from %s to %s %s", fmtNum(ma), fmtNum(mb), m.Unit, fmtX(x0), fmtX(x1), many)
 	}
 	switch {
 	case f.N == 0:
@@ -235,7 +235,7 @@ func bend(pn *Panel, c *Curve, one string) (Fit, bool) {
 	}
 	return Fit{Panel: pn.ID, Series: c.Series, Kind: "bend", N: sg.N, X0: sg.X0, SlopeBefore: sg.SlopeBefore, SlopeAfter: sg.SlopeAfter,
 		P: sg.P, R2: sg.R2, Text: fmt.Sprintf("bends at x = %s: %s then %s %s per %s (p = %.2g vs a line)",
-			fmtNum(sg.X0), signed(sg.SlopeBefore), signed(sg.SlopeAfter), pn.Metric.Unit, one, sg.P)}, true
+			fmtX(sg.X0), signed(sg.SlopeBefore), signed(sg.SlopeAfter), pn.Metric.Unit, one, sg.P)}, true
 }
 
 // baseline compares the curves at their common first x (seed 000's
@@ -272,7 +272,7 @@ func baseline(pn *Panel) []Finding {
 	at := ""
 	if pn.XDim != "" {
 		_, many := unitOf(pn)
-		at = fmt.Sprintf(" at %s %s", fmtNum(x), many)
+		at = fmt.Sprintf(" at %s %s", fmtX(x), many)
 	}
 	fmt.Fprintf(&s, "%s%s (%s), %s has the %s %s: %s %s", upperFirst(pn.Metric.Label), at, pn.ctx(), best.c.Series, word, "median", fmtNum(best.med), pn.Metric.Unit)
 	var pts []string
@@ -296,7 +296,9 @@ func baseline(pn *Panel) []Finding {
 // ctx is a panel's workload and topology for a sentence.
 func (p *Panel) ctx() string {
 	parts := []string{p.Workload, p.Topology}
-	if p.Sweep != "" && p.Sweep != p.Topology {
+	// One sweep is named; sweeps drawn together are not (the series say
+	// which is which).
+	if p.Sweep != "" && p.Sweep != p.Topology && !strings.Contains(p.Sweep, "+") {
 		parts = append(parts, "sweep "+p.Sweep)
 	}
 	return strings.Join(parts, ", ")
@@ -329,6 +331,15 @@ func fmtNum(v float64) string {
 		return fmt.Sprintf("%.2f", v)
 	}
 	return fmt.Sprintf("%.3g", v)
+}
+
+// fmtX prints a parameter value: whole numbers as such (200 policies, 4
+// hops), others as fmtNum.
+func fmtX(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmtNum(v)
 }
 
 // signed is fmtNum with a sign, and a real minus.

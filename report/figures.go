@@ -45,7 +45,10 @@ func sweepFigure(pn *Panel, fits []Fit) Figure {
 			f.Series = append(f.Series, s)
 			for _, ft := range fits {
 				if ft.Kind == "power-law" && ft.Series == c.Series && ft.N > 0 {
-					fs := plot.Series{Name: fmt.Sprintf("fit: %s%%/hop", signed(-100*ft.Loss)), Style: plot.DashedLine, Color: col}
+					// The fit is named in its data's legend entry: one
+					// entry a line, however many lines are fitted.
+					f.Series[len(f.Series)-1].Name += fmt.Sprintf(" (fit %s%%/hop)", signed(-100*ft.Loss))
+					fs := plot.Series{Style: plot.DashedLine, Color: col}
 					lo, hi := c.X[0], c.X[len(c.X)-1]
 					for k := 0; k <= 40; k++ {
 						n := lo + (hi-lo)*float64(k)/40
@@ -82,7 +85,7 @@ func baselineFigure(pn *Panel) (Figure, bool) {
 	x := firstX(pn)
 	_, many := unitOf(pn)
 	id := pn.ID + "-baseline"
-	f := &plot.Figure{ID: id, Kind: plot.Bars, Title: fmt.Sprintf("Baseline at %s %s: %s — %s", fmtNum(x), many, pn.Metric.Label, pn.ctx()),
+	f := &plot.Figure{ID: id, Kind: plot.Bars, Title: fmt.Sprintf("Baseline at %s %s: %s — %s", fmtX(x), many, pn.Metric.Label, pn.ctx()),
 		YLabel: pn.Metric.Label, Legend: plot.LegendNone, Scale: 2}
 	s := plot.Series{Name: pn.Metric.Label}
 	for _, c := range pn.Curves {

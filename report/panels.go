@@ -44,7 +44,12 @@ var xDims = []dim{
 	{"policies", func(p *experiment.PointResult) string { return num(p.Params.Policies) }, func(v string) string { return v + " policies" }},
 	{"chainLength", func(p *experiment.PointResult) string { return num(p.Params.ChainLength) }, func(v string) string { return v + " hops" }},
 	{"firewallRules", func(p *experiment.PointResult) string { return num(p.Params.FirewallRules) }, func(v string) string { return v + " rules" }},
-	{"flows", func(p *experiment.PointResult) string { return num(p.Workload.Flows) }, func(v string) string { return v + " flows" }},
+	{"flows", func(p *experiment.PointResult) string { return num(p.Workload.Flows) }, func(v string) string {
+		if v == "1" {
+			return "1 flow"
+		}
+		return v + " flows"
+	}},
 	{"size", func(p *experiment.PointResult) string { return num(sizeOf(p)) }, func(v string) string { return v + " B" }},
 	{"mtu", func(p *experiment.PointResult) string { return num(p.Params.MTU) }, named("MTU")},
 }

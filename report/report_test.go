@@ -90,7 +90,7 @@ func TestFindingsRecoverLaws(t *testing.T) {
 		if err := checkXML(svg); err != nil {
 			t.Errorf("%s: %v", f.ID, err)
 		}
-		if f.ID == "fig02-chain-chain-tcp-stream-throughput-gbps" && !strings.Contains(string(svg), "fit: −6.0") {
+		if f.ID == "fig02-chain-chain-tcp-stream-throughput-gbps" && !strings.Contains(string(svg), "(fit −6.0") {
 			t.Errorf("%s has no fitted curve", f.ID)
 		}
 	}

@@ -88,7 +88,8 @@ func (fs *fontSet) truncate(s string, size float64, bold bool, maxW float64) str
 }
 
 // wrap breaks s into at most maxLines lines of at most maxW pixels, breaking
-// after spaces, '-', '_', '/', ',' and '.', and truncating the last line with
+// after spaces, '-', '_' and '/' (not after '.' or ',', which would split
+// numbers such as 7.10 and 1,000), and truncating the last line with
 // an ellipsis when the text does not fit.
 func (fs *fontSet) wrap(s string, size float64, bold bool, maxW float64, maxLines int) []string {
 	s = strings.Join(strings.Fields(s), " ")
@@ -104,7 +105,7 @@ func (fs *fontSet) wrap(s string, size float64, bold bool, maxW float64, maxLine
 	start := 0
 	for i, ch := range s {
 		switch ch {
-		case ' ', '-', '_', '/', ',', '.':
+		case ' ', '-', '_', '/':
 			end := i + utf8.RuneLen(ch)
 			tokens = append(tokens, s[start:end])
 			start = end
