@@ -244,12 +244,7 @@ func panels(r *experiment.Results) []*Panel {
 				if x != "" {
 					xv, _ = strconv.ParseFloat(dimByName(x).value(p), 64)
 				}
-				var vals []float64
-				for _, s := range p.Samples {
-					if v, ok := s.Metrics[m]; ok {
-						vals = append(vals, v)
-					}
-				}
+				vals := samplesOf(p, m)
 				if len(vals) == 0 {
 					continue
 				}

@@ -124,12 +124,7 @@ func (rep *Report) table() {
 			Workload: p.Workload.Name(), Status: p.Status, Error: p.Error}
 		any := false
 		for _, m := range PrimaryMetrics(p.Workload.Kind) {
-			var xs []float64
-			for _, s := range p.Samples {
-				if v, ok := s.Metrics[m]; ok {
-					xs = append(xs, v)
-				}
-			}
+			xs := samplesOf(&p, m)
 			if len(xs) == 0 {
 				continue
 			}
