@@ -115,18 +115,24 @@ func (p *progress) note(msg string) {
 }
 
 func (p *progress) doneLine(r *Results) string {
-	var done, failed, pending int
+	var done, partial, failed, pending int
 	for _, pt := range r.Points {
 		switch pt.Status {
 		case PointDone:
 			done++
+		case PointPartial:
+			partial++
 		case PointFailed:
 			failed++
 		default:
 			pending++
 		}
 	}
-	return fmt.Sprintf("%s in %s: %d points done, %d failed, %d not run", r.Status, short(time.Since(p.start)), done, failed, pending)
+	part := ""
+	if partial > 0 {
+		part = fmt.Sprintf(", %d partial (some repetitions measured)", partial)
+	}
+	return fmt.Sprintf("%s in %s: %d points done%s, %d failed, %d not run", r.Status, short(time.Since(p.start)), done, part, failed, pending)
 }
 
 // finish prints the run's outcome.

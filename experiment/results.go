@@ -2,7 +2,10 @@ package experiment
 
 import (
 	"encoding/csv"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -195,7 +198,13 @@ func (r *Results) writeCSV(path string) error {
 // Load reads a results directory's results.json.
 func Load(dir string) (*Results, error) {
 	var r Results
-	if err := files.ReadJSON(filepath.Join(dir, "results.json"), &r); err != nil {
+	path := filepath.Join(dir, "results.json")
+	if err := files.ReadJSON(path, &r); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &se) || errors.As(err, &te) || errors.Is(err, io.ErrUnexpectedEOF) || err.Error() == "unexpected end of JSON input" {
+			return nil, fmt.Errorf("%s: not a cnlab results file (%v)", path, err)
+		}
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	if r.Schema != Schema {

@@ -135,7 +135,7 @@ func analyze(pn *Panel) ([]Fit, []Finding) {
 		} else {
 			f.N, f.Intercept, f.Slope, f.SlopeCI, f.R2 = lin.N, lin.Intercept, lin.Slope, lin.SlopeCI, lin.R2
 			f.Flat = lin.SlopeCI.Contains(0)
-			if lin.Intercept > 0 {
+			if lin.Intercept > 0 && m.Unit != "%" { // a share of a percentage reads as percentage points
 				f.Relative = lin.Slope / lin.Intercept
 				f.RelativeCI = stats.Interval{Lo: lin.SlopeCI.Lo / lin.Intercept, Hi: lin.SlopeCI.Hi / lin.Intercept}
 			}
@@ -272,6 +272,9 @@ func baseline(pn *Panel) []Finding {
 	at := ""
 	if pn.XDim != "" {
 		_, many := unitOf(pn)
+		if x == 1 {
+			many, _ = unitOf(pn) // "at 1 hop"
+		}
 		at = fmt.Sprintf(" at %s %s", fmtX(x), many)
 	}
 	fmt.Fprintf(&s, "%s%s (%s), %s has the %s %s: %s %s", upperFirst(pn.Metric.Label), at, pn.ctx(), best.c.Series, word, "median", fmtNum(best.med), pn.Metric.Unit)
@@ -296,12 +299,20 @@ func baseline(pn *Panel) []Finding {
 // ctx is a panel's workload and topology for a sentence.
 func (p *Panel) ctx() string {
 	parts := []string{p.Workload, p.Topology}
-	// One sweep is named; sweeps drawn together are not (the series say
-	// which is which).
-	if p.Sweep != "" && p.Sweep != p.Topology && !strings.Contains(p.Sweep, "+") {
-		parts = append(parts, "sweep "+p.Sweep)
+	if sw := p.namedSweep(); sw != "" {
+		parts = append(parts, "sweep "+sw)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// namedSweep is the sweep a panel names: one sweep is named (unless it is
+// named as its topology); sweeps drawn together are not, their series say
+// which is which ("scaling+iptables+top-of-chain" reads as one series).
+func (p *Panel) namedSweep() string {
+	if p.Sweep == p.Topology || strings.Contains(p.Sweep, "+") {
+		return ""
+	}
+	return p.Sweep
 }
 
 func endPoints(c *Curve) []string {

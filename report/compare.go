@@ -19,9 +19,15 @@ import (
 // Alpha is the significance level of compare.
 const Alpha = 0.05
 
+// DefaultMinChange is the smallest change compare calls a change: a
+// significant shift of less (two pinned runs of the same experiment differ
+// by up to ~1.5% in latency on the development VM, BENCHMARKS.md) prints
+// as "~".
+const DefaultMinChange = 0.02
+
 // Change is one metric of one point in two runs.
 type Change struct {
-	Key      string  `json:"key"` // what matches the point across runs
+	Key      string  `json:"-"` // what matches the point across runs
 	PointA   string  `json:"pointA"`
 	PointB   string  `json:"pointB"`
 	Topology string  `json:"topology"`
@@ -40,6 +46,8 @@ type Change struct {
 	P            float64 `json:"p"`    // two-sided Mann–Whitney U
 	MinP         float64 `json:"minP"` // the smallest p these sample sizes allow
 	Significant  bool    `json:"significant"`
+	// Small: significant, but smaller than the comparison's MinChange.
+	Small bool `json:"belowMinChange,omitempty"`
 	// Verdict is "~" (not significant), "better" or "worse" (by the
 	// metric's direction), or "changed" for a metric with none.
 	Verdict string `json:"verdict"`
@@ -54,7 +62,9 @@ type Comparison struct {
 	RunA      string   `json:"runA"`
 	RunB      string   `json:"runB"`
 	Alpha     float64  `json:"alpha"`
-	Threshold float64  `json:"threshold"` // fraction; 0: any significant regression counts only with a threshold set
+	Threshold float64  `json:"-"`                          // fraction; negative: no gate
+	Gate      *float64 `json:"thresholdPercent,omitempty"` // the --threshold given, if any
+	MinChange float64  `json:"minChange"`                  // fraction
 	Changes   []Change `json:"changes"`
 	OnlyA     []string `json:"onlyInA,omitempty"` // point keys without a match
 	OnlyB     []string `json:"onlyInB,omitempty"`
@@ -93,8 +103,12 @@ func pointKey(p *experiment.PointResult) string {
 // of each pair. threshold (a fraction, e.g. 0.05) marks significant
 // changes for the worse at least that large as regressions; a negative
 // threshold marks none.
-func Compare(a, b *experiment.Results, threshold float64) *Comparison {
-	c := &Comparison{RunA: a.Experiment.Name, RunB: b.Experiment.Name, Alpha: Alpha, Threshold: threshold}
+func Compare(a, b *experiment.Results, threshold, minChange float64) *Comparison {
+	c := &Comparison{RunA: a.Experiment.Name, RunB: b.Experiment.Name, Alpha: Alpha, Threshold: threshold, MinChange: minChange}
+	if threshold >= 0 {
+		pct := 100 * threshold
+		c.Gate = &pct
+	}
 	bByKey := map[string]*experiment.PointResult{}
 	for i := range b.Points {
 		bByKey[pointKey(&b.Points[i])] = &b.Points[i]
@@ -133,7 +147,8 @@ func Compare(a, b *experiment.Results, threshold float64) *Comparison {
 			if cmp.MinP >= Alpha {
 				c.Unreachable++
 			}
-			if ch.Significant {
+			ch.Small = ch.Significant && ch.DeltaDefined && math.Abs(ch.Delta) < minChange
+			if ch.Significant && !ch.Small {
 				dir := MetricInfo(m).Better
 				up := ch.MedianB > ch.MedianA
 				switch {
@@ -200,7 +215,7 @@ func (ch Change) deltaText() string {
 	if ch.DeltaDefined {
 		d = signed(100*ch.Delta) + "%"
 	}
-	if !ch.Significant {
+	if !ch.Significant || ch.Small {
 		return "~ (" + d + ")"
 	}
 	return d
@@ -231,14 +246,20 @@ func (c *Comparison) Text(w io.Writer) error {
 // summary is the lines under the table.
 func (c *Comparison) summary() []string {
 	var out []string
-	sig := 0
+	sig, small := 0, 0
 	for _, ch := range c.Changes {
-		if ch.Significant {
+		switch {
+		case ch.Small:
+			small++
+		case ch.Significant:
 			sig++
 		}
 	}
-	out = append(out, fmt.Sprintf("%d of %d metrics changed significantly (two-sided Mann–Whitney U, p < %g); \"~\" marks the others, with their change in parentheses.",
-		sig, len(c.Changes), c.Alpha))
+	out = append(out, fmt.Sprintf("%d of %d metrics changed significantly (two-sided Mann–Whitney U, p < %g) by at least %g%%; \"~\" marks the others, with their change in parentheses.",
+		sig, len(c.Changes), c.Alpha, 100*c.MinChange))
+	if small > 0 {
+		out = append(out, fmt.Sprintf("%d more changed significantly but by less than %g%% (--min-change): shown as ~.", small, 100*c.MinChange))
+	}
 	if c.Unreachable > 0 {
 		var ex Change
 		for _, ch := range c.Changes {

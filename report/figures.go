@@ -24,30 +24,42 @@ type Figure struct {
 // line per series, and the fitted power laws as dashed curves.
 func sweepFigure(pn *Panel, fits []Fit) Figure {
 	f := &plot.Figure{ID: pn.ID, Title: pn.Title(), XLabel: pn.XLabel, YLabel: pn.Metric.Label, Scale: 2}
-	caption := "Median of the samples at each point; error bars: 95% confidence interval of the mean (Student's t)."
+	caption := "Median of the samples at each point; error bars: 95% confidence interval of the mean (Student's t), cut at the metric's possible range; lines sharing an x are drawn slightly apart."
 	if pn.XDim == "" {
 		f.Kind = plot.Bars
 		s := plot.Series{Name: pn.Metric.Label}
 		for i, c := range pn.Curves {
 			f.Categories = append(f.Categories, c.Series)
-			s.Points = append(s.Points, ciPoint(float64(i), c.summary(c.X[0])))
+			s.Points = append(s.Points, ciPoint(pn.Metric, float64(i), c.summary(c.X[0])))
 		}
 		f.Series = []plot.Series{s}
 		f.Legend = plot.LegendNone
 		f.Title = pn.Metric.Label + " — " + pn.ctx()
 	} else {
+		// Lines sharing an x are drawn a little apart ("dodged"), so that
+		// their error bars do not hide each other; the fits are not.
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, c := range pn.Curves {
+			lo, hi = math.Min(lo, c.X[0]), math.Max(hi, c.X[len(c.X)-1])
+		}
+		step := 0.008 * (hi - lo)
+		if n := float64(len(pn.Curves)); n > 1 && hi > lo {
+			pad := (n/2 + 1) * step
+			f.XLimits = plot.Limits{Min: lo - pad, Max: hi + pad} // the dodge does not widen the axis
+		}
 		for i, c := range pn.Curves {
 			col := plot.PaletteColor(i)
 			s := plot.Series{Name: c.Series, Color: col}
+			dx := (float64(i) - float64(len(pn.Curves)-1)/2) * step
 			for _, x := range c.X {
-				s.Points = append(s.Points, ciPoint(x, c.summary(x)))
+				s.Points = append(s.Points, ciPoint(pn.Metric, x+dx, c.summary(x)))
 			}
 			f.Series = append(f.Series, s)
 			for _, ft := range fits {
 				if ft.Kind == "power-law" && ft.Series == c.Series && ft.N > 0 {
 					// The fit is named in its data's legend entry: one
 					// entry a line, however many lines are fitted.
-					f.Series[len(f.Series)-1].Name += fmt.Sprintf(" (fit %s%%/hop)", signed(-100*ft.Loss))
+					f.Series[len(f.Series)-1].Name += fmt.Sprintf(" (fit: l = %s%%/hop)", fmtNum(100*ft.Loss))
 					fs := plot.Series{Style: plot.DashedLine, Color: col}
 					lo, hi := c.X[0], c.X[len(c.X)-1]
 					for k := 0; k <= 40; k++ {
@@ -66,12 +78,10 @@ func sweepFigure(pn *Panel, fits []Fit) Figure {
 	return Figure{ID: pn.ID, Kind: "sweep", Title: f.Title, Caption: caption, Plot: f}
 }
 
-func ciPoint(x float64, s stats.Summary) plot.Point {
+func ciPoint(m Metric, x float64, s stats.Summary) plot.Point {
 	p := plot.Point{X: x, Y: s.Median}
 	if s.N > 1 {
-		// Every metric here is ≥ 0: an interval reaching below 0 (two
-		// samples give ±12.7 standard errors) is drawn down to 0.
-		p.YLow, p.YHigh = math.Max(s.MeanCI.Lo, 0), s.MeanCI.Hi
+		p.YLow, p.YHigh = m.Clamp(s.MeanCI.Lo, s.MeanCI.Hi)
 	}
 	return p
 }
@@ -92,7 +102,7 @@ func baselineFigure(pn *Panel) (Figure, bool) {
 		if _, ok := c.Samples[x]; !ok {
 			continue
 		}
-		s.Points = append(s.Points, ciPoint(float64(len(f.Categories)), c.summary(x)))
+		s.Points = append(s.Points, ciPoint(pn.Metric, float64(len(f.Categories)), c.summary(x)))
 		f.Categories = append(f.Categories, c.Series)
 	}
 	if len(f.Categories) < 2 {

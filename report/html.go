@@ -131,7 +131,7 @@ code { font-size: .9em; }
 {{end}}
 <h2 id="table">Points</h2>
 <table>
-<tr><th>point</th><th>topology</th><th>series</th><th>parameters</th><th>workload</th><th>metric</th><th>median</th><th>95% CI of the mean</th><th>CV</th><th>n</th><th>status</th></tr>
+<tr><th>point</th><th>topology</th><th>series</th><th>parameters</th><th>workload</th><th>metric</th><th>median</th><th>95% CI of the mean<br>(cut at the metric's range)</th><th>CV</th><th>n</th><th>status</th></tr>
 {{range .Rep.Rows}}<tr class="{{if .Noisy}}noisy{{end}}{{if eq .Status "failed"}} failed{{end}}"><td>{{.Point}}</td><td>{{.Topology}}</td><td>{{.Series}}</td><td>{{.Params}}</td><td>{{.Workload}}</td><td>{{.Metric}}</td>
 {{if .N}}<td class="n">{{num .Median}}</td><td class="n">{{if gt .N 1}}{{num .CI.Lo}} – {{num .CI.Hi}}{{else}}—{{end}}</td><td class="n cv">{{if gt .N 1}}{{pct .CV}}{{if .Noisy}} ⚠{{end}}{{else}}—{{end}}</td><td class="n">{{.N}}</td>{{else}}<td></td><td></td><td></td><td class="n">0</td>{{end}}
 <td>{{.Status}}{{if .Error}}: {{.Error}}{{end}}</td></tr>

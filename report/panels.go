@@ -144,11 +144,7 @@ func (p *Panel) Title() string {
 	if p.XDim != "" {
 		parts = append(parts, "vs "+p.XLabel)
 	}
-	ctx := []string{p.Workload, p.Topology}
-	if p.Sweep != "" && p.Sweep != p.Topology {
-		ctx = append([]string{p.Sweep}, ctx...)
-	}
-	return strings.Join(parts, " ") + " — " + strings.Join(ctx, ", ")
+	return strings.Join(parts, " ") + " — " + p.ctx()
 }
 
 // workloadKey names a workload without the options a matrix varies
@@ -267,7 +263,7 @@ func panels(r *experiment.Results) []*Panel {
 				sort.Float64s(c.X)
 			}
 			sort.SliceStable(pn.Curves, func(i, j int) bool { return seriesLess(pn.Curves[i].Series, pn.Curves[j].Series) })
-			pn.ID = fmt.Sprintf("fig%02d-%s", len(out)+1, slug(pn.Sweep+" "+pn.Topology+" "+pn.Workload+" "+m))
+			pn.ID = fmt.Sprintf("fig%02d-%s", len(out)+1, slug(pn.namedSweep()+" "+pn.Topology+" "+pn.Workload+" "+m))
 			out = append(out, pn)
 		}
 	}

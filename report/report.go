@@ -132,6 +132,7 @@ func (rep *Report) table() {
 			s := stats.Summarize(xs)
 			row := base
 			row.Metric, row.N, row.Median, row.CI, row.CV = m, s.N, s.Median, s.MeanCI, s.CV
+			row.CI.Lo, row.CI.Hi = MetricInfo(m).Clamp(s.MeanCI.Lo, s.MeanCI.Hi)
 			row.Noisy = s.N > 1 && s.CV > CVWarn
 			if row.Noisy {
 				rep.Noisy++

@@ -134,7 +134,7 @@ func TestNoisyPointsFlagged(t *testing.T) {
 // with 2 samples a side it cannot be.
 func TestCompare(t *testing.T) {
 	a := synth(8, 4)
-	c := Compare(a, a, 0.05)
+	c := Compare(a, a, 0.05, DefaultMinChange)
 	for _, ch := range c.Changes {
 		if ch.Significant || ch.Verdict != "~" {
 			t.Errorf("a run against itself: %+v", ch)
@@ -148,7 +148,7 @@ func TestCompare(t *testing.T) {
 			}
 		}
 	}
-	c = Compare(a, b, 0.05)
+	c = Compare(a, b, 0.05, DefaultMinChange)
 	worse, other := 0, 0
 	for _, ch := range c.Changes {
 		switch {
@@ -164,18 +164,32 @@ func TestCompare(t *testing.T) {
 	if other > 0 {
 		t.Errorf("%d unchanged points called significant", other)
 	}
+	// A significant but small shift (3%, noise 1%) is "~" under a 5%
+	// minimum change, a change without it.
+	d := synth(8, 4)
+	for i := range d.Points {
+		for _, s := range d.Points[i].Samples {
+			s.Metrics["throughput_gbps"] *= 1.03
+		}
+	}
+	if c := Compare(a, d, 0, 0.05); c.Changes[0].Verdict != "~" || !c.Changes[0].Small {
+		t.Errorf("3%% shift with a 5%% minimum: %+v", c.Changes[0])
+	}
+	if c := Compare(a, d, 0, 0); c.Changes[0].Verdict != "better" {
+		t.Errorf("3%% shift with no minimum: %+v", c.Changes[0])
+	}
 	// Equal pinning is not a difference; another pinning is.
 	zero, one := 0, 1
 	a.Experiment.Spec = &experiment.Spec{Pin: &experiment.Pin{Client: &zero, Server: &zero}}
 	b.Experiment.Spec = &experiment.Spec{Pin: &experiment.Pin{Client: &zero, Server: &zero}}
-	if m := Compare(a, b, 0.05).Mismatch; len(m) != 0 {
+	if m := Compare(a, b, 0.05, DefaultMinChange).Mismatch; len(m) != 0 {
 		t.Errorf("same pinning reported as a difference: %v", m)
 	}
 	b.Experiment.Spec.Pin.Server = &one
-	if m := Compare(a, b, 0.05).Mismatch; len(m) != 1 || !strings.Contains(m[0], "server 0 in A") {
+	if m := Compare(a, b, 0.05, DefaultMinChange).Mismatch; len(m) != 1 || !strings.Contains(m[0], "server 0 in A") {
 		t.Errorf("another pinning: %v", m)
 	}
-	c = Compare(synth(2, 6), synth(2, 7), 0)
+	c = Compare(synth(2, 6), synth(2, 7), 0, DefaultMinChange)
 	if c.Unreachable != len(c.Changes) || c.Regressions != 0 {
 		t.Errorf("2 vs 2 samples: %d of %d unreachable, %d regressions", c.Unreachable, len(c.Changes), c.Regressions)
 	}

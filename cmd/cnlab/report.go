@@ -111,7 +111,7 @@ func printReport(e *env, rep *report.Report, written []string, output string) er
 		}
 	}
 	if rep.Noisy > 0 {
-		fmt.Fprintf(e.stdout, "%d of %d table rows have a CV above %.0f%% (marked in the report).\n", rep.Noisy, len(rep.Rows), 100*report.CVWarn)
+		fmt.Fprintf(e.stdout, "%d of %d rows of the report's table (every headline metric of every point: throughput, p50/p99 latency, rate, loss) have a CV above %.0f%% (marked ⚠).\n", rep.Noisy, len(rep.Rows), 100*report.CVWarn)
 	}
 	fmt.Fprintf(e.stdout, "report: %s (%d figures in %s)\n", filepath.Join(rep.Dir, "report.html"), len(rep.Figures), filepath.Join(rep.Dir, "figures"))
 	_ = written
@@ -120,15 +120,16 @@ func printReport(e *env, rep *report.Report, written []string, output string) er
 
 func newCompareCmd(e *env) *cobra.Command {
 	var output, html string
-	var threshold float64
+	var threshold, minChange float64
 	cmd := &cobra.Command{
 		Use:   "compare RUN_A RUN_B [--html FILE] [--threshold PCT]",
 		Short: "Say what changed between two runs, point by point, with a significance test",
 		Long: `Match the points of two results directories (same sweep, parameters and
 workload) and, for every headline metric, print both medians, the change
 in percent and the p-value of a two-sided Mann–Whitney U test on their
-samples. A change that is not significant (p ≥ 0.05) prints as "~", as
-benchstat does. Small samples cannot reach significance: 2 vs 2 samples
+samples. A change that is not significant (p ≥ 0.05), or smaller than
+--min-change (default 2%: two runs of the same pinned experiment differ
+by up to ~1.5% on the development VM), prints as "~", as benchstat does. Small samples cannot reach significance: 2 vs 2 samples
 never do (p ≥ 0.33), 4 vs 4 can.
 
 --threshold PCT makes compare a CI gate: it exits 1 when a metric got
@@ -160,7 +161,10 @@ significantly worse by at least PCT percent (throughput down, latency up).`,
 			if gate {
 				t = threshold / 100
 			}
-			c := report.Compare(runs[0], runs[1], t)
+			if minChange < 0 || minChange > 1000 {
+				return usagef("--min-change %g: a percentage between 0 and 1000", minChange)
+			}
+			c := report.Compare(runs[0], runs[1], t, minChange/100)
 			c.A, c.B = args[0], args[1]
 			if len(c.Changes) == 0 && len(c.Missing) == 0 {
 				return usagef("no point of %s matches one of %s (same sweep, parameters and workload): are they runs of the same experiment?", args[0], args[1])
@@ -196,6 +200,7 @@ significantly worse by at least PCT percent (throughput down, latency up).`,
 	f := cmd.Flags()
 	f.StringVar(&html, "html", "", "also write the comparison as an HTML page to FILE")
 	f.Float64Var(&threshold, "threshold", 0, "exit 1 when a metric got significantly worse by at least PCT percent")
+	f.Float64Var(&minChange, "min-change", 100*report.DefaultMinChange, "smallest change in percent to report: a significant change below it prints as ~")
 	f.StringVarP(&output, "output", "o", "", "json: print the comparison as JSON")
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -198,12 +199,28 @@ func printPlan(e *env, s *experiment.Spec, output string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POINT\tSWEEP\tTOPOLOGY\tSERIES\tPARAMS\tWORKLOAD")
 	for _, p := range points {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, dash(p.Sweep), p.Params.Topology, p.Series, p.Params.Text(), p.Workload.Name())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, dash(p.Sweep), p.Params.Topology, seriesText(p.Series), p.Params.Text(), p.Workload.Name())
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(e.stdout, "%s: %d points, %d runs (%d repetitions each, plus profiled runs), %d lab builds, about %s\n",
-		s, len(points), jobs, s.Repetitions, labs, d.Round(time.Second))
+	profiled := ""
+	for _, p := range points {
+		if p.Profile {
+			profiled = ", plus profiled runs"
+			break
+		}
+	}
+	fmt.Fprintf(e.stdout, "%s: %d points, %d runs (%d repetitions each%s), %d lab builds, about %s\n",
+		s, len(points), jobs, s.Repetitions, profiled, labs, d.Round(time.Second))
 	return nil
+}
+
+// seriesText is a point's series for a table: a chain has no datapath
+// series ("none"), its parameters say what it is.
+func seriesText(s string) string {
+	if s == "none" {
+		return "-"
+	}
+	return s
 }
 
 func dash(s string) string {
@@ -251,14 +268,16 @@ func printRunSummary(e *env, r *experiment.Results, out, output string) int {
 			val = fmt.Sprintf("%.4g", s.Median)
 		}
 		if ok && s.N > 1 { // one sample has no spread to show
-			ci = fmt.Sprintf("%.4g–%.4g", s.CILow, s.CIHigh)
+			// Every metric is ≥ 0: the t interval of two samples can reach
+			// below; it is shown from 0.
+			ci = fmt.Sprintf("%.4g–%.4g", math.Max(s.CILow, 0), s.CIHigh)
 			cv = fmt.Sprintf("%.1f%%", 100*s.CV)
 		}
 		status := p.Status
 		if p.Error != "" {
 			status += ": " + p.Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", p.ID, p.Params.Topology, p.Series, p.Params.Text(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", p.ID, p.Params.Topology, seriesText(p.Series), p.Params.Text(),
 			p.Workload.Name(), m, val, ci, cv, s.N, status)
 	}
 	_ = tw.Flush()
