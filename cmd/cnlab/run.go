@@ -87,6 +87,9 @@ and the run goes on; the exit code is then 1.`,
 			if out == "" {
 				out = filepath.Join("results", fmt.Sprintf("%s-%s", s.Name, time.Now().Format("20060102-150405")))
 			}
+			if _, err := os.Stat(filepath.Join(out, "results.json")); err == nil {
+				return usagef("%s already holds a run (results.json): choose another --out", out)
+			}
 			jobs, labs, d, _ := s.Estimate()
 			e.progress(fmt.Sprintf("running %s: %d runs on %d lab builds, about %s; results in %s", s, jobs, labs, d.Round(time.Second), out))
 			r, err := experiment.Run(cmd.Context(), s, text, experiment.Options{Out: out, Progress: e.stderr, Terminal: isTerminal(e.stderr), LabName: labName})
