@@ -157,24 +157,26 @@ func PaletteColor(i int) string {
 
 // SVG renders the figure as a standalone <svg> element.
 func (f *Figure) SVG() ([]byte, error) {
-	fs, err := newFontSet()
-	if err != nil {
-		return nil, err
-	}
-	d, err := f.layout(fs)
+	d, _, err := f.draw()
 	if err != nil {
 		return nil, err
 	}
 	return d.svg(), nil
 }
 
-// PNG renders the figure as a PNG image of Width×Height pixels times Scale.
-func (f *Figure) PNG() ([]byte, error) {
+// draw lays the figure out into the primitives both backends render.
+func (f *Figure) draw() (*drawing, *fontSet, error) {
 	fs, err := newFontSet()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	d, err := f.layout(fs)
+	return d, fs, err
+}
+
+// PNG renders the figure as a PNG image of Width×Height pixels times Scale.
+func (f *Figure) PNG() ([]byte, error) {
+	d, fs, err := f.draw()
 	if err != nil {
 		return nil, err
 	}
