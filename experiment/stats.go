@@ -23,6 +23,3 @@ func Summarize(xs []float64) Summary {
 	return Summary{N: st.N, Median: st.Median, Mean: st.Mean, Stdev: st.Stdev, CV: st.CV,
 		CILow: st.MeanCI.Lo, CIHigh: st.MeanCI.Hi, Min: st.Min, Max: st.Max}
 }
-
-// median of sorted values.
-func median(s []float64) float64 { return stats.Median(s) }

@@ -5,13 +5,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/cnlab/cnlab/report/stats"
 	"io"
 	"math"
 	"net/netip"
 	"os"
 	"os/exec"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -393,8 +393,7 @@ func runPing(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, 
 	}
 	m := map[string]float64{"first_rtt_us": first, "loss_pct": 100 * float64(w.Count-len(rtts)) / float64(w.Count)}
 	if len(steady) > 0 {
-		sort.Float64s(steady)
-		m["rtt_us"] = median(steady)
+		m["rtt_us"] = stats.Median(steady)
 	}
 	return m, nil
 }

@@ -120,25 +120,22 @@ func baselineFigure(pn *Panel) (Figure, bool) {
 func profileFigures(r *experiment.Results, first int) []Figure {
 	type key struct{ sweep, topo, series, wl string }
 	var keys []key
-	seen := map[key]bool{}
+	byKey := map[key][]*experiment.PointResult{}
 	for i := range r.Points {
 		p := &r.Points[i]
+		if p.Prof == nil || p.Prof.Kernel == nil || !p.Prof.Kernel.Available {
+			continue
+		}
 		k := key{p.Sweep, p.Params.Topology, p.Series, workloadKey(p.Workload)}
-		if p.Prof != nil && p.Prof.Kernel != nil && p.Prof.Kernel.Available && !seen[k] {
-			seen[k] = true
+		if byKey[k] == nil {
 			keys = append(keys, k)
 		}
+		byKey[k] = append(byKey[k], p)
 	}
-	// x: the first dimension that varies among the profiled points.
 	var out []Figure
 	for _, k := range keys {
-		var pts []*experiment.PointResult
-		for i := range r.Points {
-			p := &r.Points[i]
-			if p.Prof != nil && p.Prof.Kernel != nil && p.Prof.Kernel.Available && (key{p.Sweep, p.Params.Topology, p.Series, workloadKey(p.Workload)}) == k {
-				pts = append(pts, p)
-			}
-		}
+		pts := byKey[k]
+		// x: the first dimension that varies among the profiled points.
 		x := xAxis(pts)
 		if x == "" {
 			continue

@@ -132,6 +132,7 @@ type Panel struct {
 	Sweep    string
 	Topology string
 	Workload string // workload kind, with rr sizes
+	Kind     string // workload kind
 	Metric   Metric
 	XDim     string // "" when nothing varies: a bar per series
 	XLabel   string
@@ -218,7 +219,7 @@ func panels(r *experiment.Results) []*Panel {
 			}
 		}
 		for _, m := range figureMetrics(g.kind) {
-			pn := &Panel{Sweep: strings.Join(g.sweeps, "+"), Topology: g.topo, Workload: g.wl, Metric: MetricInfo(m), XDim: x, XLabel: xLabel(x, g.pts)}
+			pn := &Panel{Sweep: strings.Join(g.sweeps, "+"), Topology: g.topo, Kind: g.kind, Workload: g.wl, Metric: MetricInfo(m), XDim: x, XLabel: xLabel(x, g.pts)}
 			curves := map[string]*Curve{}
 			// A series measured in several sweeps is drawn once per sweep:
 			// its samples are different measurements (another repetition

@@ -74,7 +74,7 @@ func Build(r *experiment.Results, env *experiment.Environment) *Report {
 	pns := panels(r)
 	for _, pn := range pns {
 		fits, finds := analyze(pn)
-		if pn.Metric.Name == figureMetrics(kindOf(r, pn))[0] {
+		if pn.Metric.Name == figureMetrics(pn.Kind)[0] {
 			// The headline metric gets findings; the others (p99) only
 			// their figure and fits.
 			rep.Findings = append(rep.Findings, finds...)
@@ -97,22 +97,6 @@ func Build(r *experiment.Results, env *experiment.Environment) *Report {
 		rep.Notes = append(rep.Notes, "A --quick run: few, short samples. It shows shapes; intervals are wide and small differences are noise.")
 	}
 	return rep
-}
-
-// kindOf is the workload kind of a panel's points.
-func kindOf(r *experiment.Results, pn *Panel) string {
-	for _, c := range pn.Curves {
-		for _, ids := range c.Points {
-			for _, id := range ids {
-				for i := range r.Points {
-					if r.Points[i].ID == id {
-						return r.Points[i].Workload.Kind
-					}
-				}
-			}
-		}
-	}
-	return ""
 }
 
 // table lists the primary metrics of every point.

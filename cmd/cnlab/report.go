@@ -39,11 +39,10 @@ analysis.`,
 			if err != nil {
 				return err
 			}
-			written, err := rep.Write(args[0])
-			if err != nil {
+			if _, err := rep.Write(args[0]); err != nil {
 				return fmt.Errorf("write report: %w", err)
 			}
-			return printReport(e, rep, written, output)
+			return printReport(e, rep, output)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json: print the analysis (findings, fits, table, figures) as JSON")
@@ -83,7 +82,7 @@ func isRunDir(dir string) error {
 	return nil
 }
 
-func printReport(e *env, rep *report.Report, written []string, output string) error {
+func printReport(e *env, rep *report.Report, output string) error {
 	if output == "json" {
 		type fig struct {
 			report.Figure
@@ -114,7 +113,6 @@ func printReport(e *env, rep *report.Report, written []string, output string) er
 		fmt.Fprintf(e.stdout, "%d of %d rows of the report's table (every headline metric of every point: throughput, p50/p99 latency, rate, loss) have a CV above %.0f%% (marked ⚠).\n", rep.Noisy, len(rep.Rows), 100*report.CVWarn)
 	}
 	fmt.Fprintf(e.stdout, "report: %s (%d figures in %s)\n", filepath.Join(rep.Dir, "report.html"), len(rep.Figures), filepath.Join(rep.Dir, "figures"))
-	_ = written
 	return nil
 }
 

@@ -295,13 +295,12 @@ func writeRunReport(e *env, dir, output string) error {
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	written, err := rep.Write(dir)
-	if err != nil {
+	if _, err := rep.Write(dir); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
 	if output == "json" {
 		e.progress(fmt.Sprintf("report: %s (%d figures)", filepath.Join(dir, "report.html"), len(rep.Figures)))
 		return nil
 	}
-	return printReport(e, rep, written, "")
+	return printReport(e, rep, "")
 }
