@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/cnlab/cnlab/internal/input"
+
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -481,7 +483,7 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 	for _, name := range []string{"client", "server"} {
 		ep, err := spec.Endpoint(topology.DefaultNamespace + "/" + name)
 		if err != nil || ep.Labels["app"] != name {
-			return &InputError{File: s.File, Path: path + ".topology", Msg: fmt.Sprintf("%s: the workloads run between endpoints default/client (app=client) and default/server (app=server); this topology has no default/%s labelled app=%s", p.Topology, name, name)}
+			return &input.Error{File: s.File, Path: path + ".topology", Msg: fmt.Sprintf("%s: the workloads run between endpoints default/client (app=client) and default/server (app=server); this topology has no default/%s labelled app=%s", p.Topology, name, name)}
 		}
 	}
 	return nil
@@ -500,7 +502,7 @@ func (s *Spec) loadTopology(name string, ov topology.Overrides) (*topology.Spec,
 		if os.IsNotExist(err) {
 			msg = fmt.Sprintf("no such topology file (and not a preset: %s)", strings.Join(topology.Presets(), ", "))
 		}
-		return nil, &InputError{File: s.File, Path: "topology", Msg: fmt.Sprintf("%s: %s", name, msg)}
+		return nil, &input.Error{File: s.File, Path: "topology", Msg: fmt.Sprintf("%s: %s", name, msg)}
 	}
 	return topology.Parse(data, path, ov)
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnlab/cnlab/internal/input"
+
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/lab"
@@ -309,7 +311,7 @@ func TestRunRefusesUsedDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Run(context.Background(), s, []byte(shortExp), Options{Out: out})
-	if err == nil || !IsInputError(err) || !strings.Contains(err.Error(), "already holds a run") {
+	if err == nil || !input.Is(err) || !strings.Contains(err.Error(), "already holds a run") {
 		t.Errorf("err %v", err)
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cnlab/cnlab/internal/input"
+
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/lab"
@@ -54,7 +56,7 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 		return nil, errors.New("no results directory given")
 	}
 	if _, err := os.Stat(filepath.Join(o.Out, "results.json")); err == nil {
-		return nil, &InputError{File: o.Out, Msg: "already holds a run (results.json): choose another --out"}
+		return nil, &input.Error{File: o.Out, Msg: "already holds a run (results.json): choose another --out"}
 	}
 	if err := os.MkdirAll(filepath.Join(o.Out, "logs"), 0o755); err != nil {
 		return nil, err

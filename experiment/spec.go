@@ -22,6 +22,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cnlab/cnlab/internal/input"
+
 	"gopkg.in/yaml.v3"
 
 	"github.com/cnlab/cnlab/internal/yamlx"
@@ -183,25 +185,6 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// InputError is a problem with an experiment file: it names the file, the
-// YAML path and the problem.
-type InputError struct {
-	File, Path, Msg string
-}
-
-func (e *InputError) Error() string {
-	if e.Path == "" {
-		return e.File + ": " + e.Msg
-	}
-	return e.File + ": " + e.Path + ": " + e.Msg
-}
-
-// IsInputError reports whether err is (or wraps) an experiment InputError.
-func IsInputError(err error) bool {
-	var ie *InputError
-	return errors.As(err, &ie)
-}
-
 var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // Limits of an experiment file.
@@ -219,23 +202,23 @@ const (
 func Parse(data []byte, file string, quick bool) (*Spec, error) {
 	docs, err := yamlx.Documents(data)
 	if err != nil {
-		return nil, &InputError{File: file, Msg: err.Error()}
+		return nil, &input.Error{File: file, Msg: err.Error()}
 	}
 	switch {
 	case len(docs) == 0:
-		return nil, &InputError{File: file, Msg: "empty experiment document"}
+		return nil, &input.Error{File: file, Msg: "empty experiment document"}
 	case len(docs) > 1:
-		return nil, &InputError{File: file, Msg: "more than one YAML document: an experiment file holds exactly one"}
+		return nil, &input.Error{File: file, Msg: "more than one YAML document: an experiment file holds exactly one"}
 	case docs[0].Kind != yaml.MappingNode:
-		return nil, &InputError{File: file, Msg: "an experiment must be a mapping (name:, workloads:, matrix:, ...)"}
+		return nil, &input.Error{File: file, Msg: "an experiment must be a mapping (name:, workloads:, matrix:, ...)"}
 	}
 	s := &Spec{File: file, Dir: filepath.Dir(file), Warmup: unsetDuration, Duration: unsetDuration, Repetitions: unsetInt}
 	if err := yamlx.Decode(docs[0], s, ""); err != nil {
 		var ye *yamlx.Error
 		if errors.As(err, &ye) {
-			return nil, &InputError{File: file, Path: ye.Path, Msg: ye.Msg}
+			return nil, &input.Error{File: file, Path: ye.Path, Msg: ye.Msg}
 		}
-		return nil, &InputError{File: file, Msg: err.Error()}
+		return nil, &input.Error{File: file, Msg: err.Error()}
 	}
 	if quick {
 		s.applyQuick()
@@ -303,7 +286,7 @@ const (
 )
 
 func (s *Spec) errf(path, format string, args ...any) error {
-	return &InputError{File: s.File, Path: path, Msg: fmt.Sprintf(format, args...)}
+	return &input.Error{File: s.File, Path: path, Msg: fmt.Sprintf(format, args...)}
 }
 
 func (s *Spec) validate() error {

@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"github.com/cnlab/cnlab/internal/input"
 	"math"
 	"math/rand"
 	"strings"
@@ -145,7 +146,7 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%q:\n got %v\nwant %s...", c.src, err, c.want)
 			continue
 		}
-		if !IsInputError(err) && !topology.IsInputError(err) {
+		if !input.Is(err) && !input.Is(err) {
 			t.Errorf("%q: %v is not an input error", c.src, err)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/cnlab/cnlab/internal/input"
+
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/ebpf"
 	"github.com/cnlab/cnlab/datapath/iptables"
@@ -42,7 +44,7 @@ func Up(ctx context.Context, spec *topology.Spec, o topology.UpOptions) error {
 	if spec.Chain == nil {
 		var err error
 		if dp, err = datapath.New(spec.Datapath); err != nil {
-			return &topology.InputError{File: spec.Source, Path: "datapath", Msg: err.Error()}
+			return &input.Error{File: spec.Source, Path: "datapath", Msg: err.Error()}
 		}
 	}
 	if dp != nil {

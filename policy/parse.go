@@ -3,49 +3,22 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"github.com/cnlab/cnlab/internal/files"
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/internal/yamlx"
 	"github.com/cnlab/cnlab/labels"
 	"gopkg.in/yaml.v3"
 )
 
-// InputError is a problem with a policy file: it names the file, the
-// document (its position and, once known, kind and name), the YAML path
-// and what is wrong.
-type InputError struct {
-	File string
-	Doc  string // "document 2 (NetworkPolicy x/web)"
-	Path string
-	Msg  string
-}
-
-func (e *InputError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Doc != "" {
-		b.WriteString(": " + e.Doc)
-	}
-	if e.Path != "" {
-		b.WriteString(": " + e.Path)
-	}
-	b.WriteString(": " + e.Msg)
-	return b.String()
-}
-
-// errorAt returns an InputError about a parsed policy, in the same form as
+// errorAt returns an input.Error about a parsed policy, in the same form as
 // the parser's own errors.
-func (p *Policy) errorAt(path, msg string) *InputError {
-	return &InputError{File: p.File, Doc: fmt.Sprintf("document %d (%s)", p.DocIndex, p.Ref()), Path: path, Msg: msg}
-}
-
-// IsInputError reports whether err is bad policy input.
-func IsInputError(err error) bool {
-	var ie *InputError
-	return errors.As(err, &ie)
+func (p *Policy) errorAt(path, msg string) *input.Error {
+	return &input.Error{File: p.File, Doc: fmt.Sprintf("document %d (%s)", p.DocIndex, p.Ref()), Path: path, Msg: msg}
 }
 
 // Supported apiVersions per kind.
@@ -58,7 +31,7 @@ var apiVersions = map[string]string{
 func ParseFile(path string) ([]*Policy, error) {
 	data, err := files.ReadInput(path)
 	if err != nil {
-		return nil, &InputError{File: path, Msg: fmt.Sprintf("cannot read: %v", err)}
+		return nil, &input.Error{File: path, Msg: fmt.Sprintf("cannot read: %v", err)}
 	}
 	return Parse(data, path)
 }
@@ -69,10 +42,10 @@ func ParseFile(path string) ([]*Policy, error) {
 func Parse(data []byte, file string) ([]*Policy, error) {
 	docs, err := yamlx.Documents(data)
 	if err != nil {
-		return nil, &InputError{File: file, Msg: err.Error()}
+		return nil, &input.Error{File: file, Msg: err.Error()}
 	}
 	if len(docs) == 0 {
-		return nil, &InputError{File: file, Msg: "no policy documents"}
+		return nil, &input.Error{File: file, Msg: "no policy documents"}
 	}
 	var out []*Policy
 	seen := map[string]int{}
@@ -137,7 +110,7 @@ type parser struct {
 }
 
 func (p *parser) errf(path, format string, args ...any) error {
-	return &InputError{File: p.file, Doc: p.doc, Path: path, Msg: fmt.Sprintf(format, args...)}
+	return &input.Error{File: p.file, Doc: p.doc, Path: path, Msg: fmt.Sprintf(format, args...)}
 }
 
 func (p *parser) wrap(err error) error {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"github.com/cnlab/cnlab/internal/input"
 	"strings"
 	"testing"
 
@@ -71,8 +72,8 @@ func TestParseBadInput(t *testing.T) {
 			if err == nil {
 				t.Fatalf("no error, want %q", tc.want)
 			}
-			if !IsInputError(err) {
-				t.Errorf("%T is not an InputError", err)
+			if !input.Is(err) {
+				t.Errorf("%T is not an input.Error", err)
 			}
 			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 				t.Errorf("got  %s\nwant one line containing %s", err, tc.want)
@@ -128,8 +129,8 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		pols, err := Parse(data, "fuzz.yaml")
 		if err != nil {
-			if !IsInputError(err) {
-				t.Fatalf("error %T is not an InputError: %v", err, err)
+			if !input.Is(err) {
+				t.Fatalf("error %T is not an input.Error: %v", err, err)
 			}
 			return
 		}

@@ -6,33 +6,6 @@ import (
 	"strings"
 )
 
-// InputError is a problem with a topology file or preset: it names the
-// file, the YAML path of the offending field, and what is wrong with it.
-type InputError struct {
-	File string // file name, or "preset NAME"
-	Path string // YAML path such as hosts[1].podCIDR; empty for the document
-	Msg  string
-}
-
-func (e *InputError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Path != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Path)
-	}
-	b.WriteString(": ")
-	b.WriteString(e.Msg)
-	return b.String()
-}
-
-// IsInputError reports whether err is (or wraps) an InputError, i.e. bad
-// user input rather than a failure of the machine.
-func IsInputError(err error) bool {
-	var ie *InputError
-	return errors.As(err, &ie)
-}
-
 // NotFoundError says a named lab object does not exist.
 type NotFoundError struct {
 	What, Name, Lab string

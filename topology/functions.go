@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cnlab/cnlab/internal/input"
+
 	"github.com/cnlab/cnlab/internal/yamlx"
 	"gopkg.in/yaml.v3"
 )
@@ -138,7 +140,7 @@ func (r *resolver) decodeFunction(n *yaml.Node, path string) (Function, error) {
 		if err := yamlx.Decode(n, out, path); err != nil {
 			var ye *yamlx.Error
 			if errors.As(err, &ye) {
-				return &InputError{File: r.file, Path: ye.Path, Msg: ye.Msg}
+				return &input.Error{File: r.file, Path: ye.Path, Msg: ye.Msg}
 			}
 			return r.errf(path, "%v", err)
 		}

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cnlab/cnlab/internal/input"
 )
 
 func TestResolveChainFunctions(t *testing.T) {
@@ -134,7 +136,7 @@ func TestPresetChainFunctions(t *testing.T) {
 		{"chain", PresetOptions{Functions: []Function{{Kind: FunctionShaper, Shaper: &Shaper{}}}}, "preset chain: functions[0].rate: 0bit is out of range (1mbit to 10tbit)"},
 	} {
 		_, err := Preset(tc.preset, tc.opts, Overrides{})
-		if err == nil || !IsInputError(err) || err.Error() != tc.want {
+		if err == nil || !input.Is(err) || err.Error() != tc.want {
 			t.Errorf("got %v, want %s", err, tc.want)
 		}
 	}

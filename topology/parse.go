@@ -3,7 +3,9 @@ package topology
 import (
 	"errors"
 	"fmt"
+
 	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/internal/yamlx"
 	"gopkg.in/yaml.v3"
@@ -13,7 +15,7 @@ import (
 func Load(path string, ov Overrides) (*Spec, error) {
 	data, err := files.ReadInput(path)
 	if err != nil {
-		return nil, &InputError{File: path, Msg: fmt.Sprintf("cannot read: %v", err)}
+		return nil, &input.Error{File: path, Msg: fmt.Sprintf("cannot read: %v", err)}
 	}
 	return Parse(data, path, ov)
 }
@@ -45,23 +47,23 @@ func Parse(data []byte, file string, ov Overrides) (*Spec, error) {
 func decodeStrict(data []byte, file string) (*rawFile, error) {
 	docs, err := yamlx.Documents(data)
 	if err != nil {
-		return nil, &InputError{File: file, Msg: err.Error()}
+		return nil, &input.Error{File: file, Msg: err.Error()}
 	}
 	switch {
 	case len(docs) == 0:
-		return nil, &InputError{File: file, Msg: "empty topology document"}
+		return nil, &input.Error{File: file, Msg: "empty topology document"}
 	case len(docs) > 1:
-		return nil, &InputError{File: file, Msg: "more than one YAML document: a topology file holds exactly one"}
+		return nil, &input.Error{File: file, Msg: "more than one YAML document: a topology file holds exactly one"}
 	case docs[0].Kind != yaml.MappingNode:
-		return nil, &InputError{File: file, Msg: "a topology must be a mapping (name:, hosts:, endpoints:, ...)"}
+		return nil, &input.Error{File: file, Msg: "a topology must be a mapping (name:, hosts:, endpoints:, ...)"}
 	}
 	var raw rawFile
 	if err := yamlx.Decode(docs[0], &raw, ""); err != nil {
 		var ye *yamlx.Error
 		if errors.As(err, &ye) {
-			return nil, &InputError{File: file, Path: ye.Path, Msg: ye.Msg}
+			return nil, &input.Error{File: file, Path: ye.Path, Msg: ye.Msg}
 		}
-		return nil, &InputError{File: file, Msg: err.Error()}
+		return nil, &input.Error{File: file, Msg: err.Error()}
 	}
 	return &raw, nil
 }

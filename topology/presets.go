@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/cnlab/cnlab/internal/input"
 )
 
 // PresetOptions tunes a preset. Zero values take the preset's defaults.
@@ -80,14 +82,14 @@ func Preset(preset string, o PresetOptions, ov Overrides) (*Spec, error) {
 	file := "preset " + preset
 	mk, ok := presets[preset]
 	if !ok {
-		return nil, &InputError{File: "--preset", Msg: fmt.Sprintf("unknown preset %q (presets: %s)", preset, strings.Join(Presets(), ", "))}
+		return nil, &input.Error{File: "--preset", Msg: fmt.Sprintf("unknown preset %q (presets: %s)", preset, strings.Join(Presets(), ", "))}
 	}
 	raw := mk(o)
 	if o.Length != 0 && raw.Chain == nil {
-		return nil, &InputError{File: file, Path: "--length", Msg: "applies to the chain preset only"}
+		return nil, &input.Error{File: file, Path: "--length", Msg: "applies to the chain preset only"}
 	}
 	if len(o.Functions) > 0 && raw.Chain == nil {
-		return nil, &InputError{File: file, Path: "functions", Msg: "network functions go in the hops of the chain preset only"}
+		return nil, &input.Error{File: file, Path: "functions", Msg: "network functions go in the hops of the chain preset only"}
 	}
 	return resolve(raw, file, ov)
 }

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/cnlab/cnlab/internal/input"
+
 	"github.com/cnlab/cnlab/labels"
 )
 
@@ -42,19 +44,19 @@ type resolver struct {
 }
 
 func (r *resolver) errf(path, format string, args ...any) error {
-	return &InputError{File: r.file, Path: path, Msg: fmt.Sprintf(format, args...)}
+	return &input.Error{File: r.file, Path: path, Msg: fmt.Sprintf(format, args...)}
 }
 
 func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 	if ov.Name != "" {
 		if err := labels.CheckDNSLabel(ov.Name, MaxLabName); err != nil {
-			return nil, &InputError{File: "--name", Msg: err.Error()}
+			return nil, &input.Error{File: "--name", Msg: err.Error()}
 		}
 		raw.Name = ov.Name
 	}
 	if ov.Datapath != "" {
 		if !contains(Datapaths, ov.Datapath) {
-			return nil, &InputError{File: "--datapath", Msg: fmt.Sprintf("unknown datapath %q (supported: %s)", ov.Datapath, strings.Join(Datapaths, ", "))}
+			return nil, &input.Error{File: "--datapath", Msg: fmt.Sprintf("unknown datapath %q (supported: %s)", ov.Datapath, strings.Join(Datapaths, ", "))}
 		}
 		raw.Datapath = ov.Datapath
 	}
@@ -65,10 +67,10 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 			if ov.HostRouting == "" {
 				flag = "--connect-hook"
 			}
-			return nil, &InputError{File: flag, Msg: fmt.Sprintf("an option of the ebpf datapath, but the lab's datapath is %s", dp)}
+			return nil, &input.Error{File: flag, Msg: fmt.Sprintf("an option of the ebpf datapath, but the lab's datapath is %s", dp)}
 		}
 		if ov.HostRouting != "" && ov.HostRouting != HostRoutingBPF && ov.HostRouting != HostRoutingLegacy {
-			return nil, &InputError{File: "--host-routing", Msg: fmt.Sprintf("unknown mode %q (bpf, legacy)", ov.HostRouting)}
+			return nil, &input.Error{File: "--host-routing", Msg: fmt.Sprintf("unknown mode %q (bpf, legacy)", ov.HostRouting)}
 		}
 		if raw.EBPF == nil {
 			raw.EBPF = &rawEBPF{}
@@ -80,7 +82,7 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 	}
 	if ov.Filler != nil || ov.FillerMode != "" {
 		if dp := effectiveDatapath(raw, ov); dp != "iptables" {
-			return nil, &InputError{File: "--filler", Msg: fmt.Sprintf("filler rules are for the iptables datapath, but the lab's datapath is %s", dp)}
+			return nil, &input.Error{File: "--filler", Msg: fmt.Sprintf("filler rules are for the iptables datapath, but the lab's datapath is %s", dp)}
 		}
 		if raw.IPTables == nil {
 			raw.IPTables = &rawIPTables{}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cnlab/cnlab/internal/input"
 )
 
 const good = `
@@ -235,8 +237,8 @@ func TestBadInput(t *testing.T) {
 			if err == nil {
 				t.Fatalf("no error; want %q", tc.want)
 			}
-			if !IsInputError(err) {
-				t.Errorf("error %T is not an InputError", err)
+			if !input.Is(err) {
+				t.Errorf("error %T is not an input.Error", err)
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error:\n  %s\nwant it to contain:\n  %s", err, tc.want)

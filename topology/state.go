@@ -8,6 +8,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/cnlab/cnlab/internal/input"
+
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/labels"
 	"golang.org/x/sys/unix"
@@ -66,7 +68,7 @@ func removeState(lab string) error {
 // can never name a path outside cnlab's directories.
 func CheckLabName(lab string) error {
 	if err := labels.CheckDNSLabel(lab, MaxLabName); err != nil {
-		return &InputError{File: "LAB", Msg: fmt.Sprintf("lab name: %v", err)}
+		return &input.Error{File: "LAB", Msg: fmt.Sprintf("lab name: %v", err)}
 	}
 	return nil
 }

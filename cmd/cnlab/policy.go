@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/cnlab/cnlab/internal/input"
+
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/labels"
 	"github.com/cnlab/cnlab/policy"
@@ -67,7 +69,7 @@ func newPolicyApplyCmd(e *env) *cobra.Command {
 				}
 				for _, p := range ps {
 					if other, dup := seen[p.Ref()]; dup {
-						return &policy.InputError{File: f, Msg: fmt.Sprintf("%s is also defined in %s: give it once", p.Ref(), other)}
+						return &input.Error{File: f, Msg: fmt.Sprintf("%s is also defined in %s: give it once", p.Ref(), other)}
 					}
 					seen[p.Ref()] = f
 				}

@@ -8,10 +8,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/cnlab/cnlab/internal/input"
+
 	"github.com/cnlab/cnlab/datapath"
-	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/lab"
-	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
 )
@@ -49,8 +49,8 @@ func exitCode(err error, stderr io.Writer) int {
 	var ue usageError
 	var nf *topology.NotFoundError
 	var amb *topology.AmbiguousError
-	if errors.As(err, &ue) || topology.IsInputError(err) || policy.IsInputError(err) || errors.As(err, &nf) || errors.As(err, &amb) ||
-		errors.Is(err, datapath.ErrNoHosts) || experiment.IsInputError(err) {
+	if errors.As(err, &ue) || input.Is(err) || errors.As(err, &nf) || errors.As(err, &amb) ||
+		errors.Is(err, datapath.ErrNoHosts) {
 		return exitBadInput
 	}
 	return exitFail
