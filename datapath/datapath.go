@@ -14,19 +14,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/internal/rundir"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
 
 // Datapath enforces a lab's compiled policy.
 type Datapath interface {
-	// Name is the name used in topology files and --datapath.
-	Name() string
 	// Setup prepares every host of the lab (sysctls, base chains or
 	// tables) and attaches every endpoint. It is idempotent.
 	Setup(ctx context.Context, lab *topology.Spec) error
@@ -49,26 +48,20 @@ type FlowForgetter interface {
 	ForgetFlows(ctx context.Context, lab *topology.Spec, proto uint8, srcs []netip.AddrPort) error
 }
 
-// New returns the datapath of that name. The registry is explicit: an
-// unknown name lists the valid ones.
-func New(name string) (Datapath, error) {
-	mk, ok := registry[name]
-	if !ok {
-		var names []string
-		for n := range registry {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return nil, fmt.Errorf("unknown datapath %q (available: %s)", name, strings.Join(names, ", "))
-	}
-	return mk(), nil
+// Descriptor binds a datapath kind to its implementation. Each
+// implementation package exports one; datapath/registry lists them. What a
+// kind is, needs and accepts without the kernel is in datapath/kind.
+type Descriptor struct {
+	Kind kind.Kind
+	New  func() Datapath
+	// Labs lists the labs that have state of this datapath outside their
+	// namespaces (eBPF pins in bpffs), found from the kernel; nil when the
+	// datapath keeps everything inside the lab's namespaces.
+	Labs func() []string
+	// Cleanup removes that state for one lab; idempotent. Called once the
+	// lab's namespaces are gone.
+	Cleanup func(lab string) error
 }
-
-var registry = map[string]func() Datapath{}
-
-// Register adds a datapath constructor; called from package main's
-// explicit wiring (see cmd/cnlab), never from init.
-func Register(name string, mk func() Datapath) { registry[name] = mk }
 
 // ErrNoHosts is returned for labs without hosts (chains): there is nothing
 // to enforce policies on.
@@ -109,8 +102,8 @@ func Run(ctx context.Context, ns string, stdin []byte, name string, args ...stri
 
 // StatePath is where a datapath keeps what it last applied on a host, so
 // that the next Apply can change only the difference.
-func StatePath(lab, datapath, host string) string {
-	return filepath.Join(topology.StateDir, lab, "datapath", datapath+"-"+host+".json")
+func StatePath(lab string, k kind.Kind, host string) string {
+	return filepath.Join(rundir.Lab(lab), "datapath", string(k)+"-"+host+".json")
 }
 
 // LoadState reads a datapath's state for a host into v; a missing file
@@ -146,7 +139,7 @@ func EnableBridgeNetfilter(hostNetns string) error {
 // the host should have, load what it had from the last apply, let update
 // send the difference (in one atomic transaction), and record the new
 // state. S is the datapath's own state type.
-func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, name string,
+func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, k kind.Kind,
 	render func(host string) S, update func(ctx context.Context, ns string, have S, want *S) error) error {
 	if len(lab.Hosts) == 0 {
 		return ErrNoHosts
@@ -181,7 +174,7 @@ func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, name string,
 	}
 	for _, h := range lab.Hosts {
 		want := render(h.Name)
-		path := StatePath(lab.Name, name, h.Name)
+		path := StatePath(lab.Name, k, h.Name)
 		var have S
 		if err := LoadState(path, &have); err != nil {
 			return rollback(fmt.Errorf("host %s: read datapath state: %w", h.Name, err))

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/internal/files"
@@ -27,22 +28,22 @@ var policyModes = []string{ModeNoMatch, ModeTopOfChain, ModeL4Rules, ModeSelecto
 // Params are the values of one point of the matrix. Zero values are the
 // defaults (the topology's own datapath, MTU and offloads).
 type Params struct {
-	Topology         string `json:"topology"`
-	Link             string `json:"link,omitempty"`
-	ChainLength      int    `json:"chainLength,omitempty"`
-	Datapath         string `json:"datapath,omitempty"`
-	HostRouting      string `json:"hostRouting,omitempty"`
-	Policies         int    `json:"policies"`
-	PolicyMode       string `json:"policyMode,omitempty"`
-	Flows            int    `json:"flows,omitempty"`
-	Size             int    `json:"size,omitempty"`
-	MTU              int    `json:"mtu,omitempty"`
-	Offloads         string `json:"offloads,omitempty"`
-	Zerocopy         bool   `json:"zerocopy,omitempty"`
-	FirewallRules    int    `json:"firewallRules,omitempty"`
-	FirewallStateful bool   `json:"firewallStateful,omitempty"`
-	FirewallSpread   bool   `json:"firewallSpread,omitempty"`
-	ShaperRate       string `json:"shaperRate,omitempty"`
+	Topology         string    `json:"topology"`
+	Link             string    `json:"link,omitempty"`
+	ChainLength      int       `json:"chainLength,omitempty"`
+	Datapath         kind.Kind `json:"datapath,omitempty"`
+	HostRouting      string    `json:"hostRouting,omitempty"`
+	Policies         int       `json:"policies"`
+	PolicyMode       string    `json:"policyMode,omitempty"`
+	Flows            int       `json:"flows,omitempty"`
+	Size             int       `json:"size,omitempty"`
+	MTU              int       `json:"mtu,omitempty"`
+	Offloads         string    `json:"offloads,omitempty"`
+	Zerocopy         bool      `json:"zerocopy,omitempty"`
+	FirewallRules    int       `json:"firewallRules,omitempty"`
+	FirewallStateful bool      `json:"firewallStateful,omitempty"`
+	FirewallSpread   bool      `json:"firewallSpread,omitempty"`
+	ShaperRate       string    `json:"shaperRate,omitempty"`
 }
 
 // Text is the point's parameters in a few words, for tables
@@ -165,7 +166,7 @@ func (m Matrix) dims() []dim {
 	str(m.Topology, func(p *Params, v string) { p.Topology = v })
 	str(m.Link, func(p *Params, v string) { p.Link = v })
 	num(m.ChainLength, func(p *Params, v int) { p.ChainLength = v })
-	str(m.Datapath, func(p *Params, v string) { p.Datapath = v })
+	str(m.Datapath, func(p *Params, v string) { p.Datapath = kind.Kind(v) })
 	str(m.HostRouting, func(p *Params, v string) { p.HostRouting = v })
 	num(m.Policies, func(p *Params, v int) { p.Policies = v })
 	str(m.PolicyMode, func(p *Params, v string) { p.PolicyMode = v })
@@ -204,13 +205,13 @@ func (m Matrix) check(s *Spec, path string) error {
 		}
 	}
 	for i, v := range m.Datapath {
-		if !contains([]string{"iptables", "nftables", "ebpf"}, v) {
-			return s.errf(fmt.Sprintf("%s.datapath[%d]", path, i), "%q is not a datapath (iptables, nftables, ebpf)", v)
+		if _, err := kind.Parse(v); err != nil {
+			return s.errf(fmt.Sprintf("%s.datapath[%d]", path, i), "%v", err)
 		}
 	}
 	for i, v := range m.HostRouting {
-		if v != topology.HostRoutingBPF && v != topology.HostRoutingLegacy {
-			return s.errf(fmt.Sprintf("%s.hostRouting[%d]", path, i), "%q: bpf or legacy", v)
+		if v != kind.HostRoutingBPF && v != kind.HostRoutingLegacy {
+			return s.errf(fmt.Sprintf("%s.hostRouting[%d]", path, i), "%q: %s or %s", v, kind.HostRoutingBPF, kind.HostRoutingLegacy)
 		}
 	}
 	for i, v := range m.PolicyMode {
@@ -376,14 +377,14 @@ func effectiveWorkload(w Workload, p *Params) Workload {
 // series names the line a point is drawn on: the datapath, with the
 // iptables filler mode when it matters.
 func series(p Params) string {
-	s := p.Datapath
+	s := string(p.Datapath)
 	if s == "" {
-		s = "none"
+		s = string(kind.None)
 	}
-	if p.Datapath == "iptables" || p.PolicyMode != ModeNoMatch && p.PolicyMode != "" {
+	if p.Datapath == kind.IPTables || p.PolicyMode != ModeNoMatch && p.PolicyMode != "" {
 		s += " " + p.PolicyMode
 	}
-	if p.HostRouting == topology.HostRoutingLegacy {
+	if p.HostRouting == kind.HostRoutingLegacy {
 		s += " legacy-routing"
 	}
 	return s
@@ -455,20 +456,20 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 			}
 		}
 		if p.Datapath == "" {
-			p.Datapath = "iptables"
+			p.Datapath = kind.Default
 			if !isPreset(p.Topology) {
 				spec, _ := s.loadTopology(p.Topology, topology.Overrides{Name: "check"})
 				p.Datapath = spec.Datapath
 			}
 		}
-		if p.HostRouting != "" && p.Datapath != "ebpf" {
+		if p.HostRouting != "" && p.Datapath != kind.EBPF {
 			return bad("hostRouting", "applies to the eBPF datapath only (datapath %s)", p.Datapath)
 		}
-		if p.PolicyMode == ModeTopOfChain && p.Datapath != "iptables" {
-			return bad("policyMode", "top-of-chain is an iptables filler mode (datapath %s): sweep it in a sweep of its own with datapath [iptables]", p.Datapath)
+		if p.PolicyMode == ModeTopOfChain && p.Datapath != kind.IPTables {
+			return bad("policyMode", "top-of-chain is an %s filler mode (datapath %s): sweep it in a sweep of its own with datapath [%s]", kind.IPTables, p.Datapath, kind.IPTables)
 		}
-		if usesFiller(*p) && p.Policies > topology.MaxFiller {
-			return bad("policies", "%d filler rules: iptables takes at most %d", p.Policies, topology.MaxFiller)
+		if usesFiller(*p) && p.Policies > kind.MaxFiller {
+			return bad("policies", "%d filler rules: iptables takes at most %d", p.Policies, kind.MaxFiller)
 		}
 		if !usesFiller(*p) && p.Policies > maxPortPolicies {
 			return bad("policies", "%d: policies generated on ports %d and up take at most %d", p.Policies, fillerPort, maxPortPolicies)

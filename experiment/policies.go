@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -26,7 +27,7 @@ const workloadPorts = "[{port: 5201, endPort: 5264, protocol: TCP}, {port: 5201,
 // usesFiller reports whether the point's policies are iptables filler
 // rules (part of the lab) rather than policies applied to it.
 func usesFiller(p Params) bool {
-	return p.Datapath == "iptables" && (p.PolicyMode == ModeNoMatch || p.PolicyMode == ModeTopOfChain)
+	return p.Datapath == kind.IPTables && (p.PolicyMode == ModeNoMatch || p.PolicyMode == ModeTopOfChain)
 }
 
 // policyText generates the point's policies as Kubernetes NetworkPolicy

@@ -169,7 +169,7 @@ func (r *Results) writeCSV(path string) error {
 	for _, p := range r.Points {
 		q, wl := p.Params, p.Workload
 		for _, s := range p.Samples {
-			row := []string{p.ID, p.Sweep, p.Series, wl.Name(), q.Topology, q.Link, itoa(q.ChainLength), q.Datapath, q.HostRouting,
+			row := []string{p.ID, p.Sweep, p.Series, wl.Name(), q.Topology, q.Link, itoa(q.ChainLength), string(q.Datapath), q.HostRouting,
 				itoa(q.Policies), q.PolicyMode, itoa(q.MTU), q.Offloads, itoa(q.FirewallRules), btoa(q.FirewallStateful),
 				btoa(q.FirewallSpread), q.ShaperRate, wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
 				btoa(wl.Zerocopy), itoa(wl.RequestSize), itoa(wl.ResponseSize), itoa(wl.Count), itoa(s.Repetition)}

@@ -17,7 +17,6 @@ import (
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/lab"
-	"github.com/cnlab/cnlab/topology"
 )
 
 var rrBinary string // a cnlab built for the rr workloads
@@ -183,7 +182,7 @@ func TestRunEndToEnd(t *testing.T) {
 	if !applied {
 		t.Error("no policy update recorded")
 	}
-	if labs, _ := topology.Labs(); contains(labs, "t-exp-e2e") {
+	if labs, _ := lab.Labs(); contains(labs, "t-exp-e2e") {
 		t.Error("the lab is still up after the run")
 	}
 }
@@ -274,7 +273,7 @@ func TestRunInterrupted(t *testing.T) {
 	if r.Status != back.Status {
 		t.Errorf("returned %s, wrote %s", r.Status, back.Status)
 	}
-	if labs, _ := topology.Labs(); contains(labs, "t-exp-int") {
+	if labs, _ := lab.Labs(); contains(labs, "t-exp-int") {
 		t.Error("the lab is still up after the interruption")
 	}
 	if left := measuring(); len(left) > 0 {

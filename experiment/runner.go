@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/internal/files"
@@ -329,13 +330,13 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 
 // labSpec resolves the topology a point needs, as lab name.
 func (s *Spec) labSpec(p Params, name string) (*topology.Spec, error) {
-	ov := topology.Overrides{Name: name, MTU: p.MTU, HostRouting: p.HostRouting}
+	ov := topology.Overrides{Name: name, MTU: p.MTU, Options: kind.Overrides{HostRouting: p.HostRouting}}
 	if p.Datapath != "" {
-		ov.Datapath = p.Datapath
+		ov.Datapath = string(p.Datapath)
 	}
 	if usesFiller(p) {
 		n := p.Policies
-		ov.Filler, ov.FillerMode = &n, p.PolicyMode
+		ov.Options.Filler, ov.Options.FillerMode = &n, p.PolicyMode
 	}
 	switch {
 	case isChain(p.Topology):
@@ -385,7 +386,7 @@ func (ru *runner) ensureLab(ctx context.Context, p Params) error {
 	b.Params.Flows, b.Params.Size, b.Params.Zerocopy = 0, 0, false
 	ru.prog.note(fmt.Sprintf("building lab %s: %s", spec.Name, describeLab(p)))
 	t0 := time.Now()
-	err = lab.Up(ctx, spec, topology.UpOptions{})
+	err = lab.Up(ctx, spec, lab.UpOptions{})
 	b.UpSeconds = time.Since(t0).Seconds()
 	b.MTU = spec.MTU
 	if err == nil && !ru.envDone {
@@ -401,7 +402,7 @@ func (ru *runner) ensureLab(ctx context.Context, p Params) error {
 	if err != nil {
 		b.Error = err.Error()
 		ru.r.Builds = append(ru.r.Builds, b)
-		_ = topology.Down(spec.Name, nil)
+		_ = lab.Down(spec.Name, nil)
 		return fmt.Errorf("build lab (%s): %w", describeLab(p), err)
 	}
 	ru.r.Builds = append(ru.r.Builds, b)
@@ -428,7 +429,7 @@ func clientOffloads(spec *topology.Spec) map[string]string {
 func describeLab(p Params) string {
 	parts := []string{p.Topology}
 	if p.Datapath != "" {
-		parts = append(parts, p.Datapath)
+		parts = append(parts, string(p.Datapath))
 	}
 	if usesFiller(p) {
 		parts = append(parts, fmt.Sprintf("%d filler rules %s", p.Policies, p.PolicyMode))
@@ -497,7 +498,7 @@ func (ru *runner) teardown() error {
 		return nil
 	}
 	t0 := time.Now()
-	err := topology.Down(ru.cur.Name, nil)
+	err := lab.Down(ru.cur.Name, nil)
 	ru.r.Builds[ru.curBuild].TeardownSecs = time.Since(t0).Seconds()
 	if err != nil {
 		ru.r.Builds[ru.curBuild].Error = "teardown: " + err.Error()
@@ -586,7 +587,7 @@ func (ru *runner) profiled(ctx context.Context, pr *PointResult, e sampleEnv, lo
 // lab that has rules (hosts with the iptables datapath, chain hops with a
 // firewall); nil when there are none.
 func (ru *runner) counters(ctx context.Context, p Params, log io.Writer) map[string][]profile.RuleCounter {
-	if p.Datapath != "iptables" && p.FirewallRules == 0 {
+	if p.Datapath != kind.IPTables && p.FirewallRules == 0 {
 		return nil
 	}
 	var nss []string

@@ -1,12 +1,13 @@
 package experiment
 
 import (
-	"github.com/cnlab/cnlab/internal/input"
 	"math"
 	"math/rand"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/cnlab/cnlab/report/stats"
 	"io"
 	"math"
 	"net/netip"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cnlab/cnlab/report/stats"
 
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/traffic"

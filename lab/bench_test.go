@@ -73,10 +73,10 @@ func BenchmarkPolicyScale(b *testing.B) {
 						b.Fatal(err)
 					}
 					ctx := context.Background()
-					if err := Up(ctx, spec, topology.UpOptions{}); err != nil {
+					if err := Up(ctx, spec, lab.UpOptions{}); err != nil {
 						b.Fatal(err)
 					}
-					defer topology.Down(spec.Name, nil)
+					defer lab.Down(spec.Name, nil)
 					d, _ := datapath.New(dp)
 					// The same lab without z/c, for the endpoint measurement.
 					without := *spec

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/scenarios"
 	"github.com/cnlab/cnlab/internal/testutil"
@@ -41,7 +42,7 @@ func scenarioLab(t testing.TB, name, dp, link string) *topology.Spec {
 	ov := topology.Overrides{Name: name, Datapath: dp}
 	switch dp {
 	case "ebpf-legacy":
-		ov.Datapath, ov.HostRouting = "ebpf", topology.HostRoutingLegacy
+		ov.Datapath, ov.HostRouting = "ebpf", kind.HostRoutingLegacy
 	case "ebpf-hook":
 		ov.Datapath, ov.ConnectHook = "ebpf", true
 	}
@@ -49,11 +50,11 @@ func scenarioLab(t testing.TB, name, dp, link string) *topology.Spec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Up(context.Background(), spec, topology.UpOptions{}); err != nil {
+	if err := Up(context.Background(), spec, lab.UpOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := topology.Down(spec.Name, nil); err != nil {
+		if err := lab.Down(spec.Name, nil); err != nil {
 			t.Errorf("down: %v", err)
 		}
 	})

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/datapath/registry"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/vishvananda/netlink"
@@ -239,7 +240,7 @@ func forgetUDP(ctx context.Context, lab *topology.Spec, flows []netip.AddrPort) 
 		}
 	}
 	// A datapath with its own connection tracking forgets them too.
-	if dp, err := datapath.New(lab.Datapath); err == nil {
+	if dp, err := registry.New(lab.Datapath); err == nil {
 		if f, ok := dp.(datapath.FlowForgetter); ok {
 			if err := f.ForgetFlows(context.WithoutCancel(ctx), lab, 17, flows); err != nil {
 				return fmt.Errorf("forget probe flows in the %s datapath: %w", lab.Datapath, err)

@@ -24,7 +24,7 @@ type RuleCounter struct {
 }
 
 // SaveBinary returns the iptables-save of an iptables backend as
-// topology.IPTablesOptions.Backend names it: "legacy" (the default) or
+// kind.IPTablesOptions.Backend names it: "legacy" (the default) or
 // "nft".
 func SaveBinary(backend string) string {
 	if backend == "nft" {

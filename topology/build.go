@@ -10,7 +10,6 @@ import (
 	"os"
 	"reflect"
 	"sync"
-	"time"
 
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/vishvananda/netlink"
@@ -20,54 +19,18 @@ import (
 // Progress receives one short line per step of a long operation.
 type Progress func(msg string)
 
-// AlreadyUpError says `up` found the lab already present and changed
-// nothing. Complete is false for a lab left half-built by an interrupted
-// `up`; SameSpec tells whether the running lab matches the requested one.
-type AlreadyUpError struct {
-	Lab      string
-	Complete bool
-	SameSpec bool
-	Diff     string // what differs, when !SameSpec
-}
-
-func (e *AlreadyUpError) Error() string {
-	switch {
-	case !e.Complete:
-		return fmt.Sprintf("lab %s exists but is incomplete or orphaned (an interrupted up?); nothing changed: run `cnlab down %s` first", e.Lab, e.Lab)
-	case !e.SameSpec:
-		return fmt.Sprintf("lab %s is already up with %s; nothing changed: run `cnlab down %s` first", e.Lab, e.Diff, e.Lab)
-	}
-	return fmt.Sprintf("lab %s is already up; nothing changed", e.Lab)
-}
-
-func (e *AlreadyUpError) Is(target error) bool { return target == ErrAlreadyUp }
-
-// UpOptions tunes Up.
-type UpOptions struct {
+// BuildOptions tunes Build.
+type BuildOptions struct {
 	Progress Progress
 	Workers  int // endpoints built in parallel (default 4)
-	// AfterBuild, if set, runs once the namespaces and links are up,
-	// still under the lab's lock (the datapath's setup); its failure tears
-	// the lab down like any other.
-	AfterBuild func(ctx context.Context, spec *Spec) error
 }
 
-// Up builds the lab in the kernel. If anything fails (or ctx is cancelled)
-// it tears down what it built before returning the error. The root network
-// namespace is never modified.
-func Up(ctx context.Context, spec *Spec, o UpOptions) error {
-	unlock, err := lockLab(spec.Name)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if err := checkAbsent(spec); err != nil {
-		return err
-	}
-	st := &State{Schema: 1, Phase: PhaseCreating, Created: time.Now().UTC(), Pid: os.Getpid(), Spec: spec}
-	if err := writeState(st); err != nil {
-		return err
-	}
+// Build creates the lab in the kernel: its namespaces, bridges, links,
+// routes and endpoints. It takes no lock and keeps no ledger (package lab
+// does both); on failure, or when ctx is cancelled, it returns with what it
+// built still there, for Teardown to remove. The root network namespace is
+// never modified.
+func Build(ctx context.Context, spec *Spec, o BuildOptions) error {
 	b := &builder{spec: spec, progress: o.Progress, workers: o.Workers}
 	if b.progress == nil {
 		b.progress = func(string) {}
@@ -75,61 +38,7 @@ func Up(ctx context.Context, spec *Spec, o UpOptions) error {
 	if b.workers <= 0 {
 		b.workers = 4
 	}
-	err = b.build(ctx)
-	if err == nil && o.AfterBuild != nil {
-		err = o.AfterBuild(ctx, spec)
-	}
-	if err == nil {
-		st.Phase = PhaseUp
-		err = writeState(st)
-	}
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			err = errors.New("interrupted")
-		}
-		if derr := teardown(spec.Name, b.progress); derr != nil {
-			return fmt.Errorf("up %s: %w; cleaning up also failed: %w", spec.Name, err, derr)
-		}
-		return fmt.Errorf("up %s: %w (nothing was left behind)", spec.Name, err)
-	}
-	return nil
-}
-
-// checkAbsent refuses to build over an existing lab.
-func checkAbsent(spec *Spec) error {
-	names, err := listNetns(LabNetnsPrefix(spec.Name))
-	if err != nil {
-		return err
-	}
-	st, serr := ReadState(spec.Name)
-	if len(names) == 0 && serr != nil {
-		return nil
-	}
-	e := &AlreadyUpError{Lab: spec.Name}
-	if serr == nil && st.Phase == PhaseUp {
-		e.Complete = true
-		for _, n := range st.Spec.Netns() {
-			if !netns.Exists(n) {
-				e.Complete = false
-			}
-		}
-		e.SameSpec = sameSpec(st.Spec, spec)
-		e.Diff = "a different topology"
-		if st.Spec.Datapath != spec.Datapath {
-			x := *st.Spec
-			x.Datapath = spec.Datapath
-			if sameSpec(&x, spec) {
-				e.Diff = fmt.Sprintf("datapath %s (you asked for %s)", st.Spec.Datapath, spec.Datapath)
-			}
-		}
-	}
-	return e
-}
-
-func sameSpec(a, b *Spec) bool {
-	x, y := *a, *b
-	x.Source, y.Source = "", ""
-	return reflect.DeepEqual(jsonRoundTrip(&x), jsonRoundTrip(&y))
+	return b.build(ctx)
 }
 
 type builder struct {
@@ -590,6 +499,14 @@ func (b *builder) switchSegment(sg Segment, lh *netlink.Handle, lfd vns.NsHandle
 	return vethPair(sh, "p1", rh, rfd, sg.RightDev, b.spec.MTU, idx)
 }
 
+// Same reports whether two specs describe the same lab, whatever file they
+// came from.
+func Same(a, b *Spec) bool {
+	x, y := *a, *b
+	x.Source, y.Source = "", ""
+	return reflect.DeepEqual(jsonRoundTrip(&x), jsonRoundTrip(&y))
+}
+
 func jsonRoundTrip(v any) any {
 	data, _ := json.Marshal(v)
 	var out any
@@ -598,3 +515,24 @@ func jsonRoundTrip(v any) any {
 }
 
 func listNetns(prefix string) ([]string, error) { return netns.List(prefix) }
+
+// Netns lists the namespaces of a lab present in the kernel, whatever its
+// ledger says.
+func Netns(lab string) ([]string, error) { return listNetns(LabNetnsPrefix(lab)) }
+
+// KernelLabs lists the labs that have namespaces in the kernel.
+func KernelLabs() ([]string, error) {
+	names, err := listNetns(NetnsPrefix)
+	if err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	var out []string
+	for _, n := range names {
+		if lab := LabOfNetns(n); lab != "" && !set[lab] {
+			set[lab] = true
+			out = append(out, lab)
+		}
+	}
+	return out, nil
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/internal/yamlx"
@@ -38,18 +39,18 @@ const (
 
 // Limits of the network functions.
 const (
-	MaxFirewallRules = MaxFiller // filler rules of one firewall (per hop, or in all with spread)
-	MinShaperRate    = 1_000_000 // 1mbit: a 64 KiB burst drains in half a second
-	MaxShaperRate    = 10 * 1e12 // 10tbit, ten times the seed's "no limit" of 1tbit
-	MinShaperBurst   = 1600      // a full-size frame and its overhead
-	MaxShaperBurst   = 1<<32 - 1 // HTB keeps the burst in 32 bits
-	maxBurstSeconds  = 10        // HTB keeps the burst as a time in 32-bit ticks
-	defaultBurstMin  = 64 << 10  // a GSO packet of 64 KiB passes in one go
-	defaultBurstTime = 1000      // otherwise one millisecond at the rate (1/1000 s)
-	maxHTBQuantum    = 200000    // the kernel's own bound for a computed quantum
-	minHTBQuantum    = 1000      // and its lower one
-	htbQdiscHandle   = 0x10000   // 1:
-	htbClassHandle   = 0x10001   // 1:1, the qdisc's default class
+	MaxFirewallRules = kind.MaxFiller // filler rules of one firewall (per hop, or in all with spread)
+	MinShaperRate    = 1_000_000      // 1mbit: a 64 KiB burst drains in half a second
+	MaxShaperRate    = 10 * 1e12      // 10tbit, ten times the seed's "no limit" of 1tbit
+	MinShaperBurst   = 1600           // a full-size frame and its overhead
+	MaxShaperBurst   = 1<<32 - 1      // HTB keeps the burst in 32 bits
+	maxBurstSeconds  = 10             // HTB keeps the burst as a time in 32-bit ticks
+	defaultBurstMin  = 64 << 10       // a GSO packet of 64 KiB passes in one go
+	defaultBurstTime = 1000           // otherwise one millisecond at the rate (1/1000 s)
+	maxHTBQuantum    = 200000         // the kernel's own bound for a computed quantum
+	minHTBQuantum    = 1000           // and its lower one
+	htbQdiscHandle   = 0x10000        // 1:
+	htbClassHandle   = 0x10001        // 1:1, the qdisc's default class
 )
 
 // Function is one network function placed in the hops of a chain. Exactly

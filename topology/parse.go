@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/input"
 
@@ -21,15 +22,12 @@ func Load(path string, ov Overrides) (*Spec, error) {
 }
 
 // Overrides replace fields of the file from the command line (--name,
-// --datapath). Empty fields change nothing.
+// --datapath, the datapath options, --mtu). Empty fields change nothing.
 type Overrides struct {
-	Name        string
-	Datapath    string
-	Filler      *int   // iptables filler rules
-	FillerMode  string // iptables filler mode
-	HostRouting string // ebpf host routing
-	ConnectHook bool   // ebpf socket-level enforcement
-	MTU         int    // the lab's MTU (0: the file's)
+	Name     string
+	Datapath string         // a kind's name, checked when resolving
+	Options  kind.Overrides // the datapath's options (--filler, --host-routing, ...)
+	MTU      int            // the lab's MTU (0: the file's)
 }
 
 // Parse decodes a topology document strictly and resolves it. file is used

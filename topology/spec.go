@@ -3,6 +3,7 @@ package topology
 import (
 	"net/netip"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"gopkg.in/yaml.v3"
 )
 
@@ -19,22 +20,8 @@ type rawFile struct {
 	Namespaces  map[string]rawNamespace `yaml:"namespaces"`
 	Endpoints   []rawEndpoint           `yaml:"endpoints"`
 	Chain       *rawChain               `yaml:"chain"`
-	IPTables    *rawIPTables            `yaml:"iptables"`
-	EBPF        *rawEBPF                `yaml:"ebpf"`
-}
-
-type rawEBPF struct {
-	HostRouting   string `yaml:"hostRouting"`
-	PolicyMapSize *int   `yaml:"policyMapSize"`
-	CTMapSize     *int   `yaml:"ctMapSize"`
-	MaxEndpoints  *int   `yaml:"maxEndpoints"`
-	ConnectHook   bool   `yaml:"connectHook"`
-}
-
-type rawIPTables struct {
-	Filler     *int   `yaml:"filler"`
-	FillerMode string `yaml:"fillerMode"`
-	Backend    string `yaml:"backend"`
+	// The datapaths' sections (iptables:, ebpf:), resolved by package kind.
+	kind.RawOptions `yaml:",inline"`
 }
 
 type rawHost struct {
@@ -80,7 +67,7 @@ type rawChain struct {
 type Spec struct {
 	Name        string               `json:"name"`
 	Source      string               `json:"source"`
-	Datapath    string               `json:"datapath"`
+	Datapath    kind.Kind            `json:"datapath"`
 	MTU         int                  `json:"mtu"`
 	TransitCIDR netip.Prefix         `json:"transitCIDR"`
 	Hosts       []Host               `json:"hosts,omitempty"`
@@ -88,36 +75,9 @@ type Spec struct {
 	Namespaces  map[string]Namespace `json:"namespaces"`
 	Endpoints   []Endpoint           `json:"endpoints"`
 	Chain       *Chain               `json:"chain,omitempty"`
-	IPTables    IPTablesOptions      `json:"iptables"`
-	EBPF        EBPFOptions          `json:"ebpf"`
-}
-
-// Host routing modes of the eBPF datapath (Cilium's names).
-const (
-	HostRoutingBPF    = "bpf"    // same-host traffic redirected veth to veth, no bridge
-	HostRoutingLegacy = "legacy" // endpoints stay on the bridge; programs only filter
-)
-
-// EBPFOptions tune the eBPF datapath.
-type EBPFOptions struct {
-	HostRouting   string `json:"hostRouting"`
-	PolicyMapSize int    `json:"policyMapSize"` // entries per endpoint policy map
-	CTMapSize     int    `json:"ctMapSize"`     // conntrack entries per host
-	MaxEndpoints  int    `json:"maxEndpoints"`  // endpoints per host
-	ConnectHook   bool   `json:"connectHook"`   // refuse denied TCP connects at the socket
-}
-
-// Filler modes of the iptables datapath (seed 000's two iptables settings).
-const (
-	FillerNoMatch    = "no-match"     // filler rules before everything: every packet walks them
-	FillerTopOfChain = "top-of-chain" // after the rule accepting established traffic
-)
-
-// IPTablesOptions tune the iptables datapath.
-type IPTablesOptions struct {
-	Filler     int    `json:"filler"`     // rules that match nothing
-	FillerMode string `json:"fillerMode"` // no-match or top-of-chain
-	Backend    string `json:"backend"`    // legacy (x_tables) or nft
+	// The datapaths' options (every kind's, defaults filled in; JSON
+	// keys iptables and ebpf at this level).
+	kind.Options
 }
 
 // Host is a node: a network namespace with a Linux bridge for its endpoints.

@@ -3,8 +3,6 @@ package topology
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -19,76 +17,12 @@ var (
 	cleanupTimeout = 60 * time.Second
 )
 
-// BPFFSDir is where later datapaths pin their objects, one directory per
-// lab; teardown removes the lab's directory.
-var BPFFSDir = "/sys/fs/bpf/cnlab"
-
-// Down removes a lab: it kills the processes inside its namespaces, deletes
-// the namespaces (and with them every link, bridge, route and rule inside),
-// removes its pins and ledger, and returns once the kernel has finished
-// destroying the namespaces' devices. It finds what to delete from the
-// kernel's state (namespace names carry the lab's name), not from the
-// ledger. A lab that does not exist is a NotFoundError.
-func Down(lab string, progress Progress) error {
-	unlock, err := lockLab(lab)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	names, err := listNetns(LabNetnsPrefix(lab))
-	if err != nil {
-		return err
-	}
-	if _, serr := os.Stat(labDir(lab)); len(names) == 0 && serr != nil && !bpffsExists(lab) {
-		return &NotFoundError{What: "lab", Name: lab}
-	}
-	return teardown(lab, progress)
-}
-
-// DownAll removes every cnlab lab on the machine and returns the names of
-// those it removed.
-func DownAll(progress Progress) ([]string, error) {
-	labs, err := Labs()
-	if err != nil {
-		return nil, err
-	}
-	for _, lab := range bpffsLabs() {
-		if !contains(labs, lab) {
-			labs = append(labs, lab)
-		}
-	}
-	var errs []error
-	var done []string
-	for _, lab := range labs {
-		err := Down(lab, progress)
-		var nf *NotFoundError
-		switch {
-		case err == nil:
-			done = append(done, lab)
-		case !errors.As(err, &nf):
-			errs = append(errs, fmt.Errorf("down %s: %w", lab, err))
-		}
-	}
-	return done, errors.Join(errs...)
-}
-
-func bpffsExists(lab string) bool {
-	_, err := os.Stat(filepath.Join(BPFFSDir, lab))
-	return err == nil
-}
-
-func bpffsLabs() []string {
-	ents, _ := os.ReadDir(BPFFSDir)
-	var out []string
-	for _, e := range ents {
-		if e.IsDir() {
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
-
-// teardown does the work of Down without taking the lock.
+// Teardown removes a lab's namespaces, and with them every link, bridge,
+// route, rule and program inside, and returns once the kernel has finished
+// destroying their devices. It finds what to delete from the kernel's
+// state (namespace names carry the lab's name), not from a ledger, so it
+// also removes a lab left half-built by a crash. It takes no lock: package
+// lab calls it under the lab's. A lab without namespaces is nothing to do.
 //
 // Order matters. The namespaces' mounts are removed first, so no new
 // process can enter them (`cnlab exec` takes no lock); then every process
@@ -97,7 +31,7 @@ func bpffsLabs() []string {
 // witness's watcher namespace tell whether every namespace is really gone,
 // or still held by something cnlab cannot see (a socket kept by a process
 // that was never inside, for example).
-func teardown(lab string, progress Progress) error {
+func Teardown(lab string, progress Progress) error {
 	if progress == nil {
 		progress = func(string) {}
 	}
@@ -138,13 +72,7 @@ func teardown(lab string, progress Progress) error {
 			return err
 		}
 	}
-	if err := os.RemoveAll(filepath.Join(BPFFSDir, lab)); err != nil {
-		return fmt.Errorf("remove pins of lab %s: %w", lab, err)
-	}
-	if ents, err := os.ReadDir(BPFFSDir); err == nil && len(ents) == 0 {
-		_ = os.Remove(BPFFSDir)
-	}
-	return removeState(lab)
+	return nil
 }
 
 // abbreviate lists the first n items and says how many more there are.

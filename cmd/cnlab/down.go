@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cnlab/cnlab/topology"
+	"github.com/cnlab/cnlab/lab"
 	"github.com/spf13/cobra"
 )
 
@@ -24,7 +24,7 @@ lab left half-built by a crash or kill -9 is removed as well.`,
 				return usagef("give one LAB or --all")
 			}
 			if len(args) == 1 {
-				if err := topology.CheckLabName(args[0]); err != nil {
+				if err := lab.CheckName(args[0]); err != nil {
 					return err
 				}
 			}
@@ -33,7 +33,7 @@ lab left half-built by a crash or kill -9 is removed as well.`,
 			}
 			start := time.Now()
 			if all {
-				labs, err := topology.DownAll(e.progress)
+				labs, err := lab.DownAll(e.progress)
 				for _, l := range labs {
 					fmt.Fprintf(e.stdout, "lab %s is down\n", l)
 				}
@@ -42,7 +42,7 @@ lab left half-built by a crash or kill -9 is removed as well.`,
 				}
 				return err
 			}
-			if err := topology.Down(args[0], e.progress); err != nil {
+			if err := lab.Down(args[0], e.progress); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "lab %s is down (%.2fs)\n", args[0], time.Since(start).Seconds())

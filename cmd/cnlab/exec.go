@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
 )
@@ -35,7 +36,7 @@ cnlab: its exit status is cnlab's (127 when it cannot be found).`,
 			if err := needRoot(); err != nil {
 				return err
 			}
-			spec, err := topology.Open(args[0])
+			spec, err := lab.Open(args[0])
 			if err != nil {
 				return err
 			}

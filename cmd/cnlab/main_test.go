@@ -15,6 +15,7 @@ import (
 
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/testutil"
+	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -204,7 +205,7 @@ func TestUpStatusExecDown(t *testing.T) {
 // building a large lab, and checks that `down --all` removes everything.
 func TestKilledUpIsReclaimed(t *testing.T) {
 	testutil.RequireRoot(t)
-	if labs, _ := topology.Labs(); len(labs) > 0 {
+	if labs, _ := lab.Labs(); len(labs) > 0 {
 		msg := fmt.Sprintf("labs %v are up on this machine and down --all would remove them", labs)
 		if testutil.InCI() {
 			t.Fatal(msg)

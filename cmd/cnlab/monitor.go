@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/cnlab/cnlab/datapath/ebpf"
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/lab"
-	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
 )
 
@@ -64,8 +62,8 @@ again by then: it is another lab, with other programs).`,
 			if err != nil {
 				return err
 			}
-			if spec.Datapath != ebpf.Name {
-				return usagef("lab %s uses the %s datapath: monitor reads the eBPF datapath's events (up a lab with --datapath ebpf)", spec.Name, spec.Datapath)
+			if spec.Datapath != kind.EBPF {
+				return usagef("lab %s uses the %s datapath: monitor reads the eBPF datapath's events (up a lab with --datapath %s)", spec.Name, spec.Datapath, kind.EBPF)
 			}
 			c, err := m.Compile()
 			if err != nil {
@@ -78,13 +76,6 @@ again by then: it is another lab, with other programs).`,
 				ctx, cancel = context.WithTimeoutCause(ctx, duration, errTimeUp)
 				defer cancel()
 			}
-			ids, err := labIdentity(spec)
-			if err != nil {
-				return fmt.Errorf("%w: %s (%v)", ebpf.ErrLabGone, spec.Name, err)
-			}
-			ctx, cancel := context.WithCancelCause(ctx)
-			defer cancel(nil)
-			go watchLab(ctx, spec, ids, cancel)
 			errDone := errors.New("done")
 			seen := 0
 			started := func() {
@@ -117,8 +108,8 @@ again by then: it is another lab, with other programs).`,
 			switch {
 			case errors.Is(err, errDone):
 				return nil
-			case errors.Is(cause, ebpf.ErrLabGone):
-				return cause
+			case errors.Is(err, ebpf.ErrLabGone):
+				return err
 			case err != nil && ctx.Err() == nil:
 				return err
 			case count > 0 && seen < count && errors.Is(cause, errTimeUp):
@@ -135,48 +126,6 @@ again by then: it is another lab, with other programs).`,
 	cmd.Flags().IntVar(&count, "count", 0, "stop after this many events (0: no limit)")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
 	return cmd
-}
-
-// labIdentity is the identity (device and inode) of the lab's state
-// directory and of every host's pin directory: a lab taken down and up
-// again has new ones, though the same names.
-func labIdentity(spec *topology.Spec) ([]os.FileInfo, error) {
-	dirs := []string{filepath.Join(topology.StateDir, spec.Name)}
-	for _, h := range spec.Hosts {
-		dirs = append(dirs, ebpf.HostDir(spec.Name, h.Name))
-	}
-	ids := make([]os.FileInfo, len(dirs))
-	for i, dir := range dirs {
-		fi, err := os.Stat(dir)
-		if err != nil {
-			return nil, err
-		}
-		ids[i] = fi
-	}
-	return ids, nil
-}
-
-// watchLab cancels ctx with ebpf.ErrLabGone once the lab's directories are
-// gone or replaced (see labIdentity), checking every second until ctx ends.
-func watchLab(ctx context.Context, spec *topology.Spec, ids []os.FileInfo, cancel context.CancelCauseFunc) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		now, err := labIdentity(spec)
-		same := err == nil
-		for i := 0; same && i < len(ids); i++ {
-			same = os.SameFile(ids[i], now[i])
-		}
-		if !same {
-			cancel(fmt.Errorf("%w: %s", ebpf.ErrLabGone, spec.Name))
-			return
-		}
-	}
 }
 
 // formatEvent renders one verdict as a line.

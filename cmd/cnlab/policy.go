@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/lab"
@@ -143,7 +144,7 @@ func newPolicyDeleteCmd(e *env) *cobra.Command {
 // showView is the JSON shape of `cnlab policy show -o json`.
 type showView struct {
 	Lab        string                        `json:"lab"`
-	Datapath   string                        `json:"datapath"`
+	Datapath   kind.Kind                     `json:"datapath"`
 	Policies   []string                      `json:"policies"`
 	Identities []*policy.Identity            `json:"identities"`
 	Enforced   map[uint32]policy.Enforcement `json:"enforced"`

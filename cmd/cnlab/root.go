@@ -11,7 +11,6 @@ import (
 	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/datapath"
-	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
 )
@@ -88,7 +87,6 @@ root.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see `%s --help`)", err, c.CommandPath())}
 	})
-	lab.RegisterDatapaths()
 	root.AddCommand(newUpCmd(e), newDownCmd(e), newStatusCmd(e), newExecCmd(e), newPolicyCmd(e), newProbeCmd(e), newMonitorCmd(e), newRRCmd(e), newRunCmd(e), newReportCmd(e), newCompareCmd(e))
 	err := root.ExecuteContext(ctx)
 	if err != nil && isCobraUsage(err) {

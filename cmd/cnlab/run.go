@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"text/tabwriter"
 	"time"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/internal/files"
-	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/report"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -133,46 +132,17 @@ and the run goes on; the exit code is then 1.`,
 }
 
 // availableDatapaths keeps the built-in experiment's datapaths that this
-// machine can run: iptables needs iptables-legacy-restore, nftables nft,
-// eBPF a kernel with BTF and tcx (6.6 or later).
+// machine can run, and says why it leaves the others out.
 func availableDatapaths(e *env, dps []string) []string {
 	var out []string
 	for _, d := range dps {
-		why := ""
-		switch d {
-		case "iptables":
-			if _, err := exec.LookPath("iptables-legacy-restore"); err != nil {
-				why = "iptables-legacy-restore is not installed"
-			}
-		case "nftables":
-			if _, err := exec.LookPath("nft"); err != nil {
-				why = "nft is not installed"
-			}
-		case "ebpf":
-			why = ebpfMissing()
-		}
-		if why == "" && lab.Available(d) {
-			out = append(out, d)
-		} else {
+		if why := kind.Kind(d).Missing(&kind.Options{}); why != "" {
 			e.progress(fmt.Sprintf("leaving datapath %s out: %s", d, why))
+			continue
 		}
+		out = append(out, d)
 	}
 	return out
-}
-
-// ebpfMissing says why this kernel cannot run the eBPF datapath, or "".
-func ebpfMissing() string {
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		return "the kernel has no BTF (/sys/kernel/btf/vmlinux)"
-	}
-	var u unix.Utsname
-	if unix.Uname(&u) == nil {
-		var major, minor int
-		if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err == nil && (major < 6 || major == 6 && minor < 6) {
-			return fmt.Sprintf("kernel %d.%d has no tcx (6.6 or later)", major, minor)
-		}
-	}
-	return ""
 }
 
 func isTerminal(w any) bool {

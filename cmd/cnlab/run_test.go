@@ -12,7 +12,7 @@ import (
 
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/internal/testutil"
-	"github.com/cnlab/cnlab/topology"
+	"github.com/cnlab/cnlab/lab"
 )
 
 // TestRunPlan: --plan needs no root and prints the points and the time
@@ -77,7 +77,7 @@ func TestRunSIGINT(t *testing.T) {
 	if !strings.Contains(stderr.String(), "interrupted") || !strings.Contains(stdout.String(), "results: "+out) {
 		t.Errorf("stdout %q\nstderr %q", stdout.String(), stderr.String())
 	}
-	if labs, _ := topology.Labs(); contains(labs, "t-cli-run") {
+	if labs, _ := lab.Labs(); contains(labs, "t-cli-run") {
 		t.Error("the lab is still up after Ctrl-C")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/labels"
 	"github.com/cnlab/cnlab/topology"
@@ -17,21 +18,20 @@ import (
 // statusView is the JSON shape of `cnlab status -o json` (one object per
 // lab; an array under "labs" when no lab is named).
 type statusView struct {
-	Name       string                        `json:"name"`
-	Phase      string                        `json:"phase"`
-	Datapath   string                        `json:"datapath,omitempty"`
-	IPTables   *topology.IPTablesOptions     `json:"iptables,omitempty"` // options of the lab's datapath
-	EBPF       *topology.EBPFOptions         `json:"ebpf,omitempty"`
-	Source     string                        `json:"source,omitempty"`
-	Created    *time.Time                    `json:"created,omitempty"`
-	MTU        int                           `json:"mtu,omitempty"`
-	Netns      []string                      `json:"netns"`
-	Missing    []string                      `json:"missingNetns,omitempty"`
-	Hosts      []hostView                    `json:"hosts,omitempty"`
-	Links      []topology.Link               `json:"links,omitempty"`
-	Chain      *chainView                    `json:"chain,omitempty"`
-	Namespaces map[string]topology.Namespace `json:"namespaces,omitempty"`
-	Endpoints  []endpointView                `json:"endpoints"`
+	Name             string                        `json:"name"`
+	Phase            string                        `json:"phase"`
+	Datapath         kind.Kind                     `json:"datapath,omitempty"`
+	kind.OptionsView                               // options of the lab's datapath
+	Source           string                        `json:"source,omitempty"`
+	Created          *time.Time                    `json:"created,omitempty"`
+	MTU              int                           `json:"mtu,omitempty"`
+	Netns            []string                      `json:"netns"`
+	Missing          []string                      `json:"missingNetns,omitempty"`
+	Hosts            []hostView                    `json:"hosts,omitempty"`
+	Links            []topology.Link               `json:"links,omitempty"`
+	Chain            *chainView                    `json:"chain,omitempty"`
+	Namespaces       map[string]topology.Namespace `json:"namespaces,omitempty"`
+	Endpoints        []endpointView                `json:"endpoints"`
 }
 
 type hostView struct {
@@ -59,7 +59,7 @@ type endpointView struct {
 	Ports     []topology.Port   `json:"ports,omitempty"`
 }
 
-func toView(s *topology.LabStatus) statusView {
+func toView(s *lab.LabStatus) statusView {
 	v := statusView{Name: s.Name, Phase: s.Health, Created: s.Created, Netns: s.NetnsKernel, Missing: s.Missing,
 		Endpoints: []endpointView{}}
 	if v.Netns == nil {
@@ -70,12 +70,7 @@ func toView(s *topology.LabStatus) statusView {
 		return v
 	}
 	v.Datapath, v.Source, v.MTU, v.Links, v.Namespaces = sp.Datapath, sp.Source, sp.MTU, sp.Links, sp.Namespaces
-	switch sp.Datapath {
-	case "iptables":
-		v.IPTables = &sp.IPTables
-	case "ebpf":
-		v.EBPF = &sp.EBPF
-	}
+	v.OptionsView = sp.Datapath.View(&sp.Options)
 	for _, h := range sp.Hosts {
 		v.Hosts = append(v.Hosts, hostView{h.Name, h.PodCIDR.String(), h.Gateway.String(), h.Netns})
 	}
@@ -103,7 +98,7 @@ func newStatusCmd(e *env) *cobra.Command {
 				return err
 			}
 			if len(args) == 1 {
-				s, err := topology.Status(args[0])
+				s, err := lab.Status(args[0])
 				if err != nil {
 					return err
 				}
@@ -113,7 +108,7 @@ func newStatusCmd(e *env) *cobra.Command {
 				printLab(e.stdout, s)
 				return nil
 			}
-			all, err := topology.StatusAll()
+			all, err := lab.StatusAll()
 			if err != nil {
 				return err
 			}
@@ -133,7 +128,7 @@ func newStatusCmd(e *env) *cobra.Command {
 			for _, s := range all {
 				dp, hosts, eps, age := "-", "-", "-", "-"
 				if s.Spec != nil {
-					dp = s.Spec.Datapath
+					dp = s.Spec.Datapath.String()
 					hosts = fmt.Sprint(len(s.Spec.Hosts))
 					eps = fmt.Sprint(len(s.Spec.Endpoints))
 				}
@@ -155,7 +150,7 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func printLab(w io.Writer, s *topology.LabStatus) {
+func printLab(w io.Writer, s *lab.LabStatus) {
 	fmt.Fprintf(w, "lab %s: %s\n", s.Name, s.Health)
 	if len(s.Missing) > 0 {
 		fmt.Fprintf(w, "%d namespaces missing: %s\n", len(s.Missing), abbreviate(s.Missing, 5))
@@ -220,20 +215,8 @@ func abbreviate(items []string, n int) string {
 
 // datapathOptions describes the options of a lab's datapath, for status.
 func datapathOptions(sp *topology.Spec) string {
-	switch sp.Datapath {
-	case "iptables":
-		o := sp.IPTables
-		if o.Filler > 0 {
-			return fmt.Sprintf(" (%s backend, %d filler rules %s)", o.Backend, o.Filler, o.FillerMode)
-		}
-		return fmt.Sprintf(" (%s backend)", o.Backend)
-	case "ebpf":
-		o := sp.EBPF
-		s := fmt.Sprintf(" (host routing %s", o.HostRouting)
-		if o.ConnectHook {
-			s += ", connect hook"
-		}
-		return s + ")"
+	if d := sp.Datapath.Describe(&sp.Options); d != "" {
+		return " (" + d + ")"
 	}
 	return ""
 }

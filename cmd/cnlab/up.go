@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
@@ -49,9 +50,9 @@ If the lab is already up, nothing changes.`,
 			if preset != "chain" && link != "" && preset != "multi-host" {
 				return usagef("--link applies to the chain (veth, bridge) and multi-host (wire, vxlan) presets")
 			}
-			ov := topology.Overrides{Name: name, Datapath: datapath, FillerMode: fillerMode, HostRouting: hostRouting, ConnectHook: connectHook}
+			ov := topology.Overrides{Name: name, Datapath: datapath, Options: kind.Overrides{FillerMode: fillerMode, HostRouting: hostRouting, ConnectHook: connectHook}}
 			if cmd.Flags().Changed("filler") {
-				ov.Filler = &filler
+				ov.Options.Filler = &filler
 			}
 			var spec *topology.Spec
 			var err error
@@ -78,8 +79,8 @@ If the lab is already up, nothing changes.`,
 				return err
 			}
 			start := time.Now()
-			err = lab.Up(cmd.Context(), spec, topology.UpOptions{Progress: e.progress, Workers: workers})
-			var already *topology.AlreadyUpError
+			err = lab.Up(cmd.Context(), spec, lab.UpOptions{Progress: e.progress, Workers: workers})
+			var already *lab.AlreadyUpError
 			if errors.As(err, &already) && already.Complete && already.SameSpec {
 				fmt.Fprintln(e.stdout, already.Error())
 				return nil
@@ -100,14 +101,14 @@ If the lab is already up, nothing changes.`,
 	f.StringVarP(&file, "file", "f", "", "topology file (YAML); - reads standard input")
 	f.StringVar(&preset, "preset", "", "preset topology: "+strings.Join(topology.Presets(), ", "))
 	f.StringVar(&name, "name", "", "lab name (overrides the file's or preset's)")
-	f.StringVar(&datapath, "datapath", "", "policy datapath: iptables (default), nftables or ebpf")
-	f.StringVar(&hostRouting, "host-routing", "", "ebpf datapath: bpf (default: veth to veth, no bridge) or legacy (through the bridge)")
-	f.BoolVar(&connectHook, "connect-hook", false, "ebpf datapath: refuse denied TCP connects at the socket (cgroup connect4 hook)")
+	f.StringVar(&datapath, "datapath", "", fmt.Sprintf("policy datapath: %s (default %s)", kind.Names(), kind.Default))
+	f.StringVar(&hostRouting, "host-routing", "", kind.EBPF.String()+" datapath: bpf (default: veth to veth, no bridge) or legacy (through the bridge)")
+	f.BoolVar(&connectHook, "connect-hook", false, kind.EBPF.String()+" datapath: refuse denied TCP connects at the socket (cgroup connect4 hook)")
 	f.IntVar(&length, "length", 0, "chain preset: number of forwarding namespaces (default 3)")
 	f.StringVar(&link, "link", "", "chain preset: veth or bridge; multi-host preset: wire or vxlan")
 	f.IntVar(&workers, "workers", 4, "endpoints built in parallel")
-	f.IntVar(&filler, "filler", 0, "iptables datapath: rules that match nothing (seed 000's rule count)")
-	f.StringVar(&fillerMode, "filler-mode", "", "iptables datapath: no-match (before every rule) or top-of-chain (after the established rule)")
+	f.IntVar(&filler, "filler", 0, kind.IPTables.String()+" datapath: rules that match nothing (seed 000's rule count)")
+	f.StringVar(&fillerMode, "filler-mode", "", kind.IPTables.String()+" datapath: no-match (before every rule) or top-of-chain (after the established rule)")
 	return cmd
 }
 

@@ -28,23 +28,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/bpffs"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
 
-// Name is the datapath's name in topology files.
-const Name = "ebpf"
-
 // New returns the eBPF datapath.
 func New() datapath.Datapath { return &Datapath{} }
 
 // Datapath implements datapath.Datapath with eBPF programs.
 type Datapath struct{}
-
-// Name implements datapath.Datapath.
-func (*Datapath) Name() string { return Name }
 
 const (
 	// ipcacheSize bounds the ipcache: endpoints plus CIDR prefixes.
@@ -57,7 +52,38 @@ const (
 const reasonRMax = 32
 
 // HostDir is where a host's maps and links are pinned.
-func HostDir(lab, host string) string { return filepath.Join(topology.BPFFSDir, lab, host) }
+func HostDir(lab, host string) string { return filepath.Join(PinRoot, lab, host) }
+
+// PinRoot holds the pins of every lab, one directory per lab and host.
+var PinRoot = "/sys/fs/bpf/cnlab"
+
+// Descriptor binds the ebpf kind to this implementation. Its pins live in
+// bpffs, outside the lab's namespaces: Labs finds them and Cleanup removes
+// them when the lab goes down.
+var Descriptor = datapath.Descriptor{Kind: kind.EBPF, New: New, Labs: pinnedLabs, Cleanup: removePins}
+
+// pinnedLabs lists the labs with a pin directory.
+func pinnedLabs() []string {
+	ents, _ := os.ReadDir(PinRoot)
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// removePins removes a lab's pins, and the root once no lab has any.
+func removePins(lab string) error {
+	if err := os.RemoveAll(filepath.Join(PinRoot, lab)); err != nil {
+		return fmt.Errorf("remove pins of lab %s: %w", lab, err)
+	}
+	if ents, err := os.ReadDir(PinRoot); err == nil && len(ents) == 0 {
+		_ = os.Remove(PinRoot)
+	}
+	return nil
+}
 
 // collectionSpec is the compiled programs with the lab's map sizes.
 func collectionSpec(lab *topology.Spec) (*ebpf.CollectionSpec, error) {
@@ -148,7 +174,7 @@ func (d *Datapath) Setup(ctx context.Context, lab *topology.Spec) error {
 	for _, h := range lab.Hosts {
 		if n := len(datapath.LocalEndpoints(lab, h.Name)); n > lab.EBPF.MaxEndpoints {
 			return fmt.Errorf("host %s has %d endpoints, but ebpf.maxEndpoints is %d (raise it in the topology, at most %d)",
-				h.Name, n, lab.EBPF.MaxEndpoints, topology.MaxMaxEndpoints)
+				h.Name, n, lab.EBPF.MaxEndpoints, kind.MaxMaxEndpoints)
 		}
 	}
 	for i := range lab.Hosts {
@@ -167,7 +193,7 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 		}
 	}
 	var flags uint32
-	if lab.EBPF.HostRouting == topology.HostRoutingBPF {
+	if lab.EBPF.HostRouting == kind.HostRoutingBPF {
 		flags = flagHostRoutingBPF
 	}
 	want := cnlabConfig{Flags: flags, MaxEp: uint32(lab.EBPF.MaxEndpoints), PolicySize: uint32(lab.EBPF.PolicyMapSize)}
@@ -354,7 +380,7 @@ func attach(lab *topology.Spec, h *topology.Host, ep *topology.Endpoint, slot ui
 			return fmt.Errorf("socket endpoint map: %w", err)
 		}
 	}
-	if lab.EBPF.HostRouting == topology.HostRoutingBPF {
+	if lab.EBPF.HostRouting == kind.HostRoutingBPF {
 		// Off the bridge: the host reaches the endpoint by a /32 route
 		// and a permanent neighbour entry; the endpoint reaches
 		// everything through the program's ARP answers.
@@ -474,7 +500,7 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	// failed (the lab would then store the old policy set).
 	for _, s := range all {
 		s.state.Gen = 1 - s.cfg.Gen
-		path := datapath.StatePath(lab.Name, Name, s.host.Name)
+		path := datapath.StatePath(lab.Name, kind.EBPF, s.host.Name)
 		if err := datapath.SaveState(path, s.state); err != nil {
 			_ = os.Remove(path) // the next apply then rebuilds every map
 		}
@@ -539,7 +565,7 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) 
 		return s, err
 	}
 	var have hostState
-	if err := datapath.LoadState(datapath.StatePath(lab.Name, Name, h.Name), &have); err != nil {
+	if err := datapath.LoadState(datapath.StatePath(lab.Name, kind.EBPF, h.Name), &have); err != nil {
 		return s, err
 	}
 	if have.Gen != s.cfg.Gen {
@@ -750,15 +776,15 @@ func pinActive(s *staged) error {
 func (d *Datapath) Detach(ctx context.Context, lab *topology.Spec) error {
 	var errs []error
 	for _, h := range lab.Hosts {
-		if lab.EBPF.HostRouting == topology.HostRoutingBPF {
+		if lab.EBPF.HostRouting == kind.HostRoutingBPF {
 			errs = append(errs, backOnBridge(lab, &h))
 		}
 		if err := os.RemoveAll(HostDir(lab.Name, h.Name)); err != nil {
 			errs = append(errs, err)
 		}
-		_ = os.Remove(datapath.StatePath(lab.Name, Name, h.Name))
+		_ = os.Remove(datapath.StatePath(lab.Name, kind.EBPF, h.Name))
 	}
-	_ = os.Remove(filepath.Join(topology.BPFFSDir, lab.Name))
+	_ = os.Remove(filepath.Join(PinRoot, lab.Name))
 	return errors.Join(errs...)
 }
 
@@ -812,9 +838,9 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 		return "", err
 	}
 	var b strings.Builder
-	routing := topology.HostRoutingLegacy
+	routing := kind.HostRoutingLegacy
 	if cfg.Flags&flagHostRoutingBPF != 0 {
-		routing = topology.HostRoutingBPF
+		routing = kind.HostRoutingBPF
 	}
 	fmt.Fprintf(&b, "pins %s, host routing %s, active generation %d\n", m.dir, routing, cfg.Gen)
 	counters, err := readCounters(m, cfg.MaxEp)

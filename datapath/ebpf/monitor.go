@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/internal/rundir"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -57,7 +58,8 @@ const leaseTime = 3 * time.Second
 // the lab's compiled rules, to name the rule behind a verdict (nil: none).
 // One monitor runs per lab at a time (the ring buffer has one reader).
 // started, if not nil, is called once the monitor is reporting. Monitor
-// returns ErrLabGone if the lab is taken down meanwhile.
+// returns ErrLabGone if the lab is taken down (or down and up again)
+// meanwhile: it checks every second.
 func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []policy.Entry, started func(), fn func(Event) error) error {
 	if len(lab.Hosts) == 0 {
 		return datapath.ErrNoHosts
@@ -67,6 +69,10 @@ func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []poli
 		return err
 	}
 	defer unlock()
+	ids, err := labIdentity(lab)
+	if err != nil {
+		return fmt.Errorf("%w: %s (%v)", ErrLabGone, lab.Name, err)
+	}
 	type hostRing struct {
 		host *topology.Host
 		maps *hostMaps
@@ -152,7 +158,7 @@ loop:
 			result = err
 			break loop
 		case <-tick.C:
-			if _, err := os.Stat(HostDir(lab.Name, lab.Hosts[0].Name)); err != nil {
+			if !sameLab(lab, ids) {
 				result = fmt.Errorf("%w: %s", ErrLabGone, lab.Name)
 				break loop
 			}
@@ -173,6 +179,39 @@ loop:
 	}
 	wg.Wait()
 	return result
+}
+
+// labIdentity is the identity (device and inode) of the lab's state
+// directory and of every host's pin directory: a lab taken down and up
+// again has new ones, though the same names.
+func labIdentity(lab *topology.Spec) ([]os.FileInfo, error) {
+	dirs := []string{rundir.Lab(lab.Name)}
+	for _, h := range lab.Hosts {
+		dirs = append(dirs, HostDir(lab.Name, h.Name))
+	}
+	ids := make([]os.FileInfo, len(dirs))
+	for i, dir := range dirs {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = fi
+	}
+	return ids, nil
+}
+
+// sameLab reports whether the lab's directories are still those of ids.
+func sameLab(lab *topology.Spec, ids []os.FileInfo) bool {
+	now, err := labIdentity(lab)
+	if err != nil {
+		return false
+	}
+	for i := range ids {
+		if !os.SameFile(ids[i], now[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 func decode(b []byte) (cnlabEvent, bool) {
@@ -242,7 +281,7 @@ func protoName(p uint8) string {
 // monitorLock takes the lab's monitor lock without waiting: the programs
 // have one ring buffer per host, and two readers would split its events.
 func monitorLock(lab string) (func(), error) {
-	path := filepath.Join(topology.StateDir, lab, "monitor.lock")
+	path := filepath.Join(rundir.Lab(lab), "monitor.lock")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("monitor lock: %w", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -35,7 +36,7 @@ func TestSpecUnpinned(t *testing.T) {
 			t.Errorf("map %s of the generated spec is pinned (%v)", name, m.Pinning)
 		}
 	}
-	lab := &topology.Spec{EBPF: topology.EBPFOptions{PolicyMapSize: 12345, CTMapSize: 4096, MaxEndpoints: 8}}
+	lab := &topology.Spec{EBPF: kind.EBPFOptions{PolicyMapSize: 12345, CTMapSize: 4096, MaxEndpoints: 8}}
 	cs, err = collectionSpec(lab)
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +181,7 @@ func TestProgARP(t *testing.T) {
 	gw := netip.MustParseAddr("10.0.0.254")
 	var zero [6]byte
 	t.Run("bpf", func(t *testing.T) {
-		h := newHarness(t, harnessOpts{hostRouting: topology.HostRoutingBPF})
+		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingBPF})
 		req := arpPkt(1, epA.mac, epA.ip, zero, gw)
 		r := h.fromEp(t, "request for the gateway", req, actRedirect, egress(epA, reasonARPReplied))
 		want := arpPkt(2, epA.lxc, gw, epA.mac, epA.ip)
@@ -206,7 +207,7 @@ func TestProgARP(t *testing.T) {
 		h.toEp(t, "request from the host", arpPkt(1, epA.lxc, gw, zero, epA.ip), actOK, ingress(epA, reasonARPPassed))
 	})
 	t.Run("legacy", func(t *testing.T) {
-		h := newHarness(t, harnessOpts{hostRouting: topology.HostRoutingLegacy})
+		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingLegacy})
 		req := arpPkt(1, epA.mac, epA.ip, zero, gw)
 		r := h.fromEp(t, "request for the gateway", req, actOK, egress(epA, reasonARPPassed))
 		if !bytes.Equal(r.out, req) {
@@ -301,7 +302,7 @@ func TestProgFragments(t *testing.T) {
 		h.toEp(t, "later fragment of the echo reply", later, actOK, ingress(epA, reasonAllowFrag))
 	})
 	t.Run("host-local", func(t *testing.T) {
-		h := newHarness(t, harnessOpts{hostRouting: topology.HostRoutingBPF})
+		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingBPF})
 		h.setPolicy(0, epB, isoIn, allow(policy.Ingress, epA.identity, protoUDP, 53))
 		data := bytes.Repeat([]byte{0xcd}, 32)
 		first, later := fragments(ipHdr{src: epA.ip, dst: epB.ip, proto: protoUDP, id: 400}, udpHdr(5000, 53, data), 16)
@@ -418,7 +419,7 @@ func TestProgTCP(t *testing.T) {
 
 // TestProgSpoof: an endpoint may only send from its own address.
 func TestProgSpoof(t *testing.T) {
-	for _, mode := range []string{topology.HostRoutingBPF, topology.HostRoutingLegacy} {
+	for _, mode := range []string{kind.HostRoutingBPF, kind.HostRoutingLegacy} {
 		t.Run(mode, func(t *testing.T) {
 			h := newHarness(t, harnessOpts{hostRouting: mode})
 			for _, src := range []netip.Addr{netip.MustParseAddr("10.0.0.99"), epB.ip, addrR, netip.IPv4Unspecified()} {
@@ -490,7 +491,7 @@ func TestProgDenyWins(t *testing.T) {
 // the sender's egress only and the receiver's program the rest.
 func TestProgHostLocal(t *testing.T) {
 	t.Run("bpf", func(t *testing.T) {
-		h := newHarness(t, harnessOpts{hostRouting: topology.HostRoutingBPF})
+		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingBPF})
 		h.setPolicy(0, epB, isoIn, allow(policy.Ingress, epA.identity, protoTCP, 80))
 		h.setPolicy(0, epA, 0, deny(policy.Egress, epB.identity, protoTCP, 82))
 		r := h.fromEp(t, "SYN A to B:80", tcpPkt(epA.ip, epB.ip, 1000, 80, tcpSYN), actRedirect,
@@ -512,7 +513,7 @@ func TestProgHostLocal(t *testing.T) {
 			egress(epB, reasonAllowUnenforced), ingress(epA, reasonAllowUnenforced))
 	})
 	t.Run("legacy", func(t *testing.T) {
-		h := newHarness(t, harnessOpts{hostRouting: topology.HostRoutingLegacy})
+		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingLegacy})
 		h.setPolicy(0, epB, isoIn, allow(policy.Ingress, epA.identity, protoTCP, 80))
 		h.fromEp(t, "SYN A to B:81", tcpPkt(epA.ip, epB.ip, 1001, 81, tcpSYN), actOK, egress(epA, reasonAllowUnenforced))
 		h.runAs(epB)

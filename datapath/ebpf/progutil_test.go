@@ -16,6 +16,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
@@ -92,7 +93,7 @@ type harness struct {
 }
 
 type harnessOpts struct {
-	hostRouting   string // topology.HostRoutingBPF or HostRoutingLegacy
+	hostRouting   string // kind.HostRoutingBPF or HostRoutingLegacy
 	policyMapSize int    // default 1024
 }
 
@@ -103,10 +104,10 @@ func newHarness(tb testing.TB, o harnessOpts) *harness {
 		o.policyMapSize = 1024
 	}
 	if o.hostRouting == "" {
-		o.hostRouting = topology.HostRoutingBPF
+		o.hostRouting = kind.HostRoutingBPF
 	}
-	lab := &topology.Spec{Name: "progtest", EBPF: topology.EBPFOptions{HostRouting: o.hostRouting,
-		PolicyMapSize: o.policyMapSize, CTMapSize: topology.DefaultCTMapSize, MaxEndpoints: testMaxEp}}
+	lab := &topology.Spec{Name: "progtest", EBPF: kind.EBPFOptions{HostRouting: o.hostRouting,
+		PolicyMapSize: o.policyMapSize, CTMapSize: kind.DefaultCTMapSize, MaxEndpoints: testMaxEp}}
 	cs, err := collectionSpec(lab)
 	if err != nil {
 		tb.Fatal(err)
@@ -127,7 +128,7 @@ func newHarness(tb testing.TB, o harnessOpts) *harness {
 	}
 	tb.Cleanup(func() { h.objs.Close() })
 	var flags uint32
-	if o.hostRouting == topology.HostRoutingBPF {
+	if o.hostRouting == kind.HostRoutingBPF {
 		flags = flagHostRoutingBPF
 	}
 	h.must(h.objs.CnlabConfig.Put(uint32(0), cnlabConfig{Gen: 0, Flags: flags, MaxEp: testMaxEp}))

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -213,7 +214,7 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 			e := epPlan{ID: ep.ID(), Slot: uint32(slot), Identity: id, Enforce: bits, Entries: bySubject[id]}
 			if n := len(e.Entries); n > lab.EBPF.PolicyMapSize {
 				return nil, fmt.Errorf("endpoint %s needs %d policy map entries, but its policy map holds %d (raise ebpf.policyMapSize in the topology, at most %d, and bring the lab up again)",
-					ep.ID(), n, lab.EBPF.PolicyMapSize, topology.MaxPolicyMapSize)
+					ep.ID(), n, lab.EBPF.PolicyMapSize, kind.MaxPolicyMapSize)
 			}
 			hp.Endpoints = append(hp.Endpoints, e)
 		}

@@ -17,12 +17,10 @@ import (
 	"strings"
 
 	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
-
-// Name is the datapath's name.
-const Name = "iptables"
 
 // Chains cnlab owns in the filter table.
 const (
@@ -35,14 +33,10 @@ type iptables struct{}
 // New returns the iptables datapath.
 func New() datapath.Datapath { return iptables{} }
 
-func (iptables) Name() string { return Name }
+// Descriptor binds the iptables kind to this implementation.
+var Descriptor = datapath.Descriptor{Kind: kind.IPTables, New: New}
 
-func tools(lab *topology.Spec) (restore, save, bin string) {
-	if lab.IPTables.Backend == "nft" {
-		return "iptables-nft-restore", "iptables-nft-save", "iptables-nft"
-	}
-	return "iptables-legacy-restore", "iptables-legacy-save", "iptables-legacy"
-}
+func tools(lab *topology.Spec) (restore, save, bin string) { return lab.IPTables.Tools() }
 
 // Setup turns br_netfilter on in every host, creates CNLAB-FWD with no
 // policy (filler and the established-accept rule) and hooks it into
@@ -80,7 +74,7 @@ type hostState struct {
 // removing those no longer needed, in one iptables-restore commit.
 func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
 	restore, _, _ := tools(lab)
-	return datapath.ApplyHosts(ctx, lab, Name,
+	return datapath.ApplyHosts(ctx, lab, kind.IPTables,
 		func(host string) hostState { return Render(lab, host, c) },
 		func(ctx context.Context, ns string, have hostState, want *hostState) error {
 			script := diffScript(have.Chains, want.Chains)
@@ -156,11 +150,11 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	st := hostState{Chains: map[string][]string{}}
 	var fwd []string
 	filler := topology.FillerRules(lab.IPTables.Filler) // shared with the chain firewall
-	if lab.IPTables.FillerMode == topology.FillerNoMatch {
+	if lab.IPTables.FillerMode == kind.FillerNoMatch {
 		fwd = append(fwd, filler...)
 	}
 	fwd = append(fwd, "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
-	if lab.IPTables.FillerMode == topology.FillerTopOfChain {
+	if lab.IPTables.FillerMode == kind.FillerTopOfChain {
 		fwd = append(fwd, filler...)
 	}
 	fwd = append(fwd, "-m conntrack --ctstate INVALID -j DROP")
@@ -251,7 +245,7 @@ func quote(s string) string {
 func (d iptables) Detach(ctx context.Context, lab *topology.Spec) error {
 	restore, _, bin := tools(lab)
 	for _, h := range lab.Hosts {
-		path := datapath.StatePath(lab.Name, Name, h.Name)
+		path := datapath.StatePath(lab.Name, kind.IPTables, h.Name)
 		var have hostState
 		if err := datapath.LoadState(path, &have); err != nil {
 			return err

@@ -17,12 +17,10 @@ import (
 	"strings"
 
 	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
-
-// Name is the datapath's name.
-const Name = "nftables"
 
 const table = "inet cnlab"
 
@@ -122,7 +120,8 @@ type nft struct{}
 // New returns the nftables datapath.
 func New() datapath.Datapath { return nft{} }
 
-func (nft) Name() string { return Name }
+// Descriptor binds the nftables kind to this implementation.
+var Descriptor = datapath.Descriptor{Kind: kind.NFTables, New: New}
 
 // Setup creates the table in every host (replacing any left from before)
 // and turns br_netfilter on so that bridged traffic meets the forward
@@ -139,7 +138,7 @@ func (nft) Setup(ctx context.Context, lab *topology.Spec) error {
 		if _, err := datapath.Run(ctx, h.Netns, []byte(script), "nft", "-f", "-"); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
-		if err := datapath.SaveState(datapath.StatePath(lab.Name, Name, h.Name), hostState{}); err != nil {
+		if err := datapath.SaveState(datapath.StatePath(lab.Name, kind.NFTables, h.Name), hostState{}); err != nil {
 			return err
 		}
 	}
@@ -160,7 +159,7 @@ type hostState struct {
 // ones in one transaction. If the kernel refuses the incremental change,
 // the sets are flushed and refilled, still in one transaction.
 func (d nft) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
-	return datapath.ApplyHosts(ctx, lab, Name,
+	return datapath.ApplyHosts(ctx, lab, kind.NFTables,
 		func(host string) hostState { return Render(lab, host, c) },
 		func(ctx context.Context, ns string, have hostState, want *hostState) error {
 			return update(ctx, ns, &have, want)
@@ -463,7 +462,7 @@ func (nft) Detach(ctx context.Context, lab *topology.Spec) error {
 		if _, err := datapath.Run(ctx, h.Netns, []byte("add table "+table+"\ndelete table "+table+"\n"), "nft", "-f", "-"); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
-		if err := datapath.SaveState(datapath.StatePath(lab.Name, Name, h.Name), hostState{}); err != nil {
+		if err := datapath.SaveState(datapath.StatePath(lab.Name, kind.NFTables, h.Name), hostState{}); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,4 @@
-package topology
+package lab
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/topology"
 )
 
 // Lab health as reported by Status.
@@ -18,20 +19,20 @@ const (
 
 // LabStatus describes a lab as found on the machine.
 type LabStatus struct {
-	Name        string     `json:"name"`
-	Health      string     `json:"phase"`
-	Created     *time.Time `json:"created,omitempty"`
-	NetnsKernel []string   `json:"-"`
-	Missing     []string   `json:"missingNetns,omitempty"`
-	Spec        *Spec      `json:"-"` // nil for an orphaned lab
+	Name        string         `json:"name"`
+	Health      string         `json:"phase"`
+	Created     *time.Time     `json:"created,omitempty"`
+	NetnsKernel []string       `json:"-"`
+	Missing     []string       `json:"missingNetns,omitempty"`
+	Spec        *topology.Spec `json:"-"` // nil for an orphaned lab
 }
 
 // Status reports on one lab, from the kernel's state and the ledger.
 func Status(lab string) (*LabStatus, error) {
-	if err := CheckLabName(lab); err != nil {
+	if err := CheckName(lab); err != nil {
 		return nil, err
 	}
-	names, err := listNetns(LabNetnsPrefix(lab))
+	names, err := topology.Netns(lab)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +41,7 @@ func Status(lab string) (*LabStatus, error) {
 		return nil, err
 	}
 	if st == nil && len(names) == 0 {
-		return nil, &NotFoundError{What: "lab", Name: lab}
+		return nil, &topology.NotFoundError{What: "lab", Name: lab}
 	}
 	ls := &LabStatus{Name: lab, NetnsKernel: names}
 	if st == nil {
@@ -75,7 +76,7 @@ func StatusAll() ([]*LabStatus, error) {
 	var out []*LabStatus
 	for _, l := range labs {
 		s, err := Status(l)
-		var nf *NotFoundError
+		var nf *topology.NotFoundError
 		if errors.As(err, &nf) {
 			continue // went away meanwhile
 		}
@@ -89,7 +90,7 @@ func StatusAll() ([]*LabStatus, error) {
 
 // Open returns the spec of a lab that is up, for commands that work on a
 // running lab (exec, policy, probe).
-func Open(lab string) (*Spec, error) {
+func Open(lab string) (*topology.Spec, error) {
 	s, err := Status(lab)
 	if err != nil {
 		return nil, err

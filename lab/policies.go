@@ -1,7 +1,3 @@
-// Package lab drives a lab as a whole through the Go APIs of the other
-// packages: build the topology, set the datapath up, apply, delete and
-// show policies, all under the lab's lock. Commands and the experiment
-// runner use it; it never parses command lines or prints.
 package lab
 
 import (
@@ -13,56 +9,14 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cnlab/cnlab/internal/input"
-
 	"github.com/cnlab/cnlab/datapath"
-	"github.com/cnlab/cnlab/datapath/ebpf"
-	"github.com/cnlab/cnlab/datapath/iptables"
-	"github.com/cnlab/cnlab/datapath/nftables"
+	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/datapath/registry"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
 
-// RegisterDatapaths wires the available datapaths into the registry. It is
-// called once by programs that use this package (explicit, not init).
-func RegisterDatapaths() {
-	datapath.Register(iptables.Name, iptables.New)
-	datapath.Register(nftables.Name, nftables.New)
-	datapath.Register(ebpf.Name, ebpf.New)
-}
-
-// Available reports whether a datapath is implemented in this build.
-func Available(name string) bool {
-	_, err := datapath.New(name)
-	return err == nil
-}
-
-// Up builds the lab and sets its datapath up with no policy (everything
-// allowed), all under the lab's lock. A failure tears the lab down again.
-func Up(ctx context.Context, spec *topology.Spec, o topology.UpOptions) error {
-	var dp datapath.Datapath
-	if spec.Chain == nil {
-		var err error
-		if dp, err = datapath.New(spec.Datapath); err != nil {
-			return &input.Error{File: spec.Source, Path: "datapath", Msg: err.Error()}
-		}
-	}
-	if dp != nil {
-		o.AfterBuild = func(ctx context.Context, spec *topology.Spec) error {
-			err := dp.Setup(ctx, spec)
-			if err == nil {
-				_, err = applyLocked(ctx, spec, dp, nil)
-			}
-			if err != nil {
-				return fmt.Errorf("set up datapath %s: %w", spec.Datapath, err)
-			}
-			return nil
-		}
-	}
-	return topology.Up(ctx, spec, o)
-}
-
-func policiesPath(lab string) string { return filepath.Join(topology.StateDir, lab, "policies.yaml") }
+func policiesPath(lab string) string { return filepath.Join(labDir(lab), "policies.yaml") }
 
 // Policies returns the policies applied to a lab, in the order applied.
 func Policies(lab string) ([]*policy.Policy, error) {
@@ -238,7 +192,7 @@ func refsOf(ps []*policy.Policy) []string {
 // cnlab version) are dropped instead of blocking the change: delete --all
 // must always be able to clean up.
 func modify(ctx context.Context, labName string, tolerateBad bool, f func([]*policy.Policy, *Change) ([]*policy.Policy, error)) (*Change, error) {
-	unlock, err := topology.Lock(labName)
+	unlock, err := lockLab(labName)
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +241,7 @@ func applyLocked(ctx context.Context, spec *topology.Spec, dp datapath.Datapath,
 // chain lab has no datapath: its model has no policy (everything allowed)
 // when allowChain is set, and is ErrNoHosts otherwise.
 func Model(labName string, allowChain bool) (*topology.Spec, *policy.Model, error) {
-	spec, err := topology.Open(labName)
+	spec, err := Open(labName)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -320,14 +274,14 @@ func Describe(ctx context.Context, labName string) (map[string]string, error) {
 
 // openDatapath returns a running lab's spec and its datapath.
 func openDatapath(labName string) (*topology.Spec, datapath.Datapath, error) {
-	spec, err := topology.Open(labName)
+	spec, err := Open(labName)
 	if err != nil {
 		return nil, nil, err
 	}
-	if spec.Chain != nil {
+	if spec.Datapath == kind.None {
 		return nil, nil, datapath.ErrNoHosts
 	}
-	dp, err := datapath.New(spec.Datapath)
+	dp, err := registry.New(spec.Datapath)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,4 +1,4 @@
-package topology
+package lab
 
 import (
 	"errors"
@@ -8,16 +8,18 @@ import (
 	"sort"
 	"time"
 
+	"github.com/cnlab/cnlab/datapath/registry"
 	"github.com/cnlab/cnlab/internal/input"
+	"github.com/cnlab/cnlab/internal/rundir"
+	"github.com/cnlab/cnlab/topology"
 
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/labels"
 	"golang.org/x/sys/unix"
 )
 
-// StateDir holds one directory per lab with its ledger (lab.json). The
-// ledger is a convenience for status and exec: teardown never depends on it.
-var StateDir = "/run/cnlab"
+// The ledger (rundir.Lab(LAB)/lab.json) is a convenience for status, exec
+// and the commands that change a running lab: teardown never depends on it.
 
 // Lab phases recorded in the ledger.
 const (
@@ -27,14 +29,14 @@ const (
 
 // State is the ledger of a lab, persisted in StateDir/LAB/lab.json.
 type State struct {
-	Schema  int       `json:"schema"`
-	Phase   string    `json:"phase"`
-	Created time.Time `json:"created"`
-	Pid     int       `json:"pid"` // process that ran `up`
-	Spec    *Spec     `json:"spec"`
+	Schema  int            `json:"schema"`
+	Phase   string         `json:"phase"`
+	Created time.Time      `json:"created"`
+	Pid     int            `json:"pid"` // process that ran `up`
+	Spec    *topology.Spec `json:"spec"`
 }
 
-func labDir(lab string) string { return filepath.Join(StateDir, lab) }
+func labDir(lab string) string { return rundir.Lab(lab) }
 
 func writeState(st *State) error {
 	if err := files.WriteJSON(filepath.Join(labDir(st.Spec.Name), "lab.json"), st, true); err != nil {
@@ -64,16 +66,16 @@ func removeState(lab string) error {
 	return nil
 }
 
-// CheckLabName validates a lab name given on the command line, so that it
+// CheckName validates a lab name given on the command line, so that it
 // can never name a path outside cnlab's directories.
-func CheckLabName(lab string) error {
-	if err := labels.CheckDNSLabel(lab, MaxLabName); err != nil {
+func CheckName(lab string) error {
+	if err := labels.CheckDNSLabel(lab, topology.MaxLabName); err != nil {
 		return &input.Error{File: "LAB", Msg: fmt.Sprintf("lab name: %v", err)}
 	}
 	return nil
 }
 
-func lockPath(lab string) string { return filepath.Join(StateDir, "."+lab+".lock") }
+func lockPath(lab string) string { return filepath.Join(rundir.Dir, "."+lab+".lock") }
 
 // lockLab takes an exclusive lock on the lab so that two cnlab processes
 // never build or tear down the same lab at once. The lock is released when
@@ -82,11 +84,11 @@ func lockPath(lab string) string { return filepath.Join(StateDir, "."+lab+".lock
 // a file just removed sees that the path now names another file (or none)
 // and locks again, so two processes never hold two files of one name.
 func lockLab(lab string) (func(), error) {
-	if err := CheckLabName(lab); err != nil {
+	if err := CheckName(lab); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(StateDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create %s: %w", StateDir, err)
+	if err := os.MkdirAll(rundir.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", rundir.Dir, err)
 	}
 	for {
 		f, err := os.OpenFile(lockPath(lab), os.O_CREATE|os.O_RDWR, 0o644)
@@ -120,7 +122,7 @@ func labExists(lab string) bool {
 	if _, err := os.Stat(labDir(lab)); err == nil {
 		return true
 	}
-	names, _ := listNetns(LabNetnsPrefix(lab))
+	names, _ := topology.Netns(lab)
 	return len(names) > 0
 }
 
@@ -139,21 +141,23 @@ func labBusy(lab string) bool {
 }
 
 // Labs lists every lab present on the machine: those with namespaces in the
-// kernel and those with a ledger, sorted by name.
+// kernel, with datapath state outside them (pins) and with a ledger, sorted
+// by name.
 func Labs() ([]string, error) {
 	set := map[string]bool{}
-	names, err := listNetns(NetnsPrefix)
+	inKernel, err := topology.KernelLabs()
 	if err != nil {
 		return nil, err
 	}
-	for _, n := range names {
-		if lab := LabOfNetns(n); lab != "" {
-			set[lab] = true
-		}
+	for _, l := range inKernel {
+		set[l] = true
 	}
-	ents, err := os.ReadDir(StateDir)
+	for _, l := range registry.Labs() {
+		set[l] = true
+	}
+	ents, err := os.ReadDir(rundir.Dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("list %s: %w", StateDir, err)
+		return nil, fmt.Errorf("list %s: %w", rundir.Dir, err)
 	}
 	for _, e := range ents {
 		if e.IsDir() {
@@ -167,7 +171,3 @@ func Labs() ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
-
-// Lock takes the lab's lock for a change made outside this package (policy
-// updates); call the returned function to release it.
-func Lock(lab string) (func(), error) { return lockLab(lab) }

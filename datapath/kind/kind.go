@@ -1,0 +1,232 @@
+// Package kind names the datapaths a lab can enforce policy with, and says
+// of each — without touching the kernel — what it is, what this machine
+// must have to run it, which options a topology file may give it, and how
+// status shows them. It is the one list of datapaths: topology, experiment,
+// report and the CLI take the names and the default from here, and the
+// registry (datapath/registry) binds each kind to its implementation.
+//
+// It is a leaf: it imports nothing of cnlab's but internal/input, so that
+// topology can resolve a lab's datapath options without importing the
+// implementations. It never touches the kernel.
+package kind
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Kind names a datapath implementation, as topology files and --datapath
+// write it.
+type Kind string
+
+// The datapaths.
+const (
+	IPTables Kind = "iptables" // Docker-style: chains per endpoint, matched top-down
+	NFTables Kind = "nftables" // sets and verdict maps, one transaction per host
+	EBPF     Kind = "ebpf"     // tc/tcx programs, one hash lookup per packet on identities
+	// None is the datapath of labs that enforce no policy: chains, whose
+	// hops carry network functions instead.
+	None Kind = "none"
+)
+
+// Default is the datapath of a lab whose file names none.
+const Default = IPTables
+
+// Tool is a program a datapath runs.
+type Tool struct {
+	Name    string   // the program, looked up in PATH
+	Package string   // the Debian package that has it
+	Version []string // arguments that print its version ("--version")
+}
+
+// Descriptor is everything about a datapath that needs no kernel.
+type Descriptor struct {
+	Kind    Kind
+	Summary string
+	// Tools lists the programs the datapath may run (which of them a lab
+	// needs can depend on its options: see Missing).
+	Tools []Tool
+	// needs returns the programs a lab with these options runs.
+	needs func(o *Options) []string
+	// kernel says what the running kernel lacks, "" when nothing.
+	kernel func() string
+	// describe shows the options that matter for this kind, for status.
+	describe func(o *Options) string
+	// view keeps this kind's options for status -o json.
+	view func(o *Options) OptionsView
+}
+
+var descriptors = []Descriptor{
+	{
+		Kind:    IPTables,
+		Summary: "iptables chains per endpoint, matched top-down (Docker's and kube-proxy's way)",
+		Tools: []Tool{
+			{"iptables-legacy-restore", "iptables", nil},
+			{"iptables-nft-restore", "iptables", nil},
+			{"iptables", "iptables", []string{"--version"}},
+			{"iptables-legacy", "iptables", []string{"--version"}},
+		},
+		needs: func(o *Options) []string {
+			restore, save, bin := o.IPTables.Tools()
+			return []string{restore, save, bin}
+		},
+		describe: func(o *Options) string {
+			ip := o.IPTables
+			if ip.Filler > 0 {
+				return fmt.Sprintf("%s backend, %d filler rules %s", ip.Backend, ip.Filler, ip.FillerMode)
+			}
+			return ip.Backend + " backend"
+		},
+		view: func(o *Options) OptionsView { ip := o.IPTables; return OptionsView{IPTables: &ip} },
+	},
+	{
+		Kind:    NFTables,
+		Summary: "an nftables table per host: sets and verdict maps, one transaction per change",
+		Tools:   []Tool{{"nft", "nftables", []string{"--version"}}},
+		needs:   func(*Options) []string { return []string{"nft"} },
+	},
+	{
+		Kind:    EBPF,
+		Summary: "cnlab's eBPF programs on every endpoint's veth: one hash lookup per packet on label identities (Cilium's way)",
+		kernel:  ebpfKernelMissing,
+		describe: func(o *Options) string {
+			s := "host routing " + o.EBPF.HostRouting
+			if o.EBPF.ConnectHook {
+				s += ", connect hook"
+			}
+			return s
+		},
+		view: func(o *Options) OptionsView { e := o.EBPF; return OptionsView{EBPF: &e} },
+	},
+}
+
+// All returns the datapaths, in the order help text lists them.
+func All() []Kind {
+	out := make([]Kind, len(descriptors))
+	for i, d := range descriptors {
+		out[i] = d.Kind
+	}
+	return out
+}
+
+// Names returns the datapaths' names joined for a message: "iptables,
+// nftables, ebpf".
+func Names() string {
+	var s []string
+	for _, k := range All() {
+		s = append(s, string(k))
+	}
+	return strings.Join(s, ", ")
+}
+
+// Parse returns the kind of that name; an unknown name lists the valid
+// ones.
+func Parse(name string) (Kind, error) {
+	for _, d := range descriptors {
+		if string(d.Kind) == name {
+			return d.Kind, nil
+		}
+	}
+	return "", fmt.Errorf("unknown datapath %q (supported: %s)", name, Names())
+}
+
+// Get returns the descriptor of a kind; nil for None or an unknown kind.
+func Get(k Kind) *Descriptor {
+	for i := range descriptors {
+		if descriptors[i].Kind == k {
+			return &descriptors[i]
+		}
+	}
+	return nil
+}
+
+// String returns the name.
+func (k Kind) String() string { return string(k) }
+
+// Missing says what this machine lacks to run a lab of this kind with
+// these options ("nft is not installed (Debian package nftables)"), or ""
+// when nothing is missing.
+func (k Kind) Missing(o *Options) string {
+	d := Get(k)
+	if d == nil {
+		return ""
+	}
+	if d.needs != nil {
+		for _, name := range d.needs(o) {
+			if _, err := exec.LookPath(name); err != nil {
+				return fmt.Sprintf("%s is not installed (Debian package %s)", name, d.packageOf(name))
+			}
+		}
+	}
+	if d.kernel != nil {
+		return d.kernel()
+	}
+	return ""
+}
+
+func (d *Descriptor) packageOf(tool string) string {
+	for _, t := range d.Tools {
+		if t.Name == tool {
+			return t.Package
+		}
+	}
+	return tool
+}
+
+// Describe shows the options of a kind that status prints ("legacy
+// backend"), or "" when it has none.
+func (k Kind) Describe(o *Options) string {
+	if d := Get(k); d != nil && d.describe != nil {
+		return d.describe(o)
+	}
+	return ""
+}
+
+// OptionsView holds the options of one kind, for JSON output: the other
+// kinds' fields stay nil and are omitted.
+type OptionsView struct {
+	IPTables *IPTablesOptions `json:"iptables,omitempty"`
+	EBPF     *EBPFOptions     `json:"ebpf,omitempty"`
+}
+
+// View returns the options of kind k alone.
+func (k Kind) View(o *Options) OptionsView {
+	if d := Get(k); d != nil && d.view != nil {
+		return d.view(o)
+	}
+	return OptionsView{}
+}
+
+// VersionTools lists every program of every datapath that prints a
+// version, for the environment a run records.
+func VersionTools() []Tool {
+	var out []Tool
+	for _, d := range descriptors {
+		for _, t := range d.Tools {
+			if t.Version != nil {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// ebpfKernelMissing says why this kernel cannot run the eBPF datapath: it
+// needs BTF and tcx (6.6 or later).
+func ebpfKernelMissing() string {
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return "the kernel has no BTF (/sys/kernel/btf/vmlinux)"
+	}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		var major, minor int
+		if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err == nil && (major < 6 || major == 6 && minor < 6) {
+			return fmt.Sprintf("kernel %d.%d has no tcx (6.6 or later)", major, minor)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,167 @@
+package topology
+
+import (
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"strings"
+
+	"github.com/cnlab/cnlab/labels"
+)
+
+func (r *resolver) endpoints() error {
+	if r.spec.Chain != nil {
+		return nil
+	}
+	s := r.spec
+	seen := map[string]int{}
+	taken := map[netip.Addr]string{}
+	vethTaken := map[string]bool{}
+	for i, raw := range r.raw.Endpoints {
+		path := fmt.Sprintf("endpoints[%d]", i)
+		if err := labels.CheckDNSLabel(raw.Name, 63); err != nil {
+			return r.errf(path+".name", "%v", err)
+		}
+		ns := raw.Namespace
+		if ns == "" {
+			ns = DefaultNamespace
+		}
+		if _, ok := s.Namespaces[ns]; !ok {
+			return r.errf(path+".namespace", "unknown namespace %q (declare it under namespaces:)", ns)
+		}
+		id := ns + "/" + raw.Name
+		if j, dup := seen[id]; dup {
+			return r.errf(path+".name", "duplicate endpoint %s (also endpoints[%d])", id, j)
+		}
+		seen[id] = i
+		hostName := raw.Host
+		if hostName == "" {
+			if len(s.Hosts) != 1 {
+				return r.errf(path+".host", "is required when the lab has several hosts (%s)", strings.Join(r.hostNames(), ", "))
+			}
+			hostName = s.Hosts[0].Name
+		}
+		host := s.Host(hostName)
+		if host == nil {
+			return r.errf(path+".host", "unknown host %q (hosts: %s)", hostName, strings.Join(r.hostNames(), ", "))
+		}
+		ls := map[string]string{}
+		for k, v := range raw.Labels {
+			ls[k] = v
+		}
+		if err := labels.CheckSet(ls); err != nil {
+			return r.errf(path+".labels", "%v", err)
+		}
+		ports, err := r.ports(path, raw.Ports)
+		if err != nil {
+			return err
+		}
+		ep := Endpoint{
+			Name: raw.Name, Namespace: ns, Host: hostName,
+			Prefix: host.PodCIDR.Bits(), Gateway: host.Gateway,
+			Labels: ls, Ports: ports,
+			Netns:    EndpointNetns(s.Name, ns, raw.Name),
+			HostVeth: hostVethName(id, vethTaken),
+		}
+		if raw.IP != "" {
+			ip, err := netip.ParseAddr(raw.IP)
+			if err != nil || !ip.Is4() {
+				return r.errf(path+".ip", "%q is not an IPv4 address", raw.IP)
+			}
+			if !usable(host.PodCIDR, ip) {
+				return r.errf(path+".ip", "%s is not a usable address of host %s's podCIDR %s (the first address is the bridge, the last is broadcast)", ip, hostName, host.PodCIDR)
+			}
+			if other, dup := taken[ip]; dup {
+				return r.errf(path+".ip", "%s is already taken by %s", ip, other)
+			}
+			taken[ip] = id
+			ep.IP = ip
+		}
+		s.Endpoints = append(s.Endpoints, ep)
+	}
+	// Allocate the remaining addresses in file order, after every fixed one
+	// is known.
+	next := map[string]netip.Addr{}
+	for i := range s.Endpoints {
+		ep := &s.Endpoints[i]
+		if ep.IP.IsValid() {
+			continue
+		}
+		host := s.Host(ep.Host)
+		a, ok := next[host.Name]
+		if !ok {
+			a = host.Gateway.Next()
+		}
+		for usable(host.PodCIDR, a) && taken[a] != "" {
+			a = a.Next()
+		}
+		if !usable(host.PodCIDR, a) {
+			return r.errf(fmt.Sprintf("endpoints[%d]", i), "host %s's podCIDR %s has no free address left (%d usable, %d endpoints on it)",
+				host.Name, host.PodCIDR, usableCount(host.PodCIDR), r.countOn(host.Name))
+		}
+		ep.IP = a
+		taken[a] = ep.ID()
+		next[host.Name] = a.Next()
+	}
+	return nil
+}
+
+func (r *resolver) countOn(host string) int {
+	n := 0
+	for _, e := range r.spec.Endpoints {
+		if e.Host == host {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *resolver) ports(path string, raw []rawPort) ([]Port, error) {
+	var out []Port
+	names := map[string]int{}
+	nums := map[string]int{}
+	for i, p := range raw {
+		pp := fmt.Sprintf("%s.ports[%d]", path, i)
+		if p.Name != "" {
+			if err := labels.CheckPortName(p.Name); err != nil {
+				return nil, r.errf(pp+".name", "%v", err)
+			}
+			if j, dup := names[p.Name]; dup {
+				return nil, r.errf(pp+".name", "duplicate port name %q (also ports[%d])", p.Name, j)
+			}
+			names[p.Name] = i
+		}
+		if p.Port < 1 || p.Port > 65535 {
+			return nil, r.errf(pp+".port", "%d is not a port number (1-65535)", p.Port)
+		}
+		proto := p.Protocol
+		if proto == "" {
+			proto = "TCP"
+		}
+		if proto != "TCP" && proto != "UDP" && proto != "SCTP" {
+			return nil, r.errf(pp+".protocol", "unknown protocol %q (TCP, UDP or SCTP)", p.Protocol)
+		}
+		key := fmt.Sprintf("%d/%s", p.Port, proto)
+		if j, dup := nums[key]; dup {
+			return nil, r.errf(pp+".port", "%s is declared twice (also ports[%d])", key, j)
+		}
+		nums[key] = i
+		out = append(out, Port{Name: p.Name, Port: p.Port, Protocol: proto})
+	}
+	return out, nil
+}
+
+// hostVethName names an endpoint's host-side veth "lxc" + 8 hex digits of a
+// hash of its ID, as Cilium does; a clash within the lab is resolved by
+// rehashing deterministically.
+func hostVethName(id string, taken map[string]bool) string {
+	for salt := 0; ; salt++ {
+		h := fnv.New32a()
+		fmt.Fprintf(h, "%s#%d", id, salt)
+		name := fmt.Sprintf("lxc%08x", h.Sum32())
+		if !taken[name] {
+			taken[name] = true
+			return name
+		}
+	}
+}

@@ -1,0 +1,209 @@
+package topology
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/cnlab/cnlab/labels"
+)
+
+func (r *resolver) hosts() error {
+	if r.spec.Chain != nil {
+		return nil
+	}
+	if len(r.raw.Hosts) == 0 {
+		return r.errf("hosts", "at least one host is required (or a chain:)")
+	}
+	seen := map[string]int{}
+	for i, h := range r.raw.Hosts {
+		path := fmt.Sprintf("hosts[%d]", i)
+		if err := labels.CheckDNSLabel(h.Name, 63); err != nil {
+			return r.errf(path+".name", "%v", err)
+		}
+		if j, dup := seen[h.Name]; dup {
+			return r.errf(path+".name", "duplicate host name %q (also hosts[%d])", h.Name, j)
+		}
+		seen[h.Name] = i
+		if h.PodCIDR == "" {
+			return r.errf(path+".podCIDR", "is required (e.g. podCIDR: 10.0.192.0/24)")
+		}
+		p, err := parsePrefix(h.PodCIDR)
+		if err != nil {
+			return r.errf(path+".podCIDR", "%v", err)
+		}
+		if p.Bits() > 30 {
+			return r.errf(path+".podCIDR", "%s is too small: a host needs at least a /30", p)
+		}
+		if err := unicastRange(p); err != nil {
+			return r.errf(path+".podCIDR", "%v", err)
+		}
+		for j, o := range r.spec.Hosts {
+			if p.Overlaps(o.PodCIDR) {
+				return r.errf(path+".podCIDR", "%s overlaps hosts[%d].podCIDR %s", p, j, o.PodCIDR)
+			}
+		}
+		if p.Overlaps(r.spec.TransitCIDR) {
+			return r.errf(path+".podCIDR", "%s overlaps transitCIDR %s (set transitCIDR: to another range)", p, r.spec.TransitCIDR)
+		}
+		r.spec.Hosts = append(r.spec.Hosts, Host{
+			Name:    h.Name,
+			PodCIDR: p,
+			Gateway: p.Addr().Next(),
+			Netns:   HostNetns(r.spec.Name, h.Name),
+			Bridge:  HostBridge,
+		})
+	}
+	return nil
+}
+
+func (r *resolver) namespaces() error {
+	names := make([]string, 0, len(r.raw.Namespaces))
+	for n := range r.raw.Namespaces {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		path := "namespaces." + n
+		if err := labels.CheckDNSLabel(n, 63); err != nil {
+			return r.errf(path, "namespace name: %v", err)
+		}
+		if reservedNamespaces[n] {
+			return r.errf(path, "namespace name %q is reserved (cnlab exec uses host/NAME, hop/N and sw/N)", n)
+		}
+		ls := map[string]string{}
+		for k, v := range r.raw.Namespaces[n].Labels {
+			ls[k] = v
+		}
+		if err := labels.CheckSet(ls); err != nil {
+			return r.errf(path+".labels", "%v", err)
+		}
+		if v, ok := ls[MetadataNameLabel]; ok && v != n {
+			return r.errf(path+".labels", "%s is always the namespace's own name (%q), not %q", MetadataNameLabel, n, v)
+		}
+		ls[MetadataNameLabel] = n
+		r.spec.Namespaces[n] = Namespace{Labels: ls}
+	}
+	if _, ok := r.spec.Namespaces[DefaultNamespace]; !ok {
+		r.spec.Namespaces[DefaultNamespace] = Namespace{Labels: map[string]string{MetadataNameLabel: DefaultNamespace}}
+	}
+	return nil
+}
+
+func (r *resolver) links() error {
+	s := r.spec
+	pairs := map[[2]string]int{}
+	for i, l := range r.raw.Links {
+		path := fmt.Sprintf("links[%d]", i)
+		if len(l.Between) != 2 {
+			return r.errf(path+".between", "must name exactly two hosts, e.g. between: [flip, flap]")
+		}
+		for k, h := range l.Between {
+			if s.Host(h) == nil {
+				return r.errf(fmt.Sprintf("%s.between[%d]", path, k), "unknown host %q (hosts: %s)", h, strings.Join(r.hostNames(), ", "))
+			}
+		}
+		a, b := l.Between[0], l.Between[1]
+		if a == b {
+			return r.errf(path+".between", "a link joins two different hosts, got %q twice", a)
+		}
+		key := [2]string{min(a, b), max(a, b)}
+		if j, dup := pairs[key]; dup {
+			return r.errf(path+".between", "hosts %s and %s are already linked by links[%d]", a, b, j)
+		}
+		pairs[key] = i
+		kind := l.Kind
+		if kind == "" {
+			kind = LinkWire
+		}
+		if kind != LinkWire && kind != LinkVXLAN {
+			return r.errf(path+".kind", "unknown link kind %q (supported: wire, vxlan)", kind)
+		}
+		wire, ok1 := nthSubnet(s.TransitCIDR, 30, 2*i)
+		over, ok2 := nthSubnet(s.TransitCIDR, 30, 2*i+1)
+		if !ok1 || !ok2 {
+			return r.errf(path, "transitCIDR %s has no room for link %d (each link takes 8 addresses)", s.TransitCIDR, i)
+		}
+		link := Link{Index: i, Kind: kind, Wire: wire, MTU: s.MTU}
+		dev := fmt.Sprintf("wire%d", i)
+		for k, h := range []string{a, b} {
+			link.Ends[k] = LinkEnd{Host: h, WireDev: dev, WireAddr: nthAddr(wire, k+1)}
+		}
+		if kind == LinkVXLAN {
+			link.Over = over
+			link.VNI = 100 + i
+			link.MTU = s.MTU + vxlanOverhead
+			for k := range link.Ends {
+				link.Ends[k].OverDev = fmt.Sprintf("vxlan%d", i)
+				link.Ends[k].OverAddr = nthAddr(over, k+1)
+			}
+		}
+		s.Links = append(s.Links, link)
+	}
+	return nil
+}
+
+func (r *resolver) hostNames() []string {
+	var out []string
+	for _, h := range r.spec.Hosts {
+		out = append(out, h.Name)
+	}
+	return out
+}
+
+// routes computes, for every host, a static route to every other reachable
+// host's pod CIDR through the first link of a shortest path (breadth-first
+// over the links, in file order, so the result is deterministic). Hosts
+// that no path joins are an error: their endpoints could not reach each
+// other.
+func (r *resolver) routes() error {
+	s := r.spec
+	type hop struct {
+		link *Link
+		end  int // index of this host's end in link.Ends
+	}
+	adj := map[string][]hop{}
+	for i := range s.Links {
+		l := &s.Links[i]
+		adj[l.Ends[0].Host] = append(adj[l.Ends[0].Host], hop{l, 0})
+		adj[l.Ends[1].Host] = append(adj[l.Ends[1].Host], hop{l, 1})
+	}
+	for hi := range s.Hosts {
+		src := &s.Hosts[hi]
+		first := map[string]hop{src.Name: {}}
+		queue := []string{src.Name}
+		for len(queue) > 0 {
+			cur := queue[0]
+			queue = queue[1:]
+			for _, h := range adj[cur] {
+				peer := h.link.Ends[1-h.end].Host
+				if _, seen := first[peer]; seen {
+					continue
+				}
+				if cur == src.Name {
+					first[peer] = h
+				} else {
+					first[peer] = first[cur]
+				}
+				queue = append(queue, peer)
+			}
+		}
+		for _, dst := range s.Hosts {
+			if dst.Name == src.Name {
+				continue
+			}
+			h, ok := first[dst.Name]
+			if !ok {
+				return r.errf("links", "no link path joins hosts %s and %s, so their endpoints could not reach each other: add a link (e.g. between: [%s, %s])",
+					src.Name, dst.Name, src.Name, dst.Name)
+			}
+			me, peer := h.link.Ends[h.end], h.link.Ends[1-h.end]
+			rt := Route{Dst: dst.PodCIDR, Via: peer.WireAddr, Dev: me.WireDev}
+			if h.link.Kind == LinkVXLAN {
+				rt = Route{Dst: dst.PodCIDR, Via: peer.OverAddr, Dev: me.OverDev}
+			}
+			src.Routes = append(src.Routes, rt)
+		}
+	}
+	return nil
+}
