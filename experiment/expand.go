@@ -206,7 +206,7 @@ func (m Matrix) check(s *Spec, path string) error {
 	}
 	for i, v := range m.Datapath {
 		if _, err := kind.Parse(v); err != nil {
-			return s.errf(fmt.Sprintf("%s.datapath[%d]", path, i), "%v", err)
+			return s.errf(fmt.Sprintf("%s.datapath[%d]", path, i), "%q is not a datapath (%s)", v, kind.Names())
 		}
 	}
 	for i, v := range m.HostRouting {

@@ -22,7 +22,6 @@ import (
 var rrBinary string // a cnlab built for the rr workloads
 
 func TestMain(m *testing.M) {
-	lab.RegisterDatapaths()
 	if os.Geteuid() == 0 {
 		dir, err := os.MkdirTemp("", "cnlab-exp-test")
 		if err != nil {

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/datapath/registry"
 	"github.com/cnlab/cnlab/internal/scenarios"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/policy"
@@ -73,11 +74,11 @@ func BenchmarkPolicyScale(b *testing.B) {
 						b.Fatal(err)
 					}
 					ctx := context.Background()
-					if err := Up(ctx, spec, lab.UpOptions{}); err != nil {
+					if err := Up(ctx, spec, UpOptions{}); err != nil {
 						b.Fatal(err)
 					}
-					defer lab.Down(spec.Name, nil)
-					d, _ := datapath.New(dp)
+					defer Down(spec.Name, nil)
+					d, _ := registry.New(kind.Kind(dp))
 					// The same lab without z/c, for the endpoint measurement.
 					without := *spec
 					without.Endpoints = nil

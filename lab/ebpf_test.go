@@ -187,10 +187,10 @@ func TestPolicyMapFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Up(ctx, spec, lab.UpOptions{}); err != nil {
+	if err := Up(ctx, spec, UpOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = lab.Down(spec.Name, nil) })
+	t.Cleanup(func() { _ = Down(spec.Name, nil) })
 	small := mustParse(t, denyYToX) // x/* ingress from x: 3 entries each
 	if _, err := Apply(ctx, spec.Name, small); err != nil {
 		t.Fatal(err)
@@ -272,7 +272,7 @@ func TestMonitorEndsWithLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := Up(ctx, spec, lab.UpOptions{}); err != nil {
+	if err := Up(ctx, spec, UpOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -285,7 +285,7 @@ func TestMonitorEndsWithLab(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("monitor: %v", err)
 	}
-	if err := lab.Down(spec.Name, nil); err != nil {
+	if err := Down(spec.Name, nil); err != nil {
 		t.Fatal(err)
 	}
 	select {

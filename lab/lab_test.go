@@ -22,7 +22,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	RegisterDatapaths()
 	testutil.Main(m)
 }
 
@@ -42,19 +41,19 @@ func scenarioLab(t testing.TB, name, dp, link string) *topology.Spec {
 	ov := topology.Overrides{Name: name, Datapath: dp}
 	switch dp {
 	case "ebpf-legacy":
-		ov.Datapath, ov.HostRouting = "ebpf", kind.HostRoutingLegacy
+		ov.Datapath, ov.Options.HostRouting = "ebpf", kind.HostRoutingLegacy
 	case "ebpf-hook":
-		ov.Datapath, ov.ConnectHook = "ebpf", true
+		ov.Datapath, ov.Options.ConnectHook = "ebpf", true
 	}
 	spec, err := topology.Parse([]byte(yaml), "scenario lab", ov)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Up(context.Background(), spec, lab.UpOptions{}); err != nil {
+	if err := Up(context.Background(), spec, UpOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := lab.Down(spec.Name, nil); err != nil {
+		if err := Down(spec.Name, nil); err != nil {
 			t.Errorf("down: %v", err)
 		}
 	})
@@ -301,7 +300,7 @@ func TestNftablesNewGeneration(t *testing.T) {
 			t.Fatalf("apply %d: %v", i, err)
 		}
 		var st struct{ Gen int }
-		if err := datapath.LoadState(datapath.StatePath(spec.Name, "nftables", "flip"), &st); err != nil {
+		if err := datapath.LoadState(datapath.StatePath(spec.Name, kind.NFTables, "flip"), &st); err != nil {
 			t.Fatal(err)
 		}
 		if i > 0 && st.Gen != i {

@@ -51,7 +51,7 @@ func labPath(b *testing.B, name, preset, dp string, entries int) pathUnderTest {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := Up(ctx, spec, lab.UpOptions{}); err != nil {
+	if err := Up(ctx, spec, UpOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	if entries > 0 {
@@ -65,7 +65,7 @@ func labPath(b *testing.B, name, preset, dp string, entries int) pathUnderTest {
 	}
 	cl, _ := spec.Endpoint("default/client")
 	sv, _ := spec.Endpoint("default/server")
-	return pathUnderTest{name, cl.Netns, sv.Netns, sv.IP, func() { _ = lab.Down(spec.Name, nil) }}
+	return pathUnderTest{name, cl.Netns, sv.Netns, sv.IP, func() { _ = Down(spec.Name, nil) }}
 }
 
 // vethPath is two namespaces joined by one veth pair: the floor.

@@ -46,7 +46,7 @@ func TestResolveChainFunctions(t *testing.T) {
 	if err := json.Unmarshal(js, &back); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(back.Chain.Functions, s.Chain.Functions) || !sameSpec(&back, s) {
+	if !reflect.DeepEqual(back.Chain.Functions, s.Chain.Functions) || !Same(&back, s) {
 		t.Errorf("functions after a JSON round trip: %+v", back.Chain.Functions)
 	}
 	// A lab with other functions is another lab.
@@ -54,7 +54,7 @@ func TestResolveChainFunctions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sameSpec(s, other) {
+	if Same(s, other) {
 		t.Error("different firewall rules count as the same spec")
 	}
 }

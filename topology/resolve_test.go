@@ -55,7 +55,7 @@ func TestResolveGood(t *testing.T) {
 	}
 	// The spec is deterministic.
 	s2, _ := Parse([]byte(good), "good.yaml", Overrides{})
-	if !sameSpec(s, s2) {
+	if !Same(s, s2) {
 		t.Error("resolving the same file twice gave different specs")
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnlab/cnlab/datapath/ebpf"
 	"github.com/cnlab/cnlab/internal/testutil"
-	"github.com/cnlab/cnlab/topology"
 )
 
 // TestEBPFCLI drives the eBPF datapath as a user would: up, apply, probe
@@ -66,7 +66,7 @@ func TestEBPFCLI(t *testing.T) {
 		t.Fatalf("down: %s", stderr)
 	}
 	downed = true
-	if _, err := os.Stat(filepath.Join(topology.BPFFSDir, lab)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(ebpf.PinRoot, lab)); !os.IsNotExist(err) {
 		t.Errorf("pins left after down: %v", err)
 	}
 	if out, _ := exec.Command("bpftool", "link", "show").CombinedOutput(); strings.Contains(string(out), "cnlab_from_ep") {

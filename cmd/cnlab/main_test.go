@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/internal/rundir"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/topology"
@@ -254,7 +255,7 @@ func TestKilledUpIsReclaimed(t *testing.T) {
 	if names, _ := netns.List(topology.NetnsPrefix); len(names) != 0 {
 		t.Errorf("left after down --all: %v", names)
 	}
-	if _, err := os.Stat(filepath.Join(topology.StateDir, "t-killed")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(rundir.Dir, "t-killed")); !os.IsNotExist(err) {
 		t.Errorf("ledger left: %v", err)
 	}
 }

@@ -36,7 +36,7 @@ func TestSpecUnpinned(t *testing.T) {
 			t.Errorf("map %s of the generated spec is pinned (%v)", name, m.Pinning)
 		}
 	}
-	lab := &topology.Spec{EBPF: kind.EBPFOptions{PolicyMapSize: 12345, CTMapSize: 4096, MaxEndpoints: 8}}
+	lab := &topology.Spec{Options: kind.Options{EBPF: kind.EBPFOptions{PolicyMapSize: 12345, CTMapSize: 4096, MaxEndpoints: 8}}}
 	cs, err = collectionSpec(lab)
 	if err != nil {
 		t.Fatal(err)

@@ -106,8 +106,8 @@ func newHarness(tb testing.TB, o harnessOpts) *harness {
 	if o.hostRouting == "" {
 		o.hostRouting = kind.HostRoutingBPF
 	}
-	lab := &topology.Spec{Name: "progtest", EBPF: kind.EBPFOptions{HostRouting: o.hostRouting,
-		PolicyMapSize: o.policyMapSize, CTMapSize: kind.DefaultCTMapSize, MaxEndpoints: testMaxEp}}
+	lab := &topology.Spec{Name: "progtest", Options: kind.Options{EBPF: kind.EBPFOptions{HostRouting: o.hostRouting,
+		PolicyMapSize: o.policyMapSize, CTMapSize: kind.DefaultCTMapSize, MaxEndpoints: testMaxEp}}}
 	cs, err := collectionSpec(lab)
 	if err != nil {
 		tb.Fatal(err)

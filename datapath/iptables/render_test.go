@@ -29,7 +29,7 @@ spec:
 
 func TestRender(t *testing.T) {
 	three := 3
-	lab, c := compiled(t, pol, topology.Overrides{Filler: &three, FillerMode: kind.FillerNoMatch})
+	lab, c := compiled(t, pol, topology.Overrides{Options: kind.Overrides{Filler: &three, FillerMode: kind.FillerNoMatch}})
 	st := Render(lab, "flip", c)
 	fwd := st.Chains[fwdChain]
 	if len(fwd) != 3+2+1 || !strings.HasPrefix(fwd[0], "-s 198.18.0.0/32") || !strings.Contains(fwd[3], "ESTABLISHED") || !strings.Contains(fwd[5], "-d 10.0.192.10/32 -j CNLAB-I-") {
@@ -49,7 +49,7 @@ func TestRender(t *testing.T) {
 	if strings.Join(in, "\n") != strings.Join(want, "\n") {
 		t.Errorf("ingress chain:\n%s\nwant:\n%s", strings.Join(in, "\n"), strings.Join(want, "\n"))
 	}
-	lab2, c2 := compiled(t, pol, topology.Overrides{Filler: &three, FillerMode: kind.FillerTopOfChain})
+	lab2, c2 := compiled(t, pol, topology.Overrides{Options: kind.Overrides{Filler: &three, FillerMode: kind.FillerTopOfChain}})
 	fwd = Render(lab2, "flip", c2).Chains[fwdChain]
 	if !strings.Contains(fwd[0], "ESTABLISHED") || !strings.HasPrefix(fwd[1], "-s 198.18.0.0/32") {
 		t.Errorf("top-of-chain filler:\n%s", strings.Join(fwd, "\n"))

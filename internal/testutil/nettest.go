@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/cnlab/cnlab/internal/netns"
@@ -95,4 +96,48 @@ func ExchangeTCP(ctx context.Context, ns string, dst netip.AddrPort, n int) erro
 		return fmt.Errorf("%s -> %s: sent %d bytes, got %d different bytes back", ns, dst, len(msg), len(got))
 	}
 	return nil
+}
+
+// Peer is an endpoint of a lab as CheckAllPairs sees it.
+type Peer struct {
+	ID    string
+	Netns string
+	IP    netip.Addr
+}
+
+// CheckAllPairs starts an echo server in every endpoint and has every
+// endpoint exchange TCP data with every other one, in both directions.
+func CheckAllPairs(t *testing.T, peers []Peer) {
+	t.Helper()
+	const port = 7777
+	for _, ep := range peers {
+		srv, err := ListenEcho(ep.Netns, netip.AddrPortFrom(ep.IP, port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A listening socket keeps its namespace alive: close it before
+		// the lab goes down, or teardown rightly reports the namespace held.
+		defer srv.Close()
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(peers)*len(peers))
+	for _, a := range peers {
+		for _, b := range peers {
+			if a.ID == b.ID {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := ExchangeTCP(context.Background(), a.Netns, netip.AddrPortFrom(b.IP, port), 256<<10); err != nil {
+					errs <- fmt.Errorf("%s -> %s: %w", a.ID, b.ID, err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }

@@ -5,8 +5,9 @@
 package testutil
 
 import (
-	"github.com/cnlab/cnlab/internal/bpffs"
 	"time"
+
+	"github.com/cnlab/cnlab/internal/bpffs"
 
 	"fmt"
 	"os"
