@@ -43,9 +43,6 @@ func New() datapath.Datapath { return &Datapath{} }
 // Datapath implements datapath.Datapath with eBPF programs.
 type Datapath struct{}
 
-// Name implements datapath.Datapath.
-func (*Datapath) Name() string { return Name }
-
 const (
 	// ipcacheSize bounds the ipcache: endpoints plus CIDR prefixes.
 	ipcacheSize        = 1 << 20
@@ -275,30 +272,6 @@ func netnsCookie(ns string) (uint64, error) {
 		return nil
 	})
 	return cookie, err
-}
-
-// AttachEndpoint implements datapath.Datapath.
-func (d *Datapath) AttachEndpoint(ctx context.Context, lab *topology.Spec, ep *topology.Endpoint) error {
-	h := lab.Host(ep.Host)
-	if h == nil {
-		return fmt.Errorf("endpoint %s: unknown host %q", ep.ID(), ep.Host)
-	}
-	for slot, e := range datapath.LocalEndpoints(lab, h.Name) {
-		if e.ID() != ep.ID() {
-			continue
-		}
-		cs, err := collectionSpec(lab)
-		if err != nil {
-			return err
-		}
-		var objs cnlabObjects
-		if err := cs.LoadAndAssign(&objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: HostDir(lab.Name, h.Name)}}); err != nil {
-			return fmt.Errorf("load programs: %w", err)
-		}
-		defer objs.Close()
-		return attach(lab, h, e, uint32(slot), &objs)
-	}
-	return fmt.Errorf("endpoint %s is not on host %s", ep.ID(), h.Name)
 }
 
 func ip4(a netip.Addr) uint32 { b := a.As4(); return binary.LittleEndian.Uint32(b[:]) }
@@ -743,48 +716,6 @@ func pinActive(s *staged) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Detach implements datapath.Datapath: links and pins go, endpoints go back
-// on their bridge.
-func (d *Datapath) Detach(ctx context.Context, lab *topology.Spec) error {
-	var errs []error
-	for _, h := range lab.Hosts {
-		if lab.EBPF.HostRouting == topology.HostRoutingBPF {
-			errs = append(errs, backOnBridge(lab, &h))
-		}
-		if err := os.RemoveAll(HostDir(lab.Name, h.Name)); err != nil {
-			errs = append(errs, err)
-		}
-		_ = os.Remove(datapath.StatePath(lab.Name, Name, h.Name))
-	}
-	_ = os.Remove(filepath.Join(topology.BPFFSDir, lab.Name))
-	return errors.Join(errs...)
-}
-
-func backOnBridge(lab *topology.Spec, h *topology.Host) error {
-	nh, err := netns.Handle(h.Netns)
-	if err != nil {
-		return err
-	}
-	defer nh.Close()
-	br, err := nh.LinkByName(h.Bridge)
-	if err != nil {
-		return err
-	}
-	for _, ep := range datapath.LocalEndpoints(lab, h.Name) {
-		lxc, err := nh.LinkByName(ep.HostVeth)
-		if err != nil {
-			return err
-		}
-		_ = nh.RouteDel(&netlink.Route{Dst: &net.IPNet{IP: ep.IP.AsSlice(), Mask: net.CIDRMask(32, 32)},
-			LinkIndex: lxc.Attrs().Index, Scope: netlink.SCOPE_LINK})
-		_ = nh.NeighDel(&netlink.Neigh{LinkIndex: lxc.Attrs().Index, IP: ep.IP.AsSlice(), Family: unix.AF_INET})
-		if err := nh.LinkSetMasterByIndex(lxc, br.Attrs().Index); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Describe implements datapath.Datapath: per host, the active generation,
