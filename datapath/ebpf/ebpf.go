@@ -43,15 +43,8 @@ func New() datapath.Datapath { return &Datapath{} }
 // Datapath implements datapath.Datapath with eBPF programs.
 type Datapath struct{}
 
-const (
-	// ipcacheSize bounds the ipcache: endpoints plus CIDR prefixes.
-	ipcacheSize        = 1 << 20
-	flagHostRoutingBPF = 1
-	noRule             = ^uint32(0)
-)
-
-// reasonRMax is the stride of the counters per endpoint and direction.
-const reasonRMax = 32
+// ipcacheSize bounds the ipcache: endpoints plus CIDR prefixes.
+const ipcacheSize = 1 << 20
 
 // HostDir is where a host's maps and links are pinned.
 func HostDir(lab, host string) string { return filepath.Join(topology.BPFFSDir, lab, host) }
@@ -69,7 +62,7 @@ func collectionSpec(lab *topology.Spec) (*ebpf.CollectionSpec, error) {
 		"cnlab_sockep":   uint32(o.MaxEndpoints),
 		"cnlab_policy":   uint32(2 * o.MaxEndpoints),
 		"cnlab_enforce":  uint32(2 * o.MaxEndpoints),
-		"cnlab_counters": uint32(o.MaxEndpoints * 2 * reasonRMax),
+		"cnlab_counters": uint32(o.MaxEndpoints) * 2 * uint32(cnlabReasonR_MAX),
 		"cnlab_ct":       uint32(o.CTMapSize),
 	}
 	for name, m := range cs.Maps {
@@ -165,7 +158,7 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 	}
 	var flags uint32
 	if lab.EBPF.HostRouting == topology.HostRoutingBPF {
-		flags = flagHostRoutingBPF
+		flags = uint32(cnlabConfigFlagFLAG_HOST_ROUTING_BPF)
 	}
 	want := cnlabConfig{Flags: flags, MaxEp: uint32(lab.EBPF.MaxEndpoints), PolicySize: uint32(lab.EBPF.PolicyMapSize)}
 	// Maps pinned by an earlier Setup must have been made for the same
@@ -632,7 +625,8 @@ func buildIPCache(es []ipEntry) (*ebpf.Map, error) {
 	if len(es) > ipcacheSize {
 		return nil, fmt.Errorf("%d addresses and CIDR prefixes, the ipcache holds %d", len(es), ipcacheSize)
 	}
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "cnlab_ipc", Type: ebpf.LPMTrie, KeySize: 8, ValueSize: 8,
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "cnlab_ipc", Type: ebpf.LPMTrie,
+		KeySize: uint32(unsafe.Sizeof(cnlabIpcacheKey{})), ValueSize: uint32(unsafe.Sizeof(cnlabPeer{})),
 		MaxEntries: ipcacheSize, Flags: unix.BPF_F_NO_PREALLOC})
 	if err != nil {
 		return nil, err
@@ -651,7 +645,8 @@ func buildIPCache(es []ipEntry) (*ebpf.Map, error) {
 }
 
 func buildPolicy(es []polEntry, size int) (*ebpf.Map, error) {
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "cnlab_pol", Type: ebpf.LPMTrie, KeySize: 12, ValueSize: 8,
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "cnlab_pol", Type: ebpf.LPMTrie,
+		KeySize: uint32(unsafe.Sizeof(cnlabPolicyKey{})), ValueSize: uint32(unsafe.Sizeof(cnlabPolicyVal{})),
 		MaxEntries: uint32(size), Flags: unix.BPF_F_NO_PREALLOC})
 	if err != nil {
 		return nil, err
@@ -744,7 +739,7 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 	}
 	var b strings.Builder
 	routing := topology.HostRoutingLegacy
-	if cfg.Flags&flagHostRoutingBPF != 0 {
+	if cfg.Flags&uint32(cnlabConfigFlagFLAG_HOST_ROUTING_BPF) != 0 {
 		routing = topology.HostRoutingBPF
 	}
 	fmt.Fprintf(&b, "pins %s, host routing %s, active generation %d\n", m.dir, routing, cfg.Gen)
@@ -754,7 +749,7 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 	}
 	for slot, ep := range datapath.LocalEndpoints(lab, h.Name) {
 		s := cfg.Gen*cfg.MaxEp + uint32(slot)
-		var enf uint32
+		var enf cnlabIsolation
 		_ = m.enforce.Lookup(s, &enf)
 		n := 0
 		var id uint32
@@ -770,10 +765,10 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 			}
 		}
 		iso := []string{}
-		if enf&1 != 0 {
+		if enf&cnlabIsolationISO_INGRESS != 0 {
 			iso = append(iso, "ingress")
 		}
-		if enf&2 != 0 {
+		if enf&cnlabIsolationISO_EGRESS != 0 {
 			iso = append(iso, "egress")
 		}
 		if len(iso) == 0 {
@@ -788,8 +783,16 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 }
 
 type counterLine struct {
-	dir, reason    uint8
+	dir            uint8
+	reason         cnlabReason
 	packets, bytes uint64
+}
+
+// counterSlot splits a key of cnlab_counters, (slot*2 + dir)*R_MAX +
+// reason as the programs count.
+func counterSlot(k uint32) (slot uint32, dir uint8, reason cnlabReason) {
+	rmax := uint32(cnlabReasonR_MAX)
+	return k / (2 * rmax), uint8(k / rmax % 2), cnlabReason(k % rmax)
 }
 
 // readCounters sums the per-CPU counters of every endpoint slot.
@@ -807,9 +810,8 @@ func readCounters(m *hostMaps, maxEp uint32) (map[uint32][]counterLine, error) {
 		if c.packets == 0 {
 			continue
 		}
-		slot := k / (2 * reasonRMax)
-		c.dir = uint8(k / reasonRMax % 2)
-		c.reason = uint8(k % reasonRMax)
+		slot, dir, reason := counterSlot(k)
+		c.dir, c.reason = dir, reason
 		out[slot] = append(out[slot], c)
 	}
 	if err := it.Err(); err != nil {
