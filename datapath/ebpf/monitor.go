@@ -257,3 +257,10 @@ func monitorLock(lab string) (func(), error) {
 	}
 	return func() { f.Close() }, nil
 }
+
+// now returns the clock bpf_ktime_get_ns reads.
+func now() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return time.Duration(ts.Nano())
+}
