@@ -1,7 +1,7 @@
 // Package datapath defines what a policy datapath does — attach to a lab,
 // enforce compiled policy incrementally and atomically, describe itself —
-// and the explicit registry of implementations (iptables, nftables; eBPF
-// next). Datapaths consume the policy IR only: they never read policy YAML.
+// and the explicit registry of implementations (iptables, nftables and
+// eBPF). Datapaths consume the policy IR only: they never read policy YAML.
 // Each host of a lab enforces its own endpoints' egress and ingress.
 package datapath
 
@@ -29,14 +29,10 @@ type Datapath interface {
 	// Setup prepares every host of the lab (sysctls, base chains or
 	// tables) and attaches every endpoint. It is idempotent.
 	Setup(ctx context.Context, lab *topology.Spec) error
-	// AttachEndpoint starts enforcing on one endpoint.
-	AttachEndpoint(ctx context.Context, lab *topology.Spec, ep *topology.Endpoint) error
 	// Apply makes each host enforce c, changing only what differs from
 	// the previous Apply, in one atomic transaction per host: a flow that
 	// both the old and the new policy deny never passes in between.
 	Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error
-	// Detach removes everything Setup and Apply installed.
-	Detach(ctx context.Context, lab *topology.Spec) error
 	// Describe returns the kernel state of the datapath, per host name.
 	Describe(ctx context.Context, lab *topology.Spec) (map[string]string, error)
 }

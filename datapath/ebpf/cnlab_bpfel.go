@@ -21,6 +21,12 @@ type cnlabConfig struct {
 	PolicySize uint32
 }
 
+type cnlabConfigFlag uint32
+
+const (
+	cnlabConfigFlagFLAG_HOST_ROUTING_BPF cnlabConfigFlag = 1
+)
+
 type cnlabCounter struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -44,6 +50,13 @@ type cnlabCtVal struct {
 	Flags   uint32
 	Pad     uint32
 }
+
+type cnlabDir uint32
+
+const (
+	cnlabDirDIR_INGRESS cnlabDir = 0
+	cnlabDirDIR_EGRESS  cnlabDir = 1
+)
 
 type cnlabEndpoint struct {
 	_        structs.HostLayout
@@ -73,6 +86,13 @@ type cnlabEvent struct {
 	Rule        uint32
 	_           [4]byte
 }
+
+type cnlabEventAt uint32
+
+const (
+	cnlabEventAtAT_TC      cnlabEventAt = 0
+	cnlabEventAtAT_CONNECT cnlabEventAt = 1
+)
 
 type cnlabFlowKey struct {
 	_      structs.HostLayout
@@ -104,11 +124,24 @@ type cnlabFragVal struct {
 	Expires uint64
 }
 
+type cnlabIdentity uint32
+
+const (
+	cnlabIdentityWORLD_IDENTITY cnlabIdentity = 2
+)
+
 type cnlabIpcacheKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
 	Ip        uint32
 }
+
+type cnlabIsolation uint32
+
+const (
+	cnlabIsolationISO_INGRESS cnlabIsolation = 1
+	cnlabIsolationISO_EGRESS  cnlabIsolation = 2
+)
 
 type cnlabMonitor struct {
 	_     structs.HostLayout
@@ -116,6 +149,14 @@ type cnlabMonitor struct {
 	Pad   uint32
 	Until uint64
 }
+
+type cnlabMonitorLevel uint32
+
+const (
+	cnlabMonitorLevelMONITOR_OFF   cnlabMonitorLevel = 0
+	cnlabMonitorLevelMONITOR_DROPS cnlabMonitorLevel = 1
+	cnlabMonitorLevelMONITOR_ALL   cnlabMonitorLevel = 2
+)
 
 type cnlabPeer struct {
 	_        structs.HostLayout
@@ -139,32 +180,68 @@ type cnlabPolicyVal struct {
 	Rule uint32
 }
 
+type cnlabReason uint32
+
+const (
+	cnlabReasonR_ALLOW_POLICY     cnlabReason = 1
+	cnlabReasonR_ALLOW_UNENFORCED cnlabReason = 2
+	cnlabReasonR_ALLOW_CT         cnlabReason = 3
+	cnlabReasonR_ALLOW_RELATED    cnlabReason = 4
+	cnlabReasonR_ALLOW_FRAG       cnlabReason = 5
+	cnlabReasonR_ARP_REPLIED      cnlabReason = 6
+	cnlabReasonR_ARP_PASSED       cnlabReason = 7
+	cnlabReasonR_FIRST_DROP       cnlabReason = 16
+	cnlabReasonR_DROP_DENY        cnlabReason = 16
+	cnlabReasonR_DROP_DEFAULT     cnlabReason = 17
+	cnlabReasonR_DROP_MALFORMED   cnlabReason = 18
+	cnlabReasonR_DROP_FRAG        cnlabReason = 19
+	cnlabReasonR_DROP_IPV6        cnlabReason = 20
+	cnlabReasonR_DROP_L3          cnlabReason = 21
+	cnlabReasonR_DROP_SPOOF       cnlabReason = 22
+	cnlabReasonR_DROP_UNKNOWN     cnlabReason = 23
+	cnlabReasonR_MAX              cnlabReason = 32
+)
+
+type cnlabRuleRef uint32
+
+const (
+	cnlabRuleRefNO_RULE cnlabRuleRef = 4294967295
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	cnlabMapCnlabConfig    = "cnlab_config"
-	cnlabMapCnlabCounters  = "cnlab_counters"
-	cnlabMapCnlabCt        = "cnlab_ct"
-	cnlabMapCnlabEnforce   = "cnlab_enforce"
-	cnlabMapCnlabEvents    = "cnlab_events"
-	cnlabMapCnlabEvlimit   = "cnlab_evlimit"
-	cnlabMapCnlabFrag      = "cnlab_frag"
-	cnlabMapCnlabIpcache   = "cnlab_ipcache"
-	cnlabMapCnlabLocal     = "cnlab_local"
-	cnlabMapCnlabLxc       = "cnlab_lxc"
-	cnlabMapCnlabMonitor   = "cnlab_monitor"
-	cnlabMapCnlabPolicy    = "cnlab_policy"
-	cnlabMapCnlabSockep    = "cnlab_sockep"
-	cnlabProgCnlabConnect4 = "cnlab_connect4"
-	cnlabProgCnlabFromEp   = "cnlab_from_ep"
-	cnlabProgCnlabToEp     = "cnlab_to_ep"
-	cnlabVarUnusedCounter  = "unused_counter"
-	cnlabVarUnusedEvent    = "unused_event"
-	cnlabVarUnusedIpk      = "unused_ipk"
-	cnlabVarUnusedPeer     = "unused_peer"
-	cnlabVarUnusedPk       = "unused_pk"
-	cnlabVarUnusedPv       = "unused_pv"
+	cnlabMapCnlabConfig        = "cnlab_config"
+	cnlabMapCnlabCounters      = "cnlab_counters"
+	cnlabMapCnlabCt            = "cnlab_ct"
+	cnlabMapCnlabEnforce       = "cnlab_enforce"
+	cnlabMapCnlabEvents        = "cnlab_events"
+	cnlabMapCnlabEvlimit       = "cnlab_evlimit"
+	cnlabMapCnlabFrag          = "cnlab_frag"
+	cnlabMapCnlabIpcache       = "cnlab_ipcache"
+	cnlabMapCnlabLocal         = "cnlab_local"
+	cnlabMapCnlabLxc           = "cnlab_lxc"
+	cnlabMapCnlabMonitor       = "cnlab_monitor"
+	cnlabMapCnlabPolicy        = "cnlab_policy"
+	cnlabMapCnlabSockep        = "cnlab_sockep"
+	cnlabProgCnlabConnect4     = "cnlab_connect4"
+	cnlabProgCnlabFromEp       = "cnlab_from_ep"
+	cnlabProgCnlabToEp         = "cnlab_to_ep"
+	cnlabVarUnusedConfigFlag   = "unused_config_flag"
+	cnlabVarUnusedCounter      = "unused_counter"
+	cnlabVarUnusedDir          = "unused_dir"
+	cnlabVarUnusedEvent        = "unused_event"
+	cnlabVarUnusedEventAt      = "unused_event_at"
+	cnlabVarUnusedIdentity     = "unused_identity"
+	cnlabVarUnusedIpk          = "unused_ipk"
+	cnlabVarUnusedIsolation    = "unused_isolation"
+	cnlabVarUnusedMonitorLevel = "unused_monitor_level"
+	cnlabVarUnusedPeer         = "unused_peer"
+	cnlabVarUnusedPk           = "unused_pk"
+	cnlabVarUnusedPv           = "unused_pv"
+	cnlabVarUnusedReason       = "unused_reason"
+	cnlabVarUnusedRuleRef      = "unused_rule_ref"
 )
 
 // loadCnlab returns the embedded CollectionSpec for cnlab.
@@ -237,12 +314,20 @@ type cnlabMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cnlabVariableSpecs struct {
-	UnusedCounter *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedEvent   *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedIpk     *ebpf.VariableSpec `ebpf:"unused_ipk"`
-	UnusedPeer    *ebpf.VariableSpec `ebpf:"unused_peer"`
-	UnusedPk      *ebpf.VariableSpec `ebpf:"unused_pk"`
-	UnusedPv      *ebpf.VariableSpec `ebpf:"unused_pv"`
+	UnusedConfigFlag   *ebpf.VariableSpec `ebpf:"unused_config_flag"`
+	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedDir          *ebpf.VariableSpec `ebpf:"unused_dir"`
+	UnusedEvent        *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedEventAt      *ebpf.VariableSpec `ebpf:"unused_event_at"`
+	UnusedIdentity     *ebpf.VariableSpec `ebpf:"unused_identity"`
+	UnusedIpk          *ebpf.VariableSpec `ebpf:"unused_ipk"`
+	UnusedIsolation    *ebpf.VariableSpec `ebpf:"unused_isolation"`
+	UnusedMonitorLevel *ebpf.VariableSpec `ebpf:"unused_monitor_level"`
+	UnusedPeer         *ebpf.VariableSpec `ebpf:"unused_peer"`
+	UnusedPk           *ebpf.VariableSpec `ebpf:"unused_pk"`
+	UnusedPv           *ebpf.VariableSpec `ebpf:"unused_pv"`
+	UnusedReason       *ebpf.VariableSpec `ebpf:"unused_reason"`
+	UnusedRuleRef      *ebpf.VariableSpec `ebpf:"unused_rule_ref"`
 }
 
 // cnlabObjects contains all objects after they have been loaded into the kernel.
@@ -302,12 +387,20 @@ func (m *cnlabMaps) Close() error {
 //
 // It can be passed to loadCnlabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cnlabVariables struct {
-	UnusedCounter *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedEvent   *ebpf.Variable `ebpf:"unused_event"`
-	UnusedIpk     *ebpf.Variable `ebpf:"unused_ipk"`
-	UnusedPeer    *ebpf.Variable `ebpf:"unused_peer"`
-	UnusedPk      *ebpf.Variable `ebpf:"unused_pk"`
-	UnusedPv      *ebpf.Variable `ebpf:"unused_pv"`
+	UnusedConfigFlag   *ebpf.Variable `ebpf:"unused_config_flag"`
+	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedDir          *ebpf.Variable `ebpf:"unused_dir"`
+	UnusedEvent        *ebpf.Variable `ebpf:"unused_event"`
+	UnusedEventAt      *ebpf.Variable `ebpf:"unused_event_at"`
+	UnusedIdentity     *ebpf.Variable `ebpf:"unused_identity"`
+	UnusedIpk          *ebpf.Variable `ebpf:"unused_ipk"`
+	UnusedIsolation    *ebpf.Variable `ebpf:"unused_isolation"`
+	UnusedMonitorLevel *ebpf.Variable `ebpf:"unused_monitor_level"`
+	UnusedPeer         *ebpf.Variable `ebpf:"unused_peer"`
+	UnusedPk           *ebpf.Variable `ebpf:"unused_pk"`
+	UnusedPv           *ebpf.Variable `ebpf:"unused_pv"`
+	UnusedReason       *ebpf.Variable `ebpf:"unused_reason"`
+	UnusedRuleRef      *ebpf.Variable `ebpf:"unused_rule_ref"`
 }
 
 // cnlabPrograms contains all programs after they have been loaded into the kernel.

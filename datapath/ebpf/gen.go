@@ -4,4 +4,4 @@ package ebpf
 // building cnlab needs no clang; `go generate ./datapath/ebpf` rebuilds
 // them (clang 14 and libbpf-dev, installed by scripts/install.sh) and CI
 // checks that doing so changes nothing.
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -type endpoint -type event -type config -type monitor -type policy_key -type policy_val -type ct_key -type ct_val -type counter -type peer -type ipcache_key cnlab bpf/cnlab.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -type endpoint -type event -type config -type monitor -type policy_key -type policy_val -type ct_key -type ct_val -type counter -type peer -type ipcache_key -type dir -type reason -type config_flag -type isolation -type monitor_level -type event_at -type identity -type rule_ref cnlab bpf/cnlab.c

@@ -20,10 +20,11 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-// Monitor levels: which verdicts the programs report.
+// Monitor levels: which verdicts the programs report (enum monitor_level
+// of bpf/cnlab.c).
 const (
-	MonitorDrops = 1
-	MonitorAll   = 2
+	MonitorDrops = uint32(cnlabMonitorLevelMONITOR_DROPS)
+	MonitorAll   = uint32(cnlabMonitorLevelMONITOR_ALL)
 )
 
 // Event is one verdict reported by the programs.
@@ -249,20 +250,20 @@ func newNamer(lab *topology.Spec, rules []policy.Entry) *namer {
 
 func (n *namer) event(h *topology.Host, e cnlabEvent, at time.Time) Event {
 	src, dst := addrOf(e.Saddr), addrOf(e.Daddr)
-	ev := Event{Time: at, Host: h.Name, Direction: policy.Dir(e.Dir).String(), Reason: reasonName(e.Reason),
+	ev := Event{Time: at, Host: h.Name, Direction: policy.Dir(e.Dir).String(), Reason: reasonName(cnlabReason(e.Reason)),
 		From: n.byAddr[src], To: n.byAddr[dst], SrcIdentity: e.SrcIdentity, DstIdentity: e.DstIdentity,
 		Protocol: protoName(e.Proto), Src: netip.AddrPortFrom(src, e.Sport), Dst: netip.AddrPortFrom(dst, e.Dport),
 		Bytes: e.Len, Verdict: "allowed", At: "tc"}
-	if e.At == 1 {
+	if cnlabEventAt(e.At) == cnlabEventAtAT_CONNECT {
 		ev.At = "connect"
 	}
-	if isDrop(e.Reason) {
+	if isDrop(cnlabReason(e.Reason)) {
 		ev.Verdict = "dropped"
 	}
 	if s := n.slots[h.Name]; int(e.Ep) < len(s) {
 		ev.Endpoint = s[e.Ep]
 	}
-	if e.Rule != noRule {
+	if e.Rule != uint32(cnlabRuleRefNO_RULE) {
 		ev.Rule = n.rules[e.Rule]
 	}
 	return ev
@@ -294,4 +295,11 @@ func monitorLock(lab string) (func(), error) {
 		return nil, fmt.Errorf("monitor lock: %w", err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// now returns the clock bpf_ktime_get_ns reads.
+func now() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return time.Duration(ts.Nano())
 }

@@ -40,10 +40,10 @@ func BenchmarkProgram(b *testing.B) {
 	for _, n := range []int{0, 1, 100, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("syn/entries=%d", n), func(b *testing.B) {
 			h := newHarness(b, harnessOpts{policyMapSize: benchPolicySize})
-			reason := uint8(reasonAllowUnenforced)
+			reason := cnlabReasonR_ALLOW_UNENFORCED
 			if n > 0 {
-				h.setEntries(0, epA, isoIn, benchEntries(n))
-				reason = reasonAllowPolicy
+				h.setEntries(0, epA, cnlabIsolationISO_INGRESS, benchEntries(n))
+				reason = cnlabReasonR_ALLOW_POLICY
 			}
 			syn := tcpPkt(addrR, epA.ip, 40000, 80, tcpSYN)
 			h.toEp(b, "SYN", syn, actOK, ingress(epA, reason))
@@ -60,25 +60,25 @@ func BenchmarkProgram(b *testing.B) {
 	}{{"off", 0}, {"drops", MonitorDrops}, {"all", MonitorAll}} {
 		b.Run("established/monitor="+mon.name, func(b *testing.B) {
 			h := newHarness(b, harnessOpts{policyMapSize: benchPolicySize})
-			h.setEntries(0, epA, isoIn, benchEntries(100))
+			h.setEntries(0, epA, cnlabIsolationISO_INGRESS, benchEntries(100))
 			if mon.level != 0 {
 				lease := cnlabMonitor{Level: mon.level, Until: uint64(now() + time.Hour)}
 				if err := h.objs.CnlabMonitor.Put(uint32(0), lease); err != nil {
 					b.Fatal(err)
 				}
 			}
-			h.toEp(b, "SYN", tcpPkt(addrR, epA.ip, 40000, 80, tcpSYN), actOK, ingress(epA, reasonAllowPolicy))
+			h.toEp(b, "SYN", tcpPkt(addrR, epA.ip, 40000, 80, tcpSYN), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
 			ack := tcpPkt(addrR, epA.ip, 40000, 80, tcpACK)
-			benchRun(b, h, h.objs.CnlabToEp, ack, ingress(epA, reasonAllowCT))
+			benchRun(b, h, h.objs.CnlabToEp, ack, ingress(epA, cnlabReasonR_ALLOW_CT))
 		})
 	}
 	b.Run("established/entries=10000", func(b *testing.B) {
 		h := newHarness(b, harnessOpts{policyMapSize: benchPolicySize})
-		h.setEntries(0, epA, isoIn, benchEntries(10_000))
-		h.toEp(b, "SYN", tcpPkt(addrR, epA.ip, 40000, 80, tcpSYN), actOK, ingress(epA, reasonAllowPolicy))
+		h.setEntries(0, epA, cnlabIsolationISO_INGRESS, benchEntries(10_000))
+		h.toEp(b, "SYN", tcpPkt(addrR, epA.ip, 40000, 80, tcpSYN), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
 		ack := tcpPkt(addrR, epA.ip, 40000, 80, tcpACK)
-		h.toEp(b, "ACK", ack, actOK, ingress(epA, reasonAllowCT))
-		benchRun(b, h, h.objs.CnlabToEp, ack, ingress(epA, reasonAllowCT))
+		h.toEp(b, "ACK", ack, actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
+		benchRun(b, h, h.objs.CnlabToEp, ack, ingress(epA, cnlabReasonR_ALLOW_CT))
 	})
 }
 

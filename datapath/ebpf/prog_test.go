@@ -55,7 +55,7 @@ func TestSpecUnpinned(t *testing.T) {
 func TestProgSkbIfindex(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	pkt := tcpPkt(addrR, epA.ip, 1000, 80, tcpSYN)
-	h.toEp(t, "with a context", pkt, actOK, ingress(epA, reasonAllowUnenforced))
+	h.toEp(t, "with a context", pkt, actOK, ingress(epA, cnlabReasonR_ALLOW_UNENFORCED))
 	ret, _, err := h.objs.CnlabToEp.Test(pkt)
 	if err != nil || ret != actOK {
 		t.Errorf("without a context: %s, %v; want TC_ACT_OK", actName(ret), err)
@@ -135,15 +135,15 @@ func TestProgMalformed(t *testing.T) {
 					t.Skipf("the kernel refuses to test-run a %d-byte IPv4 frame: %v", len(pkt), err)
 				}
 			}
-			h.toEp(t, "to A", c.pkt(addrR, epA.ip), actShot, ingress(epA, reasonDropMalformed))
-			h.fromEp(t, "from A", c.pkt(epA.ip, addrR), actShot, egress(epA, reasonDropMalformed))
+			h.toEp(t, "to A", c.pkt(addrR, epA.ip), actShot, ingress(epA, cnlabReasonR_DROP_MALFORMED))
+			h.fromEp(t, "from A", c.pkt(epA.ip, addrR), actShot, egress(epA, cnlabReasonR_DROP_MALFORMED))
 		})
 	}
 	// The same packets, well formed, pass: the cases above fail on the
 	// defect, not on the packet builder.
-	h.toEp(t, "well-formed TCP", ipOf(addrR, epA.ip, protoTCP, tcpHdr(1000, 80, tcpSYN)), actOK, ingress(epA, reasonAllowUnenforced))
-	h.fromEp(t, "well-formed UDP", ipOf(epA.ip, addrR, protoUDP, udpHdr(1000, 53, nil)), actOK, egress(epA, reasonAllowUnenforced))
-	h.fromEp(t, "well-formed ICMP", ipOf(epA.ip, addrR, protoICMP, icmpEcho(8, 1, 1)), actOK, egress(epA, reasonAllowUnenforced))
+	h.toEp(t, "well-formed TCP", ipOf(addrR, epA.ip, protoTCP, tcpHdr(1000, 80, tcpSYN)), actOK, ingress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+	h.fromEp(t, "well-formed UDP", ipOf(epA.ip, addrR, protoUDP, udpHdr(1000, 53, nil)), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+	h.fromEp(t, "well-formed ICMP", ipOf(epA.ip, addrR, protoICMP, icmpEcho(8, 1, 1)), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
 }
 
 // TestProgL3: IPv6 and other ethertypes are dropped with their own reasons.
@@ -160,12 +160,12 @@ func TestProgL3(t *testing.T) {
 	cases := []struct {
 		name   string
 		pkt    []byte
-		reason uint8
+		reason cnlabReason
 	}{
-		{"IPv6", frame(ethIPv6, v6), reasonDropIPv6},
-		{"local experimental ethertype", frame(0x88b5, make([]byte, 46)), reasonDropL3},
-		{"VLAN tag", frame(0x8100, append([]byte{0, 10, 0x08, 0}, ipHdr{src: addrR, dst: epA.ip, proto: protoTCP}.bytes(tcpHdr(1, 80, tcpSYN))...)), reasonDropL3},
-		{"802.3 length field", frame(46, make([]byte, 46)), reasonDropL3},
+		{"IPv6", frame(ethIPv6, v6), cnlabReasonR_DROP_IPV6},
+		{"local experimental ethertype", frame(0x88b5, make([]byte, 46)), cnlabReasonR_DROP_L3},
+		{"VLAN tag", frame(0x8100, append([]byte{0, 10, 0x08, 0}, ipHdr{src: addrR, dst: epA.ip, proto: protoTCP}.bytes(tcpHdr(1, 80, tcpSYN))...)), cnlabReasonR_DROP_L3},
+		{"802.3 length field", frame(46, make([]byte, 46)), cnlabReasonR_DROP_L3},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -183,38 +183,38 @@ func TestProgARP(t *testing.T) {
 	t.Run("bpf", func(t *testing.T) {
 		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingBPF})
 		req := arpPkt(1, epA.mac, epA.ip, zero, gw)
-		r := h.fromEp(t, "request for the gateway", req, actRedirect, egress(epA, reasonARPReplied))
+		r := h.fromEp(t, "request for the gateway", req, actRedirect, egress(epA, cnlabReasonR_ARP_REPLIED))
 		want := arpPkt(2, epA.lxc, gw, epA.mac, epA.ip)
 		copy(want[0:6], epA.mac[:])
 		if !bytes.Equal(r.out, want) {
 			t.Errorf("ARP reply:\n got %x\nwant %x", r.out, want)
 		}
 		// Whatever the address: every destination is behind the host.
-		r = h.fromEp(t, "request for a remote endpoint", arpPkt(1, epA.mac, epA.ip, zero, addrR), actRedirect, egress(epA, reasonARPReplied))
+		r = h.fromEp(t, "request for a remote endpoint", arpPkt(1, epA.mac, epA.ip, zero, addrR), actRedirect, egress(epA, cnlabReasonR_ARP_REPLIED))
 		if len(r.out) < 42 || !bytes.Equal(r.out[22:28], epA.lxc[:]) || !bytes.Equal(r.out[28:32], addrR.AsSlice()) {
 			t.Errorf("ARP reply for %s: sender %x %x, want %x %s", addrR, r.out[22:28], r.out[28:32], epA.lxc, addrR)
 		}
-		h.fromEp(t, "request for its own address (duplicate address detection)", arpPkt(1, epA.mac, epA.ip, zero, epA.ip), actShot, egress(epA, reasonDropL3))
-		h.fromEp(t, "probe for its own address", arpPkt(1, epA.mac, netip.IPv4Unspecified(), zero, epA.ip), actShot, egress(epA, reasonDropL3))
-		h.fromEp(t, "reply to the host", arpPkt(2, epA.mac, epA.ip, epA.lxc, gw), actOK, egress(epA, reasonARPPassed))
+		h.fromEp(t, "request for its own address (duplicate address detection)", arpPkt(1, epA.mac, epA.ip, zero, epA.ip), actShot, egress(epA, cnlabReasonR_DROP_L3))
+		h.fromEp(t, "probe for its own address", arpPkt(1, epA.mac, netip.IPv4Unspecified(), zero, epA.ip), actShot, egress(epA, cnlabReasonR_DROP_L3))
+		h.fromEp(t, "reply to the host", arpPkt(2, epA.mac, epA.ip, epA.lxc, gw), actOK, egress(epA, cnlabReasonR_ARP_PASSED))
 		rarp := arpPkt(1, epA.mac, epA.ip, zero, gw)
 		binary.BigEndian.PutUint16(rarp[14+6:], 3)
-		h.fromEp(t, "RARP request", rarp, actShot, egress(epA, reasonDropL3))
+		h.fromEp(t, "RARP request", rarp, actShot, egress(epA, cnlabReasonR_DROP_L3))
 		notIP := arpPkt(1, epA.mac, epA.ip, zero, gw)
 		binary.BigEndian.PutUint16(notIP[14+2:], ethIPv6)
-		h.fromEp(t, "request for another protocol", notIP, actShot, egress(epA, reasonDropL3))
-		h.fromEp(t, "truncated request", req[:14+10], actShot, egress(epA, reasonDropMalformed))
-		h.toEp(t, "request from the host", arpPkt(1, epA.lxc, gw, zero, epA.ip), actOK, ingress(epA, reasonARPPassed))
+		h.fromEp(t, "request for another protocol", notIP, actShot, egress(epA, cnlabReasonR_DROP_L3))
+		h.fromEp(t, "truncated request", req[:14+10], actShot, egress(epA, cnlabReasonR_DROP_MALFORMED))
+		h.toEp(t, "request from the host", arpPkt(1, epA.lxc, gw, zero, epA.ip), actOK, ingress(epA, cnlabReasonR_ARP_PASSED))
 	})
 	t.Run("legacy", func(t *testing.T) {
 		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingLegacy})
 		req := arpPkt(1, epA.mac, epA.ip, zero, gw)
-		r := h.fromEp(t, "request for the gateway", req, actOK, egress(epA, reasonARPPassed))
+		r := h.fromEp(t, "request for the gateway", req, actOK, egress(epA, cnlabReasonR_ARP_PASSED))
 		if !bytes.Equal(r.out, req) {
 			t.Errorf("legacy mode changed the ARP request:\n got %x\nwant %x", r.out, req)
 		}
-		h.fromEp(t, "request for its own address", arpPkt(1, epA.mac, epA.ip, zero, epA.ip), actOK, egress(epA, reasonARPPassed))
-		h.toEp(t, "request from a neighbour", arpPkt(1, epB.mac, epB.ip, zero, epA.ip), actOK, ingress(epA, reasonARPPassed))
+		h.fromEp(t, "request for its own address", arpPkt(1, epA.mac, epA.ip, zero, epA.ip), actOK, egress(epA, cnlabReasonR_ARP_PASSED))
+		h.toEp(t, "request from a neighbour", arpPkt(1, epB.mac, epB.ip, zero, epA.ip), actOK, ingress(epA, cnlabReasonR_ARP_PASSED))
 	})
 }
 
@@ -230,7 +230,7 @@ func ipOptions(n int, naive uint16) []byte {
 // TestProgIPOptions: with IP options the L4 header is found after them.
 func TestProgIPOptions(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
-	h.setPolicy(0, epA, isoIn|isoOut,
+	h.setPolicy(0, epA, cnlabIsolationISO_INGRESS|cnlabIsolationISO_EGRESS,
 		allow(policy.Ingress, idR, protoTCP, 80),
 		allow(policy.Ingress, idR, protoUDP, 53),
 		allow(policy.Egress, idR, protoTCP, 443))
@@ -240,17 +240,17 @@ func TestProgIPOptions(t *testing.T) {
 			return frame(ethIPv4, ipHdr{src: src, dst: dst, proto: proto, id: 3, opts: ipOptions(n, naive)}.bytes(l4))
 		}
 		h.toEp(t, "SYN to allowed 80 with options", withOpts(addrR, epA.ip, protoTCP, 81, tcpHdr(sport, 80, tcpSYN)),
-			actOK, ingress(epA, reasonAllowPolicy))
+			actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
 		h.toEp(t, "SYN to denied 81 with options", withOpts(addrR, epA.ip, protoTCP, 80, tcpHdr(sport, 81, tcpSYN)),
-			actShot, ingress(epA, reasonDropDefault))
+			actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
 		h.toEp(t, "UDP to allowed 53 with options", withOpts(addrR, epA.ip, protoUDP, 54, udpHdr(sport, 53, nil)),
-			actOK, ingress(epA, reasonAllowPolicy))
+			actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
 		h.toEp(t, "UDP to denied 54 with options", withOpts(addrR, epA.ip, protoUDP, 53, udpHdr(sport, 54, nil)),
-			actShot, ingress(epA, reasonDropDefault))
+			actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
 		h.fromEp(t, "SYN to allowed 443 with options", withOpts(epA.ip, addrR, protoTCP, 444, tcpHdr(sport, 443, tcpSYN)),
-			actOK, egress(epA, reasonAllowPolicy))
+			actOK, egress(epA, cnlabReasonR_ALLOW_POLICY))
 		h.fromEp(t, "SYN to denied 444 with options", withOpts(epA.ip, addrR, protoTCP, 443, tcpHdr(sport, 444, tcpSYN)),
-			actShot, egress(epA, reasonDropDefault))
+			actShot, egress(epA, cnlabReasonR_DROP_DEFAULT))
 	}
 }
 
@@ -259,7 +259,7 @@ func TestProgIPOptions(t *testing.T) {
 func TestProgFragments(t *testing.T) {
 	t.Run("remote", func(t *testing.T) {
 		h := newHarness(t, harnessOpts{})
-		h.setPolicy(0, epA, isoIn, allow(policy.Ingress, anyPeer, protoUDP, 53))
+		h.setPolicy(0, epA, cnlabIsolationISO_INGRESS, allow(policy.Ingress, anyPeer, protoUDP, 53))
 		data := bytes.Repeat([]byte{0xab}, 32)
 		// A later fragment whose payload looks like a UDP header to the
 		// allowed port: only a parser reading L4 in later fragments
@@ -267,58 +267,58 @@ func TestProgFragments(t *testing.T) {
 		lookalike := udpHdr(53, 53, data)
 
 		first, later := fragments(ipHdr{src: addrR, dst: epA.ip, proto: protoUDP, id: 100}, udpHdr(5000, 53, data), 16)
-		h.toEp(t, "first fragment, allowed port", first, actOK, ingress(epA, reasonAllowPolicy))
-		h.toEp(t, "later fragment of it", later, actOK, ingress(epA, reasonAllowFrag))
-		h.toEp(t, "later fragment again (retransmitted)", later, actOK, ingress(epA, reasonAllowFrag))
+		h.toEp(t, "first fragment, allowed port", first, actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
+		h.toEp(t, "later fragment of it", later, actOK, ingress(epA, cnlabReasonR_ALLOW_FRAG))
+		h.toEp(t, "later fragment again (retransmitted)", later, actOK, ingress(epA, cnlabReasonR_ALLOW_FRAG))
 
 		_, orphan := fragments(ipHdr{src: addrR, dst: epA.ip, proto: protoUDP, id: 101}, append(make([]byte, 16), lookalike...), 16)
-		h.toEp(t, "later fragment, first never seen", orphan, actShot, ingress(epA, reasonDropFrag))
+		h.toEp(t, "later fragment, first never seen", orphan, actShot, ingress(epA, cnlabReasonR_DROP_FRAG))
 
 		_, other := fragments(ipHdr{src: addrR2, dst: epA.ip, proto: protoUDP, id: 100}, append(make([]byte, 16), lookalike...), 16)
-		h.toEp(t, "later fragment, same id from another source", other, actShot, ingress(epA, reasonDropFrag))
+		h.toEp(t, "later fragment, same id from another source", other, actShot, ingress(epA, cnlabReasonR_DROP_FRAG))
 
 		first, later = fragments(ipHdr{src: addrR, dst: epA.ip, proto: protoUDP, id: 102}, udpHdr(5000, 54, data), 16)
-		h.toEp(t, "first fragment, denied port", first, actShot, ingress(epA, reasonDropDefault))
-		h.toEp(t, "later fragment of the denied datagram", later, actShot, ingress(epA, reasonDropFrag))
+		h.toEp(t, "first fragment, denied port", first, actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
+		h.toEp(t, "later fragment of the denied datagram", later, actShot, ingress(epA, cnlabReasonR_DROP_FRAG))
 
 		// A reply of an established flow, fragmented: the first fragment
 		// passes on conntrack, and so must the rest of the datagram.
-		h.fromEp(t, "query", udpPkt(epA.ip, addrW, 6000, 53), actOK, egress(epA, reasonAllowUnenforced))
+		h.fromEp(t, "query", udpPkt(epA.ip, addrW, 6000, 53), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
 		first, later = fragments(ipHdr{src: addrW, dst: epA.ip, proto: protoUDP, id: 200}, udpHdr(53, 6000, bytes.Repeat(data, 4)), 64)
-		h.toEp(t, "first fragment of the reply", first, actOK, ingress(epA, reasonAllowCT))
-		h.toEp(t, "later fragment of the reply", later, actOK, ingress(epA, reasonAllowFrag))
+		h.toEp(t, "first fragment of the reply", first, actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
+		h.toEp(t, "later fragment of the reply", later, actOK, ingress(epA, cnlabReasonR_ALLOW_FRAG))
 
 		// Fragments of a big ping and of its reply.
 		echo := icmpEcho(8, 4242, 1)
 		echo = append(echo, bytes.Repeat([]byte{1}, 64)...)
-		h.setPolicy(0, epA, isoIn|isoOut, allow(policy.Egress, idR, policy.ProtoAny, 0))
+		h.setPolicy(0, epA, cnlabIsolationISO_INGRESS|cnlabIsolationISO_EGRESS, allow(policy.Egress, idR, policy.ProtoAny, 0))
 		first, later = fragments(ipHdr{src: epA.ip, dst: addrR, proto: protoICMP, id: 300}, echo, 48)
-		h.fromEp(t, "first fragment of an echo request", first, actOK, egress(epA, reasonAllowPolicy))
-		h.fromEp(t, "later fragment of an echo request", later, actOK, egress(epA, reasonAllowFrag))
+		h.fromEp(t, "first fragment of an echo request", first, actOK, egress(epA, cnlabReasonR_ALLOW_POLICY))
+		h.fromEp(t, "later fragment of an echo request", later, actOK, egress(epA, cnlabReasonR_ALLOW_FRAG))
 		reply := icmpEcho(0, 4242, 1)
 		reply = append(reply, bytes.Repeat([]byte{1}, 64)...)
 		first, later = fragments(ipHdr{src: addrR, dst: epA.ip, proto: protoICMP, id: 301}, reply, 48)
-		h.toEp(t, "first fragment of the echo reply", first, actOK, ingress(epA, reasonAllowCT))
-		h.toEp(t, "later fragment of the echo reply", later, actOK, ingress(epA, reasonAllowFrag))
+		h.toEp(t, "first fragment of the echo reply", first, actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
+		h.toEp(t, "later fragment of the echo reply", later, actOK, ingress(epA, cnlabReasonR_ALLOW_FRAG))
 	})
 	t.Run("host-local", func(t *testing.T) {
 		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingBPF})
-		h.setPolicy(0, epB, isoIn, allow(policy.Ingress, epA.identity, protoUDP, 53))
+		h.setPolicy(0, epB, cnlabIsolationISO_INGRESS, allow(policy.Ingress, epA.identity, protoUDP, 53))
 		data := bytes.Repeat([]byte{0xcd}, 32)
 		first, later := fragments(ipHdr{src: epA.ip, dst: epB.ip, proto: protoUDP, id: 400}, udpHdr(5000, 53, data), 16)
-		h.fromEp(t, "first fragment A to B", first, actRedirect, egress(epA, reasonAllowUnenforced), ingress(epB, reasonAllowPolicy))
-		h.fromEp(t, "later fragment A to B", later, actRedirect, egress(epA, reasonAllowFrag), ingress(epB, reasonAllowFrag))
+		h.fromEp(t, "first fragment A to B", first, actRedirect, egress(epA, cnlabReasonR_ALLOW_UNENFORCED), ingress(epB, cnlabReasonR_ALLOW_POLICY))
+		h.fromEp(t, "later fragment A to B", later, actRedirect, egress(epA, cnlabReasonR_ALLOW_FRAG), ingress(epB, cnlabReasonR_ALLOW_FRAG))
 		_, orphan := fragments(ipHdr{src: epA.ip, dst: epB.ip, proto: protoUDP, id: 401}, udpHdr(5000, 53, data), 16)
-		h.fromEp(t, "later fragment A to B, first never seen", orphan, actShot, egress(epA, reasonDropFrag))
+		h.fromEp(t, "later fragment A to B, first never seen", orphan, actShot, egress(epA, cnlabReasonR_DROP_FRAG))
 		first, later = fragments(ipHdr{src: epA.ip, dst: epB.ip, proto: protoUDP, id: 402}, udpHdr(5000, 54, data), 16)
-		h.fromEp(t, "first fragment A to B, denied port", first, actShot, egress(epA, reasonAllowUnenforced), ingress(epB, reasonDropDefault))
-		h.fromEp(t, "later fragment of it", later, actShot, egress(epA, reasonDropFrag))
+		h.fromEp(t, "first fragment A to B, denied port", first, actShot, egress(epA, cnlabReasonR_ALLOW_UNENFORCED), ingress(epB, cnlabReasonR_DROP_DEFAULT))
+		h.fromEp(t, "later fragment of it", later, actShot, egress(epA, cnlabReasonR_DROP_FRAG))
 
 		// B's fragmented reply, established.
 		h.runAs(epB)
 		first, later = fragments(ipHdr{src: epB.ip, dst: epA.ip, proto: protoUDP, id: 403}, udpHdr(53, 5000, bytes.Repeat(data, 4)), 64)
-		h.fromEp(t, "first fragment of B's reply", first, actRedirect, egress(epB, reasonAllowCT), ingress(epA, reasonAllowCT))
-		h.fromEp(t, "later fragment of B's reply", later, actRedirect, egress(epB, reasonAllowFrag), ingress(epA, reasonAllowFrag))
+		h.fromEp(t, "first fragment of B's reply", first, actRedirect, egress(epB, cnlabReasonR_ALLOW_CT), ingress(epA, cnlabReasonR_ALLOW_CT))
+		h.fromEp(t, "later fragment of B's reply", later, actRedirect, egress(epB, cnlabReasonR_ALLOW_FRAG), ingress(epA, cnlabReasonR_ALLOW_FRAG))
 	})
 }
 
@@ -326,16 +326,16 @@ func TestProgFragments(t *testing.T) {
 // ICMP errors about a tracked flow are related, others go to policy.
 func TestProgICMP(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
-	h.setPolicy(0, epA, isoIn, allow(policy.Ingress, idR, protoTCP, 80))
-	h.toEp(t, "echo request, TCP-only allow", echoPkt(addrR, epA.ip, 8, 1), actShot, ingress(epA, reasonDropDefault))
-	h.setPolicy(0, epA, isoIn, allow(policy.Ingress, idR, protoTCP, 80), allow(policy.Ingress, idR2, policy.ProtoAny, 0))
-	h.toEp(t, "echo request, any-protocol allow", echoPkt(addrR2, epA.ip, 8, 2), actOK, ingress(epA, reasonAllowPolicy))
-	h.toEp(t, "echo request from the TCP-only peer", echoPkt(addrR, epA.ip, 8, 3), actShot, ingress(epA, reasonDropDefault))
+	h.setPolicy(0, epA, cnlabIsolationISO_INGRESS, allow(policy.Ingress, idR, protoTCP, 80))
+	h.toEp(t, "echo request, TCP-only allow", echoPkt(addrR, epA.ip, 8, 1), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
+	h.setPolicy(0, epA, cnlabIsolationISO_INGRESS, allow(policy.Ingress, idR, protoTCP, 80), allow(policy.Ingress, idR2, policy.ProtoAny, 0))
+	h.toEp(t, "echo request, any-protocol allow", echoPkt(addrR2, epA.ip, 8, 2), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
+	h.toEp(t, "echo request from the TCP-only peer", echoPkt(addrR, epA.ip, 8, 3), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
 
 	// A pings the world: the reply is established, another id is not.
-	h.fromEp(t, "echo request A to W", echoPkt(epA.ip, addrW, 8, 77), actOK, egress(epA, reasonAllowUnenforced))
-	h.toEp(t, "echo reply W to A", echoPkt(addrW, epA.ip, 0, 77), actOK, ingress(epA, reasonAllowCT))
-	h.toEp(t, "echo reply W to A, untracked id", echoPkt(addrW, epA.ip, 0, 78), actShot, ingress(epA, reasonDropDefault))
+	h.fromEp(t, "echo request A to W", echoPkt(epA.ip, addrW, 8, 77), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+	h.toEp(t, "echo reply W to A", echoPkt(addrW, epA.ip, 0, 77), actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
+	h.toEp(t, "echo reply W to A, untracked id", echoPkt(addrW, epA.ip, 0, 78), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
 
 	// Errors about flows A opened, quoting 8 bytes of the L4 header (RFC
 	// 792, what many routers send) or all of it (Linux).
@@ -346,75 +346,75 @@ func TestProgICMP(t *testing.T) {
 		t.Run(fmt.Sprintf("quoting %d bytes", l4), func(t *testing.T) {
 			sport := uint16(40000 + l4)
 			syn := ipHdr{src: epA.ip, dst: addrW, proto: protoTCP, id: 9}.bytes(tcpHdr(sport, 443, tcpSYN))
-			h.fromEp(t, "SYN A to W:443", frame(ethIPv4, syn), actOK, egress(epA, reasonAllowUnenforced))
-			h.toEp(t, "unreachable about the tracked SYN", unreach(syn, l4), actOK, ingress(epA, reasonAllowRelated))
+			h.fromEp(t, "SYN A to W:443", frame(ethIPv4, syn), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+			h.toEp(t, "unreachable about the tracked SYN", unreach(syn, l4), actOK, ingress(epA, cnlabReasonR_ALLOW_RELATED))
 			fragNeeded := frame(ethIPv4, ipHdr{src: addrRtr, dst: epA.ip, proto: protoICMP, id: 11}.bytes(icmpError(3, 4, syn, l4)))
-			h.toEp(t, "fragmentation needed about the tracked SYN", fragNeeded, actOK, ingress(epA, reasonAllowRelated))
+			h.toEp(t, "fragmentation needed about the tracked SYN", fragNeeded, actOK, ingress(epA, cnlabReasonR_ALLOW_RELATED))
 			ttl := frame(ethIPv4, ipHdr{src: addrRtr, dst: epA.ip, proto: protoICMP, id: 11}.bytes(icmpError(11, 0, syn, l4)))
-			h.toEp(t, "time exceeded about the tracked SYN", ttl, actOK, ingress(epA, reasonAllowRelated))
+			h.toEp(t, "time exceeded about the tracked SYN", ttl, actOK, ingress(epA, cnlabReasonR_ALLOW_RELATED))
 			unknown := ipHdr{src: epA.ip, dst: addrW, proto: protoTCP, id: 12}.bytes(tcpHdr(sport, 444, tcpSYN))
-			h.toEp(t, "unreachable about an unknown flow", unreach(unknown, l4), actShot, ingress(epA, reasonDropDefault))
+			h.toEp(t, "unreachable about an unknown flow", unreach(unknown, l4), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
 
 			dns := ipHdr{src: epA.ip, dst: addrW, proto: protoUDP, id: 14}.bytes(udpHdr(sport, 53, []byte("query")))
-			h.fromEp(t, "UDP A to W:53", frame(ethIPv4, dns), actOK, egress(epA, reasonAllowUnenforced))
-			h.toEp(t, "port unreachable about the UDP query", unreach(dns, l4), actOK, ingress(epA, reasonAllowRelated))
+			h.fromEp(t, "UDP A to W:53", frame(ethIPv4, dns), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+			h.toEp(t, "port unreachable about the UDP query", unreach(dns, l4), actOK, ingress(epA, cnlabReasonR_ALLOW_RELATED))
 
 			ping := ipHdr{src: epA.ip, dst: addrW, proto: protoICMP, id: 15}.bytes(icmpEcho(8, sport, 1))
-			h.fromEp(t, "echo request A to W", frame(ethIPv4, ping), actOK, egress(epA, reasonAllowUnenforced))
-			h.toEp(t, "host unreachable about the ping", unreach(ping, l4), actOK, ingress(epA, reasonAllowRelated))
+			h.fromEp(t, "echo request A to W", frame(ethIPv4, ping), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+			h.toEp(t, "host unreachable about the ping", unreach(ping, l4), actOK, ingress(epA, cnlabReasonR_ALLOW_RELATED))
 			otherPing := ipHdr{src: epA.ip, dst: addrW, proto: protoICMP, id: 16}.bytes(icmpEcho(8, sport+1, 1))
-			h.toEp(t, "host unreachable about an untracked ping", unreach(otherPing, l4), actShot, ingress(epA, reasonDropDefault))
+			h.toEp(t, "host unreachable about an untracked ping", unreach(otherPing, l4), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
 
 			// An error about A's reply in a flow R opened.
-			h.toEp(t, "SYN R to A:80", tcpPkt(addrR, epA.ip, sport, 80, tcpSYN), actOK, ingress(epA, reasonAllowPolicy))
+			h.toEp(t, "SYN R to A:80", tcpPkt(addrR, epA.ip, sport, 80, tcpSYN), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
 			synack := ipHdr{src: epA.ip, dst: addrR, proto: protoTCP, id: 13}.bytes(tcpHdr(80, sport, tcpSYN|tcpACK))
-			h.toEp(t, "unreachable about A's SYN-ACK", unreach(synack, l4), actOK, ingress(epA, reasonAllowRelated))
+			h.toEp(t, "unreachable about A's SYN-ACK", unreach(synack, l4), actOK, ingress(epA, cnlabReasonR_ALLOW_RELATED))
 		})
 	}
 	// An error quoting less than the ports is no error about a flow: it
 	// goes to policy like any other ICMP packet.
 	syn := ipHdr{src: epA.ip, dst: addrW, proto: protoTCP, id: 9}.bytes(tcpHdr(40008, 443, tcpSYN))
-	h.toEp(t, "unreachable quoting 2 bytes of the tracked SYN", unreach(syn, 2), actShot, ingress(epA, reasonDropDefault))
+	h.toEp(t, "unreachable quoting 2 bytes of the tracked SYN", unreach(syn, 2), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
 
 	// Unknown flows are policy's: with an allow for the world, the error
 	// about the unknown flow passes as policy-allow.
-	h.setPolicy(0, epA, isoIn, allow(policy.Ingress, WorldIdentity, policy.ProtoAny, 0))
+	h.setPolicy(0, epA, cnlabIsolationISO_INGRESS, allow(policy.Ingress, WorldIdentity, policy.ProtoAny, 0))
 	unknown := ipHdr{src: epA.ip, dst: addrW, proto: protoTCP, id: 12}.bytes(tcpHdr(40000, 444, tcpSYN))
-	h.toEp(t, "unreachable about an unknown flow, world allowed", unreach(unknown, 8), actOK, ingress(epA, reasonAllowPolicy))
+	h.toEp(t, "unreachable about an unknown flow, world allowed", unreach(unknown, 8), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
 }
 
 // TestProgTCP: a SYN always meets policy, other segments meet conntrack
 // first.
 func TestProgTCP(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
-	h.setPolicy(0, epA, isoIn, allow(policy.Ingress, anyPeer, protoTCP, 80))
-	h.toEp(t, "SYN to 81", tcpPkt(addrR, epA.ip, 1234, 81, tcpSYN), actShot, ingress(epA, reasonDropDefault))
+	h.setPolicy(0, epA, cnlabIsolationISO_INGRESS, allow(policy.Ingress, anyPeer, protoTCP, 80))
+	h.toEp(t, "SYN to 81", tcpPkt(addrR, epA.ip, 1234, 81, tcpSYN), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
 	if h.ctHas(addrR, epA.ip, 1234, 81, protoTCP, 1+dirIn, epA.index) {
 		t.Errorf("a dropped SYN created a conntrack entry")
 	}
-	h.toEp(t, "SYN to 80", tcpPkt(addrR, epA.ip, 1234, 80, tcpSYN), actOK, ingress(epA, reasonAllowPolicy))
+	h.toEp(t, "SYN to 80", tcpPkt(addrR, epA.ip, 1234, 80, tcpSYN), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
 	if !h.ctHas(addrR, epA.ip, 1234, 80, protoTCP, 1+dirIn, epA.index) {
 		t.Errorf("the allowed SYN created no conntrack entry")
 	}
-	h.fromEp(t, "SYN-ACK from 80", tcpPkt(epA.ip, addrR, 80, 1234, tcpSYN|tcpACK), actOK, egress(epA, reasonAllowCT))
-	h.toEp(t, "ACK to 80", tcpPkt(addrR, epA.ip, 1234, 80, tcpACK), actOK, ingress(epA, reasonAllowCT))
-	h.toEp(t, "bare ACK to 81, no conntrack", tcpPkt(addrR, epA.ip, 1235, 81, tcpACK), actShot, ingress(epA, reasonDropDefault))
-	h.toEp(t, "RST to 81, no conntrack", tcpPkt(addrR, epA.ip, 1235, 81, tcpRST), actShot, ingress(epA, reasonDropDefault))
-	h.toEp(t, "FIN-ACK to 81, no conntrack", tcpPkt(addrR, epA.ip, 1235, 81, tcpFIN|tcpACK), actShot, ingress(epA, reasonDropDefault))
+	h.fromEp(t, "SYN-ACK from 80", tcpPkt(epA.ip, addrR, 80, 1234, tcpSYN|tcpACK), actOK, egress(epA, cnlabReasonR_ALLOW_CT))
+	h.toEp(t, "ACK to 80", tcpPkt(addrR, epA.ip, 1234, 80, tcpACK), actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
+	h.toEp(t, "bare ACK to 81, no conntrack", tcpPkt(addrR, epA.ip, 1235, 81, tcpACK), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
+	h.toEp(t, "RST to 81, no conntrack", tcpPkt(addrR, epA.ip, 1235, 81, tcpRST), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
+	h.toEp(t, "FIN-ACK to 81, no conntrack", tcpPkt(addrR, epA.ip, 1235, 81, tcpFIN|tcpACK), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
 
 	// A new SYN on the tracked tuple goes to policy, not conntrack.
-	h.toEp(t, "SYN to 80 again", tcpPkt(addrR, epA.ip, 1234, 80, tcpSYN), actOK, ingress(epA, reasonAllowPolicy))
+	h.toEp(t, "SYN to 80 again", tcpPkt(addrR, epA.ip, 1234, 80, tcpSYN), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
 	// Generation 1 isolates A with no allow for 80: after the switch the
 	// old entry lingers, yet a SYN on its tuple is dropped.
-	h.setPolicy(1, epA, isoIn, allow(policy.Ingress, anyPeer, protoTCP, 8080))
+	h.setPolicy(1, epA, cnlabIsolationISO_INGRESS, allow(policy.Ingress, anyPeer, protoTCP, 8080))
 	h.setGen(1)
 	if !h.ctHas(addrR, epA.ip, 1234, 80, protoTCP, 1+dirIn, epA.index) {
 		t.Fatalf("the conntrack entry of the earlier SYN is gone")
 	}
-	h.toEp(t, "SYN to 80 after the policy change, stale conntrack", tcpPkt(addrR, epA.ip, 1234, 80, tcpSYN), actShot, ingress(epA, reasonDropDefault))
-	h.toEp(t, "SYN to 8080 in generation 1", tcpPkt(addrR, epA.ip, 1236, 8080, tcpSYN), actOK, ingress(epA, reasonAllowPolicy))
+	h.toEp(t, "SYN to 80 after the policy change, stale conntrack", tcpPkt(addrR, epA.ip, 1234, 80, tcpSYN), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
+	h.toEp(t, "SYN to 8080 in generation 1", tcpPkt(addrR, epA.ip, 1236, 8080, tcpSYN), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
 	h.setGen(0)
-	h.toEp(t, "SYN to 8080 back in generation 0", tcpPkt(addrR, epA.ip, 1237, 8080, tcpSYN), actShot, ingress(epA, reasonDropDefault))
+	h.toEp(t, "SYN to 8080 back in generation 0", tcpPkt(addrR, epA.ip, 1237, 8080, tcpSYN), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
 }
 
 // TestProgSpoof: an endpoint may only send from its own address.
@@ -423,10 +423,10 @@ func TestProgSpoof(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			h := newHarness(t, harnessOpts{hostRouting: mode})
 			for _, src := range []netip.Addr{netip.MustParseAddr("10.0.0.99"), epB.ip, addrR, netip.IPv4Unspecified()} {
-				h.fromEp(t, "from "+src.String()+" to R", tcpPkt(src, addrR, 1000, 80, tcpSYN), actShot, egress(epA, reasonDropSpoof))
-				h.fromEp(t, "from "+src.String()+" to B", udpPkt(src, epB.ip, 1000, 53), actShot, egress(epA, reasonDropSpoof))
+				h.fromEp(t, "from "+src.String()+" to R", tcpPkt(src, addrR, 1000, 80, tcpSYN), actShot, egress(epA, cnlabReasonR_DROP_SPOOF))
+				h.fromEp(t, "from "+src.String()+" to B", udpPkt(src, epB.ip, 1000, 53), actShot, egress(epA, cnlabReasonR_DROP_SPOOF))
 			}
-			h.fromEp(t, "from A's own address", tcpPkt(epA.ip, addrR, 1000, 80, tcpSYN), actOK, egress(epA, reasonAllowUnenforced))
+			h.fromEp(t, "from A's own address", tcpPkt(epA.ip, addrR, 1000, 80, tcpSYN), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
 		})
 	}
 }
@@ -439,35 +439,35 @@ func TestProgDenyWins(t *testing.T) {
 		from   netip.Addr
 		port   uint16
 		act    uint32
-		reason uint8
+		reason cnlabReason
 	}
 	cases := []struct {
 		name    string
-		enforce uint32
+		enforce cnlabIsolation
 		rules   []policy.Entry
 		probes  []probe
 	}{
-		{"peer allow tcp/80, peer deny tcp/any", isoIn,
+		{"peer allow tcp/80, peer deny tcp/any", cnlabIsolationISO_INGRESS,
 			[]policy.Entry{allow(policy.Ingress, idR, protoTCP, 80), deny(policy.Ingress, idR, protoTCP, 0)},
-			[]probe{{addrR, 80, actShot, reasonDropDeny}, {addrR2, 80, actShot, reasonDropDefault}}},
-		{"peer allow tcp/80, wildcard deny tcp/any", isoIn,
+			[]probe{{addrR, 80, actShot, cnlabReasonR_DROP_DENY}, {addrR2, 80, actShot, cnlabReasonR_DROP_DEFAULT}}},
+		{"peer allow tcp/80, wildcard deny tcp/any", cnlabIsolationISO_INGRESS,
 			[]policy.Entry{allow(policy.Ingress, idR, protoTCP, 80), deny(policy.Ingress, anyPeer, protoTCP, 0)},
-			[]probe{{addrR, 80, actShot, reasonDropDeny}, {addrW, 80, actShot, reasonDropDeny}}},
-		{"wildcard allow tcp/80, peer deny tcp/80", isoIn,
+			[]probe{{addrR, 80, actShot, cnlabReasonR_DROP_DENY}, {addrW, 80, actShot, cnlabReasonR_DROP_DENY}}},
+		{"wildcard allow tcp/80, peer deny tcp/80", cnlabIsolationISO_INGRESS,
 			[]policy.Entry{allow(policy.Ingress, anyPeer, protoTCP, 80), deny(policy.Ingress, idR, protoTCP, 80)},
-			[]probe{{addrR, 80, actShot, reasonDropDeny}, {addrR2, 80, actOK, reasonAllowPolicy}, {addrW, 80, actOK, reasonAllowPolicy}}},
-		{"peer allow tcp/80, peer deny any protocol", isoIn,
+			[]probe{{addrR, 80, actShot, cnlabReasonR_DROP_DENY}, {addrR2, 80, actOK, cnlabReasonR_ALLOW_POLICY}, {addrW, 80, actOK, cnlabReasonR_ALLOW_POLICY}}},
+		{"peer allow tcp/80, peer deny any protocol", cnlabIsolationISO_INGRESS,
 			[]policy.Entry{allow(policy.Ingress, idR, protoTCP, 80), deny(policy.Ingress, idR, policy.ProtoAny, 0)},
-			[]probe{{addrR, 80, actShot, reasonDropDeny}}},
-		{"peer allow tcp/80-90, peer deny tcp/85", isoIn,
+			[]probe{{addrR, 80, actShot, cnlabReasonR_DROP_DENY}}},
+		{"peer allow tcp/80-90, peer deny tcp/85", cnlabIsolationISO_INGRESS,
 			[]policy.Entry{{Dir: policy.Ingress, PeerID: idR, Proto: protoTCP, PortLo: 80, PortHi: 90}, deny(policy.Ingress, idR, protoTCP, 85)},
-			[]probe{{addrR, 84, actOK, reasonAllowPolicy}, {addrR, 85, actShot, reasonDropDeny}, {addrR, 86, actOK, reasonAllowPolicy}, {addrR, 91, actShot, reasonDropDefault}}},
+			[]probe{{addrR, 84, actOK, cnlabReasonR_ALLOW_POLICY}, {addrR, 85, actShot, cnlabReasonR_DROP_DENY}, {addrR, 86, actOK, cnlabReasonR_ALLOW_POLICY}, {addrR, 91, actShot, cnlabReasonR_DROP_DEFAULT}}},
 		{"deny tcp/80 without isolation", 0,
 			[]policy.Entry{deny(policy.Ingress, idR, protoTCP, 80)},
-			[]probe{{addrR, 80, actShot, reasonDropDeny}, {addrR, 81, actOK, reasonAllowUnenforced}, {addrR2, 80, actOK, reasonAllowUnenforced}}},
+			[]probe{{addrR, 80, actShot, cnlabReasonR_DROP_DENY}, {addrR, 81, actOK, cnlabReasonR_ALLOW_UNENFORCED}, {addrR2, 80, actOK, cnlabReasonR_ALLOW_UNENFORCED}}},
 		{"wildcard deny tcp/80 without isolation, peer allow", 0,
 			[]policy.Entry{allow(policy.Ingress, idR, protoTCP, 80), deny(policy.Ingress, anyPeer, protoTCP, 80)},
-			[]probe{{addrR, 80, actShot, reasonDropDeny}}},
+			[]probe{{addrR, 80, actShot, cnlabReasonR_DROP_DENY}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -478,11 +478,11 @@ func TestProgDenyWins(t *testing.T) {
 		})
 	}
 	t.Run("egress", func(t *testing.T) {
-		h.setPolicy(0, epA, isoOut, allow(policy.Egress, idR, protoTCP, 443), deny(policy.Egress, anyPeer, protoTCP, 443))
-		h.fromEp(t, "SYN to R:443", tcpPkt(epA.ip, addrR, 3000, 443, tcpSYN), actShot, egress(epA, reasonDropDeny))
-		h.setPolicy(0, epA, isoOut, allow(policy.Egress, idR, protoTCP, 443), deny(policy.Egress, idR2, protoTCP, 443))
-		h.fromEp(t, "SYN to R:443, deny for R2 only", tcpPkt(epA.ip, addrR, 3001, 443, tcpSYN), actOK, egress(epA, reasonAllowPolicy))
-		h.fromEp(t, "SYN to R2:443", tcpPkt(epA.ip, addrR2, 3002, 443, tcpSYN), actShot, egress(epA, reasonDropDeny))
+		h.setPolicy(0, epA, cnlabIsolationISO_EGRESS, allow(policy.Egress, idR, protoTCP, 443), deny(policy.Egress, anyPeer, protoTCP, 443))
+		h.fromEp(t, "SYN to R:443", tcpPkt(epA.ip, addrR, 3000, 443, tcpSYN), actShot, egress(epA, cnlabReasonR_DROP_DENY))
+		h.setPolicy(0, epA, cnlabIsolationISO_EGRESS, allow(policy.Egress, idR, protoTCP, 443), deny(policy.Egress, idR2, protoTCP, 443))
+		h.fromEp(t, "SYN to R:443, deny for R2 only", tcpPkt(epA.ip, addrR, 3001, 443, tcpSYN), actOK, egress(epA, cnlabReasonR_ALLOW_POLICY))
+		h.fromEp(t, "SYN to R2:443", tcpPkt(epA.ip, addrR2, 3002, 443, tcpSYN), actShot, egress(epA, cnlabReasonR_DROP_DENY))
 	})
 }
 
@@ -492,10 +492,10 @@ func TestProgDenyWins(t *testing.T) {
 func TestProgHostLocal(t *testing.T) {
 	t.Run("bpf", func(t *testing.T) {
 		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingBPF})
-		h.setPolicy(0, epB, isoIn, allow(policy.Ingress, epA.identity, protoTCP, 80))
+		h.setPolicy(0, epB, cnlabIsolationISO_INGRESS, allow(policy.Ingress, epA.identity, protoTCP, 80))
 		h.setPolicy(0, epA, 0, deny(policy.Egress, epB.identity, protoTCP, 82))
 		r := h.fromEp(t, "SYN A to B:80", tcpPkt(epA.ip, epB.ip, 1000, 80, tcpSYN), actRedirect,
-			egress(epA, reasonAllowUnenforced), ingress(epB, reasonAllowPolicy))
+			egress(epA, cnlabReasonR_ALLOW_UNENFORCED), ingress(epB, cnlabReasonR_ALLOW_POLICY))
 		if len(r.out) >= 14 && (!bytes.Equal(r.out[0:6], epB.mac[:]) || !bytes.Equal(r.out[6:12], epB.lxc[:])) {
 			t.Errorf("redirected frame: dst %x src %x, want dst %x (B) src %x (B's veth)", r.out[0:6], r.out[6:12], epB.mac, epB.lxc)
 		}
@@ -503,21 +503,21 @@ func TestProgHostLocal(t *testing.T) {
 			t.Errorf("no host-local conntrack entry for A to B:80")
 		}
 		h.fromEp(t, "SYN A to B:81", tcpPkt(epA.ip, epB.ip, 1001, 81, tcpSYN), actShot,
-			egress(epA, reasonAllowUnenforced), ingress(epB, reasonDropDefault))
+			egress(epA, cnlabReasonR_ALLOW_UNENFORCED), ingress(epB, cnlabReasonR_DROP_DEFAULT))
 		h.fromEp(t, "SYN A to B:82, denied at A", tcpPkt(epA.ip, epB.ip, 1002, 82, tcpSYN), actShot,
-			egress(epA, reasonDropDeny))
+			egress(epA, cnlabReasonR_DROP_DENY))
 		h.runAs(epB)
 		h.fromEp(t, "SYN-ACK B:80 to A", tcpPkt(epB.ip, epA.ip, 80, 1000, tcpSYN|tcpACK), actRedirect,
-			egress(epB, reasonAllowCT), ingress(epA, reasonAllowCT))
+			egress(epB, cnlabReasonR_ALLOW_CT), ingress(epA, cnlabReasonR_ALLOW_CT))
 		h.fromEp(t, "SYN B to A:22", tcpPkt(epB.ip, epA.ip, 2000, 22, tcpSYN), actRedirect,
-			egress(epB, reasonAllowUnenforced), ingress(epA, reasonAllowUnenforced))
+			egress(epB, cnlabReasonR_ALLOW_UNENFORCED), ingress(epA, cnlabReasonR_ALLOW_UNENFORCED))
 	})
 	t.Run("legacy", func(t *testing.T) {
 		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingLegacy})
-		h.setPolicy(0, epB, isoIn, allow(policy.Ingress, epA.identity, protoTCP, 80))
-		h.fromEp(t, "SYN A to B:81", tcpPkt(epA.ip, epB.ip, 1001, 81, tcpSYN), actOK, egress(epA, reasonAllowUnenforced))
+		h.setPolicy(0, epB, cnlabIsolationISO_INGRESS, allow(policy.Ingress, epA.identity, protoTCP, 80))
+		h.fromEp(t, "SYN A to B:81", tcpPkt(epA.ip, epB.ip, 1001, 81, tcpSYN), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
 		h.runAs(epB)
-		h.toEp(t, "SYN A to B:81", tcpPkt(epA.ip, epB.ip, 1001, 81, tcpSYN), actShot, ingress(epB, reasonDropDefault))
-		h.toEp(t, "SYN A to B:80", tcpPkt(epA.ip, epB.ip, 1001, 80, tcpSYN), actOK, ingress(epB, reasonAllowPolicy))
+		h.toEp(t, "SYN A to B:81", tcpPkt(epA.ip, epB.ip, 1001, 81, tcpSYN), actShot, ingress(epB, cnlabReasonR_DROP_DEFAULT))
+		h.toEp(t, "SYN A to B:80", tcpPkt(epA.ip, epB.ip, 1001, 80, tcpSYN), actOK, ingress(epB, cnlabReasonR_ALLOW_POLICY))
 	})
 }

@@ -31,8 +31,8 @@ const (
 
 // Directions as the programs and their counters number them.
 const (
-	dirIn  = uint8(policy.Ingress) // DIR_INGRESS
-	dirOut = uint8(policy.Egress)  // DIR_EGRESS
+	dirIn  = uint8(cnlabDirDIR_INGRESS)
+	dirOut = uint8(cnlabDirDIR_EGRESS)
 )
 
 // testIfindex is skb->ifindex in a BPF_PROG_TEST_RUN of a tc program: the
@@ -129,7 +129,7 @@ func newHarness(tb testing.TB, o harnessOpts) *harness {
 	tb.Cleanup(func() { h.objs.Close() })
 	var flags uint32
 	if o.hostRouting == kind.HostRoutingBPF {
-		flags = flagHostRoutingBPF
+		flags = uint32(cnlabConfigFlagFLAG_HOST_ROUTING_BPF)
 	}
 	h.must(h.objs.CnlabConfig.Put(uint32(0), cnlabConfig{Gen: 0, Flags: flags, MaxEp: testMaxEp}))
 	for _, e := range []*tep{epA, epB} {
@@ -176,21 +176,15 @@ func (h *harness) setGen(gen uint32) {
 	h.must(h.objs.CnlabConfig.Put(uint32(0), c))
 }
 
-// Isolation bits of cnlab_enforce.
-const (
-	isoIn  = 1
-	isoOut = 2
-)
-
 // setPolicy gives endpoint e, in generation gen, its isolation and a policy
 // map holding rules, rendered as apply renders them (port ranges as
 // prefixes, then flatten). Subject and peer identities are the peer keys.
-func (h *harness) setPolicy(gen uint32, e *tep, enforce uint32, rules ...policy.Entry) {
+func (h *harness) setPolicy(gen uint32, e *tep, enforce cnlabIsolation, rules ...policy.Entry) {
 	h.tb.Helper()
 	h.setEntries(gen, e, enforce, render(rules...))
 }
 
-func (h *harness) setEntries(gen uint32, e *tep, enforce uint32, es []polEntry) {
+func (h *harness) setEntries(gen uint32, e *tep, enforce cnlabIsolation, es []polEntry) {
 	h.tb.Helper()
 	slot := gen*testMaxEp + e.index
 	h.must(h.objs.CnlabEnforce.Put(slot, enforce))
@@ -230,15 +224,15 @@ func deny(dir policy.Dir, peer uint32, proto uint8, port uint16) policy.Entry {
 type hit struct {
 	ep     uint32
 	dir    uint8
-	reason uint8
+	reason cnlabReason
 }
 
 func (c hit) String() string {
 	return fmt.Sprintf("ep%d/%s/%s", c.ep, policy.Dir(c.dir), reasonName(c.reason))
 }
 
-func ingress(e *tep, reason uint8) hit { return hit{e.index, dirIn, reason} }
-func egress(e *tep, reason uint8) hit  { return hit{e.index, dirOut, reason} }
+func ingress(e *tep, reason cnlabReason) hit { return hit{e.index, dirIn, reason} }
+func egress(e *tep, reason cnlabReason) hit  { return hit{e.index, dirOut, reason} }
 
 // counters sums cnlab_counters over CPUs: packets per counter.
 func (h *harness) counters(t testing.TB) map[hit]uint64 {
@@ -253,7 +247,8 @@ func (h *harness) counters(t testing.TB) map[hit]uint64 {
 			n += c.Packets
 		}
 		if n != 0 {
-			res[hit{k / (2 * reasonRMax), uint8(k / reasonRMax % 2), uint8(k % reasonRMax)}] = n
+			slot, dir, reason := counterSlot(k)
+			res[hit{slot, dir, reason}] = n
 		}
 	}
 	if err := it.Err(); err != nil {

@@ -2,46 +2,28 @@ package ebpf
 
 import "fmt"
 
-// Verdict reasons, as numbered in bpf/cnlab.c (enum reason). Below
-// firstDrop a packet passes; from it on, it is dropped.
-const (
-	reasonAllowPolicy     = 1
-	reasonAllowUnenforced = 2
-	reasonAllowCT         = 3
-	reasonAllowRelated    = 4
-	reasonAllowFrag       = 5
-	reasonARPReplied      = 6
-	reasonARPPassed       = 7
-	firstDrop             = 16
-	reasonDropDeny        = 16
-	reasonDropDefault     = 17
-	reasonDropMalformed   = 18
-	reasonDropFrag        = 19
-	reasonDropIPv6        = 20
-	reasonDropL3          = 21
-	reasonDropSpoof       = 22
-	reasonDropUnknown     = 23
-)
-
-var reasonNames = map[uint8]string{
-	reasonAllowPolicy:     "policy-allow",
-	reasonAllowUnenforced: "not-isolated",
-	reasonAllowCT:         "established",
-	reasonAllowRelated:    "related",
-	reasonAllowFrag:       "fragment",
-	reasonARPReplied:      "arp-replied",
-	reasonARPPassed:       "arp-passed",
-	reasonDropDeny:        "policy-deny",
-	reasonDropDefault:     "policy-default-deny",
-	reasonDropMalformed:   "malformed",
-	reasonDropFrag:        "fragment-no-first",
-	reasonDropIPv6:        "ipv6",
-	reasonDropL3:          "unsupported-l3",
-	reasonDropSpoof:       "spoofed-source",
-	reasonDropUnknown:     "unknown-endpoint",
+// reasonNames names the verdict reasons of bpf/cnlab.c (enum reason, whose
+// constants bpf2go generates); TestReasonNames fails on a reason without a
+// name here.
+var reasonNames = map[cnlabReason]string{
+	cnlabReasonR_ALLOW_POLICY:     "policy-allow",
+	cnlabReasonR_ALLOW_UNENFORCED: "not-isolated",
+	cnlabReasonR_ALLOW_CT:         "established",
+	cnlabReasonR_ALLOW_RELATED:    "related",
+	cnlabReasonR_ALLOW_FRAG:       "fragment",
+	cnlabReasonR_ARP_REPLIED:      "arp-replied",
+	cnlabReasonR_ARP_PASSED:       "arp-passed",
+	cnlabReasonR_DROP_DENY:        "policy-deny",
+	cnlabReasonR_DROP_DEFAULT:     "policy-default-deny",
+	cnlabReasonR_DROP_MALFORMED:   "malformed",
+	cnlabReasonR_DROP_FRAG:        "fragment-no-first",
+	cnlabReasonR_DROP_IPV6:        "ipv6",
+	cnlabReasonR_DROP_L3:          "unsupported-l3",
+	cnlabReasonR_DROP_SPOOF:       "spoofed-source",
+	cnlabReasonR_DROP_UNKNOWN:     "unknown-endpoint",
 }
 
-func reasonName(r uint8) string {
+func reasonName(r cnlabReason) string {
 	if n, ok := reasonNames[r]; ok {
 		return n
 	}
@@ -49,4 +31,4 @@ func reasonName(r uint8) string {
 }
 
 // isDrop reports whether a reason drops the packet.
-func isDrop(r uint8) bool { return r >= firstDrop }
+func isDrop(r cnlabReason) bool { return r >= cnlabReasonR_FIRST_DROP }

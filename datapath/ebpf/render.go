@@ -18,7 +18,7 @@ import (
 )
 
 // WorldIdentity is the peer of addresses the ipcache does not know.
-const WorldIdentity = 2
+const WorldIdentity = uint32(cnlabIdentityWORLD_IDENTITY)
 
 // firstSplitKey numbers the peer keys of endpoint addresses whose identity
 // some CIDR rule covers only in part (see peerClasses).
@@ -60,7 +60,7 @@ type epPlan struct {
 	ID       string
 	Slot     uint32
 	Identity uint32
-	Enforce  uint32 // bit 0 ingress, bit 1 egress
+	Enforce  cnlabIsolation // isolated directions
 	Entries  []polEntry
 }
 
@@ -204,12 +204,12 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 		for slot, ep := range datapath.LocalEndpoints(lab, h.Name) {
 			id := c.IdentityOfIP(ep.IP)
 			enf := c.Enforced[id]
-			var bits uint32
+			var bits cnlabIsolation
 			if enf.Ingress {
-				bits |= 1
+				bits |= cnlabIsolationISO_INGRESS
 			}
 			if enf.Egress {
-				bits |= 2
+				bits |= cnlabIsolationISO_EGRESS
 			}
 			e := epPlan{ID: ep.ID(), Slot: uint32(slot), Identity: id, Enforce: bits, Entries: bySubject[id]}
 			if n := len(e.Entries); n > lab.EBPF.PolicyMapSize {
@@ -229,7 +229,7 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 func RuleRef(origin string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(origin))
-	if v := h.Sum32(); v != noRule {
+	if v := h.Sum32(); v != uint32(cnlabRuleRefNO_RULE) {
 		return v
 	}
 	return 0

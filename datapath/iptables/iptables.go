@@ -62,9 +62,6 @@ func (d iptables) Setup(ctx context.Context, lab *topology.Spec) error {
 	return nil
 }
 
-// AttachEndpoint has nothing to do: rules match endpoints by address.
-func (iptables) AttachEndpoint(context.Context, *topology.Spec, *topology.Endpoint) error { return nil }
-
 // hostState is what was last applied on a host: the rules of each chain.
 type hostState struct {
 	Chains map[string][]string `json:"chains"`
@@ -239,31 +236,6 @@ func quote(s string) string {
 		s = s[:250]
 	}
 	return `"` + s + `"`
-}
-
-// Detach removes cnlab's chains from every host.
-func (d iptables) Detach(ctx context.Context, lab *topology.Spec) error {
-	restore, _, bin := tools(lab)
-	for _, h := range lab.Hosts {
-		path := datapath.StatePath(lab.Name, kind.IPTables, h.Name)
-		var have hostState
-		if err := datapath.LoadState(path, &have); err != nil {
-			return err
-		}
-		_, _ = datapath.Run(ctx, h.Netns, nil, bin, "-w", "-D", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain)
-		if have.Chains == nil {
-			have.Chains = map[string][]string{fwdChain: nil}
-		}
-		if script := diffScript(have.Chains, map[string][]string{}); script != "" {
-			if _, err := datapath.Run(ctx, h.Netns, []byte(script), restore, "-w", "--noflush"); err != nil {
-				return fmt.Errorf("host %s: %w", h.Name, err)
-			}
-		}
-		if err := datapath.SaveState(path, hostState{}); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Describe returns iptables-save of each host's filter table.

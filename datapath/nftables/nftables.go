@@ -22,6 +22,9 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
+// Descriptor binds the nftables kind to this implementation.
+var Descriptor = datapath.Descriptor{Kind: kind.NFTables, New: New}
+
 const table = "inet cnlab"
 
 // Sets of the table. The *_subj sets hold local endpoints with policy in
@@ -120,9 +123,6 @@ type nft struct{}
 // New returns the nftables datapath.
 func New() datapath.Datapath { return nft{} }
 
-// Descriptor binds the nftables kind to this implementation.
-var Descriptor = datapath.Descriptor{Kind: kind.NFTables, New: New}
-
 // Setup creates the table in every host (replacing any left from before)
 // and turns br_netfilter on so that bridged traffic meets the forward
 // chain.
@@ -144,9 +144,6 @@ func (nft) Setup(ctx context.Context, lab *topology.Spec) error {
 	}
 	return nil
 }
-
-// AttachEndpoint has nothing to do: sets match endpoints by address.
-func (nft) AttachEndpoint(context.Context, *topology.Spec, *topology.Endpoint) error { return nil }
 
 // hostState is the content of every set on a host, and the generation
 // the forward chain uses.
@@ -454,19 +451,6 @@ func merge(ivs [][2]uint16) [][2]uint16 {
 		out = append(out, iv)
 	}
 	return out
-}
-
-// Detach deletes the table from every host.
-func (nft) Detach(ctx context.Context, lab *topology.Spec) error {
-	for _, h := range lab.Hosts {
-		if _, err := datapath.Run(ctx, h.Netns, []byte("add table "+table+"\ndelete table "+table+"\n"), "nft", "-f", "-"); err != nil {
-			return fmt.Errorf("host %s: %w", h.Name, err)
-		}
-		if err := datapath.SaveState(datapath.StatePath(lab.Name, kind.NFTables, h.Name), hostState{}); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Describe lists the table of every host.

@@ -44,11 +44,20 @@ struct arphdr {
 	__be16 ar_op;
 };
 
-#define DIR_INGRESS 0
-#define DIR_EGRESS 1
+// The constants user space shares are enums, so that bpf2go emits them
+// for Go (-type in datapath/ebpf/gen.go): Go uses the generated names and
+// never copies a value.
 
-// Verdict reasons; below 16 a packet passes, from 16 it is dropped. They
-// index the per-endpoint counters; keep datapath/ebpf/reasons.go in step.
+// Directions at an endpoint, numbered as the policy model numbers them.
+enum dir {
+	DIR_INGRESS = 0,
+	DIR_EGRESS = 1,
+};
+
+// Verdict reasons; below R_FIRST_DROP a packet passes, from it on it is
+// dropped. They index the per-endpoint counters, R_MAX per endpoint and
+// direction. datapath/ebpf/reasons.go names each one (its test fails on a
+// reason it does not name).
 enum reason {
 	R_ALLOW_POLICY = 1,     // new flow allowed by a policy entry
 	R_ALLOW_UNENFORCED = 2, // new flow, direction not isolated
@@ -57,6 +66,7 @@ enum reason {
 	R_ALLOW_FRAG = 5,       // later fragment of an allowed datagram
 	R_ARP_REPLIED = 6,      // ARP request answered by the program
 	R_ARP_PASSED = 7,       // ARP passed unchecked (legacy, or to the host)
+	R_FIRST_DROP = 16,      // is_drop: this and every reason after it
 	R_DROP_DENY = 16,       // a deny entry matched
 	R_DROP_DEFAULT = 17,    // isolated direction, no allow entry matched
 	R_DROP_MALFORMED = 18,  // truncated or invalid headers
@@ -68,11 +78,43 @@ enum reason {
 	R_MAX = 32,
 };
 
-#define FLAG_HOST_ROUTING_BPF 1
+// Bits of config.flags.
+enum config_flag {
+	FLAG_HOST_ROUTING_BPF = 1,
+};
+
+// Bits of cnlab_enforce: the isolated directions of an endpoint.
+enum isolation {
+	ISO_INGRESS = 1,
+	ISO_EGRESS = 2,
+};
+
+// What cnlab monitor asks the programs to report (monitor.level).
+enum monitor_level {
+	MONITOR_OFF = 0,
+	MONITOR_DROPS = 1,
+	MONITOR_ALL = 2,
+};
+
+// Where an event was decided (event.at).
+enum event_at {
+	AT_TC = 0,      // a tc program, on a packet
+	AT_CONNECT = 1, // the connect hook, before any packet
+};
+
+// The peer key and identity of addresses the ipcache does not know.
+enum identity {
+	WORLD_IDENTITY = 2,
+};
+
+// The rule of a verdict no policy entry decided (event.rule).
+enum rule_ref {
+	NO_RULE = 0xffffffff,
+};
 
 struct config {
 	__u32 gen;    // active policy generation, 0 or 1
-	__u32 flags;  // FLAG_*
+	__u32 flags;  // enum config_flag
 	__u32 max_ep; // stride of the per-generation arrays
 	__u32 policy_size; // max_entries of every policy map (checked by user space)
 };
@@ -80,7 +122,7 @@ struct config {
 // Written by `cnlab monitor` only (the config by apply only), so neither
 // overwrites the other's fields.
 struct monitor {
-	__u32 level; // 0 off, 1 drops, 2 all verdicts
+	__u32 level; // enum monitor_level
 	__u32 pad;
 	__u64 until; // lease (ktime ns): no events after it
 };
@@ -161,7 +203,7 @@ struct event {
 	__u8 proto;
 	__u8 dir;    // direction at the endpoint that decided
 	__u8 reason;
-	__u8 at;     // 0: tc program, 1: connect hook
+	__u8 at;     // enum event_at
 	__u32 ep;    // endpoint slot that decided
 	__u32 src_identity, dst_identity;
 	__u32 len;
@@ -291,6 +333,14 @@ const struct ipcache_key *unused_ipk __attribute__((unused));
 const struct policy_key *unused_pk __attribute__((unused));
 const struct policy_val *unused_pv __attribute__((unused));
 const struct peer *unused_peer __attribute__((unused));
+const enum dir *unused_dir __attribute__((unused));
+const enum reason *unused_reason __attribute__((unused));
+const enum config_flag *unused_config_flag __attribute__((unused));
+const enum isolation *unused_isolation __attribute__((unused));
+const enum monitor_level *unused_monitor_level __attribute__((unused));
+const enum event_at *unused_event_at __attribute__((unused));
+const enum identity *unused_identity __attribute__((unused));
+const enum rule_ref *unused_rule_ref __attribute__((unused));
 
 #define NSEC 1000000000ULL
 // Lifetimes as Linux conntrack's defaults: established 5 days, 120 s
@@ -306,8 +356,6 @@ const struct peer *unused_peer __attribute__((unused));
 #define TCP_SYN 0x02
 #define TCP_RST 0x04
 #define TCP_ACK 0x10
-
-#define WORLD_IDENTITY 2
 
 struct pkt {
 	__u32 saddr, daddr;
@@ -349,16 +397,16 @@ static __always_inline void count(__u32 index, __u8 dir, __u8 reason, __u32 len)
 	}
 }
 
-static __always_inline int is_drop(__u8 reason) { return reason >= R_DROP_DENY; }
+static __always_inline int is_drop(__u8 reason) { return reason >= R_FIRST_DROP; }
 
 static __always_inline void emit(struct config *cfg, __u32 len, struct pkt *p, __u8 at,
 				 __u32 ep, __u8 dir, __u8 reason, __u32 src_id, __u32 dst_id, __u32 rule)
 {
 	__u32 zero = 0;
 	struct monitor *m = bpf_map_lookup_elem(&cnlab_monitor, &zero);
-	if (!m || !m->level)
+	if (!m || m->level == MONITOR_OFF)
 		return;
-	if (m->level == 1 && !is_drop(reason))
+	if (m->level == MONITOR_DROPS && !is_drop(reason))
 		return; // before reading the clock: a drops-only monitor costs allowed packets nothing more
 	__u64 now = bpf_ktime_get_ns();
 	if (now > m->until)
@@ -627,10 +675,10 @@ static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __
 		*rule = b->rule;
 		return R_ALLOW_POLICY;
 	}
-	*rule = 0xffffffff;
+	*rule = NO_RULE;
 	if (!enf)
 		return R_DROP_UNKNOWN; // a slot out of range: fail closed
-	__u32 bit = dir == DIR_EGRESS ? 2 : 1;
+	__u32 bit = dir == DIR_EGRESS ? ISO_EGRESS : ISO_INGRESS;
 	if (*enf & bit)
 		return R_DROP_DEFAULT;
 	return R_ALLOW_UNENFORCED;
@@ -664,7 +712,7 @@ static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 di
 {
 	__u8 scope = 1 + dir, rscope = 1 + !dir;
 	__u16 idx = ep->index;
-	*rule = 0xffffffff;
+	*rule = NO_RULE;
 	if (p->frag == 2)
 		return fragment(p, scope, idx, now);
 	int r = ct_lookup(p, scope, rscope, idx, now);
@@ -751,7 +799,7 @@ static __always_inline int finish(struct config *cfg, struct __sk_buff *skb, str
 				  __u8 dir, int r, __u32 src_id, __u32 dst_id, __u32 rule)
 {
 	count(index, dir, r, skb->len);
-	emit(cfg, skb->len, p, 0, index, dir, r, src_id, dst_id, rule);
+	emit(cfg, skb->len, p, AT_TC, index, dir, r, src_id, dst_id, rule);
 	return is_drop(r) ? TC_ACT_SHOT : TC_ACT_OK;
 }
 
@@ -767,7 +815,7 @@ int cnlab_from_ep(struct __sk_buff *skb)
 	if (act >= 0)
 		return act;
 	struct pkt p = {};
-	__u32 rule = 0xffffffff, peer_id = 0; // 0: not looked up (conntrack paths)
+	__u32 rule = NO_RULE, peer_id = 0; // 0: not looked up (conntrack paths)
 	int r = parse(skb, &p);
 	if (r)
 		return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, 0, rule);
@@ -835,7 +883,7 @@ int cnlab_to_ep(struct __sk_buff *skb)
 	if (act >= 0)
 		return act;
 	struct pkt p = {};
-	__u32 rule = 0xffffffff, peer_id = 0; // 0: not looked up (conntrack paths)
+	__u32 rule = NO_RULE, peer_id = 0; // 0: not looked up (conntrack paths)
 	int r = parse(skb, &p);
 	if (r)
 		return finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, 0, dst->identity, rule);
@@ -868,7 +916,7 @@ int cnlab_connect4(struct bpf_sock_addr *ctx)
 		return 1;
 	struct pkt p = {.saddr = src->ip, .daddr = ctx->user_ip4, .proto = IPPROTO_TCP,
 			.dport = bpf_ntohs(ctx->user_port), .tcpflags = TCP_SYN};
-	__u32 rule = 0xffffffff;
+	__u32 rule = NO_RULE;
 	__u32 gen = cfg->gen;
 	struct peer dp = peer_of(gen, p.daddr);
 	int r = verdict(cfg, src->index, DIR_EGRESS, dp.key, &p, &rule);
@@ -884,7 +932,7 @@ int cnlab_connect4(struct bpf_sock_addr *ctx)
 	if (!is_drop(r))
 		return 1;
 	count(index, dir, r, 0);
-	emit(cfg, 0, &p, 1, index, dir, r, src->identity, dst ? dst->identity : dp.identity, rule);
+	emit(cfg, 0, &p, AT_CONNECT, index, dir, r, src->identity, dst ? dst->identity : dp.identity, rule);
 	bpf_set_retval(-ECONNREFUSED);
 	return 0;
 }

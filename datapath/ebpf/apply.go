@@ -1,0 +1,242 @@
+package ebpf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// hostState is what the last apply left active on a host.
+type hostState struct {
+	Gen       uint32            `json:"gen"`
+	IPCache   string            `json:"ipcache"`   // hash of the ipcache contents
+	Endpoints map[string]string `json:"endpoints"` // endpoint -> hash of its policy map
+}
+
+// staged is a host whose next generation is built but not yet active.
+type staged struct {
+	host  *topology.Host
+	maps  *hostMaps
+	cfg   cnlabConfig
+	state hostState
+	pins  map[string]*ebpf.Map // new active inner maps to pin, by pin name
+}
+
+// Apply implements datapath.Datapath. Every host gets its next generation
+// of maps built beside the active one (unchanged maps are shared, changed
+// ones rebuilt whole with a batch update), then each host switches with
+// one word: a packet sees either the old or the new policy, never a mix.
+// If building fails on any host, no host switches.
+func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
+	if len(lab.Hosts) == 0 {
+		return datapath.ErrNoHosts
+	}
+	plans, err := plan(lab, c)
+	if err != nil {
+		return err
+	}
+	var all []*staged
+	defer func() {
+		for _, s := range all {
+			s.maps.Close()
+			for _, m := range s.pins {
+				m.Close()
+			}
+		}
+	}()
+	for i := range lab.Hosts {
+		h := &lab.Hosts[i]
+		s, err := stage(lab, h, plans[h.Name])
+		if s != nil {
+			all = append(all, s)
+		}
+		if err != nil {
+			return fmt.Errorf("host %s: %w (no host changed)", h.Name, err)
+		}
+	}
+	for i, s := range all {
+		next := s.cfg
+		next.Gen = 1 - s.cfg.Gen
+		if err := s.maps.config.Put(uint32(0), next); err != nil {
+			for _, p := range all[:i] {
+				_ = p.maps.config.Put(uint32(0), p.cfg)
+			}
+			return fmt.Errorf("host %s: switch generation: %w", s.host.Name, err)
+		}
+	}
+	// The new policy is in force on every host: what follows only helps
+	// the next apply and bpftool users, and must not make this one look
+	// failed (the lab would then store the old policy set).
+	for _, s := range all {
+		s.state.Gen = 1 - s.cfg.Gen
+		path := datapath.StatePath(lab.Name, kind.EBPF, s.host.Name)
+		if err := datapath.SaveState(path, s.state); err != nil {
+			_ = os.Remove(path) // the next apply then rebuilds every map
+		}
+		_ = pinActive(s)
+		_ = setIdentities(s.maps, plans[s.host.Name])
+	}
+	return nil
+}
+
+// setIdentities writes the endpoints' identities into the endpoint maps,
+// for events (the programs decide by peer key, never by these).
+func setIdentities(m *hostMaps, hp *hostPlan) error {
+	ident := map[uint32]uint32{}
+	for _, ep := range hp.Endpoints {
+		ident[ep.Slot] = ep.Identity
+	}
+	var errs []error
+	for _, mp := range []*ebpf.Map{m.lxc, m.local, m.sockep} {
+		if mp == nil {
+			continue
+		}
+		type kv struct {
+			k any
+			v cnlabEndpoint
+		}
+		var upd []kv
+		var e cnlabEndpoint
+		var k32 uint32
+		var k64 uint64
+		it := mp.Iterate()
+		if mp == m.sockep {
+			for it.Next(&k64, &e) {
+				if id, ok := ident[e.Index]; ok && e.Identity != id {
+					e.Identity = id
+					upd = append(upd, kv{k64, e})
+				}
+			}
+		} else {
+			for it.Next(&k32, &e) {
+				if id, ok := ident[e.Index]; ok && e.Identity != id {
+					e.Identity = id
+					upd = append(upd, kv{k32, e})
+				}
+			}
+		}
+		errs = append(errs, it.Err())
+		for _, u := range upd { // after the walk: a hash walk may skip keys updated during it
+			errs = append(errs, mp.Put(u.k, u.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stage builds a host's next generation.
+func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) {
+	m, err := openHost(lab.Name, h.Name)
+	if err != nil {
+		return nil, err
+	}
+	s := &staged{host: h, maps: m, pins: map[string]*ebpf.Map{}}
+	if s.cfg, err = m.readConfig(); err != nil {
+		return s, err
+	}
+	var have hostState
+	if err := datapath.LoadState(datapath.StatePath(lab.Name, kind.EBPF, h.Name), &have); err != nil {
+		return s, err
+	}
+	if have.Gen != s.cfg.Gen {
+		have = hostState{} // not ours to trust: rebuild everything
+	}
+	cur, next := s.cfg.Gen, 1-s.cfg.Gen
+	maxEp := s.cfg.MaxEp
+	s.state = hostState{IPCache: ipcacheHash(hp.IPCache), Endpoints: map[string]string{}}
+	// ipcache
+	ipc, err := reuseOrBuild(m.ipcache, cur, have.IPCache == s.state.IPCache, func() (*ebpf.Map, error) {
+		return buildIPCache(hp.IPCache)
+	})
+	if err != nil {
+		return s, fmt.Errorf("ipcache: %w", err)
+	}
+	var nextIPC uint32
+	if m.ipcache.Lookup(next, &nextIPC) != nil || nextIPC != mapID(ipc) {
+		if err := m.ipcache.Put(next, ipc); err != nil {
+			ipc.Close()
+			return s, fmt.Errorf("ipcache: %w", err)
+		}
+	}
+	s.pins["ipcache"] = ipc
+	// Inner maps go into the next generation's slots in one batch: every
+	// syscall update of a map-of-maps waits for an RCU grace period
+	// (milliseconds), once per batch rather than once per endpoint. Slots
+	// that already hold the wanted map are left alone.
+	var putKeys, putFDs, delKeys []uint32
+	for i := range hp.Endpoints {
+		ep := &hp.Endpoints[i]
+		hash := ep.hash()
+		s.state.Endpoints[ep.ID] = hash
+		slotCur, slotNext := cur*maxEp+ep.Slot, next*maxEp+ep.Slot
+		if err := m.enforce.Put(slotNext, ep.Enforce); err != nil {
+			return s, fmt.Errorf("endpoint %s: enforcement: %w", ep.ID, err)
+		}
+		var nextID uint32
+		hasNext := m.policy.Lookup(slotNext, &nextID) == nil
+		if len(ep.Entries) == 0 {
+			if hasNext {
+				delKeys = append(delKeys, slotNext)
+			}
+			s.pins[pinName(ep.ID)] = nil
+			continue
+		}
+		pm, err := reuseOrBuild(m.policy, slotCur, have.Endpoints[ep.ID] == hash, func() (*ebpf.Map, error) {
+			return buildPolicy(ep.Entries, lab.EBPF.PolicyMapSize)
+		})
+		if err != nil {
+			return s, fmt.Errorf("endpoint %s: policy map: %w", ep.ID, err)
+		}
+		s.pins[pinName(ep.ID)] = pm
+		if hasNext && mapID(pm) == nextID {
+			continue
+		}
+		putKeys = append(putKeys, slotNext)
+		putFDs = append(putFDs, uint32(pm.FD()))
+	}
+	if err := batchPut(m.policy, putKeys, putFDs); err != nil {
+		return s, fmt.Errorf("policy maps: %w", err)
+	}
+	if err := batchDelete(m.policy, delKeys); err != nil {
+		return s, fmt.Errorf("policy maps: %w", err)
+	}
+	return s, nil
+}
+
+// pinName is where an endpoint's active policy map is pinned (bpffs
+// refuses dots in names; "_" cannot occur in namespace or endpoint names).
+func pinName(ep string) string { return "policy/" + strings.ReplaceAll(ep, "/", "_") }
+
+// pinActive pins the now active inner maps where bpftool users look for
+// them: policy/NAMESPACE.NAME and ipcache. A pin is replaced atomically.
+func pinActive(s *staged) error {
+	var errs []error
+	for name, m := range s.pins {
+		path := filepath.Join(s.maps.dir, name)
+		if m == nil {
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		tmp := path + "_new"
+		_ = os.Remove(tmp)
+		if err := m.Pin(tmp); err != nil {
+			errs = append(errs, fmt.Errorf("pin %s: %w", path, err))
+			continue
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			errs = append(errs, fmt.Errorf("pin %s: %w", path, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,267 @@
+package ebpf
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/bpffs"
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Setup implements datapath.Datapath: it loads the programs and maps of
+// every host (pinned, so later commands find them) and attaches every
+// endpoint. Run again, it keeps the maps and atomically replaces the
+// programs of the existing links.
+func (d *Datapath) Setup(ctx context.Context, lab *topology.Spec) error {
+	if len(lab.Hosts) == 0 {
+		return datapath.ErrNoHosts
+	}
+	if err := bpffs.Ensure(); err != nil {
+		return err
+	}
+	for _, h := range lab.Hosts {
+		if n := len(datapath.LocalEndpoints(lab, h.Name)); n > lab.EBPF.MaxEndpoints {
+			return fmt.Errorf("host %s has %d endpoints, but ebpf.maxEndpoints is %d (raise it in the topology, at most %d)",
+				h.Name, n, lab.EBPF.MaxEndpoints, kind.MaxMaxEndpoints)
+		}
+	}
+	for i := range lab.Hosts {
+		if err := d.setupHost(ctx, lab, &lab.Hosts[i]); err != nil {
+			return fmt.Errorf("host %s: %w", lab.Hosts[i].Name, err)
+		}
+	}
+	return nil
+}
+
+func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topology.Host) error {
+	dir := HostDir(lab.Name, h.Name)
+	for _, sub := range []string{"links", "policy"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return err
+		}
+	}
+	var flags uint32
+	if lab.EBPF.HostRouting == kind.HostRoutingBPF {
+		flags = uint32(cnlabConfigFlagFLAG_HOST_ROUTING_BPF)
+	}
+	want := cnlabConfig{Flags: flags, MaxEp: uint32(lab.EBPF.MaxEndpoints), PolicySize: uint32(lab.EBPF.PolicyMapSize)}
+	// Maps pinned by an earlier Setup must have been made for the same
+	// options: say so before cilium/ebpf finds a size that differs.
+	if old, err := ebpf.LoadPinnedMap(filepath.Join(dir, "cnlab_config"), nil); err == nil {
+		var have cnlabConfig
+		err := old.Lookup(uint32(0), &have)
+		old.Close()
+		if err == nil && (have.Flags != want.Flags || have.MaxEp != want.MaxEp || have.PolicySize != want.PolicySize) {
+			return fmt.Errorf("the maps pinned in %s were made with other ebpf options (host routing, maxEndpoints or policyMapSize): take the lab down first", dir)
+		}
+	}
+	cs, err := collectionSpec(lab)
+	if err != nil {
+		return err
+	}
+	var objs cnlabObjects
+	if err := cs.LoadAndAssign(&objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("load programs: %+v", ve)
+		}
+		return fmt.Errorf("load programs: %w", err)
+	}
+	defer objs.Close()
+	var cfg cnlabConfig
+	if err := objs.CnlabConfig.Lookup(uint32(0), &cfg); err != nil {
+		return err
+	}
+	if cfg.MaxEp == 0 {
+		if err := objs.CnlabConfig.Put(uint32(0), want); err != nil {
+			return fmt.Errorf("write config: %w", err)
+		}
+	}
+	for slot, ep := range datapath.LocalEndpoints(lab, h.Name) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := attach(lab, h, ep, uint32(slot), &objs); err != nil {
+			return fmt.Errorf("endpoint %s: %w", ep.ID(), err)
+		}
+	}
+	if lab.EBPF.ConnectHook {
+		return attachConnectHook(dir, &objs)
+	}
+	return nil
+}
+
+// cgroupRoot finds where the connect hook is attached: the root of the
+// cgroup v2 hierarchy, so that every process, whatever runs inside an
+// endpoint included, is covered (the program passes sockets of other
+// namespaces at once). It is /sys/fs/cgroup on unified systems and
+// /sys/fs/cgroup/unified on hybrid ones.
+func cgroupRoot() (string, error) {
+	data, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[2] == "cgroup2" {
+			return f[1], nil
+		}
+	}
+	return "", errors.New("no cgroup v2 hierarchy is mounted: the connect hook needs one (mount -t cgroup2 none /sys/fs/cgroup/unified)")
+}
+
+func attachConnectHook(dir string, objs *cnlabObjects) error {
+	pin := filepath.Join(dir, "links", "connect4")
+	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+		err = l.Update(objs.CnlabConnect4)
+		l.Close()
+		return err
+	}
+	root, err := cgroupRoot()
+	if err != nil {
+		return err
+	}
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: root, Attach: ebpf.AttachCGroupInet4Connect, Program: objs.CnlabConnect4})
+	if err != nil {
+		return fmt.Errorf("attach the connect hook to %s: %w", root, err)
+	}
+	defer l.Close()
+	return l.Pin(pin)
+}
+
+// netnsCookie returns the kernel's cookie of a network namespace, which
+// the connect hook reads with bpf_get_netns_cookie.
+func netnsCookie(ns string) (uint64, error) {
+	var cookie uint64
+	err := netns.Do(ns, func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		var buf [8]byte
+		n := uint32(len(buf))
+		if _, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_NETNS_COOKIE,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0); errno != 0 {
+			return fmt.Errorf("SO_NETNS_COOKIE: %w", errno)
+		}
+		cookie = binary.NativeEndian.Uint64(buf[:])
+		return nil
+	})
+	return cookie, err
+}
+
+// attach writes the endpoint's map entries, plumbs it for the host routing
+// mode, and attaches (or atomically updates) its two tcx links.
+func attach(lab *topology.Spec, h *topology.Host, ep *topology.Endpoint, slot uint32, objs *cnlabObjects) error {
+	nh, err := netns.Handle(h.Netns)
+	if err != nil {
+		return err
+	}
+	defer nh.Close()
+	lxc, err := nh.LinkByName(ep.HostVeth)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", ep.HostVeth, err)
+	}
+	eh, err := netns.Handle(ep.Netns)
+	if err != nil {
+		return err
+	}
+	eth0, err := eh.LinkByName("eth0")
+	eh.Close()
+	if err != nil {
+		return fmt.Errorf("find eth0: %w", err)
+	}
+	e := cnlabEndpoint{Index: slot, Ip: ip4(ep.IP), Ifindex: uint32(lxc.Attrs().Index)}
+	copy(e.Mac[:], eth0.Attrs().HardwareAddr)
+	copy(e.LxcMac[:], lxc.Attrs().HardwareAddr)
+	var old cnlabEndpoint
+	if objs.CnlabLxc.Lookup(e.Ifindex, &old) == nil {
+		e.Identity = old.Identity
+	}
+	if err := objs.CnlabLxc.Put(e.Ifindex, e); err != nil {
+		return fmt.Errorf("endpoint map: %w", err)
+	}
+	if err := objs.CnlabLocal.Put(e.Ip, e); err != nil {
+		return fmt.Errorf("local endpoint map: %w", err)
+	}
+	if lab.EBPF.ConnectHook {
+		cookie, err := netnsCookie(ep.Netns)
+		if err != nil {
+			return err
+		}
+		if err := objs.CnlabSockep.Put(cookie, e); err != nil {
+			return fmt.Errorf("socket endpoint map: %w", err)
+		}
+	}
+	if lab.EBPF.HostRouting == kind.HostRoutingBPF {
+		// Off the bridge: the host reaches the endpoint by a /32 route
+		// and a permanent neighbour entry; the endpoint reaches
+		// everything through the program's ARP answers.
+		if lxc.Attrs().MasterIndex != 0 {
+			if err := nh.LinkSetNoMaster(lxc); err != nil {
+				return fmt.Errorf("take %s off the bridge: %w", ep.HostVeth, err)
+			}
+		}
+		rt := &netlink.Route{Dst: &net.IPNet{IP: ep.IP.AsSlice(), Mask: net.CIDRMask(32, 32)},
+			LinkIndex: lxc.Attrs().Index, Scope: netlink.SCOPE_LINK}
+		if err := nh.RouteReplace(rt); err != nil {
+			return fmt.Errorf("route to %s: %w", ep.IP, err)
+		}
+		n := &netlink.Neigh{LinkIndex: lxc.Attrs().Index, IP: ep.IP.AsSlice(), HardwareAddr: eth0.Attrs().HardwareAddr,
+			State: netlink.NUD_PERMANENT, Family: unix.AF_INET}
+		if err := nh.NeighSet(n); err != nil {
+			return fmt.Errorf("neighbour %s: %w", ep.IP, err)
+		}
+	}
+	dir := HostDir(lab.Name, h.Name)
+	for _, a := range []struct {
+		suffix string
+		prog   *ebpf.Program
+		typ    ebpf.AttachType
+	}{
+		{"ingress", objs.CnlabFromEp, ebpf.AttachTCXIngress},
+		{"egress", objs.CnlabToEp, ebpf.AttachTCXEgress},
+	} {
+		pin := filepath.Join(dir, "links", ep.HostVeth+"_"+a.suffix)
+		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+			err = l.Update(a.prog)
+			l.Close()
+			if err != nil {
+				return fmt.Errorf("replace the %s program of %s: %w", a.suffix, ep.HostVeth, err)
+			}
+			continue
+		}
+		// The interface index is looked up in the calling thread's
+		// network namespace; pinning is done from ours.
+		var l link.Link
+		err := netns.Do(h.Netns, func() (err error) {
+			l, err = link.AttachTCX(link.TCXOptions{Interface: lxc.Attrs().Index, Program: a.prog, Attach: a.typ})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("attach tcx %s of %s: %w", a.suffix, ep.HostVeth, err)
+		}
+		err = l.Pin(pin)
+		l.Close()
+		if err != nil {
+			return fmt.Errorf("pin link %s: %w", pin, err)
+		}
+	}
+	return nil
+}

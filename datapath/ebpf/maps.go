@@ -1,0 +1,133 @@
+package ebpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+func ip4(a netip.Addr) uint32 { b := a.As4(); return binary.LittleEndian.Uint32(b[:]) }
+
+func addrOf(x uint32) netip.Addr {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], x)
+	return netip.AddrFrom4(b)
+}
+
+func htons(p uint16) uint16 { return p<<8 | p>>8 }
+
+// mapID is a map's kernel ID (0 if unknown).
+func mapID(m *ebpf.Map) uint32 {
+	info, err := m.Info()
+	if err != nil {
+		return 0
+	}
+	id, _ := info.ID()
+	return uint32(id)
+}
+
+// batchDelete deletes keys with one syscall where supported.
+func batchDelete(m *ebpf.Map, keys []uint32) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := m.BatchDelete(keys, nil)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return err
+	}
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// reuseOrBuild returns the inner map active at slot cur when it already
+// holds what is wanted, else a newly built one.
+func reuseOrBuild(outer *ebpf.Map, cur uint32, same bool, build func() (*ebpf.Map, error)) (*ebpf.Map, error) {
+	if same {
+		var id uint32
+		if err := outer.Lookup(cur, &id); err == nil {
+			if m, err := ebpf.NewMapFromID(ebpf.MapID(id)); err == nil {
+				return m, nil
+			}
+		}
+	}
+	return build()
+}
+
+func buildIPCache(es []ipEntry) (*ebpf.Map, error) {
+	if len(es) > ipcacheSize {
+		return nil, fmt.Errorf("%d addresses and CIDR prefixes, the ipcache holds %d", len(es), ipcacheSize)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "cnlab_ipc", Type: ebpf.LPMTrie,
+		KeySize: uint32(unsafe.Sizeof(cnlabIpcacheKey{})), ValueSize: uint32(unsafe.Sizeof(cnlabPeer{})),
+		MaxEntries: ipcacheSize, Flags: unix.BPF_F_NO_PREALLOC})
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]cnlabIpcacheKey, len(es))
+	vals := make([]cnlabPeer, len(es))
+	for i, e := range es {
+		keys[i] = cnlabIpcacheKey{Prefixlen: uint32(e.Prefix.Bits()), Ip: ip4(e.Prefix.Addr())}
+		vals[i] = cnlabPeer{Key: e.Key, Identity: e.Identity}
+	}
+	if err := batchPut(m, keys, vals); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+func buildPolicy(es []polEntry, size int) (*ebpf.Map, error) {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "cnlab_pol", Type: ebpf.LPMTrie,
+		KeySize: uint32(unsafe.Sizeof(cnlabPolicyKey{})), ValueSize: uint32(unsafe.Sizeof(cnlabPolicyVal{})),
+		MaxEntries: uint32(size), Flags: unix.BPF_F_NO_PREALLOC})
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]cnlabPolicyKey, len(es))
+	vals := make([]cnlabPolicyVal, len(es))
+	for i, e := range es {
+		keys[i] = cnlabPolicyKey{Prefixlen: uint32(e.Plen), Peer: e.Peer, Dir: e.Dir, Proto: e.Proto, Port: htons(e.Port)}
+		vals[i] = cnlabPolicyVal{Rule: e.Rule}
+		if e.Deny {
+			vals[i].Deny = 1
+		}
+	}
+	if err := batchPut(m, keys, vals); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// batchPut inserts all entries with one batch syscall where the kernel
+// supports it for the map type, else one by one.
+func batchPut[K, V any](m *ebpf.Map, keys []K, vals []V) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err := m.BatchUpdate(keys, vals, nil)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return err
+	}
+	for i := range keys {
+		if err := m.Put(keys[i], vals[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
