@@ -414,13 +414,11 @@ func clientOffloads(spec *topology.Spec) map[string]string {
 	if err != nil {
 		return nil
 	}
-	cmd := exec.Command("ethtool", "-k", "eth0")
-	var out strings.Builder
-	cmd.Stdout = &out
-	if netns.Start(cl.Netns, cmd) != nil || cmd.Wait() != nil {
+	out, err := netns.Run(context.Background(), cl.Netns, nil, "ethtool", "-k", "eth0")
+	if err != nil {
 		return nil
 	}
-	return parseEthtoolK(out.String())
+	return parseEthtoolK(string(out))
 }
 
 func describeLab(p Params) string {
@@ -536,14 +534,8 @@ func setOffloads(ctx context.Context, spec *topology.Spec, v string) error {
 			for _, k := range sortedKeys(set) {
 				argv = append(argv, k, set[k])
 			}
-			cmd := exec.CommandContext(ctx, "ethtool", argv...)
-			var out strings.Builder
-			cmd.Stderr = &out
-			if err := netns.Start(ns, cmd); err != nil {
+			if _, err := netns.Run(ctx, ns, nil, "ethtool", argv...); err != nil {
 				return err
-			}
-			if err := cmd.Wait(); err != nil {
-				return fmt.Errorf("ethtool %s in %s: %v: %s", strings.Join(argv, " "), ns, err, strings.TrimSpace(out.String()))
 			}
 		}
 	}
