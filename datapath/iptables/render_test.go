@@ -4,14 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cnlab/cnlab/internal/scenarios/ir"
 	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/policy/policytest"
 	"github.com/cnlab/cnlab/topology"
 )
 
 func compiled(t *testing.T, yaml string, ov topology.Overrides) (*topology.Spec, *policy.Compiled) {
 	t.Helper()
-	return ir.Compile(t, yaml, ov)
+	return policytest.Compile(t, yaml, ov)
 }
 
 const pol = `apiVersion: cilium.io/v2
