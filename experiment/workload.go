@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/cnlab/cnlab/stats"
 	"io"
 	"math"
 	"net/netip"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/stats"
 	"github.com/cnlab/cnlab/traffic"
 )
 
