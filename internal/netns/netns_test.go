@@ -70,13 +70,20 @@ func TestCreateDoDelete(t *testing.T) {
 	}
 }
 
-func TestKillAll(t *testing.T) {
+// testNetns creates a namespace for one test (which needs root) and
+// deletes it when the test ends.
+func testNetns(t *testing.T, name string) string {
+	t.Helper()
 	testutil.RequireRoot(t)
-	const name = "cnlab.t-netns.kill"
 	if err := Create(name, nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { Delete(name) })
+	return name
+}
+
+func TestKillAll(t *testing.T) {
+	name := testNetns(t, "cnlab.t-netns.kill")
 	cmd := exec.Command("sleep", "300")
 	if err := Start(name, cmd); err != nil {
 		t.Fatal(err)
@@ -94,12 +101,7 @@ func TestKillAll(t *testing.T) {
 }
 
 func TestRun(t *testing.T) {
-	testutil.RequireRoot(t)
-	const name = "cnlab.t-netns.run"
-	if err := Create(name, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { Delete(name) })
+	name := testNetns(t, "cnlab.t-netns.run")
 	ctx := context.Background()
 
 	// stdin reaches the program, stdout comes back.
