@@ -6,7 +6,6 @@
 package datapath
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/files"
@@ -72,28 +70,6 @@ func LocalEndpoints(lab *topology.Spec, host string) []*topology.Endpoint {
 		}
 	}
 	return out
-}
-
-// Run runs a program inside a lab namespace, feeding it stdin, and returns
-// its output; a failure carries the program's own message.
-func Run(ctx context.Context, ns string, stdin []byte, name string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	if err := netns.Start(ns, cmd); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if err := cmd.Wait(); err != nil {
-		msg := strings.TrimSpace(errb.String())
-		if len(msg) > 2000 {
-			msg = msg[:2000] + "..."
-		}
-		return out.Bytes(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, msg)
-	}
-	return out.Bytes(), nil
 }
 
 // StatePath is where a datapath keeps what it last applied on a host, so

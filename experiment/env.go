@@ -129,23 +129,4 @@ func CaptureEnvironment() *Environment {
 	return e
 }
 
-// parseEthtoolK reads `ethtool -k DEV` output into feature: on|off for the
-// offloads the matrix can set.
-func parseEthtoolK(out string) map[string]string {
-	names := map[string]string{"tcp-segmentation-offload": "tso", "generic-segmentation-offload": "gso",
-		"generic-receive-offload": "gro", "tx-checksumming": "tx-checksum", "rx-checksumming": "rx-checksum",
-		"scatter-gather": "sg"}
-	m := map[string]string{}
-	for _, line := range strings.Split(out, "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if short, known := names[strings.TrimSpace(k)]; ok && known {
-			f := strings.Fields(v)
-			if len(f) > 0 {
-				m[short] = f[0]
-			}
-		}
-	}
-	return m
-}
-
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,6 +1,6 @@
 package experiment
 
-import "github.com/cnlab/cnlab/report/stats"
+import "github.com/cnlab/cnlab/stats"
 
 // Summary describes the samples of one metric at one point.
 type Summary struct {
@@ -15,7 +15,7 @@ type Summary struct {
 	Max    float64 `json:"max"`
 }
 
-// Summarize computes a Summary (report/stats does the arithmetic; this is
+// Summarize computes a Summary (package stats does the arithmetic; this is
 // results.json's shape of it). With one sample the stdev is 0 and the
 // confidence interval is the sample itself: it cannot be estimated.
 func Summarize(xs []float64) Summary {

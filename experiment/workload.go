@@ -17,9 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cnlab/cnlab/report/stats"
-
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/stats"
 	"github.com/cnlab/cnlab/traffic"
 )
 

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os/exec"
 	"strconv"
 	"strings"
 
@@ -41,16 +40,11 @@ func IPTablesCounters(ctx context.Context, netnsName, binary string) ([]RuleCoun
 	if binary == "" {
 		binary = SaveBinary("")
 	}
-	cmd := exec.CommandContext(ctx, binary, "-c")
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := netns.Start(netnsName, cmd); err != nil {
-		return nil, fmt.Errorf("%s in %s: %w", binary, netnsName, err)
+	out, err := netns.Run(ctx, netnsName, nil, binary, "-c")
+	if err != nil {
+		return nil, err
 	}
-	if err := cmd.Wait(); err != nil {
-		return nil, fmt.Errorf("%s in %s: %w: %s", binary, netnsName, err, strings.TrimSpace(stderr.String()))
-	}
-	return ParseIPTablesSave(&out)
+	return ParseIPTablesSave(bytes.NewReader(out))
 }
 
 // ParseIPTablesSave parses the output of `iptables-save -c`: lines

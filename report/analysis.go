@@ -6,7 +6,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/cnlab/cnlab/report/stats"
+	"github.com/cnlab/cnlab/stats"
 )
 
 // Fit is one fitted law of one curve.
@@ -56,7 +56,7 @@ const (
 	minCI = 3
 	// bendP is the p-value below which a bend is reported: the hinge's
 	// F test picks its own breakpoint and calls a straight line bent more
-	// often than its nominal 5% (report/stats).
+	// often than its nominal 5% (see package stats).
 	bendP = 0.01
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/experiment"
-	"github.com/cnlab/cnlab/report/stats"
+	"github.com/cnlab/cnlab/stats"
 )
 
 // Alpha is the significance level of compare.

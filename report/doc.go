@@ -8,9 +8,9 @@
 // inline as SVG plus figures/*.png. It also compares two runs point by
 // point with a significance test (Compare).
 //
-// The statistics live in report/stats and the drawing in report/plot;
-// this package decides what to draw and what to say. It reads results
-// directories and writes report files; it never runs an experiment,
+// The statistics live in the top-level package stats and the drawing in
+// report/plot; this package decides what to draw and what to say. It reads
+// results directories and writes report files; it never runs an experiment,
 // touches the kernel, or reaches the network, and the page it writes loads
 // nothing from anywhere.
 package report

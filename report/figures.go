@@ -8,7 +8,7 @@ import (
 
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/report/plot"
-	"github.com/cnlab/cnlab/report/stats"
+	"github.com/cnlab/cnlab/stats"
 )
 
 // Figure is one figure of a report with what it shows.

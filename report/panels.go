@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/cnlab/cnlab/experiment"
-	"github.com/cnlab/cnlab/report/stats"
+	"github.com/cnlab/cnlab/stats"
 )
 
 // dim is a parameter points can differ in.

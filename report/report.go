@@ -10,7 +10,7 @@ import (
 
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/internal/files"
-	"github.com/cnlab/cnlab/report/stats"
+	"github.com/cnlab/cnlab/stats"
 )
 
 // CVWarn is the coefficient of variation above which a point is flagged

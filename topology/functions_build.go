@@ -1,11 +1,8 @@
 package topology
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
-	"strings"
 
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/vishvananda/netlink"
@@ -47,7 +44,7 @@ func (b *builder) buildFunctions(ctx context.Context, handles func(string) (*net
 // applyFirewall loads a hop's firewall in one iptables-restore commit.
 func applyFirewall(ctx context.Context, ns string, fw *Firewall, rules int, cidr string) error {
 	script := FirewallScript(fw, rules, cidr)
-	_, err := runIn(ctx, ns, []byte(script), iptablesRestore(fw.Backend), "-w")
+	_, err := netns.Run(ctx, ns, []byte(script), iptablesRestore(fw.Backend), "-w")
 	return err
 }
 
@@ -83,26 +80,4 @@ func applyShaper(h *netlink.Handle, sh *Shaper) error {
 func htbQuantum(rate uint64) uint32 {
 	q := rate / 8 / 10
 	return uint32(min(max(q, minHTBQuantum), maxHTBQuantum))
-}
-
-// runIn runs a program inside a lab namespace, feeding it stdin; a
-// failure carries the program's own message.
-func runIn(ctx context.Context, ns string, stdin []byte, name string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	if err := netns.Start(ns, cmd); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if err := cmd.Wait(); err != nil {
-		msg := strings.TrimSpace(errb.String())
-		if len(msg) > 2000 {
-			msg = msg[:2000] + "..."
-		}
-		return out.Bytes(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, msg)
-	}
-	return out.Bytes(), nil
 }

@@ -42,7 +42,7 @@ func TestChainFunctionsInEveryHop(t *testing.T) {
 			checkAllPairs(t, s)
 			client, _ := s.Endpoint("client")
 			server, _ := s.Endpoint("server")
-			if out, err := runIn(context.Background(), client.Netns, nil, "ping", "-c", "2", "-i", "0.2", "-W", "2", server.IP.String()); err != nil {
+			if out, err := netns.Run(context.Background(), client.Netns, nil, "ping", "-c", "2", "-i", "0.2", "-W", "2", server.IP.String()); err != nil {
 				t.Errorf("ping client -> server: %v\n%s", err, out)
 			}
 			save := "iptables-legacy-save"
@@ -50,7 +50,7 @@ func TestChainFunctionsInEveryHop(t *testing.T) {
 				save = "iptables-nft-save"
 			}
 			for i, n := range s.Chain.Nodes {
-				out, err := runIn(context.Background(), n.Netns, nil, save, "-t", "filter")
+				out, err := netns.Run(context.Background(), n.Netns, nil, save, "-t", "filter")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -132,7 +132,7 @@ func checkHopQdiscs(t *testing.T, hop int, ns string, shaped []string) {
 // false when the kernel has no conntrack.
 func conntrackCount(t *testing.T, ns string) (int, bool) {
 	t.Helper()
-	out, err := runIn(context.Background(), ns, nil, "cat", "/proc/sys/net/netfilter/nf_conntrack_count")
+	out, err := netns.Run(context.Background(), ns, nil, "cat", "/proc/sys/net/netfilter/nf_conntrack_count")
 	if err != nil {
 		return 0, false
 	}
@@ -179,7 +179,7 @@ func TestShaperLimitsThroughput(t *testing.T) {
 	var out []byte
 	for try := 0; ; try++ { // until the server listens
 		// iperf3 -J may exit 0 with an "error" in its report.
-		out, err = runIn(context.Background(), client.Netns, nil, "iperf3", "-c", server.IP.String(), "-p", port, "-t", "1", "-J")
+		out, err = netns.Run(context.Background(), client.Netns, nil, "iperf3", "-c", server.IP.String(), "-p", port, "-t", "1", "-J")
 		rep.Error = ""
 		if jerr := json.Unmarshal(out, &rep); err == nil && jerr != nil {
 			err = fmt.Errorf("iperf3 report: %w", jerr)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -50,11 +51,11 @@ func (d iptables) Setup(ctx context.Context, lab *topology.Spec) error {
 		if err := datapath.EnableBridgeNetfilter(h.Netns); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
-		if _, err := datapath.Run(ctx, h.Netns, nil, bin, "-w", "-N", fwdChain); err != nil && !strings.Contains(err.Error(), "exists") {
+		if _, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-N", fwdChain); err != nil && !strings.Contains(err.Error(), "exists") {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
-		if _, err := datapath.Run(ctx, h.Netns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain); err != nil {
-			if _, err := datapath.Run(ctx, h.Netns, nil, bin, "-w", "-I", "FORWARD", "1", "-m", "comment", "--comment", comment, "-j", fwdChain); err != nil {
+		if _, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain); err != nil {
+			if _, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-I", "FORWARD", "1", "-m", "comment", "--comment", comment, "-j", fwdChain); err != nil {
 				return fmt.Errorf("host %s: %w", h.Name, err)
 			}
 		}
@@ -78,11 +79,11 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 			if script == "" {
 				return nil
 			}
-			_, err := datapath.Run(ctx, ns, []byte(script), restore, "-w", "--noflush")
+			_, err := netns.Run(ctx, ns, []byte(script), restore, "-w", "--noflush")
 			if err != nil {
 				// The kernel may not hold what the state file says (an
 				// earlier failure, a hand edit): rewrite every chain.
-				_, err = datapath.Run(ctx, ns, []byte(diffScript(nil, want.Chains)), restore, "-w", "--noflush")
+				_, err = netns.Run(ctx, ns, []byte(diffScript(nil, want.Chains)), restore, "-w", "--noflush")
 			}
 			return err
 		})
@@ -243,7 +244,7 @@ func (d iptables) Describe(ctx context.Context, lab *topology.Spec) (map[string]
 	_, save, _ := tools(lab)
 	out := map[string]string{}
 	for _, h := range lab.Hosts {
-		text, err := datapath.Run(ctx, h.Netns, nil, save, "-t", "filter")
+		text, err := netns.Run(ctx, h.Netns, nil, save, "-t", "filter")
 		if err != nil {
 			return nil, err
 		}

@@ -5,14 +5,14 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/datapath/kind"
-	"github.com/cnlab/cnlab/internal/scenarios/ir"
 	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/policy/policytest"
 	"github.com/cnlab/cnlab/topology"
 )
 
 func compiled(t *testing.T, yaml string, ov topology.Overrides) (*topology.Spec, *policy.Compiled) {
 	t.Helper()
-	return ir.Compile(t, yaml, ov)
+	return policytest.Compile(t, yaml, ov)
 }
 
 const pol = `apiVersion: cilium.io/v2

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -135,7 +136,7 @@ func (nft) Setup(ctx context.Context, lab *topology.Spec) error {
 		if err := datapath.EnableBridgeNetfilter(h.Netns); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
-		if _, err := datapath.Run(ctx, h.Netns, []byte(script), "nft", "-f", "-"); err != nil {
+		if _, err := netns.Run(ctx, h.Netns, []byte(script), "nft", "-f", "-"); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
 		if err := datapath.SaveState(datapath.StatePath(lab.Name, kind.NFTables, h.Name), hostState{}); err != nil {
@@ -173,14 +174,14 @@ func update(ctx context.Context, ns string, have, want *hostState) error {
 		if script == "" {
 			return nil
 		}
-		if _, err := datapath.Run(ctx, ns, []byte(script), "nft", "-f", "-"); err == nil {
+		if _, err := netns.Run(ctx, ns, []byte(script), "nft", "-f", "-"); err == nil {
 			return nil
 		}
 		// The kernel refused the edit (its sets may not be what the state
 		// file says, after an earlier failure): rebuild instead.
 	}
 	want.Gen = have.Gen + 1
-	_, err := datapath.Run(ctx, ns, []byte(rebuildScript(have.Gen, want.Gen, want.Sets)), "nft", "-f", "-")
+	_, err := netns.Run(ctx, ns, []byte(rebuildScript(have.Gen, want.Gen, want.Sets)), "nft", "-f", "-")
 	return err
 }
 
@@ -457,7 +458,7 @@ func merge(ivs [][2]uint16) [][2]uint16 {
 func (nft) Describe(ctx context.Context, lab *topology.Spec) (map[string]string, error) {
 	out := map[string]string{}
 	for _, h := range lab.Hosts {
-		text, err := datapath.Run(ctx, h.Netns, nil, "nft", "list", "table", table)
+		text, err := netns.Run(ctx, h.Netns, nil, "nft", "list", "table", table)
 		if err != nil {
 			return nil, err
 		}

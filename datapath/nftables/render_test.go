@@ -8,14 +8,14 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/scenarios"
-	"github.com/cnlab/cnlab/internal/scenarios/ir"
 	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/policy/policytest"
 	"github.com/cnlab/cnlab/topology"
 )
 
 func compiled(t *testing.T, yaml string) (*topology.Spec, *policy.Compiled) {
 	t.Helper()
-	return ir.Compile(t, yaml, topology.Overrides{})
+	return policytest.Compile(t, yaml, topology.Overrides{})
 }
 
 func (b Box) contains(ip netip.Addr, proto uint8, port uint16) bool {

@@ -1,7 +1,9 @@
 package netns_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -68,13 +70,20 @@ func TestCreateDoDelete(t *testing.T) {
 	}
 }
 
-func TestKillAll(t *testing.T) {
+// testNetns creates a namespace for one test (which needs root) and
+// deletes it when the test ends.
+func testNetns(t *testing.T, name string) string {
+	t.Helper()
 	testutil.RequireRoot(t)
-	const name = "cnlab.t-netns.kill"
 	if err := Create(name, nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { Delete(name) })
+	return name
+}
+
+func TestKillAll(t *testing.T) {
+	name := testNetns(t, "cnlab.t-netns.kill")
 	cmd := exec.Command("sleep", "300")
 	if err := Start(name, cmd); err != nil {
 		t.Fatal(err)
@@ -88,5 +97,54 @@ func TestKillAll(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("process survived KillAll")
+	}
+}
+
+func TestRun(t *testing.T) {
+	name := testNetns(t, "cnlab.t-netns.run")
+	ctx := context.Background()
+
+	// stdin reaches the program, stdout comes back.
+	out, err := Run(ctx, name, []byte("in\n"), "cat")
+	if err != nil || string(out) != "in\n" {
+		t.Errorf("cat: %q, %v", out, err)
+	}
+	// The program runs inside the namespace.
+	ino, err := Inode(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = Run(ctx, name, nil, "readlink", "/proc/self/ns/net")
+	if want := fmt.Sprintf("net:[%d]", ino); err != nil || strings.TrimSpace(string(out)) != want {
+		t.Errorf("readlink: %q, %v; want %s", out, err, want)
+	}
+	// A failure names the command line and the namespace, wraps the exit
+	// error, carries the trimmed stderr and returns the output so far.
+	out, err = Run(ctx, name, nil, "sh", "-c", "echo partial; echo '  oops  ' >&2; exit 3")
+	var exitErr *exec.ExitError
+	if want := "sh -c echo partial; echo '  oops  ' >&2; exit 3 in " + name + ": exit status 3: oops"; err == nil || err.Error() != want {
+		t.Errorf("failing sh: %v\nwant %s", err, want)
+	}
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 3 {
+		t.Errorf("failing sh: %v does not wrap an exit status 3", err)
+	}
+	if string(out) != "partial\n" {
+		t.Errorf("failing sh: output %q, want %q", out, "partial\n")
+	}
+	// The program is killed when ctx ends.
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := Run(cctx, name, nil, "sleep", "30"); err == nil || time.Since(start) > 10*time.Second {
+		t.Errorf("sleep under a cancelled context: %v after %v", err, time.Since(start))
+	}
+}
+
+func TestRunMissing(t *testing.T) {
+	// Needs no root: the namespace is not found before anything starts.
+	const name = "cnlab.t-netns.missing"
+	out, err := Run(context.Background(), name, nil, "true", "-x")
+	if err == nil || out != nil || !strings.HasPrefix(err.Error(), "true -x in "+name+": ") || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Run in a missing namespace: %q, %v", out, err)
 	}
 }

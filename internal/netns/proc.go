@@ -1,6 +1,8 @@
 package netns
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -101,6 +103,44 @@ func KillAll(inodes map[uint64]bool, timeout time.Duration) error {
 // namespace from the locked thread that forks it; nothing else moves.
 func Start(name string, cmd *exec.Cmd) error {
 	return Do(name, func() error { return cmd.Start() })
+}
+
+// maxStderr is how much of a failed program's stderr Run puts in its error.
+const maxStderr = 2000
+
+// Run runs a program inside the named namespace, feeding it stdin (none when
+// nil), and returns what it wrote to stdout. It is killed when ctx ends. A
+// failure names the command line and the namespace and carries the
+// program's own message: its stderr, trimmed and cut at 2000 bytes. On a
+// failed exit the output written so far is returned with the error. Like
+// `ip netns exec NS NAME ARGS...`, without the private /sys Exec gives.
+func Run(ctx context.Context, ns string, stdin []byte, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	line := strings.Join(append([]string{name}, args...), " ")
+	if err := Start(ns, cmd); err != nil {
+		return nil, fmt.Errorf("%s in %s: %w", line, ns, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		return out.Bytes(), runError(line, ns, err, errb.String())
+	}
+	return out.Bytes(), nil
+}
+
+// runError is Run's error for a program that ran and failed.
+func runError(line, ns string, err error, stderr string) error {
+	msg := strings.TrimSpace(stderr)
+	if msg == "" {
+		return fmt.Errorf("%s in %s: %w", line, ns, err)
+	}
+	if len(msg) > maxStderr {
+		msg = msg[:maxStderr] + "..."
+	}
+	return fmt.Errorf("%s in %s: %w: %s", line, ns, err, msg)
 }
 
 // Exec replaces the current process with argv run inside the named

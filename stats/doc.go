@@ -1,5 +1,5 @@
-// Package stats is the statistics behind `cnlab report` and `cnlab
-// compare`: the summary of repeated measurements (median, mean, spread, a
+// Package stats is the statistics behind the summaries experiment writes,
+// `cnlab report` and `cnlab compare`: the summary of repeated measurements (median, mean, spread, a
 // confidence interval of the mean), a two-sample test and a bootstrap
 // interval for "did it change between run A and run B", and the fits that
 // turn a sweep into a few numbers: a straight line, the per-hop loss of a

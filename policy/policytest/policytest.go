@@ -1,6 +1,8 @@
-// Package ir compiles the scenario lab's policies for tests that need the
-// IR without the kernel (the datapaths' render tests).
-package ir
+// Package policytest compiles the policies of the shared scenario lab
+// (internal/scenarios) into the policy IR, for tests that need the IR
+// without the kernel (the datapaths' render tests). It is imported by tests
+// only, and never touches the kernel.
+package policytest
 
 import (
 	"testing"

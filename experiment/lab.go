@@ -1,0 +1,179 @@
+package experiment
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// labSpec resolves the topology a point needs, as lab name.
+func (s *Spec) labSpec(p Params, name string) (*topology.Spec, error) {
+	ov := topology.Overrides{Name: name, MTU: p.MTU, Options: kind.Overrides{HostRouting: p.HostRouting}}
+	if p.Datapath != "" {
+		ov.Datapath = string(p.Datapath)
+	}
+	if usesFiller(p) {
+		n := p.Policies
+		ov.Options.Filler, ov.Options.FillerMode = &n, p.PolicyMode
+	}
+	switch {
+	case isChain(p.Topology):
+		return topology.Parse([]byte(chainYAML(p)), s.File+" (the chain preset with this point's functions)", ov)
+	case isPreset(p.Topology):
+		return topology.Preset(p.Topology, topology.PresetOptions{Link: p.Link}, ov)
+	default:
+		return s.loadTopology(p.Topology, ov)
+	}
+}
+
+// chainYAML is the chain preset as a topology file, with the point's
+// network functions in every hop.
+func chainYAML(p Params) string {
+	n := p.ChainLength
+	if n == 0 {
+		n = 3
+	}
+	link := p.Link
+	if link == "" {
+		link = topology.ChainVeth
+	}
+	var fns []string
+	if p.FirewallRules > 0 || p.FirewallStateful {
+		fns = append(fns, fmt.Sprintf("{kind: firewall, rules: %d, stateful: %t, spread: %t}", p.FirewallRules, p.FirewallStateful, p.FirewallSpread))
+	}
+	if p.ShaperRate != "" {
+		fns = append(fns, fmt.Sprintf("{kind: shaper, rate: %q}", p.ShaperRate))
+	}
+	return fmt.Sprintf("name: chain\nchain: {length: %d, link: %s, functions: [%s]}\n", n, link, strings.Join(fns, ", "))
+}
+
+// ensureLab makes the point's lab the one that is up.
+func (ru *runner) ensureLab(ctx context.Context, p Params) error {
+	key := labKey(p)
+	if ru.cur != nil && ru.curKey == key {
+		return nil
+	}
+	if err := ru.teardown(); err != nil {
+		return fmt.Errorf("%w: %w", errTeardown, err)
+	}
+	spec, err := ru.s.labSpec(p, ru.o.LabName)
+	if err != nil {
+		return err
+	}
+	b := Build{Key: key, Params: p, At: time.Now().UTC()}
+	b.Params.Flows, b.Params.Size, b.Params.Zerocopy = 0, 0, false
+	ru.prog.note(fmt.Sprintf("building lab %s: %s", spec.Name, describeLab(p)))
+	t0 := time.Now()
+	err = lab.Up(ctx, spec, lab.UpOptions{})
+	b.UpSeconds = time.Since(t0).Seconds()
+	b.MTU = spec.MTU
+	if err == nil && !ru.envDone {
+		ru.envDone = true
+		ru.env.Offloads = clientOffloads(spec)
+		ru.env.DefaultMTU = spec.MTU
+		_ = files.WriteJSON(filepath.Join(ru.o.Out, "environment.json"), ru.env, true)
+	}
+	if err == nil && p.Offloads != "" {
+		b.Offloads = p.Offloads
+		err = setOffloads(ctx, spec, p.Offloads)
+	}
+	if err != nil {
+		b.Error = err.Error()
+		ru.r.Builds = append(ru.r.Builds, b)
+		_ = lab.Down(spec.Name, nil)
+		return fmt.Errorf("build lab (%s): %w", describeLab(p), err)
+	}
+	ru.r.Builds = append(ru.r.Builds, b)
+	ru.cur, ru.curKey, ru.curBuild, ru.curPol = spec, key, len(ru.r.Builds)-1, ""
+	return nil
+}
+
+func describeLab(p Params) string {
+	parts := []string{p.Topology}
+	if p.Datapath != "" {
+		parts = append(parts, string(p.Datapath))
+	}
+	if usesFiller(p) {
+		parts = append(parts, fmt.Sprintf("%d filler rules %s", p.Policies, p.PolicyMode))
+	}
+	if p.Link != "" {
+		parts = append(parts, p.Link)
+	}
+	if p.ChainLength > 0 {
+		parts = append(parts, fmt.Sprintf("length %d", p.ChainLength))
+	}
+	if p.MTU > 0 {
+		parts = append(parts, fmt.Sprintf("mtu %d", p.MTU))
+	}
+	if p.Offloads != "" {
+		parts = append(parts, "offloads "+p.Offloads)
+	}
+	if p.FirewallRules > 0 {
+		parts = append(parts, fmt.Sprintf("firewall %d rules stateful=%t spread=%t", p.FirewallRules, p.FirewallStateful, p.FirewallSpread))
+	}
+	if p.ShaperRate != "" {
+		parts = append(parts, "shaper "+p.ShaperRate)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ensurePolicies applies the point's policies to the lab, replacing what
+// the previous point applied, and records how long the update took.
+func (ru *runner) ensurePolicies(ctx context.Context, p Params) error {
+	text := policyText(p)
+	if text == ru.curPol {
+		return nil
+	}
+	var pols []*policy.Policy
+	if text != "" {
+		var err error
+		if pols, err = policy.Parse([]byte(text), "generated policies"); err != nil {
+			return err
+		}
+	}
+	t0 := time.Now()
+	_, err := lab.Replace(ctx, ru.cur.Name, pols)
+	a := Apply{Policies: p.Policies, PolicyMode: p.PolicyMode, Seconds: time.Since(t0).Seconds()}
+	if err != nil {
+		a.Error = err.Error()
+	}
+	b := &ru.r.Builds[ru.curBuild]
+	b.PolicyApply = append(b.PolicyApply, a)
+	if err != nil {
+		// The datapath may hold part of the new set: the next point must
+		// apply its policies whatever they are.
+		ru.curPol = policyUnknown
+		return fmt.Errorf("apply %d %s policies: %w", p.Policies, p.PolicyMode, err)
+	}
+	ru.curPol = text
+	return nil
+}
+
+// policyUnknown is never a generated policy text.
+const policyUnknown = "\x00unknown"
+
+// teardown takes the current lab down, even after Ctrl-C. A lab that
+// cannot be taken down is an error of the whole run: every later build
+// of the same name would fail.
+func (ru *runner) teardown() error {
+	if ru.cur == nil {
+		return nil
+	}
+	t0 := time.Now()
+	err := lab.Down(ru.cur.Name, nil)
+	ru.r.Builds[ru.curBuild].TeardownSecs = time.Since(t0).Seconds()
+	if err != nil {
+		ru.r.Builds[ru.curBuild].Error = "teardown: " + err.Error()
+		return fmt.Errorf("tear down lab %s: %w (remove it with: cnlab down %s)", ru.cur.Name, err, ru.cur.Name)
+	}
+	ru.cur, ru.curKey = nil, ""
+	return nil
+}

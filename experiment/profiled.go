@@ -1,0 +1,87 @@
+package experiment
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/profile"
+)
+
+// profiled runs a point once more under perf: its samples are kept apart
+// (profiling costs CPU, so they are not mixed with the measured ones),
+// with iptables rule counters of every namespace that has rules.
+func (ru *runner) profiled(ctx context.Context, pr *PointResult, e sampleEnv, logName string) error {
+	res := &ProfileResult{Log: logName}
+	pr.Prof = res
+	p, err := profile.Start(ctx, profile.Options{Dir: filepath.Join(ru.o.Out, "profiles", pr.ID)})
+	if err != nil {
+		res.Error = err.Error()
+		return nil // a profile that cannot run does not fail the point
+	}
+	before := ru.counters(ctx, pr.Params, e.log)
+	m, werr := runSample(ctx, pr.Workload, e)
+	kres, perr := p.Stop()
+	res.Metrics, res.Kernel = m, kres
+	switch {
+	case werr != nil:
+		res.Error = werr.Error()
+	case perr != nil:
+		res.Error = perr.Error()
+	}
+	if before != nil {
+		res.IPTables = map[string][]profile.RuleCounter{}
+		for ns, after := range ru.counters(ctx, pr.Params, e.log) {
+			res.IPTables[ns] = counterDelta(before[ns], after)
+		}
+	}
+	return nil
+}
+
+// counters reads the iptables rule counters of every namespace of the
+// lab that has rules (hosts with the iptables datapath, chain hops with a
+// firewall); nil when there are none.
+func (ru *runner) counters(ctx context.Context, p Params, log io.Writer) map[string][]profile.RuleCounter {
+	if p.Datapath != kind.IPTables && p.FirewallRules == 0 {
+		return nil
+	}
+	var nss []string
+	for _, h := range ru.cur.Hosts {
+		nss = append(nss, h.Netns)
+	}
+	if ru.cur.Chain != nil {
+		for _, n := range ru.cur.Chain.Nodes {
+			nss = append(nss, n.Netns)
+		}
+	}
+	out := map[string][]profile.RuleCounter{}
+	for _, ns := range nss {
+		rc, err := profile.IPTablesCounters(ctx, ns, profile.SaveBinary(ru.cur.IPTables.Backend))
+		if err != nil {
+			fmt.Fprintf(log, "iptables counters of %s: %v\n", ns, err)
+			continue
+		}
+		out[ns] = rc
+	}
+	return out
+}
+
+// counterDelta is what each rule matched between two readings of the
+// same rules (the later reading as is if the rules changed).
+func counterDelta(before, after []profile.RuleCounter) []profile.RuleCounter {
+	out := append([]profile.RuleCounter(nil), after...)
+	if len(before) != len(after) {
+		return out
+	}
+	for i := range out {
+		b := before[i]
+		if b.Table != out[i].Table || b.Chain != out[i].Chain || b.Rule != out[i].Rule {
+			return append([]profile.RuleCounter(nil), after...)
+		}
+		out[i].Packets -= min(b.Packets, out[i].Packets)
+		out[i].Bytes -= min(b.Bytes, out[i].Bytes)
+	}
+	return out
+}
