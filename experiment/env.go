@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"golang.org/x/sys/unix"
 )
 
@@ -105,16 +106,17 @@ func CaptureEnvironment() *Environment {
 	if unix.Sysinfo(&si) == nil {
 		e.MemoryBytes = uint64(si.Totalram) * uint64(si.Unit)
 	}
-	for name, argv := range map[string][]string{
-		"iperf3":          {"iperf3", "--version"},
-		"iptables":        {"iptables", "--version"},
-		"iptables-legacy": {"iptables-legacy", "--version"},
-		"nft":             {"nft", "--version"},
-		"ethtool":         {"ethtool", "--version"},
-		"perf":            {"perf", "--version"},
-		"ping":            {"ping", "-V"},
-		"sockperf":        {"sockperf", "--version"},
-	} {
+	tools := map[string][]string{
+		"iperf3":   {"iperf3", "--version"},
+		"ethtool":  {"ethtool", "--version"},
+		"perf":     {"perf", "--version"},
+		"ping":     {"ping", "-V"},
+		"sockperf": {"sockperf", "--version"},
+	}
+	for _, t := range kind.VersionTools() { // iptables, iptables-legacy, nft
+		tools[t.Name] = append([]string{t.Name}, t.Version...)
+	}
+	for name, argv := range tools {
 		if v := firstLine(argv...); v != "" {
 			e.Tools[name] = v
 		}

@@ -17,10 +17,10 @@ import (
 // Policy modes: how the matrix's number of policies is generated
 // (docs/methodology.md).
 const (
-	ModeNoMatch    = "no-match"     // iptables: filler rules every packet walks; others: policies on other ports
-	ModeTopOfChain = "top-of-chain" // iptables only: filler after the established-accept rule
-	ModeL4Rules    = "l4-rules"     // one policy with N extra L4 port rules
-	ModeSelectors  = "selectors"    // N policies, each with its own label selector for the client
+	ModeNoMatch    = kind.FillerNoMatch    // iptables: filler rules every packet walks; others: policies on other ports
+	ModeTopOfChain = kind.FillerTopOfChain // iptables only: filler after the established-accept rule
+	ModeL4Rules    = "l4-rules"            // one policy with N extra L4 port rules
+	ModeSelectors  = "selectors"           // N policies, each with its own label selector for the client
 )
 
 var policyModes = []string{ModeNoMatch, ModeTopOfChain, ModeL4Rules, ModeSelectors}

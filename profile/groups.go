@@ -4,14 +4,16 @@ import (
 	"path"
 	"regexp"
 	"strings"
+
+	"github.com/cnlab/cnlab/datapath/kind"
 )
 
 // Group names. A symbol belongs to the first group in Groups whose
 // patterns match it; kernel symbols that match none are GroupOther, and
 // every user-space sample is GroupUser.
 const (
-	GroupIPTables  = "iptables"
-	GroupNFTables  = "nftables"
+	GroupIPTables  = string(kind.IPTables) // the netfilter work of the datapath of that name
+	GroupNFTables  = string(kind.NFTables)
 	GroupBPF       = "bpf"
 	GroupBridge    = "bridge"
 	GroupVeth      = "veth"

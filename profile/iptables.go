@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/netns"
 )
 
@@ -26,10 +27,8 @@ type RuleCounter struct {
 // kind.IPTablesOptions.Backend names it: "legacy" (the default) or
 // "nft".
 func SaveBinary(backend string) string {
-	if backend == "nft" {
-		return "iptables-nft-save"
-	}
-	return "iptables-legacy-save"
+	_, save, _ := kind.IPTablesOptions{Backend: backend}.Tools()
+	return save
 }
 
 // IPTablesCounters runs `BINARY -c` (iptables-legacy-save or

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/stats"
 )
@@ -276,13 +277,13 @@ func panels(r *experiment.Results) []*Panel {
 func seriesLess(a, b string) bool {
 	rank := func(s string) int {
 		switch {
-		case strings.HasPrefix(s, "ebpf"):
+		case strings.HasPrefix(s, string(kind.EBPF)):
 			return 0
-		case strings.HasPrefix(s, "iptables no-match"):
+		case strings.HasPrefix(s, string(kind.IPTables)+" "+kind.FillerNoMatch):
 			return 1
-		case strings.HasPrefix(s, "iptables"):
+		case strings.HasPrefix(s, string(kind.IPTables)):
 			return 2
-		case strings.HasPrefix(s, "nftables"):
+		case strings.HasPrefix(s, string(kind.NFTables)):
 			return 3
 		}
 		return 4
