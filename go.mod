@@ -3,6 +3,7 @@ module github.com/cnlab/cnlab
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/spf13/cobra v1.10.2
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
@@ -12,7 +13,6 @@ require (
 )
 
 require (
-	github.com/cilium/ebpf v0.22.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	golang.org/x/text v0.43.0 // indirect

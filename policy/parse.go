@@ -15,6 +15,24 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// Merge joins the policies of several files (or documents) given in one
+// command, refusing a policy defined twice: which of the two is meant
+// would depend on the order of the files.
+func Merge(sets ...[]*Policy) ([]*Policy, error) {
+	var out []*Policy
+	seen := map[string]string{}
+	for _, ps := range sets {
+		for _, p := range ps {
+			if other, dup := seen[p.Ref()]; dup {
+				return nil, &input.Error{File: p.File, Msg: fmt.Sprintf("%s is also defined in %s: give it once", p.Ref(), other)}
+			}
+			seen[p.Ref()] = p.File
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
 // errorAt returns an input.Error about a parsed policy, in the same form as
 // the parser's own errors.
 func (p *Policy) errorAt(path, msg string) *input.Error {

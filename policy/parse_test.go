@@ -1,9 +1,10 @@
 package policy
 
 import (
-	"github.com/cnlab/cnlab/internal/input"
 	"strings"
 	"testing"
+
+	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/internal/scenarios"
 )
@@ -159,5 +160,40 @@ func TestRawKeepsTheDocumentsText(t *testing.T) {
 	again, err := Parse([]byte(pols[0].Raw+"---\n"+pols[1].Raw), "stored.yaml")
 	if err != nil || len(again) != 2 || again[1].Name != "q" {
 		t.Errorf("re-parse: %v", err)
+	}
+}
+
+// A policy given twice in one apply is refused, naming both files; the same
+// name under another kind or namespace is another policy.
+func TestMergeRefusesDuplicates(t *testing.T) {
+	doc := func(kind, ns, name string) string {
+		api := "networking.k8s.io/v1"
+		if kind == "CiliumNetworkPolicy" {
+			api = "cilium.io/v2"
+		}
+		spec := "spec: {podSelector: {}}"
+		if kind == "CiliumNetworkPolicy" {
+			spec = "spec: {endpointSelector: {}, ingress: [{}]}"
+		}
+		return "apiVersion: " + api + "\nkind: " + kind + "\nmetadata: {name: " + name + ", namespace: " + ns + "}\n" + spec + "\n"
+	}
+	parse := func(file, yaml string) []*Policy {
+		t.Helper()
+		ps, err := Parse([]byte(yaml), file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ps
+	}
+	a := parse("a.yaml", doc("NetworkPolicy", "x", "web"))
+	b := parse("b.yaml", doc("NetworkPolicy", "y", "web")+"---\n"+doc("CiliumNetworkPolicy", "x", "web"))
+	got, err := Merge(a, b)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("distinct policies: %d, %v", len(got), err)
+	}
+	c := parse("c.yaml", doc("NetworkPolicy", "x", "web"))
+	_, err = Merge(a, b, c)
+	if !input.Is(err) || !strings.Contains(err.Error(), "c.yaml") || !strings.Contains(err.Error(), "also defined in a.yaml") {
+		t.Fatalf("duplicate: %v", err)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/registry"
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -44,6 +45,23 @@ type Cell struct {
 	Allowed  bool   `json:"allowed"`
 	Expected *bool  `json:"expected,omitempty"`
 	Error    string `json:"error,omitempty"` // neither allowed nor a clean timeout
+}
+
+// Expect sets every cell's Expected to the policy model's verdict and
+// returns the cells the probe saw otherwise: what `probe --expect` fails
+// on.
+func Expect(lab *topology.Spec, m *policy.Model, cells []Cell) []Cell {
+	var wrong []Cell
+	for i := range cells {
+		src, _ := lab.Endpoint(cells[i].From)
+		dst, _ := lab.Endpoint(cells[i].To)
+		exp := m.Verdict(src, dst, cells[i].Protocol, cells[i].Port).Allowed
+		cells[i].Expected = &exp
+		if exp != cells[i].Allowed {
+			wrong = append(wrong, cells[i])
+		}
+	}
+	return wrong
 }
 
 // Options tune a probe.

@@ -8,7 +8,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/cnlab/cnlab/datapath/kind"
-	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/labels"
@@ -51,8 +50,7 @@ func newPolicyApplyCmd(e *env) *cobra.Command {
 			if err := needRoot(); err != nil {
 				return err
 			}
-			var pols []*policy.Policy
-			seen := map[string]string{}
+			var sets [][]*policy.Policy
 			for _, f := range files {
 				var ps []*policy.Policy
 				var err error
@@ -68,13 +66,11 @@ func newPolicyApplyCmd(e *env) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				for _, p := range ps {
-					if other, dup := seen[p.Ref()]; dup {
-						return &input.Error{File: f, Msg: fmt.Sprintf("%s is also defined in %s: give it once", p.Ref(), other)}
-					}
-					seen[p.Ref()] = f
-				}
-				pols = append(pols, ps...)
+				sets = append(sets, ps)
+			}
+			pols, err := policy.Merge(sets...)
+			if err != nil {
+				return err
 			}
 			ch, err := lab.Apply(cmd.Context(), args[0], pols)
 			if err != nil {

@@ -62,16 +62,7 @@ parallel. With --expect, compare every cell with the policy model and exit
 			if err != nil {
 				return err
 			}
-			var wrong []probe.Cell
-			for i := range cells {
-				src, _ := spec.Endpoint(cells[i].From)
-				dst, _ := spec.Endpoint(cells[i].To)
-				exp := m.Verdict(src, dst, proto, port).Allowed
-				cells[i].Expected = &exp
-				if exp != cells[i].Allowed {
-					wrong = append(wrong, cells[i])
-				}
-			}
+			wrong := probe.Expect(spec, m, cells)
 			if output == "json" {
 				if err := writeJSON(e.stdout, probeView{Lab: spec.Name, Port: port, Protocol: proto, Results: cells}); err != nil {
 					return err

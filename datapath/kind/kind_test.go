@@ -1,0 +1,91 @@
+package kind
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/cnlab/cnlab/internal/input"
+)
+
+func TestParseListsTheKinds(t *testing.T) {
+	for _, k := range All() {
+		if got, err := Parse(string(k)); err != nil || got != k {
+			t.Errorf("Parse(%s) = %v, %v", k, got, err)
+		}
+	}
+	_, err := Parse("cilium")
+	if err == nil || !strings.Contains(err.Error(), `"cilium"`) || !strings.Contains(err.Error(), Names()) {
+		t.Errorf("unknown kind: %v", err)
+	}
+	if _, err := Parse(string(None)); err == nil {
+		t.Error("none is not a datapath a lab may ask for")
+	}
+	if Get(Default) == nil {
+		t.Errorf("the default %s has no descriptor", Default)
+	}
+}
+
+func TestResolveRefusesAnotherKindsOptions(t *testing.T) {
+	n := 10
+	_, err := Resolve("f.yaml", NFTables, RawOptions{IPTables: &RawIPTables{Filler: &n}})
+	if !input.Is(err) || !strings.Contains(err.Error(), "f.yaml: iptables: options for the iptables datapath, but the lab's datapath is nftables") {
+		t.Errorf("iptables options on nftables: %v", err)
+	}
+	_, err = Resolve("f.yaml", IPTables, RawOptions{EBPF: &RawEBPF{}})
+	if !input.Is(err) || !strings.Contains(err.Error(), "f.yaml: ebpf: ") {
+		t.Errorf("ebpf options on iptables: %v", err)
+	}
+	big := MaxMaxEndpoints + 1
+	_, err = Resolve("f.yaml", EBPF, RawOptions{EBPF: &RawEBPF{MaxEndpoints: &big}})
+	if !input.Is(err) || !strings.Contains(err.Error(), "ebpf.maxEndpoints: ") {
+		t.Errorf("maxEndpoints out of range: %v", err)
+	}
+	o, err := Resolve("f.yaml", EBPF, RawOptions{})
+	if err != nil || o.EBPF.HostRouting != HostRoutingBPF || o.IPTables.Backend != BackendLegacy || o.EBPF.MaxEndpoints != DefaultMaxEndpoints {
+		t.Errorf("defaults: %+v %v", o, err)
+	}
+}
+
+func TestOverridesNameTheirFlag(t *testing.T) {
+	var raw RawOptions
+	err := Overrides{HostRouting: HostRoutingLegacy}.Apply(IPTables, &raw)
+	if !input.Is(err) || !strings.HasPrefix(err.Error(), "--host-routing: ") {
+		t.Errorf("--host-routing on iptables: %v", err)
+	}
+	n := 3
+	err = Overrides{Filler: &n}.Apply(EBPF, &raw)
+	if !input.Is(err) || !strings.HasPrefix(err.Error(), "--filler: ") {
+		t.Errorf("--filler on ebpf: %v", err)
+	}
+	if err := (Overrides{Filler: &n, FillerMode: FillerTopOfChain}).Apply(IPTables, &raw); err != nil || *raw.IPTables.Filler != 3 || raw.IPTables.FillerMode != FillerTopOfChain {
+		t.Errorf("filler on iptables: %+v %v", raw.IPTables, err)
+	}
+}
+
+func TestDescribeAndView(t *testing.T) {
+	o, _ := Resolve("f", IPTables, RawOptions{})
+	if got := IPTables.Describe(&o); got != "legacy backend" {
+		t.Errorf("iptables: %q", got)
+	}
+	if v := NFTables.View(&o); v.IPTables != nil || v.EBPF != nil {
+		t.Errorf("nftables view has options: %+v", v)
+	}
+	if v := EBPF.View(&o); v.EBPF == nil || v.IPTables != nil {
+		t.Errorf("ebpf view: %+v", v)
+	}
+	if restore, _, _ := (IPTablesOptions{Backend: BackendNFT}).Tools(); restore != "iptables-nft-restore" {
+		t.Errorf("nft backend restores with %s", restore)
+	}
+}
+
+// Missing names a program by its Debian package; a program every machine
+// lacks makes the kind unavailable.
+func TestMissingNamesThePackage(t *testing.T) {
+	d := Get(NFTables)
+	saved := d.needs
+	t.Cleanup(func() { d.needs = saved })
+	d.needs = func(*Options) []string { return []string{"nft-not-a-real-program"} }
+	if got := NFTables.Missing(&Options{}); !strings.Contains(got, "nft-not-a-real-program is not installed") {
+		t.Errorf("Missing = %q", got)
+	}
+}
