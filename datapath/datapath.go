@@ -1,8 +1,11 @@
-// Package datapath defines what a policy datapath does — attach to a lab,
-// enforce compiled policy incrementally and atomically, describe itself —
-// and the explicit registry of implementations (iptables, nftables and
-// eBPF). Datapaths consume the policy IR only: they never read policy YAML.
-// Each host of a lab enforces its own endpoints' egress and ingress.
+// Package datapath defines what a policy datapath does — set a lab's hosts
+// up, enforce compiled policy incrementally and atomically, describe its
+// kernel state — the Descriptor that binds a kind (datapath/kind) to an
+// implementation, and the helpers the implementations share (per-host
+// state, the atomic multi-host apply). The list of implementations is
+// datapath/registry. Datapaths consume the policy IR only: they never read
+// policy YAML. Each host of a lab enforces its own endpoints' egress and
+// ingress.
 package datapath
 
 import (
