@@ -10,6 +10,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/internal/buildinfo"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
@@ -79,9 +80,11 @@ root.`,
   cnlab exec multi-host client -- iperf3 -c 10.0.192.2 -t 5
   cnlab status
   cnlab down --all`,
+		Version:       buildinfo.Read().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -89,7 +92,7 @@ root.`,
 		return usageError{fmt.Errorf("%w (see `%s --help`)", err, c.CommandPath())}
 	})
 	lab.RegisterDatapaths()
-	root.AddCommand(newUpCmd(e), newDownCmd(e), newStatusCmd(e), newExecCmd(e), newPolicyCmd(e), newProbeCmd(e), newMonitorCmd(e), newRRCmd(e), newRunCmd(e), newReportCmd(e), newCompareCmd(e))
+	root.AddCommand(newUpCmd(e), newDownCmd(e), newStatusCmd(e), newExecCmd(e), newPolicyCmd(e), newProbeCmd(e), newMonitorCmd(e), newRRCmd(e), newRunCmd(e), newReportCmd(e), newCompareCmd(e), newVersionCmd(e))
 	err := root.ExecuteContext(ctx)
 	if err != nil && isCobraUsage(err) {
 		return usageError{err}
