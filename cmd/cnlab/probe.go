@@ -108,15 +108,16 @@ func word(allowed bool) string {
 	return "denied"
 }
 
-// printMatrix prints rows (from) by columns (to): ✓ allowed, ✗ denied,
-// and a * after a cell that differs from the model.
+// printMatrix prints rows (from: the sender) by columns (to: the
+// receiver): ✓ allowed, ✗ denied, and a * after a cell that differs from
+// the model. The header's first cell and the legend say which is which.
 func printMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, proto string, port int) {
 	at := map[[2]string]probe.Cell{}
 	for _, c := range cells {
 		at[[2]string{c.From, c.To}] = c
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
-	fmt.Fprintf(tw, "%s/%d", proto, port)
+	fmt.Fprintf(tw, "%s/%d from\\to", proto, port)
 	for _, to := range spec.Endpoints {
 		fmt.Fprintf(tw, "\t%s", to.ID())
 	}
@@ -140,5 +141,5 @@ func printMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, proto str
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "✓ allowed  ✗ denied  * differs from the policy model")
+	fmt.Fprintln(w, "rows: from (sender), columns: to (receiver); ✓ allowed  ✗ denied  * differs from the policy model")
 }
