@@ -31,7 +31,8 @@ func newProbeCmd(e *env) *cobra.Command {
 		Short: "Test connectivity between every ordered pair of endpoints with real packets",
 		Long: `Start listeners on every endpoint, then connect (TCP) or send a request and
 wait for the reply (UDP) from every endpoint to every other one, in
-parallel. With --expect, compare every cell with the policy model and exit
+parallel. The text matrix has a row per sender (from) and a column per
+receiver (to). With --expect, compare every cell with the policy model and exit
 1 listing the cells that differ.`,
 		Example: `  cnlab probe policy-lab --port 80
   cnlab probe policy-lab --port 81 --protocol udp --expect
