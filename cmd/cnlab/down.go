@@ -18,7 +18,7 @@ namespaces and pins, and return once the kernel has destroyed them. What to
 delete is found from the kernel's state (names tagged with the lab), so a
 lab left half-built by a crash or kill -9 is removed as well.`,
 		Example: `  cnlab down multi-host
-  cnlab down --all`,
+  cnlab down --all    # every lab on this machine, other users' too`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) || len(args) > 1 {
 				return usagef("give one LAB or --all")

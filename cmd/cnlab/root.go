@@ -79,7 +79,7 @@ root.`,
   cnlab exec multi-host server -- iperf3 -s -D
   cnlab exec multi-host client -- iperf3 -c 10.0.192.2 -t 5
   cnlab status
-  cnlab down --all`,
+  cnlab down multi-host`,
 		Version:       buildinfo.Read().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
