@@ -23,10 +23,18 @@ TCP_CRR and UDP_RR: the client sends a request of --request-size bytes and
 waits for a response of --response-size bytes, back to back for --duration
 after --warmup, and reports transactions per second and the latency
 distribution (p50, p90, p99, p99.9 from a histogram with 0.1% resolution).
-Server and client must be given the same sizes and mode.`,
-		Example: `  cnlab exec LAB server -- cnlab rr server --port 12865 --request-size 100 --response-size 200 &
-  cnlab exec LAB client -- cnlab rr client --to 10.0.192.3:12865 --request-size 100 --response-size 200 --duration 10s
-  cnlab exec LAB client -- cnlab rr client --mode tcp-crr --to 10.0.192.3:12865 -o json`,
+Server and client must be given the same mode and sizes: the protocol
+carries no header, so a client that differs fails with an error that says
+so (at once when the server's reply shows it, after the stall otherwise). A
+client started together with its server waits up to a second for it to
+listen. The examples run in the README's first lab (cnlab up --preset
+multi-host; server 10.0.192.2), with cnlab on the PATH (make install).`,
+		Example: `  cnlab exec multi-host server -- cnlab rr server --request-size 100 --response-size 200 &
+  cnlab exec multi-host client -- cnlab rr client --to 10.0.192.2:12865 --request-size 100 --response-size 200 --duration 5s
+  cnlab exec multi-host server -- cnlab rr server --mode tcp-crr --port 12866 &
+  cnlab exec multi-host client -- cnlab rr client --mode tcp-crr --to 10.0.192.2:12866 -o json
+  cnlab exec multi-host server -- cnlab rr server --mode udp-rr --port 12867 &
+  cnlab exec multi-host client -- cnlab rr client --mode udp-rr --to 10.0.192.2:12867 --duration 3s`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 || (args[0] != "server" && args[0] != "client") {
 				return usagef("give server or client: cnlab rr server|client [flags]")
