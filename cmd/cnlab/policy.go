@@ -78,6 +78,11 @@ func newPolicyApplyCmd(e *env) *cobra.Command {
 				return err
 			}
 			printChange(e.stdout, ch)
+			if ch.Compiled != nil {
+				for _, w := range ch.Compiled.Warnings {
+					fmt.Fprintf(e.stderr, "cnlab: warning: %s\n", w)
+				}
+			}
 			return nil
 		},
 	}
@@ -294,8 +299,15 @@ func newPolicyTraceCmd(e *env) *cobra.Command {
 				verdict = "DENIED"
 			}
 			fmt.Fprintf(e.stdout, "%s -> %s %s/%d: %s\n", v.From, v.To, strings.ToLower(p), port, verdict)
-			fmt.Fprintf(e.stdout, "  egress of %s (identity %d): %s\n", v.From, m.IdentityOf(v.From).ID, v.Egress.Reason)
-			fmt.Fprintf(e.stdout, "  ingress of %s (identity %d): %s\n", v.To, m.IdentityOf(v.To).ID, v.Ingress.Reason)
+			for _, side := range []struct {
+				dir, ep string
+				s       policy.Side
+			}{{"egress", v.From, v.Egress}, {"ingress", v.To, v.Ingress}} {
+				fmt.Fprintf(e.stdout, "  %s of %s (identity %d): %s\n", side.dir, side.ep, m.IdentityOf(side.ep).ID, side.s.Reason)
+				for _, n := range side.s.Notes {
+					fmt.Fprintf(e.stdout, "    %s\n", n)
+				}
+			}
 			return nil
 		},
 	}
