@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/labels"
 )
 
@@ -485,8 +486,8 @@ func (r *resolver) endpoints() error {
 			a = a.Next()
 		}
 		if !usable(host.PodCIDR, a) {
-			return r.errf(fmt.Sprintf("endpoints[%d]", i), "host %s's podCIDR %s has no free address left (%d usable, %d endpoints on it)",
-				host.Name, host.PodCIDR, usableCount(host.PodCIDR), r.countOn(host.Name))
+			return r.errf(fmt.Sprintf("endpoints[%d]", i), "host %s's podCIDR %s has no free address left (%d usable, %s on it)",
+				host.Name, host.PodCIDR, usableCount(host.PodCIDR), plural.N(r.countOn(host.Name), "endpoint"))
 		}
 		ep.IP = a
 		taken[a] = ep.ID()
@@ -647,7 +648,7 @@ func (r *resolver) chain() error {
 		return r.errf("chain.cidr", "%s is too small: the chain takes one /24 per segment", p)
 	}
 	if maxSeg := 1 << (24 - p.Bits()); c.Length >= maxSeg {
-		return r.errf("chain.length", "%d hops need %d /24 segments but chain.cidr %s holds %d", c.Length, c.Length+1, p, maxSeg)
+		return r.errf("chain.length", "%s need %d /24 segments but chain.cidr %s holds %d", plural.N(c.Length, "hop"), c.Length+1, p, maxSeg)
 	}
 	r.spec.Chain = buildChain(r.spec.Name, c.Length, kind, p)
 	s := r.spec

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/labels"
 	"github.com/cnlab/cnlab/policy"
@@ -100,7 +101,7 @@ func printChange(w io.Writer, ch *lab.Change) {
 		}
 	}
 	if ch.Compiled != nil {
-		fmt.Fprintf(w, "%d rules over %d identities now enforced\n", len(ch.Compiled.Rules), len(ch.Compiled.Identities))
+		fmt.Fprintf(w, "%s over %s now enforced\n", plural.N(len(ch.Compiled.Rules), "rule"), plural.N(len(ch.Compiled.Identities), "identity"))
 	}
 }
 
@@ -203,7 +204,7 @@ func printShow(w io.Writer, v showView, c *policy.Compiled) {
 	if len(v.Policies) == 0 {
 		fmt.Fprintf(w, "lab %s, datapath %s, no policies\n\n", v.Lab, v.Datapath)
 	} else {
-		fmt.Fprintf(w, "lab %s, datapath %s, %d policies: %s\n\n", v.Lab, v.Datapath, len(v.Policies), strings.Join(v.Policies, ", "))
+		fmt.Fprintf(w, "lab %s, datapath %s, %s: %s\n\n", v.Lab, v.Datapath, plural.N(len(v.Policies), "policy"), strings.Join(v.Policies, ", "))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "IDENTITY\tNAMESPACE\tLABELS\tENDPOINTS\tISOLATED")

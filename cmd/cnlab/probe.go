@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/probe"
 	"github.com/cnlab/cnlab/topology"
@@ -81,7 +82,7 @@ receiver (to). With --expect, compare every cell with the policy model and exit
 				printMatrix(e.stdout, spec, cells, proto, port)
 			}
 			if expect && len(wrong) > 0 {
-				fmt.Fprintf(e.stderr, "cnlab: %d of %d cells differ from the policy model:\n", len(wrong), len(cells))
+				fmt.Fprintf(e.stderr, "cnlab: %d of %s differ from the policy model:\n", len(wrong), plural.N(len(cells), "cell"))
 				for _, c := range wrong {
 					fmt.Fprintf(e.stderr, "  %s -> %s %s/%d: probed %s, expected %s\n", c.From, c.To, c.Protocol, c.Port, word(c.Allowed), word(*c.Expected))
 				}

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/traffic"
 	"github.com/spf13/cobra"
 )
@@ -81,7 +82,7 @@ multi-host; server 10.0.192.2), with cnlab on the PATH (make install).`,
 			fmt.Fprintf(e.stdout, "%s %d/%d B: %.0f transactions/s over %.1f s; latency us: mean %.1f p50 %.1f p90 %.1f p99 %.1f p99.9 %.1f max %.1f\n",
 				r.Mode, r.RequestSize, r.ResponseSize, r.PerSecond, r.Seconds, l.Mean, l.P50, l.P90, l.P99, l.P999, l.Max)
 			if r.Timeouts > 0 {
-				fmt.Fprintf(e.stdout, "%d transactions timed out (lost datagrams)\n", r.Timeouts)
+				fmt.Fprintf(e.stdout, "%s timed out (lost datagrams)\n", plural.N(int(r.Timeouts), "transaction"))
 			}
 			return nil
 		},
