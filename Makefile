@@ -19,9 +19,12 @@ test:
 	$(GO) vet ./...
 	$(GO) test -p 1 -count=1 ./...
 
-# The default demo: two hosts joined by a wire, iperf3 between them.
+# The default demo: two hosts joined by a wire, iperf3 between them, in a
+# lab named cnlab-demo (make demo LAB=name for another name; a LAB in the
+# environment is ignored).
+LAB = cnlab-demo
 demo: build
-	./scripts/demo.sh
+	./scripts/demo.sh "$(LAB)"
 
 # Rebuild the eBPF programs and their Go bindings (needs clang, llvm and
 # libbpf-dev); the tests check the committed ones are up to date.

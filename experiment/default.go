@@ -4,6 +4,8 @@ import (
 	_ "embed"
 	"fmt"
 	"time"
+
+	"github.com/cnlab/cnlab/internal/plural"
 )
 
 // DefaultText is the experiment `cnlab run` runs without a file: a quick
@@ -48,5 +50,5 @@ func (s *Spec) Estimate() (jobs, labs int, d time.Duration, err error) {
 
 // String describes the spec in one line.
 func (s *Spec) String() string {
-	return fmt.Sprintf("%s (%v warm-up, %v measured, %d repetitions)", s.Name, time.Duration(s.Warmup), time.Duration(s.Duration), s.Repetitions)
+	return fmt.Sprintf("%s (%v warm-up, %v measured, %s)", s.Name, time.Duration(s.Warmup), time.Duration(s.Duration), plural.N(s.Repetitions, "repetition"))
 }

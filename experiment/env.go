@@ -6,12 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/buildinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,30 +38,6 @@ type Environment struct {
 	CapturedAt time.Time         `json:"capturedAt"`
 }
 
-// Commit is the VCS revision cnlab was built from ("devel" when unknown).
-func Commit() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "devel"
-	}
-	rev, dirty := "", false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if rev == "" {
-		return "devel"
-	}
-	if dirty {
-		rev += "-dirty"
-	}
-	return rev
-}
-
 func firstLine(argv ...string) string {
 	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 	if err != nil && len(out) == 0 {
@@ -81,7 +57,7 @@ func readTrim(path string) string {
 
 // CaptureEnvironment describes this machine.
 func CaptureEnvironment() *Environment {
-	e := &Environment{Arch: runtime.GOARCH, Cores: runtime.NumCPU(), Cnlab: Commit(), Go: runtime.Version(),
+	e := &Environment{Arch: runtime.GOARCH, Cores: runtime.NumCPU(), Cnlab: buildinfo.Commit(), Go: runtime.Version(),
 		Tools: map[string]string{}, Sysctls: map[string]string{}, DefaultMTU: 1500, CapturedAt: time.Now().UTC()}
 	e.Hostname, _ = os.Hostname()
 	var u unix.Utsname

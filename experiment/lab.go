@@ -9,6 +9,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
@@ -102,7 +103,7 @@ func describeLab(p Params) string {
 		parts = append(parts, string(p.Datapath))
 	}
 	if usesFiller(p) {
-		parts = append(parts, fmt.Sprintf("%d filler rules %s", p.Policies, p.PolicyMode))
+		parts = append(parts, fmt.Sprintf("%s %s", plural.N(p.Policies, "filler rule"), p.PolicyMode))
 	}
 	if p.Link != "" {
 		parts = append(parts, p.Link)
@@ -117,7 +118,7 @@ func describeLab(p Params) string {
 		parts = append(parts, "offloads "+p.Offloads)
 	}
 	if p.FirewallRules > 0 {
-		parts = append(parts, fmt.Sprintf("firewall %d rules stateful=%t spread=%t", p.FirewallRules, p.FirewallStateful, p.FirewallSpread))
+		parts = append(parts, fmt.Sprintf("firewall %s stateful=%t spread=%t", plural.N(p.FirewallRules, "rule"), p.FirewallStateful, p.FirewallSpread))
 	}
 	if p.ShaperRate != "" {
 		parts = append(parts, "shaper "+p.ShaperRate)

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/cnlab/cnlab/internal/plural"
 )
 
 // progress reports a run: on a terminal one line redrawn in place (a bar,
@@ -132,7 +134,7 @@ func (p *progress) doneLine(r *Results) string {
 	if partial > 0 {
 		part = fmt.Sprintf(", %d partial (some repetitions measured)", partial)
 	}
-	return fmt.Sprintf("%s in %s: %d points done%s, %d failed, %d not run", r.Status, short(time.Since(p.start)), done, part, failed, pending)
+	return fmt.Sprintf("%s in %s: %s done%s, %d failed, %d not run", r.Status, short(time.Since(p.start)), plural.N(done, "point"), part, failed, pending)
 }
 
 // finish prints the run's outcome.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/profile"
 )
 
@@ -244,11 +245,11 @@ func (r *Results) Check() []string {
 		}
 		switch {
 		case p.Status == PointDone && len(p.Samples) != p.Repetitions:
-			add("point %s done with %d of %d samples", p.ID, len(p.Samples), p.Repetitions)
+			add("point %s done with %d of %s", p.ID, len(p.Samples), plural.N(p.Repetitions, "sample"))
 		case p.Status == PointPartial && (len(p.Samples) == 0 || len(p.Samples) >= p.Repetitions):
-			add("point %s partial with %d of %d samples", p.ID, len(p.Samples), p.Repetitions)
+			add("point %s partial with %d of %s", p.ID, len(p.Samples), plural.N(p.Repetitions, "sample"))
 		case p.Status == PointPending && len(p.Samples) > 0:
-			add("point %s pending with %d samples", p.ID, len(p.Samples))
+			add("point %s pending with %s", p.ID, plural.N(len(p.Samples), "sample"))
 		}
 		if r.Status == StatusComplete && p.Status != PointDone && p.Status != PointFailed {
 			add("complete run, point %s %s", p.ID, p.Status)
@@ -264,7 +265,7 @@ func (r *Results) Check() []string {
 		}
 		for k, c := range n {
 			if p.Summary[k].N != c {
-				add("point %s metric %s: summary of %d samples, %d taken", p.ID, k, p.Summary[k].N, c)
+				add("point %s metric %s: summary of %s, %d taken", p.ID, k, plural.N(p.Summary[k].N, "sample"), c)
 			}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/stats"
 	"github.com/cnlab/cnlab/traffic"
 )
@@ -383,7 +384,7 @@ func runPing(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, 
 	}
 	first, ok := rtts[1]
 	if !ok {
-		return nil, fmt.Errorf("ping %s: no reply to the first echo request (%d of %d replies): %s", e.ep.serverIP, len(rtts), w.Count, lastLine(cli.out.String()))
+		return nil, fmt.Errorf("ping %s: no reply to the first echo request (%d of %s): %s", e.ep.serverIP, len(rtts), plural.N(w.Count, "reply"), lastLine(cli.out.String()))
 	}
 	var steady []float64
 	for seq, v := range rtts {

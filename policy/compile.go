@@ -108,9 +108,13 @@ type Compiled struct {
 	CIDRIdentities map[netip.Prefix]uint32 `json:"cidrIdentities"`
 	Enforced       map[uint32]Enforcement  `json:"enforced"`
 	Rules          []Entry                 `json:"rules"`
-	endpointIPs    map[uint32][]netip.Addr
-	identityOfIP   map[netip.Addr]uint32
-	bySubject      map[subjectDir][]Entry // Rules, indexed for RulesFor
+	// Warnings are rules accepted although they match nothing: a named
+	// port that none of the endpoints it is looked up on declares.
+	Warnings     []Warning              `json:"warnings,omitempty"`
+	named        map[namedRef]*namedUse // named ports met while compiling, for Warnings
+	endpointIPs  map[uint32][]netip.Addr
+	identityOfIP map[netip.Addr]uint32
+	bySubject    map[subjectDir][]Entry // Rules, indexed for RulesFor
 }
 
 type subjectDir struct {
@@ -123,8 +127,8 @@ type subjectDir struct {
 // identity whose endpoints declare one name with different numbers is an
 // error (the IR is per identity).
 func (m *Model) Compile() (*Compiled, error) {
-	c := &Compiled{Identities: m.Identities, CIDRIdentities: map[netip.Prefix]uint32{},
-		Enforced: map[uint32]Enforcement{}, endpointIPs: map[uint32][]netip.Addr{}, identityOfIP: map[netip.Addr]uint32{}}
+	c := &Compiled{Identities: m.Identities, CIDRIdentities: map[netip.Prefix]uint32{}, Enforced: map[uint32]Enforcement{},
+		named: map[namedRef]*namedUse{}, endpointIPs: map[uint32][]netip.Addr{}, identityOfIP: map[netip.Addr]uint32{}}
 	for _, ep := range m.Lab.Endpoints {
 		id := m.byEndpoint[ep.ID()].ID
 		c.endpointIPs[id] = append(c.endpointIPs[id], ep.IP)
@@ -198,6 +202,7 @@ func (m *Model) Compile() (*Compiled, error) {
 	for i, p := range cidrs {
 		c.CIDRIdentities[p] = uint32(FirstCIDRIdentity + i)
 	}
+	c.Warnings = c.namedWarnings()
 	return c, nil
 }
 
@@ -254,7 +259,9 @@ func (m *Model) compileRule(c *Compiled, p *Policy, subj *Identity, dir Dir, den
 				}
 				continue
 			}
-			if err := m.namedPort(subj, dir, pe, port, base, add); err != nil {
+			use := c.namedUse(p, r, dir, deny, port)
+			use.selected = append(use.selected, subj.Endpoints...)
+			if err := m.namedPort(subj, dir, pe, port, base, use, add); err != nil {
 				return p.errorAt(r.Path, err.Error())
 			}
 		}
@@ -270,13 +277,16 @@ func protosOf(p string) []uint8 {
 }
 
 // namedPort resolves a named port on the destination: the subject for
-// ingress, the peer for egress.
-func (m *Model) namedPort(subj *Identity, dir Dir, pe irPeer, port Port, base Entry, add func(Entry)) error {
+// ingress, the peer for egress. It records in use where it looked and
+// whether it found the name.
+func (m *Model) namedPort(subj *Identity, dir Dir, pe irPeer, port Port, base Entry, use *namedUse, add func(Entry)) error {
 	emit := func(peerID uint32, cidr netip.Prefix, dst *Identity) error {
 		nums, err := m.resolveName(dst, port)
 		if err != nil {
 			return err
 		}
+		use.lookedUp = append(use.lookedUp, dst.Endpoints...)
+		use.resolved = use.resolved || len(nums) > 0
 		for _, n := range nums {
 			rr := base
 			rr.PeerID, rr.PeerCIDR = peerID, cidr

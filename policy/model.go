@@ -177,14 +177,7 @@ func portMatches(pr Port, proto string, port int, dst *topology.Endpoint) bool {
 // ruleMatches reports whether a rule matches the remote side and the
 // destination port.
 func (m *Model) ruleMatches(r Rule, remote *topology.Endpoint, remoteIP netip.Addr, proto string, port int, dst *topology.Endpoint) bool {
-	peerOK := r.AnyPeer
-	for _, pe := range r.Peers {
-		if m.peerMatches(pe, remote, remoteIP) {
-			peerOK = true
-			break
-		}
-	}
-	if !peerOK {
+	if !m.peersMatch(r, remote, remoteIP) {
 		return false
 	}
 	if len(r.Ports) == 0 {
@@ -198,6 +191,38 @@ func (m *Model) ruleMatches(r Rule, remote *topology.Endpoint, remoteIP netip.Ad
 	return false
 }
 
+// peersMatch reports whether a rule's peers include the remote side.
+func (m *Model) peersMatch(r Rule, remote *topology.Endpoint, remoteIP netip.Addr) bool {
+	if r.AnyPeer {
+		return true
+	}
+	for _, pe := range r.Peers {
+		if m.peerMatches(pe, remote, remoteIP) {
+			return true
+		}
+	}
+	return false
+}
+
+// unresolvedNames returns the named ports of a rule that the destination
+// endpoint dst does not declare for proto: for dst they resolve to nothing.
+func unresolvedNames(r Rule, proto string, dst *topology.Endpoint) []string {
+	var names []string
+	for _, pr := range r.Ports {
+		if pr.Name == "" || (pr.Protocol != ANY && pr.Protocol != proto) {
+			continue
+		}
+		declared := false
+		for _, cp := range dst.Ports {
+			declared = declared || cp.Name == pr.Name && cp.Protocol == proto
+		}
+		if !declared {
+			names = append(names, pr.Name)
+		}
+	}
+	return names
+}
+
 // Side is the verdict of one end of a connection: the source's egress or
 // the destination's ingress.
 type Side struct {
@@ -207,6 +232,9 @@ type Side struct {
 	Allowed    bool     `json:"allowed"`
 	Reason     string   `json:"reason"`
 	Rule       string   `json:"rule,omitempty"` // the rule that decided, if any
+	// Notes explain a denial further: the allow rules whose peers match
+	// but whose named port resolves to nothing on the destination.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Verdict says whether a connection is allowed, and why.
@@ -239,6 +267,7 @@ func (m *Model) side(subject, remote *topology.Endpoint, remoteIP netip.Addr, pr
 	}
 	s := Side{Endpoint: subject.ID()}
 	var allowRule string
+	var notes []string
 	for _, p := range m.Policies {
 		for _, sp := range p.Specs {
 			if !m.selects(p, &sp, subject) {
@@ -263,11 +292,17 @@ func (m *Model) side(subject, remote *topology.Endpoint, remoteIP netip.Addr, pr
 					s.SelectedBy = append(s.SelectedBy, p.Ref())
 				}
 			}
-			if allowRule == "" {
-				for _, r := range d.Allow {
-					if m.ruleMatches(r, remote, remoteIP, proto, port, dst) {
-						allowRule = p.Ref() + " " + r.Path
-						break
+			for _, r := range d.Allow {
+				if allowRule != "" {
+					break
+				}
+				if m.ruleMatches(r, remote, remoteIP, proto, port, dst) {
+					allowRule = p.Ref() + " " + r.Path
+					break
+				}
+				if m.peersMatch(r, remote, remoteIP) {
+					for _, name := range unresolvedNames(r, proto, dst) {
+						notes = append(notes, fmt.Sprintf("%s %s: named port %q resolves to nothing for %s (not in its ports:)", p.Ref(), r.Path, name, dst.ID()))
 					}
 				}
 			}
@@ -283,6 +318,7 @@ func (m *Model) side(subject, remote *topology.Endpoint, remoteIP netip.Addr, pr
 		s.Reason = "allowed by " + allowRule
 	default:
 		s.Reason = fmt.Sprintf("no rule allows it: %s is isolated for %s by %s", subject.ID(), dirName, strings.Join(s.SelectedBy, ", "))
+		s.Notes = notes
 	}
 	return s
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/stats"
 )
 
@@ -122,8 +123,8 @@ func analyze(pn *Panel) ([]Fit, []Finding) {
 						fmtNum(-100*pl.Loss), fmtNum(-100*pl.LossCI.Hi), fmtNum(-100*pl.LossCI.Lo))
 				}
 				finds = append(finds, Finding{Panel: pn.ID, Points: endPoints(c), Text: fmt.Sprintf(
-					"%s (%s): %s, from %s Gb/s with one hop (fitted t(n) = t(1)·(1 − l)^(n−1); R² %.2f over %d samples).",
-					c.Series, pn.ctx(), what, fmtNum(pl.T1), pl.R2, pl.N)})
+					"%s (%s): %s, from %s Gb/s with one hop (fitted t(n) = t(1)·(1 − l)^(n−1); R² %.2f over %s).",
+					c.Series, pn.ctx(), what, fmtNum(pl.T1), pl.R2, plural.N(pl.N, "sample"))})
 			}
 			fits = append(fits, f)
 			continue
@@ -195,7 +196,7 @@ func change(pn *Panel, c *Curve, f Fit, one, many string) Finding {
 				fmt.Fprintf(&s, "; 95%% CI of the change %s to %s%%", signed(100*lo), signed(100*hi))
 			}
 		} else {
-			fmt.Fprintf(&s, "; %d and %d samples: no interval", len(a), len(b))
+			fmt.Fprintf(&s, "; %d and %s: no interval", len(a), plural.N(len(b), "sample"))
 		}
 		s.WriteString(")")
 	} else {

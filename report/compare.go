@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/stats"
 )
 
@@ -255,8 +256,8 @@ func (c *Comparison) summary() []string {
 			sig++
 		}
 	}
-	out = append(out, fmt.Sprintf("%d of %d metrics changed significantly (two-sided Mann–Whitney U, p < %g) by at least %g%%; \"~\" marks the others, with their change in parentheses.",
-		sig, len(c.Changes), c.Alpha, 100*c.MinChange))
+	out = append(out, fmt.Sprintf("%d of %s changed significantly (two-sided Mann–Whitney U, p < %g) by at least %g%%; \"~\" marks the others, with their change in parentheses.",
+		sig, plural.N(len(c.Changes), "metric"), c.Alpha, 100*c.MinChange))
 	if small > 0 {
 		out = append(out, fmt.Sprintf("%d more changed significantly but by less than %g%% (--min-change): shown as ~.", small, 100*c.MinChange))
 	}
@@ -272,7 +273,7 @@ func (c *Comparison) summary() []string {
 			c.Unreachable, c.Alpha, ex.NA, ex.NB, ex.MinP))
 	}
 	if c.Threshold >= 0 {
-		out = append(out, fmt.Sprintf("%d regressions (significant changes for the worse of at least %g%%, and points measured in A but not in B).", c.Regressions, 100*c.Threshold))
+		out = append(out, fmt.Sprintf("%s (significant changes for the worse of at least %g%%, and points measured in A but not in B).", plural.N(c.Regressions, "regression"), 100*c.Threshold))
 	}
 	for _, m := range c.Missing {
 		what := "no samples in A"
@@ -293,10 +294,10 @@ func (c *Comparison) summary() []string {
 		out = append(out, "warning: the runs were measured differently: "+m)
 	}
 	if len(c.OnlyA) > 0 {
-		out = append(out, fmt.Sprintf("%d points only in A (not compared): %s", len(c.OnlyA), firstFew(c.OnlyA)))
+		out = append(out, fmt.Sprintf("%s only in A (not compared): %s", plural.N(len(c.OnlyA), "point"), firstFew(c.OnlyA)))
 	}
 	if len(c.OnlyB) > 0 {
-		out = append(out, fmt.Sprintf("%d points only in B (not compared): %s", len(c.OnlyB), firstFew(c.OnlyB)))
+		out = append(out, fmt.Sprintf("%s only in B (not compared): %s", plural.N(len(c.OnlyB), "point"), firstFew(c.OnlyB)))
 	}
 	return out
 }

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cnlab/cnlab/internal/plural"
 )
 
 // HTML renders the report as one self-contained page: figures inline as
@@ -30,7 +32,7 @@ func (rep *Report) HTML() ([]byte, error) {
 	if e := rep.Env; e != nil {
 		env = append(env,
 			[2]string{"kernel", e.Kernel},
-			[2]string{"CPU", fmt.Sprintf("%s, %d cores%s", e.CPUModel, e.Cores, map[bool]string{true: " (virtualized: " + e.Virtualized + ")", false: ""}[e.Virtualized != ""])},
+			[2]string{"CPU", fmt.Sprintf("%s, %s%s", e.CPUModel, plural.N(e.Cores, "core"), map[bool]string{true: " (virtualized: " + e.Virtualized + ")", false: ""}[e.Virtualized != ""])},
 			[2]string{"memory", fmt.Sprintf("%.1f GiB", float64(e.MemoryBytes)/(1<<30))},
 			[2]string{"cnlab", e.Cnlab}, [2]string{"Go", e.Go}, [2]string{"default MTU", fmt.Sprint(e.DefaultMTU)},
 			[2]string{"CPU governor", e.CPUGovernor})

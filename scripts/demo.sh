@@ -2,10 +2,12 @@
 # The default demo: bring up seed 000's two-host testbed (hosts flip and
 # flap joined by a wire), run iperf3 from the client on flap to the server
 # on flip for 5 seconds, print the throughput, tear the lab down.
+# Usage: scripts/demo.sh [LAB]   (the lab's name, default cnlab-demo;
+# make demo LAB=name passes it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cnlab=./bin/cnlab
-lab=cnlab-demo
+lab=${1:-cnlab-demo}
 
 if $cnlab status "$lab" >/dev/null 2>&1; then
 	echo "demo: a lab named $lab is up already; remove it with: $cnlab down $lab" >&2

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/vishvananda/netlink"
 	vns "github.com/vishvananda/netns"
 )
@@ -74,7 +75,7 @@ func (b *builder) build(ctx context.Context) error {
 		}
 	}
 	if len(s.Endpoints) >= 50 {
-		b.progress(fmt.Sprintf("hosts and links up; creating %d endpoints", len(s.Endpoints)))
+		b.progress(fmt.Sprintf("hosts and links up; creating %s", plural.N(len(s.Endpoints), "endpoint")))
 	}
 	return b.parallelEndpoints(ctx)
 }
@@ -278,7 +279,7 @@ func (b *builder) parallelEndpoints(ctx context.Context) error {
 				mu.Lock()
 				done++
 				if done%step == 0 && done < len(s.Endpoints) {
-					b.progress(fmt.Sprintf("%d/%d endpoints", done, len(s.Endpoints)))
+					b.progress(fmt.Sprintf("%d/%s", done, plural.N(len(s.Endpoints), "endpoint")))
 				}
 				mu.Unlock()
 			}

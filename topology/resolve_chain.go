@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/plural"
 )
 
 func (r *resolver) chain() error {
@@ -57,7 +58,7 @@ func (r *resolver) chain() error {
 		return r.errf("chain.cidr", "%s is too small: the chain takes one /24 per segment", p)
 	}
 	if maxSeg := 1 << (24 - p.Bits()); c.Length >= maxSeg {
-		return r.errf("chain.length", "%d hops need %d /24 segments but chain.cidr %s holds %d", c.Length, c.Length+1, p, maxSeg)
+		return r.errf("chain.length", "%s need %d /24 segments but chain.cidr %s holds %d", plural.N(c.Length, "hop"), c.Length+1, p, maxSeg)
 	}
 	r.spec.Chain = buildChain(r.spec.Name, c.Length, link, p)
 	s := r.spec

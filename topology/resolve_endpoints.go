@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/labels"
 )
 
@@ -96,8 +97,8 @@ func (r *resolver) endpoints() error {
 			a = a.Next()
 		}
 		if !usable(host.PodCIDR, a) {
-			return r.errf(fmt.Sprintf("endpoints[%d]", i), "host %s's podCIDR %s has no free address left (%d usable, %d endpoints on it)",
-				host.Name, host.PodCIDR, usableCount(host.PodCIDR), r.countOn(host.Name))
+			return r.errf(fmt.Sprintf("endpoints[%d]", i), "host %s's podCIDR %s has no free address left (%d usable, %s on it)",
+				host.Name, host.PodCIDR, usableCount(host.PodCIDR), plural.N(r.countOn(host.Name), "endpoint"))
 		}
 		ep.IP = a
 		taken[a] = ep.ID()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/vishvananda/netlink"
 	vns "github.com/vishvananda/netns"
 )
@@ -40,7 +41,7 @@ func Teardown(lab string, progress Progress) error {
 		return err
 	}
 	if len(names) > 0 {
-		progress(fmt.Sprintf("lab %s: deleting %d namespaces", lab, len(names)))
+		progress(fmt.Sprintf("lab %s: deleting %s", lab, plural.N(len(names), "namespace")))
 		inodes := netns.Inodes(names)
 		w, err := newCleanupWitness()
 		if err != nil {
@@ -64,8 +65,8 @@ func Teardown(lab string, progress Progress) error {
 		} else if alive, err := netns.WatchedAlive(w.watcher, names); err != nil {
 			errs = append(errs, err)
 		} else if len(alive) > 0 {
-			errs = append(errs, fmt.Errorf("%d namespaces of lab %s are unmounted but still held by something (an open socket or file?), so the kernel keeps them: %s",
-				len(alive), lab, abbreviate(alive, 5)))
+			errs = append(errs, fmt.Errorf("%s of lab %s: unmounted but still held by something (an open socket or file?), so the kernel keeps them: %s",
+				plural.N(len(alive), "namespace"), lab, abbreviate(alive, 5)))
 		}
 		w.close()
 		if err := errors.Join(errs...); err != nil {

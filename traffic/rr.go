@@ -20,7 +20,11 @@ const (
 var RRModes = []string{TCPRR, TCPCRR, UDPRR}
 
 // RRConfig is one request/response run. Client and server must agree on
-// the sizes (the experiment runner starts both with the same config).
+// the mode and sizes (the experiment runner starts both with the same
+// config); a client that does not fails with an error naming the likely
+// disagreement (see rrdiag.go). Until its first transaction, for up to a
+// second, a client retries a refused connection or datagram: its server
+// may still be starting.
 type RRConfig struct {
 	Mode         string
 	Addr         string        // server address, host:port

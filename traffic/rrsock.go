@@ -93,26 +93,30 @@ func writeAll(fd int, b []byte, wait waitFunc) error {
 	return nil
 }
 
-// readFull reads len(b) bytes; io.EOF if the peer closed first.
-func readFull(fd int, b []byte, wait waitFunc) error {
-	stalls := 0
-	for len(b) > 0 {
-		n, err := unix.Read(fd, b)
+// readFull reads len(b) bytes; io.EOF if the peer closed first. It
+// returns how many bytes it read.
+func readFull(fd int, b []byte, wait waitFunc) (int, error) {
+	stalls, got := 0, 0
+	for got < len(b) {
+		n, err := unix.Read(fd, b[got:])
 		if err != nil {
 			if err := ioRetry(err, &stalls, wait); err != nil {
-				return err
+				return got, err
 			}
 			continue
 		}
 		if n == 0 {
-			return io.EOF
+			return got, io.EOF
 		}
-		b, stalls = b[n:], 0
+		got, stalls = got+n, 0
 	}
-	return nil
+	return got, nil
 }
 
-// readEOF reads (into buf, discarded) until the peer closes.
+// errMoreData: bytes came where only the peer's close was expected.
+var errMoreData = errors.New("more bytes came than the response size")
+
+// readEOF waits until the peer closes; errMoreData if bytes come instead.
 func readEOF(fd int, buf []byte, wait waitFunc) error {
 	stalls := 0
 	for {
@@ -125,7 +129,7 @@ func readEOF(fd int, buf []byte, wait waitFunc) error {
 		case n == 0:
 			return nil
 		default:
-			stalls = 0
+			return errMoreData
 		}
 	}
 }
@@ -267,9 +271,9 @@ func RRServe(ctx context.Context, c RRConfig, ready chan<- struct{}) error {
 			defer runtime.UnlockOSThread()
 			defer fds.close(cfd)
 			req := make([]byte, c.RequestSize)
-			for readFull(cfd, req, nil) == nil && writeAll(cfd, resp, nil) == nil {
-				if c.Mode == TCPCRR {
-					return // the server closes first
+			for {
+				if _, err := readFull(cfd, req, nil); err != nil || writeAll(cfd, resp, nil) != nil || c.Mode == TCPCRR {
+					return // with tcp-crr, the server closes first
 				}
 			}
 		}()
@@ -290,6 +294,9 @@ type rrClient struct {
 	measureFrom, end time.Time
 	last             time.Time // completion of the last counted transaction
 	timeouts         uint64
+	start            time.Time // of the run
+	completed        int       // transactions completed, warm-up included
+	closes           int       // tcp-crr: connections the server closed after its response
 }
 
 // RRRun runs the client side and measures transactions and latency. A
@@ -312,7 +319,8 @@ func RRRun(ctx context.Context, c RRConfig) (*RRResult, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	r := &rrClient{c: c, ctx: ctx, sa: sa, req: make([]byte, c.RequestSize), resp: make([]byte, max(c.ResponseSize, 65536)),
-		h: NewHistogram(), measureFrom: time.Now().Add(c.Warmup)}
+		h: NewHistogram(), start: time.Now()}
+	r.measureFrom = r.start.Add(c.Warmup)
 	r.end = r.measureFrom.Add(c.Duration)
 	switch c.Mode {
 	case TCPRR:
@@ -340,6 +348,7 @@ func (r *rrClient) measured(t0 time.Time) bool { return !t0.Before(r.measureFrom
 
 // done records a transaction started at t0 that just completed.
 func (r *rrClient) done(t0 time.Time) {
+	r.completed++
 	if r.measured(t0) {
 		r.last = time.Now()
 		r.h.Record(r.last.Sub(t0))
@@ -356,9 +365,20 @@ func (r *rrClient) wait(stalls int) error {
 		return errRunEnded
 	}
 	if stalls >= stallTimeouts {
-		return fmt.Errorf("stalled: nothing moved for %v (%d timeouts of %v)", time.Duration(stalls)*r.c.Timeout, stalls, r.c.Timeout)
+		return fmt.Errorf("%w: nothing moved for %v (%d timeouts of %v)", errStalled, time.Duration(stalls)*r.c.Timeout, stalls, r.c.Timeout)
 	}
 	return nil
+}
+
+// closeWait is tcp-crr's waitFunc for the server's close after its
+// response: as wait, except that on the first connection one Timeout is
+// enough to conclude that the server keeps connections open (a tcp-crr
+// server closes at once, a tcp-rr server never does).
+func (r *rrClient) closeWait(stalls int) error {
+	if err := r.wait(stalls); err != nil || r.closes > 0 {
+		return err
+	}
+	return errKeptOpen
 }
 
 // dial opens a blocking socket connected to the server. A TCP connect
@@ -372,6 +392,11 @@ func (r *rrClient) dial(typ int) (int, error) {
 	if err == unix.EINPROGRESS {
 		err = r.connected(fd)
 	}
+	if err == unix.ECONNREFUSED && r.starting() {
+		unix.Close(fd)
+		time.Sleep(startRetry)
+		return r.dial(typ)
+	}
 	if err == nil {
 		err = unix.SetNonblock(fd, false)
 	}
@@ -380,7 +405,7 @@ func (r *rrClient) dial(typ int) (int, error) {
 		if r.ctx.Err() != nil {
 			return -1, err
 		}
-		return -1, fmt.Errorf("connect %s: %w", r.c.Addr, err)
+		return -1, r.explainRefused(fmt.Errorf("connect %s: %w", r.c.Addr, err))
 	}
 	return fd, nil
 }
@@ -425,12 +450,19 @@ func (r *rrClient) tcp() error {
 			return err
 		}
 		if err := writeAll(fd, r.req, r.wait); err != nil {
-			return fmt.Errorf("request: %w", err)
+			return r.explain(fmt.Errorf("request: %w", err), 0)
 		}
-		if err := readFull(fd, r.resp[:r.c.ResponseSize], r.wait); err != nil {
-			return fmt.Errorf("response: %w", err)
+		if got, err := readFull(fd, r.resp[:r.c.ResponseSize], r.wait); err != nil {
+			return r.explain(fmt.Errorf("response: %w", err), got)
 		}
 		r.done(t0)
+		if r.completed == 1 || !r.measured(t0) {
+			// The first and the warm-up transactions check that the
+			// response was all the server sent (one syscall each).
+			if n, _, _ := unix.Recvfrom(fd, r.resp, unix.MSG_PEEK|unix.MSG_DONTWAIT); n > 0 {
+				return r.explain(fmt.Errorf("response: %w", errMoreData), 0)
+			}
+		}
 	}
 	return nil
 }
@@ -448,13 +480,17 @@ func (r *rrClient) crr() error {
 			return err
 		}
 		err = writeAll(fd, r.req, r.wait)
-		if err == nil {
-			err = readFull(fd, r.resp[:r.c.ResponseSize], r.wait)
+		if err != nil {
+			err = r.explain(fmt.Errorf("request: %w", err), 0)
+		} else if got, rerr := readFull(fd, r.resp[:r.c.ResponseSize], r.wait); rerr != nil {
+			err = r.explain(fmt.Errorf("response: %w", rerr), got)
 		}
 		if err == nil {
 			r.done(t0)
-			if err = readEOF(fd, r.resp, r.wait); err != nil {
-				err = fmt.Errorf("waiting for the server to close: %w", err)
+			if err = readEOF(fd, r.resp, r.closeWait); err != nil {
+				err = r.explain(fmt.Errorf("waiting for the server to close: %w", err), 0)
+			} else {
+				r.closes++
 			}
 		}
 		unix.Close(fd)
@@ -483,12 +519,19 @@ func (r *rrClient) udp() error {
 		if numbered {
 			binary.BigEndian.PutUint32(r.req, seq)
 		}
-		if err := writeAll(fd, r.req, nil); err != nil {
-			return fmt.Errorf("request: %w", err)
-		}
-		ok, err := r.udpResponse(fd, t0, numbered, seq)
+		err := writeAll(fd, r.req, nil)
+		ok := false
 		if err != nil {
-			return fmt.Errorf("response: %w", err)
+			err = fmt.Errorf("request: %w", err)
+		} else if ok, err = r.udpResponse(fd, t0, numbered, seq); err != nil {
+			err = fmt.Errorf("response: %w", err)
+		}
+		if errors.Is(err, unix.ECONNREFUSED) && r.starting() {
+			time.Sleep(startRetry)
+			continue
+		}
+		if err != nil {
+			return r.explainRefused(err)
 		}
 		if ok {
 			r.done(t0)
@@ -519,6 +562,8 @@ func (r *rrClient) udpResponse(fd int, t0 time.Time, numbered bool, seq uint32) 
 	for {
 		n, err := unix.Read(fd, r.resp)
 		switch {
+		case err == nil && n != r.c.ResponseSize:
+			return false, r.mismatch(fmt.Errorf("a response of %d bytes, not %d", n, r.c.ResponseSize))
 		case err == nil && (!numbered || n >= 4 && binary.BigEndian.Uint32(r.resp) == seq):
 			return true, nil
 		case isTimeout(err):

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
 )
 
@@ -16,9 +18,11 @@ func newDownCmd(e *env) *cobra.Command {
 		Long: `Tear a lab down: kill the processes running inside it, delete its
 namespaces and pins, and return once the kernel has destroyed them. What to
 delete is found from the kernel's state (names tagged with the lab), so a
-lab left half-built by a crash or kill -9 is removed as well.`,
+lab left half-built by a crash or kill -9 is removed as well. A lab that is
+not there is already down: cnlab says so on stderr and exits 0 (an invalid
+lab name is still bad input, exit 2).`,
 		Example: `  cnlab down multi-host
-  cnlab down --all`,
+  cnlab down --all    # every lab on this machine, other users' too`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) || len(args) > 1 {
 				return usagef("give one LAB or --all")
@@ -42,7 +46,15 @@ lab left half-built by a crash or kill -9 is removed as well.`,
 				}
 				return err
 			}
-			if err := lab.Down(args[0], e.progress); err != nil {
+			err := lab.Down(args[0], e.progress)
+			var nf *topology.NotFoundError
+			if errors.As(err, &nf) && nf.What == "lab" && nf.Lab == "" {
+				// Idempotent, as deletes are in the field (CNI's DEL): a lab
+				// that is not there is already down.
+				fmt.Fprintf(e.stderr, "cnlab: lab %s not found: nothing to do\n", args[0])
+				return nil
+			}
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "lab %s is down (%.2fs)\n", args[0], time.Since(start).Seconds())

@@ -22,13 +22,25 @@ func newExecCmd(e *env) *cobra.Command {
 ip netns exec. ENDPOINT is namespace/name, or a bare name when it is unique.
 host/NAME enters a host, hop/N the N-th forwarding namespace of a chain and
 sw/N the switch of its N-th segment (link: bridge). The command replaces
-cnlab: its exit status is cnlab's (127 when it cannot be found).`,
+cnlab: its exit status is cnlab's (127 when it cannot be found). The
+command is required: for a shell, name one (-- bash).`,
 		Example: `  cnlab exec multi-host server -- iperf3 -s -D
   cnlab exec multi-host default/client -- iperf3 -c 10.0.192.2 -t 5
-  cnlab exec multi-host host/flip -- ip route`,
+  cnlab exec multi-host host/flip -- ip route
+  cnlab exec multi-host client -- bash`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() != 2 || len(args) < 3 {
-				return usagef("usage: cnlab exec LAB ENDPOINT -- CMD...")
+			const usage = "usage: cnlab exec LAB ENDPOINT -- CMD..."
+			const example = "e.g. cnlab exec demo x/a -- ip addr"
+			dash := cmd.ArgsLenAtDash()
+			switch {
+			case len(args) < 2 || dash == 0 || dash == 1:
+				return usagef("%s: give the lab and the endpoint, then the command after --, %s", usage, example)
+			case dash < 0 && len(args) > 2:
+				return usagef("%s: put -- before the command, %s", usage, example)
+			case dash > 2:
+				return usagef("%s: only LAB and ENDPOINT go before --, %s", usage, example)
+			case len(args) == 2:
+				return usagef("%s: give the command to run after --, %s", usage, example)
 			}
 			return nil
 		},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath/ebpf"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/spf13/cobra"
 )
@@ -116,7 +117,7 @@ again by then: it is another lab, with other programs).`,
 				// --count with --duration waits for events: a script must
 				// tell "they came" from "time ran out". Ctrl-C is no
 				// failure.
-				return fmt.Errorf("%d of %d events within %v", seen, count, duration)
+				return fmt.Errorf("%d of %s within %v", seen, plural.N(count, "event"), duration)
 			}
 			return nil
 		},

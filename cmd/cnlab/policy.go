@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/cnlab/cnlab/datapath/kind"
-
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/labels"
 	"github.com/cnlab/cnlab/policy"
@@ -77,6 +77,11 @@ func newPolicyApplyCmd(e *env) *cobra.Command {
 				return err
 			}
 			printChange(e.stdout, ch)
+			if ch.Compiled != nil {
+				for _, w := range ch.Compiled.Warnings {
+					fmt.Fprintf(e.stderr, "cnlab: warning: %s\n", w)
+				}
+			}
 			return nil
 		},
 	}
@@ -94,7 +99,7 @@ func printChange(w io.Writer, ch *lab.Change) {
 		}
 	}
 	if ch.Compiled != nil {
-		fmt.Fprintf(w, "%d rules over %d identities now enforced\n", len(ch.Compiled.Rules), len(ch.Compiled.Identities))
+		fmt.Fprintf(w, "%s over %s now enforced\n", plural.N(len(ch.Compiled.Rules), "rule"), plural.N(len(ch.Compiled.Identities), "identity"))
 	}
 }
 
@@ -197,7 +202,7 @@ func printShow(w io.Writer, v showView, c *policy.Compiled) {
 	if len(v.Policies) == 0 {
 		fmt.Fprintf(w, "lab %s, datapath %s, no policies\n\n", v.Lab, v.Datapath)
 	} else {
-		fmt.Fprintf(w, "lab %s, datapath %s, %d policies: %s\n\n", v.Lab, v.Datapath, len(v.Policies), strings.Join(v.Policies, ", "))
+		fmt.Fprintf(w, "lab %s, datapath %s, %s: %s\n\n", v.Lab, v.Datapath, plural.N(len(v.Policies), "policy"), strings.Join(v.Policies, ", "))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "IDENTITY\tNAMESPACE\tLABELS\tENDPOINTS\tISOLATED")
@@ -293,8 +298,15 @@ func newPolicyTraceCmd(e *env) *cobra.Command {
 				verdict = "DENIED"
 			}
 			fmt.Fprintf(e.stdout, "%s -> %s %s/%d: %s\n", v.From, v.To, strings.ToLower(p), port, verdict)
-			fmt.Fprintf(e.stdout, "  egress of %s (identity %d): %s\n", v.From, m.IdentityOf(v.From).ID, v.Egress.Reason)
-			fmt.Fprintf(e.stdout, "  ingress of %s (identity %d): %s\n", v.To, m.IdentityOf(v.To).ID, v.Ingress.Reason)
+			for _, side := range []struct {
+				dir, ep string
+				s       policy.Side
+			}{{"egress", v.From, v.Egress}, {"ingress", v.To, v.Ingress}} {
+				fmt.Fprintf(e.stdout, "  %s of %s (identity %d): %s\n", side.dir, side.ep, m.IdentityOf(side.ep).ID, side.s.Reason)
+				for _, n := range side.s.Notes {
+					fmt.Fprintf(e.stdout, "    %s\n", n)
+				}
+			}
 			return nil
 		},
 	}

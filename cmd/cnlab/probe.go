@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/probe"
 	"github.com/cnlab/cnlab/topology"
@@ -31,7 +32,8 @@ func newProbeCmd(e *env) *cobra.Command {
 		Short: "Test connectivity between every ordered pair of endpoints with real packets",
 		Long: `Start listeners on every endpoint, then connect (TCP) or send a request and
 wait for the reply (UDP) from every endpoint to every other one, in
-parallel. With --expect, compare every cell with the policy model and exit
+parallel. The text matrix has a row per sender (from) and a column per
+receiver (to). With --expect, compare every cell with the policy model and exit
 1 listing the cells that differ.`,
 		Example: `  cnlab probe policy-lab --port 80
   cnlab probe policy-lab --port 81 --protocol udp --expect
@@ -71,7 +73,7 @@ parallel. With --expect, compare every cell with the policy model and exit
 				printMatrix(e.stdout, spec, cells, proto, port)
 			}
 			if expect && len(wrong) > 0 {
-				fmt.Fprintf(e.stderr, "cnlab: %d of %d cells differ from the policy model:\n", len(wrong), len(cells))
+				fmt.Fprintf(e.stderr, "cnlab: %d of %s differ from the policy model:\n", len(wrong), plural.N(len(cells), "cell"))
 				for _, c := range wrong {
 					fmt.Fprintf(e.stderr, "  %s -> %s %s/%d: probed %s, expected %s\n", c.From, c.To, c.Protocol, c.Port, word(c.Allowed), word(*c.Expected))
 				}
@@ -99,15 +101,16 @@ func word(allowed bool) string {
 	return "denied"
 }
 
-// printMatrix prints rows (from) by columns (to): ✓ allowed, ✗ denied,
-// and a * after a cell that differs from the model.
+// printMatrix prints rows (from: the sender) by columns (to: the
+// receiver): ✓ allowed, ✗ denied, and a * after a cell that differs from
+// the model. The header's first cell and the legend say which is which.
 func printMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, proto string, port int) {
 	at := map[[2]string]probe.Cell{}
 	for _, c := range cells {
 		at[[2]string{c.From, c.To}] = c
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
-	fmt.Fprintf(tw, "%s/%d", proto, port)
+	fmt.Fprintf(tw, "%s/%d from\\to", proto, port)
 	for _, to := range spec.Endpoints {
 		fmt.Fprintf(tw, "\t%s", to.ID())
 	}
@@ -131,5 +134,5 @@ func printMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, proto str
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "✓ allowed  ✗ denied  * differs from the policy model")
+	fmt.Fprintln(w, "rows: from (sender), columns: to (receiver); ✓ allowed  ✗ denied  * differs from the policy model")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/report"
 	"github.com/spf13/cobra"
 )
@@ -110,9 +111,9 @@ func printReport(e *env, rep *report.Report, output string) error {
 		}
 	}
 	if rep.Noisy > 0 {
-		fmt.Fprintf(e.stdout, "%d of %d rows of the report's table (every headline metric of every point: throughput, p50/p99 latency, rate, loss) have a CV above %.0f%% (marked ⚠).\n", rep.Noisy, len(rep.Rows), 100*report.CVWarn)
+		fmt.Fprintf(e.stdout, "%d of %s of the report's table (every headline metric of every point: throughput, p50/p99 latency, rate, loss) have a CV above %.0f%% (marked ⚠).\n", rep.Noisy, plural.N(len(rep.Rows), "row"), 100*report.CVWarn)
 	}
-	fmt.Fprintf(e.stdout, "report: %s (%d figures in %s)\n", filepath.Join(rep.Dir, "report.html"), len(rep.Figures), filepath.Join(rep.Dir, "figures"))
+	fmt.Fprintf(e.stdout, "report: %s (%s in %s)\n", filepath.Join(rep.Dir, "report.html"), plural.N(len(rep.Figures), "figure"), filepath.Join(rep.Dir, "figures"))
 	return nil
 }
 
@@ -189,7 +190,7 @@ significantly worse by at least PCT percent (throughput down, latency up).`,
 				e.progress("comparison page: " + html)
 			}
 			if gate && c.Regressions > 0 {
-				fmt.Fprintf(e.stderr, "cnlab: %d significant regressions of %g%% or more\n", c.Regressions, threshold)
+				fmt.Fprintf(e.stderr, "cnlab: %s of %g%% or more\n", plural.N(c.Regressions, "significant regression"), threshold)
 				return exitStatus(exitFail)
 			}
 			return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/internal/buildinfo"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
 )
@@ -77,17 +78,19 @@ root.`,
   cnlab exec multi-host server -- iperf3 -s -D
   cnlab exec multi-host client -- iperf3 -c 10.0.192.2 -t 5
   cnlab status
-  cnlab down --all`,
+  cnlab down multi-host`,
+		Version:       buildinfo.Read().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see `%s --help`)", err, c.CommandPath())}
 	})
-	root.AddCommand(newUpCmd(e), newDownCmd(e), newStatusCmd(e), newExecCmd(e), newPolicyCmd(e), newProbeCmd(e), newMonitorCmd(e), newRRCmd(e), newRunCmd(e), newReportCmd(e), newCompareCmd(e))
+	root.AddCommand(newUpCmd(e), newDownCmd(e), newStatusCmd(e), newExecCmd(e), newPolicyCmd(e), newProbeCmd(e), newMonitorCmd(e), newRRCmd(e), newRunCmd(e), newReportCmd(e), newCompareCmd(e), newVersionCmd(e))
 	err := root.ExecuteContext(ctx)
 	if err != nil && isCobraUsage(err) {
 		return usageError{err}

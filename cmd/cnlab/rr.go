@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/traffic"
 	"github.com/spf13/cobra"
 )
@@ -23,10 +24,18 @@ TCP_CRR and UDP_RR: the client sends a request of --request-size bytes and
 waits for a response of --response-size bytes, back to back for --duration
 after --warmup, and reports transactions per second and the latency
 distribution (p50, p90, p99, p99.9 from a histogram with 0.1% resolution).
-Server and client must be given the same sizes and mode.`,
-		Example: `  cnlab exec LAB server -- cnlab rr server --port 12865 --request-size 100 --response-size 200 &
-  cnlab exec LAB client -- cnlab rr client --to 10.0.192.3:12865 --request-size 100 --response-size 200 --duration 10s
-  cnlab exec LAB client -- cnlab rr client --mode tcp-crr --to 10.0.192.3:12865 -o json`,
+Server and client must be given the same mode and sizes: the protocol
+carries no header, so a client that differs fails with an error that says
+so (at once when the server's reply shows it, after the stall otherwise). A
+client started together with its server waits up to a second for it to
+listen. The examples run in the README's first lab (cnlab up --preset
+multi-host; server 10.0.192.2), with cnlab on the PATH (make install).`,
+		Example: `  cnlab exec multi-host server -- cnlab rr server --request-size 100 --response-size 200 &
+  cnlab exec multi-host client -- cnlab rr client --to 10.0.192.2:12865 --request-size 100 --response-size 200 --duration 5s
+  cnlab exec multi-host server -- cnlab rr server --mode tcp-crr --port 12866 &
+  cnlab exec multi-host client -- cnlab rr client --mode tcp-crr --to 10.0.192.2:12866 -o json
+  cnlab exec multi-host server -- cnlab rr server --mode udp-rr --port 12867 &
+  cnlab exec multi-host client -- cnlab rr client --mode udp-rr --to 10.0.192.2:12867 --duration 3s`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 || (args[0] != "server" && args[0] != "client") {
 				return usagef("give server or client: cnlab rr server|client [flags]")
@@ -73,7 +82,7 @@ Server and client must be given the same sizes and mode.`,
 			fmt.Fprintf(e.stdout, "%s %d/%d B: %.0f transactions/s over %.1f s; latency us: mean %.1f p50 %.1f p90 %.1f p99 %.1f p99.9 %.1f max %.1f\n",
 				r.Mode, r.RequestSize, r.ResponseSize, r.PerSecond, r.Seconds, l.Mean, l.P50, l.P90, l.P99, l.P999, l.Max)
 			if r.Timeouts > 0 {
-				fmt.Fprintf(e.stdout, "%d transactions timed out (lost datagrams)\n", r.Timeouts)
+				fmt.Fprintf(e.stdout, "%s timed out (lost datagrams)\n", plural.N(int(r.Timeouts), "transaction"))
 			}
 			return nil
 		},

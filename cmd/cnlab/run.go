@@ -14,6 +14,7 @@ import (
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/report"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -90,7 +91,7 @@ and the run goes on; the exit code is then 1.`,
 				return usagef("%s already holds a run (results.json): choose another --out", out)
 			}
 			jobs, labs, d, _ := s.Estimate()
-			e.progress(fmt.Sprintf("running %s: %d runs on %d lab builds, about %s; results in %s", s, jobs, labs, d.Round(time.Second), out))
+			e.progress(fmt.Sprintf("running %s: %s on %s, about %s; results in %s", s, plural.N(jobs, "run"), plural.N(labs, "lab build"), d.Round(time.Second), out))
 			r, err := experiment.Run(cmd.Context(), s, text, experiment.Options{Out: out, Progress: e.stderr, Terminal: isTerminal(e.stderr), LabName: labName})
 			if r == nil {
 				return err
@@ -114,7 +115,7 @@ and the run goes on; the exit code is then 1.`,
 			case err != nil:
 				return err
 			case failed > 0:
-				fmt.Fprintf(e.stderr, "cnlab: %d points failed: see their error in %s and logs/\n", failed, filepath.Join(out, "results.json"))
+				fmt.Fprintf(e.stderr, "cnlab: %s failed: see their error in %s and logs/\n", plural.N(failed, "point"), filepath.Join(out, "results.json"))
 				return exitStatus(exitFail)
 			}
 			return nil
@@ -182,8 +183,8 @@ func printPlan(e *env, s *experiment.Spec, output string) error {
 			break
 		}
 	}
-	fmt.Fprintf(e.stdout, "%s: %d points, %d runs (%d repetitions each%s), %d lab builds, about %s\n",
-		s, len(points), jobs, s.Repetitions, profiled, labs, d.Round(time.Second))
+	fmt.Fprintf(e.stdout, "%s: %s, %s (%s each%s), %s, about %s\n", s, plural.N(len(points), "point"), plural.N(jobs, "run"),
+		plural.N(s.Repetitions, "repetition"), profiled, plural.N(labs, "lab build"), d.Round(time.Second))
 	return nil
 }
 
@@ -269,7 +270,7 @@ func writeRunReport(e *env, dir, output string) error {
 		return fmt.Errorf("report: %w", err)
 	}
 	if output == "json" {
-		e.progress(fmt.Sprintf("report: %s (%d figures)", filepath.Join(dir, "report.html"), len(rep.Figures)))
+		e.progress(fmt.Sprintf("report: %s (%s)", filepath.Join(dir, "report.html"), plural.N(len(rep.Figures), "figure")))
 		return nil
 	}
 	return printReport(e, rep, "")

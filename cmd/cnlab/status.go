@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/labels"
 	"github.com/cnlab/cnlab/topology"
@@ -153,17 +154,17 @@ func writeJSON(w io.Writer, v any) error {
 func printLab(w io.Writer, s *lab.LabStatus) {
 	fmt.Fprintf(w, "lab %s: %s\n", s.Name, s.Health)
 	if len(s.Missing) > 0 {
-		fmt.Fprintf(w, "%d namespaces missing: %s\n", len(s.Missing), abbreviate(s.Missing, 5))
+		fmt.Fprintf(w, "%s missing: %s\n", plural.N(len(s.Missing), "namespace"), abbreviate(s.Missing, 5))
 	}
 	sp := s.Spec
 	if sp == nil {
-		fmt.Fprintf(w, "%d namespaces in the kernel and no ledger: %s\n", len(s.NetnsKernel), abbreviate(s.NetnsKernel, 5))
+		fmt.Fprintf(w, "%s in the kernel and no ledger: %s\n", plural.N(len(s.NetnsKernel), "namespace"), abbreviate(s.NetnsKernel, 5))
 		return
 	}
 	fmt.Fprintf(w, "source %s, datapath %s%s, mtu %d\n", sp.Source, sp.Datapath, datapathOptions(sp), sp.MTU)
 	if sp.Chain == nil {
 		if pols, err := lab.Policies(s.Name); err == nil {
-			fmt.Fprintf(w, "%d policies applied (cnlab policy show %s)\n", len(pols), s.Name)
+			fmt.Fprintf(w, "%s applied (cnlab policy show %s)\n", plural.N(len(pols), "policy"), s.Name)
 		}
 	}
 	if len(sp.Hosts) > 0 {
@@ -186,7 +187,7 @@ func printLab(w io.Writer, s *lab.LabStatus) {
 		}
 	}
 	if c := sp.Chain; c != nil {
-		fmt.Fprintf(w, "\nchain: %d forwarding namespaces, %s links, segments in %s\n", c.Length, c.Link, c.CIDR)
+		fmt.Fprintf(w, "\nchain: %s, %s links, segments in %s\n", plural.N(c.Length, "forwarding namespace"), c.Link, c.CIDR)
 	}
 	fmt.Fprintln(w)
 	printEndpoints(w, sp)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
@@ -114,15 +115,8 @@ If the lab is already up, nothing changes.`,
 
 func summary(s *topology.Spec) string {
 	if s.Chain != nil {
-		return fmt.Sprintf("chain of %s between client and server (%s links)", plural(s.Chain.Length, "hop"), s.Chain.Link)
+		return fmt.Sprintf("chain of %s between client and server (%s links)", plural.N(s.Chain.Length, "hop"), s.Chain.Link)
 	}
-	return fmt.Sprintf("%s, %s, %s, datapath %s", plural(len(s.Hosts), "host"), plural(len(s.Links), "link"),
-		plural(len(s.Endpoints), "endpoint"), s.Datapath)
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
+	return fmt.Sprintf("%s, %s, %s, datapath %s", plural.N(len(s.Hosts), "host"), plural.N(len(s.Links), "link"),
+		plural.N(len(s.Endpoints), "endpoint"), s.Datapath)
 }

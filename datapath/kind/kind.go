@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/cnlab/cnlab/internal/plural"
 	"golang.org/x/sys/unix"
 )
 
@@ -77,7 +78,7 @@ var descriptors = []Descriptor{
 		describe: func(o *Options) string {
 			ip := o.IPTables
 			if ip.Filler > 0 {
-				return fmt.Sprintf("%s backend, %d filler rules %s", ip.Backend, ip.Filler, ip.FillerMode)
+				return fmt.Sprintf("%s backend, %s %s", ip.Backend, plural.N(ip.Filler, "filler rule"), ip.FillerMode)
 			}
 			return ip.Backend + " backend"
 		},
