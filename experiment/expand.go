@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/cnlab/cnlab/datapath/kind"
@@ -215,7 +216,7 @@ func (m Matrix) check(s *Spec, path string) error {
 		}
 	}
 	for i, v := range m.PolicyMode {
-		if !contains(policyModes, v) {
+		if !slices.Contains(policyModes, v) {
 			return s.errf(fmt.Sprintf("%s.policyMode[%d]", path, i), "%q: one of %s", v, strings.Join(policyModes, ", "))
 		}
 	}
@@ -264,7 +265,7 @@ func parseOffloads(v string) (map[string]string, error) {
 	}
 	for _, kv := range strings.Split(v, ",") {
 		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok || !contains(all, k) || (val != "on" && val != "off") {
+		if !ok || !slices.Contains(all, k) || (val != "on" && val != "off") {
 			return nil, fmt.Errorf("%q: on, off, or a list such as tso=off,gso=off,gro=on (keys tso, gso, gro)", v)
 		}
 		out[k] = val
@@ -394,7 +395,7 @@ func series(p Params) string {
 func isChain(t string) bool { return t == "chain" }
 
 // isPreset reports whether a topology value names a preset, not a file.
-func isPreset(t string) bool { return contains(topology.Presets(), t) }
+func isPreset(t string) bool { return slices.Contains(topology.Presets(), t) }
 
 // resolveParams fills defaults and checks the combination.
 func (s *Spec) resolveParams(p *Params, path string) error {

@@ -30,7 +30,7 @@ func setOffloads(ctx context.Context, spec *topology.Spec, v string) error {
 	if err != nil {
 		return err
 	}
-	names, err := netns.List(topology.LabNetnsPrefix(spec.Name))
+	names, err := topology.Netns(spec.Name)
 	if err != nil {
 		return err
 	}

@@ -91,6 +91,3 @@ func labKey(p Params) string {
 	}
 	return fmt.Sprintf("%+v", k)
 }
-
-// policyKey identifies the policies a point applies to its lab.
-func policyKey(p Params) string { return policyText(p) }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -225,7 +226,7 @@ func (r *Results) Check() []string {
 	if r.Experiment.Text == "" || r.Experiment.Spec == nil {
 		add("the experiment file is missing")
 	}
-	if !contains([]string{StatusRunning, StatusComplete, StatusInterrupted, StatusFailed}, r.Status) {
+	if !slices.Contains([]string{StatusRunning, StatusComplete, StatusInterrupted, StatusFailed}, r.Status) {
 		add("status %q", r.Status)
 	}
 	if r.Status != StatusRunning && r.FinishedAt == nil {
@@ -237,7 +238,7 @@ func (r *Results) Check() []string {
 			add("point %s twice", p.ID)
 		}
 		ids[p.ID] = true
-		if !contains([]string{PointPending, PointDone, PointPartial, PointFailed}, p.Status) {
+		if !slices.Contains([]string{PointPending, PointDone, PointPartial, PointFailed}, p.Status) {
 			add("point %s: status %q", p.ID, p.Status)
 		}
 		if p.Status == PointFailed && p.Error == "" {

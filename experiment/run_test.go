@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -181,7 +182,7 @@ func TestRunEndToEnd(t *testing.T) {
 	if !applied {
 		t.Error("no policy update recorded")
 	}
-	if labs, _ := lab.Labs(); contains(labs, "t-exp-e2e") {
+	if labs, _ := lab.Labs(); slices.Contains(labs, "t-exp-e2e") {
 		t.Error("the lab is still up after the run")
 	}
 }
@@ -272,7 +273,7 @@ func TestRunInterrupted(t *testing.T) {
 	if r.Status != back.Status {
 		t.Errorf("returned %s, wrote %s", r.Status, back.Status)
 	}
-	if labs, _ := lab.Labs(); contains(labs, "t-exp-int") {
+	if labs, _ := lab.Labs(); slices.Contains(labs, "t-exp-int") {
 		t.Error("the lab is still up after the interruption")
 	}
 	if left := measuring(); len(left) > 0 {

@@ -18,6 +18,7 @@ import (
 	"math"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -388,7 +389,7 @@ func (s *Spec) checkWorkloads(path string, wl []Workload, required bool) error {
 	for i := range wl {
 		w := &wl[i]
 		p := fmt.Sprintf("%s[%d]", path, i)
-		if !contains(workloadKinds, w.Kind) {
+		if !slices.Contains(workloadKinds, w.Kind) {
 			return s.errf(p+".kind", "%q is not a workload (kinds: %s)", w.Kind, strings.Join(workloadKinds, ", "))
 		}
 		stream := w.Kind == TCPStream || w.Kind == UDPStream
@@ -476,15 +477,6 @@ func parseRate(r string) (float64, error) {
 		return 0, fmt.Errorf("%q is not a rate (e.g. 500M, 1G, 100K: bits per second)", r)
 	}
 	return v * mult, nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if x == y {
-			return true
-		}
-	}
-	return false
 }
 
 func sortedKeys[M ~map[string]V, V any](m M) []string {

@@ -27,7 +27,7 @@ const (
 	PhaseUp       = "up"
 )
 
-// State is the ledger of a lab, persisted in StateDir/LAB/lab.json.
+// State is the ledger of a lab, persisted in rundir.Lab(LAB)/lab.json.
 type State struct {
 	Schema  int            `json:"schema"`
 	Phase   string         `json:"phase"`
@@ -153,7 +153,9 @@ func Labs() ([]string, error) {
 		set[l] = true
 	}
 	for _, l := range registry.Labs() {
-		set[l] = true
+		if CheckName(l) == nil { // a stray directory in bpffs is no lab
+			set[l] = true
+		}
 	}
 	ents, err := os.ReadDir(rundir.Dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

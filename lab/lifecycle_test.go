@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/testutil"
@@ -78,6 +80,12 @@ func TestDownThenUpAgainAtOnce(t *testing.T) {
 func TestFailedUpLeavesNothing(t *testing.T) {
 	testutil.RequireRoot(t)
 	s, _ := topology.Preset("single-host", topology.PresetOptions{}, topology.Overrides{Name: "t-fail"})
+	// Up refuses a datapath the machine cannot run before building: the
+	// failure below must be the build's.
+	if why := s.Datapath.Missing(&s.Options); why != "" {
+		testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
+		t.Fatal(why)
+	}
 	// A kernel error late in the build: the second endpoint's namespace name
 	// is already taken by a stray mount cnlab did not make.
 	bad := *s
@@ -135,5 +143,33 @@ func TestDownUnknownLab(t *testing.T) {
 	var nf *topology.NotFoundError
 	if err := Down("t-never-up", nil); !errors.As(err, &nf) {
 		t.Errorf("got %v", err)
+	}
+}
+
+// A lab that cannot be fully removed (a socket opened inside it by a
+// process outside keeps a namespace alive) stays visible: Down fails and
+// keeps the ledger, so status and a second down still find the lab; once
+// the socket is closed, the second Down removes everything.
+func TestFailedDownKeepsTheLedger(t *testing.T) {
+	s, _ := topology.Preset("single-host", topology.PresetOptions{}, topology.Overrides{Name: "t-held"})
+	upLab(t, s)
+	ep, _ := s.Endpoint("server")
+	srv, err := testutil.ListenEcho(ep.Netns, netip.AddrPortFrom(ep.IP, 7777))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Down(s.Name, nil)
+	srv.Close()
+	if err == nil || !strings.Contains(err.Error(), "still held") {
+		t.Fatalf("Down with a socket held in %s: %v", ep.Netns, err)
+	}
+	if _, err := ReadState(s.Name); err != nil {
+		t.Fatalf("the ledger went with a failed down: %v", err)
+	}
+	if err := Down(s.Name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(labDir(s.Name)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("second down left the ledger: %v", err)
 	}
 }

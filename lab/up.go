@@ -54,9 +54,6 @@ type UpOptions struct {
 func Up(ctx context.Context, spec *topology.Spec, o UpOptions) error {
 	var dp datapath.Datapath
 	if spec.Datapath != kind.None {
-		if why := spec.Datapath.Missing(&spec.Options); why != "" {
-			return fmt.Errorf("datapath %s: this machine cannot run it: %s", spec.Datapath, why)
-		}
 		var err error
 		if dp, err = registry.New(spec.Datapath); err != nil {
 			return &input.Error{File: spec.Source, Path: "datapath", Msg: err.Error()}
@@ -69,6 +66,9 @@ func Up(ctx context.Context, spec *topology.Spec, o UpOptions) error {
 	defer unlock()
 	if err := checkAbsent(spec); err != nil {
 		return err
+	}
+	if why := spec.Datapath.Missing(&spec.Options); why != "" {
+		return fmt.Errorf("datapath %s: this machine cannot run it: %s", spec.Datapath, why)
 	}
 	st := &State{Schema: 1, Phase: PhaseCreating, Created: time.Now().UTC(), Pid: os.Getpid(), Spec: spec}
 	if err := writeState(st); err != nil {

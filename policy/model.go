@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -288,7 +289,7 @@ func (m *Model) side(subject, remote *topology.Endpoint, remoteIP netip.Addr, pr
 			}
 			if d.Enforce {
 				s.Selected = true
-				if !contains(s.SelectedBy, p.Ref()) {
+				if !slices.Contains(s.SelectedBy, p.Ref()) {
 					s.SelectedBy = append(s.SelectedBy, p.Ref())
 				}
 			}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,11 +44,11 @@ func (s Selector) Matches(set map[string]string) bool {
 		v, ok := set[e.Key]
 		switch e.Operator {
 		case OpIn:
-			if !ok || !contains(e.Values, v) {
+			if !ok || !slices.Contains(e.Values, v) {
 				return false
 			}
 		case OpNotIn:
-			if ok && contains(e.Values, v) {
+			if ok && slices.Contains(e.Values, v) {
 				return false
 			}
 		case OpExists:
@@ -173,15 +174,6 @@ func (p *parser) selector(r *rawSelector, path string, keyFn func(string) string
 		s.Exprs = append(s.Exprs, Expr{Key: key, Operator: e.Operator, Values: append([]string(nil), e.Values...)})
 	}
 	return s, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -59,7 +60,7 @@ var xDims = []dim{
 // name its lines.
 var seriesDims = []dim{
 	{"series", func(p *experiment.PointResult) string { return p.Series }, func(v string) string {
-		if v == "none" {
+		if v == string(kind.None) {
 			return ""
 		}
 		return v
@@ -191,7 +192,7 @@ func panels(r *experiment.Results) []*Panel {
 				gs = append(gs, g)
 			}
 			g.pts = append(g.pts, p)
-			if !contains(g.sweeps, p.Sweep) {
+			if !slices.Contains(g.sweeps, p.Sweep) {
 				g.sweeps = append(g.sweeps, p.Sweep)
 			}
 		}
@@ -337,15 +338,6 @@ func xAxis(pts []*experiment.PointResult) string {
 	return ""
 }
 
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if x == y {
-			return true
-		}
-	}
-	return false
-}
-
 func dimByName(name string) dim {
 	for _, d := range append(append([]dim(nil), xDims...), seriesDims...) {
 		if d.name == name {
@@ -372,7 +364,7 @@ func seriesName(p *experiment.PointResult, ds []dim) string {
 	}
 	if len(parts) == 0 {
 		switch {
-		case p.Series != "none":
+		case p.Series != string(kind.None):
 			return p.Series
 		case p.Params.Link != "":
 			return p.Params.Link // a chain: its link kind

@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 )
@@ -33,6 +32,3 @@ func (e *AmbiguousError) Error() string {
 	return fmt.Sprintf("%s %q is ambiguous in lab %s: use one of %s",
 		what, e.Name, e.Lab, strings.Join(e.Candidates, ", "))
 }
-
-// ErrAlreadyUp is returned by Up when the lab already exists.
-var ErrAlreadyUp = errors.New("lab is already up")

@@ -25,8 +25,8 @@ var FunctionKinds = []string{FunctionFirewall, FunctionShaper}
 
 // iptables backends of a firewall function (as for the iptables datapath).
 const (
-	BackendLegacy = "legacy"
-	BackendNFT    = "nft"
+	BackendLegacy = kind.BackendLegacy
+	BackendNFT    = kind.BackendNFT
 )
 
 // Shaper directions: the hop's egress towards the server, towards the
@@ -434,8 +434,6 @@ func FirewallScript(fw *Firewall, rules int, cidr string) string {
 
 // iptablesRestore names the restore program of a backend.
 func iptablesRestore(backend string) string {
-	if backend == BackendNFT {
-		return "iptables-nft-restore"
-	}
-	return "iptables-legacy-restore"
+	restore, _, _ := kind.IPTablesOptions{Backend: backend}.Tools()
+	return restore
 }

@@ -144,12 +144,3 @@ func (r *resolver) datapathLimits() error {
 	}
 	return kind.CheckEndpoints(r.file, r.spec.Datapath, &r.spec.Options, r.hostNames(), per)
 }
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}

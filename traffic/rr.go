@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -55,7 +56,7 @@ const (
 // Check validates a config.
 func (c RRConfig) Check() error {
 	switch {
-	case !contains(RRModes, c.Mode):
+	case !slices.Contains(RRModes, c.Mode):
 		return fmt.Errorf("mode %q: one of %s", c.Mode, strings.Join(RRModes, ", "))
 	case c.RequestSize < 1 || c.RequestSize > 65000:
 		return fmt.Errorf("request size %d: 1 to 65000 bytes", c.RequestSize)
@@ -71,15 +72,6 @@ func (c RRConfig) Check() error {
 		return errors.New("connect timeout cannot be negative")
 	}
 	return nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if x == y {
-			return true
-		}
-	}
-	return false
 }
 
 // Latency is a latency summary in microseconds.
@@ -127,7 +119,7 @@ func ParseRR(data []byte) (*RRResult, error) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("rr result: %w", err)
 	}
-	if !contains(RRModes, r.Mode) || r.Seconds <= 0 {
+	if !slices.Contains(RRModes, r.Mode) || r.Seconds <= 0 {
 		return nil, fmt.Errorf("rr result: not a result (mode %q, %g s)", r.Mode, r.Seconds)
 	}
 	return &r, nil

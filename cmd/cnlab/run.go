@@ -189,9 +189,9 @@ func printPlan(e *env, s *experiment.Spec, output string) error {
 }
 
 // seriesText is a point's series for a table: a chain has no datapath
-// series ("none"), its parameters say what it is.
+// series (none), its parameters say what it is.
 func seriesText(s string) string {
-	if s == "none" {
+	if s == string(kind.None) {
 		return "-"
 	}
 	return s

@@ -23,7 +23,10 @@ func newUpCmd(e *env) *cobra.Command {
 		Short: "Build a lab from a topology file or a preset",
 		Long: `Build a lab: every host and endpoint becomes a network namespace, tagged
 with the lab's name. With no policy, every endpoint reaches every other.
-If the lab is already up, nothing changes.`,
+If the lab is already up, nothing changes.
+
+Datapaths (--datapath, or datapath: in the file):
+` + datapathHelp(),
 		Example: `  cnlab up --preset multi-host
   cnlab up --preset chain --length 5 --link bridge
   cnlab up --preset single-host --datapath iptables --filler 200 --filler-mode no-match
@@ -119,4 +122,17 @@ func summary(s *topology.Spec) string {
 	}
 	return fmt.Sprintf("%s, %s, %s, datapath %s", plural.N(len(s.Hosts), "host"), plural.N(len(s.Links), "link"),
 		plural.N(len(s.Endpoints), "endpoint"), s.Datapath)
+}
+
+// datapathHelp lists the datapaths with what each is, the default marked.
+func datapathHelp() string {
+	var b strings.Builder
+	for _, k := range kind.All() {
+		def := ""
+		if k == kind.Default {
+			def = " (default)"
+		}
+		fmt.Fprintf(&b, "  %-9s %s%s\n", k, kind.Get(k).Summary, def)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }

@@ -65,15 +65,15 @@ func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []poli
 	if len(lab.Hosts) == 0 {
 		return datapath.ErrNoHosts
 	}
+	ids, err := labIdentity(lab)
+	if err != nil {
+		return fmt.Errorf("%w: %s (%v)", ErrLabGone, lab.Name, err)
+	}
 	unlock, err := monitorLock(lab.Name)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	ids, err := labIdentity(lab)
-	if err != nil {
-		return fmt.Errorf("%w: %s (%v)", ErrLabGone, lab.Name, err)
-	}
 	type hostRing struct {
 		host *topology.Host
 		maps *hostMaps

@@ -51,7 +51,7 @@ func (d iptables) Setup(ctx context.Context, lab *topology.Spec) error {
 		if err := datapath.EnableBridgeNetfilter(h.Netns); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
-		if _, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-N", fwdChain); err != nil && !strings.Contains(err.Error(), "exists") {
+		if _, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-N", fwdChain); err != nil && !strings.Contains(err.Error(), "Chain already exists") {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
 		if _, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain); err != nil {

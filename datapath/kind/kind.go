@@ -5,7 +5,8 @@
 // report and the CLI take the names and the default from here, and the
 // registry (datapath/registry) binds each kind to its implementation.
 //
-// It is a leaf: it imports nothing of cnlab's but internal/input, so that
+// It is a leaf: it imports nothing of cnlab's but internal/input and
+// internal/plural, so that
 // topology can resolve a lab's datapath options without importing the
 // implementations. It never touches the kernel.
 package kind
@@ -64,16 +65,19 @@ type Descriptor struct {
 var descriptors = []Descriptor{
 	{
 		Kind:    IPTables,
-		Summary: "iptables chains per endpoint, matched top-down (Docker's and kube-proxy's way)",
+		Summary: "iptables chains per endpoint, matched top-down (Docker's way)",
 		Tools: []Tool{
 			{"iptables-legacy-restore", "iptables", nil},
+			{"iptables-legacy-save", "iptables", nil},
 			{"iptables-nft-restore", "iptables", nil},
+			{"iptables-nft-save", "iptables", nil},
+			{"iptables-nft", "iptables", nil},
 			{"iptables", "iptables", []string{"--version"}},
 			{"iptables-legacy", "iptables", []string{"--version"}},
 		},
-		needs: func(o *Options) []string {
-			restore, save, bin := o.IPTables.Tools()
-			return []string{restore, save, bin}
+		needs: func(o *Options) []string { // what Setup and Apply run
+			restore, _, bin := o.IPTables.Tools()
+			return []string{restore, bin}
 		},
 		describe: func(o *Options) string {
 			ip := o.IPTables
@@ -86,13 +90,13 @@ var descriptors = []Descriptor{
 	},
 	{
 		Kind:    NFTables,
-		Summary: "an nftables table per host: sets and verdict maps, one transaction per change",
+		Summary: "an nftables table per host: sets and verdict maps",
 		Tools:   []Tool{{"nft", "nftables", []string{"--version"}}},
 		needs:   func(*Options) []string { return []string{"nft"} },
 	},
 	{
 		Kind:    EBPF,
-		Summary: "cnlab's eBPF programs on every endpoint's veth: one hash lookup per packet on label identities (Cilium's way)",
+		Summary: "tc programs on each veth: one hash lookup per packet (Cilium's way)",
 		kernel:  ebpfKernelMissing,
 		describe: func(o *Options) string {
 			s := "host routing " + o.EBPF.HostRouting

@@ -1,0 +1,46 @@
+package probe
+
+import (
+	"testing"
+
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Expect marks every cell with the model's verdict and returns exactly the
+// cells that differ from it.
+func TestExpect(t *testing.T) {
+	lab, err := topology.Preset("single-host", topology.PresetOptions{}, topology.Overrides{Name: "t-expect"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols, err := policy.Parse([]byte(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-in, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  policyTypes: [Ingress]
+`), "deny.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := policy.NewModel(lab, pols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells := []Cell{
+		{From: "default/client", To: "default/server", Protocol: "tcp", Port: 80, Allowed: false}, // as the model says
+		{From: "default/server", To: "default/client", Protocol: "tcp", Port: 80, Allowed: true},  // as the model says
+		{From: "default/client", To: "default/server", Protocol: "udp", Port: 53, Allowed: true},  // a bypass
+		{From: "default/server", To: "default/client", Protocol: "udp", Port: 53, Allowed: false}, // a drop too many
+	}
+	wrong := Expect(lab, m, cells)
+	for i, want := range []bool{false, true, false, true} {
+		if cells[i].Expected == nil || *cells[i].Expected != want {
+			t.Errorf("cell %d: expected %v, want %v", i, cells[i].Expected, want)
+		}
+	}
+	if len(wrong) != 2 || wrong[0].Protocol != "udp" || wrong[0].To != "default/server" || wrong[1].To != "default/client" {
+		t.Errorf("wrong cells: %+v", wrong)
+	}
+}
