@@ -22,8 +22,14 @@ type EchoServer struct {
 	wg sync.WaitGroup
 }
 
-// ListenEcho starts an EchoServer on addr:port inside the named namespace.
+// ListenEcho starts an EchoServer on addr:port inside the named namespace;
+// each connection lasts at most 10 s.
 func ListenEcho(ns string, addr netip.AddrPort) (*EchoServer, error) {
+	return ListenEchoFor(ns, addr, 10*time.Second)
+}
+
+// ListenEchoFor is ListenEcho with connections that last at most limit.
+func ListenEchoFor(ns string, addr netip.AddrPort, limit time.Duration) (*EchoServer, error) {
 	var ln net.Listener
 	err := netns.Do(ns, func() error {
 		var err error
@@ -46,7 +52,7 @@ func ListenEcho(ns string, addr netip.AddrPort) (*EchoServer, error) {
 			go func() {
 				defer s.wg.Done()
 				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				_ = c.SetDeadline(time.Now().Add(limit))
 				_, _ = io.Copy(c, c)
 			}()
 		}
