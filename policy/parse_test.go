@@ -17,6 +17,7 @@ func TestParseBadInput(t *testing.T) {
 		{"empty", "", "f.yaml: no policy documents"},
 		{"syntax", "kind: [", "f.yaml: "},
 		{"not a mapping", "- a", "f.yaml: document 1: a policy document must be a mapping"},
+		{"alias", npHead + "spec: {podSelector: &s {}, ingress: [{from: [{podSelector: *s}]}]}\n", "f.yaml: spec.ingress[0].from[0].podSelector: aliases (*s) are not supported"},
 		{"no kind", "apiVersion: v1\n", "f.yaml: document 1: kind: is required"},
 		{"unknown kind", "apiVersion: v1\nkind: Service\n", `f.yaml: document 1: kind: "Service" is not supported (NetworkPolicy, CiliumNetworkPolicy)`},
 		{"wrong apiVersion", "apiVersion: networking.k8s.io/v1beta1\nkind: NetworkPolicy\n", `apiVersion: "networking.k8s.io/v1beta1" is not the apiVersion of NetworkPolicy (want networking.k8s.io/v1)`},
