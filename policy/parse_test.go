@@ -144,14 +144,16 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-func TestRawKeepsTheDocumentsText(t *testing.T) {
+func TestRawIsEachDocument(t *testing.T) {
 	src := "# leading comment\n" + npHead + "spec: {podSelector: {}} # keep me\n---\n---\n# only a comment\n---\n" +
 		strings.Replace(npHead, "name: p", "name: q", 1) + "spec: {podSelector: {}}\n...\n"
 	pols, err := Parse([]byte(src), "f.yaml")
 	if err != nil || len(pols) != 2 {
 		t.Fatalf("%v %d", err, len(pols))
 	}
-	if !strings.Contains(pols[0].Raw, "# keep me") || !strings.HasPrefix(pols[0].Raw, "# leading comment") || strings.Contains(pols[0].Raw, "name: q") {
+	// Comments are not stored: yaml.v3 does not always place them back
+	// where they were.
+	if strings.Contains(pols[0].Raw, "#") || !strings.Contains(pols[0].Raw, "name: p") || strings.Contains(pols[0].Raw, "name: q") {
 		t.Errorf("raw 0: %q", pols[0].Raw)
 	}
 	if !strings.Contains(pols[1].Raw, "name: q") || strings.Contains(pols[1].Raw, "---") {
