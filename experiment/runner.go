@@ -52,7 +52,7 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 	if _, err := os.Stat(filepath.Join(o.Out, "results.json")); err == nil {
 		return nil, &input.Error{File: o.Out, Msg: "already holds a run (results.json): choose another --out"}
 	}
-	if err := os.MkdirAll(filepath.Join(o.Out, "logs"), 0o755); err != nil {
+	if err := makeOut(o.Out); err != nil {
 		return nil, err
 	}
 	if o.RR == nil {
@@ -298,7 +298,7 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 	if j.Repetition < 0 {
 		logName = filepath.Join("logs", pr.ID+"-profile.log")
 	}
-	logf, err := os.Create(filepath.Join(ru.o.Out, logName))
+	logf, err := openLog(ru.o.Out, logName)
 	if err != nil {
 		return err
 	}
@@ -320,3 +320,10 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 	ru.prog.result(pr, m)
 	return nil
 }
+
+// makeOut makes the results directory and its logs/, refusing a symlink
+// planted as logs/: root would write the logs wherever it points.
+func makeOut(out string) error { return files.Mkdir(filepath.Join(out, "logs")) }
+
+// openLog creates a sample's log file, refusing a symlink planted there.
+func openLog(out, name string) (*os.File, error) { return files.Create(filepath.Join(out, name)) }
