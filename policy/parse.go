@@ -106,15 +106,21 @@ func Parse(data []byte, file string) ([]*Policy, error) {
 // "---" line or a null document; yaml.v3's comment placement does not
 // always survive a round trip, and comments mean nothing to a policy.
 func encodeDocument(doc *yaml.Node) (string, error) {
-	stripComments(doc)
+	normalize(doc)
 	raw, err := yaml.Marshal(doc)
 	return string(raw), err
 }
 
-func stripComments(n *yaml.Node) {
+// normalize drops comments and spells an empty null ("{ingress}", "a:")
+// as null: yaml.v3 encodes it as '' in flow style, which reads back as
+// an empty string.
+func normalize(n *yaml.Node) {
 	n.HeadComment, n.LineComment, n.FootComment = "", "", ""
+	if n.Kind == yaml.ScalarNode && n.Value == "" && n.ShortTag() == "!!null" {
+		n.Value = "null"
+	}
 	for _, c := range n.Content {
-		stripComments(c)
+		normalize(c)
 	}
 }
 
