@@ -112,8 +112,8 @@ func encodeDocument(doc *yaml.Node) (string, error) {
 }
 
 // normalize drops comments and spells an empty null ("{ingress}", "a:")
-// as null: yaml.v3 encodes it as '' in flow style, which reads back as
-// an empty string.
+// as null: yaml.v3 encodes it as an empty quoted string in flow style,
+// which reads back as a string.
 func normalize(n *yaml.Node) {
 	n.HeadComment, n.LineComment, n.FootComment = "", "", ""
 	if n.Kind == yaml.ScalarNode && n.Value == "" && n.ShortTag() == "!!null" {
