@@ -2,6 +2,7 @@ package experiment
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -85,6 +86,13 @@ func (ru *runner) ensureLab(ctx context.Context, p Params) error {
 	if err == nil && p.Offloads != "" {
 		b.Offloads = p.Offloads
 		err = setOffloads(ctx, spec, p.Offloads)
+	}
+	if errors.Is(err, lab.ErrAlreadyUp) {
+		// Not this run's lab (another run drew the same name, or a user
+		// took it meanwhile): never tear it down.
+		b.Error = err.Error()
+		ru.r.Builds = append(ru.r.Builds, b)
+		return fmt.Errorf("build lab %s: %w: another run or a user took the name; it is left as it is", spec.Name, err)
 	}
 	if err != nil {
 		b.Error = err.Error()

@@ -1,12 +1,12 @@
 package experiment
 
 import (
+	"bytes"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -159,12 +159,8 @@ func (r *Results) writeCSV(path string) error {
 		}
 	}
 	names := sortedKeys(metrics)
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	w := csv.NewWriter(f)
+	var buf bytes.Buffer
+	w := csv.NewWriter(&buf)
 	_ = w.Write(append(append([]string(nil), csvParams...), names...))
 	itoa := strconv.Itoa
 	btoa := strconv.FormatBool
@@ -188,13 +184,9 @@ func (r *Results) writeCSV(path string) error {
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
-		f.Close()
 		return err
 	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return files.WriteAtomic(path, buf.Bytes())
 }
 
 // Load reads a results directory's results.json.

@@ -11,11 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -52,7 +54,10 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 	if _, err := os.Stat(filepath.Join(o.Out, "results.json")); err == nil {
 		return nil, &input.Error{File: o.Out, Msg: "already holds a run (results.json): choose another --out"}
 	}
-	if err := os.MkdirAll(filepath.Join(o.Out, "logs"), 0o755); err != nil {
+	if err := pickLabName(&o); err != nil {
+		return nil, err
+	}
+	if err := makeOut(o.Out); err != nil {
 		return nil, err
 	}
 	if o.RR == nil {
@@ -61,11 +66,6 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 			return nil, fmt.Errorf("find cnlab's own executable for the rr workloads: %w", err)
 		}
 		o.RR = []string{exe, "rr"}
-	}
-	if o.LabName == "" {
-		var b [2]byte
-		_, _ = rand.Read(b[:])
-		o.LabName = fmt.Sprintf("xp-%x", b)
 	}
 	seed := int64(0)
 	switch {
@@ -239,8 +239,8 @@ func (ru *runner) run(ctx context.Context) (err error) {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, errTeardown) {
-			return err
+		if errors.Is(err, errTeardown) || errors.Is(err, lab.ErrAlreadyUp) {
+			return err // the run cannot go on (its lab's name is taken)
 		}
 		if err != nil {
 			if errors.Is(err, errLab) {
@@ -298,7 +298,7 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 	if j.Repetition < 0 {
 		logName = filepath.Join("logs", pr.ID+"-profile.log")
 	}
-	logf, err := os.Create(filepath.Join(ru.o.Out, logName))
+	logf, err := openLog(ru.o.Out, logName)
 	if err != nil {
 		return err
 	}
@@ -319,4 +319,37 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 	pr.summarize()
 	ru.prog.result(pr, m)
 	return nil
+}
+
+// makeOut makes the results directory and its logs/, refusing a symlink
+// planted as logs/: root would write the logs wherever it points.
+func makeOut(out string) error { return files.Mkdir(filepath.Join(out, "logs")) }
+
+// openLog creates a sample's log file, refusing a symlink planted there.
+func openLog(out, name string) (*os.File, error) { return files.Create(filepath.Join(out, name)) }
+
+// pickLabName refuses a --lab that names a lab already up (the run would
+// tear it down at its end) and draws a random xp- name that is free when
+// none is given. Two runs may still race for a name: ensureLab then fails
+// on Up's ErrAlreadyUp and leaves the other lab alone.
+func pickLabName(o *Options) error {
+	labs, err := lab.Labs()
+	if err != nil {
+		return fmt.Errorf("list labs: %w", err)
+	}
+	if o.LabName != "" {
+		if slices.Contains(labs, o.LabName) {
+			return &input.Error{File: "--lab", Msg: fmt.Sprintf("lab %s is already up: a run builds and tears down its own lab, so give a name no lab has (or take it down with cnlab down %s)", o.LabName, o.LabName)}
+		}
+		return nil
+	}
+	for range 100 {
+		var b [2]byte
+		_, _ = rand.Read(b[:])
+		if name := fmt.Sprintf("xp-%x", b); !slices.Contains(labs, name) {
+			o.LabName = name
+			return nil
+		}
+	}
+	return errors.New("no free xp- lab name in 100 draws: take some labs down")
 }

@@ -100,6 +100,7 @@ func TestBadInput(t *testing.T) {
 	cases := []struct{ src, want string }{
 		{"", "x.yaml: empty experiment document"},
 		{"- a\n", "x.yaml: an experiment must be a mapping"},
+		{"workloads: [{kind: &k tcp-stream}, {kind: *k}]\n", "x.yaml: workloads[1].kind: aliases (*k) are not supported"},
 		{base + "durration: 1s\n", "x.yaml: durration: unknown field"},
 		{base + "duration: fast\n", "x.yaml: duration:"},
 		{base + "duration: 1500ms\n", "x.yaml: duration: 1.5s: iperf3 (the tcp-stream workload) measures whole seconds"},

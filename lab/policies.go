@@ -41,13 +41,8 @@ func Policies(lab string) ([]*policy.Policy, error) {
 // returns the function that makes it current (a rename): the set is staged
 // before the datapath changes and committed only if it took them.
 func stagePolicies(lab string, pols []*policy.Policy) (commit func() error, err error) {
-	var b strings.Builder
-	for _, p := range pols {
-		b.WriteString(p.Raw)
-		b.WriteString("---\n")
-	}
 	tmp := policiesPath(lab) + ".new"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(tmp, policy.Encode(pols), 0o644); err != nil {
 		return nil, fmt.Errorf("store policies: %w", err)
 	}
 	return func() error { return os.Rename(tmp, policiesPath(lab)) }, nil

@@ -45,6 +45,18 @@ var apiVersions = map[string]string{
 	KindCNP:           "cilium.io/v2",
 }
 
+// Encode is the text that stores a set of policies: each one's Raw
+// document, separated by "---" lines. Parse reads it back as the same
+// policies.
+func Encode(pols []*Policy) []byte {
+	var b strings.Builder
+	for _, p := range pols {
+		b.WriteString(p.Raw)
+		b.WriteString("---\n")
+	}
+	return []byte(b.String())
+}
+
 // ParseFile reads a multi-document YAML file of policies.
 func ParseFile(path string) ([]*Policy, error) {
 	data, err := files.ReadInput(path)
@@ -67,21 +79,14 @@ func Parse(data []byte, file string) ([]*Policy, error) {
 	}
 	var out []*Policy
 	seen := map[string]int{}
-	texts := splitDocuments(data)
-	if len(texts) != len(docs) {
-		texts = nil // unusual layout: re-encode each document instead
-	}
 	for i, doc := range docs {
 		p := &parser{file: file, doc: fmt.Sprintf("document %d", i+1)}
 		pol, err := p.document(doc)
 		if err != nil {
 			return nil, err
 		}
-		if texts != nil {
-			pol.Raw = texts[i]
-		} else {
-			raw, _ := yaml.Marshal(doc)
-			pol.Raw = string(raw)
+		if pol.Raw, err = encodeDocument(doc); err != nil {
+			return nil, p.errf("", "cannot encode the document again: %v", err)
 		}
 		pol.Source = fmt.Sprintf("%s#%d", file, i+1)
 		pol.File, pol.DocIndex = file, i+1
@@ -95,32 +100,28 @@ func Parse(data []byte, file string) ([]*Policy, error) {
 	return out, nil
 }
 
-// splitDocuments cuts a YAML stream at its "---" lines and drops the
-// pieces that hold no content (blank or comment-only), so that piece i is
-// the text of document i as written.
-func splitDocuments(data []byte) []string {
-	var out []string
-	var cur strings.Builder
-	content := false
-	flush := func() {
-		if content {
-			out = append(out, strings.TrimRight(cur.String(), "\n")+"\n")
-		}
-		cur.Reset()
-		content = false
+// encodeDocument is the text that stores one document: the node encoded
+// again, without its comments. Slicing the file's text instead pairs
+// pieces with documents wrongly when a file has directives, content on a
+// "---" line or a null document; yaml.v3's comment placement does not
+// always survive a round trip, and comments mean nothing to a policy.
+func encodeDocument(doc *yaml.Node) (string, error) {
+	normalize(doc)
+	raw, err := yaml.Marshal(doc)
+	return string(raw), err
+}
+
+// normalize drops comments and spells an empty null ("{ingress}", "a:")
+// as null: yaml.v3 encodes it as an empty quoted string in flow style,
+// which reads back as a string.
+func normalize(n *yaml.Node) {
+	n.HeadComment, n.LineComment, n.FootComment = "", "", ""
+	if n.Kind == yaml.ScalarNode && n.Value == "" && n.ShortTag() == "!!null" {
+		n.Value = "null"
 	}
-	for _, line := range strings.SplitAfter(string(data), "\n") {
-		if strings.HasPrefix(line, "---") || strings.HasPrefix(line, "...") {
-			flush()
-			continue
-		}
-		cur.WriteString(line)
-		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
-			content = true
-		}
+	for _, c := range n.Content {
+		normalize(c)
 	}
-	flush()
-	return out
 }
 
 type parser struct {

@@ -17,6 +17,7 @@ func TestParseBadInput(t *testing.T) {
 		{"empty", "", "f.yaml: no policy documents"},
 		{"syntax", "kind: [", "f.yaml: "},
 		{"not a mapping", "- a", "f.yaml: document 1: a policy document must be a mapping"},
+		{"alias", npHead + "spec: {podSelector: &s {}, ingress: [{from: [{podSelector: *s}]}]}\n", "f.yaml: spec.ingress[0].from[0].podSelector: aliases (*s) are not supported"},
 		{"no kind", "apiVersion: v1\n", "f.yaml: document 1: kind: is required"},
 		{"unknown kind", "apiVersion: v1\nkind: Service\n", `f.yaml: document 1: kind: "Service" is not supported (NetworkPolicy, CiliumNetworkPolicy)`},
 		{"wrong apiVersion", "apiVersion: networking.k8s.io/v1beta1\nkind: NetworkPolicy\n", `apiVersion: "networking.k8s.io/v1beta1" is not the apiVersion of NetworkPolicy (want networking.k8s.io/v1)`},
@@ -143,14 +144,16 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-func TestRawKeepsTheDocumentsText(t *testing.T) {
+func TestRawIsEachDocument(t *testing.T) {
 	src := "# leading comment\n" + npHead + "spec: {podSelector: {}} # keep me\n---\n---\n# only a comment\n---\n" +
 		strings.Replace(npHead, "name: p", "name: q", 1) + "spec: {podSelector: {}}\n...\n"
 	pols, err := Parse([]byte(src), "f.yaml")
 	if err != nil || len(pols) != 2 {
 		t.Fatalf("%v %d", err, len(pols))
 	}
-	if !strings.Contains(pols[0].Raw, "# keep me") || !strings.HasPrefix(pols[0].Raw, "# leading comment") || strings.Contains(pols[0].Raw, "name: q") {
+	// Comments are not stored: yaml.v3 does not always place them back
+	// where they were.
+	if strings.Contains(pols[0].Raw, "#") || !strings.Contains(pols[0].Raw, "name: p") || strings.Contains(pols[0].Raw, "name: q") {
 		t.Errorf("raw 0: %q", pols[0].Raw)
 	}
 	if !strings.Contains(pols[1].Raw, "name: q") || strings.Contains(pols[1].Raw, "---") {

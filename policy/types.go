@@ -20,8 +20,8 @@ type Policy struct {
 	File      string `json:"-"`      // the file it came from
 	DocIndex  int    `json:"-"`      // its position in the file, from 1
 	Specs     []Spec `json:"specs"`
-	// Raw is the document as given, kept so the set of applied policies can
-	// be stored and re-read.
+	// Raw is the document encoded again (without comments), kept so the
+	// set of applied policies can be stored and re-read (Encode, Parse).
 	Raw string `json:"-"`
 }
 

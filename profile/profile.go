@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cnlab/cnlab/internal/files"
 )
 
 // Defaults.
@@ -105,7 +107,7 @@ func Start(ctx context.Context, opts Options) (*Profile, error) {
 	if opts.Top == 0 {
 		opts.Top = DefaultTop
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+	if err := files.Mkdir(opts.Dir); err != nil {
 		return nil, fmt.Errorf("profile dir: %w", err)
 	}
 	p := &Profile{opts: opts, restore: func() {}}
@@ -345,7 +347,7 @@ func (p *Profile) Stop() (*Result, error) {
 		return failed(res, "perf report: "+msg), nil
 	}
 	res.ReportFile = filepath.Join(p.opts.Dir, ReportFile)
-	if err := os.WriteFile(res.ReportFile, out, 0o644); err != nil {
+	if err := files.WriteAtomic(res.ReportFile, out); err != nil {
 		return nil, fmt.Errorf("write %s: %w", res.ReportFile, err)
 	}
 	rep, err := ParseReport(bytes.NewReader(out))

@@ -133,7 +133,7 @@ func (rep *Report) table() {
 // directory) and returns the files written.
 func (rep *Report) Write(dir string) ([]string, error) {
 	figDir := filepath.Join(dir, "figures")
-	if err := os.MkdirAll(figDir, 0o755); err != nil {
+	if err := files.Mkdir(figDir); err != nil {
 		return nil, err
 	}
 	// Figures of an earlier report go: their numbers may have shifted.

@@ -124,7 +124,7 @@ and the run goes on; the exit code is then 1.`,
 	f := cmd.Flags()
 	f.BoolVar(&quick, "quick", false, "apply the file's quick: block (shorter, fewer values)")
 	f.StringVar(&out, "out", "", "results directory (default results/NAME-DATE-TIME)")
-	f.StringVar(&labName, "lab", "", "name of the lab the run builds (default xp-XXXX)")
+	f.StringVar(&labName, "lab", "", "name of the lab the run builds and tears down; no lab of that name may be up (default: a free xp-XXXX)")
 	f.Int64Var(&seed, "seed", 0, "seed of the shuffled order (default: the file's, else random; recorded)")
 	f.BoolVar(&withReport, "report", false, "write report.html and figures/ when the run ends (as cnlab report)")
 	f.BoolVar(&plan, "plan", false, "print the points and the expected duration, run nothing")

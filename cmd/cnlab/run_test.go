@@ -98,3 +98,28 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
+
+// TestRunRefusesATakenLab: `cnlab run --lab NAME` with a lab NAME up exits
+// 2 before the run starts and leaves that lab as it was.
+func TestRunRefusesATakenLab(t *testing.T) {
+	testutil.RequireRoot(t)
+	name := "t-cli-taken"
+	if _, stderr, code := runCLI(t, "up", "--preset", "single-host", "--name", name, "--datapath", "iptables"); code != 0 {
+		t.Fatalf("up: %s", stderr)
+	}
+	t.Cleanup(func() { runCLI(t, "down", name) })
+	dir := t.TempDir()
+	file := filepath.Join(dir, "exp.yaml")
+	os.WriteFile(file, []byte("warmup: 0s\nduration: 1s\nrepetitions: 1\nworkloads: [{kind: ping, count: 2}]\n"), 0o644)
+	out := filepath.Join(dir, "out")
+	_, stderr, code := runCLI(t, "run", file, "--out", out, "--lab", name)
+	if code != 2 || !strings.Contains(stderr, "--lab: lab t-cli-taken is already up") {
+		t.Errorf("exit %d, want 2: %s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "results.json")); err == nil {
+		t.Error("the run started")
+	}
+	if labs, _ := lab.Labs(); !contains(labs, name) {
+		t.Error("the lab the run did not build is gone")
+	}
+}

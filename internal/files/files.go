@@ -7,8 +7,10 @@ package files
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // WriteJSON writes v as JSON to path through a temporary file renamed into
@@ -28,16 +30,65 @@ func WriteJSON(path string, v any, indent bool) error {
 }
 
 // WriteAtomic writes data to path through a temporary file renamed into
-// place. It creates the directory.
+// place. It creates the directory. It never writes through a symlink
+// planted in the directory (results directories may be in /tmp and cnlab
+// runs as root): the temporary file has a random name and is created
+// exclusively (O_EXCL does not follow links), and the rename replaces a
+// link at path itself, not its target.
 func WriteAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
+}
+
+// Create creates or truncates the file at path for writing, like
+// os.Create, but refuses a symlink there (O_NOFOLLOW) instead of writing
+// wherever it points.
+func Create(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s is a symbolic link: refusing to write through it", path)
+	}
+	return f, err
+}
+
+// Mkdir makes the directory path (and its parents) and checks that path
+// itself is a directory, not a symlink planted in its place.
+func Mkdir(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	if err := os.Mkdir(path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	return os.Rename(tmp, path)
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory (%s): refusing to write into it", path, fi.Mode().Type())
+	}
+	return nil
 }
 
 // ReadJSON decodes the JSON file at path into v. A missing file is

@@ -33,7 +33,9 @@ func (e *Error) Error() string {
 }
 
 // Documents parses a YAML stream into its documents' root nodes. Empty
-// documents (e.g. a trailing "---") are skipped.
+// documents (e.g. a trailing "---") are skipped. An alias (*name) is
+// refused: following nested aliases costs time exponential in the size of
+// the file (the "billion laughs"), and cnlab's files have no use for them.
 func Documents(data []byte) ([]*yaml.Node, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var docs []*yaml.Node
@@ -49,8 +51,38 @@ func Documents(data []byte) ([]*yaml.Node, error) {
 		if len(n.Content) == 0 || (n.Content[0].Kind == yaml.ScalarNode && n.Content[0].Tag == "!!null") {
 			continue
 		}
+		if err := noAliases(n.Content[0], ""); err != nil {
+			return nil, err
+		}
 		docs = append(docs, n.Content[0])
 	}
+}
+
+// noAliases returns an error naming the first alias under n. It does not
+// follow aliases, so it visits each node of the document once.
+func noAliases(n *yaml.Node, path string) error {
+	switch n.Kind {
+	case yaml.AliasNode:
+		return &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("aliases (*%s) are not supported: write the value out", n.Value)}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			p := join(path, k.Value)
+			if err := noAliases(k, p); err != nil {
+				return err
+			}
+			if err := noAliases(n.Content[i+1], p); err != nil {
+				return err
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := noAliases(c, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Decode decodes node into out (a pointer to a struct) after checking that
@@ -76,9 +108,6 @@ var nodeType = reflect.TypeOf(yaml.Node{})
 func checkKnown(n *yaml.Node, t reflect.Type, path string) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
-	}
-	if n.Kind == yaml.AliasNode {
-		n = n.Alias
 	}
 	if t == nodeType || reflect.PointerTo(t).Implements(unmarshalerType) {
 		return nil

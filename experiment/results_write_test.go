@@ -1,0 +1,67 @@
+package experiment
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Results are written by root into a directory the user names, perhaps
+// under /tmp: a symlink planted at a predictable name there must not make
+// cnlab overwrite the file it points at.
+func TestResultsWriteDoesNotFollowLinks(t *testing.T) {
+	for _, at := range []string{"results.json", "results.json.tmp", "results.csv", "results.csv.tmp"} {
+		t.Run(at, func(t *testing.T) {
+			dir := t.TempDir()
+			outside := filepath.Join(t.TempDir(), "victim")
+			if err := os.WriteFile(outside, []byte("precious"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(outside, filepath.Join(dir, at)); err != nil {
+				t.Fatal(err)
+			}
+			err := (&Results{}).write(dir)
+			if data, _ := os.ReadFile(outside); string(data) != "precious" {
+				t.Errorf("the file outside was overwritten through %s (write: %v)", at, err)
+			}
+			if err == nil {
+				for _, f := range []string{"results.json", "results.csv"} {
+					if fi, err := os.Lstat(filepath.Join(dir, f)); err != nil || !fi.Mode().IsRegular() {
+						t.Errorf("%s: %v", f, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// The logs directory and each log file refuse a planted link.
+func TestLogsDoNotFollowLinks(t *testing.T) {
+	dir := t.TempDir()
+	elsewhere := t.TempDir()
+	if err := os.Symlink(elsewhere, filepath.Join(dir, "logs")); err != nil {
+		t.Fatal(err)
+	}
+	if err := makeOut(dir); err == nil {
+		t.Error("a link planted as logs/ was taken for the directory")
+	}
+	dir = t.TempDir()
+	if err := makeOut(dir); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(elsewhere, "victim")
+	if err := os.WriteFile(outside, []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "logs", "p1-r0.log")); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := openLog(dir, filepath.Join("logs", "p1-r0.log")); err == nil {
+		_, _ = f.WriteString("log")
+		f.Close()
+		t.Error("a link planted as a log file was opened")
+	}
+	if data, _ := os.ReadFile(outside); string(data) != "precious" {
+		t.Error("the file outside was overwritten")
+	}
+}

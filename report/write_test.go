@@ -1,0 +1,60 @@
+package report
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// report.html and figures/*.png are written by root into the results
+// directory: a symlink planted there must not make cnlab overwrite the
+// file it points at.
+func TestWriteDoesNotFollowLinks(t *testing.T) {
+	rep := Build(synth(2, 2), nil)
+	if len(rep.Figures) == 0 {
+		t.Fatal("no figures")
+	}
+	fig := filepath.Join("figures", rep.Figures[0].ID+".png")
+	for _, at := range []string{"report.html", "report.html.tmp", fig, fig + ".tmp", "figures"} {
+		t.Run(at, func(t *testing.T) {
+			dir := t.TempDir()
+			elsewhere := t.TempDir()
+			outside := filepath.Join(elsewhere, "victim")
+			if err := os.WriteFile(outside, []byte("precious"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Join(dir, "figures"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			target := outside
+			if at == "figures" {
+				_ = os.Remove(filepath.Join(dir, "figures"))
+				target = elsewhere
+			}
+			if err := os.Symlink(target, filepath.Join(dir, at)); err != nil {
+				t.Fatal(err)
+			}
+			_, err := rep.Write(dir)
+			if data, _ := os.ReadFile(outside); string(data) != "precious" {
+				t.Errorf("the file outside was overwritten through %s (write: %v)", at, err)
+			}
+			if at == "figures" {
+				if err == nil {
+					t.Error("a link planted as figures/ was taken for the directory")
+				}
+				if m, _ := filepath.Glob(filepath.Join(elsewhere, "*.png")); len(m) > 0 {
+					t.Errorf("figures written through the link: %v", m)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{"report.html", fig} {
+				if fi, err := os.Lstat(filepath.Join(dir, f)); err != nil || !fi.Mode().IsRegular() {
+					t.Errorf("%s: %v", f, err)
+				}
+			}
+		})
+	}
+}
