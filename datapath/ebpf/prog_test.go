@@ -521,3 +521,96 @@ func TestProgHostLocal(t *testing.T) {
 		h.toEp(t, "SYN A to B:80", tcpPkt(epA.ip, epB.ip, 1001, 80, tcpSYN), actOK, ingress(epB, cnlabReasonR_ALLOW_POLICY))
 	})
 }
+
+// TestProgICMPForgedError: an ICMP error is related to a flow only if it
+// travels back along that flow: its outer destination is the quoted
+// packet's source (as Linux conntrack checks), and its outer source is the
+// quoted packet's destination or a router, never another endpoint. Else an
+// endpoint could carry ICMP past policy by quoting a flow it has, or one
+// of its victim's, to a peer that denies it. A may only reach B (host-local)
+// and R (remote); C and R2 deny everything.
+func TestProgICMPForgedError(t *testing.T) {
+	udp := func(src, dst netip.Addr, sport, dport uint16) []byte {
+		return ipHdr{src: src, dst: dst, proto: protoUDP, id: 21}.bytes(udpHdr(sport, dport, []byte("q")))
+	}
+	icmpErr := func(src, dst netip.Addr, quoted []byte) []byte {
+		return frame(ethIPv4, ipHdr{src: src, dst: dst, proto: protoICMP, id: 22}.bytes(icmpError(3, 3, quoted, 8)))
+	}
+	world := func(h *harness) {
+		h.addLocal(epC)
+		h.setPolicy(0, epA, cnlabIsolationISO_EGRESS,
+			allow(policy.Egress, epB.identity, protoUDP, 53), allow(policy.Egress, idR, protoUDP, 53))
+		h.setPolicy(0, epB, cnlabIsolationISO_INGRESS, allow(policy.Ingress, epA.identity, protoUDP, 53))
+		h.setPolicy(0, epC, cnlabIsolationISO_INGRESS|cnlabIsolationISO_EGRESS)
+	}
+	t.Run("bpf", func(t *testing.T) {
+		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingBPF})
+		world(h)
+		h.fromEp(t, "UDP A to B:53", frame(ethIPv4, udp(epA.ip, epB.ip, 5000, 53)), actRedirect,
+			egress(epA, cnlabReasonR_ALLOW_POLICY), ingress(epB, cnlabReasonR_ALLOW_POLICY))
+		h.fromEp(t, "UDP A to R:53", frame(ethIPv4, udp(epA.ip, addrR, 5001, 53)), actOK, egress(epA, cnlabReasonR_ALLOW_POLICY))
+
+		// Forged: A to C, quoting A's own flows either way.
+		h.fromEp(t, "error A to C quoting A to B", icmpErr(epA.ip, epC.ip, udp(epA.ip, epB.ip, 5000, 53)), actShot,
+			egress(epA, cnlabReasonR_DROP_DEFAULT))
+		h.fromEp(t, "error A to C quoting B to A", icmpErr(epA.ip, epC.ip, udp(epB.ip, epA.ip, 53, 5000)), actShot,
+			egress(epA, cnlabReasonR_DROP_DEFAULT))
+		// Forged: A to R2, quoting the reply of its flow to R.
+		h.fromEp(t, "error A to R2 quoting R to A", icmpErr(epA.ip, addrR2, udp(addrR, epA.ip, 53, 5001)), actShot,
+			egress(epA, cnlabReasonR_DROP_DEFAULT))
+
+		// Forged: A to C quoting C's own flow to B (the victim's entry).
+		h.runAs(epC)
+		h.setPolicy(0, epC, cnlabIsolationISO_INGRESS)
+		h.fromEp(t, "UDP C to B:53", frame(ethIPv4, udp(epC.ip, epB.ip, 6000, 53)), actShot,
+			egress(epC, cnlabReasonR_ALLOW_UNENFORCED), ingress(epB, cnlabReasonR_DROP_DEFAULT))
+		h.setPolicy(0, epB, cnlabIsolationISO_INGRESS, allow(policy.Ingress, anyPeer, protoUDP, 53))
+		h.fromEp(t, "UDP C to B:53, allowed", frame(ethIPv4, udp(epC.ip, epB.ip, 6000, 53)), actRedirect,
+			egress(epC, cnlabReasonR_ALLOW_UNENFORCED), ingress(epB, cnlabReasonR_ALLOW_POLICY))
+		h.runAs(epA)
+		h.fromEp(t, "error A to C quoting C to B", icmpErr(epA.ip, epC.ip, udp(epC.ip, epB.ip, 6000, 53)), actShot,
+			egress(epA, cnlabReasonR_DROP_DEFAULT))
+
+		// Genuine: B's port unreachable back to A, and R's.
+		h.runAs(epB)
+		h.fromEp(t, "error B to A quoting A to B", icmpErr(epB.ip, epA.ip, udp(epA.ip, epB.ip, 5000, 53)), actRedirect,
+			egress(epB, cnlabReasonR_ALLOW_RELATED), ingress(epA, cnlabReasonR_ALLOW_RELATED))
+		h.runAs(epA)
+		h.toEp(t, "error R to A quoting A to R", icmpErr(addrR, epA.ip, udp(epA.ip, addrR, 5001, 53)), actOK,
+			ingress(epA, cnlabReasonR_ALLOW_RELATED))
+		h.toEp(t, "error from a router to A quoting A to R", icmpErr(addrRtr, epA.ip, udp(epA.ip, addrR, 5001, 53)), actOK,
+			ingress(epA, cnlabReasonR_ALLOW_RELATED))
+		// But not from another endpoint, and not to anyone else.
+		h.setPolicy(0, epA, cnlabIsolationISO_INGRESS|cnlabIsolationISO_EGRESS, allow(policy.Egress, idR, protoUDP, 53))
+		h.toEp(t, "error R2 to A quoting A to R", icmpErr(addrR2, epA.ip, udp(epA.ip, addrR, 5001, 53)), actShot,
+			ingress(epA, cnlabReasonR_DROP_DEFAULT))
+		h.toEp(t, "error C to A quoting A to B", icmpErr(epC.ip, epA.ip, udp(epA.ip, epB.ip, 5000, 53)), actShot,
+			ingress(epA, cnlabReasonR_DROP_DEFAULT))
+	})
+	t.Run("legacy", func(t *testing.T) {
+		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingLegacy})
+		world(h)
+		h.fromEp(t, "UDP A to R:53", frame(ethIPv4, udp(epA.ip, addrR, 5001, 53)), actOK, egress(epA, cnlabReasonR_ALLOW_POLICY))
+		h.fromEp(t, "error A to R2 quoting R to A", icmpErr(epA.ip, addrR2, udp(addrR, epA.ip, 53, 5001)), actShot,
+			egress(epA, cnlabReasonR_DROP_DEFAULT))
+		// C has a flow to R; A (on the bridge, past its own egress) sends
+		// C an error quoting it.
+		h.runAs(epC)
+		h.setPolicy(0, epC, cnlabIsolationISO_INGRESS)
+		h.fromEp(t, "UDP C to R:53", frame(ethIPv4, udp(epC.ip, addrR, 6000, 53)), actOK, egress(epC, cnlabReasonR_ALLOW_UNENFORCED))
+		h.toEp(t, "error A to C quoting C to R", icmpErr(epA.ip, epC.ip, udp(epC.ip, addrR, 6000, 53)), actShot,
+			ingress(epC, cnlabReasonR_DROP_DEFAULT))
+		h.toEp(t, "error R to C quoting C to R", icmpErr(addrR, epC.ip, udp(epC.ip, addrR, 6000, 53)), actOK,
+			ingress(epC, cnlabReasonR_ALLOW_RELATED))
+		// Genuine, host-local on the bridge: B answers A's flow with an error.
+		h.runAs(epA)
+		h.fromEp(t, "UDP A to B:53", frame(ethIPv4, udp(epA.ip, epB.ip, 5000, 53)), actOK, egress(epA, cnlabReasonR_ALLOW_POLICY))
+		h.runAs(epB)
+		h.toEp(t, "UDP A to B:53", frame(ethIPv4, udp(epA.ip, epB.ip, 5000, 53)), actOK, ingress(epB, cnlabReasonR_ALLOW_POLICY))
+		h.fromEp(t, "error B to A quoting A to B", icmpErr(epB.ip, epA.ip, udp(epA.ip, epB.ip, 5000, 53)), actOK,
+			egress(epB, cnlabReasonR_ALLOW_RELATED))
+		h.runAs(epA)
+		h.toEp(t, "error B to A quoting A to B", icmpErr(epB.ip, epA.ip, udp(epA.ip, epB.ip, 5000, 53)), actOK,
+			ingress(epA, cnlabReasonR_ALLOW_RELATED))
+	})
+}

@@ -105,6 +105,7 @@ enum event_at {
 // The peer key and identity of addresses the ipcache does not know.
 enum identity {
 	WORLD_IDENTITY = 2,
+	FIRST_CIDR_IDENTITY = 1 << 24, // policy.FirstCIDRIdentity: below it, endpoints
 };
 
 // The rule of a verdict no policy entry decided (event.rule).
@@ -548,6 +549,39 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 	return 0;
 }
 
+// peer_of resolves an address to its peer key through the ipcache of a
+// generation; addresses the ipcache does not know are the world.
+static __always_inline struct peer peer_of(__u32 gen, __u32 ip)
+{
+	struct peer out = {.key = WORLD_IDENTITY, .identity = WORLD_IDENTITY};
+	void *ipc = bpf_map_lookup_elem(&cnlab_ipcache, &gen);
+	if (!ipc)
+		return out;
+	struct ipcache_key k = {.prefixlen = 32, .ip = ip};
+	struct peer *v = bpf_map_lookup_elem(ipc, &k);
+	if (v)
+		out = *v;
+	return out;
+}
+
+// related_path reports whether an ICMP error travels back along the flow
+// it quotes, as Linux conntrack requires (nf_conntrack_inet_error): its
+// outer destination is the quoted packet's source. Its outer source must
+// be the quoted packet's destination, or a router on the way, which is
+// never an endpoint of the lab: an endpoint (this host's or another's)
+// cannot vouch for a flow between two other parties. Without this an
+// endpoint could quote any tracked flow, its own or its victim's, to send
+// ICMP where policy denies it.
+static __always_inline int related_path(__u32 gen, struct pkt *p)
+{
+	if (p->daddr != p->in_saddr)
+		return 0;
+	if (p->saddr == p->in_daddr)
+		return 1;
+	__u32 id = peer_of(gen, p->saddr).identity;
+	return id == WORLD_IDENTITY || id >= FIRST_CIDR_IDENTITY;
+}
+
 static __always_inline struct ct_val *ct_get(struct ct_key *k, __u64 now)
 {
 	struct ct_val *v = bpf_map_lookup_elem(&cnlab_ct, k);
@@ -581,7 +615,7 @@ static __always_inline void ct_touch(struct ct_val *v, __u8 proto, __u8 tcpflags
 // ct_lookup returns R_ALLOW_CT or R_ALLOW_RELATED for a packet of a
 // tracked flow at an enforcement point, 0 for a new flow. scope is 0 for
 // the host-local path, else 1 + dir.
-static __always_inline int ct_lookup(struct pkt *p, __u8 scope, __u8 rscope, __u16 ep, __u64 now)
+static __always_inline int ct_lookup(__u32 gen, struct pkt *p, __u8 scope, __u8 rscope, __u16 ep, __u64 now)
 {
 	struct ct_key k = {.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport,
 			   .dport = p->dport, .proto = p->proto, .scope = scope, .ep = ep};
@@ -603,7 +637,7 @@ static __always_inline int ct_lookup(struct pkt *p, __u8 scope, __u8 rscope, __u
 			return R_ALLOW_CT;
 		}
 	}
-	if (p->icmp_err) {
+	if (p->icmp_err && related_path(gen, p)) {
 		// The quoted packet went the other way: it belongs to a flow
 		// opened in the opposite direction, or is a reply of ours.
 		struct ct_key q = {.saddr = p->in_saddr, .daddr = p->in_daddr, .sport = p->in_sport,
@@ -625,21 +659,6 @@ static __always_inline void ct_create(struct pkt *p, __u8 scope, __u16 ep, __u64
 	struct ct_val v = {};
 	ct_touch(&v, p->proto, p->tcpflags, now);
 	bpf_map_update_elem(&cnlab_ct, &k, &v, BPF_ANY);
-}
-
-// peer_of resolves an address to its peer key through the ipcache of a
-// generation; addresses the ipcache does not know are the world.
-static __always_inline struct peer peer_of(__u32 gen, __u32 ip)
-{
-	struct peer out = {.key = WORLD_IDENTITY, .identity = WORLD_IDENTITY};
-	void *ipc = bpf_map_lookup_elem(&cnlab_ipcache, &gen);
-	if (!ipc)
-		return out;
-	struct ipcache_key k = {.prefixlen = 32, .ip = ip};
-	struct peer *v = bpf_map_lookup_elem(ipc, &k);
-	if (v)
-		out = *v;
-	return out;
 }
 
 // verdict decides a new flow at one side: the endpoint at slot index, in
@@ -715,7 +734,7 @@ static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 di
 	*rule = NO_RULE;
 	if (p->frag == 2)
 		return fragment(p, scope, idx, now);
-	int r = ct_lookup(p, scope, rscope, idx, now);
+	int r = ct_lookup(cfg->gen, p, scope, rscope, idx, now);
 	if (!r) {
 		struct peer peer = peer_of(cfg->gen, dir == DIR_EGRESS ? p->daddr : p->saddr);
 		*peer_id = peer.identity;
@@ -836,7 +855,7 @@ int cnlab_from_ep(struct __sk_buff *skb)
 	if (p.frag == 2) {
 		r = fragment(&p, 0, 0, now);
 	} else {
-		r = ct_lookup(&p, 0, 0, 0, now);
+		r = ct_lookup(cfg->gen, &p, 0, 0, 0, now);
 		if (!r) {
 			__u32 gen = cfg->gen;
 			struct peer sp = peer_of(gen, p.saddr), dp = peer_of(gen, p.daddr);
