@@ -614,3 +614,46 @@ func TestProgICMPForgedError(t *testing.T) {
 			ingress(epA, cnlabReasonR_ALLOW_RELATED))
 	})
 }
+
+// TestProgICMPEchoRoles: conntrack knows an echo's role, as Linux
+// conntrack does (the reply tuple has the reply type): a request only
+// ever opens a flow or repeats one opened the same way, a reply only
+// answers a request, and no other ICMP message is tracked. Keyed by id
+// alone, a peer that A pings could ping A back with the same id past A's
+// ingress, and an unsolicited reply or error let in would open the way
+// out for A's requests or errors.
+func TestProgICMPEchoRoles(t *testing.T) {
+	t.Run("remote", func(t *testing.T) {
+		h := newHarness(t, harnessOpts{})
+		h.setPolicy(0, epA, cnlabIsolationISO_INGRESS)
+		h.fromEp(t, "echo request A to R, id 77", echoPkt(epA.ip, addrR, 8, 77), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+		h.toEp(t, "echo request R to A, same id", echoPkt(addrR, epA.ip, 8, 77), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
+		h.toEp(t, "echo reply R to A", echoPkt(addrR, epA.ip, 0, 77), actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
+		h.fromEp(t, "echo request A to R again", echoPkt(epA.ip, addrR, 8, 77), actOK, egress(epA, cnlabReasonR_ALLOW_CT))
+
+		// Egress isolated, ingress open: what comes in opens nothing.
+		h.setPolicy(0, epA, cnlabIsolationISO_EGRESS)
+		h.toEp(t, "unsolicited echo reply R2 to A", echoPkt(addrR2, epA.ip, 0, 9), actOK, ingress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+		h.fromEp(t, "echo request A to R2, that id", echoPkt(epA.ip, addrR2, 8, 9), actShot, egress(epA, cnlabReasonR_DROP_DEFAULT))
+		h.toEp(t, "echo request R2 to A", echoPkt(addrR2, epA.ip, 8, 10), actOK, ingress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+		h.fromEp(t, "echo reply A to R2", echoPkt(epA.ip, addrR2, 0, 10), actOK, egress(epA, cnlabReasonR_ALLOW_CT))
+		h.fromEp(t, "echo request A to R2, the id R2 used", echoPkt(epA.ip, addrR2, 8, 10), actShot, egress(epA, cnlabReasonR_DROP_DEFAULT))
+		unreach := frame(ethIPv4, ipHdr{src: addrR2, dst: epA.ip, proto: protoICMP, id: 5}.bytes(icmpError(3, 1,
+			ipHdr{src: epA.ip, dst: addrR2, proto: protoUDP, id: 6}.bytes(udpHdr(1, 2, nil)), 8)))
+		h.toEp(t, "unreachable R2 to A about no flow", unreach, actOK, ingress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+		back := frame(ethIPv4, ipHdr{src: epA.ip, dst: addrR2, proto: protoICMP, id: 7}.bytes(icmpError(3, 1,
+			ipHdr{src: addrR2, dst: epA.ip, proto: protoUDP, id: 8}.bytes(udpHdr(2, 1, nil)), 8)))
+		h.fromEp(t, "unreachable A to R2 about no flow", back, actShot, egress(epA, cnlabReasonR_DROP_DEFAULT))
+	})
+	t.Run("host-local", func(t *testing.T) {
+		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingBPF})
+		h.setPolicy(0, epA, cnlabIsolationISO_INGRESS)
+		h.fromEp(t, "echo request A to B, id 5", echoPkt(epA.ip, epB.ip, 8, 5), actRedirect,
+			egress(epA, cnlabReasonR_ALLOW_UNENFORCED), ingress(epB, cnlabReasonR_ALLOW_UNENFORCED))
+		h.runAs(epB)
+		h.fromEp(t, "echo request B to A, same id", echoPkt(epB.ip, epA.ip, 8, 5), actShot,
+			egress(epB, cnlabReasonR_ALLOW_UNENFORCED), ingress(epA, cnlabReasonR_DROP_DEFAULT))
+		h.fromEp(t, "echo reply B to A", echoPkt(epB.ip, epA.ip, 0, 5), actRedirect,
+			egress(epB, cnlabReasonR_ALLOW_CT), ingress(epA, cnlabReasonR_ALLOW_CT))
+	})
+}

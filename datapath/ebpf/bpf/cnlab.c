@@ -358,6 +358,18 @@ const enum rule_ref *unused_rule_ref __attribute__((unused));
 #define TCP_RST 0x04
 #define TCP_ACK 0x10
 
+// What an ICMP message is to conntrack (pkt.icmp). Linux conntrack's
+// reply tuple of an echo has the reply type: a request is only ever
+// tracked forward and a reply only as the answer to a request, so a peer
+// cannot ping an endpoint that pings it with the same id. Other ICMP is
+// never tracked: an error is related to a flow or decided by policy.
+enum icmp_role {
+	ICMP_NONE = 0, // not ICMP
+	ICMP_REQUEST = 1,
+	ICMP_REPLY = 2,
+	ICMP_OTHER = 3,
+};
+
 struct pkt {
 	__u32 saddr, daddr;
 	__u16 sport, dport; // host order
@@ -366,7 +378,8 @@ struct pkt {
 	__u8 frag;    // 0 whole, 1 first fragment, 2 later fragment
 	__u8 icmp_err; // an ICMP error carrying the tuple below
 	__u16 ipid;
-	__u16 pad;
+	__u8 icmp;     // enum icmp_role
+	__u8 pad;
 	// inner tuple of an ICMP error, as the quoted packet was sent
 	__u32 in_saddr, in_daddr;
 	__u16 in_sport, in_dport;
@@ -530,10 +543,12 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 		if (bpf_skb_load_bytes(skb, off, h, sizeof(h)) < 0)
 			return R_DROP_MALFORMED;
 		__u8 type = h[0];
+		p->icmp = ICMP_OTHER;
 		if (type == 0 || type == 8) { // echo reply / request: the id is the "port"
 			__u16 id = (h[4] << 8) | h[5];
 			p->sport = id;
 			p->dport = id;
+			p->icmp = type == 8 ? ICMP_REQUEST : ICMP_REPLY;
 		} else if (type == 3 || type == 11 || type == 12) {
 			struct iphdr in;
 			if (bpf_skb_load_bytes(skb, off + 8, &in, sizeof(in)) == 0 && in.version == 4 &&
@@ -623,12 +638,18 @@ static __always_inline int ct_lookup(__u32 gen, struct pkt *p, __u8 scope, __u8 
 	// A SYN opens a new connection: it is checked against policy even
 	// when an old entry with the same tuple lingers.
 	int syn = p->proto == IPPROTO_TCP && (p->tcpflags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
-	if (!syn) {
+	// An echo request is tracked forward only, a reply backward only,
+	// other ICMP not at all (enum icmp_role).
+	int fwd = p->icmp == ICMP_NONE || p->icmp == ICMP_REQUEST;
+	int rev = p->icmp == ICMP_NONE || p->icmp == ICMP_REPLY;
+	if (!syn && fwd) {
 		v = ct_get(&k, now);
 		if (v) {
 			ct_touch(v, p->proto, p->tcpflags, now);
 			return R_ALLOW_CT;
 		}
+	}
+	if (!syn && rev) {
 		struct ct_key r = {.saddr = p->daddr, .daddr = p->saddr, .sport = p->dport,
 				   .dport = p->sport, .proto = p->proto, .scope = rscope, .ep = ep};
 		v = ct_get(&r, now);
@@ -654,6 +675,8 @@ static __always_inline int ct_lookup(__u32 gen, struct pkt *p, __u8 scope, __u8 
 
 static __always_inline void ct_create(struct pkt *p, __u8 scope, __u16 ep, __u64 now)
 {
+	if (p->icmp != ICMP_NONE && p->icmp != ICMP_REQUEST)
+		return; // a reply or an error opens no flow
 	struct ct_key k = {.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport,
 			   .dport = p->dport, .proto = p->proto, .scope = scope, .ep = ep};
 	struct ct_val v = {};
