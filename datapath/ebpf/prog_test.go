@@ -657,3 +657,46 @@ func TestProgICMPEchoRoles(t *testing.T) {
 			egress(epB, cnlabReasonR_ALLOW_CT), ingress(epA, cnlabReasonR_ALLOW_CT))
 	})
 }
+
+// TestProgARPSpoof: an endpoint's ARP must name it as the sender: sender
+// MAC and Ethernet source its MAC, sender IP its address (or 0.0.0.0, a
+// probe). Else, on the bridge of legacy host routing, it could take over
+// another endpoint's address in its neighbours' caches (and its MAC in
+// the bridge's forwarding table), and with bpf host routing teach the
+// host a forged neighbour with an ARP reply.
+func TestProgARPSpoof(t *testing.T) {
+	gw := netip.MustParseAddr("10.0.0.254")
+	var zero [6]byte
+	ethSrc := func(f []byte, mac [6]byte) []byte { copy(f[6:12], mac[:]); return f }
+	forged := []struct {
+		name string
+		pkt  []byte
+	}{
+		{"request with B's address", arpPkt(1, epA.mac, epB.ip, zero, gw)},
+		{"request with B's MAC", arpPkt(1, epB.mac, epA.ip, zero, gw)},
+		{"request from B's MAC on the wire", ethSrc(arpPkt(1, epA.mac, epA.ip, zero, gw), epB.mac)},
+		{"request with a remote address", arpPkt(1, epA.mac, addrR, zero, gw)},
+		{"gratuitous ARP for B's address", arpPkt(1, epA.mac, epB.ip, zero, epB.ip)},
+		{"reply with B's address", arpPkt(2, epA.mac, epB.ip, epA.lxc, gw)},
+		{"reply with the gateway's address", arpPkt(2, epA.mac, gw, epA.lxc, epA.ip)},
+		{"reply with another MAC", arpPkt(2, macOther, epA.ip, epA.lxc, gw)},
+		{"probe from another MAC", arpPkt(1, macOther, netip.IPv4Unspecified(), zero, epB.ip)},
+	}
+	for _, mode := range []string{kind.HostRoutingBPF, kind.HostRoutingLegacy} {
+		t.Run(mode, func(t *testing.T) {
+			h := newHarness(t, harnessOpts{hostRouting: mode})
+			for _, f := range forged {
+				h.fromEp(t, f.name, f.pkt, actShot, egress(epA, cnlabReasonR_DROP_SPOOF))
+			}
+			req, replied := arpPkt(1, epA.mac, epA.ip, zero, gw), cnlabReasonR_ARP_REPLIED
+			act := uint32(actRedirect)
+			if mode == kind.HostRoutingLegacy {
+				act, replied = actOK, cnlabReasonR_ARP_PASSED
+				h.fromEp(t, "probe for B's address", arpPkt(1, epA.mac, netip.IPv4Unspecified(), zero, epB.ip), actOK, egress(epA, cnlabReasonR_ARP_PASSED))
+				h.fromEp(t, "gratuitous ARP for its own address", arpPkt(1, epA.mac, epA.ip, zero, epA.ip), actOK, egress(epA, cnlabReasonR_ARP_PASSED))
+			}
+			h.fromEp(t, "request for the gateway", req, act, egress(epA, replied))
+			h.fromEp(t, "reply to the gateway", arpPkt(2, epA.mac, epA.ip, epA.lxc, gw), actOK, egress(epA, cnlabReasonR_ARP_PASSED))
+		})
+	}
+}

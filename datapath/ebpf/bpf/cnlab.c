@@ -16,8 +16,8 @@
 // one word in the config map switches every endpoint of the host at once.
 //
 // The rules for what is not an IPv4 policy decision are explicit and
-// documented in docs/ebpf.md: ARP is answered (bpf host routing) or passed
-// unchecked (legacy), IPv6 and other L3 protocols are dropped, malformed
+// documented in docs/ebpf.md: ARP must name the endpoint as its sender,
+// and is then answered (bpf host routing) or passed to the bridge (legacy), IPv6 and other L3 protocols are dropped, malformed
 // headers are dropped, a non-first fragment passes only if its first
 // fragment passed at the same enforcement point.
 
@@ -773,9 +773,24 @@ static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 di
 	return r;
 }
 
-// arp answers an endpoint's ARP request with the host-side MAC, whatever
-// address it asks for (every destination is routed through the host), and
-// sends the reply back out of the host-side veth.
+static __always_inline int mac_eq(const __u8 *a, const __u8 *b)
+{
+	__u8 d = 0;
+#pragma unroll
+	for (int i = 0; i < 6; i++)
+		d |= a[i] ^ b[i];
+	return d == 0;
+}
+
+// arp checks that an endpoint's ARP names the endpoint as its sender
+// (sender MAC and Ethernet source its MAC, sender IP its address or
+// 0.0.0.0 for a probe): with legacy host routing the bridge carries it to
+// the other endpoints, whose caches (and the bridge's forwarding table)
+// would learn a forged sender; with bpf host routing a reply reaches the
+// host's neighbour table. With bpf host routing it then answers a request
+// with the host-side MAC, whatever address it asks for (every destination
+// is routed through the host), and sends the reply back out of the
+// host-side veth.
 static __always_inline int arp(struct __sk_buff *skb, struct endpoint *ep, struct config *cfg)
 {
 	struct {
@@ -785,13 +800,19 @@ static __always_inline int arp(struct __sk_buff *skb, struct endpoint *ep, struc
 		__u8 tha[6];
 		__u32 tip;
 	} __attribute__((packed)) a;
-	if (bpf_skb_load_bytes(skb, ETH_HLEN, &a, sizeof(a)) < 0) {
+	__u8 src[8];
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &a, sizeof(a)) < 0 ||
+	    bpf_skb_load_bytes(skb, 6, src, 6) < 0) {
 		count(ep->index, DIR_EGRESS, R_DROP_MALFORMED, skb->len);
+		return TC_ACT_SHOT;
+	}
+	if (!mac_eq(src, ep->mac) || !mac_eq(a.sha, ep->mac) || (a.sip != ep->ip && a.sip != 0)) {
+		count(ep->index, DIR_EGRESS, R_DROP_SPOOF, skb->len);
 		return TC_ACT_SHOT;
 	}
 	if (!(cfg->flags & FLAG_HOST_ROUTING_BPF)) {
 		count(ep->index, DIR_EGRESS, R_ARP_PASSED, skb->len);
-		return TC_ACT_OK; // legacy: the bridge carries ARP
+		return TC_ACT_OK; // legacy: the bridge carries the checked ARP
 	}
 	if (a.h.ar_op == bpf_htons(ARPOP_REPLY)) {
 		count(ep->index, DIR_EGRESS, R_ARP_PASSED, skb->len);
