@@ -417,7 +417,7 @@ func TestProgTCP(t *testing.T) {
 	h.toEp(t, "SYN to 8080 back in generation 0", tcpPkt(addrR, epA.ip, 1237, 8080, tcpSYN), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
 }
 
-// TestProgSpoof: an endpoint may only send from its own address.
+// TestProgSpoof: an endpoint may only send from its own address and MAC.
 func TestProgSpoof(t *testing.T) {
 	for _, mode := range []string{kind.HostRoutingBPF, kind.HostRoutingLegacy} {
 		t.Run(mode, func(t *testing.T) {
@@ -427,6 +427,11 @@ func TestProgSpoof(t *testing.T) {
 				h.fromEp(t, "from "+src.String()+" to B", udpPkt(src, epB.ip, 1000, 53), actShot, egress(epA, cnlabReasonR_DROP_SPOOF))
 			}
 			h.fromEp(t, "from A's own address", tcpPkt(epA.ip, addrR, 1000, 80, tcpSYN), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+			// A forged Ethernet source would teach the bridge (legacy
+			// host routing) that B's MAC is behind A's port.
+			forged := tcpPkt(epA.ip, addrR, 1001, 80, tcpSYN)
+			copy(forged[6:12], epB.mac[:])
+			h.fromEp(t, "from A's address and B's MAC", forged, actShot, egress(epA, cnlabReasonR_DROP_SPOOF))
 		})
 	}
 }

@@ -285,6 +285,11 @@ type runResult struct {
 func (h *harness) run(t testing.TB, prog *ebpf.Program, pkt []byte) runResult {
 	t.Helper()
 	before := h.counters(t)
+	if prog == h.objs.CnlabFromEp && len(pkt) >= 12 && [6]byte(pkt[6:12]) == macOther {
+		// A frame from the endpoint has its MAC as the source.
+		pkt = slices.Clone(pkt)
+		copy(pkt[6:12], h.as.mac[:])
+	}
 	opts := ebpf.RunOptions{Data: pkt, DataOut: make([]byte, len(pkt)+256), Context: skbCtx{Ifindex: testIfindex}}
 	ret, err := prog.Run(&opts)
 	if err != nil {
@@ -369,8 +374,9 @@ const (
 
 var macOther = [6]byte{0x02, 0, 0, 0, 9, 9}
 
-// frame prepends an Ethernet header; from and to the endpoint the MACs are
-// the endpoint's and its host-side veth's.
+// frame prepends an Ethernet header with macOther as both addresses; run
+// from an endpoint (cnlab_from_ep), the source becomes the endpoint's MAC,
+// as the programs check.
 func frame(typ uint16, payload []byte) []byte {
 	b := make([]byte, 14, 14+len(payload))
 	copy(b[0:6], macOther[:])

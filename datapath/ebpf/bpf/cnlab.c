@@ -882,7 +882,11 @@ int cnlab_from_ep(struct __sk_buff *skb)
 	int r = parse(skb, &p);
 	if (r)
 		return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, 0, rule);
-	if (p.saddr != src->ip)
+	// The source address must be the endpoint's, and so must the source
+	// MAC: on the bridge of legacy host routing a forged one would move
+	// another endpoint's MAC to this port in the forwarding table.
+	__u8 mac[8];
+	if (p.saddr != src->ip || bpf_skb_load_bytes(skb, 6, mac, 6) < 0 || !mac_eq(mac, src->mac))
 		return finish(cfg, skb, &p, src->index, DIR_EGRESS, R_DROP_SPOOF, src->identity, 0, rule);
 	__u64 now = bpf_ktime_get_ns();
 	struct endpoint *dst = 0;
