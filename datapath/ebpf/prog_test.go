@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -703,5 +704,129 @@ func TestProgARPSpoof(t *testing.T) {
 			h.fromEp(t, "request for the gateway", req, act, egress(epA, replied))
 			h.fromEp(t, "reply to the gateway", arpPkt(2, epA.mac, epA.ip, epA.lxc, gw), actOK, egress(epA, cnlabReasonR_ARP_PASSED))
 		})
+	}
+}
+
+// onOneCPU runs the rest of the test on CPU 0. The kernel's LRU hash
+// keeps a few recently created entries (up to 128) on a list of the CPU
+// that created them, out of reach of evictions made on other CPUs until
+// that CPU creates entries again: a measurement whose runs hop between
+// CPUs would depend on the scheduler. BPF_PROG_TEST_RUN runs a tc program
+// on the calling thread's CPU.
+func onOneCPU(t *testing.T) {
+	t.Helper()
+	runtime.LockOSThread()
+	var old, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		t.Fatal(err)
+	}
+	one.Set(0)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = unix.SchedSetaffinity(0, &old)
+		runtime.UnlockOSThread()
+	})
+}
+
+// floodCT opens n flows from B to R through cnlab_from_ep (B not
+// isolated: each opens a conntrack entry) with pkts UDP packets each (a
+// second packet finds the entry, which the LRU marks as used), without the
+// counter bookkeeping of run. Every `every` flows it calls touch as A. It
+// returns the first flow after which gone reports true (0 if it never did).
+func floodCT(t testing.TB, h *harness, n, pkts, every int, touch func(), gone func() bool) int {
+	t.Helper()
+	h.runAs(epB)
+	defer h.runAs(epA)
+	for i := 1; i <= n; i++ {
+		pkt := udpPkt(epB.ip, addrR, uint16(i), uint16(1+i>>16))
+		copy(pkt[6:12], epB.mac[:])
+		for range pkts {
+			ret, err := h.objs.CnlabFromEp.Run(&ebpf.RunOptions{Data: pkt, Context: skbCtx{Ifindex: testIfindex}})
+			if err != nil || ret != actOK {
+				t.Fatalf("flood packet %d: %s, %v", i, actName(ret), err)
+			}
+		}
+		if every > 0 && i%every == 0 {
+			h.runAs(epA)
+			touch()
+			h.runAs(epB)
+		}
+		if gone() {
+			return i
+		}
+	}
+	return 0
+}
+
+// TestProgCTEviction shows the documented limit (docs/limits.md): the
+// conntrack map is one LRU per host, so an endpoint that opens many flows
+// evicts the entries of every other endpoint of its host; and what
+// happens then to an evicted flow: each packet is judged by policy again,
+// so a packet in a direction policy allows passes (and opens the entry
+// again), one in a direction it does not allow (a reply) is dropped.
+func TestProgCTEviction(t *testing.T) {
+	const size = 1024
+	onOneCPU(t)
+	h := newHarness(t, harnessOpts{ctMapSize: size})
+	// A is a client of W (ingress isolated: W's replies ride on conntrack)
+	// and a server for R (egress isolated: its replies ride on conntrack).
+	h.setPolicy(0, epA, cnlabIsolationISO_INGRESS|cnlabIsolationISO_EGRESS,
+		allow(policy.Egress, WorldIdentity, protoUDP, 53), allow(policy.Ingress, idR, protoTCP, 80))
+	h.fromEp(t, "query A to W", udpPkt(epA.ip, addrW, 5000, 53), actOK, egress(epA, cnlabReasonR_ALLOW_POLICY))
+	h.toEp(t, "SYN R to A:80", tcpPkt(addrR, epA.ip, 6000, 80, tcpSYN), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
+	h.toEp(t, "answer W to A", udpPkt(addrW, epA.ip, 53, 5000), actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
+	h.fromEp(t, "SYN-ACK A to R", tcpPkt(epA.ip, addrR, 80, 6000, tcpSYN|tcpACK), actOK, egress(epA, cnlabReasonR_ALLOW_CT))
+
+	clientGone := func() bool { return !h.ctHas(epA.ip, addrW, 5000, 53, protoUDP, 1+dirOut, epA.index) }
+	serverGone := func() bool { return !h.ctHas(addrR, epA.ip, 6000, 80, protoTCP, 1+dirIn, epA.index) }
+	n := floodCT(t, h, 4*size, 2, 0, nil, func() bool { return clientGone() && serverGone() })
+	if n == 0 {
+		t.Fatalf("%d flows from B left A's entries in a %d-entry map (client's gone: %v, server's gone: %v)", 4*size, size, clientGone(), serverGone())
+	}
+	t.Logf("map of %d entries: B's %dth flow evicted the last of A's two established entries", size, n)
+
+	h.toEp(t, "answer W to A, evicted", udpPkt(addrW, epA.ip, 53, 5000), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
+	h.fromEp(t, "data A to R, evicted", tcpPkt(epA.ip, addrR, 80, 6000, tcpACK), actShot, egress(epA, cnlabReasonR_DROP_DEFAULT))
+	h.fromEp(t, "query A to W again: policy", udpPkt(epA.ip, addrW, 5000, 53), actOK, egress(epA, cnlabReasonR_ALLOW_POLICY))
+	h.toEp(t, "answer W to A after it", udpPkt(addrW, epA.ip, 53, 5000), actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
+	h.toEp(t, "ACK R to A: policy", tcpPkt(addrR, epA.ip, 6000, 80, tcpACK), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
+	h.fromEp(t, "data A to R after it", tcpPkt(epA.ip, addrR, 80, 6000, tcpACK), actOK, egress(epA, cnlabReasonR_ALLOW_CT))
+}
+
+// TestProgCTEvictionMeasure prints after how many new flows from one
+// endpoint another endpoint's established entry (opened and answered
+// once) is evicted, when the flood's flows have one packet or two, and
+// when A's flow carries a packet every k flows; for the smallest and the
+// default map size (BENCHMARKS.md):
+//
+//	roottest -run TestProgCTEvictionMeasure -v ./datapath/ebpf/
+func TestProgCTEvictionMeasure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measurement")
+	}
+	onOneCPU(t)
+	for _, size := range []int{1024, kind.DefaultCTMapSize} {
+		for _, pkts := range []int{1, 2} {
+			for _, every := range []int{0, size / 2, size, 2 * size} {
+				h := newHarness(t, harnessOpts{ctMapSize: size})
+				touch := func() { h.run(t, h.objs.CnlabToEp, udpPkt(addrW, epA.ip, 53, 5000)) }
+				h.run(t, h.objs.CnlabFromEp, udpPkt(epA.ip, addrW, 5000, 53))
+				touch()
+				n := floodCT(t, h, 4*size, pkts, every, touch, func() bool {
+					return !h.ctHas(epA.ip, addrW, 5000, 53, protoUDP, 1+dirOut, epA.index)
+				})
+				what := "idle"
+				if every > 0 {
+					what = fmt.Sprintf("a packet every %d flows", every)
+				}
+				if n == 0 {
+					t.Logf("ctMapSize %d, flood of %d-packet flows, A's entry %s: still there after %d flows", size, pkts, what, 4*size)
+				} else {
+					t.Logf("ctMapSize %d, flood of %d-packet flows, A's entry %s: evicted by flow %d (%.2f x the map)", size, pkts, what, n, float64(n)/float64(size))
+				}
+			}
+		}
 	}
 }
