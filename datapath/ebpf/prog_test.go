@@ -713,7 +713,7 @@ func TestProgARPSpoof(t *testing.T) {
 // that CPU creates entries again: a measurement whose runs hop between
 // CPUs would depend on the scheduler. BPF_PROG_TEST_RUN runs a tc program
 // on the calling thread's CPU.
-func onOneCPU(t *testing.T) {
+func onOneCPU(t testing.TB) {
 	t.Helper()
 	runtime.LockOSThread()
 	var old, one unix.CPUSet
@@ -795,37 +795,30 @@ func TestProgCTEviction(t *testing.T) {
 	h.fromEp(t, "data A to R after it", tcpPkt(epA.ip, addrR, 80, 6000, tcpACK), actOK, egress(epA, cnlabReasonR_ALLOW_CT))
 }
 
-// TestProgCTEvictionMeasure prints after how many new flows from one
-// endpoint another endpoint's established entry (opened and answered
-// once) is evicted, when the flood's flows have one packet or two, and
-// when A's flow carries a packet every k flows; for the smallest and the
-// default map size (BENCHMARKS.md):
+// BenchmarkCTEviction measures after how many new flows from one endpoint
+// another endpoint's established entry (opened, answered once) is
+// evicted, when the flood's flows have one packet or two, and when A's
+// flow carries a packet every k flows; for the smallest and the default
+// map size (BENCHMARKS.md). The metric is flows-to-evict (0: never, within
+// 4 times the map); it runs once whatever b.N:
 //
-//	roottest -run TestProgCTEvictionMeasure -v ./datapath/ebpf/
-func TestProgCTEvictionMeasure(t *testing.T) {
-	if testing.Short() {
-		t.Skip("measurement")
-	}
-	onOneCPU(t)
+//	roottest -run '^$' -bench CTEviction -benchtime 1x ./datapath/ebpf/
+func BenchmarkCTEviction(b *testing.B) {
 	for _, size := range []int{1024, kind.DefaultCTMapSize} {
 		for _, pkts := range []int{1, 2} {
 			for _, every := range []int{0, size / 2, size, 2 * size} {
-				h := newHarness(t, harnessOpts{ctMapSize: size})
-				touch := func() { h.run(t, h.objs.CnlabToEp, udpPkt(addrW, epA.ip, 53, 5000)) }
-				h.run(t, h.objs.CnlabFromEp, udpPkt(epA.ip, addrW, 5000, 53))
-				touch()
-				n := floodCT(t, h, 4*size, pkts, every, touch, func() bool {
-					return !h.ctHas(epA.ip, addrW, 5000, 53, protoUDP, 1+dirOut, epA.index)
+				b.Run(fmt.Sprintf("size=%d/pkts=%d/every=%d", size, pkts, every), func(b *testing.B) {
+					onOneCPU(b) // each sub-benchmark runs on a goroutine of its own
+					h := newHarness(b, harnessOpts{ctMapSize: size})
+					touch := func() { h.run(b, h.objs.CnlabToEp, udpPkt(addrW, epA.ip, 53, 5000)) }
+					h.run(b, h.objs.CnlabFromEp, udpPkt(epA.ip, addrW, 5000, 53))
+					touch()
+					n := floodCT(b, h, 4*size, pkts, every, touch, func() bool {
+						return !h.ctHas(epA.ip, addrW, 5000, 53, protoUDP, 1+dirOut, epA.index)
+					})
+					b.ReportMetric(float64(n), "flows-to-evict")
+					b.ReportMetric(0, "ns/op")
 				})
-				what := "idle"
-				if every > 0 {
-					what = fmt.Sprintf("a packet every %d flows", every)
-				}
-				if n == 0 {
-					t.Logf("ctMapSize %d, flood of %d-packet flows, A's entry %s: still there after %d flows", size, pkts, what, 4*size)
-				} else {
-					t.Logf("ctMapSize %d, flood of %d-packet flows, A's entry %s: evicted by flow %d (%.2f x the map)", size, pkts, what, n, float64(n)/float64(size))
-				}
 			}
 		}
 	}
