@@ -17,9 +17,10 @@
 //
 // The rules for what is not an IPv4 policy decision are explicit and
 // documented in docs/ebpf.md: ARP must name the endpoint as its sender,
-// and is then answered (bpf host routing) or passed to the bridge (legacy), IPv6 and other L3 protocols are dropped, malformed
-// headers are dropped, a non-first fragment passes only if its first
-// fragment passed at the same enforcement point.
+// and is then answered (bpf host routing) or passed to the bridge
+// (legacy); IPv6 and other L3 protocols are dropped, malformed headers
+// are dropped, a non-first fragment passes only if its first fragment
+// passed at the same enforcement point.
 
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
