@@ -127,7 +127,8 @@ type cnlabFragVal struct {
 type cnlabIdentity uint32
 
 const (
-	cnlabIdentityWORLD_IDENTITY cnlabIdentity = 2
+	cnlabIdentityWORLD_IDENTITY      cnlabIdentity = 2
+	cnlabIdentityFIRST_CIDR_IDENTITY cnlabIdentity = 16777216
 )
 
 type cnlabIpcacheKey struct {

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -417,7 +418,7 @@ func TestProgTCP(t *testing.T) {
 	h.toEp(t, "SYN to 8080 back in generation 0", tcpPkt(addrR, epA.ip, 1237, 8080, tcpSYN), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
 }
 
-// TestProgSpoof: an endpoint may only send from its own address.
+// TestProgSpoof: an endpoint may only send from its own address and MAC.
 func TestProgSpoof(t *testing.T) {
 	for _, mode := range []string{kind.HostRoutingBPF, kind.HostRoutingLegacy} {
 		t.Run(mode, func(t *testing.T) {
@@ -427,6 +428,11 @@ func TestProgSpoof(t *testing.T) {
 				h.fromEp(t, "from "+src.String()+" to B", udpPkt(src, epB.ip, 1000, 53), actShot, egress(epA, cnlabReasonR_DROP_SPOOF))
 			}
 			h.fromEp(t, "from A's own address", tcpPkt(epA.ip, addrR, 1000, 80, tcpSYN), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+			// A forged Ethernet source would teach the bridge (legacy
+			// host routing) that B's MAC is behind A's port.
+			forged := tcpPkt(epA.ip, addrR, 1001, 80, tcpSYN)
+			copy(forged[6:12], epB.mac[:])
+			h.fromEp(t, "from A's address and B's MAC", forged, actShot, egress(epA, cnlabReasonR_DROP_SPOOF))
 		})
 	}
 }
@@ -520,4 +526,300 @@ func TestProgHostLocal(t *testing.T) {
 		h.toEp(t, "SYN A to B:81", tcpPkt(epA.ip, epB.ip, 1001, 81, tcpSYN), actShot, ingress(epB, cnlabReasonR_DROP_DEFAULT))
 		h.toEp(t, "SYN A to B:80", tcpPkt(epA.ip, epB.ip, 1001, 80, tcpSYN), actOK, ingress(epB, cnlabReasonR_ALLOW_POLICY))
 	})
+}
+
+// TestProgICMPForgedError: an ICMP error is related to a flow only if it
+// travels back along that flow: its outer destination is the quoted
+// packet's source (as Linux conntrack checks), and its outer source is the
+// quoted packet's destination or a router, never another endpoint. Else an
+// endpoint could carry ICMP past policy by quoting a flow it has, or one
+// of its victim's, to a peer that denies it. A may only reach B (host-local)
+// and R (remote); C and R2 deny everything.
+func TestProgICMPForgedError(t *testing.T) {
+	udp := func(src, dst netip.Addr, sport, dport uint16) []byte {
+		return ipHdr{src: src, dst: dst, proto: protoUDP, id: 21}.bytes(udpHdr(sport, dport, []byte("q")))
+	}
+	icmpErr := func(src, dst netip.Addr, quoted []byte) []byte {
+		return frame(ethIPv4, ipHdr{src: src, dst: dst, proto: protoICMP, id: 22}.bytes(icmpError(3, 3, quoted, 8)))
+	}
+	world := func(h *harness) {
+		h.addLocal(epC)
+		h.setPolicy(0, epA, cnlabIsolationISO_EGRESS,
+			allow(policy.Egress, epB.identity, protoUDP, 53), allow(policy.Egress, idR, protoUDP, 53))
+		h.setPolicy(0, epB, cnlabIsolationISO_INGRESS, allow(policy.Ingress, epA.identity, protoUDP, 53))
+		h.setPolicy(0, epC, cnlabIsolationISO_INGRESS|cnlabIsolationISO_EGRESS)
+	}
+	t.Run("bpf", func(t *testing.T) {
+		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingBPF})
+		world(h)
+		h.fromEp(t, "UDP A to B:53", frame(ethIPv4, udp(epA.ip, epB.ip, 5000, 53)), actRedirect,
+			egress(epA, cnlabReasonR_ALLOW_POLICY), ingress(epB, cnlabReasonR_ALLOW_POLICY))
+		h.fromEp(t, "UDP A to R:53", frame(ethIPv4, udp(epA.ip, addrR, 5001, 53)), actOK, egress(epA, cnlabReasonR_ALLOW_POLICY))
+
+		// Forged: A to C, quoting A's own flows either way.
+		h.fromEp(t, "error A to C quoting A to B", icmpErr(epA.ip, epC.ip, udp(epA.ip, epB.ip, 5000, 53)), actShot,
+			egress(epA, cnlabReasonR_DROP_DEFAULT))
+		h.fromEp(t, "error A to C quoting B to A", icmpErr(epA.ip, epC.ip, udp(epB.ip, epA.ip, 53, 5000)), actShot,
+			egress(epA, cnlabReasonR_DROP_DEFAULT))
+		// Forged: A to R2, quoting the reply of its flow to R.
+		h.fromEp(t, "error A to R2 quoting R to A", icmpErr(epA.ip, addrR2, udp(addrR, epA.ip, 53, 5001)), actShot,
+			egress(epA, cnlabReasonR_DROP_DEFAULT))
+
+		// Forged: A to C quoting C's own flow to B (the victim's entry).
+		h.runAs(epC)
+		h.setPolicy(0, epC, cnlabIsolationISO_INGRESS)
+		h.fromEp(t, "UDP C to B:53", frame(ethIPv4, udp(epC.ip, epB.ip, 6000, 53)), actShot,
+			egress(epC, cnlabReasonR_ALLOW_UNENFORCED), ingress(epB, cnlabReasonR_DROP_DEFAULT))
+		h.setPolicy(0, epB, cnlabIsolationISO_INGRESS, allow(policy.Ingress, anyPeer, protoUDP, 53))
+		h.fromEp(t, "UDP C to B:53, allowed", frame(ethIPv4, udp(epC.ip, epB.ip, 6000, 53)), actRedirect,
+			egress(epC, cnlabReasonR_ALLOW_UNENFORCED), ingress(epB, cnlabReasonR_ALLOW_POLICY))
+		h.runAs(epA)
+		h.fromEp(t, "error A to C quoting C to B", icmpErr(epA.ip, epC.ip, udp(epC.ip, epB.ip, 6000, 53)), actShot,
+			egress(epA, cnlabReasonR_DROP_DEFAULT))
+
+		// Genuine: B's port unreachable back to A, and R's.
+		h.runAs(epB)
+		h.fromEp(t, "error B to A quoting A to B", icmpErr(epB.ip, epA.ip, udp(epA.ip, epB.ip, 5000, 53)), actRedirect,
+			egress(epB, cnlabReasonR_ALLOW_RELATED), ingress(epA, cnlabReasonR_ALLOW_RELATED))
+		h.runAs(epA)
+		h.toEp(t, "error R to A quoting A to R", icmpErr(addrR, epA.ip, udp(epA.ip, addrR, 5001, 53)), actOK,
+			ingress(epA, cnlabReasonR_ALLOW_RELATED))
+		h.toEp(t, "error from a router to A quoting A to R", icmpErr(addrRtr, epA.ip, udp(epA.ip, addrR, 5001, 53)), actOK,
+			ingress(epA, cnlabReasonR_ALLOW_RELATED))
+		// But not from another endpoint, and not to anyone else.
+		h.setPolicy(0, epA, cnlabIsolationISO_INGRESS|cnlabIsolationISO_EGRESS, allow(policy.Egress, idR, protoUDP, 53))
+		h.toEp(t, "error R2 to A quoting A to R", icmpErr(addrR2, epA.ip, udp(epA.ip, addrR, 5001, 53)), actShot,
+			ingress(epA, cnlabReasonR_DROP_DEFAULT))
+		h.toEp(t, "error C to A quoting A to B", icmpErr(epC.ip, epA.ip, udp(epA.ip, epB.ip, 5000, 53)), actShot,
+			ingress(epA, cnlabReasonR_DROP_DEFAULT))
+	})
+	t.Run("legacy", func(t *testing.T) {
+		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingLegacy})
+		world(h)
+		h.fromEp(t, "UDP A to R:53", frame(ethIPv4, udp(epA.ip, addrR, 5001, 53)), actOK, egress(epA, cnlabReasonR_ALLOW_POLICY))
+		h.fromEp(t, "error A to R2 quoting R to A", icmpErr(epA.ip, addrR2, udp(addrR, epA.ip, 53, 5001)), actShot,
+			egress(epA, cnlabReasonR_DROP_DEFAULT))
+		// C has a flow to R; A (on the bridge, past its own egress) sends
+		// C an error quoting it.
+		h.runAs(epC)
+		h.setPolicy(0, epC, cnlabIsolationISO_INGRESS)
+		h.fromEp(t, "UDP C to R:53", frame(ethIPv4, udp(epC.ip, addrR, 6000, 53)), actOK, egress(epC, cnlabReasonR_ALLOW_UNENFORCED))
+		h.toEp(t, "error A to C quoting C to R", icmpErr(epA.ip, epC.ip, udp(epC.ip, addrR, 6000, 53)), actShot,
+			ingress(epC, cnlabReasonR_DROP_DEFAULT))
+		h.toEp(t, "error R to C quoting C to R", icmpErr(addrR, epC.ip, udp(epC.ip, addrR, 6000, 53)), actOK,
+			ingress(epC, cnlabReasonR_ALLOW_RELATED))
+		// Genuine, host-local on the bridge: B answers A's flow with an error.
+		h.runAs(epA)
+		h.fromEp(t, "UDP A to B:53", frame(ethIPv4, udp(epA.ip, epB.ip, 5000, 53)), actOK, egress(epA, cnlabReasonR_ALLOW_POLICY))
+		h.runAs(epB)
+		h.toEp(t, "UDP A to B:53", frame(ethIPv4, udp(epA.ip, epB.ip, 5000, 53)), actOK, ingress(epB, cnlabReasonR_ALLOW_POLICY))
+		h.fromEp(t, "error B to A quoting A to B", icmpErr(epB.ip, epA.ip, udp(epA.ip, epB.ip, 5000, 53)), actOK,
+			egress(epB, cnlabReasonR_ALLOW_RELATED))
+		h.runAs(epA)
+		h.toEp(t, "error B to A quoting A to B", icmpErr(epB.ip, epA.ip, udp(epA.ip, epB.ip, 5000, 53)), actOK,
+			ingress(epA, cnlabReasonR_ALLOW_RELATED))
+	})
+}
+
+// TestProgICMPEchoRoles: conntrack knows an echo's role, as Linux
+// conntrack does (the reply tuple has the reply type): a request only
+// ever opens a flow or repeats one opened the same way, a reply only
+// answers a request, and no other ICMP message is tracked. Keyed by id
+// alone, a peer that A pings could ping A back with the same id past A's
+// ingress, and an unsolicited reply or error let in would open the way
+// out for A's requests or errors.
+func TestProgICMPEchoRoles(t *testing.T) {
+	t.Run("remote", func(t *testing.T) {
+		h := newHarness(t, harnessOpts{})
+		h.setPolicy(0, epA, cnlabIsolationISO_INGRESS)
+		h.fromEp(t, "echo request A to R, id 77", echoPkt(epA.ip, addrR, 8, 77), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+		h.toEp(t, "echo request R to A, same id", echoPkt(addrR, epA.ip, 8, 77), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
+		h.toEp(t, "echo reply R to A", echoPkt(addrR, epA.ip, 0, 77), actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
+		h.fromEp(t, "echo request A to R again", echoPkt(epA.ip, addrR, 8, 77), actOK, egress(epA, cnlabReasonR_ALLOW_CT))
+
+		// Egress isolated, ingress open: what comes in opens nothing.
+		h.setPolicy(0, epA, cnlabIsolationISO_EGRESS)
+		h.toEp(t, "unsolicited echo reply R2 to A", echoPkt(addrR2, epA.ip, 0, 9), actOK, ingress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+		h.fromEp(t, "echo request A to R2, that id", echoPkt(epA.ip, addrR2, 8, 9), actShot, egress(epA, cnlabReasonR_DROP_DEFAULT))
+		h.toEp(t, "echo request R2 to A", echoPkt(addrR2, epA.ip, 8, 10), actOK, ingress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+		h.fromEp(t, "echo reply A to R2", echoPkt(epA.ip, addrR2, 0, 10), actOK, egress(epA, cnlabReasonR_ALLOW_CT))
+		h.fromEp(t, "echo request A to R2, the id R2 used", echoPkt(epA.ip, addrR2, 8, 10), actShot, egress(epA, cnlabReasonR_DROP_DEFAULT))
+		unreach := frame(ethIPv4, ipHdr{src: addrR2, dst: epA.ip, proto: protoICMP, id: 5}.bytes(icmpError(3, 1,
+			ipHdr{src: epA.ip, dst: addrR2, proto: protoUDP, id: 6}.bytes(udpHdr(1, 2, nil)), 8)))
+		h.toEp(t, "unreachable R2 to A about no flow", unreach, actOK, ingress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+		back := frame(ethIPv4, ipHdr{src: epA.ip, dst: addrR2, proto: protoICMP, id: 7}.bytes(icmpError(3, 1,
+			ipHdr{src: addrR2, dst: epA.ip, proto: protoUDP, id: 8}.bytes(udpHdr(2, 1, nil)), 8)))
+		h.fromEp(t, "unreachable A to R2 about no flow", back, actShot, egress(epA, cnlabReasonR_DROP_DEFAULT))
+	})
+	t.Run("host-local", func(t *testing.T) {
+		h := newHarness(t, harnessOpts{hostRouting: kind.HostRoutingBPF})
+		h.setPolicy(0, epA, cnlabIsolationISO_INGRESS)
+		h.fromEp(t, "echo request A to B, id 5", echoPkt(epA.ip, epB.ip, 8, 5), actRedirect,
+			egress(epA, cnlabReasonR_ALLOW_UNENFORCED), ingress(epB, cnlabReasonR_ALLOW_UNENFORCED))
+		h.runAs(epB)
+		h.fromEp(t, "echo request B to A, same id", echoPkt(epB.ip, epA.ip, 8, 5), actShot,
+			egress(epB, cnlabReasonR_ALLOW_UNENFORCED), ingress(epA, cnlabReasonR_DROP_DEFAULT))
+		h.fromEp(t, "echo reply B to A", echoPkt(epB.ip, epA.ip, 0, 5), actRedirect,
+			egress(epB, cnlabReasonR_ALLOW_CT), ingress(epA, cnlabReasonR_ALLOW_CT))
+	})
+}
+
+// TestProgARPSpoof: an endpoint's ARP must name it as the sender: sender
+// MAC and Ethernet source its MAC, sender IP its address (or 0.0.0.0, a
+// probe). Else, on the bridge of legacy host routing, it could take over
+// another endpoint's address in its neighbours' caches (and its MAC in
+// the bridge's forwarding table), and with bpf host routing teach the
+// host a forged neighbour with an ARP reply.
+func TestProgARPSpoof(t *testing.T) {
+	gw := netip.MustParseAddr("10.0.0.254")
+	var zero [6]byte
+	ethSrc := func(f []byte, mac [6]byte) []byte { copy(f[6:12], mac[:]); return f }
+	forged := []struct {
+		name string
+		pkt  []byte
+	}{
+		{"request with B's address", arpPkt(1, epA.mac, epB.ip, zero, gw)},
+		{"request with B's MAC", arpPkt(1, epB.mac, epA.ip, zero, gw)},
+		{"request from B's MAC on the wire", ethSrc(arpPkt(1, epA.mac, epA.ip, zero, gw), epB.mac)},
+		{"request with a remote address", arpPkt(1, epA.mac, addrR, zero, gw)},
+		{"gratuitous ARP for B's address", arpPkt(1, epA.mac, epB.ip, zero, epB.ip)},
+		{"reply with B's address", arpPkt(2, epA.mac, epB.ip, epA.lxc, gw)},
+		{"reply with the gateway's address", arpPkt(2, epA.mac, gw, epA.lxc, epA.ip)},
+		{"reply with another MAC", arpPkt(2, macOther, epA.ip, epA.lxc, gw)},
+		{"probe from another MAC", arpPkt(1, macOther, netip.IPv4Unspecified(), zero, epB.ip)},
+	}
+	for _, mode := range []string{kind.HostRoutingBPF, kind.HostRoutingLegacy} {
+		t.Run(mode, func(t *testing.T) {
+			h := newHarness(t, harnessOpts{hostRouting: mode})
+			for _, f := range forged {
+				h.fromEp(t, f.name, f.pkt, actShot, egress(epA, cnlabReasonR_DROP_SPOOF))
+			}
+			req, replied := arpPkt(1, epA.mac, epA.ip, zero, gw), cnlabReasonR_ARP_REPLIED
+			act := uint32(actRedirect)
+			if mode == kind.HostRoutingLegacy {
+				act, replied = actOK, cnlabReasonR_ARP_PASSED
+				h.fromEp(t, "probe for B's address", arpPkt(1, epA.mac, netip.IPv4Unspecified(), zero, epB.ip), actOK, egress(epA, cnlabReasonR_ARP_PASSED))
+				h.fromEp(t, "gratuitous ARP for its own address", arpPkt(1, epA.mac, epA.ip, zero, epA.ip), actOK, egress(epA, cnlabReasonR_ARP_PASSED))
+			}
+			h.fromEp(t, "request for the gateway", req, act, egress(epA, replied))
+			h.fromEp(t, "reply to the gateway", arpPkt(2, epA.mac, epA.ip, epA.lxc, gw), actOK, egress(epA, cnlabReasonR_ARP_PASSED))
+		})
+	}
+}
+
+// onOneCPU runs the rest of the test on CPU 0. The kernel's LRU hash
+// keeps a few recently created entries (up to 128) on a list of the CPU
+// that created them, out of reach of evictions made on other CPUs until
+// that CPU creates entries again: a measurement whose runs hop between
+// CPUs would depend on the scheduler. BPF_PROG_TEST_RUN runs a tc program
+// on the calling thread's CPU.
+func onOneCPU(t testing.TB) {
+	t.Helper()
+	runtime.LockOSThread()
+	var old, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		t.Fatal(err)
+	}
+	one.Set(0)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = unix.SchedSetaffinity(0, &old)
+		runtime.UnlockOSThread()
+	})
+}
+
+// floodCT opens n flows from B to R through cnlab_from_ep (B not
+// isolated: each opens a conntrack entry) with pkts UDP packets each (a
+// second packet finds the entry, which the LRU marks as used), without the
+// counter bookkeeping of run. Every `every` flows it calls touch as A. It
+// returns the first flow after which gone reports true (0 if it never did).
+func floodCT(t testing.TB, h *harness, n, pkts, every int, touch func(), gone func() bool) int {
+	t.Helper()
+	h.runAs(epB)
+	defer h.runAs(epA)
+	for i := 1; i <= n; i++ {
+		pkt := udpPkt(epB.ip, addrR, uint16(i), uint16(1+i>>16))
+		copy(pkt[6:12], epB.mac[:])
+		for range pkts {
+			ret, err := h.objs.CnlabFromEp.Run(&ebpf.RunOptions{Data: pkt, Context: skbCtx{Ifindex: testIfindex}})
+			if err != nil || ret != actOK {
+				t.Fatalf("flood packet %d: %s, %v", i, actName(ret), err)
+			}
+		}
+		if every > 0 && i%every == 0 {
+			h.runAs(epA)
+			touch()
+			h.runAs(epB)
+		}
+		if gone() {
+			return i
+		}
+	}
+	return 0
+}
+
+// TestProgCTEviction shows the documented limit (docs/limits.md): the
+// conntrack map is one LRU per host, so an endpoint that opens many flows
+// evicts the entries of every other endpoint of its host; and what
+// happens then to an evicted flow: each packet is judged by policy again,
+// so a packet in a direction policy allows passes (and opens the entry
+// again), one in a direction it does not allow (a reply) is dropped.
+func TestProgCTEviction(t *testing.T) {
+	const size = 1024
+	onOneCPU(t)
+	h := newHarness(t, harnessOpts{ctMapSize: size})
+	// A is a client of W (ingress isolated: W's replies ride on conntrack)
+	// and a server for R (egress isolated: its replies ride on conntrack).
+	h.setPolicy(0, epA, cnlabIsolationISO_INGRESS|cnlabIsolationISO_EGRESS,
+		allow(policy.Egress, WorldIdentity, protoUDP, 53), allow(policy.Ingress, idR, protoTCP, 80))
+	h.fromEp(t, "query A to W", udpPkt(epA.ip, addrW, 5000, 53), actOK, egress(epA, cnlabReasonR_ALLOW_POLICY))
+	h.toEp(t, "SYN R to A:80", tcpPkt(addrR, epA.ip, 6000, 80, tcpSYN), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
+	h.toEp(t, "answer W to A", udpPkt(addrW, epA.ip, 53, 5000), actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
+	h.fromEp(t, "SYN-ACK A to R", tcpPkt(epA.ip, addrR, 80, 6000, tcpSYN|tcpACK), actOK, egress(epA, cnlabReasonR_ALLOW_CT))
+
+	clientGone := func() bool { return !h.ctHas(epA.ip, addrW, 5000, 53, protoUDP, 1+dirOut, epA.index) }
+	serverGone := func() bool { return !h.ctHas(addrR, epA.ip, 6000, 80, protoTCP, 1+dirIn, epA.index) }
+	n := floodCT(t, h, 4*size, 2, 0, nil, func() bool { return clientGone() && serverGone() })
+	if n == 0 {
+		t.Fatalf("%d flows from B left A's entries in a %d-entry map (client's gone: %v, server's gone: %v)", 4*size, size, clientGone(), serverGone())
+	}
+	t.Logf("map of %d entries: B's %dth flow evicted the last of A's two established entries", size, n)
+
+	h.toEp(t, "answer W to A, evicted", udpPkt(addrW, epA.ip, 53, 5000), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
+	h.fromEp(t, "data A to R, evicted", tcpPkt(epA.ip, addrR, 80, 6000, tcpACK), actShot, egress(epA, cnlabReasonR_DROP_DEFAULT))
+	h.fromEp(t, "query A to W again: policy", udpPkt(epA.ip, addrW, 5000, 53), actOK, egress(epA, cnlabReasonR_ALLOW_POLICY))
+	h.toEp(t, "answer W to A after it", udpPkt(addrW, epA.ip, 53, 5000), actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
+	h.toEp(t, "ACK R to A: policy", tcpPkt(addrR, epA.ip, 6000, 80, tcpACK), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
+	h.fromEp(t, "data A to R after it", tcpPkt(epA.ip, addrR, 80, 6000, tcpACK), actOK, egress(epA, cnlabReasonR_ALLOW_CT))
+}
+
+// BenchmarkCTEviction measures after how many new flows from one endpoint
+// another endpoint's established entry (opened, answered once) is
+// evicted, when the flood's flows have one packet or two, and when A's
+// flow carries a packet every k flows; for the smallest and the default
+// map size (BENCHMARKS.md). The metric is flows-to-evict (0: never, within
+// 4 times the map); it runs once whatever b.N:
+//
+//	roottest -run '^$' -bench CTEviction -benchtime 1x ./datapath/ebpf/
+func BenchmarkCTEviction(b *testing.B) {
+	for _, size := range []int{1024, kind.DefaultCTMapSize} {
+		for _, pkts := range []int{1, 2} {
+			for _, every := range []int{0, size / 2, size, 2 * size} {
+				b.Run(fmt.Sprintf("size=%d/pkts=%d/every=%d", size, pkts, every), func(b *testing.B) {
+					onOneCPU(b) // each sub-benchmark runs on a goroutine of its own
+					h := newHarness(b, harnessOpts{ctMapSize: size})
+					touch := func() { h.run(b, h.objs.CnlabToEp, udpPkt(addrW, epA.ip, 53, 5000)) }
+					h.run(b, h.objs.CnlabFromEp, udpPkt(epA.ip, addrW, 5000, 53))
+					touch()
+					n := floodCT(b, h, 4*size, pkts, every, touch, func() bool {
+						return !h.ctHas(epA.ip, addrW, 5000, 53, protoUDP, 1+dirOut, epA.index)
+					})
+					b.ReportMetric(float64(n), "flows-to-evict")
+					b.ReportMetric(0, "ns/op")
+				})
+			}
+		}
+	}
 }

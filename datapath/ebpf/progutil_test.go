@@ -72,6 +72,10 @@ var (
 		mac: [6]byte{0x02, 0, 0, 0, 0, 0x0a}, lxc: [6]byte{0x02, 0, 0, 0, 1, 0x0a}, ifindex: 1001}
 	epB = &tep{name: "B", index: 1, identity: 1002, ip: netip.MustParseAddr("10.0.0.2"),
 		mac: [6]byte{0x02, 0, 0, 0, 0, 0x0b}, lxc: [6]byte{0x02, 0, 0, 0, 1, 0x0b}, ifindex: 1002}
+	// C is a third endpoint of the host under test, installed only by the
+	// tests that need it (addLocal).
+	epC = &tep{name: "C", index: 2, identity: 1005, ip: netip.MustParseAddr("10.0.0.3"),
+		mac: [6]byte{0x02, 0, 0, 0, 0, 0x0c}, lxc: [6]byte{0x02, 0, 0, 0, 1, 0x0c}, ifindex: 1005}
 	addrR   = netip.MustParseAddr("10.0.1.1")
 	addrR2  = netip.MustParseAddr("10.0.1.2")
 	addrW   = netip.MustParseAddr("192.0.2.1")
@@ -95,6 +99,7 @@ type harness struct {
 type harnessOpts struct {
 	hostRouting   string // kind.HostRoutingBPF or HostRoutingLegacy
 	policyMapSize int    // default 1024
+	ctMapSize     int    // default kind.DefaultCTMapSize
 }
 
 func newHarness(tb testing.TB, o harnessOpts) *harness {
@@ -106,8 +111,11 @@ func newHarness(tb testing.TB, o harnessOpts) *harness {
 	if o.hostRouting == "" {
 		o.hostRouting = kind.HostRoutingBPF
 	}
+	if o.ctMapSize == 0 {
+		o.ctMapSize = kind.DefaultCTMapSize
+	}
 	lab := &topology.Spec{Name: "progtest", Options: kind.Options{EBPF: kind.EBPFOptions{HostRouting: o.hostRouting,
-		PolicyMapSize: o.policyMapSize, CTMapSize: kind.DefaultCTMapSize, MaxEndpoints: testMaxEp}}}
+		PolicyMapSize: o.policyMapSize, CTMapSize: o.ctMapSize, MaxEndpoints: testMaxEp}}}
 	cs, err := collectionSpec(lab)
 	if err != nil {
 		tb.Fatal(err)
@@ -139,6 +147,7 @@ func newHarness(tb testing.TB, o harnessOpts) *harness {
 	ipc, err := buildIPCache([]ipEntry{
 		{Prefix: netip.PrefixFrom(epA.ip, 32), Key: epA.identity, Identity: epA.identity},
 		{Prefix: netip.PrefixFrom(epB.ip, 32), Key: epB.identity, Identity: epB.identity},
+		{Prefix: netip.PrefixFrom(epC.ip, 32), Key: epC.identity, Identity: epC.identity},
 		{Prefix: netip.PrefixFrom(addrR, 32), Key: idR, Identity: idR},
 		{Prefix: netip.PrefixFrom(addrR2, 32), Key: idR2, Identity: idR2},
 	})
@@ -156,6 +165,14 @@ func (h *harness) must(err error) {
 	if err != nil {
 		h.tb.Fatal(err)
 	}
+}
+
+// addLocal makes e an endpoint of the host under test (A and B are from
+// the start).
+func (h *harness) addLocal(e *tep) {
+	h.tb.Helper()
+	h.must(h.objs.CnlabLxc.Put(e.ifindex, e.entry()))
+	h.must(h.objs.CnlabLocal.Put(ip4(e.ip), e.entry()))
 }
 
 // runAs makes the programs run on e's host-side veth: its endpoint entry
@@ -268,6 +285,11 @@ type runResult struct {
 func (h *harness) run(t testing.TB, prog *ebpf.Program, pkt []byte) runResult {
 	t.Helper()
 	before := h.counters(t)
+	if prog == h.objs.CnlabFromEp && len(pkt) >= 12 && [6]byte(pkt[6:12]) == macOther {
+		// A frame from the endpoint has its MAC as the source.
+		pkt = slices.Clone(pkt)
+		copy(pkt[6:12], h.as.mac[:])
+	}
 	opts := ebpf.RunOptions{Data: pkt, DataOut: make([]byte, len(pkt)+256), Context: skbCtx{Ifindex: testIfindex}}
 	ret, err := prog.Run(&opts)
 	if err != nil {
@@ -352,8 +374,9 @@ const (
 
 var macOther = [6]byte{0x02, 0, 0, 0, 9, 9}
 
-// frame prepends an Ethernet header; from and to the endpoint the MACs are
-// the endpoint's and its host-side veth's.
+// frame prepends an Ethernet header with macOther as both addresses; run
+// from an endpoint (cnlab_from_ep), the source becomes the endpoint's MAC,
+// as the programs check.
 func frame(typ uint16, payload []byte) []byte {
 	b := make([]byte, 14, 14+len(payload))
 	copy(b[0:6], macOther[:])

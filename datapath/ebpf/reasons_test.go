@@ -55,6 +55,11 @@ func TestSharedNumbering(t *testing.T) {
 		t.Errorf("policy numbers ingress %d and egress %d, the programs %d and %d",
 			policy.Ingress, policy.Egress, cnlabDirDIR_INGRESS, cnlabDirDIR_EGRESS)
 	}
+	// The programs tell an endpoint from a router by its identity.
+	if uint32(cnlabIdentityFIRST_CIDR_IDENTITY) != policy.FirstCIDRIdentity || policy.FirstIdentity <= WorldIdentity {
+		t.Errorf("the programs take identities %d to %d for endpoints, policy gives them %d to %d",
+			WorldIdentity+1, cnlabIdentityFIRST_CIDR_IDENTITY-1, policy.FirstIdentity, policy.FirstCIDRIdentity-1)
+	}
 	cs, err := loadCnlab()
 	if err != nil {
 		t.Fatal(err)

@@ -16,10 +16,11 @@
 // one word in the config map switches every endpoint of the host at once.
 //
 // The rules for what is not an IPv4 policy decision are explicit and
-// documented in docs/ebpf.md: ARP is answered (bpf host routing) or passed
-// unchecked (legacy), IPv6 and other L3 protocols are dropped, malformed
-// headers are dropped, a non-first fragment passes only if its first
-// fragment passed at the same enforcement point.
+// documented in docs/ebpf.md: ARP must name the endpoint as its sender,
+// and is then answered (bpf host routing) or passed to the bridge
+// (legacy); IPv6 and other L3 protocols are dropped, malformed headers
+// are dropped, a non-first fragment passes only if its first fragment
+// passed at the same enforcement point.
 
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
@@ -105,6 +106,7 @@ enum event_at {
 // The peer key and identity of addresses the ipcache does not know.
 enum identity {
 	WORLD_IDENTITY = 2,
+	FIRST_CIDR_IDENTITY = 1 << 24, // policy.FirstCIDRIdentity: below it, endpoints
 };
 
 // The rule of a verdict no policy entry decided (event.rule).
@@ -357,6 +359,18 @@ const enum rule_ref *unused_rule_ref __attribute__((unused));
 #define TCP_RST 0x04
 #define TCP_ACK 0x10
 
+// What an ICMP message is to conntrack (pkt.icmp). Linux conntrack's
+// reply tuple of an echo has the reply type: a request is only ever
+// tracked forward and a reply only as the answer to a request, so a peer
+// cannot ping an endpoint that pings it with the same id. Other ICMP is
+// never tracked: an error is related to a flow or decided by policy.
+enum icmp_role {
+	ICMP_NONE = 0, // not ICMP
+	ICMP_REQUEST = 1,
+	ICMP_REPLY = 2,
+	ICMP_OTHER = 3,
+};
+
 struct pkt {
 	__u32 saddr, daddr;
 	__u16 sport, dport; // host order
@@ -365,7 +379,8 @@ struct pkt {
 	__u8 frag;    // 0 whole, 1 first fragment, 2 later fragment
 	__u8 icmp_err; // an ICMP error carrying the tuple below
 	__u16 ipid;
-	__u16 pad;
+	__u8 icmp;     // enum icmp_role
+	__u8 pad;
 	// inner tuple of an ICMP error, as the quoted packet was sent
 	__u32 in_saddr, in_daddr;
 	__u16 in_sport, in_dport;
@@ -529,10 +544,12 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 		if (bpf_skb_load_bytes(skb, off, h, sizeof(h)) < 0)
 			return R_DROP_MALFORMED;
 		__u8 type = h[0];
+		p->icmp = ICMP_OTHER;
 		if (type == 0 || type == 8) { // echo reply / request: the id is the "port"
 			__u16 id = (h[4] << 8) | h[5];
 			p->sport = id;
 			p->dport = id;
+			p->icmp = type == 8 ? ICMP_REQUEST : ICMP_REPLY;
 		} else if (type == 3 || type == 11 || type == 12) {
 			struct iphdr in;
 			if (bpf_skb_load_bytes(skb, off + 8, &in, sizeof(in)) == 0 && in.version == 4 &&
@@ -546,6 +563,39 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 		}
 	}
 	return 0;
+}
+
+// peer_of resolves an address to its peer key through the ipcache of a
+// generation; addresses the ipcache does not know are the world.
+static __always_inline struct peer peer_of(__u32 gen, __u32 ip)
+{
+	struct peer out = {.key = WORLD_IDENTITY, .identity = WORLD_IDENTITY};
+	void *ipc = bpf_map_lookup_elem(&cnlab_ipcache, &gen);
+	if (!ipc)
+		return out;
+	struct ipcache_key k = {.prefixlen = 32, .ip = ip};
+	struct peer *v = bpf_map_lookup_elem(ipc, &k);
+	if (v)
+		out = *v;
+	return out;
+}
+
+// related_path reports whether an ICMP error travels back along the flow
+// it quotes, as Linux conntrack requires (nf_conntrack_inet_error): its
+// outer destination is the quoted packet's source. Its outer source must
+// be the quoted packet's destination, or a router on the way, which is
+// never an endpoint of the lab: an endpoint (this host's or another's)
+// cannot vouch for a flow between two other parties. Without this an
+// endpoint could quote any tracked flow, its own or its victim's, to send
+// ICMP where policy denies it.
+static __always_inline int related_path(__u32 gen, struct pkt *p)
+{
+	if (p->daddr != p->in_saddr)
+		return 0;
+	if (p->saddr == p->in_daddr)
+		return 1;
+	__u32 id = peer_of(gen, p->saddr).identity;
+	return id == WORLD_IDENTITY || id >= FIRST_CIDR_IDENTITY;
 }
 
 static __always_inline struct ct_val *ct_get(struct ct_key *k, __u64 now)
@@ -581,7 +631,7 @@ static __always_inline void ct_touch(struct ct_val *v, __u8 proto, __u8 tcpflags
 // ct_lookup returns R_ALLOW_CT or R_ALLOW_RELATED for a packet of a
 // tracked flow at an enforcement point, 0 for a new flow. scope is 0 for
 // the host-local path, else 1 + dir.
-static __always_inline int ct_lookup(struct pkt *p, __u8 scope, __u8 rscope, __u16 ep, __u64 now)
+static __always_inline int ct_lookup(__u32 gen, struct pkt *p, __u8 scope, __u8 rscope, __u16 ep, __u64 now)
 {
 	struct ct_key k = {.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport,
 			   .dport = p->dport, .proto = p->proto, .scope = scope, .ep = ep};
@@ -589,12 +639,18 @@ static __always_inline int ct_lookup(struct pkt *p, __u8 scope, __u8 rscope, __u
 	// A SYN opens a new connection: it is checked against policy even
 	// when an old entry with the same tuple lingers.
 	int syn = p->proto == IPPROTO_TCP && (p->tcpflags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
-	if (!syn) {
+	// An echo request is tracked forward only, a reply backward only,
+	// other ICMP not at all (enum icmp_role).
+	int fwd = p->icmp == ICMP_NONE || p->icmp == ICMP_REQUEST;
+	int rev = p->icmp == ICMP_NONE || p->icmp == ICMP_REPLY;
+	if (!syn && fwd) {
 		v = ct_get(&k, now);
 		if (v) {
 			ct_touch(v, p->proto, p->tcpflags, now);
 			return R_ALLOW_CT;
 		}
+	}
+	if (!syn && rev) {
 		struct ct_key r = {.saddr = p->daddr, .daddr = p->saddr, .sport = p->dport,
 				   .dport = p->sport, .proto = p->proto, .scope = rscope, .ep = ep};
 		v = ct_get(&r, now);
@@ -603,7 +659,7 @@ static __always_inline int ct_lookup(struct pkt *p, __u8 scope, __u8 rscope, __u
 			return R_ALLOW_CT;
 		}
 	}
-	if (p->icmp_err) {
+	if (p->icmp_err && related_path(gen, p)) {
 		// The quoted packet went the other way: it belongs to a flow
 		// opened in the opposite direction, or is a reply of ours.
 		struct ct_key q = {.saddr = p->in_saddr, .daddr = p->in_daddr, .sport = p->in_sport,
@@ -620,26 +676,13 @@ static __always_inline int ct_lookup(struct pkt *p, __u8 scope, __u8 rscope, __u
 
 static __always_inline void ct_create(struct pkt *p, __u8 scope, __u16 ep, __u64 now)
 {
+	if (p->icmp != ICMP_NONE && p->icmp != ICMP_REQUEST)
+		return; // a reply or an error opens no flow
 	struct ct_key k = {.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport,
 			   .dport = p->dport, .proto = p->proto, .scope = scope, .ep = ep};
 	struct ct_val v = {};
 	ct_touch(&v, p->proto, p->tcpflags, now);
 	bpf_map_update_elem(&cnlab_ct, &k, &v, BPF_ANY);
-}
-
-// peer_of resolves an address to its peer key through the ipcache of a
-// generation; addresses the ipcache does not know are the world.
-static __always_inline struct peer peer_of(__u32 gen, __u32 ip)
-{
-	struct peer out = {.key = WORLD_IDENTITY, .identity = WORLD_IDENTITY};
-	void *ipc = bpf_map_lookup_elem(&cnlab_ipcache, &gen);
-	if (!ipc)
-		return out;
-	struct ipcache_key k = {.prefixlen = 32, .ip = ip};
-	struct peer *v = bpf_map_lookup_elem(ipc, &k);
-	if (v)
-		out = *v;
-	return out;
 }
 
 // verdict decides a new flow at one side: the endpoint at slot index, in
@@ -715,7 +758,7 @@ static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 di
 	*rule = NO_RULE;
 	if (p->frag == 2)
 		return fragment(p, scope, idx, now);
-	int r = ct_lookup(p, scope, rscope, idx, now);
+	int r = ct_lookup(cfg->gen, p, scope, rscope, idx, now);
 	if (!r) {
 		struct peer peer = peer_of(cfg->gen, dir == DIR_EGRESS ? p->daddr : p->saddr);
 		*peer_id = peer.identity;
@@ -731,9 +774,24 @@ static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 di
 	return r;
 }
 
-// arp answers an endpoint's ARP request with the host-side MAC, whatever
-// address it asks for (every destination is routed through the host), and
-// sends the reply back out of the host-side veth.
+static __always_inline int mac_eq(const __u8 *a, const __u8 *b)
+{
+	__u8 d = 0;
+#pragma unroll
+	for (int i = 0; i < 6; i++)
+		d |= a[i] ^ b[i];
+	return d == 0;
+}
+
+// arp checks that an endpoint's ARP names the endpoint as its sender
+// (sender MAC and Ethernet source its MAC, sender IP its address or
+// 0.0.0.0 for a probe): with legacy host routing the bridge carries it to
+// the other endpoints, whose caches (and the bridge's forwarding table)
+// would learn a forged sender; with bpf host routing a reply reaches the
+// host's neighbour table. With bpf host routing it then answers a request
+// with the host-side MAC, whatever address it asks for (every destination
+// is routed through the host), and sends the reply back out of the
+// host-side veth.
 static __always_inline int arp(struct __sk_buff *skb, struct endpoint *ep, struct config *cfg)
 {
 	struct {
@@ -743,13 +801,19 @@ static __always_inline int arp(struct __sk_buff *skb, struct endpoint *ep, struc
 		__u8 tha[6];
 		__u32 tip;
 	} __attribute__((packed)) a;
-	if (bpf_skb_load_bytes(skb, ETH_HLEN, &a, sizeof(a)) < 0) {
+	__u8 src[8];
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &a, sizeof(a)) < 0 ||
+	    bpf_skb_load_bytes(skb, 6, src, 6) < 0) {
 		count(ep->index, DIR_EGRESS, R_DROP_MALFORMED, skb->len);
+		return TC_ACT_SHOT;
+	}
+	if (!mac_eq(src, ep->mac) || !mac_eq(a.sha, ep->mac) || (a.sip != ep->ip && a.sip != 0)) {
+		count(ep->index, DIR_EGRESS, R_DROP_SPOOF, skb->len);
 		return TC_ACT_SHOT;
 	}
 	if (!(cfg->flags & FLAG_HOST_ROUTING_BPF)) {
 		count(ep->index, DIR_EGRESS, R_ARP_PASSED, skb->len);
-		return TC_ACT_OK; // legacy: the bridge carries ARP
+		return TC_ACT_OK; // legacy: the bridge carries the checked ARP
 	}
 	if (a.h.ar_op == bpf_htons(ARPOP_REPLY)) {
 		count(ep->index, DIR_EGRESS, R_ARP_PASSED, skb->len);
@@ -819,7 +883,11 @@ int cnlab_from_ep(struct __sk_buff *skb)
 	int r = parse(skb, &p);
 	if (r)
 		return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, 0, rule);
-	if (p.saddr != src->ip)
+	// The source address must be the endpoint's, and so must the source
+	// MAC: on the bridge of legacy host routing a forged one would move
+	// another endpoint's MAC to this port in the forwarding table.
+	__u8 mac[8];
+	if (p.saddr != src->ip || bpf_skb_load_bytes(skb, 6, mac, 6) < 0 || !mac_eq(mac, src->mac))
 		return finish(cfg, skb, &p, src->index, DIR_EGRESS, R_DROP_SPOOF, src->identity, 0, rule);
 	__u64 now = bpf_ktime_get_ns();
 	struct endpoint *dst = 0;
@@ -836,7 +904,7 @@ int cnlab_from_ep(struct __sk_buff *skb)
 	if (p.frag == 2) {
 		r = fragment(&p, 0, 0, now);
 	} else {
-		r = ct_lookup(&p, 0, 0, 0, now);
+		r = ct_lookup(cfg->gen, &p, 0, 0, 0, now);
 		if (!r) {
 			__u32 gen = cfg->gen;
 			struct peer sp = peer_of(gen, p.saddr), dp = peer_of(gen, p.daddr);
