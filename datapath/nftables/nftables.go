@@ -139,7 +139,11 @@ func (nft) Setup(ctx context.Context, lab *topology.Spec) error {
 		if _, err := netns.Run(ctx, h.Netns, []byte(script), "nft", "-f", "-"); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
-		if err := datapath.SaveState(datapath.StatePath(lab.Name, kind.NFTables, h.Name), hostState{}); err != nil {
+		path := datapath.StatePath(lab.Name, kind.NFTables, h.Name)
+		if err := datapath.SaveState(path, hostState{}); err != nil {
+			return err
+		}
+		if err := datapath.ClearDirty(path); err != nil {
 			return err
 		}
 	}
@@ -155,19 +159,27 @@ type hostState struct {
 
 // Apply sends each host the difference between its sets and the wanted
 // ones in one transaction. If the kernel refuses the incremental change,
-// the sets are flushed and refilled, still in one transaction.
+// a new generation is built; if it refuses that too, or the host's
+// recorded state cannot be trusted, the table is recreated.
 func (d nft) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
 	return datapath.ApplyHosts(ctx, lab, kind.NFTables,
 		func(host string) hostState { return Render(lab, host, c) },
-		func(ctx context.Context, ns string, have hostState, want *hostState) error {
-			return update(ctx, ns, &have, want)
+		func(ctx context.Context, ns string, have, want *hostState) error {
+			return update(ctx, ns, have, want)
 		})
 }
 
 // update brings a host from have to want: in place when that deletes few
 // elements from interval sets, else through a new generation. It records
-// the generation used in want.
+// the generation used in want. With have nil (the state file cannot be
+// trusted: the kernel may be on another generation than it says), or when
+// the kernel refuses the new generation, it deletes and recreates the
+// table with generation 0 holding want, in one transaction:
+// established connections survive it (conntrack is not in the table).
 func update(ctx context.Context, ns string, have, want *hostState) error {
+	if have == nil {
+		return recreate(ctx, ns, want)
+	}
 	want.Gen = have.Gen
 	script, ok := diffScript(have.Gen, have.Sets, want.Sets)
 	if ok {
@@ -178,11 +190,32 @@ func update(ctx context.Context, ns string, have, want *hostState) error {
 			return nil
 		}
 		// The kernel refused the edit (its sets may not be what the state
-		// file says, after an earlier failure): rebuild instead.
+		// file says): rebuild instead.
 	}
 	want.Gen = have.Gen + 1
-	_, err := netns.Run(ctx, ns, []byte(rebuildScript(have.Gen, want.Gen, want.Sets)), "nft", "-f", "-")
+	if _, err := netns.Run(ctx, ns, []byte(rebuildScript(have.Gen, want.Gen, want.Sets)), "nft", "-f", "-"); err == nil {
+		return nil
+	}
+	// The kernel is not on the generation the state file says.
+	return recreate(ctx, ns, want)
+}
+
+// recreate replaces the host's table with one holding want as generation 0.
+func recreate(ctx context.Context, ns string, want *hostState) error {
+	want.Gen = 0
+	_, err := netns.Run(ctx, ns, []byte(skeleton()+fill(0, want.Sets)), "nft", "-f", "-")
 	return err
+}
+
+// fill adds the elements of sets to generation g's sets.
+func fill(g int, sets map[string][]string) string {
+	var b strings.Builder
+	for _, set := range setNames {
+		if len(sets[set]) > 0 {
+			b.WriteString(elements("add", fmt.Sprintf("%s_g%d", set, g), sets[set]))
+		}
+	}
+	return b.String()
 }
 
 // rebuildScript builds generation to with the given sets, switches the
@@ -191,11 +224,7 @@ func rebuildScript(from, to int, sets map[string][]string) string {
 	var b strings.Builder
 	b.WriteString(setDecls(to))
 	b.WriteString(chainDecls(to))
-	for _, set := range setNames {
-		if len(sets[set]) > 0 {
-			b.WriteString(elements("add", fmt.Sprintf("%s_g%d", set, to), sets[set]))
-		}
-	}
+	b.WriteString(fill(to, sets))
 	b.WriteString(forwardRules(to))
 	b.WriteString(dropGeneration(from))
 	return b.String()
