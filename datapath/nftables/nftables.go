@@ -34,11 +34,17 @@ const table = "inet cnlab"
 // one protocol, one port — the common case, added and found in constant
 // time), the others interval sets for prefixes and ranges (the kernel's
 // pipapo sets, whose updates cost more as they grow; see BENCHMARKS.md).
+// The *_p sets hold the flows that cover every port, keyed without one:
+// they are looked up without reading the transport header, so that they
+// also match packets that have none or too short a one for "th dport"
+// (which then matches nothing).
 var setNames = []string{"eg_subj", "in_subj", "eg_enf", "in_enf",
-	"eg_deny_x", "eg_deny", "eg_allow_x", "eg_allow", "in_deny_x", "in_deny", "in_allow_x", "in_allow"}
+	"eg_deny_x", "eg_deny", "eg_deny_p", "eg_allow_x", "eg_allow", "eg_allow_p",
+	"in_deny_x", "in_deny", "in_deny_p", "in_allow_x", "in_allow", "in_allow_p"}
 
 // intervalSets are the sets with flags interval.
-var intervalSets = map[string]bool{"eg_deny": true, "eg_allow": true, "in_deny": true, "in_allow": true}
+var intervalSets = map[string]bool{"eg_deny": true, "eg_allow": true, "in_deny": true, "in_allow": true,
+	"eg_deny_p": true, "eg_allow_p": true, "in_deny_p": true, "in_allow_p": true}
 
 // The table holds one generation of sets and lookup chains at a time,
 // named with a suffix _gN. Small changes edit the current generation's
@@ -55,6 +61,8 @@ func setDecls(g int) string {
 		switch {
 		case strings.HasSuffix(name, "_subj"), strings.HasSuffix(name, "_enf"):
 			typ = "ipv4_addr"
+		case strings.HasSuffix(name, "_p"):
+			typ, flags = "ipv4_addr . ipv4_addr . inet_proto", " flags interval;"
 		case intervalSets[name]:
 			flags = " flags interval;"
 		}
@@ -69,8 +77,10 @@ func chainDecls(g int) string {
 	for _, r := range []string{
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_deny_x_g%d counter drop",
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_deny_g%d counter drop",
+		"ip saddr . ip daddr . meta l4proto @eg_deny_p_g%d counter drop",
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_allow_x_g%d counter return",
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_allow_g%d counter return",
+		"ip saddr . ip daddr . meta l4proto @eg_allow_p_g%d counter return",
 		"ip saddr @eg_enf_g%d counter drop",
 	} {
 		fmt.Fprintf(&b, "add rule %s egress_g%d %s\n", table, g, fmt.Sprintf(r, g))
@@ -79,8 +89,10 @@ func chainDecls(g int) string {
 	for _, r := range []string{
 		"ip daddr . ip saddr . meta l4proto . th dport @in_deny_x_g%d counter drop",
 		"ip daddr . ip saddr . meta l4proto . th dport @in_deny_g%d counter drop",
+		"ip daddr . ip saddr . meta l4proto @in_deny_p_g%d counter drop",
 		"ip daddr . ip saddr . meta l4proto . th dport @in_allow_x_g%d counter accept",
 		"ip daddr . ip saddr . meta l4proto . th dport @in_allow_g%d counter accept",
+		"ip daddr . ip saddr . meta l4proto @in_allow_p_g%d counter accept",
 		"ip daddr @in_enf_g%d counter drop",
 	} {
 		fmt.Fprintf(&b, "add rule %s ingress_g%d %s\n", table, g, fmt.Sprintf(r, g))
@@ -327,8 +339,11 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 				for _, b := range Disjoint(c, rs) {
 					for _, e := range b.split() {
 						set := prefix + kind
-						if e.exact() {
+						switch {
+						case e.exact():
 							set += "_x"
+						case e.anyPort():
+							set += "_p"
 						}
 						st.Sets[set] = append(st.Sets[set], e.element(ep.IP))
 					}
@@ -375,6 +390,10 @@ func (b Box) exact() bool {
 	return b.Peer.Bits() == 32 && b.ProtoLo == b.ProtoHi && b.PortLo == b.PortHi
 }
 
+// anyPort reports whether the box covers every port: its set is keyed
+// without one (the *_p sets).
+func (b Box) anyPort() bool { return b.PortLo == 0 && b.PortHi == 65535 }
+
 func (b Box) element(local netip.Addr) string {
 	if b.exact() {
 		return fmt.Sprintf("%s . %s . %d . %d", local, b.Peer.Addr(), b.ProtoLo, b.PortLo)
@@ -382,6 +401,9 @@ func (b Box) element(local netip.Addr) string {
 	proto := fmt.Sprint(b.ProtoLo)
 	if b.ProtoHi != b.ProtoLo {
 		proto = fmt.Sprintf("%d-%d", b.ProtoLo, b.ProtoHi)
+	}
+	if b.anyPort() {
+		return fmt.Sprintf("%s . %s . %s", local, b.Peer, proto)
 	}
 	port := fmt.Sprint(b.PortLo)
 	if b.PortHi != b.PortLo {
