@@ -116,6 +116,15 @@ func EnableBridgeNetfilter(hostNetns string) error {
 // cnlab being killed at that moment.
 var afterKernel func(host string)
 
+// KernelChanged is called by a datapath with its own apply (eBPF) between
+// changing a host's kernel and saving its state, where ApplyHosts calls
+// afterKernel: the fault-injection tests stop it there.
+func KernelChanged(host string) {
+	if afterKernel != nil {
+		afterKernel(host)
+	}
+}
+
 // dirtyPath marks a host's state as not to be trusted: it exists from just
 // before cnlab touches the host's kernel until the state file records what
 // the kernel then holds.
@@ -233,9 +242,7 @@ func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, k kind.Kind,
 			}
 			return rollback(fmt.Errorf("host %s: %w", h.Name, err))
 		}
-		if afterKernel != nil {
-			afterKernel(h.Name)
-		}
+		KernelChanged(h.Name)
 		d := done{h.Name, h.Netns, path, have, want}
 		if err := SaveState(path, want); err != nil {
 			// This host's kernel changed too: put it back first.

@@ -348,3 +348,35 @@ exec %[3]s "$@"
 		})
 	}
 }
+
+// allowPort lets namespace x in only on one TCP port, so every x endpoint
+// has a policy map (eBPF) with entries.
+func allowPort(port int) string {
+	return fmt.Sprintf("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: port, namespace: x}\nspec:\n  podSelector: {}\n  ingress:\n  - ports: [{port: %d}]\n", port)
+}
+
+// TestInterruptedSwitchTwice kills two eBPF applies in a row after every
+// host switched generation and before any state was saved: the active
+// generation is then the one the state files name again, with other maps
+// in it. Re-applying the stored set must enforce it.
+func TestInterruptedSwitchTwice(t *testing.T) {
+	spec := upLab(t, "t-intswitch", "ebpf")
+	ctx := context.Background()
+	targets := []probe.Target{{Protocol: "TCP", Port: 80}, {Protocol: "TCP", Port: 81}}
+	if _, err := lab.Apply(ctx, spec.Name, parse(t, allowPort(80))); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		crashAfterKernel(t, "flip", func() {
+			_, _ = lab.Apply(ctx, spec.Name, parse(t, allowPort(81)))
+		})
+	}
+	pols, err := lab.Policies(spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lab.Apply(ctx, spec.Name, pols); err != nil {
+		t.Fatal(err)
+	}
+	expectStore(t, spec, "port 80 re-applied after two interrupted switches", targets...)
+}

@@ -87,6 +87,7 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	// the next apply and bpftool users, and must not make this one look
 	// failed (the lab would then store the old policy set).
 	for _, s := range all {
+		datapath.KernelChanged(s.host.Name)
 		s.state.Gen = 1 - s.cfg.Gen
 		path := datapath.StatePath(lab.Name, kind.EBPF, s.host.Name)
 		if err := datapath.SaveState(path, s.state); err != nil {
