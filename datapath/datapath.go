@@ -82,7 +82,8 @@ func StatePath(lab string, k kind.Kind, host string) string {
 }
 
 // LoadState reads a datapath's state for a host into v; a missing file
-// leaves v unchanged and is not an error.
+// leaves v unchanged and is not an error. It does not look at the dirty
+// mark (see Dirty).
 func LoadState(path string, v any) error {
 	if err := files.ReadJSON(path, v); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -110,57 +111,148 @@ func EnableBridgeNetfilter(hostNetns string) error {
 	})
 }
 
+// afterKernel, set only by tests, runs on each host between its kernel
+// transaction and the save of its state: a test panics there to stand for
+// cnlab being killed at that moment.
+var afterKernel func(host string)
+
+// KernelChanged is called by a datapath with its own apply (eBPF) between
+// changing a host's kernel and saving its state, where ApplyHosts calls
+// afterKernel: the fault-injection tests stop it there.
+func KernelChanged(host string) {
+	if afterKernel != nil {
+		afterKernel(host)
+	}
+}
+
+// dirtyPath marks a host's state as not to be trusted: it exists from just
+// before cnlab touches the host's kernel until the state file records what
+// the kernel then holds.
+func dirtyPath(statePath string) string { return statePath + ".dirty" }
+
+// MarkDirty records, before a host's kernel is changed, that its state file
+// may stop describing the kernel: if cnlab dies or fails before ClearDirty,
+// the next apply rebuilds the host instead of diffing.
+func MarkDirty(statePath string) error {
+	return files.WriteAtomic(dirtyPath(statePath), nil)
+}
+
+// ClearDirty removes the mark once the state file matches the kernel.
+func ClearDirty(statePath string) error {
+	if err := os.Remove(dirtyPath(statePath)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Dirty reports whether a host's state is marked as not to be trusted.
+func Dirty(statePath string) bool {
+	_, err := os.Lstat(dirtyPath(statePath))
+	return !errors.Is(err, os.ErrNotExist)
+}
+
+// trustedState returns the state recorded for a host, or nil when it cannot
+// be trusted to describe the kernel: marked dirty, missing or unreadable.
+func trustedState[S any](path string) *S {
+	if Dirty(path) {
+		return nil
+	}
+	var have S
+	if err := files.ReadJSON(path, &have); err != nil {
+		return nil
+	}
+	return &have
+}
+
 // ApplyHosts runs the update every datapath makes on each host: render what
 // the host should have, load what it had from the last apply, let update
 // send the difference (in one atomic transaction), and record the new
-// state. S is the datapath's own state type.
+// state. S is the datapath's own state type. update gets a nil have when
+// the recorded state cannot be trusted (an earlier apply was interrupted
+// or failed on that host, or the state file is missing or unreadable): it
+// must then rebuild everything of its own on the host from want, whatever
+// the kernel holds. update must return an error only when none of its
+// transactions committed (each is atomic; it stops at the first that
+// succeeds).
+//
+// The host's state is marked dirty before its kernel is touched and the
+// mark cleared once the new state is saved, so a crash in between is
+// repaired by the next apply. If anything fails, the hosts already changed,
+// and the failing host when its kernel changed but its state could not be
+// saved, are put back to what they had; a host that cannot be put back
+// stays marked dirty.
 func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, k kind.Kind,
-	render func(host string) S, update func(ctx context.Context, ns string, have S, want *S) error) error {
+	render func(host string) S, update func(ctx context.Context, ns string, have, want *S) error) error {
 	if len(lab.Hosts) == 0 {
 		return ErrNoHosts
 	}
 	type done struct {
-		netns, path string
-		have, want  S
+		name, netns, path string
+		have              *S // nil: unknown, cannot be put back
+		want              S
 	}
 	var applied []done
+	// restore puts a host back to what it had and records it.
+	restore := func(d done) error {
+		if d.have == nil {
+			return fmt.Errorf("roll back %s: its previous state was unknown: it is left marked for rebuild", d.name)
+		}
+		if err := MarkDirty(d.path); err != nil {
+			return fmt.Errorf("roll back %s: %w", d.name, err)
+		}
+		back := *d.have
+		if err := update(context.WithoutCancel(ctx), d.netns, &d.want, &back); err != nil {
+			return fmt.Errorf("roll back %s: %w", d.name, err)
+		}
+		if err := SaveState(d.path, back); err != nil {
+			return fmt.Errorf("roll back %s: %w (it is left marked for rebuild)", d.name, err)
+		}
+		return ClearDirty(d.path)
+	}
 	// rollback puts the hosts already updated back to what they had, so a
 	// failure on one host does not leave the lab half on the new policy.
 	rollback := func(cause error) error {
 		var errs []error
 		for i := len(applied) - 1; i >= 0; i-- {
-			d := applied[i]
-			back := d.have
-			if err := update(context.WithoutCancel(ctx), d.netns, d.want, &back); err != nil {
-				errs = append(errs, fmt.Errorf("roll back %s: %w", d.netns, err))
-				continue
-			}
-			if err := SaveState(d.path, back); err != nil {
+			if err := restore(applied[i]); err != nil {
 				errs = append(errs, err)
 			}
 		}
 		if len(errs) > 0 {
-			return fmt.Errorf("%w; rolling back the other hosts failed too: %w", cause, errors.Join(errs...))
+			return fmt.Errorf("%w; rolling back failed too: %w", cause, errors.Join(errs...))
 		}
 		if len(applied) > 0 {
-			return fmt.Errorf("%w (the %d hosts already updated were rolled back)", cause, len(applied))
+			return fmt.Errorf("%w (the %d hosts already changed were rolled back)", cause, len(applied))
 		}
 		return cause
 	}
 	for _, h := range lab.Hosts {
 		want := render(h.Name)
 		path := StatePath(lab.Name, k, h.Name)
-		var have S
-		if err := LoadState(path, &have); err != nil {
-			return rollback(fmt.Errorf("host %s: read datapath state: %w", h.Name, err))
+		have := trustedState[S](path)
+		if err := MarkDirty(path); err != nil {
+			return rollback(fmt.Errorf("host %s: mark datapath state: %w", h.Name, err))
 		}
 		if err := update(ctx, h.Netns, have, &want); err != nil {
+			// update fails only when no transaction of it committed: a
+			// host whose state was known still has it. A cancelled
+			// context may have hit a tool after its commit: keep the mark.
+			if have != nil && ctx.Err() == nil {
+				_ = ClearDirty(path)
+			}
 			return rollback(fmt.Errorf("host %s: %w", h.Name, err))
 		}
+		KernelChanged(h.Name)
+		d := done{h.Name, h.Netns, path, have, want}
 		if err := SaveState(path, want); err != nil {
+			// This host's kernel changed too: put it back first.
+			applied = append(applied, d)
 			return rollback(fmt.Errorf("host %s: save datapath state: %w", h.Name, err))
 		}
-		applied = append(applied, done{h.Netns, path, have, want})
+		// A mark that cannot be removed only costs the next apply a
+		// rebuild of this host.
+		_ = ClearDirty(path)
+		applied = append(applied, d)
 	}
 	return nil
 }

@@ -64,6 +64,15 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 			return fmt.Errorf("host %s: %w (no host changed)", h.Name, err)
 		}
 	}
+	// From here the state files may stop describing the kernel: mark them
+	// so that an apply interrupted before they are saved is followed by a
+	// full rebuild (the generation read back from the kernel alone cannot
+	// tell two interrupted switches from none).
+	for _, s := range all {
+		if err := datapath.MarkDirty(datapath.StatePath(lab.Name, kind.EBPF, s.host.Name)); err != nil {
+			return fmt.Errorf("host %s: mark datapath state: %w (no host changed)", s.host.Name, err)
+		}
+	}
 	for i, s := range all {
 		next := s.cfg
 		next.Gen = 1 - s.cfg.Gen
@@ -78,10 +87,13 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	// the next apply and bpftool users, and must not make this one look
 	// failed (the lab would then store the old policy set).
 	for _, s := range all {
+		datapath.KernelChanged(s.host.Name)
 		s.state.Gen = 1 - s.cfg.Gen
 		path := datapath.StatePath(lab.Name, kind.EBPF, s.host.Name)
 		if err := datapath.SaveState(path, s.state); err != nil {
 			_ = os.Remove(path) // the next apply then rebuilds every map
+		} else {
+			_ = datapath.ClearDirty(path)
 		}
 		_ = pinActive(s)
 		_ = setIdentities(s.maps, plans[s.host.Name])
@@ -144,11 +156,11 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) 
 		return s, err
 	}
 	var have hostState
-	if err := datapath.LoadState(datapath.StatePath(lab.Name, kind.EBPF, h.Name), &have); err != nil {
-		return s, err
-	}
-	if have.Gen != s.cfg.Gen {
-		have = hostState{} // not ours to trust: rebuild everything
+	path := datapath.StatePath(lab.Name, kind.EBPF, h.Name)
+	if err := datapath.LoadState(path, &have); err != nil || have.Gen != s.cfg.Gen || datapath.Dirty(path) {
+		// Unreadable, of another generation than the kernel's, or left
+		// by an interrupted apply: not ours to trust, rebuild everything.
+		have = hostState{}
 	}
 	cur, next := s.cfg.Gen, 1-s.cfg.Gen
 	maxEp := s.cfg.MaxEp

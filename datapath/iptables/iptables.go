@@ -69,32 +69,53 @@ type hostState struct {
 }
 
 // Apply writes each host's chains, rewriting only those that changed and
-// removing those no longer needed, in one iptables-restore commit.
+// removing those no longer needed, in one iptables-restore commit. A host
+// whose recorded state cannot be trusted is rebuilt from what
+// iptables-save shows: every wanted chain rewritten, every other cnlab
+// chain removed, in one commit too.
 func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
-	restore, _, _ := tools(lab)
+	restore, save, _ := tools(lab)
+	rebuild := func(ctx context.Context, ns string, want *hostState) error {
+		listing, err := netns.Run(ctx, ns, nil, save, "-t", "filter")
+		if err != nil {
+			return err
+		}
+		_, err = netns.Run(ctx, ns, []byte(rebuildScript(ownChains(string(listing)), want.Chains)), restore, "-w", "--noflush")
+		return err
+	}
 	return datapath.ApplyHosts(ctx, lab, kind.IPTables,
 		func(host string) hostState { return Render(lab, host, c) },
-		func(ctx context.Context, ns string, have hostState, want *hostState) error {
+		func(ctx context.Context, ns string, have, want *hostState) error {
+			if have == nil {
+				return rebuild(ctx, ns, want)
+			}
 			script := diffScript(have.Chains, want.Chains)
 			if script == "" {
 				return nil
 			}
-			_, err := netns.Run(ctx, ns, []byte(script), restore, "-w", "--noflush")
-			if err != nil {
-				// The kernel may not hold what the state file says (an
-				// earlier failure, a hand edit): rewrite every chain.
-				_, err = netns.Run(ctx, ns, []byte(diffScript(nil, want.Chains)), restore, "-w", "--noflush")
+			if _, err := netns.Run(ctx, ns, []byte(script), restore, "-w", "--noflush"); err != nil {
+				// The kernel may not hold what the state file says (a
+				// hand edit): rebuild from what it holds.
+				return rebuild(ctx, ns, want)
 			}
-			return err
+			return nil
 		})
 }
 
+// ownChains returns the cnlab chains in an iptables-save listing.
+func ownChains(listing string) []string {
+	var out []string
+	for _, line := range strings.Split(listing, "\n") {
+		if name, ok := strings.CutPrefix(line, ":CNLAB-"); ok {
+			out = append(out, "CNLAB-"+strings.Fields(name)[0])
+		}
+	}
+	return out
+}
+
 // diffScript returns an iptables-restore script that turns the chains in
-// have into those in want ("" when nothing changes). Declaring a chain
-// flushes it; chains no longer wanted are flushed and deleted after the
-// chains that jumped to them have been rewritten.
+// have into those in want ("" when nothing changes).
 func diffScript(have, want map[string][]string) string {
-	var b strings.Builder
 	var changed, gone []string
 	for name, rules := range want {
 		if old, ok := have[name]; !ok || strings.Join(old, "\n") != strings.Join(rules, "\n") {
@@ -106,11 +127,34 @@ func diffScript(have, want map[string][]string) string {
 			gone = append(gone, name)
 		}
 	}
+	return restoreScript(changed, gone, want)
+}
+
+// rebuildScript rewrites every wanted chain and removes every other chain
+// of existing (the cnlab chains the kernel has).
+func rebuildScript(existing []string, want map[string][]string) string {
+	var changed, gone []string
+	for name := range want {
+		changed = append(changed, name)
+	}
+	for _, name := range existing {
+		if _, ok := want[name]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	return restoreScript(changed, gone, want)
+}
+
+// restoreScript rewrites the changed chains and removes the gone ones.
+// Declaring a chain flushes it; chains no longer wanted are flushed and
+// deleted after the chains that jumped to them have been rewritten.
+func restoreScript(changed, gone []string, want map[string][]string) string {
 	if len(changed) == 0 && len(gone) == 0 {
 		return ""
 	}
 	sort.Strings(changed)
 	sort.Strings(gone)
+	var b strings.Builder
 	b.WriteString("*filter\n")
 	for _, name := range changed {
 		fmt.Fprintf(&b, ":%s - [0:0]\n", name)

@@ -34,11 +34,17 @@ const table = "inet cnlab"
 // one protocol, one port — the common case, added and found in constant
 // time), the others interval sets for prefixes and ranges (the kernel's
 // pipapo sets, whose updates cost more as they grow; see BENCHMARKS.md).
+// The *_p sets hold the flows that cover every port, keyed without one:
+// they are looked up without reading the transport header, so that they
+// also match packets that have none or too short a one for "th dport"
+// (which then matches nothing).
 var setNames = []string{"eg_subj", "in_subj", "eg_enf", "in_enf",
-	"eg_deny_x", "eg_deny", "eg_allow_x", "eg_allow", "in_deny_x", "in_deny", "in_allow_x", "in_allow"}
+	"eg_deny_x", "eg_deny", "eg_deny_p", "eg_allow_x", "eg_allow", "eg_allow_p",
+	"in_deny_x", "in_deny", "in_deny_p", "in_allow_x", "in_allow", "in_allow_p"}
 
 // intervalSets are the sets with flags interval.
-var intervalSets = map[string]bool{"eg_deny": true, "eg_allow": true, "in_deny": true, "in_allow": true}
+var intervalSets = map[string]bool{"eg_deny": true, "eg_allow": true, "in_deny": true, "in_allow": true,
+	"eg_deny_p": true, "eg_allow_p": true, "in_deny_p": true, "in_allow_p": true}
 
 // The table holds one generation of sets and lookup chains at a time,
 // named with a suffix _gN. Small changes edit the current generation's
@@ -55,6 +61,8 @@ func setDecls(g int) string {
 		switch {
 		case strings.HasSuffix(name, "_subj"), strings.HasSuffix(name, "_enf"):
 			typ = "ipv4_addr"
+		case strings.HasSuffix(name, "_p"):
+			typ, flags = "ipv4_addr . ipv4_addr . inet_proto", " flags interval;"
 		case intervalSets[name]:
 			flags = " flags interval;"
 		}
@@ -69,8 +77,10 @@ func chainDecls(g int) string {
 	for _, r := range []string{
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_deny_x_g%d counter drop",
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_deny_g%d counter drop",
+		"ip saddr . ip daddr . meta l4proto @eg_deny_p_g%d counter drop",
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_allow_x_g%d counter return",
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_allow_g%d counter return",
+		"ip saddr . ip daddr . meta l4proto @eg_allow_p_g%d counter return",
 		"ip saddr @eg_enf_g%d counter drop",
 	} {
 		fmt.Fprintf(&b, "add rule %s egress_g%d %s\n", table, g, fmt.Sprintf(r, g))
@@ -79,8 +89,10 @@ func chainDecls(g int) string {
 	for _, r := range []string{
 		"ip daddr . ip saddr . meta l4proto . th dport @in_deny_x_g%d counter drop",
 		"ip daddr . ip saddr . meta l4proto . th dport @in_deny_g%d counter drop",
+		"ip daddr . ip saddr . meta l4proto @in_deny_p_g%d counter drop",
 		"ip daddr . ip saddr . meta l4proto . th dport @in_allow_x_g%d counter accept",
 		"ip daddr . ip saddr . meta l4proto . th dport @in_allow_g%d counter accept",
+		"ip daddr . ip saddr . meta l4proto @in_allow_p_g%d counter accept",
 		"ip daddr @in_enf_g%d counter drop",
 	} {
 		fmt.Fprintf(&b, "add rule %s ingress_g%d %s\n", table, g, fmt.Sprintf(r, g))
@@ -139,7 +151,11 @@ func (nft) Setup(ctx context.Context, lab *topology.Spec) error {
 		if _, err := netns.Run(ctx, h.Netns, []byte(script), "nft", "-f", "-"); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
-		if err := datapath.SaveState(datapath.StatePath(lab.Name, kind.NFTables, h.Name), hostState{}); err != nil {
+		path := datapath.StatePath(lab.Name, kind.NFTables, h.Name)
+		if err := datapath.SaveState(path, hostState{}); err != nil {
+			return err
+		}
+		if err := datapath.ClearDirty(path); err != nil {
 			return err
 		}
 	}
@@ -155,19 +171,27 @@ type hostState struct {
 
 // Apply sends each host the difference between its sets and the wanted
 // ones in one transaction. If the kernel refuses the incremental change,
-// the sets are flushed and refilled, still in one transaction.
+// a new generation is built; if it refuses that too, or the host's
+// recorded state cannot be trusted, the table is recreated.
 func (d nft) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
 	return datapath.ApplyHosts(ctx, lab, kind.NFTables,
 		func(host string) hostState { return Render(lab, host, c) },
-		func(ctx context.Context, ns string, have hostState, want *hostState) error {
-			return update(ctx, ns, &have, want)
+		func(ctx context.Context, ns string, have, want *hostState) error {
+			return update(ctx, ns, have, want)
 		})
 }
 
 // update brings a host from have to want: in place when that deletes few
 // elements from interval sets, else through a new generation. It records
-// the generation used in want.
+// the generation used in want. With have nil (the state file cannot be
+// trusted: the kernel may be on another generation than it says), or when
+// the kernel refuses the new generation, it deletes and recreates the
+// table with generation 0 holding want, in one transaction:
+// established connections survive it (conntrack is not in the table).
 func update(ctx context.Context, ns string, have, want *hostState) error {
+	if have == nil {
+		return recreate(ctx, ns, want)
+	}
 	want.Gen = have.Gen
 	script, ok := diffScript(have.Gen, have.Sets, want.Sets)
 	if ok {
@@ -178,11 +202,32 @@ func update(ctx context.Context, ns string, have, want *hostState) error {
 			return nil
 		}
 		// The kernel refused the edit (its sets may not be what the state
-		// file says, after an earlier failure): rebuild instead.
+		// file says): rebuild instead.
 	}
 	want.Gen = have.Gen + 1
-	_, err := netns.Run(ctx, ns, []byte(rebuildScript(have.Gen, want.Gen, want.Sets)), "nft", "-f", "-")
+	if _, err := netns.Run(ctx, ns, []byte(rebuildScript(have.Gen, want.Gen, want.Sets)), "nft", "-f", "-"); err == nil {
+		return nil
+	}
+	// The kernel is not on the generation the state file says.
+	return recreate(ctx, ns, want)
+}
+
+// recreate replaces the host's table with one holding want as generation 0.
+func recreate(ctx context.Context, ns string, want *hostState) error {
+	want.Gen = 0
+	_, err := netns.Run(ctx, ns, []byte(skeleton()+fill(0, want.Sets)), "nft", "-f", "-")
 	return err
+}
+
+// fill adds the elements of sets to generation g's sets.
+func fill(g int, sets map[string][]string) string {
+	var b strings.Builder
+	for _, set := range setNames {
+		if len(sets[set]) > 0 {
+			b.WriteString(elements("add", fmt.Sprintf("%s_g%d", set, g), sets[set]))
+		}
+	}
+	return b.String()
 }
 
 // rebuildScript builds generation to with the given sets, switches the
@@ -191,11 +236,7 @@ func rebuildScript(from, to int, sets map[string][]string) string {
 	var b strings.Builder
 	b.WriteString(setDecls(to))
 	b.WriteString(chainDecls(to))
-	for _, set := range setNames {
-		if len(sets[set]) > 0 {
-			b.WriteString(elements("add", fmt.Sprintf("%s_g%d", set, to), sets[set]))
-		}
-	}
+	b.WriteString(fill(to, sets))
 	b.WriteString(forwardRules(to))
 	b.WriteString(dropGeneration(from))
 	return b.String()
@@ -298,8 +339,11 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 				for _, b := range Disjoint(c, rs) {
 					for _, e := range b.split() {
 						set := prefix + kind
-						if e.exact() {
+						switch {
+						case e.exact():
 							set += "_x"
+						case e.anyPort():
+							set += "_p"
 						}
 						st.Sets[set] = append(st.Sets[set], e.element(ep.IP))
 					}
@@ -346,6 +390,10 @@ func (b Box) exact() bool {
 	return b.Peer.Bits() == 32 && b.ProtoLo == b.ProtoHi && b.PortLo == b.PortHi
 }
 
+// anyPort reports whether the box covers every port: its set is keyed
+// without one (the *_p sets).
+func (b Box) anyPort() bool { return b.PortLo == 0 && b.PortHi == 65535 }
+
 func (b Box) element(local netip.Addr) string {
 	if b.exact() {
 		return fmt.Sprintf("%s . %s . %d . %d", local, b.Peer.Addr(), b.ProtoLo, b.PortLo)
@@ -353,6 +401,9 @@ func (b Box) element(local netip.Addr) string {
 	proto := fmt.Sprint(b.ProtoLo)
 	if b.ProtoHi != b.ProtoLo {
 		proto = fmt.Sprintf("%d-%d", b.ProtoLo, b.ProtoHi)
+	}
+	if b.anyPort() {
+		return fmt.Sprintf("%s . %s . %s", local, b.Peer, proto)
 	}
 	port := fmt.Sprint(b.PortLo)
 	if b.PortHi != b.PortLo {

@@ -192,3 +192,46 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestAnyPortWithoutTransportHeader checks that flows covering every port
+// go to the sets keyed without a port, looked up without "th dport": a
+// packet with no (or too short a) transport header must still meet a deny
+// of any protocol.
+func TestAnyPortWithoutTransportHeader(t *testing.T) {
+	lab, c := compiled(t, `apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: deny-y, namespace: x}
+spec:
+  endpointSelector: {matchLabels: {pod: a}}
+  enableDefaultDeny: {ingress: false}
+  ingressDeny:
+  - fromEndpoints:
+    - matchLabels:
+        k8s:io.kubernetes.pod.namespace: y
+  ingress:
+  - fromEndpoints: [{matchLabels: {pod: b}}]
+    toPorts: [{ports: [{port: "0", protocol: TCP}]}]
+`)
+	st := Render(lab, "flip", c)
+	if got := st.Sets["in_deny_p"]; !contains(got, "10.0.192.10 . 10.0.192.21/32 . 0-255") {
+		t.Errorf("in_deny_p = %v, want y/b's address with every protocol", got)
+	}
+	if got := st.Sets["in_allow_p"]; !contains(got, "10.0.192.10 . 10.0.191.11/32 . 6") {
+		t.Errorf("in_allow_p = %v, want x/b's address with TCP", got)
+	}
+	for _, set := range []string{"in_deny", "in_deny_x", "in_allow", "in_allow_x"} {
+		if got := st.Sets[set]; len(got) != 0 {
+			t.Errorf("%s = %v, want empty (every flow covers all ports)", set, got)
+		}
+	}
+	decl := chainDecls(0)
+	for _, want := range []string{"add rule inet cnlab ingress_g0 ip daddr . ip saddr . meta l4proto @in_deny_p_g0 counter drop",
+		"add rule inet cnlab egress_g0 ip saddr . ip daddr . meta l4proto @eg_deny_p_g0 counter drop"} {
+		if !strings.Contains(decl, want) {
+			t.Errorf("chains lack %q:\n%s", want, decl)
+		}
+	}
+	if !strings.Contains(setDecls(0), "add set inet cnlab in_deny_p_g0 { type ipv4_addr . ipv4_addr . inet_proto; flags interval; }") {
+		t.Errorf("sets:\n%s", setDecls(0))
+	}
+}

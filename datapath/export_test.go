@@ -1,0 +1,5 @@
+package datapath
+
+// SetAfterKernel sets the hook ApplyHosts calls between a host's kernel
+// transaction and the save of its state, for the fault-injection tests.
+func SetAfterKernel(f func(host string)) { afterKernel = f }

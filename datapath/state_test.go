@@ -1,0 +1,382 @@
+package datapath_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/internal/scenarios"
+	"github.com/cnlab/cnlab/internal/testutil"
+	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/probe"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// The tests of this file interrupt or break an apply at a chosen point and
+// check, with the probe, that the kernel ends up enforcing what cnlab's
+// policy store says once the same policy set is applied again.
+
+func TestMain(m *testing.M) { testutil.Main(m) }
+
+var short = map[string]string{"iptables": "ipt", "nftables": "nft"}
+
+func upLab(t *testing.T, name, dp string) *topology.Spec {
+	t.Helper()
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
+	testutil.RequireTool(t, "nft", "nftables")
+	spec, err := topology.Parse([]byte(scenarios.Lab), "scenario lab", topology.Overrides{Name: name, Datapath: dp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.Up(context.Background(), spec, lab.UpOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lab.Down(spec.Name, nil); err != nil {
+			t.Errorf("down: %v", err)
+		}
+	})
+	return spec
+}
+
+func parse(t *testing.T, yaml string) []*policy.Policy {
+	t.Helper()
+	pols, err := policy.Parse([]byte(yaml), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pols
+}
+
+// denyAll isolates the ingress of every endpoint of namespace x (two on
+// host flip, one on host flap) and allows nothing.
+const denyAll = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-all, namespace: x}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+`
+
+var defaultTargets = []probe.Target{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 81}}
+
+// expectStore probes the lab and fails on every cell where the kernel does
+// not do what the stored policies say.
+func expectStore(t *testing.T, spec *topology.Spec, what string, targets ...probe.Target) {
+	t.Helper()
+	if len(targets) == 0 {
+		targets = defaultTargets
+	}
+	pols, err := lab.Policies(spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := policy.NewModel(spec, pols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells, err := probe.Run(context.Background(), spec, targets, probe.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("%s: probe: %v", what, err)
+	}
+	wrong := probe.Expect(spec, m, cells)
+	for i, c := range wrong {
+		if i == 6 {
+			t.Errorf("%s: %d cells differ in all", what, len(wrong))
+			break
+		}
+		t.Errorf("%s: %s -> %s %s/%d: probed allowed=%v, the stored policies (%d) say %v",
+			what, c.From, c.To, c.Protocol, c.Port, c.Allowed, len(pols), *c.Expected)
+	}
+}
+
+var errCrash = errors.New("simulated crash between the kernel and the state file")
+
+// crashAfterKernel runs f with cnlab "killed" on host just after that
+// host's kernel transaction committed and before its state was saved.
+func crashAfterKernel(t *testing.T, host string, f func()) {
+	t.Helper()
+	datapath.SetAfterKernel(func(h string) {
+		if h == host {
+			panic(errCrash)
+		}
+	})
+	defer datapath.SetAfterKernel(nil)
+	defer func() {
+		if r := recover(); r != errCrash {
+			if r == nil {
+				t.Fatalf("the apply never reached host %s's save", host)
+			}
+			panic(r)
+		}
+	}()
+	f()
+}
+
+// TestInterruptedDelete deletes a deny-all and is killed after the kernel
+// of one host opened up: the store still says deny-all, so applying
+// deny-all again must close that host again.
+func TestInterruptedDelete(t *testing.T) {
+	for _, dp := range []string{"iptables", "nftables"} {
+		t.Run(dp, func(t *testing.T) {
+			spec := upLab(t, "t-intdel-"+short[dp], dp)
+			ctx := context.Background()
+			for _, host := range []string{"flip", "flap"} {
+				if _, err := lab.Apply(ctx, spec.Name, parse(t, denyAll)); err != nil {
+					t.Fatal(err)
+				}
+				crashAfterKernel(t, host, func() {
+					_, _ = lab.Delete(ctx, spec.Name, []string{"x/deny-all"}, false, "")
+				})
+				pols, err := lab.Policies(spec.Name)
+				if err != nil || len(pols) != 1 {
+					t.Fatalf("the store should still hold deny-all: %v %v", pols, err)
+				}
+				if _, err := lab.Apply(ctx, spec.Name, pols); err != nil {
+					t.Fatalf("re-apply after a crash on %s: %v", host, err)
+				}
+				expectStore(t, spec, "deny-all re-applied after a delete killed on "+host)
+				if _, err := lab.Delete(ctx, spec.Name, nil, true, ""); err != nil {
+					t.Fatal(err)
+				}
+				expectStore(t, spec, "deleted after the crash on "+host)
+			}
+		})
+	}
+}
+
+// ranges allows 40 port ranges and 80-81 into namespace x from anywhere:
+// replacing it with another base deletes more than 32 interval-set
+// elements, so the nftables datapath builds a new generation.
+func ranges(base int) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: ranges, namespace: x}\nspec:\n  podSelector: {}\n  ingress:\n  - ports:\n")
+	for i := 0; i < 40; i++ {
+		fmt.Fprintf(&b, "    - {port: %d, endPort: %d}\n", base+10*i, base+10*i+1)
+	}
+	b.WriteString("    - {port: 80, endPort: 81}\n")
+	return b.String()
+}
+
+var rangeTargets = []probe.Target{{Protocol: "TCP", Port: 80}, {Protocol: "TCP", Port: 1000}, {Protocol: "TCP", Port: 3000}}
+
+// TestInterruptedGeneration kills an nftables apply after one host
+// switched to a new generation: its state file still names the old one.
+// Applying again (the stored set, then the new one) must work.
+func TestInterruptedGeneration(t *testing.T) {
+	spec := upLab(t, "t-intgen", "nftables")
+	ctx := context.Background()
+	for _, host := range []string{"flip", "flap"} {
+		if _, err := lab.Apply(ctx, spec.Name, parse(t, ranges(1000))); err != nil {
+			t.Fatal(err)
+		}
+		crashAfterKernel(t, host, func() {
+			_, _ = lab.Apply(ctx, spec.Name, parse(t, ranges(3000)))
+		})
+		pols, err := lab.Policies(spec.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lab.Apply(ctx, spec.Name, pols); err != nil {
+			t.Fatalf("re-apply the stored set after a crash on %s: %v", host, err)
+		}
+		expectStore(t, spec, "stored ranges re-applied after a crash on "+host, rangeTargets...)
+		if _, err := lab.Apply(ctx, spec.Name, parse(t, ranges(3000))); err != nil {
+			t.Fatalf("apply the new set after a crash on %s: %v", host, err)
+		}
+		expectStore(t, spec, "new ranges applied after a crash on "+host, rangeTargets...)
+		if _, err := lab.Delete(ctx, spec.Name, nil, true, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestStaleGeneration gives a host a state file whose generation is not
+// the kernel's, without any mark (a hand edit, a state file from an older
+// cnlab): the next applies must still work.
+func TestStaleGeneration(t *testing.T) {
+	spec := upLab(t, "t-stalegen", "nftables")
+	ctx := context.Background()
+	if _, err := lab.Apply(ctx, spec.Name, parse(t, ranges(1000))); err != nil {
+		t.Fatal(err)
+	}
+	path := datapath.StatePath(spec.Name, kind.NFTables, "flap")
+	var st map[string]any
+	if err := datapath.LoadState(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	st["gen"] = 7
+	if err := datapath.SaveState(path, st); err != nil {
+		t.Fatal(err)
+	}
+	for i, base := range []int{3000, 1000} {
+		if _, err := lab.Apply(ctx, spec.Name, parse(t, ranges(base))); err != nil {
+			t.Fatalf("apply %d after the state file lost the generation: %v", i, err)
+		}
+		expectStore(t, spec, fmt.Sprintf("ranges from %d", base), rangeTargets...)
+	}
+	if _, err := lab.Delete(ctx, spec.Name, nil, true, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSaveFails makes one host's state file impossible to write (its
+// temporary file's name is taken by a directory): the apply must fail and
+// leave every host on the old policy, and work once the state can be
+// written again.
+func TestSaveFails(t *testing.T) {
+	for _, dp := range []string{"iptables", "nftables"} {
+		t.Run(dp, func(t *testing.T) {
+			spec := upLab(t, "t-savefail-"+short[dp], dp)
+			k := kind.Kind(dp)
+			ctx := context.Background()
+			for _, host := range []string{"flip", "flap"} {
+				block := datapath.StatePath(spec.Name, k, host) + ".tmp"
+				if err := os.MkdirAll(filepath.Join(block, "x"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				_, err := lab.Apply(ctx, spec.Name, parse(t, denyAll))
+				if err == nil {
+					t.Errorf("apply with %s's state unwritable succeeded", host)
+				}
+				if err := os.RemoveAll(block); err != nil {
+					t.Fatal(err)
+				}
+				expectStore(t, spec, "after the state of "+host+" could not be saved")
+				if _, err := lab.Apply(ctx, spec.Name, parse(t, denyAll)); err != nil {
+					t.Fatal(err)
+				}
+				expectStore(t, spec, "deny-all once the state of "+host+" can be saved")
+				if _, err := lab.Delete(ctx, spec.Name, nil, true, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestStateDirUnwritable replaces the lab's datapath state directory with a
+// file: nothing can be read or written there, and the apply must fail
+// without changing any host.
+func TestStateDirUnwritable(t *testing.T) {
+	spec := upLab(t, "t-nodir", "nftables")
+	ctx := context.Background()
+	dir := filepath.Dir(datapath.StatePath(spec.Name, kind.NFTables, "flip"))
+	aside := dir + ".aside"
+	if err := os.Rename(dir, aside); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lab.Apply(ctx, spec.Name, parse(t, denyAll)); err == nil {
+		t.Error("apply with no state directory succeeded")
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(aside, dir); err != nil {
+		t.Fatal(err)
+	}
+	expectStore(t, spec, "after an apply without a state directory")
+	if _, err := lab.Apply(ctx, spec.Name, parse(t, denyAll)); err != nil {
+		t.Fatal(err)
+	}
+	expectStore(t, spec, "deny-all with the state directory back")
+}
+
+// TestToolFailsOnOneHost puts a fake of the datapath's tool first on PATH
+// that fails in one host's namespace: the apply must fail and leave every
+// host on the old policy (the hosts already updated rolled back).
+func TestToolFailsOnOneHost(t *testing.T) {
+	for _, dp := range []string{"iptables", "nftables"} {
+		t.Run(dp, func(t *testing.T) {
+			spec := upLab(t, "t-toolfail-"+short[dp], dp)
+			ctx := context.Background()
+			tool := "nft"
+			if dp == "iptables" {
+				tool, _, _ = spec.IPTables.Tools()
+			}
+			real, err := exec.LookPath(tool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bin := t.TempDir()
+			failIn := filepath.Join(bin, "fail-in")
+			script := fmt.Sprintf(`#!/bin/sh
+if [ -e %[1]s ] && [ "$(stat -L -c %%i /proc/self/ns/net)" = "$(stat -L -c %%i "$(cat %[1]s)")" ]; then
+	echo "fake %[2]s: refused" >&2
+	exit 1
+fi
+exec %[3]s "$@"
+`, failIn, tool, real)
+			if err := os.WriteFile(filepath.Join(bin, tool), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+			if _, err := lab.Apply(ctx, spec.Name, parse(t, denyAll)); err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range spec.Hosts {
+				if err := os.WriteFile(failIn, []byte(netns.Path(h.Netns)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				_, err := lab.Delete(ctx, spec.Name, nil, true, "")
+				if err == nil {
+					t.Fatalf("delete with %s failing on %s succeeded", tool, h.Name)
+				}
+				if err := os.Remove(failIn); err != nil {
+					t.Fatal(err)
+				}
+				expectStore(t, spec, tool+" failed on "+h.Name)
+			}
+			if _, err := lab.Delete(ctx, spec.Name, nil, true, ""); err != nil {
+				t.Fatal(err)
+			}
+			expectStore(t, spec, "deleted with the real "+tool)
+		})
+	}
+}
+
+// allowPort lets namespace x in only on one TCP port, so every x endpoint
+// has a policy map (eBPF) with entries.
+func allowPort(port int) string {
+	return fmt.Sprintf("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: port, namespace: x}\nspec:\n  podSelector: {}\n  ingress:\n  - ports: [{port: %d}]\n", port)
+}
+
+// TestInterruptedSwitchTwice kills two eBPF applies in a row after every
+// host switched generation and before any state was saved: the active
+// generation is then the one the state files name again, with other maps
+// in it. Re-applying the stored set must enforce it.
+func TestInterruptedSwitchTwice(t *testing.T) {
+	spec := upLab(t, "t-intswitch", "ebpf")
+	ctx := context.Background()
+	targets := []probe.Target{{Protocol: "TCP", Port: 80}, {Protocol: "TCP", Port: 81}}
+	if _, err := lab.Apply(ctx, spec.Name, parse(t, allowPort(80))); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		crashAfterKernel(t, "flip", func() {
+			_, _ = lab.Apply(ctx, spec.Name, parse(t, allowPort(81)))
+		})
+	}
+	pols, err := lab.Policies(spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lab.Apply(ctx, spec.Name, pols); err != nil {
+		t.Fatal(err)
+	}
+	expectStore(t, spec, "port 80 re-applied after two interrupted switches", targets...)
+}
