@@ -92,7 +92,19 @@ func LoadState(path string, v any) error {
 }
 
 // SaveState writes a datapath's state for a host.
-func SaveState(path string, v any) error { return files.WriteJSON(path, v, false) }
+func SaveState(path string, v any) error {
+	if saveFault != nil {
+		if err := saveFault(path); err != nil {
+			return err
+		}
+	}
+	return files.WriteJSON(path, v, false)
+}
+
+// saveFault, set only by tests, makes SaveState fail for a path: a state
+// that cannot be written, whatever the file system (state files are
+// written under a random temporary name, which no test can block).
+var saveFault func(path string) error
 
 // EnableBridgeNetfilter makes bridged IPv4 traffic traverse the host's
 // netfilter hooks (br_netfilter), so that rules in the forward path see

@@ -231,10 +231,9 @@ func TestStaleGeneration(t *testing.T) {
 	}
 }
 
-// TestSaveFails makes one host's state file impossible to write (its
-// temporary file's name is taken by a directory): the apply must fail and
-// leave every host on the old policy, and work once the state can be
-// written again.
+// TestSaveFails makes one host's state file impossible to write: the
+// apply must fail and leave every host on the old policy, and work once the
+// state can be written again.
 func TestSaveFails(t *testing.T) {
 	for _, dp := range []string{"iptables", "nftables"} {
 		t.Run(dp, func(t *testing.T) {
@@ -242,16 +241,17 @@ func TestSaveFails(t *testing.T) {
 			k := kind.Kind(dp)
 			ctx := context.Background()
 			for _, host := range []string{"flip", "flap"} {
-				block := datapath.StatePath(spec.Name, k, host) + ".tmp"
-				if err := os.MkdirAll(filepath.Join(block, "x"), 0o755); err != nil {
-					t.Fatal(err)
-				}
+				blocked := datapath.StatePath(spec.Name, k, host)
+				datapath.SetSaveFault(func(path string) error {
+					if path == blocked {
+						return errors.New("injected: state not writable")
+					}
+					return nil
+				})
 				_, err := lab.Apply(ctx, spec.Name, parse(t, denyAll))
+				datapath.SetSaveFault(nil)
 				if err == nil {
 					t.Errorf("apply with %s's state unwritable succeeded", host)
-				}
-				if err := os.RemoveAll(block); err != nil {
-					t.Fatal(err)
 				}
 				expectStore(t, spec, "after the state of "+host+" could not be saved")
 				if _, err := lab.Apply(ctx, spec.Name, parse(t, denyAll)); err != nil {
