@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -422,4 +423,43 @@ func (s *Sniffer) Close() {
 	close(s.stop)
 	<-s.done
 	unix.Close(s.fd)
+}
+
+// SpoofAll runs Spoof from every endpoint of a lab with hosts: to another
+// endpoint of its host when there is one (so the frames cross the bridge),
+// impersonating a third endpoint (of the same host when possible).
+func SpoofAll(ctx context.Context, lab *topology.Spec, o SpoofOptions) ([]SpoofResult, error) {
+	if len(lab.Endpoints) < 3 {
+		return nil, errors.New("the spoof probe needs at least three endpoints (a sender, a target and one to impersonate)")
+	}
+	var out []SpoofResult
+	for i := range lab.Endpoints {
+		from := &lab.Endpoints[i]
+		to := pickOther(lab, from.Host, from)
+		peer := pickOther(lab, from.Host, from, to)
+		res, err := Spoof(ctx, lab, from, to, peer, o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res...)
+	}
+	return out, nil
+}
+
+// pickOther returns the first endpoint not in not, on host if one is.
+func pickOther(lab *topology.Spec, host string, not ...*topology.Endpoint) *topology.Endpoint {
+	var other *topology.Endpoint
+	for i := range lab.Endpoints {
+		ep := &lab.Endpoints[i]
+		if slices.Contains(not, ep) {
+			continue
+		}
+		if ep.Host == host {
+			return ep
+		}
+		if other == nil {
+			other = ep
+		}
+	}
+	return other
 }
