@@ -22,22 +22,35 @@ type probeView struct {
 	Results  []probe.Cell `json:"results"`
 }
 
+// spoofView is the JSON shape of `cnlab probe --spoof -o json`.
+type spoofView struct {
+	Lab   string              `json:"lab"`
+	Spoof []probe.SpoofResult `json:"spoof"`
+}
+
 func newProbeCmd(e *env) *cobra.Command {
 	var port int
 	var proto, output string
-	var expect bool
+	var expect, spoof bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--expect] [-o json]",
+		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--expect] [--spoof] [-o json]",
 		Short: "Test connectivity between every ordered pair of endpoints with real packets",
 		Long: `Start listeners on every endpoint, then connect (TCP) or send a request and
 wait for the reply (UDP) from every endpoint to every other one, in
 parallel. The text matrix has a row per sender (from) and a column per
 receiver (to). With --expect, compare every cell with the policy model and exit
-1 listing the cells that differ.`,
+1 listing the cells that differ.
+
+With --spoof, send hand-built frames instead from every endpoint to another
+one of its host: its own IPv4 and ARP, then IPv4 from a forged source (an
+unused address, another endpoint's IP, with its MAC too), a foreign MAC,
+ARP with a forged sender IP or MAC, IPv6 and ethertype 0x88b5; print one
+line per endpoint and check, and exit 1 when a forged frame arrived.`,
 		Example: `  cnlab probe policy-lab --port 80
   cnlab probe policy-lab --port 81 --protocol udp --expect
-  cnlab probe policy-lab -o json | jq '.results[] | select(.allowed != .expected)'`,
+  cnlab probe policy-lab -o json | jq '.results[] | select(.allowed != .expected)'
+  cnlab probe policy-lab --spoof`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -59,6 +72,9 @@ receiver (to). With --expect, compare every cell with the policy model and exit
 			spec, m, err := lab.Model(args[0], true)
 			if err != nil {
 				return err
+			}
+			if spoof {
+				return runSpoof(cmd, e, spec, output)
 			}
 			cells, err := probe.Run(cmd.Context(), spec, []probe.Target{{Protocol: proto, Port: port}}, probe.Options{Timeout: timeout})
 			if err != nil {
@@ -89,9 +105,52 @@ receiver (to). With --expect, compare every cell with the policy model and exit
 	f.IntVar(&port, "port", 80, "destination port")
 	f.StringVar(&proto, "protocol", "tcp", "tcp, udp or sctp")
 	f.BoolVar(&expect, "expect", false, "compare with the policy model; exit 1 on any difference")
+	f.BoolVar(&spoof, "spoof", false, "send forged and non-IPv4 frames from every endpoint; exit 1 if one arrives")
 	f.StringVarP(&output, "output", "o", "", "output format: text or json")
 	f.DurationVar(&timeout, "timeout", time.Second, "time after which an unanswered attempt counts as denied")
 	return cmd
+}
+
+// runSpoof is `probe --spoof`.
+func runSpoof(cmd *cobra.Command, e *env, spec *topology.Spec, output string) error {
+	if len(spec.Hosts) == 0 {
+		return usagef("--spoof needs a lab with hosts (endpoints on bridges); %s is a chain", spec.Name)
+	}
+	res, err := probe.SpoofAll(cmd.Context(), spec, probe.SpoofOptions{})
+	if err != nil {
+		return err
+	}
+	leaked := 0
+	for _, r := range res {
+		if r.Forged && r.Arrived {
+			leaked++
+		}
+	}
+	if output == "json" {
+		if err := writeJSON(e.stdout, spoofView{Lab: spec.Name, Spoof: res}); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "FROM\tTO\tCHECK\tRESULT")
+		for _, r := range res {
+			mark := "blocked"
+			if r.Arrived {
+				mark = "arrived"
+			}
+			if r.Forged && r.Arrived {
+				mark += " *"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.From, r.To, r.Check, mark)
+		}
+		tw.Flush()
+		fmt.Fprintln(e.stdout, "* a forged or non-IPv4 frame reached the target")
+	}
+	if leaked > 0 {
+		fmt.Fprintf(e.stderr, "cnlab: %d of %s forged or non-IPv4 frames reached their target\n", leaked, plural.N(len(res), "check"))
+		return exitStatus(exitFail)
+	}
+	return nil
 }
 
 func word(allowed bool) string {

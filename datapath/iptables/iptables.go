@@ -41,7 +41,9 @@ func tools(lab *topology.Spec) (restore, save, bin string) { return lab.IPTables
 
 // Setup turns br_netfilter on in every host, creates CNLAB-FWD with no
 // policy (filler and the established-accept rule) and hooks it into
-// FORWARD once.
+// FORWARD once, and binds each endpoint's bridge port to its addresses
+// (datapath.BindPorts: an nftables bridge table, since iptables matches
+// neither MACs against sets nor ARP).
 func (d iptables) Setup(ctx context.Context, lab *topology.Spec) error {
 	if len(lab.Hosts) == 0 {
 		return datapath.ErrNoHosts
@@ -60,7 +62,7 @@ func (d iptables) Setup(ctx context.Context, lab *topology.Spec) error {
 			}
 		}
 	}
-	return nil
+	return datapath.BindPorts(ctx, lab)
 }
 
 // hostState is what was last applied on a host: the rules of each chain.
@@ -283,7 +285,8 @@ func quote(s string) string {
 	return `"` + s + `"`
 }
 
-// Describe returns iptables-save of each host's filter table.
+// Describe returns iptables-save of each host's filter table, then its
+// port table.
 func (d iptables) Describe(ctx context.Context, lab *topology.Spec) (map[string]string, error) {
 	_, save, _ := tools(lab)
 	out := map[string]string{}
@@ -292,7 +295,11 @@ func (d iptables) Describe(ctx context.Context, lab *topology.Spec) (map[string]
 		if err != nil {
 			return nil, err
 		}
-		out[h.Name] = string(text)
+		ports, err := datapath.DescribePorts(ctx, h.Netns)
+		if err != nil {
+			return nil, err
+		}
+		out[h.Name] = string(text) + ports
 	}
 	return out, nil
 }

@@ -74,10 +74,11 @@ var descriptors = []Descriptor{
 			{"iptables-nft", "iptables", nil},
 			{"iptables", "iptables", []string{"--version"}},
 			{"iptables-legacy", "iptables", []string{"--version"}},
+			{"nft", "nftables", nil}, // the bridge table binding endpoint ports
 		},
 		needs: func(o *Options) []string { // what Setup and Apply run
 			restore, _, bin := o.IPTables.Tools()
-			return []string{restore, bin}
+			return []string{restore, bin, "nft"}
 		},
 		describe: func(o *Options) string {
 			ip := o.IPTables

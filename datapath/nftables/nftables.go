@@ -136,9 +136,10 @@ type nft struct{}
 // New returns the nftables datapath.
 func New() datapath.Datapath { return nft{} }
 
-// Setup creates the table in every host (replacing any left from before)
-// and turns br_netfilter on so that bridged traffic meets the forward
-// chain.
+// Setup creates the table in every host (replacing any left from before),
+// turns br_netfilter on so that bridged traffic meets the forward chain,
+// and binds each endpoint's bridge port to its addresses in a second
+// table, "bridge cnlab" (datapath.BindPorts).
 func (nft) Setup(ctx context.Context, lab *topology.Spec) error {
 	if len(lab.Hosts) == 0 {
 		return datapath.ErrNoHosts
@@ -159,7 +160,7 @@ func (nft) Setup(ctx context.Context, lab *topology.Spec) error {
 			return err
 		}
 	}
-	return nil
+	return datapath.BindPorts(ctx, lab)
 }
 
 // hostState is the content of every set on a host, and the generation
@@ -505,7 +506,8 @@ func merge(ivs [][2]uint16) [][2]uint16 {
 	return out
 }
 
-// Describe lists the table of every host.
+// Describe lists the tables of every host: the policy table, then the
+// port table.
 func (nft) Describe(ctx context.Context, lab *topology.Spec) (map[string]string, error) {
 	out := map[string]string{}
 	for _, h := range lab.Hosts {
@@ -513,7 +515,11 @@ func (nft) Describe(ctx context.Context, lab *topology.Spec) (map[string]string,
 		if err != nil {
 			return nil, err
 		}
-		out[h.Name] = string(text)
+		ports, err := datapath.DescribePorts(ctx, h.Netns)
+		if err != nil {
+			return nil, err
+		}
+		out[h.Name] = string(text) + ports
 	}
 	return out, nil
 }

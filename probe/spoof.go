@@ -1,0 +1,465 @@
+package probe
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/topology"
+	"golang.org/x/sys/unix"
+)
+
+// The spoof probe sends hand-built frames from inside an endpoint with
+// AF_PACKET sockets — forged IPv4 sources, foreign MACs, forged ARP,
+// IPv6, other ethertypes — and sniffs the target's eth0 to see which of
+// them arrive. A datapath that binds each bridge port to its endpoint's
+// addresses lets none of the forged ones through.
+
+// Ethertypes the spoof probe sends.
+const (
+	EtherIPv4  = 0x0800
+	EtherARP   = 0x0806
+	EtherIPv6  = 0x86dd
+	EtherOther = 0x88b5 // IEEE local experimental
+)
+
+// SpoofCheck is one kind of frame the spoof probe sends.
+type SpoofCheck string
+
+// The checks, in the order Spoof runs them. Genuine and GenuineARP carry
+// the sender's own addresses: they arrive when the policy allows the
+// sender, and are the control that the path and the sniffer work.
+const (
+	Genuine        SpoofCheck = "udp-genuine"      // IPv4 UDP with the sender's own IP and MAC
+	ForgedUnused   SpoofCheck = "udp-forged-ip"    // IPv4 UDP from an unused address of the sender's subnet
+	ForgedPeer     SpoofCheck = "udp-peer-ip"      // IPv4 UDP from another endpoint's IP (sender's MAC)
+	ForgedPeerMAC  SpoofCheck = "udp-peer-ip-mac"  // IPv4 UDP from another endpoint's IP and MAC
+	ForeignMAC     SpoofCheck = "udp-foreign-mac"  // IPv4 UDP with the sender's IP and a foreign source MAC
+	GenuineARP     SpoofCheck = "arp-genuine"      // ARP request with the sender's own IP and MAC
+	ARPForgedIP    SpoofCheck = "arp-forged-ip"    // ARP request claiming another endpoint's IP
+	ARPForeignMAC  SpoofCheck = "arp-foreign-mac"  // ARP request with the sender's IP and a foreign MAC
+	IPv6Frame      SpoofCheck = "ipv6"             // an IPv6 UDP packet
+	OtherEthertype SpoofCheck = "ethertype-0x88b5" // a frame of ethertype 0x88b5
+)
+
+// SpoofChecks lists every check in the order Spoof runs them.
+var SpoofChecks = []SpoofCheck{Genuine, ForgedUnused, ForgedPeer, ForgedPeerMAC, ForeignMAC,
+	GenuineARP, ARPForgedIP, ARPForeignMAC, IPv6Frame, OtherEthertype}
+
+// Forged reports whether a check sends anything but the sender's own IPv4
+// or ARP: a port bound to its endpoint drops it whatever the policy.
+func (c SpoofCheck) Forged() bool { return c != Genuine && c != GenuineARP }
+
+// SpoofResult is what the target saw of one check.
+type SpoofResult struct {
+	From    string     `json:"from"`
+	To      string     `json:"to"`
+	Check   SpoofCheck `json:"check"`
+	Forged  bool       `json:"forged"`
+	Arrived bool       `json:"arrived"`
+}
+
+// foreignMAC is a locally administered address no endpoint has.
+var foreignMAC = net.HardwareAddr{0x02, 0xc7, 0x1a, 0xb0, 0x00, 0x01}
+
+// SpoofOptions tune a spoof probe.
+type SpoofOptions struct {
+	// Wait is how long the target's sniffer waits for each check's frame
+	// (default 300ms; each frame is sent three times within it).
+	Wait time.Duration
+	// Unused is the forged source of ForgedUnused (default: the last
+	// address of the sender's subnet that no endpoint has).
+	Unused netip.Addr
+	// Port is the UDP destination port (default 81).
+	Port uint16
+}
+
+// Spoof runs every check from `from` to `to`, impersonating `peer` in the
+// checks that take another endpoint's addresses. Frames go to the
+// target's MAC when both are on one host, else to the sender's gateway
+// (the host bridge). The target needs no listener: a sniffer on its eth0
+// sees what arrives.
+func Spoof(ctx context.Context, lab *topology.Spec, from, to, peer *topology.Endpoint, o SpoofOptions) ([]SpoofResult, error) {
+	if o.Wait <= 0 {
+		o.Wait = 300 * time.Millisecond
+	}
+	if o.Port == 0 {
+		o.Port = 81
+	}
+	if !o.Unused.IsValid() {
+		o.Unused = unusedAddr(lab, from)
+	}
+	srcMAC, err := EndpointMAC(from)
+	if err != nil {
+		return nil, err
+	}
+	peerMAC, err := EndpointMAC(peer)
+	if err != nil {
+		return nil, err
+	}
+	dstMAC, err := EndpointMAC(to)
+	if err != nil {
+		return nil, err
+	}
+	if from.Host != to.Host {
+		if dstMAC, err = bridgeMAC(lab, from.Host); err != nil {
+			return nil, err
+		}
+	}
+	sn, err := Sniff(to.Netns, "eth0")
+	if err != nil {
+		return nil, err
+	}
+	defer sn.Close()
+	var out []SpoofResult
+	for _, c := range SpoofChecks {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		nonce := make([]byte, 16)
+		_, _ = rand.Read(nonce)
+		udp := func(mac net.HardwareAddr, src netip.Addr) []byte {
+			return UDPFrame(mac, dstMAC, netip.AddrPortFrom(src, 40000), netip.AddrPortFrom(to.IP, o.Port), nonce)
+		}
+		var frame []byte
+		match := func(f []byte) bool { return bytes.Contains(f, nonce) }
+		switch c {
+		case Genuine:
+			frame = udp(srcMAC, from.IP)
+		case ForgedUnused:
+			frame = udp(srcMAC, o.Unused)
+		case ForgedPeer:
+			frame = udp(srcMAC, peer.IP)
+		case ForgedPeerMAC:
+			frame = udp(peerMAC, peer.IP)
+		case ForeignMAC:
+			frame = udp(foreignMAC, from.IP)
+		case GenuineARP, ARPForgedIP, ARPForeignMAC:
+			mac, ip := srcMAC, from.IP
+			switch c {
+			case ARPForgedIP:
+				ip = peer.IP
+			case ARPForeignMAC:
+				mac = foreignMAC
+			}
+			frame = ARPRequest(mac, ip, to.IP, nonce)
+			match = func(f []byte) bool { return isARPFrom(f, mac, ip, to.IP) && bytes.Contains(f, nonce) }
+		case IPv6Frame:
+			frame = IPv6UDPFrame(srcMAC, dstMAC, nonce)
+		case OtherEthertype:
+			frame = EtherFrame(srcMAC, dstMAC, EtherOther, nonce)
+		}
+		arrived, err := sn.expect(from.Netns, frame, match, o.Wait)
+		if err != nil {
+			return nil, fmt.Errorf("spoof %s from %s: %w", c, from.ID(), err)
+		}
+		out = append(out, SpoofResult{From: from.ID(), To: to.ID(), Check: c, Forged: c.Forged(), Arrived: arrived})
+	}
+	return out, nil
+}
+
+// unusedAddr is the highest address of the sender's subnet below the
+// broadcast that no endpoint of the lab has.
+func unusedAddr(lab *topology.Spec, from *topology.Endpoint) netip.Addr {
+	pfx := netip.PrefixFrom(from.IP, from.Prefix).Masked()
+	taken := map[netip.Addr]bool{from.Gateway: true}
+	for _, ep := range lab.Endpoints {
+		taken[ep.IP] = true
+	}
+	a := pfx.Addr().As4()
+	last := binary.BigEndian.Uint32(a[:]) | (1<<(32-pfx.Bits()) - 1)
+	for v := last - 1; ; v-- {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], v)
+		if ip := netip.AddrFrom4(b); !taken[ip] || !pfx.Contains(ip) { // a full subnet: give up outside it
+			return ip
+		}
+	}
+}
+
+// EndpointMAC returns the MAC of an endpoint's eth0.
+func EndpointMAC(ep *topology.Endpoint) (net.HardwareAddr, error) {
+	return datapath.LinkMAC(ep.Netns, "eth0")
+}
+
+func bridgeMAC(lab *topology.Spec, host string) (net.HardwareAddr, error) {
+	h := lab.Host(host)
+	if h == nil {
+		return nil, fmt.Errorf("no host %q", host)
+	}
+	return datapath.LinkMAC(h.Netns, h.Bridge)
+}
+
+func ethHeader(src, dst net.HardwareAddr, etherType uint16) []byte {
+	b := make([]byte, 14, 128)
+	copy(b[0:6], dst)
+	copy(b[6:12], src)
+	binary.BigEndian.PutUint16(b[12:14], etherType)
+	return b
+}
+
+// pad makes a frame the Ethernet minimum (60 bytes without the FCS).
+func pad(b []byte) []byte {
+	for len(b) < 60 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// EtherFrame is a frame of any ethertype carrying payload.
+func EtherFrame(src, dst net.HardwareAddr, etherType uint16, payload []byte) []byte {
+	return pad(append(ethHeader(src, dst, etherType), payload...))
+}
+
+// UDPFrame is an IPv4 UDP packet in an Ethernet frame, with any source.
+func UDPFrame(srcMAC, dstMAC net.HardwareAddr, src, dst netip.AddrPort, payload []byte) []byte {
+	ip := make([]byte, 20+8+len(payload))
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
+	binary.BigEndian.PutUint16(ip[6:], 0x4000) // don't fragment
+	ip[8] = 64
+	ip[9] = unix.IPPROTO_UDP
+	s, d := src.Addr().As4(), dst.Addr().As4()
+	copy(ip[12:16], s[:])
+	copy(ip[16:20], d[:])
+	binary.BigEndian.PutUint16(ip[10:], checksum(ip[:20]))
+	udp := ip[20:]
+	binary.BigEndian.PutUint16(udp[0:], src.Port())
+	binary.BigEndian.PutUint16(udp[2:], dst.Port())
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
+	copy(udp[8:], payload) // checksum 0: none, allowed over IPv4
+	return pad(append(ethHeader(srcMAC, dstMAC, EtherIPv4), ip...))
+}
+
+// IPv6UDPFrame is an IPv6 UDP packet from fe80::1 to ff02::1.
+func IPv6UDPFrame(srcMAC, dstMAC net.HardwareAddr, payload []byte) []byte {
+	ip := make([]byte, 40+8+len(payload))
+	ip[0] = 0x60
+	binary.BigEndian.PutUint16(ip[4:], uint16(8+len(payload)))
+	ip[6] = unix.IPPROTO_UDP
+	ip[7] = 64
+	src, dst := netip.MustParseAddr("fe80::1").As16(), netip.MustParseAddr("ff02::1").As16()
+	copy(ip[8:24], src[:])
+	copy(ip[24:40], dst[:])
+	udp := ip[40:]
+	binary.BigEndian.PutUint16(udp[0:], 40000)
+	binary.BigEndian.PutUint16(udp[2:], 81)
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
+	copy(udp[8:], payload)
+	return pad(append(ethHeader(srcMAC, dstMAC, EtherIPv6), ip...))
+}
+
+var broadcast = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// ARPRequest is a broadcast ARP request "who has target, tell senderIP at
+// senderMAC"; trailer goes into the frame's padding, so a sniffer can tell
+// this frame from others.
+func ARPRequest(senderMAC net.HardwareAddr, senderIP, target netip.Addr, trailer []byte) []byte {
+	a := make([]byte, 28)
+	binary.BigEndian.PutUint16(a[0:], 1) // Ethernet
+	binary.BigEndian.PutUint16(a[2:], EtherIPv4)
+	a[4], a[5] = 6, 4
+	binary.BigEndian.PutUint16(a[6:], 1) // request
+	copy(a[8:14], senderMAC)
+	s, t := senderIP.As4(), target.As4()
+	copy(a[14:18], s[:])
+	copy(a[24:28], t[:])
+	return pad(append(append(ethHeader(senderMAC, broadcast, EtherARP), a...), trailer...))
+}
+
+func isARPFrom(f []byte, mac net.HardwareAddr, ip, target netip.Addr) bool {
+	if len(f) < 42 || binary.BigEndian.Uint16(f[12:]) != EtherARP {
+		return false
+	}
+	s, t := ip.As4(), target.As4()
+	return bytes.Equal(f[22:28], mac) && bytes.Equal(f[28:32], s[:]) && bytes.Equal(f[38:42], t[:])
+}
+
+func checksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// packetSocket opens an AF_PACKET socket in ns bound to dev.
+func packetSocket(ns, dev string) (int, int, error) {
+	fd, ifindex := -1, 0
+	err := netns.Do(ns, func() error {
+		ifi, err := net.InterfaceByName(dev)
+		if err != nil {
+			return err
+		}
+		ifindex = ifi.Index
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		if err != nil {
+			return fmt.Errorf("packet socket: %w", err)
+		}
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex})
+	})
+	if err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return -1, 0, fmt.Errorf("%s in %s: %w", dev, ns, err)
+	}
+	return fd, ifindex, nil
+}
+
+// SendFrames sends raw frames out of dev in ns.
+func SendFrames(ns, dev string, frames ...[]byte) error {
+	fd, ifindex, err := packetSocket(ns, dev)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	for _, f := range frames {
+		to := &unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6, Protocol: htons(binary.BigEndian.Uint16(f[12:]))}
+		copy(to.Addr[:], f[0:6])
+		if err := unix.Sendto(fd, f, 0, to); err != nil {
+			return fmt.Errorf("send on %s in %s: %w", dev, ns, err)
+		}
+	}
+	return nil
+}
+
+// Sniffer records the frames a device receives (not those it sends).
+type Sniffer struct {
+	fd     int
+	mu     sync.Mutex
+	frames [][]byte
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// Sniff starts recording the frames dev in ns receives.
+func Sniff(ns, dev string) (*Sniffer, error) {
+	fd, _, err := packetSocket(ns, dev)
+	if err != nil {
+		return nil, err
+	}
+	tv := unix.NsecToTimeval((50 * time.Millisecond).Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	s := &Sniffer{fd: fd, stop: make(chan struct{}), done: make(chan struct{})}
+	go s.loop()
+	return s, nil
+}
+
+func (s *Sniffer) loop() {
+	defer close(s.done)
+	buf := make([]byte, 65536)
+	for {
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
+		n, from, err := unix.Recvfrom(s.fd, buf, 0)
+		if err != nil {
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return
+		}
+		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+			continue
+		}
+		s.mu.Lock()
+		s.frames = append(s.frames, bytes.Clone(buf[:n]))
+		s.mu.Unlock()
+	}
+}
+
+// Saw reports whether a frame received so far matches.
+func (s *Sniffer) Saw(match func([]byte) bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.frames {
+		if match(f) {
+			return true
+		}
+	}
+	return false
+}
+
+// expect sends frame three times from the sender's eth0 within wait and
+// reports whether the sniffer saw it.
+func (s *Sniffer) expect(ns string, frame []byte, match func([]byte) bool, wait time.Duration) (bool, error) {
+	deadline := time.Now().Add(wait)
+	for i := 0; i < 3; i++ {
+		if err := SendFrames(ns, "eth0", frame); err != nil {
+			return false, err
+		}
+		time.Sleep(wait / 6)
+		if s.Saw(match) {
+			return true, nil
+		}
+	}
+	time.Sleep(time.Until(deadline))
+	return s.Saw(match), nil
+}
+
+// Close stops the sniffer.
+func (s *Sniffer) Close() {
+	close(s.stop)
+	<-s.done
+	unix.Close(s.fd)
+}
+
+// SpoofAll runs Spoof from every endpoint of a lab with hosts: to another
+// endpoint of its host when there is one (so the frames cross the bridge),
+// impersonating a third endpoint (of the same host when possible).
+func SpoofAll(ctx context.Context, lab *topology.Spec, o SpoofOptions) ([]SpoofResult, error) {
+	if len(lab.Endpoints) < 3 {
+		return nil, errors.New("the spoof probe needs at least three endpoints (a sender, a target and one to impersonate)")
+	}
+	var out []SpoofResult
+	for i := range lab.Endpoints {
+		from := &lab.Endpoints[i]
+		to := pickOther(lab, from.Host, from)
+		peer := pickOther(lab, from.Host, from, to)
+		res, err := Spoof(ctx, lab, from, to, peer, o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res...)
+	}
+	return out, nil
+}
+
+// pickOther returns the first endpoint not in not, on host if one is.
+func pickOther(lab *topology.Spec, host string, not ...*topology.Endpoint) *topology.Endpoint {
+	var other *topology.Endpoint
+	for i := range lab.Endpoints {
+		ep := &lab.Endpoints[i]
+		if slices.Contains(not, ep) {
+			continue
+		}
+		if ep.Host == host {
+			return ep
+		}
+		if other == nil {
+			other = ep
+		}
+	}
+	return other
+}
