@@ -63,12 +63,6 @@ func TestSpoofing(t *testing.T) {
 				}
 				for _, r := range res {
 					want := r.Check == probe.GenuineARP && to.Host == xc.Host && bridged
-					if r.Arrived && dp == "ebpf-legacy" && (r.Check == probe.ARPForgedIP || r.Check == probe.ARPForeignMAC) {
-						// The legacy-mode ARP check of the eBPF datapath
-						// is pinned by its own test (issue [2/9]).
-						t.Logf("known gap: %s -> %s %s arrived", r.From, r.To, r.Check)
-						continue
-					}
 					if r.Arrived != want {
 						t.Errorf("%s -> %s %s: arrived=%v, want %v", r.From, r.To, r.Check, r.Arrived, want)
 					}
