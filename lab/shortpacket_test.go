@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/probe"
 )
 
 // denyFromY denies everything from namespace y into namespace x, without
@@ -89,7 +90,7 @@ func sendAndSniff(srcNs, dstNs string, src, dst netip.Addr, proto uint8, payload
 	var sniff int
 	if err := netns.Do(dstNs, func() error {
 		var err error
-		sniff, err = unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM, int(htons(unix.ETH_P_IP)))
+		sniff, err = unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM, int(probe.Htons(unix.ETH_P_IP)))
 		return err
 	}); err != nil {
 		return false, fmt.Errorf("sniffer: %w", err)
@@ -108,7 +109,7 @@ func sendAndSniff(srcNs, dstNs string, src, dst netip.Addr, proto uint8, payload
 	s4, d4 := src.As4(), dst.As4()
 	copy(pkt[12:], s4[:])
 	copy(pkt[16:], d4[:])
-	binary.BigEndian.PutUint16(pkt[10:], checksum(pkt[:20]))
+	binary.BigEndian.PutUint16(pkt[10:], probe.Checksum(pkt[:20]))
 	if err := netns.Do(srcNs, func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW) // IP_HDRINCL implied
 		if err != nil {
@@ -140,17 +141,4 @@ func sendAndSniff(srcNs, dstNs string, src, dst netip.Addr, proto uint8, payload
 		}
 	}
 	return false, nil
-}
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
-func checksum(b []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(b[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return ^uint16(sum)
 }

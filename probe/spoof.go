@@ -232,7 +232,7 @@ func UDPFrame(srcMAC, dstMAC net.HardwareAddr, src, dst netip.AddrPort, payload 
 	s, d := src.Addr().As4(), dst.Addr().As4()
 	copy(ip[12:16], s[:])
 	copy(ip[16:20], d[:])
-	binary.BigEndian.PutUint16(ip[10:], checksum(ip[:20]))
+	binary.BigEndian.PutUint16(ip[10:], Checksum(ip[:20]))
 	udp := ip[20:]
 	binary.BigEndian.PutUint16(udp[0:], src.Port())
 	binary.BigEndian.PutUint16(udp[2:], dst.Port())
@@ -285,7 +285,9 @@ func isARPFrom(f []byte, mac net.HardwareAddr, ip, target netip.Addr) bool {
 	return bytes.Equal(f[22:28], mac) && bytes.Equal(f[28:32], s[:]) && bytes.Equal(f[38:42], t[:])
 }
 
-func checksum(b []byte) uint16 {
+// Checksum is the Internet checksum (RFC 1071) of b, as an IPv4 header
+// carries it.
+func Checksum(b []byte) uint16 {
 	var sum uint32
 	for i := 0; i+1 < len(b); i += 2 {
 		sum += uint32(binary.BigEndian.Uint16(b[i:]))
@@ -296,7 +298,9 @@ func checksum(b []byte) uint16 {
 	return ^uint16(sum)
 }
 
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
+// Htons is a 16-bit value in network byte order, as AF_PACKET sockets
+// take protocols.
+func Htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // packetSocket opens an AF_PACKET socket in ns bound to dev.
 func packetSocket(ns, dev string) (int, int, error) {
@@ -307,11 +311,11 @@ func packetSocket(ns, dev string) (int, int, error) {
 			return err
 		}
 		ifindex = ifi.Index
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(Htons(unix.ETH_P_ALL)))
 		if err != nil {
 			return fmt.Errorf("packet socket: %w", err)
 		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex})
+		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: Htons(unix.ETH_P_ALL), Ifindex: ifindex})
 	})
 	if err != nil {
 		if fd >= 0 {
@@ -330,7 +334,7 @@ func SendFrames(ns, dev string, frames ...[]byte) error {
 	}
 	defer unix.Close(fd)
 	for _, f := range frames {
-		to := &unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6, Protocol: htons(binary.BigEndian.Uint16(f[12:]))}
+		to := &unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6, Protocol: Htons(binary.BigEndian.Uint16(f[12:]))}
 		copy(to.Addr[:], f[0:6])
 		if err := unix.Sendto(fd, f, 0, to); err != nil {
 			return fmt.Errorf("send on %s in %s: %w", dev, ns, err)

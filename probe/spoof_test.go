@@ -16,7 +16,7 @@ func TestFrames(t *testing.T) {
 	if len(f) != 60 || binary.BigEndian.Uint16(f[12:]) != EtherIPv4 {
 		t.Fatalf("udp frame: %d bytes, type %#x", len(f), binary.BigEndian.Uint16(f[12:]))
 	}
-	if checksum(f[14:34]) != 0 {
+	if Checksum(f[14:34]) != 0 {
 		t.Errorf("IPv4 header checksum does not verify: % x", f[14:34])
 	}
 	if got := netip.AddrFrom4([4]byte(f[26:30])); got != netip.MustParseAddr("10.0.0.1") {
