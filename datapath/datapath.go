@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/rundir"
@@ -123,19 +124,13 @@ func EnableBridgeNetfilter(hostNetns string) error {
 	})
 }
 
-// afterKernel, set only by tests, runs on each host between its kernel
-// transaction and the save of its state: a test panics there to stand for
-// cnlab being killed at that moment.
-var afterKernel func(host string)
+// KernelChanged marks the fault point between changing a host's kernel
+// and saving its state (ApplyHosts calls it, and the eBPF datapath with
+// its own apply): the fault-injection tests stop cnlab there.
+func KernelChanged(host string) { _ = fault.At("kernel", host) }
 
-// KernelChanged is called by a datapath with its own apply (eBPF) between
-// changing a host's kernel and saving its state, where ApplyHosts calls
-// afterKernel: the fault-injection tests stop it there.
-func KernelChanged(host string) {
-	if afterKernel != nil {
-		afterKernel(host)
-	}
-}
+// HostDone marks the fault point after a host is finished, before the next.
+func HostDone(host string) { _ = fault.At("host-done", host) }
 
 // dirtyPath marks a host's state as not to be trusted: it exists from just
 // before cnlab touches the host's kernel until the state file records what
@@ -245,7 +240,11 @@ func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, k kind.Kind,
 		if err := MarkDirty(path); err != nil {
 			return rollback(fmt.Errorf("host %s: mark datapath state: %w", h.Name, err))
 		}
-		if err := update(ctx, h.Netns, have, &want); err != nil {
+		err := fault.At("dirty", h.Name)
+		if err == nil {
+			err = update(ctx, h.Netns, have, &want)
+		}
+		if err != nil {
 			// update fails only when no transaction of it committed: a
 			// host whose state was known still has it. A cancelled
 			// context may have hit a tool after its commit: keep the mark.
@@ -261,10 +260,12 @@ func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, k kind.Kind,
 			applied = append(applied, d)
 			return rollback(fmt.Errorf("host %s: save datapath state: %w", h.Name, err))
 		}
+		_ = fault.At("saved", h.Name)
 		// A mark that cannot be removed only costs the next apply a
 		// rebuild of this host.
 		_ = ClearDirty(path)
 		applied = append(applied, d)
+		HostDone(h.Name)
 	}
 	return nil
 }

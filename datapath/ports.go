@@ -30,7 +30,7 @@ type Port struct {
 // endpoint's port passes only if it is IPv4 from the endpoint's MAC and
 // IP, or ARP whose Ethernet source and sender MAC are the endpoint's and
 // whose sender IP is the endpoint's; everything else from that port
-// (forged sources, IPv6, other ethertypes, VLAN tags) is dropped. Frames
+// (forged sources, IPv6, other ethertypes, VLAN-tagged frames) is dropped. Frames
 // from other ports (a VXLAN device) are not looked at. The cost is one
 // hash lookup for every bridged frame and one more for endpoints' frames.
 // It is pure, so it is tested without root.
@@ -46,6 +46,11 @@ func PortScript(ports []Port) string {
 	fmt.Fprintf(&b, "add chain %s prerouting { type filter hook prerouting priority filter; policy accept; }\n", t)
 	fmt.Fprintf(&b, "add chain %s port\n", t)
 	fmt.Fprintf(&b, "add rule %s prerouting iifname @ports jump port\n", t)
+	// A VLAN tag is stripped into the packet's metadata before the
+	// bridge, where `ip saddr` then reads the inner header, and
+	// br_netfilter does not show tagged frames to the policy's chains
+	// (bridge-nf-filter-vlan-tagged is off): drop them first.
+	fmt.Fprintf(&b, "add rule %s port ether type { 8021q, 8021ad } counter drop\n", t)
 	fmt.Fprintf(&b, "add rule %s port iifname . ether saddr . ip saddr @ip4 accept\n", t)
 	fmt.Fprintf(&b, "add rule %s port iifname . ether saddr . arp saddr ether . arp saddr ip @arp4 accept\n", t)
 	fmt.Fprintf(&b, "add rule %s port counter drop\n", t)

@@ -309,3 +309,31 @@ func TestNftablesNewGeneration(t *testing.T) {
 		checkMatrix(t, fmt.Sprintf("ranges from %d", base), spec, pols)
 	}
 }
+
+// TestIPTablesJumpRestored removes FORWARD's jump to CNLAB-FWD by hand on
+// one host, where it makes every policy moot, and checks that the next
+// apply puts it back (the recorded state is trusted; the jump is checked
+// on every apply) and the lab enforces the policies again.
+func TestIPTablesJumpRestored(t *testing.T) {
+	spec := scenarioLab(t, "t-iptjump", "iptables", "wire")
+	ctx := context.Background()
+	pols := mustParse(t, denyFromY)
+	if _, err := Apply(ctx, spec.Name, pols); err != nil {
+		t.Fatal(err)
+	}
+	_, _, bin := spec.IPTables.Tools()
+	flip := spec.Host("flip")
+	jump := []string{"FORWARD", "-m", "comment", "--comment", "cnlab policy", "-j", "CNLAB-FWD"}
+	if _, err := netns.Run(ctx, flip.Netns, nil, bin, append([]string{"-w", "-D"}, jump...)...); err != nil {
+		t.Fatal(err)
+	}
+	more := mustParse(t, spoofPolicies)
+	pols = append(pols, more...)
+	if _, err := Apply(ctx, spec.Name, more); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netns.Run(ctx, flip.Netns, nil, bin, append([]string{"-w", "-C"}, jump...)...); err != nil {
+		t.Fatalf("the jump is still missing after an apply: %v", err)
+	}
+	checkMatrix(t, "after the jump was removed by hand", spec, pols)
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/datapath/registry"
+	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -192,6 +193,9 @@ func modify(ctx context.Context, labName string, tolerateBad bool, f func([]*pol
 		return nil, err
 	}
 	defer unlock()
+	if err := fault.At("locked", ""); err != nil {
+		return nil, err
+	}
 	spec, dp, err := openDatapath(labName)
 	if err != nil {
 		return nil, err
@@ -209,9 +213,13 @@ func modify(ctx context.Context, labName string, tolerateBad bool, f func([]*pol
 	if err != nil {
 		return nil, err
 	}
+	if err := fault.At("staged", ""); err != nil {
+		return nil, err
+	}
 	if ch.Compiled, err = applyLocked(ctx, spec, dp, next); err != nil {
 		return nil, err
 	}
+	_ = fault.At("applied", "")
 	if err := commit(); err != nil {
 		return nil, fmt.Errorf("store policies: %w", err)
 	}

@@ -107,14 +107,9 @@ func Spoof(ctx context.Context, lab *topology.Spec, from, to, peer *topology.End
 	if err != nil {
 		return nil, err
 	}
-	dstMAC, err := EndpointMAC(to)
+	dstMAC, err := FrameDst(lab, from, to)
 	if err != nil {
 		return nil, err
-	}
-	if from.Host != to.Host {
-		if dstMAC, err = bridgeMAC(lab, from.Host); err != nil {
-			return nil, err
-		}
 	}
 	sn, err := Sniff(to.Netns, "eth0")
 	if err != nil {
@@ -159,7 +154,7 @@ func Spoof(ctx context.Context, lab *topology.Spec, from, to, peer *topology.End
 		case OtherEthertype:
 			frame = EtherFrame(srcMAC, dstMAC, EtherOther, nonce)
 		}
-		arrived, err := sn.expect(from.Netns, frame, match, o.Wait)
+		arrived, err := sn.Expect(from.Netns, match, o.Wait, frame)
 		if err != nil {
 			return nil, fmt.Errorf("spoof %s from %s: %w", c, from.ID(), err)
 		}
@@ -192,6 +187,16 @@ func EndpointMAC(ep *topology.Endpoint) (net.HardwareAddr, error) {
 	return datapath.LinkMAC(ep.Netns, "eth0")
 }
 
+// FrameDst is the destination MAC of a frame from one endpoint to
+// another: the target's when both are on one host, else the sender's
+// gateway (its host's bridge).
+func FrameDst(lab *topology.Spec, from, to *topology.Endpoint) (net.HardwareAddr, error) {
+	if from.Host == to.Host {
+		return EndpointMAC(to)
+	}
+	return bridgeMAC(lab, from.Host)
+}
+
 func bridgeMAC(lab *topology.Spec, host string) (net.HardwareAddr, error) {
 	h := lab.Host(host)
 	if h == nil {
@@ -221,24 +226,64 @@ func EtherFrame(src, dst net.HardwareAddr, etherType uint16, payload []byte) []b
 	return pad(append(ethHeader(src, dst, etherType), payload...))
 }
 
-// UDPFrame is an IPv4 UDP packet in an Ethernet frame, with any source.
-func UDPFrame(srcMAC, dstMAC net.HardwareAddr, src, dst netip.AddrPort, payload []byte) []byte {
-	ip := make([]byte, 20+8+len(payload))
-	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
-	binary.BigEndian.PutUint16(ip[6:], 0x4000) // don't fragment
+// IPv4 is the header of an IPv4 packet the frame builders write: any
+// source, fragment fields and options.
+type IPv4 struct {
+	Src, Dst netip.Addr
+	Proto    uint8
+	ID       uint16
+	Frag     uint16 // flags and fragment offset as on the wire
+	Options  []byte // a multiple of 4 bytes
+}
+
+// IPv4 flags and fragment offset.
+const (
+	IPv4DontFragment  = 0x4000
+	IPv4MoreFragments = 0x2000
+)
+
+// Frame is the packet, with payload after the header (the transport
+// header, whole or in part, or a fragment of it), in an Ethernet frame.
+func (h IPv4) Frame(srcMAC, dstMAC net.HardwareAddr, payload []byte) []byte {
+	hl := 20 + len(h.Options)
+	ip := make([]byte, hl, hl+len(payload))
+	ip[0] = 0x40 | byte(hl/4)
+	binary.BigEndian.PutUint16(ip[2:], uint16(hl+len(payload)))
+	binary.BigEndian.PutUint16(ip[4:], h.ID)
+	binary.BigEndian.PutUint16(ip[6:], h.Frag)
 	ip[8] = 64
-	ip[9] = unix.IPPROTO_UDP
-	s, d := src.Addr().As4(), dst.Addr().As4()
+	ip[9] = h.Proto
+	s, d := h.Src.As4(), h.Dst.As4()
 	copy(ip[12:16], s[:])
 	copy(ip[16:20], d[:])
-	binary.BigEndian.PutUint16(ip[10:], Checksum(ip[:20]))
-	udp := ip[20:]
-	binary.BigEndian.PutUint16(udp[0:], src.Port())
-	binary.BigEndian.PutUint16(udp[2:], dst.Port())
-	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
-	copy(udp[8:], payload) // checksum 0: none, allowed over IPv4
-	return pad(append(ethHeader(srcMAC, dstMAC, EtherIPv4), ip...))
+	copy(ip[20:], h.Options)
+	binary.BigEndian.PutUint16(ip[10:], Checksum(ip))
+	return pad(append(append(ethHeader(srcMAC, dstMAC, EtherIPv4), ip...), payload...))
+}
+
+// UDP is a UDP header and payload (checksum 0: none, allowed over IPv4).
+func UDP(sport, dport uint16, payload []byte) []byte {
+	b := make([]byte, 8, 8+len(payload))
+	binary.BigEndian.PutUint16(b[0:], sport)
+	binary.BigEndian.PutUint16(b[2:], dport)
+	binary.BigEndian.PutUint16(b[4:], uint16(8+len(payload)))
+	return append(b, payload...)
+}
+
+// UDPFrame is an IPv4 UDP packet in an Ethernet frame, with any source.
+func UDPFrame(srcMAC, dstMAC net.HardwareAddr, src, dst netip.AddrPort, payload []byte) []byte {
+	h := IPv4{Src: src.Addr(), Dst: dst.Addr(), Proto: unix.IPPROTO_UDP, Frag: IPv4DontFragment}
+	return h.Frame(srcMAC, dstMAC, UDP(src.Port(), dst.Port(), payload))
+}
+
+// VLANTagged inserts a VLAN tag (tpid 0x8100, or 0x88a8 for an outer
+// QinQ tag) after a frame's addresses.
+func VLANTagged(frame []byte, tpid, vid uint16) []byte {
+	out := make([]byte, 0, len(frame)+4)
+	out = append(out, frame[:12]...)
+	out = binary.BigEndian.AppendUint16(out, tpid)
+	out = binary.BigEndian.AppendUint16(out, vid&0xfff)
+	return append(out, frame[12:]...)
 }
 
 // IPv6UDPFrame is an IPv6 UDP packet from fe80::1 to ff02::1.
@@ -405,12 +450,12 @@ func (s *Sniffer) Saw(match func([]byte) bool) bool {
 	return false
 }
 
-// expect sends frame three times from the sender's eth0 within wait and
-// reports whether the sniffer saw it.
-func (s *Sniffer) expect(ns string, frame []byte, match func([]byte) bool, wait time.Duration) (bool, error) {
+// Expect sends frames (in order) three times from the sender's eth0
+// within wait and reports whether the sniffer saw one that matches.
+func (s *Sniffer) Expect(ns string, match func([]byte) bool, wait time.Duration, frames ...[]byte) (bool, error) {
 	deadline := time.Now().Add(wait)
 	for i := 0; i < 3; i++ {
-		if err := SendFrames(ns, "eth0", frame); err != nil {
+		if err := SendFrames(ns, "eth0", frames...); err != nil {
 			return false, err
 		}
 		time.Sleep(wait / 6)

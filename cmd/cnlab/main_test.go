@@ -24,6 +24,7 @@ import (
 // runs main, so tests drive the real CLI in a separate process.
 func TestMain(m *testing.M) {
 	if os.Getenv("CNLAB_TEST_MAIN") == "1" {
+		armFault(os.Getenv(faultEnv))
 		main()
 		return
 	}

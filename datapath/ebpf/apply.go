@@ -12,6 +12,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -60,6 +61,9 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 		if s != nil {
 			all = append(all, s)
 		}
+		if err == nil {
+			err = fault.At("ebpf-staged", h.Name)
+		}
 		if err != nil {
 			return fmt.Errorf("host %s: %w (no host changed)", h.Name, err)
 		}
@@ -72,11 +76,16 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 		if err := datapath.MarkDirty(datapath.StatePath(lab.Name, kind.EBPF, s.host.Name)); err != nil {
 			return fmt.Errorf("host %s: mark datapath state: %w (no host changed)", s.host.Name, err)
 		}
+		_ = fault.At("dirty", s.host.Name)
 	}
 	for i, s := range all {
 		next := s.cfg
 		next.Gen = 1 - s.cfg.Gen
-		if err := s.maps.config.Put(uint32(0), next); err != nil {
+		err := fault.At("ebpf-switch", s.host.Name)
+		if err == nil {
+			err = s.maps.config.Put(uint32(0), next)
+		}
+		if err != nil {
 			for _, p := range all[:i] {
 				_ = p.maps.config.Put(uint32(0), p.cfg)
 			}
@@ -93,10 +102,12 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 		if err := datapath.SaveState(path, s.state); err != nil {
 			_ = os.Remove(path) // the next apply then rebuilds every map
 		} else {
+			_ = fault.At("saved", s.host.Name)
 			_ = datapath.ClearDirty(path)
 		}
 		_ = pinActive(s)
 		_ = setIdentities(s.maps, plans[s.host.Name])
+		datapath.HostDone(s.host.Name)
 	}
 	return nil
 }

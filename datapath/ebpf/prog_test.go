@@ -437,6 +437,24 @@ func TestProgSpoof(t *testing.T) {
 	}
 }
 
+// TestProgIngressDestination: a packet handed to an endpoint must be
+// addressed to it. With legacy host routing the bridge delivers by MAC, so
+// a frame sent to A's MAC with B's address would otherwise be judged by
+// A's ingress (here open to R) instead of B's (closed).
+func TestProgIngressDestination(t *testing.T) {
+	for _, mode := range []string{kind.HostRoutingBPF, kind.HostRoutingLegacy} {
+		t.Run(mode, func(t *testing.T) {
+			h := newHarness(t, harnessOpts{hostRouting: mode})
+			h.setPolicy(0, epA, cnlabIsolationISO_INGRESS, allow(policy.Ingress, idR, protoUDP, 53))
+			h.setPolicy(0, epB, cnlabIsolationISO_INGRESS)
+			h.toEp(t, "R to A", udpPkt(addrR, epA.ip, 1000, 53), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
+			for _, dst := range []netip.Addr{epB.ip, netip.MustParseAddr("10.0.0.99"), netip.MustParseAddr("10.0.0.255"), netip.MustParseAddr("255.255.255.255")} {
+				h.toEp(t, "R to "+dst.String()+" on A's port", udpPkt(addrR, dst, 1000, 53), actShot, ingress(epA, cnlabReasonR_DROP_UNKNOWN))
+			}
+		})
+	}
+}
+
 // TestProgDenyWins: a deny entry beats any allow, whichever of the two
 // lookups (peer or wildcard peer) finds it, isolated or not.
 func TestProgDenyWins(t *testing.T) {
@@ -822,4 +840,61 @@ func BenchmarkCTEviction(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkFragEviction measures after how many first fragments from one
+// endpoint (B, to R, each of a datagram of its own) another endpoint's
+// pending datagram (A's first fragment passed, the rest not yet) loses
+// its entry in the fragment map, so that A's later fragments are dropped;
+// with A's datagram untouched after its first fragment, and with one of
+// its later fragments seen before the flood. The map is one LRU of 8,192
+// entries per host. The metric is fragments-to-evict (0: never, within 4
+// times the map); it runs once whatever b.N (BENCHMARKS.md):
+//
+//	roottest -run '^$' -bench FragEviction -benchtime 1x ./datapath/ebpf/
+func BenchmarkFragEviction(b *testing.B) {
+	size := int(compiledMapSize(b, "cnlab_frag"))
+	for _, touched := range []bool{false, true} {
+		b.Run(fmt.Sprintf("laterSeen=%v", touched), func(b *testing.B) {
+			onOneCPU(b)
+			h := newHarness(b, harnessOpts{})
+			dgram := ipHdr{src: epA.ip, dst: addrW, proto: protoUDP, id: 77}
+			first, later := fragments(dgram, udpHdr(5000, 53, make([]byte, 64)), 32)
+			h.run(b, h.objs.CnlabFromEp, first)
+			if touched {
+				h.run(b, h.objs.CnlabFromEp, later)
+			}
+			key := cnlabFragKey{Saddr: ip4(epA.ip), Daddr: ip4(addrW), Id: 77, Proto: protoUDP, Scope: 1 + dirOut, Ep: uint16(epA.index)}
+			var v cnlabFragVal
+			if err := h.objs.CnlabFrag.Lookup(key, &v); err != nil {
+				b.Fatalf("A's first fragment left no entry: %v", err)
+			}
+			h.runAs(epB)
+			n := 0
+			for i := 1; i <= 4*size; i++ {
+				f, _ := fragments(ipHdr{src: epB.ip, dst: addrR, proto: protoUDP, id: uint16(i)}, udpHdr(uint16(1000+i>>16), 53, make([]byte, 64)), 32)
+				copy(f[6:12], epB.mac[:])
+				ret, err := h.objs.CnlabFromEp.Run(&ebpf.RunOptions{Data: f, Context: skbCtx{Ifindex: testIfindex}})
+				if err != nil || ret != actOK {
+					b.Fatalf("flood fragment %d: %s, %v", i, actName(ret), err)
+				}
+				if h.objs.CnlabFrag.Lookup(key, &v) != nil {
+					n = i
+					break
+				}
+			}
+			h.runAs(epA)
+			b.ReportMetric(float64(n), "fragments-to-evict")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// compiledMapSize is the size of one of the collection's maps as compiled.
+func compiledMapSize(b *testing.B, name string) uint32 {
+	spec, err := loadCnlab()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return spec.Maps[name].MaxEntries
 }

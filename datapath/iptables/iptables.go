@@ -77,18 +77,26 @@ type hostState struct {
 // chain removed, in one commit too.
 func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
 	restore, save, _ := tools(lab)
+	_, _, bin := tools(lab)
 	rebuild := func(ctx context.Context, ns string, want *hostState) error {
 		listing, err := netns.Run(ctx, ns, nil, save, "-t", "filter")
 		if err != nil {
 			return err
 		}
-		_, err = netns.Run(ctx, ns, []byte(rebuildScript(ownChains(string(listing)), want.Chains)), restore, "-w", "--noflush")
+		script := rebuildScript(ownChains(string(listing)), want.Chains)
+		if !hasJump(string(listing)) {
+			script = strings.TrimSuffix(script, "COMMIT\n") + jumpRule + "\nCOMMIT\n"
+		}
+		_, err = netns.Run(ctx, ns, []byte(script), restore, "-w", "--noflush")
 		return err
 	}
 	return datapath.ApplyHosts(ctx, lab, kind.IPTables,
 		func(host string) hostState { return Render(lab, host, c) },
 		func(ctx context.Context, ns string, have, want *hostState) error {
-			if have == nil {
+			// Without the jump from FORWARD (removed by hand) no
+			// chain of cnlab's is seen: put it back with the rest.
+			_, jumpErr := netns.Run(ctx, ns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain)
+			if have == nil || jumpErr != nil {
 				return rebuild(ctx, ns, want)
 			}
 			script := diffScript(have.Chains, want.Chains)
@@ -102,6 +110,20 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 			}
 			return nil
 		})
+}
+
+// jumpRule hooks CNLAB-FWD into FORWARD, first, in a restore script.
+var jumpRule = fmt.Sprintf("-I FORWARD 1 -m comment --comment %q -j %s", comment, fwdChain)
+
+// hasJump reports whether an iptables-save listing has FORWARD's jump to
+// CNLAB-FWD.
+func hasJump(listing string) bool {
+	for _, line := range strings.Split(listing, "\n") {
+		if strings.HasPrefix(line, "-A FORWARD ") && strings.HasSuffix(line, " -j "+fwdChain) {
+			return true
+		}
+	}
+	return false
 }
 
 // ownChains returns the cnlab chains in an iptables-save listing.

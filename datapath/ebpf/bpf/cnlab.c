@@ -955,6 +955,11 @@ int cnlab_to_ep(struct __sk_buff *skb)
 	int r = parse(skb, &p);
 	if (r)
 		return finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, 0, dst->identity, rule);
+	// Only the endpoint's own address: with legacy host routing the bridge
+	// delivers by MAC, so a frame sent to this endpoint's MAC could carry
+	// another endpoint's address and be judged against the wrong policy.
+	if (p.daddr != dst->ip)
+		return finish(cfg, skb, &p, dst->index, DIR_INGRESS, R_DROP_UNKNOWN, 0, dst->identity, rule);
 	r = side(cfg, dst, DIR_INGRESS, &p, bpf_ktime_get_ns(), &peer_id, &rule);
 	return finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule);
 }
