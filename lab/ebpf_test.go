@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/cnlab/cnlab/datapath/ebpf"
+	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/scenarios"
 	"github.com/cnlab/cnlab/internal/testutil"
@@ -296,4 +297,46 @@ func TestMonitorEndsWithLab(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("monitor still running 5 s after its lab went down")
 	}
+}
+
+// TestEBPFUpdateFailsHalfWay makes the eBPF datapath's apply fail where a
+// map update can fail: building the second host's next generation (after
+// the first host's was built), and switching the second host's generation
+// (after the first host switched). Either way the apply fails, no host is
+// left on the new policy (the first host is switched back), the stored set
+// is the old one, and the next apply goes through.
+func TestEBPFUpdateFailsHalfWay(t *testing.T) {
+	spec := scenarioLab(t, "t-ebpf-half", "ebpf", "wire")
+	ctx := context.Background()
+	old := mustParse(t, denyFromY)
+	if _, err := Apply(ctx, spec.Name, old); err != nil {
+		t.Fatal(err)
+	}
+	next := mustParse(t, spoofPolicies)
+	injected := errors.New("injected map update failure")
+	for _, point := range []string{"ebpf-staged", "ebpf-switch"} {
+		fault.SetHook(func(p, host string) error {
+			if p == point && host == "flap" {
+				return injected
+			}
+			return nil
+		})
+		_, err := Apply(ctx, spec.Name, next)
+		fault.SetHook(nil)
+		if !errors.Is(err, injected) {
+			t.Fatalf("%s on flap: apply returned %v, want the injected failure", point, err)
+		}
+		stored, err := Policies(spec.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(stored) != len(old) {
+			t.Errorf("%s on flap: %d policies stored after the failed apply, want the %d of before", point, len(stored), len(old))
+		}
+		checkMatrix(t, point+" failed on flap", spec, old)
+	}
+	if _, err := Apply(ctx, spec.Name, next); err != nil {
+		t.Fatal(err)
+	}
+	checkMatrix(t, "the next apply", spec, append(old, next...))
 }
