@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -102,8 +103,8 @@ var oddCases = []oddCase{
 		f.ip.Options = []byte{7, 11, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 		return [][]byte{f.whole(f.udp(82))}
 	}},
-	// Tagged frames: x/a has no VLAN device, so even an allowed one need
-	// not arrive; from a denied sender none may.
+	// Endpoints speak untagged IPv4 and ARP only: tagged frames are
+	// dropped whoever sends them.
 	{"802.1Q-tagged, port 81", false, func(f oddFrames) [][]byte {
 		return [][]byte{probe.VLANTagged(f.whole(f.udp(81)), 0x8100, 5)}
 	}},
@@ -119,7 +120,8 @@ var oddCases = []oddCase{
 // y/a (the other host, denied). x/a listens on UDP 81 and 82 and sniffs
 // its eth0. From y/b and y/a no frame may arrive at all. From z/a nothing
 // may reach port 82, and what the policy allows must reach port 81: the
-// control that this shape gets through when it should. (An overlap may
+// control that this shape gets through when it should. Tagged frames
+// arrive from no one. (An overlap may
 // let z/a's port-81 fragment through; x/a's kernel then drops the
 // datagram, as Linux drops any IPv4 datagram whose fragments overlap.)
 func TestOddPackets(t *testing.T) {
@@ -168,7 +170,10 @@ func TestOddPackets(t *testing.T) {
 					if err != nil {
 						t.Fatalf("%s -> x/a %s: %v", from.ID(), c.name, err)
 					}
+					tagged := strings.Contains(c.name, "tagged")
 					switch {
+					case seen && tagged:
+						t.Errorf("%s -> x/a %s: a tagged frame arrived", from.ID(), c.name)
 					case seen && !allowedPeer:
 						t.Errorf("%s -> x/a %s: a frame arrived, and the policy denies %s everything", from.ID(), c.name, from.ID())
 					case port82.saw(has):

@@ -50,11 +50,12 @@ const (
 	ARPForeignMAC  SpoofCheck = "arp-foreign-mac"  // ARP request with the sender's IP and a foreign MAC
 	IPv6Frame      SpoofCheck = "ipv6"             // an IPv6 UDP packet
 	OtherEthertype SpoofCheck = "ethertype-0x88b5" // a frame of ethertype 0x88b5
+	VLANTaggedUDP  SpoofCheck = "udp-vlan-tagged"  // IPv4 UDP with the sender's own IP and MAC, tagged VLAN 5
 )
 
 // SpoofChecks lists every check in the order Spoof runs them.
 var SpoofChecks = []SpoofCheck{Genuine, ForgedUnused, ForgedPeer, ForgedPeerMAC, ForeignMAC,
-	GenuineARP, ARPForgedIP, ARPForeignMAC, IPv6Frame, OtherEthertype}
+	GenuineARP, ARPForgedIP, ARPForeignMAC, IPv6Frame, OtherEthertype, VLANTaggedUDP}
 
 // Forged reports whether a check sends anything but the sender's own IPv4
 // or ARP: a port bound to its endpoint drops it whatever the policy.
@@ -153,6 +154,8 @@ func Spoof(ctx context.Context, lab *topology.Spec, from, to, peer *topology.End
 			frame = IPv6UDPFrame(srcMAC, dstMAC, nonce)
 		case OtherEthertype:
 			frame = EtherFrame(srcMAC, dstMAC, EtherOther, nonce)
+		case VLANTaggedUDP:
+			frame = VLANTagged(udp(srcMAC, from.IP), 0x8100, 5)
 		}
 		arrived, err := sn.Expect(from.Netns, match, o.Wait, frame)
 		if err != nil {

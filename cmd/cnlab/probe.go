@@ -45,8 +45,9 @@ receiver (to). With --expect, compare every cell with the policy model and exit
 With --spoof, send hand-built frames instead from every endpoint to another
 one of its host: its own IPv4 and ARP, then IPv4 from a forged source (an
 unused address, another endpoint's IP, with its MAC too), a foreign MAC,
-ARP with a forged sender IP or MAC, IPv6 and ethertype 0x88b5; print one
-line per endpoint and check, and exit 1 when a forged frame arrived.`,
+ARP with a forged sender IP or MAC, IPv6, ethertype 0x88b5 and a
+VLAN-tagged frame; print one line per endpoint and check, and exit 1 when
+a forged frame arrived.`,
 		Example: `  cnlab probe policy-lab --port 80
   cnlab probe policy-lab --port 81 --protocol udp --expect
   cnlab probe policy-lab -o json | jq '.results[] | select(.allowed != .expected)'

@@ -847,6 +847,12 @@ static __always_inline int arp(struct __sk_buff *skb, struct endpoint *ep, struc
 static __always_inline int l3(struct __sk_buff *skb, struct endpoint *ep, struct config *cfg, __u8 dir)
 {
 	__u16 proto = skb->protocol;
+	// The kernel strips a frame's outer VLAN tag before tc: an endpoint
+	// speaks untagged IPv4 and ARP only, as on the netfilter datapaths.
+	if (dir == DIR_EGRESS && skb->vlan_present) {
+		count(ep->index, dir, R_DROP_L3, skb->len);
+		return TC_ACT_SHOT;
+	}
 	if (proto == bpf_htons(ETH_P_IP))
 		return -1;
 	if (proto == bpf_htons(ETH_P_ARP)) {
