@@ -26,6 +26,25 @@ func (s *Spec) Estimate() (jobs, labs int, d time.Duration, err error) {
 	if err != nil {
 		return 0, 0, 0, err
 	}
+	return s.estimate(points)
+}
+
+// EstimateMax is Estimate with every point that has a precision target
+// taking its maximum number of repetitions: how long the run can take.
+func (s *Spec) EstimateMax() (jobs, labs int, d time.Duration, err error) {
+	points, err := s.Points()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for i := range points {
+		if pr := points[i].Precision; pr != nil {
+			points[i].Repetitions = max(points[i].Repetitions, pr.MaxRepetitions)
+		}
+	}
+	return s.estimate(points)
+}
+
+func (s *Spec) estimate(points []Point) (jobs, labs int, d time.Duration, err error) {
 	order := schedule(points, s.Repetitions, nil)
 	prev := ""
 	byID := map[string]Point{}
@@ -50,5 +69,9 @@ func (s *Spec) Estimate() (jobs, labs int, d time.Duration, err error) {
 
 // String describes the spec in one line.
 func (s *Spec) String() string {
-	return fmt.Sprintf("%s (%v warm-up, %v measured, %s)", s.Name, time.Duration(s.Warmup), time.Duration(s.Duration), plural.N(s.Repetitions, "repetition"))
+	reps := plural.N(s.Repetitions, "repetition")
+	if p := s.Precision; p != nil {
+		reps = fmt.Sprintf("%d to %d repetitions, until ±%s", s.Repetitions, max(s.Repetitions, p.MaxRepetitions), p)
+	}
+	return fmt.Sprintf("%s (%v warm-up, %v measured, %s)", s.Name, time.Duration(s.Warmup), time.Duration(s.Duration), reps)
 }

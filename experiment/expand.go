@@ -78,8 +78,10 @@ type Point struct {
 	Workload Workload `json:"workload"`
 	Series   string   `json:"series"` // the line a figure draws this point on
 	Profile  bool     `json:"profile,omitempty"`
-	// Repetitions is the number of measured samples the point gets.
-	Repetitions int `json:"repetitions"`
+	// Repetitions is the number of measured samples the point gets (with
+	// a precision target, the least it gets).
+	Repetitions int        `json:"repetitions"`
+	Precision   *Precision `json:"precision,omitempty"`
 }
 
 // override replaces every key o sets.
@@ -282,10 +284,11 @@ func (s *Spec) Points() ([]Point, error) {
 		wl         []Workload
 		profile    bool
 		reps       int
+		prec       *Precision
 	}
 	var parts []part
 	if len(s.Sweeps) == 0 {
-		parts = append(parts, part{"", "matrix", s.Matrix, s.Workloads, s.Profile, s.Repetitions})
+		parts = append(parts, part{"", "matrix", s.Matrix, s.Workloads, s.Profile, s.Repetitions, s.Precision})
 	}
 	for i, sw := range s.Sweeps {
 		m := s.Matrix
@@ -302,7 +305,11 @@ func (s *Spec) Points() ([]Point, error) {
 		if sw.Repetitions > 0 {
 			reps = sw.Repetitions
 		}
-		parts = append(parts, part{sw.Name, fmt.Sprintf("sweeps[%d].matrix", i), m, wl, prof, reps})
+		prec := s.Precision
+		if sw.Precision != nil {
+			prec = sw.Precision
+		}
+		parts = append(parts, part{sw.Name, fmt.Sprintf("sweeps[%d].matrix", i), m, wl, prof, reps, prec})
 	}
 	var out []Point
 	seen := map[string]bool{}
@@ -331,7 +338,7 @@ func (s *Spec) Points() ([]Point, error) {
 				}
 				seen[key] = true
 				out = append(out, Point{ID: fmt.Sprintf("p%04d", len(out)+1), Sweep: pt.name, Params: q, Workload: w,
-					Series: series(q), Profile: pt.profile, Repetitions: pt.reps})
+					Series: series(q), Profile: pt.profile, Repetitions: pt.reps, Precision: pt.prec})
 				if len(out) > MaxPoints {
 					return nil, s.errf("matrix", "expands to more than %d points", MaxPoints)
 				}

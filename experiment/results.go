@@ -61,6 +61,9 @@ type ExperimentInfo struct {
 	Quick bool   `json:"quick"`
 	Text  string `json:"text"` // the file's bytes
 	Spec  *Spec  `json:"spec"`
+	// Flags are the command-line flags that changed the file (`cnlab run
+	// --repetitions 5 ...`): Spec holds the result.
+	Flags []string `json:"flags,omitempty"`
 }
 
 // Job is one repetition of one point in the schedule. Repetition -1 is
@@ -99,6 +102,8 @@ type PointResult struct {
 	Samples []Sample           `json:"samples"`
 	Summary map[string]Summary `json:"summary"`
 	Prof    *ProfileResult     `json:"profileResult,omitempty"`
+	// Reached says how close a point with a precision target came.
+	Reached *PrecisionResult `json:"precisionResult,omitempty"`
 }
 
 // Sample is one repetition's measurement.
@@ -108,6 +113,7 @@ type Sample struct {
 	Seconds    float64            `json:"seconds"` // wall time of the whole sample
 	Metrics    map[string]float64 `json:"metrics"`
 	Log        string             `json:"log"` // relative to the results directory
+	Noise      *Noise             `json:"noise,omitempty"` // what else the machine did meanwhile
 }
 
 // ProfileResult is what the profiled run of a point saw.
@@ -237,6 +243,9 @@ func (r *Results) Check() []string {
 			add("point %s failed without an error", p.ID)
 		}
 		switch {
+		case p.Precision != nil && p.Status == PointDone && (len(p.Samples) < p.Repetitions || len(p.Samples) > max(p.Repetitions, p.Precision.MaxRepetitions)):
+			add("point %s done with %d samples, outside its %d to %d", p.ID, len(p.Samples), p.Repetitions, max(p.Repetitions, p.Precision.MaxRepetitions))
+		case p.Precision != nil && p.Status == PointDone:
 		case p.Status == PointDone && len(p.Samples) != p.Repetitions:
 			add("point %s done with %d of %s", p.ID, len(p.Samples), plural.N(p.Repetitions, "sample"))
 		case p.Status == PointPartial && (len(p.Samples) == 0 || len(p.Samples) >= p.Repetitions):

@@ -17,6 +17,7 @@ import (
 	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -33,6 +34,7 @@ type Options struct {
 	Terminal bool      // Progress is a terminal: one updating bar instead of lines
 	LabName  string    // default: "xp-" and 4 random hex digits
 	Seed     *int64    // overrides the file's seed
+	Flags    []string  // the flags that changed the file, recorded (Spec.Override)
 }
 
 // Run runs an experiment and writes its results directory. text is the
@@ -80,7 +82,7 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 	}
 	env := CaptureEnvironment()
 	r := &Results{Schema: Schema, Cnlab: env.Cnlab, Seed: seed, Lab: o.LabName, StartedAt: time.Now().UTC(), Status: StatusRunning,
-		Experiment: ExperimentInfo{File: s.File, Name: s.Name, Quick: s.IsQuick(), Text: string(text), Spec: s}, Builds: []Build{}}
+		Experiment: ExperimentInfo{File: s.File, Name: s.Name, Quick: s.IsQuick(), Text: string(text), Spec: s, Flags: o.Flags}, Builds: []Build{}}
 	byID := map[string]*PointResult{}
 	for _, p := range points {
 		r.Points = append(r.Points, PointResult{Point: p, Status: PointPending, Samples: []Sample{}, Summary: map[string]Summary{}})
@@ -88,14 +90,15 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 	for i := range r.Points {
 		byID[r.Points[i].ID] = &r.Points[i]
 	}
-	r.Order = schedule(points, s.Repetitions, mrand.New(mrand.NewSource(seed)))
+	rng := mrand.New(mrand.NewSource(seed))
+	r.Order = schedule(points, s.Repetitions, rng)
 	if err := r.write(o.Out); err != nil {
 		return nil, err
 	}
 	if err := files.WriteJSON(filepath.Join(o.Out, "environment.json"), env, true); err != nil {
 		return nil, err
 	}
-	ru := &runner{s: s, o: o, r: r, env: env, byID: byID}
+	ru := &runner{s: s, o: o, r: r, env: env, byID: byID, rng: rng, points: points}
 	ru.prog = newProgress(o.Progress, o.Terminal, len(r.Order), time.Duration(s.Warmup+s.Duration))
 	err = ru.run(ctx)
 	now := time.Now().UTC()
@@ -111,6 +114,13 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 	}
 	for i := range r.Points {
 		p := &r.Points[i]
+		if p.Precision != nil && p.Status == PointPending && len(p.Samples) >= p.Repetitions {
+			// Its minimum is measured; whatever stopped it, it is done.
+			p.Status = PointDone
+			if p.judgePrecision(false) {
+				p.Reached.State = PrecisionStopped // the run ended first
+			}
+		}
 		if r.Status != StatusComplete && p.Status == PointPending && len(p.Samples) > 0 {
 			p.Status = PointPartial
 		}
@@ -206,6 +216,10 @@ type runner struct {
 	byID map[string]*PointResult
 	prog *progress
 
+	rng    *mrand.Rand
+	points []Point
+	start  time.Time
+
 	cur      *topology.Spec // the lab that is up, if any
 	curKey   string
 	curBuild int    // index in r.Builds
@@ -220,10 +234,24 @@ func (ru *runner) run(ctx context.Context) (err error) {
 		}
 	}()
 	failedLab := map[string]string{} // a lab that failed to build, per round
-	for i, j := range ru.r.Order {
+	ru.start = time.Now()
+	for i := 0; ; i++ {
 		if ctx.Err() != nil {
 			return nil
 		}
+		order := ru.r.Order
+		if i > 0 && order[i-1].Repetition >= 0 && (i == len(order) || order[i].Repetition < 0) {
+			// The measured rounds are over: points short of their
+			// precision target get another round, before the profiled runs.
+			if extra := ru.extraRound(order[i-1].Repetition + 1); len(extra) > 0 {
+				ru.r.Order = slices.Insert(order, i, extra...)
+				ru.prog.total = len(ru.r.Order)
+			}
+		}
+		if i == len(ru.r.Order) {
+			return nil
+		}
+		j := ru.r.Order[i]
 		pr := ru.byID[j.Point]
 		if pr.Status == PointFailed {
 			ru.prog.step(i, pr, j, "skipped (failed before)")
@@ -248,14 +276,43 @@ func (ru *runner) run(ctx context.Context) (err error) {
 			}
 			ru.fail(pr, err.Error())
 			ru.prog.note(fmt.Sprintf("%s failed: %v", pr.ID, err))
-		} else if pr.Status == PointPending && len(pr.Samples) == pr.Repetitions {
+		} else if pr.Status == PointPending && pr.Precision == nil && len(pr.Samples) == pr.Repetitions {
 			pr.Status = PointDone
 		}
 		if werr := ru.r.write(ru.o.Out); werr != nil {
 			return werr
 		}
 	}
-	return nil
+}
+
+// extraRound returns round rep for the points still short of their
+// precision target (none when every one has reached it or a cap),
+// shuffled as the first rounds are, and records each precision point's
+// state.
+func (ru *runner) extraRound(rep int) []Job {
+	var need []Point
+	for _, p := range ru.points {
+		pr := ru.byID[p.ID]
+		if p.Precision == nil {
+			continue
+		}
+		timeUp := p.Precision.MaxTime > 0 && time.Since(ru.start) >= time.Duration(p.Precision.MaxTime)
+		if pr.judgePrecision(timeUp) {
+			need = append(need, p)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	jobs := schedule(need, 1, ru.rng)
+	out := jobs[:0]
+	for _, j := range jobs {
+		if j.Repetition == 0 {
+			out = append(out, Job{Point: j.Point, Repetition: rep})
+		}
+	}
+	ru.prog.note(fmt.Sprintf("round %d: %s still short of their precision target", rep+1, plural.N(len(out), "point")))
+	return out
 }
 
 func (ru *runner) fail(pr *PointResult, msg string) {
@@ -310,12 +367,17 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 		return ru.profiled(ctx, pr, e, logName)
 	}
 	t0 := time.Now()
+	before, nerr := readNoise()
 	m, err := runSample(ctx, pr.Workload, e)
 	if err != nil {
 		fmt.Fprintf(logf, "error: %v\n", err)
 		return err
 	}
-	pr.Samples = append(pr.Samples, Sample{Repetition: j.Repetition, At: t0.UTC(), Seconds: time.Since(t0).Seconds(), Metrics: m, Log: logName})
+	var noise *Noise
+	if after, err := readNoise(); err == nil && nerr == nil {
+		noise = noiseBetween(before, after)
+	}
+	pr.Samples = append(pr.Samples, Sample{Repetition: j.Repetition, At: t0.UTC(), Seconds: time.Since(t0).Seconds(), Metrics: m, Log: logName, Noise: noise})
 	pr.summarize()
 	ru.prog.result(pr, m)
 	return nil

@@ -38,6 +38,7 @@ type Spec struct {
 	Warmup      Duration   `yaml:"warmup" json:"warmup"`
 	Duration    Duration   `yaml:"duration" json:"duration"`
 	Repetitions int        `yaml:"repetitions" json:"repetitions"`
+	Precision   *Precision `yaml:"precision" json:"precision,omitempty"`
 	Pin         *Pin       `yaml:"pin" json:"pin,omitempty"`
 	Profile     bool       `yaml:"profile" json:"profile,omitempty"`
 	Workloads   []Workload `yaml:"workloads" json:"workloads"`
@@ -57,8 +58,9 @@ type Sweep struct {
 	Workloads []Workload `yaml:"workloads" json:"workloads,omitempty"`
 	Profile   *bool      `yaml:"profile" json:"profile,omitempty"`
 	// Repetitions, when set, replaces the experiment's for this sweep.
-	Repetitions int    `yaml:"repetitions" json:"repetitions,omitempty"`
-	Quick       *Quick `yaml:"quick" json:"quick,omitempty"`
+	Repetitions int        `yaml:"repetitions" json:"repetitions,omitempty"`
+	Precision   *Precision `yaml:"precision" json:"precision,omitempty"`
+	Quick       *Quick     `yaml:"quick" json:"quick,omitempty"`
 }
 
 // Quick is what --quick changes: shorter runs, fewer values.
@@ -66,6 +68,7 @@ type Quick struct {
 	Warmup      *Duration  `yaml:"warmup" json:"warmup,omitempty"`
 	Duration    *Duration  `yaml:"duration" json:"duration,omitempty"`
 	Repetitions *int       `yaml:"repetitions" json:"repetitions,omitempty"`
+	Precision   *Precision `yaml:"precision" json:"precision,omitempty"`
 	Matrix      Matrix     `yaml:"matrix" json:"matrix,omitempty"`
 	Workloads   []Workload `yaml:"workloads" json:"workloads,omitempty"`
 }
@@ -251,6 +254,9 @@ func (s *Spec) applyQuick() {
 		if q.Repetitions != nil {
 			s.Repetitions = *q.Repetitions
 		}
+		if q.Precision != nil {
+			s.Precision = q.Precision
+		}
 		apply(q, &s.Matrix, &s.Workloads)
 		for i := range s.Sweeps {
 			// The experiment's quick matrix shortens every sweep that sweeps
@@ -261,6 +267,9 @@ func (s *Spec) applyQuick() {
 	for i := range s.Sweeps {
 		sw := &s.Sweeps[i]
 		apply(sw.Quick, &sw.Matrix, &sw.Workloads)
+		if sw.Quick != nil && sw.Quick.Precision != nil {
+			sw.Precision = sw.Quick.Precision
+		}
 		if sw.Quick != nil && sw.Quick.Repetitions != nil {
 			sw.Repetitions = *sw.Quick.Repetitions
 		} else if sw.Repetitions > 0 && s.Quick != nil && s.Quick.Repetitions != nil {
@@ -313,6 +322,14 @@ func (s *Spec) validate() error {
 		return s.errf("warmup", "%v: between 0 and 1h", time.Duration(s.Warmup))
 	case s.Repetitions < 1 || s.Repetitions > MaxRepetitions:
 		return s.errf("repetitions", "%d: between 1 and %d", s.Repetitions, MaxRepetitions)
+	}
+	if err := s.Precision.check(s, "precision"); err != nil {
+		return err
+	}
+	for i := range s.Sweeps {
+		if err := s.Sweeps[i].Precision.check(s, fmt.Sprintf("sweeps[%d].precision", i)); err != nil {
+			return err
+		}
 	}
 	if s.Pin != nil {
 		for _, c := range []struct {

@@ -412,3 +412,19 @@ func (p *Pin) server() *int {
 	}
 	return p.Server
 }
+
+// Headline is the metric a workload is judged by first: what a precision
+// target applies to, and the first of the report's primary metrics.
+func Headline(kind string) string {
+	switch kind {
+	case TCPStream, UDPStream:
+		return "throughput_gbps"
+	case TCPRR, UDPRR:
+		return "latency_p50_us"
+	case TCPCRR:
+		return "transactions_per_s"
+	case Ping:
+		return "first_rtt_us"
+	}
+	return ""
+}

@@ -7,9 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/stats"
 )
 
@@ -27,7 +29,15 @@ type Report struct {
 	Findings []Finding               `json:"findings"`
 	Rows     []Row                   `json:"table"`
 	Noisy    int                     `json:"noisyPoints"` // rows whose CV is above CVWarn
-	Notes    []string                `json:"notes,omitempty"`
+	// Precision counts the points with a precision target by how they
+	// ended (experiment.PrecisionReached, ...).
+	Precision map[string]int `json:"precision,omitempty"`
+	// NoisySamples counts the samples taken under unusual noise
+	// (experiment.NoisyRule) that the report includes; Excluded those
+	// it left out (--exclude-noisy).
+	NoisySamples int      `json:"noisySamples"`
+	Excluded     int      `json:"excludedSamples"`
+	Notes        []string `json:"notes,omitempty"`
 }
 
 // Row is one metric of one point in the table.
@@ -46,14 +56,31 @@ type Row struct {
 	Noisy    bool           `json:"noisy,omitempty"`
 	Status   string         `json:"status"`
 	Error    string         `json:"error,omitempty"`
+	// Precision is how close the point's headline metric came to its
+	// precision target (on that metric's row only).
+	Precision *experiment.PrecisionResult `json:"precision,omitempty"`
+}
+
+// Options change what a report takes from a run.
+type Options struct {
+	// ExcludeNoisy leaves out the samples taken under unusual noise
+	// (experiment.NoisyRule); the report says how many.
+	ExcludeNoisy bool
 }
 
 // Load reads a results directory (results.json and, if present,
 // environment.json) and builds its report.
-func Load(dir string) (*Report, error) {
+func Load(dir string) (*Report, error) { return LoadWith(dir, Options{}) }
+
+// LoadWith is Load with options.
+func LoadWith(dir string, o Options) (*Report, error) {
 	r, err := experiment.Load(dir)
 	if err != nil {
 		return nil, err
+	}
+	excluded := -1
+	if o.ExcludeNoisy {
+		excluded = r.ExcludeNoisy()
 	}
 	var env *experiment.Environment
 	var e experiment.Environment
@@ -65,6 +92,10 @@ func Load(dir string) (*Report, error) {
 	}
 	rep := Build(r, env)
 	rep.Dir = dir
+	if excluded >= 0 {
+		rep.Excluded = excluded
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%s left out (--exclude-noisy): %s.", plural.N(excluded, "noisy sample"), experiment.NoisyRule))
+	}
 	return rep, nil
 }
 
@@ -87,6 +118,12 @@ func Build(r *experiment.Results, env *experiment.Environment) *Report {
 	}
 	rep.Figures = append(rep.Figures, profileFigures(r, len(pns)+1)...)
 	rep.table()
+	rep.precisionNote()
+	if noisy, recorded := r.CountNoisy(); noisy > 0 {
+		rep.NoisySamples = noisy
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d of %s were taken under unusual noise (%s); cnlab report --exclude-noisy leaves them out.",
+			noisy, plural.N(recorded, "sample"), experiment.NoisyRule))
+	}
 	switch r.Status {
 	case experiment.StatusInterrupted:
 		rep.Notes = append(rep.Notes, "The run was interrupted: the figures show the points it finished.")
@@ -118,6 +155,9 @@ func (rep *Report) table() {
 			row.Metric, row.N, row.Median, row.CI, row.CV = m, s.N, s.Median, s.MeanCI, s.CV
 			row.CI.Lo, row.CI.Hi = MetricInfo(m).Clamp(s.MeanCI.Lo, s.MeanCI.Hi)
 			row.Noisy = s.N > 1 && s.CV > CVWarn
+			if p.Reached != nil && p.Reached.Metric == m {
+				row.Precision = p.Reached
+			}
 			if row.Noisy {
 				rep.Noisy++
 			}
@@ -162,4 +202,46 @@ func (rep *Report) Write(dir string) ([]string, error) {
 		return written, err
 	}
 	return append(written, path), nil
+}
+
+// precisionNote counts how the points with a precision target ended and
+// says so, naming those that stopped short of it.
+func (rep *Report) precisionNote() {
+	var short []string
+	target := 0.0
+	for _, p := range rep.Results.Points {
+		pr := p.Reached
+		if pr == nil {
+			continue
+		}
+		if rep.Precision == nil {
+			rep.Precision = map[string]int{}
+		}
+		rep.Precision[pr.State]++
+		target = pr.TargetPct
+		if pr.State != experiment.PrecisionReached {
+			hw := "unknown"
+			if pr.HalfWidthPct >= 0 {
+				hw = fmt.Sprintf("±%.2g%%", pr.HalfWidthPct)
+			}
+			short = append(short, fmt.Sprintf("%s (%s, %s after %s)", p.ID, pr.State, hw, plural.N(pr.Samples, "sample")))
+		}
+	}
+	if rep.Precision == nil {
+		return
+	}
+	n := 0
+	for _, c := range rep.Precision {
+		n += c
+	}
+	msg := fmt.Sprintf("Precision target ±%g%% (95%% confidence half-width of the headline metric's mean): %d of %s reached it.",
+		target, rep.Precision[experiment.PrecisionReached], plural.N(n, "point"))
+	if len(short) > 0 {
+		sort.Strings(short)
+		if len(short) > 12 {
+			short = append(short[:12], fmt.Sprintf("and %d more", len(short)-12))
+		}
+		msg += " Short of it: " + strings.Join(short, ", ") + "."
+	}
+	rep.Notes = append(rep.Notes, msg)
 }

@@ -5,10 +5,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/internal/plural"
 )
 
 // synth builds results with known laws: on one host, iptables no-match
@@ -221,4 +223,33 @@ func checkXMLish(b []byte) error {
 		return xml.UnmarshalError("page not closed")
 	}
 	return nil
+}
+
+// TestNoisySamplesFlaggedAndExcluded marks one sample of the fixture as
+// taken while the hypervisor stole 10% of a CPU: the report counts it and
+// says so; with --exclude-noisy it is left out, said, and its point's
+// summary has one sample fewer.
+func TestNoisySamplesFlaggedAndExcluded(t *testing.T) {
+	r, err := experiment.Load(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &r.Points[0]
+	n := len(p.Samples)
+	for i := range p.Samples {
+		p.Samples[i].Noise = &experiment.Noise{StealPct: []float64{0, 0}, CPUPressurePct: 1}
+	}
+	p.Samples[0].Noise.StealPct = []float64{0, 10}
+	rep := Build(r, nil)
+	if rep.NoisySamples != 1 || !slices.ContainsFunc(rep.Notes, func(s string) bool { return strings.HasPrefix(s, "1 of "+plural.N(n, "sample")+" were taken under unusual noise") }) {
+		t.Errorf("noisy samples %d, notes %q", rep.NoisySamples, rep.Notes)
+	}
+	if got := r.ExcludeNoisy(); got != 1 || len(p.Samples) != n-1 {
+		t.Errorf("excluded %d, %d samples left of %d", got, len(p.Samples), n)
+	}
+	for m, s := range p.Summary {
+		if s.N != n-1 {
+			t.Errorf("%s: summary of %d samples after the exclusion, want %d", m, s.N, n-1)
+		}
+	}
 }

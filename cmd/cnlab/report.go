@@ -17,6 +17,7 @@ import (
 
 func newReportCmd(e *env) *cobra.Command {
 	var output string
+	var opts report.Options
 	cmd := &cobra.Command{
 		Use:   "report RUN_DIR",
 		Short: "Draw a run's figures, fit its scaling laws and write report.html",
@@ -27,16 +28,19 @@ line per series, with 95% confidence intervals; baseline bars; chains with
 the fitted power law t(n) = t(1)·(1 − l)^(n−1); perf shares of profiled
 points. Fits: per-rule slopes with their CI, bends, per-hop loss. Findings:
 sentences each backed by the medians of named points. Points whose CV is
-above 5% are flagged. The findings are printed; -o json prints the whole
-analysis.`,
+above 5% are flagged, and so are samples taken under unusual noise (the
+hypervisor stealing CPU time, other tasks waiting for a CPU: recorded with
+every sample); --exclude-noisy leaves those out and says how many. The
+findings are printed; -o json prints the whole analysis.`,
 		Example: `  cnlab report results/thesis-policy-scaling-20261122-101500
+  cnlab report results/run-1 --exclude-noisy
   cnlab report results/run-1 -o json | jq '.findings[].text'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			rep, err := loadReport(args[0])
+			rep, err := loadReport(args[0], opts)
 			if err != nil {
 				return err
 			}
@@ -47,16 +51,17 @@ analysis.`,
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json: print the analysis (findings, fits, table, figures) as JSON")
+	cmd.Flags().BoolVar(&opts.ExcludeNoisy, "exclude-noisy", false, "leave out samples taken under unusual noise (steal, CPU pressure: docs/methodology.md); the report says how many")
 	return cmd
 }
 
 // loadReport reads a run directory; a directory that is not a run is bad
 // input.
-func loadReport(dir string) (*report.Report, error) {
+func loadReport(dir string, o report.Options) (*report.Report, error) {
 	if err := isRunDir(dir); err != nil {
 		return nil, err
 	}
-	rep, err := report.Load(dir)
+	rep, err := report.LoadWith(dir, o)
 	if err != nil {
 		return nil, usagef("%v", err)
 	}

@@ -26,8 +26,10 @@ const exitInterrupted = 130
 
 func newRunCmd(e *env) *cobra.Command {
 	var quick, plan, withReport bool
-	var out, labName, output string
+	var out, labName, output, precision string
 	var seed int64
+	var ov experiment.Overrides
+	var warmup time.Duration
 	cmd := &cobra.Command{
 		Use:   "run [FILE] [--quick] [--out DIR] [--report]",
 		Short: "Run an experiment: a sweep of datapaths, policies and topologies, measured",
@@ -47,13 +49,23 @@ expected duration without running anything.
 --report writes report.html and figures/ into the results directory when
 the run ends, as cnlab report does.
 
+--repetitions, --duration and --warmup replace the file's (every sweep's)
+for a quick comparison without writing a file. --precision 2% repeats each
+point, after its repetitions, until the 95% confidence interval of its
+headline metric (rr: p50 latency; streams: throughput; crr: transactions
+per second; ping: first RTT) is within ±2% of the mean, or it reaches
+--max-repetitions (default 20), or the run --max-time; the report says
+which points reached it. The flags used are recorded in results.json.
+
 Ctrl-C keeps the finished points, marks results.json interrupted, tears
 the lab down and exits 130. A point that fails is recorded with its error
 and the run goes on; the exit code is then 1.`,
 		Example: `  cnlab run                                                  # the built-in default
   cnlab run experiments/thesis-policy-scaling.yaml --quick --report
   cnlab run experiments/service-chain.yaml --out results/chain-1
-  cnlab run experiments/thesis-offloads.yaml --plan`,
+  cnlab run experiments/thesis-offloads.yaml --plan
+  cnlab run experiments/thesis-policy-scaling.yaml --quick --repetitions 5 --duration 2s
+  cnlab run --precision 2% --max-repetitions 15 --report     # the default, until ±2% or 15 samples`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -78,6 +90,18 @@ and the run goes on; the exit code is then 1.`,
 			if cmd.Flags().Changed("seed") {
 				s.Seed = &seed
 			}
+			if cmd.Flags().Changed("warmup") {
+				ov.Warmup = &warmup
+			}
+			if precision != "" {
+				if ov.Precision, err = experiment.ParsePercent(precision); err != nil || ov.Precision <= 0 {
+					return usagef("--precision: %q: give the 95%% interval's half-width, e.g. 2%%", precision)
+				}
+			}
+			flags, err := s.Override(ov)
+			if err != nil {
+				return err
+			}
 			if plan {
 				return printPlan(e, s, output)
 			}
@@ -92,7 +116,7 @@ and the run goes on; the exit code is then 1.`,
 			}
 			jobs, labs, d, _ := s.Estimate()
 			e.progress(fmt.Sprintf("running %s: %s on %s, about %s; results in %s", s, plural.N(jobs, "run"), plural.N(labs, "lab build"), d.Round(time.Second), out))
-			r, err := experiment.Run(cmd.Context(), s, text, experiment.Options{Out: out, Progress: e.stderr, Terminal: isTerminal(e.stderr), LabName: labName})
+			r, err := experiment.Run(cmd.Context(), s, text, experiment.Options{Out: out, Progress: e.stderr, Terminal: isTerminal(e.stderr), LabName: labName, Flags: flags})
 			if r == nil {
 				return err
 			}
@@ -128,6 +152,12 @@ and the run goes on; the exit code is then 1.`,
 	f.Int64Var(&seed, "seed", 0, "seed of the shuffled order (default: the file's, else random; recorded)")
 	f.BoolVar(&withReport, "report", false, "write report.html and figures/ when the run ends (as cnlab report)")
 	f.BoolVar(&plan, "plan", false, "print the points and the expected duration, run nothing")
+	f.IntVar(&ov.Repetitions, "repetitions", 0, "samples per point, replacing the file's (with --precision: the least)")
+	f.DurationVar(&ov.Duration, "duration", 0, "measured time of each sample, replacing the file's (e.g. 2s)")
+	f.DurationVar(&warmup, "warmup", 0, "unmeasured time before each sample, replacing the file's")
+	f.StringVar(&precision, "precision", "", "repeat each point until its headline metric's 95% CI is within ± this of the mean (e.g. 2%)")
+	f.IntVar(&ov.MaxRepetitions, "max-repetitions", 0, "with a precision target: most samples per point (default 20)")
+	f.DurationVar(&ov.MaxTime, "max-time", 0, "with a precision target: no new round after the run has taken this long (e.g. 30m)")
 	f.StringVarP(&output, "output", "o", "", "json: print the outcome (or the plan) as JSON on stdout")
 	return cmd
 }
@@ -164,11 +194,15 @@ func printPlan(e *env, s *experiment.Spec, output string) error {
 	if err != nil {
 		return err
 	}
+	maxJobs, _, maxD, err := s.EstimateMax()
+	if err != nil {
+		return err
+	}
 	if output == "json" {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"experiment": s.Name, "quick": s.IsQuick(), "points": points, "runs": jobs,
-			"labBuilds": labs, "estimatedSeconds": d.Seconds()})
+			"labBuilds": labs, "estimatedSeconds": d.Seconds(), "maxRuns": maxJobs, "maxEstimatedSeconds": maxD.Seconds()})
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POINT\tSWEEP\tTOPOLOGY\tSERIES\tPARAMS\tWORKLOAD")
@@ -185,6 +219,9 @@ func printPlan(e *env, s *experiment.Spec, output string) error {
 	}
 	fmt.Fprintf(e.stdout, "%s: %s, %s (%s each%s), %s, about %s\n", s, plural.N(len(points), "point"), plural.N(jobs, "run"),
 		plural.N(s.Repetitions, "repetition"), profiled, plural.N(labs, "lab build"), d.Round(time.Second))
+	if maxJobs > jobs {
+		fmt.Fprintf(e.stdout, "with its precision target, up to %s, about %s\n", plural.N(maxJobs, "run"), maxD.Round(time.Second))
+	}
 	return nil
 }
 

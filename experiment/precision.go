@@ -1,0 +1,256 @@
+package experiment
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/cnlab/cnlab/internal/input"
+	"github.com/cnlab/cnlab/stats"
+)
+
+// Precision asks for repetitions until a point's headline metric is known
+// well enough, as netperf's -I: after the experiment's `repetitions` (the
+// minimum), a point gets another sample in each further round until the
+// 95% confidence interval of its headline metric's mean is within Target
+// of the mean (half-width over mean), or it has MaxRepetitions samples,
+// or the run has taken MaxTime. The rule looks only at the interval's
+// width, never at a difference between points, so stopping early cannot
+// make a difference look significant.
+type Precision struct {
+	Target Percent `yaml:"target" json:"target,omitempty"`
+	// ByWorkload sets the target of a workload kind (tcp-rr: 3%), for
+	// the kinds it names; Target applies to the others (none: fixed
+	// repetitions for them).
+	ByWorkload     map[string]Percent `yaml:"byWorkload" json:"byWorkload,omitempty"`
+	MaxRepetitions int                `yaml:"maxRepetitions" json:"maxRepetitions"`
+	MaxTime        Duration           `yaml:"maxTime" json:"maxTime,omitempty"`
+}
+
+// Default caps of a precision target.
+const (
+	DefaultMaxRepetitions = 20
+)
+
+// Percent is a share written "2%" or 2 (percent); it is held and written
+// to JSON as a percentage (2 for 2%).
+type Percent float64
+
+// UnmarshalYAML reads "2%" or 2.
+func (p *Percent) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := ParsePercent(s)
+	if err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+	}
+	*p = Percent(v)
+	return nil
+}
+
+// ParsePercent reads "2%", "2" or "0.5%" as a percentage.
+func ParsePercent(s string) (float64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), "%")), 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%q is not a percentage (e.g. 2%%)", s)
+	}
+	return v, nil
+}
+
+func (p *Precision) check(s *Spec, path string) error {
+	if p == nil {
+		return nil
+	}
+	if p.MaxRepetitions == 0 {
+		p.MaxRepetitions = DefaultMaxRepetitions
+	}
+	for k, v := range p.ByWorkload {
+		if !slices.Contains(workloadKinds, k) {
+			return s.errf(path+".byWorkload."+k, "not a workload kind (%s)", strings.Join(workloadKinds, ", "))
+		}
+		if v <= 0 || v > 100 {
+			return s.errf(path+".byWorkload."+k, "%g%%: between 0 and 100%%", float64(v))
+		}
+	}
+	switch {
+	case len(p.ByWorkload) == 0 && p.Target == 0:
+		return s.errf(path+".target", "missing or 0%%: give the 95%% interval's half-width to reach, above 0 (e.g. 2%%)")
+	case p.Target < 0 || p.Target > 100:
+		return s.errf(path+".target", "%g%%: between 0 and 100%% (a 95%% interval of ±target of the mean)", float64(p.Target))
+	case p.MaxRepetitions < 2 || p.MaxRepetitions > MaxRepetitions:
+		return s.errf(path+".maxRepetitions", "%d: between 2 and %d", p.MaxRepetitions, MaxRepetitions)
+	case p.MaxTime < 0 || p.MaxTime > Duration(maxDuration):
+		return s.errf(path+".maxTime", "%v: between 0 (no limit) and 24h", time.Duration(p.MaxTime))
+	}
+	return nil
+}
+
+// TargetOf is the target of a workload kind, in percent (0: none).
+func (p *Precision) TargetOf(kind string) float64 {
+	if p == nil {
+		return 0
+	}
+	if t, ok := p.ByWorkload[kind]; ok {
+		return float64(t)
+	}
+	return float64(p.Target)
+}
+
+// Precision states of a point (PrecisionResult.State).
+const (
+	PrecisionPending = "pending"         // still short of its target, may get more samples
+	PrecisionReached = "reached"         // the interval is within the target
+	PrecisionCapReps = "cap-repetitions" // stopped at maxRepetitions short of the target
+	PrecisionCapTime = "cap-time"        // stopped at maxTime short of the target
+	PrecisionStopped = "stopped"         // the run ended (interrupted, or the point failed) first
+)
+
+// PrecisionResult is how close a point with a precision target came.
+type PrecisionResult struct {
+	Metric string `json:"metric"` // the headline metric judged
+	// TargetPct and HalfWidthPct are the target and the achieved 95%
+	// confidence half-width of the mean, as percentages of the mean.
+	TargetPct    float64 `json:"targetPct"`
+	HalfWidthPct float64 `json:"halfWidthPct"`
+	Samples      int     `json:"samples"`
+	State        string  `json:"state"`
+}
+
+// relHalfWidth is a summary's 95% half-width as a percentage of its mean
+// (+Inf with fewer than two samples or a zero mean).
+func relHalfWidth(s stats.Summary) float64 {
+	if s.N < 2 || s.Mean == 0 {
+		return math.Inf(1)
+	}
+	return (s.MeanCI.Hi - s.MeanCI.Lo) / 2 / math.Abs(s.Mean) * 100
+}
+
+// judgePrecision updates a point's precision result from its samples and
+// reports whether it needs another sample.
+func (p *PointResult) judgePrecision(timeUp bool) bool {
+	target := p.Precision.TargetOf(p.Workload.Kind)
+	if target == 0 {
+		return false
+	}
+	m := Headline(p.Workload.Kind)
+	sm := p.Summary[m]
+	hw := relHalfWidth(stats.Summary{N: sm.N, Mean: sm.Mean, MeanCI: stats.Interval{Lo: sm.CILow, Hi: sm.CIHigh}})
+	res := &PrecisionResult{Metric: m, TargetPct: target, HalfWidthPct: hw, Samples: len(p.Samples)}
+	if math.IsInf(hw, 0) {
+		res.HalfWidthPct = -1 // not known yet (JSON has no infinity)
+	}
+	p.Reached = res
+	switch {
+	case p.Status == PointFailed:
+		res.State = PrecisionStopped
+		return false
+	case len(p.Samples) < p.Repetitions:
+		res.State = PrecisionPending
+		return false // the minimum rounds are already scheduled
+	case hw <= target:
+		res.State = PrecisionReached
+		return false
+	case len(p.Samples) >= max(p.Repetitions, p.Precision.MaxRepetitions):
+		res.State = PrecisionCapReps
+		return false
+	case timeUp:
+		res.State = PrecisionCapTime
+		return false
+	}
+	res.State = PrecisionPending
+	return true
+}
+
+// Overrides are what `cnlab run` flags change in a parsed file, for every
+// sweep: a quick A/B comparison without writing a file. Zero values
+// change nothing.
+type Overrides struct {
+	Repetitions    int
+	Duration       time.Duration
+	Warmup         *time.Duration
+	Precision      float64 // target, percent; 0: none given
+	MaxRepetitions int
+	MaxTime        time.Duration
+}
+
+// Override applies o to the spec (after its quick block) and validates
+// the result; the flags are named in errors. It returns what changed, to
+// be recorded with the run.
+func (s *Spec) Override(o Overrides) ([]string, error) {
+	var changed []string
+	if o.Repetitions != 0 {
+		s.Repetitions = o.Repetitions
+		for i := range s.Sweeps {
+			s.Sweeps[i].Repetitions = 0
+		}
+		changed = append(changed, fmt.Sprintf("--repetitions %d", o.Repetitions))
+	}
+	if o.Duration != 0 {
+		s.Duration = Duration(o.Duration)
+		changed = append(changed, "--duration "+o.Duration.String())
+	}
+	if o.Warmup != nil {
+		s.Warmup = Duration(*o.Warmup)
+		changed = append(changed, "--warmup "+o.Warmup.String())
+	}
+	if o.Precision != 0 || o.MaxRepetitions != 0 || o.MaxTime != 0 {
+		p := Precision{}
+		if s.Precision != nil {
+			p = *s.Precision
+		}
+		if o.Precision != 0 {
+			p.Target, p.ByWorkload = Percent(o.Precision), nil
+			changed = append(changed, fmt.Sprintf("--precision %g%%", o.Precision))
+		}
+		if o.MaxRepetitions != 0 {
+			p.MaxRepetitions = o.MaxRepetitions
+			changed = append(changed, fmt.Sprintf("--max-repetitions %d", o.MaxRepetitions))
+		}
+		if o.MaxTime != 0 {
+			p.MaxTime = Duration(o.MaxTime)
+			changed = append(changed, "--max-time "+o.MaxTime.String())
+		}
+		if p.Target == 0 && len(p.ByWorkload) == 0 {
+			return nil, &input.Error{File: s.File, Msg: "--max-repetitions and --max-time need a precision target (--precision, or precision: in the file)"}
+		}
+		s.Precision = &p
+		for i := range s.Sweeps {
+			s.Sweeps[i].Precision = nil
+		}
+	}
+	if err := s.validate(); err != nil {
+		var ie *input.Error
+		if errors.As(err, &ie) && ie.Path != "" {
+			ie.Msg = fmt.Sprintf("%s (as %s set it)", ie.Msg, strings.Join(changed, " "))
+		}
+		return nil, err
+	}
+	return changed, nil
+}
+
+// String is the target as a file would write it: "2%", or per workload
+// "tcp-rr 3%, tcp-stream 5%, 2% otherwise".
+func (p *Precision) String() string {
+	var parts []string
+	for _, k := range workloadKinds {
+		if t, ok := p.ByWorkload[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s %g%%", k, float64(t)))
+		}
+	}
+	if p.Target > 0 {
+		if len(parts) > 0 {
+			parts = append(parts, fmt.Sprintf("%g%% otherwise", float64(p.Target)))
+		} else {
+			parts = append(parts, fmt.Sprintf("%g%%", float64(p.Target)))
+		}
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,185 @@
+package experiment
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cnlab/cnlab/internal/testutil"
+)
+
+// pointWith is a tcp-rr point with a precision target and these p50s.
+func pointWith(target float64, minReps, maxReps int, p50s ...float64) *PointResult {
+	pr := &PointResult{Point: Point{ID: "p0001", Workload: Workload{Kind: TCPRR}, Repetitions: minReps,
+		Precision: &Precision{Target: Percent(target), MaxRepetitions: maxReps}}, Status: PointPending}
+	for i, v := range p50s {
+		pr.Samples = append(pr.Samples, Sample{Repetition: i, Metrics: map[string]float64{"latency_p50_us": v}})
+	}
+	pr.summarize()
+	return pr
+}
+
+func TestJudgePrecision(t *testing.T) {
+	cases := []struct {
+		name  string
+		pr    *PointResult
+		more  bool
+		state string
+	}{
+		// 3 samples of 100±1: t(2)=4.30, sd 1, half-width 2.48% of 100.
+		{"minimum not measured yet", pointWith(2, 3, 10, 100, 101), false, PrecisionPending},
+		{"wide after the minimum", pointWith(2, 3, 10, 99, 100, 101), true, PrecisionPending},
+		{"within ±3%", pointWith(3, 3, 10, 99, 100, 101), false, PrecisionReached},
+		{"at the cap", pointWith(0.1, 3, 4, 99, 100, 101, 100), false, PrecisionCapReps},
+		{"a minimum above the cap is the cap", pointWith(0.1, 5, 4, 99, 100, 101, 100, 99), false, PrecisionCapReps},
+	}
+	for _, c := range cases {
+		if more := c.pr.judgePrecision(false); more != c.more || c.pr.Reached.State != c.state {
+			t.Errorf("%s: more=%v state %s (half-width %.3g%%), want more=%v %s", c.name, more, c.pr.Reached.State, c.pr.Reached.HalfWidthPct, c.more, c.state)
+		}
+	}
+	pr := pointWith(2, 3, 10, 99, 100, 101)
+	if pr.judgePrecision(true) || pr.Reached.State != PrecisionCapTime {
+		t.Errorf("time up: state %s, want %s", pr.Reached.State, PrecisionCapTime)
+	}
+	if got := pointWith(3, 3, 10, 99, 100, 101); got.judgePrecision(false) || got.Reached.HalfWidthPct < 2.4 || got.Reached.HalfWidthPct > 2.5 {
+		t.Errorf("half-width of 99, 100, 101: %.4g%%, want 2.48%% (t(2) = 4.303)", got.Reached.HalfWidthPct)
+	}
+}
+
+func TestPrecisionInFileAndFlags(t *testing.T) {
+	const file = `
+workloads: [{kind: tcp-rr}]
+matrix: {datapath: [ebpf], policies: [0]}
+precision: {target: 2%, maxRepetitions: 12, maxTime: 10m}
+sweeps:
+  - {name: a, matrix: {policies: [0, 5]}}
+  - {name: b, matrix: {policies: [9]}, precision: {target: "5"}}
+  - {name: c, matrix: {policies: [7]}, workloads: [{kind: tcp-rr}, {kind: tcp-stream}, {kind: ping}], precision: {byWorkload: {tcp-rr: 3%, tcp-stream: 5%}}}
+quick: {precision: {target: 10%}}
+`
+	s, err := Parse([]byte(file), "p.yaml", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := s.Points()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, p := range pts {
+		if p.Sweep == "c" {
+			want := map[string]float64{TCPRR: 3, TCPStream: 5, Ping: 0}[p.Workload.Kind]
+			if g := p.Precision.TargetOf(p.Workload.Kind); g != want {
+				t.Errorf("sweep c, %s: target %g, want %g", p.Workload.Kind, g, want)
+			}
+			continue
+		}
+		got[p.Sweep] = float64(p.Precision.Target)
+		if p.Sweep == "b" && p.Precision.MaxRepetitions != DefaultMaxRepetitions {
+			t.Errorf("sweep b: maxRepetitions %d, want the default %d", p.Precision.MaxRepetitions, DefaultMaxRepetitions)
+		}
+	}
+	if got["a"] != 2 || got["b"] != 5 {
+		t.Errorf("targets per sweep %v, want a 2, b 5", got)
+	}
+	if q, _ := Parse([]byte(file), "p.yaml", true); float64(q.Precision.Target) != 10 {
+		t.Errorf("quick: target %g, want 10", float64(q.Precision.Target))
+	}
+	// Flags replace every sweep's.
+	flags, err := s.Override(Overrides{Repetitions: 4, Duration: 2 * time.Second, Precision: 3, MaxRepetitions: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "--repetitions 4 --duration 2s --precision 3% --max-repetitions 8"; strings.Join(flags, " ") != want {
+		t.Errorf("flags %q, want %q", strings.Join(flags, " "), want)
+	}
+	pts, _ = s.Points()
+	for _, p := range pts {
+		if p.Repetitions != 4 || float64(p.Precision.Target) != 3 || p.Precision.MaxRepetitions != 8 || p.Precision.MaxTime != Duration(10*time.Minute) {
+			t.Errorf("%s after the flags: %d repetitions, precision %+v", p.ID, p.Repetitions, *p.Precision)
+		}
+	}
+	for _, c := range []struct {
+		file string
+		o    Overrides
+		want string
+	}{
+		{"workloads: [{kind: tcp-rr}]\nprecision: {target: 0%}\n", Overrides{}, "p.yaml: precision.target: missing or 0%"},
+		{"workloads: [{kind: tcp-rr}]\nprecision: {target: 2%, maxRepetitions: 1}\n", Overrides{}, "precision.maxRepetitions: 1: between 2 and 1000"},
+		{"workloads: [{kind: tcp-rr}]\nprecision: {target: lots}\n", Overrides{}, `"lots" is not a percentage`},
+		{"workloads: [{kind: tcp-rr}]\nprecision: {maxRepetitions: 5}\n", Overrides{}, "precision.target: missing or 0%"},
+		{"workloads: [{kind: tcp-rr}]\nprecision: {byWorkload: {tcp_rr: 2%}}\n", Overrides{}, "precision.byWorkload.tcp_rr: not a workload kind"},
+		{"workloads: [{kind: tcp-rr}]\n", Overrides{MaxRepetitions: 5}, "--max-repetitions and --max-time need a precision target"},
+		{"workloads: [{kind: tcp-rr}]\n", Overrides{Repetitions: -1}, "repetitions: -1: between 1 and 1000 (as --repetitions -1 set it)"},
+	} {
+		s, err := Parse([]byte(c.file), "p.yaml", false)
+		if err == nil {
+			_, err = s.Override(c.o)
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q %+v: %v, want %q", c.file, c.o, err, c.want)
+		}
+	}
+}
+
+// precisionExp: tcp-rr, whose p50 varies by a few percent between 1 s
+// samples here, asked for ±0.001% (never reached: the cap stops it) and
+// ±50% (reached at the minimum).
+const precisionExp = `
+name: precision
+warmup: 0s
+duration: 500ms
+repetitions: 2
+seed: 3
+workloads: [{kind: tcp-rr}]
+sweeps:
+  - name: tight
+    matrix: {datapath: [iptables], policies: [0]}
+    precision: {target: 0.001%, maxRepetitions: 4}
+  - name: loose
+    matrix: {datapath: [iptables], policies: [0]}
+    precision: {target: 50%}
+`
+
+// TestPrecisionRun runs points with a precision target through the real
+// runner: the tight one gets rounds beyond its minimum until its cap, the
+// loose one stops at its minimum, extra rounds come before nothing else
+// and the results validate.
+func TestPrecisionRun(t *testing.T) {
+	testutil.RequireRoot(t)
+	out := filepath.Join(t.TempDir(), "run")
+	r, err := runShort(t, context.Background(), precisionExp, Options{Out: out, LabName: "t-exp-prec"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := back.Check(); len(bad) > 0 {
+		t.Errorf("results.json does not validate:\n%s", strings.Join(bad, "\n"))
+	}
+	for _, p := range r.Points {
+		want, n := PrecisionCapReps, 4
+		if p.Sweep == "loose" {
+			want, n = PrecisionReached, 2
+		}
+		if p.Status != PointDone || len(p.Samples) != n || p.Reached == nil || p.Reached.State != want || p.Reached.Samples != n {
+			t.Errorf("%s (%s): %s, %d samples, precision %+v; want done, %d samples, %s", p.ID, p.Sweep, p.Status, len(p.Samples), p.Reached, n, want)
+		}
+	}
+	// Rounds 3 and 4 hold the tight point alone.
+	var tail []string
+	for _, j := range back.Order[len(back.Order)-2:] {
+		tail = append(tail, j.Point)
+		if j.Repetition < 2 {
+			t.Errorf("order %v: the extra rounds are not last", back.Order)
+		}
+	}
+	if len(back.Order) != 6 || tail[0] != tail[1] {
+		t.Errorf("order %v: want 2 rounds of both points, then 2 of the tight one", back.Order)
+	}
+}
