@@ -112,7 +112,7 @@ type Sample struct {
 	At         time.Time          `json:"at"`
 	Seconds    float64            `json:"seconds"` // wall time of the whole sample
 	Metrics    map[string]float64 `json:"metrics"`
-	Log        string             `json:"log"` // relative to the results directory
+	Log        string             `json:"log"`             // relative to the results directory
 	Noise      *Noise             `json:"noise,omitempty"` // what else the machine did meanwhile
 }
 

@@ -241,7 +241,9 @@ func TestNoisySamplesFlaggedAndExcluded(t *testing.T) {
 	}
 	p.Samples[0].Noise.StealPct = []float64{0, 10}
 	rep := Build(r, nil)
-	if rep.NoisySamples != 1 || !slices.ContainsFunc(rep.Notes, func(s string) bool { return strings.HasPrefix(s, "1 of "+plural.N(n, "sample")+" were taken under unusual noise") }) {
+	if rep.NoisySamples != 1 || !slices.ContainsFunc(rep.Notes, func(s string) bool {
+		return strings.HasPrefix(s, "1 of "+plural.N(n, "sample")+" were taken under unusual noise")
+	}) {
 		t.Errorf("noisy samples %d, notes %q", rep.NoisySamples, rep.Notes)
 	}
 	if got := r.ExcludeNoisy(); got != 1 || len(p.Samples) != n-1 {
