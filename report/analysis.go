@@ -375,14 +375,15 @@ func firstX(pn *Panel) float64 {
 	return x
 }
 
-// slopeText is a slope with its interval, in a smaller unit when the
-// numbers are small (10.4 ns per policy, not 0.0104 µs).
+// slopeText is a slope with its interval. Slopes are small next to the
+// metric itself, so they are always given in the smaller unit of the
+// metric (10.4 ns per policy, not 0.0104 µs; Mb/s per rule for every
+// throughput), the same in every finding, whatever their size.
 func slopeText(unit string, v float64, ci stats.Interval, per string) (value, interval string) {
-	big := math.Max(math.Abs(v), math.Max(math.Abs(ci.Lo), math.Abs(ci.Hi)))
-	switch {
-	case unit == "µs" && big < 1:
+	switch unit {
+	case "µs":
 		unit, v, ci = "ns", v*1e3, stats.Interval{Lo: ci.Lo * 1e3, Hi: ci.Hi * 1e3}
-	case unit == "Gb/s" && big < 0.1:
+	case "Gb/s":
 		unit, v, ci = "Mb/s", v*1e3, stats.Interval{Lo: ci.Lo * 1e3, Hi: ci.Hi * 1e3}
 	}
 	if unit != "" {

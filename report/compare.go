@@ -40,9 +40,11 @@ type Change struct {
 	NB       int     `json:"nB"`
 	MedianA  float64 `json:"medianA"`
 	MedianB  float64 `json:"medianB"`
-	// Delta is (B − A) / |A|; 0 with DeltaDefined false when A's median
-	// is 0.
-	Delta        float64 `json:"delta"`
+	// Delta is (B − A) / |A|, a fraction here and a percentage in JSON
+	// (deltaPercent, like every relative value compare writes); 0 with
+	// DeltaDefined false when A's median is 0.
+	Delta        float64 `json:"-"`
+	DeltaPct     float64 `json:"deltaPercent"`
 	DeltaDefined bool    `json:"deltaDefined"`
 	P            float64 `json:"p"`    // two-sided Mann–Whitney U
 	MinP         float64 `json:"minP"` // the smallest p these sample sizes allow
@@ -65,7 +67,8 @@ type Comparison struct {
 	Alpha     float64  `json:"alpha"`
 	Threshold float64  `json:"-"`                          // fraction; negative: no gate
 	Gate      *float64 `json:"thresholdPercent,omitempty"` // the --threshold given, if any
-	MinChange float64  `json:"minChange"`                  // fraction
+	MinChange float64  `json:"-"`                          // fraction
+	MinPct    float64  `json:"minChangePercent"`           // the same, in percent
 	Changes   []Change `json:"changes"`
 	OnlyA     []string `json:"onlyInA,omitempty"` // point keys without a match
 	OnlyB     []string `json:"onlyInB,omitempty"`
@@ -105,7 +108,7 @@ func pointKey(p *experiment.PointResult) string {
 // changes for the worse at least that large as regressions; a negative
 // threshold marks none.
 func Compare(a, b *experiment.Results, threshold, minChange float64) *Comparison {
-	c := &Comparison{RunA: a.Experiment.Name, RunB: b.Experiment.Name, Alpha: Alpha, Threshold: threshold, MinChange: minChange}
+	c := &Comparison{RunA: a.Experiment.Name, RunB: b.Experiment.Name, Alpha: Alpha, Threshold: threshold, MinChange: minChange, MinPct: 100 * minChange}
 	if threshold >= 0 {
 		pct := 100 * threshold
 		c.Gate = &pct
@@ -144,7 +147,7 @@ func Compare(a, b *experiment.Results, threshold, minChange float64) *Comparison
 			cmp := stats.Compare(xa, xb, Alpha)
 			ch := Change{Key: k, PointA: pa.ID, PointB: pb.ID, Topology: pa.Params.Topology, Series: pa.Series, Params: pa.Params.Text(),
 				Workload: pa.Workload.Name(), Metric: m, NA: cmp.NA, NB: cmp.NB, MedianA: cmp.MedianA, MedianB: cmp.MedianB,
-				Delta: cmp.Change, DeltaDefined: cmp.ChangeDefined, P: cmp.P, MinP: cmp.MinP, Significant: cmp.Significant, Verdict: "~"}
+				Delta: cmp.Change, DeltaPct: 100 * cmp.Change, DeltaDefined: cmp.ChangeDefined, P: cmp.P, MinP: cmp.MinP, Significant: cmp.Significant, Verdict: "~"}
 			if cmp.MinP >= Alpha {
 				c.Unreachable++
 			}
