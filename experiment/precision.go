@@ -104,6 +104,11 @@ func (p *Precision) TargetOf(kind string) float64 {
 	return float64(p.Target)
 }
 
+// minJudged is the fewest samples a precision is judged reached from: two
+// can agree by chance, and a quantized metric (rr percentiles come from a
+// histogram) gives identical samples, an interval of width 0.
+const minJudged = 3
+
 // Precision states of a point (PrecisionResult.State).
 const (
 	PrecisionPending = "pending"         // still short of its target, may get more samples
@@ -155,7 +160,7 @@ func (p *PointResult) judgePrecision(timeUp bool) bool {
 	case len(p.Samples) < p.Repetitions:
 		res.State = PrecisionPending
 		return false // the minimum rounds are already scheduled
-	case hw <= target:
+	case len(p.Samples) >= minJudged && hw <= target:
 		res.State = PrecisionReached
 		return false
 	case len(p.Samples) >= max(p.Repetitions, p.Precision.MaxRepetitions):

@@ -3,6 +3,7 @@ package experiment
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,7 @@ func TestJudgePrecision(t *testing.T) {
 		{"wide after the minimum", pointWith(2, 3, 10, 99, 100, 101), true, PrecisionPending},
 		{"within ±3%", pointWith(3, 3, 10, 99, 100, 101), false, PrecisionReached},
 		{"at the cap", pointWith(0.1, 3, 4, 99, 100, 101, 100), false, PrecisionCapReps},
+		{"two identical samples are not precise", pointWith(3, 2, 10, 100, 100), true, PrecisionPending},
 		{"a minimum above the cap is the cap", pointWith(0.1, 5, 4, 99, 100, 101, 100, 99), false, PrecisionCapReps},
 	}
 	for _, c := range cases {
@@ -125,16 +127,16 @@ quick: {precision: {target: 10%}}
 	}
 }
 
-// precisionExp: tcp-rr, whose p50 varies by a few percent between 1 s
-// samples here, asked for ±0.001% (never reached: the cap stops it) and
-// ±50% (reached at the minimum).
+// precisionExp: tcp-stream, whose throughput varies by a percent or more
+// between samples, asked for ±0.001% (never reached: the cap stops it)
+// and ±50% (reached as soon as it is judged, at 3 samples).
 const precisionExp = `
 name: precision
 warmup: 0s
-duration: 500ms
+duration: 1s
 repetitions: 2
 seed: 3
-workloads: [{kind: tcp-rr}]
+workloads: [{kind: tcp-stream}]
 sweeps:
   - name: tight
     matrix: {datapath: [iptables], policies: [0]}
@@ -165,21 +167,19 @@ func TestPrecisionRun(t *testing.T) {
 	for _, p := range r.Points {
 		want, n := PrecisionCapReps, 4
 		if p.Sweep == "loose" {
-			want, n = PrecisionReached, 2
+			want, n = PrecisionReached, 3
 		}
 		if p.Status != PointDone || len(p.Samples) != n || p.Reached == nil || p.Reached.State != want || p.Reached.Samples != n {
 			t.Errorf("%s (%s): %s, %d samples, precision %+v; want done, %d samples, %s", p.ID, p.Sweep, p.Status, len(p.Samples), p.Reached, n, want)
 		}
 	}
-	// Rounds 3 and 4 hold the tight point alone.
-	var tail []string
-	for _, j := range back.Order[len(back.Order)-2:] {
-		tail = append(tail, j.Point)
-		if j.Repetition < 2 {
-			t.Errorf("order %v: the extra rounds are not last", back.Order)
-		}
+	// Rounds 1 and 2 (the minimum) and 3 (judged from 3 samples) hold
+	// both points, round 4 the tight one alone.
+	var reps []int
+	for _, j := range back.Order {
+		reps = append(reps, j.Repetition)
 	}
-	if len(back.Order) != 6 || tail[0] != tail[1] {
-		t.Errorf("order %v: want 2 rounds of both points, then 2 of the tight one", back.Order)
+	if !slices.Equal(reps, []int{0, 0, 1, 1, 2, 2, 3}) || back.Order[6].Point != r.Points[0].ID {
+		t.Errorf("order %v: want rounds 0-2 of both points, then round 3 of the tight one (%s)", back.Order, r.Points[0].ID)
 	}
 }
