@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Iperf3Result is what cnlab keeps of an iperf3 client's JSON report
@@ -15,9 +16,13 @@ type Iperf3Result struct {
 	SentBps      float64 `json:"sentBitsPerSecond"`
 	ReceivedBps  float64 `json:"receivedBitsPerSecond"` // TCP: at the receiver; UDP: what arrived
 	Retransmits  int     `json:"retransmits"`           // TCP
-	Packets      int     `json:"packets,omitempty"`     // UDP datagrams the receiver expected (lost included)
-	LostPackets  int     `json:"lostPackets,omitempty"` // UDP
-	LostPercent  float64 `json:"lostPercent"`           // UDP
+	Packets      int     `json:"packets,omitempty"`     // UDP datagrams sent in the measured time
+	LostPackets  int     `json:"lostPackets,omitempty"` // UDP: sent minus received (from the bytes)
+	LostPercent  float64 `json:"lostPercent"`           // UDP: 100 × (1 − bytes received / bytes sent)
+	// IperfLostPercent is the loss iperf3 itself reports (sum_received):
+	// with -O it counts the losses of the omitted seconds against the
+	// datagrams of the measured ones, and can pass 100% (docs/methodology.md).
+	IperfLostPercent float64 `json:"iperfLostPercent,omitempty"`
 	JitterMs     float64 `json:"jitterMs,omitempty"`    // UDP
 	SenderCPU    float64 `json:"senderCPUPercent"`      // the sending side's total CPU (the client's, or the server's with -R)
 	ReceiverCPU  float64 `json:"receiverCPUPercent"`    // the receiving side's total CPU
@@ -27,6 +32,7 @@ type Iperf3Result struct {
 
 type iperfSum struct {
 	Seconds       float64 `json:"seconds"`
+	Bytes         float64 `json:"bytes"`
 	BitsPerSecond float64 `json:"bits_per_second"`
 	Retransmits   int     `json:"retransmits"`
 	Packets       int     `json:"packets"`
@@ -82,12 +88,22 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 		r.Retransmits = sent.Retransmits
 	case "UDP":
 		if sent != nil && received != nil {
-			// Both sides' totals: the receiver's counts the loss, jitter
-			// and what arrived.
+			// Both sides' totals over the measured seconds (after -O):
+			// what was sent, what arrived. The loss is computed from the
+			// bytes, not taken from iperf3: its receiver counts a gap in
+			// the sequence numbers against the measured datagrams even
+			// when it was lost in the omitted seconds (a shaped chain
+			// showed 101.7% loss, 3,140 of 6,454 datagrams having
+			// arrived).
 			r.Seconds = received.Seconds
 			r.SentBps, r.ReceivedBps = sent.BitsPerSecond, received.BitsPerSecond
-			r.Packets = received.Packets // what the receiver expected, lost ones included
-			r.LostPackets, r.LostPercent, r.JitterMs = received.LostPackets, received.LostPercent, received.JitterMs
+			r.Packets = sent.Packets
+			r.IperfLostPercent, r.JitterMs = received.LostPercent, received.JitterMs
+			if sent.Bytes > 0 {
+				share := min(max(received.Bytes/sent.Bytes, 0), 1)
+				r.LostPercent = 100 * (1 - share)
+				r.LostPackets = sent.Packets - int(math.Round(share*float64(sent.Packets)))
+			}
 			break
 		}
 		// Older reports have only the sender's totals with the
