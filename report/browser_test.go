@@ -71,7 +71,7 @@ func TestReportInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Self-contained: nothing to load from anywhere.
-	if m := regexp.MustCompile(`(src|href)="(https?:)?//|<link |<img |@import|url\(`).Find(page); m != nil {
+	if m := regexp.MustCompile(`(src|href)="(https?:)?//|<link |<img |@import|url\([^d]|url\(d[^a]`).Find(page); m != nil {
 		t.Errorf("the page loads something: %q", m)
 	}
 
@@ -89,12 +89,18 @@ func TestReportInChromium(t *testing.T) {
 		}
 		return o.String(), e.String()
 	}
-	dom, logs := run("--dump-dom", url)
+	dom, logs := run("--dump-dom", "--virtual-time-budget=5000", url)
 	want := regexp.MustCompile(`data-figures-drawn="(\d+)"`).FindStringSubmatch(dom)
 	all := regexp.MustCompile(`data-figures="(\d+)"`).FindStringSubmatch(dom)
 	n := strings.Count(dom, `class="report-figure"`)
 	if want == nil || all == nil || want[1] != all[1] || n != len(rep.Figures) || all[1] != strconv.Itoa(len(rep.Figures)) {
 		t.Errorf("figures: %v drawn of %v on the page (%d figure elements), report has %d", want, all, n, len(rep.Figures))
+	}
+	// No text runs out of its figure, as the browser draws it.
+	over := regexp.MustCompile(`data-text-overflow="(\d+)"`).FindStringSubmatch(dom)
+	if over == nil || over[1] != "0" {
+		list := regexp.MustCompile(`data-text-overflow-list="([^"]*)"`).FindStringSubmatch(dom)
+		t.Errorf("text out of its figure in Chromium: %v %v", over, list)
 	}
 	for _, f := range rep.Figures {
 		if !strings.Contains(dom, `data-figure-id="`+f.ID+`"`) {

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"html/template"
 	"sort"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/internal/plural"
+	"golang.org/x/image/font/gofont/gobold"
+	"golang.org/x/image/font/gofont/goregular"
 )
 
 // HTML renders the report as one self-contained page: figures inline as
@@ -56,7 +59,7 @@ func (rep *Report) HTML() ([]byte, error) {
 	}
 	data := map[string]any{
 		"R": r, "Rep": rep, "Figs": figs, "Env": env, "Finished": finished, "CVWarn": 100 * CVWarn,
-		"Started": r.StartedAt.Format(time.RFC3339),
+		"Started": r.StartedAt.Format(time.RFC3339), "Fonts": goFonts,
 	}
 	var b bytes.Buffer
 	if err := page.Execute(&b, data); err != nil {
@@ -74,6 +77,17 @@ func sortedKeys(m map[string]string) []string {
 	return ks
 }
 
+// goFonts are the fonts the figures' text is measured with (the Go
+// fonts, which the PNGs are drawn with), embedded in the page so that a
+// browser draws the SVGs' text at the widths the layout gave it, whatever
+// fonts the machine has. The Go fonts (Bigelow & Holmes, for the Go
+// project) carry the Go project's BSD license, "Copyright 2009 The Go
+// Authors" (golang.org/x/image/font/gofont/ttfs/README), named in the page.
+var goFonts = template.CSS(`/* The Go fonts, by the Bigelow & Holmes foundry for the Go project: Copyright 2009 The Go Authors, under the Go project's BSD license (https://go.dev/LICENSE; https://go.dev/blog/go-fonts). */
+@font-face { font-family: "Go"; font-weight: 400; src: url(data:font/ttf;base64,` + base64.StdEncoding.EncodeToString(goregular.TTF) + `) format("truetype"); }
+@font-face { font-family: "Go"; font-weight: 700; src: url(data:font/ttf;base64,` + base64.StdEncoding.EncodeToString(gobold.TTF) + `) format("truetype"); }
+`)
+
 var funcs = template.FuncMap{
 	"num":  fmtNum,
 	"pct":  func(v float64) string { return fmtNum(100*v) + "%" },
@@ -87,6 +101,7 @@ var page = template.Must(template.New("report").Funcs(funcs).Parse(`<!DOCTYPE ht
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>cnlab report — {{.R.Experiment.Name}}</title>
 <style>
+{{.Fonts}}
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em; color: #222; }
 h1 { font-size: 1.6em; margin-bottom: .2em; }
 h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 2em; }
@@ -120,7 +135,7 @@ code { font-size: .9em; }
 <h2 id="figures">Figures</h2>
 {{range .Figs}}<figure id="{{.ID}}" class="report-figure" data-kind="{{.Kind}}">
 {{.SVG}}
-<figcaption>{{.Caption}} <a href="{{.PNG}}">PNG</a></figcaption>
+<figcaption><a href="{{.PNG}}">PNG</a></figcaption>
 </figure>
 {{else}}<p>No point has samples: no figure.</p>
 {{end}}
@@ -157,6 +172,23 @@ code { font-size: .9em; }
   });
   document.body.setAttribute("data-figures-drawn", String(n));
   document.body.setAttribute("data-figures", String(document.querySelectorAll("figure.report-figure").length));
+  // Text that runs out of its figure (a legend or caption measured with
+  // another font than the one drawn): counted once the fonts are in.
+  var check = function () {
+    var out = [];
+    document.querySelectorAll("figure.report-figure svg").forEach(function (s) {
+      var f = s.getBoundingClientRect();
+      s.querySelectorAll("text").forEach(function (t) {
+        var b = t.getBoundingClientRect();
+        if (b.width > 0 && (b.left < f.left - 1 || b.right > f.right + 1 || b.top < f.top - 1 || b.bottom > f.bottom + 1)) {
+          out.push(s.getAttribute("data-figure-id") + ": " + t.textContent);
+        }
+      });
+    });
+    document.body.setAttribute("data-text-overflow", String(out.length));
+    document.body.setAttribute("data-text-overflow-list", out.slice(0, 20).join(" | "));
+  };
+  if (document.fonts && document.fonts.ready) { document.fonts.ready.then(check); } else { check(); }
 })();
 </script>
 </body>
