@@ -104,7 +104,20 @@ func CaptureEnvironment() *Environment {
 		}
 	}
 	e.CPUGovernor = readTrim("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+	// How an idle CPU waits: with the haltpoll driver and no polling, a
+	// vCPU halts at once and a wakeup from another CPU costs tens of µs
+	// (docs/methodology.md, "Noise on a VM").
+	if v := readTrim("/sys/devices/system/cpu/cpuidle/current_driver"); v != "" {
+		e.Sysctls["cpuidle.driver"] = v
+	}
+	if v := readTrim(HaltPollPath); v != "" {
+		e.Sysctls["haltpoll.guest_halt_poll_ns"] = v
+	}
 	return e
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// HaltPollPath is the haltpoll cpuidle driver's polling time before an
+// idle vCPU halts (ns).
+const HaltPollPath = "/sys/module/haltpoll/parameters/guest_halt_poll_ns"

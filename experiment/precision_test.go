@@ -183,3 +183,17 @@ func TestPrecisionRun(t *testing.T) {
 		t.Errorf("order %v: want rounds 0-2 of both points, then round 3 of the tight one (%s)", back.Order, r.Points[0].ID)
 	}
 }
+
+func TestSamplesFor(t *testing.T) {
+	// t(2)·0.01/√3 = 2.48%: 3 samples are not enough for ±2% at a 1% CV;
+	// t(3)·0.01/√4 = 1.59%: 4 are. At 5%: t(5)·0.05/√6 = 5.25%, t(6)·0.05/√7
+	// = 4.62%; t(25)·0.05/√26 = 2.02%, t(26)·0.05/√27 = 1.98%.
+	for _, c := range []struct {
+		cv, target float64
+		want       int
+	}{{0.01, 2, 4}, {0.001, 2, 3}, {0.05, 2, 27}, {0.05, 5, 7}, {2, 1, 0}} {
+		if got := SamplesFor(c.cv, c.target); got != c.want {
+			t.Errorf("SamplesFor(%g, %g%%) = %d, want %d", c.cv, c.target, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/internal/files"
+)
+
+func newDoctorCmd(e *env) *cobra.Command {
+	var output, out string
+	var samples int
+	var duration time.Duration
+	cmd := &cobra.Command{
+		Use:   "doctor [FILE] [--samples N] [--duration D] [-o json]",
+		Short: "Measure how noisy this machine is now, and what precision a run can reach in what time",
+		Long: `Calibrate: run tcp-rr and one tcp-stream between two endpoints of a
+single-host lab (the default datapath, no policy), pinned (client and server
+on CPU 0, as the shipped experiments) and unpinned, --samples short samples
+each (about 40 s in all by default), and say how much the samples spread
+(coefficient of variation of the headline metric: p50 latency, throughput),
+what the hypervisor stole and how many samples a point needs for a 95%
+interval of ±2% and ±5%. With FILE, also estimate how long that experiment
+needs for its precision target (2% where it sets none) at this spread.
+
+It refuses nothing: a noisy machine is said plainly. The labs it builds are
+taken down, also on Ctrl-C.`,
+		Example: `  cnlab doctor
+  cnlab doctor experiments/thesis-policy-scaling.yaml --quick
+  cnlab doctor --samples 16 -o json`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			var spec *experiment.Spec
+			if len(args) == 1 {
+				data, err := files.ReadInput(args[0])
+				if err != nil {
+					return usagef("%s: %v", args[0], err)
+				}
+				quick, _ := cmd.Flags().GetBool("quick")
+				if spec, err = experiment.Parse(data, args[0], quick); err != nil {
+					return err
+				}
+			}
+			if samples < 3 || samples > 100 {
+				return usagef("--samples %d: between 3 and 100", samples)
+			}
+			if duration < time.Second || duration%time.Second != 0 || duration > time.Minute {
+				return usagef("--duration %v: whole seconds, 1s to 1m (iperf3 measures whole seconds)", duration)
+			}
+			if err := needRoot(); err != nil {
+				return err
+			}
+			c, err := experiment.Calibrate(cmd.Context(), experiment.CalibrateOptions{Samples: samples, Duration: duration, Out: out,
+				Progress: e.progress})
+			if err != nil {
+				return err
+			}
+			var est map[string]any
+			if spec != nil {
+				total, unknown, err := c.EstimateFor(spec)
+				if err != nil {
+					return err
+				}
+				est = map[string]any{"experiment": spec.Name, "measuredSeconds": total.Seconds(), "pointsWithoutCalibration": unknown}
+			}
+			if output == "json" {
+				enc := json.NewEncoder(e.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{"calibration": c, "estimate": est})
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "WORKLOAD\tPINNED\tMETRIC\tSAMPLES\tMEDIAN\tCV\tFOR ±2%\tFOR ±5%")
+			need := func(n int) string {
+				if n == 0 {
+					return "> 1000"
+				}
+				return fmt.Sprint(n)
+			}
+			for _, r := range c.Rows {
+				fmt.Fprintf(tw, "%s\t%v\t%s\t%d\t%.4g\t%.1f%%\t%s\t%s\n", r.Workload, r.Pinned, r.Metric, r.Samples, r.Median, r.CVPct, need(r.Needed2), need(r.Needed5))
+			}
+			_ = tw.Flush()
+			fmt.Fprintf(e.stdout, "samples of %v; the hypervisor stole up to %.1f%% of a CPU, CPU pressure up to %.1f%%\n",
+				duration, c.Noise["maxStealPct"], c.Noise["maxCPUPressurePct"])
+			for _, r := range c.Rows {
+				if r.Pinned && r.CVPct > 5 {
+					fmt.Fprintf(e.stdout, "noisy: pinned %s varies by %.1f%% from sample to sample; a point needs %s samples for ±2%%\n", r.Workload, r.CVPct, need(r.Needed2))
+				}
+			}
+			if v, err := os.ReadFile(experiment.HaltPollPath); err == nil && strings.TrimSpace(string(v)) == "0" {
+				fmt.Fprintf(e.stdout, "idle vCPUs halt at once (haltpoll, %s = 0): a wakeup from another CPU is slow, which unpinned rr pays on every transaction; polling 200 µs first (echo 200000 > %s, as root, until reboot) cut unpinned tcp-rr p50 from 69 to 16 µs on the development VM (docs/methodology.md)\n",
+					experiment.HaltPollPath, experiment.HaltPollPath)
+			}
+			if spec != nil {
+				total := time.Duration(est["measuredSeconds"].(float64) * float64(time.Second))
+				fmt.Fprintf(e.stdout, "%s: about %s of measurement to reach its precision target at this spread (plus lab builds)\n", spec.Name, total.Round(time.Second))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&output, "output", "o", "", "json: print the calibration as JSON")
+	f.IntVar(&samples, "samples", 8, "samples of each workload, pinned and unpinned")
+	f.DurationVar(&duration, "duration", time.Second, "measured time of each sample (whole seconds)")
+	f.StringVar(&out, "out", "", "keep the calibration's results directories here (default: not kept)")
+	f.Bool("quick", false, "with FILE: estimate its quick: variant")
+	return cmd
+}
