@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/internal/files"
@@ -123,10 +124,10 @@ func printReport(e *env, rep *report.Report, output string) error {
 }
 
 func newCompareCmd(e *env) *cobra.Command {
-	var output, html string
+	var output, html, paired string
 	var threshold, minChange float64
 	cmd := &cobra.Command{
-		Use:   "compare RUN_A RUN_B [--html FILE] [--threshold PCT]",
+		Use:   "compare RUN_A RUN_B [--html FILE] [--threshold PCT] | compare RUN --paired PARAM=A,B",
 		Short: "Say what changed between two runs, point by point, with a significance test",
 		Long: `Match the points of two results directories (same sweep, parameters and
 workload) and, for every headline metric, print both medians, the change
@@ -137,14 +138,28 @@ by up to ~1.5% on the development VM), prints as "~", as benchstat does. Small s
 never do (p ≥ 0.33), 4 vs 4 can.
 
 --threshold PCT makes compare a CI gate: it exits 1 when a metric got
-significantly worse by at least PCT percent (throughput down, latency up).`,
+significantly worse by at least PCT percent (throughput down, latency up).
+
+--paired PARAM=A,B compares within one run the points that differ only in
+PARAM (datapath=iptables,ebpf; policies=0,100), round by round: the samples
+of A and B from the same round are a pair, so slow drift of the machine
+cancels in their ratio. It prints B/A (geometric mean of the per-round
+ratios) with its 95% interval and the paired t-test's p, and the unpaired
+Mann–Whitney p of the same samples for contrast.`,
 		Example: `  cnlab compare results/before results/after
   cnlab compare results/before results/after --threshold 5     # exit 1 on a >= 5% regression
-  cnlab compare results/a results/b --html compare.html -o json`,
-		Args: cobra.ExactArgs(2),
+  cnlab compare results/a results/b --html compare.html -o json
+  cnlab compare results/run --paired datapath=iptables,ebpf`,
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
+			}
+			if paired != "" {
+				return comparePaired(e, args, paired, output)
+			}
+			if len(args) != 2 {
+				return usagef("give two results directories (or one with --paired PARAM=A,B)")
 			}
 			gate := cmd.Flags().Changed("threshold")
 			if gate && (threshold < 0 || threshold > 1000) {
@@ -206,5 +221,35 @@ significantly worse by at least PCT percent (throughput down, latency up).`,
 	f.Float64Var(&threshold, "threshold", 0, "exit 1 when a metric got significantly worse by at least PCT percent")
 	f.Float64Var(&minChange, "min-change", 100*report.DefaultMinChange, "smallest change in percent to report: a significant change below it prints as ~")
 	f.StringVarP(&output, "output", "o", "", "json: print the comparison as JSON")
+	f.StringVar(&paired, "paired", "", "PARAM=A,B: within one run, compare the points differing only in PARAM, paired by round")
 	return cmd
+}
+
+// comparePaired is compare RUN --paired PARAM=A,B.
+func comparePaired(e *env, args []string, spec, output string) error {
+	if len(args) != 1 {
+		return usagef("--paired compares within one run: give one results directory")
+	}
+	param, vals, ok := strings.Cut(spec, "=")
+	a, b, ok2 := strings.Cut(vals, ",")
+	if !ok || !ok2 || param == "" || a == "" || b == "" || strings.Contains(b, ",") {
+		return usagef("--paired %q: give PARAM=A,B, e.g. datapath=iptables,ebpf", spec)
+	}
+	if err := isRunDir(args[0]); err != nil {
+		return err
+	}
+	r, err := experiment.Load(args[0])
+	if err != nil {
+		return usagef("%v", err)
+	}
+	c, err := report.ComparePaired(r, param, a, b)
+	if err != nil {
+		return usagef("%s: %v", args[0], err)
+	}
+	if output == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(c)
+	}
+	return c.Text(e.stdout)
 }

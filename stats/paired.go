@@ -1,0 +1,52 @@
+package stats
+
+import (
+	"errors"
+	"math"
+)
+
+// PairedRatio is B/A estimated from pairs (a_i, b_i) measured together
+// (in the same round of a run), as the geometric mean of the ratios b_i/a_i
+// with a Student's t interval on their logarithms, and the p-value of a
+// paired t-test that the mean log ratio is 0. Drift of the machine that
+// moves both members of a pair cancels in their ratio.
+type PairedRatio struct {
+	N     int      `json:"n"`
+	Ratio float64  `json:"ratio"`
+	CI    Interval `json:"ci95"`
+	P     float64  `json:"p"`
+}
+
+// Paired computes PairedRatio. It needs two pairs at least, and positive
+// values (a ratio of a value to 0 or below has no log).
+func Paired(a, b []float64) (PairedRatio, error) {
+	if len(a) != len(b) {
+		return PairedRatio{}, errors.New("paired samples of different lengths")
+	}
+	n := len(a)
+	if n < 2 {
+		return PairedRatio{}, errors.New("fewer than two pairs")
+	}
+	d := make([]float64, n)
+	for i := range a {
+		if a[i] <= 0 || b[i] <= 0 || math.IsNaN(a[i]) || math.IsNaN(b[i]) {
+			return PairedRatio{}, errors.New("a value is not positive")
+		}
+		d[i] = math.Log(b[i] / a[i])
+	}
+	m := mean(d)
+	ss := 0.0
+	for _, x := range d {
+		ss += (x - m) * (x - m)
+	}
+	se := math.Sqrt(ss/float64(n-1)) / math.Sqrt(float64(n))
+	half := TQuantile975(n-1) * se
+	r := PairedRatio{N: n, Ratio: math.Exp(m), CI: Interval{Lo: math.Exp(m - half), Hi: math.Exp(m + half)}, P: 1}
+	switch {
+	case se > 0:
+		r.P = math.Min(1, 2*(1-TCDF(math.Abs(m)/se, float64(n-1))))
+	case m != 0:
+		r.P = 0 // every pair moved by the same ratio
+	}
+	return r, nil
+}
