@@ -10,24 +10,24 @@ import (
 // Iperf3Result is what cnlab keeps of an iperf3 client's JSON report
 // (`iperf3 -c ... -J`), for TCP and UDP streams.
 type Iperf3Result struct {
-	Protocol     string  `json:"protocol"` // TCP or UDP
-	Streams      int     `json:"streams"`
-	Seconds      float64 `json:"seconds"`
-	SentBps      float64 `json:"sentBitsPerSecond"`
-	ReceivedBps  float64 `json:"receivedBitsPerSecond"` // TCP: at the receiver; UDP: what arrived
-	Retransmits  int     `json:"retransmits"`           // TCP
-	Packets      int     `json:"packets,omitempty"`     // UDP datagrams sent in the measured time
-	LostPackets  int     `json:"lostPackets,omitempty"` // UDP: sent minus received (from the bytes)
-	LostPercent  float64 `json:"lostPercent"`           // UDP: 100 × (1 − bytes received / bytes sent)
+	Protocol    string  `json:"protocol"` // TCP or UDP
+	Streams     int     `json:"streams"`
+	Seconds     float64 `json:"seconds"`
+	SentBps     float64 `json:"sentBitsPerSecond"`
+	ReceivedBps float64 `json:"receivedBitsPerSecond"` // TCP: at the receiver; UDP: what arrived
+	Retransmits int     `json:"retransmits"`           // TCP
+	Packets     int     `json:"packets,omitempty"`     // UDP datagrams sent in the measured time
+	LostPackets int     `json:"lostPackets,omitempty"` // UDP: sent minus received (from the bytes)
+	LostPercent float64 `json:"lostPercent"`           // UDP: 100 × (1 − bytes received / bytes sent)
 	// IperfLostPercent is the loss iperf3 itself reports (sum_received):
 	// with -O it counts the losses of the omitted seconds against the
 	// datagrams of the measured ones, and can pass 100% (docs/methodology.md).
 	IperfLostPercent float64 `json:"iperfLostPercent,omitempty"`
-	JitterMs     float64 `json:"jitterMs,omitempty"`    // UDP
-	SenderCPU    float64 `json:"senderCPUPercent"`      // the sending side's total CPU (the client's, or the server's with -R)
-	ReceiverCPU  float64 `json:"receiverCPUPercent"`    // the receiving side's total CPU
-	Reverse      bool    `json:"reverse,omitempty"`     // -R: the server sent
-	IperfVersion string  `json:"iperfVersion,omitempty"`
+	JitterMs         float64 `json:"jitterMs,omitempty"` // UDP
+	SenderCPU        float64 `json:"senderCPUPercent"`   // the sending side's total CPU (the client's, or the server's with -R)
+	ReceiverCPU      float64 `json:"receiverCPUPercent"` // the receiving side's total CPU
+	Reverse          bool    `json:"reverse,omitempty"`  // -R: the server sent
+	IperfVersion     string  `json:"iperfVersion,omitempty"`
 }
 
 type iperfSum struct {
