@@ -71,7 +71,7 @@ func (s *Spec) estimate(points []Point) (jobs, labs int, d time.Duration, err er
 func (s *Spec) String() string {
 	reps := plural.N(s.Repetitions, "repetition")
 	if p := s.Precision; p != nil {
-		reps = fmt.Sprintf("%d to %d repetitions, until ±%s", s.Repetitions, max(s.Repetitions, p.MaxRepetitions), p)
+		reps = fmt.Sprintf("%d to %d repetitions, until %s", s.Repetitions, max(s.Repetitions, p.MaxRepetitions), p)
 	}
 	return fmt.Sprintf("%s (%v warm-up, %v measured, %s)", s.Name, time.Duration(s.Warmup), time.Duration(s.Duration), reps)
 }

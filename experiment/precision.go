@@ -241,20 +241,20 @@ func (s *Spec) Override(o Overrides) ([]string, error) {
 	return changed, nil
 }
 
-// String is the target as a file would write it: "2%", or per workload
-// "tcp-rr 3%, tcp-stream 5%, 2% otherwise".
+// String is the target in words: "±2%", or per workload "tcp-stream
+// ±5%, tcp-rr ±3%, ±2% otherwise".
 func (p *Precision) String() string {
 	var parts []string
 	for _, k := range workloadKinds {
 		if t, ok := p.ByWorkload[k]; ok {
-			parts = append(parts, fmt.Sprintf("%s %g%%", k, float64(t)))
+			parts = append(parts, fmt.Sprintf("%s ±%g%%", k, float64(t)))
 		}
 	}
 	if p.Target > 0 {
 		if len(parts) > 0 {
-			parts = append(parts, fmt.Sprintf("%g%% otherwise", float64(p.Target)))
+			parts = append(parts, fmt.Sprintf("±%g%% otherwise", float64(p.Target)))
 		} else {
-			parts = append(parts, fmt.Sprintf("%g%%", float64(p.Target)))
+			parts = append(parts, fmt.Sprintf("±%g%%", float64(p.Target)))
 		}
 	}
 	return strings.Join(parts, ", ")

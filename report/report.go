@@ -208,7 +208,6 @@ func (rep *Report) Write(dir string) ([]string, error) {
 // says so, naming those that stopped short of it.
 func (rep *Report) precisionNote() {
 	var short []string
-	target := 0.0
 	for _, p := range rep.Results.Points {
 		pr := p.Reached
 		if pr == nil {
@@ -218,13 +217,12 @@ func (rep *Report) precisionNote() {
 			rep.Precision = map[string]int{}
 		}
 		rep.Precision[pr.State]++
-		target = pr.TargetPct
 		if pr.State != experiment.PrecisionReached {
 			hw := "unknown"
 			if pr.HalfWidthPct >= 0 {
 				hw = fmt.Sprintf("±%.2g%%", pr.HalfWidthPct)
 			}
-			short = append(short, fmt.Sprintf("%s (%s, %s after %s)", p.ID, pr.State, hw, plural.N(pr.Samples, "sample")))
+			short = append(short, fmt.Sprintf("%s (%s, %s of ±%g%% after %s)", p.ID, pr.State, hw, pr.TargetPct, plural.N(pr.Samples, "sample")))
 		}
 	}
 	if rep.Precision == nil {
@@ -234,8 +232,8 @@ func (rep *Report) precisionNote() {
 	for _, c := range rep.Precision {
 		n += c
 	}
-	msg := fmt.Sprintf("Precision target ±%g%% (95%% confidence half-width of the headline metric's mean): %d of %s reached it.",
-		target, rep.Precision[experiment.PrecisionReached], plural.N(n, "point"))
+	msg := fmt.Sprintf("Precision targets (95%% confidence half-width of the headline metric's mean, %s): %d of %s reached theirs.",
+		targets(rep.Results), rep.Precision[experiment.PrecisionReached], plural.N(n, "point with a target"))
 	if len(short) > 0 {
 		sort.Strings(short)
 		if len(short) > 12 {
@@ -244,4 +242,28 @@ func (rep *Report) precisionNote() {
 		msg += " Short of it: " + strings.Join(short, ", ") + "."
 	}
 	rep.Notes = append(rep.Notes, msg)
+}
+
+// targets lists the precision targets of a run's points by workload.
+func targets(r *experiment.Results) string {
+	by := map[string]float64{}
+	for _, p := range r.Points {
+		if p.Reached != nil {
+			by[p.Workload.Kind] = p.Reached.TargetPct
+		}
+	}
+	var parts []string
+	for _, k := range sortedKindKeys(by) {
+		parts = append(parts, fmt.Sprintf("%s ±%g%%", k, by[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sortedKindKeys(m map[string]float64) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
 }
