@@ -130,7 +130,10 @@ func Build(r *experiment.Results, env *experiment.Environment) *Report {
 	case experiment.StatusRunning:
 		rep.Notes = append(rep.Notes, "The run is still going (or was killed): the figures show the samples taken so far.")
 	}
-	if r.Experiment.Quick {
+	switch {
+	case r.Experiment.Quick && rep.Precision != nil:
+		rep.Notes = append(rep.Notes, "A --quick run: short samples, repeated until the precision above; small differences within those intervals are noise.")
+	case r.Experiment.Quick:
 		rep.Notes = append(rep.Notes, "A --quick run: few, short samples. It shows shapes; intervals are wide and small differences are noise.")
 	}
 	return rep
@@ -232,8 +235,8 @@ func (rep *Report) precisionNote() {
 	for _, c := range rep.Precision {
 		n += c
 	}
-	msg := fmt.Sprintf("Precision targets (95%% confidence half-width of the headline metric's mean, %s): %d of %s reached theirs.",
-		targets(rep.Results), rep.Precision[experiment.PrecisionReached], plural.N(n, "point with a target"))
+	msg := fmt.Sprintf("Precision targets (95%% confidence half-width of the headline metric's mean, %s): %d of the %d points with a target reached it.",
+		targets(rep.Results), rep.Precision[experiment.PrecisionReached], n)
 	if len(short) > 0 {
 		sort.Strings(short)
 		if len(short) > 12 {
