@@ -31,7 +31,7 @@ var policyModes = []string{ModeNoMatch, ModeTopOfChain, ModeL4Rules, ModeSelecto
 type Params struct {
 	Topology         string    `json:"topology"`
 	Link             string    `json:"link,omitempty"`
-	ChainLength      int       `json:"chainLength,omitempty"`
+	ChainLength      int       `json:"chainLength,omitempty"` // chain: forwarding hops (0: client and server on one veth pair)
 	Datapath         kind.Kind `json:"datapath,omitempty"`
 	HostRouting      string    `json:"hostRouting,omitempty"`
 	Policies         int       `json:"policies"`
@@ -59,7 +59,7 @@ func (p Params) Text() string {
 	add(true, "policies=%d", p.Policies)
 	add(p.PolicyMode != ModeNoMatch && p.PolicyMode != "", "mode=%s", p.PolicyMode)
 	add(p.Link != "", "link=%s", p.Link)
-	add(p.ChainLength > 0, "length=%d", p.ChainLength)
+	add(isChain(p.Topology), "length=%d", p.ChainLength)
 	add(p.HostRouting != "", "routing=%s", p.HostRouting)
 	add(p.MTU > 0, "mtu=%d", p.MTU)
 	add(p.Offloads != "", "offloads=%s", p.Offloads)
@@ -227,7 +227,7 @@ func (m Matrix) check(s *Spec, path string) error {
 		vs       []int
 		min, max int
 	}{
-		{"chainLength", m.ChainLength, 1, 64},
+		{"chainLength", m.ChainLength, 0, 64},
 		{"policies", m.Policies, 0, MaxPolicies},
 		{"flows", m.Flows, 1, MaxFlows},
 		{"size", m.Size, 1, 1 << 20},
@@ -317,7 +317,7 @@ func (s *Spec) Points() ([]Point, error) {
 		ds := pt.m.dims()
 		idx := make([]int, len(ds))
 		for {
-			p := Params{}
+			p := Params{ChainLength: chainLengthUnset}
 			for k, d := range ds {
 				d.set(&p, idx[k])
 			}
@@ -398,8 +398,16 @@ func series(p Params) string {
 	return s
 }
 
-// isChain reports whether a topology value names the chain preset.
-func isChain(t string) bool { return t == "chain" }
+// isChain reports whether a topology value names the chain preset (or
+// the direct pair, a chain of length 0).
+func isChain(t string) bool { return t == "chain" || t == topology.PresetDirect }
+
+// chainLengthUnset marks a point whose matrix gives no chainLength, until
+// resolveParams fills in the default.
+const chainLengthUnset = -1
+
+// DefaultChainLength is the chain preset's length when a matrix gives none.
+const DefaultChainLength = 3
 
 // isPreset reports whether a topology value names a preset, not a file.
 func isPreset(t string) bool { return slices.Contains(topology.Presets(), t) }
@@ -410,6 +418,13 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 		p.Topology = "single-host"
 	}
 	modeGiven := p.PolicyMode != ""
+	lengthGiven := p.ChainLength != chainLengthUnset
+	if !lengthGiven {
+		p.ChainLength = 0
+		if p.Topology == "chain" {
+			p.ChainLength = DefaultChainLength
+		}
+	}
 	if p.PolicyMode == "" {
 		p.PolicyMode = ModeNoMatch
 	}
@@ -438,13 +453,19 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 		if p.Link != "" && p.Link != topology.ChainVeth && p.Link != topology.ChainBridge {
 			return bad("link", "%q: a chain's links are veth or bridge", p.Link)
 		}
-		if p.ChainLength != 0 && !isPreset(p.Topology) {
+		if lengthGiven && !isPreset(p.Topology) {
 			return bad("chainLength", "applies to the chain preset; a chain topology file sets its own length")
+		}
+		if p.ChainLength == 0 && p.ShaperRate != "" && isPreset(p.Topology) {
+			return bad("shaperRate", "a direct pair (chainLength 0) has no hop to shape in")
+		}
+		if lengthGiven && p.Topology == topology.PresetDirect {
+			return bad("chainLength", "%d: the direct pair has no hops (use topology chain with chainLength 0 to sweep lengths from it)", p.ChainLength)
 		}
 
 	} else {
 		switch {
-		case p.ChainLength != 0:
+		case lengthGiven:
 			return bad("chainLength", "applies to the chain topology only (topology %s)", p.Topology)
 		case p.FirewallRules != 0:
 			return bad("firewallRules", "network functions go in chain hops: use topology chain")

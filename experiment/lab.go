@@ -40,9 +40,6 @@ func (s *Spec) labSpec(p Params, name string) (*topology.Spec, error) {
 // network functions in every hop.
 func chainYAML(p Params) string {
 	n := p.ChainLength
-	if n == 0 {
-		n = 3
-	}
 	link := p.Link
 	if link == "" {
 		link = topology.ChainVeth
@@ -116,7 +113,7 @@ func describeLab(p Params) string {
 	if p.Link != "" {
 		parts = append(parts, p.Link)
 	}
-	if p.ChainLength > 0 {
+	if isChain(p.Topology) {
 		parts = append(parts, fmt.Sprintf("length %d", p.ChainLength))
 	}
 	if p.MTU > 0 {

@@ -52,7 +52,7 @@ func label(pr *PointResult, j Job) string {
 	if q.Policies > 0 || q.PolicyMode == ModeL4Rules {
 		parts = append(parts, fmt.Sprintf("policies=%d", q.Policies))
 	}
-	if q.ChainLength > 0 {
+	if isChain(q.Topology) {
 		parts = append(parts, fmt.Sprintf("length=%d", q.ChainLength))
 	}
 	if q.FirewallRules > 0 {

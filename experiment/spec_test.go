@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"strings"
@@ -119,6 +120,10 @@ func TestBadInput(t *testing.T) {
 		{base + "matrix: {policies: [30000], datapath: [nftables]}\n", "x.yaml: matrix.policies: 30000: policies generated on ports 20000 and up take at most 22767"},
 		{base + "matrix: {topology: [chain], datapath: [ebpf]}\n", "x.yaml: matrix.datapath: ebpf: a chain has no policy datapath"},
 		{base + "matrix: {chainLength: [3]}\n", "x.yaml: matrix.chainLength: applies to the chain topology only"},
+		{base + "matrix: {chainLength: [0]}\n", "x.yaml: matrix.chainLength: applies to the chain topology only"},
+		{base + "matrix: {topology: [chain], chainLength: [-1]}\n", "x.yaml: matrix.chainLength[0]: -1: between 0 and 64"},
+		{base + "matrix: {topology: [direct], chainLength: [1]}\n", "x.yaml: matrix.chainLength: 1: the direct pair has no hops"},
+		{base + "matrix: {topology: [chain], chainLength: [0, 1], shaperRate: [1gbit]}\n", "x.yaml: matrix.shaperRate: a direct pair (chainLength 0) has no hop to shape in"},
 		{base + "matrix: {link: [vxlan]}\n", "x.yaml: matrix.link: applies to the multi-host and chain presets"},
 		{base + "matrix: {topology: [multi-host], link: [cable]}\n", `x.yaml: matrix.link: "cable": hosts are joined by wire or vxlan`},
 		{base + "matrix: {offloads: [tso]}\n", `x.yaml: matrix.offloads[0]: "tso": on, off, or a list`},
@@ -159,6 +164,39 @@ func TestBadInput(t *testing.T) {
 // number of rules grows with the number of policies.
 // TestFlowsApplyToStreamsOnly: flows, size and zerocopy multiply the
 // stream workloads only; request/response is measured once per point.
+// TestChainLengths: a chain swept from 0 (the direct pair, seed 001's
+// n = 2) keeps 0 apart from the default length, which is filled in.
+func TestChainLengths(t *testing.T) {
+	for _, tc := range []struct {
+		matrix string
+		want   []int
+	}{
+		{"{topology: [chain], chainLength: [0, 1, 3]}", []int{0, 1, 3}},
+		{"{topology: [chain]}", []int{DefaultChainLength}},
+		{"{topology: [direct]}", []int{0}},
+		{"{topology: [single-host]}", []int{0}},
+	} {
+		s, err := Parse([]byte("workloads: [{kind: tcp-stream}]\nmatrix: "+tc.matrix+"\n"), "x.yaml", false)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.matrix, err)
+		}
+		pts, err := s.Points()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.matrix, err)
+		}
+		var got []int
+		for _, p := range pts {
+			got = append(got, p.Params.ChainLength)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: lengths %v, want %v", tc.matrix, got, tc.want)
+		}
+		if strings.Contains(tc.matrix, "chain") && !strings.Contains(pts[0].Params.Text(), fmt.Sprintf("length=%d", tc.want[0])) {
+			t.Errorf("%s: text %q names no length", tc.matrix, pts[0].Params.Text())
+		}
+	}
+}
+
 func TestFlowsApplyToStreamsOnly(t *testing.T) {
 	s, err := Parse([]byte("warmup: 0s\nduration: 1s\nworkloads: [{kind: tcp-stream}, {kind: tcp-rr}, {kind: udp-stream}]\nmatrix: {flows: [1, 4], zerocopy: [false, true]}\n"), "x.yaml", false)
 	if err != nil {

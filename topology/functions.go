@@ -61,20 +61,26 @@ type Function struct {
 	Shaper   *Shaper   `json:"shaper,omitempty"`
 }
 
-// Firewall is an iptables firewall in the FORWARD chain of every hop, in
-// seed 001's worst case: every packet walks all Rules rules, then one rule
-// accepts the chain's traffic; the chain's policy drops anything else.
-// Stateless rules match nothing the chain carries (an unused source
-// address); stateful rules (Stateful) look every packet's connection up in
-// conntrack and count it without a verdict ("count the bytes of all
-// connections"). Spread splits Rules over the hops instead of putting
-// Rules in each.
+// Firewall is an iptables firewall in the namespaces of a chain, laid out
+// as seed 001's own scripts did it: in every namespace, a chain CNLAB-FW
+// jumped to from INPUT (and from FORWARD in the hops) holds Rules rules
+// that match nothing the chain carries, so every packet a namespace
+// forwards or receives walks them all (the seed's worst case). Stateless
+// rules match an unused source address; stateful rules each ask conntrack
+// for the connection's byte count (-m connbytes, as the seed) with a range
+// no connection reaches. Spread splits Rules over the namespaces the
+// client's packets cross (the hops and the server: the seed's "n-1
+// namespaces") instead of putting Rules in each.
 type Firewall struct {
 	Rules    int    `json:"rules"`
 	Stateful bool   `json:"stateful"`
 	Spread   bool   `json:"spread"`
 	Backend  string `json:"backend"`  // legacy (x_tables, default) or nft
 	HopRules []int  `json:"hopRules"` // resolved: the rules in hop 1..N
+	// ServerRules and ClientRules are the rules in the ends' INPUT chains
+	// (resolved; the client's get no share of a spread).
+	ServerRules int `json:"serverRules"`
+	ClientRules int `json:"clientRules"`
 }
 
 // Shaper is an HTB qdisc on a hop's egress device(s) with one class, the
@@ -246,15 +252,20 @@ func (r *resolver) firewall(path string, fw Firewall, c *Chain) (*Firewall, erro
 	default:
 		return nil, r.errf(path+".backend", "unknown iptables backend %q (legacy, nft)", fw.Backend)
 	}
-	fw.HopRules = make([]int, c.Length)
-	for i := range fw.HopRules {
-		fw.HopRules[i] = fw.Rules
+	// The namespaces the client's packets cross: the hops, then the server.
+	crossed := make([]int, c.Length+1)
+	for i := range crossed {
+		crossed[i] = fw.Rules
 		if fw.Spread {
-			fw.HopRules[i] = fw.Rules / c.Length
-			if i < fw.Rules%c.Length {
-				fw.HopRules[i]++
+			crossed[i] = fw.Rules / len(crossed)
+			if i < fw.Rules%len(crossed) {
+				crossed[i]++
 			}
 		}
+	}
+	fw.HopRules, fw.ServerRules = crossed[:c.Length], crossed[c.Length]
+	if !fw.Spread {
+		fw.ClientRules = fw.Rules
 	}
 	return &fw, nil
 }
@@ -285,6 +296,9 @@ func (r *resolver) shaper(path string, sh Shaper, c *Chain) (*Shaper, error) {
 	case ShapeToServer, ShapeToClient, ShapeBoth:
 	default:
 		return nil, r.errf(path+".direction", "unknown direction %q (server: egress towards the server, client: towards the client, both)", sh.Direction)
+	}
+	if c.Length == 0 {
+		return nil, r.errf(path, "a direct pair (chain.length 0) has no hop to shape in: use a length of 1 or more")
 	}
 	// Every hop has the same device names: eth0 towards the client, eth1
 	// towards the server (see buildChain).
@@ -406,29 +420,41 @@ func FillerRules(n int) []string {
 	return out
 }
 
+// FirewallChain is the chain of a firewall function's rules.
+const FirewallChain = "CNLAB-FW"
+
+// maxConnbytes is the largest count -m connbytes takes (a signed 64-bit
+// integer): ranges just below it match no real connection.
+const maxConnbytes = 1<<63 - 1
+
 // FirewallScript is the iptables-restore input that sets up a firewall in
-// one hop holding rules rules: the filter table with FORWARD dropping by
-// default, the rules (stateless filler, or stateful counting rules), then
-// the chain's own traffic (chain CIDR to chain CIDR) accepted. It is pure,
-// so it is tested without root.
-func FirewallScript(fw *Firewall, rules int, cidr string) string {
+// one namespace of a chain holding rules rules: chain CNLAB-FW with the
+// rules (stateless filler, or stateful connbytes rules), jumped to from
+// INPUT, and from FORWARD too when forward is set (a hop). Every policy
+// stays ACCEPT, as in the seed: no rule ever matches the chain's traffic.
+// It is pure, so it is tested without root.
+func FirewallScript(fw *Firewall, rules int, forward bool) string {
 	var b strings.Builder
-	b.WriteString("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	fmt.Fprintf(&b, "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:%s - [0:0]\n", FirewallChain)
+	fmt.Fprintf(&b, "-A INPUT -j %s\n", FirewallChain)
+	if forward {
+		fmt.Fprintf(&b, "-A FORWARD -j %s\n", FirewallChain)
+	}
 	if fw.Stateful {
-		// Seed 001's stateful rules: each looks the packet's connection up
-		// in conntrack and counts it, with no verdict, so every packet
-		// walks (and is counted by) all of them.
+		// Seed 001's stateful rules ("count the bytes of all
+		// connections"): each looks the packet's connection up in
+		// conntrack and compares its reply byte count with a range no
+		// connection reaches, so every packet walks all of them.
 		for i := 0; i < rules; i++ {
-			fmt.Fprintf(&b, "-A FORWARD -m conntrack --ctstate NEW,RELATED,ESTABLISHED\n")
+			hi := uint64(maxConnbytes - i)
+			fmt.Fprintf(&b, "-A %s -m connbytes --connbytes %d:%d --connbytes-dir reply --connbytes-mode bytes -j ACCEPT\n", FirewallChain, hi-1, hi)
 		}
 	} else {
 		for _, r := range FillerRules(rules) {
-			b.WriteString("-A FORWARD ")
-			b.WriteString(r)
-			b.WriteByte('\n')
+			fmt.Fprintf(&b, "-A %s %s\n", FirewallChain, r)
 		}
 	}
-	fmt.Fprintf(&b, "-A FORWARD -s %s -d %s -j ACCEPT\nCOMMIT\n", cidr, cidr)
+	b.WriteString("COMMIT\n")
 	return b.String()
 }
 

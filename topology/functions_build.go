@@ -8,9 +8,10 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// buildFunctions puts the chain's network functions in every hop. All of
-// it lives inside the hops' namespaces (iptables tables, qdiscs), so
-// deleting the namespaces removes it.
+// buildFunctions puts the chain's network functions in its namespaces:
+// shapers in every hop, firewalls in every hop and in both ends (see
+// Firewall). All of it lives inside the namespaces (iptables tables,
+// qdiscs), so deleting them removes it.
 func (b *builder) buildFunctions(ctx context.Context, handles func(string) (*netlink.Handle, error)) error {
 	c := b.spec.Chain
 	if len(c.Functions) == 0 {
@@ -24,7 +25,7 @@ func (b *builder) buildFunctions(ctx context.Context, handles func(string) (*net
 			var err error
 			switch f.Kind {
 			case FunctionFirewall:
-				err = applyFirewall(ctx, n.Netns, f.Firewall, f.Firewall.HopRules[i], c.CIDR.String())
+				err = applyFirewall(ctx, n.Netns, f.Firewall, f.Firewall.HopRules[i], true)
 			case FunctionShaper:
 				var h *netlink.Handle
 				if h, err = handles(n.Netns); err == nil {
@@ -38,13 +39,26 @@ func (b *builder) buildFunctions(ctx context.Context, handles func(string) (*net
 			}
 		}
 	}
+	for _, f := range c.Functions {
+		if f.Kind != FunctionFirewall {
+			continue
+		}
+		last := c.Segments[len(c.Segments)-1]
+		for _, end := range []struct {
+			name, netns string
+			rules       int
+		}{{"client", c.Segments[0].LeftNetns, f.Firewall.ClientRules}, {"server", last.RightNetns, f.Firewall.ServerRules}} {
+			if err := applyFirewall(ctx, end.netns, f.Firewall, end.rules, false); err != nil {
+				return fmt.Errorf("%s: firewall: %w", end.name, err)
+			}
+		}
+	}
 	return nil
 }
 
-// applyFirewall loads a hop's firewall in one iptables-restore commit.
-func applyFirewall(ctx context.Context, ns string, fw *Firewall, rules int, cidr string) error {
-	script := FirewallScript(fw, rules, cidr)
-	_, err := netns.Run(ctx, ns, []byte(script), iptablesRestore(fw.Backend), "-w")
+// applyFirewall loads a namespace's firewall in one iptables-restore commit.
+func applyFirewall(ctx context.Context, ns string, fw *Firewall, rules int, forward bool) error {
+	_, err := netns.Run(ctx, ns, []byte(FirewallScript(fw, rules, forward)), iptablesRestore(fw.Backend), "-w")
 	return err
 }
 

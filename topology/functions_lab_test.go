@@ -25,15 +25,17 @@ func TestChainFunctionsInEveryHop(t *testing.T) {
 		stateful  bool
 		backend   string
 		devs      []string // shaped
+		length    int
 	}{
-		{"stateful", "[{kind: firewall, rules: 5, stateful: true}, {kind: shaper, rate: 10mbit, direction: both}]", true, BackendLegacy, []string{"eth0", "eth1"}},
-		{"stateless", "[{kind: shaper, rate: 1tbit}, {kind: firewall, rules: 5, backend: nft}]", false, BackendNFT, []string{"eth1"}},
+		{"stateful", "[{kind: firewall, rules: 5, stateful: true}, {kind: shaper, rate: 10mbit, direction: both}]", true, BackendLegacy, []string{"eth0", "eth1"}, 2},
+		{"stateless", "[{kind: shaper, rate: 1tbit}, {kind: firewall, rules: 5, backend: nft}]", false, BackendNFT, []string{"eth1"}, 2},
+		{"direct", "[{kind: firewall, rules: 5, stateful: true}]", true, BackendLegacy, nil, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			testutil.RequireRoot(t)
 			testutil.RequireTool(t, iptablesRestore(tc.backend), "iptables")
-			yaml := fmt.Sprintf("name: t-nf-%s\nchain:\n  length: 2\n  functions: %s\n", tc.name, tc.fns)
+			yaml := fmt.Sprintf("name: t-nf-%s\nchain:\n  length: %d\n  functions: %s\n", tc.name, tc.length, tc.fns)
 			s, err := Parse([]byte(yaml), "t.yaml", Overrides{})
 			if err != nil {
 				t.Fatal(err)
@@ -54,7 +56,7 @@ func TestChainFunctionsInEveryHop(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				checkHopRules(t, i+1, string(out), tc.stateful, 5, s.Chain.CIDR.String())
+				checkFirewallRules(t, fmt.Sprintf("hop %d", i+1), string(out), tc.stateful, true, 5)
 				checkHopQdiscs(t, i+1, n.Netns, tc.devs)
 				// A stateless firewall leaves conntrack off in the hop: the
 				// kernel hooks it into a namespace only for rules that need
@@ -63,28 +65,48 @@ func TestChainFunctionsInEveryHop(t *testing.T) {
 					t.Errorf("hop %d: %d conntrack entries (stateful %v)", i+1, cnt, tc.stateful)
 				}
 			}
+			// The ends hold the rules in INPUT, as the seed's scripts did:
+			// the server's INPUT is where a direct pair walks them.
+			for _, e := range []struct{ name, netns string }{{"client", client.Netns}, {"server", server.Netns}} {
+				out, err := netns.Run(context.Background(), e.netns, nil, save, "-t", "filter")
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkFirewallRules(t, e.name, string(out), tc.stateful, false, 5)
+			}
+			if len(s.Chain.Nodes) != tc.length {
+				t.Errorf("%d hops, want %d", len(s.Chain.Nodes), tc.length)
+			}
 		})
 	}
 }
 
-func checkHopRules(t *testing.T, hop int, save string, stateful bool, filler int, cidr string) {
+// checkFirewallRules checks a namespace's firewall: CNLAB-FW holds filler
+// rules (stateful ones ask conntrack for byte counts), jumped to from
+// INPUT, and from FORWARD in a hop.
+func checkFirewallRules(t *testing.T, where string, save string, stateful, forward bool, filler int) {
 	t.Helper()
-	var fwd []string
+	var rules, jumps []string
 	for _, l := range strings.Split(save, "\n") {
-		if strings.HasPrefix(l, "-A FORWARD ") {
-			fwd = append(fwd, l)
+		switch {
+		case strings.HasPrefix(l, "-A "+FirewallChain+" "):
+			rules = append(rules, l)
+		case strings.HasPrefix(l, "-A "):
+			jumps = append(jumps, l)
 		}
 	}
-	want := filler + 1
-	if len(fwd) != want || !strings.Contains(save, ":FORWARD DROP") {
-		t.Errorf("hop %d: %d FORWARD rules, want %d:\n%s", hop, len(fwd), want, save)
+	wantJumps := []string{"-A INPUT -j " + FirewallChain}
+	if forward {
+		wantJumps = append(wantJumps, "-A FORWARD -j "+FirewallChain)
+	}
+	if len(rules) != filler || fmt.Sprint(jumps) != fmt.Sprint(wantJumps) {
+		t.Errorf("%s: %d rules in %s (want %d), jumps %q (want %q):\n%s", where, len(rules), FirewallChain, filler, jumps, wantJumps, save)
 		return
 	}
-	if ct := strings.Contains(fwd[0], "--ctstate NEW,RELATED,ESTABLISHED"); ct != stateful {
-		t.Errorf("hop %d: first rule %q (stateful %v)", hop, fwd[0], stateful)
-	}
-	if last := fwd[len(fwd)-1]; last != fmt.Sprintf("-A FORWARD -s %s -d %s -j ACCEPT", cidr, cidr) {
-		t.Errorf("hop %d: last rule %q", hop, last)
+	if filler > 0 {
+		if ct := strings.Contains(rules[0], "-m connbytes"); ct != stateful {
+			t.Errorf("%s: first rule %q (stateful %v)", where, rules[0], stateful)
+		}
 	}
 }
 

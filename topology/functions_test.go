@@ -26,7 +26,7 @@ func TestResolveChainFunctions(t *testing.T) {
 		t.Fatalf("functions: %+v", fns)
 	}
 	fw := fns[0].Firewall
-	want := &Firewall{Rules: 100, Stateful: true, Backend: BackendLegacy, HopRules: []int{100, 100, 100}}
+	want := &Firewall{Rules: 100, Stateful: true, Backend: BackendLegacy, HopRules: []int{100, 100, 100}, ServerRules: 100, ClientRules: 100}
 	if !reflect.DeepEqual(fw, want) || fns[0].Shaper != nil {
 		t.Errorf("firewall: %+v, want %+v", fw, want)
 	}
@@ -67,14 +67,26 @@ func TestResolveFunctionOptions(t *testing.T) {
 		name, yaml string
 		check      func(t *testing.T, fns []Function)
 	}{
+		// Spread divides the rules over the namespaces the client's packets
+		// cross: the hops and the server (the seed's n-1), not the client.
 		{"spread with remainder to the first hops", doc(3, "    - {kind: firewall, rules: 10, spread: true}\n"), func(t *testing.T, fns []Function) {
-			if got := fns[0].Firewall.HopRules; !reflect.DeepEqual(got, []int{4, 3, 3}) {
-				t.Errorf("hop rules %v", got)
+			if fw := fns[0].Firewall; !reflect.DeepEqual(fw.HopRules, []int{3, 3, 2}) || fw.ServerRules != 2 || fw.ClientRules != 0 {
+				t.Errorf("hop rules %v, server %d, client %d", fw.HopRules, fw.ServerRules, fw.ClientRules)
 			}
 		}},
 		{"spread over more hops than rules", doc(3, "    - {kind: firewall, rules: 2, spread: true}\n"), func(t *testing.T, fns []Function) {
-			if got := fns[0].Firewall.HopRules; !reflect.DeepEqual(got, []int{1, 1, 0}) {
-				t.Errorf("hop rules %v", got)
+			if fw := fns[0].Firewall; !reflect.DeepEqual(fw.HopRules, []int{1, 1, 0}) || fw.ServerRules != 0 {
+				t.Errorf("hop rules %v, server %d", fw.HopRules, fw.ServerRules)
+			}
+		}},
+		{"direct pair: the rules in the ends only", doc(0, "    - {kind: firewall, rules: 7, stateful: true}\n"), func(t *testing.T, fns []Function) {
+			if fw := fns[0].Firewall; len(fw.HopRules) != 0 || fw.ServerRules != 7 || fw.ClientRules != 7 {
+				t.Errorf("hop rules %v, server %d, client %d", fw.HopRules, fw.ServerRules, fw.ClientRules)
+			}
+		}},
+		{"direct pair, spread: all in the server", doc(0, "    - {kind: firewall, rules: 7, spread: true}\n"), func(t *testing.T, fns []Function) {
+			if fw := fns[0].Firewall; fw.ServerRules != 7 || fw.ClientRules != 0 {
+				t.Errorf("server %d, client %d", fw.ServerRules, fw.ClientRules)
 			}
 		}},
 		{"no rules, nft, block style", doc(2, "    - kind: firewall\n      stateful: false\n      backend: nft\n"), func(t *testing.T, fns []Function) {
@@ -119,7 +131,7 @@ func TestPresetChainFunctions(t *testing.T) {
 		t.Fatal(err)
 	}
 	fns := s.Chain.Functions
-	if !reflect.DeepEqual(fns[0].Firewall.HopRules, []int{2, 1}) || fns[0].Firewall.Backend != BackendLegacy {
+	if fw := fns[0].Firewall; !reflect.DeepEqual(fw.HopRules, []int{1, 1}) || fw.ServerRules != 1 || fw.Backend != BackendLegacy {
 		t.Errorf("firewall %+v", fns[0].Firewall)
 	}
 	if sh := fns[1].Shaper; sh.Ceil != 1e9 || sh.Burst != 125_000 || sh.Direction != ShapeToServer {
@@ -180,32 +192,43 @@ func TestParseSize(t *testing.T) {
 
 func TestFirewallScript(t *testing.T) {
 	for _, stateful := range []bool{false, true} {
-		script := FirewallScript(&Firewall{Stateful: stateful}, 3, "10.100.0.0/16")
-		lines := strings.Split(strings.TrimSpace(script), "\n")
-		var rules []string
-		for _, l := range lines {
-			if strings.HasPrefix(l, "-A ") {
-				rules = append(rules, l)
+		for _, forward := range []bool{false, true} {
+			script := FirewallScript(&Firewall{Stateful: stateful}, 3, forward)
+			lines := strings.Split(strings.TrimSpace(script), "\n")
+			var jumps, rules []string
+			for _, l := range lines {
+				switch {
+				case strings.HasPrefix(l, "-A "+FirewallChain+" "):
+					rules = append(rules, l)
+				case strings.HasPrefix(l, "-A "):
+					jumps = append(jumps, l)
+				}
 			}
-		}
-		if lines[0] != "*filter" || lines[len(lines)-1] != "COMMIT" || !strings.Contains(script, ":FORWARD DROP") {
-			t.Errorf("stateful %v: table frame:\n%s", stateful, script)
-		}
-		n := 3 + 1
-		for _, r := range rules[:3] {
-			// stateful: a counting rule with no verdict; stateless: filler
-			if (r == "-A FORWARD -m conntrack --ctstate NEW,RELATED,ESTABLISHED") != stateful {
-				t.Errorf("stateful %v: rule %q", stateful, r)
+			if lines[0] != "*filter" || lines[len(lines)-1] != "COMMIT" || strings.Contains(script, " DROP [") {
+				t.Errorf("stateful %v: table frame (every policy ACCEPT, as the seed):\n%s", stateful, script)
 			}
-		}
-		if strings.Contains(script, "conntrack") != stateful {
-			t.Errorf("stateful %v: conntrack match present: %v", stateful, !stateful)
-		}
-		if len(rules) != n || rules[n-1] != "-A FORWARD -s 10.100.0.0/16 -d 10.100.0.0/16 -j ACCEPT" {
-			t.Errorf("stateful %v: rules:\n%s", stateful, strings.Join(rules, "\n"))
-		}
-		if !stateful && rules[n-2] != "-A FORWARD "+FillerRules(3)[2] {
-			t.Errorf("stateful %v: filler not before the accept rule: %q", stateful, rules[n-2])
+			wantJumps := []string{"-A INPUT -j " + FirewallChain}
+			if forward {
+				wantJumps = append(wantJumps, "-A FORWARD -j "+FirewallChain)
+			}
+			if !reflect.DeepEqual(jumps, wantJumps) {
+				t.Errorf("forward %v: jumps %q, want %q", forward, jumps, wantJumps)
+			}
+			if len(rules) != 3 {
+				t.Fatalf("stateful %v: rules:\n%s", stateful, strings.Join(rules, "\n"))
+			}
+			for i, r := range rules {
+				// stateful: a connbytes range no connection reaches (the
+				// seed's); stateless: the filler
+				want := "-A " + FirewallChain + " " + FillerRules(3)[i]
+				if stateful {
+					hi := uint64(1<<63 - 1 - i)
+					want = fmt.Sprintf("-A %s -m connbytes --connbytes %d:%d --connbytes-dir reply --connbytes-mode bytes -j ACCEPT", FirewallChain, hi-1, hi)
+				}
+				if r != want {
+					t.Errorf("stateful %v: rule %d %q, want %q", stateful, i, r, want)
+				}
+			}
 		}
 	}
 	// Filler rules are distinct and never match the chain's addresses.

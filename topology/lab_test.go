@@ -51,6 +51,8 @@ func TestPresetsCarryTCPBetweenEveryPair(t *testing.T) {
 		{"multi-host", PresetOptions{Link: "vxlan"}},
 		{"chain", PresetOptions{Length: 1}},
 		{"chain", PresetOptions{Length: 4, Link: "bridge"}},
+		{PresetDirect, PresetOptions{}},
+		{PresetDirect, PresetOptions{Link: "bridge"}},
 	}
 	for i, tc := range cases {
 		t.Run(fmt.Sprintf("%s-%d", tc.preset, i), func(t *testing.T) {

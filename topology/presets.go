@@ -17,6 +17,9 @@ type PresetOptions struct {
 	Functions []Function
 }
 
+// PresetDirect names the preset of two endpoints on one veth pair.
+const PresetDirect = "direct"
+
 // presets build the seed studies' testbeds without a file. single-host and
 // multi-host follow seed 000 (hosts Flip and Flap, their container subnets,
 // server on Flip, client on Flap); chain follows seed 001.
@@ -44,6 +47,11 @@ var presets = map[string]func(o PresetOptions) *rawFile{
 				{Name: "server", Host: "flip", Labels: map[string]string{"app": "server"}, Ports: serverPorts()},
 			},
 		}
+	},
+	// direct is seed 001's shortest chain (n = 2) and seed 000's bare-veth
+	// baseline (§8.1.1): client and server on one veth pair, no datapath.
+	PresetDirect: func(o PresetOptions) *rawFile {
+		return &rawFile{Name: PresetDirect, Chain: &rawChain{Length: 0, Link: o.Link, functions: o.Functions}}
 	},
 	"chain": func(o PresetOptions) *rawFile {
 		n := o.Length
@@ -85,8 +93,8 @@ func Preset(preset string, o PresetOptions, ov Overrides) (*Spec, error) {
 		return nil, &input.Error{File: "--preset", Msg: fmt.Sprintf("unknown preset %q (presets: %s)", preset, strings.Join(Presets(), ", "))}
 	}
 	raw := mk(o)
-	if o.Length != 0 && raw.Chain == nil {
-		return nil, &input.Error{File: file, Path: "--length", Msg: "applies to the chain preset only"}
+	if o.Length != 0 && (raw.Chain == nil || preset == PresetDirect) {
+		return nil, &input.Error{File: file, Path: "--length", Msg: "applies to the chain preset only (direct is a chain of length 0)"}
 	}
 	if len(o.Functions) > 0 && raw.Chain == nil {
 		return nil, &input.Error{File: file, Path: "functions", Msg: "network functions go in the hops of the chain preset only"}

@@ -27,8 +27,8 @@ func (r *resolver) chain() error {
 		return r.errf("datapath", "a chain lab has no policy datapath (it has no hosts): remove datapath:")
 	}
 	r.spec.Datapath = kind.None
-	if c.Length < 1 {
-		return r.errf("chain.length", "%d is below 1 (the number of forwarding namespaces between client and server)", c.Length)
+	if c.Length < 0 {
+		return r.errf("chain.length", "%d is below 0 (the number of forwarding namespaces between client and server; 0 joins them directly)", c.Length)
 	}
 	if c.Length > MaxChainLength {
 		return r.errf("chain.length", "%d is above the limit of %d", c.Length, MaxChainLength)

@@ -200,7 +200,8 @@ func TestBadInput(t *testing.T) {
 		{"too many endpoints", "name: x\ndatapath: ebpf\nebpf: {maxEndpoints: 1}\nhosts: [{name: h, podCIDR: 10.0.0.0/24}]\nendpoints: [{name: a}, {name: b}]\n", `bad.yaml: ebpf.maxEndpoints: host h has 2 endpoints, more than 1 (raise ebpf.maxEndpoints, at most 16384)`},
 		{"ebpf unknown", "name: x\ndatapath: ebpf\nebpf: {mapSize: 1}\n", `bad.yaml: ebpf.mapSize: unknown field "mapSize"`},
 		{"duplicate key", "name: x\nname: y\n", `bad.yaml: name: mapping key "name" already defined at line 1`},
-		{"chain length", "name: x\nchain: {length: 0}\n", "bad.yaml: chain.length: 0 is below 1"},
+		{"chain length", "name: x\nchain: {length: -1}\n", "bad.yaml: chain.length: -1 is below 0"},
+		{"shaper on a direct pair", "name: x\nchain: {length: 0, functions: [{kind: shaper, rate: 1gbit}]}\n", "bad.yaml: chain.functions[0]: a direct pair (chain.length 0) has no hop to shape in"},
 		{"chain link", "name: x\nchain: {length: 2, link: ovs}\n", `bad.yaml: chain.link: unknown chain link "ovs" (supported: veth, bridge)`},
 		{"chain with hosts", "name: x\n" + hosts2 + "chain: {length: 2}\n", "bad.yaml: hosts: a chain lab builds its own namespaces"},
 		{"chain too long", "name: x\nchain: {length: 300}\n", "bad.yaml: chain.length: 300 hops need 301 /24 segments but chain.cidr 10.100.0.0/16 holds 256"},
@@ -262,7 +263,7 @@ func TestOverrides(t *testing.T) {
 	if _, err := Parse([]byte(good), "good.yaml", Overrides{Datapath: "ovs"}); err == nil || !strings.Contains(err.Error(), "--datapath") {
 		t.Errorf("bad --datapath: %v", err)
 	}
-	if _, err := Preset("nope", PresetOptions{}, Overrides{}); err == nil || !strings.Contains(err.Error(), "presets: chain, multi-host, single-host") {
+	if _, err := Preset("nope", PresetOptions{}, Overrides{}); err == nil || !strings.Contains(err.Error(), "presets: chain, direct, multi-host, single-host") {
 		t.Errorf("unknown preset: %v", err)
 	}
 }

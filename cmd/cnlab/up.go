@@ -19,7 +19,7 @@ func newUpCmd(e *env) *cobra.Command {
 	var fillerMode, hostRouting string
 	var connectHook bool
 	cmd := &cobra.Command{
-		Use:   "up (-f FILE | --preset single-host|multi-host|chain) [--name LAB] [--datapath D]",
+		Use:   "up (-f FILE | --preset single-host|multi-host|chain|direct) [--name LAB] [--datapath D]",
 		Short: "Build a lab from a topology file or a preset",
 		Long: `Build a lab: every host and endpoint becomes a network namespace, tagged
 with the lab's name. With no policy, every endpoint reaches every other.
@@ -29,6 +29,7 @@ Datapaths (--datapath, or datapath: in the file):
 ` + datapathHelp(),
 		Example: `  cnlab up --preset multi-host
   cnlab up --preset chain --length 5 --link bridge
+  cnlab up --preset direct   # client and server on one veth pair
   cnlab up --preset single-host --datapath iptables --filler 200 --filler-mode no-match
   cnlab up --preset multi-host --datapath ebpf --host-routing legacy --connect-hook
   cnlab up -f examples/two-hosts-vxlan.yaml --name mylab`,
@@ -43,7 +44,7 @@ Datapaths (--datapath, or datapath: in the file):
 				}
 			}
 			if cmd.Flags().Changed("length") && length < 1 {
-				return usagef("--length must be at least 1 (the number of forwarding namespaces)")
+				return usagef("--length must be at least 1 (the number of forwarding namespaces; --preset direct joins client and server on one veth pair)")
 			}
 			if workers < 1 || workers > 64 {
 				return usagef("--workers must be between 1 and 64")
@@ -51,7 +52,7 @@ Datapaths (--datapath, or datapath: in the file):
 			if (file == "") == (preset == "") {
 				return usagef("give exactly one of -f FILE or --preset (%s)", strings.Join(topology.Presets(), ", "))
 			}
-			if preset != "chain" && link != "" && preset != "multi-host" {
+			if preset != "chain" && preset != topology.PresetDirect && link != "" && preset != "multi-host" {
 				return usagef("--link applies to the chain (veth, bridge) and multi-host (wire, vxlan) presets")
 			}
 			ov := topology.Overrides{Name: name, Datapath: datapath, Options: kind.Overrides{FillerMode: fillerMode, HostRouting: hostRouting, ConnectHook: connectHook}}
