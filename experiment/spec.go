@@ -61,6 +61,41 @@ type Sweep struct {
 	Repetitions int        `yaml:"repetitions" json:"repetitions,omitempty"`
 	Precision   *Precision `yaml:"precision" json:"precision,omitempty"`
 	Quick       *Quick     `yaml:"quick" json:"quick,omitempty"`
+	// Figures tells the report how to draw the sweep (a seed's own axes).
+	Figures *Figures `yaml:"figures" json:"figures,omitempty"`
+}
+
+// Figures chooses a sweep's figure axes: X is the swept parameter on the
+// x axis (by default the first of FigureX that varies), the others that
+// vary name the lines; Metrics are drawn in addition to the workload's
+// own (packets/s, CPU).
+type Figures struct {
+	X       string   `yaml:"x" json:"x,omitempty"`
+	Metrics []string `yaml:"metrics" json:"metrics,omitempty"`
+}
+
+// FigureX are the parameters a figure can have on its x axis, in the
+// order the report picks one by default.
+var FigureX = []string{"policies", "chainLength", "firewallRules", "flows", "size", "mtu"}
+
+// FigureMetrics are the sample metrics a sweep may ask figures of.
+var FigureMetrics = []string{"throughput_gbps", "sent_gbps", "packets_per_s", "retransmits", "loss_pct", "jitter_ms",
+	"transactions_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_p999_us",
+	"first_rtt_us", "rtt_us", "sender_cpu_pct", "receiver_cpu_pct", "client_cpu_pct", "system_cpu_pct"}
+
+func (f *Figures) check(s *Spec, path string) error {
+	if f == nil {
+		return nil
+	}
+	if f.X != "" && !slices.Contains(FigureX, f.X) {
+		return s.errf(path+".x", "%q: one of %s", f.X, strings.Join(FigureX, ", "))
+	}
+	for i, m := range f.Metrics {
+		if !slices.Contains(FigureMetrics, m) {
+			return s.errf(fmt.Sprintf("%s.metrics[%d]", path, i), "%q: one of %s", m, strings.Join(FigureMetrics, ", "))
+		}
+	}
+	return nil
 }
 
 // Quick is what --quick changes: shorter runs, fewer values.
@@ -361,6 +396,9 @@ func (s *Spec) validate() error {
 		names[sw.Name] = true
 		if sw.Repetitions < 0 || sw.Repetitions > MaxRepetitions {
 			return s.errf(path+".repetitions", "%d: between 1 and %d", sw.Repetitions, MaxRepetitions)
+		}
+		if err := sw.Figures.check(s, path+".figures"); err != nil {
+			return err
 		}
 		m := s.Matrix
 		m.override(sw.Matrix)

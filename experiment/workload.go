@@ -301,6 +301,9 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 		} else {
 			packets += r.Packets
 			lost += r.LostPackets
+			if r.Seconds > 0 {
+				m["packets_per_s"] += float64(max(r.Packets-r.LostPackets, 0)) / r.Seconds
+			}
 			m["jitter_ms"] += r.JitterMs / float64(len(rs))
 		}
 	}

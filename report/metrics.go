@@ -18,6 +18,7 @@ type Metric struct {
 var metrics = map[string]Metric{
 	"throughput_gbps":    {"throughput_gbps", "throughput (Gb/s)", "Gb/s", +1, 0},
 	"sent_gbps":          {"sent_gbps", "sent (Gb/s)", "Gb/s", +1, 0},
+	"packets_per_s":      {"packets_per_s", "received packets per second", "/s", +1, 0},
 	"retransmits":        {"retransmits", "TCP retransmits", "", -1, 0},
 	"loss_pct":           {"loss_pct", "loss (%)", "%", -1, 100},
 	"jitter_ms":          {"jitter_ms", "jitter (ms)", "ms", -1, 0},

@@ -44,7 +44,15 @@ func named(prefix string) func(string) string {
 // they are chosen: the first that varies in a panel is its x.
 var xDims = []dim{
 	{"policies", func(p *experiment.PointResult) string { return num(p.Params.Policies) }, func(v string) string { return v + " policies" }},
-	{"chainLength", func(p *experiment.PointResult) string { return num(p.Params.ChainLength) }, func(v string) string { return v + " hops" }},
+	{"chainLength", func(p *experiment.PointResult) string { return num(p.Params.ChainLength) }, func(v string) string {
+		switch v {
+		case "0":
+			return "direct pair"
+		case "1":
+			return "1 hop"
+		}
+		return v + " hops"
+	}},
 	{"firewallRules", func(p *experiment.PointResult) string { return num(p.Params.FirewallRules) }, func(v string) string { return v + " rules" }},
 	{"flows", func(p *experiment.PointResult) string { return num(p.Workload.Flows) }, func(v string) string {
 		if v == "1" {
@@ -106,7 +114,7 @@ func xLabel(d string, pts []*experiment.PointResult) string {
 		}
 		return "number of policies"
 	case "chainLength":
-		return "chain length (hops)"
+		return "chain length (hops; 0 = direct veth pair)"
 	case "firewallRules":
 		return "firewall rules"
 	case "flows":
@@ -205,7 +213,11 @@ func panels(r *experiment.Results) []*Panel {
 	bySweep, _ := group1(func(p *experiment.PointResult) string { return p.Sweep + "\x00" + base(p) })
 	xOf := map[string]string{}
 	for _, g := range bySweep {
-		xOf[g.sweeps[0]+"\x00"+base(g.pts[0])] = xAxis(g.pts)
+		x := xAxis(g.pts)
+		if f := sweepFigures(r, g.sweeps[0]); f != nil && f.X != "" && distinct(g.pts, dimByName(f.X)) > 1 {
+			x = f.X
+		}
+		xOf[g.sweeps[0]+"\x00"+base(g.pts[0])] = x
 	}
 	groups, _ := group1(func(p *experiment.PointResult) string { return xOf[p.Sweep+"\x00"+base(p)] + "\x00" + base(p) })
 	var out []*Panel
@@ -220,7 +232,17 @@ func panels(r *experiment.Results) []*Panel {
 				sdims = append(sdims, d)
 			}
 		}
-		for _, m := range figureMetrics(g.kind) {
+		ms := figureMetrics(g.kind)
+		for _, sw := range g.sweeps {
+			if f := sweepFigures(r, sw); f != nil {
+				for _, m := range f.Metrics {
+					if !slices.Contains(ms, m) {
+						ms = append(ms, m)
+					}
+				}
+			}
+		}
+		for _, m := range ms {
 			pn := &Panel{Sweep: strings.Join(g.sweeps, "+"), Topology: g.topo, Kind: g.kind, Workload: g.wl, Metric: MetricInfo(m), XDim: x, XLabel: xLabel(x, g.pts)}
 			curves := map[string]*Curve{}
 			// A series measured in several sweeps is drawn once per sweep:
@@ -326,6 +348,19 @@ func leadingNum(s string) (int, string) {
 	}
 	n, _ := strconv.Atoi(s[:i])
 	return n, s[i:]
+}
+
+// sweepFigures is what the experiment file asks of a sweep's figures.
+func sweepFigures(r *experiment.Results, sweep string) *experiment.Figures {
+	if r.Experiment.Spec == nil {
+		return nil
+	}
+	for _, sw := range r.Experiment.Spec.Sweeps {
+		if sw.Name == sweep {
+			return sw.Figures
+		}
+	}
+	return nil
 }
 
 // xAxis is the first of xDims that varies among pts ("" if none does).

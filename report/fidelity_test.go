@@ -1,0 +1,126 @@
+package report
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cnlab/cnlab/experiment"
+)
+
+// recorded are the metrics a workload kind's samples carry (as
+// experiment/workload.go records them), for synthetic samples.
+var recorded = map[string][]string{
+	experiment.TCPStream: {"throughput_gbps", "sent_gbps", "retransmits", "sender_cpu_pct", "receiver_cpu_pct"},
+	experiment.UDPStream: {"throughput_gbps", "sent_gbps", "packets_per_s", "loss_pct", "jitter_ms", "sender_cpu_pct", "receiver_cpu_pct"},
+	experiment.TCPRR:     {"transactions_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_p999_us"},
+}
+
+var drawnAs = regexp.MustCompile("^`([a-z0-9_]+)`(?: vs `([A-Za-z]+)`)?$")
+
+// TestFidelityTable keeps docs/fidelity.md true: every row that names a
+// figure must be one that the quick run of its file draws, in its sweep,
+// with that metric against that x.
+func TestFidelityTable(t *testing.T) {
+	doc, err := os.ReadFile("../docs/fidelity.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	panelsOf := map[string][]*Panel{}
+	rows := 0
+	for _, line := range strings.Split(string(doc), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 8 || !regexp.MustCompile(`^\s*\d{3}\s*$`).MatchString(cells[1]) {
+			continue
+		}
+		seed, fig, file, sweep, drawn := trim(cells[1]), trim(cells[2]), trim(cells[3]), trim(cells[4]), trim(cells[5])
+		rows++
+		if file == "—" || drawn == "—" || drawn == "— (profiled runs)" {
+			if !strings.Contains(cells[5]+cells[6], "not") && !strings.Contains(drawn, "profiled") {
+				t.Errorf("seed %s figure %s: no file and no reason", seed, fig)
+			}
+			continue
+		}
+		m := drawnAs.FindStringSubmatch(drawn)
+		if m == nil {
+			t.Errorf("seed %s figure %s: %q is not `metric` or `metric` vs `x`", seed, fig, drawn)
+			continue
+		}
+		metric, x := m[1], m[2]
+		ps, ok := panelsOf[file]
+		if !ok {
+			ps = quickPanels(t, filepath.Join("../experiments", file))
+			panelsOf[file] = ps
+		}
+		found := false
+		for _, p := range ps {
+			if slices.Contains(strings.Split(p.Sweep, "+"), sweep) && p.Metric.Name == metric && p.XDim == x {
+				found = true
+			}
+		}
+		if !found {
+			var have []string
+			for _, p := range ps {
+				have = append(have, p.Sweep+": "+p.Metric.Name+" vs "+p.XDim)
+			}
+			t.Errorf("seed %s figure %s: the quick run of %s draws no %s vs %q in sweep %s; it draws:\n%s", seed, fig, file, metric, x, sweep, strings.Join(have, "\n"))
+		}
+	}
+	if rows < 20 {
+		t.Errorf("%d rows read from docs/fidelity.md: is the table still there?", rows)
+	}
+}
+
+func trim(s string) string { return strings.TrimSpace(s) }
+
+// quickPanels expands an experiment file's quick run and gives every
+// point samples of the metrics its workload records, then draws it.
+func quickPanels(t *testing.T, path string) []*Panel {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := experiment.Parse(data, path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := s.Points()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &experiment.Results{Schema: experiment.Schema, Status: experiment.StatusComplete,
+		Experiment: experiment.ExperimentInfo{Name: s.Name, File: path, Text: string(data), Spec: s}}
+	for i, p := range pts {
+		pr := experiment.PointResult{Point: p, Status: experiment.PointDone}
+		for rep := 1; rep <= 3; rep++ {
+			ms := map[string]float64{}
+			for _, name := range recorded[p.Workload.Kind] {
+				ms[name] = float64(10 + i + rep)
+			}
+			pr.Samples = append(pr.Samples, experiment.Sample{Repetition: rep, Metrics: ms})
+		}
+		r.Points = append(r.Points, pr)
+	}
+	return panels(r)
+}
+
+// TestFigureXKnown: the x axes an experiment file may ask for are the
+// report's.
+func TestFigureXKnown(t *testing.T) {
+	var names []string
+	for _, d := range xDims {
+		names = append(names, d.name)
+	}
+	if !slices.Equal(names, experiment.FigureX) {
+		t.Errorf("report x dimensions %v, experiment.FigureX %v", names, experiment.FigureX)
+	}
+	for _, m := range experiment.FigureMetrics {
+		if _, ok := metrics[m]; !ok {
+			t.Errorf("metric %s may be asked for but the report does not know it", m)
+		}
+	}
+}
