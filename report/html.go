@@ -80,10 +80,11 @@ func sortedKeys(m map[string]string) []string {
 // goFonts are the fonts the figures' text is measured with (the Go
 // fonts, which the PNGs are drawn with), embedded in the page so that a
 // browser draws the SVGs' text at the widths the layout gave it, whatever
-// fonts the machine has. The Go fonts (Bigelow & Holmes, for the Go
-// project) carry the Go project's BSD license, "Copyright 2009 The Go
-// Authors" (golang.org/x/image/font/gofont/ttfs/README), named in the page.
-var goFonts = template.CSS(`/* The Go fonts, by the Bigelow & Holmes foundry for the Go project: Copyright 2009 The Go Authors, under the Go project's BSD license (https://go.dev/LICENSE; https://go.dev/blog/go-fonts). */
+// fonts the machine has. The Go fonts are Copyright (c) 2016 Bigelow &
+// Holmes Inc., under the BSD-style license in goFontsLicense, which the
+// page reproduces whole.
+var goFonts = template.CSS(`/* The Go fonts (Go Regular, Go Bold), embedded below.
+` + goFontsLicense + `*/
 @font-face { font-family: "Go"; font-weight: 400; src: url(data:font/ttf;base64,` + base64.StdEncoding.EncodeToString(goregular.TTF) + `) format("truetype"); }
 @font-face { font-family: "Go"; font-weight: 700; src: url(data:font/ttf;base64,` + base64.StdEncoding.EncodeToString(gobold.TTF) + `) format("truetype"); }
 `)

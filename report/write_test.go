@@ -3,6 +3,7 @@ package report
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -56,5 +57,23 @@ func TestWriteDoesNotFollowLinks(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPageCarriesFontLicense: the page embeds the Go fonts, whose license
+// asks a redistribution to reproduce its notice, conditions and
+// disclaimer.
+func TestPageCarriesFontLicense(t *testing.T) {
+	page, err := Build(synth(2, 1), nil).HTML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Copyright (c) 2016 Bigelow & Holmes Inc.", "Redistributions in binary form must reproduce", "DISCLAIMER: THIS SOFTWARE IS PROVIDED"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if strings.Contains(string(page), "The Go Authors") {
+		t.Error("the page still names The Go Authors as the fonts' copyright holder")
 	}
 }
