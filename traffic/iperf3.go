@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Iperf3Result is what cnlab keeps of an iperf3 client's JSON report
@@ -68,6 +69,13 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 		return nil, fmt.Errorf("iperf3 report: %w", err)
 	}
 	if raw.Error != "" {
+		if strings.Contains(raw.Error, "unable to read from stream socket") {
+			// iperf3's UDP client sends a first datagram and waits for the
+			// server's answer before the test starts (the report has no
+			// test_start yet): a path that drops every datagram fails
+			// here, before anything is measured.
+			return nil, fmt.Errorf("iperf3: %s (with UDP: the first datagram never reached the server, or its answer never came back; the path drops this flow's UDP, so iperf3 measured nothing)", raw.Error)
+		}
 		return nil, fmt.Errorf("iperf3: %s", raw.Error)
 	}
 	r := &Iperf3Result{Protocol: raw.Start.TestStart.Protocol, Streams: raw.Start.TestStart.NumStreams,
@@ -114,8 +122,14 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 		}
 		r.Seconds = s.Seconds
 		r.SentBps = s.BitsPerSecond
-		r.Packets, r.LostPackets, r.LostPercent, r.JitterMs = s.Packets, s.LostPackets, s.LostPercent, s.JitterMs
-		r.ReceivedBps = s.BitsPerSecond * (1 - s.LostPercent/100)
+		// iperf3's own counts can run past the datagrams sent (losses of
+		// omitted seconds) or below zero (reordering): keep them within
+		// what was sent.
+		r.Packets, r.JitterMs = s.Packets, s.JitterMs
+		r.IperfLostPercent = s.LostPercent
+		r.LostPackets = min(max(s.LostPackets, 0), max(s.Packets, 0))
+		r.LostPercent = min(max(s.LostPercent, 0), 100)
+		r.ReceivedBps = s.BitsPerSecond * (1 - r.LostPercent/100)
 	default:
 		return nil, fmt.Errorf("iperf3 report: protocol %q", r.Protocol)
 	}

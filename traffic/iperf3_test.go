@@ -124,7 +124,7 @@ func TestParseIperf3Totals(t *testing.T) {
 // where iperf3's own receiver reports 6,005 of 6,001 datagrams lost
 // (100.07%) while 3,119 arrived.
 func TestUDPMetricsAddUp(t *testing.T) {
-	for _, name := range []string{"iperf3-udp.json", "iperf3-udp-100m-1s.json", "iperf3-udp-lossy.json", "iperf3-udp-reverse.json", "iperf3-udp-omit-shaped.json"} {
+	for _, name := range []string{"iperf3-udp.json", "iperf3-udp-100m-1s.json", "iperf3-udp-lossy.json", "iperf3-udp-reverse.json", "iperf3-udp-omit-shaped.json", "iperf3-udp-nothing-arrives.json"} {
 		b, err := os.ReadFile("testdata/" + name)
 		if err != nil {
 			t.Fatal(err)
@@ -146,5 +146,47 @@ func TestUDPMetricsAddUp(t *testing.T) {
 	r, _ := ParseIperf3(b)
 	if r.IperfLostPercent <= 100 || r.LostPercent < 47 || r.LostPercent > 49 {
 		t.Errorf("shaped: iperf3 says %.2f%% lost, cnlab %.2f%%; want over 100%% and 48%%", r.IperfLostPercent, r.LostPercent)
+	}
+}
+
+// TestUDPNothingArrives: recorded from iperf3 3.12 between two namespaces
+// with an nftables rule on the server side dropping the UDP flow.
+//
+//	drop once established: iperf3-udp-nothing-arrives.json (the test runs,
+//	    no datagram of the measured time arrives; iperf3 says 0% lost)
+//	drop every datagram:   iperf3-udp-setup-dropped.json (iperf3's UDP
+//	    set-up datagram never arrives and the client gives up)
+func TestUDPNothingArrives(t *testing.T) {
+	b, err := os.ReadFile("testdata/iperf3-udp-nothing-arrives.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ParseIperf3(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.LostPercent != 100 || r.ReceivedBps != 0 || r.Packets == 0 || r.LostPackets != r.Packets || r.SentBps < 90e6 || r.Seconds < 1.9 {
+		t.Errorf("nothing arrived: %+v; want 100%% lost, every datagram", r)
+	}
+	b, err = os.ReadFile("testdata/iperf3-udp-setup-dropped.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseIperf3(b); err == nil || !strings.Contains(err.Error(), "the first datagram never reached the server") {
+		t.Errorf("set-up dropped: %v", err)
+	}
+	// An old-style report (end.sum only) whose loss counts run outside
+	// what was sent is kept within it.
+	old := []byte(`{"start":{"test_start":{"protocol":"UDP","num_streams":1}},"end":{"sum":{"seconds":1,"bits_per_second":1e8,"packets":100,"lost_packets":130,"lost_percent":130}}}`)
+	r, err = ParseIperf3(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.LostPackets != 100 || r.LostPercent != 100 || r.ReceivedBps != 0 || r.IperfLostPercent != 130 {
+		t.Errorf("old report past 100%%: %+v", r)
+	}
+	neg := []byte(`{"start":{"test_start":{"protocol":"UDP","num_streams":1}},"end":{"sum":{"seconds":1,"bits_per_second":1e8,"packets":100,"lost_packets":-3,"lost_percent":-3}}}`)
+	if r, err = ParseIperf3(neg); err != nil || r.LostPackets != 0 || r.LostPercent != 0 || r.ReceivedBps != 1e8 {
+		t.Errorf("old report below 0: %+v %v", r, err)
 	}
 }
