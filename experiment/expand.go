@@ -45,6 +45,7 @@ type Params struct {
 	FirewallStateful bool      `json:"firewallStateful,omitempty"`
 	FirewallSpread   bool      `json:"firewallSpread,omitempty"`
 	ShaperRate       string    `json:"shaperRate,omitempty"`
+	ShaperDirection  string    `json:"shaperDirection,omitempty"` // "" is the topology's default (server)
 }
 
 // Text is the point's parameters in a few words, for tables
@@ -67,6 +68,7 @@ func (p Params) Text() string {
 	add(p.FirewallStateful, "stateful")
 	add(p.FirewallSpread, "spread")
 	add(p.ShaperRate != "", "shaper=%s", p.ShaperRate)
+	add(p.ShaperDirection != "", "shape=%s", p.ShaperDirection)
 	return strings.Join(parts, " ")
 }
 
@@ -140,6 +142,9 @@ func (m *Matrix) merge(o Matrix, onlySet bool) {
 	if pick(len(m.ShaperRate), len(o.ShaperRate)) {
 		m.ShaperRate = o.ShaperRate
 	}
+	if pick(len(m.ShaperDirection), len(o.ShaperDirection)) {
+		m.ShaperDirection = o.ShaperDirection
+	}
 }
 
 // dim is one axis of the matrix: how many values it has and how the i-th
@@ -182,6 +187,7 @@ func (m Matrix) dims() []dim {
 	boo(m.FirewallStateful, func(p *Params, v bool) { p.FirewallStateful = v })
 	boo(m.FirewallSpread, func(p *Params, v bool) { p.FirewallSpread = v })
 	str(m.ShaperRate, func(p *Params, v string) { p.ShaperRate = v })
+	str(m.ShaperDirection, func(p *Params, v string) { p.ShaperDirection = v })
 	return ds
 }
 
@@ -249,6 +255,12 @@ func (m Matrix) check(s *Spec, path string) error {
 	for i, v := range m.ShaperRate {
 		if _, err := topology.ParseRate(v); err != nil {
 			return s.errf(fmt.Sprintf("%s.shaperRate[%d]", path, i), "%v", err)
+		}
+	}
+	dirs := []string{topology.ShapeToServer, topology.ShapeToClient, topology.ShapeBoth, topology.ShapeAll}
+	for i, v := range m.ShaperDirection {
+		if !slices.Contains(dirs, v) {
+			return s.errf(fmt.Sprintf("%s.shaperDirection[%d]", path, i), "%q: one of %s", v, strings.Join(dirs, ", "))
 		}
 	}
 	return nil
@@ -456,8 +468,11 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 		if lengthGiven && !isPreset(p.Topology) {
 			return bad("chainLength", "applies to the chain preset; a chain topology file sets its own length")
 		}
-		if p.ChainLength == 0 && p.ShaperRate != "" && isPreset(p.Topology) {
-			return bad("shaperRate", "a direct pair (chainLength 0) has no hop to shape in")
+		if p.ShaperDirection != "" && p.ShaperRate == "" {
+			return bad("shaperDirection", "%s: applies with a shaperRate", p.ShaperDirection)
+		}
+		if p.ChainLength == 0 && p.ShaperRate != "" && p.ShaperDirection != topology.ShapeAll && isPreset(p.Topology) {
+			return bad("shaperRate", "a direct pair (chainLength 0) has no hop to shape in (shaperDirection all shapes the ends, as seed 001)")
 		}
 		if lengthGiven && p.Topology == topology.PresetDirect {
 			return bad("chainLength", "%d: the direct pair has no hops (use topology chain with chainLength 0 to sweep lengths from it)", p.ChainLength)
@@ -475,6 +490,8 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 			return bad("firewallSpread", "network functions go in chain hops: use topology chain")
 		case p.ShaperRate != "":
 			return bad("shaperRate", "network functions go in chain hops: use topology chain")
+		case p.ShaperDirection != "":
+			return bad("shaperDirection", "network functions go in chain hops: use topology chain")
 		}
 		if p.Link != "" {
 			if p.Topology != "multi-host" {

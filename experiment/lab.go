@@ -49,7 +49,11 @@ func chainYAML(p Params) string {
 		fns = append(fns, fmt.Sprintf("{kind: firewall, rules: %d, stateful: %t, spread: %t}", p.FirewallRules, p.FirewallStateful, p.FirewallSpread))
 	}
 	if p.ShaperRate != "" {
-		fns = append(fns, fmt.Sprintf("{kind: shaper, rate: %q}", p.ShaperRate))
+		dir := p.ShaperDirection
+		if dir == "" {
+			dir = topology.ShapeToServer
+		}
+		fns = append(fns, fmt.Sprintf("{kind: shaper, rate: %q, direction: %s}", p.ShaperRate, dir))
 	}
 	return fmt.Sprintf("name: chain\nchain: {length: %d, link: %s, functions: [%s]}\n", n, link, strings.Join(fns, ", "))
 }
@@ -127,6 +131,9 @@ func describeLab(p Params) string {
 	}
 	if p.ShaperRate != "" {
 		parts = append(parts, "shaper "+p.ShaperRate)
+		if p.ShaperDirection != "" {
+			parts = append(parts, "on "+p.ShaperDirection)
+		}
 	}
 	return strings.Join(parts, ", ")
 }

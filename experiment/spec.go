@@ -133,6 +133,7 @@ type Matrix struct {
 	FirewallStateful []bool   `yaml:"firewallStateful" json:"firewallStateful,omitempty"`
 	FirewallSpread   []bool   `yaml:"firewallSpread" json:"firewallSpread,omitempty"`
 	ShaperRate       []string `yaml:"shaperRate" json:"shaperRate,omitempty"`
+	ShaperDirection  []string `yaml:"shaperDirection" json:"shaperDirection,omitempty"`
 }
 
 // Workload kinds.

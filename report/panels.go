@@ -85,6 +85,15 @@ var seriesDims = []dim{
 		return v + " streams"
 	}},
 	{"count", func(p *experiment.PointResult) string { return num(p.Workload.Count) }, func(v string) string { return v + " pings" }},
+	{"shaperDirection", func(p *experiment.PointResult) string { return p.Params.ShaperDirection }, func(v string) string {
+		switch v {
+		case "":
+			return ""
+		case "all":
+			return "every interface"
+		}
+		return "towards " + v
+	}},
 	{"shaperRate", func(p *experiment.PointResult) string { return p.Params.ShaperRate }, func(v string) string {
 		if v == "" {
 			return "no shaper"

@@ -35,6 +35,9 @@ const (
 	ShapeToServer = "server"
 	ShapeToClient = "client"
 	ShapeBoth     = "both"
+	// ShapeAll is seed 001's placement: every interface of every
+	// namespace of the chain, the ends included.
+	ShapeAll = "all"
 )
 
 // Limits of the network functions.
@@ -281,9 +284,14 @@ func (r *resolver) shaper(path string, sh Shaper, c *Chain) (*Shaper, error) {
 		return nil, r.errf(path+".ceil", "%s is out of range (the rate, %s, to 10tbit)", FormatRate(sh.Ceil), FormatRate(sh.Rate))
 	}
 	bytesPerSec := float64(sh.Rate) / 8
-	if sh.Burst == 0 {
+	switch {
+	case sh.Burst == 0 && sh.Direction == ShapeAll:
+		// The seed's "large buffer": a second at the rate, as far as
+		// HTB's 32-bit burst reaches (34 ms at 1tbit).
+		sh.Burst = uint32(max(defaultBurstMin, min(bytesPerSec, MaxShaperBurst)))
+	case sh.Burst == 0:
 		sh.Burst = uint32(max(defaultBurstMin, min(bytesPerSec/defaultBurstTime, MaxShaperBurst)))
-	} else if sh.Burst < MinShaperBurst {
+	case sh.Burst < MinShaperBurst:
 		return nil, r.errf(path+".burst", "%d bytes is below %d (a full-size frame)", sh.Burst, MinShaperBurst)
 	}
 	if t := float64(sh.Burst) / bytesPerSec; t > maxBurstSeconds {
@@ -293,12 +301,15 @@ func (r *resolver) shaper(path string, sh Shaper, c *Chain) (*Shaper, error) {
 	switch sh.Direction {
 	case "":
 		sh.Direction = ShapeToServer
-	case ShapeToServer, ShapeToClient, ShapeBoth:
+	case ShapeToServer, ShapeToClient, ShapeBoth, ShapeAll:
 	default:
-		return nil, r.errf(path+".direction", "unknown direction %q (server: egress towards the server, client: towards the client, both)", sh.Direction)
+		return nil, r.errf(path+".direction", "unknown direction %q (server: egress towards the server, client: towards the client, both, all: every interface of every namespace, the ends included)", sh.Direction)
+	}
+	if c.Length == 0 && sh.Direction != ShapeAll {
+		return nil, r.errf(path, "a direct pair (chain.length 0) has no hop to shape in: use a length of 1 or more, or direction: all (the ends' interfaces, as the seed)")
 	}
 	if c.Length == 0 {
-		return nil, r.errf(path, "a direct pair (chain.length 0) has no hop to shape in: use a length of 1 or more")
+		return &sh, nil // direction all: the ends only (buildFunctions)
 	}
 	// Every hop has the same device names: eth0 towards the client, eth1
 	// towards the server (see buildChain).

@@ -39,11 +39,25 @@ func (b *builder) buildFunctions(ctx context.Context, handles func(string) (*net
 			}
 		}
 	}
+	last := c.Segments[len(c.Segments)-1]
 	for _, f := range c.Functions {
+		if f.Kind == FunctionShaper && f.Shaper.Direction == ShapeAll {
+			// The ends' one interface each, as the seed shaped them.
+			for _, end := range []struct{ name, netns, dev string }{{"client", c.Segments[0].LeftNetns, c.Segments[0].LeftDev}, {"server", last.RightNetns, last.RightDev}} {
+				h, err := handles(end.netns)
+				if err == nil {
+					sh := *f.Shaper
+					sh.Devs = []string{end.dev}
+					err = applyShaper(h, &sh)
+				}
+				if err != nil {
+					return fmt.Errorf("%s: shaper: %w", end.name, err)
+				}
+			}
+		}
 		if f.Kind != FunctionFirewall {
 			continue
 		}
-		last := c.Segments[len(c.Segments)-1]
 		for _, end := range []struct {
 			name, netns string
 			rules       int

@@ -29,7 +29,8 @@ func TestChainFunctionsInEveryHop(t *testing.T) {
 	}{
 		{"stateful", "[{kind: firewall, rules: 5, stateful: true}, {kind: shaper, rate: 10mbit, direction: both}]", true, BackendLegacy, []string{"eth0", "eth1"}, 2},
 		{"stateless", "[{kind: shaper, rate: 1tbit}, {kind: firewall, rules: 5, backend: nft}]", false, BackendNFT, []string{"eth1"}, 2},
-		{"direct", "[{kind: firewall, rules: 5, stateful: true}]", true, BackendLegacy, nil, 0},
+		{"direct", "[{kind: firewall, rules: 5, stateful: true}, {kind: shaper, rate: 1tbit, direction: all}]", true, BackendLegacy, nil, 0},
+		{"all", "[{kind: shaper, rate: 1tbit, direction: all}, {kind: firewall, rules: 5}]", false, BackendLegacy, []string{"eth0", "eth1"}, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,6 +74,10 @@ func TestChainFunctionsInEveryHop(t *testing.T) {
 					t.Fatal(err)
 				}
 				checkFirewallRules(t, e.name, string(out), tc.stateful, false, 5)
+				// direction all shapes the ends' eth0 too, as the seed did.
+				if strings.Contains(tc.fns, "direction: all") {
+					checkEndQdisc(t, e.name, e.netns)
+				}
 			}
 			if len(s.Chain.Nodes) != tc.length {
 				t.Errorf("%d hops, want %d", len(s.Chain.Nodes), tc.length)
@@ -222,4 +227,33 @@ func TestShaperLimitsThroughput(t *testing.T) {
 	if got <= 0 || got > 2*rate {
 		t.Errorf("received %.1f Mbit/s through a %s shaper; want at most twice the rate\n%s", got/1e6, FormatRate(rate), out)
 	}
+}
+
+// checkEndQdisc checks an end's eth0 holds the shaper's HTB with the
+// seed's "large buffer" (a second at the rate, as far as HTB's 32 bits go).
+func checkEndQdisc(t *testing.T, end, ns string) {
+	t.Helper()
+	h, err := netns.Handle(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := h.QdiscList(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if _, ok := q.(*netlink.Htb); ok && q.Attrs().Parent == netlink.HANDLE_ROOT {
+			cls, err := h.ClassList(l, q.Attrs().Handle)
+			if err != nil || len(cls) != 1 {
+				t.Errorf("%s: htb classes %v, %v", end, cls, err)
+			}
+			return
+		}
+	}
+	t.Errorf("%s: no htb qdisc on eth0 (qdiscs %v)", end, qs)
 }

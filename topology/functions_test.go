@@ -79,6 +79,16 @@ func TestResolveFunctionOptions(t *testing.T) {
 				t.Errorf("hop rules %v, server %d", fw.HopRules, fw.ServerRules)
 			}
 		}},
+		{"shaper on every interface: the seed's second of burst, within HTB's 32 bits", doc(2, "    - {kind: shaper, rate: 1tbit, direction: all}\n"), func(t *testing.T, fns []Function) {
+			if sh := fns[0].Shaper; sh.Burst != MaxShaperBurst || !reflect.DeepEqual(sh.Devs, []string{"eth1", "eth0"}) {
+				t.Errorf("shaper %+v", sh)
+			}
+		}},
+		{"shaper on every interface of a direct pair", doc(0, "    - {kind: shaper, rate: 1gbit, direction: all}\n"), func(t *testing.T, fns []Function) {
+			if sh := fns[0].Shaper; sh.Burst != 125_000_000 || len(sh.Devs) != 0 {
+				t.Errorf("shaper %+v", sh)
+			}
+		}},
 		{"direct pair: the rules in the ends only", doc(0, "    - {kind: firewall, rules: 7, stateful: true}\n"), func(t *testing.T, fns []Function) {
 			if fw := fns[0].Firewall; len(fw.HopRules) != 0 || fw.ServerRules != 7 || fw.ClientRules != 7 {
 				t.Errorf("hop rules %v, server %d, client %d", fw.HopRules, fw.ServerRules, fw.ClientRules)
