@@ -22,9 +22,10 @@ const (
 	ModeTopOfChain = kind.FillerTopOfChain // iptables only: filler after the established-accept rule
 	ModeL4Rules    = "l4-rules"            // one policy with N extra L4 port rules
 	ModeSelectors  = "selectors"           // N policies, each with its own label selector for the client
+	ModeTerms      = "terms"               // one CiliumNetworkPolicy whose fromEndpoints holds N more matchLabels terms (seed 003)
 )
 
-var policyModes = []string{ModeNoMatch, ModeTopOfChain, ModeL4Rules, ModeSelectors}
+var policyModes = []string{ModeNoMatch, ModeTopOfChain, ModeL4Rules, ModeSelectors, ModeTerms}
 
 // Params are the values of one point of the matrix. Zero values are the
 // defaults (the topology's own datapath, MTU and offloads).

@@ -42,6 +42,10 @@ func usesFiller(p Params) bool {
 //	selectors  N policies, each selecting the client with a label
 //	           selector of its own (app In [client, peer-i]) on a port of
 //	           its own, plus one allowing the workload ports
+//	terms      one CiliumNetworkPolicy on the server whose fromEndpoints
+//	           holds the client's term and N terms of two labels each
+//	           that no endpoint has (seed 003's generator: key2i:
+//	           value2i, key2i+1: value2i+1), allowing every port (L3)
 //
 // iptables' no-match and top-of-chain are filler rules instead (see
 // usesFiller). Zero policies is an empty text: no policy at all.
@@ -54,6 +58,12 @@ func policyText(p Params) string {
 		fmt.Fprintf(&b, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: %s, namespace: %s}\nspec:\n  podSelector: {matchLabels: {app: server}}\n  ingress:\n", name, topology.DefaultNamespace)
 	}
 	switch p.PolicyMode {
+	case ModeTerms:
+		fmt.Fprintf(&b, "apiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\nmetadata: {name: terms, namespace: %s}\nspec:\n  endpointSelector: {matchLabels: {app: server}}\n  ingress:\n  - fromEndpoints:\n    - matchLabels: {app: client}\n", topology.DefaultNamespace)
+		for i := 0; i < p.Policies; i++ {
+			fmt.Fprintf(&b, "    - matchLabels: {key%d: value%d, key%d: value%d}\n", 2*i, 2*i, 2*i+1, 2*i+1)
+		}
+		return b.String()
 	case ModeL4Rules:
 		head("l4-rules")
 		b.WriteString("  - from: [{podSelector: {matchLabels: {app: client}}}]\n    ports:\n")

@@ -51,10 +51,13 @@ func (ru *runner) counters(ctx context.Context, p Params, log io.Writer) map[str
 	for _, h := range ru.cur.Hosts {
 		nss = append(nss, h.Netns)
 	}
-	if ru.cur.Chain != nil {
-		for _, n := range ru.cur.Chain.Nodes {
+	if c := ru.cur.Chain; c != nil {
+		// The firewall is in every namespace of the chain, the ends too.
+		nss = append(nss, c.Segments[0].LeftNetns)
+		for _, n := range c.Nodes {
 			nss = append(nss, n.Netns)
 		}
+		nss = append(nss, c.Segments[len(c.Segments)-1].RightNetns)
 	}
 	out := map[string][]profile.RuleCounter{}
 	for _, ns := range nss {

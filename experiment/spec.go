@@ -48,6 +48,7 @@ type Spec struct {
 	Dir         string     `yaml:"-" json:"-"` // directory of the file, for relative topology files
 	File        string     `yaml:"-" json:"-"`
 	quick       bool
+	allSkipped  bool // quick: every sweep had quick.skip
 }
 
 // Sweep is one matrix of an experiment with several. Its matrix keys
@@ -106,6 +107,8 @@ type Quick struct {
 	Precision   *Precision `yaml:"precision" json:"precision,omitempty"`
 	Matrix      Matrix     `yaml:"matrix" json:"matrix,omitempty"`
 	Workloads   []Workload `yaml:"workloads" json:"workloads,omitempty"`
+	// Skip leaves a sweep out of quick runs (a sweep's quick block only).
+	Skip bool `yaml:"skip" json:"skip,omitempty"`
 }
 
 // Pin places the client and server processes on CPUs.
@@ -300,6 +303,17 @@ func (s *Spec) applyQuick() {
 			s.Sweeps[i].Matrix.overrideSet(q.Matrix)
 		}
 	}
+	kept := s.Sweeps[:0]
+	for _, sw := range s.Sweeps {
+		if sw.Quick == nil || !sw.Quick.Skip {
+			kept = append(kept, sw)
+		}
+	}
+	if len(kept) == 0 && len(s.Sweeps) > 0 {
+		s.allSkipped = true
+		return
+	}
+	s.Sweeps = kept
 	for i := range s.Sweeps {
 		sw := &s.Sweeps[i]
 		apply(sw.Quick, &sw.Matrix, &sw.Workloads)
@@ -336,6 +350,12 @@ func (s *Spec) errf(path, format string, args ...any) error {
 }
 
 func (s *Spec) validate() error {
+	if s.allSkipped {
+		return s.errf("sweeps", "every sweep has quick: {skip: true}: a quick run would measure nothing")
+	}
+	if s.Quick != nil && s.Quick.Skip {
+		return s.errf("quick.skip", "applies to a sweep's quick block (sweeps[i].quick.skip), not to the experiment's")
+	}
 	if s.Name == "" {
 		s.Name = strings.TrimSuffix(filepath.Base(s.File), filepath.Ext(s.File))
 	}

@@ -141,6 +141,7 @@ func TestBadInput(t *testing.T) {
 		{base + "matrix: {topology: [multi-host], link: [vxlan], mtu: [65500]}\n", "x.yaml: matrix.mtu[0]: 65500: between 576 and 65000"},
 		{base + "sweeps: [{matrix: {policies: [1]}}]\n", "x.yaml: sweeps[0].name: every sweep needs a name"},
 		{base + "sweeps: [{name: a}, {name: a}]\n", `x.yaml: sweeps[1].name: "a" is used twice`},
+		{base + "quick: {skip: true}\n", "x.yaml: quick.skip: applies to a sweep's quick block"},
 		{base + "sweeps: [{name: a, matrix: {datapath: [bpf]}}]\n", `x.yaml: sweeps[0].matrix.datapath[0]: "bpf" is not a datapath`},
 		{base + "pin: {client: 4096}\n", "x.yaml: pin.client: CPU 4096 does not exist here"},
 		{base + "matrix: {policies: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], flows: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], size: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], mtu: [1000, 1500, 4000, 9000, 9001], zerocopy: [true, false]}\n", "x.yaml: matrix: expands to more than 10000 points"},
@@ -167,6 +168,37 @@ func TestBadInput(t *testing.T) {
 // number of rules grows with the number of policies.
 // TestFlowsApplyToStreamsOnly: flows, size and zerocopy multiply the
 // stream workloads only; request/response is measured once per point.
+// TestQuickSkip: a sweep with quick.skip is left out of quick runs only;
+// skipping every sweep is an error, not a run of the top matrix.
+func TestQuickSkip(t *testing.T) {
+	src := "workloads: [{kind: tcp-stream}]\nsweeps:\n  - {name: a, matrix: {policies: [1]}}\n  - {name: b, matrix: {policies: [2]}, quick: {skip: true}}\n"
+	for _, quick := range []bool{false, true} {
+		s, err := Parse([]byte(src), "x.yaml", quick)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pts, err := s.Points()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sweeps []string
+		for _, p := range pts {
+			sweeps = append(sweeps, p.Sweep)
+		}
+		want := "[a b]"
+		if quick {
+			want = "[a]"
+		}
+		if fmt.Sprint(sweeps) != want {
+			t.Errorf("quick %v: sweeps %v, want %s", quick, sweeps, want)
+		}
+	}
+	all := "workloads: [{kind: tcp-stream}]\nsweeps:\n  - {name: a, quick: {skip: true}}\n"
+	if _, err := Parse([]byte(all), "x.yaml", true); err == nil || !strings.Contains(err.Error(), "every sweep has quick: {skip: true}") {
+		t.Errorf("every sweep skipped: %v", err)
+	}
+}
+
 // TestChainLengths: a chain swept from 0 (the direct pair, seed 001's
 // n = 2) keeps 0 apart from the default length, which is filled in.
 func TestChainLengths(t *testing.T) {
@@ -264,6 +296,44 @@ func TestGeneratedPolicies(t *testing.T) {
 	}
 	if policyText(Params{Datapath: "iptables", PolicyMode: ModeNoMatch, Policies: 10}) != "" {
 		t.Error("iptables no-match: filler rules, not policies")
+	}
+	// terms (seed 003): one policy, N+1 matchLabels terms of which only
+	// the client's selects anybody: the client reaches every port, the
+	// server is isolated from everyone else, and the compiled rules stay
+	// one (the empty terms select no identity).
+	for _, n := range []int{1, 40} {
+		text := policyText(Params{Datapath: "ebpf", PolicyMode: ModeTerms, Policies: n})
+		if got := strings.Count(text, "- matchLabels:"); got != n+1 {
+			t.Errorf("terms %d: %d matchLabels terms, want %d:\n%s", n, got, n+1, text)
+		}
+		pols, err := policy.Parse([]byte(text), "gen")
+		if err != nil || len(pols) != 1 {
+			t.Fatalf("terms %d: %d policies, %v\n%s", n, len(pols), err, text)
+		}
+		m, err := policy.NewModel(spec, pols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := m.Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Rules) != 1 {
+			t.Errorf("terms %d: %d compiled rules, want 1", n, len(c.Rules))
+		}
+		cl, _ := spec.Endpoint("default/client")
+		sv, _ := spec.Endpoint("default/server")
+		for _, port := range []int{IperfPort, RRPort, fillerPort} {
+			if !m.Verdict(cl, sv, "TCP", port).Allowed {
+				t.Errorf("terms %d: client to server port %d denied", n, port)
+			}
+		}
+		if !m.Verdict(sv, cl, "TCP", IperfPort).Allowed {
+			t.Errorf("terms %d: server to client denied, but the policy isolates only the server's ingress", n)
+		}
+	}
+	if policyText(Params{Datapath: "ebpf", PolicyMode: ModeTerms}) != "" {
+		t.Error("terms 0: the seed's baseline has no policy at all")
 	}
 }
 

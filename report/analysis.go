@@ -72,6 +72,9 @@ func unitOf(pn *Panel) (one, many string) {
 		if strings.HasPrefix(pn.XLabel, "L4") {
 			return "rule", "L4 rules"
 		}
+		if strings.HasPrefix(pn.XLabel, "matchLabels") {
+			return "term", "matchLabels terms"
+		}
 		return "policy", "policies"
 	case "firewallRules":
 		return "rule", "rules"

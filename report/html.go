@@ -68,7 +68,7 @@ func (rep *Report) HTML() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-func sortedKeys(m map[string]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	var ks []string
 	for k := range m {
 		ks = append(ks, k)

@@ -114,12 +114,17 @@ func sizeOf(p *experiment.PointResult) int {
 func xLabel(d string, pts []*experiment.PointResult) string {
 	switch d {
 	case "policies":
-		l4 := true
+		mode := onePolicyMode(pts[0].Params.PolicyMode)
 		for _, p := range pts {
-			l4 = l4 && p.Params.PolicyMode == experiment.ModeL4Rules
+			if onePolicyMode(p.Params.PolicyMode) != mode {
+				mode = ""
+			}
 		}
-		if l4 {
+		switch mode {
+		case experiment.ModeL4Rules:
 			return "L4 rules in one policy"
+		case experiment.ModeTerms:
+			return "matchLabels terms in one policy (selecting nobody)"
 		}
 		return "number of policies"
 	case "chainLength":
@@ -216,7 +221,7 @@ func panels(r *experiment.Results) []*Panel {
 		return gs, by
 	}
 	base := func(p *experiment.PointResult) string {
-		return p.Params.Topology + "\x00" + workloadKey(p.Workload) + "\x00" + strconv.FormatBool(p.Params.PolicyMode == experiment.ModeL4Rules)
+		return p.Params.Topology + "\x00" + workloadKey(p.Workload) + "\x00" + onePolicyMode(p.Params.PolicyMode)
 	}
 	// The x of each sweep on its own, then the points regrouped by it.
 	bySweep, _ := group1(func(p *experiment.PointResult) string { return p.Sweep + "\x00" + base(p) })
@@ -357,6 +362,16 @@ func leadingNum(s string) (int, string) {
 	}
 	n, _ := strconv.Atoi(s[:i])
 	return n, s[i:]
+}
+
+// onePolicyMode is the policy mode whose "policies" count something in
+// one policy (L4 rules, selector terms), never drawn on an axis of
+// policies; "" for the modes that count policies.
+func onePolicyMode(mode string) string {
+	if mode == experiment.ModeL4Rules || mode == experiment.ModeTerms {
+		return mode
+	}
+	return ""
 }
 
 // sweepFigures is what the experiment file asks of a sweep's figures.

@@ -2,6 +2,7 @@ package report
 
 import (
 	"encoding/xml"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/internal/plural"
+	"github.com/cnlab/cnlab/profile"
 )
 
 // synth builds results with known laws: on one host, iptables no-match
@@ -284,6 +286,36 @@ func TestComparePaired(t *testing.T) {
 	for _, bad := range [][3]string{{"datapath", "iptables", "ovs"}, {"colour", "a", "b"}} {
 		if _, err := ComparePaired(r, bad[0], bad[1], bad[2]); err == nil {
 			t.Errorf("%v: no error", bad)
+		}
+	}
+}
+
+// TestProfileFigures: profiled points give the share figure and seed 000's
+// figure 7.10, the number of perf events in ipt_do_table, against the
+// policies.
+func TestProfileFigures(t *testing.T) {
+	r := &experiment.Results{Schema: experiment.Schema, Status: experiment.StatusComplete,
+		Experiment: experiment.ExperimentInfo{Name: "p", File: "p.yaml", Text: "name: p\n"}}
+	for i, n := range []int{0, 100, 200} {
+		pr := experiment.PointResult{Point: experiment.Point{ID: fmt.Sprintf("p%d", i), Sweep: "iptables",
+			Params: experiment.Params{Topology: "single-host", Datapath: "iptables", Policies: n, PolicyMode: "no-match"},
+			Workload: experiment.Workload{Kind: experiment.TCPStream}, Series: "iptables no-match", Repetitions: 1}, Status: experiment.PointDone}
+		pr.Samples = []experiment.Sample{{Repetition: 1, Metrics: map[string]float64{"throughput_gbps": 10}}}
+		pr.Prof = &experiment.ProfileResult{Kernel: &profile.Result{Available: true, Frequency: 999, Samples: 10000,
+			Top: []profile.Symbol{{Name: "ipt_do_table", Kernel: true, Samples: int64(100 + 10*n), Percent: float64(100+10*n) / 100}}}}
+		r.Points = append(r.Points, pr)
+	}
+	figs := profileFigures(r, 1)
+	if len(figs) != 2 {
+		t.Fatalf("%d profile figures, want the share and the events", len(figs))
+	}
+	ev := figs[1].Plot
+	if !strings.Contains(ev.Title, "perf events") || len(ev.Series) != 1 || ev.Series[0].Name != "ipt_do_table" {
+		t.Fatalf("events figure %q, series %+v", ev.Title, ev.Series)
+	}
+	for i, p := range ev.Series[0].Points {
+		if want := []float64{100, 1100, 2100}[i]; p.Y != want || p.X != []float64{0, 100, 200}[i] {
+			t.Errorf("point %d: (%v, %v), want y %v", i, p.X, p.Y, want)
 		}
 	}
 }
