@@ -163,24 +163,26 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// TestGeneratedPolicies: every mode's policies parse, and compile on the
-// preset into what the mode says: the workload ports stay allowed, and the
-// number of rules grows with the number of policies.
-// TestFlowsApplyToStreamsOnly: flows, size and zerocopy multiply the
-// stream workloads only; request/response is measured once per point.
+// mustPoints parses an experiment file and expands its points.
+func mustPoints(t *testing.T, src string, quick bool) []Point {
+	t.Helper()
+	s, err := Parse([]byte(src), "x.yaml", quick)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, src)
+	}
+	pts, err := s.Points()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, src)
+	}
+	return pts
+}
+
 // TestQuickSkip: a sweep with quick.skip is left out of quick runs only;
 // skipping every sweep is an error, not a run of the top matrix.
 func TestQuickSkip(t *testing.T) {
 	src := "workloads: [{kind: tcp-stream}]\nsweeps:\n  - {name: a, matrix: {policies: [1]}}\n  - {name: b, matrix: {policies: [2]}, quick: {skip: true}}\n"
 	for _, quick := range []bool{false, true} {
-		s, err := Parse([]byte(src), "x.yaml", quick)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pts, err := s.Points()
-		if err != nil {
-			t.Fatal(err)
-		}
+		pts := mustPoints(t, src, quick)
 		var sweeps []string
 		for _, p := range pts {
 			sweeps = append(sweeps, p.Sweep)
@@ -211,14 +213,7 @@ func TestChainLengths(t *testing.T) {
 		{"{topology: [direct]}", []int{0}},
 		{"{topology: [single-host]}", []int{0}},
 	} {
-		s, err := Parse([]byte("workloads: [{kind: tcp-stream}]\nmatrix: "+tc.matrix+"\n"), "x.yaml", false)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.matrix, err)
-		}
-		pts, err := s.Points()
-		if err != nil {
-			t.Fatalf("%s: %v", tc.matrix, err)
-		}
+		pts := mustPoints(t, "workloads: [{kind: tcp-stream}]\nmatrix: "+tc.matrix+"\n", false)
 		var got []int
 		for _, p := range pts {
 			got = append(got, p.Params.ChainLength)
@@ -232,6 +227,8 @@ func TestChainLengths(t *testing.T) {
 	}
 }
 
+// TestFlowsApplyToStreamsOnly: flows, size and zerocopy multiply the
+// stream workloads only; request/response is measured once per point.
 func TestFlowsApplyToStreamsOnly(t *testing.T) {
 	s, err := Parse([]byte("warmup: 0s\nduration: 1s\nworkloads: [{kind: tcp-stream}, {kind: tcp-rr}, {kind: udp-stream}]\nmatrix: {flows: [1, 4], zerocopy: [false, true]}\n"), "x.yaml", false)
 	if err != nil {
@@ -253,6 +250,9 @@ func TestFlowsApplyToStreamsOnly(t *testing.T) {
 	}
 }
 
+// TestGeneratedPolicies: every mode's policies parse, and compile on the
+// preset into what the mode says: the workload ports stay allowed, and the
+// number of rules grows with the number of policies.
 func TestGeneratedPolicies(t *testing.T) {
 	spec, err := topology.Preset("single-host", topology.PresetOptions{}, topology.Overrides{Name: "t", Datapath: "ebpf"})
 	if err != nil {
