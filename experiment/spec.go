@@ -73,6 +73,13 @@ type Sweep struct {
 type Figures struct {
 	X       string   `yaml:"x" json:"x,omitempty"`
 	Metrics []string `yaml:"metrics" json:"metrics,omitempty"`
+	// Topologies draws the sweep's topologies on one figure, one line
+	// each, instead of a figure per topology (seed 000's 7.9 and 7.10).
+	Topologies bool `yaml:"topologies" json:"topologies,omitempty"`
+	// RelativeTo adds, for each figure, one of every line divided by the
+	// line of this series at the same x, in percent (seed 001's figure 11,
+	// "relative to no qdisc").
+	RelativeTo string `yaml:"relativeTo" json:"relativeTo,omitempty"`
 }
 
 // FigureX are the parameters a figure can have on its x axis, in the

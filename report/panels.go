@@ -67,6 +67,8 @@ var xDims = []dim{
 // seriesDims are the other parameters: those that vary within a panel
 // name its lines.
 var seriesDims = []dim{
+	// Only varies in a panel whose sweep asks for its topologies together.
+	{"topology", func(p *experiment.PointResult) string { return p.Params.Topology }, func(v string) string { return v }},
 	{"series", func(p *experiment.PointResult) string { return p.Series }, func(v string) string {
 		if v == string(kind.None) {
 			return ""
@@ -217,11 +219,20 @@ func panels(r *experiment.Results) []*Panel {
 			if !slices.Contains(g.sweeps, p.Sweep) {
 				g.sweeps = append(g.sweeps, p.Sweep)
 			}
+			if !slices.Contains(strings.Split(g.topo, "+"), p.Params.Topology) {
+				g.topo += "+" + p.Params.Topology
+			}
 		}
 		return gs, by
 	}
+	topoKey := func(p *experiment.PointResult) string {
+		if f := sweepFigures(r, p.Sweep); f != nil && f.Topologies {
+			return "" // one figure for all topologies, a line each
+		}
+		return p.Params.Topology
+	}
 	base := func(p *experiment.PointResult) string {
-		return p.Params.Topology + "\x00" + workloadKey(p.Workload) + "\x00" + onePolicyMode(p.Params.PolicyMode)
+		return topoKey(p) + "\x00" + workloadKey(p.Workload) + "\x00" + onePolicyMode(p.Params.PolicyMode)
 	}
 	// The x of each sweep on its own, then the points regrouped by it.
 	bySweep, _ := group1(func(p *experiment.PointResult) string { return p.Sweep + "\x00" + base(p) })
@@ -304,9 +315,60 @@ func panels(r *experiment.Results) []*Panel {
 			sort.SliceStable(pn.Curves, func(i, j int) bool { return seriesLess(pn.Curves[i].Series, pn.Curves[j].Series) })
 			pn.ID = fmt.Sprintf("fig%02d-%s", len(out)+1, slug(pn.namedSweep()+" "+pn.Topology+" "+pn.Workload+" "+m))
 			out = append(out, pn)
+			for _, sw := range g.sweeps {
+				if f := sweepFigures(r, sw); f != nil && f.RelativeTo != "" {
+					if rel := relativePanel(pn, f.RelativeTo); rel != nil {
+						rel.ID = fmt.Sprintf("fig%02d-%s", len(out)+1, slug(pn.namedSweep()+" "+pn.Topology+" "+pn.Workload+" "+m+" relative"))
+						out = append(out, rel)
+					}
+					break
+				}
+			}
 		}
 	}
 	return out
+}
+
+// relativePanel is pn with every line but the base one divided by the
+// base line's median at the same x, in percent (x where the base has no
+// samples are left out); nil when pn has no line named base.
+func relativePanel(pn *Panel, base string) *Panel {
+	var b *Curve
+	for _, c := range pn.Curves {
+		if c.Series == base {
+			b = c
+		}
+	}
+	if b == nil {
+		return nil
+	}
+	rel := *pn
+	rel.Metric = Metric{Name: pn.Metric.Name, Label: pn.Metric.Label + ", % of " + base, Unit: "%", Better: pn.Metric.Better}
+	rel.Curves = nil
+	for _, c := range pn.Curves {
+		if c == b {
+			continue
+		}
+		rc := &Curve{Series: c.Series, Samples: map[float64][]float64{}, Points: map[float64][]string{}}
+		for _, x := range c.X {
+			ref := b.summary(x).Median
+			if len(b.Samples[x]) == 0 || ref == 0 {
+				continue
+			}
+			rc.X = append(rc.X, x)
+			for _, v := range c.Samples[x] {
+				rc.Samples[x] = append(rc.Samples[x], 100*v/ref)
+			}
+			rc.Points[x] = c.Points[x]
+		}
+		if len(rc.X) > 0 {
+			rel.Curves = append(rel.Curves, rc)
+		}
+	}
+	if len(rel.Curves) == 0 {
+		return nil
+	}
+	return &rel
 }
 
 // seriesLess orders lines as the seed thesis does: eBPF first, then

@@ -319,3 +319,61 @@ func TestProfileFigures(t *testing.T) {
 		}
 	}
 }
+
+// TestFiguresOptions: a sweep's figures: block joins its topologies in one
+// figure (a line each) and adds a figure relative to a named line.
+func TestFiguresOptions(t *testing.T) {
+	r := &experiment.Results{Schema: experiment.Schema, Status: experiment.StatusComplete,
+		Experiment: experiment.ExperimentInfo{Name: "f", File: "f.yaml", Text: "name: f\n", Spec: &experiment.Spec{Sweeps: []experiment.Sweep{
+			{Name: "complexity", Figures: &experiment.Figures{Topologies: true}},
+			{Name: "htb", Figures: &experiment.Figures{RelativeTo: "no shaper"}},
+			{Name: "no-shaper"},
+		}}}}
+	add := func(sweep string, p experiment.Params, series string, v float64) {
+		pr := experiment.PointResult{Point: experiment.Point{ID: fmt.Sprintf("p%02d", len(r.Points)), Sweep: sweep, Params: p,
+			Workload: experiment.Workload{Kind: experiment.TCPStream}, Series: series, Repetitions: 2}, Status: experiment.PointDone}
+		for rep := 1; rep <= 2; rep++ {
+			pr.Samples = append(pr.Samples, experiment.Sample{Repetition: rep, Metrics: map[string]float64{"throughput_gbps": v}})
+		}
+		r.Points = append(r.Points, pr)
+	}
+	for _, n := range []int{0, 40, 200} {
+		add("complexity", experiment.Params{Topology: "single-host", Datapath: "ebpf", Policies: n, PolicyMode: experiment.ModeL4Rules}, "ebpf l4-rules", 10)
+		add("complexity", experiment.Params{Topology: "multi-host", Datapath: "ebpf", Policies: n, PolicyMode: experiment.ModeL4Rules}, "ebpf l4-rules", 8)
+	}
+	for _, n := range []int{1, 3} {
+		add("no-shaper", experiment.Params{Topology: "chain", Link: "veth", ChainLength: n}, "none", 8)
+		add("htb", experiment.Params{Topology: "chain", Link: "veth", ChainLength: n, ShaperRate: "1tbit"}, "none", 4)
+	}
+	ps := panels(r)
+	var joined, rel *Panel
+	for _, p := range ps {
+		switch {
+		case p.Sweep == "complexity":
+			if joined != nil {
+				t.Errorf("complexity drawn twice (%s, %s): its topologies should share one figure", joined.ID, p.ID)
+			}
+			joined = p
+		case strings.Contains(p.Metric.Label, "% of no shaper"):
+			rel = p
+		}
+	}
+	if joined == nil || len(joined.Curves) != 2 || joined.Topology != "single-host+multi-host" {
+		t.Fatalf("joined panel %+v", joined)
+	}
+	for _, c := range joined.Curves {
+		if !strings.Contains(c.Series, "host") {
+			t.Errorf("a joined line %q does not name its topology", c.Series)
+		}
+	}
+	if rel == nil || len(rel.Curves) != 1 {
+		t.Fatalf("relative panel %+v", rel)
+	}
+	for _, x := range rel.Curves[0].X {
+		for _, v := range rel.Curves[0].Samples[x] {
+			if v != 50 {
+				t.Errorf("shaper at %v hops: %v%% of no shaper, want 50", x, v)
+			}
+		}
+	}
+}
