@@ -298,7 +298,7 @@ func TestProfileFigures(t *testing.T) {
 		Experiment: experiment.ExperimentInfo{Name: "p", File: "p.yaml", Text: "name: p\n"}}
 	for i, n := range []int{0, 100, 200} {
 		pr := experiment.PointResult{Point: experiment.Point{ID: fmt.Sprintf("p%d", i), Sweep: "iptables",
-			Params: experiment.Params{Topology: "single-host", Datapath: "iptables", Policies: n, PolicyMode: "no-match"},
+			Params:   experiment.Params{Topology: "single-host", Datapath: "iptables", Policies: n, PolicyMode: "no-match"},
 			Workload: experiment.Workload{Kind: experiment.TCPStream}, Series: "iptables no-match", Repetitions: 1}, Status: experiment.PointDone}
 		pr.Samples = []experiment.Sample{{Repetition: 1, Metrics: map[string]float64{"throughput_gbps": 10}}}
 		pr.Prof = &experiment.ProfileResult{Kernel: &profile.Result{Available: true, Frequency: 999, Samples: 10000,
