@@ -47,6 +47,8 @@ type Params struct {
 	FirewallSpread   bool      `json:"firewallSpread,omitempty"`
 	ShaperRate       string    `json:"shaperRate,omitempty"`
 	ShaperDirection  string    `json:"shaperDirection,omitempty"` // "" is the topology's default (server)
+	Switches         int       `json:"switches,omitempty"`        // link ovs: bridges in series per segment (0: the default, 1)
+	SwitchLink       string    `json:"switchLink,omitempty"`      // between them: patch or veth
 }
 
 // Text is the point's parameters in a few words, for tables
@@ -70,6 +72,8 @@ func (p Params) Text() string {
 	add(p.FirewallSpread, "spread")
 	add(p.ShaperRate != "", "shaper=%s", p.ShaperRate)
 	add(p.ShaperDirection != "", "shape=%s", p.ShaperDirection)
+	add(p.Switches > 0, "switches=%d", p.Switches)
+	add(p.SwitchLink != "", "switchLink=%s", p.SwitchLink)
 	return strings.Join(parts, " ")
 }
 
@@ -146,6 +150,12 @@ func (m *Matrix) merge(o Matrix, onlySet bool) {
 	if pick(len(m.ShaperDirection), len(o.ShaperDirection)) {
 		m.ShaperDirection = o.ShaperDirection
 	}
+	if pick(len(m.Switches), len(o.Switches)) {
+		m.Switches = o.Switches
+	}
+	if pick(len(m.SwitchLink), len(o.SwitchLink)) {
+		m.SwitchLink = o.SwitchLink
+	}
 }
 
 // dim is one axis of the matrix: how many values it has and how the i-th
@@ -189,6 +199,8 @@ func (m Matrix) dims() []dim {
 	boo(m.FirewallSpread, func(p *Params, v bool) { p.FirewallSpread = v })
 	str(m.ShaperRate, func(p *Params, v string) { p.ShaperRate = v })
 	str(m.ShaperDirection, func(p *Params, v string) { p.ShaperDirection = v })
+	num(m.Switches, func(p *Params, v int) { p.Switches = v })
+	str(m.SwitchLink, func(p *Params, v string) { p.SwitchLink = v })
 	return ds
 }
 
@@ -240,6 +252,7 @@ func (m Matrix) check(s *Spec, path string) error {
 		{"size", m.Size, 1, 1 << 20},
 		{"mtu", m.MTU, 576, 65000},
 		{"firewallRules", m.FirewallRules, 0, 100000},
+		{"switches", m.Switches, 1, topology.MaxSwitches},
 	}
 	for _, k := range ints {
 		for i, v := range k.vs {
@@ -256,6 +269,11 @@ func (m Matrix) check(s *Spec, path string) error {
 	for i, v := range m.ShaperRate {
 		if _, err := topology.ParseRate(v); err != nil {
 			return s.errf(fmt.Sprintf("%s.shaperRate[%d]", path, i), "%v", err)
+		}
+	}
+	for i, v := range m.SwitchLink {
+		if v != topology.SwitchPatch && v != topology.SwitchVeth {
+			return s.errf(fmt.Sprintf("%s.switchLink[%d]", path, i), "%q: patch or veth", v)
 		}
 	}
 	dirs := []string{topology.ShapeToServer, topology.ShapeToClient, topology.ShapeBoth, topology.ShapeAll}
@@ -463,11 +481,14 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 		case modeGiven:
 			return bad("policyMode", "%s: a chain has no policy datapath", p.PolicyMode)
 		}
-		if p.Link != "" && p.Link != topology.ChainVeth && p.Link != topology.ChainBridge {
-			return bad("link", "%q: a chain's links are veth or bridge", p.Link)
+		if p.Link != "" && p.Link != topology.ChainVeth && p.Link != topology.ChainBridge && p.Link != topology.ChainOVS {
+			return bad("link", "%q: a chain's links are veth, bridge or ovs", p.Link)
 		}
 		if lengthGiven && !isPreset(p.Topology) {
 			return bad("chainLength", "applies to the chain preset; a chain topology file sets its own length")
+		}
+		if (p.Switches != 0 || p.SwitchLink != "") && p.Link != topology.ChainOVS {
+			return bad("switches", "OvS bridges in series apply to link ovs (link %s)", p.Link)
 		}
 		if p.ShaperDirection != "" && p.ShaperRate == "" {
 			return bad("shaperDirection", "%s: applies with a shaperRate", p.ShaperDirection)
@@ -493,6 +514,8 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 			return bad("shaperRate", "network functions go in chain hops: use topology chain")
 		case p.ShaperDirection != "":
 			return bad("shaperDirection", "network functions go in chain hops: use topology chain")
+		case p.Switches != 0 || p.SwitchLink != "":
+			return bad("switches", "OvS bridges in series apply to chains with link ovs")
 		}
 		if p.Link != "" {
 			if p.Topology != "multi-host" {

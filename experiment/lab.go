@@ -55,7 +55,14 @@ func chainYAML(p Params) string {
 		}
 		fns = append(fns, fmt.Sprintf("{kind: shaper, rate: %q, direction: %s}", p.ShaperRate, dir))
 	}
-	return fmt.Sprintf("name: chain\nchain: {length: %d, link: %s, functions: [%s]}\n", n, link, strings.Join(fns, ", "))
+	var sw string
+	if p.Switches > 0 {
+		sw += fmt.Sprintf(", switches: %d", p.Switches)
+	}
+	if p.SwitchLink != "" {
+		sw += ", switchLink: " + p.SwitchLink
+	}
+	return fmt.Sprintf("name: chain\nchain: {length: %d, link: %s%s, functions: [%s]}\n", n, link, sw, strings.Join(fns, ", "))
 }
 
 // ensureLab makes the point's lab the one that is up.
@@ -134,6 +141,12 @@ func describeLab(p Params) string {
 		if p.ShaperDirection != "" {
 			parts = append(parts, "on "+p.ShaperDirection)
 		}
+	}
+	if p.Switches > 0 {
+		parts = append(parts, fmt.Sprintf("%d switches", p.Switches))
+	}
+	if p.SwitchLink != "" {
+		parts = append(parts, "joined by "+p.SwitchLink)
 	}
 	return strings.Join(parts, ", ")
 }

@@ -84,7 +84,7 @@ type Figures struct {
 
 // FigureX are the parameters a figure can have on its x axis, in the
 // order the report picks one by default.
-var FigureX = []string{"policies", "chainLength", "firewallRules", "flows", "size", "mtu"}
+var FigureX = []string{"policies", "chainLength", "switches", "firewallRules", "flows", "size", "mtu"}
 
 // FigureMetrics are the sample metrics a sweep may ask figures of.
 var FigureMetrics = []string{"throughput_gbps", "sent_gbps", "packets_per_s", "retransmits", "loss_pct", "jitter_ms",
@@ -144,6 +144,8 @@ type Matrix struct {
 	FirewallSpread   []bool   `yaml:"firewallSpread" json:"firewallSpread,omitempty"`
 	ShaperRate       []string `yaml:"shaperRate" json:"shaperRate,omitempty"`
 	ShaperDirection  []string `yaml:"shaperDirection" json:"shaperDirection,omitempty"`
+	Switches         []int    `yaml:"switches" json:"switches,omitempty"`
+	SwitchLink       []string `yaml:"switchLink" json:"switchLink,omitempty"`
 }
 
 // Workload kinds.

@@ -80,6 +80,8 @@ func unitOf(pn *Panel) (one, many string) {
 		return "rule", "rules"
 	case "chainLength":
 		return "hop", "hops"
+	case "switches":
+		return "switch", "switches"
 	case "flows":
 		return "flow", "flows"
 	case "size":

@@ -53,6 +53,7 @@ var xDims = []dim{
 		}
 		return v + " hops"
 	}},
+	{"switches", func(p *experiment.PointResult) string { return num(p.Params.Switches) }, func(v string) string { return v + " switches" }},
 	{"firewallRules", func(p *experiment.PointResult) string { return num(p.Params.FirewallRules) }, func(v string) string { return v + " rules" }},
 	{"flows", func(p *experiment.PointResult) string { return num(p.Workload.Flows) }, func(v string) string {
 		if v == "1" {
@@ -76,6 +77,12 @@ var seriesDims = []dim{
 		return v
 	}},
 	{"link", func(p *experiment.PointResult) string { return p.Params.Link }, func(v string) string { return v }},
+	{"switchLink", func(p *experiment.PointResult) string { return p.Params.SwitchLink }, func(v string) string {
+		if v == "" {
+			return ""
+		}
+		return "switches joined by " + v
+	}},
 	{"offloads", func(p *experiment.PointResult) string { return p.Params.Offloads }, named("offloads")},
 	{"zerocopy", func(p *experiment.PointResult) string { return strconv.FormatBool(p.Workload.Zerocopy) }, boolShow("zerocopy", "copy")},
 	{"firewallStateful", func(p *experiment.PointResult) string { return strconv.FormatBool(p.Params.FirewallStateful) }, boolShow("stateful", "stateless")},
@@ -131,6 +138,8 @@ func xLabel(d string, pts []*experiment.PointResult) string {
 		return "number of policies"
 	case "chainLength":
 		return "chain length (hops; 0 = direct veth pair)"
+	case "switches":
+		return "Open vSwitch bridges in series"
 	case "firewallRules":
 		return "firewall rules"
 	case "flows":

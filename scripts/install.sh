@@ -16,6 +16,7 @@ declare -A tools=(
 	[clang]=clang [llvm-strip]=llvm [bpftool]=bpftool [perf]=linux-perf
 	[conntrack]=conntrack [python3]=python3 [make]=make [git]=git [tc]=iproute2
 	[taskset]=util-linux [chromium]=chromium
+	[ovs-vswitchd]=openvswitch-switch [pgrep]=procps
 )
 # Packages without a command of their own: headers for rebuilding the eBPF
 # programs (go generate ./datapath/ebpf, checked by the tests).

@@ -413,6 +413,13 @@ func (b *builder) buildChain(ctx context.Context) error {
 		handles[name], fds[name] = h, fd
 		return h, fd, linkUp(h, "lo")
 	}
+	var sw *ovs
+	if c.Link == ChainOVS {
+		var err error
+		if sw, err = startOVS(ctx, s.Name); err != nil {
+			return fmt.Errorf("open vswitch: %w", err)
+		}
+	}
 	for i, sg := range c.Segments {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -425,12 +432,19 @@ func (b *builder) buildChain(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if sg.Switch == "" {
+		switch {
+		case sw != nil:
+			if err := b.ovsSegment(ctx, sw, i, sg, lh, lfd, rh, rfd, open); err != nil {
+				return fmt.Errorf("chain segment %d: open vswitch: %w", i, err)
+			}
+		case sg.Switch == "":
 			if err := vethPair(lh, sg.LeftDev, rh, rfd, sg.RightDev, s.MTU, 0); err != nil {
 				return fmt.Errorf("chain segment %d: %w", i, err)
 			}
-		} else if err := b.switchSegment(sg, lh, lfd, rh, rfd, open); err != nil {
-			return fmt.Errorf("chain segment %d: %w", i, err)
+		default:
+			if err := b.switchSegment(sg, lh, lfd, rh, rfd, open); err != nil {
+				return fmt.Errorf("chain segment %d: %w", i, err)
+			}
 		}
 		for _, side := range []struct {
 			h    *netlink.Handle

@@ -37,8 +37,23 @@ func (r *resolver) chain() error {
 	if link == "" {
 		link = ChainVeth
 	}
-	if link != ChainVeth && link != ChainBridge {
-		return r.errf("chain.link", "unknown chain link %q (supported: veth, bridge)", link)
+	if link != ChainVeth && link != ChainBridge && link != ChainOVS {
+		return r.errf("chain.link", "unknown chain link %q (supported: veth, bridge, ovs)", link)
+	}
+	switches, swLink := c.Switches, c.SwitchLink
+	switch {
+	case link != ChainOVS && (switches != 0 || swLink != ""):
+		return r.errf("chain.switches", "applies to link: ovs (OvS bridges in series on each segment)")
+	case switches < 0 || switches > MaxSwitches:
+		return r.errf("chain.switches", "%d is out of range (1 to %d)", switches, MaxSwitches)
+	case swLink != "" && swLink != SwitchPatch && swLink != SwitchVeth:
+		return r.errf("chain.switchLink", "unknown link between switches %q (patch, veth)", swLink)
+	}
+	if link == ChainOVS {
+		switches = max(switches, 1)
+		if swLink == "" {
+			swLink = SwitchPatch
+		}
 	}
 	if r.raw.IPTables != nil {
 		return r.errf(string(kind.IPTables), "options of the %s datapath, but a chain lab has no policy datapath: put rules in its hops with chain.functions: [{kind: firewall, rules: N}]", kind.IPTables)
@@ -61,6 +76,7 @@ func (r *resolver) chain() error {
 		return r.errf("chain.length", "%s need %d /24 segments but chain.cidr %s holds %d", plural.N(c.Length, "hop"), c.Length+1, p, maxSeg)
 	}
 	r.spec.Chain = buildChain(r.spec.Name, c.Length, link, p)
+	r.spec.Chain.Switches, r.spec.Chain.SwitchLink = switches, swLink
 	s := r.spec
 	fns, path := c.functions, "functions" // a preset's
 	if len(c.Functions) > 0 {

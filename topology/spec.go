@@ -54,8 +54,10 @@ type rawPort struct {
 }
 
 type rawChain struct {
-	Length    int         `yaml:"length"`
-	Link      string      `yaml:"link"`
+	Length     int         `yaml:"length"`
+	Link       string      `yaml:"link"`
+	Switches   int         `yaml:"switches"`
+	SwitchLink string      `yaml:"switchLink"`
 	CIDR      string      `yaml:"cidr"`
 	Functions []yaml.Node `yaml:"functions"` // decoded by kind in resolve
 	functions []Function  `yaml:"-"`         // a preset's, already typed
@@ -159,14 +161,22 @@ type Port struct {
 const (
 	ChainVeth   = "veth"
 	ChainBridge = "bridge"
+	// ChainOVS joins neighbours through an Open vSwitch bridge each, in
+	// the lab's OvS namespace (userspace datapath; topology/ovs.go).
+	ChainOVS = "ovs"
 )
 
 // Chain is N forwarding namespaces in series between a client and a server
 // endpoint (seed 001). Segment i joins node i and node i+1, where node 0 is
 // the client and node Length+1 the server.
 type Chain struct {
-	Length   int          `json:"length"`
-	Link     string       `json:"link"`
+	Length int    `json:"length"`
+	Link   string `json:"link"`
+	// Switches is the number of OvS bridges in series on each segment
+	// (link ovs; 1 by default), joined by SwitchLink: patch ports or veth
+	// pairs (seed 001's figure 5).
+	Switches   int    `json:"switches,omitempty"`
+	SwitchLink string `json:"switchLink,omitempty"`
 	CIDR     netip.Prefix `json:"cidr"`
 	Nodes    []ChainNode  `json:"nodes"`
 	Segments []Segment    `json:"segments"`
@@ -206,6 +216,9 @@ func (s *Spec) Netns() []string {
 	if s.Chain != nil {
 		for _, n := range s.Chain.Nodes {
 			out = append(out, n.Netns)
+		}
+		if s.Chain.Link == ChainOVS {
+			out = append(out, OVSNetns(s.Name))
 		}
 		for _, sg := range s.Chain.Segments {
 			if sg.Switch != "" {

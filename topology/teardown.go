@@ -42,6 +42,9 @@ func Teardown(lab string, progress Progress) error {
 	}
 	if len(names) > 0 {
 		progress(fmt.Sprintf("lab %s: deleting %s", lab, plural.N(len(names), "namespace")))
+		if err := stopOVS(lab); err != nil {
+			return err
+		}
 		inodes := netns.Inodes(names)
 		w, err := newCleanupWitness()
 		if err != nil {
@@ -73,7 +76,8 @@ func Teardown(lab string, progress Progress) error {
 			return err
 		}
 	}
-	return nil
+	// The OvS daemons died with their namespace: their files can go.
+	return removeOVSDir(lab)
 }
 
 // abbreviate lists the first n items and says how many more there are.

@@ -53,7 +53,7 @@ Datapaths (--datapath, or datapath: in the file):
 				return usagef("give exactly one of -f FILE or --preset (%s)", strings.Join(topology.Presets(), ", "))
 			}
 			if preset != "chain" && preset != topology.PresetDirect && link != "" && preset != "multi-host" {
-				return usagef("--link applies to the chain (veth, bridge) and multi-host (wire, vxlan) presets")
+				return usagef("--link applies to the chain and direct (veth, bridge, ovs) and multi-host (wire, vxlan) presets")
 			}
 			ov := topology.Overrides{Name: name, Datapath: datapath, Options: kind.Overrides{FillerMode: fillerMode, HostRouting: hostRouting, ConnectHook: connectHook}}
 			if cmd.Flags().Changed("filler") {
@@ -110,7 +110,7 @@ Datapaths (--datapath, or datapath: in the file):
 	f.StringVar(&hostRouting, "host-routing", "", kind.EBPF.String()+" datapath: bpf (default: veth to veth, no bridge) or legacy (through the bridge)")
 	f.BoolVar(&connectHook, "connect-hook", false, kind.EBPF.String()+" datapath: refuse denied TCP connects at the socket (cgroup connect4 hook)")
 	f.IntVar(&length, "length", 0, "chain preset: number of forwarding namespaces (default 3)")
-	f.StringVar(&link, "link", "", "chain preset: veth or bridge; multi-host preset: wire or vxlan")
+	f.StringVar(&link, "link", "", "chain and direct presets: veth, bridge or ovs (Open vSwitch, userspace); multi-host preset: wire or vxlan")
 	f.IntVar(&workers, "workers", 4, "endpoints built in parallel")
 	f.IntVar(&filler, "filler", 0, kind.IPTables.String()+" datapath: rules that match nothing (seed 000's rule count)")
 	f.StringVar(&fillerMode, "filler-mode", "", kind.IPTables.String()+" datapath: no-match (before every rule) or top-of-chain (after the established rule)")
