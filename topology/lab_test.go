@@ -67,11 +67,14 @@ func TestPresetsCarryTCPBetweenEveryPair(t *testing.T) {
 }
 
 func TestFilesCarryTCPBetweenEveryPair(t *testing.T) {
-	for _, f := range []string{"two-hosts-vxlan.yaml", "three-hosts.yaml", "chain-bridge.yaml", "chain-firewall.yaml"} {
+	for _, f := range []string{"two-hosts-vxlan.yaml", "three-hosts.yaml", "chain-bridge.yaml", "chain-firewall.yaml", "chain-ovs.yaml"} {
 		t.Run(f, func(t *testing.T) {
 			s, err := Load(filepath.Join("..", "examples", f), Overrides{Name: "t-file"})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if s.Chain != nil && s.Chain.Link == ChainOVS {
+				testutil.RequireTool(t, "ovs-vswitchd", OVSPackage)
 			}
 			upForTest(t, s)
 			checkAllPairs(t, s)
