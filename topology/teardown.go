@@ -16,6 +16,10 @@ import (
 var (
 	killTimeout    = 10 * time.Second
 	cleanupTimeout = 60 * time.Second
+	// settleTimeout is how long a namespace may outlive its processes
+	// (its last reference dropped by deferred work) before Teardown calls
+	// it held.
+	settleTimeout = 5 * time.Second
 )
 
 // Teardown removes a lab's namespaces, and with them every link, bridge,
@@ -63,13 +67,8 @@ func Teardown(lab string, progress Progress) error {
 		if err := netns.KillAll(inodes, killTimeout); err != nil {
 			errs = append(errs, err)
 		}
-		if err := w.wait(cleanupTimeout); err != nil {
-			errs = append(errs, err)
-		} else if alive, err := netns.WatchedAlive(w.watcher, names); err != nil {
-			errs = append(errs, err)
-		} else if len(alive) > 0 {
-			errs = append(errs, fmt.Errorf("%s of lab %s: unmounted but still held by something (an open socket or file?), so the kernel keeps them: %s",
-				plural.N(len(alive), "namespace"), lab, abbreviate(alive, 5)))
+		if err := w.settle(names, cleanupTimeout); err != nil {
+			errs = append(errs, fmt.Errorf("lab %s: %w", lab, err))
 		}
 		w.close()
 		if err := errors.Join(errs...); err != nil {
@@ -116,10 +115,19 @@ func newCleanupWitness() (*cleanupWitness, error) {
 		w.close()
 		return nil, fmt.Errorf("netlink in witness netns: %w", err)
 	}
+	if err := w.arm(); err != nil {
+		w.close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// arm creates the two sentinels and their veth pairs to the watcher.
+func (w *cleanupWitness) arm() error {
+	var err error
 	for i := range w.sentinels {
 		if w.sentinels[i], err = netns.Anonymous(); err != nil {
-			w.close()
-			return nil, err
+			return err
 		}
 		v := &netlink.Veth{
 			LinkAttrs:     netlink.LinkAttrs{Name: witnessDev(i)},
@@ -127,11 +135,10 @@ func newCleanupWitness() (*cleanupWitness, error) {
 			PeerNamespace: netlink.NsFd(int(w.sentinels[i])),
 		}
 		if err := w.h.LinkAdd(v); err != nil {
-			w.close()
-			return nil, fmt.Errorf("add witness veth: %w", err)
+			return fmt.Errorf("add witness veth: %w", err)
 		}
 	}
-	return w, nil
+	return nil
 }
 
 func witnessDev(i int) string { return fmt.Sprintf("witness%d", i) }
@@ -144,6 +151,38 @@ func (w *cleanupWitness) close() {
 		w.sentinels[i].Close()
 	}
 	w.watcher.Close()
+}
+
+// settle waits until the kernel has destroyed every namespace of names.
+// A namespace may be released a little after the processes holding it are
+// gone (a socket's last reference dropped from deferred work, or a packet
+// in flight): then a later batch destroys it, so the sentinels are armed
+// again and awaited, until timeout.
+func (w *cleanupWitness) settle(names []string, timeout time.Duration) error {
+	if err := w.wait(timeout); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(settleTimeout)
+	for {
+		alive, err := netns.WatchedAlive(w.watcher, names)
+		if err != nil {
+			return err
+		}
+		if len(alive) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s unmounted but still held by something (an open socket or file?) %v after their processes, so the kernel keeps them: %s",
+				plural.N(len(alive), "namespace"), settleTimeout, abbreviate(alive, 5))
+		}
+		time.Sleep(50 * time.Millisecond)
+		if err := w.arm(); err != nil {
+			return err
+		}
+		if err := w.wait(timeout); err != nil {
+			return err
+		}
+	}
 }
 
 // wait releases the sentinels one after the other, each time polling the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -32,14 +33,35 @@ type Iperf3Result struct {
 }
 
 type iperfSum struct {
-	Seconds       float64 `json:"seconds"`
-	Bytes         float64 `json:"bytes"`
-	BitsPerSecond float64 `json:"bits_per_second"`
-	Retransmits   int     `json:"retransmits"`
-	Packets       int     `json:"packets"`
-	LostPackets   int     `json:"lost_packets"`
+	Seconds       float64    `json:"seconds"`
+	Bytes         float64    `json:"bytes"`
+	BitsPerSecond float64    `json:"bits_per_second"`
+	Retransmits   int        `json:"retransmits"`
+	Packets       iperfCount `json:"packets"`
+	LostPackets   iperfCount `json:"lost_packets"`
 	LostPercent   float64 `json:"lost_percent"`
 	JitterMs      float64 `json:"jitter_ms"`
+}
+
+// iperfCount is a datagram count of iperf3's JSON. iperf3 3.12 computes
+// the receiver's packets as sent minus lost in unsigned 64 bits, so when
+// it counts more lost than arrived (losses of the omitted seconds) the
+// count wraps to 2^64 - n: read as the negative number it stands for.
+type iperfCount int
+
+// UnmarshalJSON reads a count, wrapped or not.
+func (c *iperfCount) UnmarshalJSON(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+		*c = iperfCount(v)
+		return nil
+	}
+	u, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("iperf3 count %s: %w", s, err)
+	}
+	*c = iperfCount(int64(u)) // 2^64 - n is -n
+	return nil
 }
 
 // ParseIperf3 reads an iperf3 client's JSON report. A report carrying an
@@ -105,12 +127,12 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 			// arrived).
 			r.Seconds = received.Seconds
 			r.SentBps, r.ReceivedBps = sent.BitsPerSecond, received.BitsPerSecond
-			r.Packets = sent.Packets
+			r.Packets = int(sent.Packets)
 			r.IperfLostPercent, r.JitterMs = received.LostPercent, received.JitterMs
 			if sent.Bytes > 0 {
 				share := min(max(received.Bytes/sent.Bytes, 0), 1)
 				r.LostPercent = 100 * (1 - share)
-				r.LostPackets = sent.Packets - int(math.Round(share*float64(sent.Packets)))
+				r.LostPackets = int(sent.Packets) - int(math.Round(share*float64(sent.Packets)))
 			}
 			break
 		}
@@ -125,9 +147,9 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 		// iperf3's own counts can run past the datagrams sent (losses of
 		// omitted seconds) or below zero (reordering): keep them within
 		// what was sent.
-		r.Packets, r.JitterMs = s.Packets, s.JitterMs
+		r.Packets, r.JitterMs = max(int(s.Packets), 0), s.JitterMs
 		r.IperfLostPercent = s.LostPercent
-		r.LostPackets = min(max(s.LostPackets, 0), max(s.Packets, 0))
+		r.LostPackets = min(max(int(s.LostPackets), 0), r.Packets)
 		r.LostPercent = min(max(s.LostPercent, 0), 100)
 		r.ReceivedBps = s.BitsPerSecond * (1 - r.LostPercent/100)
 	default:

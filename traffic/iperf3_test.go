@@ -124,7 +124,7 @@ func TestParseIperf3Totals(t *testing.T) {
 // where iperf3's own receiver reports 6,005 of 6,001 datagrams lost
 // (100.07%) while 3,119 arrived.
 func TestUDPMetricsAddUp(t *testing.T) {
-	for _, name := range []string{"iperf3-udp.json", "iperf3-udp-100m-1s.json", "iperf3-udp-lossy.json", "iperf3-udp-reverse.json", "iperf3-udp-omit-shaped.json", "iperf3-udp-nothing-arrives.json"} {
+	for _, name := range []string{"iperf3-udp.json", "iperf3-udp-100m-1s.json", "iperf3-udp-lossy.json", "iperf3-udp-reverse.json", "iperf3-udp-omit-shaped.json", "iperf3-udp-nothing-arrives.json", "iperf3-udp-ovs-wrapped.json"} {
 		b, err := os.ReadFile("testdata/" + name)
 		if err != nil {
 			t.Fatal(err)
@@ -188,5 +188,31 @@ func TestUDPNothingArrives(t *testing.T) {
 	neg := []byte(`{"start":{"test_start":{"protocol":"UDP","num_streams":1}},"end":{"sum":{"seconds":1,"bits_per_second":1e8,"packets":100,"lost_packets":-3,"lost_percent":-3}}}`)
 	if r, err = ParseIperf3(neg); err != nil || r.LostPackets != 0 || r.LostPercent != 0 || r.ReceivedBps != 1e8 {
 		t.Errorf("old report below 0: %+v %v", r, err)
+	}
+}
+
+// TestUDPWrappedCount: a report recorded through an Open vSwitch chain
+// (userspace datapath, 4 flows at 100G each, 32,739-byte datagrams) whose
+// receiver got no byte in the measured second: iperf3 3.12 wrote its
+// received packets as 18446744073709522414 (2^64 - 29,202, sent minus a
+// larger lost count in unsigned arithmetic). It parses, as 100% lost.
+func TestUDPWrappedCount(t *testing.T) {
+	b, err := os.ReadFile("testdata/iperf3-udp-ovs-wrapped.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ParseIperf3(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Packets != 12422 || r.LostPackets != 12422 || r.LostPercent != 100 || r.ReceivedBps != 0 {
+		t.Errorf("wrapped count: %+v", r)
+	}
+	var c iperfCount
+	if err := json.Unmarshal([]byte("18446744073709522414"), &c); err != nil || c != -29202 {
+		t.Errorf("2^64 - 29202 read as %d, %v", c, err)
+	}
+	if err := json.Unmarshal([]byte("1e3"), &c); err == nil {
+		t.Error("a count that is no integer parsed")
 	}
 }
