@@ -3,7 +3,9 @@ package topology
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -182,5 +184,50 @@ func TestTeardownReportsNamespaceHeldBySocket(t *testing.T) {
 	// succeeds.
 	if err := Teardown(s.Name, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTeardownClosesOrphanedSockets: a TCP connection into the lab, made
+// by a process outside it (as cnlab's runner probes a server), closed with
+// data the peer never acknowledged, lives on as an orphan retransmitting
+// for minutes and would keep the client's namespace alive. Teardown closes
+// such sockets and succeeds.
+func TestTeardownClosesOrphanedSockets(t *testing.T) {
+	testutil.RequireTool(t, "iperf3", "iperf3")
+	testutil.RequireTool(t, "nft", "nftables")
+	s, _ := Preset("direct", PresetOptions{}, Overrides{Name: "t-orphan"})
+	upForTest(t, s)
+	cl, _ := s.Endpoint("client")
+	sv, _ := s.Endpoint("server")
+	srv := exec.Command("iperf3", "-s", "-p", "7777")
+	if err := netns.Start(sv.Netns, srv); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() }) // Teardown kills it first
+	var conn net.Conn
+	var err error
+	for i := 0; i < 50; i++ {
+		if err = netns.Do(cl.Netns, func() error {
+			conn, err = net.DialTimeout("tcp", netip.AddrPortFrom(sv.IP, 7777).String(), time.Second)
+			return err
+		}); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// From now on the server's side answers nothing: the client's data and
+	// its FIN stay unacknowledged.
+	if out, err := netns.Run(context.Background(), sv.Netns, []byte("table inet t {\n chain in {\n  type filter hook input priority 0;\n  tcp dport 7777 drop\n }\n}\n"), "nft", "-f", "-"); err != nil {
+		t.Fatalf("nft: %v\n%s", err, out)
+	}
+	if _, err := conn.Write(make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if err := Teardown(s.Name, nil); err != nil {
+		t.Fatalf("teardown with an orphaned socket: %v", err)
 	}
 }

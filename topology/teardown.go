@@ -3,6 +3,7 @@ package topology
 import (
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -58,6 +59,14 @@ func Teardown(lab string, progress Progress) error {
 			w.close()
 			return err
 		}
+		// Handles keep the namespaces reachable once unmounted, to close
+		// the sockets their processes leave behind.
+		var handles []vns.NsHandle
+		for _, n := range names {
+			if h, err := netns.Open(n); err == nil {
+				handles = append(handles, h)
+			}
+		}
 		var errs []error
 		for _, n := range names {
 			if err := netns.Delete(n); err != nil {
@@ -66,6 +75,10 @@ func Teardown(lab string, progress Progress) error {
 		}
 		if err := netns.KillAll(inodes, killTimeout); err != nil {
 			errs = append(errs, err)
+		}
+		destroySockets(handles)
+		for _, h := range handles {
+			h.Close()
 		}
 		if err := w.settle(names, cleanupTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("lab %s: %w", lab, err))
@@ -77,6 +90,23 @@ func Teardown(lab string, progress Progress) error {
 	}
 	// The OvS daemons died with their namespace: their files can go.
 	return removeOVSDir(lab)
+}
+
+// destroySockets closes (SOCK_DESTROY, `ss -K`) every socket left in each
+// namespace once its processes are gone. A TCP socket its process closed
+// with data not yet acknowledged lives on as an orphan, retransmitting for
+// minutes (tcp_orphan_retries) towards a peer that is going away, and
+// keeps its namespace alive all that time: seen after Open vSwitch labs,
+// whose userspace switch drops packets under load. A socket still open in
+// some process is only aborted, not freed: its namespace stays held, and
+// Teardown says so.
+func destroySockets(handles []vns.NsHandle) {
+	for _, h := range handles {
+		cmd := exec.Command("ss", "-K", "-a", "-n")
+		if err := netns.DoHandle(h, cmd.Start); err == nil {
+			_ = cmd.Wait()
+		}
+	}
 }
 
 // abbreviate lists the first n items and says how many more there are.
