@@ -22,7 +22,7 @@ func TestOVSChains(t *testing.T) {
 	for i, chain := range []string{
 		"{length: 0, link: ovs}",
 		"{length: 2, link: ovs}",
-		"{length: 0, link: ovs, switches: 3}",                  // seed 001's figure 5, patch ports
+		"{length: 0, link: ovs, switches: 3}",                   // seed 001's figure 5, patch ports
 		"{length: 0, link: ovs, switches: 3, switchLink: veth}", // and veth pairs
 	} {
 		t.Run(chain, func(t *testing.T) {

@@ -58,9 +58,9 @@ type rawChain struct {
 	Link       string      `yaml:"link"`
 	Switches   int         `yaml:"switches"`
 	SwitchLink string      `yaml:"switchLink"`
-	CIDR      string      `yaml:"cidr"`
-	Functions []yaml.Node `yaml:"functions"` // decoded by kind in resolve
-	functions []Function  `yaml:"-"`         // a preset's, already typed
+	CIDR       string      `yaml:"cidr"`
+	Functions  []yaml.Node `yaml:"functions"` // decoded by kind in resolve
+	functions  []Function  `yaml:"-"`         // a preset's, already typed
 }
 
 // Spec is a validated, fully resolved lab: every address allocated, every
@@ -175,11 +175,11 @@ type Chain struct {
 	// Switches is the number of OvS bridges in series on each segment
 	// (link ovs; 1 by default), joined by SwitchLink: patch ports or veth
 	// pairs (seed 001's figure 5).
-	Switches   int    `json:"switches,omitempty"`
-	SwitchLink string `json:"switchLink,omitempty"`
-	CIDR     netip.Prefix `json:"cidr"`
-	Nodes    []ChainNode  `json:"nodes"`
-	Segments []Segment    `json:"segments"`
+	Switches   int          `json:"switches,omitempty"`
+	SwitchLink string       `json:"switchLink,omitempty"`
+	CIDR       netip.Prefix `json:"cidr"`
+	Nodes      []ChainNode  `json:"nodes"`
+	Segments   []Segment    `json:"segments"`
 	// Functions are the network functions in every hop, in file order
 	// (at most one of each kind).
 	Functions []Function `json:"functions,omitempty"`

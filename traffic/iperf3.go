@@ -39,8 +39,8 @@ type iperfSum struct {
 	Retransmits   int        `json:"retransmits"`
 	Packets       iperfCount `json:"packets"`
 	LostPackets   iperfCount `json:"lost_packets"`
-	LostPercent   float64 `json:"lost_percent"`
-	JitterMs      float64 `json:"jitter_ms"`
+	LostPercent   float64    `json:"lost_percent"`
+	JitterMs      float64    `json:"jitter_ms"`
 }
 
 // iperfCount is a datagram count of iperf3's JSON. iperf3 3.12 computes
