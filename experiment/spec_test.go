@@ -252,6 +252,24 @@ func TestFlowsApplyToStreamsOnly(t *testing.T) {
 	}
 }
 
+// compileGenerated parses generated policies and compiles them on spec.
+func compileGenerated(t *testing.T, spec *topology.Spec, text string) (*policy.Model, *policy.Compiled) {
+	t.Helper()
+	pols, err := policy.Parse([]byte(text), "gen")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	m, err := policy.NewModel(spec, pols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, c
+}
+
 // TestGeneratedPolicies: every mode's policies parse, and compile on the
 // preset into what the mode says: the workload ports stay allowed, and the
 // number of rules grows with the number of policies.
@@ -270,18 +288,7 @@ func TestGeneratedPolicies(t *testing.T) {
 				}
 				continue
 			}
-			pols, err := policy.Parse([]byte(text), "gen")
-			if err != nil {
-				t.Fatalf("%s %d: %v\n%s", mode, n, err, text)
-			}
-			m, err := policy.NewModel(spec, pols)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := m.Compile()
-			if err != nil {
-				t.Fatal(err)
-			}
+			m, c := compileGenerated(t, spec, text)
 			// 4 workload ports, and one port per generated policy or rule.
 			if got, want := len(c.Rules), 4+n; got != want {
 				t.Errorf("%s %d: %d rules, want %d", mode, n, got, want)
@@ -308,18 +315,10 @@ func TestGeneratedPolicies(t *testing.T) {
 		if got := strings.Count(text, "- matchLabels:"); got != n+1 {
 			t.Errorf("terms %d: %d matchLabels terms, want %d:\n%s", n, got, n+1, text)
 		}
-		pols, err := policy.Parse([]byte(text), "gen")
-		if err != nil || len(pols) != 1 {
-			t.Fatalf("terms %d: %d policies, %v\n%s", n, len(pols), err, text)
+		if got := strings.Count(text, "kind: CiliumNetworkPolicy"); got != 1 {
+			t.Errorf("terms %d: %d policies, want 1", n, got)
 		}
-		m, err := policy.NewModel(spec, pols)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := m.Compile()
-		if err != nil {
-			t.Fatal(err)
-		}
+		m, c := compileGenerated(t, spec, text)
 		if len(c.Rules) != 1 {
 			t.Errorf("terms %d: %d compiled rules, want 1", n, len(c.Rules))
 		}
