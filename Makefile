@@ -15,9 +15,11 @@ install: build
 # The test command of the README and of .ci/run. Packages run one at a
 # time (-p 1): each test binary checks that it left the kernel as it found
 # it, which only holds if no other package is changing it meanwhile.
+# -timeout: package lab alone takes about 400 s on the 2-core VM, too near
+# go test's default of 10 minutes per package on a slow day.
 test:
 	$(GO) vet ./...
-	$(GO) test -p 1 -count=1 ./...
+	$(GO) test -p 1 -count=1 -timeout 25m ./...
 
 # The default demo: two hosts joined by a wire, iperf3 between them, in a
 # lab named cnlab-demo (make demo LAB=name for another name; a LAB in the
