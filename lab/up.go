@@ -70,6 +70,11 @@ func Up(ctx context.Context, spec *topology.Spec, o UpOptions) error {
 	if why := spec.Datapath.Missing(&spec.Options); why != "" {
 		return fmt.Errorf("datapath %s: this machine cannot run it: %s", spec.Datapath, why)
 	}
+	if spec.Chain != nil && spec.Chain.Link == topology.ChainOVS {
+		if err := topology.CheckOVS(); err != nil {
+			return fmt.Errorf("chain link %s: %w", topology.ChainOVS, err)
+		}
+	}
 	st := &State{Schema: 1, Phase: PhaseCreating, Created: time.Now().UTC(), Pid: os.Getpid(), Spec: spec}
 	if err := writeState(st); err != nil {
 		return err
