@@ -181,22 +181,9 @@ func (m *Model) Compile() (*Compiled, error) {
 			c.Enforced[id.ID] = enf
 		}
 	}
-	sort.SliceStable(c.Rules, func(i, j int) bool {
-		a, b := c.Rules[i], c.Rules[j]
-		if a.Subject != b.Subject {
-			return a.Subject < b.Subject
-		}
-		if a.Dir != b.Dir {
-			return a.Dir < b.Dir
-		}
-		return a.Deny && !b.Deny
-	})
-	c.bySubject = map[subjectDir][]Entry{}
-	for _, r := range c.Rules {
-		k := subjectDir{r.Subject, r.Dir}
-		c.bySubject[k] = append(c.bySubject[k], r)
-	}
-	c.indexTerms()
+	c.bySubject = sortBySubject(c.Rules, func(r Entry) (uint32, Dir, bool) { return r.Subject, r.Dir, r.Deny })
+	c.termsBySubject = sortBySubject(c.Terms, func(t Term) (uint32, Dir, bool) { return t.Subject, t.Dir, t.Deny })
+	c.termSeen = nil
 	var cidrs []netip.Prefix
 	for _, r := range c.Rules {
 		if r.PeerCIDR.IsValid() {
@@ -212,6 +199,29 @@ func (m *Model) Compile() (*Compiled, error) {
 	}
 	c.Warnings = c.namedWarnings()
 	return c, nil
+}
+
+// sortBySubject sorts entries of the IR (Rules, Terms) as datapaths walk
+// them — by subject, then direction, denies first, otherwise in the order
+// compiled — and indexes them by subject and direction.
+func sortBySubject[T any](xs []T, key func(T) (uint32, Dir, bool)) map[subjectDir][]T {
+	sort.SliceStable(xs, func(i, j int) bool {
+		as, ad, adeny := key(xs[i])
+		bs, bd, bdeny := key(xs[j])
+		if as != bs {
+			return as < bs
+		}
+		if ad != bd {
+			return ad < bd
+		}
+		return adeny && !bdeny
+	})
+	index := map[subjectDir][]T{}
+	for _, x := range xs {
+		s, d, _ := key(x)
+		index[subjectDir{s, d}] = append(index[subjectDir{s, d}], x)
+	}
+	return index
 }
 
 func (m *Model) endpoint(id string) *topology.Endpoint { return m.byID[id] }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -167,27 +166,6 @@ func (c *Compiled) addTerm(t Term) {
 		c.termSeen[k] = true
 		c.Terms = append(c.Terms, t)
 	}
-}
-
-// indexTerms sorts the terms as Rules are sorted (subject, direction,
-// denies first; otherwise as written) and indexes them for TermsFor.
-func (c *Compiled) indexTerms() {
-	sort.SliceStable(c.Terms, func(i, j int) bool {
-		a, b := c.Terms[i], c.Terms[j]
-		if a.Subject != b.Subject {
-			return a.Subject < b.Subject
-		}
-		if a.Dir != b.Dir {
-			return a.Dir < b.Dir
-		}
-		return a.Deny && !b.Deny
-	})
-	c.termsBySubject = map[subjectDir][]Term{}
-	for _, t := range c.Terms {
-		k := subjectDir{t.Subject, t.Dir}
-		c.termsBySubject[k] = append(c.termsBySubject[k], t)
-	}
-	c.termSeen = nil
 }
 
 // sortedPrefixes returns the prefixes sorted by address and length,
