@@ -13,38 +13,9 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-// termsScenario is seed 003's policy shape on the scenario lab: one
-// CiliumNetworkPolicy whose fromEndpoints holds a term that selects x/b
-// and terms that select nobody.
-var termsScenario = scenarios.Scenario{Name: "terms selecting nobody", Policies: `apiVersion: cilium.io/v2
-kind: CiliumNetworkPolicy
-metadata: {name: terms, namespace: x}
-spec:
-  endpointSelector: {matchLabels: {pod: a}}
-  ingress:
-  - fromEndpoints:
-    - matchLabels: {pod: b}
-    - matchLabels: {key0: value0, key1: value1}
-    - matchLabels: {key2: value2, key3: value3}
-`}
-
-// anyCIDRScenario allows every address by CIDR, which a hash:net set
-// cannot hold as one member, and denies host flip's endpoints (10.0.0.0/8
-// except flap's 10.0.191.0/24) inside it.
-var anyCIDRScenario = scenarios.Scenario{Name: "every address by CIDR", Policies: `apiVersion: cilium.io/v2
-kind: CiliumNetworkPolicy
-metadata: {name: any, namespace: x}
-spec:
-  endpointSelector: {}
-  ingress:
-  - fromCIDR: [0.0.0.0/0]
-    toPorts: [{ports: [{port: "80", protocol: TCP}]}]
-  ingressDeny:
-  - fromCIDRSet: [{cidr: 10.0.0.0/8, except: [10.0.191.0/24]}]
-`}
-
-// TestIPSetsProbeMatrix runs every scenario, one after the other (each an
-// incremental change), on two labs side by side: iptables with a rule per
+// TestIPSetsProbeMatrix runs every scenario (seed 003's terms and a /0
+// CIDR among them), one after the other (each an incremental change), on
+// two labs side by side: iptables with a rule per
 // peer address, and iptables with peers: ipsets. The probed TCP and UDP
 // matrices must be identical cell by cell and equal to the model's; each
 // host must hold exactly the sets its rules name (nothing left from the
@@ -56,7 +27,7 @@ func TestIPSetsProbeMatrix(t *testing.T) {
 	sets := scenarioLab(t, "t-ipsets-sets", "iptables-ipsets", "wire")
 	ctx := context.Background()
 	matched := 0
-	for _, sc := range append([]scenarios.Scenario{termsScenario, anyCIDRScenario}, scenarios.All...) {
+	for _, sc := range scenarios.All {
 		var pols []*policy.Policy
 		if sc.Policies != "" {
 			pols = mustParse(t, sc.Policies)
@@ -135,7 +106,7 @@ func checkHostSets(t *testing.T, what string, spec *topology.Spec) int {
 func TestIPSetsGoWithTheLab(t *testing.T) {
 	spec := scenarioLab(t, "t-ipsets-down", "iptables-ipsets", "wire")
 	ctx := context.Background()
-	if _, err := Apply(ctx, spec.Name, mustParse(t, termsScenario.Policies)); err != nil {
+	if _, err := Apply(ctx, spec.Name, mustParse(t, scenarios.Named(scenarios.TermsName).Policies)); err != nil {
 		t.Fatal(err)
 	}
 	if n := checkHostSets(t, "applied", spec); n != 3 {

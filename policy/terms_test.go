@@ -46,22 +46,11 @@ func setHas(s *PeerSet, ip netip.Addr) bool {
 	return false
 }
 
-// termCases add to the scenarios what only Terms have: terms that select
-// nobody, a selector written twice, CIDR terms with excepts, and named
-// ports that resolve to different numbers on different peers (in a lab
-// where x/b declares serve-80-tcp on port 81).
+// termCases add to the scenarios (which have seed 003's terms selecting
+// nobody) what only Terms have: a selector written twice, CIDR terms with
+// excepts, and named ports that resolve to different numbers on different
+// peers (in a lab where x/b declares serve-80-tcp on port 81).
 var termCases = []scenarios.Scenario{
-	{Name: "terms selecting nobody", Policies: `apiVersion: cilium.io/v2
-kind: CiliumNetworkPolicy
-metadata: {name: terms, namespace: x}
-spec:
-  endpointSelector: {matchLabels: {pod: a}}
-  ingress:
-  - fromEndpoints:
-    - matchLabels: {pod: b}
-    - matchLabels: {key0: value0, key1: value1}
-    - matchLabels: {key2: value2, key3: value3}
-`},
 	{Name: "one selector in two policies, excepts, deny terms", Policies: `apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: one, namespace: y}
@@ -154,7 +143,7 @@ func TestTermsAgreeWithModel(t *testing.T) {
 // selector written twice is one set.
 func TestTermsKeepEmptySelectors(t *testing.T) {
 	lab := scenarioLab(t)
-	c, err := modelFor(t, lab, termCases[0].Policies).Compile()
+	c, err := modelFor(t, lab, scenarios.Named(scenarios.TermsName).Policies).Compile()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +159,7 @@ func TestTermsKeepEmptySelectors(t *testing.T) {
 	if members[0] != 1 || members[1] != 0 || members[2] != 0 {
 		t.Errorf("members per term: %v, want [1 0 0]", members)
 	}
-	c, err = modelFor(t, lab, termCases[1].Policies).Compile()
+	c, err = modelFor(t, lab, termCases[0].Policies).Compile()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +185,7 @@ func TestTermsKeepEmptySelectors(t *testing.T) {
 // resolve to different numbers gets a set per number.
 func TestTermsSplitNamedPorts(t *testing.T) {
 	lab := termsLab(t)
-	c, err := modelFor(t, lab, termCases[2].Policies).Compile()
+	c, err := modelFor(t, lab, termCases[1].Policies).Compile()
 	if err != nil {
 		t.Fatal(err)
 	}

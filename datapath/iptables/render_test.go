@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/scenarios"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/policy/policytest"
 	"github.com/cnlab/cnlab/topology"
@@ -121,17 +122,7 @@ func TestRenderIPSets(t *testing.T) {
 // set per term, the terms that select nobody included, in the order
 // written.
 func TestRenderIPSetsTerms(t *testing.T) {
-	terms := `apiVersion: cilium.io/v2
-kind: CiliumNetworkPolicy
-metadata: {name: terms, namespace: x}
-spec:
-  endpointSelector: {matchLabels: {pod: a}}
-  ingress:
-  - fromEndpoints:
-    - matchLabels: {pod: b}
-    - matchLabels: {key0: value0, key1: value1}
-    - matchLabels: {key2: value2, key3: value3}
-`
+	terms := scenarios.Named(scenarios.TermsName).Policies
 	lab, c := compiled(t, terms, topology.Overrides{Options: kind.Overrides{Peers: kind.PeersIPSets}})
 	st := Render(lab, "flip", c)
 	var in []string
