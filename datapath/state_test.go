@@ -302,6 +302,31 @@ func TestStateDirUnwritable(t *testing.T) {
 	expectStore(t, spec, "deny-all with the state directory back")
 }
 
+// failingTool puts a fake of tool first on PATH for the test: it refuses
+// (exit 1) in the network namespace whose path the file failIn holds, and
+// runs the real tool otherwise (and when failIn does not exist).
+func failingTool(t *testing.T, tool string) (failIn, real string) {
+	t.Helper()
+	real, err := exec.LookPath(tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	failIn = filepath.Join(bin, "fail-in")
+	script := fmt.Sprintf(`#!/bin/sh
+if [ -e %[1]s ] && [ "$(stat -L -c %%i /proc/self/ns/net)" = "$(stat -L -c %%i "$(cat %[1]s)")" ]; then
+	echo "fake %[2]s: refused" >&2
+	exit 1
+fi
+exec %[3]s "$@"
+`, failIn, tool, real)
+	if err := os.WriteFile(filepath.Join(bin, tool), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	return failIn, real
+}
+
 // TestToolFailsOnOneHost puts a fake of the datapath's tool first on PATH
 // that fails in one host's namespace: the apply must fail and leave every
 // host on the old policy (the hosts already updated rolled back).
@@ -314,23 +339,7 @@ func TestToolFailsOnOneHost(t *testing.T) {
 			if dp == "iptables" {
 				tool, _, _ = spec.IPTables.Tools()
 			}
-			real, err := exec.LookPath(tool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			bin := t.TempDir()
-			failIn := filepath.Join(bin, "fail-in")
-			script := fmt.Sprintf(`#!/bin/sh
-if [ -e %[1]s ] && [ "$(stat -L -c %%i /proc/self/ns/net)" = "$(stat -L -c %%i "$(cat %[1]s)")" ]; then
-	echo "fake %[2]s: refused" >&2
-	exit 1
-fi
-exec %[3]s "$@"
-`, failIn, tool, real)
-			if err := os.WriteFile(filepath.Join(bin, tool), []byte(script), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+			failIn, _ := failingTool(t, tool)
 			if _, err := lab.Apply(ctx, spec.Name, parse(t, denyAll)); err != nil {
 				t.Fatal(err)
 			}
@@ -451,23 +460,7 @@ func TestIPSetsFaults(t *testing.T) {
 	}
 
 	// ipset refuses on one host: the change fails and no host changes.
-	real, err := exec.LookPath("ipset")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := t.TempDir()
-	failIn := filepath.Join(bin, "fail-in")
-	script := fmt.Sprintf(`#!/bin/sh
-if [ -e %[1]s ] && [ "$(stat -L -c %%i /proc/self/ns/net)" = "$(stat -L -c %%i "$(cat %[1]s)")" ]; then
-	echo "fake ipset: refused" >&2
-	exit 1
-fi
-exec %[2]s "$@"
-`, failIn, real)
-	if err := os.WriteFile(filepath.Join(bin, "ipset"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	failIn, real := failingTool(t, "ipset")
 	if _, err := lab.Replace(ctx, spec.Name, parse(t, fromNS("y"))); err != nil {
 		t.Fatal(err)
 	}
