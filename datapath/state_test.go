@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,12 @@ func upLab(t *testing.T, name, dp string) *topology.Spec {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
 	testutil.RequireTool(t, "nft", "nftables")
-	spec, err := topology.Parse([]byte(scenarios.Lab), "scenario lab", topology.Overrides{Name: name, Datapath: dp})
+	ov := topology.Overrides{Name: name, Datapath: dp}
+	if dp == "iptables-ipsets" {
+		testutil.RequireTool(t, "ipset", "ipset")
+		ov.Datapath, ov.Options.Peers = "iptables", kind.PeersIPSets
+	}
+	spec, err := topology.Parse([]byte(scenarios.Lab), "scenario lab", ov)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,6 +302,31 @@ func TestStateDirUnwritable(t *testing.T) {
 	expectStore(t, spec, "deny-all with the state directory back")
 }
 
+// failingTool puts a fake of tool first on PATH for the test: it refuses
+// (exit 1) in the network namespace whose path the file failIn holds, and
+// runs the real tool otherwise (and when failIn does not exist).
+func failingTool(t *testing.T, tool string) (failIn, real string) {
+	t.Helper()
+	real, err := exec.LookPath(tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	failIn = filepath.Join(bin, "fail-in")
+	script := fmt.Sprintf(`#!/bin/sh
+if [ -e %[1]s ] && [ "$(stat -L -c %%i /proc/self/ns/net)" = "$(stat -L -c %%i "$(cat %[1]s)")" ]; then
+	echo "fake %[2]s: refused" >&2
+	exit 1
+fi
+exec %[3]s "$@"
+`, failIn, tool, real)
+	if err := os.WriteFile(filepath.Join(bin, tool), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	return failIn, real
+}
+
 // TestToolFailsOnOneHost puts a fake of the datapath's tool first on PATH
 // that fails in one host's namespace: the apply must fail and leave every
 // host on the old policy (the hosts already updated rolled back).
@@ -308,23 +339,7 @@ func TestToolFailsOnOneHost(t *testing.T) {
 			if dp == "iptables" {
 				tool, _, _ = spec.IPTables.Tools()
 			}
-			real, err := exec.LookPath(tool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			bin := t.TempDir()
-			failIn := filepath.Join(bin, "fail-in")
-			script := fmt.Sprintf(`#!/bin/sh
-if [ -e %[1]s ] && [ "$(stat -L -c %%i /proc/self/ns/net)" = "$(stat -L -c %%i "$(cat %[1]s)")" ]; then
-	echo "fake %[2]s: refused" >&2
-	exit 1
-fi
-exec %[3]s "$@"
-`, failIn, tool, real)
-			if err := os.WriteFile(filepath.Join(bin, tool), []byte(script), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+			failIn, _ := failingTool(t, tool)
 			if _, err := lab.Apply(ctx, spec.Name, parse(t, denyAll)); err != nil {
 				t.Fatal(err)
 			}
@@ -379,4 +394,115 @@ func TestInterruptedSwitchTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectStore(t, spec, "port 80 re-applied after two interrupted switches", targets...)
+}
+
+// fromNS lets one namespace into namespace x on TCP 80: with peers:
+// ipsets, a rule matching the set of that namespace's endpoints.
+func fromNS(ns string) string {
+	return fmt.Sprintf("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: from-ns, namespace: x}\nspec:\n  podSelector: {}\n  ingress:\n  - from: [{namespaceSelector: {matchLabels: {ns: %s}}}]\n    ports: [{port: 80}]\n", ns)
+}
+
+// expectSets fails unless every host holds exactly the cnlab sets its
+// rules name, and n rules in all match sets (n < 0: any number).
+func expectSets(t *testing.T, spec *topology.Spec, what string, n int) {
+	t.Helper()
+	_, save, _ := spec.IPTables.Tools()
+	rules := 0
+	for _, h := range spec.Hosts {
+		named, held, r, err := testutil.IPSets(context.Background(), h.Netns, save)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules += r
+		if !slices.Equal(named, held) {
+			t.Errorf("%s: host %s holds sets %v, its rules name %v", what, h.Name, held, named)
+		}
+	}
+	if n >= 0 && rules != n {
+		t.Errorf("%s: %d rules match sets, want %d", what, rules, n)
+	}
+}
+
+// TestIPSetsFaults breaks applies of the iptables datapath with peers:
+// ipsets — killed after one host changed, ipset refusing on one host,
+// leftovers planted in the kernel — and checks that the lab enforces the
+// stored policies afterwards and every host holds exactly the sets its
+// rules name.
+func TestIPSetsFaults(t *testing.T) {
+	spec := upLab(t, "t-ipsfault", "iptables-ipsets")
+	ctx := context.Background()
+	// x/a and x/c are on flip, x/b on flap: 3 rules match a set.
+	for _, host := range []string{"flip", "flap"} {
+		if _, err := lab.Replace(ctx, spec.Name, parse(t, fromNS("y"))); err != nil {
+			t.Fatal(err)
+		}
+		crashAfterKernel(t, host, func() {
+			_, _ = lab.Replace(ctx, spec.Name, parse(t, fromNS("z")))
+		})
+		pols, err := lab.Policies(spec.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lab.Replace(ctx, spec.Name, pols); err != nil {
+			t.Fatalf("re-apply after a crash on %s: %v", host, err)
+		}
+		expectStore(t, spec, "stored set re-applied after a crash on "+host)
+		expectSets(t, spec, "stored set re-applied after a crash on "+host, 3)
+		if _, err := lab.Replace(ctx, spec.Name, parse(t, fromNS("z"))); err != nil {
+			t.Fatal(err)
+		}
+		expectStore(t, spec, "new set applied after a crash on "+host)
+		expectSets(t, spec, "new set applied after a crash on "+host, 3)
+		if _, err := lab.Delete(ctx, spec.Name, nil, true, ""); err != nil {
+			t.Fatal(err)
+		}
+		expectSets(t, spec, "deleted after a crash on "+host, 0)
+	}
+
+	// ipset refuses on one host: the change fails and no host changes.
+	failIn, real := failingTool(t, "ipset")
+	if _, err := lab.Replace(ctx, spec.Name, parse(t, fromNS("y"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range spec.Hosts {
+		if err := os.WriteFile(failIn, []byte(netns.Path(h.Netns)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lab.Replace(ctx, spec.Name, parse(t, fromNS("z"))); err == nil {
+			t.Fatalf("apply with ipset failing on %s succeeded", h.Name)
+		}
+		if err := os.Remove(failIn); err != nil {
+			t.Fatal(err)
+		}
+		expectStore(t, spec, "ipset failed on "+h.Name)
+		expectSets(t, spec, "ipset failed on "+h.Name, 3)
+	}
+
+	// Leftovers in a host whose state is not trusted: a temporary set of
+	// another size under the name the next apply builds in, and a set no
+	// rule names. The rebuild removes both.
+	if _, err := lab.Replace(ctx, spec.Name, parse(t, fromNS("z"))); err != nil {
+		t.Fatal(err)
+	}
+	flip := spec.Host("flip")
+	_, held, _, err := testutil.IPSets(ctx, flip.Netns, "iptables-legacy-save")
+	if err != nil || len(held) != 1 {
+		t.Fatalf("flip holds %v (%v), want one set", held, err)
+	}
+	plant := "create " + held[0] + "-new hash:ip maxelem 1024\ncreate cnlab-s-0000000000000000 hash:ip\n"
+	if _, err := netns.Run(ctx, flip.Netns, []byte(plant), real, "restore"); err != nil {
+		t.Fatal(err)
+	}
+	if err := datapath.MarkDirty(datapath.StatePath(spec.Name, kind.IPTables, "flip")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lab.Replace(ctx, spec.Name, parse(t, fromNS("z"))); err != nil {
+		t.Fatalf("rebuild over planted sets: %v", err)
+	}
+	expectStore(t, spec, "rebuilt over planted sets")
+	expectSets(t, spec, "rebuilt over planted sets", 3)
+	if _, err := lab.Delete(ctx, spec.Name, nil, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	expectSets(t, spec, "all deleted", 0)
 }

@@ -82,8 +82,11 @@ spec:
 func killPoints(dp string) []string {
 	pts := []string{"locked", "staged"}
 	hostPts := []string{"dirty", "kernel", "saved", "host-done"}
-	if dp == "ebpf" {
+	switch dp {
+	case "ebpf":
 		hostPts = append([]string{"ebpf-staged", "ebpf-switch"}, hostPts...)
+	case "iptables-ipsets":
+		hostPts = []string{"dirty", "ipsets-written", "kernel", "saved", "host-done"}
 	}
 	for _, h := range []string{"flip", "flap"} {
 		for _, p := range hostPts {
@@ -110,11 +113,15 @@ func TestKilledApplyAndDelete(t *testing.T) {
 		return p
 	}
 	aFromB, bClosed, aFromA := write("a-from-b.yaml", polAFromB), write("b-closed.yaml", polBClosed), write("a-from-a.yaml", polAFromA)
-	for _, dp := range []string{"iptables", "nftables", "ebpf"} {
+	for _, dp := range []string{"iptables", "iptables-ipsets", "nftables", "ebpf"} {
 		t.Run(dp, func(t *testing.T) {
 			name := "t-kill-" + dp[:3]
+			up := []string{"up", "--datapath", dp}
+			if dp == "iptables-ipsets" {
+				name, up = "t-kill-ips", []string{"up", "--datapath", "iptables", "--ipsets"}
+			}
 			topo := write(name+".yaml", strings.Replace(killLab, "%s", name, 1))
-			if _, stderr, code := runCLI(t, "up", "-f", topo, "--datapath", dp); code != 0 {
+			if _, stderr, code := runCLI(t, append(up, "-f", topo)...); code != 0 {
 				t.Fatalf("up: exit %d: %s", code, stderr)
 			}
 			t.Cleanup(func() { runCLI(t, "down", name) })

@@ -9,6 +9,8 @@
 //	staged      the new policy set is written beside the current one
 //	dirty       (per host) the host's state is marked dirty, its kernel untouched
 //	ebpf-staged (per host, eBPF) the next generation of maps is built, not active
+//	ipsets-written (per host, iptables with peers: ipsets) the sets the new rules
+//	            name are in the kernel, the rules are the old ones
 //	kernel      (per host) the host's kernel holds the new policy, its state file the old
 //	saved       (per host) the state file records the new policy, still marked dirty
 //	host-done   (per host) the host is finished; the next host is untouched
