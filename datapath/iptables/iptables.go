@@ -76,10 +76,9 @@ type hostState struct {
 // iptables-save shows: every wanted chain rewritten, every other cnlab
 // chain removed, in one commit too.
 func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
-	restore, save, _ := tools(lab)
-	_, _, bin := tools(lab)
-	rebuild := func(ctx context.Context, ns string, want *hostState) error {
-		listing, err := netns.Run(ctx, ns, nil, save, "-t", "filter")
+	restore, save, bin := tools(lab)
+	rebuild := func(ctx context.Context, h *topology.Host, want *hostState) error {
+		listing, err := netns.Run(ctx, h.Netns, nil, save, "-t", "filter")
 		if err != nil {
 			return err
 		}
@@ -87,26 +86,25 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 		if !hasJump(string(listing)) {
 			script = strings.TrimSuffix(script, "COMMIT\n") + jumpRule + "\nCOMMIT\n"
 		}
-		_, err = netns.Run(ctx, ns, []byte(script), restore, "-w", "--noflush")
-		return err
+		return datapath.Load(ctx, h, script, restore, "-w", "--noflush")
 	}
-	return datapath.ApplyHosts(ctx, lab, kind.IPTables,
+	return datapath.ApplyHosts(ctx, lab, kind.IPTables, c.Set,
 		func(host string) hostState { return Render(lab, host, c) },
-		func(ctx context.Context, ns string, have, want *hostState) error {
+		func(ctx context.Context, h *topology.Host, have, want *hostState) error {
 			// Without the jump from FORWARD (removed by hand) no
 			// chain of cnlab's is seen: put it back with the rest.
-			_, jumpErr := netns.Run(ctx, ns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain)
+			_, jumpErr := netns.Run(ctx, h.Netns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain)
 			if have == nil || jumpErr != nil {
-				return rebuild(ctx, ns, want)
+				return rebuild(ctx, h, want)
 			}
 			script := diffScript(have.Chains, want.Chains)
 			if script == "" {
 				return nil
 			}
-			if _, err := netns.Run(ctx, ns, []byte(script), restore, "-w", "--noflush"); err != nil {
+			if err := datapath.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
 				// The kernel may not hold what the state file says (a
 				// hand edit): rebuild from what it holds.
-				return rebuild(ctx, ns, want)
+				return rebuild(ctx, h, want)
 			}
 			return nil
 		})
