@@ -14,6 +14,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/scenarios"
 	"github.com/cnlab/cnlab/internal/testutil"
@@ -493,7 +494,8 @@ func TestIPSetsFaults(t *testing.T) {
 	if _, err := netns.Run(ctx, flip.Netns, []byte(plant), real, "restore"); err != nil {
 		t.Fatal(err)
 	}
-	if err := datapath.MarkDirty(datapath.StatePath(spec.Name, kind.IPTables, "flip")); err != nil {
+	statePath := datapath.StatePath(spec.Name, kind.IPTables, "flip")
+	if err := datapath.MarkDirty(statePath, datapath.ReadHostPolicy(statePath).Sets[0]); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := lab.Replace(ctx, spec.Name, parse(t, fromNS("z"))); err != nil {
@@ -505,4 +507,185 @@ func TestIPSetsFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectSets(t, spec, "all deleted", 0)
+}
+
+// failOnce makes the step at point on host fail the first time it is
+// reached, and counts how often it was.
+func failOnce(point, host string) (hits *int, undo func()) {
+	n := 0
+	fault.SetHook(func(p, h string) error {
+		if p == point && h == host {
+			n++
+			if n == 1 {
+				return errors.New("injected: " + point + " fails on " + host)
+			}
+		}
+		return nil
+	})
+	return &n, func() { fault.SetHook(nil) }
+}
+
+// checkHostsOnStore fails unless status says every host enforces the
+// stored set and no change is left.
+func checkHostsOnStore(t *testing.T, spec *topology.Spec, what string) {
+	t.Helper()
+	if p := lab.PolicyState(spec); p == nil || p.Troubled() {
+		t.Errorf("%s: status reports %+v, want every host on the stored set and nothing left", what, p)
+	}
+}
+
+// TestRebuiltHostGetsStoredSet: a change killed after the kernel of host
+// flip changed leaves it dirty; the next apply rebuilds it from scratch
+// (what it held is not known), then fails on host flap. The rebuilt host
+// cannot be rolled back to what it held before; the lab must give it the
+// stored set again, and the failed apply must leave no staged set behind.
+func TestRebuiltHostGetsStoredSet(t *testing.T) {
+	for _, dp := range []string{"iptables", "nftables", "ebpf"} {
+		t.Run(dp, func(t *testing.T) {
+			spec := upLab(t, "t-rebuilt-"+dp[:3], dp)
+			ctx := context.Background()
+			if _, err := lab.Apply(ctx, spec.Name, parse(t, denyAll)); err != nil {
+				t.Fatal(err)
+			}
+			crashAfterKernel(t, "flip", func() {
+				_, _ = lab.Delete(ctx, spec.Name, []string{"x/deny-all"}, false, "")
+			})
+			point := fault.Dirty
+			if dp == "ebpf" {
+				point = fault.EBPFSwitch
+			}
+			hits, undo := failOnce(point, "flap")
+			_, err := lab.Apply(ctx, spec.Name, parse(t, allowPort(80)))
+			undo()
+			if err == nil {
+				t.Fatalf("apply with %s failing on flap succeeded", point)
+			}
+			expectStore(t, spec, "after an apply failed on flap with flip rebuilt", probe.Target{Protocol: "TCP", Port: 80})
+			checkHostsOnStore(t, spec, "after the failed apply")
+			if *hits < 2 {
+				t.Errorf("%s on flap was reached %d times, want a second time by the lab's re-apply of the stored set (the apply said: %v)", point, *hits, err)
+			}
+			if _, err := lab.Delete(ctx, spec.Name, nil, true, ""); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestInvalidApplyWritesNothing: a set that does not compile against the
+// lab is refused before anything is staged or recorded.
+func TestInvalidApplyWritesNothing(t *testing.T) {
+	spec := upLab(t, "t-invalid", "iptables")
+	bad := strings.Replace(denyAll, "namespace: x", "namespace: nowhere", 1)
+	if _, err := lab.Apply(context.Background(), spec.Name, parse(t, bad)); err == nil {
+		t.Fatal("an apply into a namespace the lab does not have succeeded")
+	}
+	checkHostsOnStore(t, spec, "after an apply refused")
+}
+
+// crashAt runs f with cnlab "killed" at a fault point on host: the hook
+// panics there, and nothing of the change runs after it.
+func crashAt(t *testing.T, point, host string, f func()) {
+	t.Helper()
+	fault.SetHook(func(p, h string) error {
+		if p == point && h == host {
+			panic(errCrash)
+		}
+		return nil
+	})
+	defer fault.SetHook(nil)
+	defer func() {
+		if r := recover(); r != errCrash {
+			if r == nil {
+				t.Fatalf("the apply never reached %s on %s", point, host)
+			}
+			panic(r)
+		}
+	}()
+	f()
+}
+
+// Two sets that deny x/a (on flip) -> y/a (on flap) at opposite ends: the
+// old one isolates x's egress, the new one y's ingress.
+const (
+	xEgressClosed = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: x-out, namespace: x}
+spec:
+  podSelector: {}
+  policyTypes: [Egress]
+`
+	yIngressClosed = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: y-in, namespace: y}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+`
+)
+
+// TestHostsOnTwoSets pins what docs/limits.md says of a change killed
+// between hosts: with flip on the new set and flap on the old, every cell
+// is decided by the sender's egress under its host's set and the
+// receiver's ingress under its host's set. So x/a -> y/a, which both sets
+// deny (at opposite ends), passes. Applying the stored set again ends it.
+func TestHostsOnTwoSets(t *testing.T) {
+	for _, dp := range []string{"iptables", "nftables", "ebpf"} {
+		t.Run(dp, func(t *testing.T) {
+			spec := upLab(t, "t-twosets-"+dp[:3], dp)
+			ctx := context.Background()
+			oldSet := parse(t, xEgressClosed)
+			if _, err := lab.Apply(ctx, spec.Name, oldSet); err != nil {
+				t.Fatal(err)
+			}
+			// iptables and nftables finish flip before touching flap; eBPF
+			// switches flip, then flap.
+			point, host := fault.HostDone, "flip"
+			if dp == "ebpf" {
+				point, host = fault.EBPFSwitch, "flap"
+			}
+			crashAt(t, point, host, func() {
+				_, _ = lab.Replace(ctx, spec.Name, parse(t, yIngressClosed))
+			})
+			mOld, err := policy.NewModel(spec, oldSet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mNew, err := policy.NewModel(spec, parse(t, yIngressClosed))
+			if err != nil {
+				t.Fatal(err)
+			}
+			onHost := map[string]*policy.Model{"flip": mNew, "flap": mOld}
+			cells, err := probe.Run(ctx, spec, defaultTargets, probe.Options{Timeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			crossed := false
+			for _, c := range cells {
+				src, _ := spec.Endpoint(c.From)
+				dst, _ := spec.Endpoint(c.To)
+				want := onHost[src.Host].Verdict(src, dst, c.Protocol, c.Port).Egress.Allowed &&
+					onHost[dst.Host].Verdict(src, dst, c.Protocol, c.Port).Ingress.Allowed
+				if c.Allowed != want {
+					t.Errorf("flip on the new set, flap on the old: %s -> %s %s/%d probed allowed=%v, want %v", c.From, c.To, c.Protocol, c.Port, c.Allowed, want)
+				}
+				if c.From == "x/a" && c.To == "y/a" && c.Allowed &&
+					!mOld.Verdict(src, dst, c.Protocol, c.Port).Allowed && !mNew.Verdict(src, dst, c.Protocol, c.Port).Allowed {
+					crossed = true
+				}
+			}
+			if !crossed {
+				t.Error("x/a -> y/a, denied by both sets, did not pass between a host on each")
+			}
+			pols, err := lab.Policies(spec.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := lab.Replace(ctx, spec.Name, pols); err != nil {
+				t.Fatal(err)
+			}
+			expectStore(t, spec, "the stored set applied again")
+			checkHostsOnStore(t, spec, "the stored set applied again")
+		})
+	}
 }

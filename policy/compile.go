@@ -108,6 +108,9 @@ type Compiled struct {
 	CIDRIdentities map[netip.Prefix]uint32 `json:"cidrIdentities"`
 	Enforced       map[uint32]Enforcement  `json:"enforced"`
 	Rules          []Entry                 `json:"rules"`
+	// Set is the Digest of the policies compiled: what the datapaths
+	// record as the set a host enforces.
+	Set string `json:"set"`
 	// Warnings are rules accepted although they match nothing: a named
 	// port that none of the endpoints it is looked up on declares.
 	Warnings []Warning `json:"warnings,omitempty"`
@@ -134,7 +137,7 @@ type subjectDir struct {
 // identity whose endpoints declare one name with different numbers is an
 // error (the IR is per identity).
 func (m *Model) Compile() (*Compiled, error) {
-	c := &Compiled{Identities: m.Identities, CIDRIdentities: map[netip.Prefix]uint32{}, Enforced: map[uint32]Enforcement{},
+	c := &Compiled{Set: Digest(m.Policies), Identities: m.Identities, CIDRIdentities: map[netip.Prefix]uint32{}, Enforced: map[uint32]Enforcement{},
 		named: map[namedRef]*namedUse{}, endpointIPs: map[uint32][]netip.Addr{}, identityOfIP: map[netip.Addr]uint32{}}
 	for _, ep := range m.Lab.Endpoints {
 		id := m.byEndpoint[ep.ID()].ID

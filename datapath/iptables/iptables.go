@@ -87,15 +87,11 @@ type hostState struct {
 func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
 	restore, save, bin := tools(lab)
 	ipsets := lab.IPTables.IPSets()
-	hostOf := map[string]string{}
-	for _, h := range lab.Hosts {
-		hostOf[h.Netns] = h.Name
-	}
-	rebuild := func(ctx context.Context, ns string, want *hostState) error {
+	rebuild := func(ctx context.Context, h *topology.Host, want *hostState) error {
 		var existing []string
 		if ipsets {
 			var err error
-			if existing, err = listSets(ctx, ns); err != nil {
+			if existing, err = listSets(ctx, h.Netns); err != nil {
 				return err
 			}
 			// A temporary set left by a crash (no rule names one) might
@@ -108,15 +104,15 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 				}
 				return false
 			})
-			existing = append(existing, destroySets(ctx, ns, tmps)...)
-			if err := writeSets(ctx, ns, nil, want.Sets, func(n string) bool { return slices.Contains(existing, n) }); err != nil {
+			existing = append(existing, destroySets(ctx, h.Netns, tmps)...)
+			if err := writeSets(ctx, h.Netns, nil, want.Sets, func(n string) bool { return slices.Contains(existing, n) }); err != nil {
 				return err
 			}
-			if err := fault.At("ipsets-written", hostOf[ns]); err != nil {
+			if err := fault.At(fault.IPSetsWritten, h.Name); err != nil {
 				return err
 			}
 		}
-		listing, err := netns.Run(ctx, ns, nil, save, "-t", "filter")
+		listing, err := netns.Run(ctx, h.Netns, nil, save, "-t", "filter")
 		if err != nil {
 			return err
 		}
@@ -124,7 +120,7 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 		if !hasJump(string(listing)) {
 			script = strings.TrimSuffix(script, "COMMIT\n") + jumpRule + "\nCOMMIT\n"
 		}
-		if _, err = netns.Run(ctx, ns, []byte(script), restore, "-w", "--noflush"); err != nil {
+		if err := datapath.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
 			return err
 		}
 		var gone []string
@@ -133,37 +129,37 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 				gone = append(gone, n)
 			}
 		}
-		keepSets(want, destroySets(ctx, ns, gone), nil)
+		keepSets(want, destroySets(ctx, h.Netns, gone), nil)
 		return nil
 	}
-	return datapath.ApplyHosts(ctx, lab, kind.IPTables,
+	return datapath.ApplyHosts(ctx, lab, kind.IPTables, c.Set,
 		func(host string) hostState { return Render(lab, host, c) },
-		func(ctx context.Context, ns string, have, want *hostState) error {
+		func(ctx context.Context, h *topology.Host, have, want *hostState) error {
 			// Without the jump from FORWARD (removed by hand) no
 			// chain of cnlab's is seen: put it back with the rest.
-			_, jumpErr := netns.Run(ctx, ns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain)
+			_, jumpErr := netns.Run(ctx, h.Netns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain)
 			if have == nil || jumpErr != nil {
-				return rebuild(ctx, ns, want)
+				return rebuild(ctx, h, want)
 			}
 			inHave := func(n string) bool { _, ok := have.Sets[n]; return ok }
-			if err := writeSets(ctx, ns, have.Sets, want.Sets, inHave); err != nil {
+			if err := writeSets(ctx, h.Netns, have.Sets, want.Sets, inHave); err != nil {
 				// The kernel may not hold the sets the state file
 				// says: rebuild from what it holds.
-				return rebuild(ctx, ns, want)
+				return rebuild(ctx, h, want)
 			}
 			if ipsets {
-				if err := fault.At("ipsets-written", hostOf[ns]); err != nil {
+				if err := fault.At(fault.IPSetsWritten, h.Name); err != nil {
 					return err
 				}
 			}
 			if script := diffScript(have.Chains, want.Chains); script != "" {
-				if _, err := netns.Run(ctx, ns, []byte(script), restore, "-w", "--noflush"); err != nil {
+				if err := datapath.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
 					// The kernel may not hold what the state file says (a
 					// hand edit): rebuild from what it holds.
-					return rebuild(ctx, ns, want)
+					return rebuild(ctx, h, want)
 				}
 			}
-			keepSets(want, destroySets(ctx, ns, goneSets(have.Sets, want.Sets)), have.Sets)
+			keepSets(want, destroySets(ctx, h.Netns, goneSets(have.Sets, want.Sets)), have.Sets)
 			return nil
 		})
 }
