@@ -49,8 +49,9 @@ func RequireTool(t testing.TB, name, pkg string) {
 }
 
 // Snapshot records what the tests must leave as they found it: the named
-// network namespaces, the root namespace's links, the nftables ruleset and
-// the bpffs tree. Outside root it records nothing.
+// network namespaces, the root namespace's links, the nftables ruleset,
+// the root namespace's ipsets and the bpffs tree. Outside root it records
+// nothing.
 func Snapshot() string {
 	if os.Geteuid() != 0 {
 		return ""
@@ -66,6 +67,8 @@ func Snapshot() string {
 	b.WriteString(normalizeLinks(run("ip", "-o", "link", "show")))
 	b.WriteString("# nft list ruleset\n")
 	b.WriteString(run("nft", "list", "ruleset"))
+	b.WriteString("# ipset list -n (root namespace)\n")
+	b.WriteString(run("ipset", "list", "-n"))
 	b.WriteString("# cnlab BPF programs loaded\n")
 	for _, line := range strings.Split(run("bpftool", "prog", "show"), "\n") {
 		if f := strings.Fields(line); len(f) >= 4 && f[2] == "name" && strings.HasPrefix(f[3], "cnlab_") {
