@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -274,6 +275,13 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 	for _, cli := range clients {
 		werr := cli.wait(e.log)
 		r, perr := traffic.ParseIperf3(cli.out.Bytes())
+		if perr == nil {
+			// What cnlab read of the report above: its own loss and counts
+			// beside iperf3's, and what it clamped (docs/methodology.md).
+			if js, err := json.Marshal(r); err == nil {
+				fmt.Fprintf(e.log, "--- cnlab's reading of the report above\n%s\n", js)
+			}
+		}
 		switch {
 		case perr != nil && werr != nil && firstErr == nil:
 			firstErr = fmt.Errorf("%w (%v)", perr, werr)
@@ -302,7 +310,7 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 			packets += r.Packets
 			lost += r.LostPackets
 			if r.Seconds > 0 {
-				m["packets_per_s"] += float64(max(r.Packets-r.LostPackets, 0)) / r.Seconds
+				m["packets_per_s"] += float64(r.ReceivedPackets) / r.Seconds
 			}
 			m["jitter_ms"] += r.JitterMs / float64(len(rs))
 		}

@@ -153,9 +153,10 @@ func analyze(pn *Panel) ([]Fit, []Finding) {
 		if isCount(pn.XDim) {
 			if b, ok := bend(pn, c, one); ok {
 				fits = append(fits, b)
+				unit, k := slopeUnit(m.Unit)
 				finds = append(finds, Finding{Panel: pn.ID, Points: endPoints(c), Text: fmt.Sprintf(
-					"%s (%s): the curve bends at about %s %s (slope %s %s per %s before, %s after; p = %.2g).",
-					c.Series, pn.ctx(), fmtX(b.X0), many, signed(b.SlopeBefore), m.Unit, one, signed(b.SlopeAfter), b.P)})
+					"%s (%s): the curve bends at about %s %s (slope %s%s per %s before, %s after; p = %.2g).",
+					c.Series, pn.ctx(), fmtX(b.X0), many, signed(k*b.SlopeBefore), unitSuffix(unit), one, signed(k*b.SlopeAfter), b.P)})
 			}
 		}
 	}
@@ -239,9 +240,10 @@ func bend(pn *Panel, c *Curve, one string) (Fit, bool) {
 	if err != nil || sg.P >= bendP || !disjoint {
 		return Fit{}, false
 	}
+	unit, k := slopeUnit(pn.Metric.Unit)
 	return Fit{Panel: pn.ID, Series: c.Series, Kind: "bend", N: sg.N, X0: sg.X0, SlopeBefore: sg.SlopeBefore, SlopeAfter: sg.SlopeAfter,
-		P: sg.P, R2: sg.R2, Text: fmt.Sprintf("bends at x = %s: %s then %s %s per %s (p = %.2g vs a line)",
-			fmtX(sg.X0), signed(sg.SlopeBefore), signed(sg.SlopeAfter), pn.Metric.Unit, one, sg.P)}, true
+		P: sg.P, R2: sg.R2, Text: fmt.Sprintf("bends at x = %s: %s then %s%s per %s (p = %.2g vs a line)",
+			fmtX(sg.X0), signed(k*sg.SlopeBefore), signed(k*sg.SlopeAfter), unitSuffix(unit), one, sg.P)}, true
 }
 
 // baseline compares the curves at their common first x (seed 000's
@@ -380,19 +382,34 @@ func firstX(pn *Panel) float64 {
 	return x
 }
 
-// slopeText is a slope with its interval. Slopes are small next to the
-// metric itself, so they are always given in the smaller unit of the
-// metric (10.4 ns per policy, not 0.0104 µs; Mb/s per rule for every
-// throughput), the same in every finding, whatever their size.
+// slopeText is a slope with its interval, in the metric's slope unit
+// (slopeUnit).
 func slopeText(unit string, v float64, ci stats.Interval, per string) (value, interval string) {
+	unit, k := slopeUnit(unit)
+	return fmt.Sprintf("%s%s per %s", signed(k*v), unitSuffix(unit), per), fmt.Sprintf("95%% CI %s to %s", signed(k*ci.Lo), signed(k*ci.Hi))
+}
+
+// slopeUnit is the unit every slope of a metric in unit is stated in, and
+// the factor from unit to it. Slopes are small next to the metric itself,
+// so they are always given in the smaller unit of the metric (10.4 ns per
+// policy, not 0.0104 µs; Mb/s per rule for every throughput), the same in
+// every fit and finding, linear or either side of a bend, whatever their
+// size. Fit's numbers (Slope, SlopeCI, SlopeBefore, SlopeAfter) stay in
+// the metric's own unit.
+func slopeUnit(unit string) (string, float64) {
 	switch unit {
 	case "µs":
-		unit, v, ci = "ns", v*1e3, stats.Interval{Lo: ci.Lo * 1e3, Hi: ci.Hi * 1e3}
+		return "ns", 1e3
 	case "Gb/s":
-		unit, v, ci = "Mb/s", v*1e3, stats.Interval{Lo: ci.Lo * 1e3, Hi: ci.Hi * 1e3}
+		return "Mb/s", 1e3
 	}
-	if unit != "" {
-		unit = " " + unit
+	return unit, 1
+}
+
+// unitSuffix is a unit after a number: " ns", or nothing for a count.
+func unitSuffix(unit string) string {
+	if unit == "" {
+		return ""
 	}
-	return fmt.Sprintf("%s%s per %s", signed(v), unit, per), fmt.Sprintf("95%% CI %s to %s", signed(ci.Lo), signed(ci.Hi))
+	return " " + unit
 }

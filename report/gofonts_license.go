@@ -1,10 +1,16 @@
 package report
 
 // goFontsLicense is the license of the Go fonts embedded in the report
-// page, as golang.org/x/image/font/gofont/ttfs/README states it: a binary
-// redistribution must reproduce it, so the page carries it whole.
+// page: golang.org/x/image/font/gofont/ttfs/README, word for word
+// (TestFontLicenseIsVerbatim compares it with the module's copy). The
+// fonts are Copyright (c) 2016 Bigelow & Holmes Inc., not The Go Authors,
+// under a BSD-style license of their own; a binary redistribution must
+// reproduce it, so the page carries it whole.
 const goFontsLicense = `These fonts were created by the Bigelow & Holmes foundry specifically for the
 Go project. See https://blog.golang.org/go-fonts for details.
+
+They are licensed under the same open source license as the rest of the Go
+project's software:
 
 Copyright (c) 2016 Bigelow & Holmes Inc.. All rights reserved.
 

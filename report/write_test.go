@@ -2,7 +2,9 @@ package report
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -75,5 +77,35 @@ func TestPageCarriesFontLicense(t *testing.T) {
 	}
 	if strings.Contains(string(page), "The Go Authors") {
 		t.Error("the page still names The Go Authors as the fonts' copyright holder")
+	}
+}
+
+// TestFontLicenseIsVerbatim: the notice the page carries is the Go fonts'
+// license file as golang.org/x/image ships it (font/gofont/ttfs/README in
+// the module this package builds with), word for word, and the page holds
+// all of it in its style element.
+func TestFontLicenseIsVerbatim(t *testing.T) {
+	gotool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if p, err := exec.LookPath("go"); err == nil {
+		gotool = p
+	}
+	out, err := exec.Command(gotool, "list", "-m", "-f", "{{.Dir}}", "golang.org/x/image").Output()
+	if err != nil {
+		t.Fatalf("go list -m golang.org/x/image: %v", err)
+	}
+	want, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "font", "gofont", "ttfs", "README"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if goFontsLicense != string(want) {
+		t.Errorf("goFontsLicense differs from the module's font/gofont/ttfs/README:\n%s\nwant:\n%s", goFontsLicense, want)
+	}
+	page, err := Build(synth(2, 1), nil).HTML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	style, _, _ := strings.Cut(string(page), "</style>")
+	if !strings.Contains(style, "/* The Go fonts (Go Regular, Go Bold), embedded below.\n"+string(want)+"*/") {
+		t.Error("the page's style element does not carry the whole license in its comment")
 	}
 }

@@ -14,13 +14,28 @@ import (
 type Iperf3Result struct {
 	Protocol    string  `json:"protocol"` // TCP or UDP
 	Streams     int     `json:"streams"`
-	Seconds     float64 `json:"seconds"`
+	Seconds     float64 `json:"seconds"`               // the receiver's measured seconds
+	SentSeconds float64 `json:"sentSeconds,omitempty"` // the sender's measured seconds
 	SentBps     float64 `json:"sentBitsPerSecond"`
 	ReceivedBps float64 `json:"receivedBitsPerSecond"` // TCP: at the receiver; UDP: what arrived
 	Retransmits int     `json:"retransmits"`           // TCP
-	Packets     int     `json:"packets,omitempty"`     // UDP datagrams sent in the measured time
-	LostPackets int     `json:"lostPackets,omitempty"` // UDP: sent minus received (from the bytes)
-	LostPercent float64 `json:"lostPercent"`           // UDP: 100 × (1 − bytes received / bytes sent)
+	// UDP, over the measured seconds (after -O): bytes and datagrams
+	// sent and arrived. iperf3's datagrams are all blksize bytes long, so
+	// the counts are the bytes over blksize, exact, and free of iperf3's
+	// own counts, which mix the omitted seconds in (docs/methodology.md).
+	SentBytes       float64 `json:"sentBytes,omitempty"`
+	ReceivedBytes   float64 `json:"receivedBytes,omitempty"`
+	Packets         int     `json:"packets,omitempty"`         // UDP datagrams sent
+	ReceivedPackets int     `json:"receivedPackets,omitempty"` // UDP datagrams that arrived
+	// LostPackets is what was sent and did not arrive: sent minus
+	// arrived, never below 0.
+	LostPackets int `json:"lostPackets,omitempty"`
+	// LatePackets is what arrived beyond what was sent in the measured
+	// seconds: datagrams sent during -O's omitted seconds that a queue
+	// (a shaper) delivered in the measured ones. The loss is then 0, not
+	// negative, and Note says so.
+	LatePackets int     `json:"latePackets,omitempty"`
+	LostPercent float64 `json:"lostPercent"` // UDP: 100 × (1 − bytes arrived / bytes sent), within 0–100
 	// IperfLostPercent is the loss iperf3 itself reports (sum_received):
 	// with -O it counts the losses of the omitted seconds against the
 	// datagrams of the measured ones, and can pass 100% (docs/methodology.md).
@@ -30,6 +45,9 @@ type Iperf3Result struct {
 	ReceiverCPU      float64 `json:"receiverCPUPercent"` // the receiving side's total CPU
 	Reverse          bool    `json:"reverse,omitempty"`  // -R: the server sent
 	IperfVersion     string  `json:"iperfVersion,omitempty"`
+	// Note says what cnlab inferred or clamped reading the report (a
+	// missing receiver section, late datagrams), empty when nothing.
+	Note string `json:"note,omitempty"`
 }
 
 type iperfSum struct {
@@ -73,6 +91,7 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 			TestStart struct {
 				Protocol   string `json:"protocol"`
 				NumStreams int    `json:"num_streams"`
+				Blksize    int    `json:"blksize"`
 				Reverse    int    `json:"reverse"`
 			} `json:"test_start"`
 		} `json:"start"`
@@ -112,28 +131,13 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 		if sent == nil || received == nil {
 			return nil, errors.New("iperf3 report: no TCP totals")
 		}
-		r.Seconds = received.Seconds
+		r.Seconds, r.SentSeconds = received.Seconds, sent.Seconds
 		r.SentBps = sent.BitsPerSecond
 		r.ReceivedBps = received.BitsPerSecond
 		r.Retransmits = sent.Retransmits
 	case "UDP":
-		if sent != nil && received != nil {
-			// Both sides' totals over the measured seconds (after -O):
-			// what was sent, what arrived. The loss is computed from the
-			// bytes, not taken from iperf3: its receiver counts a gap in
-			// the sequence numbers against the measured datagrams even
-			// when it was lost in the omitted seconds (a shaped chain
-			// showed 101.7% loss, 3,140 of 6,454 datagrams having
-			// arrived).
-			r.Seconds = received.Seconds
-			r.SentBps, r.ReceivedBps = sent.BitsPerSecond, received.BitsPerSecond
-			r.Packets = int(sent.Packets)
-			r.IperfLostPercent, r.JitterMs = received.LostPercent, received.JitterMs
-			if sent.Bytes > 0 {
-				share := min(max(received.Bytes/sent.Bytes, 0), 1)
-				r.LostPercent = 100 * (1 - share)
-				r.LostPackets = int(sent.Packets) - int(math.Round(share*float64(sent.Packets)))
-			}
+		if sent != nil {
+			udpTotals(r, sent, received, raw.Start.TestStart.Blksize)
 			break
 		}
 		// Older reports have only the sender's totals with the
@@ -152,6 +156,7 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 		r.LostPackets = min(max(int(s.LostPackets), 0), r.Packets)
 		r.LostPercent = min(max(s.LostPercent, 0), 100)
 		r.ReceivedBps = s.BitsPerSecond * (1 - r.LostPercent/100)
+		r.ReceivedPackets = r.Packets - r.LostPackets
 	default:
 		return nil, fmt.Errorf("iperf3 report: protocol %q", r.Protocol)
 	}
@@ -159,4 +164,64 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 		return nil, errors.New("iperf3 report: no measured time")
 	}
 	return r, nil
+}
+
+// udpTotals reads both sides' UDP totals over the measured seconds (after
+// -O): what was sent, what arrived. The loss is computed from the bytes,
+// not taken from iperf3: its receiver counts a gap in the sequence
+// numbers against the measured datagrams even when it was lost in the
+// omitted seconds (a shaped chain showed 101.7% loss, 3,140 of 6,454
+// datagrams having arrived), and iperf3 3.12 writes a count below zero as
+// 2^64 - n.
+//
+// A receiver section that is missing or empty ({}, or no time and no
+// bytes) is a receiver that got nothing: 100% lost, over the sender's
+// seconds.
+func udpTotals(r *Iperf3Result, sent, received *iperfSum, blksize int) {
+	r.SentSeconds, r.SentBytes, r.SentBps = sent.Seconds, sent.Bytes, sent.BitsPerSecond
+	r.Packets = max(int(sent.Packets), 0)
+	if n, ok := datagrams(sent.Bytes, blksize); ok {
+		r.Packets = n
+	}
+	if received == nil || received.Seconds <= 0 && received.Bytes <= 0 {
+		r.Note = "the report has no receiver totals: taken as nothing arrived"
+		received = &iperfSum{}
+	}
+	r.Seconds = received.Seconds
+	if r.Seconds <= 0 {
+		r.Seconds = r.SentSeconds
+	}
+	r.ReceivedBytes = max(received.Bytes, 0)
+	r.ReceivedBps = received.BitsPerSecond
+	if r.ReceivedBps <= 0 && r.ReceivedBytes > 0 && r.Seconds > 0 {
+		r.ReceivedBps = 8 * r.ReceivedBytes / r.Seconds
+	}
+	r.IperfLostPercent, r.JitterMs = received.LostPercent, received.JitterMs
+	if sent.Bytes <= 0 {
+		return
+	}
+	share := r.ReceivedBytes / sent.Bytes
+	r.ReceivedPackets = int(math.Round(share * float64(r.Packets)))
+	if n, ok := datagrams(r.ReceivedBytes, blksize); ok {
+		r.ReceivedPackets = n
+	}
+	r.LostPercent = 100 * (1 - min(share, 1))
+	r.LostPackets = max(r.Packets-r.ReceivedPackets, 0)
+	r.LatePackets = max(r.ReceivedPackets-r.Packets, 0)
+	if share > 1 {
+		r.Note = fmt.Sprintf("%d more datagrams arrived in the receiver's measured seconds than were sent in the sender's (sent during the omitted seconds, delivered late): loss taken as 0", r.LatePackets)
+	}
+}
+
+// datagrams is how many iperf3 UDP datagrams of blksize bytes make
+// bytes; false when blksize is unknown or does not divide bytes.
+func datagrams(bytes float64, blksize int) (int, bool) {
+	if blksize <= 0 || bytes < 0 || bytes > 1<<53 {
+		return 0, false
+	}
+	n := bytes / float64(blksize)
+	if n != math.Trunc(n) {
+		return 0, false
+	}
+	return int(n), true
 }

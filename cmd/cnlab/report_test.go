@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,5 +102,80 @@ func TestCompareCLI(t *testing.T) {
 	}
 	if page, err := os.ReadFile(html); err != nil || !strings.Contains(string(page), "</html>") {
 		t.Errorf("compare --html: %v", err)
+	}
+}
+
+// TestCompareJSONPercent: every relative value `compare -o json` writes
+// is a percentage under a name that says so: a point whose samples are
+// all 10% lower in B has deltaPercent −10 (not −0.1), one 25% higher
+// +25; --min-change 3 and --threshold 5 come back as 3 and 5, the default
+// minimum as 2; no fraction is written under delta, minChange or
+// threshold.
+func TestCompareJSONPercent(t *testing.T) {
+	a, b := fixtureCopy(t), fixtureCopy(t)
+	r, err := experiment.Load(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scale := map[string]float64{"p0001": 0.9, "p0002": 1.25}
+	for i := range r.Points {
+		if k, ok := scale[r.Points[i].ID]; ok {
+			for _, s := range r.Points[i].Samples {
+				for m := range s.Metrics {
+					s.Metrics[m] *= k
+				}
+			}
+		}
+	}
+	if err := files.WriteJSON(filepath.Join(b, "results.json"), r, true); err != nil {
+		t.Fatal(err)
+	}
+	compare := func(args ...string) map[string]any {
+		t.Helper()
+		out, errs, code := runCLI(t, append([]string{"compare", a, b, "-o", "json"}, args...)...)
+		var c map[string]any
+		if code != 0 || json.Unmarshal([]byte(out), &c) != nil {
+			t.Fatalf("compare %v: exit %d\n%.500s\n%s", args, code, out, errs)
+		}
+		for _, k := range []string{"minChange", "threshold", "delta"} {
+			if _, ok := c[k]; ok {
+				t.Errorf("compare %v writes %q", args, k)
+			}
+		}
+		return c
+	}
+	c := compare("--min-change", "3", "--threshold", "5")
+	if c["minChangePercent"] != 3.0 || c["thresholdPercent"] != 5.0 {
+		t.Errorf("minChangePercent %v, thresholdPercent %v; want 3 and 5", c["minChangePercent"], c["thresholdPercent"])
+	}
+	changes, _ := c["changes"].([]any)
+	seen := map[string]bool{}
+	for _, x := range changes {
+		ch := x.(map[string]any)
+		if _, ok := ch["delta"]; ok {
+			t.Errorf("a change writes delta: %v", ch)
+		}
+		ma, mb, d := ch["medianA"].(float64), ch["medianB"].(float64), ch["deltaPercent"].(float64)
+		if ma == 0 {
+			continue
+		}
+		if want := 100 * (mb - ma) / math.Abs(ma); math.Abs(d-want) > 1e-9*math.Abs(want)+1e-12 {
+			t.Errorf("%s %s: deltaPercent %v, want 100 × (%v − %v) / %v = %v", ch["pointA"], ch["metric"], d, mb, ma, ma, want)
+		}
+		p := ch["pointA"].(string)
+		want, scaled := map[string]float64{"p0001": -10, "p0002": 25}[p]
+		switch {
+		case scaled && math.Abs(d-want) > 1e-6:
+			t.Errorf("%s %s: deltaPercent %v, want %v", p, ch["metric"], d, want)
+		case !scaled && d != 0:
+			t.Errorf("%s %s: deltaPercent %v for an unchanged point", p, ch["metric"], d)
+		}
+		seen[p] = true
+	}
+	if !seen["p0001"] || !seen["p0002"] {
+		t.Errorf("the scaled points are not compared: %v", seen)
+	}
+	if c := compare(); c["minChangePercent"] != 2.0 || c["thresholdPercent"] != nil {
+		t.Errorf("defaults: minChangePercent %v (want 2), thresholdPercent %v (want none)", c["minChangePercent"], c["thresholdPercent"])
 	}
 }
