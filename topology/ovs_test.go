@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cnlab/cnlab/internal/rundir"
 	"github.com/cnlab/cnlab/internal/testutil"
 )
 
@@ -48,6 +49,37 @@ func TestOVSChains(t *testing.T) {
 				t.Errorf("%s left after teardown (%v)", ovsDir(s.Name), err)
 			}
 		})
+	}
+}
+
+// TestOVSDownWithoutRunDir: a lab whose run directory is gone (its OvS
+// pid files, sockets and database with it, as after a crash that lost
+// /run/cnlab) still has its daemons stopped by Teardown, found from the
+// kernel's state: they run in a namespace of the lab.
+func TestOVSDownWithoutRunDir(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, tool := range ovsTools {
+		testutil.RequireTool(t, tool, OVSPackage)
+	}
+	s, err := Parse([]byte("name: t-ovs-lost\nchain: {length: 1, link: ovs, switches: 2}\n"), "t.yaml", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	upForTest(t, s)
+	if n := len(ovsDaemons(t, s.Name)); n != 2 {
+		t.Fatalf("%d OvS daemons of the lab running, want 2", n)
+	}
+	if err := os.RemoveAll(rundir.Lab(s.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Teardown(s.Name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if left := ovsDaemons(t, s.Name); len(left) > 0 {
+		t.Errorf("OvS daemons left after teardown: %v", left)
+	}
+	if names, _ := Netns(s.Name); len(names) > 0 {
+		t.Errorf("namespaces left after teardown: %v", names)
 	}
 }
 
