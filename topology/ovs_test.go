@@ -16,10 +16,7 @@ import (
 // TCP through them, and checks that deleting the lab leaves no daemon and
 // no file behind.
 func TestOVSChains(t *testing.T) {
-	testutil.RequireRoot(t)
-	for _, tool := range ovsTools {
-		testutil.RequireTool(t, tool, OVSPackage)
-	}
+	requireOVS(t)
 	for i, chain := range []string{
 		"{length: 0, link: ovs}",
 		"{length: 2, link: ovs}",
@@ -57,10 +54,7 @@ func TestOVSChains(t *testing.T) {
 // /run/cnlab) still has its daemons stopped by Teardown, found from the
 // kernel's state: they run in a namespace of the lab.
 func TestOVSDownWithoutRunDir(t *testing.T) {
-	testutil.RequireRoot(t)
-	for _, tool := range ovsTools {
-		testutil.RequireTool(t, tool, OVSPackage)
-	}
+	requireOVS(t)
 	s, err := Parse([]byte("name: t-ovs-lost\nchain: {length: 1, link: ovs, switches: 2}\n"), "t.yaml", Overrides{})
 	if err != nil {
 		t.Fatal(err)
@@ -80,6 +74,16 @@ func TestOVSDownWithoutRunDir(t *testing.T) {
 	}
 	if names, _ := Netns(s.Name); len(names) > 0 {
 		t.Errorf("namespaces left after teardown: %v", names)
+	}
+}
+
+// requireOVS skips the test without root or Open vSwitch (fails it under
+// CI), naming the package to install.
+func requireOVS(t *testing.T) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	for _, tool := range ovsTools {
+		testutil.RequireTool(t, tool, OVSPackage)
 	}
 }
 
