@@ -10,12 +10,15 @@ package datapath
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/fault"
@@ -127,21 +130,92 @@ func EnableBridgeNetfilter(hostNetns string) error {
 // KernelChanged marks the fault point between changing a host's kernel
 // and saving its state (ApplyHosts calls it, and the eBPF datapath with
 // its own apply): the fault-injection tests stop cnlab there.
-func KernelChanged(host string) { _ = fault.At("kernel", host) }
+func KernelChanged(host string) { _ = fault.At(fault.Kernel, host) }
 
 // HostDone marks the fault point after a host is finished, before the next.
-func HostDone(host string) { _ = fault.At("host-done", host) }
+func HostDone(host string) { _ = fault.At(fault.HostDone, host) }
+
+// Load runs an atomic loader (iptables-restore, nft -f) in a host's
+// namespace with script on its standard input: one transaction, which the
+// kernel commits whole or not at all. The fault point atomic-load is just
+// before it; an error injected there fails the load as the tool would.
+func Load(ctx context.Context, h *topology.Host, script string, name string, args ...string) error {
+	if err := fault.At(fault.AtomicLoad, h.Name); err != nil {
+		return err
+	}
+	_, err := netns.Run(ctx, h.Netns, []byte(script), name, args...)
+	return err
+}
 
 // dirtyPath marks a host's state as not to be trusted: it exists from just
 // before cnlab touches the host's kernel until the state file records what
 // the kernel then holds.
 func dirtyPath(statePath string) string { return statePath + ".dirty" }
 
-// MarkDirty records, before a host's kernel is changed, that its state file
-// may stop describing the kernel: if cnlab dies or fails before ClearDirty,
-// the next apply rebuilds the host instead of diffing.
-func MarkDirty(statePath string) error {
-	return files.WriteAtomic(dirtyPath(statePath), nil)
+// setPath records the policy set (policy.Digest) a host enforces, written
+// with its state and trusted only while the host is not marked dirty.
+func setPath(statePath string) string { return statePath + ".set" }
+
+// dirtyMark is what a dirty mark holds: the policy sets the host's kernel
+// may hold while the mark stands.
+type dirtyMark struct {
+	Sets []string `json:"sets"`
+}
+
+// HostPolicy is what cnlab knows of the policy set a host's kernel
+// enforces, from its files alone (status reads it; nothing asks the
+// kernel).
+type HostPolicy struct {
+	// Dirty is set while the host's state file is not to be trusted: a
+	// change was interrupted or failed on the host, or is running on it.
+	// The next apply rebuilds such a host from the kernel.
+	Dirty bool
+	// Sets are the policy sets (policy.Digest) the kernel may hold: the
+	// one it enforces when the host is clean; when dirty, the one it
+	// enforced before and each it was being changed to since (every
+	// change of a host's kernel is one atomic transaction, so it holds
+	// exactly one of them). "" stands for a set cnlab did not record.
+	Sets []string
+}
+
+// ReadHostPolicy reads what a host's files say it enforces.
+func ReadHostPolicy(statePath string) HostPolicy {
+	if Dirty(statePath) {
+		var m dirtyMark
+		data, err := os.ReadFile(dirtyPath(statePath))
+		if err != nil || json.Unmarshal(data, &m) != nil || len(m.Sets) == 0 {
+			return HostPolicy{Dirty: true, Sets: []string{""}}
+		}
+		return HostPolicy{Dirty: true, Sets: m.Sets}
+	}
+	data, err := os.ReadFile(setPath(statePath))
+	if err != nil {
+		return HostPolicy{Sets: []string{""}}
+	}
+	return HostPolicy{Sets: []string{strings.TrimSpace(string(data))}}
+}
+
+// MarkDirty records, before a host's kernel is changed towards the policy
+// set to, that its state file may stop describing the kernel: if cnlab
+// dies or fails before ClearDirty, the next apply rebuilds the host
+// instead of diffing. The mark lists the sets the kernel may hold until
+// then: the one it enforced (or those an earlier mark listed) and to.
+func MarkDirty(statePath, to string) error {
+	sets := ReadHostPolicy(statePath).Sets
+	if !slices.Contains(sets, to) {
+		sets = append(sets, to)
+	}
+	data, err := json.Marshal(dirtyMark{Sets: sets})
+	if err != nil {
+		return err
+	}
+	return files.WriteAtomic(dirtyPath(statePath), data)
+}
+
+// RecordSet records the policy set a host's kernel enforces, once its
+// state is saved and before ClearDirty.
+func RecordSet(statePath, set string) error {
+	return files.WriteAtomic(setPath(statePath), []byte(set+"\n"))
 }
 
 // ClearDirty removes the mark once the state file matches the kernel.
@@ -174,11 +248,12 @@ func trustedState[S any](path string) *S {
 // ApplyHosts runs the update every datapath makes on each host: render what
 // the host should have, load what it had from the last apply, let update
 // send the difference (in one atomic transaction), and record the new
-// state. S is the datapath's own state type. update gets a nil have when
-// the recorded state cannot be trusted (an earlier apply was interrupted
-// or failed on that host, or the state file is missing or unreadable): it
-// must then rebuild everything of its own on the host from want, whatever
-// the kernel holds. update must return an error only when none of its
+// state and set (the policy.Digest of the policies compiled). S is the
+// datapath's own state type. update gets a nil have when the recorded
+// state cannot be trusted (an earlier apply was interrupted or failed on
+// that host, or the state file is missing or unreadable): it must then
+// rebuild everything of its own on the host from want, whatever the
+// kernel holds. update must return an error only when none of its
 // transactions committed (each is atomic; it stops at the first that
 // succeeds).
 //
@@ -187,32 +262,40 @@ func trustedState[S any](path string) *S {
 // repaired by the next apply. If anything fails, the hosts already changed,
 // and the failing host when its kernel changed but its state could not be
 // saved, are put back to what they had; a host that cannot be put back
-// stays marked dirty.
-func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, k kind.Kind,
-	render func(host string) S, update func(ctx context.Context, ns string, have, want *S) error) error {
+// stays marked dirty, and a host that was rebuilt (what it had was not
+// known) keeps the new set, recorded as such: the caller must apply the
+// set it stores again to bring it back (lab does).
+func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, k kind.Kind, set string,
+	render func(host string) S, update func(ctx context.Context, h *topology.Host, have, want *S) error) error {
 	if len(lab.Hosts) == 0 {
 		return ErrNoHosts
 	}
 	type done struct {
-		name, netns, path string
-		have              *S // nil: unknown, cannot be put back
-		want              S
+		host    *topology.Host
+		path    string
+		have    *S     // nil: unknown, cannot be put back
+		haveSet string // the set it enforced, with have
+		want    S
 	}
 	var applied []done
 	// restore puts a host back to what it had and records it.
 	restore := func(d done) error {
 		if d.have == nil {
-			return fmt.Errorf("roll back %s: its previous state was unknown: it is left marked for rebuild", d.name)
+			return fmt.Errorf("roll back %s: it was rebuilt, what it held before is not known: it keeps the new policy", d.host.Name)
 		}
-		if err := MarkDirty(d.path); err != nil {
-			return fmt.Errorf("roll back %s: %w", d.name, err)
+		if err := MarkDirty(d.path, d.haveSet); err != nil {
+			return fmt.Errorf("roll back %s: %w", d.host.Name, err)
 		}
 		back := *d.have
-		if err := update(context.WithoutCancel(ctx), d.netns, &d.want, &back); err != nil {
-			return fmt.Errorf("roll back %s: %w", d.name, err)
+		if err := update(context.WithoutCancel(ctx), d.host, &d.want, &back); err != nil {
+			return fmt.Errorf("roll back %s: %w", d.host.Name, err)
 		}
-		if err := SaveState(d.path, back); err != nil {
-			return fmt.Errorf("roll back %s: %w (it is left marked for rebuild)", d.name, err)
+		err := SaveState(d.path, back)
+		if err == nil {
+			err = RecordSet(d.path, d.haveSet)
+		}
+		if err != nil {
+			return fmt.Errorf("roll back %s: %w (it is left marked for rebuild)", d.host.Name, err)
 		}
 		return ClearDirty(d.path)
 	}
@@ -233,16 +316,21 @@ func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, k kind.Kind,
 		}
 		return cause
 	}
-	for _, h := range lab.Hosts {
+	for i := range lab.Hosts {
+		h := &lab.Hosts[i]
 		want := render(h.Name)
 		path := StatePath(lab.Name, k, h.Name)
 		have := trustedState[S](path)
-		if err := MarkDirty(path); err != nil {
+		var haveSet string
+		if have != nil {
+			haveSet = ReadHostPolicy(path).Sets[0]
+		}
+		if err := MarkDirty(path, set); err != nil {
 			return rollback(fmt.Errorf("host %s: mark datapath state: %w", h.Name, err))
 		}
-		err := fault.At("dirty", h.Name)
+		err := fault.At(fault.Dirty, h.Name)
 		if err == nil {
-			err = update(ctx, h.Netns, have, &want)
+			err = update(ctx, h, have, &want)
 		}
 		if err != nil {
 			// update fails only when no transaction of it committed: a
@@ -254,13 +342,17 @@ func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, k kind.Kind,
 			return rollback(fmt.Errorf("host %s: %w", h.Name, err))
 		}
 		KernelChanged(h.Name)
-		d := done{h.Name, h.Netns, path, have, want}
-		if err := SaveState(path, want); err != nil {
+		d := done{h, path, have, haveSet, want}
+		err = SaveState(path, want)
+		if err == nil {
+			err = RecordSet(path, set)
+		}
+		if err != nil {
 			// This host's kernel changed too: put it back first.
 			applied = append(applied, d)
 			return rollback(fmt.Errorf("host %s: save datapath state: %w", h.Name, err))
 		}
-		_ = fault.At("saved", h.Name)
+		_ = fault.At(fault.Saved, h.Name)
 		// A mark that cannot be removed only costs the next apply a
 		// rebuild of this host.
 		_ = ClearDirty(path)

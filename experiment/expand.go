@@ -35,6 +35,7 @@ type Params struct {
 	ChainLength      int       `json:"chainLength,omitempty"` // chain: forwarding hops (0: client and server on one veth pair)
 	Datapath         kind.Kind `json:"datapath,omitempty"`
 	HostRouting      string    `json:"hostRouting,omitempty"`
+	Peers            string    `json:"peers,omitempty"` // iptables: addresses ("": the default) or ipsets
 	Policies         int       `json:"policies"`
 	PolicyMode       string    `json:"policyMode,omitempty"`
 	Flows            int       `json:"flows,omitempty"`
@@ -65,6 +66,7 @@ func (p Params) Text() string {
 	add(p.Link != "", "link=%s", p.Link)
 	add(isChain(p.Topology), "length=%d", p.ChainLength)
 	add(p.HostRouting != "", "routing=%s", p.HostRouting)
+	add(p.Peers != "", "peers=%s", p.Peers)
 	add(p.MTU > 0, "mtu=%d", p.MTU)
 	add(p.Offloads != "", "offloads=%s", p.Offloads)
 	add(p.FirewallRules > 0, "firewall=%d", p.FirewallRules)
@@ -113,6 +115,9 @@ func (m *Matrix) merge(o Matrix, onlySet bool) {
 	}
 	if pick(len(m.HostRouting), len(o.HostRouting)) {
 		m.HostRouting = o.HostRouting
+	}
+	if pick(len(m.Peers), len(o.Peers)) {
+		m.Peers = o.Peers
 	}
 	if pick(len(m.Policies), len(o.Policies)) {
 		m.Policies = o.Policies
@@ -187,6 +192,7 @@ func (m Matrix) dims() []dim {
 	num(m.ChainLength, func(p *Params, v int) { p.ChainLength = v })
 	str(m.Datapath, func(p *Params, v string) { p.Datapath = kind.Kind(v) })
 	str(m.HostRouting, func(p *Params, v string) { p.HostRouting = v })
+	str(m.Peers, func(p *Params, v string) { p.Peers = v })
 	num(m.Policies, func(p *Params, v int) { p.Policies = v })
 	str(m.PolicyMode, func(p *Params, v string) { p.PolicyMode = v })
 	num(m.Flows, func(p *Params, v int) { p.Flows = v })
@@ -234,6 +240,11 @@ func (m Matrix) check(s *Spec, path string) error {
 	for i, v := range m.HostRouting {
 		if v != kind.HostRoutingBPF && v != kind.HostRoutingLegacy {
 			return s.errf(fmt.Sprintf("%s.hostRouting[%d]", path, i), "%q: %s or %s", v, kind.HostRoutingBPF, kind.HostRoutingLegacy)
+		}
+	}
+	for i, v := range m.Peers {
+		if v != kind.PeersAddresses && v != kind.PeersIPSets {
+			return s.errf(fmt.Sprintf("%s.peers[%d]", path, i), "%q: %s or %s", v, kind.PeersAddresses, kind.PeersIPSets)
 		}
 	}
 	for i, v := range m.PolicyMode {
@@ -413,12 +424,15 @@ func effectiveWorkload(w Workload, p *Params) Workload {
 	return w
 }
 
-// series names the line a point is drawn on: the datapath, with the
-// iptables filler mode when it matters.
+// series names the line a point is drawn on: the datapath (iptables+ipsets
+// with peers: ipsets), with the iptables filler mode when it matters.
 func series(p Params) string {
 	s := string(p.Datapath)
 	if s == "" {
 		s = string(kind.None)
+	}
+	if p.Peers == kind.PeersIPSets {
+		s += "+ipsets"
 	}
 	if p.Datapath == kind.IPTables || p.PolicyMode != ModeNoMatch && p.PolicyMode != "" {
 		s += " " + p.PolicyMode
@@ -478,6 +492,8 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 			return bad("policies", "%d: a chain has no policy datapath; use firewallRules for rules in its hops", p.Policies)
 		case p.HostRouting != "":
 			return bad("hostRouting", "applies to the eBPF datapath, not to chains")
+		case p.Peers != "":
+			return bad("peers", "applies to the %s datapath, not to chains", kind.IPTables)
 		case modeGiven:
 			return bad("policyMode", "%s: a chain has no policy datapath", p.PolicyMode)
 		}
@@ -534,6 +550,9 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 		}
 		if p.HostRouting != "" && p.Datapath != kind.EBPF {
 			return bad("hostRouting", "applies to the eBPF datapath only (datapath %s)", p.Datapath)
+		}
+		if p.Peers != "" && p.Datapath != kind.IPTables {
+			return bad("peers", "applies to the %s datapath only (datapath %s)", kind.IPTables, p.Datapath)
 		}
 		if p.PolicyMode == ModeTopOfChain && p.Datapath != kind.IPTables {
 			return bad("policyMode", "top-of-chain is an %s filler mode (datapath %s): sweep it in a sweep of its own with datapath [%s]", kind.IPTables, p.Datapath, kind.IPTables)

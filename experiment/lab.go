@@ -18,7 +18,7 @@ import (
 
 // labSpec resolves the topology a point needs, as lab name.
 func (s *Spec) labSpec(p Params, name string) (*topology.Spec, error) {
-	ov := topology.Overrides{Name: name, MTU: p.MTU, Options: kind.Overrides{HostRouting: p.HostRouting}}
+	ov := topology.Overrides{Name: name, MTU: p.MTU, Options: kind.Overrides{HostRouting: p.HostRouting, Peers: p.Peers}}
 	if p.Datapath != "" {
 		ov.Datapath = string(p.Datapath)
 	}
@@ -120,6 +120,9 @@ func describeLab(p Params) string {
 	}
 	if usesFiller(p) {
 		parts = append(parts, fmt.Sprintf("%s %s", plural.N(p.Policies, "filler rule"), p.PolicyMode))
+	}
+	if p.Peers != "" {
+		parts = append(parts, "peers "+p.Peers)
 	}
 	if p.Link != "" {
 		parts = append(parts, p.Link)

@@ -151,7 +151,7 @@ func (r *Results) write(dir string) error {
 // and its workload's effective options. Then come the repetition and one
 // column per metric (the union over the run, sorted; empty where a
 // workload has no such metric): one row per sample.
-var csvParams = []string{"point", "sweep", "series", "workload", "topology", "link", "chainLength", "datapath", "hostRouting",
+var csvParams = []string{"point", "sweep", "series", "workload", "topology", "link", "chainLength", "datapath", "hostRouting", "peers",
 	"policies", "policyMode", "mtu", "offloads", "firewallRules", "firewallStateful", "firewallSpread", "shaperRate",
 	"shaperDirection", "switches", "switchLink", "kind", "flows", "streams", "length", "rate", "zerocopy", "requestSize", "responseSize", "count", "repetition"}
 
@@ -173,7 +173,7 @@ func (r *Results) writeCSV(path string) error {
 	for _, p := range r.Points {
 		q, wl := p.Params, p.Workload
 		for _, s := range p.Samples {
-			row := []string{p.ID, p.Sweep, p.Series, wl.Name(), q.Topology, q.Link, itoa(q.ChainLength), string(q.Datapath), q.HostRouting,
+			row := []string{p.ID, p.Sweep, p.Series, wl.Name(), q.Topology, q.Link, itoa(q.ChainLength), string(q.Datapath), q.HostRouting, q.Peers,
 				itoa(q.Policies), q.PolicyMode, itoa(q.MTU), q.Offloads, itoa(q.FirewallRules), btoa(q.FirewallStateful),
 				btoa(q.FirewallSpread), q.ShaperRate, q.ShaperDirection, itoa(q.Switches), q.SwitchLink, wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
 				btoa(wl.Zerocopy), itoa(wl.RequestSize), itoa(wl.ResponseSize), itoa(wl.Count), itoa(s.Repetition)}

@@ -131,6 +131,9 @@ func TestBadInput(t *testing.T) {
 		{base + "matrix: {topology: [multi-host], link: [cable]}\n", `x.yaml: matrix.link: "cable": hosts are joined by wire or vxlan`},
 		{base + "matrix: {offloads: [tso]}\n", `x.yaml: matrix.offloads[0]: "tso": on, off, or a list`},
 		{base + "matrix: {hostRouting: [legacy]}\n", "x.yaml: matrix.hostRouting: applies to the eBPF datapath only (datapath iptables)"},
+		{base + "matrix: {datapath: [nftables], peers: [ipsets]}\n", "x.yaml: matrix.peers: applies to the iptables datapath only (datapath nftables)"},
+		{base + "matrix: {peers: [sets]}\n", `x.yaml: matrix.peers[0]: "sets": addresses or ipsets`},
+		{base + "matrix: {topology: [chain], peers: [ipsets]}\n", "x.yaml: matrix.peers: applies to the iptables datapath, not to chains"},
 		{base + "matrix: {topology: [nowhere.yaml]}\n", "x.yaml: topology: nowhere.yaml: no such topology file"},
 		{base + "matrix: {firewallRules: [10]}\n", "x.yaml: matrix.firewallRules: network functions go in chain hops"},
 		{base + "matrix: {shaperRate: [1gbit]}\n", "x.yaml: matrix.shaperRate: network functions go in chain hops"},
@@ -333,6 +336,14 @@ func TestGeneratedPolicies(t *testing.T) {
 			t.Errorf("terms %d: server to client denied, but the policy isolates only the server's ingress", n)
 		}
 	}
+	// With peers: ipsets every term is a rule and a set, the empty ones
+	// included (Calico's layout).
+	for _, n := range []int{1, 40} {
+		_, c := compileGenerated(t, spec, policyText(Params{Datapath: "iptables", Peers: "ipsets", PolicyMode: ModeTerms, Policies: n}))
+		if len(c.Terms) != n+1 || len(c.PeerSets) != n+1 {
+			t.Errorf("terms %d: %d terms and %d sets, want %d", n, len(c.Terms), len(c.PeerSets), n+1)
+		}
+	}
 	if policyText(Params{Datapath: "ebpf", PolicyMode: ModeTerms}) != "" {
 		t.Error("terms 0: the seed's baseline has no policy at all")
 	}
@@ -421,5 +432,49 @@ func TestParseOffloadsAndRates(t *testing.T) {
 		if _, err := parseRate(bad); err == nil {
 			t.Errorf("rate %q accepted", bad)
 		}
+	}
+}
+
+// TestPeersSweep checks that peers: [ipsets] gives its own series, lab and
+// parameter text, and a lab whose iptables datapath matches peers in
+// ipsets.
+func TestPeersSweep(t *testing.T) {
+	text := `name: ips
+workloads: [{kind: tcp-stream}]
+matrix: {topology: [multi-host], policyMode: [terms], policies: [0, 10]}
+sweeps:
+  - name: plain
+    matrix: {datapath: [iptables]}
+  - name: ipsets
+    matrix: {datapath: [iptables], peers: [ipsets]}
+`
+	s, err := Parse([]byte(text), "x.yaml", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := s.Points()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]bool{}
+	for _, p := range pts {
+		keys[labKey(p.Params)] = true
+		wantSeries, wantText := "iptables terms", "policies=%d mode=terms"
+		if p.Sweep == "ipsets" {
+			wantSeries, wantText = "iptables+ipsets terms", "policies=%d mode=terms peers=ipsets"
+		}
+		if p.Series != wantSeries || p.Params.Text() != fmt.Sprintf(wantText, p.Params.Policies) {
+			t.Errorf("%s: series %q, text %q", p.ID, p.Series, p.Params.Text())
+		}
+		spec, err := s.labSpec(p.Params, "check")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spec.IPTables.IPSets() != (p.Sweep == "ipsets") {
+			t.Errorf("%s: lab peers %q", p.ID, spec.IPTables.Peers)
+		}
+	}
+	if len(pts) != 4 || len(keys) != 2 {
+		t.Errorf("%d points on %d labs, want 4 on 2", len(pts), len(keys))
 	}
 }

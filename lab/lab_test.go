@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -26,11 +27,12 @@ func TestMain(m *testing.M) {
 }
 
 // datapaths are the datapaths every kernel test runs on; "ebpf-legacy" is
-// the eBPF datapath with legacy host routing (endpoints on the bridge).
-var datapaths = []string{"iptables", "nftables", "ebpf", "ebpf-legacy"}
+// the eBPF datapath with legacy host routing (endpoints on the bridge),
+// "iptables-ipsets" the iptables datapath with peers: ipsets.
+var datapaths = []string{"iptables", "iptables-ipsets", "nftables", "ebpf", "ebpf-legacy"}
 
 // short names a datapath in lab names.
-var short = map[string]string{"iptables": "ipt", "nftables": "nft", "ebpf": "ebp", "ebpf-legacy": "ebl", "ebpf-hook": "ebh"}
+var short = map[string]string{"iptables": "ipt", "iptables-ipsets": "ips", "nftables": "nft", "ebpf": "ebp", "ebpf-legacy": "ebl", "ebpf-hook": "ebh"}
 
 func scenarioLab(t testing.TB, name, dp, link string) *topology.Spec {
 	t.Helper()
@@ -40,6 +42,9 @@ func scenarioLab(t testing.TB, name, dp, link string) *topology.Spec {
 	yaml := strings.Replace(scenarios.Lab, "kind: wire", "kind: "+link, 1)
 	ov := topology.Overrides{Name: name, Datapath: dp}
 	switch dp {
+	case "iptables-ipsets":
+		testutil.RequireTool(t, "ipset", "ipset")
+		ov.Datapath, ov.Options.Peers = "iptables", kind.PeersIPSets
 	case "ebpf-legacy":
 		ov.Datapath, ov.Options.HostRouting = "ebpf", kind.HostRoutingLegacy
 	case "ebpf-hook":
@@ -53,8 +58,12 @@ func scenarioLab(t testing.TB, name, dp, link string) *topology.Spec {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// A test may take its lab down itself: then it is not found.
 		if err := Down(spec.Name, nil); err != nil {
-			t.Errorf("down: %v", err)
+			var nf *topology.NotFoundError
+			if !errors.As(err, &nf) {
+				t.Errorf("down: %v", err)
+			}
 		}
 	})
 	return spec
@@ -74,6 +83,9 @@ func targets() []probe.Target {
 // incremental change from the previous scenario's policies.
 func TestScenarios(t *testing.T) {
 	for _, dp := range datapaths {
+		if dp == "iptables-ipsets" {
+			continue // TestIPSetsProbeMatrix runs the scenarios on it beside plain iptables
+		}
 		for _, link := range []string{"wire", "vxlan"} {
 			t.Run(dp+"-"+link, func(t *testing.T) {
 				spec := scenarioLab(t, "t-scen-"+short[dp]+"-"+link[:2], dp, link)

@@ -127,7 +127,12 @@ func labExists(lab string) bool {
 }
 
 // labBusy reports whether some process holds the lab's lock right now.
-func labBusy(lab string) bool {
+func labBusy(lab string) bool { return lockHolder(lab) != 0 }
+
+// labBusyProbe finds out by taking the lock shared for an instant, where
+// /proc/locks cannot be read: a change that tries to lock the lab at that
+// instant finds it busy.
+func labBusyProbe(lab string) bool {
 	f, err := os.Open(lockPath(lab))
 	if err != nil {
 		return false

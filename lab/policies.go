@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
@@ -38,17 +39,6 @@ func Policies(lab string) ([]*policy.Policy, error) {
 	return pols, nil
 }
 
-// stagePolicies writes the new policy set next to the current one and
-// returns the function that makes it current (a rename): the set is staged
-// before the datapath changes and committed only if it took them.
-func stagePolicies(lab string, pols []*policy.Policy) (commit func() error, err error) {
-	tmp := policiesPath(lab) + ".new"
-	if err := os.WriteFile(tmp, policy.Encode(pols), 0o644); err != nil {
-		return nil, fmt.Errorf("store policies: %w", err)
-	}
-	return func() error { return os.Rename(tmp, policiesPath(lab)) }, nil
-}
-
 func key(p *policy.Policy) string { return p.Kind + " " + p.Key() }
 
 // Change is what an apply or delete did.
@@ -61,7 +51,7 @@ type Change struct {
 // and makes the datapath enforce the new set. Nothing is stored unless the
 // datapath took it.
 func Apply(ctx context.Context, labName string, pols []*policy.Policy) (*Change, error) {
-	return modify(ctx, labName, false, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
+	return modify(ctx, labName, "apply", false, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
 		idx := map[string]int{}
 		for i, p := range cur {
 			idx[key(p)] = i
@@ -88,7 +78,7 @@ func Apply(ctx context.Context, labName string, pols []*policy.Policy) (*Change,
 // Replace makes pols the lab's whole policy set in one datapath update:
 // policies not in it are deleted, the others created or updated.
 func Replace(ctx context.Context, labName string, pols []*policy.Policy) (*Change, error) {
-	return modify(ctx, labName, true, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
+	return modify(ctx, labName, "replace", true, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
 		keep := map[string]string{}
 		for _, p := range pols {
 			keep[key(p)] = p.Raw
@@ -119,7 +109,7 @@ func Replace(ctx context.Context, labName string, pols []*policy.Policy) (*Chang
 // names to NetworkPolicy or CiliumNetworkPolicy; otherwise a name held by
 // both kinds deletes both.
 func Delete(ctx context.Context, labName string, names []string, all bool, kind string) (*Change, error) {
-	return modify(ctx, labName, all, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
+	return modify(ctx, labName, "delete", all, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
 		if all {
 			for _, p := range cur {
 				ch.Deleted = append(ch.Deleted, p.Ref())
@@ -187,53 +177,76 @@ func refsOf(ps []*policy.Policy) []string {
 // tolerateBad, stored policies that no longer parse (written by another
 // cnlab version) are dropped instead of blocking the change: delete --all
 // must always be able to clean up.
-func modify(ctx context.Context, labName string, tolerateBad bool, f func([]*policy.Policy, *Change) ([]*policy.Policy, error)) (*Change, error) {
+//
+// The change is compiled first (a bad set writes nothing), then recorded
+// and its set staged beside the stored one; the datapath applies it; then
+// the staged set is committed (a rename) and the record removed. Killed at
+// any point, the stored set is the one before or after the change and the
+// next change repairs the hosts (docs/design.md); failed, the hosts are
+// left on the stored set and the staged set is removed.
+func modify(ctx context.Context, labName, op string, tolerateBad bool, f func([]*policy.Policy, *Change) ([]*policy.Policy, error)) (*Change, error) {
 	unlock, err := lockLab(labName)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	if err := fault.At("locked", ""); err != nil {
+	if err := fault.At(fault.Locked, ""); err != nil {
 		return nil, err
 	}
 	spec, dp, err := openDatapath(labName)
 	if err != nil {
 		return nil, err
 	}
-	cur, err := Policies(labName)
-	if err != nil && !tolerateBad {
-		return nil, err
+	cur, curErr := Policies(labName)
+	if curErr != nil && !tolerateBad {
+		return nil, curErr
 	}
 	ch := &Change{}
 	next, err := f(cur, ch)
 	if err != nil {
 		return nil, err
 	}
-	commit, err := stagePolicies(labName, next)
+	if ch.Compiled, err = compile(spec, next); err != nil {
+		return nil, err
+	}
+	rec := &changeRecord{Op: op, Pid: os.Getpid(), Started: time.Now().UTC(), To: ch.Compiled.Set,
+		Created: ch.Created, Updated: ch.Updated, Deleted: ch.Deleted}
+	if curErr == nil {
+		rec.From = policy.Digest(cur)
+	}
+	if err := beginChange(labName, rec, next); err != nil {
+		return nil, abort(ctx, spec, dp, cur, curErr == nil, err)
+	}
+	if err := fault.At(fault.Staged, ""); err != nil {
+		return nil, abort(ctx, spec, dp, cur, curErr == nil, err)
+	}
+	if err := dp.Apply(ctx, spec, ch.Compiled); err != nil {
+		return nil, abort(ctx, spec, dp, cur, curErr == nil, err)
+	}
+	_ = fault.At(fault.Applied, "")
+	if err := commitChange(labName); err != nil {
+		return nil, abort(ctx, spec, dp, cur, curErr == nil, err)
+	}
+	_ = fault.At(fault.Committed, "")
+	// A record that cannot be removed only makes status report this
+	// change as killed after its commit, which it tells apart.
+	_ = endChange(labName)
+	return ch, nil
+}
+
+// compile compiles pols against the lab.
+func compile(spec *topology.Spec, pols []*policy.Policy) (*policy.Compiled, error) {
+	m, err := policy.NewModel(spec, pols)
 	if err != nil {
 		return nil, err
 	}
-	if err := fault.At("staged", ""); err != nil {
-		return nil, err
-	}
-	if ch.Compiled, err = applyLocked(ctx, spec, dp, next); err != nil {
-		return nil, err
-	}
-	_ = fault.At("applied", "")
-	if err := commit(); err != nil {
-		return nil, fmt.Errorf("store policies: %w", err)
-	}
-	return ch, nil
+	return m.Compile()
 }
 
 // applyLocked compiles pols against the lab, applies them, and returns
 // what it compiled.
 func applyLocked(ctx context.Context, spec *topology.Spec, dp datapath.Datapath, pols []*policy.Policy) (*policy.Compiled, error) {
-	m, err := policy.NewModel(spec, pols)
-	if err != nil {
-		return nil, err
-	}
-	c, err := m.Compile()
+	c, err := compile(spec, pols)
 	if err != nil {
 		return nil, err
 	}

@@ -108,13 +108,23 @@ type Compiled struct {
 	CIDRIdentities map[netip.Prefix]uint32 `json:"cidrIdentities"`
 	Enforced       map[uint32]Enforcement  `json:"enforced"`
 	Rules          []Entry                 `json:"rules"`
+	// Set is the Digest of the policies compiled: what the datapaths
+	// record as the set a host enforces.
+	Set string `json:"set"`
 	// Warnings are rules accepted although they match nothing: a named
 	// port that none of the endpoints it is looked up on declares.
-	Warnings     []Warning              `json:"warnings,omitempty"`
-	named        map[namedRef]*namedUse // named ports met while compiling, for Warnings
-	endpointIPs  map[uint32][]netip.Addr
-	identityOfIP map[netip.Addr]uint32
-	bySubject    map[subjectDir][]Entry // Rules, indexed for RulesFor
+	Warnings []Warning `json:"warnings,omitempty"`
+	// Terms are the rules again, one per peer term as written rather than
+	// per peer identity, with the sets of peers they name (terms.go): for
+	// datapaths that match peers by set, as Calico does.
+	Terms          []Term                 `json:"terms,omitempty"`
+	PeerSets       map[string]*PeerSet    `json:"peerSets,omitempty"`
+	named          map[namedRef]*namedUse // named ports met while compiling, for Warnings
+	endpointIPs    map[uint32][]netip.Addr
+	identityOfIP   map[netip.Addr]uint32
+	bySubject      map[subjectDir][]Entry // Rules, indexed for RulesFor
+	termsBySubject map[subjectDir][]Term  // Terms, indexed for TermsFor
+	termSeen       map[string]bool        // while compiling: terms already added
 }
 
 type subjectDir struct {
@@ -127,7 +137,7 @@ type subjectDir struct {
 // identity whose endpoints declare one name with different numbers is an
 // error (the IR is per identity).
 func (m *Model) Compile() (*Compiled, error) {
-	c := &Compiled{Identities: m.Identities, CIDRIdentities: map[netip.Prefix]uint32{}, Enforced: map[uint32]Enforcement{},
+	c := &Compiled{Set: Digest(m.Policies), Identities: m.Identities, CIDRIdentities: map[netip.Prefix]uint32{}, Enforced: map[uint32]Enforcement{},
 		named: map[namedRef]*namedUse{}, endpointIPs: map[uint32][]netip.Addr{}, identityOfIP: map[netip.Addr]uint32{}}
 	for _, ep := range m.Lab.Endpoints {
 		id := m.byEndpoint[ep.ID()].ID
@@ -174,21 +184,9 @@ func (m *Model) Compile() (*Compiled, error) {
 			c.Enforced[id.ID] = enf
 		}
 	}
-	sort.SliceStable(c.Rules, func(i, j int) bool {
-		a, b := c.Rules[i], c.Rules[j]
-		if a.Subject != b.Subject {
-			return a.Subject < b.Subject
-		}
-		if a.Dir != b.Dir {
-			return a.Dir < b.Dir
-		}
-		return a.Deny && !b.Deny
-	})
-	c.bySubject = map[subjectDir][]Entry{}
-	for _, r := range c.Rules {
-		k := subjectDir{r.Subject, r.Dir}
-		c.bySubject[k] = append(c.bySubject[k], r)
-	}
+	c.bySubject = sortBySubject(c.Rules, func(r Entry) (uint32, Dir, bool) { return r.Subject, r.Dir, r.Deny })
+	c.termsBySubject = sortBySubject(c.Terms, func(t Term) (uint32, Dir, bool) { return t.Subject, t.Dir, t.Deny })
+	c.termSeen = nil
 	var cidrs []netip.Prefix
 	for _, r := range c.Rules {
 		if r.PeerCIDR.IsValid() {
@@ -206,6 +204,29 @@ func (m *Model) Compile() (*Compiled, error) {
 	return c, nil
 }
 
+// sortBySubject sorts entries of the IR (Rules, Terms) as datapaths walk
+// them — by subject, then direction, denies first, otherwise in the order
+// compiled — and indexes them by subject and direction.
+func sortBySubject[T any](xs []T, key func(T) (uint32, Dir, bool)) map[subjectDir][]T {
+	sort.SliceStable(xs, func(i, j int) bool {
+		as, ad, adeny := key(xs[i])
+		bs, bd, bdeny := key(xs[j])
+		if as != bs {
+			return as < bs
+		}
+		if ad != bd {
+			return ad < bd
+		}
+		return adeny && !bdeny
+	})
+	index := map[subjectDir][]T{}
+	for _, x := range xs {
+		s, d, _ := key(x)
+		index[subjectDir{s, d}] = append(index[subjectDir{s, d}], x)
+	}
+	return index
+}
+
 func (m *Model) endpoint(id string) *topology.Endpoint { return m.byID[id] }
 
 // irPeer is a peer of an IR rule before ports are attached.
@@ -214,34 +235,47 @@ type irPeer struct {
 	cidr netip.Prefix
 	ips  []netip.Addr // the addresses the peer covers among endpoints (for named ports)
 	ids  []*Identity  // the identities it covers (for named ports)
+	term int          // the peer term of the rule it comes from (Terms)
 }
 
 func (m *Model) compileRule(c *Compiled, p *Policy, subj *Identity, dir Dir, deny bool, r Rule, add func(Entry)) error {
 	origin := p.Ref() + " " + r.Path
 	var peers []irPeer
+	var terms []peerTerm
 	if r.AnyPeer {
 		peers = append(peers, irPeer{ids: m.Identities})
+		terms = append(terms, peerTerm{any: true})
 	}
 	for _, pe := range r.Peers {
+		t := len(terms)
 		if pe.Endpoints != nil {
+			pt := peerTerm{key: "endpoints " + pe.Endpoints.key()}
 			for _, id := range m.Identities {
 				if m.endpointSelMatches(pe.Endpoints, m.endpoint(id.Endpoints[0])) {
-					peers = append(peers, irPeer{id: id.ID, ids: []*Identity{id}})
+					peers = append(peers, irPeer{id: id.ID, ids: []*Identity{id}, term: t})
+					for _, ip := range c.endpointIPs[id.ID] {
+						pt.members = append(pt.members, netip.PrefixFrom(ip, 32))
+					}
 				}
 			}
+			terms = append(terms, pt)
 			continue
 		}
+		pt := peerTerm{key: fmt.Sprintf("cidr %s except %v", pe.CIDR, pe.Except), net: true}
 		for _, pr := range Subtract(pe.CIDR, pe.Except) {
-			ip := irPeer{cidr: pr}
+			ip := irPeer{cidr: pr, term: t}
 			for _, ep := range m.Lab.Endpoints {
 				if pr.Contains(ep.IP) {
 					ip.ips = append(ip.ips, ep.IP)
 				}
 			}
 			peers = append(peers, ip)
+			pt.members = append(pt.members, pr)
 		}
+		terms = append(terms, pt)
 	}
 	base := Entry{Subject: subj.ID, Dir: dir, Deny: deny, Origin: origin}
+	named := map[termPort][]Entry{}
 	for _, pe := range peers {
 		if len(r.Ports) == 0 {
 			rr := base
@@ -249,7 +283,7 @@ func (m *Model) compileRule(c *Compiled, p *Policy, subj *Identity, dir Dir, den
 			add(rr)
 			continue
 		}
-		for _, port := range r.Ports {
+		for pi, port := range r.Ports {
 			if port.Name == "" {
 				for _, proto := range protosOf(port.Protocol) {
 					rr := base
@@ -261,11 +295,17 @@ func (m *Model) compileRule(c *Compiled, p *Policy, subj *Identity, dir Dir, den
 			}
 			use := c.namedUse(p, r, dir, deny, port)
 			use.selected = append(use.selected, subj.Endpoints...)
-			if err := m.namedPort(subj, dir, pe, port, base, use, add); err != nil {
+			tp := termPort{pe.term, pi}
+			addNamed := func(e Entry) {
+				add(e)
+				named[tp] = append(named[tp], e)
+			}
+			if err := m.namedPort(subj, dir, pe, port, base, use, addNamed); err != nil {
 				return p.errorAt(r.Path, err.Error())
 			}
 		}
 	}
+	c.addTerms(base, r, terms, named)
 	return nil
 }
 

@@ -1,9 +1,12 @@
 package policy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -55,6 +58,24 @@ func Encode(pols []*Policy) []byte {
 		b.WriteString("---\n")
 	}
 	return []byte(b.String())
+}
+
+// Digest names a policy set: the same for the same policies (kind,
+// namespace, name and stored text) in any order, different otherwise. The
+// datapaths record it per host, so that status can tell which set a host
+// enforces.
+func Digest(pols []*Policy) string {
+	keys := make([]string, len(pols))
+	for i, p := range pols {
+		keys[i] = p.Ref() + "\x00" + p.Raw
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // ParseFile reads a multi-document YAML file of policies.

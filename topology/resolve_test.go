@@ -192,6 +192,8 @@ func TestBadInput(t *testing.T) {
 		{"iptables options on nftables", "name: x\ndatapath: nftables\niptables: {filler: 10}\n", "bad.yaml: iptables: options for the iptables datapath, but the lab's datapath is nftables"},
 		{"filler range", "name: x\niptables: {filler: -1}\n", "bad.yaml: iptables.filler: -1 is out of range"},
 		{"filler mode", "name: x\niptables: {fillerMode: bottom}\n", `bad.yaml: iptables.fillerMode: unknown mode "bottom" (no-match, top-of-chain)`},
+		{"iptables peers", "name: x\niptables: {peers: sets}\n", `bad.yaml: iptables.peers: unknown mode "sets" (addresses, ipsets)`},
+		{"iptables peers on ebpf", "name: x\ndatapath: ebpf\niptables: {peers: ipsets}\n", "bad.yaml: iptables: options for the iptables datapath, but the lab's datapath is ebpf"},
 		{"ebpf options off ebpf", "name: x\nebpf: {hostRouting: legacy}\n", `bad.yaml: ebpf: options for the ebpf datapath, but the lab's datapath is iptables (add datapath: ebpf, or use --datapath ebpf)`},
 		{"host routing", "name: x\ndatapath: ebpf\nebpf: {hostRouting: fast}\n", `bad.yaml: ebpf.hostRouting: unknown mode "fast" (bpf, legacy)`},
 		{"policy map size", "name: x\ndatapath: ebpf\nebpf: {policyMapSize: 0}\n", `bad.yaml: ebpf.policyMapSize: 0 is out of range (1 to 4194304)`},

@@ -1,18 +1,25 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/cnlab/cnlab/datapath/registry"
 	"github.com/cnlab/cnlab/internal/fault"
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/internal/rundir"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/topology"
 )
 
 // faultEnv names the fault point where a cnlab run by the tests kills
@@ -75,30 +82,164 @@ spec:
 `
 )
 
-// killPoints are where the killed command dies: every lab-wide point, and
-// every per-host one on the first host (flip) and on the second (flap).
-// The eBPF datapath also dies with its next generation built but not
-// active, and between switching one host and the other.
-func killPoints(dp string) []string {
-	pts := []string{"locked", "staged"}
-	hostPts := []string{"dirty", "kernel", "saved", "host-done"}
+// A step of a policy change, in the order it runs: a fault point (where
+// the killed command dies), or an event that changes what status must
+// report: a host marked dirty, a host done (clean, on the new set), the
+// new set committed.
+type step struct{ point, mark, done string }
+
+const commit = "commit"
+
+// changeSteps lists the steps of a policy change on a lab of hosts flip
+// and flap, as the datapath runs them (internal/fault).
+func changeSteps(dp string) []step {
+	s := []step{{point: fault.Locked}, {point: fault.Staged}}
+	hosts := []string{"flip", "flap"}
 	if dp == "ebpf" {
-		hostPts = append([]string{"ebpf-staged", "ebpf-switch"}, hostPts...)
-	}
-	for _, h := range []string{"flip", "flap"} {
-		for _, p := range hostPts {
-			pts = append(pts, p+":"+h)
+		for _, h := range hosts {
+			s = append(s, step{point: fault.EBPFMap + ":" + h}, step{point: fault.EBPFStaged + ":" + h})
+		}
+		for _, h := range hosts {
+			s = append(s, step{mark: h}, step{point: fault.Dirty + ":" + h})
+		}
+		for _, h := range hosts {
+			s = append(s, step{point: fault.EBPFSwitch + ":" + h})
+		}
+		for _, h := range hosts {
+			s = append(s, step{point: fault.Kernel + ":" + h}, step{point: fault.Saved + ":" + h}, step{done: h}, step{point: fault.HostDone + ":" + h})
+		}
+	} else {
+		for _, h := range hosts {
+			s = append(s, step{mark: h}, step{point: fault.Dirty + ":" + h})
+			if dp == "iptables-ipsets" {
+				s = append(s, step{point: fault.IPSetsWritten + ":" + h})
+			}
+			s = append(s, step{point: fault.AtomicLoad + ":" + h},
+				step{point: fault.Kernel + ":" + h}, step{point: fault.Saved + ":" + h}, step{done: h}, step{point: fault.HostDone + ":" + h})
 		}
 	}
-	return append(pts, "applied")
+	return append(s, step{point: fault.Applied}, step{done: commit}, step{point: fault.Committed})
 }
 
+// killedState is what holds once a change is killed at a point: what
+// status must say, and whether the new set was stored.
+type killedState struct {
+	killed    string            // lab.Killed*, "" for no change left
+	committed bool              // the store holds the new set
+	holds     map[string]string // per host: "stored", "staged", or "dirty"
+}
+
+// afterKill walks the steps up to point.
+func afterKill(dp, point string) killedState {
+	st := killedState{holds: map[string]string{"flip": lab.HoldsStored, "flap": lab.HoldsStored}}
+	for _, s := range changeSteps(dp) {
+		switch {
+		case s.point == point:
+			switch {
+			case point == fault.Locked:
+			case st.committed:
+				st.killed = lab.KilledCommitted
+			default:
+				st.killed = lab.KilledStaged
+			}
+			return st
+		case s.mark != "":
+			st.holds[s.mark] = "dirty"
+		case s.done == commit:
+			st.committed = true
+			for h := range st.holds {
+				st.holds[h] = lab.HoldsStored
+			}
+		case s.done != "":
+			st.holds[s.done] = lab.HoldsStaged
+		}
+	}
+	panic("no point " + point)
+}
+
+// killStatus is the part of `cnlab status -o json` the kill test reads.
+type killStatus struct {
+	Policy *struct {
+		Stored int
+		Staged *struct{ Policies int }
+		Change *struct {
+			Op      string
+			Running bool
+			Killed  string
+		}
+		Hosts []struct {
+			Name  string
+			Dirty bool
+			Holds []string
+		}
+	}
+}
+
+// checkStatus runs `cnlab status` (JSON and text) and compares what it
+// says of the lab's policies with want.
+func checkStatus(t *testing.T, name, what string, want killedState) {
+	t.Helper()
+	stdout, stderr, code := runCLI(t, "status", name, "-o", "json")
+	var st killStatus
+	if code != 0 || json.Unmarshal([]byte(stdout), &st) != nil || st.Policy == nil {
+		t.Fatalf("%s: status -o json: exit %d: %s%s", what, code, stdout, stderr)
+	}
+	p := st.Policy
+	switch {
+	case want.killed == "" && p.Change != nil:
+		t.Errorf("%s: status reports a change %+v, want none", what, *p.Change)
+	case want.killed != "" && (p.Change == nil || p.Change.Running || p.Change.Killed != want.killed):
+		t.Errorf("%s: status reports change %+v, want one killed at %q", what, p.Change, want.killed)
+	}
+	if (p.Staged != nil) != (want.killed == lab.KilledStaged) {
+		t.Errorf("%s: status reports staged set %+v", what, p.Staged)
+	}
+	var dirty []string
+	for _, h := range p.Hosts {
+		w := want.holds[h.Name]
+		switch {
+		case w == "dirty":
+			dirty = append(dirty, h.Name)
+			if !h.Dirty || !slices.Equal(h.Holds, []string{lab.HoldsStored, lab.HoldsStaged}) {
+				t.Errorf("%s: status says host %s is dirty=%v holding %v, want dirty holding the stored or the staged set", what, h.Name, h.Dirty, h.Holds)
+			}
+		case h.Dirty || !slices.Equal(h.Holds, []string{w}):
+			t.Errorf("%s: status says host %s is dirty=%v holding %v, want clean on the %s set", what, h.Name, h.Dirty, h.Holds, w)
+		}
+	}
+	text, _, _ := runCLI(t, "status", name)
+	phrase := map[string]string{"": "", lab.KilledStaged: "killed between staged and committed",
+		lab.KilledCommitted: "killed between committed and cleanup"}[want.killed]
+	if !strings.Contains(text, phrase) {
+		t.Errorf("%s: status does not say %q:\n%s", what, phrase, text)
+	}
+	var named []string
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, "dirty hosts: "); ok {
+			for _, m := range hostInLine.FindAllStringSubmatch(rest, -1) {
+				named = append(named, m[1])
+			}
+		}
+	}
+	if !slices.Equal(named, dirty) {
+		t.Errorf("%s: status names dirty hosts %v, want %v:\n%s", what, named, dirty, text)
+	}
+}
+
+// hostInLine finds the hosts of status's "dirty hosts: flip (holds ...),
+// flap (holds ...)".
+var hostInLine = regexp.MustCompile(`(?:^|\), )([a-z0-9-]+) \(`)
+
 // TestKilledApplyAndDelete kills `cnlab policy apply` and `cnlab policy
-// delete` (SIGKILL, from inside the process) at every fault point on each
-// datapath, then runs the next apply and `cnlab probe --expect`: the next
-// apply must succeed, the stored set must be the one before the killed
-// command or the one after it (never a mix) plus the next apply's policy,
-// and every probed cell must match it, on both hosts.
+// delete` (SIGKILL, from inside the process) at every fault point of each
+// datapath on a lab of two hosts. After each kill, `cnlab status` must say
+// where the change died, which hosts are dirty and which set every other
+// host enforces, and the store must hold exactly the set from before the
+// change, or the new one once it was committed. Then a killed apply is run
+// again, and a killed delete is followed by another apply: either must
+// succeed, store what it says, leave status with nothing to report, and
+// `cnlab probe --expect` must find the kernel enforcing the stored set on
+// every host. `cnlab down` then leaves nothing of the lab.
 func TestKilledApplyAndDelete(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := t.TempDir()
@@ -109,60 +250,116 @@ func TestKilledApplyAndDelete(t *testing.T) {
 		}
 		return p
 	}
-	aFromB, bClosed, aFromA := write("a-from-b.yaml", polAFromB), write("b-closed.yaml", polBClosed), write("a-from-a.yaml", polAFromA)
-	for _, dp := range []string{"iptables", "nftables", "ebpf"} {
+	bClosed, aFromA := write("b-closed.yaml", polBClosed), write("a-from-a.yaml", polAFromA)
+	setFile := map[string]string{ // the set before a change, in one file
+		"a-from-b":          write("before-apply.yaml", polAFromB),
+		"a-from-b,b-closed": write("before-delete.yaml", polAFromB+"---\n"+polBClosed),
+	}
+	start := time.Now()
+	for _, dp := range []string{"iptables", "iptables-ipsets", "nftables", "ebpf"} {
 		t.Run(dp, func(t *testing.T) {
 			name := "t-kill-" + dp[:3]
+			up := []string{"up", "--datapath", dp}
+			if dp == "iptables-ipsets" {
+				name, up = "t-kill-ips", []string{"up", "--datapath", "iptables", "--ipsets"}
+			}
 			topo := write(name+".yaml", strings.Replace(killLab, "%s", name, 1))
-			if _, stderr, code := runCLI(t, "up", "-f", topo, "--datapath", dp); code != 0 {
+			if _, stderr, code := runCLI(t, append(up, "-f", topo)...); code != 0 {
 				t.Fatalf("up: exit %d: %s", code, stderr)
 			}
 			t.Cleanup(func() { runCLI(t, "down", name) })
+			var cases []struct{ op, point string }
 			for _, op := range []string{"apply", "delete"} {
-				for _, pt := range killPoints(dp) {
-					// apply: {a-from-b} -> killed apply of b-closed.
-					// delete: {a-from-b, b-closed} -> killed delete of b-closed.
-					before := []string{"a-from-b"}
-					killed := []string{"policy", "apply", name, "-f", bClosed}
-					after := []string{"a-from-b", "b-closed"}
-					if op == "delete" {
-						before, after = after, before
-						killed = []string{"policy", "delete", name, "b-closed"}
-					}
-					mustCLI(t, "policy", "delete", name, "--all")
-					mustCLI(t, "policy", "apply", name, "-f", aFromB)
-					if slices.Contains(before, "b-closed") {
-						mustCLI(t, "policy", "apply", name, "-f", bClosed)
-					}
-					cmd := cnlab(killed...)
-					cmd.Env = append(cmd.Env, faultEnv+"="+pt)
-					out, err := cmd.CombinedOutput()
-					var ee *exec.ExitError
-					if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-						t.Fatalf("%s killed at %s: not killed (%v): %s", op, pt, err, out)
-					}
-					mustCLI(t, "policy", "apply", name, "-f", aFromA)
-					pols, err := lab.Policies(name)
-					if err != nil {
-						t.Fatal(err)
-					}
-					var have []string
-					for _, p := range pols {
-						have = append(have, p.Name)
-					}
-					slices.Sort(have)
-					if w1, w2 := withAFromA(before), withAFromA(after); !slices.Equal(have, w1) && !slices.Equal(have, w2) {
-						t.Errorf("%s killed at %s, then an apply: stored %v, want %v or %v", op, pt, have, w1, w2)
-					}
-					if stdout, stderr, code := runCLI(t, "probe", name, "--expect", "--timeout", "300ms"); code != 0 {
-						t.Errorf("%s killed at %s, then an apply: probe --expect exit %d:\n%s%s", op, pt, code, stdout, stderr)
+				for _, s := range changeSteps(dp) {
+					if s.point != "" {
+						cases = append(cases, struct{ op, point string }{op, s.point})
 					}
 				}
 			}
+			for _, tc := range cases {
+				what := tc.op + " killed at " + tc.point
+				// apply: {a-from-b} -> killed apply of b-closed, run again.
+				// delete: {a-from-b, b-closed} -> killed delete of
+				// b-closed, then an apply of a-from-a.
+				before, after := []string{"a-from-b"}, []string{"a-from-b", "b-closed"}
+				killed := []string{"policy", "apply", name, "-f", bClosed}
+				next := killed
+				if tc.op == "delete" {
+					before, after = after, before
+					killed = []string{"policy", "delete", name, "b-closed"}
+					next = []string{"policy", "apply", name, "-f", aFromA}
+				}
+				mustCLI(t, "policy", "delete", name, "--all")
+				mustCLI(t, "policy", "apply", name, "-f", setFile[strings.Join(before, ",")])
+				cmd := cnlab(killed...)
+				cmd.Env = append(cmd.Env, faultEnv+"="+tc.point)
+				out, err := cmd.CombinedOutput()
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+					t.Fatalf("%s: not killed (%v): %s", what, err, out)
+				}
+				want := afterKill(dp, tc.point)
+				stored := before
+				if want.committed {
+					stored = after
+				}
+				checkStored(t, name, what, stored)
+				checkStatus(t, name, what, want)
+				mustCLI(t, next...)
+				if tc.op == "apply" {
+					stored = after
+				} else {
+					stored = withAFromA(stored)
+				}
+				what += ", then " + strings.Join(next[:2], " ")
+				checkStored(t, name, what, stored)
+				checkStatus(t, name, what, killedState{holds: map[string]string{"flip": lab.HoldsStored, "flap": lab.HoldsStored}})
+				if stdout, stderr, code := runCLI(t, "probe", name, "--expect", "--timeout", "300ms"); code != 0 {
+					t.Errorf("%s: probe --expect exit %d:\n%s%s", what, code, stdout, stderr)
+				}
+			}
+			if _, stderr, code := runCLI(t, "down", name); code != 0 {
+				t.Fatalf("down: exit %d: %s", code, stderr)
+			}
+			checkGone(t, name)
 		})
+	}
+	t.Logf("%s", time.Since(start).Round(time.Second))
+}
+
+// checkStored compares the lab's stored policy names with want.
+func checkStored(t *testing.T, name, what string, want []string) {
+	t.Helper()
+	pols, err := lab.Policies(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var have []string
+	for _, p := range pols {
+		have = append(have, p.Name)
+	}
+	slices.Sort(have)
+	if !slices.Equal(have, want) {
+		t.Errorf("%s: stored %v, want %v", what, have, want)
 	}
 }
 
+// checkGone fails if anything of the lab is left: namespaces, bpffs pins,
+// its directory or lock under /run/cnlab.
+func checkGone(t *testing.T, name string) {
+	t.Helper()
+	if names, _ := netns.List(topology.LabNetnsPrefix(name)); len(names) != 0 {
+		t.Errorf("down left namespaces: %v", names)
+	}
+	if slices.Contains(registry.Labs(), name) {
+		t.Errorf("down left datapath state of %s outside its namespaces (pins)", name)
+	}
+	for _, p := range []string{filepath.Join(rundir.Dir, name), filepath.Join(rundir.Dir, "."+name+".lock")} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("down left %s (%v)", p, err)
+		}
+	}
+}
 func withAFromA(names []string) []string {
 	out := append([]string{"a-from-a"}, names...)
 	slices.Sort(out)

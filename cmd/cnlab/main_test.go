@@ -90,6 +90,7 @@ func TestBadInputExitsTwoAndCreatesNothing(t *testing.T) {
 		{[]string{"probe", "lab", "--protocol", "icmp"}, `--protocol "icmp": tcp, udp or sctp`},
 		{[]string{"up", "--preset", "single-host", "--datapath", "nftables", "--filler", "10"}, "--filler: filler rules are for the iptables datapath, but the lab's datapath is nftables"},
 		{[]string{"up", "--preset", "single-host", "--host-routing", "legacy"}, "--host-routing: an option of the ebpf datapath, but the lab's datapath is iptables"},
+		{[]string{"up", "--preset", "single-host", "--datapath", "ebpf", "--ipsets"}, "--ipsets: an option of the iptables datapath, but the lab's datapath is ebpf"},
 		{[]string{"up", "--preset", "single-host", "--datapath", "nftables", "--connect-hook"}, "--connect-hook: an option of the ebpf datapath, but the lab's datapath is nftables"},
 		{[]string{"up", "--preset", "single-host", "--datapath", "ebpf", "--host-routing", "fast"}, `--host-routing: unknown mode "fast" (bpf, legacy)`},
 		{[]string{"monitor"}, "give the lab to monitor: cnlab monitor LAB"},

@@ -33,6 +33,7 @@ type statusView struct {
 	Chain            *chainView                    `json:"chain,omitempty"`
 	Namespaces       map[string]topology.Namespace `json:"namespaces,omitempty"`
 	Endpoints        []endpointView                `json:"endpoints"`
+	Policy           *lab.PolicyStatus             `json:"policy,omitempty"`
 }
 
 type hostView struct {
@@ -62,7 +63,7 @@ type endpointView struct {
 
 func toView(s *lab.LabStatus) statusView {
 	v := statusView{Name: s.Name, Phase: s.Health, Created: s.Created, Netns: s.NetnsKernel, Missing: s.Missing,
-		Endpoints: []endpointView{}}
+		Endpoints: []endpointView{}, Policy: lab.PolicyState(s.Spec)}
 	if v.Netns == nil {
 		v.Netns = []string{}
 	}
@@ -138,7 +139,15 @@ func newStatusCmd(e *env) *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.Name, s.Health, dp, hosts, eps, len(s.NetnsKernel), age)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, s := range all {
+				if ps := lab.PolicyState(s.Spec); ps != nil && ps.Troubled() {
+					fmt.Fprintf(e.stdout, "%s: %s (cnlab status %s)\n", s.Name, policyTrouble(ps), s.Name)
+				}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: text or json")
@@ -162,7 +171,11 @@ func printLab(w io.Writer, s *lab.LabStatus) {
 		return
 	}
 	fmt.Fprintf(w, "source %s, datapath %s%s, mtu %d\n", sp.Source, sp.Datapath, datapathOptions(sp), sp.MTU)
-	if sp.Chain == nil {
+	ps := lab.PolicyState(sp)
+	switch {
+	case ps != nil && ps.Troubled():
+		printPolicyStatus(w, s.Name, ps)
+	case sp.Chain == nil:
 		if pols, err := lab.Policies(s.Name); err == nil {
 			fmt.Fprintf(w, "%s applied (cnlab policy show %s)\n", plural.N(len(pols), "policy"), s.Name)
 		}
@@ -170,9 +183,17 @@ func printLab(w io.Writer, s *lab.LabStatus) {
 	if len(sp.Hosts) > 0 {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "HOST\tPOD CIDR\tBRIDGE\tNETNS")
-		for _, h := range sp.Hosts {
-			fmt.Fprintf(tw, "%s\t%s\t%s %s\t%s\n", h.Name, h.PodCIDR, h.Bridge, h.Gateway, h.Netns)
+		if ps != nil {
+			fmt.Fprintln(tw, "HOST\tPOD CIDR\tBRIDGE\tNETNS\tPOLICY")
+		} else {
+			fmt.Fprintln(tw, "HOST\tPOD CIDR\tBRIDGE\tNETNS")
+		}
+		for i, h := range sp.Hosts {
+			fmt.Fprintf(tw, "%s\t%s\t%s %s\t%s", h.Name, h.PodCIDR, h.Bridge, h.Gateway, h.Netns)
+			if ps != nil && i < len(ps.Hosts) {
+				fmt.Fprintf(tw, "\t%s", hostSetText(ps.Hosts[i]))
+			}
+			fmt.Fprintln(tw)
 		}
 		tw.Flush()
 	}
@@ -220,4 +241,135 @@ func datapathOptions(sp *topology.Spec) string {
 		return " (" + d + ")"
 	}
 	return ""
+}
+
+// hostSetText says which set a host enforces, for the hosts table:
+// "stored set", "dirty: stored or staged set".
+func hostSetText(h lab.HostSet) string {
+	t := strings.Join(h.Holds, " or ") + " set"
+	if h.Dirty {
+		return "dirty: " + t
+	}
+	return t
+}
+
+// holdsText says which sets a host's kernel may hold, in a sentence.
+func holdsText(h lab.HostSet) string {
+	words := map[string]string{lab.HoldsStored: "the stored set", lab.HoldsStaged: "the staged set",
+		lab.HoldsOther: "a set neither stored nor staged", lab.HoldsUnknown: "a set not recorded"}
+	var ws []string
+	for _, x := range h.Holds {
+		ws = append(ws, words[x])
+	}
+	return "holds " + strings.Join(ws, " or ")
+}
+
+// changeText names a change: "`cnlab policy apply` (pid 42, started
+// 12:00:01 UTC: creates NetworkPolicy default/b)".
+func changeText(c *lab.PolicyChange) string {
+	cmd := "`cnlab policy " + c.Op + "`"
+	if c.Op == "replace" {
+		cmd = "a replace of the policy set (cnlab run)"
+	}
+	var what []string
+	for _, x := range []struct {
+		verb  string
+		names []string
+	}{{"creates", c.Created}, {"updates", c.Updated}, {"deletes", c.Deleted}} {
+		if len(x.names) > 0 {
+			what = append(what, x.verb+" "+abbreviate(x.names, 3))
+		}
+	}
+	detail := fmt.Sprintf("pid %d, started %s", c.Pid, c.Started.UTC().Format("2006-01-02 15:04:05 UTC"))
+	if len(what) > 0 {
+		detail += ": " + strings.Join(what, ", ")
+	}
+	return cmd + " (" + detail + ")"
+}
+
+// policyTrouble says in one line what is unfinished about a lab's
+// policies.
+func policyTrouble(ps *lab.PolicyStatus) string {
+	var parts []string
+	if c := ps.Change; c != nil {
+		switch c.Killed {
+		case "":
+			parts = append(parts, "a policy change is running")
+		case lab.KilledBeforeStaged:
+			parts = append(parts, "a policy change was killed before it staged its set")
+		case lab.KilledStaged:
+			parts = append(parts, "a policy change was killed between staged and committed")
+		case lab.KilledCommitted:
+			parts = append(parts, "a policy change was killed between committed and cleanup")
+		}
+	} else if ps.Staged != nil {
+		parts = append(parts, "an uncommitted staged policy set is left")
+	}
+	var dirty, off []string
+	for _, h := range ps.Hosts {
+		switch {
+		case h.Dirty:
+			dirty = append(dirty, h.Name)
+		case h.OffStored():
+			off = append(off, h.Name)
+		}
+	}
+	if len(dirty) > 0 {
+		parts = append(parts, "dirty hosts: "+strings.Join(dirty, ", "))
+	}
+	if len(off) > 0 {
+		parts = append(parts, "hosts off the stored set: "+strings.Join(off, ", "))
+	}
+	if ps.Error != "" {
+		parts = append(parts, "stored policies unreadable")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// printPolicyStatus tells what a lab's files say of its policies when a
+// change is unfinished or a host may not enforce the stored set.
+func printPolicyStatus(w io.Writer, labName string, ps *lab.PolicyStatus) {
+	if ps.Error != "" {
+		fmt.Fprintf(w, "the stored policies cannot be read: %s\n", ps.Error)
+	} else {
+		fmt.Fprintf(w, "%s stored (cnlab policy show %s)\n", plural.N(ps.Stored, "policy"), labName)
+	}
+	staged := "its new set"
+	if ps.Staged != nil {
+		staged = fmt.Sprintf("its new set (%s)", plural.N(ps.Staged.Policies, "policy"))
+	}
+	c := ps.Change
+	switch {
+	case c != nil && c.Running:
+		fmt.Fprintf(w, "a policy change is running: %s\n", changeText(c))
+	case c != nil && c.Killed == lab.KilledBeforeStaged:
+		fmt.Fprintf(w, "policy change killed before it staged its set: %s died; nothing was changed\n", changeText(c))
+	case c != nil && c.Killed == lab.KilledStaged:
+		fmt.Fprintf(w, "policy change killed between staged and committed: %s died; the stored set is the one from before it, %s was staged and not stored\n", changeText(c), staged)
+	case c != nil && c.Killed == lab.KilledCommitted:
+		fmt.Fprintf(w, "policy change killed between committed and cleanup: %s died after storing its new set\n", changeText(c))
+	case ps.Staged != nil:
+		fmt.Fprintf(w, "a staged policy set (%s) of a change that did not finish is left beside the stored one; it was not stored\n", plural.N(ps.Staged.Policies, "policy"))
+	}
+	var dirty, off []string
+	for _, h := range ps.Hosts {
+		switch {
+		case h.Dirty:
+			dirty = append(dirty, h.Name+" ("+holdsText(h)+")")
+		case h.OffStored():
+			off = append(off, h.Name+" ("+holdsText(h)+")")
+		}
+	}
+	if len(dirty) > 0 {
+		fmt.Fprintf(w, "dirty hosts: %s\n", strings.Join(dirty, ", "))
+	}
+	if len(off) > 0 {
+		fmt.Fprintf(w, "hosts off the stored set: %s\n", strings.Join(off, ", "))
+	}
+	if len(dirty)+len(off) == 0 {
+		fmt.Fprintln(w, "every host enforces the stored set")
+	}
+	if c == nil || !c.Running {
+		fmt.Fprintf(w, "the next `cnlab policy apply` or `cnlab policy delete` of %s rebuilds dirty hosts, brings every host to the set it then stores and clears this\n", labName)
+	}
 }

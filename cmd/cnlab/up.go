@@ -17,7 +17,7 @@ func newUpCmd(e *env) *cobra.Command {
 	var file, preset, name, datapath, link string
 	var length, workers, filler int
 	var fillerMode, hostRouting string
-	var connectHook bool
+	var connectHook, ipsets bool
 	cmd := &cobra.Command{
 		Use:   "up (-f FILE | --preset single-host|multi-host|chain|direct) [--name LAB] [--datapath D]",
 		Short: "Build a lab from a topology file or a preset",
@@ -31,6 +31,7 @@ Datapaths (--datapath, or datapath: in the file):
   cnlab up --preset chain --length 5 --link bridge
   cnlab up --preset direct   # client and server on one veth pair
   cnlab up --preset single-host --datapath iptables --filler 200 --filler-mode no-match
+  cnlab up -f examples/policy-lab.yaml --ipsets   # peers in ipsets, as Calico
   cnlab up --preset multi-host --datapath ebpf --host-routing legacy --connect-hook
   cnlab up -f examples/two-hosts-vxlan.yaml --name mylab`,
 		Args: cobra.NoArgs,
@@ -58,6 +59,9 @@ Datapaths (--datapath, or datapath: in the file):
 			ov := topology.Overrides{Name: name, Datapath: datapath, Options: kind.Overrides{FillerMode: fillerMode, HostRouting: hostRouting, ConnectHook: connectHook}}
 			if cmd.Flags().Changed("filler") {
 				ov.Options.Filler = &filler
+			}
+			if ipsets {
+				ov.Options.Peers = kind.PeersIPSets
 			}
 			var spec *topology.Spec
 			var err error
@@ -114,6 +118,7 @@ Datapaths (--datapath, or datapath: in the file):
 	f.IntVar(&workers, "workers", 4, "endpoints built in parallel")
 	f.IntVar(&filler, "filler", 0, kind.IPTables.String()+" datapath: rules that match nothing (seed 000's rule count)")
 	f.StringVar(&fillerMode, "filler-mode", "", kind.IPTables.String()+" datapath: no-match (before every rule) or top-of-chain (after the established rule)")
+	f.BoolVar(&ipsets, "ipsets", false, kind.IPTables.String()+" datapath: match each peer selector through an ipset of its addresses, one rule per selector (Calico's way; iptables: {peers: ipsets})")
 	return cmd
 }
 

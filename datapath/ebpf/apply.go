@@ -62,7 +62,7 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 			all = append(all, s)
 		}
 		if err == nil {
-			err = fault.At("ebpf-staged", h.Name)
+			err = fault.At(fault.EBPFStaged, h.Name)
 		}
 		if err != nil {
 			return fmt.Errorf("host %s: %w (no host changed)", h.Name, err)
@@ -73,15 +73,15 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	// full rebuild (the generation read back from the kernel alone cannot
 	// tell two interrupted switches from none).
 	for _, s := range all {
-		if err := datapath.MarkDirty(datapath.StatePath(lab.Name, kind.EBPF, s.host.Name)); err != nil {
+		if err := datapath.MarkDirty(datapath.StatePath(lab.Name, kind.EBPF, s.host.Name), c.Set); err != nil {
 			return fmt.Errorf("host %s: mark datapath state: %w (no host changed)", s.host.Name, err)
 		}
-		_ = fault.At("dirty", s.host.Name)
+		_ = fault.At(fault.Dirty, s.host.Name)
 	}
 	for i, s := range all {
 		next := s.cfg
 		next.Gen = 1 - s.cfg.Gen
-		err := fault.At("ebpf-switch", s.host.Name)
+		err := fault.At(fault.EBPFSwitch, s.host.Name)
 		if err == nil {
 			err = s.maps.config.Put(uint32(0), next)
 		}
@@ -99,10 +99,15 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 		datapath.KernelChanged(s.host.Name)
 		s.state.Gen = 1 - s.cfg.Gen
 		path := datapath.StatePath(lab.Name, kind.EBPF, s.host.Name)
-		if err := datapath.SaveState(path, s.state); err != nil {
-			_ = os.Remove(path) // the next apply then rebuilds every map
+		err := datapath.SaveState(path, s.state)
+		if err == nil {
+			err = datapath.RecordSet(path, c.Set)
+		}
+		if err != nil {
+			// Left marked: the next apply rebuilds every map.
+			_ = os.Remove(path)
 		} else {
-			_ = fault.At("saved", s.host.Name)
+			_ = fault.At(fault.Saved, s.host.Name)
 			_ = datapath.ClearDirty(path)
 		}
 		_ = pinActive(s)
@@ -197,6 +202,12 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) 
 	// that already hold the wanted map are left alone.
 	var putKeys, putFDs, delKeys []uint32
 	for i := range hp.Endpoints {
+		if i == len(hp.Endpoints)/2 {
+			// Half of the next generation's entries are written.
+			if err := fault.At(fault.EBPFMap, h.Name); err != nil {
+				return s, err
+			}
+		}
 		ep := &hp.Endpoints[i]
 		hash := ep.hash()
 		s.state.Endpoints[ep.ID] = hash
@@ -225,6 +236,11 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) 
 		}
 		putKeys = append(putKeys, slotNext)
 		putFDs = append(putFDs, uint32(pm.FD()))
+	}
+	if len(hp.Endpoints) == 0 {
+		if err := fault.At(fault.EBPFMap, h.Name); err != nil {
+			return s, err
+		}
 	}
 	if err := batchPut(m.policy, putKeys, putFDs); err != nil {
 		return s, fmt.Errorf("policy maps: %w", err)

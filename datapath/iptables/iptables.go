@@ -3,21 +3,25 @@
 // (br_netfilter) or routed to another host, matched top-down. Established
 // and related traffic is accepted first; then each local endpoint with
 // policy gets a chain of its own for egress and one for ingress, with one
-// rule per (peer address, protocol, port range), denies before allows.
-// Changes go through iptables-restore --noflush, one atomic commit per
-// host, rewriting only the chains that changed. It never touches the root
-// network namespace.
+// rule per (peer address, protocol, port range), denies before allows —
+// or, with peers: ipsets, one rule per peer term as written matching an
+// ipset of its addresses, as Calico's felix does (ipsets.go). Changes go
+// through iptables-restore --noflush, one atomic commit per host,
+// rewriting only the chains that changed; sets are written before it and
+// destroyed after it. It never touches the root network namespace.
 package iptables
 
 import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
@@ -65,21 +69,50 @@ func (d iptables) Setup(ctx context.Context, lab *topology.Spec) error {
 	return datapath.BindPorts(ctx, lab)
 }
 
-// hostState is what was last applied on a host: the rules of each chain.
+// hostState is what was last applied on a host: the rules of each chain,
+// and with peers: ipsets the sets they match.
 type hostState struct {
 	Chains map[string][]string `json:"chains"`
+	Sets   map[string]ipset    `json:"sets,omitempty"`
 }
 
 // Apply writes each host's chains, rewriting only those that changed and
 // removing those no longer needed, in one iptables-restore commit. A host
 // whose recorded state cannot be trusted is rebuilt from what
 // iptables-save shows: every wanted chain rewritten, every other cnlab
-// chain removed, in one commit too.
+// chain removed, in one commit too. With peers: ipsets, the sets that
+// changed are written before the commit and those no rule names any more
+// destroyed after it (a rebuild writes every wanted set and destroys
+// every other cnlab set of the host).
 func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
-	restore, save, _ := tools(lab)
-	_, _, bin := tools(lab)
-	rebuild := func(ctx context.Context, ns string, want *hostState) error {
-		listing, err := netns.Run(ctx, ns, nil, save, "-t", "filter")
+	restore, save, bin := tools(lab)
+	ipsets := lab.IPTables.IPSets()
+	rebuild := func(ctx context.Context, h *topology.Host, want *hostState) error {
+		var existing []string
+		if ipsets {
+			var err error
+			if existing, err = listSets(ctx, h.Netns); err != nil {
+				return err
+			}
+			// A temporary set left by a crash (no rule names one) might
+			// not take the new members' parameters: remove it first.
+			var tmps []string
+			existing = slices.DeleteFunc(existing, func(n string) bool {
+				if strings.HasSuffix(n, tmpSuffix) {
+					tmps = append(tmps, n)
+					return true
+				}
+				return false
+			})
+			existing = append(existing, destroySets(ctx, h.Netns, tmps)...)
+			if err := writeSets(ctx, h.Netns, nil, want.Sets, func(n string) bool { return slices.Contains(existing, n) }); err != nil {
+				return err
+			}
+			if err := fault.At(fault.IPSetsWritten, h.Name); err != nil {
+				return err
+			}
+		}
+		listing, err := netns.Run(ctx, h.Netns, nil, save, "-t", "filter")
 		if err != nil {
 			return err
 		}
@@ -87,29 +120,59 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 		if !hasJump(string(listing)) {
 			script = strings.TrimSuffix(script, "COMMIT\n") + jumpRule + "\nCOMMIT\n"
 		}
-		_, err = netns.Run(ctx, ns, []byte(script), restore, "-w", "--noflush")
-		return err
+		if err := datapath.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
+			return err
+		}
+		var gone []string
+		for _, n := range existing {
+			if _, ok := want.Sets[n]; !ok {
+				gone = append(gone, n)
+			}
+		}
+		keepSets(want, destroySets(ctx, h.Netns, gone), nil)
+		return nil
 	}
-	return datapath.ApplyHosts(ctx, lab, kind.IPTables,
+	return datapath.ApplyHosts(ctx, lab, kind.IPTables, c.Set,
 		func(host string) hostState { return Render(lab, host, c) },
-		func(ctx context.Context, ns string, have, want *hostState) error {
+		func(ctx context.Context, h *topology.Host, have, want *hostState) error {
 			// Without the jump from FORWARD (removed by hand) no
 			// chain of cnlab's is seen: put it back with the rest.
-			_, jumpErr := netns.Run(ctx, ns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain)
+			_, jumpErr := netns.Run(ctx, h.Netns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain)
 			if have == nil || jumpErr != nil {
-				return rebuild(ctx, ns, want)
+				return rebuild(ctx, h, want)
 			}
-			script := diffScript(have.Chains, want.Chains)
-			if script == "" {
-				return nil
+			inHave := func(n string) bool { _, ok := have.Sets[n]; return ok }
+			if err := writeSets(ctx, h.Netns, have.Sets, want.Sets, inHave); err != nil {
+				// The kernel may not hold the sets the state file
+				// says: rebuild from what it holds.
+				return rebuild(ctx, h, want)
 			}
-			if _, err := netns.Run(ctx, ns, []byte(script), restore, "-w", "--noflush"); err != nil {
-				// The kernel may not hold what the state file says (a
-				// hand edit): rebuild from what it holds.
-				return rebuild(ctx, ns, want)
+			if ipsets {
+				if err := fault.At(fault.IPSetsWritten, h.Name); err != nil {
+					return err
+				}
 			}
+			if script := diffScript(have.Chains, want.Chains); script != "" {
+				if err := datapath.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
+					// The kernel may not hold what the state file says (a
+					// hand edit): rebuild from what it holds.
+					return rebuild(ctx, h, want)
+				}
+			}
+			keepSets(want, destroySets(ctx, h.Netns, goneSets(have.Sets, want.Sets)), have.Sets)
 			return nil
 		})
+}
+
+// keepSets records in want the sets the kernel would not destroy (from
+// have when known), so that the next apply tries again.
+func keepSets(want *hostState, kept []string, have map[string]ipset) {
+	for _, n := range kept {
+		if want.Sets == nil {
+			want.Sets = map[string]ipset{}
+		}
+		want.Sets[n] = have[n]
+	}
 }
 
 // jumpRule hooks CNLAB-FWD into FORWARD, first, in a restore script.
@@ -225,6 +288,10 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	}
 	fwd = append(fwd, "-m conntrack --ctstate INVALID -j DROP")
 	var jumpsIn []string
+	var sets map[string]ipset
+	if lab.IPTables.IPSets() {
+		sets = map[string]ipset{}
+	}
 	for _, ep := range datapath.LocalEndpoints(lab, host) {
 		id := c.IdentityOfIP(ep.IP)
 		enf := c.Enforced[id]
@@ -238,7 +305,11 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 				continue
 			}
 			name := chainName(dir, ep)
-			st.Chains[name] = endpointChain(c, dir, rules, enforced)
+			if sets != nil {
+				st.Chains[name] = termChain(c, dir, c.TermsFor(id, dir), enforced, sets)
+			} else {
+				st.Chains[name] = endpointChain(c, dir, rules, enforced)
+			}
 			if dir == policy.Egress {
 				fwd = append(fwd, fmt.Sprintf("-s %s/32 -j %s", ep.IP, name))
 			} else {
@@ -249,36 +320,71 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	// Every egress check comes before every ingress check: a packet
 	// between two endpoints of this host needs both.
 	st.Chains[fwdChain] = append(fwd, jumpsIn...)
+	if len(sets) > 0 {
+		st.Sets = sets
+	}
 	return st
 }
 
 func endpointChain(c *policy.Compiled, dir policy.Dir, rules []policy.Entry, enforced bool) []string {
 	var out []string
-	peerFlag, allow := "-d", "RETURN"
+	peerFlag := "-d"
 	if dir == policy.Ingress {
-		peerFlag, allow = "-s", "ACCEPT"
+		peerFlag = "-s"
 	}
 	for _, r := range rules { // denies come first in RulesFor
-		verdict := allow
-		if r.Deny {
-			verdict = "DROP"
-		}
 		for _, pfx := range c.PeerPrefixes(r) {
 			var m []string
 			if pfx.Bits() > 0 {
 				m = append(m, peerFlag, pfx.String())
 			}
-			m = append(m, protoMatch(r)...)
-			m = append(m, "-m", "comment", "--comment", quote(r.Origin), "-j", verdict)
-			out = append(out, strings.Join(m, " "))
+			out = append(out, rule(m, r, dir))
 		}
 	}
-	if enforced {
-		out = append(out, "-j DROP")
-	} else {
-		out = append(out, "-j RETURN")
+	return append(out, chainEnd(enforced))
+}
+
+// termChain is endpointChain with peers: ipsets: a rule per term, its
+// peers in a set (added to sets) unless it allows any peer.
+func termChain(c *policy.Compiled, dir policy.Dir, terms []policy.Term, enforced bool, sets map[string]ipset) []string {
+	var out []string
+	for _, t := range terms { // denies come first in TermsFor
+		var m []string
+		if t.Set != "" {
+			ps := c.PeerSets[t.Set]
+			name := setName(ps)
+			sets[name] = renderSet(ps)
+			m = setMatch(name, dir)
+		}
+		out = append(out, rule(m, t.Entry(), dir))
 	}
-	return out
+	return append(out, chainEnd(enforced))
+}
+
+// rule completes a rule of an endpoint chain that matches peers with m:
+// protocol and ports, the origin as a comment, and the verdict (egress
+// returns to CNLAB-FWD for the destination's ingress check; ingress
+// accepts).
+func rule(m []string, r policy.Entry, dir policy.Dir) string {
+	verdict := "RETURN"
+	switch {
+	case r.Deny:
+		verdict = "DROP"
+	case dir == policy.Ingress:
+		verdict = "ACCEPT"
+	}
+	m = append(m, protoMatch(r)...)
+	m = append(m, "-m", "comment", "--comment", quote(r.Origin), "-j", verdict)
+	return strings.Join(m, " ")
+}
+
+// chainEnd is the last rule of an endpoint chain: drop what no rule
+// allowed when the endpoint is isolated, else back to CNLAB-FWD.
+func chainEnd(enforced bool) string {
+	if enforced {
+		return "-j DROP"
+	}
+	return "-j RETURN"
 }
 
 func protoMatch(r policy.Entry) []string {
@@ -307,8 +413,8 @@ func quote(s string) string {
 	return `"` + s + `"`
 }
 
-// Describe returns iptables-save of each host's filter table, then its
-// port table.
+// Describe returns iptables-save of each host's filter table, with
+// peers: ipsets its ipset save, then its port table.
 func (d iptables) Describe(ctx context.Context, lab *topology.Spec) (map[string]string, error) {
 	_, save, _ := tools(lab)
 	out := map[string]string{}
@@ -316,6 +422,13 @@ func (d iptables) Describe(ctx context.Context, lab *topology.Spec) (map[string]
 		text, err := netns.Run(ctx, h.Netns, nil, save, "-t", "filter")
 		if err != nil {
 			return nil, err
+		}
+		if lab.IPTables.IPSets() {
+			sets, err := netns.Run(ctx, h.Netns, nil, "ipset", "save")
+			if err != nil {
+				return nil, err
+			}
+			text = append(text, sets...)
 		}
 		ports, err := datapath.DescribePorts(ctx, h.Netns)
 		if err != nil {

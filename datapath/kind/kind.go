@@ -74,18 +74,26 @@ var descriptors = []Descriptor{
 			{"iptables-nft", "iptables", nil},
 			{"iptables", "iptables", []string{"--version"}},
 			{"iptables-legacy", "iptables", []string{"--version"}},
-			{"nft", "nftables", nil}, // the bridge table binding endpoint ports
+			{"nft", "nftables", nil},                // the bridge table binding endpoint ports
+			{"ipset", "ipset", []string{"version"}}, // peers: ipsets
 		},
 		needs: func(o *Options) []string { // what Setup and Apply run
 			restore, _, bin := o.IPTables.Tools()
+			if o.IPTables.IPSets() {
+				return []string{restore, bin, "nft", "ipset"}
+			}
 			return []string{restore, bin, "nft"}
 		},
 		describe: func(o *Options) string {
 			ip := o.IPTables
-			if ip.Filler > 0 {
-				return fmt.Sprintf("%s backend, %s %s", ip.Backend, plural.N(ip.Filler, "filler rule"), ip.FillerMode)
+			s := ip.Backend + " backend"
+			if ip.IPSets() {
+				s += ", peers in ipsets"
 			}
-			return ip.Backend + " backend"
+			if ip.Filler > 0 {
+				s += fmt.Sprintf(", %s %s", plural.N(ip.Filler, "filler rule"), ip.FillerMode)
+			}
+			return s
 		},
 		view: func(o *Options) OptionsView { ip := o.IPTables; return OptionsView{IPTables: &ip} },
 	},

@@ -60,6 +60,31 @@ func TestOverridesNameTheirFlag(t *testing.T) {
 	if err := (Overrides{Filler: &n, FillerMode: FillerTopOfChain}).Apply(IPTables, &raw); err != nil || *raw.IPTables.Filler != 3 || raw.IPTables.FillerMode != FillerTopOfChain {
 		t.Errorf("filler on iptables: %+v %v", raw.IPTables, err)
 	}
+	err = Overrides{Peers: PeersIPSets}.Apply(NFTables, &raw)
+	if !input.Is(err) || !strings.HasPrefix(err.Error(), "--ipsets: ") {
+		t.Errorf("--ipsets on nftables: %v", err)
+	}
+	if err := (Overrides{Peers: PeersIPSets}).Apply(IPTables, &raw); err != nil || raw.IPTables.Peers != PeersIPSets || *raw.IPTables.Filler != 3 {
+		t.Errorf("ipsets on iptables: %+v %v", raw.IPTables, err)
+	}
+}
+
+func TestResolvePeers(t *testing.T) {
+	o, err := Resolve("f.yaml", IPTables, RawOptions{})
+	if err != nil || o.IPTables.Peers != PeersAddresses || o.IPTables.IPSets() {
+		t.Errorf("default peers: %+v %v", o.IPTables, err)
+	}
+	o, err = Resolve("f.yaml", IPTables, RawOptions{IPTables: &RawIPTables{Peers: PeersIPSets}})
+	if err != nil || !o.IPTables.IPSets() {
+		t.Errorf("peers ipsets: %+v %v", o.IPTables, err)
+	}
+	_, err = Resolve("f.yaml", IPTables, RawOptions{IPTables: &RawIPTables{Peers: "sets"}})
+	if !input.Is(err) || err.Error() != `f.yaml: iptables.peers: unknown mode "sets" (addresses, ipsets)` {
+		t.Errorf("bad peers: %v", err)
+	}
+	if got := IPTables.Describe(&Options{IPTables: IPTablesOptions{Backend: BackendLegacy, Peers: PeersIPSets}}); got != "legacy backend, peers in ipsets" {
+		t.Errorf("describe ipsets: %q", got)
+	}
 }
 
 func TestDescribeAndView(t *testing.T) {

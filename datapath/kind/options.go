@@ -25,6 +25,7 @@ type RawIPTables struct {
 	Filler     *int   `yaml:"filler"`
 	FillerMode string `yaml:"fillerMode"`
 	Backend    string `yaml:"backend"`
+	Peers      string `yaml:"peers"`
 }
 
 // RawEBPF is the ebpf: section of a topology file.
@@ -48,6 +49,18 @@ const (
 	BackendNFT    = "nft"    // iptables-nft, on nf_tables
 )
 
+// How the iptables datapath matches a rule's peers.
+const (
+	// PeersAddresses writes one rule per peer address (prefix): Docker's
+	// and kube-router's way, and the default.
+	PeersAddresses = "addresses"
+	// PeersIPSets puts the addresses of each peer term as written (a
+	// selector, a CIDR) in an ipset and matches it with one rule per term
+	// and port, as Calico's felix does: a term that selects nobody still
+	// costs a set and a rule.
+	PeersIPSets = "ipsets"
+)
+
 // MaxFiller bounds the iptables filler rules.
 const MaxFiller = 100000
 
@@ -56,7 +69,11 @@ type IPTablesOptions struct {
 	Filler     int    `json:"filler"`     // rules that match nothing
 	FillerMode string `json:"fillerMode"` // no-match or top-of-chain
 	Backend    string `json:"backend"`    // legacy (x_tables) or nft
+	Peers      string `json:"peers"`      // addresses or ipsets ("" in ledgers written before it: addresses)
 }
+
+// IPSets reports whether peers are matched through ipsets.
+func (o IPTablesOptions) IPSets() bool { return o.Peers == PeersIPSets }
 
 // Tools returns the programs of the options' backend: iptables-restore,
 // iptables-save and iptables.
@@ -93,10 +110,11 @@ type EBPFOptions struct {
 }
 
 // Overrides set datapath options from the command line (--filler,
-// --host-routing, --connect-hook). Empty fields change nothing.
+// --ipsets, --host-routing, --connect-hook). Empty fields change nothing.
 type Overrides struct {
 	Filler      *int   // iptables filler rules
 	FillerMode  string // iptables filler mode
+	Peers       string // iptables peer matching (addresses, ipsets)
 	HostRouting string // ebpf host routing
 	ConnectHook bool   // ebpf socket-level enforcement
 }
@@ -138,6 +156,15 @@ func (ov Overrides) Apply(k Kind, raw *RawOptions) error {
 			raw.IPTables.FillerMode = ov.FillerMode
 		}
 	}
+	if ov.Peers != "" {
+		if k != IPTables {
+			return &input.Error{File: "--ipsets", Msg: fmt.Sprintf("an option of the %s datapath, but the lab's datapath is %s", IPTables, k)}
+		}
+		if raw.IPTables == nil {
+			raw.IPTables = &RawIPTables{}
+		}
+		raw.IPTables.Peers = ov.Peers
+	}
 	return nil
 }
 
@@ -148,7 +175,7 @@ func Resolve(file string, k Kind, raw RawOptions) (Options, error) {
 		return &input.Error{File: file, Path: path, Msg: fmt.Sprintf(format, args...)}
 	}
 	o := Options{
-		IPTables: IPTablesOptions{FillerMode: FillerNoMatch, Backend: BackendLegacy},
+		IPTables: IPTablesOptions{FillerMode: FillerNoMatch, Backend: BackendLegacy, Peers: PeersAddresses},
 		EBPF: EBPFOptions{HostRouting: HostRoutingBPF, PolicyMapSize: DefaultPolicyMapSize,
 			CTMapSize: DefaultCTMapSize, MaxEndpoints: DefaultMaxEndpoints},
 	}
@@ -175,6 +202,13 @@ func Resolve(file string, k Kind, raw RawOptions) (Options, error) {
 			o.IPTables.Backend = ip.Backend
 		default:
 			return o, errf("iptables.backend", "unknown backend %q (%s, %s)", ip.Backend, BackendLegacy, BackendNFT)
+		}
+		switch ip.Peers {
+		case "":
+		case PeersAddresses, PeersIPSets:
+			o.IPTables.Peers = ip.Peers
+		default:
+			return o, errf("iptables.peers", "unknown mode %q (%s, %s)", ip.Peers, PeersAddresses, PeersIPSets)
 		}
 	}
 	if e := raw.EBPF; e != nil {

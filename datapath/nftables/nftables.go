@@ -175,11 +175,9 @@ type hostState struct {
 // a new generation is built; if it refuses that too, or the host's
 // recorded state cannot be trusted, the table is recreated.
 func (d nft) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
-	return datapath.ApplyHosts(ctx, lab, kind.NFTables,
+	return datapath.ApplyHosts(ctx, lab, kind.NFTables, c.Set,
 		func(host string) hostState { return Render(lab, host, c) },
-		func(ctx context.Context, ns string, have, want *hostState) error {
-			return update(ctx, ns, have, want)
-		})
+		update)
 }
 
 // update brings a host from have to want: in place when that deletes few
@@ -189,9 +187,9 @@ func (d nft) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) 
 // the kernel refuses the new generation, it deletes and recreates the
 // table with generation 0 holding want, in one transaction:
 // established connections survive it (conntrack is not in the table).
-func update(ctx context.Context, ns string, have, want *hostState) error {
+func update(ctx context.Context, h *topology.Host, have, want *hostState) error {
 	if have == nil {
-		return recreate(ctx, ns, want)
+		return recreate(ctx, h, want)
 	}
 	want.Gen = have.Gen
 	script, ok := diffScript(have.Gen, have.Sets, want.Sets)
@@ -199,25 +197,24 @@ func update(ctx context.Context, ns string, have, want *hostState) error {
 		if script == "" {
 			return nil
 		}
-		if _, err := netns.Run(ctx, ns, []byte(script), "nft", "-f", "-"); err == nil {
+		if err := datapath.Load(ctx, h, script, "nft", "-f", "-"); err == nil {
 			return nil
 		}
 		// The kernel refused the edit (its sets may not be what the state
 		// file says): rebuild instead.
 	}
 	want.Gen = have.Gen + 1
-	if _, err := netns.Run(ctx, ns, []byte(rebuildScript(have.Gen, want.Gen, want.Sets)), "nft", "-f", "-"); err == nil {
+	if err := datapath.Load(ctx, h, rebuildScript(have.Gen, want.Gen, want.Sets), "nft", "-f", "-"); err == nil {
 		return nil
 	}
 	// The kernel is not on the generation the state file says.
-	return recreate(ctx, ns, want)
+	return recreate(ctx, h, want)
 }
 
 // recreate replaces the host's table with one holding want as generation 0.
-func recreate(ctx context.Context, ns string, want *hostState) error {
+func recreate(ctx context.Context, h *topology.Host, want *hostState) error {
 	want.Gen = 0
-	_, err := netns.Run(ctx, ns, []byte(skeleton()+fill(0, want.Sets)), "nft", "-f", "-")
-	return err
+	return datapath.Load(ctx, h, skeleton()+fill(0, want.Sets), "nft", "-f", "-")
 }
 
 // fill adds the elements of sets to generation g's sets.

@@ -179,4 +179,28 @@ var All = []Scenario{
 	{Name: "cilium and kubernetes policies add up", Policies: np("y", "np-from-x", "  podSelector: {}\n  ingress:\n  - from:\n    - namespaceSelector:\n        matchLabels: {ns: x}\n") +
 		cnp("y", "cnp-from-z", "  endpointSelector: {}\n  ingress:\n  - fromEndpoints:\n    - matchLabels:\n        k8s:io.kubernetes.pod.namespace: z\n"),
 		Expect: []Cell{allow("x/a", "y/a", "TCP", 80), allow("z/a", "y/a", "TCP", 80), deny("y/b", "y/a", "TCP", 80)}},
+
+	// Seed 003's policy shape (the experiments' policyMode terms): with
+	// iptables peers: ipsets each term is a set and a rule, empty ones
+	// included; elsewhere the empty terms compile to nothing.
+	{Name: TermsName, Policies: cnp("x", "terms", "  endpointSelector:\n    matchLabels: {pod: a}\n  ingress:\n  - fromEndpoints:\n    - matchLabels: {pod: b}\n    - matchLabels: {key0: value0, key1: value1}\n    - matchLabels: {key2: value2, key3: value3}\n"),
+		Expect: []Cell{allow("x/b", "x/a", "TCP", 80), allow("x/b", "x/a", "UDP", 81), deny("x/c", "x/a", "TCP", 80), deny("y/b", "x/a", "TCP", 80), allow("x/a", "x/b", "TCP", 80)}},
+
+	// Every address by CIDR, which an ipset of prefixes cannot hold as one
+	// member, and a deny inside it.
+	{Name: "cilium: fromCIDR 0.0.0.0/0 with a deny inside it", Policies: cnp("x", "any", "  endpointSelector: {}\n  ingress:\n  - fromCIDR: [0.0.0.0/0]\n    toPorts:\n    - ports:\n      - {port: \"80\", protocol: TCP}\n  ingressDeny:\n  - fromCIDRSet:\n    - cidr: 10.0.0.0/8\n      except: [10.0.191.0/24]\n"),
+		Expect: []Cell{allow("y/a", "x/a", "TCP", 80), deny("z/a", "x/a", "TCP", 80), deny("y/a", "x/a", "UDP", 81), deny("x/a", "x/b", "TCP", 80), allow("y/c", "x/b", "TCP", 80)}},
+}
+
+// TermsName names the scenario of seed 003's policy shape.
+const TermsName = "cilium: fromEndpoints terms that select nobody"
+
+// Named returns the scenario of that name; it panics on a name not in All.
+func Named(name string) Scenario {
+	for _, sc := range All {
+		if sc.Name == name {
+			return sc
+		}
+	}
+	panic("no scenario " + name)
 }

@@ -8,6 +8,9 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -146,4 +149,35 @@ func CheckAllPairs(t *testing.T, peers []Peer) {
 	for err := range errs {
 		t.Error(err)
 	}
+}
+
+var matchSet = regexp.MustCompile(`--match-set (\S+) `)
+
+// IPSets returns, for a namespace, the cnlab ipsets its iptables rules
+// name (listed by the save tool, iptables-legacy-save or
+// iptables-nft-save), those its kernel holds, both sorted, and the number
+// of rules that match a set.
+func IPSets(ctx context.Context, ns, save string) (named, held []string, rules int, err error) {
+	listing, err := netns.Run(ctx, ns, nil, save, "-t", "filter")
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	for _, m := range matchSet.FindAllStringSubmatch(string(listing), -1) {
+		rules++
+		if !slices.Contains(named, m[1]) {
+			named = append(named, m[1])
+		}
+	}
+	out, err := netns.Run(ctx, ns, nil, "ipset", "list", "-n")
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	for _, n := range strings.Fields(string(out)) {
+		if strings.HasPrefix(n, "cnlab-") {
+			held = append(held, n)
+		}
+	}
+	slices.Sort(named)
+	slices.Sort(held)
+	return named, held, rules, nil
 }

@@ -52,8 +52,8 @@ func RequireTool(t testing.TB, name, pkg string) {
 
 // Snapshot records what the tests must leave as they found it: the named
 // network namespaces, the root namespace's links, the nftables ruleset,
-// the bpffs tree and the processes of labCommands. Outside root it
-// records nothing.
+// the root namespace's ipsets, the bpffs tree and the processes of
+// labCommands. Outside root it records nothing.
 func Snapshot() string {
 	if os.Geteuid() != 0 {
 		return ""
@@ -69,6 +69,8 @@ func Snapshot() string {
 	b.WriteString(normalizeLinks(run("ip", "-o", "link", "show")))
 	b.WriteString("# nft list ruleset\n")
 	b.WriteString(run("nft", "list", "ruleset"))
+	b.WriteString("# ipset list -n (root namespace)\n")
+	b.WriteString(run("ipset", "list", "-n"))
 	b.WriteString("# cnlab BPF programs loaded\n")
 	for _, line := range strings.Split(run("bpftool", "prog", "show"), "\n") {
 		if f := strings.Fields(line); len(f) >= 4 && f[2] == "name" && strings.HasPrefix(f[3], "cnlab_") {
