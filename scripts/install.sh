@@ -22,6 +22,43 @@ declare -A tools=(
 # programs (go generate ./datapath/ebpf, checked by the tests).
 extra=(libbpf-dev linux-libc-dev)
 
+# install_ovs installs openvswitch-switch for its programs only: each lab
+# runs daemons of its own (topology/ovs.go), so the system's Open vSwitch,
+# which the package starts at once and at every boot, is not wanted. apt
+# is told not to start services while it installs (a policy-rc.d, unless
+# the machine has one of its own), then the service is disabled at boot
+# and stopped, should a policy of the machine's have let it start. An
+# Open vSwitch installed before this script ran is left as it is.
+install_ovs() {
+	local policy=/usr/sbin/policy-rc.d made=""
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\n# cnlab scripts/install.sh: no service starts while openvswitch-switch installs\nexit 101\n' >"$policy"
+		chmod 0755 "$policy"
+		made=1
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
+	echo "install.sh: installing openvswitch-switch (its system service neither started nor enabled)"
+	apt-get install -y -q --no-install-recommends openvswitch-switch
+	if [ -n "$made" ]; then
+		rm -f "$policy"
+		trap - EXIT
+	fi
+	local units=(openvswitch-switch.service ovs-vswitchd.service ovsdb-server.service)
+	if [ -d /run/systemd/system ]; then
+		systemctl disable --now "${units[@]}" >/dev/null 2>&1 || true
+		return
+	fi
+	# No systemd running: its links (for a later boot with it) and the
+	# SysV ones, and the daemons if they run.
+	if command -v systemctl >/dev/null 2>&1; then
+		systemctl disable "${units[@]}" >/dev/null 2>&1 || true
+	fi
+	update-rc.d openvswitch-switch disable >/dev/null 2>&1 || true
+	if [ -e /run/openvswitch/ovsdb-server.pid ]; then
+		/etc/init.d/openvswitch-switch stop >/dev/null 2>&1 || true
+	fi
+}
+
 missing=()
 for cmd in "${!tools[@]}"; do
 	command -v "$cmd" >/dev/null 2>&1 || missing+=("${tools[$cmd]}")
@@ -45,8 +82,21 @@ if [ "${#missing[@]}" -gt 0 ]; then
 			echo "install.sh: $pkg is not packaged here; skipping it" >&2
 		fi
 	done
-	echo "install.sh: installing ${avail[*]}"
-	apt-get install -y -q --no-install-recommends "${avail[@]}"
+	# openvswitch-switch goes alone, its service kept from starting.
+	ovs=""
+	for i in "${!avail[@]}"; do
+		if [ "${avail[$i]}" = openvswitch-switch ]; then
+			ovs=1
+			unset 'avail[i]'
+		fi
+	done
+	if [ "${#avail[@]}" -gt 0 ]; then
+		echo "install.sh: installing ${avail[*]}"
+		apt-get install -y -q --no-install-recommends "${avail[@]}"
+	fi
+	if [ -n "$ovs" ]; then
+		install_ovs
+	fi
 else
 	echo "install.sh: system packages already present"
 fi

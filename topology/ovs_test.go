@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cnlab/cnlab/internal/rundir"
 	"github.com/cnlab/cnlab/internal/testutil"
 )
 
@@ -15,10 +16,7 @@ import (
 // TCP through them, and checks that deleting the lab leaves no daemon and
 // no file behind.
 func TestOVSChains(t *testing.T) {
-	testutil.RequireRoot(t)
-	for _, tool := range ovsTools {
-		testutil.RequireTool(t, tool, OVSPackage)
-	}
+	requireOVS(t)
 	for i, chain := range []string{
 		"{length: 0, link: ovs}",
 		"{length: 2, link: ovs}",
@@ -48,6 +46,44 @@ func TestOVSChains(t *testing.T) {
 				t.Errorf("%s left after teardown (%v)", ovsDir(s.Name), err)
 			}
 		})
+	}
+}
+
+// TestOVSDownWithoutRunDir: a lab whose run directory is gone (its OvS
+// pid files, sockets and database with it, as after a crash that lost
+// /run/cnlab) still has its daemons stopped by Teardown, found from the
+// kernel's state: they run in a namespace of the lab.
+func TestOVSDownWithoutRunDir(t *testing.T) {
+	requireOVS(t)
+	s, err := Parse([]byte("name: t-ovs-lost\nchain: {length: 1, link: ovs, switches: 2}\n"), "t.yaml", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	upForTest(t, s)
+	if n := len(ovsDaemons(t, s.Name)); n != 2 {
+		t.Fatalf("%d OvS daemons of the lab running, want 2", n)
+	}
+	if err := os.RemoveAll(rundir.Lab(s.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Teardown(s.Name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if left := ovsDaemons(t, s.Name); len(left) > 0 {
+		t.Errorf("OvS daemons left after teardown: %v", left)
+	}
+	if names, _ := Netns(s.Name); len(names) > 0 {
+		t.Errorf("namespaces left after teardown: %v", names)
+	}
+}
+
+// requireOVS skips the test without root or Open vSwitch (fails it under
+// CI), naming the package to install.
+func requireOVS(t *testing.T) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	for _, tool := range ovsTools {
+		testutil.RequireTool(t, tool, OVSPackage)
 	}
 }
 

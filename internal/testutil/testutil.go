@@ -1,6 +1,7 @@
 // Package testutil holds helpers shared by cnlab's tests: privilege checks
 // that skip outside CI and fail under CI, and a check that a test binary
-// leaves the kernel (namespaces, links, nftables, bpffs) as it found it.
+// leaves the kernel (namespaces, links, nftables, bpffs) and the process
+// table (OvS daemons, traffic tools) as it found them.
 // It is imported by tests only.
 package testutil
 
@@ -13,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -50,8 +52,8 @@ func RequireTool(t testing.TB, name, pkg string) {
 
 // Snapshot records what the tests must leave as they found it: the named
 // network namespaces, the root namespace's links, the nftables ruleset,
-// the root namespace's ipsets and the bpffs tree. Outside root it records
-// nothing.
+// the root namespace's ipsets, the bpffs tree and the processes of
+// labCommands. Outside root it records nothing.
 func Snapshot() string {
 	if os.Geteuid() != 0 {
 		return ""
@@ -85,7 +87,39 @@ func Snapshot() string {
 	})
 	sort.Strings(files)
 	b.WriteString(strings.Join(files, "\n"))
+	b.WriteString("\n# processes a lab or a test starts\n")
+	b.WriteString(strings.Join(labProcesses(), "\n"))
 	return b.String()
+}
+
+// labCommands are the programs cnlab starts that outlive a command of
+// its own (daemons, traffic tools), as /proc/PID/comm names them.
+var labCommands = []string{"ovsdb-server", "ovs-vswitchd", "iperf3", "sockperf"}
+
+// labProcesses lists "PID COMM" of every live process running one of
+// labCommands. Zombies are left out: the process is gone, only its exit
+// status waits for a parent (PID 1 here, once a daemon's parent exited)
+// to collect it.
+func labProcesses() []string {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var procs []string
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// PID (COMM) STATE ...: COMM may hold spaces and parentheses.
+		s := string(b)
+		open, shut := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || shut < open || shut+2 >= len(s) || s[shut+2] == 'Z' {
+			continue
+		}
+		if comm := s[open+1 : shut]; slices.Contains(labCommands, comm) {
+			procs = append(procs, strings.TrimSpace(s[:open])+" "+comm)
+		}
+	}
+	sort.Strings(procs)
+	return procs
 }
 
 func run(name string, args ...string) string {
@@ -114,7 +148,7 @@ func normalizeLinks(s string) string {
 
 // Main runs a package's tests and then fails the binary if the kernel state
 // differs from before: a test that leaks a namespace, a link, an nftables
-// table or a pin is caught even if it passed. Use it from TestMain.
+// table, a pin or a daemon is caught even if it passed. Use it from TestMain.
 func Main(m *testing.M) {
 	before := Snapshot()
 	code := m.Run()
