@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"net/netip"
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/input"
@@ -46,7 +47,7 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 	}
 	r := &resolver{file: file, raw: raw, spec: &Spec{Source: file}}
 	for _, step := range []func() error{
-		r.header, r.datapath, r.chain, r.hosts, r.namespaces, r.links, r.routes, r.endpoints, r.datapathLimits,
+		r.header, r.datapath, r.chain, r.hosts, r.namespaces, r.links, r.routes, r.endpoints, r.datapathLimits, r.services,
 	} {
 		if err := step(); err != nil {
 			return nil, err
@@ -80,6 +81,76 @@ func applyOverrides(raw *rawFile, ov Overrides) error {
 	}
 	if ov.MTU != 0 {
 		raw.MTU = &ov.MTU
+	}
+	if ov.Proxy != "" {
+		if _, err := kind.ParseProxy(ov.Proxy); err != nil {
+			return &input.Error{File: "--service-proxy", Msg: err.Error()}
+		}
+		if raw.Services == nil {
+			raw.Services = &rawServices{}
+		}
+		raw.Services.Proxy = ov.Proxy
+	}
+	return nil
+}
+
+// DefaultServiceCIDR is the range cluster IPs come from when the file
+// names none (kubeadm's default).
+const DefaultServiceCIDR = "10.96.0.0/16"
+
+// services resolves the services: section: its CIDR (which no other range
+// of the lab may overlap) and its proxy, checked against the datapath.
+func (r *resolver) services() error {
+	s, raw := r.spec, r.raw.Services
+	if raw == nil {
+		raw = &rawServices{}
+	}
+	cidr := raw.CIDR
+	if cidr == "" {
+		cidr = DefaultServiceCIDR
+	}
+	p, err := parsePrefix(cidr)
+	if err == nil {
+		err = unicastRange(p)
+	}
+	if err != nil {
+		return r.errf("services.cidr", "%v", err)
+	}
+	if p.Bits() > 28 {
+		return r.errf("services.cidr", "%s is too small: give at least a /28", p)
+	}
+	ranges := []struct {
+		name string
+		p    netip.Prefix
+	}{{"transitCIDR", s.TransitCIDR}}
+	for i, h := range s.Hosts {
+		ranges = append(ranges, struct {
+			name string
+			p    netip.Prefix
+		}{fmt.Sprintf("hosts[%d].podCIDR", i), h.PodCIDR})
+	}
+	if s.Chain != nil {
+		ranges = append(ranges, struct {
+			name string
+			p    netip.Prefix
+		}{"chain.cidr", s.Chain.CIDR})
+	}
+	for _, o := range ranges {
+		if o.p.IsValid() && p.Overlaps(o.p) {
+			return r.errf("services.cidr", "%s overlaps %s %s", p, o.name, o.p)
+		}
+	}
+	s.Services.CIDR = p
+	s.Services.Proxy = kind.DefaultProxy(s.Datapath)
+	if raw.Proxy != "" {
+		px, err := kind.ParseProxy(raw.Proxy)
+		if err != nil {
+			return r.errf("services.proxy", "%v", err)
+		}
+		if why := px.Pairs(s.Datapath); why != "" {
+			return r.errf("services.proxy", "%s", why)
+		}
+		s.Services.Proxy = px
 	}
 	return nil
 }

@@ -20,8 +20,14 @@ type rawFile struct {
 	Namespaces  map[string]rawNamespace `yaml:"namespaces"`
 	Endpoints   []rawEndpoint           `yaml:"endpoints"`
 	Chain       *rawChain               `yaml:"chain"`
+	Services    *rawServices            `yaml:"services"`
 	// The datapaths' sections (iptables:, ebpf:), resolved by package kind.
 	kind.RawOptions `yaml:",inline"`
+}
+
+type rawServices struct {
+	CIDR  string `yaml:"cidr"`
+	Proxy string `yaml:"proxy"`
 }
 
 type rawHost struct {
@@ -77,9 +83,17 @@ type Spec struct {
 	Namespaces  map[string]Namespace `json:"namespaces"`
 	Endpoints   []Endpoint           `json:"endpoints"`
 	Chain       *Chain               `json:"chain,omitempty"`
+	Services    Services             `json:"services"`
 	// The datapaths' options (every kind's, defaults filled in; JSON
 	// keys iptables and ebpf at this level).
 	kind.Options
+}
+
+// Services says how a lab serves Kubernetes Services: the range cluster
+// IPs are allocated from, and the proxy that translates them.
+type Services struct {
+	CIDR  netip.Prefix `json:"cidr"`
+	Proxy kind.Proxy   `json:"proxy"`
 }
 
 // Host is a node: a network namespace with a Linux bridge for its endpoints.

@@ -1,0 +1,37 @@
+// Package proxy defines what a service proxy does — prepare a lab's hosts
+// and make each host translate new connections to a Service's address into
+// connections to one of its backends, as service.Table says — and the
+// Descriptor that binds a proxy kind (datapath/kind.Proxy) to an
+// implementation. Proxies consume the service Table only: they never read
+// Service YAML. Each host translates the connections its own endpoints
+// open (a ClusterIP is translated on the client's host) and those that
+// reach its node ports.
+package proxy
+
+import (
+	"context"
+
+	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/service"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Proxy balances a lab's Services.
+type Proxy interface {
+	// Setup prepares every host of the lab (its base chains or table,
+	// sysctls); idempotent.
+	Setup(ctx context.Context, lab *topology.Spec) error
+	// Apply makes every host translate as t says, changing only what
+	// differs from the previous Apply, in one atomic transaction per host:
+	// a new connection sees either the old frontends or the new ones.
+	// Connections already established keep their backend.
+	Apply(ctx context.Context, lab *topology.Spec, t *service.Table) error
+	// Describe returns the proxy's kernel state, per host name.
+	Describe(ctx context.Context, lab *topology.Spec) (map[string]string, error)
+}
+
+// Descriptor binds a proxy kind to its implementation.
+type Descriptor struct {
+	Kind kind.Proxy
+	New  func() Proxy
+}
