@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/input"
 )
 
@@ -154,6 +155,13 @@ func TestBadInput(t *testing.T) {
 		{"ipv6", "name: x\nhosts: [{name: a, podCIDR: 'fd00::/64'}]\n", "only IPv4 is supported"},
 		{"overlapping cidrs", "name: x\nhosts:\n  - {name: a, podCIDR: 10.0.0.0/16}\n  - {name: b, podCIDR: 10.0.5.0/24}\n", "bad.yaml: hosts[1].podCIDR: 10.0.5.0/24 overlaps hosts[0].podCIDR 10.0.0.0/16"},
 		{"overlaps transit", "name: x\nhosts: [{name: a, podCIDR: 100.64.1.0/24}]\n", "overlaps transitCIDR 100.64.0.0/16"},
+		{"services cidr overlaps pods", "name: x\nhosts: [{name: a, podCIDR: 10.96.1.0/24}]\n", "bad.yaml: services.cidr: 10.96.0.0/16 overlaps hosts[0].podCIDR 10.96.1.0/24"},
+		{"services cidr bad", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {cidr: 10.96.0.0/40}\n", `bad.yaml: services.cidr: "10.96.0.0/40" is not a CIDR`},
+		{"services cidr small", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {cidr: 10.96.0.0/30}\n", "bad.yaml: services.cidr: 10.96.0.0/30 is too small"},
+		{"services proxy ipvs", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {proxy: ipvs}\n", `bad.yaml: services.proxy: service proxy "ipvs" is not available: this kernel has no IPVS`},
+		{"services proxy unknown", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {proxy: kube}\n", `bad.yaml: services.proxy: unknown service proxy "kube" (supported: iptables, nftables, none)`},
+		{"services proxy on ebpf", "name: x\ndatapath: ebpf\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {proxy: nftables}\n", "bad.yaml: services.proxy: the nftables service proxy translates in netfilter's PREROUTING"},
+		{"services unknown field", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {proxi: nftables}\n", `bad.yaml: services.proxi: unknown field "proxi" (known fields: cidr, proxy)`},
 		{"duplicate host", "name: x\nhosts:\n  - {name: a, podCIDR: 10.0.0.0/24}\n  - {name: a, podCIDR: 10.0.1.0/24}\n", `bad.yaml: hosts[1].name: duplicate host name "a" (also hosts[0])`},
 		{"link unknown host", "name: x\n" + hosts2 + "links: [{between: [flip, flop]}]\n", `bad.yaml: links[0].between[1]: unknown host "flop" (hosts: flip, flap)`},
 		{"link one host", "name: x\n" + hosts2 + "links: [{between: [flip]}]\n", "bad.yaml: links[0].between: must name exactly two hosts"},
@@ -267,6 +275,25 @@ func TestOverrides(t *testing.T) {
 	}
 	if _, err := Parse([]byte(good), "good.yaml", Overrides{Datapath: "ovs"}); err == nil || !strings.Contains(err.Error(), "--datapath") {
 		t.Errorf("bad --datapath: %v", err)
+	}
+	for _, tc := range []struct {
+		datapath, proxy string
+		want            kind.Proxy
+	}{{"iptables", "", kind.ProxyIPTables}, {"nftables", "", kind.ProxyNFTables}, {"ebpf", "", kind.ProxyNone},
+		{"iptables", "nftables", kind.ProxyNFTables}, {"nftables", "iptables", kind.ProxyIPTables}, {"ebpf", "none", kind.ProxyNone}} {
+		s, err := Parse([]byte(good), "good.yaml", Overrides{Datapath: tc.datapath, Proxy: tc.proxy})
+		if err != nil {
+			t.Fatalf("%s with proxy %q: %v", tc.datapath, tc.proxy, err)
+		}
+		if s.Services.Proxy != tc.want || s.Services.CIDR.String() != DefaultServiceCIDR {
+			t.Errorf("%s with proxy %q: services %+v, want proxy %s from %s", tc.datapath, tc.proxy, s.Services, tc.want, DefaultServiceCIDR)
+		}
+	}
+	if _, err := Parse([]byte(good), "good.yaml", Overrides{Proxy: "ipvs"}); err == nil || !strings.HasPrefix(err.Error(), "--service-proxy: ") {
+		t.Errorf("--service-proxy ipvs: %v", err)
+	}
+	if _, err := Parse([]byte(good), "good.yaml", Overrides{Datapath: "ebpf", Proxy: "iptables"}); err == nil || !strings.Contains(err.Error(), "services.proxy") {
+		t.Errorf("--service-proxy iptables on ebpf: %v", err)
 	}
 	if _, err := Preset("nope", PresetOptions{}, Overrides{}); err == nil || !strings.Contains(err.Error(), "presets: chain, direct, multi-host, single-host") {
 		t.Errorf("unknown preset: %v", err)

@@ -23,6 +23,7 @@ type statusView struct {
 	Phase            string                        `json:"phase"`
 	Datapath         kind.Kind                     `json:"datapath,omitempty"`
 	kind.OptionsView                               // options of the lab's datapath
+	Services         *topology.Services            `json:"services,omitempty"`
 	Source           string                        `json:"source,omitempty"`
 	Created          *time.Time                    `json:"created,omitempty"`
 	MTU              int                           `json:"mtu,omitempty"`
@@ -73,6 +74,9 @@ func toView(s *lab.LabStatus) statusView {
 	}
 	v.Datapath, v.Source, v.MTU, v.Links, v.Namespaces = sp.Datapath, sp.Source, sp.MTU, sp.Links, sp.Namespaces
 	v.OptionsView = sp.Datapath.View(&sp.Options)
+	if sp.Services.CIDR.IsValid() {
+		v.Services = &sp.Services
+	}
 	for _, h := range sp.Hosts {
 		v.Hosts = append(v.Hosts, hostView{h.Name, h.PodCIDR.String(), h.Gateway.String(), h.Netns})
 	}
@@ -171,6 +175,9 @@ func printLab(w io.Writer, s *lab.LabStatus) {
 		return
 	}
 	fmt.Fprintf(w, "source %s, datapath %s%s, mtu %d\n", sp.Source, sp.Datapath, datapathOptions(sp), sp.MTU)
+	if px := sp.Services.Proxy; px != "" && px != kind.ProxyNone {
+		fmt.Fprintf(w, "services: proxy %s, cluster IPs from %s\n", px, sp.Services.CIDR)
+	}
 	ps := lab.PolicyState(sp)
 	switch {
 	case ps != nil && ps.Troubled():

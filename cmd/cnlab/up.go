@@ -16,7 +16,7 @@ import (
 func newUpCmd(e *env) *cobra.Command {
 	var file, preset, name, datapath, link string
 	var length, workers, filler int
-	var fillerMode, hostRouting string
+	var fillerMode, hostRouting, serviceProxy string
 	var connectHook, ipsets bool
 	cmd := &cobra.Command{
 		Use:   "up (-f FILE | --preset single-host|multi-host|chain|direct) [--name LAB] [--datapath D]",
@@ -26,20 +26,25 @@ with the lab's name. With no policy, every endpoint reaches every other.
 If the lab is already up, nothing changes.
 
 Datapaths (--datapath, or datapath: in the file):
-` + datapathHelp(),
+` + datapathHelp() + `
+
+Service proxies (--service-proxy, or services: {proxy: ...} in the file;
+by default the lab's datapath where it is iptables or nftables, else none):
+` + proxyHelp(),
 		Example: `  cnlab up --preset multi-host
   cnlab up --preset chain --length 5 --link bridge
   cnlab up --preset direct   # client and server on one veth pair
   cnlab up --preset single-host --datapath iptables --filler 200 --filler-mode no-match
   cnlab up -f examples/policy-lab.yaml --ipsets   # peers in ipsets, as Calico
   cnlab up --preset multi-host --datapath ebpf --host-routing legacy --connect-hook
-  cnlab up -f examples/two-hosts-vxlan.yaml --name mylab`,
+  cnlab up -f examples/two-hosts-vxlan.yaml --name mylab
+  cnlab up --preset multi-host --datapath iptables --service-proxy nftables`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, f := range []struct {
 				name string
 				val  string
-			}{{"name", name}, {"link", link}, {"datapath", datapath}, {"file", file}, {"preset", preset}} {
+			}{{"name", name}, {"link", link}, {"datapath", datapath}, {"file", file}, {"preset", preset}, {"service-proxy", serviceProxy}} {
 				if cmd.Flags().Changed(f.name) && f.val == "" {
 					return usagef("--%s must not be empty", f.name)
 				}
@@ -56,7 +61,7 @@ Datapaths (--datapath, or datapath: in the file):
 			if preset != "chain" && preset != topology.PresetDirect && link != "" && preset != "multi-host" {
 				return usagef("--link applies to the chain and direct (veth, bridge, ovs) and multi-host (wire, vxlan) presets")
 			}
-			ov := topology.Overrides{Name: name, Datapath: datapath, Options: kind.Overrides{FillerMode: fillerMode, HostRouting: hostRouting, ConnectHook: connectHook}}
+			ov := topology.Overrides{Name: name, Datapath: datapath, Proxy: serviceProxy, Options: kind.Overrides{FillerMode: fillerMode, HostRouting: hostRouting, ConnectHook: connectHook}}
 			if cmd.Flags().Changed("filler") {
 				ov.Options.Filler = &filler
 			}
@@ -111,6 +116,7 @@ Datapaths (--datapath, or datapath: in the file):
 	f.StringVar(&preset, "preset", "", "preset topology: "+strings.Join(topology.Presets(), ", "))
 	f.StringVar(&name, "name", "", "lab name (overrides the file's or preset's)")
 	f.StringVar(&datapath, "datapath", "", fmt.Sprintf("policy datapath: %s (default %s)", kind.Names(), kind.Default))
+	f.StringVar(&serviceProxy, "service-proxy", "", "service proxy: "+kind.ProxyNames()+" (default: the datapath's, where it has one)")
 	f.StringVar(&hostRouting, "host-routing", "", kind.EBPF.String()+" datapath: bpf (default: veth to veth, no bridge) or legacy (through the bridge)")
 	f.BoolVar(&connectHook, "connect-hook", false, kind.EBPF.String()+" datapath: refuse denied TCP connects at the socket (cgroup connect4 hook)")
 	f.IntVar(&length, "length", 0, "chain preset: number of forwarding namespaces (default 3)")
@@ -128,6 +134,16 @@ func summary(s *topology.Spec) string {
 	}
 	return fmt.Sprintf("%s, %s, %s, datapath %s", plural.N(len(s.Hosts), "host"), plural.N(len(s.Links), "link"),
 		plural.N(len(s.Endpoints), "endpoint"), s.Datapath)
+}
+
+// proxyHelp lists the service proxies, and those refused with why.
+func proxyHelp() string {
+	var b strings.Builder
+	for _, p := range kind.Proxies() {
+		fmt.Fprintf(&b, "  %-9s %s\n", p, p.Summary())
+	}
+	b.WriteString("  (ipvs: not in this kernel; ebpf: not built yet)")
+	return b.String()
 }
 
 // datapathHelp lists the datapaths with what each is, the default marked.
