@@ -366,6 +366,11 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 	if j.Repetition < 0 {
 		return ru.profiled(ctx, pr, e, logName)
 	}
+	if pr.Workload.Kind == UDPStream {
+		if err := settleReassembly(ctx, ru.cur, logf); err != nil {
+			return err
+		}
+	}
 	t0 := time.Now()
 	before, nerr := readNoise()
 	m, err := runSample(ctx, pr.Workload, e)
