@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -393,6 +394,14 @@ func TestProxies(t *testing.T) {
 		{"pxnft-ipt-vx", "iptables", "vxlan", kind.ProxyNFTables, false},
 		{"pxipt-nft-vx", "nftables", "vxlan", kind.ProxyIPTables, false},
 	}
+	// Nothing of the proxies ever lands in the root namespace.
+	defer func() {
+		for _, save := range []string{"iptables-legacy-save", "iptables-nft-save"} {
+			if out, _ := exec.Command(save).Output(); strings.Contains(string(out), "CNLAB-SERVICES") || strings.Contains(string(out), "cnlab-svc") {
+				t.Errorf("%s in the root namespace shows the proxy's chains:\n%s", save, out)
+			}
+		}
+	}()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
