@@ -5,7 +5,7 @@
 // endpoint chain (statistic random, after ClientIP affinity's recent
 // checks), which DNATs to the backend. CNLAB-NODEPORTS, reached for
 // local destination addresses, does the same for node ports. Frontends
-// without backends are rejected (or dropped) by CNLAB-SERVICES in the
+// without backends are rejected (or dropped) by CNLABSVC-REJECT in the
 // filter table. Changes go through iptables-restore --noflush, one atomic
 // commit per host rewriting only the chains that changed (KEP-3453). It
 // writes nothing outside the lab's host namespaces.
@@ -182,5 +182,5 @@ func mine(table, line string) bool {
 	if table == natTable {
 		return strings.Contains(line, "CNLAB-")
 	}
-	return strings.HasPrefix(line, ":"+servicesChain+" ") || strings.Contains(line, " "+servicesChain)
+	return strings.Contains(line, rejectChain)
 }

@@ -11,9 +11,12 @@ import (
 
 // The chains cnlab's iptables proxy owns. In the nat table every CNLAB-
 // chain is the proxy's (the policy datapaths write only the filter
-// table); in the filter table only servicesChain is.
+// table); in the filter table only rejectChain is, named apart from
+// CNLAB-: the iptables policy datapath takes every CNLAB- chain of filter
+// for its own and deletes those it does not want when it rebuilds a host.
 const (
-	servicesChain  = "CNLAB-SERVICES"    // nat: one rule per frontend; filter: rejects and drops
+	servicesChain  = "CNLAB-SERVICES"    // nat: one rule per frontend
+	rejectChain    = "CNLABSVC-REJECT"   // filter: rejects and drops
 	nodePortsChain = "CNLAB-NODEPORTS"   // nat: one rule per node port
 	markChain      = "CNLAB-MARK-MASQ"   // nat: marks a connection for masquerade
 	postChain      = "CNLAB-POSTROUTING" // nat: masquerades marked connections
@@ -43,16 +46,16 @@ var baseJumps = map[string][][2]string{
 		{"POSTROUTING", fmt.Sprintf("-m comment --comment %q -j %s", comment, postChain)},
 	},
 	filterTable: {
-		{"INPUT", fmt.Sprintf("-m conntrack --ctstate NEW -m comment --comment %q -j %s", comment, servicesChain)},
-		{"FORWARD", fmt.Sprintf("-m conntrack --ctstate NEW -m comment --comment %q -j %s", comment, servicesChain)},
-		{"OUTPUT", fmt.Sprintf("-m conntrack --ctstate NEW -m comment --comment %q -j %s", comment, servicesChain)},
+		{"INPUT", fmt.Sprintf("-m conntrack --ctstate NEW -m comment --comment %q -j %s", comment, rejectChain)},
+		{"FORWARD", fmt.Sprintf("-m conntrack --ctstate NEW -m comment --comment %q -j %s", comment, rejectChain)},
+		{"OUTPUT", fmt.Sprintf("-m conntrack --ctstate NEW -m comment --comment %q -j %s", comment, rejectChain)},
 	},
 }
 
 // baseChains are the chains that exist whatever the table holds.
 var baseChains = map[string][]string{
 	natTable:    {servicesChain, nodePortsChain, markChain, postChain},
-	filterTable: {servicesChain},
+	filterTable: {rejectChain},
 }
 
 // chainName is prefix (CNLAB-SVC-, CNLAB-SVL-, CNLAB-EXT-, CNLAB-SEP-)
@@ -111,7 +114,7 @@ func Render(t *service.Table, host string) hostState {
 		fmt.Sprintf("-j MARK --xor-mark %#x", proxy.MasqMark),
 		fmt.Sprintf("-m comment --comment %q -j MASQUERADE --random-fully", "masquerade marked connections"),
 	}
-	filter[servicesChain] = rejects
+	filter[rejectChain] = rejects
 	return hostState{
 		Tables: map[string]map[string][]string{natTable: nat, filterTable: filter},
 		UDP:    proxy.UDPFrontends(plan),
@@ -256,7 +259,7 @@ func ownChains(table, listing string) []string {
 			continue
 		}
 		name = strings.Fields(name)[0]
-		if table == natTable && strings.HasPrefix(name, "CNLAB-") || name == servicesChain {
+		if table == natTable && strings.HasPrefix(name, "CNLAB-") || table == filterTable && name == rejectChain {
 			out = append(out, name)
 		}
 	}

@@ -397,7 +397,7 @@ func TestProxies(t *testing.T) {
 	// Nothing of the proxies ever lands in the root namespace.
 	defer func() {
 		for _, save := range []string{"iptables-legacy-save", "iptables-nft-save"} {
-			if out, _ := exec.Command(save).Output(); strings.Contains(string(out), "CNLAB-SERVICES") || strings.Contains(string(out), "cnlab-svc") {
+			if out, _ := exec.Command(save).Output(); strings.Contains(string(out), "CNLABSVC-REJECT") || strings.Contains(string(out), "CNLAB-SERVICES") || strings.Contains(string(out), "cnlab-svc") {
 				t.Errorf("%s in the root namespace shows the proxy's chains:\n%s", save, out)
 			}
 		}
@@ -531,6 +531,18 @@ func TestProxies(t *testing.T) {
 			expectSet(t, "x/e web after rebuild", count(t, e, web, false, 40), "a", "b", "c")
 			if _, err := askTCP(d, netip.AddrPortFrom(vipEmpty, 80)); !errors.Is(err, syscall.ECONNREFUSED) {
 				t.Errorf("x/d -> empty after rebuild: %v", err)
+			}
+			// The policy datapath rebuilding a host leaves the proxy's
+			// chains alone.
+			for _, h := range spec.Hosts {
+				_ = os.Remove(datapath.StatePath(spec.Name, spec.Datapath, h.Name))
+			}
+			if _, err := lab.Replace(ctx, spec.Name, nil); err != nil {
+				t.Fatal(err)
+			}
+			expectSet(t, "x/d web after a policy rebuild", count(t, d, web, false, 40), "a", "b", "c")
+			if _, err := askTCP(d, netip.AddrPortFrom(vipEmpty, 80)); !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("x/d -> empty after a policy rebuild: %v", err)
 			}
 			desc, err := p.Describe(ctx, spec)
 			if err != nil || len(desc["flip"]) == 0 {
