@@ -1,0 +1,267 @@
+package iptables
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/cnlab/cnlab/proxy"
+	"github.com/cnlab/cnlab/service"
+)
+
+// The chains cnlab's iptables proxy owns. In the nat table every CNLAB-
+// chain is the proxy's (the policy datapaths write only the filter
+// table); in the filter table only rejectChain is, named apart from
+// CNLAB-: the iptables policy datapath takes every CNLAB- chain of filter
+// for its own and deletes those it does not want when it rebuilds a host.
+const (
+	servicesChain  = "CNLAB-SERVICES"    // nat: one rule per frontend
+	rejectChain    = "CNLABSVC-REJECT"   // filter: rejects and drops
+	nodePortsChain = "CNLAB-NODEPORTS"   // nat: one rule per node port
+	markChain      = "CNLAB-MARK-MASQ"   // nat: marks a connection for masquerade
+	postChain      = "CNLAB-POSTROUTING" // nat: masquerades marked connections
+	comment        = "cnlab services"
+)
+
+// Tables are the two tables the proxy writes.
+const (
+	natTable    = "nat"
+	filterTable = "filter"
+)
+
+// hostState is what was last applied on a host: the rules of each chain of
+// the proxy, per table, and the UDP frontends (for conntrack cleanup).
+type hostState struct {
+	Tables map[string]map[string][]string `json:"tables"`
+	UDP    []proxy.UDPFrontend            `json:"udp,omitempty"`
+}
+
+// baseJumps are the rules hooking the proxy's chains into the built-in
+// chains, per table, as `-A CHAIN RULE` (in a restore script they are
+// inserted first instead).
+var baseJumps = map[string][][2]string{
+	natTable: {
+		{"PREROUTING", fmt.Sprintf("-m comment --comment %q -j %s", comment, servicesChain)},
+		{"OUTPUT", fmt.Sprintf("-m comment --comment %q -j %s", comment, servicesChain)},
+		{"POSTROUTING", fmt.Sprintf("-m comment --comment %q -j %s", comment, postChain)},
+	},
+	filterTable: {
+		{"INPUT", fmt.Sprintf("-m conntrack --ctstate NEW -m comment --comment %q -j %s", comment, rejectChain)},
+		{"FORWARD", fmt.Sprintf("-m conntrack --ctstate NEW -m comment --comment %q -j %s", comment, rejectChain)},
+		{"OUTPUT", fmt.Sprintf("-m conntrack --ctstate NEW -m comment --comment %q -j %s", comment, rejectChain)},
+	},
+}
+
+// baseChains are the chains that exist whatever the table holds.
+var baseChains = map[string][]string{
+	natTable:    {servicesChain, nodePortsChain, markChain, postChain},
+	filterTable: {rejectChain},
+}
+
+// chainName is prefix (CNLAB-SVC-, CNLAB-SVL-, CNLAB-EXT-, CNLAB-SEP-)
+// and 16 characters of the hash of id: 26 characters, within iptables'
+// 28.
+func chainName(prefix, id string) string { return prefix + proxy.Hash(id, 16) }
+
+// Render computes the proxy's chains on one host for t: pure, so it is
+// tested without root. Frontends keep the table's order in
+// CNLAB-SERVICES (the linear walk a new connection makes).
+func Render(t *service.Table, host string) hostState {
+	plan := proxy.Plan(t, host)
+	nat := map[string][]string{}
+	filter := map[string][]string{}
+	var services, nodePorts, rejects []string
+	for i := range plan {
+		f := &plan[i]
+		match := fmt.Sprintf("-p %s -m %s", f.Protocol, f.Protocol)
+		cmt := fmt.Sprintf("-m comment --comment %q", f.Key()+" "+f.Protocol+"/"+fmt.Sprint(f.Port))
+		dst := fmt.Sprintf("-d %s/32 %s --dport %d %s", f.VIP, match, f.Port, cmt)
+		svc := chainName("CNLAB-SVC-", f.ID)
+		if len(f.Cluster) > 0 {
+			services = append(services, dst+" -j "+svc)
+			balance(nat, svc, f, f.Cluster)
+		} else {
+			rejects = append(rejects, dst+" -j "+empty(f.Frontend))
+		}
+		if f.NodePort == 0 {
+			continue
+		}
+		np := fmt.Sprintf("%s --dport %d %s", match, f.NodePort, cmt)
+		if len(f.External) == 0 {
+			rejects = append(rejects, "-m addrtype --dst-type LOCAL "+np+" -j "+empty(f.Frontend))
+			continue
+		}
+		target := svc
+		if !f.SameSets() {
+			target = chainName("CNLAB-SVL-", f.ID)
+			balance(nat, target, f, f.External)
+		}
+		if f.ExternalLocal {
+			// Local backends only, and the client's address kept.
+			nodePorts = append(nodePorts, np+" -j "+target)
+			continue
+		}
+		ext := chainName("CNLAB-EXT-", f.ID)
+		nat[ext] = []string{"-j " + markChain, "-j " + target}
+		nodePorts = append(nodePorts, np+" -j "+ext)
+	}
+	services = append(services, fmt.Sprintf("-m addrtype --dst-type LOCAL -m comment --comment %q -j %s", "node ports", nodePortsChain))
+	nat[servicesChain] = services
+	nat[nodePortsChain] = nodePorts
+	nat[markChain] = []string{fmt.Sprintf("-j MARK --or-mark %#x", proxy.MasqMark)}
+	nat[postChain] = []string{
+		fmt.Sprintf("-m mark ! --mark %#x/%#x -j RETURN", proxy.MasqMark, proxy.MasqMark),
+		fmt.Sprintf("-j MARK --xor-mark %#x", proxy.MasqMark),
+		fmt.Sprintf("-m comment --comment %q -j MASQUERADE --random-fully", "masquerade marked connections"),
+	}
+	filter[rejectChain] = rejects
+	return hostState{
+		Tables: map[string]map[string][]string{natTable: nat, filterTable: filter},
+		UDP:    proxy.UDPFrontends(plan),
+	}
+}
+
+// empty is the verdict for a new connection to a frontend with no backend
+// for it: rejected when the service has none at all, dropped when it has
+// some but none on this host (traffic policy Local), as kube-proxy does.
+func empty(f *service.Frontend) string {
+	if len(f.Backends) == 0 {
+		return "REJECT --reject-with icmp-port-unreachable"
+	}
+	return "DROP"
+}
+
+// balance writes a service chain name that picks one of backends for a new
+// connection (the one its client's last connection went to, with
+// affinity, else at random), and the backends' endpoint chains.
+func balance(nat map[string][]string, name string, f *proxy.HostFrontend, backends []service.Backend) {
+	var rules []string
+	seps := make([]string, len(backends))
+	for i, b := range backends {
+		seps[i] = chainName("CNLAB-SEP-", f.ID+"/"+b.AddrPort().String())
+		nat[seps[i]] = endpointChain(f, seps[i], b)
+	}
+	if f.Affinity > 0 {
+		for i, b := range backends {
+			rules = append(rules, fmt.Sprintf("-m comment --comment %q -m recent --name %s --mask 255.255.255.255 --rsource --rcheck --seconds %d --reap -j %s",
+				b.AddrPort().String(), seps[i], f.Affinity, seps[i]))
+		}
+	}
+	n := len(backends)
+	for i, b := range backends {
+		stat := ""
+		if i < n-1 {
+			// Each rule takes its share of what the rules before it
+			// left: 1/n, 1/(n-1), ..., and the last takes the rest.
+			stat = fmt.Sprintf("-m statistic --mode random --probability %.10f ", 1/float64(n-i))
+		}
+		rules = append(rules, fmt.Sprintf("-m comment --comment %q %s-j %s", b.AddrPort().String(), stat, seps[i]))
+	}
+	nat[name] = rules
+}
+
+// endpointChain translates to one backend: a connection from the backend
+// itself (a hairpin) is marked for masquerade, or its reply would not come
+// back through the host; with affinity the client is recorded.
+func endpointChain(f *proxy.HostFrontend, name string, b service.Backend) []string {
+	rules := []string{fmt.Sprintf("-s %s/32 -j %s", b.IP, markChain)}
+	if f.Affinity > 0 {
+		rules = append(rules, fmt.Sprintf("-m recent --name %s --mask 255.255.255.255 --rsource --set", name))
+	}
+	return append(rules, fmt.Sprintf("-p %s -m %s -j DNAT --to-destination %s", f.Protocol, f.Protocol, b.AddrPort()))
+}
+
+// restoreScript returns an iptables-restore --noflush script that rewrites
+// the changed chains of each table and deletes the gone ones; jumps are
+// base rules to insert (rebuild only). "" when nothing changes.
+func restoreScript(changed, gone map[string][]string, want map[string]map[string][]string, jumps map[string][][2]string) string {
+	var b strings.Builder
+	for _, table := range []string{filterTable, natTable} {
+		c, g, j := changed[table], gone[table], jumps[table]
+		if len(c) == 0 && len(g) == 0 && len(j) == 0 {
+			continue
+		}
+		sort.Strings(c)
+		sort.Strings(g)
+		fmt.Fprintf(&b, "*%s\n", table)
+		// Declaring a chain flushes it.
+		for _, name := range append(append([]string{}, c...), g...) {
+			fmt.Fprintf(&b, ":%s - [0:0]\n", name)
+		}
+		for _, name := range c {
+			for _, r := range want[table][name] {
+				fmt.Fprintf(&b, "-A %s %s\n", name, r)
+			}
+		}
+		for _, jump := range j {
+			fmt.Fprintf(&b, "-I %s 1 %s\n", jump[0], jump[1])
+		}
+		// Chains no longer wanted go last, once nothing jumps to them.
+		for _, name := range g {
+			fmt.Fprintf(&b, "-X %s\n", name)
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return b.String()
+}
+
+// diffScript turns the chains in have into those in want.
+func diffScript(have, want map[string]map[string][]string) string {
+	changed, gone := map[string][]string{}, map[string][]string{}
+	for table, chains := range want {
+		for name, rules := range chains {
+			if old, ok := have[table][name]; !ok || strings.Join(old, "\n") != strings.Join(rules, "\n") {
+				changed[table] = append(changed[table], name)
+			}
+		}
+	}
+	for table, chains := range have {
+		for name := range chains {
+			if _, ok := want[table][name]; !ok {
+				gone[table] = append(gone[table], name)
+			}
+		}
+	}
+	return restoreScript(changed, gone, want, nil)
+}
+
+// rebuildScript rewrites every wanted chain, deletes every other chain of
+// the proxy the listings (iptables-save per table) show, and inserts the
+// base jumps they lack.
+func rebuildScript(listings map[string]string, want map[string]map[string][]string) string {
+	changed, gone := map[string][]string{}, map[string][]string{}
+	jumps := map[string][][2]string{}
+	for table, chains := range want {
+		for name := range chains {
+			changed[table] = append(changed[table], name)
+		}
+		for _, name := range ownChains(table, listings[table]) {
+			if _, ok := chains[name]; !ok {
+				gone[table] = append(gone[table], name)
+			}
+		}
+		for _, j := range baseJumps[table] {
+			if !strings.Contains(listings[table], "-A "+j[0]+" "+j[1]+"\n") {
+				jumps[table] = append(jumps[table], j)
+			}
+		}
+	}
+	return restoreScript(changed, gone, want, jumps)
+}
+
+// ownChains returns the proxy's chains in an iptables-save listing of a
+// table.
+func ownChains(table, listing string) []string {
+	var out []string
+	for _, line := range strings.Split(listing, "\n") {
+		name, ok := strings.CutPrefix(line, ":")
+		if !ok {
+			continue
+		}
+		name = strings.Fields(name)[0]
+		if table == natTable && strings.HasPrefix(name, "CNLAB-") || table == filterTable && name == rejectChain {
+			out = append(out, name)
+		}
+	}
+	return out
+}

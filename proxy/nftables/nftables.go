@@ -1,0 +1,108 @@
+// Package nftables is kube-proxy's nftables mode, rebuilt for cnlab's hosts:
+// in each host a table ip cnlab-svc whose services chain (jumped from the
+// nat prerouting and output hooks at priority dstnat) makes one verdict-map
+// lookup, service-ips (address . protocol . port), per new connection,
+// and for a local destination one in service-nodeports; each frontend's
+// service chain picks an endpoint chain with numgen (after ClientIP
+// affinity's per-endpoint sets), which DNATs to the backend. Frontends
+// without backends are rejected (or dropped) from filter chains at
+// priority filter - 10. Each apply is one nft -f transaction per host that
+// sends only the difference: map elements added and deleted, changed
+// chains flushed and rewritten, gone chains deleted; a host whose state is
+// unknown is rebuilt (table deleted and recreated in the same
+// transaction). It writes nothing outside the lab's host namespaces.
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/proxy"
+	"github.com/cnlab/cnlab/service"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// StateKind names the proxy's state files (datapath.StatePath), apart
+// from the nftables policy datapath's.
+const StateKind kind.Kind = "proxy-nftables"
+
+type nftables struct{}
+
+// New returns the nftables service proxy.
+func New() proxy.Proxy { return nftables{} }
+
+// Descriptor binds the nftables proxy kind to this implementation.
+var Descriptor = proxy.Descriptor{Kind: kind.ProxyNFTables, New: New}
+
+// Setup prepares every host (br_netfilter, the service CIDR's route: see
+// proxy.PrepareHost) and creates the table, empty, where it is missing.
+func (nftables) Setup(ctx context.Context, lab *topology.Spec) error {
+	if len(lab.Hosts) == 0 {
+		return datapath.ErrNoHosts
+	}
+	for i := range lab.Hosts {
+		h := &lab.Hosts[i]
+		if err := proxy.PrepareHost(lab, h); err != nil {
+			return fmt.Errorf("host %s: %w", h.Name, err)
+		}
+		if _, err := netns.Run(ctx, h.Netns, nil, "nft", "list", "table", "ip", "cnlab-svc"); err == nil {
+			continue
+		}
+		empty := Render(&service.Table{}, h.Name)
+		if _, err := netns.Run(ctx, h.Netns, []byte(fullScript(&empty)), "nft", "-f", "-"); err != nil {
+			return fmt.Errorf("host %s: %w", h.Name, err)
+		}
+	}
+	return nil
+}
+
+// Apply sends each host the difference between what it last applied and
+// t, in one nft -f transaction; a host whose state cannot be trusted, or
+// whose difference the kernel refuses (a hand edit), gets its table
+// rebuilt in one transaction. UDP conntrack entries left pointing at a
+// removed backend are deleted after the commit.
+func (nftables) Apply(ctx context.Context, lab *topology.Spec, t *service.Table) error {
+	return datapath.ApplyHosts(ctx, lab, StateKind, proxy.Digest(t),
+		func(host string) hostState { return Render(t, host) },
+		func(ctx context.Context, h *topology.Host, have, want *hostState) error {
+			var haveUDP []proxy.UDPFrontend
+			var err error
+			if have == nil {
+				err = datapath.Load(ctx, h, fullScript(want), "nft", "-f", "-")
+			} else {
+				haveUDP = have.UDP
+				if script := diffScript(have, want); script != "" {
+					if err = datapath.Load(ctx, h, script, "nft", "-f", "-"); err != nil {
+						err = datapath.Load(ctx, h, fullScript(want), "nft", "-f", "-")
+					}
+				}
+			}
+			if err != nil {
+				return err
+			}
+			// With what the host translated before unknown (haveUDP
+			// nil), every UDP flow to a frontend of the table goes.
+			if _, err := proxy.FlushUDP(h.Netns, proxy.StaleUDP(haveUDP, want.UDP)); err != nil {
+				slog.Warn("stale UDP flows kept", "host", h.Name, "err", err)
+			}
+			return nil
+		})
+}
+
+// Describe returns `nft list table ip cnlab-svc` of each host.
+func (nftables) Describe(ctx context.Context, lab *topology.Spec) (map[string]string, error) {
+	out := map[string]string{}
+	for i := range lab.Hosts {
+		h := &lab.Hosts[i]
+		text, err := netns.Run(ctx, h.Netns, nil, "nft", "list", "table", "ip", "cnlab-svc")
+		if err != nil {
+			return nil, fmt.Errorf("host %s: %w", h.Name, err)
+		}
+		out[h.Name] = string(text)
+	}
+	return out, nil
+}
