@@ -1,0 +1,255 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/proxy"
+	proxyregistry "github.com/cnlab/cnlab/proxy/registry"
+	"github.com/cnlab/cnlab/service"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// A lab's Services are stored as the documents applied (services.yaml,
+// Services then EndpointSlices, each as written) beside the addresses and
+// node ports allocated to them (services-alloc.json), so that a Service
+// keeps its cluster IP from one apply to the next.
+
+func servicesPath(lab string) string { return filepath.Join(labDir(lab), "services.yaml") }
+func allocPath(lab string) string    { return filepath.Join(labDir(lab), "services-alloc.json") }
+
+// ErrNoProxy is returned for a Service change on a lab without a service
+// proxy.
+var ErrNoProxy = errors.New("has no service proxy")
+
+// StoredServices returns the Services and EndpointSlices applied to a lab.
+func StoredServices(lab string) ([]*service.Service, []*service.Slice, error) {
+	data, err := os.ReadFile(servicesPath(lab))
+	if errors.Is(err, os.ErrNotExist) || (err == nil && strings.TrimSpace(string(data)) == "") {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	svcs, sls, err := service.Parse(data, servicesPath(lab))
+	if err != nil {
+		return nil, nil, fmt.Errorf("stored services of lab %s: %w", lab, err)
+	}
+	return svcs, sls, nil
+}
+
+func readAlloc(lab string) (*service.Allocations, error) {
+	var a service.Allocations
+	if err := files.ReadJSON(allocPath(lab), &a); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("stored service addresses of lab %s: %w", lab, err)
+	}
+	return &a, nil
+}
+
+// ServiceChange is what a service apply or delete did.
+type ServiceChange struct {
+	Created, Updated, Deleted, Unchanged []string
+	Resolved                             *service.Resolved
+}
+
+// upsert adds or replaces the items of add in cur by ref, recording what
+// changed.
+func upsert[T any](cur, add []T, ref func(T) string, raw func(T) string, ch *ServiceChange) []T {
+	out := slices.Clone(cur)
+	idx := map[string]int{}
+	for i, x := range out {
+		idx[ref(x)] = i
+	}
+	for _, x := range add {
+		if i, ok := idx[ref(x)]; ok {
+			if raw(out[i]) == raw(x) {
+				ch.Unchanged = append(ch.Unchanged, ref(x))
+			} else {
+				ch.Updated = append(ch.Updated, ref(x))
+			}
+			out[i] = x
+			continue
+		}
+		idx[ref(x)] = len(out)
+		out = append(out, x)
+		ch.Created = append(ch.Created, ref(x))
+	}
+	return out
+}
+
+// ApplyServices adds or replaces Services and EndpointSlices (matched by
+// kind, namespace and name) and makes the lab's proxy serve the new set.
+// Nothing is stored unless every host took it.
+func ApplyServices(ctx context.Context, labName string, svcs []*service.Service, sls []*service.Slice) (*ServiceChange, error) {
+	return modifyServices(ctx, labName, func(cs []*service.Service, cl []*service.Slice, ch *ServiceChange) ([]*service.Service, []*service.Slice, error) {
+		return upsert(cs, svcs, (*service.Service).Ref, func(s *service.Service) string { return s.Raw }, ch),
+			upsert(cl, sls, (*service.Slice).Ref, func(s *service.Slice) string { return s.Raw }, ch), nil
+	})
+}
+
+// DeleteServices removes Services by "namespace/name" (or "name" in
+// namespace default) with the EndpointSlices that name them, or
+// everything.
+func DeleteServices(ctx context.Context, labName string, names []string, all bool) (*ServiceChange, error) {
+	return modifyServices(ctx, labName, func(cs []*service.Service, cl []*service.Slice, ch *ServiceChange) ([]*service.Service, []*service.Slice, error) {
+		drop := map[string]bool{}
+		for _, n := range names {
+			if !strings.Contains(n, "/") {
+				n = topology.DefaultNamespace + "/" + n
+			}
+			found := slices.ContainsFunc(cs, func(s *service.Service) bool { return s.Key() == n })
+			if !found {
+				var have []string
+				for _, s := range cs {
+					have = append(have, s.Key())
+				}
+				err := error(&topology.NotFoundError{What: "service", Name: n, Lab: labName})
+				if len(have) > 0 {
+					err = fmt.Errorf("%w (services: %s)", err, strings.Join(have, ", "))
+				}
+				return nil, nil, err
+			}
+			drop[n] = true
+		}
+		var os []*service.Service
+		for _, s := range cs {
+			if all || drop[s.Key()] {
+				ch.Deleted = append(ch.Deleted, s.Ref())
+			} else {
+				os = append(os, s)
+			}
+		}
+		var ol []*service.Slice
+		for _, s := range cl {
+			if all || drop[s.ServiceKey()] {
+				ch.Deleted = append(ch.Deleted, s.Ref())
+			} else {
+				ol = append(ol, s)
+			}
+		}
+		return os, ol, nil
+	})
+}
+
+// modifyServices runs f on the lab's stored documents under the lab's
+// lock, resolves the result (a bad set writes nothing), has the proxy
+// apply it on every host (each host in one atomic transaction), then
+// stores it. Killed or failed between hosts, the store keeps the set
+// before the change, and the proxy's per-host state (dirty marks, as the
+// policy datapaths keep) makes the next change repair every host.
+func modifyServices(ctx context.Context, labName string, f func([]*service.Service, []*service.Slice, *ServiceChange) ([]*service.Service, []*service.Slice, error)) (*ServiceChange, error) {
+	unlock, err := lockLab(labName)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	spec, px, err := openProxy(labName)
+	if err != nil {
+		return nil, err
+	}
+	svcs, sls, err := StoredServices(labName)
+	if err != nil {
+		return nil, err
+	}
+	alloc, err := readAlloc(labName)
+	if err != nil {
+		return nil, err
+	}
+	ch := &ServiceChange{}
+	nsvcs, nsls, err := f(svcs, sls, ch)
+	if err != nil {
+		return nil, err
+	}
+	if ch.Resolved, err = service.Resolve(spec, nsvcs, nsls, alloc); err != nil {
+		return nil, err
+	}
+	// Set up on first use: a lab that serves no Service has no proxy
+	// chains, hairpin ports or NAT hooks in its way.
+	if err := px.Setup(ctx, spec); err != nil {
+		return nil, fmt.Errorf("service proxy %s: %w", spec.Services.Proxy, err)
+	}
+	if err := px.Apply(ctx, spec, ch.Resolved.Table); err != nil {
+		return nil, fmt.Errorf("service proxy %s: %w", spec.Services.Proxy, err)
+	}
+	if err := files.WriteJSON(allocPath(labName), ch.Resolved.Allocations, false); err != nil {
+		return nil, err
+	}
+	if err := files.WriteAtomic(servicesPath(labName), service.Encode(nsvcs, nsls)); err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+// ResolvedServices returns a lab's spec and its Services as resolved now
+// (the lab's endpoints may have changed since they were applied: never).
+func ResolvedServices(labName string) (*topology.Spec, *service.Resolved, error) {
+	spec, err := Open(labName)
+	if err != nil {
+		return nil, nil, err
+	}
+	svcs, sls, err := StoredServices(labName)
+	if err != nil {
+		return nil, nil, err
+	}
+	alloc, err := readAlloc(labName)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := service.Resolve(spec, svcs, sls, alloc)
+	return spec, r, err
+}
+
+// DescribeServices returns the proxy's kernel state per host.
+func DescribeServices(ctx context.Context, labName string) (map[string]string, error) {
+	spec, px, err := openProxy(labName)
+	if err != nil {
+		return nil, err
+	}
+	return px.Describe(ctx, spec)
+}
+
+// openProxy returns a running lab's spec and its service proxy.
+func openProxy(labName string) (*topology.Spec, proxy.Proxy, error) {
+	spec, err := Open(labName)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := spec.Services.Proxy
+	if p == "" || p == kind.ProxyNone {
+		return nil, nil, fmt.Errorf("lab %s %w (bring it up with --service-proxy %s or %s, or services: {proxy: ...} in its file)",
+			labName, ErrNoProxy, kind.ProxyIPTables, kind.ProxyNFTables)
+	}
+	for _, tool := range p.Tools(&spec.Options) {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, nil, fmt.Errorf("service proxy %s: %s is not installed", p, tool)
+		}
+	}
+	px, err := proxyregistry.New(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return spec, px, nil
+}
+
+
+// ServiceModel returns the oracle of a lab's Services: what it resolves
+// to now, judged with the lab's stored policies.
+func ServiceModel(labName string) (*service.Model, error) {
+	spec, r, err := ResolvedServices(labName)
+	if err != nil {
+		return nil, err
+	}
+	_, pm, err := Model(labName, false)
+	if err != nil {
+		return nil, err
+	}
+	return &service.Model{Lab: spec, Resolved: r, Policy: pm}, nil
+}

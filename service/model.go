@@ -1,0 +1,188 @@
+package service
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Model is the oracle of a lab's Services: for a client and a frontend,
+// which backends a new connection may reach. Policy is judged on the
+// chosen backend after translation, as in a cluster (the proxy translates
+// before the policy datapath's forward hook sees the packet): a policy
+// allowing port 80 does not allow a Service that maps 80 to 8080.
+type Model struct {
+	Lab      *topology.Spec
+	Resolved *Resolved
+	Policy   *policy.Model
+}
+
+// Choice is one backend of a frontend as a client sees it.
+type Choice struct {
+	Backend Backend `json:"backend"`
+	// Reachable: the proxy may send the client's new connection there
+	// and it gets through.
+	Reachable bool   `json:"reachable"`
+	Why       string `json:"why"`
+	// Hairpin: the client is the backend; the proxy masquerades the
+	// connection, so the backend sees its host's address.
+	Hairpin bool            `json:"hairpin,omitempty"`
+	Verdict *policy.Verdict `json:"verdict,omitempty"`
+}
+
+// Expectation is what a client's new connections to a frontend may do.
+type Expectation struct {
+	From     string   `json:"from"`
+	Frontend string   `json:"frontend"`
+	Choices  []Choice `json:"choices"` // every backend of the frontend
+	// Expected lists the endpoints (namespace/name) of the reachable
+	// backends: the set every connection's backend must be in.
+	Expected []string `json:"expected"`
+	// MayFail: some connections may fail, because the proxy may pick a
+	// backend the client cannot reach (denied by policy, or an address
+	// no lab endpoint has). With no reachable backend every one fails.
+	MayFail bool `json:"mayFail"`
+	// Refused: the frontend has no backend for this client, so the proxy
+	// rejects (or, for internalTrafficPolicy Local with backends only on
+	// other hosts, drops) every new connection.
+	Refused bool   `json:"refused"`
+	Note    string `json:"note,omitempty"`
+}
+
+// Expect decides a client's new connections to a frontend.
+func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
+	e := Expectation{From: client.ID(), Frontend: f.Key(), Expected: []string{}}
+	usable := f.For(client.Host)
+	switch {
+	case len(f.Backends) == 0:
+		e.Refused, e.Note = true, "the Service has no ready or serving backend for this port: the proxy rejects new connections"
+	case len(usable) == 0:
+		e.Refused, e.Note = true, fmt.Sprintf("internalTrafficPolicy Local and no backend on host %s: the proxy drops new connections", client.Host)
+	}
+	for _, b := range f.Backends {
+		c := Choice{Backend: b}
+		local := !f.InternalLocal || b.Host == client.Host
+		switch {
+		case !local:
+			c.Why = fmt.Sprintf("on host %s, not the client's (%s): internalTrafficPolicy Local", b.Host, client.Host)
+		case b.Endpoint == "":
+			c.Why = fmt.Sprintf("%s is no lab endpoint's address: a connection sent there gets no answer", b.IP)
+			e.MayFail = true
+		default:
+			ep, err := m.Lab.Endpoint(b.Endpoint)
+			if err != nil {
+				c.Why = err.Error()
+				e.MayFail = true
+				break
+			}
+			c.Hairpin = ep.ID() == client.ID()
+			v := m.Policy.Verdict(client, ep, f.Protocol, int(b.Port))
+			c.Verdict = &v
+			c.Reachable = v.Allowed
+			if v.Allowed {
+				c.Why = fmt.Sprintf("policy allows %s -> %s %s/%d (after translation)", client.ID(), ep.ID(), strings.ToUpper(f.Protocol), b.Port)
+				e.Expected = append(e.Expected, ep.ID())
+			} else {
+				c.Why = fmt.Sprintf("policy denies %s -> %s %s/%d (after translation): %s", client.ID(), ep.ID(), strings.ToUpper(f.Protocol), b.Port, denial(v))
+				e.MayFail = true
+			}
+			if c.Hairpin {
+				c.Why += "; hairpin: the backend sees its host's address, not its own"
+			}
+		}
+		e.Choices = append(e.Choices, c)
+	}
+	if f.Affinity > 0 && !e.Refused {
+		e.Note = fmt.Sprintf("ClientIP affinity: all of a client's connections within %ds of its last one go to one backend", f.Affinity)
+	}
+	return e
+}
+
+func denial(v policy.Verdict) string {
+	if !v.Egress.Allowed {
+		return v.Egress.Reason
+	}
+	return v.Ingress.Reason
+}
+
+// Trace explains a client's connections to a frontend in a few lines, as
+// `cnlab service trace` prints them.
+func (m *Model) Trace(client *topology.Endpoint, f *Frontend) string {
+	e := m.Expect(client, f)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s -> %s (%s:%d/%s", client.ID(), f.Key(), f.VIP, f.Port, f.Protocol)
+	if f.NodePort != 0 {
+		fmt.Fprintf(&b, ", node port %d", f.NodePort)
+	}
+	b.WriteString(")\n")
+	switch {
+	case e.Refused:
+		fmt.Fprintf(&b, "refused: %s\n", e.Note)
+	case len(e.Expected) == 0:
+		b.WriteString("every connection fails: no backend is reachable\n")
+	case e.MayFail:
+		fmt.Fprintf(&b, "a new connection reaches one of %s; some fail (the proxy picks backends the client cannot reach)\n", strings.Join(e.Expected, ", "))
+	default:
+		fmt.Fprintf(&b, "a new connection reaches one of %s, picked at random\n", strings.Join(e.Expected, ", "))
+	}
+	for _, c := range e.Choices {
+		name := c.Backend.AddrPort().String()
+		if c.Backend.Endpoint != "" {
+			name = c.Backend.Endpoint + " " + name
+		}
+		mark := "✗"
+		if c.Reachable {
+			mark = "✓"
+		}
+		fmt.Fprintf(&b, "  %s %s: %s\n", mark, name, c.Why)
+	}
+	if e.Note != "" && !e.Refused {
+		fmt.Fprintf(&b, "%s\n", e.Note)
+	}
+	return b.String()
+}
+
+// Frontend returns the frontend of a Service port: ref is
+// "namespace/name" (or "name" in namespace default) with an optional
+// ":portname"; a Service with several ports needs the port name.
+func (r *Resolved) Frontend(ref string) (*Frontend, error) {
+	svc, port, _ := strings.Cut(ref, ":")
+	if !strings.Contains(svc, "/") {
+		svc = topology.DefaultNamespace + "/" + svc
+	}
+	var matched []*Frontend
+	for i := range r.Table.Frontends {
+		f := &r.Table.Frontends[i]
+		if f.Service == svc && (port == "" || f.PortName == port) {
+			matched = append(matched, f)
+		}
+	}
+	switch {
+	case len(matched) == 1:
+		return matched[0], nil
+	case len(matched) > 1:
+		var names []string
+		for _, f := range matched {
+			names = append(names, f.Key())
+		}
+		return nil, fmt.Errorf("Service %s has several ports: name one (%s)", svc, strings.Join(names, ", "))
+	}
+	for _, s := range r.Services {
+		if s.Key() == svc {
+			if s.ClusterIP == Headless {
+				return nil, fmt.Errorf("Service %s is headless (clusterIP: None): no proxy serves it", svc)
+			}
+			return nil, fmt.Errorf("Service %s has no port named %q", svc, port)
+		}
+	}
+	var have []string
+	for _, s := range r.Services {
+		have = append(have, s.Key())
+	}
+	if len(have) == 0 {
+		return nil, fmt.Errorf("no Service %s: the lab has no Services", svc)
+	}
+	return nil, fmt.Errorf("no Service %s (Services: %s)", svc, strings.Join(have, ", "))
+}

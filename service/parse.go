@@ -1,0 +1,614 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/internal/input"
+	"github.com/cnlab/cnlab/internal/yamlx"
+	"github.com/cnlab/cnlab/labels"
+	"gopkg.in/yaml.v3"
+)
+
+// Kinds of documents, with their apiVersions.
+const (
+	KindService       = "Service"
+	KindEndpointSlice = "EndpointSlice"
+	// ServiceNameLabel ties an EndpointSlice to its Service.
+	ServiceNameLabel = "kubernetes.io/service-name"
+)
+
+var apiVersions = map[string]string{KindService: "v1", KindEndpointSlice: "discovery.k8s.io/v1"}
+
+// Service types and policies, as the API spells them.
+const (
+	TypeClusterIP = "ClusterIP"
+	TypeNodePort  = "NodePort"
+	PolicyCluster = "Cluster"
+	PolicyLocal   = "Local"
+	// Headless is the clusterIP of a Service that is not proxied.
+	Headless = "None"
+	// DefaultAffinity is sessionAffinityConfig.clientIP.timeoutSeconds's
+	// default (3 hours), and MaxAffinity its maximum (a day).
+	DefaultAffinity = 10800
+	MaxAffinity     = 86400
+	// The node port range (the API server's default).
+	MinNodePort = 30000
+	MaxNodePort = 32767
+)
+
+// Service is one validated v1 Service.
+type Service struct {
+	Namespace string            `json:"namespace"`
+	Name      string            `json:"name"`
+	Type      string            `json:"type"`
+	Selector  map[string]string `json:"selector,omitempty"` // nil: its EndpointSlices are written by hand
+	// ClusterIP is the address the file gives, "" to allocate one, or
+	// Headless.
+	ClusterIP string `json:"clusterIP,omitempty"`
+	Ports     []Port `json:"ports"`
+	// Affinity is sessionAffinity ClientIP's timeout in seconds, 0 for
+	// sessionAffinity None.
+	Affinity        int  `json:"affinitySeconds,omitempty"`
+	InternalLocal   bool `json:"internalLocal,omitempty"`
+	ExternalLocal   bool `json:"externalLocal,omitempty"`
+	PublishNotReady bool `json:"publishNotReadyAddresses,omitempty"`
+	Doc
+}
+
+// Port is one port of a Service.
+type Port struct {
+	Name       string `json:"name,omitempty"`
+	Protocol   string `json:"protocol"` // TCP or UDP
+	Port       int    `json:"port"`
+	TargetPort int    `json:"targetPort,omitempty"` // 0 when named
+	TargetName string `json:"targetPortName,omitempty"`
+	NodePort   int    `json:"nodePort,omitempty"` // as given; 0 to allocate (NodePort)
+}
+
+// Slice is one validated discovery.k8s.io/v1 EndpointSlice.
+type Slice struct {
+	Namespace string          `json:"namespace"`
+	Name      string          `json:"name"`
+	Service   string          `json:"service"` // its kubernetes.io/service-name
+	Ports     []SlicePort     `json:"ports"`
+	Endpoints []SliceEndpoint `json:"endpoints"`
+	Doc
+}
+
+// SlicePort is a port every endpoint of a slice serves.
+type SlicePort struct {
+	Name     string `json:"name,omitempty"` // the Service port's name
+	Protocol string `json:"protocol"`
+	Port     int    `json:"port"`
+}
+
+// SliceEndpoint is one address of a slice, with its conditions defaulted
+// as the API says consumers must read them: ready and serving unknown
+// (absent) mean true, terminating absent means false.
+type SliceEndpoint struct {
+	Address     netip.Addr `json:"address"`
+	Ready       bool       `json:"ready"`
+	Serving     bool       `json:"serving"`
+	Terminating bool       `json:"terminating"`
+	NodeName    string     `json:"nodeName,omitempty"`
+}
+
+// Doc is where a document came from, and its text as stored.
+type Doc struct {
+	Source   string `json:"source"` // file#document
+	File     string `json:"-"`
+	DocIndex int    `json:"-"`
+	// Raw is the document encoded again (without comments), so that the
+	// applied set can be stored and read back.
+	Raw string `json:"-"`
+}
+
+// Key is "namespace/name".
+func (s *Service) Key() string { return s.Namespace + "/" + s.Name }
+
+// Ref names the Service in messages: "Service x/web".
+func (s *Service) Ref() string { return KindService + " " + s.Key() }
+
+// Key is "namespace/name".
+func (s *Slice) Key() string { return s.Namespace + "/" + s.Name }
+
+// Ref names the slice in messages: "EndpointSlice x/web-1".
+func (s *Slice) Ref() string { return KindEndpointSlice + " " + s.Key() }
+
+// ServiceKey is the "namespace/name" of the slice's Service.
+func (s *Slice) ServiceKey() string { return s.Namespace + "/" + s.Service }
+
+func (d *Doc) errorAt(ref, path, msg string) *input.Error {
+	return &input.Error{File: d.File, Doc: fmt.Sprintf("document %d (%s)", d.DocIndex, ref), Path: path, Msg: msg}
+}
+
+// ParseFile reads a multi-document YAML file of Services and
+// EndpointSlices.
+func ParseFile(path string) ([]*Service, []*Slice, error) {
+	data, err := files.ReadInput(path)
+	if err != nil {
+		return nil, nil, &input.Error{File: path, Msg: fmt.Sprintf("cannot read: %v", err)}
+	}
+	return Parse(data, path)
+}
+
+// Parse decodes and validates every document in data. It does not know
+// the lab: addresses, selectors and named ports are resolved against one
+// by Resolve.
+func Parse(data []byte, file string) ([]*Service, []*Slice, error) {
+	docs, err := yamlx.Documents(data)
+	if err != nil {
+		return nil, nil, &input.Error{File: file, Msg: err.Error()}
+	}
+	if len(docs) == 0 {
+		return nil, nil, &input.Error{File: file, Msg: "no Service or EndpointSlice documents"}
+	}
+	var svcs []*Service
+	var slices []*Slice
+	seen := map[string]int{}
+	for i, node := range docs {
+		p := &parser{file: file, doc: fmt.Sprintf("document %d", i+1)}
+		d := Doc{Source: fmt.Sprintf("%s#%d", file, i+1), File: file, DocIndex: i + 1}
+		svc, sl, err := p.document(node)
+		if err != nil {
+			return nil, nil, err
+		}
+		normalize(node)
+		raw, err := yaml.Marshal(node)
+		if err != nil {
+			return nil, nil, p.errf("", "cannot encode the document again: %v", err)
+		}
+		d.Raw = string(raw)
+		var ref string
+		if svc != nil {
+			svc.Doc, ref = d, svc.Ref()
+			svcs = append(svcs, svc)
+		} else {
+			sl.Doc, ref = d, sl.Ref()
+			slices = append(slices, sl)
+		}
+		if j, dup := seen[ref]; dup {
+			return nil, nil, p.errf("metadata.name", "%s is defined twice in this file (also document %d)", ref, j)
+		}
+		seen[ref] = i + 1
+	}
+	return svcs, slices, nil
+}
+
+// normalize drops comments and spells an empty null as null (see
+// policy's encodeDocument).
+func normalize(n *yaml.Node) {
+	n.HeadComment, n.LineComment, n.FootComment = "", "", ""
+	if n.Kind == yaml.ScalarNode && n.Value == "" && n.ShortTag() == "!!null" {
+		n.Value = "null"
+	}
+	for _, c := range n.Content {
+		normalize(c)
+	}
+}
+
+// Encode is the text that stores a set: each document as Parse kept it,
+// Services first, separated by "---" lines. Parse reads it back.
+func Encode(svcs []*Service, slices []*Slice) []byte {
+	var b strings.Builder
+	for _, s := range svcs {
+		b.WriteString(s.Raw)
+		b.WriteString("---\n")
+	}
+	for _, s := range slices {
+		b.WriteString(s.Raw)
+		b.WriteString("---\n")
+	}
+	return []byte(b.String())
+}
+
+// CheckUnique refuses a Service or slice given twice in one command
+// (in two files): which one is meant would depend on the files' order.
+func CheckUnique(svcs []*Service, slices []*Slice) error {
+	seen := map[string]string{}
+	check := func(ref, source, file string) error {
+		if other, dup := seen[ref]; dup {
+			return &input.Error{File: file, Msg: fmt.Sprintf("%s is also defined in %s: give it once", ref, other)}
+		}
+		seen[ref] = source
+		return nil
+	}
+	for _, s := range svcs {
+		if err := check(s.Ref(), s.Source, s.File); err != nil {
+			return err
+		}
+	}
+	for _, s := range slices {
+		if err := check(s.Ref(), s.Source, s.File); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type parser struct{ file, doc string }
+
+func (p *parser) errf(path, format string, args ...any) error {
+	return &input.Error{File: p.file, Doc: p.doc, Path: path, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (p *parser) wrap(err error) error {
+	var ye *yamlx.Error
+	if errors.As(err, &ye) {
+		return p.errf(ye.Path, "%s", ye.Msg)
+	}
+	return p.errf("", "%v", err)
+}
+
+// present reports whether an optional field was given (not absent, not
+// null, not empty).
+func present(n yaml.Node) bool {
+	if n.Kind == 0 || n.ShortTag() == "!!null" {
+		return false
+	}
+	return !(n.Kind == yaml.SequenceNode && len(n.Content) == 0) && !(n.Kind == yaml.ScalarNode && n.Value == "")
+}
+
+func (p *parser) document(doc *yaml.Node) (*Service, *Slice, error) {
+	if doc.Kind != yaml.MappingNode {
+		return nil, nil, p.errf("", "a document must be a mapping (apiVersion:, kind:, metadata:, ...)")
+	}
+	var head struct {
+		Kind string `yaml:"kind"`
+	}
+	_ = doc.Decode(&head)
+	switch {
+	case head.Kind == "Endpoints":
+		return nil, nil, p.errf("kind", "v1 Endpoints is not supported (deprecated since Kubernetes 1.33): write a discovery.k8s.io/v1 EndpointSlice")
+	case strings.HasSuffix(head.Kind, "List"):
+		return nil, nil, p.errf("kind", "%s is not supported: give its items as separate documents (separated by ---)", head.Kind)
+	}
+	var obj rawObject
+	if err := yamlx.Decode(doc, &obj, ""); err != nil {
+		return nil, nil, p.wrap(err)
+	}
+	want, ok := apiVersions[obj.Kind]
+	if !ok {
+		if obj.Kind == "" {
+			return nil, nil, p.errf("kind", "is required (Service or EndpointSlice)")
+		}
+		return nil, nil, p.errf("kind", "%q is not supported (Service, EndpointSlice)", obj.Kind)
+	}
+	if obj.APIVersion != want {
+		return nil, nil, p.errf("apiVersion", "%q is not the apiVersion of %s (want %s)", obj.APIVersion, obj.Kind, want)
+	}
+	m := obj.Metadata
+	if m.Name == "" {
+		return nil, nil, p.errf("metadata.name", "is required")
+	}
+	ns := m.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	if err := labels.CheckDNSLabel(ns, 63); err != nil {
+		return nil, nil, p.errf("metadata.namespace", "%v", err)
+	}
+	if err := labels.CheckSet(m.Labels); err != nil {
+		return nil, nil, p.errf("metadata.labels", "%v", err)
+	}
+	p.doc = fmt.Sprintf("%s (%s %s/%s)", p.doc, obj.Kind, ns, m.Name)
+	if obj.Kind == KindService {
+		// A Service's name is a DNS label (RFC 1035: it must start
+		// with a letter), as the API server requires.
+		if err := labels.CheckDNSLabel(m.Name, 63); err != nil || (m.Name[0] >= '0' && m.Name[0] <= '9') {
+			if err == nil {
+				err = fmt.Errorf("%q must start with a letter (a Service name is an RFC 1035 label)", m.Name)
+			}
+			return nil, nil, p.errf("metadata.name", "%v", err)
+		}
+		for _, f := range []struct {
+			name string
+			n    yaml.Node
+		}{{"endpoints", obj.Endpoints}, {"ports", obj.Ports}} {
+			if present(f.n) {
+				return nil, nil, p.errf(f.name, "is a field of EndpointSlice, not of Service (did you mean spec.%s?)", f.name)
+			}
+		}
+		if obj.AddressType != "" {
+			return nil, nil, p.errf("addressType", "is a field of EndpointSlice, not of Service")
+		}
+		svc, err := p.service(&obj.Spec)
+		if err != nil {
+			return nil, nil, err
+		}
+		svc.Namespace, svc.Name = ns, m.Name
+		return svc, nil, nil
+	}
+	if err := labels.CheckDNSSubdomain(m.Name); err != nil {
+		return nil, nil, p.errf("metadata.name", "%v", err)
+	}
+	if present(obj.Spec) {
+		return nil, nil, p.errf("spec", "an EndpointSlice has no spec: addressType, endpoints and ports are at the top level")
+	}
+	sl, err := p.slice(&obj)
+	if err != nil {
+		return nil, nil, err
+	}
+	sl.Namespace, sl.Name = ns, m.Name
+	sl.Service = m.Labels[ServiceNameLabel]
+	if sl.Service == "" {
+		return nil, nil, p.errf("metadata.labels", "%s is required: it names the Service this slice serves", ServiceNameLabel)
+	}
+	return nil, sl, nil
+}
+
+func (p *parser) service(spec *yaml.Node) (*Service, error) {
+	if !present(*spec) {
+		return nil, p.errf("spec", "is required (ports:, and selector: or EndpointSlices)")
+	}
+	var rs rawServiceSpec
+	if err := yamlx.Decode(spec, &rs, "spec"); err != nil {
+		return nil, p.wrap(err)
+	}
+	svc := &Service{Type: rs.Type}
+	switch rs.Type {
+	case "":
+		svc.Type = TypeClusterIP
+	case TypeClusterIP, TypeNodePort:
+	case "ExternalName", "LoadBalancer":
+		return nil, p.errf("spec.type", "%s is not supported: cnlab serves ClusterIP and NodePort Services (a lab has no DNS to alias and no load balancer to provision)", rs.Type)
+	default:
+		return nil, p.errf("spec.type", "%q is not a Service type (ClusterIP, NodePort)", rs.Type)
+	}
+	for _, f := range []struct {
+		path string
+		n    yaml.Node
+		why  string
+	}{
+		{"spec.externalName", rs.ExternalName, "ExternalName Services are not supported"},
+		{"spec.externalIPs", rs.ExternalIPs, "external IPs are not supported: use a NodePort Service"},
+		{"spec.loadBalancerIP", rs.LoadBalancerIP, "LoadBalancer Services are not supported"},
+		{"spec.loadBalancerSourceRanges", rs.LoadBalancerSourceRanges, "LoadBalancer Services are not supported"},
+		{"spec.loadBalancerClass", rs.LoadBalancerClass, "LoadBalancer Services are not supported"},
+		{"spec.allocateLoadBalancerNodePorts", rs.AllocateLoadBalancerNodePorts, "LoadBalancer Services are not supported"},
+		{"spec.healthCheckNodePort", rs.HealthCheckNodePort, "health-check node ports belong to LoadBalancer Services, which are not supported"},
+		{"spec.trafficDistribution", rs.TrafficDistribution, "topology-aware routing is not supported (a lab has no zones)"},
+	} {
+		if present(f.n) {
+			return nil, p.errf(f.path, "%s", f.why)
+		}
+	}
+	for i, fam := range rs.IPFamilies {
+		if fam != "IPv4" {
+			return nil, p.errf(fmt.Sprintf("spec.ipFamilies[%d]", i), "%q is not supported: cnlab's labs are IPv4 only", fam)
+		}
+	}
+	switch rs.IPFamilyPolicy {
+	case "", "SingleStack":
+	case "PreferDualStack", "RequireDualStack":
+		return nil, p.errf("spec.ipFamilyPolicy", "%s is not supported: cnlab's labs are IPv4 only (SingleStack)", rs.IPFamilyPolicy)
+	default:
+		return nil, p.errf("spec.ipFamilyPolicy", "%q is not an IP family policy (SingleStack)", rs.IPFamilyPolicy)
+	}
+	if len(rs.Selector) > 0 {
+		if err := labels.CheckSet(rs.Selector); err != nil {
+			return nil, p.errf("spec.selector", "%v", err)
+		}
+		svc.Selector = rs.Selector
+	}
+	if err := p.clusterIP(svc, &rs); err != nil {
+		return nil, err
+	}
+	if err := p.ports(svc, &rs); err != nil {
+		return nil, err
+	}
+	switch rs.SessionAffinity {
+	case "", "None":
+		if rs.SessionAffinityConfig != nil {
+			return nil, p.errf("spec.sessionAffinityConfig", "is only allowed with sessionAffinity: ClientIP")
+		}
+	case "ClientIP":
+		svc.Affinity = DefaultAffinity
+		if c := rs.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			t := *c.ClientIP.TimeoutSeconds
+			if t < 1 || t > MaxAffinity {
+				return nil, p.errf("spec.sessionAffinityConfig.clientIP.timeoutSeconds", "%d is out of range (1 to %d)", t, MaxAffinity)
+			}
+			svc.Affinity = t
+		}
+	default:
+		return nil, p.errf("spec.sessionAffinity", "%q is not a session affinity (None, ClientIP)", rs.SessionAffinity)
+	}
+	switch rs.InternalTrafficPolicy {
+	case "", PolicyCluster:
+	case PolicyLocal:
+		svc.InternalLocal = true
+	default:
+		return nil, p.errf("spec.internalTrafficPolicy", "%q is not a traffic policy (Cluster, Local)", rs.InternalTrafficPolicy)
+	}
+	switch rs.ExternalTrafficPolicy {
+	case "", PolicyCluster:
+	case PolicyLocal:
+		svc.ExternalLocal = true
+	default:
+		return nil, p.errf("spec.externalTrafficPolicy", "%q is not a traffic policy (Cluster, Local)", rs.ExternalTrafficPolicy)
+	}
+	if rs.ExternalTrafficPolicy != "" && svc.Type == TypeClusterIP {
+		return nil, p.errf("spec.externalTrafficPolicy", "applies to NodePort Services only (this one is ClusterIP)")
+	}
+	svc.PublishNotReady = rs.PublishNotReadyAddresses
+	return svc, nil
+}
+
+func (p *parser) clusterIP(svc *Service, rs *rawServiceSpec) error {
+	ip := rs.ClusterIP
+	if len(rs.ClusterIPs) > 1 {
+		return p.errf("spec.clusterIPs", "gives %d addresses: cnlab's labs are IPv4 only (one address)", len(rs.ClusterIPs))
+	}
+	if len(rs.ClusterIPs) == 1 {
+		if ip != "" && ip != rs.ClusterIPs[0] {
+			return p.errf("spec.clusterIPs[0]", "%q differs from spec.clusterIP %q (they must be the same)", rs.ClusterIPs[0], ip)
+		}
+		ip = rs.ClusterIPs[0]
+	}
+	switch {
+	case ip == "" || ip == Headless:
+	default:
+		a, err := netip.ParseAddr(ip)
+		if err != nil || !a.Is4() {
+			path := "spec.clusterIP"
+			if rs.ClusterIP == "" {
+				path = "spec.clusterIPs[0]"
+			}
+			return p.errf(path, "%q is not an IPv4 address (or None, for a headless Service)", ip)
+		}
+	}
+	svc.ClusterIP = ip
+	if ip == Headless && svc.Type == TypeNodePort {
+		return p.errf("spec.clusterIP", "a NodePort Service cannot be headless (None)")
+	}
+	return nil
+}
+
+func (p *parser) ports(svc *Service, rs *rawServiceSpec) error {
+	if len(rs.Ports) == 0 && svc.ClusterIP != Headless {
+		return p.errf("spec.ports", "at least one port is required")
+	}
+	names := map[string]int{}
+	ports := map[string]int{}
+	for i, rp := range rs.Ports {
+		path := fmt.Sprintf("spec.ports[%d]", i)
+		pt := Port{Name: rp.Name, Protocol: rp.Protocol, Port: rp.Port}
+		if len(rs.Ports) > 1 && rp.Name == "" {
+			return p.errf(path+".name", "is required when a Service has more than one port")
+		}
+		if rp.Name != "" {
+			if err := labels.CheckDNSLabel(rp.Name, 63); err != nil {
+				return p.errf(path+".name", "%v", err)
+			}
+			if j, dup := names[rp.Name]; dup {
+				return p.errf(path+".name", "%q is also the name of spec.ports[%d]", rp.Name, j)
+			}
+			names[rp.Name] = i
+		}
+		switch rp.Protocol {
+		case "":
+			pt.Protocol = "TCP"
+		case "TCP", "UDP":
+		case "SCTP":
+			return p.errf(path+".protocol", "SCTP Services are not supported (the proxies balance TCP and UDP)")
+		default:
+			return p.errf(path+".protocol", "%q is not a protocol (TCP, UDP)", rp.Protocol)
+		}
+		if rp.Port < 1 || rp.Port > 65535 {
+			return p.errf(path+".port", "%d is not a port number (1-65535)", rp.Port)
+		}
+		key := pt.Protocol + "/" + strconv.Itoa(rp.Port)
+		if j, dup := ports[key]; dup {
+			return p.errf(path+".port", "%s is also spec.ports[%d]", key, j)
+		}
+		ports[key] = i
+		switch tp := rp.TargetPort; {
+		case !present(tp):
+			pt.TargetPort = rp.Port
+		case tp.ShortTag() == "!!int":
+			n, err := strconv.Atoi(tp.Value)
+			if err != nil || n < 1 || n > 65535 {
+				return p.errf(path+".targetPort", "%s is not a port number (1-65535) or a port name", tp.Value)
+			}
+			pt.TargetPort = n
+		case tp.Kind == yaml.ScalarNode:
+			if err := labels.CheckPortName(tp.Value); err != nil {
+				return p.errf(path+".targetPort", "%v", err)
+			}
+			pt.TargetName = tp.Value
+		default:
+			return p.errf(path+".targetPort", "expected a port number or a port name")
+		}
+		if rp.NodePort != 0 {
+			if svc.Type != TypeNodePort {
+				return p.errf(path+".nodePort", "is only allowed in a NodePort Service (this one is %s)", svc.Type)
+			}
+			if rp.NodePort < MinNodePort || rp.NodePort > MaxNodePort {
+				return p.errf(path+".nodePort", "%d is outside the node port range %d-%d", rp.NodePort, MinNodePort, MaxNodePort)
+			}
+			pt.NodePort = rp.NodePort
+		}
+		svc.Ports = append(svc.Ports, pt)
+	}
+	return nil
+}
+
+func (p *parser) slice(obj *rawObject) (*Slice, error) {
+	switch obj.AddressType {
+	case "IPv4":
+	case "":
+		return nil, p.errf("addressType", "is required (IPv4)")
+	case "IPv6", "FQDN":
+		return nil, p.errf("addressType", "%s is not supported: cnlab's labs are IPv4 only", obj.AddressType)
+	default:
+		return nil, p.errf("addressType", "%q is not an address type (IPv4)", obj.AddressType)
+	}
+	sl := &Slice{}
+	var eps []rawSliceEndpoint
+	if present(obj.Endpoints) {
+		if err := yamlx.Decode(&obj.Endpoints, &eps, "endpoints"); err != nil {
+			return nil, p.wrap(err)
+		}
+	}
+	for i, e := range eps {
+		path := fmt.Sprintf("endpoints[%d]", i)
+		if len(e.Addresses) != 1 {
+			return nil, p.errf(path+".addresses", "must hold exactly one address (it holds %d)", len(e.Addresses))
+		}
+		a, err := netip.ParseAddr(e.Addresses[0])
+		if err != nil || !a.Is4() {
+			return nil, p.errf(path+".addresses[0]", "%q is not an IPv4 address", e.Addresses[0])
+		}
+		if present(e.Hints) {
+			return nil, p.errf(path+".hints", "topology hints are not supported (a lab has no zones)")
+		}
+		c := e.Conditions
+		se := SliceEndpoint{Address: a, NodeName: e.NodeName,
+			Ready: c.Ready == nil || *c.Ready, Terminating: c.Terminating != nil && *c.Terminating}
+		se.Serving = se.Ready
+		if c.Serving != nil {
+			se.Serving = *c.Serving
+		}
+		sl.Endpoints = append(sl.Endpoints, se)
+	}
+	var ports []rawSlicePort
+	if present(obj.Ports) {
+		if err := yamlx.Decode(&obj.Ports, &ports, "ports"); err != nil {
+			return nil, p.wrap(err)
+		}
+	}
+	names := map[string]int{}
+	for i, rp := range ports {
+		path := fmt.Sprintf("ports[%d]", i)
+		sp := SlicePort{Protocol: rp.Protocol}
+		if rp.Name != nil {
+			sp.Name = *rp.Name
+		}
+		if j, dup := names[sp.Name]; dup {
+			return nil, p.errf(path+".name", "%q is also the name of ports[%d]", sp.Name, j)
+		}
+		names[sp.Name] = i
+		switch rp.Protocol {
+		case "":
+			sp.Protocol = "TCP"
+		case "TCP", "UDP":
+		default:
+			return nil, p.errf(path+".protocol", "%q is not supported (TCP, UDP)", rp.Protocol)
+		}
+		if rp.Port == nil {
+			return nil, p.errf(path+".port", "is required: cnlab does not take a slice port that means every port")
+		}
+		if *rp.Port < 1 || *rp.Port > 65535 {
+			return nil, p.errf(path+".port", "%d is not a port number (1-65535)", *rp.Port)
+		}
+		sp.Port = *rp.Port
+		sl.Ports = append(sl.Ports, sp)
+	}
+	return sl, nil
+}
