@@ -115,8 +115,23 @@ func (r *Resolved) allocateIPs(cidr netip.Prefix, prev *Allocations) error {
 		r.Allocations.ClusterIPs[s.Key()] = a
 	}
 	path := "spec.clusterIP"
+	// First the addresses Services already hold (a Service whose file now
+	// gives another address gives its old one up), so that a new Service
+	// asking for a held address is the one refused.
+	for _, s := range r.Services {
+		if s.ClusterIP == Headless {
+			continue
+		}
+		a, ok := prev.ClusterIPs[s.Key()]
+		if ok && cidr.Contains(a) && (s.ClusterIP == "" || s.ClusterIP == a.String()) {
+			take(s, a)
+		}
+	}
 	for _, s := range r.Services { // given in the file
 		if s.ClusterIP == "" || s.ClusterIP == Headless {
+			continue
+		}
+		if _, done := r.VIP[s.Key()]; done {
 			continue
 		}
 		a := netip.MustParseAddr(s.ClusterIP)
@@ -130,16 +145,6 @@ func (r *Resolved) allocateIPs(cidr netip.Prefix, prev *Allocations) error {
 			return s.errorAt(s.Ref(), path, fmt.Sprintf("%s is already the cluster IP of Service %s", a, other))
 		}
 		take(s, a)
-	}
-	for _, s := range r.Services { // kept from the previous apply
-		if s.ClusterIP != "" {
-			continue
-		}
-		if a, ok := prev.ClusterIPs[s.Key()]; ok && cidr.Contains(a) {
-			if _, dup := taken[a]; !dup {
-				take(s, a)
-			}
-		}
 	}
 	next := cidr.Masked().Addr().Next().Next() // the first is the kubernetes Service's
 	for _, s := range r.Services {
