@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cnlab/cnlab/policy"
@@ -94,6 +95,7 @@ func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
 		}
 		e.Choices = append(e.Choices, c)
 	}
+	slices.Sort(e.Expected)
 	if f.Affinity > 0 && !e.Refused {
 		e.Note = fmt.Sprintf("ClientIP affinity: all of a client's connections within %ds of its last one go to one backend", f.Affinity)
 	}

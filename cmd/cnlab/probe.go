@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -33,8 +35,11 @@ func newProbeCmd(e *env) *cobra.Command {
 	var proto, output string
 	var expect, spoof bool
 	var timeout time.Duration
+	var svcRef string
+	var connections int
+	var from []string
 	cmd := &cobra.Command{
-		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--expect] [--spoof] [-o json]",
+		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--expect] [--spoof] [-o json]\n  cnlab probe LAB --service NS/NAME[:PORTNAME] [--connections K] [--from NS/NAME]... [--expect] [-o json]",
 		Short: "Test connectivity between every ordered pair of endpoints with real packets",
 		Long: `Start listeners on every endpoint, then connect (TCP) or send a request and
 wait for the reply (UDP) from every endpoint to every other one, in
@@ -47,15 +52,47 @@ one of its host: its own IPv4 and ARP, then IPv4 from a forged source (an
 unused address, another endpoint's IP, with its MAC too), a foreign MAC,
 ARP with a forged sender IP or MAC, IPv6, ethertype 0x88b5 and a
 VLAN-tagged frame; print one line per endpoint and check, and exit 1 when
-a forged frame arrived.`,
+a forged frame arrived.
+
+With --service, probe a Service port instead: every backend listens on its
+target port and answers with its name and the source address it saw;
+every endpoint (or each --from) opens K fresh connections (TCP) or
+sockets (UDP) to the Service's address. The table gives, per client, how
+many each backend answered and how many failed. With --expect, exit 1
+when a connection reached a backend the model does not allow, an allowed
+backend never answered (K defaults to ⌈N·ln(N/10⁻⁶)⌉ for N backends, so
+a miss is improbable), the spread is uneven (χ² at α = 10⁻³), affinity
+did not hold, a connection failed although every backend is allowed, a
+backend saw another source than the client's, or a UDP reply came from
+another address than the Service's.`,
 		Example: `  cnlab probe policy-lab --port 80
   cnlab probe policy-lab --port 81 --protocol udp --expect
   cnlab probe policy-lab -o json | jq '.results[] | select(.allowed != .expected)'
-  cnlab probe policy-lab --spoof`,
+  cnlab probe policy-lab --spoof
+  cnlab probe svc-lab --service default/web:http --expect
+  cnlab probe svc-lab --service default/web-udp --from default/client-1 --connections 200 -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
+			}
+			if svcRef != "" {
+				if spoof || cmd.Flags().Changed("port") || cmd.Flags().Changed("protocol") {
+					return usagef("--service probes the Service's own port and protocol: drop --port, --protocol and --spoof")
+				}
+				if connections < 0 || connections > 100000 {
+					return usagef("--connections %d is out of range (1 to 100000; 0 for the default)", connections)
+				}
+				if timeout <= 0 {
+					return usagef("--timeout must be positive (e.g. 500ms)")
+				}
+				if err := needRoot(); err != nil {
+					return err
+				}
+				return runServiceProbe(cmd, e, args[0], svcRef, probe.ServiceOptions{Connections: connections, Timeout: timeout, From: from}, expect, output)
+			}
+			if connections != 0 || len(from) > 0 {
+				return usagef("--connections and --from apply to --service")
 			}
 			if port < 1 || port > 65535 {
 				return usagef("--port %d is not a port number (1-65535)", port)
@@ -109,6 +146,9 @@ a forged frame arrived.`,
 	f.BoolVar(&spoof, "spoof", false, "send forged and non-IPv4 frames from every endpoint; exit 1 if one arrives")
 	f.StringVarP(&output, "output", "o", "", "output format: text or json")
 	f.DurationVar(&timeout, "timeout", time.Second, "time after which an unanswered attempt counts as denied")
+	f.StringVar(&svcRef, "service", "", "probe a Service port (NS/NAME[:PORTNAME]) instead of every pair")
+	f.IntVar(&connections, "connections", 0, "with --service: fresh connections per client (default: enough to reach every backend)")
+	f.StringArrayVar(&from, "from", nil, "with --service: the client endpoint (repeatable; default every endpoint)")
 	return cmd
 }
 
@@ -195,4 +235,75 @@ func printMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, proto str
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "rows: from (sender), columns: to (receiver); ✓ allowed  ✗ denied  * differs from the policy model")
+}
+
+// serviceProbeView is the JSON shape of `cnlab probe --service -o json`
+// (contract).
+type serviceProbeView struct {
+	Lab      string                `json:"lab"`
+	Service  string                `json:"service"`
+	VIP      string                `json:"vip"`
+	Port     int                   `json:"port"`
+	Protocol string                `json:"protocol"`
+	Results  []probe.ServiceResult `json:"results"`
+}
+
+// runServiceProbe is `probe --service`.
+func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.ServiceOptions, expect bool, output string) error {
+	m, err := lab.ServiceModel(labName)
+	if err != nil {
+		return err
+	}
+	f, err := m.Resolved.Frontend(ref)
+	if err != nil {
+		return err
+	}
+	res, err := probe.ProbeService(cmd.Context(), m, f, o)
+	if err != nil {
+		return err
+	}
+	bad := probe.CheckService(f, res, o.Connections)
+	if output == "json" {
+		if err := writeJSON(e.stdout, serviceProbeView{Lab: labName, Service: f.Service, VIP: f.VIP.String(), Port: int(f.Port), Protocol: f.Protocol, Results: res}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(e.stdout, "%s (%s:%d/%s)\n", f.Key(), f.VIP, f.Port, f.Protocol)
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "FROM\tBACKENDS (answers)\tFAILED\tEXPECTED\tMATCHES MODEL")
+		for _, r := range res {
+			var parts []string
+			for _, id := range slices.Sorted(maps.Keys(r.Backends)) {
+				parts = append(parts, fmt.Sprintf("%s %d", id, r.Backends[id]))
+			}
+			exp := strings.Join(r.Expected, ", ")
+			if exp == "" {
+				exp = "none"
+			}
+			ok := "yes"
+			if len(r.Mismatches) > 0 {
+				ok = "NO"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.From, strings.Join(parts, ", "), r.Failed, exp, ok)
+		}
+		tw.Flush()
+	}
+	for _, r := range res {
+		for _, n := range r.Notes {
+			fmt.Fprintf(e.stderr, "cnlab: note: %s: %s\n", r.From, n)
+		}
+	}
+	if expect && bad > 0 {
+		fmt.Fprintf(e.stderr, "cnlab: %d of %s differ from the service model:\n", bad, plural.N(len(res), "client"))
+		for _, r := range res {
+			for _, m := range r.Mismatches {
+				fmt.Fprintf(e.stderr, "  %s: %s\n", r.From, m)
+			}
+		}
+		return exitStatus(exitFail)
+	}
+	if expect {
+		fmt.Fprintf(e.stderr, "cnlab: all %s match the service model\n", plural.N(len(res), "client"))
+	}
+	return nil
 }
