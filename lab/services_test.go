@@ -1,0 +1,348 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/internal/testutil"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/probe"
+	"github.com/cnlab/cnlab/service"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// svcLab is the lab of the service scenarios: backends x/w1 and x/w2 on
+// flip and x/w3 on flap (app: web; named port http is 8080 on w1 and w2,
+// 8081 on w3; dns is UDP 5353), clients y/c1 on flip and y/c2 on flap.
+const svcLab = `name: %s
+hosts:
+  - {name: flip, podCIDR: 10.0.192.0/24}
+  - {name: flap, podCIDR: 10.0.191.0/24}
+links:
+  - {between: [flip, flap], kind: %s}
+namespaces:
+  x: {labels: {team: web}}
+  y: {labels: {team: client}}
+endpoints:
+  - {name: w1, namespace: x, host: flip, labels: {app: web}, ports: [{name: http, port: 8080, protocol: TCP}, {name: dns, port: 5353, protocol: UDP}]}
+  - {name: w2, namespace: x, host: flip, labels: {app: web}, ports: [{name: http, port: 8080, protocol: TCP}, {name: dns, port: 5353, protocol: UDP}]}
+  - {name: w3, namespace: x, host: flap, labels: {app: web}, ports: [{name: http, port: 8081, protocol: TCP}, {name: dns, port: 5353, protocol: UDP}]}
+  - {name: c1, namespace: y, host: flip, labels: {app: client}}
+  - {name: c2, namespace: y, host: flap, labels: {app: client}}
+`
+
+func svcDoc(name, spec string) string {
+	return "apiVersion: v1\nkind: Service\nmetadata: {name: " + name + ", namespace: x}\nspec:\n" + spec + "---\n"
+}
+
+func sliceDoc(svc, endpoints string) string {
+	return "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: " + svc + "-1, namespace: x, labels: {kubernetes.io/service-name: " + svc + "}}\naddressType: IPv4\n" +
+		"ports: [{name: http, port: 8080}]\nendpoints:\n" + endpoints + "---\n"
+}
+
+// serviceScenario is a set of Services (and policies) and the frontends
+// whose probe must match the model; want checks a fact of the model, so
+// that a scenario cannot pass by expecting nothing.
+type serviceScenario struct {
+	name, services, policies string
+	probe                    []string
+	want                     func(m *service.Model) string
+}
+
+func expected(m *service.Model, from, ref string) []string {
+	f, err := m.Resolved.Frontend(ref)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	ep, _ := m.Lab.Endpoint(from)
+	return m.Expect(ep, f).Expected
+}
+
+func wantExpected(from, ref string, ids ...string) func(*service.Model) string {
+	return func(m *service.Model) string {
+		if got := expected(m, from, ref); strings.Join(got, ",") != strings.Join(ids, ",") {
+			return fmt.Sprintf("model: %s -> %s expects %v, want %v", from, ref, got, ids)
+		}
+		return ""
+	}
+}
+
+var serviceScenarios = []serviceScenario{
+	{name: "named target port per backend", services: svcDoc("web", "  selector: {app: web}\n  ports: [{name: http, port: 80, targetPort: http}]\n"),
+		probe: []string{"x/web"}, want: wantExpected("y/c1", "x/web", "x/w1", "x/w2", "x/w3")},
+	{name: "numeric ports, two of them", services: svcDoc("web", "  selector: {app: web}\n  ports: [{name: a, port: 80, targetPort: 8080}, {name: b, port: 81, targetPort: 8081}]\n"),
+		probe: []string{"x/web:a", "x/web:b"}, want: wantExpected("y/c2", "x/web:b", "x/w1", "x/w2", "x/w3")},
+	{name: "udp", services: svcDoc("dns", "  selector: {app: web}\n  ports: [{port: 53, targetPort: dns, protocol: UDP}]\n"),
+		probe: []string{"x/dns"}, want: wantExpected("y/c1", "x/dns", "x/w1", "x/w2", "x/w3")},
+	{name: "no endpoints", services: svcDoc("none", "  selector: {app: nothing}\n  ports: [{port: 80}]\n"),
+		probe: []string{"x/none"}, want: wantExpected("y/c1", "x/none")},
+	{name: "manual slice with conditions", services: svcDoc("man", "  ports: [{name: http, port: 80}]\n") +
+		sliceDoc("man", "  - {addresses: [10.0.192.2], nodeName: flip}\n  - {addresses: [10.0.192.3], conditions: {ready: false}}\n  - {addresses: [10.0.191.2], conditions: {ready: true}}\n"),
+		probe: []string{"x/man"}, want: wantExpected("y/c2", "x/man", "x/w1", "x/w3")},
+	{name: "terminating fallback", services: svcDoc("man", "  ports: [{name: http, port: 80}]\n") +
+		sliceDoc("man", "  - {addresses: [10.0.192.2], conditions: {ready: false, serving: false}}\n  - {addresses: [10.0.192.3], conditions: {ready: false, serving: true, terminating: true}}\n"),
+		probe: []string{"x/man"}, want: wantExpected("y/c2", "x/man", "x/w2")},
+	{name: "affinity", services: svcDoc("aff", "  selector: {app: web}\n  sessionAffinity: ClientIP\n  ports: [{port: 80, targetPort: http}]\n") +
+		svcDoc("affu", "  selector: {app: web}\n  sessionAffinity: ClientIP\n  ports: [{port: 53, targetPort: dns, protocol: UDP}]\n"),
+		probe: []string{"x/aff", "x/affu"}, want: wantExpected("y/c1", "x/aff", "x/w1", "x/w2", "x/w3")},
+	{name: "internalTrafficPolicy Local", services: svcDoc("loc", "  selector: {app: web}\n  internalTrafficPolicy: Local\n  ports: [{port: 80, targetPort: http}]\n"),
+		probe: []string{"x/loc"}, want: wantExpected("y/c2", "x/loc", "x/w3")},
+	{name: "policy judged on the target port", services: svcDoc("web", "  selector: {app: web}\n  ports: [{port: 80, targetPort: http}]\n"),
+		policies: "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: x}\nspec:\n  podSelector: {}\n  ingress: [{from: [{namespaceSelector: {matchLabels: {team: client}}}], ports: [{port: 8080}]}]\n",
+		probe: []string{"x/web"}, want: wantExpected("y/c1", "x/web", "x/w1", "x/w2")},
+	{name: "policy denying the port the Service listens on", services: svcDoc("web", "  selector: {app: web}\n  ports: [{port: 80, targetPort: http}]\n"),
+		policies: "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: x}\nspec:\n  podSelector: {}\n  ingress: [{ports: [{port: 80}]}]\n",
+		probe: []string{"x/web"}, want: wantExpected("y/c1", "x/web")},
+}
+
+// TestServiceScenarios runs every scenario on both proxies, each over a
+// wire and over VXLAN (and each with the other netfilter policy
+// datapath), and requires the probe to match the model for every client
+// (the backends included: hairpin) and frontend.
+func TestServiceScenarios(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
+	testutil.RequireTool(t, "nft", "nftables")
+	ctx := context.Background()
+	for _, c := range []struct{ name, dp, proxy, link string }{
+		{"t-svs-ipt-w", "iptables", "iptables", "wire"},
+		{"t-svs-ipt-v", "nftables", "iptables", "vxlan"},
+		{"t-svs-nft-w", "iptables", "nftables", "wire"},
+		{"t-svs-nft-v", "nftables", "nftables", "vxlan"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := upServiceLab(t, c.name, c.dp, c.proxy, c.link)
+			for _, sc := range serviceScenarios {
+				svcs, sls, err := service.Parse([]byte(sc.services), sc.name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := DeleteServices(ctx, spec.Name, nil, true); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ApplyServices(ctx, spec.Name, svcs, sls); err != nil {
+					t.Fatalf("%s: %v", sc.name, err)
+				}
+				var pols []*policy.Policy
+				if sc.policies != "" {
+					if pols, err = policy.Parse([]byte(sc.policies), sc.name); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, err := Replace(ctx, spec.Name, pols); err != nil {
+					t.Fatal(err)
+				}
+				m, err := ServiceModel(spec.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if msg := sc.want(m); msg != "" {
+					t.Errorf("%s: %s", sc.name, msg)
+				}
+				for _, ref := range sc.probe {
+					f, err := m.Resolved.Frontend(ref)
+					if err != nil {
+						t.Fatal(err)
+					}
+					res, err := probe.ProbeService(ctx, m, f, probe.ServiceOptions{Timeout: 300 * time.Millisecond})
+					if err != nil {
+						t.Fatal(err)
+					}
+					probe.CheckService(f, res, 0)
+					for _, r := range res {
+						for _, mm := range r.Mismatches {
+							t.Errorf("%s: %s from %s: %s", sc.name, ref, r.From, mm)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func upServiceLab(t *testing.T, name, dp, proxy, link string) *topology.Spec {
+	t.Helper()
+	spec, err := topology.Parse([]byte(fmt.Sprintf(svcLab, name, link)), "service lab", topology.Overrides{Datapath: dp, Proxy: proxy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Up(context.Background(), spec, UpOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Down(spec.Name, nil); err != nil {
+			var nf *topology.NotFoundError
+			if !errors.As(err, &nf) {
+				t.Errorf("down: %v", err)
+			}
+		}
+	})
+	return spec
+}
+
+// TestServiceUpdatesUnderLoad changes a Service's backends while clients
+// keep opening connections to it: once an apply returns, no new
+// connection reaches a backend it removed; a TCP connection established
+// to a removed backend before the apply keeps working (conntrack keeps its
+// translation, as in a cluster).
+func TestServiceUpdatesUnderLoad(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
+	testutil.RequireTool(t, "nft", "nftables")
+	ctx := context.Background()
+	for _, proxy := range []string{"iptables", "nftables"} {
+		t.Run(proxy, func(t *testing.T) {
+			spec := upServiceLab(t, "t-svu-"+proxy[:3], "iptables", proxy, "wire")
+			// Every backend listens on 8080 and answers each line with its
+			// name, for as long as the connection lasts.
+			var lns []net.Listener
+			defer func() {
+				for _, ln := range lns {
+					ln.Close()
+				}
+			}()
+			for _, id := range []string{"x/w1", "x/w2", "x/w3"} {
+				ep, _ := spec.Endpoint(id)
+				var ln net.Listener
+				if err := netns.Do(ep.Netns, func() (err error) { ln, err = net.Listen("tcp4", ":8080"); return }); err != nil {
+					t.Fatal(err)
+				}
+				lns = append(lns, ln)
+				go func() {
+					for {
+						c, err := ln.Accept()
+						if err != nil {
+							return
+						}
+						go func() {
+							defer c.Close()
+							r := bufio.NewReader(c)
+							for {
+								if _, err := r.ReadString('\n'); err != nil {
+									return
+								}
+								if _, err := c.Write([]byte(id + "\n")); err != nil {
+									return
+								}
+							}
+						}()
+					}
+				}()
+			}
+			all := sliceDoc("web", "  - {addresses: [10.0.192.2]}\n  - {addresses: [10.0.192.3]}\n  - {addresses: [10.0.191.2]}\n")
+			apply := func(slice string) {
+				t.Helper()
+				svcs, sls, err := service.Parse([]byte(svcDoc("web", "  clusterIP: 10.96.0.80\n  ports: [{name: http, port: 80}]\n")+slice), "update")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ApplyServices(ctx, spec.Name, svcs, sls); err != nil {
+					t.Fatal(err)
+				}
+			}
+			apply(all)
+			vip := "10.96.0.80:80"
+			c1, _ := spec.Endpoint("y/c1")
+			dial := func() (net.Conn, *bufio.Reader, string, error) {
+				var c net.Conn
+				if err := netns.Do(c1.Netns, func() (err error) { c, err = net.DialTimeout("tcp4", vip, time.Second); return }); err != nil {
+					return nil, nil, "", err
+				}
+				_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+				r := bufio.NewReader(c)
+				if _, err := c.Write([]byte("who\n")); err != nil {
+					c.Close()
+					return nil, nil, "", err
+				}
+				id, err := r.ReadString('\n')
+				if err != nil {
+					c.Close()
+					return nil, nil, "", err
+				}
+				return c, r, strings.TrimSpace(id), nil
+			}
+			// Hold a connection to x/w2, the backend that will go.
+			var held net.Conn
+			var heldR *bufio.Reader
+			for i := 0; i < 200 && held == nil; i++ {
+				c, r, id, err := dial()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if id == "x/w2" {
+					held, heldR = c, r
+				} else {
+					c.Close()
+				}
+			}
+			if held == nil {
+				t.Fatal("x/w2 never answered in 200 connections")
+			}
+			defer held.Close()
+			// Clients connect in a loop. phase is 1 from the return of the
+			// apply removing x/w2 until the apply adding it back starts:
+			// a connection that began and ended in that window must not
+			// reach x/w2.
+			var phase atomic.Int32
+			var stop atomic.Bool
+			var mu sync.Mutex
+			var late []string
+			conns := 0
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for !stop.Load() {
+						before := phase.Load()
+						c, _, id, err := dial()
+						if err != nil {
+							continue
+						}
+						c.Close()
+						after := phase.Load()
+						mu.Lock()
+						conns++
+						if before == 1 && after == 1 && id == "x/w2" {
+							late = append(late, id)
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			time.Sleep(200 * time.Millisecond)
+			apply(sliceDoc("web", "  - {addresses: [10.0.192.2]}\n  - {addresses: [10.0.191.2]}\n")) // x/w2 removed
+			phase.Store(1)
+			time.Sleep(500 * time.Millisecond)
+			phase.Store(2)
+			apply(all) // and back, while the clients go on
+			time.Sleep(200 * time.Millisecond)
+			stop.Store(true)
+			wg.Wait()
+			if len(late) > 0 {
+				t.Errorf("%d connections opened after x/w2 was removed reached it", len(late))
+			}
+			if conns < 20 {
+				t.Errorf("only %d connections during the test", conns)
+			}
+			// The held connection still answers, from x/w2.
+			_ = held.SetDeadline(time.Now().Add(2 * time.Second))
+			if _, err := held.Write([]byte("still?\n")); err != nil {
+				t.Fatalf("held connection: %v", err)
+			}
+			if id, err := heldR.ReadString('\n'); err != nil || strings.TrimSpace(id) != "x/w2" {
+				t.Errorf("held connection to x/w2 after its removal: %q, %v", id, err)
+			}
+			t.Logf("%s: %d connections during the updates", proxy, conns)
+		})
+	}
+}
