@@ -239,7 +239,6 @@ func openProxy(labName string) (*topology.Spec, proxy.Proxy, error) {
 	return spec, px, nil
 }
 
-
 // ServiceModel returns the oracle of a lab's Services: what it resolves
 // to now, judged with the lab's stored policies.
 func ServiceModel(labName string) (*service.Model, error) {

@@ -98,10 +98,10 @@ var serviceScenarios = []serviceScenario{
 		probe: []string{"x/loc"}, want: wantExpected("y/c2", "x/loc", "x/w3")},
 	{name: "policy judged on the target port", services: svcDoc("web", "  selector: {app: web}\n  ports: [{port: 80, targetPort: http}]\n"),
 		policies: "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: x}\nspec:\n  podSelector: {}\n  ingress: [{from: [{namespaceSelector: {matchLabels: {team: client}}}], ports: [{port: 8080}]}]\n",
-		probe: []string{"x/web"}, want: wantExpected("y/c1", "x/web", "x/w1", "x/w2")},
+		probe:    []string{"x/web"}, want: wantExpected("y/c1", "x/web", "x/w1", "x/w2")},
 	{name: "policy denying the port the Service listens on", services: svcDoc("web", "  selector: {app: web}\n  ports: [{port: 80, targetPort: http}]\n"),
 		policies: "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: x}\nspec:\n  podSelector: {}\n  ingress: [{ports: [{port: 80}]}]\n",
-		probe: []string{"x/web"}, want: wantExpected("y/c1", "x/web")},
+		probe:    []string{"x/web"}, want: wantExpected("y/c1", "x/web")},
 }
 
 // TestServiceScenarios runs every scenario on both proxies, each over a
