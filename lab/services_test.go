@@ -55,7 +55,9 @@ func sliceDoc(svc, endpoints string) string {
 type serviceScenario struct {
 	name, services, policies string
 	probe                    []string
-	want                     func(m *service.Model) string
+	// nodes: probe the frontends' node ports on these hosts too.
+	nodes []string
+	want  func(m *service.Model) string
 }
 
 func expected(m *service.Model, from, ref string) []string {
@@ -71,6 +73,24 @@ func wantExpected(from, ref string, ids ...string) func(*service.Model) string {
 	return func(m *service.Model) string {
 		if got := expected(m, from, ref); strings.Join(got, ",") != strings.Join(ids, ",") {
 			return fmt.Sprintf("model: %s -> %s expects %v, want %v", from, ref, got, ids)
+		}
+		return ""
+	}
+}
+
+func wantNodePort(from, ref, host string, ids ...string) func(*service.Model) string {
+	return func(m *service.Model) string {
+		f, err := m.Resolved.Frontend(ref)
+		if err != nil {
+			return err.Error()
+		}
+		ep, _ := m.Lab.Endpoint(from)
+		e, err := m.ExpectNodePort(ep, f, host)
+		if err != nil {
+			return err.Error()
+		}
+		if strings.Join(e.Expected, ",") != strings.Join(ids, ",") {
+			return fmt.Sprintf("model: %s -> %s node port on %s expects %v, want %v", from, ref, host, e.Expected, ids)
 		}
 		return ""
 	}
@@ -99,6 +119,10 @@ var serviceScenarios = []serviceScenario{
 	{name: "policy judged on the target port", services: svcDoc("web", "  selector: {app: web}\n  ports: [{port: 80, targetPort: http}]\n"),
 		policies: "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: x}\nspec:\n  podSelector: {}\n  ingress: [{from: [{namespaceSelector: {matchLabels: {team: client}}}], ports: [{port: 8080}]}]\n",
 		probe:    []string{"x/web"}, want: wantExpected("y/c1", "x/web", "x/w1", "x/w2")},
+	{name: "node port, externalTrafficPolicy Cluster", services: svcDoc("np", "  type: NodePort\n  selector: {app: web}\n  ports: [{port: 80, targetPort: http}]\n"),
+		probe: []string{"x/np"}, nodes: []string{"flip", "flap"}, want: wantNodePort("y/c1", "x/np", "flap", "x/w1", "x/w2", "x/w3")},
+	{name: "node port, externalTrafficPolicy Local", services: svcDoc("npl", "  type: NodePort\n  externalTrafficPolicy: Local\n  selector: {app: web}\n  ports: [{name: http, port: 80, targetPort: http}, {name: dns, port: 53, targetPort: dns, protocol: UDP}]\n"),
+		probe: []string{"x/npl:http", "x/npl:dns"}, nodes: []string{"flip", "flap"}, want: wantNodePort("y/c1", "x/npl:dns", "flap", "x/w3")},
 	{name: "policy denying the port the Service listens on", services: svcDoc("web", "  selector: {app: web}\n  ports: [{port: 80, targetPort: http}]\n"),
 		policies: "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: x}\nspec:\n  podSelector: {}\n  ingress: [{ports: [{port: 80}]}]\n",
 		probe:    []string{"x/web"}, want: wantExpected("y/c1", "x/web")},
@@ -153,14 +177,16 @@ func TestServiceScenarios(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					res, err := probe.ProbeService(ctx, m, f, probe.ServiceOptions{Timeout: 300 * time.Millisecond})
-					if err != nil {
-						t.Fatal(err)
-					}
-					probe.CheckService(f, res, 0)
-					for _, r := range res {
-						for _, mm := range r.Mismatches {
-							t.Errorf("%s: %s from %s: %s", sc.name, ref, r.From, mm)
+					for _, node := range append([]string{""}, sc.nodes...) {
+						res, err := probe.ProbeService(ctx, m, f, probe.ServiceOptions{Timeout: 300 * time.Millisecond, NodeHost: node})
+						if err != nil {
+							t.Fatal(err)
+						}
+						probe.CheckService(f, res, 0)
+						for _, r := range res {
+							for _, mm := range r.Mismatches {
+								t.Errorf("%s: %s (node port on %q) from %s: %s", sc.name, ref, node, r.From, mm)
+							}
 						}
 					}
 				}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"github.com/cnlab/cnlab/internal/kubemeta"
 	"strconv"
 
 	"gopkg.in/yaml.v3"
@@ -21,20 +22,7 @@ type rawObject struct {
 	Status     yaml.Node `yaml:"status"` // output only; ignored
 }
 
-type rawMeta struct {
-	Name        string            `yaml:"name"`
-	Namespace   string            `yaml:"namespace"`
-	Labels      map[string]string `yaml:"labels"`
-	Annotations map[string]string `yaml:"annotations"`
-	// Set by the API server; accepted so that exported objects apply as
-	// they are, and ignored.
-	UID               yaml.Node `yaml:"uid"`
-	ResourceVersion   yaml.Node `yaml:"resourceVersion"`
-	Generation        yaml.Node `yaml:"generation"`
-	CreationTimestamp yaml.Node `yaml:"creationTimestamp"`
-	ManagedFields     yaml.Node `yaml:"managedFields"`
-	SelfLink          yaml.Node `yaml:"selfLink"`
-}
+type rawMeta = kubemeta.Meta
 
 type rawSelector struct {
 	MatchLabels      map[string]string `yaml:"matchLabels"`

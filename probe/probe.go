@@ -107,9 +107,9 @@ func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) (
 	}
 	srv := &servers{}
 	defer srv.close()
-	for _, ep := range lab.Endpoints {
+	for i := range lab.Endpoints {
 		for _, t := range targets {
-			if err := srv.listen(ep, t); err != nil {
+			if err := srv.listen(&lab.Endpoints[i], t); err != nil {
 				return nil, err
 			}
 		}
@@ -299,40 +299,54 @@ type servers struct {
 	wg      sync.WaitGroup
 }
 
-func (s *servers) listen(ep topology.Endpoint, t Target) error {
+func (s *servers) listen(ep *topology.Endpoint, t Target) error {
 	addr := netip.AddrPortFrom(ep.IP, uint16(t.Port)).String()
 	if t.Protocol == "tcp" {
-		var ln net.Listener
-		err := netns.Do(ep.Netns, func() error {
-			var err error
-			ln, err = net.Listen("tcp", addr)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("listen on %s %s in %s: %w (is something else using the port?)", t.Protocol, addr, ep.ID(), err)
-		}
-		s.add(func() { ln.Close() })
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		return nil
+		return s.serveTCP(ep, "tcp", addr, func(c net.Conn) { c.Close() })
 	}
-	var pc net.PacketConn
+	return s.serveUDP(ep, "udp", addr, func(pc net.PacketConn, msg []byte, from net.Addr) {
+		_, _ = pc.WriteTo(msg, from)
+	})
+}
+
+// serveTCP listens on addr inside ep's namespace for the probe's duration
+// and hands every accepted connection to handle.
+func (s *servers) serveTCP(ep *topology.Endpoint, network, addr string, handle func(net.Conn)) error {
+	var ln net.Listener
 	err := netns.Do(ep.Netns, func() error {
 		var err error
-		pc, err = net.ListenPacket("udp", addr)
+		ln, err = net.Listen(network, addr)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("listen on %s %s in %s: %w (is something else using the port?)", t.Protocol, addr, ep.ID(), err)
+		return fmt.Errorf("listen on tcp %s in %s: %w (is something else using the port?)", addr, ep.ID(), err)
+	}
+	s.add(func() { ln.Close() })
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			handle(c)
+		}
+	}()
+	return nil
+}
+
+// serveUDP listens on addr inside ep's namespace for the probe's duration
+// and hands every datagram to handle.
+func (s *servers) serveUDP(ep *topology.Endpoint, network, addr string, handle func(pc net.PacketConn, msg []byte, from net.Addr)) error {
+	var pc net.PacketConn
+	err := netns.Do(ep.Netns, func() error {
+		var err error
+		pc, err = net.ListenPacket(network, addr)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("listen on udp %s in %s: %w (is something else using the port?)", addr, ep.ID(), err)
 	}
 	s.add(func() { pc.Close() })
 	s.wg.Add(1)
@@ -342,9 +356,12 @@ func (s *servers) listen(ep topology.Endpoint, t Target) error {
 		for {
 			n, from, err := pc.ReadFrom(buf)
 			if err != nil {
-				return
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue
 			}
-			_, _ = pc.WriteTo(buf[:n], from)
+			handle(pc, buf[:n], from)
 		}
 	}()
 	return nil

@@ -3,7 +3,6 @@ package probe
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -53,6 +52,9 @@ type ServiceOptions struct {
 	From []string
 	// Parallel bounds each client's connections in flight (default 16).
 	Parallel int
+	// NodeHost, when set, probes the frontend's node port on that host
+	// (at service.NodeAddress) instead of its cluster IP.
+	NodeHost string
 }
 
 // missProbability is the chance, with DefaultConnections, that a client
@@ -122,13 +124,19 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 		}
 		listening[b.AddrPort()] = true
 	}
-	vip := netip.AddrPortFrom(f.VIP, f.Port)
 	out := make([]ServiceResult, len(clients))
 	var udpFlows []netip.AddrPort
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i, c := range clients {
 		e := m.Expect(c, f)
+		if o.NodeHost != "" {
+			var err error
+			if e, err = m.ExpectNodePort(c, f, o.NodeHost); err != nil {
+				return nil, err
+			}
+		}
+		target := e.Target
 		k := o.Connections
 		if k <= 0 {
 			k = DefaultConnections(len(e.Expected))
@@ -146,11 +154,11 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 				go func() {
 					defer cw.Done()
 					defer func() { <-sem }()
-					id, saw, replier, local, err := identify(ctx, c.Netns, vip, f.Protocol, o.Timeout)
+					id, saw, replier, local, err := identify(ctx, c.Netns, target, f.Protocol, o.Timeout)
 					mu.Lock()
 					defer mu.Unlock()
 					if local.IsValid() {
-						udpFlows = append(udpFlows, local)
+						udpFlows = append(udpFlows, netip.AddrPortFrom(c.IP, local.Port()))
 					}
 					if err != nil || id == "" {
 						r.Failed++
@@ -160,15 +168,15 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 						return
 					}
 					r.Backends[id]++
-					hairpin := id == c.ID()
+					masq := e.Masqueraded || id == c.ID() // a hairpin is masqueraded
 					switch {
-					case !hairpin && saw != c.IP:
+					case !masq && saw != c.IP:
 						r.badSource = append(r.badSource, fmt.Sprintf("%s saw the connection come from %s, not from the client's address %s", id, saw, c.IP))
-					case hairpin && saw == c.IP:
-						r.badSource = append(r.badSource, fmt.Sprintf("%s (hairpin) saw its own address as the source: the proxy did not masquerade", id))
+					case masq && saw == c.IP:
+						r.badSource = append(r.badSource, fmt.Sprintf("%s saw the client's own address %s: the proxy did not masquerade", id, saw))
 					}
-					if f.Protocol == "udp" && replier != vip {
-						r.badReplier = append(r.badReplier, fmt.Sprintf("a reply came from %s, not from the Service's %s", replier, vip))
+					if f.Protocol == "udp" && replier != target {
+						r.badReplier = append(r.badReplier, fmt.Sprintf("a reply came from %s, not from the address connected to, %s", replier, target))
 					}
 				}()
 			}
@@ -331,6 +339,8 @@ func identify(ctx context.Context, ns string, dst netip.AddrPort, proto string, 
 			return "", saw, replier, local, err
 		}
 		defer pc.Close()
+		// Unconnected, the socket is bound to 0.0.0.0: name the flow by
+		// the client's own address, as conntrack does.
 		local = pc.LocalAddr().(*net.UDPAddr).AddrPort()
 		buf := make([]byte, 512)
 		const tries = 3
@@ -373,54 +383,12 @@ func (s *servers) identify(ep *topology.Endpoint, proto string, port uint16) err
 		return []byte(fmt.Sprintf("%s %s\n", ep.ID(), netip.AddrPortFrom(from.Addr().Unmap(), from.Port())))
 	}
 	if proto == "tcp" {
-		var ln net.Listener
-		err := netns.Do(ep.Netns, func() error {
-			var err error
-			ln, err = net.Listen("tcp4", addr)
-			return err
+		return s.serveTCP(ep, "tcp4", addr, func(c net.Conn) {
+			_, _ = c.Write(answer(c.RemoteAddr().(*net.TCPAddr).AddrPort()))
+			c.Close()
 		})
-		if err != nil {
-			return fmt.Errorf("listen on tcp port %d in %s: %w (is something else using the port?)", port, ep.ID(), err)
-		}
-		s.add(func() { ln.Close() })
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				_, _ = c.Write(answer(c.RemoteAddr().(*net.TCPAddr).AddrPort()))
-				c.Close()
-			}
-		}()
-		return nil
 	}
-	var pc net.PacketConn
-	err := netns.Do(ep.Netns, func() error {
-		var err error
-		pc, err = net.ListenPacket("udp4", addr)
-		return err
+	return s.serveUDP(ep, "udp4", addr, func(pc net.PacketConn, _ []byte, from net.Addr) {
+		_, _ = pc.WriteTo(answer(from.(*net.UDPAddr).AddrPort()), from)
 	})
-	if err != nil {
-		return fmt.Errorf("listen on udp port %d in %s: %w (is something else using the port?)", port, ep.ID(), err)
-	}
-	s.add(func() { pc.Close() })
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		buf := make([]byte, 512)
-		for {
-			_, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return
-				}
-				continue
-			}
-			_, _ = pc.WriteTo(answer(from.(*net.UDPAddr).AddrPort()), from)
-		}
-	}()
-	return nil
 }

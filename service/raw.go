@@ -1,6 +1,9 @@
 package service
 
-import "gopkg.in/yaml.v3"
+import (
+	"github.com/cnlab/cnlab/internal/kubemeta"
+	"gopkg.in/yaml.v3"
+)
 
 // Raw types mirror the Kubernetes objects field by field, decoded
 // strictly. Fields of the real API that cnlab does not implement are
@@ -19,21 +22,7 @@ type rawObject struct {
 	Ports       yaml.Node `yaml:"ports"`
 }
 
-type rawMeta struct {
-	Name        string            `yaml:"name"`
-	Namespace   string            `yaml:"namespace"`
-	Labels      map[string]string `yaml:"labels"`
-	Annotations map[string]string `yaml:"annotations"`
-	// Set by the API server; accepted so that exported objects apply as
-	// they are, and ignored.
-	UID               yaml.Node `yaml:"uid"`
-	ResourceVersion   yaml.Node `yaml:"resourceVersion"`
-	Generation        yaml.Node `yaml:"generation"`
-	CreationTimestamp yaml.Node `yaml:"creationTimestamp"`
-	ManagedFields     yaml.Node `yaml:"managedFields"`
-	OwnerReferences   yaml.Node `yaml:"ownerReferences"`
-	GenerateName      yaml.Node `yaml:"generateName"`
-}
+type rawMeta = kubemeta.Meta
 
 type rawServiceSpec struct {
 	Type                          string            `yaml:"type"`

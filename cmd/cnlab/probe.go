@@ -12,6 +12,7 @@ import (
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/probe"
+	"github.com/cnlab/cnlab/service"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
 )
@@ -38,6 +39,7 @@ func newProbeCmd(e *env) *cobra.Command {
 	var svcRef string
 	var connections int
 	var from []string
+	var nodePort string
 	cmd := &cobra.Command{
 		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--expect] [--spoof] [-o json]\n  cnlab probe LAB --service NS/NAME[:PORTNAME] [--connections K] [--from NS/NAME]... [--expect] [-o json]",
 		Short: "Test connectivity between every ordered pair of endpoints with real packets",
@@ -70,7 +72,8 @@ another address than the Service's.`,
   cnlab probe policy-lab -o json | jq '.results[] | select(.allowed != .expected)'
   cnlab probe policy-lab --spoof
   cnlab probe svc-lab --service default/web:http --expect
-  cnlab probe svc-lab --service default/web-udp --from default/client-1 --connections 200 -o json`,
+  cnlab probe svc-lab --service default/web-udp --from default/client-1 --connections 200 -o json
+  cnlab probe svc-lab --service default/web-np --node-port flap --expect`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -89,10 +92,10 @@ another address than the Service's.`,
 				if err := needRoot(); err != nil {
 					return err
 				}
-				return runServiceProbe(cmd, e, args[0], svcRef, probe.ServiceOptions{Connections: connections, Timeout: timeout, From: from}, expect, output)
+				return runServiceProbe(cmd, e, args[0], svcRef, probe.ServiceOptions{Connections: connections, Timeout: timeout, From: from, NodeHost: nodePort}, expect, output)
 			}
-			if connections != 0 || len(from) > 0 {
-				return usagef("--connections and --from apply to --service")
+			if connections != 0 || len(from) > 0 || nodePort != "" {
+				return usagef("--connections, --from and --node-port apply to --service")
 			}
 			if port < 1 || port > 65535 {
 				return usagef("--port %d is not a port number (1-65535)", port)
@@ -149,6 +152,7 @@ another address than the Service's.`,
 	f.StringVar(&svcRef, "service", "", "probe a Service port (NS/NAME[:PORTNAME]) instead of every pair")
 	f.IntVar(&connections, "connections", 0, "with --service: fresh connections per client (default: enough to reach every backend)")
 	f.StringArrayVar(&from, "from", nil, "with --service: the client endpoint (repeatable; default every endpoint)")
+	f.StringVar(&nodePort, "node-port", "", "with --service: connect to the Service's node port on this host (its bridge address) instead of the cluster IP")
 	return cmd
 }
 
@@ -240,11 +244,15 @@ func printMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, proto str
 // serviceProbeView is the JSON shape of `cnlab probe --service -o json`
 // (contract).
 type serviceProbeView struct {
-	Lab      string                `json:"lab"`
-	Service  string                `json:"service"`
-	VIP      string                `json:"vip"`
-	Port     int                   `json:"port"`
-	Protocol string                `json:"protocol"`
+	Lab      string `json:"lab"`
+	Service  string `json:"service"`
+	VIP      string `json:"vip"`
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol"`
+	// With --node-port: the host, and the address and port connected to.
+	Node     string                `json:"node,omitempty"`
+	NodePort int                   `json:"nodePort,omitempty"`
+	Target   string                `json:"target,omitempty"`
 	Results  []probe.ServiceResult `json:"results"`
 }
 
@@ -264,11 +272,20 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.Se
 	}
 	bad := probe.CheckService(f, res, o.Connections)
 	if output == "json" {
-		if err := writeJSON(e.stdout, serviceProbeView{Lab: labName, Service: f.Service, VIP: f.VIP.String(), Port: int(f.Port), Protocol: f.Protocol, Results: res}); err != nil {
+		v := serviceProbeView{Lab: labName, Service: f.Service, VIP: f.VIP.String(), Port: int(f.Port), Protocol: f.Protocol, Results: res}
+		if o.NodeHost != "" {
+			v.Node, v.NodePort = o.NodeHost, int(f.NodePort)
+			v.Target = fmt.Sprintf("%s:%d", service.NodeAddress(m.Lab.Host(o.NodeHost)), f.NodePort)
+		}
+		if err := writeJSON(e.stdout, v); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintf(e.stdout, "%s (%s:%d/%s)\n", f.Key(), f.VIP, f.Port, f.Protocol)
+		if o.NodeHost != "" {
+			fmt.Fprintf(e.stdout, "%s node port %d on host %s (%s:%d/%s)\n", f.Key(), f.NodePort, o.NodeHost, service.NodeAddress(m.Lab.Host(o.NodeHost)), f.NodePort, f.Protocol)
+		} else {
+			fmt.Fprintf(e.stdout, "%s (%s:%d/%s)\n", f.Key(), f.VIP, f.Port, f.Protocol)
+		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "FROM\tBACKENDS (answers)\tFAILED\tEXPECTED\tMATCHES MODEL")
 		for _, r := range res {
