@@ -128,6 +128,11 @@ var serviceScenarios = []serviceScenario{
 		probe:    []string{"x/web"}, want: wantExpected("y/c1", "x/web")},
 }
 
+// testAlpha is the level of the probe's spread check in these tests:
+// they make about 500 checks a run, so the CLI's 10⁻³ would fail a fair
+// proxy in about four runs of ten; at 10⁻⁶, once in two thousand runs.
+const testAlpha = 1e-6
+
 // TestServiceScenarios runs every scenario on both proxies, each over a
 // wire and over VXLAN (and each with the other netfilter policy
 // datapath), and requires the probe to match the model for every client
@@ -182,7 +187,7 @@ func TestServiceScenarios(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						probe.CheckService(f, res, 0)
+						probe.CheckService(f, res, 0, testAlpha)
 						for _, r := range res {
 							for _, mm := range r.Mismatches {
 								t.Errorf("%s: %s (node port on %q) from %s: %s", sc.name, ref, node, r.From, mm)
@@ -369,6 +374,54 @@ func TestServiceUpdatesUnderLoad(t *testing.T) {
 				t.Errorf("held connection to x/w2 after its removal: %q, %v", id, err)
 			}
 			t.Logf("%s: %d connections during the updates", proxy, conns)
+		})
+	}
+}
+
+// TestServiceAffinityExpires checks, on both proxies, that ClientIP
+// affinity pins every client and lets go after its timeout (2 s): a
+// client moved to another backend in one of three tries (if re-drawn at
+// random, all five clients keep theirs with probability (1/3)^5 per try).
+func TestServiceAffinityExpires(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
+	testutil.RequireTool(t, "nft", "nftables")
+	ctx := context.Background()
+	for _, px := range []string{"iptables", "nftables"} {
+		t.Run(px, func(t *testing.T) {
+			spec := upServiceLab(t, "t-sva-"+px[:3], "iptables", px, "wire")
+			svcs, _, err := service.Parse([]byte(svcDoc("aff", "  selector: {app: web}\n  sessionAffinity: ClientIP\n  sessionAffinityConfig: {clientIP: {timeoutSeconds: 2}}\n  ports: [{port: 80, targetPort: http}]\n")), "aff")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ApplyServices(ctx, spec.Name, svcs, nil); err != nil {
+				t.Fatal(err)
+			}
+			m, err := ServiceModel(spec.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, _ := m.Resolved.Frontend("x/aff")
+			o := probe.ServiceOptions{Timeout: 300 * time.Millisecond, Connections: 10}
+			for try := 1; ; try++ {
+				res, err := probe.ProbeService(ctx, m, f, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if bad := probe.CheckService(f, res, o.Connections, testAlpha); bad > 0 {
+					t.Fatalf("affinity: %+v", res)
+				}
+				mismatch, note, err := probe.CheckAffinityExpiry(ctx, m, f, o, res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if mismatch == "" && note == "" {
+					break
+				}
+				if try == 3 {
+					t.Fatalf("affinity never expired in three tries: %s%s", mismatch, note)
+				}
+			}
 		})
 	}
 }

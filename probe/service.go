@@ -73,14 +73,66 @@ func DefaultConnections(n int) int {
 }
 
 // chiSquareCritical is the value a χ² statistic with df degrees of
-// freedom exceeds with probability 10⁻³ (Wilson–Hilferty's approximation,
-// within 1% for df ≥ 1 at this level).
-func chiSquareCritical(df int) float64 {
-	const z = 3.090232 // the standard normal's 1−10⁻³ quantile
-	k := float64(df)
-	c := 1 - 2/(9*k) + z*math.Sqrt(2/(9*k))
-	return k * c * c * c
+// freedom exceeds with probability alpha: the root of Q(df/2, x/2) =
+// alpha, Q the regularized upper incomplete gamma function, by bisection.
+func chiSquareCritical(df int, alpha float64) float64 {
+	lo, hi := 0.0, 100.0+10*float64(df)
+	for range 200 {
+		mid := (lo + hi) / 2
+		if upperGamma(float64(df)/2, mid/2) > alpha {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return (lo + hi) / 2
 }
+
+// upperGamma is Q(a, x) = Γ(a, x)/Γ(a): a series below a+1, a continued
+// fraction (modified Lentz) above, as Numerical Recipes' gammq.
+func upperGamma(a, x float64) float64 {
+	if x <= 0 {
+		return 1
+	}
+	lg, _ := math.Lgamma(a)
+	front := math.Exp(-x + a*math.Log(x) - lg)
+	if x < a+1 {
+		sum, term := 1/a, 1/a
+		for n := a + 1; term > sum*1e-17; n++ {
+			term *= x / n
+			sum += term
+		}
+		return 1 - front*sum
+	}
+	const tiny = 1e-300
+	b := x + 1 - a
+	c, d := 1/tiny, 1/b
+	h := d
+	for i := 1.0; i < 10000; i++ {
+		an := -i * (i - a)
+		b += 2
+		d = an*d + b
+		if math.Abs(d) < tiny {
+			d = tiny
+		}
+		c = b + an/c
+		if math.Abs(c) < tiny {
+			c = tiny
+		}
+		d = 1 / d
+		delta := d * c
+		h *= delta
+		if math.Abs(delta-1) < 1e-16 {
+			break
+		}
+	}
+	return front * h
+}
+
+// DefaultAlpha is the level of the spread check of `probe --service
+// --expect`: a fair proxy fails it once in a thousand probes of a client.
+// A test suite making hundreds of such checks uses a smaller one.
+const DefaultAlpha = 1e-3
 
 // ProbeService opens fresh connections from every client to frontend f and
 // records which backend answered each. Every backend that is a lab
@@ -148,7 +200,15 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 			defer wg.Done()
 			sem := make(chan struct{}, o.Parallel)
 			var cw sync.WaitGroup
-			for range k {
+			for j := range k {
+				if j == 1 && f.Affinity > 0 {
+					// With ClientIP affinity the first connection goes
+					// alone: until the proxy has recorded it (iptables'
+					// recent --set, nftables' update @set), concurrent
+					// first connections of one client each draw a
+					// backend, in a cluster as here.
+					cw.Wait()
+				}
 				cw.Add(1)
 				sem <- struct{}{}
 				go func() {
@@ -199,13 +259,13 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 // mismatch. The checks: no answer from a backend outside the expected
 // set; every expected backend answered (when the client made enough
 // connections to make a miss improbable, and had no affinity); the
-// answers spread evenly over the expected backends (a χ² test at
-// α = 10⁻³ when each expects at least 5); with ClientIP affinity, one
+// answers spread evenly over the expected backends (a χ² test at level
+// alpha when each expects at least 5); with ClientIP affinity, one
 // backend answered all; no connection failed unless the model says some
 // may (a backend the client cannot reach) or the Service refuses; each
 // backend saw the client's own address (another one on hairpin); UDP
 // replies came from the Service's address.
-func CheckService(f *service.Frontend, results []ServiceResult, connections int) int {
+func CheckService(f *service.Frontend, results []ServiceResult, connections int, alpha float64) int {
 	bad := 0
 	for i := range results {
 		r := &results[i]
@@ -249,8 +309,8 @@ func CheckService(f *service.Frontend, results []ServiceResult, connections int)
 					d := float64(r.Backends[id]) - want
 					chi += d * d / want
 				}
-				if crit := chiSquareCritical(n - 1); chi > crit {
-					r.Mismatches = append(r.Mismatches, fmt.Sprintf("uneven spread over %d backends: χ² = %.1f > %.1f (α = 10⁻³)", n, chi, crit))
+				if crit := chiSquareCritical(n-1, alpha); chi > crit {
+					r.Mismatches = append(r.Mismatches, fmt.Sprintf("uneven spread over %d backends: χ² = %.1f > %.1f (α = %g)", n, chi, crit, alpha))
 				}
 			}
 		}
@@ -391,4 +451,69 @@ func (s *servers) identify(ep *topology.Endpoint, proto string, port uint16) err
 	return s.serveUDP(ep, "udp4", addr, func(pc net.PacketConn, _ []byte, from net.Addr) {
 		_, _ = pc.WriteTo(answer(from.(*net.UDPAddr).AddrPort()), from)
 	})
+}
+
+// MaxAffinityWait is the longest ClientIP timeout CheckAffinityExpiry
+// waits out.
+const MaxAffinityWait = 10 // seconds
+
+// CheckAffinityExpiry checks that ClientIP affinity lets go after its
+// timeout: it waits the timeout (plus a second) after the probe that gave
+// first, probes again, and expects some client to land on another backend.
+// Re-drawn at random, every client keeps its backend with probability
+// Π 1/nᵢ (nᵢ: its expected backends); the check fails only when that is
+// below 10⁻³, and otherwise says it could not conclude. It returns a
+// mismatch ("" for none) and a note ("" for none).
+func CheckAffinityExpiry(ctx context.Context, m *service.Model, f *service.Frontend, o ServiceOptions, first []ServiceResult) (mismatch, note string, err error) {
+	if f.Affinity == 0 {
+		return "", "", nil
+	}
+	if f.Affinity > MaxAffinityWait {
+		return "", fmt.Sprintf("affinity expiry not checked: its timeout (%d s) is longer than %d s", f.Affinity, MaxAffinityWait), nil
+	}
+	before := map[string]string{}
+	pSame := 1.0
+	for _, r := range first {
+		if len(r.Backends) != 1 || len(r.exp.Expected) < 2 {
+			continue
+		}
+		for id := range r.Backends {
+			before[r.From] = id
+		}
+		pSame /= float64(len(r.exp.Expected))
+	}
+	if len(before) == 0 {
+		return "", "affinity expiry not checked: no client has two backends to choose from", nil
+	}
+	select {
+	case <-ctx.Done():
+		return "", "", ctx.Err()
+	case <-time.After(time.Duration(f.Affinity+1) * time.Second):
+	}
+	o.Connections = 3
+	again, err := ProbeService(ctx, m, f, o)
+	if err != nil {
+		return "", "", err
+	}
+	changed := 0
+	for _, r := range again {
+		if old, ok := before[r.From]; ok && r.Backends[old] < sum(r.Backends) {
+			changed++
+		}
+	}
+	switch {
+	case changed > 0:
+		return "", "", nil
+	case pSame < 1e-3:
+		return fmt.Sprintf("ClientIP affinity did not expire: %d s after the timeout no client of %d moved to another backend (probability %.1g if re-drawn at random)", 1, len(before), pSame), "", nil
+	}
+	return "", fmt.Sprintf("affinity expiry inconclusive: no client moved, which re-drawing does with probability %.2g", pSame), nil
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }

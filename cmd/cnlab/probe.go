@@ -270,7 +270,16 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.Se
 	if err != nil {
 		return err
 	}
-	bad := probe.CheckService(f, res, o.Connections)
+	bad := probe.CheckService(f, res, o.Connections, probe.DefaultAlpha)
+	var expiry, expiryNote string
+	if expect && f.Affinity > 0 && bad == 0 {
+		if f.Affinity <= probe.MaxAffinityWait && output != "json" {
+			fmt.Fprintf(e.stderr, "cnlab: waiting out the %d s ClientIP affinity to check that it expires\n", f.Affinity)
+		}
+		if expiry, expiryNote, err = probe.CheckAffinityExpiry(cmd.Context(), m, f, o, res); err != nil {
+			return err
+		}
+	}
 	if output == "json" {
 		v := serviceProbeView{Lab: labName, Service: f.Service, VIP: f.VIP.String(), Port: int(f.Port), Protocol: f.Protocol, Results: res}
 		if o.NodeHost != "" {
@@ -309,6 +318,13 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.Se
 		for _, n := range r.Notes {
 			fmt.Fprintf(e.stderr, "cnlab: note: %s: %s\n", r.From, n)
 		}
+	}
+	if expiryNote != "" {
+		fmt.Fprintf(e.stderr, "cnlab: note: %s\n", expiryNote)
+	}
+	if expiry != "" {
+		fmt.Fprintf(e.stderr, "cnlab: %s\n", expiry)
+		return exitStatus(exitFail)
 	}
 	if expect && bad > 0 {
 		fmt.Fprintf(e.stderr, "cnlab: %d of %s differ from the service model:\n", bad, plural.N(len(res), "client"))
