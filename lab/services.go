@@ -10,7 +10,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/proxy"
 	proxyregistry "github.com/cnlab/cnlab/proxy/registry"
@@ -151,6 +153,9 @@ func modifyServices(ctx context.Context, labName string, f func([]*service.Servi
 		return nil, err
 	}
 	defer unlock()
+	if err := fault.At(fault.Locked, ""); err != nil {
+		return nil, err
+	}
 	spec, px, err := openProxy(labName)
 	if err != nil {
 		return nil, err
@@ -179,6 +184,10 @@ func modifyServices(ctx context.Context, labName string, f func([]*service.Servi
 	if err := px.Apply(ctx, spec, ch.Resolved.Table); err != nil {
 		return nil, fmt.Errorf("service proxy %s: %w", spec.Services.Proxy, err)
 	}
+	// Killed here, every host serves the new set and the store holds the
+	// old one: status says so (ServicesState), and the next change, or
+	// the same apply again, brings both together.
+	_ = fault.At(fault.Applied, "")
 	if err := files.WriteJSON(allocPath(labName), ch.Resolved.Allocations, false); err != nil {
 		return nil, err
 	}
@@ -251,4 +260,61 @@ func ServiceModel(labName string) (*service.Model, error) {
 		return nil, err
 	}
 	return &service.Model{Lab: spec, Resolved: r, Policy: pm}, nil
+}
+
+// ServicesStatus is what a lab's files say of its Services: how many are
+// stored, and whether each host's proxy serves exactly the stored set.
+type ServicesStatus struct {
+	Services int               `json:"stored"`
+	Slices   int               `json:"storedSlices"`
+	Hosts    []ProxyHostStatus `json:"proxyHosts,omitempty"`
+	Error    string            `json:"error,omitempty"`
+}
+
+// ProxyHostStatus is one host's proxy as its state files describe it.
+type ProxyHostStatus struct {
+	Name string `json:"name"`
+	// Dirty: a change was interrupted on the host (or runs now); the next
+	// apply rebuilds it.
+	Dirty bool `json:"dirty,omitempty"`
+	// InSync: the host serves the stored set (a host that never served a
+	// Service is in sync while none is stored).
+	InSync bool `json:"inSync"`
+}
+
+// ServicesState reads what a lab's files say of its Services; nil for a
+// lab without a service proxy.
+func ServicesState(spec *topology.Spec) *ServicesStatus {
+	if spec == nil || len(spec.Hosts) == 0 {
+		return nil
+	}
+	sk, ok := proxyregistry.StateKind(spec.Services.Proxy)
+	if !ok {
+		return nil
+	}
+	st := &ServicesStatus{}
+	svcs, sls, err := StoredServices(spec.Name)
+	var set string
+	if err == nil {
+		st.Services, st.Slices = len(svcs), len(sls)
+		var alloc *service.Allocations
+		if alloc, err = readAlloc(spec.Name); err == nil {
+			var r *service.Resolved
+			if r, err = service.Resolve(spec, svcs, sls, alloc); err == nil {
+				set = proxy.Digest(r.Table)
+			}
+		}
+	}
+	if err != nil {
+		st.Error = err.Error()
+	}
+	for _, h := range spec.Hosts {
+		path := datapath.StatePath(spec.Name, sk, h.Name)
+		hp := datapath.ReadHostPolicy(path)
+		_, statErr := os.Stat(path)
+		never := errors.Is(statErr, os.ErrNotExist) && !hp.Dirty
+		inSync := !hp.Dirty && set != "" && (hp.Sets[0] == set || never && len(svcs)+len(sls) == 0)
+		st.Hosts = append(st.Hosts, ProxyHostStatus{Name: h.Name, Dirty: hp.Dirty, InSync: inSync})
+	}
+	return st
 }

@@ -34,4 +34,7 @@ type Proxy interface {
 type Descriptor struct {
 	Kind kind.Proxy
 	New  func() Proxy
+	// StateKind names the proxy's per-host state files
+	// (datapath.StatePath), apart from any policy datapath's.
+	StateKind kind.Kind
 }

@@ -372,3 +372,148 @@ func mustCLI(t *testing.T, args ...string) {
 		t.Fatalf("cnlab %s: exit %d: %s%s", strings.Join(args, " "), code, stdout, stderr)
 	}
 }
+
+// Two Services of the kill lab: web (app a) before the killed apply, and
+// bweb (app b) that the killed apply adds.
+const (
+	svcWeb = `apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  selector: {app: a}
+  ports: [{port: 80, targetPort: 8080}]
+`
+	svcBWeb = `apiVersion: v1
+kind: Service
+metadata: {name: bweb, namespace: default}
+spec:
+  selector: {app: b}
+  ports: [{port: 80, targetPort: 8080}]
+`
+)
+
+// serviceSteps lists the fault points of a Service apply on the kill lab,
+// in order: the lock, then each host as datapath.ApplyHosts changes it,
+// then every host done with the store not yet written.
+func serviceSteps() []string {
+	s := []string{fault.Locked}
+	for _, h := range []string{"flip", "flap"} {
+		for _, p := range []string{fault.Dirty, fault.AtomicLoad, fault.Kernel, fault.Saved, fault.HostDone} {
+			s = append(s, p+":"+h)
+		}
+	}
+	return append(s, fault.Applied)
+}
+
+// TestKilledServiceApply kills `cnlab service apply` (SIGKILL, from inside
+// the process) at every point of a Service change on each proxy. After each
+// kill the store must hold the Services from before, and `cnlab status`
+// must say which hosts are marked dirty (killed while changing them) and
+// which serve a set other than the stored one (killed after their kernel
+// took the change). The same apply run again must succeed, leave every
+// host serving the stored set, and `probe --service --expect` must find
+// both Services served as the model says.
+func TestKilledServiceApply(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	web, bweb := write("web.yaml", svcWeb), write("bweb.yaml", svcBWeb)
+	for _, px := range []string{"iptables", "nftables"} {
+		t.Run(px, func(t *testing.T) {
+			name := "t-ksvc-" + px[:3]
+			topo := write(name+".yaml", strings.Replace(killLab, "%s", name, 1))
+			if _, stderr, code := runCLI(t, "up", "-f", topo, "--datapath", px, "--service-proxy", px); code != 0 {
+				t.Fatalf("up: exit %d: %s", code, stderr)
+			}
+			t.Cleanup(func() { runCLI(t, "down", name) })
+			steps := serviceSteps()
+			for i, point := range steps {
+				what := "service apply killed at " + point
+				mustCLI(t, "service", "delete", name, "--all")
+				mustCLI(t, "service", "apply", name, "-f", web)
+				cmd := cnlab("service", "apply", name, "-f", bweb)
+				cmd.Env = append(cmd.Env, faultEnv+"="+point)
+				out, err := cmd.CombinedOutput()
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+					t.Fatalf("%s: not killed (%v): %s", what, err, out)
+				}
+				// What each host holds: dirty from its dirty point to its
+				// host-done, then off the stored set.
+				want := map[string]string{"flip": "in sync", "flap": "in sync"}
+				for _, s := range steps[:i+1] {
+					p, h, _ := strings.Cut(s, ":")
+					switch p {
+					case fault.Dirty:
+						want[h] = "dirty"
+					case fault.HostDone:
+						want[h] = "off"
+					}
+				}
+				checkServices(t, name, what, []string{"default/web"}, want)
+				mustCLI(t, "service", "apply", name, "-f", bweb)
+				what += ", then applied again"
+				checkServices(t, name, what, []string{"default/bweb", "default/web"}, map[string]string{"flip": "in sync", "flap": "in sync"})
+				for _, svc := range []string{"default/web", "default/bweb"} {
+					if stdout, stderr, code := runCLI(t, "probe", name, "--service", svc, "--expect", "--timeout", "300ms", "--alpha", "1e-6"); code != 0 {
+						t.Errorf("%s: probe --service %s --expect: exit %d:\n%s%s", what, svc, code, stdout, stderr)
+					}
+				}
+			}
+			if _, stderr, code := runCLI(t, "down", name); code != 0 {
+				t.Fatalf("down: exit %d: %s", code, stderr)
+			}
+			checkGone(t, name)
+		})
+	}
+}
+
+// checkServices compares the lab's stored Services and what status says
+// of each host's proxy ("in sync", "dirty" or "off" the stored set) with
+// want, in JSON and in text.
+func checkServices(t *testing.T, name, what string, stored []string, want map[string]string) {
+	t.Helper()
+	svcs, _, err := lab.StoredServices(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var have []string
+	for _, s := range svcs {
+		have = append(have, s.Key())
+	}
+	slices.Sort(have)
+	if !slices.Equal(have, stored) {
+		t.Errorf("%s: stored %v, want %v", what, have, stored)
+	}
+	stdout, stderr, code := runCLI(t, "status", name, "-o", "json")
+	var st struct{ Services *lab.ServicesStatus }
+	if code != 0 || json.Unmarshal([]byte(stdout), &st) != nil || st.Services == nil {
+		t.Fatalf("%s: status -o json: exit %d: %s%s", what, code, stdout, stderr)
+	}
+	if st.Services.Services != len(stored) || len(st.Services.Hosts) != len(want) {
+		t.Errorf("%s: status says %d Services stored, hosts %+v", what, st.Services.Services, st.Services.Hosts)
+	}
+	text, _, _ := runCLI(t, "status", name)
+	for _, h := range st.Services.Hosts {
+		got := "in sync"
+		switch {
+		case h.Dirty:
+			got = "dirty"
+		case !h.InSync:
+			got = "off"
+		}
+		if got != want[h.Name] {
+			t.Errorf("%s: status says host %s is %s, want %s", what, h.Name, got, want[h.Name])
+		}
+		phrase := map[string]string{"dirty": "interrupted on", "off": "not serving the stored Services"}[want[h.Name]]
+		if phrase != "" && !strings.Contains(text, phrase) {
+			t.Errorf("%s: status does not say %q:\n%s", what, phrase, text)
+		}
+	}
+}

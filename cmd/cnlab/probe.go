@@ -38,6 +38,7 @@ func newProbeCmd(e *env) *cobra.Command {
 	var timeout time.Duration
 	var svcRef string
 	var connections int
+	var alpha float64
 	var from []string
 	var nodePort string
 	cmd := &cobra.Command{
@@ -63,7 +64,8 @@ sockets (UDP) to the Service's address. The table gives, per client, how
 many each backend answered and how many failed. With --expect, exit 1
 when a connection reached a backend the model does not allow, an allowed
 backend never answered (K defaults to ⌈N·ln(N/10⁻⁶)⌉ for N backends, so
-a miss is improbable), the spread is uneven (χ² at α = 10⁻³), affinity
+a miss is improbable), the spread is uneven (χ² at --alpha, default
+10⁻³: a fair proxy fails one client's check in a thousand), affinity
 did not hold, a connection failed although every backend is allowed, a
 backend saw another source than the client's, or a UDP reply came from
 another address than the Service's.`,
@@ -89,13 +91,16 @@ another address than the Service's.`,
 				if timeout <= 0 {
 					return usagef("--timeout must be positive (e.g. 500ms)")
 				}
+				if !(alpha > 0 && alpha < 0.5) {
+					return usagef("--alpha %g is out of range (above 0, below 0.5; e.g. 1e-6 for a script making many checks)", alpha)
+				}
 				if err := needRoot(); err != nil {
 					return err
 				}
-				return runServiceProbe(cmd, e, args[0], svcRef, probe.ServiceOptions{Connections: connections, Timeout: timeout, From: from, NodeHost: nodePort}, expect, output)
+				return runServiceProbe(cmd, e, args[0], svcRef, probe.ServiceOptions{Connections: connections, Timeout: timeout, From: from, NodeHost: nodePort}, alpha, expect, output)
 			}
-			if connections != 0 || len(from) > 0 || nodePort != "" {
-				return usagef("--connections, --from and --node-port apply to --service")
+			if connections != 0 || len(from) > 0 || nodePort != "" || cmd.Flags().Changed("alpha") {
+				return usagef("--connections, --from, --node-port and --alpha apply to --service")
 			}
 			if port < 1 || port > 65535 {
 				return usagef("--port %d is not a port number (1-65535)", port)
@@ -151,6 +156,7 @@ another address than the Service's.`,
 	f.DurationVar(&timeout, "timeout", time.Second, "time after which an unanswered attempt counts as denied")
 	f.StringVar(&svcRef, "service", "", "probe a Service port (NS/NAME[:PORTNAME]) instead of every pair")
 	f.IntVar(&connections, "connections", 0, "with --service: fresh connections per client (default: enough to reach every backend)")
+	f.Float64Var(&alpha, "alpha", probe.DefaultAlpha, "with --service --expect: significance level of the χ² test of an even spread")
 	f.StringArrayVar(&from, "from", nil, "with --service: the client endpoint (repeatable; default every endpoint)")
 	f.StringVar(&nodePort, "node-port", "", "with --service: connect to the Service's node port on this host (its bridge address) instead of the cluster IP")
 	return cmd
@@ -257,7 +263,7 @@ type serviceProbeView struct {
 }
 
 // runServiceProbe is `probe --service`.
-func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.ServiceOptions, expect bool, output string) error {
+func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.ServiceOptions, alpha float64, expect bool, output string) error {
 	m, err := lab.ServiceModel(labName)
 	if err != nil {
 		return err
@@ -270,7 +276,7 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.Se
 	if err != nil {
 		return err
 	}
-	bad := probe.CheckService(f, res, o.Connections, probe.DefaultAlpha)
+	bad := probe.CheckService(f, res, o.Connections, alpha)
 	var expiry, expiryNote string
 	if expect && f.Affinity > 0 && bad == 0 {
 		if f.Affinity <= probe.MaxAffinityWait && output != "json" {

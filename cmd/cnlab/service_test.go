@@ -71,7 +71,7 @@ func TestServiceCLI(t *testing.T) {
 			probeAll := func(what string, wantReach bool) {
 				t.Helper()
 				for _, svc := range []string{"default/web:http", "default/web:metrics", "default/web-udp"} {
-					stdout, stderr, code := runCLI(t, "probe", name, "--service", svc, "--expect", "--timeout", "300ms", "-o", "json")
+					stdout, stderr, code := runCLI(t, "probe", name, "--service", svc, "--expect", "--timeout", "300ms", "--alpha", "1e-6", "-o", "json")
 					var pv serviceProbe
 					if err := json.Unmarshal([]byte(stdout), &pv); err != nil {
 						t.Fatalf("%s %s: %v: %s %s", what, svc, err, stdout, stderr)

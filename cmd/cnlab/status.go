@@ -23,7 +23,7 @@ type statusView struct {
 	Phase            string                        `json:"phase"`
 	Datapath         kind.Kind                     `json:"datapath,omitempty"`
 	kind.OptionsView                               // options of the lab's datapath
-	Services         *topology.Services            `json:"services,omitempty"`
+	Services         *servicesView                 `json:"services,omitempty"`
 	Source           string                        `json:"source,omitempty"`
 	Created          *time.Time                    `json:"created,omitempty"`
 	MTU              int                           `json:"mtu,omitempty"`
@@ -35,6 +35,13 @@ type statusView struct {
 	Namespaces       map[string]topology.Namespace `json:"namespaces,omitempty"`
 	Endpoints        []endpointView                `json:"endpoints"`
 	Policy           *lab.PolicyStatus             `json:"policy,omitempty"`
+}
+
+// servicesView is the lab's service settings and, with a proxy, what its
+// files say of the Services it serves.
+type servicesView struct {
+	*topology.Services
+	*lab.ServicesStatus
 }
 
 type hostView struct {
@@ -75,7 +82,7 @@ func toView(s *lab.LabStatus) statusView {
 	v.Datapath, v.Source, v.MTU, v.Links, v.Namespaces = sp.Datapath, sp.Source, sp.MTU, sp.Links, sp.Namespaces
 	v.OptionsView = sp.Datapath.View(&sp.Options)
 	if sp.Services.CIDR.IsValid() {
-		v.Services = &sp.Services
+		v.Services = &servicesView{&sp.Services, lab.ServicesState(sp)}
 	}
 	for _, h := range sp.Hosts {
 		v.Hosts = append(v.Hosts, hostView{h.Name, h.PodCIDR.String(), h.Gateway.String(), h.Netns})
@@ -176,7 +183,8 @@ func printLab(w io.Writer, s *lab.LabStatus) {
 	}
 	fmt.Fprintf(w, "source %s, datapath %s%s, mtu %d\n", sp.Source, sp.Datapath, datapathOptions(sp), sp.MTU)
 	if px := sp.Services.Proxy; px != "" && px != kind.ProxyNone {
-		fmt.Fprintf(w, "services: proxy %s, cluster IPs from %s\n", px, sp.Services.CIDR)
+		fmt.Fprintf(w, "services: proxy %s, cluster IPs from %s", px, sp.Services.CIDR)
+		printServicesStatus(w, s.Name, lab.ServicesState(sp))
 	}
 	ps := lab.PolicyState(sp)
 	switch {
@@ -378,5 +386,36 @@ func printPolicyStatus(w io.Writer, labName string, ps *lab.PolicyStatus) {
 	}
 	if c == nil || !c.Running {
 		fmt.Fprintf(w, "the next `cnlab policy apply` or `cnlab policy delete` of %s rebuilds dirty hosts, brings every host to the set it then stores and clears this\n", labName)
+	}
+}
+
+// printServicesStatus ends the services line: what is stored and, where
+// a host does not serve it, what to do.
+func printServicesStatus(w io.Writer, name string, ss *lab.ServicesStatus) {
+	if ss == nil {
+		fmt.Fprintln(w)
+		return
+	}
+	if ss.Error != "" {
+		fmt.Fprintf(w, "; stored Services unreadable: %s\n", ss.Error)
+		return
+	}
+	fmt.Fprintf(w, "; %s, %s stored\n", plural.N(ss.Services, "Service"), plural.N(ss.Slices, "EndpointSlice"))
+	var dirty, off []string
+	for _, h := range ss.Hosts {
+		switch {
+		case h.Dirty:
+			dirty = append(dirty, h.Name)
+		case !h.InSync:
+			off = append(off, h.Name)
+		}
+	}
+	if len(dirty) > 0 {
+		fmt.Fprintf(w, "service proxy: a change was interrupted on %s: the next `cnlab service apply %s` or `service delete` rebuilds it\n",
+			strings.Join(dirty, ", "), name)
+	}
+	if len(off) > 0 {
+		fmt.Fprintf(w, "service proxy: %s not serving the stored Services (a change was killed after the kernel took it): the next `cnlab service apply %s` or `service delete` brings every host to what it stores\n",
+			strings.Join(off, ", "), name)
 	}
 }

@@ -1,4 +1,6 @@
-// Package fault names the points of a policy change where cnlab's state
+// Package fault names the points of a policy change (and of a Service
+// change: locked, then the per-host points of ApplyHosts, then applied,
+// with the store written after it) where cnlab's state
 // could be caught half-way, so that the fault-injection tests can stop it
 // there: kill the process (a real SIGKILL, in the CLI tests) or make the
 // step fail. In a normal run no hook is set and every point is a no-op.

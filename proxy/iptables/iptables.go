@@ -35,7 +35,7 @@ type iptables struct{}
 func New() proxy.Proxy { return iptables{} }
 
 // Descriptor binds the iptables proxy kind to this implementation.
-var Descriptor = proxy.Descriptor{Kind: kind.ProxyIPTables, New: New}
+var Descriptor = proxy.Descriptor{Kind: kind.ProxyIPTables, New: New, StateKind: StateKind}
 
 // Setup turns br_netfilter on in every host (replies bridged between two
 // endpoints of one host must meet conntrack to be un-DNATed), routes the

@@ -36,7 +36,7 @@ type nftables struct{}
 func New() proxy.Proxy { return nftables{} }
 
 // Descriptor binds the nftables proxy kind to this implementation.
-var Descriptor = proxy.Descriptor{Kind: kind.ProxyNFTables, New: New}
+var Descriptor = proxy.Descriptor{Kind: kind.ProxyNFTables, New: New, StateKind: StateKind}
 
 // Setup prepares every host (br_netfilter, the service CIDR's route: see
 // proxy.PrepareHost) and creates the table, empty, where it is missing.

@@ -35,3 +35,14 @@ func New(p kind.Proxy) (proxy.Proxy, error) {
 	}
 	return nil, fmt.Errorf("unknown service proxy %q (supported: %s)", p, kind.ProxyNames())
 }
+
+// StateKind returns the name of proxy p's per-host state files
+// (datapath.StatePath); false for none or an unknown kind.
+func StateKind(p kind.Proxy) (kind.Kind, bool) {
+	for _, d := range descriptors() {
+		if d.Kind == p {
+			return d.StateKind, true
+		}
+	}
+	return "", false
+}

@@ -17,6 +17,9 @@ func TestEveryProxyHasOneImplementation(t *testing.T) {
 		if d.New == nil || d.New() == nil {
 			t.Errorf("%s: no constructor", d.Kind)
 		}
+		if d.StateKind == "" || slices.Contains(kind.All(), d.StateKind) {
+			t.Errorf("%s: state kind %q is empty or a policy datapath's", d.Kind, d.StateKind)
+		}
 	}
 	for _, p := range kind.Proxies() {
 		if p != kind.ProxyNone {
