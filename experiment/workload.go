@@ -362,6 +362,9 @@ func runRR(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, er
 	if w.Kind == UDPRR {
 		m["timeouts"] = float64(r.Timeouts)
 	}
+	if k := r.ConnectUs; k != nil {
+		m["connect_p50_us"], m["connect_p99_us"] = k.P50, k.P99
+	}
 	return m, nil
 }
 

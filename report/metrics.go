@@ -28,6 +28,8 @@ var metrics = map[string]Metric{
 	"latency_p90_us":     {"latency_p90_us", "p90 latency (µs)", "µs", -1, 0},
 	"latency_p99_us":     {"latency_p99_us", "p99 latency (µs)", "µs", -1, 0},
 	"latency_p999_us":    {"latency_p999_us", "p99.9 latency (µs)", "µs", -1, 0},
+	"connect_p50_us":     {"connect_p50_us", "p50 connect latency (µs)", "µs", -1, 0},
+	"connect_p99_us":     {"connect_p99_us", "p99 connect latency (µs)", "µs", -1, 0},
 	"first_rtt_us":       {"first_rtt_us", "first-packet RTT (µs)", "µs", -1, 0},
 	"rtt_us":             {"rtt_us", "steady RTT (µs)", "µs", -1, 0},
 	"timeouts":           {"timeouts", "timeouts", "", -1, 0},
@@ -56,7 +58,7 @@ func PrimaryMetrics(kind string) []string {
 	case experiment.TCPRR, experiment.UDPRR:
 		return []string{"latency_p50_us", "latency_p99_us", "transactions_per_s"}
 	case experiment.TCPCRR:
-		return []string{"transactions_per_s", "latency_p50_us"}
+		return []string{"transactions_per_s", "latency_p50_us", "connect_p50_us", "connect_p99_us"}
 	case experiment.Ping:
 		return []string{"first_rtt_us", "rtt_us"}
 	}

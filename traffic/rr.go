@@ -97,20 +97,31 @@ type RRResult struct {
 	Transactions uint64  `json:"transactions"` // started after the warm-up and completed
 	PerSecond    float64 `json:"transactionsPerSecond"`
 	LatencyUs    Latency `json:"latencyUs"`
-	Timeouts     uint64  `json:"timeouts,omitempty"` // udp-rr: lost request or response, after the warm-up
+	// ConnectUs (tcp-crr) is the connect alone: from connect() to the
+	// connection established (the SYN-ACK back), per transaction.
+	ConnectUs *Latency `json:"connectUs,omitempty"`
+	Timeouts  uint64   `json:"timeouts,omitempty"` // udp-rr: lost request or response, after the warm-up
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
-func summarize(c RRConfig, h *Histogram, elapsed time.Duration, timeouts uint64) *RRResult {
+func summarize(c RRConfig, h, connect *Histogram, elapsed time.Duration, timeouts uint64) *RRResult {
 	r := &RRResult{Mode: c.Mode, RequestSize: c.RequestSize, ResponseSize: c.ResponseSize,
 		Seconds: elapsed.Seconds(), Transactions: h.Count(), Timeouts: timeouts}
 	if elapsed > 0 {
 		r.PerSecond = float64(h.Count()) / elapsed.Seconds()
 	}
-	r.LatencyUs = Latency{Mean: us(h.Mean()), Min: us(h.Min()), P50: us(h.Quantile(0.5)), P90: us(h.Quantile(0.9)),
-		P99: us(h.Quantile(0.99)), P999: us(h.Quantile(0.999)), Max: us(h.Max())}
+	r.LatencyUs = latency(h)
+	if connect != nil && connect.Count() > 0 {
+		l := latency(connect)
+		r.ConnectUs = &l
+	}
 	return r
+}
+
+func latency(h *Histogram) Latency {
+	return Latency{Mean: us(h.Mean()), Min: us(h.Min()), P50: us(h.Quantile(0.5)), P90: us(h.Quantile(0.9)),
+		P99: us(h.Quantile(0.99)), P999: us(h.Quantile(0.999)), Max: us(h.Max())}
 }
 
 // ParseRR reads a client's JSON result.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -88,12 +89,20 @@ func TestRRModes(t *testing.T) {
 				if ratio := l.Mean * r.PerSecond / 1e6; ratio < 0.5 || ratio > 1.01 {
 					t.Errorf("mean %.1f us at %.0f/s: busy %.0f%% of the time", l.Mean, r.PerSecond, ratio*100)
 				}
+				// tcp-crr alone times the connect, which is part of
+				// each transaction's latency.
+				switch k := r.ConnectUs; {
+				case (k != nil) != (mode == TCPCRR):
+					t.Errorf("connect latency %+v in %s", k, mode)
+				case k != nil && !(k.Min > 0 && k.Min <= k.P50 && k.P50 <= k.P99 && k.P99 <= k.Max && k.Mean < l.Mean && k.Min <= l.Min):
+					t.Errorf("connect latency %+v not ordered, or not below the transactions' %+v", *k, l)
+				}
 				var buf = new(bytesBuffer)
 				if err := WriteRR(buf, r); err != nil {
 					t.Fatal(err)
 				}
 				back, err := ParseRR(buf.b)
-				if err != nil || *back != *r {
+				if err != nil || !reflect.DeepEqual(back, r) {
 					t.Errorf("round trip: %v %+v", err, back)
 				}
 			})

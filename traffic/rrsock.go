@@ -291,6 +291,7 @@ type rrClient struct {
 	sa               unix.Sockaddr
 	req, resp        []byte
 	h                *Histogram
+	connect          *Histogram // tcp-crr: connect() to established
 	measureFrom, end time.Time
 	last             time.Time // completion of the last counted transaction
 	timeouts         uint64
@@ -319,7 +320,7 @@ func RRRun(ctx context.Context, c RRConfig) (*RRResult, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	r := &rrClient{c: c, ctx: ctx, sa: sa, req: make([]byte, c.RequestSize), resp: make([]byte, max(c.ResponseSize, 65536)),
-		h: NewHistogram(), start: time.Now()}
+		h: NewHistogram(), connect: NewHistogram(), start: time.Now()}
 	r.measureFrom = r.start.Add(c.Warmup)
 	r.end = r.measureFrom.Add(c.Duration)
 	switch c.Mode {
@@ -340,7 +341,7 @@ func RRRun(ctx context.Context, c RRConfig) (*RRResult, error) {
 	if r.end.Before(stop) {
 		stop = r.end
 	}
-	return summarize(c, r.h, stop.Sub(r.measureFrom), r.timeouts), nil
+	return summarize(c, r.h, r.connect, stop.Sub(r.measureFrom), r.timeouts), nil
 }
 
 // measured reports whether a transaction started at t0 counts.
@@ -468,7 +469,8 @@ func (r *rrClient) tcp() error {
 }
 
 // crr is tcp-crr: a connection per transaction. The latency runs from
-// connect to the response; the client then reads until the server closes
+// connect to the response, the connect latency from connect to the
+// connection established; the client then reads until the server closes
 // (the server closes first, so the TIME_WAIT is the server's) and closes.
 func (r *rrClient) crr() error {
 	for t0 := time.Now(); t0.Before(r.end); t0 = time.Now() {
@@ -478,6 +480,9 @@ func (r *rrClient) crr() error {
 		fd, err := r.dial(unix.SOCK_STREAM)
 		if err != nil {
 			return err
+		}
+		if r.measured(t0) {
+			r.connect.Record(time.Since(t0))
 		}
 		err = writeAll(fd, r.req, r.wait)
 		if err != nil {

@@ -81,6 +81,10 @@ multi-host; server 10.0.192.2), with cnlab on the PATH (make install).`,
 			l := r.LatencyUs
 			fmt.Fprintf(e.stdout, "%s %d/%d B: %.0f transactions/s over %.1f s; latency us: mean %.1f p50 %.1f p90 %.1f p99 %.1f p99.9 %.1f max %.1f\n",
 				r.Mode, r.RequestSize, r.ResponseSize, r.PerSecond, r.Seconds, l.Mean, l.P50, l.P90, l.P99, l.P999, l.Max)
+			if k := r.ConnectUs; k != nil {
+				fmt.Fprintf(e.stdout, "connect alone, us: mean %.1f p50 %.1f p90 %.1f p99 %.1f p99.9 %.1f max %.1f\n",
+					k.Mean, k.P50, k.P90, k.P99, k.P999, k.Max)
+			}
 			if r.Timeouts > 0 {
 				fmt.Fprintf(e.stdout, "%s timed out (lost datagrams)\n", plural.N(int(r.Timeouts), "transaction"))
 			}
