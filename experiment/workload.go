@@ -382,6 +382,16 @@ var pingRTT = regexp.MustCompile(`icmp_seq=(\d+) .*time=([0-9.]+) ms`)
 // (a new ICMP flow): the first reply's RTT includes setting the flow up
 // (conntrack, the datapath's first lookup), the rest are steady state.
 func runPing(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
+	// Warm the neighbour caches on the path (client, hosts, server) with
+	// one echo of another ICMP flow (ping picks a new identifier per
+	// process), so that the measured first echo costs a new flow in the
+	// datapath (conntrack, policy, translation) and no ARP resolution.
+	if warm, err := start(ctx, e.ep.client, e.pin.client(), e.log, "ping", "-n", "-c", "1", "-W", "1", e.ep.serverIP.String()); err == nil {
+		_ = warm.wait(e.log)
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
 	cli, err := start(ctx, e.ep.client, e.pin.client(), e.log, "ping", "-n", "-c", strconv.Itoa(w.Count), "-i", "0.01", "-W", "1", e.ep.serverIP.String())
 	if err != nil {
 		return nil, err
