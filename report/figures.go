@@ -166,7 +166,10 @@ func baselineFigure(pn *Panel) (Figure, bool) {
 		return Figure{}, false
 	}
 	x := firstX(pn)
-	_, many := unitOf(pn)
+	one, many := unitOf(pn)
+	if x == 1 {
+		many = one // "at 1 service"
+	}
 	id := pn.ID + "-baseline"
 	f := &plot.Figure{ID: id, Kind: plot.Bars, Title: fmt.Sprintf("Baseline at %s %s: %s — %s", fmtX(x), many, pn.Metric.Label, pn.ctx()),
 		YLabel: pn.Metric.Label, Legend: plot.LegendNone, Scale: 2}
