@@ -50,6 +50,11 @@ type Params struct {
 	ShaperDirection  string    `json:"shaperDirection,omitempty"` // "" is the topology's default (server)
 	Switches         int       `json:"switches,omitempty"`        // link ovs: bridges in series per segment (0: the default, 1)
 	SwitchLink       string    `json:"switchLink,omitempty"`      // between them: patch or veth
+	// Services is the number of Services installed at the point. The
+	// report draws and fits it like policies (a per-service slope); no
+	// matrix key sets it yet (issue 17, item 4, adds the sweep), so it is
+	// 0 in every run this cnlab makes.
+	Services int `json:"services,omitempty"`
 }
 
 // Text is the point's parameters in a few words, for tables
@@ -76,6 +81,7 @@ func (p Params) Text() string {
 	add(p.ShaperDirection != "", "shape=%s", p.ShaperDirection)
 	add(p.Switches > 0, "switches=%d", p.Switches)
 	add(p.SwitchLink != "", "switchLink=%s", p.SwitchLink)
+	add(p.Services > 0, "services=%d", p.Services)
 	return strings.Join(parts, " ")
 }
 

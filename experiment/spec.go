@@ -84,7 +84,7 @@ type Figures struct {
 
 // FigureX are the parameters a figure can have on its x axis, in the
 // order the report picks one by default.
-var FigureX = []string{"policies", "chainLength", "switches", "firewallRules", "flows", "size", "mtu"}
+var FigureX = []string{"policies", "chainLength", "switches", "firewallRules", "services", "flows", "size", "mtu"}
 
 // FigureMetrics are the sample metrics a sweep may ask figures of.
 var FigureMetrics = []string{"throughput_gbps", "sent_gbps", "packets_per_s", "retransmits", "loss_pct", "jitter_ms",

@@ -61,9 +61,10 @@ const (
 	bendP = 0.01
 )
 
-// isCount reports whether x counts rules or policies: the axes whose
-// slope is a per-rule cost.
-func isCount(d string) bool { return d == "policies" || d == "firewallRules" }
+// isCount reports whether x counts rules, policies or services: the axes
+// whose slope is a per-rule (per-policy, per-service) cost, with baseline
+// bars at the first x and a search for a bend.
+func isCount(d string) bool { return d == "policies" || d == "firewallRules" || d == "services" }
 
 // unitOf is the unit of one step of x, for "per policy".
 func unitOf(pn *Panel) (one, many string) {
@@ -78,6 +79,8 @@ func unitOf(pn *Panel) (one, many string) {
 		return "policy", "policies"
 	case "firewallRules":
 		return "rule", "rules"
+	case "services":
+		return "service", "services"
 	case "chainLength":
 		return "hop", "hops"
 	case "switches":

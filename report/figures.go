@@ -17,7 +17,52 @@ type Figure struct {
 	Kind    string       `json:"kind"` // sweep, baseline, profile
 	Title   string       `json:"title"`
 	Caption string       `json:"caption"`
+	XLog    bool         `json:"xLog,omitempty"` // the x axis is logarithmic (logAxis)
 	Plot    *plot.Figure `json:"-"`
+}
+
+// logSpan is the ratio of the largest x to the smallest from which a
+// figure's x axis is logarithmic: two decades (1 to 100 policies; 1 to
+// 10,000 services).
+const logSpan = 100
+
+// logAxis reports whether a figure over xs draws its x axis on a log
+// scale: every x is above zero and they span two decades or more. One x at
+// zero or below (0 policies, a direct pair of 0 hops) keeps it linear, so
+// that no point is dropped.
+func logAxis(xs []float64) bool {
+	if len(xs) == 0 {
+		return false
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, x := range xs {
+		if !(x > 0) || math.IsInf(x, 0) {
+			return false
+		}
+		lo, hi = math.Min(lo, x), math.Max(hi, x)
+	}
+	return hi >= logSpan*lo
+}
+
+// logLabel is an axis label that says its axis is logarithmic: "number of
+// services (log scale)", "message size (bytes; log scale)".
+func logLabel(label string) string {
+	if strings.HasSuffix(label, ")") {
+		return strings.TrimSuffix(label, ")") + "; log scale)"
+	}
+	return label + " (log scale)"
+}
+
+// logCaption is what a caption adds for a log x axis.
+const logCaption = " x axis: log scale (the x values span two decades or more)."
+
+// panelXs is every x of a panel's curves.
+func panelXs(pn *Panel) []float64 {
+	var xs []float64
+	for _, c := range pn.Curves {
+		xs = append(xs, c.X...)
+	}
+	return xs
 }
 
 // sweepFigure draws a panel: the median of each x with its 95% CI, one
@@ -37,22 +82,36 @@ func sweepFigure(pn *Panel, fits []Fit) Figure {
 		f.Title = pn.Metric.Label + " — " + pn.ctx()
 	} else {
 		// Lines sharing an x are drawn a little apart ("dodged"), so that
-		// their error bars do not hide each other; the fits are not.
+		// their error bars do not hide each other; the fits are not. On a
+		// log axis the dodge is a factor: the same distance on the page at
+		// 1 service as at 10,000.
+		logX := logAxis(panelXs(pn))
+		f.XLog = logX
+		if logX {
+			f.XLabel = logLabel(f.XLabel)
+			caption += logCaption
+		}
+		// t maps x to where the axis is linear (log10 x on a log axis), u
+		// maps back.
+		t, u := func(x float64) float64 { return x }, func(v float64) float64 { return v }
+		if logX {
+			t, u = math.Log10, func(v float64) float64 { return math.Pow(10, v) }
+		}
 		lo, hi := math.Inf(1), math.Inf(-1)
 		for _, c := range pn.Curves {
 			lo, hi = math.Min(lo, c.X[0]), math.Max(hi, c.X[len(c.X)-1])
 		}
-		step := 0.008 * (hi - lo)
+		step := 0.008 * (t(hi) - t(lo))
 		if n := float64(len(pn.Curves)); n > 1 && hi > lo {
 			pad := (n/2 + 1) * step
-			f.XLimits = plot.Limits{Min: lo - pad, Max: hi + pad} // the dodge does not widen the axis
+			f.XLimits = plot.Limits{Min: u(t(lo) - pad), Max: u(t(hi) + pad)} // the dodge does not widen the axis
 		}
 		for i, c := range pn.Curves {
 			col := plot.PaletteColor(i)
 			s := plot.Series{Name: c.Series, Color: col}
 			dx := (float64(i) - float64(len(pn.Curves)-1)/2) * step
 			for _, x := range c.X {
-				s.Points = append(s.Points, ciPoint(pn.Metric, x+dx, c.summary(x)))
+				s.Points = append(s.Points, ciPoint(pn.Metric, u(t(x)+dx), c.summary(x)))
 			}
 			f.Series = append(f.Series, s)
 			for _, ft := range fits {
@@ -61,9 +120,7 @@ func sweepFigure(pn *Panel, fits []Fit) Figure {
 					// entry a line, however many lines are fitted.
 					f.Series[len(f.Series)-1].Name += fmt.Sprintf(" (fit: l = %s%%/hop)", fmtNum(100*ft.Loss))
 					fs := plot.Series{Style: plot.DashedLine, Color: col}
-					lo, hi := c.X[0], c.X[len(c.X)-1]
-					for k := 0; k <= 40; k++ {
-						n := lo + (hi-lo)*float64(k)/40
+					for _, n := range fitXs(c.X[0], c.X[len(c.X)-1], logX) {
 						fs.Points = append(fs.Points, plot.Point{X: n, Y: (stats.PowerLaw{T1: ft.T1, Loss: ft.Loss}).Predict(n)})
 					}
 					f.Series = append(f.Series, fs)
@@ -75,7 +132,23 @@ func sweepFigure(pn *Panel, fits []Fit) Figure {
 		}
 	}
 	f.Note = caption
-	return Figure{ID: pn.ID, Kind: "sweep", Title: f.Title, Caption: caption, Plot: f}
+	return Figure{ID: pn.ID, Kind: "sweep", Title: f.Title, Caption: caption, XLog: f.XLog, Plot: f}
+}
+
+// fitXs are the x at which a fitted curve from lo to hi is drawn: the
+// plot joins them with straight segments, so they are spaced evenly where
+// the axis is linear, in log x on a log axis (evenly in x, 40 of 41
+// points would crowd into the last decade, and a curve, a straight line
+// in x among them, would be drawn as a few chords).
+func fitXs(lo, hi float64, logX bool) []float64 {
+	if logX && lo > 0 && hi > lo {
+		return plot.LogSpace(lo, hi, 81) // 20 a decade over four decades
+	}
+	xs := make([]float64, 41)
+	for k := range xs {
+		xs[k] = lo + (hi-lo)*float64(k)/40
+	}
+	return xs
 }
 
 func ciPoint(m Metric, x float64, s stats.Summary) plot.Point {
@@ -93,7 +166,10 @@ func baselineFigure(pn *Panel) (Figure, bool) {
 		return Figure{}, false
 	}
 	x := firstX(pn)
-	_, many := unitOf(pn)
+	one, many := unitOf(pn)
+	if x == 1 {
+		many = one // "at 1 service"
+	}
 	id := pn.ID + "-baseline"
 	f := &plot.Figure{ID: id, Kind: plot.Bars, Title: fmt.Sprintf("Baseline at %s %s: %s — %s", fmtX(x), many, pn.Metric.Label, pn.ctx()),
 		YLabel: pn.Metric.Label, Legend: plot.LegendNone, Scale: 2}
@@ -175,13 +251,24 @@ func profileFigures(r *experiment.Results, first int) []Figure {
 		id := fmt.Sprintf("fig%02d-%s", first+len(out), slug("profile "+k.sweep+" "+k.topo+" "+k.series+" "+k.wl))
 		f := &plot.Figure{ID: id, Title: fmt.Sprintf("Share of CPU samples vs %s — %s, %s, %s (perf)", xLabel(x, pts), k.series, k.wl, k.topo),
 			XLabel: xLabel(x, pts), YLabel: "% of all CPU samples", Scale: 2}
+		var xs []float64
+		for _, p := range pts {
+			var xv float64
+			fmt.Sscan(dimByName(x).value(p), &xv)
+			xs = append(xs, xv)
+		}
+		logX := logAxis(xs)
+		note := ""
+		if logX {
+			f.XLog, f.XLabel, note = true, logLabel(f.XLabel), logCaption
+		}
 		for _, n := range ns {
 			ps := byName[n]
 			sort.Slice(ps, func(i, j int) bool { return ps[i].X < ps[j].X })
 			f.Series = append(f.Series, plot.Series{Name: strings.TrimPrefix(n, "group "), Points: ps})
 		}
-		f.Note = "The datapath's kernel functions by group, one profiled run per point (perf record -a, cpu-clock; idle, user and other samples not drawn)."
-		out = append(out, Figure{ID: id, Kind: "profile", Title: f.Title, Caption: f.Note, Plot: f})
+		f.Note = "The datapath's kernel functions by group, one profiled run per point (perf record -a, cpu-clock; idle, user and other samples not drawn)." + note
+		out = append(out, Figure{ID: id, Kind: "profile", Title: f.Title, Caption: f.Note, XLog: logX, Plot: f})
 		if len(events) == 0 {
 			continue
 		}
@@ -189,14 +276,14 @@ func profileFigures(r *experiment.Results, first int) []Figure {
 		// (samples) in ipt_do_table, from its perf report.
 		id = fmt.Sprintf("fig%02d-%s", first+len(out), slug("events "+k.sweep+" "+k.topo+" "+k.series+" "+k.wl))
 		ev := &plot.Figure{ID: id, Title: fmt.Sprintf("Number of perf events in the table walker vs %s — %s, %s, %s", xLabel(x, pts), k.series, k.wl, k.topo),
-			XLabel: xLabel(x, pts), YLabel: "perf samples", Scale: 2}
+			XLabel: f.XLabel, YLabel: "perf samples", XLog: logX, Scale: 2}
 		for _, n := range sortedKeys(events) {
 			ps := events[n]
 			sort.Slice(ps, func(i, j int) bool { return ps[i].X < ps[j].X })
 			ev.Series = append(ev.Series, plot.Series{Name: n, Points: ps})
 		}
-		ev.Note = fmt.Sprintf("Samples of perf record -a (%d Hz per CPU) in ipt_do_table or nft_do_chain during one profiled run per point: seed 000's figure 7.10, whose \"ipt_do_table events\" came from its perf report. A count depends on the run's length and the sampling rate; compare points of one run.", pts[0].Prof.Kernel.Frequency)
-		out = append(out, Figure{ID: id, Kind: "profile", Title: ev.Title, Caption: ev.Note, Plot: ev})
+		ev.Note = fmt.Sprintf("Samples of perf record -a (%d Hz per CPU) in ipt_do_table or nft_do_chain during one profiled run per point: seed 000's figure 7.10, whose \"ipt_do_table events\" came from its perf report. A count depends on the run's length and the sampling rate; compare points of one run.", pts[0].Prof.Kernel.Frequency) + note
+		out = append(out, Figure{ID: id, Kind: "profile", Title: ev.Title, Caption: ev.Note, XLog: logX, Plot: ev})
 	}
 	return out
 }

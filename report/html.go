@@ -145,7 +145,7 @@ code { font-size: .9em; }
 <tr><th>figure</th><th>series</th><th>law</th><th>samples</th><th>result</th></tr>
 {{range .Rep.Fits}}<tr><td><a href="#{{.Panel}}">{{.Panel}}</a></td><td>{{.Series}}</td><td>{{.Kind}}</td><td class="n">{{.N}}</td><td>{{if .Note}}{{.Note}}{{else}}{{.Text}}{{end}}</td></tr>
 {{end}}</table>
-<p class="meta">Linear: ordinary least squares on every sample, slope with its 95% CI (Student's t, n−2); relative slope: per unit of x as a share of the fitted intercept. Power law: t(n) = t(1)·(1 − l)^(n−1), least squares on log t; R² of the curve against the raw samples. Bend: continuous two-segment fit, reported when its F test against a straight line gives p &lt; 0.01.</p>
+<p class="meta">Linear: ordinary least squares on every sample, slope with its 95% CI (Student's t, n−2); relative slope: per unit of x as a share of the fitted intercept. Power law: t(n) = t(1)·(1 − l)^(n−1), least squares on log t; R² of the curve against the raw samples. Bend: continuous two-segment fit, reported when its F test against a straight line gives p &lt; 0.01. Every fit is in x itself, also in a figure whose x axis is on a log scale (x all above 0 and spanning two decades or more), where a straight line in x is a curve.</p>
 {{end}}
 <h2 id="table">Points</h2>
 <table>

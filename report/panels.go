@@ -55,6 +55,12 @@ var xDims = []dim{
 	}},
 	{"switches", func(p *experiment.PointResult) string { return num(p.Params.Switches) }, func(v string) string { return v + " switches" }},
 	{"firewallRules", func(p *experiment.PointResult) string { return num(p.Params.FirewallRules) }, func(v string) string { return v + " rules" }},
+	{"services", func(p *experiment.PointResult) string { return num(p.Params.Services) }, func(v string) string {
+		if v == "1" {
+			return "1 service"
+		}
+		return v + " services"
+	}},
 	{"flows", func(p *experiment.PointResult) string { return num(p.Workload.Flows) }, func(v string) string {
 		if v == "1" {
 			return "1 flow"
@@ -142,6 +148,8 @@ func xLabel(d string, pts []*experiment.PointResult) string {
 		return "Open vSwitch bridges in series"
 	case "firewallRules":
 		return "firewall rules"
+	case "services":
+		return "number of services"
 	case "flows":
 		return "parallel flows"
 	case "size":

@@ -48,7 +48,31 @@ func exampleFigures() map[string]*Figure {
 		fit.Points = append(fit.Points, Point{X: n, Y: 9.8 / (1 + 0.11*n)})
 	}
 
+	// Services 1 to 10,000 on a log axis, with a fitted line sampled
+	// evenly in log x (a straight line in x is a curve on this axis).
+	services := []float64{1, 10, 100, 1000, 10000}
+	ipt := Series{Name: "iptables", Color: PaletteColor(0)}
+	ebpf := Series{Name: "ebpf", Color: PaletteColor(1)}
+	for _, n := range services {
+		y := 60 + 0.012*n
+		ipt.Points = append(ipt.Points, Point{X: n, Y: y, YLow: y - 3, YHigh: y + 3})
+		ebpf.Points = append(ebpf.Points, Point{X: n, Y: 55, YLow: 53, YHigh: 57})
+	}
+	iptFit := Series{Name: "fitted line", Style: DashedLine, Color: PaletteColor(0)}
+	for _, n := range LogSpace(1, 10000, 81) {
+		iptFit.Points = append(iptFit.Points, Point{X: n, Y: 60 + 0.012*n})
+	}
+
 	return map[string]*Figure{
+		"services-log": {
+			ID:     "fig-services-log",
+			Title:  "Connect latency vs number of services",
+			XLabel: "number of services (log scale)",
+			YLabel: "p50 latency (µs)",
+			Note:   "x axis: log scale. Dashed: a line fitted in linear x, drawn as the curve it is on a log axis.",
+			XLog:   true,
+			Series: []Series{ipt, iptFit, ebpf},
+		},
 		"throughput-vs-policies": {
 			ID:     "fig-policies",
 			Title:  "TCP throughput vs number of policies",

@@ -118,6 +118,17 @@ type Figure struct {
 	// XLimits and YLimits fix the axis ranges (data outside is clipped).
 	XLimits Limits
 	YLimits Limits
+	// XLog draws a numeric x axis on a logarithmic scale: labelled ticks
+	// at the powers of ten (1, 10, 100, 1k, 10k, ...; every second or
+	// third power when the labels would collide), minor ticks at 2–9
+	// times them when a decade is wide enough. Lines between points are
+	// straight on the page, so a curve (a fit) must be given enough
+	// points, spaced evenly in log x, to look like one (LogSpace). A log
+	// axis cannot show zero or a negative x: when any point, VLine or
+	// XLimits.Min is at or below zero, or there is no positive x at all,
+	// the axis is drawn linear instead and no point is dropped. Bars and
+	// categorical axes ignore XLog.
+	XLog bool
 
 	Legend LegendPlacement
 

@@ -51,9 +51,14 @@ type axis struct {
 	labels     []string
 	step       float64
 	categories bool
+	log        bool      // logarithmic: px maps log10(v)
+	minor      []float64 // unlabelled ticks (a log axis's 2–9 × 10^k)
 }
 
 func (a *axis) px(v float64) float64 {
+	if a.log {
+		return a.p0 + (math.Log10(v)-math.Log10(a.lo))/(math.Log10(a.hi)-math.Log10(a.lo))*(a.p1-a.p0)
+	}
 	return a.p0 + (v-a.lo)/(a.hi-a.lo)*(a.p1-a.p0)
 }
 
@@ -139,6 +144,7 @@ func (f *Figure) layout(fs *fontSet) (*drawing, error) {
 
 	cats := f.categories()
 	bars := f.Kind == Bars
+	xlog := f.LogX()
 
 	// Series: finite points and look.
 	infos := make([]*seriesInfo, len(f.Series))
@@ -352,6 +358,23 @@ func (f *Figure) layout(fs *fontSet) (*drawing, error) {
 				needLines = max(needLines, len(catLines[i]))
 				xa.ticks = append(xa.ticks, float64(i))
 			}
+		} else if xlog {
+			xa.log = true
+			if f.XLimits.set() {
+				xa.lo, xa.hi = f.XLimits.Min, f.XLimits.Max
+			} else {
+				// The data range and a margin, in decades: the axis is not
+				// widened to whole powers of ten (3 to 5,000 would take
+				// 1 to 10k and waste a third of the width).
+				l0, l1 := math.Log10(xlo), math.Log10(xhi)
+				m := (l1 - l0) * 0.03
+				xa.lo, xa.hi = math.Pow(10, l0-m), math.Pow(10, l1+m)
+			}
+			xa.ticks, xa.labels, xa.minor = logTicks(xa.lo, xa.hi, plotW, func(s string) float64 { return fs.width(s, tickSize, false) })
+			if n := len(xa.labels); n > 0 {
+				over := fs.width(xa.labels[n-1], tickSize, false)/2 - (xa.p1 - xa.px(xa.ticks[n-1]))
+				newRightExtra = math.Max(8, over+2)
+			}
 		} else {
 			target := int(math.Round(plotW / 85))
 			target = max(2, min(target, 12))
@@ -464,6 +487,10 @@ func (f *Figure) layout(fs *fontSet) (*drawing, error) {
 				x := crisp(xa.px(t), 1)
 				d.line("tick", x, by, x, by+tickLen, axisCol, 1, nil)
 			}
+		}
+		for _, t := range xa.minor {
+			x := crisp(xa.px(t), 1)
+			d.line("tick-minor", x, by, x, by+tickLen*0.6, axisCol, 1, nil)
 		}
 	}
 	if !bars {

@@ -2,6 +2,7 @@ package plot
 
 import (
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -173,4 +174,144 @@ func formatValue(v float64) string {
 	av := math.Abs(v)
 	step := math.Pow(10, math.Floor(math.Log10(av))-2)
 	return formatTick(clean(v), step, av, av < 1e-3)
+}
+
+// LogX reports whether the figure's x axis is drawn logarithmic: XLog is
+// set, the figure is a Lines figure without Categories, and every x it
+// would draw (finite points, VLines, XLimits) is above zero, with at
+// least one.
+func (f *Figure) LogX() bool {
+	if !f.XLog || f.Kind != Lines || len(f.Categories) > 0 {
+		return false
+	}
+	if f.XLimits.set() {
+		if f.XLimits.Min <= 0 {
+			return false
+		}
+	}
+	n := 0
+	for _, s := range f.Series {
+		for _, p := range s.Points {
+			if !finite(p.X) || !finite(p.Y) {
+				continue
+			}
+			if p.X <= 0 {
+				return false
+			}
+			n++
+		}
+	}
+	for _, r := range f.VLines {
+		if finite(r.Value) && r.Value <= 0 {
+			return false
+		}
+	}
+	return n > 0 || f.XLimits.set()
+}
+
+// LogSpace returns n ≥ 2 values from lo to hi (0 < lo < hi) evenly spaced
+// in log x: the x at which to sample a curve drawn over a log axis, where
+// values evenly spaced in x would crowd into its last decade. It returns
+// nil when lo or hi is not positive and finite or n < 2.
+func LogSpace(lo, hi float64, n int) []float64 {
+	if !(lo > 0) || !(hi > 0) || !finite(lo) || !finite(hi) || n < 2 {
+		return nil
+	}
+	l0, l1 := math.Log10(lo), math.Log10(hi)
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = math.Pow(10, l0+(l1-l0)*float64(i)/float64(n-1))
+	}
+	out[0], out[n-1] = lo, hi // exact ends
+	return out
+}
+
+// logLabel is the label of a tick of a log axis: 1, 10, 100, 1k, 10k, 1M;
+// 0.1, 0.01; 100µ; 2, 20, 5k for the 2 and 5 ticks.
+func logLabel(v float64) string {
+	v = clean(v)
+	step := clean(math.Pow(10, math.Floor(math.Log10(v)+1e-9)))
+	return formatTick(v, step, v, v < 1e-3)
+}
+
+// logTicks chooses the ticks of a logarithmic axis showing [lo, hi]
+// (0 < lo < hi) over plotW pixels; width measures a label. When the range
+// holds two or more powers of ten, they are the labelled ticks (every
+// stride-th one, the smallest stride whose labels do not collide) and the
+// others, with 2–9 × 10^k when a decade is at least 40 px wide, are minor
+// ticks. A narrower range gets the 1-2-5 ticks of a linear axis placed on
+// the log scale, less any label that would collide with the one before it.
+func logTicks(lo, hi, plotW float64, width func(string) float64) (ticks []float64, labels []string, minor []float64) {
+	l0, l1 := math.Log10(lo), math.Log10(hi)
+	perDecade := plotW / (l1 - l0)
+	const eps = 1e-9
+	k0, k1 := int(math.Ceil(l0-eps)), int(math.Floor(l1+eps))
+	pow := func(k int) float64 { return clean(math.Pow(10, float64(k))) }
+	if k1-k0+1 >= 2 {
+		maxW := 0.0
+		for k := k0; k <= k1; k++ {
+			maxW = math.Max(maxW, width(logLabel(pow(k))))
+		}
+		// Strides are counted from 10^0, so that 1 keeps its label where
+		// it is in range (1, 100, 10k rather than 10, 1k, 100k).
+		on := func(k, s int) bool { return ((k%s)+s)%s == 0 }
+		count := func(s int) int {
+			n := 0
+			for k := k0; k <= k1; k++ {
+				if on(k, s) {
+					n++
+				}
+			}
+			return n
+		}
+		stride := 1
+		for _, s := range []int{1, 2, 3, 4, 5, 10, 20, 50, 100} {
+			if count(s) < 2 {
+				break // keep two labels at least, even crowded
+			}
+			stride = s
+			if maxW+10 <= perDecade*float64(s) {
+				break
+			}
+		}
+		for k := k0; k <= k1; k++ {
+			if on(k, stride) {
+				ticks = append(ticks, pow(k))
+				labels = append(labels, logLabel(pow(k)))
+			} else {
+				minor = append(minor, pow(k))
+			}
+		}
+		if stride == 1 && perDecade >= 40 {
+			for k := k0 - 1; k <= k1; k++ {
+				for m := 2; m <= 9; m++ {
+					if v := clean(float64(m) * math.Pow(10, float64(k))); v >= lo && v <= hi {
+						minor = append(minor, v)
+					}
+				}
+			}
+			sort.Float64s(minor)
+		}
+		return ticks, labels, minor
+	}
+	// Less than two decades: linear 1-2-5 ticks, on the log scale.
+	target := max(2, min(12, int(math.Round(plotW/85))))
+	_, _, step, lin := niceTicks(lo, hi, target, false)
+	all := formatTicks(lin, step)
+	px := func(v float64) float64 { return (math.Log10(v) - l0) * perDecade }
+	lastRight := math.Inf(-1)
+	for i, v := range lin {
+		if v <= 0 {
+			continue
+		}
+		w := width(all[i])
+		if px(v)-w/2 < lastRight+6 {
+			minor = append(minor, v)
+			continue
+		}
+		ticks = append(ticks, v)
+		labels = append(labels, all[i])
+		lastRight = px(v) + w/2
+	}
+	return ticks, labels, minor
 }

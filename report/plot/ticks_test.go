@@ -90,3 +90,132 @@ func TestDashPolyline(t *testing.T) {
 		t.Errorf("dashed length %v, want 16 (%d pieces)", total, len(pieces))
 	}
 }
+
+// logWidth is a label width for logTicks tests: 7 px a character.
+func logWidth(s string) float64 { return 7 * float64(len([]rune(s))) }
+
+func TestLogTicks(t *testing.T) {
+	cases := []struct {
+		lo, hi, plotW float64
+		ticks         []float64
+		labels        []string
+		minor         int // how many minor ticks; -1: do not check
+	}{
+		// Services 1 to 10,000 (with the layout's margin): every power of
+		// ten, and 2–9 × 10^k between them.
+		{0.76, 13200, 600, []float64{1, 10, 100, 1000, 10000}, []string{"1", "10", "100", "1k", "10k"}, 4*8 + 2},
+		{1, 1e6, 600, []float64{1, 10, 100, 1000, 1e4, 1e5, 1e6}, []string{"1", "10", "100", "1k", "10k", "100k", "1M"}, -1},
+		{0.001, 10, 500, []float64{0.001, 0.01, 0.1, 1, 10}, []string{"0.001", "0.01", "0.1", "1", "10"}, -1},
+		{1e-6, 1e-3, 500, []float64{1e-6, 1e-5, 1e-4, 1e-3}, []string{"1µ", "10µ", "100µ", "0.001"}, -1},
+		// Twenty decades in 300 px: every third power, counted from 10^0,
+		// the others minor.
+		{1, 1e20, 300, []float64{1, 1e3, 1e6, 1e9, 1e12, 1e15, 1e18}, []string{"1", "1k", "1M", "1G", "1T", "1e+15", "1e+18"}, 14},
+		// Less than two decades: 1-2-5 ticks placed on the log scale.
+		{20, 500, 600, nil, nil, -1},
+	}
+	for _, c := range cases {
+		ticks, labels, minor := logTicks(c.lo, c.hi, c.plotW, logWidth)
+		if c.ticks != nil && (!slices.Equal(ticks, c.ticks) || !slices.Equal(labels, c.labels)) {
+			t.Errorf("logTicks(%v, %v, %v) = %v %q, want %v %q", c.lo, c.hi, c.plotW, ticks, labels, c.ticks, c.labels)
+		}
+		if c.minor >= 0 && len(minor) != c.minor {
+			t.Errorf("logTicks(%v, %v, %v): %d minor ticks %v, want %d", c.lo, c.hi, c.plotW, len(minor), minor, c.minor)
+		}
+		if len(ticks) < 2 || len(ticks) != len(labels) {
+			t.Errorf("logTicks(%v, %v): %d ticks, %d labels", c.lo, c.hi, len(ticks), len(labels))
+		}
+		// In range, ascending, and labels that do not overlap.
+		l0 := math.Log10(c.lo)
+		px := func(v float64) float64 { return (math.Log10(v) - l0) / (math.Log10(c.hi) - l0) * c.plotW }
+		for i, v := range ticks {
+			if v < c.lo || v > c.hi {
+				t.Errorf("logTicks(%v, %v): tick %v out of range", c.lo, c.hi, v)
+			}
+			if i > 0 && px(v)-logWidth(labels[i])/2 < px(ticks[i-1])+logWidth(labels[i-1])/2 {
+				t.Errorf("logTicks(%v, %v, %v): labels %q and %q overlap", c.lo, c.hi, c.plotW, labels[i-1], labels[i])
+			}
+		}
+		for _, v := range minor {
+			if v < c.lo || v > c.hi || slices.Contains(ticks, v) {
+				t.Errorf("logTicks(%v, %v): minor tick %v out of range or on a major one", c.lo, c.hi, v)
+			}
+		}
+	}
+}
+
+func TestLogLabel(t *testing.T) {
+	for v, want := range map[float64]string{1: "1", 10: "10", 100: "100", 1000: "1k", 1e4: "10k", 1e5: "100k", 1e6: "1M", 1e9: "1G",
+		0.1: "0.1", 0.01: "0.01", 2000: "2k", 5: "5", 1e-4: "100µ"} {
+		if got := logLabel(v); got != want {
+			t.Errorf("logLabel(%v) = %q, want %q", v, got, want)
+		}
+	}
+}
+
+func TestLogSpace(t *testing.T) {
+	xs := LogSpace(1, 10000, 5)
+	want := []float64{1, 10, 100, 1000, 10000}
+	for i := range want {
+		if math.Abs(xs[i]-want[i]) > 1e-9*want[i] {
+			t.Fatalf("LogSpace(1, 10000, 5) = %v, want %v", xs, want)
+		}
+	}
+	if LogSpace(0, 10, 5) != nil || LogSpace(1, 10, 1) != nil || LogSpace(-1, 10, 5) != nil {
+		t.Error("LogSpace accepted a non-positive end or n < 2")
+	}
+}
+
+// TestLogAxis: a figure with XLog draws x at log10 positions (1, 10, 100
+// equally spaced), labels the powers of ten, and has minor ticks; one x at
+// zero or below keeps the axis linear and every point drawn.
+func TestLogAxis(t *testing.T) {
+	f := &Figure{Title: "t", XLabel: "services", YLabel: "y", XLog: true,
+		Series: []Series{{Name: "a", Points: []Point{{X: 1, Y: 1}, {X: 10, Y: 2}, {X: 100, Y: 3}, {X: 1000, Y: 4}, {X: 10000, Y: 5}}}}}
+	if !f.LogX() {
+		t.Fatal("LogX false for positive x")
+	}
+	d := mustLayout(t, f)
+	if !d.xa.log {
+		t.Fatal("axis not logarithmic")
+	}
+	if s1, s2 := d.xa.px(10)-d.xa.px(1), d.xa.px(10000)-d.xa.px(1000); math.Abs(s1-s2) > 1e-6 || s1 <= 0 {
+		t.Errorf("decades %v and %v px wide, want equal", s1, s2)
+	}
+	if want := []string{"1", "10", "100", "1k", "10k"}; !slices.Equal(d.xa.labels, want) {
+		t.Errorf("labels %q, want %q", d.xa.labels, want)
+	}
+	if len(d.xa.minor) == 0 {
+		t.Error("no minor ticks")
+	}
+	svg := parseSVG(t, mustSVG(t, f))
+	if svg.classes["tick-minor"] != len(d.xa.minor) {
+		t.Errorf("%d minor ticks drawn, want %d", svg.classes["tick-minor"], len(d.xa.minor))
+	}
+	for _, bad := range []float64{0, -1} {
+		g := *f
+		g.Series = []Series{{Name: "a", Points: append([]Point{{X: bad, Y: 0.5}}, f.Series[0].Points...)}}
+		if g.LogX() {
+			t.Errorf("LogX true with x = %v", bad)
+		}
+		d := mustLayout(t, &g)
+		if d.xa.log || d.xa.lo > bad || len(d.xa.minor) != 0 {
+			t.Errorf("x = %v: axis log %v from %v, want linear from %v or below", bad, d.xa.log, d.xa.lo, bad)
+		}
+	}
+	g := *f
+	g.VLines = []RefLine{{Value: 0}}
+	if g.LogX() {
+		t.Error("LogX true with a VLine at 0")
+	}
+	g = *f
+	g.XLimits = Limits{Min: -1, Max: 2e4}
+	if g.LogX() {
+		t.Error("LogX true with XLimits from -1")
+	}
+	if (&Figure{XLog: true}).LogX() {
+		t.Error("LogX true with no data")
+	}
+	if (&Figure{XLog: true, Kind: Bars, Series: f.Series}).LogX() {
+		t.Error("LogX true for bars")
+	}
+}
