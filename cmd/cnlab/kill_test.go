@@ -82,6 +82,18 @@ spec:
 `
 )
 
+// tempWriter returns a function that writes a file of text into dir and
+// returns its path, failing the test if it cannot.
+func tempWriter(t *testing.T, dir string) func(name, text string) string {
+	return func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+}
+
 // A step of a policy change, in the order it runs: a fault point (where
 // the killed command dies), or an event that changes what status must
 // report: a host marked dirty, a host done (clean, on the new set), the
@@ -243,13 +255,7 @@ var hostInLine = regexp.MustCompile(`(?:^|\), )([a-z0-9-]+) \(`)
 func TestKilledApplyAndDelete(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := t.TempDir()
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := tempWriter(t, dir)
 	bClosed, aFromA := write("b-closed.yaml", polBClosed), write("a-from-a.yaml", polAFromA)
 	setFile := map[string]string{ // the set before a change, in one file
 		"a-from-b":          write("before-apply.yaml", polAFromB),
@@ -416,13 +422,7 @@ func serviceSteps() []string {
 func TestKilledServiceApply(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := t.TempDir()
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := tempWriter(t, dir)
 	web, bweb := write("web.yaml", svcWeb), write("bweb.yaml", svcBWeb)
 	for _, px := range []string{"iptables", "nftables"} {
 		t.Run(px, func(t *testing.T) {

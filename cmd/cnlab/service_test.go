@@ -37,13 +37,7 @@ func TestServiceCLI(t *testing.T) {
 	labFile := filepath.Join(examples, "services", "lab.yaml")
 	web := filepath.Join(examples, "services", "web.yaml")
 	dir := t.TempDir()
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := tempWriter(t, dir)
 	pol := write("pol.yaml", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: web-from-clients, namespace: default}\nspec:\n  podSelector: {matchLabels: {app: web}}\n  ingress:\n  - from: [{podSelector: {matchLabels: {app: client}}}]\n    ports: [{port: 8080}]\n")
 	vxlan, err := os.ReadFile(labFile)
 	if err != nil {
