@@ -204,16 +204,22 @@ func ResolvedServices(labName string) (*topology.Spec, *service.Resolved, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	svcs, sls, err := StoredServices(labName)
-	if err != nil {
-		return nil, nil, err
-	}
-	alloc, err := readAlloc(labName)
-	if err != nil {
-		return nil, nil, err
-	}
-	r, err := service.Resolve(spec, svcs, sls, alloc)
+	r, _, _, err := resolveStored(spec)
 	return spec, r, err
+}
+
+// resolveStored resolves a lab's stored Services and EndpointSlices, and
+// says how many of each are stored (0 when they cannot be read).
+func resolveStored(spec *topology.Spec) (r *service.Resolved, nsvcs, nslices int, err error) {
+	svcs, sls, err := StoredServices(spec.Name)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	alloc, err := readAlloc(spec.Name)
+	if err == nil {
+		r, err = service.Resolve(spec, svcs, sls, alloc)
+	}
+	return r, len(svcs), len(sls), err
 }
 
 // DescribeServices returns the proxy's kernel state per host.
@@ -293,27 +299,20 @@ func ServicesState(spec *topology.Spec) *ServicesStatus {
 		return nil
 	}
 	st := &ServicesStatus{}
-	svcs, sls, err := StoredServices(spec.Name)
+	r, nsvcs, nslices, err := resolveStored(spec)
+	st.Services, st.Slices = nsvcs, nslices
 	var set string
-	if err == nil {
-		st.Services, st.Slices = len(svcs), len(sls)
-		var alloc *service.Allocations
-		if alloc, err = readAlloc(spec.Name); err == nil {
-			var r *service.Resolved
-			if r, err = service.Resolve(spec, svcs, sls, alloc); err == nil {
-				set = proxy.Digest(r.Table)
-			}
-		}
-	}
 	if err != nil {
 		st.Error = err.Error()
+	} else {
+		set = proxy.Digest(r.Table)
 	}
 	for _, h := range spec.Hosts {
 		path := datapath.StatePath(spec.Name, sk, h.Name)
 		hp := datapath.ReadHostPolicy(path)
 		_, statErr := os.Stat(path)
 		never := errors.Is(statErr, os.ErrNotExist) && !hp.Dirty
-		inSync := !hp.Dirty && set != "" && (hp.Sets[0] == set || never && len(svcs)+len(sls) == 0)
+		inSync := !hp.Dirty && set != "" && (hp.Sets[0] == set || never && nsvcs+nslices == 0)
 		st.Hosts = append(st.Hosts, ProxyHostStatus{Name: h.Name, Dirty: hp.Dirty, InSync: inSync})
 	}
 	return st

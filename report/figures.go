@@ -219,9 +219,11 @@ func profileFigures(r *experiment.Results, first int) []Figure {
 		names := map[string]bool{}
 		byName := map[string][]plot.Point{}
 		events := map[string][]plot.Point{} // perf samples in the table walkers
+		var xs []float64
 		for _, p := range pts {
 			var xv float64
 			fmt.Sscan(dimByName(x).value(p), &xv)
+			xs = append(xs, xv)
 			sh := map[string]float64{}
 			for _, g := range p.Prof.Kernel.Groups {
 				switch g.Name {
@@ -251,12 +253,6 @@ func profileFigures(r *experiment.Results, first int) []Figure {
 		id := fmt.Sprintf("fig%02d-%s", first+len(out), slug("profile "+k.sweep+" "+k.topo+" "+k.series+" "+k.wl))
 		f := &plot.Figure{ID: id, Title: fmt.Sprintf("Share of CPU samples vs %s — %s, %s, %s (perf)", xLabel(x, pts), k.series, k.wl, k.topo),
 			XLabel: xLabel(x, pts), YLabel: "% of all CPU samples", Scale: 2}
-		var xs []float64
-		for _, p := range pts {
-			var xv float64
-			fmt.Sscan(dimByName(x).value(p), &xv)
-			xs = append(xs, xv)
-		}
 		logX := logAxis(xs)
 		note := ""
 		if logX {
