@@ -50,11 +50,14 @@ type Params struct {
 	ShaperDirection  string    `json:"shaperDirection,omitempty"` // "" is the topology's default (server)
 	Switches         int       `json:"switches,omitempty"`        // link ovs: bridges in series per segment (0: the default, 1)
 	SwitchLink       string    `json:"switchLink,omitempty"`      // between them: patch or veth
-	// Services is the number of Services installed at the point. The
-	// report draws and fits it like policies (a per-service slope); no
-	// matrix key sets it yet (issue 17, item 4, adds the sweep), so it is
-	// 0 in every run this cnlab makes.
-	Services int `json:"services,omitempty"`
+	// Services is the number of Services installed at the point (0:
+	// none, the workloads connect to the server's own address), served by
+	// ServiceProxy; ServiceBackends is the backends of each Service but
+	// the measured one, ServicePosition where the measured one is.
+	Services        int        `json:"services,omitempty"`
+	ServiceProxy    kind.Proxy `json:"serviceProxy,omitempty"`
+	ServiceBackends int        `json:"serviceBackends,omitempty"`
+	ServicePosition string     `json:"servicePosition,omitempty"`
 }
 
 // Text is the point's parameters in a few words, for tables
@@ -82,6 +85,9 @@ func (p Params) Text() string {
 	add(p.Switches > 0, "switches=%d", p.Switches)
 	add(p.SwitchLink != "", "switchLink=%s", p.SwitchLink)
 	add(p.Services > 0, "services=%d", p.Services)
+	add(p.ServiceProxy != "", "proxy=%s", p.ServiceProxy)
+	add(p.Services > 0 && p.ServiceBackends > 1, "backends=%d", p.ServiceBackends)
+	add(p.Services > 0 && p.ServicePosition != "", "position=%s", p.ServicePosition)
 	return strings.Join(parts, " ")
 }
 
@@ -167,6 +173,18 @@ func (m *Matrix) merge(o Matrix, onlySet bool) {
 	if pick(len(m.SwitchLink), len(o.SwitchLink)) {
 		m.SwitchLink = o.SwitchLink
 	}
+	if pick(len(m.Services), len(o.Services)) {
+		m.Services = o.Services
+	}
+	if pick(len(m.ServiceProxy), len(o.ServiceProxy)) {
+		m.ServiceProxy = o.ServiceProxy
+	}
+	if pick(len(m.ServiceBackends), len(o.ServiceBackends)) {
+		m.ServiceBackends = o.ServiceBackends
+	}
+	if pick(len(m.ServicePosition), len(o.ServicePosition)) {
+		m.ServicePosition = o.ServicePosition
+	}
 }
 
 // dim is one axis of the matrix: how many values it has and how the i-th
@@ -213,6 +231,10 @@ func (m Matrix) dims() []dim {
 	str(m.ShaperDirection, func(p *Params, v string) { p.ShaperDirection = v })
 	num(m.Switches, func(p *Params, v int) { p.Switches = v })
 	str(m.SwitchLink, func(p *Params, v string) { p.SwitchLink = v })
+	num(m.Services, func(p *Params, v int) { p.Services = v })
+	str(m.ServiceProxy, func(p *Params, v string) { p.ServiceProxy = kind.Proxy(v) })
+	num(m.ServiceBackends, func(p *Params, v int) { p.ServiceBackends = v })
+	str(m.ServicePosition, func(p *Params, v string) { p.ServicePosition = v })
 	return ds
 }
 
@@ -270,6 +292,8 @@ func (m Matrix) check(s *Spec, path string) error {
 		{"mtu", m.MTU, 576, 65000},
 		{"firewallRules", m.FirewallRules, 0, 100000},
 		{"switches", m.Switches, 1, topology.MaxSwitches},
+		{"services", m.Services, 0, MaxServices},
+		{"serviceBackends", m.ServiceBackends, 1, MaxBackends},
 	}
 	for _, k := range ints {
 		for i, v := range k.vs {
@@ -286,6 +310,16 @@ func (m Matrix) check(s *Spec, path string) error {
 	for i, v := range m.ShaperRate {
 		if _, err := topology.ParseRate(v); err != nil {
 			return s.errf(fmt.Sprintf("%s.shaperRate[%d]", path, i), "%v", err)
+		}
+	}
+	for i, v := range m.ServiceProxy {
+		if _, err := kind.ParseProxy(v); err != nil {
+			return s.errf(fmt.Sprintf("%s.serviceProxy[%d]", path, i), "%v", err)
+		}
+	}
+	for i, v := range m.ServicePosition {
+		if v != PositionFirst && v != PositionLast {
+			return s.errf(fmt.Sprintf("%s.servicePosition[%d]", path, i), "%q: %s or %s", v, PositionFirst, PositionLast)
 		}
 	}
 	for i, v := range m.SwitchLink {
@@ -446,6 +480,9 @@ func series(p Params) string {
 	if p.HostRouting == kind.HostRoutingLegacy {
 		s += " legacy-routing"
 	}
+	if p.ServiceProxy != "" && p.ServiceProxy != kind.DefaultProxy(p.Datapath) {
+		s += " proxy " + string(p.ServiceProxy)
+	}
 	return s
 }
 
@@ -502,6 +539,8 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 			return bad("peers", "applies to the %s datapath, not to chains", kind.IPTables)
 		case modeGiven:
 			return bad("policyMode", "%s: a chain has no policy datapath", p.PolicyMode)
+		case p.Services != 0 || p.ServiceProxy != "" || p.ServiceBackends != 0 || p.ServicePosition != "":
+			return bad("services", "a chain has no endpoints to serve Services from")
 		}
 		if p.Link != "" && p.Link != topology.ChainVeth && p.Link != topology.ChainBridge && p.Link != topology.ChainOVS {
 			return bad("link", "%q: a chain's links are veth, bridge or ovs", p.Link)
@@ -568,6 +607,9 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 		}
 		if !usesFiller(*p) && p.Policies > maxPortPolicies {
 			return bad("policies", "%d: policies generated on ports %d and up take at most %d", p.Policies, fillerPort, maxPortPolicies)
+		}
+		if err := resolveServiceParams(p, bad); err != nil {
+			return err
 		}
 	}
 	// The lab as the point will build it: the topology's own checks (an

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"time"
@@ -18,7 +19,7 @@ import (
 
 // labSpec resolves the topology a point needs, as lab name.
 func (s *Spec) labSpec(p Params, name string) (*topology.Spec, error) {
-	ov := topology.Overrides{Name: name, MTU: p.MTU, Options: kind.Overrides{HostRouting: p.HostRouting, Peers: p.Peers}}
+	ov := topology.Overrides{Name: name, MTU: p.MTU, Proxy: string(p.ServiceProxy), Options: kind.Overrides{HostRouting: p.HostRouting, Peers: p.Peers}}
 	if p.Datapath != "" {
 		ov.Datapath = string(p.Datapath)
 	}
@@ -110,6 +111,7 @@ func (ru *runner) ensureLab(ctx context.Context, p Params) error {
 	}
 	ru.r.Builds = append(ru.r.Builds, b)
 	ru.cur, ru.curKey, ru.curBuild, ru.curPol = spec, key, len(ru.r.Builds)-1, ""
+	ru.curSvc, ru.curVIP = "", netip.Addr{}
 	return nil
 }
 
@@ -123,6 +125,9 @@ func describeLab(p Params) string {
 	}
 	if p.Peers != "" {
 		parts = append(parts, "peers "+p.Peers)
+	}
+	if p.ServiceProxy != "" {
+		parts = append(parts, "service proxy "+string(p.ServiceProxy))
 	}
 	if p.Link != "" {
 		parts = append(parts, p.Link)

@@ -96,6 +96,10 @@ func policyText(p Params) string {
 func labKey(p Params) string {
 	k := p
 	k.Flows, k.Size, k.Zerocopy = 0, 0, false
+	k.Services, k.ServiceBackends, k.ServicePosition = 0, 0, "" // applied with lab.ReplaceServices
+	if k.ServiceProxy == kind.DefaultProxy(k.Datapath) {
+		k.ServiceProxy = "" // a lab's default: the same lab as a point without Services
+	}
 	if !usesFiller(p) {
 		k.Policies, k.PolicyMode = 0, ""
 	}

@@ -75,15 +75,16 @@ type Job struct {
 
 // Build is one lab built during the run, with what it cost.
 type Build struct {
-	Key          string    `json:"key"`
-	Params       Params    `json:"params"`
-	At           time.Time `json:"at"`
-	UpSeconds    float64   `json:"upSeconds"`
-	MTU          int       `json:"mtu"`
-	Offloads     string    `json:"offloads,omitempty"` // as the matrix set them (empty: as built)
-	Error        string    `json:"error,omitempty"`
-	PolicyApply  []Apply   `json:"policyApply,omitempty"`
-	TeardownSecs float64   `json:"teardownSeconds"`
+	Key          string         `json:"key"`
+	Params       Params         `json:"params"`
+	At           time.Time      `json:"at"`
+	UpSeconds    float64        `json:"upSeconds"`
+	MTU          int            `json:"mtu"`
+	Offloads     string         `json:"offloads,omitempty"` // as the matrix set them (empty: as built)
+	Error        string         `json:"error,omitempty"`
+	PolicyApply  []Apply        `json:"policyApply,omitempty"`
+	ServiceApply []ServiceApply `json:"serviceApply,omitempty"`
+	TeardownSecs float64        `json:"teardownSeconds"`
 }
 
 // Apply is one policy update of a lab.
@@ -92,6 +93,15 @@ type Apply struct {
 	PolicyMode string  `json:"policyMode"`
 	Seconds    float64 `json:"seconds"`
 	Error      string  `json:"error,omitempty"`
+}
+
+// ServiceApply is one replacement of a lab's Services: its proxy's
+// update on every host (the whole set: N Services of B backends).
+type ServiceApply struct {
+	Services int     `json:"services"`
+	Backends int     `json:"backends"`
+	Seconds  float64 `json:"seconds"`
+	Error    string  `json:"error,omitempty"`
 }
 
 // PointResult is a point with its samples and their summaries.
@@ -153,7 +163,7 @@ func (r *Results) write(dir string) error {
 // workload has no such metric): one row per sample.
 var csvParams = []string{"point", "sweep", "series", "workload", "topology", "link", "chainLength", "datapath", "hostRouting", "peers",
 	"policies", "policyMode", "mtu", "offloads", "firewallRules", "firewallStateful", "firewallSpread", "shaperRate",
-	"shaperDirection", "switches", "switchLink", "kind", "flows", "streams", "length", "rate", "zerocopy", "requestSize", "responseSize", "count", "repetition"}
+	"shaperDirection", "switches", "switchLink", "services", "serviceProxy", "serviceBackends", "servicePosition", "kind", "flows", "streams", "length", "rate", "zerocopy", "requestSize", "responseSize", "count", "repetition"}
 
 func (r *Results) writeCSV(path string) error {
 	metrics := map[string]bool{}
@@ -175,7 +185,7 @@ func (r *Results) writeCSV(path string) error {
 		for _, s := range p.Samples {
 			row := []string{p.ID, p.Sweep, p.Series, wl.Name(), q.Topology, q.Link, itoa(q.ChainLength), string(q.Datapath), q.HostRouting, q.Peers,
 				itoa(q.Policies), q.PolicyMode, itoa(q.MTU), q.Offloads, itoa(q.FirewallRules), btoa(q.FirewallStateful),
-				btoa(q.FirewallSpread), q.ShaperRate, q.ShaperDirection, itoa(q.Switches), q.SwitchLink, wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
+				btoa(q.FirewallSpread), q.ShaperRate, q.ShaperDirection, itoa(q.Switches), q.SwitchLink, itoa(q.Services), string(q.ServiceProxy), itoa(q.ServiceBackends), q.ServicePosition, wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
 				btoa(wl.Zerocopy), itoa(wl.RequestSize), itoa(wl.ResponseSize), itoa(wl.Count), itoa(s.Repetition)}
 			for _, k := range names {
 				v, ok := s.Metrics[k]

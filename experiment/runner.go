@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,8 +223,10 @@ type runner struct {
 
 	cur      *topology.Spec // the lab that is up, if any
 	curKey   string
-	curBuild int    // index in r.Builds
-	curPol   string // policy text applied to it
+	curBuild int        // index in r.Builds
+	curPol   string     // policy text applied to it
+	curSvc   string     // Service text installed in it
+	curVIP   netip.Addr // the measured Service's cluster IP, if any
 	envDone  bool
 }
 
@@ -351,6 +354,10 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 	if err != nil {
 		return err
 	}
+	dest, err := ru.ensureServices(ctx, pr.Params, sv.IP)
+	if err != nil {
+		return err // this point's Services only
+	}
 	logName := filepath.Join("logs", fmt.Sprintf("%s-r%d.log", pr.ID, j.Repetition))
 	if j.Repetition < 0 {
 		logName = filepath.Join("logs", pr.ID+"-profile.log")
@@ -361,7 +368,7 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "point %s %s repetition %d\nparams %+v\nworkload %+v\n", pr.ID, pr.Workload.Name(), j.Repetition, pr.Params, pr.Workload)
-	e := sampleEnv{ep: endpoints{client: cl.Netns, server: sv.Netns, serverIP: sv.IP}, warmup: time.Duration(ru.s.Warmup),
+	e := sampleEnv{ep: endpoints{client: cl.Netns, server: sv.Netns, serverIP: sv.IP, dest: dest}, warmup: time.Duration(ru.s.Warmup),
 		duration: time.Duration(ru.s.Duration), pin: ru.s.Pin, rr: ru.o.RR, log: logf}
 	if j.Repetition < 0 {
 		return ru.profiled(ctx, pr, e, logName)

@@ -98,11 +98,6 @@ func (f *Figures) check(s *Spec, path string) error {
 	if f.X != "" && !slices.Contains(FigureX, f.X) {
 		return s.errf(path+".x", "%q: one of %s", f.X, strings.Join(FigureX, ", "))
 	}
-	if f.X == "services" {
-		// The report draws services (results.json's params.services), but
-		// no matrix key of this version sweeps them yet.
-		return s.errf(path+".x", "%q: no matrix key sweeps the number of Services yet", f.X)
-	}
 	for i, m := range f.Metrics {
 		if !slices.Contains(FigureMetrics, m) {
 			return s.errf(fmt.Sprintf("%s.metrics[%d]", path, i), "%q: one of %s", m, strings.Join(FigureMetrics, ", "))
@@ -152,6 +147,15 @@ type Matrix struct {
 	ShaperDirection  []string `yaml:"shaperDirection" json:"shaperDirection,omitempty"`
 	Switches         []int    `yaml:"switches" json:"switches,omitempty"`
 	SwitchLink       []string `yaml:"switchLink" json:"switchLink,omitempty"`
+	// Services sweeps the number of Kubernetes Services installed (see
+	// services.go), served by ServiceProxy (default: the datapath's),
+	// each of the others with ServiceBackends backends; the workloads but
+	// ping connect through the measured one, placed first or last
+	// (ServicePosition) among them.
+	Services        []int    `yaml:"services" json:"services,omitempty"`
+	ServiceProxy    []string `yaml:"serviceProxy" json:"serviceProxy,omitempty"`
+	ServiceBackends []int    `yaml:"serviceBackends" json:"serviceBackends,omitempty"`
+	ServicePosition []string `yaml:"servicePosition" json:"servicePosition,omitempty"`
 }
 
 // Workload kinds.
@@ -251,6 +255,8 @@ const (
 	MaxRepetitions = 1000
 	MaxPolicies    = 100000
 	MaxFlows       = 64 // iperf3 pairs on ports 5201 to 5264
+	MaxServices    = 50000
+	MaxBackends    = 64
 	maxDuration    = 24 * time.Hour
 )
 

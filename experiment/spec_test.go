@@ -147,7 +147,6 @@ func TestBadInput(t *testing.T) {
 		{base + "quick: {skip: true}\n", "x.yaml: quick.skip: applies to a sweep's quick block"},
 		{base + "sweeps: [{name: a, figures: {x: colour}}]\n", `x.yaml: sweeps[0].figures.x: "colour": one of policies, chainLength`},
 		{base + "sweeps: [{name: a, figures: {metrics: [speed]}}]\n", `x.yaml: sweeps[0].figures.metrics[0]: "speed": one of throughput_gbps`},
-		{base + "sweeps: [{name: a, figures: {x: services}}]\n", `x.yaml: sweeps[0].figures.x: "services": no matrix key sweeps the number of Services yet`},
 		{base + "sweeps: [{name: a, matrix: {datapath: [bpf]}}]\n", `x.yaml: sweeps[0].matrix.datapath[0]: "bpf" is not a datapath`},
 		{base + "pin: {client: 4096}\n", "x.yaml: pin.client: CPU 4096 does not exist here"},
 		{base + "matrix: {policies: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], flows: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], size: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], mtu: [1000, 1500, 4000, 9000, 9001], zerocopy: [true, false]}\n", "x.yaml: matrix: expands to more than 10000 points"},

@@ -29,6 +29,7 @@ import (
 type endpoints struct {
 	client, server string
 	serverIP       netip.Addr
+	dest           netip.Addr // where connections go: serverIP, or a Service's cluster IP
 }
 
 // sampleEnv is what one sample needs besides its point.
@@ -246,7 +247,7 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 		}
 	}
 	for i := 0; i < flows; i++ {
-		argv := []string{"iperf3", "-c", e.ep.serverIP.String(), "-p", strconv.Itoa(IperfPort + i), "-J",
+		argv := []string{"iperf3", "-c", e.ep.dest.String(), "-p", strconv.Itoa(IperfPort + i), "-J",
 			"-t", strconv.Itoa(secs(e.duration)), "-O", strconv.Itoa(secs(e.warmup)), "-P", strconv.Itoa(max(w.Streams, 1))}
 		if w.Length > 0 {
 			argv = append(argv, "-l", strconv.Itoa(w.Length))
@@ -332,7 +333,7 @@ func runRR(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, er
 	if err := waitListening(ctx, srv, RRPort, w.Kind == UDPRR); err != nil {
 		return nil, err
 	}
-	cliArgv := append(append(append([]string{}, e.rr...), "client", "-o", "json", "--to", fmt.Sprintf("%s:%d", e.ep.serverIP, RRPort),
+	cliArgv := append(append(append([]string{}, e.rr...), "client", "-o", "json", "--to", fmt.Sprintf("%s:%d", e.ep.dest, RRPort),
 		"--duration", e.duration.String(), "--warmup", e.warmup.String()), sizes...)
 	cli, err := start(ctx, e.ep.client, e.pin.client(), e.log, cliArgv...)
 	if err != nil {

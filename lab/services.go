@@ -97,6 +97,16 @@ func ApplyServices(ctx context.Context, labName string, svcs []*service.Service,
 	})
 }
 
+// ReplaceServices makes svcs and sls the lab's whole set of Services and
+// EndpointSlices (the experiments' sweep of the number of Services), in
+// one change of each host's proxy. The change it returns has Resolved
+// only (no per-document account).
+func ReplaceServices(ctx context.Context, labName string, svcs []*service.Service, sls []*service.Slice) (*ServiceChange, error) {
+	return modifyServices(ctx, labName, func([]*service.Service, []*service.Slice, *ServiceChange) ([]*service.Service, []*service.Slice, error) {
+		return svcs, sls, nil
+	})
+}
+
 // DeleteServices removes Services by "namespace/name" (or "name" in
 // namespace default) with the EndpointSlices that name them, or
 // everything.

@@ -1,0 +1,154 @@
+package experiment
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/service"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Where the measured Service sits among a point's Services: first or last
+// in the order the proxies match them (by namespace and name; for
+// kube-proxy's iptables layout, the first or the last rule of
+// KUBE-SERVICES a new connection walks).
+const (
+	PositionFirst = "first"
+	PositionLast  = "last"
+)
+
+// fillerBackends are the addresses of the other Services' backends: the
+// benchmarking range (RFC 2544), never a lab's, since no connection goes
+// to those Services. They only make the proxies' tables as large as N
+// Services of B backends each.
+var fillerBackends = netip.MustParseAddr("198.18.0.1")
+
+// resolveServiceParams fills the service keys' defaults and checks them.
+func resolveServiceParams(p *Params, bad func(key, format string, args ...any) error) error {
+	if p.Services == 0 {
+		// Nothing to place or to give backends: the point is the same
+		// whatever they say (and is measured once).
+		p.ServiceBackends, p.ServicePosition = 0, ""
+		return nil
+	}
+	if p.ServiceProxy == "" {
+		p.ServiceProxy = kind.DefaultProxy(p.Datapath)
+	}
+	if p.ServiceProxy == kind.ProxyNone {
+		return bad("serviceProxy", "%d Services need a service proxy: datapath %s has none of its own (give serviceProxy: [iptables] or [nftables])", p.Services, p.Datapath)
+	}
+	if why := p.ServiceProxy.Pairs(p.Datapath); why != "" {
+		return bad("serviceProxy", "%s", why)
+	}
+	if p.ServiceBackends == 0 {
+		p.ServiceBackends = 1
+	}
+	if p.ServicePosition == "" {
+		p.ServicePosition = PositionLast
+	}
+	return nil
+}
+
+// measuredService is the name of the Service the workloads connect
+// through.
+func measuredService(p Params) string {
+	if p.ServicePosition == PositionFirst {
+		return serviceName(0)
+	}
+	return serviceName(p.Services - 1)
+}
+
+func serviceName(i int) string { return fmt.Sprintf("svc-%05d", i) }
+
+// serviceText generates the point's Services as Kubernetes YAML: the
+// measured one selects the server (app=server) with every workload port
+// mapped to itself, so the workloads only change the address they dial;
+// each other one maps port 80 to 8080 of ServiceBackends addresses of a
+// user-written EndpointSlice. "" for none.
+func serviceText(p Params) string {
+	if p.Services == 0 {
+		return ""
+	}
+	var b strings.Builder
+	measured := measuredService(p)
+	var eps []string
+	addr := fillerBackends
+	for range p.ServiceBackends {
+		eps = append(eps, fmt.Sprintf("{addresses: [%s]}", addr))
+		addr = addr.Next()
+	}
+	endpoints := strings.Join(eps, ", ")
+	for i := range p.Services {
+		name := serviceName(i)
+		if name == measured {
+			fmt.Fprintf(&b, "apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n  selector: {app: server}\n  ports:\n", name, topology.DefaultNamespace)
+			for f := range MaxFlows {
+				for _, proto := range []string{"TCP", "UDP"} {
+					fmt.Fprintf(&b, "  - {name: %s%d, port: %d, protocol: %s}\n", strings.ToLower(proto[:1]), IperfPort+f, IperfPort+f, proto)
+				}
+			}
+			fmt.Fprintf(&b, "  - {name: rr-tcp, port: %d, protocol: TCP}\n  - {name: rr-udp, port: %d, protocol: UDP}\n---\n", RRPort, RRPort)
+			continue
+		}
+		fmt.Fprintf(&b, "apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n  ports: [{port: 80, targetPort: 8080}]\n---\n", name, topology.DefaultNamespace)
+		fmt.Fprintf(&b, "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: %s-1, namespace: %s, labels: {kubernetes.io/service-name: %s}}\naddressType: IPv4\nports: [{port: 8080}]\nendpoints: [%s]\n---\n",
+			name, topology.DefaultNamespace, name, endpoints)
+	}
+	return b.String()
+}
+
+// ensureServices installs the point's Services in the lab, replacing what
+// the previous point installed, records how long that took, and returns
+// the address the workloads (but ping) connect to: the measured Service's
+// cluster IP, or the server's address without Services.
+func (ru *runner) ensureServices(ctx context.Context, p Params, server netip.Addr) (netip.Addr, error) {
+	text := serviceText(p)
+	if text == ru.curSvc {
+		return ru.curDest(server), nil
+	}
+	a := ServiceApply{Services: p.Services, Backends: p.ServiceBackends}
+	var ch *lab.ServiceChange
+	var svcs []*service.Service
+	var sls []*service.Slice
+	var err error
+	if text != "" {
+		svcs, sls, err = service.Parse([]byte(text), "generated Services")
+	}
+	if err == nil {
+		t0 := time.Now()
+		ch, err = lab.ReplaceServices(ctx, ru.cur.Name, svcs, sls)
+		a.Seconds = time.Since(t0).Seconds()
+	}
+	if err != nil {
+		a.Error = err.Error()
+	}
+	b := &ru.r.Builds[ru.curBuild]
+	b.ServiceApply = append(b.ServiceApply, a)
+	if err != nil {
+		ru.curSvc = policyUnknown // the hosts may hold part of it
+		return netip.Addr{}, fmt.Errorf("install %d Services: %w", p.Services, err)
+	}
+	ru.curSvc, ru.curVIP = text, netip.Addr{}
+	if p.Services > 0 {
+		key := topology.DefaultNamespace + "/" + measuredService(p)
+		vip, ok := ch.Resolved.VIP[key]
+		if !ok {
+			return netip.Addr{}, fmt.Errorf("install %d Services: %s got no cluster IP", p.Services, key)
+		}
+		ru.curVIP = vip
+	}
+	return ru.curDest(server), nil
+}
+
+// curDest is where the workloads connect: the measured Service, if any.
+func (ru *runner) curDest(server netip.Addr) netip.Addr {
+	if ru.curVIP.IsValid() {
+		return ru.curVIP
+	}
+	return server
+}
