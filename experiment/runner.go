@@ -140,7 +140,8 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 // fewer repetitions than others sits out the last rounds); in a round the
 // labs come in a random order and each lab's points in a random order, so
 // drift of the machine over the run does not line up with a parameter,
-// while a lab is built once per round. Profiled runs come last.
+// while a lab is built once per round (and each set of Services installed
+// once per round in it). Profiled runs come last.
 func schedule(points []Point, reps int, rng *mrand.Rand) []Job {
 	groups := map[string][]Point{}
 	var keys []string
@@ -162,6 +163,17 @@ func schedule(points []Point, reps int, rng *mrand.Rand) []Job {
 			if rng != nil {
 				rng.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
 			}
+			// A lab's points with the same Services installed run
+			// together (the sets in the shuffled order of their first
+			// point): 10,000 Services are installed once a round, not
+			// once a point.
+			first := map[string]int{}
+			for i, p := range ps {
+				if _, ok := first[serviceSet(p.Params)]; !ok {
+					first[serviceSet(p.Params)] = i
+				}
+			}
+			slices.SortStableFunc(ps, func(a, b Point) int { return first[serviceSet(a.Params)] - first[serviceSet(b.Params)] })
 			for _, p := range ps {
 				if keep(p) {
 					jobs = append(jobs, Job{Point: p.ID, Repetition: rep})

@@ -54,6 +54,12 @@ func resolveServiceParams(p *Params, bad func(key, format string, args ...any) e
 	return nil
 }
 
+// serviceSet identifies the Services a point installs (serviceText's
+// parameters).
+func serviceSet(p Params) string {
+	return fmt.Sprint(p.Services, p.ServiceBackends, p.ServicePosition)
+}
+
 // measuredService is the name of the Service the workloads connect
 // through.
 func measuredService(p Params) string {

@@ -2,6 +2,8 @@ package experiment
 
 import (
 	"context"
+	"fmt"
+	mrand "math/rand"
 	"os"
 	"path/filepath"
 	"strings"
@@ -176,6 +178,41 @@ func TestRunThroughServices(t *testing.T) {
 		}
 		if installs == 0 {
 			t.Errorf("build %s: 50 Services never installed: %+v", b.Params.Datapath, b.ServiceApply)
+		}
+	}
+}
+
+// TestScheduleInstallsEachSetOnce: in a round, a lab's points that share
+// their Services run one after the other, so each set is installed once.
+func TestScheduleInstallsEachSetOnce(t *testing.T) {
+	s, err := Parse([]byte(servicesExp), "x.yaml", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := s.Points()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]Point{}
+	for _, p := range pts {
+		byID[p.ID] = p
+	}
+	for seed := range int64(5) {
+		jobs := schedule(pts, 3, mrand.New(mrand.NewSource(seed)))
+		installs := map[string]int{} // round, lab, set -> runs of consecutive points
+		prev := ""
+		for _, j := range jobs {
+			p := byID[j.Point]
+			k := fmt.Sprint(j.Repetition, labKey(p.Params), serviceSet(p.Params))
+			if k != prev {
+				installs[k]++
+			}
+			prev = k
+		}
+		for k, n := range installs {
+			if n != 1 {
+				t.Errorf("seed %d: %s installed %d times in its round", seed, k, n)
+			}
 		}
 	}
 }
