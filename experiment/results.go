@@ -95,8 +95,10 @@ type Apply struct {
 	Error      string  `json:"error,omitempty"`
 }
 
-// ServiceApply is one replacement of a lab's Services: its proxy's
-// update on every host (the whole set: N Services of B backends).
+// ServiceApply is one replacement of a lab's Services (the whole set: N
+// Services of B backends), as `cnlab service apply` makes it: reading the
+// stored set, resolving the new one, the proxy's update on every host,
+// storing it.
 type ServiceApply struct {
 	Services int     `json:"services"`
 	Backends int     `json:"backends"`

@@ -48,8 +48,8 @@ func resolveServiceParams(p *Params, bad func(key, format string, args ...any) e
 	if p.ServiceBackends == 0 {
 		p.ServiceBackends = 1
 	}
-	if p.ServicePosition == "" {
-		p.ServicePosition = PositionLast
+	if p.ServicePosition == "" || p.Services == 1 {
+		p.ServicePosition = PositionLast // one Service is first and last
 	}
 	return nil
 }

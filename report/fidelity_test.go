@@ -17,6 +17,9 @@ var recorded = map[string][]string{
 	experiment.TCPStream: {"throughput_gbps", "sent_gbps", "retransmits", "sender_cpu_pct", "receiver_cpu_pct"},
 	experiment.UDPStream: {"throughput_gbps", "sent_gbps", "packets_per_s", "loss_pct", "jitter_ms", "sender_cpu_pct", "receiver_cpu_pct"},
 	experiment.TCPRR:     {"transactions_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_p999_us"},
+	experiment.TCPCRR: {"transactions_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_p999_us",
+		"connect_p50_us", "connect_p99_us"},
+	experiment.Ping: {"first_rtt_us", "rtt_us", "loss_pct"},
 }
 
 var drawnAs = regexp.MustCompile("^`([a-z0-9_]+)`(?: vs `([A-Za-z]+)`)?$")
