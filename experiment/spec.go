@@ -80,6 +80,10 @@ type Figures struct {
 	// line of this series at the same x, in percent (seed 001's figure 11,
 	// "relative to no qdisc").
 	RelativeTo string `yaml:"relativeTo" json:"relativeTo,omitempty"`
+	// Reference quotes, per metric, what the seed measured, to be printed
+	// under every figure of that metric in the sweep (the seed's own
+	// numbers beside cnlab's).
+	Reference map[string]string `yaml:"reference" json:"reference,omitempty"`
 }
 
 // FigureX are the parameters a figure can have on its x axis, in the
@@ -101,6 +105,14 @@ func (f *Figures) check(s *Spec, path string) error {
 	for i, m := range f.Metrics {
 		if !slices.Contains(FigureMetrics, m) {
 			return s.errf(fmt.Sprintf("%s.metrics[%d]", path, i), "%q: one of %s", m, strings.Join(FigureMetrics, ", "))
+		}
+	}
+	for m, text := range f.Reference {
+		switch {
+		case !slices.Contains(FigureMetrics, m):
+			return s.errf(path+".reference."+m, "%q: one of %s", m, strings.Join(FigureMetrics, ", "))
+		case strings.TrimSpace(text) == "" || len(text) > 1000:
+			return s.errf(path+".reference."+m, "the seed's numbers in words, 1 to 1000 characters")
 		}
 	}
 	return nil

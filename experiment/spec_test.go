@@ -146,6 +146,8 @@ func TestBadInput(t *testing.T) {
 		{base + "sweeps: [{name: a}, {name: a}]\n", `x.yaml: sweeps[1].name: "a" is used twice`},
 		{base + "quick: {skip: true}\n", "x.yaml: quick.skip: applies to a sweep's quick block"},
 		{base + "sweeps: [{name: a, figures: {x: colour}}]\n", `x.yaml: sweeps[0].figures.x: "colour": one of policies, chainLength`},
+		{base + "sweeps: [{name: a, figures: {reference: {speed: fast}}}]\n", `x.yaml: sweeps[0].figures.reference.speed: "speed": one of throughput_gbps`},
+		{base + "sweeps: [{name: a, figures: {reference: {rtt_us: \" \"}}}]\n", "x.yaml: sweeps[0].figures.reference.rtt_us: the seed's numbers in words"},
 		{base + "sweeps: [{name: a, figures: {metrics: [speed]}}]\n", `x.yaml: sweeps[0].figures.metrics[0]: "speed": one of throughput_gbps`},
 		{base + "sweeps: [{name: a, matrix: {datapath: [bpf]}}]\n", `x.yaml: sweeps[0].matrix.datapath[0]: "bpf" is not a datapath`},
 		{base + "pin: {client: 4096}\n", "x.yaml: pin.client: CPU 4096 does not exist here"},

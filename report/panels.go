@@ -453,6 +453,17 @@ func onePolicyMode(mode string) string {
 	return ""
 }
 
+// reference is what the experiment file quotes of the seed for a panel's
+// metric, in any of the panel's sweeps ("" if nothing).
+func reference(r *experiment.Results, pn *Panel) string {
+	for _, sw := range strings.Split(pn.Sweep, "+") {
+		if f := sweepFigures(r, sw); f != nil && f.Reference[pn.Metric.Name] != "" {
+			return strings.TrimSpace(f.Reference[pn.Metric.Name])
+		}
+	}
+	return ""
+}
+
 // sweepFigures is what the experiment file asks of a sweep's figures.
 func sweepFigures(r *experiment.Results, sweep string) *experiment.Figures {
 	if r.Experiment.Spec == nil {

@@ -114,7 +114,12 @@ func Build(r *experiment.Results, env *experiment.Environment) *Report {
 			}
 		}
 		rep.Fits = append(rep.Fits, fits...)
-		rep.Figures = append(rep.Figures, sweepFigure(pn, fits))
+		f := sweepFigure(pn, fits)
+		if ref := reference(r, pn); ref != "" {
+			f.Caption += " The seed measured: " + ref
+			f.Plot.Note = f.Caption
+		}
+		rep.Figures = append(rep.Figures, f)
 	}
 	rep.Figures = append(rep.Figures, profileFigures(r, len(pns)+1)...)
 	rep.table()

@@ -161,3 +161,30 @@ func TestPerServiceSlope(t *testing.T) {
 		t.Errorf("%d sweep figures and %d baselines, want 3 (p50 and p99 latency, throughput) and 2", sweeps, baselines)
 	}
 }
+
+// TestSeedReference: a sweep's figures.reference is printed under every
+// figure of that metric in the sweep, and under no other.
+func TestSeedReference(t *testing.T) {
+	r := servicesRun()
+	const quote = "first-packet RTT 1,113 µs with kube-proxy iptables"
+	r.Experiment.Spec = &experiment.Spec{Sweeps: []experiment.Sweep{{Name: "services",
+		Figures: &experiment.Figures{Reference: map[string]string{"latency_p50_us": quote}}}}}
+	rep := Build(r, nil)
+	with := 0
+	for _, f := range rep.Figures {
+		has := strings.Contains(f.Caption, "The seed measured: "+quote)
+		want := f.Kind == "sweep" && strings.Contains(f.ID, "latency-p50-us")
+		if has != want {
+			t.Errorf("figure %s (%s): reference in caption %v, want %v: %s", f.ID, f.Kind, has, want, f.Caption)
+		}
+		if has {
+			with++
+			if f.Plot.Note != f.Caption {
+				t.Errorf("figure %s: the drawn note is not the caption", f.ID)
+			}
+		}
+	}
+	if with == 0 {
+		t.Error("no figure of latency_p50_us")
+	}
+}
