@@ -413,8 +413,13 @@ func (s *Spec) Points() ([]Point, error) {
 					return nil, s.errf(pt.path+".size", "%d bytes: a UDP datagram holds at most 65507", w.Length)
 				}
 				// flows, size and zerocopy that do not apply to a workload
-				// would measure the same point again: once is enough.
-				key := fmt.Sprintf("%s %+v %+v", pt.name, q, w)
+				// (and backends and position without Services) would
+				// measure the same point again: once is enough.
+				k := q
+				if k.Services == 0 {
+					k.ServiceBackends, k.ServicePosition = 0, ""
+				}
+				key := fmt.Sprintf("%s %+v %+v", pt.name, k, w)
 				if seen[key] {
 					continue
 				}

@@ -30,10 +30,16 @@ var fillerBackends = netip.MustParseAddr("198.18.0.1")
 
 // resolveServiceParams fills the service keys' defaults and checks them.
 func resolveServiceParams(p *Params, bad func(key, format string, args ...any) error) error {
+	// Without Services, backends and position change nothing: the point
+	// is measured once (Points' dedup ignores them), but keeps the values
+	// so that it lies on the same line as the points with Services.
+	if p.ServiceBackends == 0 {
+		p.ServiceBackends = 1
+	}
+	if p.ServicePosition == "" || p.Services == 1 {
+		p.ServicePosition = PositionLast // one Service is first and last
+	}
 	if p.Services == 0 {
-		// Nothing to place or to give backends: the point is the same
-		// whatever they say (and is measured once).
-		p.ServiceBackends, p.ServicePosition = 0, ""
 		return nil
 	}
 	if p.ServiceProxy == "" {
@@ -45,18 +51,15 @@ func resolveServiceParams(p *Params, bad func(key, format string, args ...any) e
 	if why := p.ServiceProxy.Pairs(p.Datapath); why != "" {
 		return bad("serviceProxy", "%s", why)
 	}
-	if p.ServiceBackends == 0 {
-		p.ServiceBackends = 1
-	}
-	if p.ServicePosition == "" || p.Services == 1 {
-		p.ServicePosition = PositionLast // one Service is first and last
-	}
 	return nil
 }
 
 // serviceSet identifies the Services a point installs (serviceText's
 // parameters).
 func serviceSet(p Params) string {
+	if p.Services == 0 {
+		return "0"
+	}
 	return fmt.Sprint(p.Services, p.ServiceBackends, p.ServicePosition)
 }
 

@@ -100,6 +100,21 @@ var seriesDims = []dim{
 		return v + " streams"
 	}},
 	{"count", func(p *experiment.PointResult) string { return num(p.Workload.Count) }, func(v string) string { return v + " pings" }},
+	{"serviceBackends", func(p *experiment.PointResult) string { return num(p.Params.ServiceBackends) }, func(v string) string {
+		switch v {
+		case "0":
+			return ""
+		case "1":
+			return "1 backend a Service"
+		}
+		return v + " backends a Service"
+	}},
+	{"servicePosition", func(p *experiment.PointResult) string { return p.Params.ServicePosition }, func(v string) string {
+		if v == "" {
+			return ""
+		}
+		return "measured Service " + v
+	}},
 	{"shaperDirection", func(p *experiment.PointResult) string { return p.Params.ShaperDirection }, func(v string) string {
 		switch v {
 		case "":
