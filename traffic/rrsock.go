@@ -180,9 +180,9 @@ func (s *fdSet) shutdown() {
 
 // RRServe answers requests on c.Addr until ctx ends: TCP connections get
 // a response of ResponseSize bytes for every RequestSize bytes read (with
-// tcp-crr the server then closes first, as netperf's does, so that the
-// TIME_WAIT state is the server's and the client's ephemeral ports are not
-// exhausted); UDP datagrams get one response datagram each, carrying the
+// tcp-crr the server then closes first, as netperf's does, and the client
+// answers with a reset, so that neither side keeps a TIME_WAIT socket);
+// UDP datagrams get one response datagram each, carrying the
 // request's first 4 bytes. ready, if not nil, is closed once the socket
 // listens.
 func RRServe(ctx context.Context, c RRConfig, ready chan<- struct{}) error {
@@ -471,7 +471,7 @@ func (r *rrClient) tcp() error {
 // crr is tcp-crr: a connection per transaction. The latency runs from
 // connect to the response, the connect latency from connect to the
 // connection established; the client then reads until the server closes
-// (the server closes first, so the TIME_WAIT is the server's) and closes.
+// and resets the connection (no TIME_WAIT on either side).
 func (r *rrClient) crr() error {
 	for t0 := time.Now(); t0.Before(r.end); t0 = time.Now() {
 		if err := r.ctx.Err(); err != nil {
@@ -496,6 +496,12 @@ func (r *rrClient) crr() error {
 				err = r.explain(fmt.Errorf("waiting for the server to close: %w", err), 0)
 			} else {
 				r.closes++
+				// Close with a RST instead of a FIN: the server, in
+				// FIN_WAIT2, then keeps no TIME_WAIT socket. Thousands a
+				// second of those would soon hold the 4-tuples the
+				// client's ephemeral ports come back to, and connects to
+				// them stall (10 ms, or a 1 s SYN retransmission).
+				_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 			}
 		}
 		unix.Close(fd)
