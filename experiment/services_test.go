@@ -92,14 +92,7 @@ func TestServiceKeys(t *testing.T) {
 			t.Errorf("%q: error %v, want %q", tc.src, err, tc.want)
 		}
 	}
-	s, err := Parse([]byte(base+"matrix: {datapath: [nftables], services: [0, 10]}\n"), "x.yaml", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pts, err := s.Points()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pts := parsePoints(t, base+"matrix: {datapath: [nftables], services: [0, 10]}\n", "x.yaml")
 	var keys []string
 	for _, p := range pts {
 		keys = append(keys, labKey(p.Params))
@@ -185,14 +178,7 @@ func TestRunThroughServices(t *testing.T) {
 // TestScheduleInstallsEachSetOnce: in a round, a lab's points that share
 // their Services run one after the other, so each set is installed once.
 func TestScheduleInstallsEachSetOnce(t *testing.T) {
-	s, err := Parse([]byte(servicesExp), "x.yaml", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pts, err := s.Points()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pts := parsePoints(t, servicesExp, "x.yaml")
 	byID := map[string]Point{}
 	for _, p := range pts {
 		byID[p.ID] = p

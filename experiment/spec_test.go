@@ -480,3 +480,18 @@ sweeps:
 		t.Errorf("%d points on %d labs, want 4 on 2", len(pts), len(keys))
 	}
 }
+
+// parsePoints parses an experiment file's text and expands its points,
+// failing the test on an error.
+func parsePoints(t *testing.T, text, file string) []Point {
+	t.Helper()
+	s, err := Parse([]byte(text), file, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := s.Points()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pts
+}
