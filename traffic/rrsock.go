@@ -393,6 +393,12 @@ func (r *rrClient) dial(typ int) (int, error) {
 	if err == unix.EINPROGRESS {
 		err = r.connected(fd)
 	}
+	if err == nil && selfConnected(fd, r.sa) {
+		// Nothing listens, and the kernel picked the server's port as
+		// this socket's own: TCP's simultaneous open connected it to
+		// itself, and it would answer its own requests.
+		err = unix.ECONNREFUSED
+	}
 	if err == unix.ECONNREFUSED && r.starting() {
 		unix.Close(fd)
 		time.Sleep(startRetry)
@@ -409,6 +415,15 @@ func (r *rrClient) dial(typ int) (int, error) {
 		return -1, r.explainRefused(fmt.Errorf("connect %s: %w", r.c.Addr, err))
 	}
 	return fd, nil
+}
+
+// selfConnected reports whether a connected socket's own address is its
+// peer's.
+func selfConnected(fd int, peer unix.Sockaddr) bool {
+	local, err := unix.Getsockname(fd)
+	l, ok1 := local.(*unix.SockaddrInet4)
+	p, ok2 := peer.(*unix.SockaddrInet4)
+	return err == nil && ok1 && ok2 && l.Addr == p.Addr && l.Port == p.Port
 }
 
 // connected waits for a non-blocking connect to complete.
