@@ -279,7 +279,7 @@ func TestOverrides(t *testing.T) {
 	for _, tc := range []struct {
 		datapath, proxy string
 		want            kind.Proxy
-	}{{"iptables", "", kind.ProxyIPTables}, {"nftables", "", kind.ProxyNFTables}, {"ebpf", "", kind.ProxyNone},
+	}{{"iptables", "", kind.ProxyIPTables}, {"nftables", "", kind.ProxyNFTables}, {"ebpf", "", kind.ProxyEBPF},
 		{"iptables", "nftables", kind.ProxyNFTables}, {"nftables", "iptables", kind.ProxyIPTables}, {"ebpf", "none", kind.ProxyNone}} {
 		s, err := Parse([]byte(good), "good.yaml", Overrides{Datapath: tc.datapath, Proxy: tc.proxy})
 		if err != nil {

@@ -13,6 +13,35 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type cnlabAffinityKey struct {
+	_      structs.HostLayout
+	Client uint32
+	Id     uint32
+}
+
+type cnlabAffinityVal struct {
+	_    structs.HostLayout
+	Last uint64
+	B    cnlabBackend
+	Slot uint32
+	Pad  uint32
+}
+
+type cnlabBackend struct {
+	_    structs.HostLayout
+	Ip   uint32
+	Port uint16
+	Pad  uint16
+}
+
+type cnlabBackendKey struct {
+	_    structs.HostLayout
+	Id   uint32
+	Slot uint16
+	Half uint8
+	Pad  uint8
+}
+
 type cnlabConfig struct {
 	_          structs.HostLayout
 	Gen        uint32
@@ -159,6 +188,34 @@ const (
 	cnlabMonitorLevelMONITOR_ALL   cnlabMonitorLevel = 2
 )
 
+type cnlabNatDir uint32
+
+const (
+	cnlabNatDirNAT_FWD cnlabNatDir = 0
+	cnlabNatDirNAT_REV cnlabNatDir = 1
+)
+
+type cnlabNatKey struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Dir   uint8
+	Pad   uint16
+}
+
+type cnlabNatVal struct {
+	_     structs.HostLayout
+	Ct    cnlabCtVal
+	Saddr uint32
+	Daddr uint32
+	Sport uint16
+	Dport uint16
+	_     [4]byte
+}
+
 type cnlabPeer struct {
 	_        structs.HostLayout
 	Key      uint32
@@ -184,23 +241,25 @@ type cnlabPolicyVal struct {
 type cnlabReason uint32
 
 const (
-	cnlabReasonR_ALLOW_POLICY     cnlabReason = 1
-	cnlabReasonR_ALLOW_UNENFORCED cnlabReason = 2
-	cnlabReasonR_ALLOW_CT         cnlabReason = 3
-	cnlabReasonR_ALLOW_RELATED    cnlabReason = 4
-	cnlabReasonR_ALLOW_FRAG       cnlabReason = 5
-	cnlabReasonR_ARP_REPLIED      cnlabReason = 6
-	cnlabReasonR_ARP_PASSED       cnlabReason = 7
-	cnlabReasonR_FIRST_DROP       cnlabReason = 16
-	cnlabReasonR_DROP_DENY        cnlabReason = 16
-	cnlabReasonR_DROP_DEFAULT     cnlabReason = 17
-	cnlabReasonR_DROP_MALFORMED   cnlabReason = 18
-	cnlabReasonR_DROP_FRAG        cnlabReason = 19
-	cnlabReasonR_DROP_IPV6        cnlabReason = 20
-	cnlabReasonR_DROP_L3          cnlabReason = 21
-	cnlabReasonR_DROP_SPOOF       cnlabReason = 22
-	cnlabReasonR_DROP_UNKNOWN     cnlabReason = 23
-	cnlabReasonR_MAX              cnlabReason = 32
+	cnlabReasonR_ALLOW_POLICY      cnlabReason = 1
+	cnlabReasonR_ALLOW_UNENFORCED  cnlabReason = 2
+	cnlabReasonR_ALLOW_CT          cnlabReason = 3
+	cnlabReasonR_ALLOW_RELATED     cnlabReason = 4
+	cnlabReasonR_ALLOW_FRAG        cnlabReason = 5
+	cnlabReasonR_ARP_REPLIED       cnlabReason = 6
+	cnlabReasonR_ARP_PASSED        cnlabReason = 7
+	cnlabReasonR_FIRST_DROP        cnlabReason = 16
+	cnlabReasonR_DROP_DENY         cnlabReason = 16
+	cnlabReasonR_DROP_DEFAULT      cnlabReason = 17
+	cnlabReasonR_DROP_MALFORMED    cnlabReason = 18
+	cnlabReasonR_DROP_FRAG         cnlabReason = 19
+	cnlabReasonR_DROP_IPV6         cnlabReason = 20
+	cnlabReasonR_DROP_L3           cnlabReason = 21
+	cnlabReasonR_DROP_SPOOF        cnlabReason = 22
+	cnlabReasonR_DROP_UNKNOWN      cnlabReason = 23
+	cnlabReasonR_DROP_SVC_REJECT   cnlabReason = 24
+	cnlabReasonR_DROP_SVC_NO_LOCAL cnlabReason = 25
+	cnlabReasonR_MAX               cnlabReason = 32
 )
 
 type cnlabRuleRef uint32
@@ -209,40 +268,86 @@ const (
 	cnlabRuleRefNO_RULE cnlabRuleRef = 4294967295
 )
 
+type cnlabSvcConfig struct {
+	_       structs.HostLayout
+	Flags   uint32
+	Hairpin uint32
+	Net     uint32
+	Mask    uint32
+}
+
+type cnlabSvcConfigFlag uint32
+
+const (
+	cnlabSvcConfigFlagSVC_ON cnlabSvcConfigFlag = 1
+)
+
+type cnlabSvcFlag uint32
+
+const (
+	cnlabSvcFlagSVC_DROP cnlabSvcFlag = 1
+)
+
+type cnlabSvcKey struct {
+	_     structs.HostLayout
+	Vip   uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type cnlabSvcVal struct {
+	_        structs.HostLayout
+	Id       uint32
+	Count    uint16
+	Half     uint8
+	Flags    uint8
+	Affinity uint32
+	Pad      uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	cnlabMapCnlabConfig        = "cnlab_config"
-	cnlabMapCnlabCounters      = "cnlab_counters"
-	cnlabMapCnlabCt            = "cnlab_ct"
-	cnlabMapCnlabEnforce       = "cnlab_enforce"
-	cnlabMapCnlabEvents        = "cnlab_events"
-	cnlabMapCnlabEvlimit       = "cnlab_evlimit"
-	cnlabMapCnlabFrag          = "cnlab_frag"
-	cnlabMapCnlabIpcache       = "cnlab_ipcache"
-	cnlabMapCnlabLocal         = "cnlab_local"
-	cnlabMapCnlabLxc           = "cnlab_lxc"
-	cnlabMapCnlabMonitor       = "cnlab_monitor"
-	cnlabMapCnlabPolicy        = "cnlab_policy"
-	cnlabMapCnlabSockep        = "cnlab_sockep"
-	cnlabProgCnlabConnect4     = "cnlab_connect4"
-	cnlabProgCnlabFromEp       = "cnlab_from_ep"
-	cnlabProgCnlabToEp         = "cnlab_to_ep"
-	cnlabVarUnusedConfigFlag   = "unused_config_flag"
-	cnlabVarUnusedCounter      = "unused_counter"
-	cnlabVarUnusedDir          = "unused_dir"
-	cnlabVarUnusedEvent        = "unused_event"
-	cnlabVarUnusedEventAt      = "unused_event_at"
-	cnlabVarUnusedIdentity     = "unused_identity"
-	cnlabVarUnusedIpk          = "unused_ipk"
-	cnlabVarUnusedIsolation    = "unused_isolation"
-	cnlabVarUnusedMonitorLevel = "unused_monitor_level"
-	cnlabVarUnusedPeer         = "unused_peer"
-	cnlabVarUnusedPk           = "unused_pk"
-	cnlabVarUnusedPv           = "unused_pv"
-	cnlabVarUnusedReason       = "unused_reason"
-	cnlabVarUnusedRuleRef      = "unused_rule_ref"
+	cnlabMapCnlabAffinity       = "cnlab_affinity"
+	cnlabMapCnlabBackends       = "cnlab_backends"
+	cnlabMapCnlabConfig         = "cnlab_config"
+	cnlabMapCnlabCounters       = "cnlab_counters"
+	cnlabMapCnlabCt             = "cnlab_ct"
+	cnlabMapCnlabEnforce        = "cnlab_enforce"
+	cnlabMapCnlabEvents         = "cnlab_events"
+	cnlabMapCnlabEvlimit        = "cnlab_evlimit"
+	cnlabMapCnlabFrag           = "cnlab_frag"
+	cnlabMapCnlabIpcache        = "cnlab_ipcache"
+	cnlabMapCnlabLocal          = "cnlab_local"
+	cnlabMapCnlabLxc            = "cnlab_lxc"
+	cnlabMapCnlabMonitor        = "cnlab_monitor"
+	cnlabMapCnlabNat            = "cnlab_nat"
+	cnlabMapCnlabPolicy         = "cnlab_policy"
+	cnlabMapCnlabSockep         = "cnlab_sockep"
+	cnlabMapCnlabSvc            = "cnlab_svc"
+	cnlabMapCnlabSvcConfig      = "cnlab_svc_config"
+	cnlabProgCnlabConnect4      = "cnlab_connect4"
+	cnlabProgCnlabFromEp        = "cnlab_from_ep"
+	cnlabProgCnlabToEp          = "cnlab_to_ep"
+	cnlabVarUnusedConfigFlag    = "unused_config_flag"
+	cnlabVarUnusedCounter       = "unused_counter"
+	cnlabVarUnusedDir           = "unused_dir"
+	cnlabVarUnusedEvent         = "unused_event"
+	cnlabVarUnusedEventAt       = "unused_event_at"
+	cnlabVarUnusedIdentity      = "unused_identity"
+	cnlabVarUnusedIpk           = "unused_ipk"
+	cnlabVarUnusedIsolation     = "unused_isolation"
+	cnlabVarUnusedMonitorLevel  = "unused_monitor_level"
+	cnlabVarUnusedNatDir        = "unused_nat_dir"
+	cnlabVarUnusedPeer          = "unused_peer"
+	cnlabVarUnusedPk            = "unused_pk"
+	cnlabVarUnusedPv            = "unused_pv"
+	cnlabVarUnusedReason        = "unused_reason"
+	cnlabVarUnusedRuleRef       = "unused_rule_ref"
+	cnlabVarUnusedSvcConfigFlag = "unused_svc_config_flag"
+	cnlabVarUnusedSvcFlag       = "unused_svc_flag"
 )
 
 // loadCnlab returns the embedded CollectionSpec for cnlab.
@@ -296,39 +401,47 @@ type cnlabProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cnlabMapSpecs struct {
-	CnlabConfig   *ebpf.MapSpec `ebpf:"cnlab_config"`
-	CnlabCounters *ebpf.MapSpec `ebpf:"cnlab_counters"`
-	CnlabCt       *ebpf.MapSpec `ebpf:"cnlab_ct"`
-	CnlabEnforce  *ebpf.MapSpec `ebpf:"cnlab_enforce"`
-	CnlabEvents   *ebpf.MapSpec `ebpf:"cnlab_events"`
-	CnlabEvlimit  *ebpf.MapSpec `ebpf:"cnlab_evlimit"`
-	CnlabFrag     *ebpf.MapSpec `ebpf:"cnlab_frag"`
-	CnlabIpcache  *ebpf.MapSpec `ebpf:"cnlab_ipcache"`
-	CnlabLocal    *ebpf.MapSpec `ebpf:"cnlab_local"`
-	CnlabLxc      *ebpf.MapSpec `ebpf:"cnlab_lxc"`
-	CnlabMonitor  *ebpf.MapSpec `ebpf:"cnlab_monitor"`
-	CnlabPolicy   *ebpf.MapSpec `ebpf:"cnlab_policy"`
-	CnlabSockep   *ebpf.MapSpec `ebpf:"cnlab_sockep"`
+	CnlabAffinity  *ebpf.MapSpec `ebpf:"cnlab_affinity"`
+	CnlabBackends  *ebpf.MapSpec `ebpf:"cnlab_backends"`
+	CnlabConfig    *ebpf.MapSpec `ebpf:"cnlab_config"`
+	CnlabCounters  *ebpf.MapSpec `ebpf:"cnlab_counters"`
+	CnlabCt        *ebpf.MapSpec `ebpf:"cnlab_ct"`
+	CnlabEnforce   *ebpf.MapSpec `ebpf:"cnlab_enforce"`
+	CnlabEvents    *ebpf.MapSpec `ebpf:"cnlab_events"`
+	CnlabEvlimit   *ebpf.MapSpec `ebpf:"cnlab_evlimit"`
+	CnlabFrag      *ebpf.MapSpec `ebpf:"cnlab_frag"`
+	CnlabIpcache   *ebpf.MapSpec `ebpf:"cnlab_ipcache"`
+	CnlabLocal     *ebpf.MapSpec `ebpf:"cnlab_local"`
+	CnlabLxc       *ebpf.MapSpec `ebpf:"cnlab_lxc"`
+	CnlabMonitor   *ebpf.MapSpec `ebpf:"cnlab_monitor"`
+	CnlabNat       *ebpf.MapSpec `ebpf:"cnlab_nat"`
+	CnlabPolicy    *ebpf.MapSpec `ebpf:"cnlab_policy"`
+	CnlabSockep    *ebpf.MapSpec `ebpf:"cnlab_sockep"`
+	CnlabSvc       *ebpf.MapSpec `ebpf:"cnlab_svc"`
+	CnlabSvcConfig *ebpf.MapSpec `ebpf:"cnlab_svc_config"`
 }
 
 // cnlabVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cnlabVariableSpecs struct {
-	UnusedConfigFlag   *ebpf.VariableSpec `ebpf:"unused_config_flag"`
-	UnusedCounter      *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedDir          *ebpf.VariableSpec `ebpf:"unused_dir"`
-	UnusedEvent        *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedEventAt      *ebpf.VariableSpec `ebpf:"unused_event_at"`
-	UnusedIdentity     *ebpf.VariableSpec `ebpf:"unused_identity"`
-	UnusedIpk          *ebpf.VariableSpec `ebpf:"unused_ipk"`
-	UnusedIsolation    *ebpf.VariableSpec `ebpf:"unused_isolation"`
-	UnusedMonitorLevel *ebpf.VariableSpec `ebpf:"unused_monitor_level"`
-	UnusedPeer         *ebpf.VariableSpec `ebpf:"unused_peer"`
-	UnusedPk           *ebpf.VariableSpec `ebpf:"unused_pk"`
-	UnusedPv           *ebpf.VariableSpec `ebpf:"unused_pv"`
-	UnusedReason       *ebpf.VariableSpec `ebpf:"unused_reason"`
-	UnusedRuleRef      *ebpf.VariableSpec `ebpf:"unused_rule_ref"`
+	UnusedConfigFlag    *ebpf.VariableSpec `ebpf:"unused_config_flag"`
+	UnusedCounter       *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedDir           *ebpf.VariableSpec `ebpf:"unused_dir"`
+	UnusedEvent         *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedEventAt       *ebpf.VariableSpec `ebpf:"unused_event_at"`
+	UnusedIdentity      *ebpf.VariableSpec `ebpf:"unused_identity"`
+	UnusedIpk           *ebpf.VariableSpec `ebpf:"unused_ipk"`
+	UnusedIsolation     *ebpf.VariableSpec `ebpf:"unused_isolation"`
+	UnusedMonitorLevel  *ebpf.VariableSpec `ebpf:"unused_monitor_level"`
+	UnusedNatDir        *ebpf.VariableSpec `ebpf:"unused_nat_dir"`
+	UnusedPeer          *ebpf.VariableSpec `ebpf:"unused_peer"`
+	UnusedPk            *ebpf.VariableSpec `ebpf:"unused_pk"`
+	UnusedPv            *ebpf.VariableSpec `ebpf:"unused_pv"`
+	UnusedReason        *ebpf.VariableSpec `ebpf:"unused_reason"`
+	UnusedRuleRef       *ebpf.VariableSpec `ebpf:"unused_rule_ref"`
+	UnusedSvcConfigFlag *ebpf.VariableSpec `ebpf:"unused_svc_config_flag"`
+	UnusedSvcFlag       *ebpf.VariableSpec `ebpf:"unused_svc_flag"`
 }
 
 // cnlabObjects contains all objects after they have been loaded into the kernel.
@@ -351,23 +464,30 @@ func (o *cnlabObjects) Close() error {
 //
 // It can be passed to loadCnlabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cnlabMaps struct {
-	CnlabConfig   *ebpf.Map `ebpf:"cnlab_config"`
-	CnlabCounters *ebpf.Map `ebpf:"cnlab_counters"`
-	CnlabCt       *ebpf.Map `ebpf:"cnlab_ct"`
-	CnlabEnforce  *ebpf.Map `ebpf:"cnlab_enforce"`
-	CnlabEvents   *ebpf.Map `ebpf:"cnlab_events"`
-	CnlabEvlimit  *ebpf.Map `ebpf:"cnlab_evlimit"`
-	CnlabFrag     *ebpf.Map `ebpf:"cnlab_frag"`
-	CnlabIpcache  *ebpf.Map `ebpf:"cnlab_ipcache"`
-	CnlabLocal    *ebpf.Map `ebpf:"cnlab_local"`
-	CnlabLxc      *ebpf.Map `ebpf:"cnlab_lxc"`
-	CnlabMonitor  *ebpf.Map `ebpf:"cnlab_monitor"`
-	CnlabPolicy   *ebpf.Map `ebpf:"cnlab_policy"`
-	CnlabSockep   *ebpf.Map `ebpf:"cnlab_sockep"`
+	CnlabAffinity  *ebpf.Map `ebpf:"cnlab_affinity"`
+	CnlabBackends  *ebpf.Map `ebpf:"cnlab_backends"`
+	CnlabConfig    *ebpf.Map `ebpf:"cnlab_config"`
+	CnlabCounters  *ebpf.Map `ebpf:"cnlab_counters"`
+	CnlabCt        *ebpf.Map `ebpf:"cnlab_ct"`
+	CnlabEnforce   *ebpf.Map `ebpf:"cnlab_enforce"`
+	CnlabEvents    *ebpf.Map `ebpf:"cnlab_events"`
+	CnlabEvlimit   *ebpf.Map `ebpf:"cnlab_evlimit"`
+	CnlabFrag      *ebpf.Map `ebpf:"cnlab_frag"`
+	CnlabIpcache   *ebpf.Map `ebpf:"cnlab_ipcache"`
+	CnlabLocal     *ebpf.Map `ebpf:"cnlab_local"`
+	CnlabLxc       *ebpf.Map `ebpf:"cnlab_lxc"`
+	CnlabMonitor   *ebpf.Map `ebpf:"cnlab_monitor"`
+	CnlabNat       *ebpf.Map `ebpf:"cnlab_nat"`
+	CnlabPolicy    *ebpf.Map `ebpf:"cnlab_policy"`
+	CnlabSockep    *ebpf.Map `ebpf:"cnlab_sockep"`
+	CnlabSvc       *ebpf.Map `ebpf:"cnlab_svc"`
+	CnlabSvcConfig *ebpf.Map `ebpf:"cnlab_svc_config"`
 }
 
 func (m *cnlabMaps) Close() error {
 	return _CnlabClose(
+		m.CnlabAffinity,
+		m.CnlabBackends,
 		m.CnlabConfig,
 		m.CnlabCounters,
 		m.CnlabCt,
@@ -379,8 +499,11 @@ func (m *cnlabMaps) Close() error {
 		m.CnlabLocal,
 		m.CnlabLxc,
 		m.CnlabMonitor,
+		m.CnlabNat,
 		m.CnlabPolicy,
 		m.CnlabSockep,
+		m.CnlabSvc,
+		m.CnlabSvcConfig,
 	)
 }
 
@@ -388,20 +511,23 @@ func (m *cnlabMaps) Close() error {
 //
 // It can be passed to loadCnlabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cnlabVariables struct {
-	UnusedConfigFlag   *ebpf.Variable `ebpf:"unused_config_flag"`
-	UnusedCounter      *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedDir          *ebpf.Variable `ebpf:"unused_dir"`
-	UnusedEvent        *ebpf.Variable `ebpf:"unused_event"`
-	UnusedEventAt      *ebpf.Variable `ebpf:"unused_event_at"`
-	UnusedIdentity     *ebpf.Variable `ebpf:"unused_identity"`
-	UnusedIpk          *ebpf.Variable `ebpf:"unused_ipk"`
-	UnusedIsolation    *ebpf.Variable `ebpf:"unused_isolation"`
-	UnusedMonitorLevel *ebpf.Variable `ebpf:"unused_monitor_level"`
-	UnusedPeer         *ebpf.Variable `ebpf:"unused_peer"`
-	UnusedPk           *ebpf.Variable `ebpf:"unused_pk"`
-	UnusedPv           *ebpf.Variable `ebpf:"unused_pv"`
-	UnusedReason       *ebpf.Variable `ebpf:"unused_reason"`
-	UnusedRuleRef      *ebpf.Variable `ebpf:"unused_rule_ref"`
+	UnusedConfigFlag    *ebpf.Variable `ebpf:"unused_config_flag"`
+	UnusedCounter       *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedDir           *ebpf.Variable `ebpf:"unused_dir"`
+	UnusedEvent         *ebpf.Variable `ebpf:"unused_event"`
+	UnusedEventAt       *ebpf.Variable `ebpf:"unused_event_at"`
+	UnusedIdentity      *ebpf.Variable `ebpf:"unused_identity"`
+	UnusedIpk           *ebpf.Variable `ebpf:"unused_ipk"`
+	UnusedIsolation     *ebpf.Variable `ebpf:"unused_isolation"`
+	UnusedMonitorLevel  *ebpf.Variable `ebpf:"unused_monitor_level"`
+	UnusedNatDir        *ebpf.Variable `ebpf:"unused_nat_dir"`
+	UnusedPeer          *ebpf.Variable `ebpf:"unused_peer"`
+	UnusedPk            *ebpf.Variable `ebpf:"unused_pk"`
+	UnusedPv            *ebpf.Variable `ebpf:"unused_pv"`
+	UnusedReason        *ebpf.Variable `ebpf:"unused_reason"`
+	UnusedRuleRef       *ebpf.Variable `ebpf:"unused_rule_ref"`
+	UnusedSvcConfigFlag *ebpf.Variable `ebpf:"unused_svc_config_flag"`
+	UnusedSvcFlag       *ebpf.Variable `ebpf:"unused_svc_flag"`
 }
 
 // cnlabPrograms contains all programs after they have been loaded into the kernel.

@@ -33,6 +33,7 @@ func collectionSpec(lab *topology.Spec) (*ebpf.CollectionSpec, error) {
 		"cnlab_enforce":  uint32(2 * o.MaxEndpoints),
 		"cnlab_counters": uint32(o.MaxEndpoints) * 2 * uint32(cnlabReasonR_MAX),
 		"cnlab_ct":       uint32(o.CTMapSize),
+		"cnlab_nat":      uint32(o.CTMapSize),
 	}
 	for name, m := range cs.Maps {
 		if n, ok := sizes[name]; ok {

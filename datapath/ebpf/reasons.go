@@ -6,21 +6,23 @@ import "fmt"
 // constants bpf2go generates); TestReasonNames fails on a reason without a
 // name here.
 var reasonNames = map[cnlabReason]string{
-	cnlabReasonR_ALLOW_POLICY:     "policy-allow",
-	cnlabReasonR_ALLOW_UNENFORCED: "not-isolated",
-	cnlabReasonR_ALLOW_CT:         "established",
-	cnlabReasonR_ALLOW_RELATED:    "related",
-	cnlabReasonR_ALLOW_FRAG:       "fragment",
-	cnlabReasonR_ARP_REPLIED:      "arp-replied",
-	cnlabReasonR_ARP_PASSED:       "arp-passed",
-	cnlabReasonR_DROP_DENY:        "policy-deny",
-	cnlabReasonR_DROP_DEFAULT:     "policy-default-deny",
-	cnlabReasonR_DROP_MALFORMED:   "malformed",
-	cnlabReasonR_DROP_FRAG:        "fragment-no-first",
-	cnlabReasonR_DROP_IPV6:        "ipv6",
-	cnlabReasonR_DROP_L3:          "unsupported-l3",
-	cnlabReasonR_DROP_SPOOF:       "spoofed-source",
-	cnlabReasonR_DROP_UNKNOWN:     "unknown-endpoint",
+	cnlabReasonR_ALLOW_POLICY:      "policy-allow",
+	cnlabReasonR_ALLOW_UNENFORCED:  "not-isolated",
+	cnlabReasonR_ALLOW_CT:          "established",
+	cnlabReasonR_ALLOW_RELATED:     "related",
+	cnlabReasonR_ALLOW_FRAG:        "fragment",
+	cnlabReasonR_ARP_REPLIED:       "arp-replied",
+	cnlabReasonR_ARP_PASSED:        "arp-passed",
+	cnlabReasonR_DROP_DENY:         "policy-deny",
+	cnlabReasonR_DROP_DEFAULT:      "policy-default-deny",
+	cnlabReasonR_DROP_MALFORMED:    "malformed",
+	cnlabReasonR_DROP_FRAG:         "fragment-no-first",
+	cnlabReasonR_DROP_IPV6:         "ipv6",
+	cnlabReasonR_DROP_L3:           "unsupported-l3",
+	cnlabReasonR_DROP_SPOOF:        "spoofed-source",
+	cnlabReasonR_DROP_UNKNOWN:      "unknown-endpoint",
+	cnlabReasonR_DROP_SVC_REJECT:   "service-no-backend",
+	cnlabReasonR_DROP_SVC_NO_LOCAL: "service-no-local-backend",
 }
 
 func reasonName(r cnlabReason) string {

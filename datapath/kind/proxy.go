@@ -13,6 +13,7 @@ type Proxy string
 const (
 	ProxyIPTables Proxy = "iptables" // kube-proxy's iptables mode: a chain per service and per endpoint
 	ProxyNFTables Proxy = "nftables" // kube-proxy's nftables mode: one verdict map, numgen per service
+	ProxyEBPF     Proxy = "ebpf"     // cnlab's eBPF datapath translating per packet: one hash lookup per new connection
 	ProxyNone     Proxy = "none"     // no Services: service apply is refused
 )
 
@@ -30,6 +31,8 @@ var proxies = []proxyDescriptor{
 		[]Kind{IPTables, NFTables}, func(o *Options) []string { r, s, b := o.IPTables.Tools(); return []string{r, s, b} }},
 	{ProxyNFTables, "kube-proxy's nftables layout: one verdict-map lookup, numgen per service",
 		[]Kind{IPTables, NFTables}, func(*Options) []string { return []string{"nft"} }},
+	{ProxyEBPF, "the eBPF datapath's own: a hash lookup per new connection, translated per packet at the client's veth",
+		[]Kind{EBPF}, func(*Options) []string { return nil }},
 	{ProxyNone, "no service proxy", nil, nil},
 }
 
@@ -37,7 +40,6 @@ var proxies = []proxyDescriptor{
 var refusedProxies = map[string]string{
 	"ipvs": "this kernel has no IPVS (CONFIG_IP_VS is not set, and it cannot load modules); " +
 		"cnlab never approximates it under that name: nftables is the closest stand-in (one lookup per new connection)",
-	"ebpf": "cnlab's eBPF service proxy is not built yet; use iptables or nftables (on an iptables or nftables datapath)",
 }
 
 // Proxies lists the service proxies, in the order help text lists them.
@@ -73,13 +75,15 @@ func ParseProxy(name string) (Proxy, error) {
 }
 
 // DefaultProxy is the proxy of a lab whose file names none: the lab's
-// datapath where it has one (iptables, nftables), none otherwise.
+// datapath's own (iptables, nftables, ebpf), none otherwise.
 func DefaultProxy(k Kind) Proxy {
 	switch k {
 	case IPTables:
 		return ProxyIPTables
 	case NFTables:
 		return ProxyNFTables
+	case EBPF:
+		return ProxyEBPF
 	}
 	return ProxyNone
 }
@@ -116,7 +120,10 @@ func (p Proxy) Pairs(k Kind) string {
 		}
 	}
 	if k == EBPF {
-		return fmt.Sprintf("the %s service proxy translates in netfilter's PREROUTING, after the eBPF datapath's programs judged the packet against the service address instead of the backend; use --service-proxy none with the ebpf datapath until cnlab's eBPF proxy is built", p)
+		return fmt.Sprintf("the %s service proxy translates in netfilter's PREROUTING, after the eBPF datapath's programs judged the packet against the service address instead of the backend; use --service-proxy ebpf with the ebpf datapath", p)
+	}
+	if p == ProxyEBPF {
+		return fmt.Sprintf("the ebpf service proxy is the eBPF datapath's own programs: it needs --datapath ebpf, not %s", k)
 	}
 	return fmt.Sprintf("the %s service proxy needs a lab with hosts (an iptables or nftables datapath), not datapath %s", p, k)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/proxy"
+	ebpfproxy "github.com/cnlab/cnlab/proxy/ebpf"
 	"github.com/cnlab/cnlab/proxy/registry"
 	"github.com/cnlab/cnlab/service"
 	"github.com/cnlab/cnlab/topology"
@@ -64,12 +65,12 @@ var (
 // svcLab brings a lab up with a datapath, link kind and service proxy,
 // starts a named TCP and UDP server in every backend, and sets the proxy
 // up.
-func svcLab(t *testing.T, name, dp, link string, px kind.Proxy) (*topology.Spec, proxy.Proxy, map[string]*topology.Endpoint) {
+func svcLab(t *testing.T, name, dp, link string, px kind.Proxy, extra ...string) (*topology.Spec, proxy.Proxy, map[string]*topology.Endpoint) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
 	testutil.RequireTool(t, "nft", "nftables")
-	yaml := strings.Replace(labYAML, "kind: wire", "kind: "+link, 1)
+	yaml := strings.Replace(labYAML, "kind: wire", "kind: "+link, 1) + strings.Join(extra, "")
 	spec, err := topology.Parse([]byte(yaml), "proxy test lab", topology.Overrides{Name: name, Datapath: dp, Proxy: string(px)})
 	if err != nil {
 		t.Fatal(err)
@@ -366,10 +367,14 @@ func kernelState(t *testing.T, spec *topology.Spec, px kind.Proxy) string {
 	for _, h := range spec.Hosts {
 		var out []byte
 		var err error
-		if px == kind.ProxyIPTables {
+		switch px {
+		case kind.ProxyEBPF:
+			desc, derr := (ebpfproxy.New()).Describe(context.Background(), spec)
+			out, err = []byte(desc[h.Name]), derr
+		case kind.ProxyIPTables:
 			_, save, _ := spec.IPTables.Tools()
 			out, err = netns.Run(context.Background(), h.Netns, nil, save, "-c", "-t", "nat")
-		} else {
+		default:
 			out, err = netns.Run(context.Background(), h.Netns, nil, "nft", "-a", "list", "table", "ip", "cnlab-svc")
 		}
 		if err != nil {
@@ -387,12 +392,16 @@ func TestProxies(t *testing.T) {
 	cases := []struct {
 		name, dp, link string
 		px             kind.Proxy
-		full           bool // every check (else the multi-host basics)
+		full           bool   // every check (else the multi-host basics)
+		extra          string // appended to the topology
 	}{
-		{"pxipt-ipt", "iptables", "wire", kind.ProxyIPTables, true},
-		{"pxnft-nft", "nftables", "wire", kind.ProxyNFTables, true},
-		{"pxnft-ipt-vx", "iptables", "vxlan", kind.ProxyNFTables, false},
-		{"pxipt-nft-vx", "nftables", "vxlan", kind.ProxyIPTables, false},
+		{"pxipt-ipt", "iptables", "wire", kind.ProxyIPTables, true, ""},
+		{"pxnft-nft", "nftables", "wire", kind.ProxyNFTables, true, ""},
+		{"pxebpf", "ebpf", "wire", kind.ProxyEBPF, true, ""},
+		{"pxebpf-leg", "ebpf", "wire", kind.ProxyEBPF, true, "ebpf: {hostRouting: legacy}\n"},
+		{"pxnft-ipt-vx", "iptables", "vxlan", kind.ProxyNFTables, false, ""},
+		{"pxipt-nft-vx", "nftables", "vxlan", kind.ProxyIPTables, false, ""},
+		{"pxebpf-vx", "ebpf", "vxlan", kind.ProxyEBPF, false, ""},
 	}
 	// Nothing of the proxies ever lands in the root namespace.
 	defer func() {
@@ -405,8 +414,19 @@ func TestProxies(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			spec, p, eps := svcLab(t, tc.name, tc.dp, tc.link, tc.px)
+			spec, p, eps := svcLab(t, tc.name, tc.dp, tc.link, tc.px, tc.extra)
 			ctx := context.Background()
+			// The eBPF proxy serves no node ports yet.
+			nodePorts := tc.px != kind.ProxyEBPF
+			table := func(eps map[string]*topology.Endpoint, dropWeb, dropDNS string) *service.Table {
+				t := table(eps, dropWeb, dropDNS)
+				for i := range t.Frontends {
+					if !nodePorts {
+						t.Frontends[i].NodePort = 0
+					}
+				}
+				return t
+			}
 			if err := p.Apply(ctx, spec, table(eps, "", "")); err != nil {
 				t.Fatal(err)
 			}
@@ -439,24 +459,30 @@ func TestProxies(t *testing.T) {
 			if !errors.Is(err, syscall.ECONNREFUSED) || time.Since(t0) > time.Second {
 				t.Errorf("x/d -> empty: %v after %v, want connection refused at once", err, time.Since(t0))
 			}
-			// NodePort (externalTrafficPolicy Cluster): flap's address.
-			flap := spec.Links[0].Ends[1].WireAddr
-			if spec.Links[0].Ends[1].Host != "flap" {
-				flap = spec.Links[0].Ends[0].WireAddr
+			if !nodePorts {
+				goto clusterIP
 			}
-			expectSet(t, "x/d nodeport", count(t, d, netip.AddrPortFrom(flap, 30080), false, 40), "a", "b", "c")
-			// Cluster: masqueraded to flap's address on the way out of
-			// flap; Local: flap's own backend, seeing the client.
-			for name, srcs := range seen(t, d, netip.AddrPortFrom(flap, 30080), 20) {
-				for _, src := range srcs {
-					if src == d.IP.String() {
-						t.Errorf("node port, policy Cluster: %s saw the client's own address %s", name, src)
+			{
+				// NodePort (externalTrafficPolicy Cluster): flap's address.
+				flap := spec.Links[0].Ends[1].WireAddr
+				if spec.Links[0].Ends[1].Host != "flap" {
+					flap = spec.Links[0].Ends[0].WireAddr
+				}
+				expectSet(t, "x/d nodeport", count(t, d, netip.AddrPortFrom(flap, 30080), false, 40), "a", "b", "c")
+				// Cluster: masqueraded to flap's address on the way out of
+				// flap; Local: flap's own backend, seeing the client.
+				for name, srcs := range seen(t, d, netip.AddrPortFrom(flap, 30080), 20) {
+					for _, src := range srcs {
+						if src == d.IP.String() {
+							t.Errorf("node port, policy Cluster: %s saw the client's own address %s", name, src)
+						}
 					}
 				}
+				if got := seen(t, d, netip.AddrPortFrom(flap, 30081), 10); len(got) != 1 || len(got["c"]) != 1 || got["c"][0] != d.IP.String() {
+					t.Errorf("node port, policy Local: saw %v, want only x/c, seeing %s", got, d.IP)
+				}
 			}
-			if got := seen(t, d, netip.AddrPortFrom(flap, 30081), 10); len(got) != 1 || len(got["c"]) != 1 || got["c"][0] != d.IP.String() {
-				t.Errorf("node port, policy Local: saw %v, want only x/c, seeing %s", got, d.IP)
-			}
+		clusterIP:
 			// A ClusterIP keeps the client's address; a hairpin is
 			// masqueraded (to the host's bridge address).
 			for name, srcs := range seen(t, d, web, 20) {
@@ -521,7 +547,7 @@ func TestProxies(t *testing.T) {
 			}
 			// A host whose state is lost is rebuilt from the kernel.
 			for _, h := range spec.Hosts {
-				for _, k := range []kind.Kind{"proxy-iptables", "proxy-nftables"} {
+				for _, k := range []kind.Kind{"proxy-iptables", "proxy-nftables", "proxy-ebpf"} {
 					_ = os.Remove(datapath.StatePath(spec.Name, k, h.Name))
 				}
 			}

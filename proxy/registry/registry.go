@@ -11,6 +11,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/proxy"
+	proxyebpf "github.com/cnlab/cnlab/proxy/ebpf"
 	"github.com/cnlab/cnlab/proxy/iptables"
 	"github.com/cnlab/cnlab/proxy/nftables"
 )
@@ -20,7 +21,7 @@ var ErrNone = errors.New("the lab has no service proxy (services.proxy: none)")
 
 // descriptors returns the implementations, in kind.Proxies' order.
 func descriptors() []proxy.Descriptor {
-	return []proxy.Descriptor{iptables.Descriptor, nftables.Descriptor}
+	return []proxy.Descriptor{iptables.Descriptor, nftables.Descriptor, proxyebpf.Descriptor}
 }
 
 // New returns a proxy of kind p.

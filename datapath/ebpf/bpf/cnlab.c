@@ -76,6 +76,8 @@ enum reason {
 	R_DROP_L3 = 21,         // other ethertypes, other ARP
 	R_DROP_SPOOF = 22,      // source address is not the endpoint's
 	R_DROP_UNKNOWN = 23,    // interface or destination unknown to the maps
+	R_DROP_SVC_REJECT = 24, // new connection to a Service without backends: rejected (ICMP port unreachable)
+	R_DROP_SVC_NO_LOCAL = 25, // internalTrafficPolicy Local, no backend on this host: dropped
 	R_MAX = 32,
 };
 
@@ -107,6 +109,22 @@ enum event_at {
 enum identity {
 	WORLD_IDENTITY = 2,
 	FIRST_CIDR_IDENTITY = 1 << 24, // policy.FirstCIDRIdentity: below it, endpoints
+};
+
+// Bits of svc_config.flags (written by the ebpf service proxy).
+enum svc_config_flag {
+	SVC_ON = 1, // the host has Services: look up translations
+};
+
+// Bits of svc_val.flags.
+enum svc_flag {
+	SVC_DROP = 1, // no backend for this host's clients: drop, do not reject
+};
+
+// Kinds of cnlab_nat entries (nat_key.dir).
+enum nat_dir {
+	NAT_FWD = 0, // client -> service: the tuple to write instead
+	NAT_REV = 1, // backend -> client (as it leaves the backend): the tuple the client must see
 };
 
 // The rule of a verdict no policy entry decided (event.rule).
@@ -210,6 +228,75 @@ struct event {
 	__u32 src_identity, dst_identity;
 	__u32 len;
 	__u32 rule;
+};
+
+// The service proxy's settings for a host (cnlab_svc_config[0]).
+struct svc_config {
+	__u32 flags;   // enum svc_config_flag
+	__u32 hairpin; // source a hairpin connection is given (the host's bridge address), network order
+	__u32 net;     // service CIDR (network order) and its mask: only these addresses are looked up
+	__u32 mask;
+};
+
+// A frontend: a Service's cluster IP, port and protocol.
+struct svc_key {
+	__u32 vip;   // network order
+	__u16 port;  // network order
+	__u8 proto;
+	__u8 pad;
+};
+
+// What a frontend balances over: count backends at backend_key
+// {id, half, 0..count-1}. User space writes a new set into the half not
+// in use and then swaps this value whole, so a new connection sees the
+// old backends or the new ones, never a mix.
+struct svc_val {
+	__u32 id;       // the frontend's number, unique on the host
+	__u16 count;    // backends this host's clients may reach; 0: reject (or drop, SVC_DROP)
+	__u8 half;      // which half of the backend slots is in use
+	__u8 flags;     // enum svc_flag
+	__u32 affinity; // ClientIP affinity timeout in seconds, 0 for none
+	__u32 pad;
+};
+
+struct backend_key {
+	__u32 id;
+	__u16 slot;
+	__u8 half;
+	__u8 pad;
+};
+
+struct backend {
+	__u32 ip;   // network order
+	__u16 port; // network order
+	__u16 pad;
+};
+
+struct affinity_key {
+	__u32 client; // network order
+	__u32 id;
+};
+
+struct affinity_val {
+	__u64 last; // ktime of the client's last new connection
+	struct backend b;
+	__u32 slot; // where b was: still there, it is still a backend
+	__u32 pad;
+};
+
+// A translated flow, as a tuple seen on the wire (ports network order).
+struct nat_key {
+	__u32 saddr, daddr;
+	__u16 sport, dport;
+	__u8 proto;
+	__u8 dir; // enum nat_dir
+	__u16 pad;
+};
+
+struct nat_val {
+	struct ct_val ct; // lifetime, as the policy conntrack's
+	__u32 saddr, daddr; // the tuple to write instead (network order)
+	__u16 sport, dport;
 };
 
 struct flow_key {
@@ -328,6 +415,44 @@ struct {
 	__type(value, __u64);
 } cnlab_evlimit SEC(".maps");
 
+// The service proxy's maps (empty unless services.proxy is ebpf).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct svc_config);
+} cnlab_svc_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct svc_key);
+	__type(value, struct svc_val);
+} cnlab_svc SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 20);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct backend_key);
+	__type(value, struct backend);
+} cnlab_backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct affinity_key);
+	__type(value, struct affinity_val);
+} cnlab_affinity SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nat_key);
+	__type(value, struct nat_val);
+} cnlab_nat SEC(".maps");
+
 // Keep the types user space reads in BTF, for bpf2go.
 const struct event *unused_event __attribute__((unused));
 const struct counter *unused_counter __attribute__((unused));
@@ -343,6 +468,9 @@ const enum monitor_level *unused_monitor_level __attribute__((unused));
 const enum event_at *unused_event_at __attribute__((unused));
 const enum identity *unused_identity __attribute__((unused));
 const enum rule_ref *unused_rule_ref __attribute__((unused));
+const enum svc_config_flag *unused_svc_config_flag __attribute__((unused));
+const enum svc_flag *unused_svc_flag __attribute__((unused));
+const enum nat_dir *unused_nat_dir __attribute__((unused));
 
 #define NSEC 1000000000ULL
 // Lifetimes as Linux conntrack's defaults: established 5 days, 120 s
@@ -380,7 +508,7 @@ struct pkt {
 	__u8 icmp_err; // an ICMP error carrying the tuple below
 	__u16 ipid;
 	__u8 icmp;     // enum icmp_role
-	__u8 pad;
+	__u8 ihl;      // IPv4 header length in bytes
 	// inner tuple of an ICMP error, as the quoted packet was sent
 	__u32 in_saddr, in_daddr;
 	__u16 in_sport, in_dport;
@@ -522,6 +650,7 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 	if (ip.version != 4 || ip.ihl < 5)
 		return R_DROP_MALFORMED;
 	__u32 hl = ip.ihl * 4;
+	p->ihl = hl;
 	__u16 tot = bpf_ntohs(ip.tot_len);
 	if (tot != 0 && tot < hl)
 		return R_DROP_MALFORMED;
@@ -774,6 +903,276 @@ static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 di
 	return r;
 }
 
+// ---- Services (the ebpf service proxy) ----
+//
+// A new connection from an endpoint to a Service's address is translated
+// by the client's program, before policy: the backend is picked (ClientIP
+// affinity, else at random), the flow's two cnlab_nat entries are written
+// once policy has allowed it, and every later packet is rewritten from
+// them. Policy is judged on the real tuple, client to backend, as the
+// netfilter proxies have it judged after DNAT. Replies are translated back
+// where they first meet a program that knows the flow: the backend's own
+// program on the client's host (host-local), else the client's cnlab_to_ep.
+// A hairpin (the client is the backend) is given the host's bridge address
+// as its source, as kube-proxy masquerades it.
+
+// What happens to one packet's addresses: the tuple it carries when it
+// came (o_*) and the one it leaves with, ports in network order.
+struct xlate {
+	__u8 kind;    // 0 none, XL_FWD, XL_REV
+	__u8 fresh;   // a new flow: create its entries once policy allows it
+	__u8 hairpin; // the client is the backend
+	__u8 pad;
+	__u32 id, affinity, slot;
+	__u32 o_saddr, o_daddr;
+	__u16 o_sport, o_dport;
+	__u32 saddr, daddr;
+	__u16 sport, dport;
+};
+
+#define XL_FWD 1
+#define XL_REV 2
+
+static __always_inline struct nat_val *nat_get(struct nat_key *k, __u64 now)
+{
+	struct nat_val *v = bpf_map_lookup_elem(&cnlab_nat, k);
+	if (v && v->ct.expires < now) {
+		bpf_map_delete_elem(&cnlab_nat, k);
+		return 0;
+	}
+	return v;
+}
+
+// pick chooses a new connection's backend: the client's affinity backend
+// while it is recent and still in its slot, else one at random.
+static __always_inline int pick(struct svc_val *s, __u32 client, __u64 now, struct backend *out, __u32 *slot)
+{
+	struct backend_key bk = {.id = s->id, .half = s->half};
+	struct backend *b;
+	if (s->affinity) {
+		struct affinity_key ak = {.client = client, .id = s->id};
+		struct affinity_val *a = bpf_map_lookup_elem(&cnlab_affinity, &ak);
+		if (a && now - a->last < (__u64)s->affinity * NSEC && a->slot < s->count) {
+			bk.slot = a->slot;
+			b = bpf_map_lookup_elem(&cnlab_backends, &bk);
+			if (b && b->ip == a->b.ip && b->port == a->b.port) {
+				*out = *b;
+				*slot = bk.slot;
+				return 0;
+			}
+		}
+	}
+	bk.slot = bpf_get_prandom_u32() % s->count;
+	b = bpf_map_lookup_elem(&cnlab_backends, &bk);
+	if (!b)
+		return -1;
+	*out = *b;
+	*slot = bk.slot;
+	return 0;
+}
+
+// svc_from_ep finds what a packet an endpoint sends is to the service
+// proxy: a reply of a translated flow (a backend answering), a packet to a
+// frontend (translated to a backend), or neither. It sets p to the real
+// tuple, which policy judges, and x to what is written on the wire; it
+// returns 0, or a reason to stop the packet.
+static __always_inline int svc_from_ep(struct svc_config *sc, struct pkt *p, struct xlate *x, __u64 now)
+{
+	if ((p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP) || p->frag == 2)
+		return 0;
+	x->o_saddr = p->saddr;
+	x->o_daddr = p->daddr;
+	x->o_sport = bpf_htons(p->sport);
+	x->o_dport = bpf_htons(p->dport);
+	struct nat_key k = {.saddr = p->saddr, .daddr = p->daddr, .sport = x->o_sport,
+			    .dport = x->o_dport, .proto = p->proto, .dir = NAT_REV};
+	struct nat_val *v = nat_get(&k, now);
+	if (v) {
+		ct_touch(&v->ct, p->proto, p->tcpflags, now);
+		x->kind = XL_REV;
+		x->saddr = v->saddr;
+		x->daddr = v->daddr;
+		x->sport = v->sport;
+		x->dport = v->dport;
+		x->hairpin = v->daddr == p->saddr;
+		// Judged as backend to client: a hairpin's masquerade undone.
+		p->daddr = v->daddr;
+		p->dport = bpf_ntohs(v->dport);
+		return 0;
+	}
+	if ((p->daddr & sc->mask) != sc->net)
+		return 0;
+	struct svc_key sk = {.vip = p->daddr, .port = x->o_dport, .proto = p->proto};
+	struct svc_val *s = bpf_map_lookup_elem(&cnlab_svc, &sk);
+	if (!s)
+		return 0;
+	k.dir = NAT_FWD;
+	v = nat_get(&k, now);
+	int syn = p->proto == IPPROTO_TCP && (p->tcpflags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+	if (v && !(syn && (v->ct.flags & (CT_CLOSING | CT_FIN)))) {
+		ct_touch(&v->ct, p->proto, p->tcpflags, now);
+		x->saddr = v->saddr;
+		x->daddr = v->daddr;
+		x->sport = v->sport;
+		x->dport = v->dport;
+	} else {
+		// A new flow (or one whose entries were evicted).
+		if (!s->count)
+			return s->flags & SVC_DROP ? R_DROP_SVC_NO_LOCAL : R_DROP_SVC_REJECT;
+		struct backend b;
+		if (pick(s, p->saddr, now, &b, &x->slot) < 0)
+			return R_DROP_UNKNOWN; // a slot below the count is always written first
+		x->fresh = 1;
+		x->id = s->id;
+		x->affinity = s->affinity;
+		x->daddr = b.ip;
+		x->dport = b.port;
+		x->sport = x->o_sport;
+		x->saddr = b.ip == p->saddr ? sc->hairpin : p->saddr;
+	}
+	x->kind = XL_FWD;
+	x->hairpin = x->daddr == p->saddr;
+	p->daddr = x->daddr;
+	p->dport = bpf_ntohs(x->dport);
+	return 0;
+}
+
+// svc_to_ep finds a reply of a translated flow delivered to its client.
+static __always_inline void svc_to_ep(struct pkt *p, struct xlate *x, __u64 now)
+{
+	if ((p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP) || p->frag == 2)
+		return;
+	x->o_saddr = p->saddr;
+	x->o_daddr = p->daddr;
+	x->o_sport = bpf_htons(p->sport);
+	x->o_dport = bpf_htons(p->dport);
+	struct nat_key k = {.saddr = p->saddr, .daddr = p->daddr, .sport = x->o_sport,
+			    .dport = x->o_dport, .proto = p->proto, .dir = NAT_REV};
+	struct nat_val *v = nat_get(&k, now);
+	if (!v)
+		return;
+	ct_touch(&v->ct, p->proto, p->tcpflags, now);
+	x->kind = XL_REV;
+	x->saddr = v->saddr;
+	x->daddr = v->daddr;
+	x->sport = v->sport;
+	x->dport = v->dport;
+}
+
+// svc_commit records a new translated flow, once policy allowed it: the
+// reverse entry first, so no reply can come before it exists.
+static __always_inline void svc_commit(struct xlate *x, struct pkt *p, __u64 now)
+{
+	struct nat_val v = {};
+	ct_touch(&v.ct, p->proto, p->tcpflags, now);
+	struct nat_key rk = {.saddr = x->daddr, .daddr = x->saddr, .sport = x->dport,
+			     .dport = x->sport, .proto = p->proto, .dir = NAT_REV};
+	v.saddr = x->o_daddr;
+	v.daddr = x->o_saddr;
+	v.sport = x->o_dport;
+	v.dport = x->o_sport;
+	bpf_map_update_elem(&cnlab_nat, &rk, &v, BPF_ANY);
+	struct nat_key fk = {.saddr = x->o_saddr, .daddr = x->o_daddr, .sport = x->o_sport,
+			     .dport = x->o_dport, .proto = p->proto, .dir = NAT_FWD};
+	v.saddr = x->saddr;
+	v.daddr = x->daddr;
+	v.sport = x->sport;
+	v.dport = x->dport;
+	bpf_map_update_elem(&cnlab_nat, &fk, &v, BPF_ANY);
+	if (x->affinity) {
+		struct affinity_key ak = {.client = x->o_saddr, .id = x->id};
+		struct affinity_val av = {.last = now, .b = {.ip = x->daddr, .port = x->dport}, .slot = x->slot};
+		bpf_map_update_elem(&cnlab_affinity, &ak, &av, BPF_ANY);
+	}
+}
+
+static __always_inline int set_addr(struct __sk_buff *skb, __u32 csum, __u32 off, __u32 from, __u32 to, __u64 f)
+{
+	if (from == to)
+		return 0;
+	if (bpf_l4_csum_replace(skb, csum, from, to, f | BPF_F_PSEUDO_HDR | 4) < 0 ||
+	    bpf_l3_csum_replace(skb, ETH_HLEN + 10, from, to, 4) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, off, &to, 4, 0);
+}
+
+static __always_inline int set_port(struct __sk_buff *skb, __u32 csum, __u32 off, __u16 from, __u16 to, __u64 f)
+{
+	if (from == to)
+		return 0;
+	if (bpf_l4_csum_replace(skb, csum, from, to, f | 2) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, off, &to, 2, 0);
+}
+
+// xlate_write rewrites the packet's addresses and ports as x says, with
+// the IPv4 and TCP/UDP checksums (a UDP checksum of 0 stays 0).
+static __always_inline int xlate_write(struct __sk_buff *skb, struct pkt *p, struct xlate *x)
+{
+	__u32 l4 = ETH_HLEN + p->ihl;
+	__u32 csum = l4 + (p->proto == IPPROTO_TCP ? 16 : 6);
+	__u64 f = p->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+	if (set_addr(skb, csum, ETH_HLEN + 12, x->o_saddr, x->saddr, f) < 0 ||
+	    set_addr(skb, csum, ETH_HLEN + 16, x->o_daddr, x->daddr, f) < 0 ||
+	    set_port(skb, csum, l4, x->o_sport, x->sport, f) < 0 ||
+	    set_port(skb, csum, l4 + 2, x->o_dport, x->dport, f) < 0)
+		return -1;
+	return 0;
+}
+
+static __always_inline __u16 csum_fold(__s64 c)
+{
+	__u32 s = (__u32)c;
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
+// reject answers a new connection to a Service without backends with an
+// ICMP port unreachable from the Service's address, sent straight back
+// into the client's namespace, as kube-proxy's REJECT does: the client's
+// connect() fails at once with ECONNREFUSED. The packet becomes the
+// answer: its IPv4 header and first 8 bytes of L4 are quoted.
+static __always_inline int reject(struct __sk_buff *skb, struct endpoint *ep, struct pkt *p)
+{
+	struct {
+		struct iphdr ip;
+		__u8 icmp[8];
+		__u8 quote[28]; // the rejected packet's IPv4 header and 8 bytes of L4
+	} r = {};
+	if (p->ihl != 20 || bpf_skb_load_bytes(skb, ETH_HLEN, r.quote, sizeof(r.quote)) < 0)
+		return TC_ACT_SHOT;
+	r.ip.version = 4;
+	r.ip.ihl = 5;
+	r.ip.tos = 0xc0;
+	r.ip.tot_len = bpf_htons(sizeof(r));
+	r.ip.ttl = 64;
+	r.ip.protocol = IPPROTO_ICMP;
+	r.ip.saddr = p->daddr;
+	r.ip.daddr = p->saddr;
+	r.ip.check = csum_fold(bpf_csum_diff(0, 0, (__be32 *)&r.ip, sizeof(r.ip), 0));
+	r.icmp[0] = 3; // destination unreachable
+	r.icmp[1] = 3; // port unreachable
+	__u16 c = csum_fold(bpf_csum_diff(0, 0, (__be32 *)r.icmp, sizeof(r.icmp) + sizeof(r.quote), 0));
+	__builtin_memcpy(&r.icmp[2], &c, 2);
+	struct ethhdr eth;
+	__builtin_memcpy(eth.h_dest, ep->mac, 6);
+	__builtin_memcpy(eth.h_source, ep->lxc_mac, 6);
+	eth.h_proto = bpf_htons(ETH_P_IP);
+	if (bpf_skb_change_tail(skb, ETH_HLEN + sizeof(r), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN, &r, sizeof(r), 0) < 0)
+		return TC_ACT_SHOT;
+	return bpf_redirect_peer(ep->ifindex, 0);
+}
+
+static __always_inline struct svc_config *svc_config(void)
+{
+	__u32 zero = 0;
+	struct svc_config *sc = bpf_map_lookup_elem(&cnlab_svc_config, &zero);
+	return sc && (sc->flags & SVC_ON) ? sc : 0;
+}
+
 static __always_inline int mac_eq(const __u8 *a, const __u8 *b)
 {
 	__u8 d = 0;
@@ -896,13 +1295,36 @@ int cnlab_from_ep(struct __sk_buff *skb)
 	if (p.saddr != src->ip || bpf_skb_load_bytes(skb, 6, mac, 6) < 0 || !mac_eq(mac, src->mac))
 		return finish(cfg, skb, &p, src->index, DIR_EGRESS, R_DROP_SPOOF, src->identity, 0, rule);
 	__u64 now = bpf_ktime_get_ns();
+	struct xlate x = {};
+	struct svc_config *sc = svc_config();
+	if (sc) {
+		r = svc_from_ep(sc, &p, &x, now);
+		if (r == R_DROP_SVC_REJECT) {
+			count(src->index, DIR_EGRESS, r, skb->len);
+			emit(cfg, skb->len, &p, AT_TC, src->index, DIR_EGRESS, r, src->identity, 0, rule);
+			return reject(skb, src, &p);
+		}
+		if (r)
+			return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, 0, rule);
+	}
 	struct endpoint *dst = 0;
-	if (cfg->flags & FLAG_HOST_ROUTING_BPF)
+	if ((cfg->flags & FLAG_HOST_ROUTING_BPF) || x.hairpin)
 		dst = bpf_map_lookup_elem(&cnlab_local, &p.daddr);
+	else if (x.kind == XL_REV && bpf_map_lookup_elem(&cnlab_local, &p.daddr))
+		// Legacy host routing, a reply bridged to a client of this
+		// host: its cnlab_to_ep translates it, where the flow's policy
+		// entries expect the real tuple.
+		x.kind = 0;
 	if (!dst) {
 		// Remote destination (or legacy host routing): enforce this
 		// endpoint's egress and let the host's stack or bridge carry it.
 		r = side(cfg, src, DIR_EGRESS, &p, now, &peer_id, &rule);
+		if (!is_drop(r) && x.kind) {
+			if (x.fresh)
+				svc_commit(&x, &p, now);
+			if (xlate_write(skb, &p, &x) < 0)
+				r = R_DROP_MALFORMED;
+		}
 		return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, peer_id, rule);
 	}
 	// Host-local destination: both sides here, then straight into the
@@ -935,7 +1357,13 @@ int cnlab_from_ep(struct __sk_buff *skb)
 		return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, dst->identity, rule);
 	count(src->index, DIR_EGRESS, r, skb->len);
 	finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
-redirect:;
+redirect:
+	if (x.kind) {
+		if (x.fresh)
+			svc_commit(&x, &p, now);
+		if (xlate_write(skb, &p, &x) < 0)
+			return TC_ACT_SHOT;
+	}
 	struct ethhdr eth;
 	__builtin_memcpy(eth.h_dest, dst->mac, 6);
 	__builtin_memcpy(eth.h_source, dst->lxc_mac, 6);
@@ -966,7 +1394,13 @@ int cnlab_to_ep(struct __sk_buff *skb)
 	// another endpoint's address and be judged against the wrong policy.
 	if (p.daddr != dst->ip)
 		return finish(cfg, skb, &p, dst->index, DIR_INGRESS, R_DROP_UNKNOWN, 0, dst->identity, rule);
-	r = side(cfg, dst, DIR_INGRESS, &p, bpf_ktime_get_ns(), &peer_id, &rule);
+	__u64 now = bpf_ktime_get_ns();
+	struct xlate x = {};
+	if (svc_config())
+		svc_to_ep(&p, &x, now);
+	r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule);
+	if (!is_drop(r) && x.kind && xlate_write(skb, &p, &x) < 0)
+		r = R_DROP_MALFORMED;
 	return finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule);
 }
 
@@ -992,6 +1426,11 @@ int cnlab_connect4(struct bpf_sock_addr *ctx)
 	// programs: not a policy decision here either.
 	__u32 daddr = ctx->user_ip4;
 	if ((bpf_ntohl(daddr) >> 24) == 127 || daddr == src->ip)
+		return 1;
+	// A Service's address is judged after translation, by the tc
+	// programs: its own address is no policy peer.
+	struct svc_config *sc = svc_config();
+	if (sc && (daddr & sc->mask) == sc->net)
 		return 1;
 	struct pkt p = {.saddr = src->ip, .daddr = ctx->user_ip4, .proto = IPPROTO_TCP,
 			.dport = bpf_ntohs(ctx->user_port), .tcpflags = TCP_SYN};
