@@ -16,6 +16,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/input"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/proxy"
 	"github.com/cnlab/cnlab/service"
@@ -181,7 +182,8 @@ func checkTable(t *service.Table) error {
 	for _, f := range t.Frontends {
 		slots += 2 * len(f.Backends)
 		if f.NodePort != 0 {
-			return fmt.Errorf("%s: node port %d: the ebpf service proxy serves cluster IPs only, not node ports yet (use type ClusterIP, or the iptables or nftables proxy on a netfilter datapath)", f.Key(), f.NodePort)
+			return &input.Error{File: "Service " + f.Service, Path: "spec.type",
+				Msg: fmt.Sprintf("NodePort (port %s, node port %d): the ebpf service proxy serves cluster IPs only, not node ports yet; use type ClusterIP, or the iptables or nftables proxy on a netfilter datapath", f.Key(), f.NodePort)}
 		}
 	}
 	if len(t.Frontends) > maxFrontends {
