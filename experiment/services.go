@@ -46,7 +46,7 @@ func resolveServiceParams(p *Params, bad func(key, format string, args ...any) e
 		p.ServiceProxy = kind.DefaultProxy(p.Datapath)
 	}
 	if p.ServiceProxy == kind.ProxyNone {
-		return bad("serviceProxy", "%d Services need a service proxy: datapath %s has none of its own (give serviceProxy: [iptables] or [nftables])", p.Services, p.Datapath)
+		return bad("serviceProxy", "%d Services need a service proxy, not none (give serviceProxy: [iptables], [nftables] or, on the ebpf datapath, [ebpf])", p.Services)
 	}
 	if why := p.ServiceProxy.Pairs(p.Datapath); why != "" {
 		return bad("serviceProxy", "%s", why)

@@ -80,10 +80,10 @@ func TestServiceKeys(t *testing.T) {
 	for _, tc := range []struct{ src, want string }{
 		{base + "matrix: {services: [-1]}\n", "matrix.services[0]: -1: between 0 and 50000"},
 		{base + "matrix: {services: [1], serviceProxy: [ipvs]}\n", `matrix.serviceProxy[0]: service proxy "ipvs" is not available`},
-		{base + "matrix: {services: [1], serviceProxy: [ebpf]}\n", `matrix.serviceProxy[0]: service proxy "ebpf" is not available`},
+		{base + "matrix: {services: [1], serviceProxy: [ebpf]}\n", "matrix.serviceProxy: the ebpf service proxy is the eBPF datapath's own programs: it needs the ebpf datapath"},
 		{base + "matrix: {services: [1], servicePosition: [middle]}\n", `matrix.servicePosition[0]: "middle": first or last`},
 		{base + "matrix: {services: [1], serviceBackends: [0]}\n", "matrix.serviceBackends[0]: 0: between 1 and 64"},
-		{base + "matrix: {services: [1], datapath: [ebpf]}\n", "matrix.serviceProxy: 1 Services need a service proxy"},
+		{base + "matrix: {services: [1], datapath: [ebpf], serviceProxy: [none]}\n", "matrix.serviceProxy: 1 Services need a service proxy"},
 		{base + "matrix: {services: [1], datapath: [ebpf], serviceProxy: [iptables]}\n", "matrix.serviceProxy: the iptables service proxy translates in netfilter's PREROUTING"},
 		{base + "matrix: {topology: [chain], services: [1]}\n", "matrix.services: a chain has no endpoints to serve Services from"},
 	} {

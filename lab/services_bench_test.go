@@ -62,15 +62,16 @@ func scaleServices(n, backends int, drained bool) string {
 //	           through the new Service that a backend accepts
 //	drain-s    one backend of one Service marked not ready
 //	remove-s   the added Service removed again
-//	rules      the proxy's kernel state: iptables rules (-A lines) or
-//	           nftables rules and map elements (lines of nft list table)
+//	rules      the proxy's kernel state: iptables rules (-A lines),
+//	           nftables rules and map elements (lines of nft list table),
+//	           or eBPF map entries (frontends and backend slots in use)
 //
 // Reproduce with:
 //
 //	go test -run '^$' -bench ServiceScale -benchtime 1x -count 3 -timeout 60m ./lab
 func BenchmarkServiceScale(b *testing.B) {
 	testutil.RequireRoot(b)
-	for _, px := range []string{"iptables", "nftables"} {
+	for _, px := range []string{"iptables", "nftables", "ebpf"} {
 		for _, backends := range []int{1, 4} {
 			for _, n := range []int{1, 10, 100, 1000, 10000} {
 				b.Run(fmt.Sprintf("%s/backends=%d/services=%d", px, backends, n), func(b *testing.B) {
@@ -82,7 +83,11 @@ func BenchmarkServiceScale(b *testing.B) {
 }
 
 func benchServiceScale(b *testing.B, px string, backends, n int) {
-	spec, err := topology.Parse([]byte(fmt.Sprintf(scaleLab, "bench-svc")), "bench", topology.Overrides{Datapath: "iptables", Proxy: px})
+	dp := "iptables"
+	if px == "ebpf" {
+		dp = "ebpf"
+	}
+	spec, err := topology.Parse([]byte(fmt.Sprintf(scaleLab, "bench-svc")), "bench", topology.Overrides{Datapath: dp, Proxy: px})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -183,8 +188,8 @@ func benchServiceScale(b *testing.B, px string, backends, n int) {
 }
 
 // countState counts the proxy's rules in its Describe output: iptables
-// rules ("-A" lines), or the lines of nft list table (rules and map
-// elements).
+// rules ("-A" lines), the lines of nft list table (rules and map
+// elements), or eBPF frontends and their backends.
 func countState(px, state string) int {
 	n := 0
 	for _, line := range strings.Split(state, "\n") {
@@ -194,6 +199,9 @@ func countState(px, state string) int {
 			n++
 		case px == "nftables" && line != "" && line != "}" && !strings.HasPrefix(line, "type ") && !strings.HasPrefix(line, "flags "):
 			n++
+		case px == "ebpf" && strings.Contains(line, " -> "):
+			_, bs, _ := strings.Cut(line, " -> ")
+			n += 1 + len(strings.Fields(bs))
 		}
 	}
 	return n

@@ -159,7 +159,7 @@ func TestBadInput(t *testing.T) {
 		{"services cidr bad", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {cidr: 10.96.0.0/40}\n", `bad.yaml: services.cidr: "10.96.0.0/40" is not a CIDR`},
 		{"services cidr small", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {cidr: 10.96.0.0/30}\n", "bad.yaml: services.cidr: 10.96.0.0/30 is too small"},
 		{"services proxy ipvs", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {proxy: ipvs}\n", `bad.yaml: services.proxy: service proxy "ipvs" is not available: this kernel has no IPVS`},
-		{"services proxy unknown", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {proxy: kube}\n", `bad.yaml: services.proxy: unknown service proxy "kube" (supported: iptables, nftables, none)`},
+		{"services proxy unknown", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {proxy: kube}\n", `bad.yaml: services.proxy: unknown service proxy "kube" (supported: iptables, nftables, ebpf, none)`},
 		{"services proxy on ebpf", "name: x\ndatapath: ebpf\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {proxy: nftables}\n", "bad.yaml: services.proxy: the nftables service proxy translates in netfilter's PREROUTING"},
 		{"services unknown field", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {proxi: nftables}\n", `bad.yaml: services.proxi: unknown field "proxi" (known fields: cidr, proxy)`},
 		{"duplicate host", "name: x\nhosts:\n  - {name: a, podCIDR: 10.0.0.0/24}\n  - {name: a, podCIDR: 10.0.1.0/24}\n", `bad.yaml: hosts[1].name: duplicate host name "a" (also hosts[0])`},

@@ -123,7 +123,7 @@ func (p Proxy) Pairs(k Kind) string {
 		return fmt.Sprintf("the %s service proxy translates in netfilter's PREROUTING, after the eBPF datapath's programs judged the packet against the service address instead of the backend; use --service-proxy ebpf with the ebpf datapath", p)
 	}
 	if p == ProxyEBPF {
-		return fmt.Sprintf("the ebpf service proxy is the eBPF datapath's own programs: it needs --datapath ebpf, not %s", k)
+		return fmt.Sprintf("the ebpf service proxy is the eBPF datapath's own programs: it needs the ebpf datapath (--datapath ebpf), not %s", k)
 	}
 	return fmt.Sprintf("the %s service proxy needs a lab with hosts (an iptables or nftables datapath), not datapath %s", p, k)
 }
