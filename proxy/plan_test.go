@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -56,5 +57,54 @@ func TestPlan(t *testing.T) {
 	}
 	if p[0].ID != "x/il/tcp/80" || p[0].ID == p[1].ID {
 		t.Errorf("IDs %q %q", p[0].ID, p[1].ID)
+	}
+}
+
+// TestDigestCoversEveryField: changing any field of a frontend or of a
+// backend changes the digest (a field added to service.Table without a
+// line in Digest fails here).
+func TestDigestCoversEveryField(t *testing.T) {
+	base := func() *service.Table {
+		return &service.Table{Frontends: []service.Frontend{{Service: "x/web", PortName: "http", Protocol: "tcp",
+			VIP: netip.MustParseAddr("10.96.0.10"), Port: 80, NodePort: 30080, Affinity: 10,
+			Backends: []service.Backend{{Endpoint: "x/a", Host: "flip", IP: netip.MustParseAddr("10.0.0.2"), Port: 8080}}}}}
+	}
+	want := Digest(base())
+	change := func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString(v.String() + "x")
+		case reflect.Bool:
+			v.SetBool(!v.Bool())
+		case reflect.Int, reflect.Int64:
+			v.SetInt(v.Int() + 1)
+		case reflect.Uint16:
+			v.SetUint(v.Uint() + 1)
+		case reflect.Struct: // netip.Addr
+			v.Set(reflect.ValueOf(netip.MustParseAddr("10.96.0.99")))
+		case reflect.Slice: // the backends: one more
+			v.Set(reflect.Append(v, v.Index(0)))
+		default:
+			t.Fatalf("no change for a field of kind %s", v.Kind())
+		}
+	}
+	ft := reflect.TypeOf(service.Frontend{})
+	for i := range ft.NumField() {
+		tb := base()
+		change(reflect.ValueOf(&tb.Frontends[0]).Elem().Field(i))
+		if Digest(tb) == want {
+			t.Errorf("changing Frontend.%s leaves the digest", ft.Field(i).Name)
+		}
+	}
+	bt := reflect.TypeOf(service.Backend{})
+	for i := range bt.NumField() {
+		tb := base()
+		change(reflect.ValueOf(&tb.Frontends[0].Backends[0]).Elem().Field(i))
+		if Digest(tb) == want {
+			t.Errorf("changing Backend.%s leaves the digest", bt.Field(i).Name)
+		}
+	}
+	if Digest(base()) != want {
+		t.Error("the digest of one table differs between two calls")
 	}
 }

@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -106,4 +107,40 @@ func benchRun(b *testing.B, h *harness, prog *ebpf.Program, pkt []byte, want hit
 	}
 	b.ReportMetric(float64(perRun.Nanoseconds()), "ns/packet")
 	b.ReportMetric(float64(wall.Nanoseconds())/float64(b.N), "ns/op")
+}
+
+// BenchmarkService measures cnlab_from_ep on a packet from A to a Service
+// with 1 to 10,000 frontends in cnlab_svc, beside the same packet sent to
+// the backend directly with translation off (services=0). The SYN is
+// judged by policy each run (A not isolated) and follows the flow's
+// translation entry after the first run; the ACK is the established path
+// (one conntrack lookup, the reverse- and forward-entry lookups).
+//
+//	go test -run '^$' -bench BenchmarkService -count 10 ./datapath/ebpf
+func BenchmarkService(b *testing.B) {
+	for _, n := range []int{0, 1, 100, 10_000} {
+		for _, pk := range []struct {
+			name   string
+			flags  uint8
+			reason cnlabReason
+		}{{"syn", tcpSYN, cnlabReasonR_ALLOW_UNENFORCED}, {"established", tcpACK, cnlabReasonR_ALLOW_CT}} {
+			b.Run(fmt.Sprintf("%s/services=%d", pk.name, n), func(b *testing.B) {
+				h := newHarness(b, harnessOpts{})
+				dst, port := addrR, uint16(8080)
+				if n > 0 {
+					fronts := make([]testFrontend, n)
+					for i := range fronts {
+						a := netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)})
+						fronts[i] = testFrontend{vip: ap(a, 80), proto: protoTCP, backends: []netip.AddrPort{ap(addrR, 8080)}}
+					}
+					h.setServices(fronts...)
+					dst, port = fronts[n-1].vip.Addr(), 80
+				}
+				h.fromEp(b, "SYN", l4Pkt(epA.ip, dst, protoTCP, 40000, port, tcpSYN, false), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+				pkt := l4Pkt(epA.ip, dst, protoTCP, 40000, port, pk.flags, false)
+				pkt = append(pkt[:6:6], append(epA.mac[:], pkt[12:]...)...)
+				benchRun(b, h, h.objs.CnlabFromEp, pkt, egress(epA, pk.reason))
+			})
+		}
+	}
 }
