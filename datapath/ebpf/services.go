@@ -1,8 +1,10 @@
 package ebpf
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -42,41 +44,129 @@ type ServiceProxy struct{}
 
 // svcEntry is one frontend as a host's maps hold it.
 type svcEntry struct {
-	ID       uint32           `json:"id"`
-	Half     uint8            `json:"half"`
-	Drop     bool             `json:"drop,omitempty"` // no backend for this host's clients: dropped (else rejected)
-	Affinity uint32           `json:"affinity,omitempty"`
-	Backends []netip.AddrPort `json:"backends"`
+	ID       uint32
+	Half     uint8
+	Drop     bool // no backend for this host's clients: dropped (else rejected)
+	Affinity uint32
+	Count    uint16
+	Sum      uint64 // of the backends, in order
+	// Backends to write (render fills it; not recorded).
+	Backends []netip.AddrPort
 }
 
 func (e *svcEntry) same(o *svcEntry) bool {
-	return e.Drop == o.Drop && e.Affinity == o.Affinity && slices.Equal(e.Backends, o.Backends)
+	return e.Drop == o.Drop && e.Affinity == o.Affinity && e.Count == o.Count && e.Sum == o.Sum
 }
 
-// svcState is what the last apply wrote on a host, by frontend
-// ("VIP:port/proto").
+// svcState is what the last apply wrote on a host. The frontends are
+// recorded in a compact binary form (svcFrontends): at 10,000 Services a
+// JSON object per frontend took ten times longer to read and write than
+// the maps' whole update.
 type svcState struct {
-	Frontends map[string]*svcEntry `json:"frontends"`
-	UDP       []proxy.UDPFrontend  `json:"udp,omitempty"`
+	Frontends svcFrontends        `json:"frontends"`
+	UDP       []proxy.UDPFrontend `json:"udp,omitempty"`
 }
 
-func frontendKey(vip netip.Addr, port uint16, proto string) string {
-	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(vip, port), proto)
-}
+// svcFrontends are a host's frontends by map key. In JSON they are one
+// base64 string of fixed-size records.
+type svcFrontends map[cnlabSvcKey]*svcEntry
 
-// renderServices computes what host's maps hold for t: pure.
-func renderServices(t *service.Table, host string) svcState {
-	st := svcState{Frontends: map[string]*svcEntry{}}
-	plan := proxy.Plan(t, host)
-	for i := range plan {
-		f := &plan[i]
-		e := &svcEntry{Affinity: uint32(f.Affinity), Drop: len(f.Backends) > 0 && len(f.Cluster) == 0}
-		for _, b := range f.Cluster {
-			e.Backends = append(e.Backends, b.AddrPort())
+const svcRecord = 4 + 2 + 1 + 4 + 1 + 1 + 4 + 2 + 8
+
+func (fs svcFrontends) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, len(fs)*svcRecord)
+	for k, e := range fs {
+		b = binary.LittleEndian.AppendUint32(b, k.Vip)
+		b = binary.LittleEndian.AppendUint16(b, k.Port)
+		b = append(b, k.Proto)
+		b = binary.LittleEndian.AppendUint32(b, e.ID)
+		b = append(b, e.Half)
+		if e.Drop {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
 		}
-		st.Frontends[frontendKey(f.VIP, f.Port, f.Protocol)] = e
+		b = binary.LittleEndian.AppendUint32(b, e.Affinity)
+		b = binary.LittleEndian.AppendUint16(b, e.Count)
+		b = binary.LittleEndian.AppendUint64(b, e.Sum)
 	}
-	st.UDP = proxy.UDPFrontends(plan)
+	return json.Marshal(b) // base64
+}
+
+func (fs *svcFrontends) UnmarshalJSON(data []byte) error {
+	var b []byte
+	if err := json.Unmarshal(data, &b); err != nil {
+		return err
+	}
+	if len(b)%svcRecord != 0 {
+		return fmt.Errorf("frontend records: %d bytes, not a multiple of %d", len(b), svcRecord)
+	}
+	m := make(svcFrontends, len(b)/svcRecord)
+	es := make([]svcEntry, len(b)/svcRecord)
+	for i := range es {
+		r := b[i*svcRecord:]
+		k := cnlabSvcKey{Vip: binary.LittleEndian.Uint32(r), Port: binary.LittleEndian.Uint16(r[4:]), Proto: r[6]}
+		e := &es[i]
+		e.ID = binary.LittleEndian.Uint32(r[7:])
+		e.Half = r[11]
+		e.Drop = r[12] == 1
+		e.Affinity = binary.LittleEndian.Uint32(r[13:])
+		e.Count = binary.LittleEndian.Uint16(r[17:])
+		e.Sum = binary.LittleEndian.Uint64(r[19:])
+		m[k] = e
+	}
+	*fs = m
+	return nil
+}
+
+func protoNumber(p string) uint8 {
+	if p == "udp" {
+		return 17
+	}
+	return 6
+}
+
+// svcKeyString names a frontend in messages: "VIP:port/proto".
+func svcKeyString(k cnlabSvcKey) string {
+	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(addrOf(k.Vip), htons(k.Port)), protoName(k.Proto))
+}
+
+// renderServices computes what host's maps hold for t: pure. It reads the
+// table directly (not proxy.Plan, which names chains) and allocates
+// little: it runs on every change, over every frontend.
+func renderServices(t *service.Table, host string) svcState {
+	st := svcState{Frontends: make(svcFrontends, len(t.Frontends))}
+	es := make([]svcEntry, len(t.Frontends))
+	var udp []proxy.UDPFrontend
+	for i := range t.Frontends {
+		f := &t.Frontends[i]
+		bs := f.For(host)
+		e := &es[i]
+		*e = svcEntry{Affinity: uint32(f.Affinity), Drop: len(f.Backends) > 0 && len(bs) == 0, Count: uint16(len(bs))}
+		e.Backends = make([]netip.AddrPort, len(bs))
+		sum := uint64(14695981039346656037) // FNV-1a over address and port
+		for j, b := range bs {
+			e.Backends[j] = b.AddrPort()
+			x := uint64(ip4(b.IP))<<16 | uint64(b.Port)
+			for k := 0; k < 6; k++ {
+				sum ^= x & 0xff
+				sum *= 1099511628211
+				x >>= 8
+			}
+		}
+		e.Sum = sum
+		st.Frontends[cnlabSvcKey{Vip: ip4(f.VIP), Port: htons(f.Port), Proto: protoNumber(f.Protocol)}] = e
+		if f.Protocol == "udp" {
+			u := proxy.UDPFrontend{VIP: f.VIP, Port: f.Port}
+			for _, b := range e.Backends {
+				if !slices.Contains(u.Backends, b) {
+					u.Backends = append(u.Backends, b)
+				}
+			}
+			udp = append(udp, u)
+		}
+	}
+	st.UDP = udp
 	return st
 }
 
@@ -195,22 +285,6 @@ func checkTable(t *service.Table) error {
 	return nil
 }
 
-func svcKeyOf(key string) (cnlabSvcKey, error) {
-	ap, proto, ok := strings.Cut(key, "/")
-	if !ok {
-		return cnlabSvcKey{}, fmt.Errorf("bad frontend key %q", key)
-	}
-	a, err := netip.ParseAddrPort(ap)
-	if err != nil {
-		return cnlabSvcKey{}, err
-	}
-	k := cnlabSvcKey{Vip: ip4(a.Addr()), Port: htons(a.Port()), Proto: 6}
-	if proto == "udp" {
-		k.Proto = 17
-	}
-	return k, nil
-}
-
 func writeBackends(m *svcMaps, e *svcEntry) error {
 	if len(e.Backends) == 0 {
 		return nil
@@ -236,7 +310,7 @@ func deleteBackends(m *svcMaps, id uint32, half uint8, n int) error {
 }
 
 func svcValue(e *svcEntry) cnlabSvcVal {
-	v := cnlabSvcVal{Id: e.ID, Count: uint16(len(e.Backends)), Half: e.Half, Affinity: e.Affinity}
+	v := cnlabSvcVal{Id: e.ID, Count: e.Count, Half: e.Half, Affinity: e.Affinity}
 	if e.Drop {
 		v.Flags = uint8(cnlabSvcFlagSVC_DROP)
 	}
@@ -246,6 +320,14 @@ func svcValue(e *svcEntry) cnlabSvcVal {
 // writeServices brings a host's maps from have (nil: unknown, rebuild) to
 // want, assigning want's frontend numbers and halves.
 func writeServices(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want *svcState) error {
+	for key, w := range want.Frontends {
+		if int(w.Count) != len(w.Backends) {
+			// A state read back (a rollback) records how many backends
+			// a frontend had, not which: the host is rebuilt from the
+			// lab's stored Services instead.
+			return fmt.Errorf("frontend %s: its backends are not known (a recorded state cannot be written back)", svcKeyString(key))
+		}
+	}
 	cfg := cnlabSvcConfig{Hairpin: ip4(h.Gateway)}
 	if cidr := lab.Services.CIDR; cidr.IsValid() {
 		cfg.Net = ip4(cidr.Masked().Addr())
@@ -264,14 +346,14 @@ func writeServices(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want 
 		if err := clearMap[cnlabBackendKey, cnlabBackend](m.backends); err != nil {
 			return fmt.Errorf("clear backends: %w", err)
 		}
-		have = &svcState{Frontends: map[string]*svcEntry{}}
+		have = &svcState{Frontends: svcFrontends{}}
 	}
 	if cfg.Flags != 0 {
 		if err := m.config.Put(uint32(0), cfg); err != nil {
 			return fmt.Errorf("service config: %w", err)
 		}
 	}
-	used := map[uint32]bool{}
+	used := make(map[uint32]bool, len(have.Frontends))
 	for _, e := range have.Frontends {
 		used[e.ID] = true
 	}
@@ -283,57 +365,47 @@ func writeServices(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want 
 		used[next] = true
 		return next
 	}
-	keys := make([]string, 0, len(want.Frontends))
-	for k := range want.Frontends {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, key := range keys {
-		w := want.Frontends[key]
-		sk, err := svcKeyOf(key)
-		if err != nil {
-			return err
-		}
+	// New frontends get their numbers in a stable order.
+	var added []cnlabSvcKey
+	for key, w := range want.Frontends {
 		old := have.Frontends[key]
 		switch {
-		case old != nil && old.same(w):
+		case old == nil:
+			added = append(added, key)
+			continue
+		case old.same(w):
 			w.ID, w.Half = old.ID, old.Half
 			continue
-		case old != nil:
-			w.ID, w.Half = old.ID, 1-old.Half
-			// The half in use is the kernel's, whatever the state says.
-			var cur cnlabSvcVal
-			if m.svc.Lookup(sk, &cur) == nil && cur.Id == w.ID {
-				w.Half = 1 - cur.Half
-			}
-		default:
-			w.ID, w.Half = newID(), 0
 		}
-		if err := writeBackends(m, w); err != nil {
-			return fmt.Errorf("frontend %s: backends: %w", key, err)
+		w.ID, w.Half = old.ID, 1-old.Half
+		// The half in use is the kernel's, whatever the state says.
+		var cur cnlabSvcVal
+		if m.svc.Lookup(key, &cur) == nil && cur.Id == w.ID {
+			w.Half = 1 - cur.Half
 		}
-		if err := m.svc.Put(sk, svcValue(w)); err != nil {
-			return fmt.Errorf("frontend %s: %w", key, err)
+		if err := switchFrontend(m, key, w, old); err != nil {
+			return err
 		}
-		if old != nil {
-			if err := deleteBackends(m, old.ID, 1-w.Half, len(old.Backends)); err != nil {
-				return fmt.Errorf("frontend %s: old backends: %w", key, err)
-			}
+	}
+	slices.SortFunc(added, func(a, b cnlabSvcKey) int {
+		return cmp.Or(addrOf(a.Vip).Compare(addrOf(b.Vip)), cmp.Compare(htons(a.Port), htons(b.Port)), cmp.Compare(a.Proto, b.Proto))
+	})
+	for _, key := range added {
+		w := want.Frontends[key]
+		w.ID, w.Half = newID(), 0
+		if err := switchFrontend(m, key, w, nil); err != nil {
+			return err
 		}
 	}
 	for key, old := range have.Frontends {
 		if _, ok := want.Frontends[key]; ok {
 			continue
 		}
-		sk, err := svcKeyOf(key)
-		if err != nil {
-			return err
+		if err := m.svc.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("frontend %s: %w", svcKeyString(key), err)
 		}
-		if err := m.svc.Delete(sk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("frontend %s: %w", key, err)
-		}
-		if err := deleteBackends(m, old.ID, old.Half, len(old.Backends)); err != nil {
-			return fmt.Errorf("frontend %s: backends: %w", key, err)
+		if err := deleteBackends(m, old.ID, old.Half, int(old.Count)); err != nil {
+			return fmt.Errorf("frontend %s: backends: %w", svcKeyString(key), err)
 		}
 	}
 	if cfg.Flags == 0 {
@@ -343,6 +415,23 @@ func writeServices(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want 
 	}
 	if err := forgetUDP(m.nat, proxy.StaleUDP(have.UDP, want.UDP)); err != nil {
 		return fmt.Errorf("stale UDP flows: %w", err)
+	}
+	return nil
+}
+
+// switchFrontend writes w's backends into its half, then its value (the
+// switch), then deletes old's slots in the other half.
+func switchFrontend(m *svcMaps, key cnlabSvcKey, w, old *svcEntry) error {
+	if err := writeBackends(m, w); err != nil {
+		return fmt.Errorf("frontend %s: backends: %w", svcKeyString(key), err)
+	}
+	if err := m.svc.Put(key, svcValue(w)); err != nil {
+		return fmt.Errorf("frontend %s: %w", svcKeyString(key), err)
+	}
+	if old != nil {
+		if err := deleteBackends(m, old.ID, 1-w.Half, int(old.Count)); err != nil {
+			return fmt.Errorf("frontend %s: old backends: %w", svcKeyString(key), err)
+		}
 	}
 	return nil
 }
@@ -437,11 +526,7 @@ func describeServices(m *svcMaps) (string, error) {
 	var v cnlabSvcVal
 	it := m.svc.Iterate()
 	for it.Next(&k, &v) {
-		proto := "tcp"
-		if k.Proto == 17 {
-			proto = "udp"
-		}
-		line := fmt.Sprintf("%s id %d half %d", frontendKey(addrOf(k.Vip), htons(k.Port), proto), v.Id, v.Half)
+		line := fmt.Sprintf("%s id %d half %d", svcKeyString(k), v.Id, v.Half)
 		if v.Affinity != 0 {
 			line += fmt.Sprintf(" affinity %ds", v.Affinity)
 		}

@@ -26,7 +26,7 @@ func (h *harness) setServices(fronts ...testFrontend) {
 	h.must(h.objs.CnlabSvcConfig.Put(uint32(0), cnlabSvcConfig{Flags: uint32(cnlabSvcConfigFlagSVC_ON),
 		Hairpin: ip4(hairpin), Net: ip4(svcNet.Addr()), Mask: ip4(netip.AddrFrom4(b))}))
 	for i, f := range fronts {
-		e := &svcEntry{ID: uint32(i + 1), Backends: f.backends, Drop: f.drop, Affinity: f.affinity}
+		e := &svcEntry{ID: uint32(i + 1), Backends: f.backends, Count: uint16(len(f.backends)), Drop: f.drop, Affinity: f.affinity}
 		h.must(writeBackends(&svcMaps{backends: h.objs.CnlabBackends}, e))
 		k := cnlabSvcKey{Vip: ip4(f.vip.Addr()), Port: htons(f.vip.Port()), Proto: f.proto}
 		h.must(h.objs.CnlabSvc.Put(k, svcValue(e)))
