@@ -58,6 +58,9 @@ type Params struct {
 	ServiceProxy    kind.Proxy `json:"serviceProxy,omitempty"`
 	ServiceBackends int        `json:"serviceBackends,omitempty"`
 	ServicePosition string     `json:"servicePosition,omitempty"`
+	// SocketLB: the eBPF datapath translates connections to Services at
+	// the socket too (ebpf.socketLB).
+	SocketLB bool `json:"socketLB,omitempty"`
 }
 
 // Text is the point's parameters in a few words, for tables
@@ -74,6 +77,7 @@ func (p Params) Text() string {
 	add(p.Link != "", "link=%s", p.Link)
 	add(isChain(p.Topology), "length=%d", p.ChainLength)
 	add(p.HostRouting != "", "routing=%s", p.HostRouting)
+	add(p.SocketLB, "socket-lb")
 	add(p.Peers != "", "peers=%s", p.Peers)
 	add(p.MTU > 0, "mtu=%d", p.MTU)
 	add(p.Offloads != "", "offloads=%s", p.Offloads)
@@ -127,6 +131,9 @@ func (m *Matrix) merge(o Matrix, onlySet bool) {
 	}
 	if pick(len(m.HostRouting), len(o.HostRouting)) {
 		m.HostRouting = o.HostRouting
+	}
+	if pick(len(m.SocketLB), len(o.SocketLB)) {
+		m.SocketLB = o.SocketLB
 	}
 	if pick(len(m.Peers), len(o.Peers)) {
 		m.Peers = o.Peers
@@ -216,6 +223,7 @@ func (m Matrix) dims() []dim {
 	num(m.ChainLength, func(p *Params, v int) { p.ChainLength = v })
 	str(m.Datapath, func(p *Params, v string) { p.Datapath = kind.Kind(v) })
 	str(m.HostRouting, func(p *Params, v string) { p.HostRouting = v })
+	boo(m.SocketLB, func(p *Params, v bool) { p.SocketLB = v })
 	str(m.Peers, func(p *Params, v string) { p.Peers = v })
 	num(m.Policies, func(p *Params, v int) { p.Policies = v })
 	str(m.PolicyMode, func(p *Params, v string) { p.PolicyMode = v })
@@ -485,6 +493,9 @@ func series(p Params) string {
 	if p.HostRouting == kind.HostRoutingLegacy {
 		s += " legacy-routing"
 	}
+	if p.SocketLB {
+		s += " socket-lb"
+	}
 	if p.ServiceProxy != "" && p.ServiceProxy != kind.DefaultProxy(p.Datapath) {
 		s += " proxy " + string(p.ServiceProxy)
 	}
@@ -540,6 +551,8 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 			return bad("policies", "%d: a chain has no policy datapath; use firewallRules for rules in its hops", p.Policies)
 		case p.HostRouting != "":
 			return bad("hostRouting", "applies to the eBPF datapath, not to chains")
+		case p.SocketLB:
+			return bad("socketLB", "applies to the eBPF datapath, not to chains")
 		case p.Peers != "":
 			return bad("peers", "applies to the %s datapath, not to chains", kind.IPTables)
 		case modeGiven:
@@ -600,6 +613,9 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 		}
 		if p.HostRouting != "" && p.Datapath != kind.EBPF {
 			return bad("hostRouting", "applies to the eBPF datapath only (datapath %s)", p.Datapath)
+		}
+		if p.SocketLB && p.Datapath != kind.EBPF {
+			return bad("socketLB", "applies to the eBPF datapath only (datapath %s)", p.Datapath)
 		}
 		if p.Peers != "" && p.Datapath != kind.IPTables {
 			return bad("peers", "applies to the %s datapath only (datapath %s)", kind.IPTables, p.Datapath)

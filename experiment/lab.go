@@ -19,7 +19,7 @@ import (
 
 // labSpec resolves the topology a point needs, as lab name.
 func (s *Spec) labSpec(p Params, name string) (*topology.Spec, error) {
-	ov := topology.Overrides{Name: name, MTU: p.MTU, Proxy: string(p.ServiceProxy), Options: kind.Overrides{HostRouting: p.HostRouting, Peers: p.Peers}}
+	ov := topology.Overrides{Name: name, MTU: p.MTU, Proxy: string(p.ServiceProxy), Options: kind.Overrides{HostRouting: p.HostRouting, Peers: p.Peers, SocketLB: p.SocketLB}}
 	if p.Datapath != "" {
 		ov.Datapath = string(p.Datapath)
 	}

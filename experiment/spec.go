@@ -144,7 +144,8 @@ type Matrix struct {
 	ChainLength      []int    `yaml:"chainLength" json:"chainLength,omitempty"`
 	Datapath         []string `yaml:"datapath" json:"datapath,omitempty"`
 	HostRouting      []string `yaml:"hostRouting" json:"hostRouting,omitempty"`
-	Peers            []string `yaml:"peers" json:"peers,omitempty"` // iptables: addresses or ipsets
+	SocketLB         []bool   `yaml:"socketLB" json:"socketLB,omitempty"` // ebpf: translate to Services at the socket too
+	Peers            []string `yaml:"peers" json:"peers,omitempty"`       // iptables: addresses or ipsets
 	Policies         []int    `yaml:"policies" json:"policies,omitempty"`
 	PolicyMode       []string `yaml:"policyMode" json:"policyMode,omitempty"`
 	Flows            []int    `yaml:"flows" json:"flows,omitempty"`

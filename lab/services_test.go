@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/policy"
@@ -142,16 +143,20 @@ func TestServiceScenarios(t *testing.T) {
 	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
 	testutil.RequireTool(t, "nft", "nftables")
 	ctx := context.Background()
-	for _, c := range []struct{ name, dp, proxy, link string }{
-		{"t-svs-ipt-w", "iptables", "iptables", "wire"},
-		{"t-svs-ipt-v", "nftables", "iptables", "vxlan"},
-		{"t-svs-nft-w", "iptables", "nftables", "wire"},
-		{"t-svs-nft-v", "nftables", "nftables", "vxlan"},
-		{"t-svs-ebpf-w", "ebpf", "ebpf", "wire"},
-		{"t-svs-ebpf-v", "ebpf", "ebpf", "vxlan"},
+	for _, c := range []struct {
+		name, dp, proxy, link string
+		socketLB              bool
+	}{
+		{"t-svs-ipt-w", "iptables", "iptables", "wire", false},
+		{"t-svs-ipt-v", "nftables", "iptables", "vxlan", false},
+		{"t-svs-nft-w", "iptables", "nftables", "wire", false},
+		{"t-svs-nft-v", "nftables", "nftables", "vxlan", false},
+		{"t-svs-ebpf-w", "ebpf", "ebpf", "wire", false},
+		{"t-svs-ebpf-v", "ebpf", "ebpf", "vxlan", false},
+		{"t-svs-ebpf-sw", "ebpf", "ebpf", "wire", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			spec := upServiceLab(t, c.name, c.dp, c.proxy, c.link)
+			spec := upServiceLab(t, c.name, c.dp, c.proxy, c.link, kind.Overrides{SocketLB: c.socketLB})
 			for _, sc := range serviceScenarios {
 				if len(sc.nodes) > 0 && c.proxy == "ebpf" {
 					continue // the eBPF proxy serves no node ports yet (refused: TestServiceRefusals)
@@ -205,9 +210,13 @@ func TestServiceScenarios(t *testing.T) {
 	}
 }
 
-func upServiceLab(t *testing.T, name, dp, proxy, link string) *topology.Spec {
+func upServiceLab(t *testing.T, name, dp, proxy, link string, opts ...kind.Overrides) *topology.Spec {
 	t.Helper()
-	spec, err := topology.Parse([]byte(fmt.Sprintf(svcLab, name, link)), "service lab", topology.Overrides{Datapath: dp, Proxy: proxy})
+	ov := topology.Overrides{Datapath: dp, Proxy: proxy}
+	if len(opts) > 0 {
+		ov.Options = opts[0]
+	}
+	spec, err := topology.Parse([]byte(fmt.Sprintf(svcLab, name, link)), "service lab", ov)
 	if err != nil {
 		t.Fatal(err)
 	}

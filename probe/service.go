@@ -228,7 +228,7 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 						return
 					}
 					r.Backends[id]++
-					masq := e.Masqueraded || id == c.ID() // a hairpin is masqueraded
+					masq := e.Masqueraded || (id == c.ID() && !e.HairpinLocal) // a hairpin is masqueraded, but over loopback
 					switch {
 					case !masq && saw != c.IP:
 						r.badSource = append(r.badSource, fmt.Sprintf("%s saw the connection come from %s, not from the client's address %s", id, saw, c.IP))

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -58,11 +59,17 @@ type Expectation struct {
 	// node port under externalTrafficPolicy Cluster). On a cluster IP
 	// only a hairpin is masqueraded.
 	Masqueraded bool `json:"masqueraded,omitempty"`
+	// HairpinLocal: with socket-level translation (the ebpf proxy with
+	// ebpf.socketLB) a client that is a backend of the frontend connects
+	// to itself over loopback: no packet reaches the datapath, so policy
+	// does not judge it and the backend sees the client's own address.
+	HairpinLocal bool `json:"hairpinLocal,omitempty"`
 }
 
 // Expect decides a client's new connections to a frontend.
 func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
-	e := Expectation{From: client.ID(), Frontend: f.Key(), Expected: []string{}, Target: netip.AddrPortFrom(f.VIP, f.Port)}
+	e := Expectation{From: client.ID(), Frontend: f.Key(), Expected: []string{}, Target: netip.AddrPortFrom(f.VIP, f.Port),
+		HairpinLocal: m.Lab.Services.Proxy == kind.ProxyEBPF && m.Lab.EBPF.SocketLB}
 	usable := f.For(client.Host)
 	switch {
 	case len(f.Backends) == 0:
@@ -89,15 +96,18 @@ func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
 			c.Hairpin = ep.ID() == client.ID()
 			v := m.Policy.Verdict(client, ep, f.Protocol, int(b.Port))
 			c.Verdict = &v
-			c.Reachable = v.Allowed
-			if v.Allowed {
+			c.Reachable = v.Allowed || (c.Hairpin && e.HairpinLocal)
+			if c.Hairpin && e.HairpinLocal {
+				c.Why = "hairpin with socket-level translation: the client connects to itself over loopback, which policy does not judge"
+				e.Expected = append(e.Expected, ep.ID())
+			} else if v.Allowed {
 				c.Why = fmt.Sprintf("policy allows %s -> %s %s/%d (after translation)", client.ID(), ep.ID(), strings.ToUpper(f.Protocol), b.Port)
 				e.Expected = append(e.Expected, ep.ID())
 			} else {
 				c.Why = fmt.Sprintf("policy denies %s -> %s %s/%d (after translation): %s", client.ID(), ep.ID(), strings.ToUpper(f.Protocol), b.Port, denial(v))
 				e.MayFail = true
 			}
-			if c.Hairpin {
+			if c.Hairpin && !e.HairpinLocal {
 				c.Why += "; hairpin: the backend sees its host's address, not its own"
 			}
 		}

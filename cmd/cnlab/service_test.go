@@ -189,6 +189,7 @@ func TestServiceRefusals(t *testing.T) {
 	for _, tc := range []struct{ args, want string }{
 		{"--service-proxy ipvs", "--service-proxy: service proxy \"ipvs\" is not available: this kernel has no IPVS"},
 		{"--datapath ebpf --service-proxy iptables", "services.proxy: the iptables service proxy translates in netfilter's PREROUTING"},
+		{"--datapath iptables --socket-lb", "--socket-lb: an option of the ebpf datapath, but the lab's datapath is iptables"},
 		{"--datapath nftables --service-proxy ebpf", "services.proxy: the ebpf service proxy is the eBPF datapath's own programs: it needs the ebpf datapath"},
 	} {
 		args := append([]string{"up", "-f", labFile, "--name", "t-svc-bad"}, strings.Fields(tc.args)...)

@@ -17,7 +17,7 @@ func newUpCmd(e *env) *cobra.Command {
 	var file, preset, name, datapath, link string
 	var length, workers, filler int
 	var fillerMode, hostRouting, serviceProxy string
-	var connectHook, ipsets bool
+	var connectHook, socketLB, ipsets bool
 	cmd := &cobra.Command{
 		Use:   "up (-f FILE | --preset single-host|multi-host|chain|direct) [--name LAB] [--datapath D]",
 		Short: "Build a lab from a topology file or a preset",
@@ -61,7 +61,7 @@ by default the lab's datapath where it is iptables or nftables, else none):
 			if preset != "chain" && preset != topology.PresetDirect && link != "" && preset != "multi-host" {
 				return usagef("--link applies to the chain and direct (veth, bridge, ovs) and multi-host (wire, vxlan) presets")
 			}
-			ov := topology.Overrides{Name: name, Datapath: datapath, Proxy: serviceProxy, Options: kind.Overrides{FillerMode: fillerMode, HostRouting: hostRouting, ConnectHook: connectHook}}
+			ov := topology.Overrides{Name: name, Datapath: datapath, Proxy: serviceProxy, Options: kind.Overrides{FillerMode: fillerMode, HostRouting: hostRouting, ConnectHook: connectHook, SocketLB: socketLB}}
 			if cmd.Flags().Changed("filler") {
 				ov.Options.Filler = &filler
 			}
@@ -119,6 +119,7 @@ by default the lab's datapath where it is iptables or nftables, else none):
 	f.StringVar(&serviceProxy, "service-proxy", "", "service proxy: "+kind.ProxyNames()+" (default: the datapath's, where it has one)")
 	f.StringVar(&hostRouting, "host-routing", "", kind.EBPF.String()+" datapath: bpf (default: veth to veth, no bridge) or legacy (through the bridge)")
 	f.BoolVar(&connectHook, "connect-hook", false, kind.EBPF.String()+" datapath: refuse denied TCP connects at the socket (cgroup connect4 hook)")
+	f.BoolVar(&socketLB, "socket-lb", false, kind.EBPF.String()+" datapath: translate connections to Services at the socket (cgroup connect4, sendmsg4, recvmsg4, getpeername4), as Cilium's socket LB")
 	f.IntVar(&length, "length", 0, "chain preset: number of forwarding namespaces (default 3)")
 	f.StringVar(&link, "link", "", "chain and direct presets: veth, bridge or ovs (Open vSwitch, userspace); multi-host preset: wire or vxlan")
 	f.IntVar(&workers, "workers", 4, "endpoints built in parallel")

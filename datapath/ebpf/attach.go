@@ -59,6 +59,9 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 	if lab.EBPF.HostRouting == kind.HostRoutingBPF {
 		flags = uint32(cnlabConfigFlagFLAG_HOST_ROUTING_BPF)
 	}
+	if lab.EBPF.ConnectHook {
+		flags |= uint32(cnlabConfigFlagFLAG_CONNECT_HOOK)
+	}
 	want := cnlabConfig{Flags: flags, MaxEp: uint32(lab.EBPF.MaxEndpoints), PolicySize: uint32(lab.EBPF.PolicyMapSize)}
 	// Maps pinned by an earlier Setup must have been made for the same
 	// options: say so before cilium/ebpf finds a size that differs.
@@ -67,7 +70,7 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 		err := old.Lookup(uint32(0), &have)
 		old.Close()
 		if err == nil && (have.Flags != want.Flags || have.MaxEp != want.MaxEp || have.PolicySize != want.PolicySize) {
-			return fmt.Errorf("the maps pinned in %s were made with other ebpf options (host routing, maxEndpoints or policyMapSize): take the lab down first", dir)
+			return fmt.Errorf("the maps pinned in %s were made with other ebpf options (host routing, connect hook, maxEndpoints or policyMapSize): take the lab down first", dir)
 		}
 	}
 	cs, err := collectionSpec(lab)
@@ -100,8 +103,25 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 			return fmt.Errorf("endpoint %s: %w", ep.ID(), err)
 		}
 	}
-	if lab.EBPF.ConnectHook {
-		return attachConnectHook(dir, &objs)
+	if lab.EBPF.ConnectHook || lab.EBPF.SocketLB {
+		if err := attachCgroup(dir, "connect4", ebpf.AttachCGroupInet4Connect, objs.CnlabConnect4); err != nil {
+			return err
+		}
+	}
+	if lab.EBPF.SocketLB {
+		for _, h := range []struct {
+			name string
+			typ  ebpf.AttachType
+			prog *ebpf.Program
+		}{
+			{"sendmsg4", ebpf.AttachCGroupUDP4Sendmsg, objs.CnlabSendmsg4},
+			{"recvmsg4", ebpf.AttachCGroupUDP4Recvmsg, objs.CnlabRecvmsg4},
+			{"getpeername4", ebpf.AttachCgroupInet4GetPeername, objs.CnlabGetpeername4},
+		} {
+			if err := attachCgroup(dir, h.name, h.typ, h.prog); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -125,10 +145,12 @@ func cgroupRoot() (string, error) {
 	return "", errors.New("no cgroup v2 hierarchy is mounted: the connect hook needs one (mount -t cgroup2 none /sys/fs/cgroup/unified)")
 }
 
-func attachConnectHook(dir string, objs *cnlabObjects) error {
-	pin := filepath.Join(dir, "links", "connect4")
+// attachCgroup attaches (or atomically updates) a socket hook at the root
+// of the cgroup v2 hierarchy, pinned as links/NAME.
+func attachCgroup(dir, name string, typ ebpf.AttachType, prog *ebpf.Program) error {
+	pin := filepath.Join(dir, "links", name)
 	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-		err = l.Update(objs.CnlabConnect4)
+		err = l.Update(prog)
 		l.Close()
 		return err
 	}
@@ -136,9 +158,9 @@ func attachConnectHook(dir string, objs *cnlabObjects) error {
 	if err != nil {
 		return err
 	}
-	l, err := link.AttachCgroup(link.CgroupOptions{Path: root, Attach: ebpf.AttachCGroupInet4Connect, Program: objs.CnlabConnect4})
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: root, Attach: typ, Program: prog})
 	if err != nil {
-		return fmt.Errorf("attach the connect hook to %s: %w", root, err)
+		return fmt.Errorf("attach the %s hook to %s: %w", name, root, err)
 	}
 	defer l.Close()
 	return l.Pin(pin)
@@ -200,7 +222,7 @@ func attach(lab *topology.Spec, h *topology.Host, ep *topology.Endpoint, slot ui
 	if err := objs.CnlabLocal.Put(e.Ip, e); err != nil {
 		return fmt.Errorf("local endpoint map: %w", err)
 	}
-	if lab.EBPF.ConnectHook {
+	if lab.EBPF.ConnectHook || lab.EBPF.SocketLB {
 		cookie, err := netnsCookie(ep.Netns)
 		if err != nil {
 			return err

@@ -54,6 +54,7 @@ type cnlabConfigFlag uint32
 
 const (
 	cnlabConfigFlagFLAG_HOST_ROUTING_BPF cnlabConfigFlag = 1
+	cnlabConfigFlagFLAG_CONNECT_HOOK     cnlabConfigFlag = 2
 )
 
 type cnlabCounter struct {
@@ -268,6 +269,15 @@ const (
 	cnlabRuleRefNO_RULE cnlabRuleRef = 4294967295
 )
 
+type cnlabSockKey struct {
+	_      structs.HostLayout
+	Cookie uint64
+	Addr   uint32
+	Port   uint16
+	Proto  uint8
+	Pad    uint8
+}
+
 type cnlabSvcConfig struct {
 	_       structs.HostLayout
 	Flags   uint32
@@ -279,7 +289,8 @@ type cnlabSvcConfig struct {
 type cnlabSvcConfigFlag uint32
 
 const (
-	cnlabSvcConfigFlagSVC_ON cnlabSvcConfigFlag = 1
+	cnlabSvcConfigFlagSVC_ON     cnlabSvcConfigFlag = 1
+	cnlabSvcConfigFlagSVC_SOCKET cnlabSvcConfigFlag = 2
 )
 
 type cnlabSvcFlag uint32
@@ -325,11 +336,16 @@ const (
 	cnlabMapCnlabMonitor        = "cnlab_monitor"
 	cnlabMapCnlabNat            = "cnlab_nat"
 	cnlabMapCnlabPolicy         = "cnlab_policy"
+	cnlabMapCnlabSockFwd        = "cnlab_sock_fwd"
+	cnlabMapCnlabSockRev        = "cnlab_sock_rev"
 	cnlabMapCnlabSockep         = "cnlab_sockep"
 	cnlabMapCnlabSvc            = "cnlab_svc"
 	cnlabMapCnlabSvcConfig      = "cnlab_svc_config"
 	cnlabProgCnlabConnect4      = "cnlab_connect4"
 	cnlabProgCnlabFromEp        = "cnlab_from_ep"
+	cnlabProgCnlabGetpeername4  = "cnlab_getpeername4"
+	cnlabProgCnlabRecvmsg4      = "cnlab_recvmsg4"
+	cnlabProgCnlabSendmsg4      = "cnlab_sendmsg4"
 	cnlabProgCnlabToEp          = "cnlab_to_ep"
 	cnlabVarUnusedConfigFlag    = "unused_config_flag"
 	cnlabVarUnusedCounter       = "unused_counter"
@@ -392,9 +408,12 @@ type cnlabSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cnlabProgramSpecs struct {
-	CnlabConnect4 *ebpf.ProgramSpec `ebpf:"cnlab_connect4"`
-	CnlabFromEp   *ebpf.ProgramSpec `ebpf:"cnlab_from_ep"`
-	CnlabToEp     *ebpf.ProgramSpec `ebpf:"cnlab_to_ep"`
+	CnlabConnect4     *ebpf.ProgramSpec `ebpf:"cnlab_connect4"`
+	CnlabFromEp       *ebpf.ProgramSpec `ebpf:"cnlab_from_ep"`
+	CnlabGetpeername4 *ebpf.ProgramSpec `ebpf:"cnlab_getpeername4"`
+	CnlabRecvmsg4     *ebpf.ProgramSpec `ebpf:"cnlab_recvmsg4"`
+	CnlabSendmsg4     *ebpf.ProgramSpec `ebpf:"cnlab_sendmsg4"`
+	CnlabToEp         *ebpf.ProgramSpec `ebpf:"cnlab_to_ep"`
 }
 
 // cnlabMapSpecs contains maps before they are loaded into the kernel.
@@ -416,6 +435,8 @@ type cnlabMapSpecs struct {
 	CnlabMonitor   *ebpf.MapSpec `ebpf:"cnlab_monitor"`
 	CnlabNat       *ebpf.MapSpec `ebpf:"cnlab_nat"`
 	CnlabPolicy    *ebpf.MapSpec `ebpf:"cnlab_policy"`
+	CnlabSockFwd   *ebpf.MapSpec `ebpf:"cnlab_sock_fwd"`
+	CnlabSockRev   *ebpf.MapSpec `ebpf:"cnlab_sock_rev"`
 	CnlabSockep    *ebpf.MapSpec `ebpf:"cnlab_sockep"`
 	CnlabSvc       *ebpf.MapSpec `ebpf:"cnlab_svc"`
 	CnlabSvcConfig *ebpf.MapSpec `ebpf:"cnlab_svc_config"`
@@ -479,6 +500,8 @@ type cnlabMaps struct {
 	CnlabMonitor   *ebpf.Map `ebpf:"cnlab_monitor"`
 	CnlabNat       *ebpf.Map `ebpf:"cnlab_nat"`
 	CnlabPolicy    *ebpf.Map `ebpf:"cnlab_policy"`
+	CnlabSockFwd   *ebpf.Map `ebpf:"cnlab_sock_fwd"`
+	CnlabSockRev   *ebpf.Map `ebpf:"cnlab_sock_rev"`
 	CnlabSockep    *ebpf.Map `ebpf:"cnlab_sockep"`
 	CnlabSvc       *ebpf.Map `ebpf:"cnlab_svc"`
 	CnlabSvcConfig *ebpf.Map `ebpf:"cnlab_svc_config"`
@@ -501,6 +524,8 @@ func (m *cnlabMaps) Close() error {
 		m.CnlabMonitor,
 		m.CnlabNat,
 		m.CnlabPolicy,
+		m.CnlabSockFwd,
+		m.CnlabSockRev,
 		m.CnlabSockep,
 		m.CnlabSvc,
 		m.CnlabSvcConfig,
@@ -534,15 +559,21 @@ type cnlabVariables struct {
 //
 // It can be passed to loadCnlabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cnlabPrograms struct {
-	CnlabConnect4 *ebpf.Program `ebpf:"cnlab_connect4"`
-	CnlabFromEp   *ebpf.Program `ebpf:"cnlab_from_ep"`
-	CnlabToEp     *ebpf.Program `ebpf:"cnlab_to_ep"`
+	CnlabConnect4     *ebpf.Program `ebpf:"cnlab_connect4"`
+	CnlabFromEp       *ebpf.Program `ebpf:"cnlab_from_ep"`
+	CnlabGetpeername4 *ebpf.Program `ebpf:"cnlab_getpeername4"`
+	CnlabRecvmsg4     *ebpf.Program `ebpf:"cnlab_recvmsg4"`
+	CnlabSendmsg4     *ebpf.Program `ebpf:"cnlab_sendmsg4"`
+	CnlabToEp         *ebpf.Program `ebpf:"cnlab_to_ep"`
 }
 
 func (p *cnlabPrograms) Close() error {
 	return _CnlabClose(
 		p.CnlabConnect4,
 		p.CnlabFromEp,
+		p.CnlabGetpeername4,
+		p.CnlabRecvmsg4,
+		p.CnlabSendmsg4,
 		p.CnlabToEp,
 	)
 }

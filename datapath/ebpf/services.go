@@ -172,11 +172,11 @@ func renderServices(t *service.Table, host string) svcState {
 
 // svcMaps are the service proxy's maps of a host.
 type svcMaps struct {
-	config, svc, backends, nat, affinity *ebpf.Map
+	config, svc, backends, nat, affinity, sockFwd, sockRev *ebpf.Map
 }
 
 func (m *svcMaps) Close() {
-	for _, x := range []*ebpf.Map{m.config, m.svc, m.backends, m.nat, m.affinity} {
+	for _, x := range []*ebpf.Map{m.config, m.svc, m.backends, m.nat, m.affinity, m.sockFwd, m.sockRev} {
 		if x != nil {
 			x.Close()
 		}
@@ -187,7 +187,8 @@ func openSvcMaps(lab, host string) (*svcMaps, error) {
 	m := &svcMaps{}
 	dir := HostDir(lab, host)
 	for name, dst := range map[string]**ebpf.Map{"cnlab_svc_config": &m.config, "cnlab_svc": &m.svc,
-		"cnlab_backends": &m.backends, "cnlab_nat": &m.nat, "cnlab_affinity": &m.affinity} {
+		"cnlab_backends": &m.backends, "cnlab_nat": &m.nat, "cnlab_affinity": &m.affinity,
+		"cnlab_sock_fwd": &m.sockFwd, "cnlab_sock_rev": &m.sockRev} {
 		x, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if err != nil {
 			m.Close()
@@ -337,6 +338,9 @@ func writeServices(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want 
 	}
 	if len(want.Frontends) > 0 {
 		cfg.Flags = uint32(cnlabSvcConfigFlagSVC_ON)
+		if lab.EBPF.SocketLB {
+			cfg.Flags |= uint32(cnlabSvcConfigFlagSVC_SOCKET)
+		}
 	}
 	if have == nil {
 		// Rebuild: forget every frontend and backend slot the maps hold.
@@ -413,7 +417,7 @@ func writeServices(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want 
 			return fmt.Errorf("service config: %w", err)
 		}
 	}
-	if err := forgetUDP(m.nat, proxy.StaleUDP(have.UDP, want.UDP)); err != nil {
+	if err := forgetUDP(m, proxy.StaleUDP(have.UDP, want.UDP)); err != nil {
 		return fmt.Errorf("stale UDP flows: %w", err)
 	}
 	return nil
@@ -459,12 +463,45 @@ func clearMap[K comparable, V any](mp *ebpf.Map) error {
 
 // forgetUDP deletes the translated UDP flows that flows select (as
 // proxy.FlushUDP does for netfilter's conntrack): a forward entry to the
-// frontend (translated to Backend, when valid) and its reverse entry. The
-// client's next datagram picks a backend again.
-func forgetUDP(nat *ebpf.Map, flows []proxy.StaleFlow) error {
+// frontend (translated to Backend, when valid) and its reverse entry, per
+// packet and per socket. The client's next datagram picks a backend
+// again (a UDP socket connected to a frontend with socket-level
+// translation stays connected to its backend: docs/limits.md).
+func forgetUDP(m *svcMaps, flows []proxy.StaleFlow) error {
 	if len(flows) == 0 {
 		return nil
 	}
+	selects := func(vip uint32, port uint16, backend uint32) bool {
+		for _, f := range flows {
+			if f.Dst.IsValid() && ip4(f.Dst) == vip && htons(f.DstPort) == port &&
+				(!f.Backend.IsValid() || ip4(f.Backend) == backend) {
+				return true
+			}
+		}
+		return false
+	}
+	var sdel []cnlabSockKey
+	var sk cnlabSockKey
+	var sb cnlabBackend
+	sit := m.sockFwd.Iterate()
+	for sit.Next(&sk, &sb) {
+		if sk.Proto == 17 && selects(sk.Addr, sk.Port, sb.Ip) {
+			sdel = append(sdel, sk, cnlabSockKey{Cookie: sk.Cookie, Addr: sb.Ip, Port: sb.Port, Proto: 17})
+		}
+	}
+	if err := sit.Err(); err != nil {
+		return err
+	}
+	for i, k := range sdel {
+		mp := m.sockFwd
+		if i%2 == 1 {
+			mp = m.sockRev
+		}
+		if err := mp.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	nat := m.nat
 	var del []cnlabNatKey
 	var k cnlabNatKey
 	var v cnlabNatVal
@@ -473,16 +510,9 @@ func forgetUDP(nat *ebpf.Map, flows []proxy.StaleFlow) error {
 		if k.Dir != uint8(cnlabNatDirNAT_FWD) || k.Proto != 17 {
 			continue
 		}
-		for _, f := range flows {
-			if !f.Dst.IsValid() || ip4(f.Dst) != k.Daddr || htons(f.DstPort) != k.Dport {
-				continue // node ports are not served by this proxy
-			}
-			if f.Backend.IsValid() && ip4(f.Backend) != v.Daddr {
-				continue
-			}
+		if selects(k.Daddr, k.Dport, v.Daddr) {
 			del = append(del, k, cnlabNatKey{Saddr: v.Daddr, Daddr: v.Saddr, Sport: v.Dport, Dport: v.Sport,
 				Proto: 17, Dir: uint8(cnlabNatDirNAT_REV)})
-			break
 		}
 	}
 	if err := it.Err(); err != nil {
@@ -556,6 +586,9 @@ func describeServices(m *svcMaps) (string, error) {
 	head := "services off"
 	if cfg.Flags&uint32(cnlabSvcConfigFlagSVC_ON) != 0 {
 		head = fmt.Sprintf("services on, hairpin source %s", addrOf(cfg.Hairpin))
+		if cfg.Flags&uint32(cnlabSvcConfigFlagSVC_SOCKET) != 0 {
+			head += ", socket-level translation"
+		}
 	}
 	return head + "\n" + strings.Join(lines, "\n") + "\n", nil
 }

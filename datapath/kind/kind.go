@@ -112,6 +112,9 @@ var descriptors = []Descriptor{
 			if o.EBPF.ConnectHook {
 				s += ", connect hook"
 			}
+			if o.EBPF.SocketLB {
+				s += ", socket LB"
+			}
 			return s
 		},
 		view: func(o *Options) OptionsView { e := o.EBPF; return OptionsView{EBPF: &e} },

@@ -35,6 +35,7 @@ type RawEBPF struct {
 	CTMapSize     *int   `yaml:"ctMapSize"`
 	MaxEndpoints  *int   `yaml:"maxEndpoints"`
 	ConnectHook   bool   `yaml:"connectHook"`
+	SocketLB      bool   `yaml:"socketLB"`
 }
 
 // Filler modes of the iptables datapath (seed 000's two iptables settings).
@@ -107,26 +108,33 @@ type EBPFOptions struct {
 	CTMapSize     int    `json:"ctMapSize"`     // conntrack entries per host
 	MaxEndpoints  int    `json:"maxEndpoints"`  // endpoints per host
 	ConnectHook   bool   `json:"connectHook"`   // refuse denied TCP connects at the socket
+	SocketLB      bool   `json:"socketLB"`      // translate connections to Services at the socket
 }
 
 // Overrides set datapath options from the command line (--filler,
-// --ipsets, --host-routing, --connect-hook). Empty fields change nothing.
+// --ipsets, --host-routing, --connect-hook, --socket-lb). Empty fields
+// change nothing.
 type Overrides struct {
 	Filler      *int   // iptables filler rules
 	FillerMode  string // iptables filler mode
 	Peers       string // iptables peer matching (addresses, ipsets)
 	HostRouting string // ebpf host routing
 	ConnectHook bool   // ebpf socket-level enforcement
+	SocketLB    bool   // ebpf socket-level service translation
 }
 
 // Apply writes the overrides into a file's raw options, refusing options
 // of another datapath than k (the lab's, once --datapath is applied). Its
 // errors name the flag.
 func (ov Overrides) Apply(k Kind, raw *RawOptions) error {
-	if ov.HostRouting != "" || ov.ConnectHook {
+	if ov.HostRouting != "" || ov.ConnectHook || ov.SocketLB {
 		flag := "--host-routing"
-		if ov.HostRouting == "" {
+		switch {
+		case ov.HostRouting != "":
+		case ov.ConnectHook:
 			flag = "--connect-hook"
+		default:
+			flag = "--socket-lb"
 		}
 		if k != EBPF {
 			return &input.Error{File: flag, Msg: fmt.Sprintf("an option of the %s datapath, but the lab's datapath is %s", EBPF, k)}
@@ -141,6 +149,7 @@ func (ov Overrides) Apply(k Kind, raw *RawOptions) error {
 			raw.EBPF.HostRouting = ov.HostRouting
 		}
 		raw.EBPF.ConnectHook = raw.EBPF.ConnectHook || ov.ConnectHook
+		raw.EBPF.SocketLB = raw.EBPF.SocketLB || ov.SocketLB
 	}
 	if ov.Filler != nil || ov.FillerMode != "" {
 		if k != IPTables {
@@ -223,6 +232,7 @@ func Resolve(file string, k Kind, raw RawOptions) (Options, error) {
 			return o, errf("ebpf.hostRouting", "unknown mode %q (%s, %s)", e.HostRouting, HostRoutingBPF, HostRoutingLegacy)
 		}
 		o.EBPF.ConnectHook = e.ConnectHook
+		o.EBPF.SocketLB = e.SocketLB
 		for _, f := range []struct {
 			name    string
 			v       *int

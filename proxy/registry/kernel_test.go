@@ -399,6 +399,8 @@ func TestProxies(t *testing.T) {
 		{"pxnft-nft", "nftables", "wire", kind.ProxyNFTables, true, ""},
 		{"pxebpf", "ebpf", "wire", kind.ProxyEBPF, true, ""},
 		{"pxebpf-leg", "ebpf", "wire", kind.ProxyEBPF, true, "ebpf: {hostRouting: legacy}\n"},
+		{"pxebpf-sock", "ebpf", "wire", kind.ProxyEBPF, true, "ebpf: {socketLB: true}\n"},
+		{"pxebpf-sock-leg", "ebpf", "wire", kind.ProxyEBPF, true, "ebpf: {socketLB: true, hostRouting: legacy}\n"},
 		{"pxnft-ipt-vx", "iptables", "vxlan", kind.ProxyNFTables, false, ""},
 		{"pxipt-nft-vx", "nftables", "vxlan", kind.ProxyIPTables, false, ""},
 		{"pxebpf-vx", "ebpf", "vxlan", kind.ProxyEBPF, false, ""},
@@ -490,8 +492,10 @@ func TestProxies(t *testing.T) {
 					t.Errorf("web: %s saw %v, want %s", name, srcs, d.IP)
 				}
 			}
-			if got := seen(t, eps["a"], web, 30); len(got["a"]) != 1 || got["a"][0] == eps["a"].IP.String() {
-				t.Errorf("hairpin: x/a saw itself as %v", got["a"])
+			// With socket-level translation a hairpin connects to itself
+			// over loopback, keeping its own address.
+			if got := seen(t, eps["a"], web, 30); len(got["a"]) != 1 || (got["a"][0] == eps["a"].IP.String()) != spec.EBPF.SocketLB {
+				t.Errorf("hairpin: x/a saw itself as %v (socket-level translation: %v)", got["a"], spec.EBPF.SocketLB)
 			}
 
 			// A second identical apply changes nothing in the kernel.

@@ -84,6 +84,7 @@ enum reason {
 // Bits of config.flags.
 enum config_flag {
 	FLAG_HOST_ROUTING_BPF = 1,
+	FLAG_CONNECT_HOOK = 2, // the connect hook judges TCP connects against policy
 };
 
 // Bits of cnlab_enforce: the isolated directions of an endpoint.
@@ -113,7 +114,8 @@ enum identity {
 
 // Bits of svc_config.flags (written by the ebpf service proxy).
 enum svc_config_flag {
-	SVC_ON = 1, // the host has Services: look up translations
+	SVC_ON = 1,     // the host has Services: look up translations
+	SVC_SOCKET = 2, // and translate at the socket too (ebpf.socketLB)
 };
 
 // Bits of svc_val.flags.
@@ -299,6 +301,17 @@ struct nat_val {
 	__u16 sport, dport;
 };
 
+// Socket-level translation: a socket's frontend and the backend it was
+// given (key addr/port the frontend for cnlab_sock_fwd, the backend for
+// cnlab_sock_rev; network order).
+struct sock_key {
+	__u64 cookie; // bpf_get_socket_cookie
+	__u32 addr;
+	__u16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
 struct flow_key {
 	__u32 saddr, daddr;
 	__u16 sport, dport;
@@ -452,6 +465,23 @@ struct {
 	__type(key, struct nat_key);
 	__type(value, struct nat_val);
 } cnlab_nat SEC(".maps");
+
+// With socket-level translation: the backend an unconnected UDP socket
+// sends a frontend's datagrams to, and the frontend a socket's backend
+// stands for (for getpeername and recvmsg).
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct sock_key);
+	__type(value, struct backend);
+} cnlab_sock_fwd SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct sock_key);
+	__type(value, struct backend);
+} cnlab_sock_rev SEC(".maps");
 
 // Keep the types user space reads in BTF, for bpf2go.
 const struct event *unused_event __attribute__((unused));
@@ -1406,33 +1436,102 @@ int cnlab_to_ep(struct __sk_buff *skb)
 
 #define ECONNREFUSED 111
 
-// cnlab_connect4 is the optional socket-level enforcement (ebpf.connectHook):
-// attached to the root cgroup, it decides a TCP connect() made inside one
-// of this host's endpoints before any packet leaves, against the same
-// policy maps (the endpoint's egress, and the destination's ingress when
-// the destination lives on this host). A denied connect fails at once with
-// ECONNREFUSED instead of timing out on dropped SYNs.
+// sock_xlate is socket-level translation (ebpf.socketLB, as Cilium's
+// socket LB): a connect() or a UDP sendmsg() from one of this host's
+// endpoints to a frontend gets a backend's address instead, so no packet
+// of the flow is ever rewritten and policy judges the backend as for any
+// packet. It returns 0, or -1 to refuse (a frontend without backends).
+static __always_inline int sock_xlate(struct bpf_sock_addr *ctx, struct endpoint *src, __u8 proto)
+{
+	struct svc_config *sc = svc_config();
+	if (!sc || !(sc->flags & SVC_SOCKET))
+		return 0;
+	__u32 daddr = ctx->user_ip4;
+	__u16 dport = (__u16)ctx->user_port;
+	if ((daddr & sc->mask) != sc->net)
+		return 0;
+	struct svc_key sk = {.vip = daddr, .port = dport, .proto = proto};
+	struct svc_val *s = bpf_map_lookup_elem(&cnlab_svc, &sk);
+	if (!s)
+		return 0;
+	__u64 cookie = bpf_get_socket_cookie(ctx);
+	struct sock_key fk = {.cookie = cookie, .addr = daddr, .port = dport, .proto = proto};
+	struct backend b;
+	struct backend *have = 0;
+	if (proto == IPPROTO_UDP)
+		have = bpf_map_lookup_elem(&cnlab_sock_fwd, &fk);
+	if (have) {
+		b = *have;
+	} else {
+		if (!s->count)
+			return -1;
+		__u64 now = bpf_ktime_get_ns();
+		__u32 slot;
+		if (pick(s, src->ip, now, &b, &slot) < 0)
+			return -1;
+		if (s->affinity) {
+			struct affinity_key ak = {.client = src->ip, .id = s->id};
+			struct affinity_val av = {.last = now, .b = b, .slot = slot};
+			bpf_map_update_elem(&cnlab_affinity, &ak, &av, BPF_ANY);
+		}
+		if (proto == IPPROTO_UDP)
+			bpf_map_update_elem(&cnlab_sock_fwd, &fk, &b, BPF_ANY);
+	}
+	struct sock_key rk = {.cookie = cookie, .addr = b.ip, .port = b.port, .proto = proto};
+	struct backend orig = {.ip = daddr, .port = dport};
+	bpf_map_update_elem(&cnlab_sock_rev, &rk, &orig, BPF_ANY);
+	ctx->user_ip4 = b.ip;
+	ctx->user_port = b.port;
+	return 0;
+}
+
+// sock_endpoint returns the endpoint of this host a socket lives in.
+static __always_inline struct endpoint *sock_endpoint(struct bpf_sock_addr *ctx)
+{
+	__u64 cookie = bpf_get_netns_cookie(ctx);
+	return bpf_map_lookup_elem(&cnlab_sockep, &cookie);
+}
+
+// cnlab_connect4 is attached to the root cgroup for the connect hook
+// (ebpf.connectHook) or socket-level translation (ebpf.socketLB), or
+// both. It first translates a connect to a frontend (refusing one without
+// backends with ECONNREFUSED), then, with the connect hook, decides a TCP
+// connect() made inside one of this host's endpoints before any packet
+// leaves, against the same policy maps (the endpoint's egress, and the
+// destination's ingress when the destination lives on this host). A
+// denied connect fails at once with ECONNREFUSED instead of timing out on
+// dropped SYNs.
 SEC("cgroup/connect4")
 int cnlab_connect4(struct bpf_sock_addr *ctx)
 {
-	if (ctx->protocol != IPPROTO_TCP)
+	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
 		return 1;
-	__u64 cookie = bpf_get_netns_cookie(ctx);
-	struct endpoint *src = bpf_map_lookup_elem(&cnlab_sockep, &cookie);
+	struct endpoint *src = sock_endpoint(ctx);
 	struct config snap, *cfg = &snap;
 	if (!src || config(cfg))
 		return 1; // not one of our endpoints: not our business
+	__u32 vip = ctx->user_ip4;
+	__u16 vport = bpf_ntohs(ctx->user_port);
+	if (sock_xlate(ctx, src, ctx->protocol) < 0) {
+		struct pkt p = {.saddr = src->ip, .daddr = vip, .proto = ctx->protocol, .dport = vport};
+		count(src->index, DIR_EGRESS, R_DROP_SVC_REJECT, 0);
+		emit(cfg, 0, &p, AT_CONNECT, src->index, DIR_EGRESS, R_DROP_SVC_REJECT, src->identity, 0, NO_RULE);
+		bpf_set_retval(-ECONNREFUSED);
+		return 0;
+	}
+	if (!(cfg->flags & FLAG_CONNECT_HOOK) || ctx->protocol != IPPROTO_TCP)
+		return 1;
 	// Loopback and the endpoint's own address never reach the tc
 	// programs: not a policy decision here either.
 	__u32 daddr = ctx->user_ip4;
 	if ((bpf_ntohl(daddr) >> 24) == 127 || daddr == src->ip)
 		return 1;
-	// A Service's address is judged after translation, by the tc
-	// programs: its own address is no policy peer.
+	// A Service's address not translated here is judged after
+	// translation, by the tc programs: its own address is no policy peer.
 	struct svc_config *sc = svc_config();
 	if (sc && (daddr & sc->mask) == sc->net)
 		return 1;
-	struct pkt p = {.saddr = src->ip, .daddr = ctx->user_ip4, .proto = IPPROTO_TCP,
+	struct pkt p = {.saddr = src->ip, .daddr = daddr, .proto = IPPROTO_TCP,
 			.dport = bpf_ntohs(ctx->user_port), .tcpflags = TCP_SYN};
 	__u32 rule = NO_RULE;
 	__u32 gen = cfg->gen;
@@ -1453,4 +1552,56 @@ int cnlab_connect4(struct bpf_sock_addr *ctx)
 	emit(cfg, 0, &p, AT_CONNECT, index, dir, r, src->identity, dst ? dst->identity : dp.identity, rule);
 	bpf_set_retval(-ECONNREFUSED);
 	return 0;
+}
+
+// cnlab_sendmsg4: socket-level translation of an unconnected UDP
+// socket's datagram to a frontend; a socket keeps its backend
+// (cnlab_sock_fwd) until the proxy forgets it (the backend removed).
+SEC("cgroup/sendmsg4")
+int cnlab_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	if (ctx->protocol != IPPROTO_UDP)
+		return 1;
+	struct endpoint *src = sock_endpoint(ctx);
+	if (!src)
+		return 1;
+	if (sock_xlate(ctx, src, IPPROTO_UDP) < 0) {
+		count(src->index, DIR_EGRESS, R_DROP_SVC_REJECT, 0);
+		bpf_set_retval(-ECONNREFUSED);
+		return 0;
+	}
+	return 1;
+}
+
+// restore gives back the frontend a socket's backend stands for.
+static __always_inline void restore(struct bpf_sock_addr *ctx, __u8 proto)
+{
+	struct svc_config *sc = svc_config();
+	if (!sc || !(sc->flags & SVC_SOCKET))
+		return;
+	struct sock_key rk = {.cookie = bpf_get_socket_cookie(ctx), .addr = ctx->user_ip4,
+			      .port = (__u16)ctx->user_port, .proto = proto};
+	struct backend *o = bpf_map_lookup_elem(&cnlab_sock_rev, &rk);
+	if (o) {
+		ctx->user_ip4 = o->ip;
+		ctx->user_port = o->port;
+	}
+}
+
+// cnlab_recvmsg4: a UDP datagram from a socket's backend is seen as
+// coming from the frontend the socket sent to.
+SEC("cgroup/recvmsg4")
+int cnlab_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	restore(ctx, IPPROTO_UDP);
+	return 1;
+}
+
+// cnlab_getpeername4: a socket connected to a frontend names the
+// frontend as its peer, not the backend.
+SEC("cgroup/getpeername4")
+int cnlab_getpeername4(struct bpf_sock_addr *ctx)
+{
+	restore(ctx, ctx->protocol);
+	return 1;
 }
