@@ -158,9 +158,6 @@ func TestServiceScenarios(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			spec := upServiceLab(t, c.name, c.dp, c.proxy, c.link, kind.Overrides{SocketLB: c.socketLB})
 			for _, sc := range serviceScenarios {
-				if len(sc.nodes) > 0 && c.proxy == "ebpf" {
-					continue // the eBPF proxy serves no node ports yet (refused: TestServiceRefusals)
-				}
 				svcs, sls, err := service.Parse([]byte(sc.services), sc.name)
 				if err != nil {
 					t.Fatal(err)

@@ -172,20 +172,6 @@ func TestServiceRefusals(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "lab t-svc-none has no service proxy (bring it up with --service-proxy iptables, nftables or ebpf") {
 		t.Errorf("apply on a lab without a proxy: %d %s", code, stderr)
 	}
-	// The eBPF proxy refuses node ports, changing nothing.
-	eb := "t-svc-ebnp"
-	if _, stderr, code := runCLI(t, "up", "-f", labFile, "--name", eb, "--datapath", "ebpf"); code != 0 {
-		t.Fatalf("up: %s", stderr)
-	}
-	t.Cleanup(func() { runCLI(t, "down", eb) })
-	np := filepath.Join("..", "..", "examples", "services", "nodeport.yaml")
-	_, stderr, code = runCLI(t, "service", "apply", eb, "-f", np)
-	if code != 2 || !strings.Contains(stderr, "spec.type: NodePort") || !strings.Contains(stderr, "the ebpf service proxy serves cluster IPs only") {
-		t.Errorf("node ports on the ebpf proxy: exit %d: %s", code, stderr)
-	}
-	if out, _, _ := runCLI(t, "service", "show", eb, "-o", "json"); strings.Contains(out, "nodePort") {
-		t.Errorf("a refused apply stored Services: %s", out)
-	}
 	for _, tc := range []struct{ args, want string }{
 		{"--service-proxy ipvs", "--service-proxy: service proxy \"ipvs\" is not available: this kernel has no IPVS"},
 		{"--datapath ebpf --service-proxy iptables", "services.proxy: the iptables service proxy translates in netfilter's PREROUTING"},

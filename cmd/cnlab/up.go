@@ -29,7 +29,7 @@ Datapaths (--datapath, or datapath: in the file):
 ` + datapathHelp() + `
 
 Service proxies (--service-proxy, or services: {proxy: ...} in the file;
-by default the lab's datapath where it is iptables or nftables, else none):
+by default the lab's datapath's own: iptables, nftables or ebpf; none for chains):
 ` + proxyHelp(),
 		Example: `  cnlab up --preset multi-host
   cnlab up --preset chain --length 5 --link bridge
@@ -38,7 +38,8 @@ by default the lab's datapath where it is iptables or nftables, else none):
   cnlab up -f examples/policy-lab.yaml --ipsets   # peers in ipsets, as Calico
   cnlab up --preset multi-host --datapath ebpf --host-routing legacy --connect-hook
   cnlab up -f examples/two-hosts-vxlan.yaml --name mylab
-  cnlab up --preset multi-host --datapath iptables --service-proxy nftables`,
+  cnlab up --preset multi-host --datapath iptables --service-proxy nftables
+  cnlab up --preset single-host --datapath ebpf --socket-lb   # Services translated at connect()`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, f := range []struct {

@@ -103,6 +103,21 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 			return fmt.Errorf("endpoint %s: %w", ep.ID(), err)
 		}
 	}
+	// Node ports' masqueraded replies come back on the host's links.
+	for _, l := range lab.Links {
+		for _, e := range l.Ends {
+			dev := e.WireDev
+			if e.OverDev != "" {
+				dev = e.OverDev
+			}
+			if e.Host != h.Name || dev == "" {
+				continue
+			}
+			if err := attachTCX(lab, h, dev, "wire", objs.CnlabFromWire, ebpf.AttachTCXIngress); err != nil {
+				return err
+			}
+		}
+	}
 	if lab.EBPF.ConnectHook || lab.EBPF.SocketLB {
 		if err := attachCgroup(dir, "connect4", ebpf.AttachCGroupInet4Connect, objs.CnlabConnect4); err != nil {
 			return err
@@ -251,39 +266,42 @@ func attach(lab *topology.Spec, h *topology.Host, ep *topology.Endpoint, slot ui
 			return fmt.Errorf("neighbour %s: %w", ep.IP, err)
 		}
 	}
-	dir := HostDir(lab.Name, h.Name)
-	for _, a := range []struct {
-		suffix string
-		prog   *ebpf.Program
-		typ    ebpf.AttachType
-	}{
-		{"ingress", objs.CnlabFromEp, ebpf.AttachTCXIngress},
-		{"egress", objs.CnlabToEp, ebpf.AttachTCXEgress},
-	} {
-		pin := filepath.Join(dir, "links", ep.HostVeth+"_"+a.suffix)
-		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-			err = l.Update(a.prog)
-			l.Close()
-			if err != nil {
-				return fmt.Errorf("replace the %s program of %s: %w", a.suffix, ep.HostVeth, err)
-			}
-			continue
-		}
-		// The interface index is looked up in the calling thread's
-		// network namespace; pinning is done from ours.
-		var l link.Link
-		err := netns.Do(h.Netns, func() (err error) {
-			l, err = link.AttachTCX(link.TCXOptions{Interface: lxc.Attrs().Index, Program: a.prog, Attach: a.typ})
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("attach tcx %s of %s: %w", a.suffix, ep.HostVeth, err)
-		}
-		err = l.Pin(pin)
+	if err := attachTCX(lab, h, ep.HostVeth, "ingress", objs.CnlabFromEp, ebpf.AttachTCXIngress); err != nil {
+		return err
+	}
+	return attachTCX(lab, h, ep.HostVeth, "egress", objs.CnlabToEp, ebpf.AttachTCXEgress)
+}
+
+// attachTCX attaches prog with tcx to a device of host h (or atomically
+// replaces the program of the link pinned as links/DEV_SUFFIX).
+func attachTCX(lab *topology.Spec, h *topology.Host, dev, suffix string, prog *ebpf.Program, typ ebpf.AttachType) error {
+	pin := filepath.Join(HostDir(lab.Name, h.Name), "links", dev+"_"+suffix)
+	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+		err = l.Update(prog)
 		l.Close()
 		if err != nil {
-			return fmt.Errorf("pin link %s: %w", pin, err)
+			return fmt.Errorf("replace the %s program of %s: %w", suffix, dev, err)
 		}
+		return nil
+	}
+	// The interface index is looked up in the calling thread's network
+	// namespace; pinning is done from ours.
+	var l link.Link
+	err := netns.Do(h.Netns, func() error {
+		ifc, err := net.InterfaceByName(dev)
+		if err != nil {
+			return err
+		}
+		l, err = link.AttachTCX(link.TCXOptions{Interface: ifc.Index, Program: prog, Attach: typ})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("attach tcx %s of %s: %w", suffix, dev, err)
+	}
+	err = l.Pin(pin)
+	l.Close()
+	if err != nil {
+		return fmt.Errorf("pin link %s: %w", pin, err)
 	}
 	return nil
 }

@@ -217,6 +217,13 @@ type cnlabNatVal struct {
 	_     [4]byte
 }
 
+type cnlabNodeportRange uint32
+
+const (
+	cnlabNodeportRangeNODEPORT_MIN cnlabNodeportRange = 30000
+	cnlabNodeportRangeNODEPORT_MAX cnlabNodeportRange = 32767
+)
+
 type cnlabPeer struct {
 	_        structs.HostLayout
 	Key      uint32
@@ -284,19 +291,23 @@ type cnlabSvcConfig struct {
 	Hairpin uint32
 	Net     uint32
 	Mask    uint32
+	Masq    uint32
+	Pad     uint32
 }
 
 type cnlabSvcConfigFlag uint32
 
 const (
-	cnlabSvcConfigFlagSVC_ON     cnlabSvcConfigFlag = 1
-	cnlabSvcConfigFlagSVC_SOCKET cnlabSvcConfigFlag = 2
+	cnlabSvcConfigFlagSVC_ON        cnlabSvcConfigFlag = 1
+	cnlabSvcConfigFlagSVC_SOCKET    cnlabSvcConfigFlag = 2
+	cnlabSvcConfigFlagSVC_NODEPORTS cnlabSvcConfigFlag = 4
 )
 
 type cnlabSvcFlag uint32
 
 const (
 	cnlabSvcFlagSVC_DROP cnlabSvcFlag = 1
+	cnlabSvcFlagSVC_MASQ cnlabSvcFlag = 2
 )
 
 type cnlabSvcKey struct {
@@ -343,6 +354,7 @@ const (
 	cnlabMapCnlabSvcConfig      = "cnlab_svc_config"
 	cnlabProgCnlabConnect4      = "cnlab_connect4"
 	cnlabProgCnlabFromEp        = "cnlab_from_ep"
+	cnlabProgCnlabFromWire      = "cnlab_from_wire"
 	cnlabProgCnlabGetpeername4  = "cnlab_getpeername4"
 	cnlabProgCnlabRecvmsg4      = "cnlab_recvmsg4"
 	cnlabProgCnlabSendmsg4      = "cnlab_sendmsg4"
@@ -357,6 +369,7 @@ const (
 	cnlabVarUnusedIsolation     = "unused_isolation"
 	cnlabVarUnusedMonitorLevel  = "unused_monitor_level"
 	cnlabVarUnusedNatDir        = "unused_nat_dir"
+	cnlabVarUnusedNodeportRange = "unused_nodeport_range"
 	cnlabVarUnusedPeer          = "unused_peer"
 	cnlabVarUnusedPk            = "unused_pk"
 	cnlabVarUnusedPv            = "unused_pv"
@@ -410,6 +423,7 @@ type cnlabSpecs struct {
 type cnlabProgramSpecs struct {
 	CnlabConnect4     *ebpf.ProgramSpec `ebpf:"cnlab_connect4"`
 	CnlabFromEp       *ebpf.ProgramSpec `ebpf:"cnlab_from_ep"`
+	CnlabFromWire     *ebpf.ProgramSpec `ebpf:"cnlab_from_wire"`
 	CnlabGetpeername4 *ebpf.ProgramSpec `ebpf:"cnlab_getpeername4"`
 	CnlabRecvmsg4     *ebpf.ProgramSpec `ebpf:"cnlab_recvmsg4"`
 	CnlabSendmsg4     *ebpf.ProgramSpec `ebpf:"cnlab_sendmsg4"`
@@ -456,6 +470,7 @@ type cnlabVariableSpecs struct {
 	UnusedIsolation     *ebpf.VariableSpec `ebpf:"unused_isolation"`
 	UnusedMonitorLevel  *ebpf.VariableSpec `ebpf:"unused_monitor_level"`
 	UnusedNatDir        *ebpf.VariableSpec `ebpf:"unused_nat_dir"`
+	UnusedNodeportRange *ebpf.VariableSpec `ebpf:"unused_nodeport_range"`
 	UnusedPeer          *ebpf.VariableSpec `ebpf:"unused_peer"`
 	UnusedPk            *ebpf.VariableSpec `ebpf:"unused_pk"`
 	UnusedPv            *ebpf.VariableSpec `ebpf:"unused_pv"`
@@ -546,6 +561,7 @@ type cnlabVariables struct {
 	UnusedIsolation     *ebpf.Variable `ebpf:"unused_isolation"`
 	UnusedMonitorLevel  *ebpf.Variable `ebpf:"unused_monitor_level"`
 	UnusedNatDir        *ebpf.Variable `ebpf:"unused_nat_dir"`
+	UnusedNodeportRange *ebpf.Variable `ebpf:"unused_nodeport_range"`
 	UnusedPeer          *ebpf.Variable `ebpf:"unused_peer"`
 	UnusedPk            *ebpf.Variable `ebpf:"unused_pk"`
 	UnusedPv            *ebpf.Variable `ebpf:"unused_pv"`
@@ -561,6 +577,7 @@ type cnlabVariables struct {
 type cnlabPrograms struct {
 	CnlabConnect4     *ebpf.Program `ebpf:"cnlab_connect4"`
 	CnlabFromEp       *ebpf.Program `ebpf:"cnlab_from_ep"`
+	CnlabFromWire     *ebpf.Program `ebpf:"cnlab_from_wire"`
 	CnlabGetpeername4 *ebpf.Program `ebpf:"cnlab_getpeername4"`
 	CnlabRecvmsg4     *ebpf.Program `ebpf:"cnlab_recvmsg4"`
 	CnlabSendmsg4     *ebpf.Program `ebpf:"cnlab_sendmsg4"`
@@ -571,6 +588,7 @@ func (p *cnlabPrograms) Close() error {
 	return _CnlabClose(
 		p.CnlabConnect4,
 		p.CnlabFromEp,
+		p.CnlabFromWire,
 		p.CnlabGetpeername4,
 		p.CnlabRecvmsg4,
 		p.CnlabSendmsg4,

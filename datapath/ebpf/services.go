@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -18,7 +19,6 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
-	"github.com/cnlab/cnlab/internal/input"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/proxy"
 	"github.com/cnlab/cnlab/service"
@@ -48,6 +48,7 @@ type svcEntry struct {
 	Half     uint8
 	Drop     bool // no backend for this host's clients: dropped (else rejected)
 	Affinity uint32
+	Masq     bool // masqueraded (a node port, externalTrafficPolicy Cluster)
 	Count    uint16
 	Sum      uint64 // of the backends, in order
 	// Backends to write (render fills it; not recorded).
@@ -55,7 +56,7 @@ type svcEntry struct {
 }
 
 func (e *svcEntry) same(o *svcEntry) bool {
-	return e.Drop == o.Drop && e.Affinity == o.Affinity && e.Count == o.Count && e.Sum == o.Sum
+	return e.Drop == o.Drop && e.Masq == o.Masq && e.Affinity == o.Affinity && e.Count == o.Count && e.Sum == o.Sum
 }
 
 // svcState is what the last apply wrote on a host. The frontends are
@@ -81,11 +82,14 @@ func (fs svcFrontends) MarshalJSON() ([]byte, error) {
 		b = append(b, k.Proto)
 		b = binary.LittleEndian.AppendUint32(b, e.ID)
 		b = append(b, e.Half)
+		var flags byte
 		if e.Drop {
-			b = append(b, 1)
-		} else {
-			b = append(b, 0)
+			flags |= 1
 		}
+		if e.Masq {
+			flags |= 2
+		}
+		b = append(b, flags)
 		b = binary.LittleEndian.AppendUint32(b, e.Affinity)
 		b = binary.LittleEndian.AppendUint16(b, e.Count)
 		b = binary.LittleEndian.AppendUint64(b, e.Sum)
@@ -109,7 +113,8 @@ func (fs *svcFrontends) UnmarshalJSON(data []byte) error {
 		e := &es[i]
 		e.ID = binary.LittleEndian.Uint32(r[7:])
 		e.Half = r[11]
-		e.Drop = r[12] == 1
+		e.Drop = r[12]&1 != 0
+		e.Masq = r[12]&2 != 0
 		e.Affinity = binary.LittleEndian.Uint32(r[13:])
 		e.Count = binary.LittleEndian.Uint16(r[17:])
 		e.Sum = binary.LittleEndian.Uint64(r[19:])
@@ -131,18 +136,38 @@ func svcKeyString(k cnlabSvcKey) string {
 	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(addrOf(k.Vip), htons(k.Port)), protoName(k.Proto))
 }
 
+// nodeAddresses are the addresses of each host a node port answers on:
+// its bridge's (service.NodeAddress), and its ends of every link (the
+// wire's, and the overlay's for VXLAN).
+func nodeAddresses(lab *topology.Spec) map[string][]netip.Addr {
+	out := map[string][]netip.Addr{}
+	for _, h := range lab.Hosts {
+		out[h.Name] = append(out[h.Name], service.NodeAddress(&h))
+	}
+	for _, l := range lab.Links {
+		for _, e := range l.Ends {
+			for _, a := range []netip.Addr{e.WireAddr, e.OverAddr} {
+				if a.IsValid() && !slices.Contains(out[e.Host], a) {
+					out[e.Host] = append(out[e.Host], a)
+				}
+			}
+		}
+	}
+	return out
+}
+
 // renderServices computes what host's maps hold for t: pure. It reads the
 // table directly (not proxy.Plan, which names chains) and allocates
-// little: it runs on every change, over every frontend.
-func renderServices(t *service.Table, host string) svcState {
+// little: it runs on every change, over every frontend. A node port is
+// translated on the client's host too: it becomes a frontend for every
+// address of every host (nodes), balancing over every backend,
+// masqueraded (externalTrafficPolicy Cluster), or over that host's own,
+// keeping the client's address (Local).
+func renderServices(t *service.Table, host string, nodes map[string][]netip.Addr) svcState {
 	st := svcState{Frontends: make(svcFrontends, len(t.Frontends))}
-	es := make([]svcEntry, len(t.Frontends))
 	var udp []proxy.UDPFrontend
-	for i := range t.Frontends {
-		f := &t.Frontends[i]
-		bs := f.For(host)
-		e := &es[i]
-		*e = svcEntry{Affinity: uint32(f.Affinity), Drop: len(f.Backends) > 0 && len(bs) == 0, Count: uint16(len(bs))}
+	add := func(vip netip.Addr, port uint16, proto string, bs []service.Backend, e *svcEntry) {
+		e.Count = uint16(len(bs))
 		e.Backends = make([]netip.AddrPort, len(bs))
 		sum := uint64(14695981039346656037) // FNV-1a over address and port
 		for j, b := range bs {
@@ -154,10 +179,13 @@ func renderServices(t *service.Table, host string) svcState {
 				x >>= 8
 			}
 		}
+		if e.Masq {
+			sum = ^sum
+		}
 		e.Sum = sum
-		st.Frontends[cnlabSvcKey{Vip: ip4(f.VIP), Port: htons(f.Port), Proto: protoNumber(f.Protocol)}] = e
-		if f.Protocol == "udp" {
-			u := proxy.UDPFrontend{VIP: f.VIP, Port: f.Port}
+		st.Frontends[cnlabSvcKey{Vip: ip4(vip), Port: htons(port), Proto: protoNumber(proto)}] = e
+		if proto == "udp" {
+			u := proxy.UDPFrontend{VIP: vip, Port: port}
 			for _, b := range e.Backends {
 				if !slices.Contains(u.Backends, b) {
 					u.Backends = append(u.Backends, b)
@@ -166,8 +194,57 @@ func renderServices(t *service.Table, host string) svcState {
 			udp = append(udp, u)
 		}
 	}
+	for i := range t.Frontends {
+		f := &t.Frontends[i]
+		bs := f.For(host)
+		add(f.VIP, f.Port, f.Protocol, bs, &svcEntry{Affinity: uint32(f.Affinity), Drop: len(f.Backends) > 0 && len(bs) == 0})
+		if f.NodePort == 0 {
+			continue
+		}
+		for _, h := range slices.Sorted(maps.Keys(nodes)) {
+			ext := f.Backends
+			if f.ExternalLocal {
+				ext = nil
+				for _, b := range f.Backends {
+					if b.Host == h {
+						ext = append(ext, b)
+					}
+				}
+			}
+			for _, a := range nodes[h] {
+				add(a, f.NodePort, f.Protocol, ext, &svcEntry{Affinity: uint32(f.Affinity), Masq: !f.ExternalLocal,
+					Drop: f.ExternalLocal && len(ext) == 0})
+			}
+		}
+	}
 	st.UDP = udp
 	return st
+}
+
+// masqAddress is the source a host gives masqueraded node-port
+// connections: the highest address of its pod CIDR that is not its
+// gateway or an endpoint's, so that it is no address of the host (its
+// stack would take the replies for its own) yet routed to it by every
+// other host.
+func masqAddress(lab *topology.Spec, h *topology.Host) (netip.Addr, error) {
+	used := map[netip.Addr]bool{h.Gateway: true}
+	for _, ep := range lab.Endpoints {
+		used[ep.IP] = true
+	}
+	p := h.PodCIDR.Masked()
+	a := p.Addr()
+	for i := 0; i < 32-p.Bits(); i++ { // the broadcast address
+		b := a.As4()
+		v := binary.BigEndian.Uint32(b[:]) | 1<<i
+		binary.BigEndian.PutUint32(b[:], v)
+		a = netip.AddrFrom4(b)
+	}
+	for a = a.Prev(); p.Contains(a) && a != p.Addr(); a = a.Prev() {
+		if !used[a] {
+			return a, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("host %s: no free address in %s to masquerade node-port connections with", h.Name, p)
 }
 
 // svcMaps are the service proxy's maps of a host.
@@ -245,11 +322,12 @@ func (ServiceProxy) Setup(ctx context.Context, lab *topology.Spec) error {
 // to a backend a frontend no longer has are forgotten, as kube-proxy
 // clears their conntrack entries.
 func (ServiceProxy) Apply(ctx context.Context, lab *topology.Spec, t *service.Table) error {
-	if err := checkTable(t); err != nil {
+	nodes := nodeAddresses(lab)
+	if err := checkTable(t, nodes); err != nil {
 		return err
 	}
 	return datapath.ApplyHosts(ctx, lab, ServiceStateKind, proxy.Digest(t),
-		func(host string) svcState { return renderServices(t, host) },
+		func(host string) svcState { return renderServices(t, host, nodes) },
 		func(ctx context.Context, h *topology.Host, have, want *svcState) error {
 			m, err := openSvcMaps(lab.Name, h.Name)
 			if err != nil {
@@ -267,18 +345,23 @@ func (ServiceProxy) Apply(ctx context.Context, lab *topology.Spec, t *service.Ta
 }
 
 // checkTable refuses, before any host changes, a table the maps cannot
-// hold, and node ports, which this proxy does not serve yet.
-func checkTable(t *service.Table) error {
-	slots := 0
-	for _, f := range t.Frontends {
-		slots += 2 * len(f.Backends)
-		if f.NodePort != 0 {
-			return &input.Error{File: "Service " + f.Service, Path: "spec.type",
-				Msg: fmt.Sprintf("NodePort (port %s, node port %d): the ebpf service proxy serves cluster IPs only, not node ports yet; use type ClusterIP, or the iptables or nftables proxy on a netfilter datapath", f.Key(), f.NodePort)}
-		}
+// hold (a node port is a frontend per node address).
+func checkTable(t *service.Table, nodes map[string][]netip.Addr) error {
+	addrs := 0
+	for _, as := range nodes {
+		addrs += len(as)
 	}
-	if len(t.Frontends) > maxFrontends {
-		return fmt.Errorf("%d frontends (Service ports), the eBPF service map holds %d", len(t.Frontends), maxFrontends)
+	fronts, slots := 0, 0
+	for _, f := range t.Frontends {
+		n := 1
+		if f.NodePort != 0 {
+			n += addrs
+		}
+		fronts += n
+		slots += 2 * n * len(f.Backends)
+	}
+	if fronts > maxFrontends {
+		return fmt.Errorf("%d frontends (Service ports, and node ports on each node address), the eBPF service map holds %d", fronts, maxFrontends)
 	}
 	if slots > maxBackendSlot {
 		return fmt.Errorf("%d backends over all frontends, the eBPF backend map holds %d (two slots each)", slots/2, maxBackendSlot/2)
@@ -313,7 +396,10 @@ func deleteBackends(m *svcMaps, id uint32, half uint8, n int) error {
 func svcValue(e *svcEntry) cnlabSvcVal {
 	v := cnlabSvcVal{Id: e.ID, Count: e.Count, Half: e.Half, Affinity: e.Affinity}
 	if e.Drop {
-		v.Flags = uint8(cnlabSvcFlagSVC_DROP)
+		v.Flags |= uint8(cnlabSvcFlagSVC_DROP)
+	}
+	if e.Masq {
+		v.Flags |= uint8(cnlabSvcFlagSVC_MASQ)
 	}
 	return v
 }
@@ -329,7 +415,11 @@ func writeServices(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want 
 			return fmt.Errorf("frontend %s: its backends are not known (a recorded state cannot be written back)", svcKeyString(key))
 		}
 	}
-	cfg := cnlabSvcConfig{Hairpin: ip4(h.Gateway)}
+	masq, err := masqAddress(lab, h)
+	if err != nil {
+		return err
+	}
+	cfg := cnlabSvcConfig{Hairpin: ip4(h.Gateway), Masq: ip4(masq)}
 	if cidr := lab.Services.CIDR; cidr.IsValid() {
 		cfg.Net = ip4(cidr.Masked().Addr())
 		var b [4]byte
@@ -340,6 +430,12 @@ func writeServices(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want 
 		cfg.Flags = uint32(cnlabSvcConfigFlagSVC_ON)
 		if lab.EBPF.SocketLB {
 			cfg.Flags |= uint32(cnlabSvcConfigFlagSVC_SOCKET)
+		}
+		for k := range want.Frontends {
+			if cidr := lab.Services.CIDR; !cidr.IsValid() || !cidr.Contains(addrOf(k.Vip)) {
+				cfg.Flags |= uint32(cnlabSvcConfigFlagSVC_NODEPORTS) // a node address
+				break
+			}
 		}
 	}
 	if have == nil {

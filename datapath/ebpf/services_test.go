@@ -38,7 +38,7 @@ func TestRenderServices(t *testing.T) {
 	tb.Frontends[1].Backends[2].Host = "flap"
 	tb.Frontends[2].Backends = nil
 	tb.Frontends[3].Affinity = 30
-	st := renderServices(tb, "flip")
+	st := renderServices(tb, "flip", nil)
 	if len(st.Frontends) != 20 || len(st.UDP) != 2 {
 		t.Fatalf("%d frontends, %d UDP", len(st.Frontends), len(st.UDP))
 	}
@@ -60,7 +60,7 @@ func TestRenderServices(t *testing.T) {
 	}
 	other := bigTable(20, 3)
 	other.Frontends[5].Backends[2].Port = 8081
-	if renderServices(other, "flip").Frontends[key(5)].same(st.Frontends[key(5)]) {
+	if renderServices(other, "flip", nil).Frontends[key(5)].same(st.Frontends[key(5)]) {
 		t.Error("a changed backend port leaves the frontend the same")
 	}
 	data, err := json.Marshal(st)
@@ -97,10 +97,10 @@ func BenchmarkServiceUpdateCPU(b *testing.B) {
 	})
 	b.Run("render", func(b *testing.B) {
 		for range b.N {
-			renderServices(t, "flip")
+			renderServices(t, "flip", nil)
 		}
 	})
-	st := renderServices(t, "flip")
+	st := renderServices(t, "flip", nil)
 	data, _ := json.Marshal(st)
 	b.Run("save", func(b *testing.B) {
 		for range b.N {

@@ -233,3 +233,60 @@ func TestServiceReconnect(t *testing.T) {
 		t.Errorf("a new connection on a reset tuple went to %s, want %s", got, addrR2)
 	}
 }
+
+// TestServiceNodePort: a node port under externalTrafficPolicy Cluster is
+// masqueraded to the host's masquerade address, a second client on the
+// same source port gets another one, and the backend's answer arriving
+// from the wire is translated back and handed to its client.
+func TestServiceNodePort(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	node := netip.MustParseAddr("10.0.1.254") // another host's address
+	masq := netip.MustParseAddr("10.0.0.250")
+	h.setServices(testFrontend{vip: ap(node, 30080), proto: protoTCP, backends: []netip.AddrPort{ap(addrR, 8080)}})
+	var c cnlabSvcConfig
+	h.must(h.objs.CnlabSvcConfig.Lookup(uint32(0), &c))
+	c.Flags |= uint32(cnlabSvcConfigFlagSVC_NODEPORTS)
+	c.Masq = ip4(masq)
+	h.must(h.objs.CnlabSvcConfig.Put(uint32(0), c))
+	var v cnlabSvcVal
+	k := cnlabSvcKey{Vip: ip4(node), Port: htons(30080), Proto: protoTCP}
+	h.must(h.objs.CnlabSvc.Lookup(k, &v))
+	v.Flags |= uint8(cnlabSvcFlagSVC_MASQ)
+	h.must(h.objs.CnlabSvc.Put(k, v))
+
+	r := h.fromEp(t, "A to the node port", l4Pkt(epA.ip, node, protoTCP, 40000, 30080, tcpSYN, false), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+	got := parseOut(t, r.out)
+	if got.src != masq || got.sport != 40000 || got.dst != addrR || got.dport != 8080 {
+		t.Fatalf("A's connection: %s, want %s:40000 -> %s:8080", got, masq, addrR)
+	}
+	h.runAs(epB)
+	r = h.fromEp(t, "B on the same port", l4Pkt(epB.ip, node, protoTCP, 40000, 30080, tcpSYN, false), actOK, egress(epB, cnlabReasonR_ALLOW_UNENFORCED))
+	gotB := parseOut(t, r.out)
+	if gotB.src != masq || gotB.sport == 40000 {
+		t.Fatalf("B's connection: %s, want %s on another port than A's", gotB, masq)
+	}
+	// The answers come back on the wire, to the masquerade address.
+	r = h.expect(t, "answer to A", h.objs.CnlabFromWire, l4Pkt(addrR, masq, protoTCP, 8080, 40000, tcpSYN|tcpACK, false), actRedirect, ingress(epA, cnlabReasonR_ALLOW_CT))
+	if got := parseOut(t, r.out); got.src != node || got.sport != 30080 || got.dst != epA.ip || got.dport != 40000 {
+		t.Errorf("answer to A: %s, want %s:30080 -> %s:40000", got, node, epA.ip)
+	}
+	if [6]byte(r.out[0:6]) != epA.mac {
+		t.Errorf("answer to A addressed to %x", r.out[0:6])
+	}
+	r = h.expect(t, "answer to B", h.objs.CnlabFromWire, l4Pkt(addrR, masq, protoTCP, 8080, gotB.sport, tcpSYN|tcpACK, false), actRedirect, ingress(epB, cnlabReasonR_ALLOW_CT))
+	if got := parseOut(t, r.out); got.dst != epB.ip || got.dport != 40000 {
+		t.Errorf("answer to B: %s, want -> %s:40000", got, epB.ip)
+	}
+	// Anything else on the wire passes untouched.
+	other := l4Pkt(addrR, epA.ip, protoTCP, 8080, 40000, tcpSYN|tcpACK, false)
+	r = h.expect(t, "other traffic", h.objs.CnlabFromWire, other, actOK)
+	if string(r.out) != string(other) {
+		t.Error("cnlab_from_wire changed a packet that is no node port's answer")
+	}
+	// A port outside the node port range of a host address is no frontend.
+	h.runAs(epA)
+	r = h.fromEp(t, "not a node port", l4Pkt(epA.ip, node, protoTCP, 40001, 8080, tcpSYN, false), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+	if got := parseOut(t, r.out); got.dst != node {
+		t.Errorf("port 8080 of a host translated: %s", got)
+	}
+}

@@ -418,17 +418,6 @@ func TestProxies(t *testing.T) {
 			start := time.Now()
 			spec, p, eps := svcLab(t, tc.name, tc.dp, tc.link, tc.px, tc.extra)
 			ctx := context.Background()
-			// The eBPF proxy serves no node ports yet.
-			nodePorts := tc.px != kind.ProxyEBPF
-			table := func(eps map[string]*topology.Endpoint, dropWeb, dropDNS string) *service.Table {
-				t := table(eps, dropWeb, dropDNS)
-				for i := range t.Frontends {
-					if !nodePorts {
-						t.Frontends[i].NodePort = 0
-					}
-				}
-				return t
-			}
 			if err := p.Apply(ctx, spec, table(eps, "", "")); err != nil {
 				t.Fatal(err)
 			}
@@ -461,30 +450,26 @@ func TestProxies(t *testing.T) {
 			if !errors.Is(err, syscall.ECONNREFUSED) || time.Since(t0) > time.Second {
 				t.Errorf("x/d -> empty: %v after %v, want connection refused at once", err, time.Since(t0))
 			}
-			if !nodePorts {
-				goto clusterIP
+			// NodePort (externalTrafficPolicy Cluster): flap's address.
+			flap := spec.Links[0].Ends[1].WireAddr
+			if spec.Links[0].Ends[1].Host != "flap" {
+				flap = spec.Links[0].Ends[0].WireAddr
 			}
-			{
-				// NodePort (externalTrafficPolicy Cluster): flap's address.
-				flap := spec.Links[0].Ends[1].WireAddr
-				if spec.Links[0].Ends[1].Host != "flap" {
-					flap = spec.Links[0].Ends[0].WireAddr
-				}
-				expectSet(t, "x/d nodeport", count(t, d, netip.AddrPortFrom(flap, 30080), false, 40), "a", "b", "c")
-				// Cluster: masqueraded to flap's address on the way out of
-				// flap; Local: flap's own backend, seeing the client.
-				for name, srcs := range seen(t, d, netip.AddrPortFrom(flap, 30080), 20) {
-					for _, src := range srcs {
-						if src == d.IP.String() {
-							t.Errorf("node port, policy Cluster: %s saw the client's own address %s", name, src)
-						}
+			expectSet(t, "x/d nodeport", count(t, d, netip.AddrPortFrom(flap, 30080), false, 40), "a", "b", "c")
+			// Cluster: masqueraded (kube-proxy: to flap's address on the
+			// way out of flap; eBPF: to flip's masquerade address, where
+			// the client's program translated it); Local: flap's own
+			// backend, seeing the client.
+			for name, srcs := range seen(t, d, netip.AddrPortFrom(flap, 30080), 20) {
+				for _, src := range srcs {
+					if src == d.IP.String() {
+						t.Errorf("node port, policy Cluster: %s saw the client's own address %s", name, src)
 					}
 				}
-				if got := seen(t, d, netip.AddrPortFrom(flap, 30081), 10); len(got) != 1 || len(got["c"]) != 1 || got["c"][0] != d.IP.String() {
-					t.Errorf("node port, policy Local: saw %v, want only x/c, seeing %s", got, d.IP)
-				}
 			}
-		clusterIP:
+			if got := seen(t, d, netip.AddrPortFrom(flap, 30081), 10); len(got) != 1 || len(got["c"]) != 1 || got["c"][0] != d.IP.String() {
+				t.Errorf("node port, policy Local: saw %v, want only x/c, seeing %s", got, d.IP)
+			}
 			// A ClusterIP keeps the client's address; a hairpin is
 			// masqueraded (to the host's bridge address).
 			for name, srcs := range seen(t, d, web, 20) {

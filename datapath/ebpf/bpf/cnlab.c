@@ -116,11 +116,19 @@ enum identity {
 enum svc_config_flag {
 	SVC_ON = 1,     // the host has Services: look up translations
 	SVC_SOCKET = 2, // and translate at the socket too (ebpf.socketLB)
+	SVC_NODEPORTS = 4, // some frontends are node ports: look up NODEPORT_MIN-MAX on any address
+};
+
+// The node port range (service.NodePortMin, NodePortMax).
+enum nodeport_range {
+	NODEPORT_MIN = 30000,
+	NODEPORT_MAX = 32767,
 };
 
 // Bits of svc_val.flags.
 enum svc_flag {
 	SVC_DROP = 1, // no backend for this host's clients: drop, do not reject
+	SVC_MASQ = 2, // masquerade new connections to svc_config.masq (a node port, externalTrafficPolicy Cluster)
 };
 
 // Kinds of cnlab_nat entries (nat_key.dir).
@@ -238,6 +246,8 @@ struct svc_config {
 	__u32 hairpin; // source a hairpin connection is given (the host's bridge address), network order
 	__u32 net;     // service CIDR (network order) and its mask: only these addresses are looked up
 	__u32 mask;
+	__u32 masq;    // source of masqueraded connections: an unused address of the host's pod CIDR
+	__u32 pad;
 };
 
 // A frontend: a Service's cluster IP, port and protocol.
@@ -501,6 +511,7 @@ const enum rule_ref *unused_rule_ref __attribute__((unused));
 const enum svc_config_flag *unused_svc_config_flag __attribute__((unused));
 const enum svc_flag *unused_svc_flag __attribute__((unused));
 const enum nat_dir *unused_nat_dir __attribute__((unused));
+const enum nodeport_range *unused_nodeport_range __attribute__((unused));
 
 #define NSEC 1000000000ULL
 // Lifetimes as Linux conntrack's defaults: established 5 days, 120 s
@@ -952,7 +963,7 @@ struct xlate {
 	__u8 kind;    // 0 none, XL_FWD, XL_REV
 	__u8 fresh;   // a new flow: create its entries once policy allows it
 	__u8 hairpin; // the client is the backend
-	__u8 pad;
+	__u8 snat;    // the source on the wire is not the client's (hairpin, masquerade)
 	__u32 id, affinity, slot;
 	__u32 o_saddr, o_daddr;
 	__u16 o_sport, o_dport;
@@ -1001,15 +1012,20 @@ static __always_inline int pick(struct svc_val *s, __u32 client, __u64 now, stru
 	return 0;
 }
 
-// svc_from_ep finds what a packet an endpoint sends is to the service
-// proxy: a reply of a translated flow (a backend answering), a packet to a
-// frontend (translated to a backend), or neither. It sets p to the real
-// tuple, which policy judges, and x to what is written on the wire; it
-// returns 0, or a reason to stop the packet.
-static __always_inline int svc_from_ep(struct svc_config *sc, struct pkt *p, struct xlate *x, __u64 now)
+// xl_set makes x write the tuple a translation entry names.
+static __always_inline void xl_set(struct xlate *x, struct nat_val *v)
 {
-	if ((p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP) || p->frag == 2)
-		return 0;
+	x->saddr = v->saddr;
+	x->daddr = v->daddr;
+	x->sport = v->sport;
+	x->dport = v->dport;
+}
+
+// svc_reply records the packet's tuple in x and, when the packet is a
+// reply of a translated flow (a backend answering), sets x to the tuple
+// its client must see and returns the flow's reverse entry.
+static __always_inline struct nat_val *svc_reply(struct pkt *p, struct xlate *x, __u64 now)
+{
 	x->o_saddr = p->saddr;
 	x->o_daddr = p->daddr;
 	x->o_sport = bpf_htons(p->sport);
@@ -1017,34 +1033,52 @@ static __always_inline int svc_from_ep(struct svc_config *sc, struct pkt *p, str
 	struct nat_key k = {.saddr = p->saddr, .daddr = p->daddr, .sport = x->o_sport,
 			    .dport = x->o_dport, .proto = p->proto, .dir = NAT_REV};
 	struct nat_val *v = nat_get(&k, now);
+	if (!v)
+		return 0;
+	ct_touch(&v->ct, p->proto, p->tcpflags, now);
+	x->kind = XL_REV;
+	xl_set(x, v);
+	return v;
+}
+
+static __always_inline int translatable(struct pkt *p)
+{
+	return (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) && p->frag != 2;
+}
+
+// svc_from_ep finds what a packet an endpoint sends is to the service
+// proxy: a reply of a translated flow (a backend answering), a packet to a
+// frontend (translated to a backend), or neither. It sets p to the real
+// tuple, which policy judges, and x to what is written on the wire; it
+// returns 0, or a reason to stop the packet.
+static __always_inline int svc_from_ep(struct svc_config *sc, struct pkt *p, struct xlate *x, __u64 now)
+{
+	if (!translatable(p))
+		return 0;
+	struct nat_val *v = svc_reply(p, x, now);
 	if (v) {
-		ct_touch(&v->ct, p->proto, p->tcpflags, now);
-		x->kind = XL_REV;
-		x->saddr = v->saddr;
-		x->daddr = v->daddr;
-		x->sport = v->sport;
-		x->dport = v->dport;
 		x->hairpin = v->daddr == p->saddr;
-		// Judged as backend to client: a hairpin's masquerade undone.
+		x->snat = v->daddr != p->daddr;
+		// Judged as backend to client: a masquerade undone.
 		p->daddr = v->daddr;
 		p->dport = bpf_ntohs(v->dport);
 		return 0;
 	}
-	if ((p->daddr & sc->mask) != sc->net)
+	// Cluster IPs, and with node ports any address in the node port range.
+	if ((p->daddr & sc->mask) != sc->net &&
+	    !((sc->flags & SVC_NODEPORTS) && p->dport >= NODEPORT_MIN && p->dport <= NODEPORT_MAX))
 		return 0;
 	struct svc_key sk = {.vip = p->daddr, .port = x->o_dport, .proto = p->proto};
 	struct svc_val *s = bpf_map_lookup_elem(&cnlab_svc, &sk);
 	if (!s)
 		return 0;
-	k.dir = NAT_FWD;
+	struct nat_key k = {.saddr = p->saddr, .daddr = p->daddr, .sport = x->o_sport,
+			    .dport = x->o_dport, .proto = p->proto, .dir = NAT_FWD};
 	v = nat_get(&k, now);
 	int syn = p->proto == IPPROTO_TCP && (p->tcpflags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
 	if (v && !(syn && (v->ct.flags & (CT_CLOSING | CT_FIN)))) {
 		ct_touch(&v->ct, p->proto, p->tcpflags, now);
-		x->saddr = v->saddr;
-		x->daddr = v->daddr;
-		x->sport = v->sport;
-		x->dport = v->dport;
+		xl_set(x, v);
 	} else {
 		// A new flow (or one whose entries were evicted).
 		if (!s->count)
@@ -1058,10 +1092,15 @@ static __always_inline int svc_from_ep(struct svc_config *sc, struct pkt *p, str
 		x->daddr = b.ip;
 		x->dport = b.port;
 		x->sport = x->o_sport;
-		x->saddr = b.ip == p->saddr ? sc->hairpin : p->saddr;
+		x->saddr = p->saddr;
+		if (b.ip == p->saddr)
+			x->saddr = sc->hairpin;
+		else if (s->flags & SVC_MASQ)
+			x->saddr = sc->masq;
 	}
 	x->kind = XL_FWD;
 	x->hairpin = x->daddr == p->saddr;
+	x->snat = x->saddr != p->saddr;
 	p->daddr = x->daddr;
 	p->dport = bpf_ntohs(x->dport);
 	return 0;
@@ -1070,23 +1109,8 @@ static __always_inline int svc_from_ep(struct svc_config *sc, struct pkt *p, str
 // svc_to_ep finds a reply of a translated flow delivered to its client.
 static __always_inline void svc_to_ep(struct pkt *p, struct xlate *x, __u64 now)
 {
-	if ((p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP) || p->frag == 2)
-		return;
-	x->o_saddr = p->saddr;
-	x->o_daddr = p->daddr;
-	x->o_sport = bpf_htons(p->sport);
-	x->o_dport = bpf_htons(p->dport);
-	struct nat_key k = {.saddr = p->saddr, .daddr = p->daddr, .sport = x->o_sport,
-			    .dport = x->o_dport, .proto = p->proto, .dir = NAT_REV};
-	struct nat_val *v = nat_get(&k, now);
-	if (!v)
-		return;
-	ct_touch(&v->ct, p->proto, p->tcpflags, now);
-	x->kind = XL_REV;
-	x->saddr = v->saddr;
-	x->daddr = v->daddr;
-	x->sport = v->sport;
-	x->dport = v->dport;
+	if (translatable(p))
+		svc_reply(p, x, now);
 }
 
 // svc_commit records a new translated flow, once policy allowed it: the
@@ -1097,6 +1121,19 @@ static __always_inline void svc_commit(struct xlate *x, struct pkt *p, __u64 now
 	ct_touch(&v.ct, p->proto, p->tcpflags, now);
 	struct nat_key rk = {.saddr = x->daddr, .daddr = x->saddr, .sport = x->dport,
 			     .dport = x->sport, .proto = p->proto, .dir = NAT_REV};
+	if (x->snat && !x->hairpin) {
+		// Masqueraded: the source port is the client's unless another
+		// live flow to this backend has it (clients in other namespaces
+		// pick their ports apart); then a free one.
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			struct nat_val *o = bpf_map_lookup_elem(&cnlab_nat, &rk);
+			if (!o || o->ct.expires < now)
+				break;
+			rk.dport = bpf_htons(32768 + bpf_get_prandom_u32() % 28232);
+		}
+		x->sport = rk.dport;
+	}
 	v.saddr = x->o_daddr;
 	v.daddr = x->o_saddr;
 	v.sport = x->o_dport;
@@ -1241,8 +1278,15 @@ static __always_inline int arp(struct __sk_buff *skb, struct endpoint *ep, struc
 		return TC_ACT_SHOT;
 	}
 	if (!(cfg->flags & FLAG_HOST_ROUTING_BPF)) {
-		count(ep->index, DIR_EGRESS, R_ARP_PASSED, skb->len);
-		return TC_ACT_OK; // legacy: the bridge carries the checked ARP
+		// Legacy: the bridge carries the checked ARP, but for the
+		// masquerade address of node ports, which no one on the bridge
+		// has: answered here, so that a backend's reply to it reaches
+		// this program (and is translated back) like any other.
+		struct svc_config *sc = svc_config();
+		if (!sc || !(sc->flags & SVC_NODEPORTS) || a.tip != sc->masq || a.h.ar_op != bpf_htons(ARPOP_REQUEST)) {
+			count(ep->index, DIR_EGRESS, R_ARP_PASSED, skb->len);
+			return TC_ACT_OK;
+		}
 	}
 	if (a.h.ar_op == bpf_htons(ARPOP_REPLY)) {
 		count(ep->index, DIR_EGRESS, R_ARP_PASSED, skb->len);
@@ -1338,7 +1382,10 @@ int cnlab_from_ep(struct __sk_buff *skb)
 			return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, 0, rule);
 	}
 	struct endpoint *dst = 0;
-	if ((cfg->flags & FLAG_HOST_ROUTING_BPF) || x.hairpin)
+	// A translated packet whose source on the wire is not the client's
+	// (a masquerade's reply) goes straight to its local destination in
+	// either host routing: the host's stack would take it for its own.
+	if ((cfg->flags & FLAG_HOST_ROUTING_BPF) || x.hairpin || (x.kind == XL_REV && x.snat))
 		dst = bpf_map_lookup_elem(&cnlab_local, &p.daddr);
 	else if (x.kind == XL_REV && bpf_map_lookup_elem(&cnlab_local, &p.daddr))
 		// Legacy host routing, a reply bridged to a client of this
@@ -1432,6 +1479,49 @@ int cnlab_to_ep(struct __sk_buff *skb)
 	if (!is_drop(r) && x.kind && xlate_write(skb, &p, &x) < 0)
 		r = R_DROP_MALFORMED;
 	return finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule);
+}
+
+// cnlab_from_wire (tcx ingress of a host's wire and VXLAN devices, with
+// node ports) takes back the replies of masqueraded node-port
+// connections: a client of this host reached a node port's backend on
+// another host with this host's masquerade address as its source, and
+// the backend's answer comes back here, to an address that is no one's.
+// It is translated back (to the node address and port the client used),
+// judged at the client's ingress as any reply, and handed straight to
+// the client. Everything else passes untouched.
+SEC("tc")
+int cnlab_from_wire(struct __sk_buff *skb)
+{
+	struct svc_config *sc = svc_config();
+	if (!sc || !(sc->flags & SVC_NODEPORTS) || skb->protocol != bpf_htons(ETH_P_IP))
+		return TC_ACT_OK;
+	struct pkt p = {};
+	struct config snap, *cfg = &snap;
+	if (parse(skb, &p) || !translatable(&p) || p.daddr != sc->masq || config(cfg))
+		return TC_ACT_OK;
+	__u64 now = bpf_ktime_get_ns();
+	struct xlate x = {};
+	struct nat_val *v = svc_reply(&p, &x, now);
+	if (!v)
+		return TC_ACT_OK;
+	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_local, &v->daddr);
+	if (!dst)
+		return TC_ACT_OK;
+	p.daddr = v->daddr;
+	p.dport = bpf_ntohs(v->dport);
+	__u32 rule = NO_RULE, peer_id = 0;
+	int r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule);
+	if (!is_drop(r) && xlate_write(skb, &p, &x) < 0)
+		r = R_DROP_MALFORMED;
+	if (finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule) != TC_ACT_OK)
+		return TC_ACT_SHOT;
+	struct ethhdr eth;
+	__builtin_memcpy(eth.h_dest, dst->mac, 6);
+	__builtin_memcpy(eth.h_source, dst->lxc_mac, 6);
+	eth.h_proto = bpf_htons(ETH_P_IP);
+	if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0)
+		return TC_ACT_SHOT;
+	return bpf_redirect_peer(dst->ifindex, 0);
 }
 
 #define ECONNREFUSED 111
