@@ -656,6 +656,9 @@ func describeServices(m *svcMaps) (string, error) {
 		if v.Affinity != 0 {
 			line += fmt.Sprintf(" affinity %ds", v.Affinity)
 		}
+		if v.Flags&uint8(cnlabSvcFlagSVC_MASQ) != 0 {
+			line += " masquerade"
+		}
 		var bs []string
 		for s := range v.Count {
 			var b cnlabBackend
@@ -682,6 +685,9 @@ func describeServices(m *svcMaps) (string, error) {
 	head := "services off"
 	if cfg.Flags&uint32(cnlabSvcConfigFlagSVC_ON) != 0 {
 		head = fmt.Sprintf("services on, hairpin source %s", addrOf(cfg.Hairpin))
+		if cfg.Flags&uint32(cnlabSvcConfigFlagSVC_NODEPORTS) != 0 {
+			head += fmt.Sprintf(", node ports masqueraded to %s", addrOf(cfg.Masq))
+		}
 		if cfg.Flags&uint32(cnlabSvcConfigFlagSVC_SOCKET) != 0 {
 			head += ", socket-level translation"
 		}
