@@ -424,7 +424,7 @@ func TestKilledServiceApply(t *testing.T) {
 	dir := t.TempDir()
 	write := tempWriter(t, dir)
 	web, bweb := write("web.yaml", svcWeb), write("bweb.yaml", svcBWeb)
-	for _, px := range []string{"iptables", "nftables"} {
+	for _, px := range []string{"iptables", "nftables", "ebpf"} {
 		t.Run(px, func(t *testing.T) {
 			name := "t-ksvc-" + px[:3]
 			topo := write(name+".yaml", strings.Replace(killLab, "%s", name, 1))

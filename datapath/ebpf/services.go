@@ -19,6 +19,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/proxy"
 	"github.com/cnlab/cnlab/service"
@@ -334,6 +335,11 @@ func (ServiceProxy) Apply(ctx context.Context, lab *topology.Spec, t *service.Ta
 				return err
 			}
 			defer m.Close()
+			// Just before the first map write, as datapath.Load marks
+			// the netfilter proxies' transaction.
+			if err := fault.At(fault.AtomicLoad, h.Name); err != nil {
+				return err
+			}
 			if err := writeServices(lab, h, m, have, want); err != nil {
 				// Some frontends may have switched: the next apply
 				// rebuilds this host rather than trust its state.

@@ -290,3 +290,34 @@ func TestServiceNodePort(t *testing.T) {
 		t.Errorf("port 8080 of a host translated: %s", got)
 	}
 }
+
+// TestServiceICMPError: a port unreachable a backend sends about a
+// translated UDP flow reaches the client quoting what the client sent (to
+// the Service's address and port) and from the Service's address, with
+// valid checksums, so that its socket sees it.
+func TestServiceICMPError(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.setServices(testFrontend{vip: ap(vip, 53), proto: protoUDP, backends: []netip.AddrPort{ap(addrR, 5353)}})
+	r := h.fromEp(t, "datagram", l4Pkt(epA.ip, vip, protoUDP, 40000, 53, 0, false), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+	sent := r.out[14:] // as it left: to R:5353
+	msg := frame(ethIPv4, ipHdr{src: addrR, dst: epA.ip, proto: protoICMP, id: 7}.bytes(icmpError(3, 3, sent, 8)))
+	r = h.toEp(t, "port unreachable", msg, actOK, ingress(epA, cnlabReasonR_ALLOW_RELATED))
+	got := parseOut(t, r.out) // outer and ICMP checksums
+	if got.src != vip || got.dst != epA.ip {
+		t.Errorf("error from %s to %s, want from %s", got.src, got.dst, vip)
+	}
+	inner := got.l4[8:]
+	if csum(inner[:20]) != 0 {
+		t.Errorf("quoted IPv4 header checksum wrong: % x", inner[:20])
+	}
+	if dst, dport := netip.AddrFrom4([4]byte(inner[16:20])), binary.BigEndian.Uint16(inner[22:]); dst != vip || dport != 53 {
+		t.Errorf("quotes a datagram to %s:%d, want %s:53", dst, dport, vip)
+	}
+	// An error about a flow that was not translated is left alone.
+	other := frame(ethIPv4, ipHdr{src: addrR, dst: epA.ip, proto: protoICMP, id: 8}.bytes(icmpError(3, 3, l4Pkt(epA.ip, addrR, protoUDP, 40001, 5353, 0, false)[14:], 8)))
+	h.fromEp(t, "direct datagram", l4Pkt(epA.ip, addrR, protoUDP, 40001, 5353, 0, false), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+	r = h.toEp(t, "its port unreachable", other, actOK, ingress(epA, cnlabReasonR_ALLOW_RELATED))
+	if string(r.out) != string(other) {
+		t.Error("an error about an untranslated flow was rewritten")
+	}
+}

@@ -60,6 +60,7 @@ var (
 	vipEmpty = netip.MustParseAddr("10.96.0.13")
 	vipLocal = netip.MustParseAddr("10.96.0.14")
 	vipExtL  = netip.MustParseAddr("10.96.0.15")
+	vipDeaf  = netip.MustParseAddr("10.96.0.16")
 )
 
 // svcLab brings a lab up with a datapath, link kind and service proxy,
@@ -274,6 +275,35 @@ func (u *udpSock) ask(dst netip.AddrPort) (string, netip.AddrPort, error) {
 	return "", netip.AddrPort{}, fmt.Errorf("no UDP answer from %s", dst)
 }
 
+// udpRefused sends a datagram from a connected UDP socket and expects the
+// read to fail with ECONNREFUSED (an ICMP port unreachable seen by the
+// socket), within two seconds.
+func udpRefused(ep *topology.Endpoint, dst netip.AddrPort) error {
+	var c net.Conn
+	if err := netns.Do(ep.Netns, func() (err error) { c, err = net.Dial("udp4", dst.String()); return }); err != nil {
+		return err
+	}
+	defer c.Close()
+	buf := make([]byte, 64)
+	for try := 0; try < 4; try++ {
+		if _, err := c.Write([]byte("?")); err != nil {
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				return nil
+			}
+			return err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		_, err := c.Read(buf)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return nil
+		}
+		if err == nil {
+			return errors.New("answered, want connection refused")
+		}
+	}
+	return errors.New("no connection refused in four tries (the port unreachable never reached the socket)")
+}
+
 // count asks k fresh connections (or sockets) and counts the answers.
 func count(t *testing.T, from *topology.Endpoint, dst netip.AddrPort, udp bool, k int) map[string]int {
 	t.Helper()
@@ -355,6 +385,8 @@ func table(eps map[string]*topology.Endpoint, dropWeb, dropDNS string) *service.
 		{Service: "x/local", Protocol: "tcp", VIP: vipLocal, Port: 80, InternalLocal: true, Backends: local},
 		{Service: "x/web", Protocol: "tcp", VIP: vipWeb, Port: 80, NodePort: 30080, Backends: web},
 		{Service: "x/webl", Protocol: "tcp", VIP: vipExtL, Port: 80, NodePort: 30081, ExternalLocal: true, Backends: all},
+		// deaf: a UDP port nobody listens on, on a backend of another host.
+		{Service: "x/deaf", Protocol: "udp", VIP: vipDeaf, Port: 53, Backends: []service.Backend{backend(eps["c"], 5999)}},
 	}}
 }
 
@@ -444,6 +476,11 @@ func TestProxies(t *testing.T) {
 			// internalTrafficPolicy Local: the client's host's backends only.
 			expectSet(t, "x/d local", count(t, d, netip.AddrPortFrom(vipLocal, 80), false, 10), "a")
 			expectSet(t, "x/e local", count(t, e, netip.AddrPortFrom(vipLocal, 80), false, 10), "c")
+			// The backend's port unreachable reaches a UDP client as
+			// its own: ECONNREFUSED (the ICMP error translated back).
+			if err := udpRefused(d, netip.AddrPortFrom(vipDeaf, 53)); err != nil {
+				t.Errorf("x/d -> deaf: %v", err)
+			}
 			// No backends: refused, at once.
 			t0 := time.Now()
 			_, err := askTCP(d, netip.AddrPortFrom(vipEmpty, 80))

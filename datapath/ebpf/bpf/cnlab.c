@@ -1187,6 +1187,50 @@ static __always_inline int xlate_write(struct __sk_buff *skb, struct pkt *p, str
 	return 0;
 }
 
+// svc_icmp translates an ICMP error about a translated flow on its way to
+// the flow's client, as netfilter's NAT does for related packets: it
+// quotes the packet the client sent as the client sent it (to the
+// Service's address and port, not the backend's) and, when the backend
+// itself sent it, comes from the Service's address; otherwise the
+// client's socket would never see it (a UDP client would time out instead
+// of getting ECONNREFUSED, a path MTU would be lost). The inner IPv4
+// checksum and the ICMP checksum are updated; the quoted L4 checksum is
+// not (no receiver checks it). Errors about a masqueraded flow (hairpin,
+// node port) are left alone.
+static __always_inline int svc_icmp(struct __sk_buff *skb, struct pkt *p, __u64 now)
+{
+	if (!p->icmp_err || p->daddr != p->in_saddr ||
+	    (p->in_proto != IPPROTO_TCP && p->in_proto != IPPROTO_UDP))
+		return 0;
+	struct nat_key k = {.saddr = p->in_daddr, .daddr = p->in_saddr, .sport = bpf_htons(p->in_dport),
+			    .dport = bpf_htons(p->in_sport), .proto = p->in_proto, .dir = NAT_REV};
+	struct nat_val *v = nat_get(&k, now);
+	if (!v || v->daddr != p->in_saddr || v->dport != k.dport)
+		return 0;
+	__u32 icmp = ETH_HLEN + p->ihl, in = icmp + 8, csum = icmp + 2;
+	__u8 vhl;
+	if (bpf_skb_load_bytes(skb, in, &vhl, 1) < 0)
+		return -1;
+	__u32 in_l4 = in + (vhl & 0xf) * 4;
+	__u16 old_ck, new_ck;
+	__u32 vip = v->saddr, backend = p->in_daddr;
+	__u16 vport = v->sport, bport = k.sport;
+	if (bpf_skb_load_bytes(skb, in + 10, &old_ck, 2) < 0 ||
+	    bpf_l3_csum_replace(skb, in + 10, backend, vip, 4) < 0 ||
+	    bpf_skb_load_bytes(skb, in + 10, &new_ck, 2) < 0 ||
+	    bpf_l4_csum_replace(skb, csum, old_ck, new_ck, 2) < 0 ||
+	    bpf_l4_csum_replace(skb, csum, backend, vip, 4) < 0 ||
+	    bpf_skb_store_bytes(skb, in + 16, &vip, 4, 0) < 0 ||
+	    bpf_l4_csum_replace(skb, csum, bport, vport, 2) < 0 ||
+	    bpf_skb_store_bytes(skb, in_l4 + 2, &vport, 2, 0) < 0)
+		return -1;
+	if (p->saddr == backend &&
+	    (bpf_l3_csum_replace(skb, ETH_HLEN + 10, backend, vip, 4) < 0 ||
+	     bpf_skb_store_bytes(skb, ETH_HLEN + 12, &vip, 4, 0) < 0))
+		return -1;
+	return 0;
+}
+
 static __always_inline __u16 csum_fold(__s64 c)
 {
 	__u32 s = (__u32)c;
@@ -1441,6 +1485,8 @@ redirect:
 		if (xlate_write(skb, &p, &x) < 0)
 			return TC_ACT_SHOT;
 	}
+	if (r == R_ALLOW_RELATED && sc && svc_icmp(skb, &p, now) < 0)
+		return TC_ACT_SHOT;
 	struct ethhdr eth;
 	__builtin_memcpy(eth.h_dest, dst->mac, 6);
 	__builtin_memcpy(eth.h_source, dst->lxc_mac, 6);
@@ -1473,10 +1519,13 @@ int cnlab_to_ep(struct __sk_buff *skb)
 		return finish(cfg, skb, &p, dst->index, DIR_INGRESS, R_DROP_UNKNOWN, 0, dst->identity, rule);
 	__u64 now = bpf_ktime_get_ns();
 	struct xlate x = {};
-	if (svc_config())
+	int svc = svc_config() != 0;
+	if (svc)
 		svc_to_ep(&p, &x, now);
 	r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule);
 	if (!is_drop(r) && x.kind && xlate_write(skb, &p, &x) < 0)
+		r = R_DROP_MALFORMED;
+	if (r == R_ALLOW_RELATED && svc && svc_icmp(skb, &p, now) < 0)
 		r = R_DROP_MALFORMED;
 	return finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule);
 }
