@@ -249,8 +249,9 @@ func TestEBPFReload(t *testing.T) {
 		return out
 	}
 	before := progs()
-	if len(before) != 2*len(spec.Endpoints) {
-		t.Fatalf("%d links pinned for %d endpoints", len(before), len(spec.Endpoints))
+	// Two per endpoint, and one per link end (cnlab_from_wire).
+	if want := 2*len(spec.Endpoints) + 2*len(spec.Links); len(before) != want {
+		t.Fatalf("%d links pinned for %d endpoints and %d links, want %d", len(before), len(spec.Endpoints), len(spec.Links), want)
 	}
 	if err := ebpf.New().Setup(ctx, spec); err != nil {
 		t.Fatal(err)

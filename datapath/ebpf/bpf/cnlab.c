@@ -944,6 +944,20 @@ static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 di
 	return r;
 }
 
+// deliver hands an IPv4 packet straight to an endpoint of this host: its
+// Ethernet header as the host-side veth would send it, then into the
+// endpoint's namespace with bpf_redirect_peer (from a tc ingress hook).
+static __always_inline int deliver(struct __sk_buff *skb, struct endpoint *ep)
+{
+	struct ethhdr eth;
+	__builtin_memcpy(eth.h_dest, ep->mac, 6);
+	__builtin_memcpy(eth.h_source, ep->lxc_mac, 6);
+	eth.h_proto = bpf_htons(ETH_P_IP);
+	if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0)
+		return TC_ACT_SHOT;
+	return bpf_redirect_peer(ep->ifindex, 0);
+}
+
 // ---- Services (the ebpf service proxy) ----
 //
 // A new connection from an endpoint to a Service's address is translated
@@ -1266,15 +1280,10 @@ static __always_inline int reject(struct __sk_buff *skb, struct endpoint *ep, st
 	r.icmp[1] = 3; // port unreachable
 	__u16 c = csum_fold(bpf_csum_diff(0, 0, (__be32 *)r.icmp, sizeof(r.icmp) + sizeof(r.quote), 0));
 	__builtin_memcpy(&r.icmp[2], &c, 2);
-	struct ethhdr eth;
-	__builtin_memcpy(eth.h_dest, ep->mac, 6);
-	__builtin_memcpy(eth.h_source, ep->lxc_mac, 6);
-	eth.h_proto = bpf_htons(ETH_P_IP);
 	if (bpf_skb_change_tail(skb, ETH_HLEN + sizeof(r), 0) < 0 ||
-	    bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0 ||
 	    bpf_skb_store_bytes(skb, ETH_HLEN, &r, sizeof(r), 0) < 0)
 		return TC_ACT_SHOT;
-	return bpf_redirect_peer(ep->ifindex, 0);
+	return deliver(skb, ep);
 }
 
 static __always_inline struct svc_config *svc_config(void)
@@ -1487,13 +1496,7 @@ redirect:
 	}
 	if (r == R_ALLOW_RELATED && sc && svc_icmp(skb, &p, now) < 0)
 		return TC_ACT_SHOT;
-	struct ethhdr eth;
-	__builtin_memcpy(eth.h_dest, dst->mac, 6);
-	__builtin_memcpy(eth.h_source, dst->lxc_mac, 6);
-	eth.h_proto = bpf_htons(ETH_P_IP);
-	if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0)
-		return TC_ACT_SHOT;
-	return bpf_redirect_peer(dst->ifindex, 0);
+	return deliver(skb, dst);
 }
 
 SEC("tc")
@@ -1564,13 +1567,7 @@ int cnlab_from_wire(struct __sk_buff *skb)
 		r = R_DROP_MALFORMED;
 	if (finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule) != TC_ACT_OK)
 		return TC_ACT_SHOT;
-	struct ethhdr eth;
-	__builtin_memcpy(eth.h_dest, dst->mac, 6);
-	__builtin_memcpy(eth.h_source, dst->lxc_mac, 6);
-	eth.h_proto = bpf_htons(ETH_P_IP);
-	if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0)
-		return TC_ACT_SHOT;
-	return bpf_redirect_peer(dst->ifindex, 0);
+	return deliver(skb, dst);
 }
 
 #define ECONNREFUSED 111
