@@ -444,3 +444,75 @@ func TestServiceAffinityExpires(t *testing.T) {
 		})
 	}
 }
+
+// TestServiceConnectHook: with the connect hook, a connect to a cluster IP
+// or to a node port is judged after translation, on its backend, not on
+// the Service's or the node's address (which no policy allows): a client
+// whose egress allows only the backends' ports reaches both.
+func TestServiceConnectHook(t *testing.T) {
+	testutil.RequireRoot(t)
+	ctx := context.Background()
+	spec := upServiceLab(t, "t-svhook", "ebpf", "ebpf", "wire", kind.Overrides{ConnectHook: true})
+	svcs, _, err := service.Parse([]byte(svcDoc("np", "  type: NodePort\n  selector: {app: web}\n  ports: [{port: 80, targetPort: http}]\n")), "np")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ApplyServices(ctx, spec.Name, svcs, nil); err != nil {
+		t.Fatal(err)
+	}
+	pols, err := policy.Parse([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: web-only, namespace: y}\nspec:\n  podSelector: {}\n  policyTypes: [Egress]\n  egress: [{to: [{namespaceSelector: {matchLabels: {team: web}}}], ports: [{port: 8080}, {port: 8081}]}]\n"), "web-only")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Replace(ctx, spec.Name, pols); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ServiceModel(spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.Resolved.Frontend("x/np")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for _, id := range []string{"x/w1", "x/w2", "x/w3"} {
+		ep, _ := spec.Endpoint(id)
+		port := "8080"
+		if id == "x/w3" {
+			port = "8081"
+		}
+		var ln net.Listener
+		if err := netns.Do(ep.Netns, func() (err error) { ln, err = net.Listen("tcp4", ":"+port); return }); err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+	}
+	c1, _ := spec.Endpoint("y/c1")
+	flap := spec.Host("flap")
+	for _, target := range []string{fmt.Sprintf("%s:%d", f.VIP, f.Port), fmt.Sprintf("%s:%d", service.NodeAddress(flap), f.NodePort)} {
+		for i := 0; i < 6; i++ {
+			var c net.Conn
+			err := netns.Do(c1.Netns, func() (err error) { c, err = net.DialTimeout("tcp4", target, 2*time.Second); return })
+			if err != nil {
+				t.Errorf("y/c1 -> %s (egress allows the backends' ports): %v", target, err)
+				break
+			}
+			c.Close()
+		}
+	}
+}

@@ -267,6 +267,7 @@ const (
 	cnlabReasonR_DROP_UNKNOWN      cnlabReason = 23
 	cnlabReasonR_DROP_SVC_REJECT   cnlabReason = 24
 	cnlabReasonR_DROP_SVC_NO_LOCAL cnlabReason = 25
+	cnlabReasonR_DROP_SVC_NO_PORT  cnlabReason = 26
 	cnlabReasonR_MAX               cnlabReason = 32
 )
 
@@ -349,6 +350,7 @@ const (
 	cnlabMapCnlabPolicy         = "cnlab_policy"
 	cnlabMapCnlabSockFwd        = "cnlab_sock_fwd"
 	cnlabMapCnlabSockRev        = "cnlab_sock_rev"
+	cnlabMapCnlabSockRevTcp     = "cnlab_sock_rev_tcp"
 	cnlabMapCnlabSockep         = "cnlab_sockep"
 	cnlabMapCnlabSvc            = "cnlab_svc"
 	cnlabMapCnlabSvcConfig      = "cnlab_svc_config"
@@ -434,26 +436,27 @@ type cnlabProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cnlabMapSpecs struct {
-	CnlabAffinity  *ebpf.MapSpec `ebpf:"cnlab_affinity"`
-	CnlabBackends  *ebpf.MapSpec `ebpf:"cnlab_backends"`
-	CnlabConfig    *ebpf.MapSpec `ebpf:"cnlab_config"`
-	CnlabCounters  *ebpf.MapSpec `ebpf:"cnlab_counters"`
-	CnlabCt        *ebpf.MapSpec `ebpf:"cnlab_ct"`
-	CnlabEnforce   *ebpf.MapSpec `ebpf:"cnlab_enforce"`
-	CnlabEvents    *ebpf.MapSpec `ebpf:"cnlab_events"`
-	CnlabEvlimit   *ebpf.MapSpec `ebpf:"cnlab_evlimit"`
-	CnlabFrag      *ebpf.MapSpec `ebpf:"cnlab_frag"`
-	CnlabIpcache   *ebpf.MapSpec `ebpf:"cnlab_ipcache"`
-	CnlabLocal     *ebpf.MapSpec `ebpf:"cnlab_local"`
-	CnlabLxc       *ebpf.MapSpec `ebpf:"cnlab_lxc"`
-	CnlabMonitor   *ebpf.MapSpec `ebpf:"cnlab_monitor"`
-	CnlabNat       *ebpf.MapSpec `ebpf:"cnlab_nat"`
-	CnlabPolicy    *ebpf.MapSpec `ebpf:"cnlab_policy"`
-	CnlabSockFwd   *ebpf.MapSpec `ebpf:"cnlab_sock_fwd"`
-	CnlabSockRev   *ebpf.MapSpec `ebpf:"cnlab_sock_rev"`
-	CnlabSockep    *ebpf.MapSpec `ebpf:"cnlab_sockep"`
-	CnlabSvc       *ebpf.MapSpec `ebpf:"cnlab_svc"`
-	CnlabSvcConfig *ebpf.MapSpec `ebpf:"cnlab_svc_config"`
+	CnlabAffinity   *ebpf.MapSpec `ebpf:"cnlab_affinity"`
+	CnlabBackends   *ebpf.MapSpec `ebpf:"cnlab_backends"`
+	CnlabConfig     *ebpf.MapSpec `ebpf:"cnlab_config"`
+	CnlabCounters   *ebpf.MapSpec `ebpf:"cnlab_counters"`
+	CnlabCt         *ebpf.MapSpec `ebpf:"cnlab_ct"`
+	CnlabEnforce    *ebpf.MapSpec `ebpf:"cnlab_enforce"`
+	CnlabEvents     *ebpf.MapSpec `ebpf:"cnlab_events"`
+	CnlabEvlimit    *ebpf.MapSpec `ebpf:"cnlab_evlimit"`
+	CnlabFrag       *ebpf.MapSpec `ebpf:"cnlab_frag"`
+	CnlabIpcache    *ebpf.MapSpec `ebpf:"cnlab_ipcache"`
+	CnlabLocal      *ebpf.MapSpec `ebpf:"cnlab_local"`
+	CnlabLxc        *ebpf.MapSpec `ebpf:"cnlab_lxc"`
+	CnlabMonitor    *ebpf.MapSpec `ebpf:"cnlab_monitor"`
+	CnlabNat        *ebpf.MapSpec `ebpf:"cnlab_nat"`
+	CnlabPolicy     *ebpf.MapSpec `ebpf:"cnlab_policy"`
+	CnlabSockFwd    *ebpf.MapSpec `ebpf:"cnlab_sock_fwd"`
+	CnlabSockRev    *ebpf.MapSpec `ebpf:"cnlab_sock_rev"`
+	CnlabSockRevTcp *ebpf.MapSpec `ebpf:"cnlab_sock_rev_tcp"`
+	CnlabSockep     *ebpf.MapSpec `ebpf:"cnlab_sockep"`
+	CnlabSvc        *ebpf.MapSpec `ebpf:"cnlab_svc"`
+	CnlabSvcConfig  *ebpf.MapSpec `ebpf:"cnlab_svc_config"`
 }
 
 // cnlabVariableSpecs contains global variables before they are loaded into the kernel.
@@ -500,26 +503,27 @@ func (o *cnlabObjects) Close() error {
 //
 // It can be passed to loadCnlabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cnlabMaps struct {
-	CnlabAffinity  *ebpf.Map `ebpf:"cnlab_affinity"`
-	CnlabBackends  *ebpf.Map `ebpf:"cnlab_backends"`
-	CnlabConfig    *ebpf.Map `ebpf:"cnlab_config"`
-	CnlabCounters  *ebpf.Map `ebpf:"cnlab_counters"`
-	CnlabCt        *ebpf.Map `ebpf:"cnlab_ct"`
-	CnlabEnforce   *ebpf.Map `ebpf:"cnlab_enforce"`
-	CnlabEvents    *ebpf.Map `ebpf:"cnlab_events"`
-	CnlabEvlimit   *ebpf.Map `ebpf:"cnlab_evlimit"`
-	CnlabFrag      *ebpf.Map `ebpf:"cnlab_frag"`
-	CnlabIpcache   *ebpf.Map `ebpf:"cnlab_ipcache"`
-	CnlabLocal     *ebpf.Map `ebpf:"cnlab_local"`
-	CnlabLxc       *ebpf.Map `ebpf:"cnlab_lxc"`
-	CnlabMonitor   *ebpf.Map `ebpf:"cnlab_monitor"`
-	CnlabNat       *ebpf.Map `ebpf:"cnlab_nat"`
-	CnlabPolicy    *ebpf.Map `ebpf:"cnlab_policy"`
-	CnlabSockFwd   *ebpf.Map `ebpf:"cnlab_sock_fwd"`
-	CnlabSockRev   *ebpf.Map `ebpf:"cnlab_sock_rev"`
-	CnlabSockep    *ebpf.Map `ebpf:"cnlab_sockep"`
-	CnlabSvc       *ebpf.Map `ebpf:"cnlab_svc"`
-	CnlabSvcConfig *ebpf.Map `ebpf:"cnlab_svc_config"`
+	CnlabAffinity   *ebpf.Map `ebpf:"cnlab_affinity"`
+	CnlabBackends   *ebpf.Map `ebpf:"cnlab_backends"`
+	CnlabConfig     *ebpf.Map `ebpf:"cnlab_config"`
+	CnlabCounters   *ebpf.Map `ebpf:"cnlab_counters"`
+	CnlabCt         *ebpf.Map `ebpf:"cnlab_ct"`
+	CnlabEnforce    *ebpf.Map `ebpf:"cnlab_enforce"`
+	CnlabEvents     *ebpf.Map `ebpf:"cnlab_events"`
+	CnlabEvlimit    *ebpf.Map `ebpf:"cnlab_evlimit"`
+	CnlabFrag       *ebpf.Map `ebpf:"cnlab_frag"`
+	CnlabIpcache    *ebpf.Map `ebpf:"cnlab_ipcache"`
+	CnlabLocal      *ebpf.Map `ebpf:"cnlab_local"`
+	CnlabLxc        *ebpf.Map `ebpf:"cnlab_lxc"`
+	CnlabMonitor    *ebpf.Map `ebpf:"cnlab_monitor"`
+	CnlabNat        *ebpf.Map `ebpf:"cnlab_nat"`
+	CnlabPolicy     *ebpf.Map `ebpf:"cnlab_policy"`
+	CnlabSockFwd    *ebpf.Map `ebpf:"cnlab_sock_fwd"`
+	CnlabSockRev    *ebpf.Map `ebpf:"cnlab_sock_rev"`
+	CnlabSockRevTcp *ebpf.Map `ebpf:"cnlab_sock_rev_tcp"`
+	CnlabSockep     *ebpf.Map `ebpf:"cnlab_sockep"`
+	CnlabSvc        *ebpf.Map `ebpf:"cnlab_svc"`
+	CnlabSvcConfig  *ebpf.Map `ebpf:"cnlab_svc_config"`
 }
 
 func (m *cnlabMaps) Close() error {
@@ -541,6 +545,7 @@ func (m *cnlabMaps) Close() error {
 		m.CnlabPolicy,
 		m.CnlabSockFwd,
 		m.CnlabSockRev,
+		m.CnlabSockRevTcp,
 		m.CnlabSockep,
 		m.CnlabSvc,
 		m.CnlabSvcConfig,

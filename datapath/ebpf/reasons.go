@@ -23,6 +23,7 @@ var reasonNames = map[cnlabReason]string{
 	cnlabReasonR_DROP_UNKNOWN:      "unknown-endpoint",
 	cnlabReasonR_DROP_SVC_REJECT:   "service-no-backend",
 	cnlabReasonR_DROP_SVC_NO_LOCAL: "service-no-local-backend",
+	cnlabReasonR_DROP_SVC_NO_PORT:  "masquerade-no-free-port",
 }
 
 func reasonName(r cnlabReason) string {

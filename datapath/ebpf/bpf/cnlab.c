@@ -78,6 +78,7 @@ enum reason {
 	R_DROP_UNKNOWN = 23,    // interface or destination unknown to the maps
 	R_DROP_SVC_REJECT = 24, // new connection to a Service without backends: rejected (ICMP port unreachable)
 	R_DROP_SVC_NO_LOCAL = 25, // internalTrafficPolicy Local, no backend on this host: dropped
+	R_DROP_SVC_NO_PORT = 26,  // masquerade: no free source port to the backend found
 	R_MAX = 32,
 };
 
@@ -492,6 +493,15 @@ struct {
 	__type(key, struct sock_key);
 	__type(value, struct backend);
 } cnlab_sock_rev SEC(".maps");
+
+// The same for TCP sockets, apart: a connection churn (nothing removes a
+// closed socket's entry) must not evict a UDP socket's.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct sock_key);
+	__type(value, struct backend);
+} cnlab_sock_rev_tcp SEC(".maps");
 
 // Keep the types user space reads in BTF, for bpf2go.
 const struct event *unused_event __attribute__((unused));
@@ -1049,9 +1059,18 @@ static __always_inline struct nat_val *svc_reply(struct pkt *p, struct xlate *x,
 	struct nat_val *v = nat_get(&k, now);
 	if (!v)
 		return 0;
+	__u64 was = v->ct.expires;
 	ct_touch(&v->ct, p->proto, p->tcpflags, now);
 	x->kind = XL_REV;
 	xl_set(x, v);
+	if (v->ct.expires != was) {
+		// And its forward entry (the client's tuple), as above.
+		struct nat_key fk = {.saddr = v->daddr, .daddr = v->saddr, .sport = v->dport,
+				     .dport = v->sport, .proto = p->proto, .dir = NAT_FWD};
+		struct nat_val *f = bpf_map_lookup_elem(&cnlab_nat, &fk);
+		if (f && f->ct.expires < v->ct.expires)
+			f->ct.expires = v->ct.expires;
+	}
 	return v;
 }
 
@@ -1091,15 +1110,33 @@ static __always_inline int svc_from_ep(struct svc_config *sc, struct pkt *p, str
 	v = nat_get(&k, now);
 	int syn = p->proto == IPPROTO_TCP && (p->tcpflags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
 	if (v && !(syn && (v->ct.flags & (CT_CLOSING | CT_FIN)))) {
+		__u64 was = v->ct.expires;
 		ct_touch(&v->ct, p->proto, p->tcpflags, now);
 		xl_set(x, v);
+		if (v->ct.expires != was) {
+			// The flow lives on in both directions: its reverse entry
+			// too (at most once a second, as ct_touch writes).
+			struct nat_key rk = {.saddr = v->daddr, .daddr = v->saddr, .sport = v->dport,
+					     .dport = v->sport, .proto = p->proto, .dir = NAT_REV};
+			struct nat_val *r = bpf_map_lookup_elem(&cnlab_nat, &rk);
+			if (r && r->ct.expires < v->ct.expires)
+				r->ct.expires = v->ct.expires;
+		}
 	} else {
 		// A new flow (or one whose entries were evicted).
 		if (!s->count)
 			return s->flags & SVC_DROP ? R_DROP_SVC_NO_LOCAL : R_DROP_SVC_REJECT;
 		struct backend b;
-		if (pick(s, p->saddr, now, &b, &x->slot) < 0)
-			return R_DROP_UNKNOWN; // a slot below the count is always written first
+		if (pick(s, p->saddr, now, &b, &x->slot) < 0) {
+			// The frontend switched to its other half between our read
+			// of it and of the slot (its old slots go right after the
+			// switch): read it again.
+			s = bpf_map_lookup_elem(&cnlab_svc, &sk);
+			if (!s || !s->count)
+				return s && (s->flags & SVC_DROP) ? R_DROP_SVC_NO_LOCAL : R_DROP_SVC_REJECT;
+			if (pick(s, p->saddr, now, &b, &x->slot) < 0)
+				return R_DROP_UNKNOWN; // a slot below the count is always written first
+		}
 		x->fresh = 1;
 		x->id = s->id;
 		x->affinity = s->affinity;
@@ -1107,10 +1144,29 @@ static __always_inline int svc_from_ep(struct svc_config *sc, struct pkt *p, str
 		x->dport = b.port;
 		x->sport = x->o_sport;
 		x->saddr = p->saddr;
-		if (b.ip == p->saddr)
+		if (b.ip == p->saddr) {
 			x->saddr = sc->hairpin;
-		else if (s->flags & SVC_MASQ)
+		} else if (s->flags & SVC_MASQ) {
+			// Masqueraded: the source port is the client's unless a
+			// live flow to this backend has it (clients in other
+			// namespaces pick their ports apart); then a free one.
 			x->saddr = sc->masq;
+			struct nat_key rk = {.saddr = b.ip, .daddr = sc->masq, .sport = b.port,
+					     .dport = x->o_sport, .proto = p->proto, .dir = NAT_REV};
+			int free = 0;
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				struct nat_val *o = bpf_map_lookup_elem(&cnlab_nat, &rk);
+				if (!o || o->ct.expires < now) {
+					free = 1;
+					break;
+				}
+				rk.dport = bpf_htons(32768 + bpf_get_prandom_u32() % 28232);
+			}
+			if (!free)
+				return R_DROP_SVC_NO_PORT;
+			x->sport = rk.dport;
+		}
 	}
 	x->kind = XL_FWD;
 	x->hairpin = x->daddr == p->saddr;
@@ -1135,19 +1191,6 @@ static __always_inline void svc_commit(struct xlate *x, struct pkt *p, __u64 now
 	ct_touch(&v.ct, p->proto, p->tcpflags, now);
 	struct nat_key rk = {.saddr = x->daddr, .daddr = x->saddr, .sport = x->dport,
 			     .dport = x->sport, .proto = p->proto, .dir = NAT_REV};
-	if (x->snat && !x->hairpin) {
-		// Masqueraded: the source port is the client's unless another
-		// live flow to this backend has it (clients in other namespaces
-		// pick their ports apart); then a free one.
-#pragma unroll
-		for (int i = 0; i < 8; i++) {
-			struct nat_val *o = bpf_map_lookup_elem(&cnlab_nat, &rk);
-			if (!o || o->ct.expires < now)
-				break;
-			rk.dport = bpf_htons(32768 + bpf_get_prandom_u32() % 28232);
-		}
-		x->sport = rk.dport;
-	}
 	v.saddr = x->o_daddr;
 	v.daddr = x->o_saddr;
 	v.sport = x->o_dport;
@@ -1435,10 +1478,11 @@ int cnlab_from_ep(struct __sk_buff *skb)
 			return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, 0, rule);
 	}
 	struct endpoint *dst = 0;
-	// A translated packet whose source on the wire is not the client's
-	// (a masquerade's reply) goes straight to its local destination in
-	// either host routing: the host's stack would take it for its own.
-	if ((cfg->flags & FLAG_HOST_ROUTING_BPF) || x.hairpin || (x.kind == XL_REV && x.snat))
+	// A masqueraded flow (its source on the wire is not the client's)
+	// goes straight to a local destination in either host routing, both
+	// sides judged here on the real tuple: the host's stack would take a
+	// reply for its own, and its policy entries are the host-local path's.
+	if ((cfg->flags & FLAG_HOST_ROUTING_BPF) || x.hairpin || x.snat)
 		dst = bpf_map_lookup_elem(&cnlab_local, &p.daddr);
 	else if (x.kind == XL_REV && bpf_map_lookup_elem(&cnlab_local, &p.daddr))
 		// Legacy host routing, a reply bridged to a client of this
@@ -1615,7 +1659,7 @@ static __always_inline int sock_xlate(struct bpf_sock_addr *ctx, struct endpoint
 	}
 	struct sock_key rk = {.cookie = cookie, .addr = b.ip, .port = b.port, .proto = proto};
 	struct backend orig = {.ip = daddr, .port = dport};
-	bpf_map_update_elem(&cnlab_sock_rev, &rk, &orig, BPF_ANY);
+	bpf_map_update_elem(proto == IPPROTO_TCP ? (void *)&cnlab_sock_rev_tcp : (void *)&cnlab_sock_rev, &rk, &orig, BPF_ANY);
 	ctx->user_ip4 = b.ip;
 	ctx->user_port = b.port;
 	return 0;
@@ -1667,6 +1711,13 @@ int cnlab_connect4(struct bpf_sock_addr *ctx)
 	struct svc_config *sc = svc_config();
 	if (sc && (daddr & sc->mask) == sc->net)
 		return 1;
+	__u16 dport = bpf_ntohs(ctx->user_port);
+	if (sc && (sc->flags & SVC_NODEPORTS) && dport >= NODEPORT_MIN && dport <= NODEPORT_MAX) {
+		// So is a node port of a host.
+		struct svc_key nk = {.vip = daddr, .port = (__u16)ctx->user_port, .proto = IPPROTO_TCP};
+		if (bpf_map_lookup_elem(&cnlab_svc, &nk))
+			return 1;
+	}
 	struct pkt p = {.saddr = src->ip, .daddr = daddr, .proto = IPPROTO_TCP,
 			.dport = bpf_ntohs(ctx->user_port), .tcpflags = TCP_SYN};
 	__u32 rule = NO_RULE;
@@ -1717,7 +1768,7 @@ static __always_inline void restore(struct bpf_sock_addr *ctx, __u8 proto)
 		return;
 	struct sock_key rk = {.cookie = bpf_get_socket_cookie(ctx), .addr = ctx->user_ip4,
 			      .port = (__u16)ctx->user_port, .proto = proto};
-	struct backend *o = bpf_map_lookup_elem(&cnlab_sock_rev, &rk);
+	struct backend *o = bpf_map_lookup_elem(proto == IPPROTO_TCP ? (void *)&cnlab_sock_rev_tcp : (void *)&cnlab_sock_rev, &rk);
 	if (o) {
 		ctx->user_ip4 = o->ip;
 		ctx->user_port = o->port;
