@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -475,32 +476,17 @@ func TestServiceConnectHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
 	for _, id := range []string{"x/w1", "x/w2", "x/w3"} {
 		ep, _ := spec.Endpoint(id)
-		port := "8080"
+		port := uint16(8080)
 		if id == "x/w3" {
-			port = "8081"
+			port = 8081
 		}
-		var ln net.Listener
-		if err := netns.Do(ep.Netns, func() (err error) { ln, err = net.Listen("tcp4", ":"+port); return }); err != nil {
+		srv, err := testutil.ListenEcho(ep.Netns, netip.AddrPortFrom(ep.IP, port))
+		if err != nil {
 			t.Fatal(err)
 		}
-		lns = append(lns, ln)
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
+		defer srv.Close()
 	}
 	c1, _ := spec.Endpoint("y/c1")
 	flap := spec.Host("flap")
