@@ -195,6 +195,7 @@ func renderServices(t *service.Table, host string, nodes map[string][]netip.Addr
 			udp = append(udp, u)
 		}
 	}
+	hosts := slices.Sorted(maps.Keys(nodes))
 	for i := range t.Frontends {
 		f := &t.Frontends[i]
 		bs := f.For(host)
@@ -202,7 +203,7 @@ func renderServices(t *service.Table, host string, nodes map[string][]netip.Addr
 		if f.NodePort == 0 {
 			continue
 		}
-		for _, h := range slices.Sorted(maps.Keys(nodes)) {
+		for _, h := range hosts {
 			ext := f.Backends
 			if f.ExternalLocal {
 				ext = nil
