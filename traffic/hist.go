@@ -1,6 +1,8 @@
 // Package traffic generates and measures the workloads of experiments:
 // iperf3 streams (driven and parsed here), cnlab's own request/response
-// tool (tcp-rr, tcp-crr, udp-rr; netperf is not packaged), and ping.
+// tool (tcp-rr, tcp-crr, udp-rr; netperf is not packaged), cnlab's own
+// HTTP load (server and client; ApacheBench's output parsed to compare),
+// and ping.
 package traffic
 
 import (
