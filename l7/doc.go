@@ -31,7 +31,7 @@
 // byte grows with the number of branches alive at once, which for
 // regexps without a literal prefix that share their start (`(/v1)?/x<i>`
 // for i < 10000) is the fan-out of the factored trie, not the number of
-// rules: about 4x one rule's cost at ten thousand (BenchmarkMatch
+// rules: 2.5x to 4.5x one rule's cost at ten thousand (BenchmarkMatch
 // noprefix); for regexps that share nothing (`.*\.php|.*/admin`) all
 // branches stay alive and the cost is linear.
 //
