@@ -34,6 +34,24 @@ type State struct {
 	Created time.Time      `json:"created"`
 	Pid     int            `json:"pid"` // process that ran `up`
 	Spec    *topology.Spec `json:"spec"`
+	// L7Proxies are the pids of the L7 proxies started, per host (they
+	// run in the host's namespace: down kills them with the rest).
+	L7Proxies map[string]int `json:"l7Proxies,omitempty"`
+}
+
+// recordProxies adds the proxies started to the ledger.
+func recordProxies(lab string, pids map[string]int) error {
+	st, err := ReadState(lab)
+	if err != nil {
+		return err
+	}
+	if st.L7Proxies == nil {
+		st.L7Proxies = map[string]int{}
+	}
+	for h, pid := range pids {
+		st.L7Proxies[h] = pid
+	}
+	return writeState(st)
 }
 
 func labDir(lab string) string { return rundir.Lab(lab) }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cnlab/cnlab/internal/input"
+	"github.com/cnlab/cnlab/l7proxy/deploy"
 	"os"
 	"path/filepath"
 	"sort"
@@ -220,7 +222,7 @@ func modify(ctx context.Context, labName, op string, tolerateBad bool, f func([]
 	if err := fault.At(fault.Staged, ""); err != nil {
 		return nil, abort(ctx, spec, dp, cur, curErr == nil, err)
 	}
-	if err := dp.Apply(ctx, spec, ch.Compiled); err != nil {
+	if err := enforce(ctx, spec, dp, ch.Compiled); err != nil {
 		return nil, abort(ctx, spec, dp, cur, curErr == nil, err)
 	}
 	_ = fault.At(fault.Applied, "")
@@ -250,7 +252,35 @@ func applyLocked(ctx context.Context, spec *topology.Spec, dp datapath.Datapath,
 	if err != nil {
 		return nil, err
 	}
-	return c, dp.Apply(ctx, spec, c)
+	return c, enforce(ctx, spec, dp, c)
+}
+
+// enforce makes the lab's hosts enforce c: the L7 proxies get their rules
+// first (started where a host needs one), keeping the rules of ports that
+// stop being L7 ports; then the datapath switches, redirecting what c
+// sends to the proxies; then the proxies drop the rules nothing sends them
+// any more. A connection is never judged by no rules, nor passed to an
+// L7 port past its proxy.
+func enforce(ctx context.Context, spec *topology.Spec, dp datapath.Datapath, c *policy.Compiled) error {
+	if len(c.HTTP) > 0 {
+		if d := kind.Get(spec.Datapath); d != nil && d.NoL7 != "" {
+			return &input.Error{File: c.HTTP[0].Origin, Msg: d.NoL7}
+		}
+	}
+	started, err := deploy.Push(ctx, spec, c, true)
+	if len(started) > 0 {
+		if rerr := recordProxies(spec.Name, started); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := dp.Apply(ctx, spec, c); err != nil {
+		return err
+	}
+	_, err = deploy.Push(ctx, spec, c, false)
+	return err
 }
 
 // Model returns a lab's spec and the policy model of what is applied. A

@@ -74,10 +74,13 @@ type Entry struct {
 	PortLo   uint16       `json:"portLo,omitempty"` // 0: any port
 	PortHi   uint16       `json:"portHi,omitempty"`
 	Origin   string       `json:"origin"` // policy and rule path it comes from
+	// L7 marks an allow whose connections go through the L7 proxy: its
+	// HTTP rules are in Compiled.HTTP. It allows at L3/L4 like any allow.
+	L7 bool `json:"l7,omitempty"`
 }
 
 func (r Entry) key() string {
-	return fmt.Sprintf("%d/%d/%v/%d/%s/%d/%d-%d", r.Subject, r.Dir, r.Deny, r.PeerID, r.PeerCIDR, r.Proto, r.PortLo, r.PortHi)
+	return fmt.Sprintf("%d/%d/%v/%d/%s/%d/%d-%d/%v", r.Subject, r.Dir, r.Deny, r.PeerID, r.PeerCIDR, r.Proto, r.PortLo, r.PortHi, r.L7)
 }
 
 // PortString renders the rule's protocol and ports ("tcp/80", "udp/1000-2000", "any").
@@ -117,7 +120,10 @@ type Compiled struct {
 	// Terms are the rules again, one per peer term as written rather than
 	// per peer identity, with the sets of peers they name (terms.go): for
 	// datapaths that match peers by set, as Calico does.
-	Terms          []Term                 `json:"terms,omitempty"`
+	Terms []Term `json:"terms,omitempty"`
+	// HTTP are the L7 rules of the L7 entries (l7.go), in the order
+	// compiled.
+	HTTP           []HTTPEntry            `json:"http,omitempty"`
 	PeerSets       map[string]*PeerSet    `json:"peerSets,omitempty"`
 	named          map[namedRef]*namedUse // named ports met while compiling, for Warnings
 	endpointIPs    map[uint32][]netip.Addr
@@ -289,6 +295,10 @@ func (m *Model) compileRule(c *Compiled, p *Policy, subj *Identity, dir Dir, den
 					rr := base
 					rr.PeerID, rr.PeerCIDR, rr.Proto = pe.id, pe.cidr, proto
 					rr.PortLo, rr.PortHi = uint16(port.Port), uint16(max(port.Port, port.EndPort))
+					if port.L7 && !deny {
+						rr.L7 = true
+						c.addHTTP(rr, port.HTTP)
+					}
 					add(rr)
 				}
 				continue

@@ -645,17 +645,31 @@ func (p *parser) cnpRule(path, ns, epField string, epsp *[]rawSelector, cidrFiel
 	rule.AnyPeer = len(rule.Peers) == 0 && len(ports) > 0 && epsp == nil
 	for i, pr := range ports {
 		pp := fmt.Sprintf("%s.toPorts[%d]", path, i)
-		if err := unsupported(pp, map[string]*yaml.Node{"rules": &pr.Rules, "originatingTLS": &pr.OriginatingTLS,
+		if err := unsupported(pp, map[string]*yaml.Node{"originatingTLS": &pr.OriginatingTLS,
 			"terminatingTLS": &pr.TerminatingTLS, "serverNames": &pr.ServerNames, "listener": &pr.Listener}); err != nil {
-			return rule, p.errf(err.Error(), "L7 policy is not supported yet (cnlab enforces L3/L4)")
+			return rule, p.errf(err.Error(), "TLS interception and listeners are not supported (cnlab's proxy speaks plain HTTP/1.1)")
+		}
+		http, l7, err := p.l7Rules(&pr.Rules, pp+".rules", path)
+		if err != nil {
+			return rule, err
 		}
 		if len(pr.Ports) == 0 {
+			if l7 {
+				return rule, p.errf(pp+".ports", "is required with rules: L7 rules need a TCP port (as in Cilium)")
+			}
 			rule.Ports = append(rule.Ports, Port{Protocol: ANY}) // toPorts without ports: any port
 		}
 		for j, pp2 := range pr.Ports {
-			port, err := p.cnpPort(pp2, fmt.Sprintf("%s.ports[%d]", pp, j))
+			jp := fmt.Sprintf("%s.ports[%d]", pp, j)
+			port, err := p.cnpPort(pp2, jp)
 			if err != nil {
 				return rule, err
+			}
+			if l7 {
+				if err := p.l7Port(port, jp); err != nil {
+					return rule, err
+				}
+				port.L7, port.HTTP = true, http
 			}
 			rule.Ports = append(rule.Ports, port)
 		}

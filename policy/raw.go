@@ -156,6 +156,30 @@ type rawPortRule struct {
 	Listener       yaml.Node      `yaml:"listener"`
 }
 
+// rawL7 is toPorts[].rules: only http is enforced.
+type rawL7 struct {
+	HTTP    *[]rawHTTP `yaml:"http"`
+	Kafka   yaml.Node  `yaml:"kafka"`
+	DNS     yaml.Node  `yaml:"dns"`
+	L7Proto yaml.Node  `yaml:"l7proto"`
+	L7      yaml.Node  `yaml:"l7"`
+}
+
+type rawHTTP struct {
+	Method        string           `yaml:"method"`
+	Path          string           `yaml:"path"`
+	Host          string           `yaml:"host"`
+	Headers       []string         `yaml:"headers"`
+	HeaderMatches []rawHeaderMatch `yaml:"headerMatches"`
+}
+
+type rawHeaderMatch struct {
+	Name     string    `yaml:"name"`
+	Value    string    `yaml:"value"`
+	Mismatch string    `yaml:"mismatch"`
+	Secret   yaml.Node `yaml:"secret"`
+}
+
 type rawPortProto struct {
 	Port     string `yaml:"port"`
 	EndPort  int    `yaml:"endPort"`

@@ -3,6 +3,8 @@ package policy
 import (
 	"net/netip"
 	"strings"
+
+	"github.com/cnlab/cnlab/l7"
 )
 
 // Kinds of policy documents.
@@ -93,6 +95,11 @@ type Port struct {
 	Port     int    `json:"port,omitempty"`    // 0: any port
 	EndPort  int    `json:"endPort,omitempty"` // 0: just Port
 	Name     string `json:"name,omitempty"`    // named port, resolved on the destination
+	// L7 says that connections to this port are handed to the L7 proxy,
+	// which allows the requests that one of HTTP matches (rules.http of a
+	// CiliumNetworkPolicy; [{}] allows every request).
+	L7   bool      `json:"l7,omitempty"`
+	HTTP []l7.Rule `json:"http,omitempty"`
 }
 
 func (p Port) String() string {

@@ -45,6 +45,14 @@ type Cell struct {
 	Allowed  bool   `json:"allowed"`
 	Expected *bool  `json:"expected,omitempty"`
 	Error    string `json:"error,omitempty"` // neither allowed nor a clean timeout
+	// With an HTTP probe (http.go): the request, the status received (0
+	// when no connection could be made), the status the model expects,
+	// and whether the server received the request.
+	Method         string `json:"method,omitempty"`
+	Path           string `json:"path,omitempty"`
+	Status         *int   `json:"status,omitempty"`
+	ExpectedStatus *int   `json:"expectedStatus,omitempty"`
+	Reached        bool   `json:"reached,omitempty"`
 }
 
 // Expect sets every cell's Expected to the policy model's verdict and

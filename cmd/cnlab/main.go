@@ -8,9 +8,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/cnlab/cnlab/l7proxy"
 )
 
 func main() {
+	// cnlab runs itself again as a host's L7 proxy (l7proxy.Push).
+	l7proxy.MaybeRun()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// After the first Ctrl-C the command cleans up; a second one

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"net/netip"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -12,6 +13,7 @@ import (
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/labels"
 	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/probe"
 	"github.com/spf13/cobra"
 )
 
@@ -251,12 +253,20 @@ func printShow(w io.Writer, v showView, c *policy.Compiled) {
 }
 
 func newPolicyTraceCmd(e *env) *cobra.Command {
-	var from, to, proto, output, portArg string
+	var from, to, proto, output, portArg, httpReq string
+	var headers []string
 	cmd := &cobra.Command{
-		Use:   "trace LAB --from A --to B --port P [--protocol tcp|udp|sctp] [-o json]",
-		Short: "Explain whether a connection is allowed, and by which rule",
+		Use:   "trace LAB --from A --to B --port P [--protocol tcp|udp|sctp] [--http \"METHOD PATH\" [--header \"K: v\"]...] [-o json]",
+		Short: "Explain whether a connection (or an HTTP request) is allowed, and by which rule",
+		Long: `Explain the policy model's verdict on a new connection from A to B: the
+source's egress and the destination's ingress, and the rule that decided
+each. With --http, the verdict on one HTTP request on that connection:
+no connection (denied at L3/L4), 403 (the destination's L7 rules do not
+allow it: its host's proxy answers "Access denied") or 200 (passed to the
+server), and the L7 rules it was judged by.`,
 		Example: `  cnlab policy trace policy-lab --from y/a --to x/a --port 80
-  cnlab policy trace policy-lab --from x/b --to x/a --port 81 --protocol udp -o json`,
+  cnlab policy trace policy-lab --from x/b --to x/a --port 81 --protocol udp -o json
+  cnlab policy trace policy-lab --from x/c --to x/a --port 80 --http "GET /private"`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -289,15 +299,46 @@ func newPolicyTraceCmd(e *env) *cobra.Command {
 				return err
 			}
 			v := m.Verdict(src, dst, p, port)
+			var hv *policy.HTTPVerdict
+			if httpReq != "" {
+				if p != policy.TCP {
+					return usagef("--http speaks HTTP over TCP: drop --protocol %s", proto)
+				}
+				req, err := probe.ParseHTTPRequest(httpReq, headers)
+				if err != nil {
+					return usagef("%v", err)
+				}
+				x := m.HTTPVerdict(src, dst, port, req.Model(netip.AddrPortFrom(dst.IP, uint16(port)).String()))
+				hv, v = &x, x.Verdict
+			} else if len(headers) > 0 {
+				return usagef("--header needs --http")
+			}
 			v.Protocol = strings.ToLower(v.Protocol) // as probe -o json writes it
 			if output == "json" {
+				if hv != nil {
+					hv.Verdict = v
+					return writeJSON(e.stdout, hv)
+				}
 				return writeJSON(e.stdout, v)
 			}
 			verdict := "ALLOWED"
 			if !v.Allowed {
 				verdict = "DENIED"
 			}
-			fmt.Fprintf(e.stdout, "%s -> %s %s/%d: %s\n", v.From, v.To, strings.ToLower(p), port, verdict)
+			if hv != nil {
+				switch hv.Status {
+				case 0:
+					verdict = "NO CONNECTION"
+				case 403:
+					verdict = "403 Access denied"
+				default:
+					verdict = "200 passed to the server"
+				}
+				fmt.Fprintf(e.stdout, "%s -> %s tcp/%d %s: %s\n", v.From, v.To, port, httpReq, verdict)
+				fmt.Fprintf(e.stdout, "  L7: %s\n", hv.L7)
+			} else {
+				fmt.Fprintf(e.stdout, "%s -> %s %s/%d: %s\n", v.From, v.To, strings.ToLower(p), port, verdict)
+			}
 			for _, side := range []struct {
 				dir, ep string
 				s       policy.Side
@@ -315,6 +356,8 @@ func newPolicyTraceCmd(e *env) *cobra.Command {
 	f.StringVar(&to, "to", "", "destination endpoint")
 	f.StringVar(&portArg, "port", "", "destination port (a number)")
 	f.StringVar(&proto, "protocol", "tcp", "tcp, udp or sctp")
+	f.StringVar(&httpReq, "http", "", `explain one HTTP request ("METHOD PATH") on the connection`)
+	f.StringArrayVar(&headers, "header", nil, `with --http: a request header "Name: value" (repeatable; "Host: h" sets the Host)`)
 	f.StringVarP(&output, "output", "o", "", "output format: text or json")
 	return cmd
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/probe"
 	"github.com/cnlab/cnlab/service"
 	"github.com/cnlab/cnlab/topology"
@@ -41,8 +42,10 @@ func newProbeCmd(e *env) *cobra.Command {
 	var alpha float64
 	var from []string
 	var nodePort string
+	var httpReq string
+	var headers []string
 	cmd := &cobra.Command{
-		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--expect] [--spoof] [-o json]\n  cnlab probe LAB --service NS/NAME[:PORTNAME] [--connections K] [--from NS/NAME]... [--expect] [-o json]",
+		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--expect] [--spoof] [-o json]\n  cnlab probe LAB --port P --http \"METHOD PATH\" [--header \"Name: value\"]... [--expect] [-o json]\n  cnlab probe LAB --service NS/NAME[:PORTNAME] [--connections K] [--from NS/NAME]... [--expect] [-o json]",
 		Short: "Test connectivity between every ordered pair of endpoints with real packets",
 		Long: `Start listeners on every endpoint, then connect (TCP) or send a request and
 wait for the reply (UDP) from every endpoint to every other one, in
@@ -56,6 +59,15 @@ unused address, another endpoint's IP, with its MAC too), a foreign MAC,
 ARP with a forged sender IP or MAC, IPv6, ethertype 0x88b5 and a
 VLAN-tagged frame; print one line per endpoint and check, and exit 1 when
 a forged frame arrived.
+
+With --http, every endpoint's listener speaks HTTP/1.1 and each cell is one
+request on a fresh connection: the matrix shows the status received (200,
+403 from an L7 proxy's "Access denied", - for no connection). With
+--expect, a cell differs when its status is not the one the model expects
+(0 when L3/L4 denies the connection, 403 when the L7 rules deny the
+request, 200 otherwise), or when the server received a request it should
+not have, or missed one it should have (each request carries a nonce the
+servers record).
 
 With --service, probe a Service port instead: every backend listens on its
 target port and answers with its name and the source address it saw;
@@ -73,6 +85,8 @@ another address than the Service's.`,
   cnlab probe policy-lab --port 81 --protocol udp --expect
   cnlab probe policy-lab -o json | jq '.results[] | select(.allowed != .expected)'
   cnlab probe policy-lab --spoof
+  cnlab probe policy-lab --port 80 --http "GET /public" --expect
+  cnlab probe policy-lab --port 80 --http "POST /api" --header "X-Token: 1" -o json
   cnlab probe svc-lab --service default/web:http --expect
   cnlab probe svc-lab --service default/web-udp --from default/client-1 --connections 200 -o json
   cnlab probe svc-lab --service default/web-np --node-port flap --expect`,
@@ -99,6 +113,9 @@ another address than the Service's.`,
 				}
 				return runServiceProbe(cmd, e, args[0], svcRef, probe.ServiceOptions{Connections: connections, Timeout: timeout, From: from, NodeHost: nodePort}, alpha, expect, output)
 			}
+			if httpReq == "" && len(headers) > 0 {
+				return usagef("--header needs --http")
+			}
 			if connections != 0 || len(from) > 0 || nodePort != "" || cmd.Flags().Changed("alpha") {
 				return usagef("--connections, --from, --node-port and --alpha apply to --service")
 			}
@@ -121,6 +138,16 @@ another address than the Service's.`,
 			}
 			if spoof {
 				return runSpoof(cmd, e, spec, output)
+			}
+			if httpReq != "" {
+				if proto != "tcp" {
+					return usagef("--http speaks HTTP over TCP: drop --protocol %s", proto)
+				}
+				req, err := probe.ParseHTTPRequest(httpReq, headers)
+				if err != nil {
+					return usagef("%v", err)
+				}
+				return runHTTPProbe(cmd, e, spec, m, port, req, timeout, expect, output)
 			}
 			cells, err := probe.Run(cmd.Context(), spec, []probe.Target{{Protocol: proto, Port: port}}, probe.Options{Timeout: timeout})
 			if err != nil {
@@ -158,6 +185,8 @@ another address than the Service's.`,
 	f.IntVar(&connections, "connections", 0, "with --service: fresh connections per client (default: enough to reach every backend)")
 	f.Float64Var(&alpha, "alpha", probe.DefaultAlpha, "with --service --expect: significance level of the χ² test of an even spread")
 	f.StringArrayVar(&from, "from", nil, "with --service: the client endpoint (repeatable; default every endpoint)")
+	f.StringVar(&httpReq, "http", "", `send one HTTP request per cell ("METHOD PATH", e.g. "GET /public")`)
+	f.StringArrayVar(&headers, "header", nil, `with --http: a request header "Name: value" (repeatable; "Host: h" sets the Host)`)
 	f.StringVar(&nodePort, "node-port", "", "with --service: connect to the Service's node port on this host (its bridge address) instead of the cluster IP")
 	return cmd
 }
@@ -345,4 +374,84 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.Se
 		fmt.Fprintf(e.stderr, "cnlab: all %s match the service model\n", plural.N(len(res), "client"))
 	}
 	return nil
+}
+
+// runHTTPProbe is `probe --http`.
+func runHTTPProbe(cmd *cobra.Command, e *env, spec *topology.Spec, m *policy.Model, port int, req probe.HTTPRequest, timeout time.Duration, expect bool, output string) error {
+	cells, err := probe.RunHTTP(cmd.Context(), spec, port, req, probe.Options{Timeout: timeout})
+	if err != nil {
+		return err
+	}
+	wrong := probe.ExpectHTTP(spec, m, cells, req)
+	if output == "json" {
+		if err := writeJSON(e.stdout, probeView{Lab: spec.Name, Port: port, Protocol: "tcp", Results: cells}); err != nil {
+			return err
+		}
+	} else {
+		printHTTPMatrix(e.stdout, spec, cells, req, port)
+	}
+	if expect && len(wrong) > 0 {
+		fmt.Fprintf(e.stderr, "cnlab: %d of %s differ from the policy model:\n", len(wrong), plural.N(len(cells), "cell"))
+		for _, c := range wrong {
+			fmt.Fprintf(e.stderr, "  %s -> %s %s %s: status %d, expected %d%s\n", c.From, c.To, c.Method, c.Path, *c.Status, *c.ExpectedStatus, httpNote(c))
+		}
+		return exitStatus(exitFail)
+	}
+	if expect {
+		fmt.Fprintf(e.stderr, "cnlab: all %d cells match the policy model\n", len(cells))
+	}
+	return nil
+}
+
+// httpNote says what else is wrong with an HTTP cell.
+func httpNote(c probe.Cell) string {
+	var notes []string
+	if c.Reached && !*c.Expected {
+		notes = append(notes, "the server received the request")
+	}
+	if !c.Reached && *c.Expected {
+		notes = append(notes, "the server never received it")
+	}
+	if c.Error != "" {
+		notes = append(notes, c.Error)
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(notes, "; ") + ")"
+}
+
+// printHTTPMatrix prints the status of each cell (- for no connection),
+// with a * after a cell that differs from the model.
+func printHTTPMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, req probe.HTTPRequest, port int) {
+	at := map[[2]string]probe.Cell{}
+	for _, c := range cells {
+		at[[2]string{c.From, c.To}] = c
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
+	fmt.Fprintf(tw, "%s %s :%d from\\to", req.Method, req.Path, port)
+	for _, to := range spec.Endpoints {
+		fmt.Fprintf(tw, "\t%s", to.ID())
+	}
+	fmt.Fprintln(tw)
+	for _, from := range spec.Endpoints {
+		fmt.Fprint(tw, from.ID())
+		for _, to := range spec.Endpoints {
+			c, ok := at[[2]string{from.ID(), to.ID()}]
+			mark := "."
+			if ok {
+				mark = "-"
+				if *c.Status != 0 {
+					mark = fmt.Sprint(*c.Status)
+				}
+				if c.ExpectedStatus != nil && (*c.ExpectedStatus != *c.Status || c.Reached != *c.Expected) {
+					mark += "*"
+				}
+			}
+			fmt.Fprintf(tw, "\t%s", mark)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "rows: from (sender), columns: to (receiver); status received, - no connection, * differs from the policy model")
 }

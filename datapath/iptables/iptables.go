@@ -74,6 +74,9 @@ func (d iptables) Setup(ctx context.Context, lab *topology.Spec) error {
 type hostState struct {
 	Chains map[string][]string `json:"chains"`
 	Sets   map[string]ipset    `json:"sets,omitempty"`
+	// NAT are the rules of CNLAB-L7 in the nat table (l7.go); the chain
+	// and its jump exist once a host has had an L7 port.
+	NAT []string `json:"nat,omitempty"`
 }
 
 // Apply writes each host's chains, rewriting only those that changed and
@@ -120,6 +123,9 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 		if !hasJump(string(listing)) {
 			script = strings.TrimSuffix(script, "COMMIT\n") + jumpRule + "\nCOMMIT\n"
 		}
+		if len(want.NAT) > 0 || natJumped(ctx, h, bin) {
+			script = natScript(nil, want.NAT, true, !natJumped(ctx, h, bin)) + script
+		}
 		if err := datapath.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
 			return err
 		}
@@ -152,7 +158,15 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 					return err
 				}
 			}
-			if script := diffScript(have.Chains, want.Chains); script != "" {
+			script := diffScript(have.Chains, want.Chains)
+			if len(want.NAT) > 0 || len(have.NAT) > 0 {
+				// The redirect first: a connection the new rules send to
+				// the proxy is never judged by an ingress chain that
+				// drops it or accepts it past the proxy.
+				jumped := natJumped(ctx, h, bin)
+				script = natScript(have.NAT, want.NAT, !jumped, !jumped) + script
+			}
+			if script != "" {
 				if err := datapath.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
 					// The kernel may not hold what the state file says (a
 					// hand edit): rebuild from what it holds.
@@ -305,10 +319,14 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 				continue
 			}
 			name := chainName(dir, ep)
+			var chain []string
+			if dir == policy.Ingress {
+				chain = l7Drops(c, id)
+			}
 			if sets != nil {
-				st.Chains[name] = termChain(c, dir, c.TermsFor(id, dir), enforced, sets)
+				st.Chains[name] = append(chain, termChain(c, dir, c.TermsFor(id, dir), enforced, sets)...)
 			} else {
-				st.Chains[name] = endpointChain(c, dir, rules, enforced)
+				st.Chains[name] = append(chain, endpointChain(c, dir, rules, enforced)...)
 			}
 			if dir == policy.Egress {
 				fwd = append(fwd, fmt.Sprintf("-s %s/32 -j %s", ep.IP, name))
@@ -323,6 +341,7 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	if len(sets) > 0 {
 		st.Sets = sets
 	}
+	st.NAT = renderL7(lab, host, c)
 	return st
 }
 
@@ -422,6 +441,9 @@ func (d iptables) Describe(ctx context.Context, lab *topology.Spec) (map[string]
 		text, err := netns.Run(ctx, h.Netns, nil, save, "-t", "filter")
 		if err != nil {
 			return nil, err
+		}
+		if nat, err := netns.Run(ctx, h.Netns, nil, save, "-t", "nat"); err == nil && strings.Contains(string(nat), ":"+l7Chain+" ") {
+			text = append(text, nat...)
 		}
 		if lab.IPTables.IPSets() {
 			sets, err := netns.Run(ctx, h.Netns, nil, "ipset", "save")

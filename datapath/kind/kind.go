@@ -60,6 +60,9 @@ type Descriptor struct {
 	describe func(o *Options) string
 	// view keeps this kind's options for status -o json.
 	view func(o *Options) OptionsView
+	// NoL7 says why the datapath cannot send L7 ports to the L7 proxy
+	// (policies with rules.http are refused); "" when it can.
+	NoL7 string
 }
 
 var descriptors = []Descriptor{
@@ -106,6 +109,7 @@ var descriptors = []Descriptor{
 	{
 		Kind:    EBPF,
 		Summary: "tc programs on each veth: one hash lookup per packet (Cilium's way)",
+		NoL7:    "the eBPF datapath does not redirect to the L7 proxy yet: L7 rules (rules.http) run on the iptables and nftables datapaths",
 		kernel:  ebpfKernelMissing,
 		describe: func(o *Options) string {
 			s := "host routing " + o.EBPF.HostRouting

@@ -168,6 +168,9 @@ func (nft) Setup(ctx context.Context, lab *topology.Spec) error {
 type hostState struct {
 	Gen  int                 `json:"gen"`
 	Sets map[string][]string `json:"sets"`
+	// L7 and L7Fwd are the rules of the L7 chains (l7.go).
+	L7    []string `json:"l7,omitempty"`
+	L7Fwd []string `json:"l7fwd,omitempty"`
 }
 
 // Apply sends each host the difference between its sets and the wanted
@@ -192,8 +195,10 @@ func update(ctx context.Context, h *topology.Host, have, want *hostState) error 
 		return recreate(ctx, h, want)
 	}
 	want.Gen = have.Gen
+	l7 := l7Script(have, want, false)
 	script, ok := diffScript(have.Gen, have.Sets, want.Sets)
 	if ok {
+		script = l7 + script
 		if script == "" {
 			return nil
 		}
@@ -204,7 +209,7 @@ func update(ctx context.Context, h *topology.Host, have, want *hostState) error 
 		// file says): rebuild instead.
 	}
 	want.Gen = have.Gen + 1
-	if err := datapath.Load(ctx, h, rebuildScript(have.Gen, want.Gen, want.Sets), "nft", "-f", "-"); err == nil {
+	if err := datapath.Load(ctx, h, l7+rebuildScript(have.Gen, want.Gen, want.Sets), "nft", "-f", "-"); err == nil {
 		return nil
 	}
 	// The kernel is not on the generation the state file says.
@@ -214,7 +219,7 @@ func update(ctx context.Context, h *topology.Host, have, want *hostState) error 
 // recreate replaces the host's table with one holding want as generation 0.
 func recreate(ctx context.Context, h *topology.Host, want *hostState) error {
 	want.Gen = 0
-	return datapath.Load(ctx, h, skeleton()+fill(0, want.Sets), "nft", "-f", "-")
+	return datapath.Load(ctx, h, skeleton()+fill(0, want.Sets)+l7Script(&hostState{}, want, true), "nft", "-f", "-")
 }
 
 // fill adds the elements of sets to generation g's sets.
@@ -352,6 +357,7 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	for k := range st.Sets {
 		sort.Strings(st.Sets[k])
 	}
+	st.L7, st.L7Fwd = renderL7(lab, host, c)
 	return st
 }
 

@@ -6,6 +6,7 @@
 package testutil
 
 import (
+	"github.com/cnlab/cnlab/l7proxy"
 	"time"
 
 	"github.com/cnlab/cnlab/internal/bpffs"
@@ -150,6 +151,9 @@ func normalizeLinks(s string) string {
 // differs from before: a test that leaks a namespace, a link, an nftables
 // table, a pin or a daemon is caught even if it passed. Use it from TestMain.
 func Main(m *testing.M) {
+	// A lab that enforces L7 rules starts its proxies by running this
+	// test binary again as one.
+	l7proxy.MaybeRun()
 	before := Snapshot()
 	code := m.Run()
 	after := Snapshot()

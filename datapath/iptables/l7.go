@@ -1,0 +1,78 @@
+package iptables
+
+import (
+	"context"
+	"fmt"
+	"github.com/cnlab/cnlab/internal/netns"
+	"strings"
+
+	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/l7proxy"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// l7Chain is cnlab's chain in the nat table: it redirects new connections
+// to L7 ports to the host's proxy (l7proxy). Redirected connections go to
+// the host's INPUT, not FORWARD, so this chain carries the whole L3/L4
+// decision for them: a same-host source's egress, then the destination's
+// ingress rules in the order of its ingress chain (denies first); what it
+// does not redirect continues to FORWARD, where the destination's ingress
+// chain drops new connections to its L7 ports.
+const l7Chain = "CNLAB-L7"
+
+// l7JumpRule hooks CNLAB-L7 into nat PREROUTING.
+var l7JumpRule = fmt.Sprintf("-I PREROUTING 1 -m comment --comment %q -j %s", comment, l7Chain)
+
+// renderL7 returns the rules of CNLAB-L7 for one host (nil when none of
+// its endpoints has an L7 port).
+func renderL7(lab *topology.Spec, host string, c *policy.Compiled) []string {
+	var out []string
+	for _, m := range datapath.L7Redirects(lab, host, c) {
+		r := fmt.Sprintf("-d %s/32 -p tcp -m tcp --dport %d", m.Dst, m.Port)
+		if m.Src.IsValid() {
+			r = "-s " + m.Src.String() + " " + r
+		}
+		verdict := "RETURN"
+		if m.Redirect {
+			verdict = fmt.Sprintf("REDIRECT --to-ports %d", l7proxy.Port)
+		}
+		out = append(out, fmt.Sprintf("%s -m comment --comment %s -j %s", r, quote(m.Why), verdict))
+	}
+	return out
+}
+
+// l7Drops are the first rules of an endpoint's ingress chain: a new
+// connection to an L7 port reaches the endpoint only through the proxy.
+func l7Drops(c *policy.Compiled, id uint32) []string {
+	var out []string
+	for _, port := range c.L7Ports(id) {
+		out = append(out, fmt.Sprintf("-p tcp -m tcp --dport %d -m comment --comment %s -j DROP", port, quote("L7 port: only through the proxy")))
+	}
+	return out
+}
+
+// natScript rewrites CNLAB-L7 (a restore script's nat part; "" when it
+// does not change). jump adds PREROUTING's jump to it.
+func natScript(have, want []string, force, jump bool) string {
+	if !force && !jump && strings.Join(have, "\n") == strings.Join(want, "\n") {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("*nat\n")
+	fmt.Fprintf(&b, ":%s - [0:0]\n", l7Chain)
+	for _, r := range want {
+		fmt.Fprintf(&b, "-A %s %s\n", l7Chain, r)
+	}
+	if jump {
+		b.WriteString(l7JumpRule + "\n")
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// natJumped reports whether nat PREROUTING jumps to CNLAB-L7.
+func natJumped(ctx context.Context, h *topology.Host, bin string) bool {
+	_, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-t", "nat", "-C", "PREROUTING", "-m", "comment", "--comment", comment, "-j", l7Chain)
+	return err == nil
+}

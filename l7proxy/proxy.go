@@ -1,0 +1,483 @@
+package l7proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/cnlab/cnlab/l7"
+)
+
+// DeniedBody is what the proxy answers, with 403, to a request the rules
+// do not allow: Cilium's proxy answers the same.
+const DeniedBody = "Access denied\r\n"
+
+// Files of a proxy's directory.
+const (
+	ConfigFile = "config.json" // the configuration the proxy reloads
+	ctlSocket  = "ctl.sock"
+	accessLog  = "access.log"
+	PidFile    = "pid"       // the proxy's pid, written by whoever starts it
+	LogFile    = "proxy.log" // the proxy's own output
+)
+
+// Stats are a proxy's counters since it started.
+type Stats struct {
+	Connections uint64         `json:"connections"`
+	Requests    uint64         `json:"requests"`
+	Allowed     uint64         `json:"allowed"`
+	Denied      uint64         `json:"denied"`
+	Upstream    uint64         `json:"upstreamErrors"` // allowed, but the server could not be reached
+	Dropped     uint64         `json:"logDropped"`     // access log lines dropped under load
+	Set         string         `json:"set"`
+	ByStatus    map[int]uint64 `json:"byStatus"`
+}
+
+// LogEntry is one line of the access log (JSON).
+type LogEntry struct {
+	Time     time.Time `json:"time"`
+	Src      string    `json:"src"`
+	Dst      string    `json:"dst"`
+	Identity uint32    `json:"identity"`
+	Method   string    `json:"method"`
+	Path     string    `json:"path"`
+	Host     string    `json:"host"`
+	Verdict  string    `json:"verdict"` // allowed, denied, upstream-error
+	Status   int       `json:"status"`
+	Micros   int64     `json:"us"`
+}
+
+// portPolicy is a PortConfig compiled.
+type portPolicy struct {
+	byID  map[uint32]*l7.Matcher
+	cidrs []PeerConfig
+	cache sync.Map // netip.Addr -> *l7.Matcher, for sources that are no endpoint
+}
+
+// compiled is a Config ready to judge requests.
+type compiled struct {
+	set   string
+	ids   map[netip.Addr]uint32
+	ports map[netip.AddrPort]*portPolicy
+}
+
+func compile(cfg *Config) (*compiled, error) {
+	c := &compiled{set: cfg.Set, ids: cfg.Identities, ports: map[netip.AddrPort]*portPolicy{}}
+	for _, pc := range cfg.Ports {
+		pp := &portPolicy{byID: map[uint32]*l7.Matcher{}}
+		for _, peer := range pc.Peers {
+			if peer.CIDR.IsValid() {
+				pp.cidrs = append(pp.cidrs, peer)
+				continue
+			}
+			m, err := l7.Compile(peer.Rules)
+			if err != nil {
+				return nil, fmt.Errorf("%s port %d, identity %d: %w", pc.Endpoint, pc.Port, peer.Identity, err)
+			}
+			pp.byID[peer.Identity] = m
+		}
+		c.ports[netip.AddrPortFrom(pc.Addr, pc.Port)] = pp
+	}
+	return c, nil
+}
+
+// matcher returns the rules a source gets on the port: its identity's,
+// or for an address that is no endpoint's, the union of the CIDR peers
+// that cover it.
+func (pp *portPolicy) matcher(src netip.Addr, id uint32, known bool) *l7.Matcher {
+	if known {
+		return pp.byID[id]
+	}
+	if m, ok := pp.cache.Load(src); ok {
+		return m.(*l7.Matcher)
+	}
+	var rules []l7.Rule
+	for _, p := range pp.cidrs {
+		if p.CIDR.Contains(src) {
+			rules = append(rules, p.Rules...)
+		}
+	}
+	m, err := l7.Compile(rules)
+	if err != nil {
+		m, _ = l7.Compile(nil)
+	}
+	pp.cache.Store(src, m)
+	return m
+}
+
+// Proxy is a running proxy.
+type Proxy struct {
+	dir   string
+	cur   atomic.Pointer[compiled]
+	mu    sync.Mutex // guards byStatus and reloads
+	stats Stats
+	log   chan LogEntry
+	// transports pool upstream connections per source identity, as
+	// Cilium's proxy does.
+	transports sync.Map // uint32 -> *http.Transport
+	rp         *httputil.ReverseProxy
+}
+
+type ctxKey int
+
+const (
+	keyConn ctxKey = iota
+	keyUpstreamErr
+)
+
+// connInfo is what the proxy knows of a client connection.
+type connInfo struct {
+	src, dst netip.AddrPort
+	err      error
+}
+
+// Run runs a proxy from its directory (config, control socket, access
+// log) until ctx ends. listen is the address it accepts redirected
+// connections on.
+func Run(ctx context.Context, dir, listen string) error {
+	p := &Proxy{dir: dir, log: make(chan LogEntry, 4096), stats: Stats{ByStatus: map[int]uint64{}}}
+	if err := p.reload(false); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			// IP_TRANSPARENT: connections assigned by eBPF (sk_assign)
+			// keep their original destination as local address.
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_TRANSPARENT, 1)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	ln, err := lc.Listen(ctx, "tcp4", listen)
+	if err != nil {
+		return fmt.Errorf("l7 proxy: listen %s: %w", listen, err)
+	}
+	ctl := filepath.Join(dir, ctlSocket)
+	_ = os.Remove(ctl)
+	cl, err := net.Listen("unix", ctl)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("l7 proxy: control socket: %w", err)
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			ci := pr.In.Context().Value(keyConn).(*connInfo)
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = ci.dst.String()
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+		},
+		Transport: transportFunc(p.roundTrip),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if flag, ok := r.Context().Value(keyUpstreamErr).(*bool); ok {
+				*flag = true
+			}
+			// Envoy's answer when the server cannot be reached.
+			http.Error(w, "upstream connect error or disconnect/reset before headers", http.StatusServiceUnavailable)
+		},
+	}
+	srv := &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			p.mu.Lock()
+			p.stats.Connections++
+			p.mu.Unlock()
+			return context.WithValue(ctx, keyConn, connOf(c))
+		},
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); p.writeLog(ctx) }()
+	go func() { defer wg.Done(); p.control(ctx, cl) }()
+	go func() {
+		<-ctx.Done()
+		cl.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	err = srv.Serve(ln)
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+type transportFunc func(*http.Request) (*http.Response, error)
+
+func (f transportFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// roundTrip sends an allowed request upstream on the pool of its source's
+// identity.
+func (p *Proxy) roundTrip(r *http.Request) (*http.Response, error) {
+	id, _ := r.Context().Value(keyIdentity).(uint32)
+	t, ok := p.transports.Load(id)
+	if !ok {
+		t, _ = p.transports.LoadOrStore(id, &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     time.Minute,
+			DisableCompression:  true,
+		})
+	}
+	return t.(*http.Transport).RoundTrip(r)
+}
+
+const keyIdentity ctxKey = 10
+
+// connOf finds a client connection's source and original destination:
+// the destination before REDIRECT (SO_ORIGINAL_DST) when the connection
+// arrived on the proxy's own port, else its local address (eBPF's
+// sk_assign keeps the original destination).
+func connOf(c net.Conn) *connInfo {
+	ci := &connInfo{}
+	ra, _ := c.RemoteAddr().(*net.TCPAddr)
+	la, _ := c.LocalAddr().(*net.TCPAddr)
+	if ra == nil || la == nil {
+		ci.err = errors.New("not a TCP connection")
+		return ci
+	}
+	ci.src = netip.AddrPortFrom(addr4(ra.IP), uint16(ra.Port))
+	ci.dst = netip.AddrPortFrom(addr4(la.IP), uint16(la.Port))
+	if la.Port == Port {
+		if tc, ok := c.(*net.TCPConn); ok {
+			if od, err := originalDst(tc); err == nil {
+				ci.dst = od
+			} else {
+				ci.err = err
+			}
+		}
+	}
+	return ci
+}
+
+func addr4(ip net.IP) netip.Addr {
+	a, _ := netip.AddrFromSlice(ip)
+	return a.Unmap()
+}
+
+// soOriginalDst is SO_ORIGINAL_DST of <linux/netfilter_ipv4.h> (not in
+// x/sys).
+const soOriginalDst = 80
+
+// originalDst reads the destination a connection had before nat
+// REDIRECT changed it.
+func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	var sa syscall.RawSockaddrInet4
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		l := uint32(unsafe.Sizeof(sa))
+		_, _, e := syscall.Syscall6(syscall.SYS_GETSOCKOPT, fd, syscall.SOL_IP, soOriginalDst,
+			uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&l)), 0)
+		if e != 0 {
+			serr = e
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("SO_ORIGINAL_DST: %w", err)
+	}
+	port := (*[2]byte)(unsafe.Pointer(&sa.Port))
+	return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(port[0])<<8|uint16(port[1])), nil
+}
+
+// ServeHTTP judges one request.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	ci := r.Context().Value(keyConn).(*connInfo)
+	cur := p.cur.Load()
+	id, known := uint32(0), false
+	var pp *portPolicy
+	if cur != nil {
+		id, known = cur.ids[ci.src.Addr()]
+		pp = cur.ports[ci.dst]
+	}
+	e := LogEntry{Time: start.UTC(), Src: ci.src.String(), Dst: ci.dst.String(), Identity: id, Method: r.Method, Path: r.RequestURI, Host: r.Host}
+	allowed := ci.err == nil
+	if allowed && pp != nil {
+		// A port that is no longer an L7 port (its policy went away while
+		// this connection was open) passes, as an established flow does.
+		m := pp.matcher(ci.src.Addr(), id, known)
+		allowed = m != nil && m.Allows(l7.Request{Method: r.Method, Path: r.RequestURI, Host: r.Host, Header: r.Header})
+	}
+	if !allowed {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Content-Length", fmt.Sprint(len(DeniedBody)))
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, DeniedBody)
+		e.Verdict, e.Status = "denied", http.StatusForbidden
+	} else {
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		upErr := false
+		ctx := context.WithValue(context.WithValue(r.Context(), keyIdentity, id), keyUpstreamErr, &upErr)
+		p.rp.ServeHTTP(sw, r.WithContext(ctx))
+		e.Verdict, e.Status = "allowed", sw.status
+		if upErr {
+			e.Verdict = "upstream-error"
+		}
+	}
+	e.Micros = time.Since(start).Microseconds()
+	p.count(e)
+	select {
+	case p.log <- e:
+	default:
+		p.mu.Lock()
+		p.stats.Dropped++
+		p.mu.Unlock()
+	}
+}
+
+func (p *Proxy) count(e LogEntry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stats.Requests++
+	switch e.Verdict {
+	case "denied":
+		p.stats.Denied++
+	case "upstream-error":
+		p.stats.Upstream++
+	default:
+		p.stats.Allowed++
+	}
+	p.stats.ByStatus[e.Status]++
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// Flush lets the reverse proxy stream.
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// writeLog appends the access log, flushing a few times a second.
+func (p *Proxy) writeLog(ctx context.Context) {
+	f, err := os.OpenFile(filepath.Join(p.dir, accessLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		for {
+			select {
+			case <-p.log:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+	defer f.Close()
+	bw := bufio.NewWriterSize(f, 64<<10)
+	enc := json.NewEncoder(bw)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case e := <-p.log:
+			_ = enc.Encode(e)
+		case <-tick.C:
+			_ = bw.Flush()
+		case <-ctx.Done():
+			_ = bw.Flush()
+			return
+		}
+	}
+}
+
+// reload reads the configuration file and swaps it in at once: a request
+// is judged entirely by the old or entirely by the new rules. With keep,
+// the ports of the old configuration that the new one lacks keep their
+// old rules.
+func (p *Proxy) reload(keep bool) error {
+	var cfg Config
+	data, err := os.ReadFile(filepath.Join(p.dir, ConfigFile))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return fmt.Errorf("%s: %w", ConfigFile, err)
+	}
+	c, err := compile(&cfg)
+	if err != nil {
+		return err
+	}
+	if old := p.cur.Load(); keep && old != nil {
+		for k, pp := range old.ports {
+			if _, ok := c.ports[k]; !ok {
+				c.ports[k] = pp
+			}
+		}
+	}
+	p.cur.Store(c)
+	p.mu.Lock()
+	p.stats.Set = c.set
+	p.mu.Unlock()
+	return nil
+}
+
+// control answers the control socket: "reload" (swap the configuration
+// in, answer "ok SET" once it judges requests) and "stats" (the counters
+// as JSON), one command per line.
+func (p *Proxy) control(ctx context.Context, l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+			sc := bufio.NewScanner(c)
+			for sc.Scan() {
+				switch sc.Text() {
+				case "reload", "reload keep":
+					if err := p.reload(sc.Text() == "reload keep"); err != nil {
+						fmt.Fprintf(c, "error %v\n", err)
+						continue
+					}
+					fmt.Fprintf(c, "ok %s\n", p.cur.Load().set)
+				case "stats":
+					p.mu.Lock()
+					data, _ := json.Marshal(p.stats)
+					p.mu.Unlock()
+					fmt.Fprintf(c, "%s\n", data)
+				case "ping":
+					fmt.Fprintln(c, "pong")
+				default:
+					fmt.Fprintf(c, "error unknown command %q\n", sc.Text())
+				}
+			}
+		}()
+	}
+}

@@ -1,0 +1,168 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cnlab/cnlab/internal/scenarios"
+	"github.com/cnlab/cnlab/l7"
+	"github.com/cnlab/cnlab/l7proxy"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/probe"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// l7Datapaths are the datapaths that redirect L7 ports to the proxy.
+var l7Datapaths = []string{"iptables", "iptables-ipsets", "nftables"}
+
+// TestL7Scenarios applies every L7 scenario on each datapath that
+// supports L7 rules, on a two-host lab, and sends from every endpoint to
+// every endpoint with an L7 port, on one keep-alive connection per pair,
+// the requests generated from the rules (a match and near misses of each)
+// and the hand-checked ones: every status must be the model's (0 no
+// connection, 403 with Cilium's body, 200 from the right server), a
+// request the model denies must never reach a server and one it allows
+// must; the hand-checked cells are sent too, each on its own connection.
+// Then the lab goes down and its proxies with it.
+func TestL7Scenarios(t *testing.T) {
+	for _, dp := range l7Datapaths {
+		t.Run(dp, func(t *testing.T) {
+			spec := scenarioLab(t, "t-l7-"+short[dp], dp, "wire")
+			ctx := context.Background()
+			srv, err := probe.ListenHTTP(spec, scenarios.L7Port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			for _, sc := range scenarios.L7 {
+				if _, err := Delete(ctx, spec.Name, nil, true, ""); err != nil {
+					t.Fatalf("%s: delete: %v", sc.Name, err)
+				}
+				pols, err := policy.Parse([]byte(sc.Policies), sc.Name)
+				if err != nil {
+					t.Fatalf("%s: %v", sc.Name, err)
+				}
+				ch, err := Apply(ctx, spec.Name, pols)
+				if err != nil {
+					t.Fatalf("%s: apply: %v", sc.Name, err)
+				}
+				m, err := policy.NewModel(spec, pols)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkL7(t, sc, spec, m, ch.Compiled, srv)
+			}
+			var pids []int
+			for _, h := range spec.Hosts {
+				if pid := l7proxy.Pid(spec.Name, h.Name); pid != 0 {
+					pids = append(pids, pid)
+				}
+			}
+			if len(pids) == 0 {
+				t.Fatal("no L7 proxy runs on any host")
+			}
+			if st, err := ReadState(spec.Name); err != nil || len(st.L7Proxies) != len(pids) {
+				t.Errorf("ledger: %v %v, want %d proxies recorded", st.L7Proxies, err, len(pids))
+			}
+			srv.Close()
+			if err := Down(spec.Name, nil); err != nil {
+				t.Fatal(err)
+			}
+			for _, pid := range pids {
+				if syscall.Kill(pid, 0) == nil {
+					t.Errorf("L7 proxy %d still runs after down", pid)
+				}
+			}
+		})
+	}
+}
+
+func checkL7(t *testing.T, sc scenarios.L7Scenario, spec *topology.Spec, m *policy.Model, c *policy.Compiled, srv *probe.HTTPServers) {
+	t.Helper()
+	var rules []l7.Rule
+	for _, h := range c.HTTP {
+		rules = append(rules, h.Rules...)
+	}
+	gen := scenarios.Requests(rules)
+	type seq struct {
+		src, dst *topology.Endpoint
+		reqs     []probe.HTTPRequest
+	}
+	var seqs []seq
+	for i := range spec.Endpoints {
+		dst := &spec.Endpoints[i]
+		if len(c.L7Ports(c.IdentityOfIP(dst.IP))) == 0 {
+			continue
+		}
+		for j := range spec.Endpoints {
+			if i == j {
+				continue
+			}
+			s := seq{src: &spec.Endpoints[j], dst: dst}
+			for _, r := range gen {
+				s.reqs = append(s.reqs, probe.HTTPRequest{Method: r.Method, Path: r.Path, Header: r.Header})
+			}
+			seqs = append(seqs, s)
+		}
+	}
+	for _, cell := range sc.Expect {
+		src, _ := spec.Endpoint(cell.From)
+		dst, _ := spec.Endpoint(cell.To)
+		seqs = append(seqs, seq{src: src, dst: dst, reqs: []probe.HTTPRequest{{Method: cell.Method, Path: cell.Path, Header: cell.Header}}})
+	}
+	var mu sync.Mutex
+	var bad []string
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for _, s := range seqs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			dst := netip.AddrPortFrom(s.dst.IP, scenarios.L7Port)
+			nonces := make([]string, len(s.reqs))
+			for i := range nonces {
+				nonces[i] = probe.Nonce()
+			}
+			res := probe.SendHTTP(context.Background(), s.src.Netns, dst, s.reqs, nonces, time.Second)
+			for i, r := range s.reqs {
+				want := m.HTTPVerdict(s.src, s.dst, scenarios.L7Port, r.Model(dst.String())).Status
+				got, reached := res[i].Status, srv.Received(nonces[i])
+				var why []string
+				if got != want {
+					why = append(why, fmt.Sprintf("status %d, want %d (%v)", got, want, res[i].Err))
+				}
+				if (want == 200) != (reached != "") {
+					why = append(why, fmt.Sprintf("reached server %q", reached))
+				}
+				if got == 403 && r.Method != "HEAD" && res[i].Body != l7proxy.DeniedBody { // a HEAD answer has no body
+					why = append(why, fmt.Sprintf("403 body %q", res[i].Body))
+				}
+				if got == 200 && r.Method != "HEAD" && !strings.HasPrefix(res[i].Body, fmt.Sprintf("%s %s %s", s.dst.ID(), r.Method, r.Path)) {
+					why = append(why, fmt.Sprintf("body %q", res[i].Body))
+				}
+				if len(why) > 0 {
+					mu.Lock()
+					bad = append(bad, fmt.Sprintf("%s -> %s request %d/%d %s %s %v: %s", s.src.ID(), s.dst.ID(), i+1, len(s.reqs), r.Method, r.Path, r.Header, strings.Join(why, "; ")))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, b := range bad {
+		if i == 10 {
+			t.Errorf("%s: ... %d more", sc.Name, len(bad)-10)
+			break
+		}
+		t.Errorf("%s: %s", sc.Name, b)
+	}
+	t.Logf("%s: %d request sequences, %d requests generated per L7 pair", sc.Name, len(seqs), len(gen))
+}
