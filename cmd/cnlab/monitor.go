@@ -5,23 +5,27 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/cnlab/cnlab/datapath/ebpf"
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/plural"
+	"github.com/cnlab/cnlab/l7proxy"
 	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
 )
 
 func newMonitorCmd(e *env) *cobra.Command {
 	var typ, output string
+	var l7 bool
 	var count int
 	var duration time.Duration
 	cmd := &cobra.Command{
-		Use:   "monitor LAB [--type drop|all] [-o json]",
-		Short: "Stream the eBPF datapath's verdicts as they happen",
+		Use:   "monitor LAB [--type drop|all] [--l7] [-o json]",
+		Short: "Stream the eBPF datapath's verdicts, or the L7 proxies' requests, as they happen",
 		Long: `Print one line per verdict of the eBPF datapath's programs: time, host,
 the endpoint side that decided, verdict and reason, source and destination
 endpoints with their identities, the 5-tuple, and the policy rule behind it.
@@ -30,10 +34,17 @@ cannot slow the datapath; with no monitor running the programs report
 nothing. Stops on Ctrl-C (exit 0), after --count events, or after
 --duration; with both, fewer than --count events when --duration is up
 exits 1. Exits 1 if the lab is taken down meanwhile (also if it is up
-again by then: it is another lab, with other programs).`,
+again by then: it is another lab, with other programs).
+
+With --l7, print instead one line per HTTP request the lab's L7 proxies
+judge (any datapath that enforces L7 rules): time, host, verdict, status,
+source and destination endpoints with the source's identity, method, path
+and host, and the time the proxy took; --type drop shows the denied ones
+(403) only.`,
 		Example: `  cnlab monitor policy-lab                 # drops only
   cnlab monitor policy-lab --type all -o json | jq 'select(.to == "y/b")'
-  cnlab monitor policy-lab --count 1 --duration 10s   # wait for one drop`,
+  cnlab monitor policy-lab --count 1 --duration 10s   # wait for one drop
+  cnlab monitor policy-lab --l7 --type all            # every HTTP request through the proxies`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("give the lab to monitor: cnlab monitor LAB")
@@ -62,6 +73,9 @@ again by then: it is another lab, with other programs).`,
 			spec, m, err := lab.Model(args[0], false)
 			if err != nil {
 				return err
+			}
+			if l7 {
+				return monitorL7(cmd.Context(), e, spec, typ, output, count, duration)
 			}
 			if spec.Datapath != kind.EBPF {
 				return usagef("lab %s uses the %s datapath: monitor reads the eBPF datapath's events (up a lab with --datapath %s)", spec.Name, spec.Datapath, kind.EBPF)
@@ -123,6 +137,7 @@ again by then: it is another lab, with other programs).`,
 		},
 	}
 	cmd.Flags().StringVar(&typ, "type", "drop", "verdicts to show: drop or all")
+	cmd.Flags().BoolVar(&l7, "l7", false, "show the HTTP requests the L7 proxies judge instead")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json (one object per line)")
 	cmd.Flags().IntVar(&count, "count", 0, "stop after this many events (0: no limit)")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
@@ -152,4 +167,83 @@ func formatEvent(ev ebpf.Event) string {
 		fmt.Fprintf(&b, " [%s]", ev.Rule)
 	}
 	return b.String()
+}
+
+// l7Event is one line of `monitor --l7 -o json`.
+type l7Event struct {
+	Host string `json:"host"`
+	From string `json:"from,omitempty"` // the endpoints, when the addresses are endpoints'
+	To   string `json:"to,omitempty"`
+	l7proxy.LogEntry
+}
+
+// monitorL7 is `monitor --l7`: the proxies' access logs, followed.
+func monitorL7(ctx context.Context, e *env, spec *topology.Spec, typ, output string, count int, duration time.Duration) error {
+	var hosts []string
+	for _, h := range spec.Hosts {
+		hosts = append(hosts, h.Name)
+	}
+	byIP := map[string]string{}
+	for _, ep := range spec.Endpoints {
+		byIP[ep.IP.String()] = ep.ID()
+	}
+	endpoint := func(addrPort string) string {
+		ap, err := netip.ParseAddrPort(addrPort)
+		if err != nil {
+			return ""
+		}
+		return byIP[ap.Addr().String()]
+	}
+	errTimeUp := errors.New("--duration is up")
+	if duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, duration, errTimeUp)
+		defer cancel()
+	}
+	if output != "json" {
+		until := "Ctrl-C to stop"
+		if duration > 0 {
+			until = "for " + duration.String()
+		}
+		fmt.Fprintf(e.stderr, "monitoring the L7 proxies of lab %s (%s); %s\n", spec.Name, map[string]string{"drop": "denied requests", "all": "every request"}[typ], until)
+	}
+	errDone := errors.New("done")
+	seen := 0
+	err := l7proxy.Follow(ctx, spec.Name, hosts, func(host string, le l7proxy.LogEntry) error {
+		if typ == "drop" && le.Verdict != "denied" {
+			return nil
+		}
+		ev := l7Event{Host: host, From: endpoint(le.Src), To: endpoint(le.Dst), LogEntry: le}
+		if output == "json" {
+			b, err := json.Marshal(ev)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(e.stdout, string(b))
+		} else {
+			from, to := ev.From, ev.To
+			if from == "" {
+				from = "world"
+			}
+			if to == "" {
+				to = le.Dst
+			}
+			fmt.Fprintf(e.stdout, "%s %-5s %-14s %d %s(%d) -> %s %s %s host %s, %d µs\n", le.Time.Local().Format("15:04:05.000000"), host,
+				strings.ToUpper(le.Verdict), le.Status, from, le.Identity, to, le.Method, le.Path, le.Host, le.Micros)
+		}
+		seen++
+		if count > 0 && seen >= count {
+			return errDone
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errDone):
+		return nil
+	case err != nil:
+		return err
+	case count > 0 && seen < count && errors.Is(context.Cause(ctx), errTimeUp):
+		return fmt.Errorf("%d of %s within %v", seen, plural.N(count, "request"), duration)
+	}
+	return nil
 }

@@ -152,7 +152,9 @@ type showView struct {
 	Identities []*policy.Identity            `json:"identities"`
 	Enforced   map[uint32]policy.Enforcement `json:"enforced"`
 	Rules      []policy.Entry                `json:"rules"`
-	Kernel     map[string]string             `json:"kernel,omitempty"` // per host
+	// HTTP are the L7 rules of the entries marked l7 (policy.HTTPEntry).
+	HTTP   []policy.HTTPEntry `json:"http,omitempty"`
+	Kernel map[string]string  `json:"kernel,omitempty"` // per host
 }
 
 func newPolicyShowCmd(e *env) *cobra.Command {
@@ -179,7 +181,7 @@ func newPolicyShowCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v := showView{Lab: spec.Name, Datapath: spec.Datapath, Identities: c.Identities, Enforced: c.Enforced, Rules: c.Rules, Policies: []string{}}
+			v := showView{Lab: spec.Name, Datapath: spec.Datapath, Identities: c.Identities, Enforced: c.Enforced, Rules: c.Rules, HTTP: c.HTTP, Policies: []string{}}
 			for _, p := range m.Policies {
 				v.Policies = append(v.Policies, p.Ref())
 			}
@@ -241,9 +243,20 @@ func printShow(w io.Writer, v showView, c *policy.Compiled) {
 				peer = fmt.Sprintf("%d (%s)", r.PeerID, strings.Join(id.Endpoints, ","))
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", r.Subject, r.Dir, verdict, peer, r.PortString(), r.Origin)
+		ports := r.PortString()
+		if r.L7 {
+			ports += " L7" // judged request by request by the host's L7 proxy
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", r.Subject, r.Dir, verdict, peer, ports, r.Origin)
 	}
 	tw.Flush()
+	if n := len(v.HTTP); n > 0 {
+		rules := 0
+		for _, h := range v.HTTP {
+			rules += len(h.Rules)
+		}
+		fmt.Fprintf(w, "(L7: the ports marked L7 go through the host's L7 proxy: %s from %s; -o json lists them under http)\n", plural.N(rules, "http rule"), plural.N(n, "entry"))
+	}
 	if len(v.Rules) == 0 {
 		fmt.Fprintln(w, "(no rules: every endpoint that no policy isolates allows everything)")
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/plural"
+	"github.com/cnlab/cnlab/l7proxy"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/labels"
 	"github.com/cnlab/cnlab/topology"
@@ -185,6 +186,15 @@ func printLab(w io.Writer, s *lab.LabStatus) {
 	if px := sp.Services.Proxy; px != "" && px != kind.ProxyNone {
 		fmt.Fprintf(w, "services: proxy %s, cluster IPs from %s", px, sp.Services.CIDR)
 		printServicesStatus(w, s.Name, lab.ServicesState(sp))
+	}
+	var proxies []string
+	for _, h := range sp.Hosts {
+		if pid := l7proxy.Pid(s.Name, h.Name); pid != 0 {
+			proxies = append(proxies, fmt.Sprintf("%s (pid %d)", h.Name, pid))
+		}
+	}
+	if len(proxies) > 0 {
+		fmt.Fprintf(w, "L7 proxies: %s (cnlab monitor %s --l7)\n", strings.Join(proxies, ", "), s.Name)
 	}
 	ps := lab.PolicyState(sp)
 	switch {
