@@ -145,11 +145,15 @@ type connInfo struct {
 	err      error
 }
 
+func newProxy(dir string) *Proxy {
+	return &Proxy{dir: dir, log: make(chan LogEntry, 4096), stats: Stats{ByStatus: map[int]uint64{}}}
+}
+
 // Run runs a proxy from its directory (config, control socket, access
 // log) until ctx ends. listen is the address it accepts redirected
 // connections on.
 func Run(ctx context.Context, dir, listen string) error {
-	p := &Proxy{dir: dir, log: make(chan LogEntry, 4096), stats: Stats{ByStatus: map[int]uint64{}}}
+	p := newProxy(dir)
 	if err := p.reload(false); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -169,6 +173,13 @@ func Run(ctx context.Context, dir, listen string) error {
 	if err != nil {
 		return fmt.Errorf("l7 proxy: listen %s: %w", listen, err)
 	}
+	return serve(ctx, p, ln, connOf)
+}
+
+// serve runs the proxy on ln; conn tells a connection's source and
+// original destination (connOf; tests give their own).
+func serve(ctx context.Context, p *Proxy, ln net.Listener, conn func(net.Conn) *connInfo) error {
+	dir := p.dir
 	ctl := filepath.Join(dir, ctlSocket)
 	_ = os.Remove(ctl)
 	cl, err := net.Listen("unix", ctl)
@@ -201,7 +212,7 @@ func Run(ctx context.Context, dir, listen string) error {
 			p.mu.Lock()
 			p.stats.Connections++
 			p.mu.Unlock()
-			return context.WithValue(ctx, keyConn, connOf(c))
+			return context.WithValue(ctx, keyConn, conn(c))
 		},
 	}
 	var wg sync.WaitGroup

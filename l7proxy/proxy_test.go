@@ -1,0 +1,197 @@
+package l7proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cnlab/cnlab/l7"
+)
+
+// startProxy runs a proxy on a loopback port whose connections all have
+// upstream as their original destination, with cfg as its configuration.
+func startProxy(t *testing.T, upstream netip.AddrPort, cfg Config) (dir string, addr string) {
+	t.Helper()
+	dir = t.TempDir()
+	writeConfig(t, dir, cfg)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProxy(dir)
+	if err := p.reload(false); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, p, ln, func(c net.Conn) *connInfo {
+			return &connInfo{src: c.RemoteAddr().(*net.TCPAddr).AddrPort(), dst: upstream}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("proxy: %v", err)
+		}
+	})
+	for i := 0; ; i++ {
+		pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
+		reply, err := Command(pctx, dir, "ping")
+		pcancel()
+		if err == nil && reply == "pong" {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the proxy's control socket does not answer: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return dir, ln.Addr().String()
+}
+
+func writeConfig(t *testing.T, dir string, cfg Config) {
+	t.Helper()
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ConfigFile), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// upstream is an HTTP server counting what it receives.
+func upstream(t *testing.T) (netip.AddrPort, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		fmt.Fprintf(w, "server %s %s host=%s\n", r.Method, r.RequestURI, r.Host)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().(*net.TCPAddr).AddrPort(), &n
+}
+
+// send writes requests on one connection and returns each status and body.
+func send(t *testing.T, addr string, reqs ...string) []string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	var out []string
+	for _, r := range reqs {
+		method, path, _ := strings.Cut(r, " ")
+		fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: web.example\r\n\r\n", method, path)
+		resp, err := http.ReadResponse(br, &http.Request{Method: method})
+		if err != nil {
+			t.Fatalf("%s: %v", r, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		out = append(out, fmt.Sprintf("%d %s", resp.StatusCode, body))
+	}
+	return out
+}
+
+func TestProxyJudgesEachRequestOnOneConnection(t *testing.T) {
+	up, received := upstream(t)
+	cfg := Config{Set: "s1", Identities: map[netip.Addr]uint32{netip.MustParseAddr("127.0.0.1"): 300},
+		Ports: []PortConfig{{Endpoint: "x/a", Addr: up.Addr(), Port: up.Port(),
+			Peers: []PeerConfig{{Identity: 300, Rules: []l7.Rule{{Method: "GET", Path: "/public"}}}}}}}
+	dir, addr := startProxy(t, up, cfg)
+	got := send(t, addr, "GET /public", "GET /private", "GET /public")
+	want := []string{"200 server GET /public host=web.example\n", "403 " + DeniedBody, "200 server GET /public host=web.example\n"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if n := received.Load(); n != 2 {
+		t.Errorf("the server received %d requests, want 2 (the denied one never)", n)
+	}
+	// A reload swaps the rules in for the next request of the same
+	// connection, and is acknowledged with the set's digest.
+	cfg.Set = "s2"
+	cfg.Ports[0].Peers[0].Rules = []l7.Rule{{Path: "/private"}}
+	writeConfig(t, dir, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if reply, err := Command(ctx, dir, "reload"); err != nil || reply != "ok s2" {
+		t.Fatalf("reload: %q %v", reply, err)
+	}
+	got = send(t, addr, "GET /public", "GET /private")
+	if !strings.HasPrefix(got[0], "403 ") || !strings.HasPrefix(got[1], "200 ") {
+		t.Errorf("after reload: %q", got)
+	}
+	// A source with no identity and no CIDR peer gets nothing.
+	reply, err := Command(ctx, dir, "stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Stats
+	if err := json.Unmarshal([]byte(reply), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Requests != 5 || st.Allowed != 3 || st.Denied != 2 || st.ByStatus[403] != 2 || st.Set != "s2" {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestProxyReloadKeepsOldPortsWhenAsked(t *testing.T) {
+	up, _ := upstream(t)
+	cfg := Config{Set: "s1", Identities: map[netip.Addr]uint32{netip.MustParseAddr("127.0.0.1"): 300},
+		Ports: []PortConfig{{Addr: up.Addr(), Port: up.Port(), Peers: []PeerConfig{{Identity: 300, Rules: []l7.Rule{{Path: "/a"}}}}}}}
+	dir, addr := startProxy(t, up, cfg)
+	writeConfig(t, dir, Config{Set: "s2"}) // the port is no L7 port any more
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := Command(ctx, dir, "reload keep"); err != nil {
+		t.Fatal(err)
+	}
+	if got := send(t, addr, "GET /b"); !strings.HasPrefix(got[0], "403 ") {
+		t.Errorf("with keep, the old rules still judge: %q", got)
+	}
+	if _, err := Command(ctx, dir, "reload"); err != nil {
+		t.Fatal(err)
+	}
+	if got := send(t, addr, "GET /b"); !strings.HasPrefix(got[0], "200 ") {
+		t.Errorf("a port that is no L7 port passes, as an established flow: %q", got)
+	}
+	if _, err := Command(ctx, dir, "frobnicate"); err == nil {
+		t.Error("an unknown command is not refused")
+	}
+}
+
+func TestProxyCIDRPeers(t *testing.T) {
+	up, _ := upstream(t)
+	// 127.0.0.1 is no endpoint: the CIDR peers covering it add up.
+	cfg := Config{Set: "s", Identities: map[netip.Addr]uint32{},
+		Ports: []PortConfig{{Addr: up.Addr(), Port: up.Port(), Peers: []PeerConfig{
+			{CIDR: netip.MustParsePrefix("127.0.0.0/8"), Rules: []l7.Rule{{Path: "/a"}}},
+			{CIDR: netip.MustParsePrefix("0.0.0.0/0"), Rules: []l7.Rule{{Path: "/b"}}},
+			{CIDR: netip.MustParsePrefix("10.0.0.0/8"), Rules: []l7.Rule{{Path: "/c"}}},
+		}}}}
+	_, addr := startProxy(t, up, cfg)
+	got := send(t, addr, "GET /a", "GET /b", "GET /c")
+	if !strings.HasPrefix(got[0], "200 ") || !strings.HasPrefix(got[1], "200 ") || !strings.HasPrefix(got[2], "403 ") {
+		t.Errorf("got %q", got)
+	}
+}
