@@ -146,13 +146,7 @@ func Nonce() string {
 // 0, the same error).
 func SendHTTP(ctx context.Context, ns string, dst netip.AddrPort, reqs []HTTPRequest, nonces []string, timeout time.Duration) []HTTPResult {
 	out := make([]HTTPResult, len(reqs))
-	var c net.Conn
-	err := netns.Do(ns, func() error {
-		d := net.Dialer{Timeout: timeout}
-		var err error
-		c, err = d.DialContext(ctx, "tcp", dst.String())
-		return err
-	})
+	c, err := dialTCP(ctx, ns, dst, timeout)
 	if err != nil {
 		err = classify(err)
 		for i := range out {

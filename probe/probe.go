@@ -186,13 +186,7 @@ func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) (
 func attempt(ctx context.Context, ns string, dst netip.AddrPort, proto string, timeout time.Duration) (bool, netip.AddrPort, error) {
 	var none netip.AddrPort
 	if proto == "tcp" {
-		var c net.Conn
-		err := netns.Do(ns, func() error {
-			d := net.Dialer{Timeout: timeout}
-			var err error
-			c, err = d.DialContext(ctx, "tcp", dst.String())
-			return err
-		})
+		c, err := dialTCP(ctx, ns, dst, timeout)
 		if err == nil {
 			c.Close()
 			return true, none, nil
@@ -232,6 +226,18 @@ func attempt(ctx context.Context, ns string, dst netip.AddrPort, proto string, t
 		}
 	}
 	return false, local, nil
+}
+
+// dialTCP connects from inside ns to dst.
+func dialTCP(ctx context.Context, ns string, dst netip.AddrPort, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	err := netns.Do(ns, func() error {
+		d := net.Dialer{Timeout: timeout}
+		var err error
+		c, err = d.DialContext(ctx, "tcp", dst.String())
+		return err
+	})
+	return c, err
 }
 
 // forgetUDP deletes the conntrack entries of the probe's own UDP flows in

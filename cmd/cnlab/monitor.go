@@ -104,14 +104,8 @@ and host, and the time the proxy took; --type drop shows the denied ones
 				fmt.Fprintf(e.stderr, "monitoring lab %s (%s); %s\n", spec.Name, map[string]string{"drop": "drops", "all": "all verdicts"}[typ], until)
 			}
 			err = ebpf.Monitor(ctx, spec, level, c.Rules, started, func(ev ebpf.Event) error {
-				if output == "json" {
-					b, err := json.Marshal(ev)
-					if err != nil {
-						return err
-					}
-					fmt.Fprintln(e.stdout, string(b))
-				} else {
-					fmt.Fprintln(e.stdout, formatEvent(ev))
+				if err := printEvent(e, output, ev, func() string { return formatEvent(ev) }); err != nil {
+					return err
 				}
 				seen++
 				if count > 0 && seen >= count {
@@ -214,13 +208,7 @@ func monitorL7(ctx context.Context, e *env, spec *topology.Spec, typ, output str
 			return nil
 		}
 		ev := l7Event{Host: host, From: endpoint(le.Src), To: endpoint(le.Dst), LogEntry: le}
-		if output == "json" {
-			b, err := json.Marshal(ev)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(e.stdout, string(b))
-		} else {
+		err := printEvent(e, output, ev, func() string {
 			from, to := ev.From, ev.To
 			if from == "" {
 				from = "world"
@@ -228,8 +216,11 @@ func monitorL7(ctx context.Context, e *env, spec *topology.Spec, typ, output str
 			if to == "" {
 				to = le.Dst
 			}
-			fmt.Fprintf(e.stdout, "%s %-5s %-14s %d %s(%d) -> %s %s %s host %s, %d µs\n", le.Time.Local().Format("15:04:05.000000"), host,
+			return fmt.Sprintf("%s %-5s %-14s %d %s(%d) -> %s %s %s host %s, %d µs", le.Time.Local().Format("15:04:05.000000"), host,
 				strings.ToUpper(le.Verdict), le.Status, from, le.Identity, to, le.Method, le.Path, le.Host, le.Micros)
+		})
+		if err != nil {
+			return err
 		}
 		seen++
 		if count > 0 && seen >= count {
@@ -245,5 +236,20 @@ func monitorL7(ctx context.Context, e *env, spec *topology.Spec, typ, output str
 	case count > 0 && seen < count && errors.Is(context.Cause(ctx), errTimeUp):
 		return fmt.Errorf("%d of %s within %v", seen, plural.N(count, "request"), duration)
 	}
+	return nil
+}
+
+// printEvent prints one event: a JSON object per line with -o json, else
+// the line text gives.
+func printEvent(e *env, output string, v any, text func() string) error {
+	if output != "json" {
+		fmt.Fprintln(e.stdout, text())
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, string(b))
 	return nil
 }

@@ -244,12 +244,28 @@ func word(allowed bool) string {
 // receiver): ✓ allowed, ✗ denied, and a * after a cell that differs from
 // the model. The header's first cell and the legend say which is which.
 func printMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, proto string, port int) {
+	printGrid(w, spec, cells, fmt.Sprintf("%s/%d", proto, port), func(c probe.Cell) string {
+		mark := "✗"
+		if c.Allowed {
+			mark = "✓"
+		}
+		if c.Expected != nil && *c.Expected != c.Allowed {
+			mark += "*"
+		}
+		return mark
+	})
+	fmt.Fprintln(w, "rows: from (sender), columns: to (receiver); ✓ allowed  ✗ denied  * differs from the policy model")
+}
+
+// printGrid prints a row per sender and a column per receiver, each cell
+// as mark says ("." on the diagonal).
+func printGrid(w io.Writer, spec *topology.Spec, cells []probe.Cell, title string, mark func(probe.Cell) string) {
 	at := map[[2]string]probe.Cell{}
 	for _, c := range cells {
 		at[[2]string{c.From, c.To}] = c
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
-	fmt.Fprintf(tw, "%s/%d from\\to", proto, port)
+	fmt.Fprintf(tw, "%s from\\to", title)
 	for _, to := range spec.Endpoints {
 		fmt.Fprintf(tw, "\t%s", to.ID())
 	}
@@ -257,23 +273,15 @@ func printMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, proto str
 	for _, from := range spec.Endpoints {
 		fmt.Fprint(tw, from.ID())
 		for _, to := range spec.Endpoints {
-			c, ok := at[[2]string{from.ID(), to.ID()}]
-			mark := "."
-			if ok {
-				mark = "✗"
-				if c.Allowed {
-					mark = "✓"
-				}
-				if c.Expected != nil && *c.Expected != c.Allowed {
-					mark += "*"
-				}
+			m := "."
+			if c, ok := at[[2]string{from.ID(), to.ID()}]; ok {
+				m = mark(c)
 			}
-			fmt.Fprintf(tw, "\t%s", mark)
+			fmt.Fprintf(tw, "\t%s", m)
 		}
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "rows: from (sender), columns: to (receiver); ✓ allowed  ✗ denied  * differs from the policy model")
 }
 
 // serviceProbeView is the JSON shape of `cnlab probe --service -o json`
@@ -424,34 +432,15 @@ func httpNote(c probe.Cell) string {
 // printHTTPMatrix prints the status of each cell (- for no connection),
 // with a * after a cell that differs from the model.
 func printHTTPMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, req probe.HTTPRequest, port int) {
-	at := map[[2]string]probe.Cell{}
-	for _, c := range cells {
-		at[[2]string{c.From, c.To}] = c
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
-	fmt.Fprintf(tw, "%s %s :%d from\\to", req.Method, req.Path, port)
-	for _, to := range spec.Endpoints {
-		fmt.Fprintf(tw, "\t%s", to.ID())
-	}
-	fmt.Fprintln(tw)
-	for _, from := range spec.Endpoints {
-		fmt.Fprint(tw, from.ID())
-		for _, to := range spec.Endpoints {
-			c, ok := at[[2]string{from.ID(), to.ID()}]
-			mark := "."
-			if ok {
-				mark = "-"
-				if *c.Status != 0 {
-					mark = fmt.Sprint(*c.Status)
-				}
-				if c.ExpectedStatus != nil && (*c.ExpectedStatus != *c.Status || c.Reached != *c.Expected) {
-					mark += "*"
-				}
-			}
-			fmt.Fprintf(tw, "\t%s", mark)
+	printGrid(w, spec, cells, fmt.Sprintf("%s %s :%d", req.Method, req.Path, port), func(c probe.Cell) string {
+		mark := "-"
+		if *c.Status != 0 {
+			mark = fmt.Sprint(*c.Status)
 		}
-		fmt.Fprintln(tw)
-	}
-	tw.Flush()
+		if c.ExpectedStatus != nil && (*c.ExpectedStatus != *c.Status || c.Reached != *c.Expected) {
+			mark += "*"
+		}
+		return mark
+	})
 	fmt.Fprintln(w, "rows: from (sender), columns: to (receiver); status received, - no connection, * differs from the policy model")
 }

@@ -4,27 +4,12 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/scenarios"
-	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/policy/policytest"
 	"github.com/cnlab/cnlab/topology"
 )
 
 func TestBuild(t *testing.T) {
-	lab, err := topology.Parse([]byte(scenarios.Lab), "scenario lab", topology.Overrides{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pols, err := policy.Parse([]byte(scenarios.L7[2].Policies), "l7.yaml") // GET /public, and L3/L4 from y
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := policy.NewModel(lab, pols)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := m.Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	lab, c := policytest.Compile(t, scenarios.L7[2].Policies, topology.Overrides{}) // GET /public, and L3/L4 from y
 	if cfg := Build(lab, "flap", c); cfg != nil {
 		t.Errorf("flap has no L7 port, but gets %+v", cfg)
 	}
