@@ -166,3 +166,27 @@ func checkL7(t *testing.T, sc scenarios.L7Scenario, spec *topology.Spec, m *poli
 	}
 	t.Logf("%s: %d request sequences, %d requests generated per L7 pair", sc.Name, len(seqs), len(gen))
 }
+
+// TestL7RefusedOnEBPF: a datapath that cannot redirect to the proxy
+// refuses L7 rules with its reason, and nothing changes: no proxy, the
+// policies stored before stay.
+func TestL7RefusedOnEBPF(t *testing.T) {
+	spec := scenarioLab(t, "t-l7-ebpf", "ebpf", "wire")
+	ctx := context.Background()
+	pols, err := policy.Parse([]byte(scenarios.L7[0].Policies), "l7.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Apply(ctx, spec.Name, pols)
+	if err == nil || !strings.Contains(err.Error(), "does not redirect to the L7 proxy") {
+		t.Fatalf("apply: %v, want the eBPF datapath's refusal", err)
+	}
+	if stored, err := Policies(spec.Name); err != nil || len(stored) != 0 {
+		t.Errorf("stored after a refused apply: %d policies, %v", len(stored), err)
+	}
+	for _, h := range spec.Hosts {
+		if pid := l7proxy.Pid(spec.Name, h.Name); pid != 0 {
+			t.Errorf("host %s runs an L7 proxy (pid %d) after a refused apply", h.Name, pid)
+		}
+	}
+}
