@@ -22,7 +22,8 @@ import (
 var l7Datapaths = []string{"iptables", "iptables-ipsets", "nftables"}
 
 // TestL7Scenarios applies every L7 scenario on each datapath that
-// supports L7 rules, on a two-host lab, and sends from every endpoint to
+// supports L7 rules, on a two-host lab (a wire, and for one datapath a
+// VXLAN overlay), and sends from every endpoint to
 // every endpoint with an L7 port, on one keep-alive connection per pair,
 // the requests generated from the rules (a match and near misses of each)
 // and the hand-checked ones: every status must be the model's (0 no
@@ -31,9 +32,14 @@ var l7Datapaths = []string{"iptables", "iptables-ipsets", "nftables"}
 // must; the hand-checked cells are sent too, each on its own connection.
 // Then the lab goes down and its proxies with it.
 func TestL7Scenarios(t *testing.T) {
+	runs := []struct{ dp, link string }{{"nftables", "vxlan"}} // the overlay only changes the path: one datapath
 	for _, dp := range l7Datapaths {
-		t.Run(dp, func(t *testing.T) {
-			spec := scenarioLab(t, "t-l7-"+short[dp], dp, "wire")
+		runs = append(runs, struct{ dp, link string }{dp, "wire"})
+	}
+	for _, run := range runs {
+		dp := run.dp
+		t.Run(dp+"-"+run.link, func(t *testing.T) {
+			spec := scenarioLab(t, "t-l7-"+short[dp]+"-"+run.link[:2], dp, run.link)
 			ctx := context.Background()
 			srv, err := probe.ListenHTTP(spec, scenarios.L7Port)
 			if err != nil {
@@ -188,5 +194,147 @@ func TestL7RefusedOnEBPF(t *testing.T) {
 		if pid := l7proxy.Pid(spec.Name, h.Name); pid != 0 {
 			t.Errorf("host %s runs an L7 proxy (pid %d) after a refused apply", h.Name, pid)
 		}
+	}
+}
+
+// TestL7UpdatesUnderLoad switches, over and over, between policy sets
+// while clients send requests on fresh connections: a request that every
+// set in effect at some moment of its life denies (at L7 or L3/L4) must
+// never pass, and one they all allow must never fail, whatever the moment
+// of the switch (the proxies get the new rules, keeping the old ones of
+// ports that stop being L7 ports, before the datapath switches, and the
+// datapath orders its commits: docs/l7.md).
+func TestL7UpdatesUnderLoad(t *testing.T) {
+	for _, dp := range []string{"iptables", "nftables"} {
+		t.Run(dp, func(t *testing.T) {
+			spec := scenarioLab(t, "t-l7u-"+short[dp], dp, "wire")
+			ctx := context.Background()
+			srv, err := probe.ListenHTTP(spec, scenarios.L7Port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			head := "apiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\nmetadata: {name: web, namespace: x}\nspec:\n  endpointSelector:\n    matchLabels: {app: web}\n  ingress:\n"
+			l7 := func(paths ...string) string {
+				y := head + "  - fromEndpoints:\n    - {}\n    toPorts:\n    - ports:\n      - {port: \"80\", protocol: TCP}\n      rules:\n        http:\n"
+				for _, p := range paths {
+					y += "        - {method: GET, path: " + p + "}\n"
+				}
+				return y
+			}
+			// Three sets: L7 /public; L7 /public and /other; x/b allowed
+			// everything at L3/L4 (no L7 port). x/b's GET /public passes in
+			// all three; x/c's GET /private in none (403, 403, no
+			// connection).
+			sets := []string{l7("/public"), l7("/public", "/other"), head + "  - fromEndpoints:\n    - matchLabels: {pod: b}\n"}
+			var models []*policy.Model
+			var parsed [][]*policy.Policy
+			for _, y := range sets {
+				pols, err := policy.Parse([]byte(y), "set.yaml")
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, err := policy.NewModel(spec, pols)
+				if err != nil {
+					t.Fatal(err)
+				}
+				parsed, models = append(parsed, pols), append(models, m)
+			}
+			// switches[i]: set switches[i].to is being applied from start;
+			// the set before is switches[i-1].to.
+			type sw struct {
+				to         int
+				start, end time.Time // of its apply (end zero while under way)
+			}
+			var mu sync.Mutex
+			switches := []sw{{0, time.Now(), time.Time{}}}
+			if _, err := Replace(ctx, spec.Name, parsed[0]); err != nil {
+				t.Fatal(err)
+			}
+			switches[0].end = time.Now()
+			// inEffect returns the sets that judged some moment of [from, to].
+			inEffect := func(from, to time.Time) []int {
+				mu.Lock()
+				defer mu.Unlock()
+				var out []int
+				for i, s := range switches {
+					// A set may judge from the start of its apply until the
+					// end of the next one.
+					end := time.Now()
+					if i+1 < len(switches) && !switches[i+1].end.IsZero() {
+						end = switches[i+1].end
+					}
+					if s.start.Before(to) && !end.Before(from) {
+						out = append(out, s.to)
+					}
+				}
+				return out
+			}
+			dst, _ := spec.Endpoint("x/a")
+			addr := netip.AddrPortFrom(dst.IP, scenarios.L7Port)
+			stop := make(chan struct{})
+			var bad []string
+			counts := map[string]int{}
+			var wg sync.WaitGroup
+			for _, c := range []struct{ from, path string }{{"x/c", "/private"}, {"x/b", "/public"}, {"x/b", "/private"}, {"x/c", "/public"}} {
+				src, _ := spec.Endpoint(c.from)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					req := probe.HTTPRequest{Method: "GET", Path: c.path}
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						start := time.Now()
+						res := probe.SendHTTP(ctx, src.Netns, addr, []probe.HTTPRequest{req}, []string{probe.Nonce()}, 3*time.Second)[0]
+						allAllow, allDeny := true, true
+						sets := inEffect(start, time.Now())
+						for _, k := range sets {
+							st := models[k].HTTPVerdict(src, dst, scenarios.L7Port, req.Model(addr.String())).Status
+							allAllow = allAllow && st == 200
+							allDeny = allDeny && st != 200
+						}
+						mu.Lock()
+						counts[c.from+" "+c.path]++
+						if allAllow && res.Status != 200 || allDeny && res.Status == 200 {
+							bad = append(bad, fmt.Sprintf("%s GET %s: %d (%v) under sets %v", c.from, c.path, res.Status, res.Err, sets))
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			order := []int{1, 0, 1, 2, 0, 2, 1, 2, 0, 1, 0, 2}
+			for _, k := range order {
+				time.Sleep(100 * time.Millisecond)
+				mu.Lock()
+				switches = append(switches, sw{k, time.Now(), time.Time{}})
+				mu.Unlock()
+				if _, err := Replace(ctx, spec.Name, parsed[k]); err != nil {
+					t.Fatal(err)
+				}
+				mu.Lock()
+				switches[len(switches)-1].end = time.Now()
+				mu.Unlock()
+			}
+			time.Sleep(100 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			for k, n := range counts {
+				if n < 10 {
+					t.Errorf("only %d requests of %s during the switches", n, k)
+				}
+			}
+			for i, b := range bad {
+				if i == 10 {
+					t.Errorf("... %d more", len(bad)-10)
+					break
+				}
+				t.Error(b)
+			}
+			t.Logf("requests during %d switches: %v", len(order), counts)
+		})
 	}
 }

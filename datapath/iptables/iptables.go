@@ -158,15 +158,19 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 					return err
 				}
 			}
-			script := diffScript(have.Chains, want.Chains)
+			// With L7 ports, three commits (l7.go, natSteps): the
+			// redirects of both sets, the filter chains, the new
+			// redirects alone.
+			var steps []string
 			if len(want.NAT) > 0 || len(have.NAT) > 0 {
-				// The redirect first: a connection the new rules send to
-				// the proxy is never judged by an ingress chain that
-				// drops it or accepts it past the proxy.
-				jumped := natJumped(ctx, h, bin)
-				script = natScript(have.NAT, want.NAT, !jumped, !jumped) + script
+				steps = natSteps(have.NAT, want.NAT, diffScript(have.Chains, want.Chains), !natJumped(ctx, h, bin))
+			} else {
+				steps = []string{diffScript(have.Chains, want.Chains)}
 			}
-			if script != "" {
+			for _, script := range steps {
+				if script == "" {
+					continue
+				}
 				if err := datapath.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
 					// The kernel may not hold what the state file says (a
 					// hand edit): rebuild from what it holds.

@@ -76,3 +76,49 @@ func natJumped(ctx context.Context, h *topology.Host, bin string) bool {
 	_, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-t", "nat", "-C", "PREROUTING", "-m", "comment", "--comment", comment, "-j", l7Chain)
 	return err == nil
 }
+
+// natSteps orders a change of a host with L7 ports as three
+// iptables-restore commits (the nat and filter tables are two commits even
+// in one script with the legacy backend):
+//
+//  1. CNLAB-L7 redirects each (endpoint, port) of either set as the set
+//     that has it decides, the new one first: a port becoming an L7 port is
+//     redirected before its ingress chain drops new connections to it;
+//  2. the filter chains switch;
+//  3. CNLAB-L7 holds the new redirects alone: a port that stops being an
+//     L7 port goes on to its new ingress chain only once that chain no
+//     longer drops new connections to it.
+//
+// So a connection is at every moment either redirected (to a proxy that
+// holds the old and the new rules) or judged by the ingress chain of the
+// set that does not redirect it: no transient drop of what both sets
+// allow, nothing both deny let through.
+func natSteps(have, want []string, filter string, jump bool) []string {
+	union := natUnion(have, want)
+	return []string{natScript(have, union, jump, jump), filter, natScript(union, want, false, false)}
+}
+
+// natUnion is the CNLAB-L7 of step 1: want's rules, then have's rules for
+// the (destination, port) pairs want has none for.
+func natUnion(have, want []string) []string {
+	inWant := map[string]bool{}
+	for _, r := range want {
+		inWant[natKey(r)] = true
+	}
+	out := append([]string(nil), want...)
+	for _, r := range have {
+		if !inWant[natKey(r)] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// natKey is the destination and port a CNLAB-L7 rule is about.
+func natKey(rule string) string {
+	_, rest, _ := strings.Cut(rule, "-d ")
+	dst, rest, _ := strings.Cut(rest, " ")
+	_, port, _ := strings.Cut(rest, "--dport ")
+	port, _, _ = strings.Cut(port, " ")
+	return dst + ":" + port
+}
