@@ -449,6 +449,16 @@ func (p *Proxy) reload(keep bool) error {
 				c.ports[k] = pp
 			}
 		}
+		// The kept ports judge sources by the identities they were
+		// written for.
+		if c.ids == nil {
+			c.ids = map[netip.Addr]uint32{}
+		}
+		for ip, id := range old.ids {
+			if _, ok := c.ids[ip]; !ok {
+				c.ids[ip] = id
+			}
+		}
 	}
 	p.cur.Store(c)
 	p.mu.Lock()

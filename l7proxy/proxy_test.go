@@ -166,8 +166,8 @@ func TestProxyReloadKeepsOldPortsWhenAsked(t *testing.T) {
 	if _, err := Command(ctx, dir, "reload keep"); err != nil {
 		t.Fatal(err)
 	}
-	if got := send(t, addr, "GET /b"); !strings.HasPrefix(got[0], "403 ") {
-		t.Errorf("with keep, the old rules still judge: %q", got)
+	if got := send(t, addr, "GET /b", "GET /a"); !strings.HasPrefix(got[0], "403 ") || !strings.HasPrefix(got[1], "200 ") {
+		t.Errorf("with keep, the old rules (and the old identities) still judge: %q", got)
 	}
 	if _, err := Command(ctx, dir, "reload"); err != nil {
 		t.Fatal(err)

@@ -27,12 +27,10 @@ import (
 // Build returns the configuration of the proxy of one host: nil when none
 // of its endpoints has an L7 port.
 func Build(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.Config {
-	cfg := &l7proxy.Config{Lab: lab.Name, Host: host, Set: c.Set, Identities: map[netip.Addr]uint32{}}
+	cfg := &l7proxy.Config{Lab: lab.Name, Host: host, Set: c.Set, Identities: identities(lab, c)}
 	firstIP := map[uint32]netip.Addr{}
 	for _, ep := range lab.Endpoints {
-		id := c.IdentityOfIP(ep.IP)
-		cfg.Identities[ep.IP] = id
-		if _, ok := firstIP[id]; !ok {
+		if id := c.IdentityOfIP(ep.IP); !firstIP[id].IsValid() {
 			firstIP[id] = ep.IP
 		}
 	}
@@ -56,6 +54,15 @@ func Build(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.Config 
 		return nil
 	}
 	return cfg
+}
+
+// identities is the address -> identity table of every endpoint.
+func identities(lab *topology.Spec, c *policy.Compiled) map[netip.Addr]uint32 {
+	out := map[netip.Addr]uint32{}
+	for _, ep := range lab.Endpoints {
+		out[ep.IP] = c.IdentityOfIP(ep.IP)
+	}
+	return out
 }
 
 // cidrPeers returns the rules of sources that are no endpoint: those of
@@ -108,7 +115,7 @@ func Push(ctx context.Context, lab *topology.Spec, c *policy.Compiled, keep bool
 			continue
 		}
 		if cfg == nil {
-			cfg = &l7proxy.Config{Lab: lab.Name, Host: h.Name, Set: c.Set}
+			cfg = &l7proxy.Config{Lab: lab.Name, Host: h.Name, Set: c.Set, Identities: identities(lab, c)}
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return started, fmt.Errorf("l7 proxy of host %s: %w", h.Name, err)
