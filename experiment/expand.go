@@ -77,7 +77,7 @@ func (p Params) Text() string {
 			parts = append(parts, fmt.Sprintf(format, args...))
 		}
 	}
-	add(true, "policies=%d", p.Policies)
+	add(p.L7Mode == "" || p.Policies > 0, "policies=%d", p.Policies)
 	add(p.PolicyMode != ModeNoMatch && p.PolicyMode != "", "mode=%s", p.PolicyMode)
 	add(p.Link != "", "link=%s", p.Link)
 	add(isChain(p.Topology), "length=%d", p.ChainLength)

@@ -154,10 +154,13 @@ func httpMetrics(r *traffic.HTTPResult) map[string]float64 {
 type abCounts struct{ ok, non2xx, errors uint64 }
 
 // abSplit reads ParseAB's counts (its Unexpected is Non-2xx responses
-// plus errors).
+// plus errors). With -t, ab's "Non-2xx responses" also counts responses
+// to requests still in flight when time was up, which "Complete
+// requests" leaves out (a few more than complete at c=10): clamped.
 func abSplit(r *traffic.HTTPResult) abCounts {
-	non2xx := r.Unexpected - min(r.Unexpected, r.Errors)
-	return abCounts{ok: r.Requests - min(r.Requests, non2xx+r.Errors), non2xx: non2xx, errors: r.Errors}
+	errs := min(r.Errors, r.Requests)
+	non2xx := min(r.Unexpected-min(r.Unexpected, r.Errors), r.Requests-errs)
+	return abCounts{ok: r.Requests - non2xx - errs, non2xx: non2xx, errors: errs}
 }
 
 func (c abCounts) String() string {
