@@ -88,6 +88,7 @@ func CaptureEnvironment() *Environment {
 		"perf":     {"perf", "--version"},
 		"ping":     {"ping", "-V"},
 		"sockperf": {"sockperf", "--version"},
+		"ab":       {"ab", "-V"},
 	}
 	for _, t := range kind.VersionTools() { // iptables, iptables-legacy, nft
 		tools[t.Name] = append([]string{t.Name}, t.Version...)

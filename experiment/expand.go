@@ -61,6 +61,11 @@ type Params struct {
 	// SocketLB: the eBPF datapath translates connections to Services at
 	// the socket too (ebpf.socketLB).
 	SocketLB bool `json:"socketLB,omitempty"`
+	// L7Mode is the policy of an L7 point (l7.go); with rules, L7Rules
+	// HTTP rules with the request's matching rule at L7Match.
+	L7Mode  string `json:"l7Mode,omitempty"`
+	L7Rules int    `json:"l7Rules,omitempty"`
+	L7Match string `json:"l7Match,omitempty"`
 }
 
 // Text is the point's parameters in a few words, for tables
@@ -72,7 +77,7 @@ func (p Params) Text() string {
 			parts = append(parts, fmt.Sprintf(format, args...))
 		}
 	}
-	add(true, "policies=%d", p.Policies)
+	add(p.L7Mode == "" || p.Policies > 0, "policies=%d", p.Policies)
 	add(p.PolicyMode != ModeNoMatch && p.PolicyMode != "", "mode=%s", p.PolicyMode)
 	add(p.Link != "", "link=%s", p.Link)
 	add(isChain(p.Topology), "length=%d", p.ChainLength)
@@ -92,6 +97,8 @@ func (p Params) Text() string {
 	add(p.ServiceProxy != "", "proxy=%s", p.ServiceProxy)
 	add(p.Services > 0 && p.ServiceBackends > 1, "backends=%d", p.ServiceBackends)
 	add(p.Services > 0 && p.ServicePosition != "", "position=%s", p.ServicePosition)
+	add(p.L7Mode != "", "l7=%s", p.L7Mode)
+	add(p.L7Mode == L7Rules, "rules=%d match=%s", p.L7Rules, p.L7Match)
 	return strings.Join(parts, " ")
 }
 
@@ -192,6 +199,15 @@ func (m *Matrix) merge(o Matrix, onlySet bool) {
 	if pick(len(m.ServicePosition), len(o.ServicePosition)) {
 		m.ServicePosition = o.ServicePosition
 	}
+	if pick(len(m.L7Mode), len(o.L7Mode)) {
+		m.L7Mode = o.L7Mode
+	}
+	if pick(len(m.L7Rules), len(o.L7Rules)) {
+		m.L7Rules = o.L7Rules
+	}
+	if pick(len(m.L7Match), len(o.L7Match)) {
+		m.L7Match = o.L7Match
+	}
 }
 
 // dim is one axis of the matrix: how many values it has and how the i-th
@@ -243,6 +259,9 @@ func (m Matrix) dims() []dim {
 	str(m.ServiceProxy, func(p *Params, v string) { p.ServiceProxy = kind.Proxy(v) })
 	num(m.ServiceBackends, func(p *Params, v int) { p.ServiceBackends = v })
 	str(m.ServicePosition, func(p *Params, v string) { p.ServicePosition = v })
+	str(m.L7Mode, func(p *Params, v string) { p.L7Mode = v })
+	num(m.L7Rules, func(p *Params, v int) { p.L7Rules = v })
+	str(m.L7Match, func(p *Params, v string) { p.L7Match = v })
 	return ds
 }
 
@@ -302,6 +321,7 @@ func (m Matrix) check(s *Spec, path string) error {
 		{"switches", m.Switches, 1, topology.MaxSwitches},
 		{"services", m.Services, 0, MaxServices},
 		{"serviceBackends", m.ServiceBackends, 1, MaxBackends},
+		{"l7Rules", m.L7Rules, 0, MaxL7Rules},
 	}
 	for _, k := range ints {
 		for i, v := range k.vs {
@@ -328,6 +348,16 @@ func (m Matrix) check(s *Spec, path string) error {
 	for i, v := range m.ServicePosition {
 		if v != PositionFirst && v != PositionLast {
 			return s.errf(fmt.Sprintf("%s.servicePosition[%d]", path, i), "%q: %s or %s", v, PositionFirst, PositionLast)
+		}
+	}
+	for i, v := range m.L7Mode {
+		if !slices.Contains(l7Modes, v) {
+			return s.errf(fmt.Sprintf("%s.l7Mode[%d]", path, i), "%q: one of %s", v, strings.Join(l7Modes, ", "))
+		}
+	}
+	for i, v := range m.L7Match {
+		if !slices.Contains(l7Matches, v) {
+			return s.errf(fmt.Sprintf("%s.l7Match[%d]", path, i), "%q: one of %s", v, strings.Join(l7Matches, ", "))
 		}
 	}
 	for i, v := range m.SwitchLink {
@@ -420,6 +450,9 @@ func (s *Spec) Points() ([]Point, error) {
 				if w.Kind == UDPStream && w.Length > 65507 {
 					return nil, s.errf(pt.path+".size", "%d bytes: a UDP datagram holds at most 65507", w.Length)
 				}
+				if err := s.checkPortsFor(w, q, pt.path); err != nil {
+					return nil, err
+				}
 				// flows, size and zerocopy that do not apply to a workload
 				// (and backends and position without Services) would
 				// measure the same point again: once is enough.
@@ -474,7 +507,26 @@ func effectiveWorkload(w Workload, p *Params) Workload {
 	if w.Kind != TCPStream {
 		p.Zerocopy = false
 	}
+	if isHTTP(w.Kind) {
+		w = httpWorkload(w, *p)
+	}
 	return w
+}
+
+// checkPortsFor refuses a workload whose port the point's generated
+// policies or Services do not carry: the generated policies and the
+// measured Service open the iperf3 and rr ports, not HTTPPort; an L7
+// point's policy opens HTTPPort alone.
+func (s *Spec) checkPortsFor(w Workload, p Params, path string) error {
+	switch {
+	case isHTTP(w.Kind) && p.Services > 0:
+		return s.errf(path+".services", "%d: the measured Service maps the iperf3 and rr ports, not port %d of the %s workload", p.Services, HTTPPort, w.Kind)
+	case isHTTP(w.Kind) && p.Policies > 0 && !usesFiller(p):
+		return s.errf(path+".policies", "%d: the generated policies allow the iperf3 and rr ports, not port %d of the %s workload (sweep HTTP policies with l7Mode)", p.Policies, HTTPPort, w.Kind)
+	case !isHTTP(w.Kind) && p.L7Mode != "" && p.L7Mode != L7None:
+		return s.errf(path+".l7Mode", "%s: the L7 policy allows TCP port %d alone, not the %s workload's (L7 sweeps measure the http and ab workloads)", p.L7Mode, HTTPPort, w.Kind)
+	}
+	return nil
 }
 
 // series names the line a point is drawn on: the datapath (iptables+ipsets
@@ -487,7 +539,7 @@ func series(p Params) string {
 	if p.Peers == kind.PeersIPSets {
 		s += "+ipsets"
 	}
-	if p.Datapath == kind.IPTables || p.PolicyMode != ModeNoMatch && p.PolicyMode != "" {
+	if p.L7Mode == "" && (p.Datapath == kind.IPTables || p.PolicyMode != ModeNoMatch && p.PolicyMode != "") {
 		s += " " + p.PolicyMode
 	}
 	if p.HostRouting == kind.HostRoutingLegacy {
@@ -498,6 +550,9 @@ func series(p Params) string {
 	}
 	if p.ServiceProxy != "" && p.ServiceProxy != kind.DefaultProxy(p.Datapath) {
 		s += " proxy " + string(p.ServiceProxy)
+	}
+	if p.L7Mode != "" {
+		s += " " + l7Label(p)
 	}
 	return s
 }
@@ -559,6 +614,8 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 			return bad("policyMode", "%s: a chain has no policy datapath", p.PolicyMode)
 		case p.Services != 0 || p.ServiceProxy != "" || p.ServiceBackends != 0 || p.ServicePosition != "":
 			return bad("services", "a chain has no endpoints to serve Services from")
+		case p.L7Mode != "" || p.L7Rules != 0 || p.L7Match != "":
+			return bad("l7Mode", "a chain (and topology direct, no CNI) has no policy datapath and no L7 proxy")
 		}
 		if p.Link != "" && p.Link != topology.ChainVeth && p.Link != topology.ChainBridge && p.Link != topology.ChainOVS {
 			return bad("link", "%q: a chain's links are veth, bridge or ovs", p.Link)
@@ -630,6 +687,9 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 			return bad("policies", "%d: policies generated on ports %d and up take at most %d", p.Policies, fillerPort, maxPortPolicies)
 		}
 		if err := resolveServiceParams(p, bad); err != nil {
+			return err
+		}
+		if err := resolveL7Params(p, bad); err != nil {
 			return err
 		}
 	}

@@ -175,7 +175,7 @@ func (ru *runner) ensurePolicies(ctx context.Context, p Params) error {
 	}
 	t0 := time.Now()
 	_, err := lab.Replace(ctx, ru.cur.Name, pols)
-	a := Apply{Policies: p.Policies, PolicyMode: p.PolicyMode, Seconds: time.Since(t0).Seconds()}
+	a := Apply{Policies: p.Policies, PolicyMode: p.PolicyMode, L7Mode: p.L7Mode, L7Rules: p.L7Rules, L7Match: p.L7Match, Seconds: time.Since(t0).Seconds()}
 	if err != nil {
 		a.Error = err.Error()
 	}
@@ -185,6 +185,9 @@ func (ru *runner) ensurePolicies(ctx context.Context, p Params) error {
 		// The datapath may hold part of the new set: the next point must
 		// apply its policies whatever they are.
 		ru.curPol = policyUnknown
+		if p.L7Mode != "" {
+			return fmt.Errorf("apply the L7 policy (%s): %w", l7Label(p), err)
+		}
 		return fmt.Errorf("apply %d %s policies: %w", p.Policies, p.PolicyMode, err)
 	}
 	ru.curPol = text

@@ -48,8 +48,12 @@ func usesFiller(p Params) bool {
 //	           value2i, key2i+1: value2i+1), allowing every port (L3)
 //
 // iptables' no-match and top-of-chain are filler rules instead (see
-// usesFiller). Zero policies is an empty text: no policy at all.
+// usesFiller). Zero policies is an empty text: no policy at all. An L7
+// point's policy is l7PolicyText's.
 func policyText(p Params) string {
+	if p.L7Mode != "" {
+		return l7PolicyText(p)
+	}
 	if usesFiller(p) || p.Policies == 0 && p.PolicyMode != ModeL4Rules {
 		return ""
 	}
@@ -97,6 +101,7 @@ func labKey(p Params) string {
 	k := p
 	k.Flows, k.Size, k.Zerocopy = 0, 0, false
 	k.Services, k.ServiceBackends, k.ServicePosition = 0, 0, "" // applied with lab.ReplaceServices
+	k.L7Mode, k.L7Rules, k.L7Match = "", 0, ""                  // a policy applied with lab.Replace
 	if k.ServiceProxy == kind.DefaultProxy(k.Datapath) {
 		k.ServiceProxy = "" // a lab's default: the same lab as a point without Services
 	}

@@ -96,7 +96,7 @@ func (p *progress) result(pr *PointResult, m map[string]float64) {
 	if p.w == nil || p.term {
 		return
 	}
-	for _, k := range []string{"throughput_gbps", "latency_p50_us", "first_rtt_us"} {
+	for _, k := range []string{"throughput_gbps", "requests_per_s", "latency_p50_us", "first_rtt_us"} {
 		if v, ok := m[k]; ok {
 			fmt.Fprintf(p.w, "cnlab:   %s %.4g\n", k, v)
 			return

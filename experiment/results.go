@@ -91,6 +91,9 @@ type Build struct {
 type Apply struct {
 	Policies   int     `json:"policies"`
 	PolicyMode string  `json:"policyMode"`
+	L7Mode     string  `json:"l7Mode,omitempty"` // an L7 point's policy
+	L7Rules    int     `json:"l7Rules,omitempty"`
+	L7Match    string  `json:"l7Match,omitempty"`
 	Seconds    float64 `json:"seconds"`
 	Error      string  `json:"error,omitempty"`
 }
@@ -165,7 +168,8 @@ func (r *Results) write(dir string) error {
 // workload has no such metric): one row per sample.
 var csvParams = []string{"point", "sweep", "series", "workload", "topology", "link", "chainLength", "datapath", "hostRouting", "peers",
 	"policies", "policyMode", "mtu", "offloads", "firewallRules", "firewallStateful", "firewallSpread", "shaperRate",
-	"shaperDirection", "switches", "switchLink", "services", "serviceProxy", "serviceBackends", "servicePosition", "socketLB", "kind", "flows", "streams", "length", "rate", "zerocopy", "requestSize", "responseSize", "count", "repetition"}
+	"shaperDirection", "switches", "switchLink", "services", "serviceProxy", "serviceBackends", "servicePosition", "socketLB", "l7Mode", "l7Rules", "l7Match", "kind", "flows", "streams", "length", "rate", "zerocopy", "requestSize", "responseSize", "count",
+	"mode", "concurrency", "method", "path", "expect", "repetition"}
 
 func (r *Results) writeCSV(path string) error {
 	metrics := map[string]bool{}
@@ -187,8 +191,8 @@ func (r *Results) writeCSV(path string) error {
 		for _, s := range p.Samples {
 			row := []string{p.ID, p.Sweep, p.Series, wl.Name(), q.Topology, q.Link, itoa(q.ChainLength), string(q.Datapath), q.HostRouting, q.Peers,
 				itoa(q.Policies), q.PolicyMode, itoa(q.MTU), q.Offloads, itoa(q.FirewallRules), btoa(q.FirewallStateful),
-				btoa(q.FirewallSpread), q.ShaperRate, q.ShaperDirection, itoa(q.Switches), q.SwitchLink, itoa(q.Services), string(q.ServiceProxy), itoa(q.ServiceBackends), q.ServicePosition, btoa(q.SocketLB), wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
-				btoa(wl.Zerocopy), itoa(wl.RequestSize), itoa(wl.ResponseSize), itoa(wl.Count), itoa(s.Repetition)}
+				btoa(q.FirewallSpread), q.ShaperRate, q.ShaperDirection, itoa(q.Switches), q.SwitchLink, itoa(q.Services), string(q.ServiceProxy), itoa(q.ServiceBackends), q.ServicePosition, btoa(q.SocketLB), q.L7Mode, itoa(q.L7Rules), q.L7Match, wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
+				btoa(wl.Zerocopy), itoa(wl.RequestSize), itoa(wl.ResponseSize), itoa(wl.Count), wl.Mode, itoa(wl.Concurrency), wl.Method, wl.Path, joinInts(wl.Expect), itoa(s.Repetition)}
 			for _, k := range names {
 				v, ok := s.Metrics[k]
 				if ok {

@@ -167,13 +167,16 @@ func schedule(points []Point, reps int, rng *mrand.Rand) []Job {
 			// together (the sets in the shuffled order of their first
 			// point): 10,000 Services are installed once a round, not
 			// once a point.
+			// So do the points with the same L7 policy (10,000 rules
+			// compiled by the proxy once a round).
+			set := func(p Point) string { return serviceSet(p.Params) + " " + l7Set(p.Params) }
 			first := map[string]int{}
 			for i, p := range ps {
-				if _, ok := first[serviceSet(p.Params)]; !ok {
-					first[serviceSet(p.Params)] = i
+				if _, ok := first[set(p)]; !ok {
+					first[set(p)] = i
 				}
 			}
-			slices.SortStableFunc(ps, func(a, b Point) int { return first[serviceSet(a.Params)] - first[serviceSet(b.Params)] })
+			slices.SortStableFunc(ps, func(a, b Point) int { return first[set(a)] - first[set(b)] })
 			for _, p := range ps {
 				if keep(p) {
 					jobs = append(jobs, Job{Point: p.ID, Repetition: rep})
@@ -208,6 +211,8 @@ func checkTools(points []Point) error {
 			need["iperf3"] = "apt-get install iperf3"
 		case Ping:
 			need["ping"] = "apt-get install iputils-ping"
+		case AB:
+			need["ab"] = "apt-get install apache2-utils"
 		}
 		if p.Params.Offloads != "" {
 			need["ethtool"] = "apt-get install ethtool"
@@ -381,7 +386,7 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 	defer logf.Close()
 	fmt.Fprintf(logf, "point %s %s repetition %d\nparams %+v\nworkload %+v\n", pr.ID, pr.Workload.Name(), j.Repetition, pr.Params, pr.Workload)
 	e := sampleEnv{ep: endpoints{client: cl.Netns, server: sv.Netns, serverIP: sv.IP, dest: dest}, warmup: time.Duration(ru.s.Warmup),
-		duration: time.Duration(ru.s.Duration), pin: ru.s.Pin, rr: ru.o.RR, log: logf}
+		duration: time.Duration(ru.s.Duration), pin: ru.s.Pin, rr: ru.o.RR, cnlab: cnlabArgv(ru.o.RR), lab: ru.cur.Name, log: logf}
 	if j.Repetition < 0 {
 		return ru.profiled(ctx, pr, e, logName)
 	}
@@ -405,6 +410,14 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 	pr.summarize()
 	ru.prog.result(pr, m)
 	return nil
+}
+
+// cnlabArgv is cnlab's own argv, from its rr command's.
+func cnlabArgv(rr []string) []string {
+	if n := len(rr); n > 1 && rr[n-1] == "rr" {
+		return rr[:n-1]
+	}
+	return rr
 }
 
 // makeOut makes the results directory and its logs/, refusing a symlink

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -88,12 +89,13 @@ type Figures struct {
 
 // FigureX are the parameters a figure can have on its x axis, in the
 // order the report picks one by default.
-var FigureX = []string{"policies", "chainLength", "switches", "firewallRules", "services", "flows", "size", "mtu"}
+var FigureX = []string{"policies", "chainLength", "switches", "firewallRules", "services", "l7Rules", "flows", "size", "mtu"}
 
 // FigureMetrics are the sample metrics a sweep may ask figures of.
 var FigureMetrics = []string{"throughput_gbps", "sent_gbps", "packets_per_s", "retransmits", "loss_pct", "jitter_ms",
 	"transactions_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_p999_us",
-	"connect_p50_us", "connect_p99_us", "first_rtt_us", "rtt_us", "sender_cpu_pct", "receiver_cpu_pct", "client_cpu_pct", "system_cpu_pct"}
+	"connect_p50_us", "connect_p99_us", "first_rtt_us", "rtt_us", "sender_cpu_pct", "receiver_cpu_pct", "client_cpu_pct", "system_cpu_pct",
+	"requests_per_s", "unexpected", "errors", "proxy_cpu_pct"}
 
 func (f *Figures) check(s *Spec, path string) error {
 	if f == nil {
@@ -169,6 +171,13 @@ type Matrix struct {
 	ServiceProxy    []string `yaml:"serviceProxy" json:"serviceProxy,omitempty"`
 	ServiceBackends []int    `yaml:"serviceBackends" json:"serviceBackends,omitempty"`
 	ServicePosition []string `yaml:"servicePosition" json:"servicePosition,omitempty"`
+	// L7Mode sweeps one CiliumNetworkPolicy on the server for the HTTP
+	// workloads (see l7.go): none, l4 (an L3/L4 allow of port 80),
+	// http-any (rules.http: [{}]) or rules: L7Rules HTTP rules with the
+	// one matching the request first, last or absent (L7Match).
+	L7Mode  []string `yaml:"l7Mode" json:"l7Mode,omitempty"`
+	L7Rules []int    `yaml:"l7Rules" json:"l7Rules,omitempty"`
+	L7Match []string `yaml:"l7Match" json:"l7Match,omitempty"`
 }
 
 // Workload kinds.
@@ -179,9 +188,15 @@ const (
 	TCPCRR    = "tcp-crr"
 	UDPRR     = "udp-rr"
 	Ping      = "ping"
+	HTTP      = "http" // cnlab http server and client
+	AB        = "ab"   // ApacheBench against cnlab http server
 )
 
-var workloadKinds = []string{TCPStream, UDPStream, TCPRR, TCPCRR, UDPRR, Ping}
+var workloadKinds = []string{TCPStream, UDPStream, TCPRR, TCPCRR, UDPRR, Ping, HTTP, AB}
+
+// isHTTP reports whether a workload kind sends HTTP requests to port
+// HTTPPort.
+func isHTTP(k string) bool { return k == HTTP || k == AB }
 
 // Workload is one measurement made at every point.
 type Workload struct {
@@ -194,6 +209,14 @@ type Workload struct {
 	RequestSize  int    `yaml:"requestSize" json:"requestSize,omitempty"`   // rr: bytes per request
 	ResponseSize int    `yaml:"responseSize" json:"responseSize,omitempty"` // rr: bytes per response
 	Count        int    `yaml:"count" json:"count,omitempty"`               // ping: echo requests per sample
+	// http and ab: connections (keepalive or new), workers, the request
+	// and the statuses it may get (default 200; 403 by itself at a point
+	// whose L7 rules deny the request).
+	Mode        string `yaml:"mode" json:"mode,omitempty"`
+	Concurrency int    `yaml:"concurrency" json:"concurrency,omitempty"`
+	Method      string `yaml:"method" json:"method,omitempty"`
+	Path        string `yaml:"path" json:"path,omitempty"`
+	Expect      []int  `yaml:"expect" json:"expect,omitempty"`
 }
 
 // Name is a short label of the workload with its options, for tables.
@@ -218,6 +241,11 @@ func (w Workload) Name() string {
 		}
 	case TCPRR, TCPCRR, UDPRR:
 		parts = append(parts, fmt.Sprintf("%d/%d", w.RequestSize, w.ResponseSize))
+	case HTTP, AB:
+		parts = append(parts, w.Mode, fmt.Sprintf("c%d", w.Concurrency))
+		if w.Method != "" && w.Method != http.MethodGet {
+			parts = append(parts, w.Method)
+		}
 	}
 	if len(parts) == 0 {
 		return w.Kind
@@ -476,6 +504,12 @@ func (s *Spec) validate() error {
 		return s.errf("matrix", "expands to no point")
 	}
 	for _, p := range pts {
+		if p.Workload.Kind == AB && time.Duration(s.Duration)%time.Second != 0 {
+			return s.errf("duration", "%v: ab (the ab workload) runs for whole seconds (-t)", time.Duration(s.Duration))
+		}
+		if p.Workload.Kind == AB && time.Duration(s.Warmup)%time.Second != 0 {
+			return s.errf("warmup", "%v: ab (the ab workload) warms up for whole seconds (-t)", time.Duration(s.Warmup))
+		}
 		if p.Workload.Kind != TCPStream && p.Workload.Kind != UDPStream {
 			continue
 		}
@@ -519,6 +553,11 @@ func (s *Spec) checkWorkloads(path string, wl []Workload, required bool) error {
 			bad("requestSize", w.RequestSize != 0 && !rr, "tcp-rr, tcp-crr and udp-rr"),
 			bad("responseSize", w.ResponseSize != 0 && !rr, "tcp-rr, tcp-crr and udp-rr"),
 			bad("count", w.Count != 0 && w.Kind != Ping, "ping"),
+			bad("mode", w.Mode != "" && !isHTTP(w.Kind), "http and ab"),
+			bad("concurrency", w.Concurrency != 0 && !isHTTP(w.Kind), "http and ab"),
+			bad("method", w.Method != "" && !isHTTP(w.Kind), "http and ab"),
+			bad("path", w.Path != "" && !isHTTP(w.Kind), "http and ab"),
+			bad("expect", len(w.Expect) > 0 && !isHTTP(w.Kind), "http and ab"),
 		} {
 			if e != nil {
 				return e
@@ -561,6 +600,11 @@ func (s *Spec) checkWorkloads(path string, wl []Workload, required bool) error {
 		}
 		if w.Kind == Ping && w.Count < 2 {
 			return s.errf(p+".count", "%d: at least 2 (the first reply and the steady ones)", w.Count)
+		}
+		if isHTTP(w.Kind) {
+			if err := s.checkHTTPWorkload(p, w); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -39,6 +39,8 @@ type sampleEnv struct {
 	duration time.Duration
 	pin      *Pin
 	rr       []string // argv of cnlab's rr command
+	cnlab    []string // argv of cnlab itself (rr's without "rr"), for cnlab http
+	lab      string   // the lab's name, to find its L7 proxies
 	log      io.Writer
 }
 
@@ -212,6 +214,8 @@ func runSample(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 		m, err = runRR(ctx, w, e)
 	case Ping:
 		m, err = runPing(ctx, w, e)
+	case HTTP, AB:
+		m, err = runHTTPWorkload(ctx, w, e)
 	default:
 		err = fmt.Errorf("workload %q", w.Kind)
 	}
@@ -450,6 +454,8 @@ func Headline(kind string) string {
 		return "transactions_per_s"
 	case Ping:
 		return "first_rtt_us"
+	case HTTP, AB:
+		return "requests_per_s"
 	}
 	return ""
 }

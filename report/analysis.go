@@ -64,7 +64,9 @@ const (
 // isCount reports whether x counts rules, policies or services: the axes
 // whose slope is a per-rule (per-policy, per-service) cost, with baseline
 // bars at the first x and a search for a bend.
-func isCount(d string) bool { return d == "policies" || d == "firewallRules" || d == "services" }
+func isCount(d string) bool {
+	return d == "policies" || d == "firewallRules" || d == "services" || d == "l7Rules"
+}
 
 // unitOf is the unit of one step of x, for "per policy".
 func unitOf(pn *Panel) (one, many string) {
@@ -81,6 +83,8 @@ func unitOf(pn *Panel) (one, many string) {
 		return "rule", "rules"
 	case "services":
 		return "service", "services"
+	case "l7Rules":
+		return "rule", "L7 rules"
 	case "chainLength":
 		return "hop", "hops"
 	case "switches":

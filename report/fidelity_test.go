@@ -20,9 +20,13 @@ var recorded = map[string][]string{
 	experiment.TCPCRR: {"transactions_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_p999_us",
 		"connect_p50_us", "connect_p99_us"},
 	experiment.Ping: {"first_rtt_us", "rtt_us", "loss_pct"},
+	experiment.HTTP: {"requests_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "unexpected", "errors",
+		"client_cpu_pct", "proxy_cpu_pct"},
+	experiment.AB: {"requests_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "unexpected", "errors",
+		"client_cpu_pct", "proxy_cpu_pct"},
 }
 
-var drawnAs = regexp.MustCompile("^`([a-z0-9_]+)`(?: vs `([A-Za-z]+)`)?$")
+var drawnAs = regexp.MustCompile("^`([a-z0-9_]+)`(?: vs `([A-Za-z0-9]+)`)?$")
 
 // TestFidelityTable keeps docs/fidelity.md true: every row that names a
 // figure must be one that the quick run of its file draws, in its sweep,

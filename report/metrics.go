@@ -37,6 +37,10 @@ var metrics = map[string]Metric{
 	"receiver_cpu_pct":   {"receiver_cpu_pct", "receiver CPU (%)", "%", -1, 0},
 	"client_cpu_pct":     {"client_cpu_pct", "client CPU (%)", "%", -1, 0},
 	"system_cpu_pct":     {"system_cpu_pct", "machine CPU (%)", "%", -1, 0},
+	"requests_per_s":     {"requests_per_s", "HTTP requests per second", "/s", +1, 0},
+	"unexpected":         {"unexpected", "unexpected statuses and errors", "", -1, 0},
+	"errors":             {"errors", "requests without a response", "", -1, 0},
+	"proxy_cpu_pct":      {"proxy_cpu_pct", "L7 proxy CPU (%)", "%", -1, 0},
 }
 
 // MetricInfo describes a metric; an unknown one gets its name as label.
@@ -61,6 +65,8 @@ func PrimaryMetrics(kind string) []string {
 		return []string{"transactions_per_s", "latency_p50_us", "connect_p50_us", "connect_p99_us"}
 	case experiment.Ping:
 		return []string{"first_rtt_us", "rtt_us"}
+	case experiment.HTTP, experiment.AB:
+		return []string{"requests_per_s", "latency_p50_us", "latency_p99_us"}
 	}
 	return nil
 }

@@ -61,6 +61,12 @@ var xDims = []dim{
 		}
 		return v + " services"
 	}},
+	{"l7Rules", func(p *experiment.PointResult) string { return num(p.Params.L7Rules) }, func(v string) string {
+		if v == "1" {
+			return "1 L7 rule"
+		}
+		return v + " L7 rules"
+	}},
 	{"flows", func(p *experiment.PointResult) string { return num(p.Workload.Flows) }, func(v string) string {
 		if v == "1" {
 			return "1 flow"
@@ -165,6 +171,8 @@ func xLabel(d string, pts []*experiment.PointResult) string {
 		return "firewall rules"
 	case "services":
 		return "number of services"
+	case "l7Rules":
+		return "HTTP rules in the L7 policy"
 	case "flows":
 		return "parallel flows"
 	case "size":
@@ -212,6 +220,8 @@ func workloadKey(w experiment.Workload) string {
 	switch w.Kind {
 	case experiment.TCPRR, experiment.TCPCRR, experiment.UDPRR:
 		return fmt.Sprintf("%s %d/%d", w.Kind, w.RequestSize, w.ResponseSize)
+	case experiment.HTTP, experiment.AB:
+		return w.Name()
 	case experiment.UDPStream:
 		if w.Rate != "" {
 			return w.Kind + " " + w.Rate

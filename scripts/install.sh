@@ -15,7 +15,7 @@ declare -A tools=(
 	[ipset]=ipset [ethtool]=ethtool [sockperf]=sockperf [ping]=iputils-ping
 	[clang]=clang [llvm-strip]=llvm [bpftool]=bpftool [perf]=linux-perf
 	[conntrack]=conntrack [python3]=python3 [make]=make [git]=git [tc]=iproute2
-	[taskset]=util-linux [chromium]=chromium
+	[taskset]=util-linux [chromium]=chromium [ab]=apache2-utils
 	[ovs-vswitchd]=openvswitch-switch [pgrep]=procps
 )
 # Packages without a command of their own: headers for rebuilding the eBPF

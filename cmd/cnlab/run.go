@@ -248,6 +248,8 @@ func headline(kind string) string {
 		return "throughput_gbps"
 	case experiment.Ping:
 		return "first_rtt_us"
+	case experiment.HTTP, experiment.AB:
+		return "requests_per_s"
 	}
 	return "latency_p50_us"
 }
