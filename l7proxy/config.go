@@ -44,7 +44,10 @@ type PortConfig struct {
 // PeerConfig is the rules one kind of source gets on a port; the rules of
 // every peer that covers a source add up.
 type PeerConfig struct {
-	Identity uint32       `json:"identity,omitempty"`
-	CIDR     netip.Prefix `json:"cidr,omitzero"`
-	Rules    []l7.Rule    `json:"rules"`
+	Identity uint32 `json:"identity,omitempty"`
+	// Addr, when set, is one endpoint whose rules differ from those of
+	// the rest of its identity (a CIDR rule covers some of them only).
+	Addr  netip.Addr   `json:"addr,omitzero"`
+	CIDR  netip.Prefix `json:"cidr,omitzero"`
+	Rules []l7.Rule    `json:"rules"`
 }

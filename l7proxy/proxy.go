@@ -63,9 +63,11 @@ type LogEntry struct {
 
 // portPolicy is a PortConfig compiled.
 type portPolicy struct {
-	byID  map[uint32]*l7.Matcher
-	cidrs []PeerConfig
-	cache sync.Map // netip.Addr -> *l7.Matcher, for sources that are no endpoint
+	byID   map[uint32]*l7.Matcher
+	byAddr map[netip.Addr]*l7.Matcher // endpoints whose rules differ from their identity's
+	cidrs  []PeerConfig
+	cache  sync.Map // netip.Addr -> *l7.Matcher, for sources that are no endpoint
+	cached atomic.Int64
 }
 
 // compiled is a Config ready to judge requests.
@@ -73,12 +75,16 @@ type compiled struct {
 	set   string
 	ids   map[netip.Addr]uint32
 	ports map[netip.AddrPort]*portPolicy
+	// seen are the destinations every configuration since the proxy
+	// started made L7 ports: a connection to one that is no longer an L7
+	// port passes (it was opened while it was); to any other, nothing does.
+	seen map[netip.AddrPort]bool
 }
 
 func compile(cfg *Config) (*compiled, error) {
-	c := &compiled{set: cfg.Set, ids: cfg.Identities, ports: map[netip.AddrPort]*portPolicy{}}
+	c := &compiled{set: cfg.Set, ids: cfg.Identities, ports: map[netip.AddrPort]*portPolicy{}, seen: map[netip.AddrPort]bool{}}
 	for _, pc := range cfg.Ports {
-		pp := &portPolicy{byID: map[uint32]*l7.Matcher{}}
+		pp := &portPolicy{byID: map[uint32]*l7.Matcher{}, byAddr: map[netip.Addr]*l7.Matcher{}}
 		for _, peer := range pc.Peers {
 			if peer.CIDR.IsValid() {
 				pp.cidrs = append(pp.cidrs, peer)
@@ -88,9 +94,14 @@ func compile(cfg *Config) (*compiled, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s port %d, identity %d: %w", pc.Endpoint, pc.Port, peer.Identity, err)
 			}
-			pp.byID[peer.Identity] = m
+			if peer.Addr.IsValid() {
+				pp.byAddr[peer.Addr] = m
+			} else {
+				pp.byID[peer.Identity] = m
+			}
 		}
-		c.ports[netip.AddrPortFrom(pc.Addr, pc.Port)] = pp
+		k := netip.AddrPortFrom(pc.Addr, pc.Port)
+		c.ports[k], c.seen[k] = pp, true
 	}
 	return c, nil
 }
@@ -99,6 +110,9 @@ func compile(cfg *Config) (*compiled, error) {
 // or for an address that is no endpoint's, the union of the CIDR peers
 // that cover it.
 func (pp *portPolicy) matcher(src netip.Addr, id uint32, known bool) *l7.Matcher {
+	if m, ok := pp.byAddr[src]; ok {
+		return m
+	}
 	if known {
 		return pp.byID[id]
 	}
@@ -115,9 +129,15 @@ func (pp *portPolicy) matcher(src netip.Addr, id uint32, known bool) *l7.Matcher
 	if err != nil {
 		m, _ = l7.Compile(nil)
 	}
-	pp.cache.Store(src, m)
+	if pp.cached.Add(1) <= maxCached { // bounded: sources are many when ingress is open
+		pp.cache.Store(src, m)
+	}
 	return m
 }
+
+// maxCached bounds the matchers a port keeps for sources that are no
+// endpoint.
+const maxCached = 4096
 
 // Proxy is a running proxy.
 type Proxy struct {
@@ -193,6 +213,10 @@ func serve(ctx context.Context, p *Proxy, ln net.Listener, conn func(net.Conn) *
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = ci.dst.String()
 			pr.Out.Host = pr.In.Host
+			// No protocol upgrade: the rest of an upgraded connection
+			// would be piped unjudged.
+			pr.Out.Header.Del("Upgrade")
+			pr.Out.Header.Del("Connection")
 			pr.SetXForwarded()
 		},
 		Transport: transportFunc(p.roundTrip),
@@ -329,13 +353,25 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id, known = cur.ids[ci.src.Addr()]
 		pp = cur.ports[ci.dst]
 	}
-	e := LogEntry{Time: start.UTC(), Src: ci.src.String(), Dst: ci.dst.String(), Identity: id, Method: r.Method, Path: r.RequestURI, Host: r.Host}
-	allowed := ci.err == nil
-	if allowed && pp != nil {
-		// A port that is no longer an L7 port (its policy went away while
-		// this connection was open) passes, as an established flow does.
+	// The request-target as Envoy's :path: an absolute-form target
+	// (http://host/path) is judged by its path and query.
+	path := r.RequestURI
+	if r.URL.IsAbs() {
+		path = r.URL.RequestURI()
+	}
+	e := LogEntry{Time: start.UTC(), Src: ci.src.String(), Dst: ci.dst.String(), Identity: id, Method: r.Method, Path: path, Host: r.Host}
+	allowed := ci.err == nil && cur != nil
+	switch {
+	case !allowed:
+	case pp != nil:
 		m := pp.matcher(ci.src.Addr(), id, known)
-		allowed = m != nil && m.Allows(l7.Request{Method: r.Method, Path: r.RequestURI, Host: r.Host, Header: r.Header})
+		allowed = m != nil && m.Allows(l7.Request{Method: r.Method, Path: path, Host: r.Host, Header: r.Header})
+	default:
+		// A port that is no longer an L7 port (its policy went away while
+		// this connection was open) passes, as an established flow does;
+		// a destination that never was one (the proxy's own address,
+		// say) gets nothing.
+		allowed = cur.seen[ci.dst]
 	}
 	if !allowed {
 		w.Header().Set("Content-Type", "text/plain")
@@ -458,6 +494,11 @@ func (p *Proxy) reload(keep bool) error {
 			if _, ok := c.ids[ip]; !ok {
 				c.ids[ip] = id
 			}
+		}
+	}
+	if old := p.cur.Load(); old != nil {
+		for k := range old.seen {
+			c.seen[k] = true
 		}
 	}
 	p.cur.Store(c)

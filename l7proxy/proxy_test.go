@@ -195,3 +195,45 @@ func TestProxyCIDRPeers(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// TestProxyRefusesUnknownDestinations: a connection to a destination that
+// no configuration ever made an L7 port (the proxy's own address, reached
+// directly) gets 403, never a request forwarded (to itself, say).
+func TestProxyRefusesUnknownDestinations(t *testing.T) {
+	up, received := upstream(t)
+	cfg := Config{Set: "s", Identities: map[netip.Addr]uint32{netip.MustParseAddr("127.0.0.1"): 300},
+		Ports: []PortConfig{{Addr: netip.MustParseAddr("10.9.9.9"), Port: 80, Peers: []PeerConfig{{Identity: 300, Rules: []l7.Rule{{}}}}}}}
+	_, addr := startProxy(t, up, cfg)
+	if got := send(t, addr, "GET /"); !strings.HasPrefix(got[0], "403 ") || received.Load() != 0 {
+		t.Errorf("got %q, server received %d", got, received.Load())
+	}
+}
+
+// TestProxyAbsoluteForm: a request-target in absolute form is judged by
+// its path and query, as Envoy's :path.
+func TestProxyAbsoluteForm(t *testing.T) {
+	up, _ := upstream(t)
+	cfg := Config{Set: "s", Identities: map[netip.Addr]uint32{netip.MustParseAddr("127.0.0.1"): 300},
+		Ports: []PortConfig{{Addr: up.Addr(), Port: up.Port(), Peers: []PeerConfig{{Identity: 300, Rules: []l7.Rule{{Path: "/public"}}}}}}}
+	_, addr := startProxy(t, up, cfg)
+	got := send(t, addr, "GET http://web.example/public", "GET http://web.example/private")
+	if !strings.HasPrefix(got[0], "200 ") || !strings.HasPrefix(got[1], "403 ") {
+		t.Errorf("got %q", got)
+	}
+}
+
+// TestProxyPerAddressPeers: an endpoint whose rules differ from its
+// identity's is judged by its own.
+func TestProxyPerAddressPeers(t *testing.T) {
+	up, _ := upstream(t)
+	cfg := Config{Set: "s", Identities: map[netip.Addr]uint32{netip.MustParseAddr("127.0.0.1"): 300},
+		Ports: []PortConfig{{Addr: up.Addr(), Port: up.Port(), Peers: []PeerConfig{
+			{Identity: 300, Rules: []l7.Rule{{Path: "/a"}}},
+			{Identity: 300, Addr: netip.MustParseAddr("127.0.0.1"), Rules: []l7.Rule{{Path: "/b"}}},
+		}}}}
+	_, addr := startProxy(t, up, cfg)
+	got := send(t, addr, "GET /a", "GET /b")
+	if !strings.HasPrefix(got[0], "403 ") || !strings.HasPrefix(got[1], "200 ") {
+		t.Errorf("got %q", got)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cnlab/cnlab/l7proxy"
+	"github.com/cnlab/cnlab/l7proxy/deploy"
 	"os"
 	"path/filepath"
 	"slices"
@@ -251,10 +253,30 @@ func abort(ctx context.Context, spec *topology.Spec, dp datapath.Datapath, cur [
 			}
 		}
 	}
+	// The L7 proxies may have taken the new rules although no datapath
+	// switched (the push, or a datapath, failed later): give them the
+	// stored set again.
+	if curKnown && l7Proxies(spec) {
+		if c, cerr := compile(spec, cur); cerr == nil {
+			if _, perr := deploy.Push(context.WithoutCancel(ctx), spec, c, false); perr != nil {
+				err = fmt.Errorf("%w; the L7 proxies could not be given the stored policy set again: %w", err, perr)
+			}
+		}
+	}
 	if cerr := endChange(spec.Name); cerr != nil {
 		err = fmt.Errorf("%w; removing the staged policy set failed: %w", err, cerr)
 	}
 	return err
+}
+
+// l7Proxies reports whether an L7 proxy runs on some host of the lab.
+func l7Proxies(spec *topology.Spec) bool {
+	for _, h := range spec.Hosts {
+		if l7proxy.Pid(spec.Name, h.Name) != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // lockHolder returns the pid of the process holding the lab's lock, or 0,

@@ -138,7 +138,7 @@ func (m *Model) httpRules(src, dst *topology.Endpoint, port int) ([]l7.Rule, []s
 			}
 			for _, r := range sp.Ingress.Allow {
 				for _, pr := range r.Ports {
-					if !pr.L7 || pr.Port != port {
+					if !pr.L7 || pr.Port != port || !m.selectsSome(r) {
 						continue
 					}
 					proxied = true
@@ -180,4 +180,24 @@ func (r Entry) Covers(proto uint8, port uint16) bool {
 		return true
 	}
 	return r.Proto == proto && (r.PortLo == 0 || (port >= r.PortLo && port <= max(r.PortLo, r.PortHi)))
+}
+
+// selectsSome reports whether a rule's peers cover anything: any peer, a
+// CIDR, or an endpoint of the lab. An L7 rule whose peers select no
+// endpoint makes no port an L7 port (the IR has no entry for it).
+func (m *Model) selectsSome(r Rule) bool {
+	if r.AnyPeer {
+		return true
+	}
+	for _, pe := range r.Peers {
+		if pe.Endpoints == nil {
+			return true
+		}
+		for i := range m.Lab.Endpoints {
+			if m.endpointSelMatches(pe.Endpoints, &m.Lab.Endpoints[i]) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -655,7 +655,7 @@ func (p *parser) cnpRule(path, ns, epField string, epsp *[]rawSelector, cidrFiel
 		}
 		if len(pr.Ports) == 0 {
 			if l7 {
-				return rule, p.errf(pp+".ports", "is required with rules: L7 rules need a TCP port (as in Cilium)")
+				return rule, p.errf(pp+".ports", "is required with rules: L7 rules need a TCP port")
 			}
 			rule.Ports = append(rule.Ports, Port{Protocol: ANY}) // toPorts without ports: any port
 		}

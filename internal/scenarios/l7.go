@@ -95,6 +95,10 @@ var L7 = []L7Scenario{
 		Expect: []HTTPCell{
 			req("x/c", "x/a", "GET", "/public", 0), req("x/b", "x/a", "GET", "/public", 200),
 		}},
+	{Name: "an L7 rule whose peers select nobody makes no L7 port", Policies: cnp("x", "nobody", "  endpointSelector:\n    matchLabels: {app: web}\n  enableDefaultDeny: {ingress: false}\n  ingress:\n  - fromEndpoints:\n    - matchLabels: {app: nobody}\n    toPorts:\n    - ports:\n      - {port: \"80\", protocol: TCP}\n      rules:\n        http:\n        - {method: GET, path: /x}\n"),
+		Expect: []HTTPCell{
+			req("x/c", "x/a", "GET", "/y", 200), req("y/b", "x/a", "POST", "/x", 200),
+		}},
 }
 
 // Request is an HTTP request a test sends.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,11 +29,10 @@ import (
 // of its endpoints has an L7 port.
 func Build(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.Config {
 	cfg := &l7proxy.Config{Lab: lab.Name, Host: host, Set: c.Set, Identities: identities(lab, c)}
-	firstIP := map[uint32]netip.Addr{}
+	ips := map[uint32][]netip.Addr{} // each identity's addresses
 	for _, ep := range lab.Endpoints {
-		if id := c.IdentityOfIP(ep.IP); !firstIP[id].IsValid() {
-			firstIP[id] = ep.IP
-		}
+		id := c.IdentityOfIP(ep.IP)
+		ips[id] = append(ips[id], ep.IP)
 	}
 	for _, ep := range lab.Endpoints {
 		if ep.Host != host {
@@ -42,9 +42,7 @@ func Build(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.Config 
 		for _, port := range c.L7Ports(subject) {
 			pc := l7proxy.PortConfig{Endpoint: ep.ID(), Addr: ep.IP, Port: port}
 			for _, id := range c.Identities {
-				if rules := c.HTTPRulesFor(subject, port, firstIP[id.ID]); len(rules) > 0 {
-					pc.Peers = append(pc.Peers, l7proxy.PeerConfig{Identity: id.ID, Rules: rules})
-				}
+				pc.Peers = append(pc.Peers, identityPeers(c, subject, port, id.ID, ips[id.ID])...)
 			}
 			pc.Peers = append(pc.Peers, cidrPeers(c, subject, port)...)
 			cfg.Ports = append(cfg.Ports, pc)
@@ -54,6 +52,27 @@ func Build(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.Config 
 		return nil
 	}
 	return cfg
+}
+
+// identityPeers returns the rules an identity's endpoints get on a port:
+// one peer for the identity, and one per endpoint whose rules differ from
+// the first endpoint's (a CIDR rule covering some of them only).
+func identityPeers(c *policy.Compiled, subject uint32, port uint16, id uint32, addrs []netip.Addr) []l7proxy.PeerConfig {
+	var out []l7proxy.PeerConfig
+	var first []l7.Rule
+	for i, ip := range addrs {
+		rules := c.HTTPRulesFor(subject, port, ip)
+		switch {
+		case i == 0:
+			first = rules
+			if len(rules) > 0 {
+				out = append(out, l7proxy.PeerConfig{Identity: id, Rules: rules})
+			}
+		case !reflect.DeepEqual(rules, first):
+			out = append(out, l7proxy.PeerConfig{Identity: id, Addr: ip, Rules: rules})
+		}
+	}
+	return out
 }
 
 // identities is the address -> identity table of every endpoint.

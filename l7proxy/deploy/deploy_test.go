@@ -1,6 +1,10 @@
 package deploy
 
 import (
+	"net/netip"
+	"strings"
+
+	"github.com/cnlab/cnlab/policy"
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/scenarios"
@@ -43,5 +47,71 @@ func TestBuild(t *testing.T) {
 	}
 	if len(cfg.Identities) != len(lab.Endpoints) {
 		t.Errorf("%d addresses in the identity table, want %d", len(cfg.Identities), len(lab.Endpoints))
+	}
+}
+
+// TestBuildSplitsIdentitiesByCIDR: two endpoints of one identity on two
+// hosts, and a CIDR rule covering one of them only: each gets its rules.
+func TestBuildSplitsIdentitiesByCIDR(t *testing.T) {
+	lab, err := topology.Parse([]byte(`name: cidr
+hosts:
+  - {name: flip, podCIDR: 10.0.192.0/24}
+  - {name: flap, podCIDR: 10.0.191.0/24}
+links:
+  - {between: [flip, flap], kind: wire}
+namespaces:
+  x: {}
+endpoints:
+  - {name: srv, namespace: x, host: flip, ip: 10.0.192.10, labels: {app: srv}}
+  - {name: c1, namespace: x, host: flip, ip: 10.0.192.11, labels: {app: cli}}
+  - {name: c2, namespace: x, host: flap, ip: 10.0.191.11, labels: {app: cli}}
+`), "cidr lab", topology.Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := `apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: p, namespace: x}
+spec:
+  endpointSelector: {matchLabels: {app: srv}}
+  ingress:
+  - fromEndpoints: [{matchLabels: {app: cli}}]
+    toPorts: [{ports: [{port: "80", protocol: TCP}], rules: {http: [{path: /b}]}}]
+  - fromCIDR: [10.0.192.0/24]
+    toPorts: [{ports: [{port: "80", protocol: TCP}], rules: {http: [{path: /a}]}}]
+`
+	pols, err := policy.Parse([]byte(yaml), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := policy.NewModel(lab, pols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Build(lab, "flip", c)
+	if cfg == nil || len(cfg.Ports) != 1 {
+		t.Fatalf("%+v", cfg)
+	}
+	paths := map[string][]string{} // by address ("" for the identity)
+	for _, p := range cfg.Ports[0].Peers {
+		if p.CIDR.IsValid() || p.Identity != c.IdentityOfIP(netip.MustParseAddr("10.0.192.11")) {
+			continue // the CIDR peers, and srv itself (in the CIDR too)
+		}
+		k := ""
+		if p.Addr.IsValid() {
+			k = p.Addr.String()
+		}
+		for _, r := range p.Rules {
+			paths[k] = append(paths[k], r.Path)
+		}
+	}
+	// The identity's rules are c1's (the first address: /b and the CIDR's
+	// /a); c2, outside the CIDR, gets /b only.
+	if strings.Join(paths[""], ",") != "/b,/a" || strings.Join(paths["10.0.191.11"], ",") != "/b" {
+		t.Errorf("peers %v", paths)
 	}
 }
