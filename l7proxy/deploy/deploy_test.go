@@ -4,7 +4,6 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/cnlab/cnlab/policy"
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/scenarios"
@@ -80,18 +79,7 @@ spec:
   - fromCIDR: [10.0.192.0/24]
     toPorts: [{ports: [{port: "80", protocol: TCP}], rules: {http: [{path: /a}]}}]
 `
-	pols, err := policy.Parse([]byte(yaml), "p.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := policy.NewModel(lab, pols)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := m.Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := policytest.CompileOn(t, lab, yaml)
 	cfg := Build(lab, "flip", c)
 	if cfg == nil || len(cfg.Ports) != 1 {
 		t.Fatalf("%+v", cfg)

@@ -20,8 +20,15 @@ func Compile(t testing.TB, yaml string, ov topology.Overrides) (*topology.Spec, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lab, CompileOn(t, lab, yaml)
+}
+
+// CompileOn compiles the given policies against a lab.
+func CompileOn(t testing.TB, lab *topology.Spec, yaml string) *policy.Compiled {
+	t.Helper()
 	var pols []*policy.Policy
 	if yaml != "" {
+		var err error
 		if pols, err = policy.Parse([]byte(yaml), "scenario.yaml"); err != nil {
 			t.Fatal(err)
 		}
@@ -34,5 +41,5 @@ func Compile(t testing.TB, yaml string, ov topology.Overrides) (*topology.Spec, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return lab, c
+	return c
 }
