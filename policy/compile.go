@@ -307,6 +307,10 @@ func (m *Model) compileRule(c *Compiled, p *Policy, subj *Identity, dir Dir, den
 			use.selected = append(use.selected, subj.Endpoints...)
 			tp := termPort{pe.term, pi}
 			addNamed := func(e Entry) {
+				if port.L7 && !deny && e.Proto == ProtoTCP {
+					e.L7 = true
+					c.addHTTP(e, port.HTTP)
+				}
 				add(e)
 				named[tp] = append(named[tp], e)
 			}

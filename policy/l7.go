@@ -138,7 +138,7 @@ func (m *Model) httpRules(src, dst *topology.Endpoint, port int) ([]l7.Rule, []s
 			}
 			for _, r := range sp.Ingress.Allow {
 				for _, pr := range r.Ports {
-					if !pr.L7 || pr.Port != port || !m.selectsSome(r) {
+					if !pr.L7 || !portMatches(pr, TCP, port, dst) || !m.selectsSome(r) {
 						continue
 					}
 					proxied = true

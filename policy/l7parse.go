@@ -72,14 +72,12 @@ func (p *parser) l7Rules(node *yaml.Node, path, rulePath string) ([]l7.Rule, boo
 
 // l7Port checks that a port of a toPorts entry with L7 rules can carry
 // them: TCP (Cilium refuses L7 rules on any other protocol, ANY included),
-// and a single numeric port.
+// and a single port, by number or name.
 func (p *parser) l7Port(port Port, path string) error {
 	switch {
 	case port.Protocol != TCP:
 		return p.errf(path+".protocol", "L7 rules apply to TCP only (Cilium refuses %s with http rules): write protocol: TCP", port.Protocol)
-	case port.Name != "":
-		return p.errf(path+".port", "named port %q with L7 rules is not supported yet: give the port number", port.Name)
-	case port.Port == 0:
+	case port.Port == 0 && port.Name == "":
 		return p.errf(path+".port", "port 0 (any port) cannot carry L7 rules (as in Cilium): give the port number")
 	case port.EndPort > port.Port:
 		return p.errf(path+".endPort", "port ranges with L7 rules are not supported yet: one port per entry")

@@ -99,6 +99,10 @@ var L7 = []L7Scenario{
 		Expect: []HTTPCell{
 			req("x/c", "x/a", "GET", "/y", 200), req("y/b", "x/a", "POST", "/x", 200),
 		}},
+	{Name: "L7 rules on a named port", Policies: cnp("y", "named", "  endpointSelector:\n    matchLabels: {app: web}\n  ingress:\n  - fromEndpoints:\n    - {}\n    toPorts:\n    - ports:\n      - {port: serve-80-tcp, protocol: TCP}\n      rules:\n        http:\n        - {method: GET, path: /named}\n"),
+		Expect: []HTTPCell{
+			req("y/b", "y/a", "GET", "/named", 200), req("y/c", "y/a", "GET", "/other", 403), req("x/a", "y/a", "GET", "/named", 0),
+		}},
 }
 
 // Request is an HTTP request a test sends.
