@@ -43,16 +43,12 @@ func MaybeRun() {
 // socket, pid and access log.
 func Dir(lab, host string) string { return filepath.Join(rundir.Lab(lab), "l7", host) }
 
-// ReadStats reads the counters of a host's proxy; os.ErrNotExist when the
-// host runs none.
+// ReadStats reads the counters of a host's proxy (its pid among them); an
+// error wrapping os.ErrNotExist when the host runs none that answers.
 func ReadStats(ctx context.Context, lab, host string) (*Stats, error) {
-	dir := Dir(lab, host)
-	if !Alive(dir) {
-		return nil, os.ErrNotExist
-	}
-	reply, err := Command(ctx, dir, "stats")
+	reply, err := Command(ctx, Dir(lab, host), "stats")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", os.ErrNotExist, err)
 	}
 	var s Stats
 	if err := json.Unmarshal([]byte(reply), &s); err != nil {

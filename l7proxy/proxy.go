@@ -37,6 +37,7 @@ const (
 
 // Stats are a proxy's counters since it started.
 type Stats struct {
+	Pid         int            `json:"pid"`
 	Connections uint64         `json:"connections"`
 	Requests    uint64         `json:"requests"`
 	Allowed     uint64         `json:"allowed"`
@@ -166,7 +167,7 @@ type connInfo struct {
 }
 
 func newProxy(dir string) *Proxy {
-	return &Proxy{dir: dir, log: make(chan LogEntry, 4096), stats: Stats{ByStatus: map[int]uint64{}}}
+	return &Proxy{dir: dir, log: make(chan LogEntry, 4096), stats: Stats{Pid: os.Getpid(), ByStatus: map[int]uint64{}}}
 }
 
 // Run runs a proxy from its directory (config, control socket, access

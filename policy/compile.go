@@ -131,6 +131,7 @@ type Compiled struct {
 	bySubject      map[subjectDir][]Entry // Rules, indexed for RulesFor
 	termsBySubject map[subjectDir][]Term  // Terms, indexed for TermsFor
 	termSeen       map[string]bool        // while compiling: terms already added
+	l7Ports        map[uint32][]uint16    // HTTP's ports per subject, for L7Ports
 }
 
 type subjectDir struct {
@@ -206,6 +207,7 @@ func (m *Model) Compile() (*Compiled, error) {
 	for i, p := range cidrs {
 		c.CIDRIdentities[p] = uint32(FirstCIDRIdentity + i)
 	}
+	c.l7Ports = l7PortIndex(c.HTTP)
 	c.Warnings = c.namedWarnings()
 	return c, nil
 }

@@ -29,14 +29,19 @@ func (c *Compiled) addHTTP(e Entry, rules []l7.Rule) {
 
 // L7Ports returns the TCP ports of a subject identity's ingress that go
 // through the proxy, sorted.
-func (c *Compiled) L7Ports(subject uint32) []uint16 {
-	var out []uint16
-	for _, h := range c.HTTP {
-		if h.Subject == subject && !slices.Contains(out, h.Port) {
-			out = append(out, h.Port)
+func (c *Compiled) L7Ports(subject uint32) []uint16 { return c.l7Ports[subject] }
+
+// l7PortIndex indexes the L7 entries' ports by subject, each list sorted.
+func l7PortIndex(hs []HTTPEntry) map[uint32][]uint16 {
+	out := map[uint32][]uint16{}
+	for _, h := range hs {
+		if !slices.Contains(out[h.Subject], h.Port) {
+			out[h.Subject] = append(out[h.Subject], h.Port)
 		}
 	}
-	slices.Sort(out)
+	for _, ports := range out {
+		slices.Sort(ports)
+	}
 	return out
 }
 

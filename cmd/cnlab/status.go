@@ -190,15 +190,12 @@ func printLab(w io.Writer, s *lab.LabStatus) {
 	}
 	var proxies []string
 	for _, h := range sp.Hosts {
-		if pid := l7proxy.Pid(s.Name, h.Name); pid != 0 {
-			counts := ""
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if st, err := l7proxy.ReadStats(ctx, s.Name, h.Name); err == nil {
-				counts = fmt.Sprintf(", %s: %d allowed, %d denied, %d upstream errors", plural.N(int(st.Requests), "request"), st.Allowed, st.Denied, st.Upstream)
-			}
-			cancel()
-			proxies = append(proxies, fmt.Sprintf("%s (pid %d%s)", h.Name, pid, counts))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if st, err := l7proxy.ReadStats(ctx, s.Name, h.Name); err == nil {
+			proxies = append(proxies, fmt.Sprintf("%s (pid %d, %s: %d allowed, %d denied, %d upstream errors)", h.Name, st.Pid,
+				plural.N(int(st.Requests), "request"), st.Allowed, st.Denied, st.Upstream))
 		}
+		cancel()
 	}
 	if len(proxies) > 0 {
 		fmt.Fprintf(w, "L7 proxies: %s (cnlab monitor %s --l7)\n", strings.Join(proxies, ", "), s.Name)

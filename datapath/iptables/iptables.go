@@ -123,8 +123,8 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 		if !hasJump(string(listing)) {
 			script = strings.TrimSuffix(script, "COMMIT\n") + jumpRule + "\nCOMMIT\n"
 		}
-		if len(want.NAT) > 0 || natJumped(ctx, h, bin) {
-			script = natScript(nil, want.NAT, true, !natJumped(ctx, h, bin)) + script
+		if jumped := natJumped(ctx, h, bin); len(want.NAT) > 0 || jumped {
+			script = natScript(nil, want.NAT, true, !jumped) + script
 		}
 		if err := datapath.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
 			return err
