@@ -18,6 +18,13 @@ import (
 // Port is the port the proxy listens on in its host's namespace.
 const Port = 15001
 
+// Mark is the SO_MARK of every socket of the proxy (its listener, so the
+// connections it accepts, and its connections upstream): the eBPF
+// datapath lets what the proxy sends through to an endpoint by it
+// (MARK_FROM_PROXY of datapath/ebpf/bpf/cnlab.c). The netfilter
+// datapaths do not look at it.
+const Mark = 0xa00
+
 // Config is what one host's proxy enforces.
 type Config struct {
 	Lab  string `json:"lab"`

@@ -178,23 +178,32 @@ func Run(ctx context.Context, dir, listen string) error {
 	if err := p.reload(false); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) {
-			// IP_TRANSPARENT: connections assigned by eBPF (sk_assign)
-			// keep their original destination as local address.
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_TRANSPARENT, 1)
-		})
-		if err != nil {
-			return err
-		}
-		return serr
-	}}
+	// IP_TRANSPARENT: connections assigned by eBPF (sk_assign) keep
+	// their original destination as local address.
+	lc := net.ListenConfig{Control: sockopts(true)}
 	ln, err := lc.Listen(ctx, "tcp4", listen)
 	if err != nil {
 		return fmt.Errorf("l7 proxy: listen %s: %w", listen, err)
 	}
 	return serve(ctx, p, ln, connOf)
+}
+
+// sockopts sets the proxy's mark (and IP_TRANSPARENT) on a socket before
+// it binds or connects.
+func sockopts(transparent bool) func(_, _ string, rc syscall.RawConn) error {
+	return func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_MARK, Mark)
+			if serr == nil && transparent {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_TRANSPARENT, 1)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}
 }
 
 // serve runs the proxy on ln; conn tells a connection's source and
@@ -270,7 +279,7 @@ func (p *Proxy) roundTrip(r *http.Request) (*http.Response, error) {
 	t, ok := p.transports.Load(id)
 	if !ok {
 		t, _ = p.transports.LoadOrStore(id, &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, Control: sockopts(false)}).DialContext,
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     time.Minute,
 			DisableCompression:  true,

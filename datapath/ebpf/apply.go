@@ -81,6 +81,11 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	for i, s := range all {
 		next := s.cfg
 		next.Gen = 1 - s.cfg.Gen
+		// The L7 flag belongs to the generation: it switches with it.
+		next.Flags &^= uint32(cnlabConfigFlagFLAG_L7)
+		if plans[s.host.Name].L7 {
+			next.Flags |= uint32(cnlabConfigFlagFLAG_L7)
+		}
 		err := fault.At(fault.EBPFSwitch, s.host.Name)
 		if err == nil {
 			err = s.maps.config.Put(uint32(0), next)

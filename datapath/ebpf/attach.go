@@ -63,13 +63,24 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 		flags |= uint32(cnlabConfigFlagFLAG_CONNECT_HOOK)
 	}
 	want := cnlabConfig{Flags: flags, MaxEp: uint32(lab.EBPF.MaxEndpoints), PolicySize: uint32(lab.EBPF.PolicyMapSize)}
+	if err := netns.Do(h.Netns, func() error {
+		br, err := net.InterfaceByName(h.Bridge)
+		if err == nil {
+			want.BridgeIfindex = uint32(br.Index)
+			copy(want.BridgeMac[:], br.HardwareAddr)
+		}
+		return err
+	}); err != nil {
+		return fmt.Errorf("find the bridge %s: %w", h.Bridge, err)
+	}
 	// Maps pinned by an earlier Setup must have been made for the same
 	// options: say so before cilium/ebpf finds a size that differs.
 	if old, err := ebpf.LoadPinnedMap(filepath.Join(dir, "cnlab_config"), nil); err == nil {
 		var have cnlabConfig
 		err := old.Lookup(uint32(0), &have)
 		old.Close()
-		if err == nil && (have.Flags != want.Flags || have.MaxEp != want.MaxEp || have.PolicySize != want.PolicySize) {
+		perGen := uint32(cnlabConfigFlagFLAG_L7) // written by apply
+		if err == nil && (have.Flags&^perGen != want.Flags || have.MaxEp != want.MaxEp || have.PolicySize != want.PolicySize) {
 			return fmt.Errorf("the maps pinned in %s were made with other ebpf options (host routing, connect hook, maxEndpoints or policyMapSize): take the lab down first", dir)
 		}
 	}
@@ -94,6 +105,9 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 		if err := objs.CnlabConfig.Put(uint32(0), want); err != nil {
 			return fmt.Errorf("write config: %w", err)
 		}
+	}
+	if err := proxyRouting(h); err != nil {
+		return err
 	}
 	for slot, ep := range datapath.LocalEndpoints(lab, h.Name) {
 		if err := ctx.Err(); err != nil {
@@ -137,6 +151,45 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// proxyRouting routes what the programs hand to the L7 proxy (marked
+// MARK_TO_PROXY, assigned to the proxy's socket) to the host's local
+// table: its destination is an endpoint's address, which is not the
+// host's, and without the route the stack drops the packet before the
+// socket sees it. The host's namespace goes with the lab, and the rule
+// and route with it.
+func proxyRouting(h *topology.Host) error {
+	nh, err := netns.Handle(h.Netns)
+	if err != nil {
+		return err
+	}
+	defer nh.Close()
+	mask := uint32(cnlabL7MARK_MASK)
+	rule := netlink.NewRule()
+	rule.Family = unix.AF_INET
+	rule.Mark = uint32(cnlabL7MARK_TO_PROXY)
+	rule.Mask = &mask
+	rule.Table = int(cnlabL7L7TABLE)
+	rules, err := nh.RuleListFiltered(unix.AF_INET, rule, netlink.RT_FILTER_MARK|netlink.RT_FILTER_MASK|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("list ip rules: %w", err)
+	}
+	if len(rules) == 0 {
+		if err := nh.RuleAdd(rule); err != nil {
+			return fmt.Errorf("ip rule fwmark %#x/%#x lookup %d: %w", rule.Mark, mask, rule.Table, err)
+		}
+	}
+	lo, err := nh.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	rt := &netlink.Route{Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, LinkIndex: lo.Attrs().Index,
+		Table: int(cnlabL7L7TABLE), Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST}
+	if err := nh.RouteReplace(rt); err != nil {
+		return fmt.Errorf("route local 0.0.0.0/0 dev lo table %d: %w", rt.Table, err)
 	}
 	return nil
 }

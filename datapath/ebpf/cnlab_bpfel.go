@@ -43,11 +43,14 @@ type cnlabBackendKey struct {
 }
 
 type cnlabConfig struct {
-	_          structs.HostLayout
-	Gen        uint32
-	Flags      uint32
-	MaxEp      uint32
-	PolicySize uint32
+	_             structs.HostLayout
+	Gen           uint32
+	Flags         uint32
+	MaxEp         uint32
+	PolicySize    uint32
+	BridgeIfindex uint32
+	BridgeMac     [6]uint8
+	Pad           uint16
 }
 
 type cnlabConfigFlag uint32
@@ -55,6 +58,7 @@ type cnlabConfigFlag uint32
 const (
 	cnlabConfigFlagFLAG_HOST_ROUTING_BPF cnlabConfigFlag = 1
 	cnlabConfigFlagFLAG_CONNECT_HOOK     cnlabConfigFlag = 2
+	cnlabConfigFlagFLAG_L7               cnlabConfigFlag = 4
 )
 
 type cnlabCounter struct {
@@ -174,6 +178,16 @@ const (
 	cnlabIsolationISO_EGRESS  cnlabIsolation = 2
 )
 
+type cnlabL7 uint32
+
+const (
+	cnlabL7L7PROXY_PORT    cnlabL7 = 15001
+	cnlabL7L7TABLE         cnlabL7 = 2004
+	cnlabL7MARK_MASK       cnlabL7 = 3840
+	cnlabL7MARK_TO_PROXY   cnlabL7 = 512
+	cnlabL7MARK_FROM_PROXY cnlabL7 = 2560
+)
+
 type cnlabMonitor struct {
 	_     structs.HostLayout
 	Level uint32
@@ -240,10 +254,11 @@ type cnlabPolicyKey struct {
 }
 
 type cnlabPolicyVal struct {
-	_    structs.HostLayout
-	Deny uint8
-	Pad  [3]uint8
-	Rule uint32
+	_     structs.HostLayout
+	Deny  uint8
+	Proxy uint8
+	Pad   [2]uint8
+	Rule  uint32
 }
 
 type cnlabReason uint32
@@ -256,6 +271,8 @@ const (
 	cnlabReasonR_ALLOW_FRAG        cnlabReason = 5
 	cnlabReasonR_ARP_REPLIED       cnlabReason = 6
 	cnlabReasonR_ARP_PASSED        cnlabReason = 7
+	cnlabReasonR_ALLOW_PROXY       cnlabReason = 8
+	cnlabReasonR_ALLOW_FROM_PROXY  cnlabReason = 9
 	cnlabReasonR_FIRST_DROP        cnlabReason = 16
 	cnlabReasonR_DROP_DENY         cnlabReason = 16
 	cnlabReasonR_DROP_DEFAULT      cnlabReason = 17
@@ -268,6 +285,7 @@ const (
 	cnlabReasonR_DROP_SVC_REJECT   cnlabReason = 24
 	cnlabReasonR_DROP_SVC_NO_LOCAL cnlabReason = 25
 	cnlabReasonR_DROP_SVC_NO_PORT  cnlabReason = 26
+	cnlabReasonR_DROP_NO_PROXY     cnlabReason = 27
 	cnlabReasonR_MAX               cnlabReason = 32
 )
 
@@ -369,6 +387,7 @@ const (
 	cnlabVarUnusedIdentity      = "unused_identity"
 	cnlabVarUnusedIpk           = "unused_ipk"
 	cnlabVarUnusedIsolation     = "unused_isolation"
+	cnlabVarUnusedL7            = "unused_l7"
 	cnlabVarUnusedMonitorLevel  = "unused_monitor_level"
 	cnlabVarUnusedNatDir        = "unused_nat_dir"
 	cnlabVarUnusedNodeportRange = "unused_nodeport_range"
@@ -471,6 +490,7 @@ type cnlabVariableSpecs struct {
 	UnusedIdentity      *ebpf.VariableSpec `ebpf:"unused_identity"`
 	UnusedIpk           *ebpf.VariableSpec `ebpf:"unused_ipk"`
 	UnusedIsolation     *ebpf.VariableSpec `ebpf:"unused_isolation"`
+	UnusedL7            *ebpf.VariableSpec `ebpf:"unused_l7"`
 	UnusedMonitorLevel  *ebpf.VariableSpec `ebpf:"unused_monitor_level"`
 	UnusedNatDir        *ebpf.VariableSpec `ebpf:"unused_nat_dir"`
 	UnusedNodeportRange *ebpf.VariableSpec `ebpf:"unused_nodeport_range"`
@@ -564,6 +584,7 @@ type cnlabVariables struct {
 	UnusedIdentity      *ebpf.Variable `ebpf:"unused_identity"`
 	UnusedIpk           *ebpf.Variable `ebpf:"unused_ipk"`
 	UnusedIsolation     *ebpf.Variable `ebpf:"unused_isolation"`
+	UnusedL7            *ebpf.Variable `ebpf:"unused_l7"`
 	UnusedMonitorLevel  *ebpf.Variable `ebpf:"unused_monitor_level"`
 	UnusedNatDir        *ebpf.Variable `ebpf:"unused_nat_dir"`
 	UnusedNodeportRange *ebpf.Variable `ebpf:"unused_nodeport_range"`

@@ -103,6 +103,9 @@ func buildPolicy(es []polEntry, size int) (*ebpf.Map, error) {
 		if e.Deny {
 			vals[i].Deny = 1
 		}
+		if e.Proxy {
+			vals[i].Proxy = 1
+		}
 	}
 	if err := batchPut(m, keys, vals); err != nil {
 		m.Close()

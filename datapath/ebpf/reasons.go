@@ -13,6 +13,8 @@ var reasonNames = map[cnlabReason]string{
 	cnlabReasonR_ALLOW_FRAG:        "fragment",
 	cnlabReasonR_ARP_REPLIED:       "arp-replied",
 	cnlabReasonR_ARP_PASSED:        "arp-passed",
+	cnlabReasonR_ALLOW_PROXY:       "to-l7-proxy",
+	cnlabReasonR_ALLOW_FROM_PROXY:  "from-l7-proxy",
 	cnlabReasonR_DROP_DENY:         "policy-deny",
 	cnlabReasonR_DROP_DEFAULT:      "policy-default-deny",
 	cnlabReasonR_DROP_MALFORMED:    "malformed",
@@ -24,6 +26,7 @@ var reasonNames = map[cnlabReason]string{
 	cnlabReasonR_DROP_SVC_REJECT:   "service-no-backend",
 	cnlabReasonR_DROP_SVC_NO_LOCAL: "service-no-local-backend",
 	cnlabReasonR_DROP_SVC_NO_PORT:  "masquerade-no-free-port",
+	cnlabReasonR_DROP_NO_PROXY:     "l7-proxy-not-listening",
 }
 
 func reasonName(r cnlabReason) string {

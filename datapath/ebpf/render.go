@@ -40,6 +40,7 @@ type polEntry struct {
 	Port  uint16 // first port of the prefix
 	Plen  uint8  // 40..64
 	Deny  bool
+	Proxy bool   // an allow of an L7 port: new connections go to the L7 proxy
 	Rule  uint32 // RuleRef of the rule it comes from (for events)
 }
 
@@ -54,6 +55,7 @@ type ipEntry struct {
 type hostPlan struct {
 	IPCache   []ipEntry
 	Endpoints []epPlan // the host's endpoints, in slot order
+	L7        bool     // some endpoint has an L7 port (FLAG_L7)
 }
 
 type epPlan struct {
@@ -76,6 +78,9 @@ func (e *epPlan) hash() string {
 		b[9] = 0
 		if x.Deny {
 			b[9] = 1
+		}
+		if x.Proxy {
+			b[9] |= 2
 		}
 		binary.LittleEndian.PutUint32(b[10:], x.Rule)
 		h.Write(b[:14])
@@ -185,6 +190,7 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 		}
 		return []uint32{0}
 	}
+	l7Done := map[uint32]bool{}
 	raw := map[uint32][]polEntry{} // per subject identity, before flattening
 	for _, r := range c.Rules {
 		for _, pk := range peers(r) {
@@ -197,6 +203,13 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 	bySubject := map[uint32][]polEntry{} // flattened per identity
 	for id, es := range raw {
 		bySubject[id] = flatten(es)
+	}
+	for _, ep := range lab.Endpoints {
+		id := c.IdentityOfIP(ep.IP)
+		if ports := c.L7Ports(id); len(ports) > 0 && !l7Done[id] {
+			l7Done[id] = true
+			bySubject[id] = proxyEntries(bySubject[id], ports, c.Enforced[id].Ingress)
+		}
 	}
 	out := map[string]*hostPlan{}
 	for _, h := range lab.Hosts {
@@ -212,6 +225,9 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 				bits |= cnlabIsolationISO_EGRESS
 			}
 			e := epPlan{ID: ep.ID(), Slot: uint32(slot), Identity: id, Enforce: bits, Entries: bySubject[id]}
+			if len(c.L7Ports(id)) > 0 {
+				hp.L7 = true
+			}
 			if n := len(e.Entries); n > lab.EBPF.PolicyMapSize {
 				return nil, fmt.Errorf("endpoint %s needs %d policy map entries, but its policy map holds %d (raise ebpf.policyMapSize in the topology, at most %d, and bring the lab up again)",
 					ep.ID(), n, lab.EBPF.PolicyMapSize, kind.MaxPolicyMapSize)
@@ -221,6 +237,68 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 		out[h.Name] = hp
 	}
 	return out, nil
+}
+
+// proxyEntries marks the ingress allows that decide a connection to an
+// L7 port so that it goes to the L7 proxy (policy_val.proxy): for every
+// peer key with ingress entries, and the wildcard peer, the entry that
+// longest-prefix match picks for (peer, ingress, TCP, port) is looked up;
+// an allow gets an exact entry of the port with the proxy bit (the entry
+// itself when it is exact). verdict() decides with the peer's entry or
+// the wildcard's, so whichever allow wins carries the bit. Denies stay as
+// they are: flatten made every allow nested in a deny a deny. With the
+// ingress not isolated the wildcard peer gets an allow of the port, so
+// that what is allowed for want of a policy is proxied too.
+func proxyEntries(es []polEntry, ports []uint16, isolated bool) []polEntry {
+	ingress := uint8(policy.Ingress)
+	peers := []uint32{0}
+	seen := map[uint32]bool{0: true}
+	for _, e := range es {
+		if e.Dir == ingress && !seen[e.Peer] {
+			seen[e.Peer] = true
+			peers = append(peers, e.Peer)
+		}
+	}
+	out := slices.Clone(es)
+	for _, peer := range peers {
+		for _, port := range ports {
+			best := -1
+			for i, e := range out {
+				if e.Peer == peer && e.Dir == ingress && covers(e, policy.ProtoTCP, port) && (best < 0 || e.Plen > out[best].Plen) {
+					best = i
+				}
+			}
+			switch {
+			case best >= 0 && out[best].Deny:
+			case best >= 0 && out[best].Plen == keyBitsAll:
+				out[best].Proxy = true
+			case best >= 0:
+				out = append(out, polEntry{Peer: peer, Dir: ingress, Proto: policy.ProtoTCP, Port: port, Plen: keyBitsAll,
+					Proxy: true, Rule: out[best].Rule})
+			case peer == 0 && !isolated:
+				out = append(out, polEntry{Peer: 0, Dir: ingress, Proto: policy.ProtoTCP, Port: port, Plen: keyBitsAll,
+					Proxy: true, Rule: uint32(cnlabRuleRefNO_RULE)})
+			}
+		}
+	}
+	sortEntries(out)
+	return out
+}
+
+// covers reports whether an entry's prefix contains (proto, port).
+func covers(e polEntry, proto uint8, port uint16) bool {
+	if e.Plen <= keyBitsExact {
+		return true
+	}
+	if e.Proto != proto {
+		return false
+	}
+	n := int(e.Plen) - keyBitsProto // significant port bits
+	if n <= 0 {
+		return true
+	}
+	mask := uint16(0xffff) << (16 - n)
+	return port&mask == e.Port&mask
 }
 
 // RuleRef names a policy rule in map values and events: a hash of its
@@ -321,6 +399,12 @@ func flatten(raw []polEntry) []polEntry {
 		seen[kk] = len(out)
 		out = append(out, e)
 	}
+	sortEntries(out)
+	return out
+}
+
+// sortEntries orders entries by key, as user space lists them.
+func sortEntries(out []polEntry) {
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		if a.Peer != b.Peer {
@@ -337,5 +421,4 @@ func flatten(raw []polEntry) []polEntry {
 		}
 		return a.Plen < b.Plen
 	})
-	return out
 }

@@ -109,7 +109,6 @@ var descriptors = []Descriptor{
 	{
 		Kind:    EBPF,
 		Summary: "tc programs on each veth: one hash lookup per packet (Cilium's way)",
-		NoL7:    "the eBPF datapath does not redirect to the L7 proxy yet: L7 rules (rules.http) run on the iptables and nftables datapaths",
 		kernel:  ebpfKernelMissing,
 		describe: func(o *Options) string {
 			s := "host routing " + o.EBPF.HostRouting

@@ -6,6 +6,7 @@ package deploy
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/netns"
@@ -181,6 +184,11 @@ func start(lab *topology.Spec, host, dir string) (int, error) {
 	cmd.Env = append(os.Environ(), l7proxy.EnvDir+"="+dir)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// A daemon keeps no descriptor it did not open: one inherited by
+	// this command (a caller's lock held for the command's length, the
+	// write end of a pipe someone reads to its end) would otherwise be
+	// held for the lab's life. Go marks its own close-on-exec.
+	_ = unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
 	h := lab.Host(host)
 	if err := netns.Start(h.Netns, cmd); err != nil {
 		return 0, fmt.Errorf("l7 proxy of host %s: start: %w", host, err)

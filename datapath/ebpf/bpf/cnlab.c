@@ -67,6 +67,8 @@ enum reason {
 	R_ALLOW_FRAG = 5,       // later fragment of an allowed datagram
 	R_ARP_REPLIED = 6,      // ARP request answered by the program
 	R_ARP_PASSED = 7,       // ARP passed unchecked (legacy, or to the host)
+	R_ALLOW_PROXY = 8,      // new flow allowed at L3/L4 to an L7 port: handed to the L7 proxy
+	R_ALLOW_FROM_PROXY = 9, // sent by the host's L7 proxy (its mark), for a connection it was handed
 	R_FIRST_DROP = 16,      // is_drop: this and every reason after it
 	R_DROP_DENY = 16,       // a deny entry matched
 	R_DROP_DEFAULT = 17,    // isolated direction, no allow entry matched
@@ -79,6 +81,7 @@ enum reason {
 	R_DROP_SVC_REJECT = 24, // new connection to a Service without backends: rejected (ICMP port unreachable)
 	R_DROP_SVC_NO_LOCAL = 25, // internalTrafficPolicy Local, no backend on this host: dropped
 	R_DROP_SVC_NO_PORT = 26,  // masquerade: no free source port to the backend found
+	R_DROP_NO_PROXY = 27,     // for the L7 proxy, which does not listen: dropped
 	R_MAX = 32,
 };
 
@@ -86,6 +89,20 @@ enum reason {
 enum config_flag {
 	FLAG_HOST_ROUTING_BPF = 1,
 	FLAG_CONNECT_HOOK = 2, // the connect hook judges TCP connects against policy
+	FLAG_L7 = 4,           // some endpoint of the host has an L7 port (set by apply, per generation)
+};
+
+// The L7 proxy (l7proxy): a connection to an endpoint's L7 port is
+// assigned to the proxy's socket (bpf_sk_assign) and marked MARK_TO_PROXY,
+// which a policy rule of the host routes to its local table (ip rule
+// fwmark MARK_TO_PROXY/MARK_MASK lookup L7_TABLE; local 0.0.0.0/0 dev lo
+// in L7_TABLE); what the proxy sends carries MARK_FROM_PROXY (SO_MARK).
+enum l7 {
+	L7_PROXY_PORT = 15001, // l7proxy.Port
+	L7_TABLE = 2004,
+	MARK_MASK = 0xf00,
+	MARK_TO_PROXY = 0x200,
+	MARK_FROM_PROXY = 0xa00, // l7proxy.Mark
 };
 
 // Bits of cnlab_enforce: the isolated directions of an endpoint.
@@ -148,6 +165,11 @@ struct config {
 	__u32 flags;  // enum config_flag
 	__u32 max_ep; // stride of the per-generation arrays
 	__u32 policy_size; // max_entries of every policy map (checked by user space)
+	// The host's bridge: legacy host routing hands packets for the L7
+	// proxy up to the host's stack through it.
+	__u32 bridge_ifindex;
+	__u8 bridge_mac[6];
+	__u16 pad;
 };
 
 // Written by `cnlab monitor` only (the config by apply only), so neither
@@ -187,7 +209,8 @@ struct policy_key {
 
 struct policy_val {
 	__u8 deny;
-	__u8 pad[3];
+	__u8 proxy; // an allow to an L7 port: new connections go to the L7 proxy
+	__u8 pad[2];
 	__u32 rule; // index into user space's rule table, for events
 };
 
@@ -207,6 +230,7 @@ struct ct_val {
 
 #define CT_CLOSING 1 // RST seen
 #define CT_FIN 2     // FIN seen
+#define CT_PROXY 4   // the flow goes to the L7 proxy
 
 struct frag_key {
 	__u32 saddr, daddr;
@@ -522,6 +546,7 @@ const enum svc_config_flag *unused_svc_config_flag __attribute__((unused));
 const enum svc_flag *unused_svc_flag __attribute__((unused));
 const enum nat_dir *unused_nat_dir __attribute__((unused));
 const enum nodeport_range *unused_nodeport_range __attribute__((unused));
+const enum l7 *unused_l7 __attribute__((unused));
 
 #define NSEC 1000000000ULL
 // Lifetimes as Linux conntrack's defaults: established 5 days, 120 s
@@ -560,6 +585,7 @@ struct pkt {
 	__u16 ipid;
 	__u8 icmp;     // enum icmp_role
 	__u8 ihl;      // IPv4 header length in bytes
+	__u8 proxied;  // for the L7 proxy: its flow's conntrack entry or the ingress verdict says so
 	// inner tuple of an ICMP error, as the quoted packet was sent
 	__u32 in_saddr, in_daddr;
 	__u16 in_sport, in_dport;
@@ -827,6 +853,7 @@ static __always_inline int ct_lookup(__u32 gen, struct pkt *p, __u8 scope, __u8 
 		v = ct_get(&k, now);
 		if (v) {
 			ct_touch(v, p->proto, p->tcpflags, now);
+			p->proxied = (v->flags & CT_PROXY) != 0;
 			return R_ALLOW_CT;
 		}
 	}
@@ -860,14 +887,17 @@ static __always_inline void ct_create(struct pkt *p, __u8 scope, __u16 ep, __u64
 		return; // a reply or an error opens no flow
 	struct ct_key k = {.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport,
 			   .dport = p->dport, .proto = p->proto, .scope = scope, .ep = ep};
-	struct ct_val v = {};
+	struct ct_val v = {.flags = p->proxied ? CT_PROXY : 0};
 	ct_touch(&v, p->proto, p->tcpflags, now);
 	bpf_map_update_elem(&cnlab_ct, &k, &v, BPF_ANY);
 }
 
 // verdict decides a new flow at one side: the endpoint at slot index, in
 // direction dir, against the remote peer. Deny entries win; the two
-// lookups are the peer's own entries and the wildcard-peer entries.
+// lookups are the peer's own entries and the wildcard-peer entries. An
+// allowed ingress flow to an L7 port sets p->proxied (user space marks
+// every allow entry that decides such a port, so whichever lookup wins
+// says so).
 static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __u32 peer,
 				   struct pkt *p, __u32 *rule)
 {
@@ -892,10 +922,12 @@ static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __
 	}
 	if (a) {
 		*rule = a->rule;
+		p->proxied = dir == DIR_INGRESS && a->proxy;
 		return R_ALLOW_POLICY;
 	}
 	if (b) {
 		*rule = b->rule;
+		p->proxied = dir == DIR_INGRESS && b->proxy;
 		return R_ALLOW_POLICY;
 	}
 	*rule = NO_RULE;
@@ -966,6 +998,59 @@ static __always_inline int deliver(struct __sk_buff *skb, struct endpoint *ep)
 	if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0)
 		return TC_ACT_SHOT;
 	return bpf_redirect_peer(ep->ifindex, 0);
+}
+
+#define TCP_LISTEN 10 // enum tcp_state (include/net/tcp_states.h)
+
+// to_proxy hands a TCP packet of a flow for the L7 proxy to the proxy's
+// socket, from a tc ingress hook: the connection's own socket when the
+// proxy has one for the packet's tuple (it accepted it transparently, so
+// its local address is the endpoint's), else the proxy's listener. The
+// mark sends it to the host's local table: the destination is not one of
+// the host's addresses. Returns TC_ACT_OK, or -1 when the proxy does not
+// listen (the caller drops).
+static __always_inline int to_proxy(struct __sk_buff *skb, struct pkt *p)
+{
+	struct bpf_sock_tuple t = {};
+	t.ipv4.saddr = p->saddr;
+	t.ipv4.daddr = p->daddr;
+	t.ipv4.sport = bpf_htons(p->sport);
+	t.ipv4.dport = bpf_htons(p->dport);
+	struct bpf_sock *sk = bpf_skc_lookup_tcp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+	if (sk && sk->state == TCP_LISTEN) {
+		// A listener on the endpoint's own address and port (none of
+		// the proxy's): not the proxy's connection.
+		bpf_sk_release(sk);
+		sk = 0;
+	}
+	if (!sk) {
+		struct bpf_sock_tuple l = {};
+		l.ipv4.dport = bpf_htons(L7_PROXY_PORT);
+		sk = bpf_skc_lookup_tcp(skb, &l, sizeof(l.ipv4), BPF_F_CURRENT_NETNS, 0);
+		if (!sk)
+			return -1;
+		if (sk->state != TCP_LISTEN) {
+			bpf_sk_release(sk);
+			return -1;
+		}
+	}
+	long err = bpf_sk_assign(skb, sk, 0);
+	bpf_sk_release(sk);
+	if (err)
+		return -1;
+	skb->mark = MARK_TO_PROXY;
+	bpf_skb_change_type(skb, 0); // PACKET_HOST
+	return TC_ACT_OK;
+}
+
+// proxy_drop accounts a packet for the L7 proxy that could not be handed
+// to it.
+static __always_inline int proxy_drop(struct config *cfg, struct __sk_buff *skb, struct pkt *p,
+				      struct endpoint *dst, __u32 src_id)
+{
+	count(dst->index, DIR_INGRESS, R_DROP_NO_PROXY, skb->len);
+	emit(cfg, skb->len, p, AT_TC, dst->index, DIR_INGRESS, R_DROP_NO_PROXY, src_id, dst->identity, NO_RULE);
+	return TC_ACT_SHOT;
 }
 
 // ---- Services (the ebpf service proxy) ----
@@ -1442,6 +1527,31 @@ static __always_inline int finish(struct config *cfg, struct __sk_buff *skb, str
 	return is_drop(r) ? TC_ACT_SHOT : TC_ACT_OK;
 }
 
+// legacy_l7 finds, with legacy host routing, a connection from an
+// endpoint to an L7 port of an endpoint of the same host: the bridge
+// would carry it to the destination's veth, whose program sees it on
+// egress, where it cannot be handed to the proxy. The connection is then
+// taken as a host-local one (both sides judged by the source's program,
+// as with bpf host routing): its first packet when the destination's
+// ingress sends it to the proxy, the others when its conntrack entry
+// says so. It returns the destination, or 0 to go on as before.
+static __always_inline struct endpoint *legacy_l7(struct config *cfg, struct endpoint *src, struct pkt *p, __u64 now)
+{
+	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_local, &p->daddr);
+	if (!dst)
+		return 0;
+	if ((p->tcpflags & (TCP_SYN | TCP_ACK)) != TCP_SYN) {
+		struct ct_key k = {.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport,
+				   .dport = p->dport, .proto = p->proto};
+		struct ct_val *v = ct_get(&k, now);
+		return v && (v->flags & CT_PROXY) ? dst : 0;
+	}
+	__u32 rule;
+	struct pkt q = *p;
+	verdict(cfg, dst->index, DIR_INGRESS, peer_of(cfg->gen, p->saddr).key, &q, &rule);
+	return q.proxied ? dst : 0;
+}
+
 SEC("tc")
 int cnlab_from_ep(struct __sk_buff *skb)
 {
@@ -1489,6 +1599,8 @@ int cnlab_from_ep(struct __sk_buff *skb)
 		// host: its cnlab_to_ep translates it, where the flow's policy
 		// entries expect the real tuple.
 		x.kind = 0;
+	if (!dst && (cfg->flags & (FLAG_L7 | FLAG_HOST_ROUTING_BPF)) == FLAG_L7 && p.proto == IPPROTO_TCP && !p.frag && !x.kind)
+		dst = legacy_l7(cfg, src, &p, now);
 	if (!dst) {
 		// Remote destination (or legacy host routing): enforce this
 		// endpoint's egress and let the host's stack or bridge carry it.
@@ -1520,6 +1632,8 @@ int cnlab_from_ep(struct __sk_buff *skb)
 			ct_create(&p, 0, 0, now);
 			if (p.frag == 1)
 				first_fragment(&p, 0, 0, now);
+			if (p.proxied)
+				r = R_ALLOW_PROXY;
 			finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
 			goto redirect;
 		}
@@ -1540,6 +1654,22 @@ redirect:
 	}
 	if (r == R_ALLOW_RELATED && sc && svc_icmp(skb, &p, now) < 0)
 		return TC_ACT_SHOT;
+	if (p.proxied) {
+		if (cfg->flags & FLAG_HOST_ROUTING_BPF) {
+			if (to_proxy(skb, &p) == TC_ACT_OK)
+				return TC_ACT_OK;
+		} else {
+			// Legacy host routing: the veth is a port of the bridge,
+			// which would take the packet (and br_netfilter drop its
+			// socket): it enters the host's stack as received by the
+			// bridge device itself, addressed to it.
+			if (bpf_skb_store_bytes(skb, 0, cfg->bridge_mac, 6, 0) < 0)
+				return TC_ACT_SHOT;
+			if (to_proxy(skb, &p) == TC_ACT_OK)
+				return bpf_redirect(cfg->bridge_ifindex, BPF_F_INGRESS);
+		}
+		return proxy_drop(cfg, skb, &p, dst, src->identity);
+	}
 	return deliver(skb, dst);
 }
 
@@ -1569,7 +1699,18 @@ int cnlab_to_ep(struct __sk_buff *skb)
 	int svc = svc_config() != 0;
 	if (svc)
 		svc_to_ep(&p, &x, now);
-	r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule);
+	if ((skb->mark & MARK_MASK) == MARK_FROM_PROXY) {
+		// The host's L7 proxy: its answers to a client it was handed and
+		// its connections to the server it passes a request to. Marks
+		// are the host's own (crossing a namespace clears them), and the
+		// proxy only speaks for connections the datapath gave it. The
+		// entry lets the endpoint's answers back to it through.
+		if (p.frag != 2 && !ct_lookup(cfg->gen, &p, 1 + DIR_INGRESS, 1 + DIR_EGRESS, dst->index, now))
+			ct_create(&p, 1 + DIR_INGRESS, dst->index, now);
+		r = R_ALLOW_FROM_PROXY;
+	} else {
+		r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule);
+	}
 	if (!is_drop(r) && x.kind && xlate_write(skb, &p, &x) < 0)
 		r = R_DROP_MALFORMED;
 	if (r == R_ALLOW_RELATED && svc && svc_icmp(skb, &p, now) < 0)
@@ -1585,15 +1726,63 @@ int cnlab_to_ep(struct __sk_buff *skb)
 // It is translated back (to the node address and port the client used),
 // judged at the client's ingress as any reply, and handed straight to
 // the client. Everything else passes untouched.
+//
+// With L7 ports on the host (FLAG_L7) it also hands the connections from
+// other hosts to an endpoint's L7 port to the L7 proxy: the packet is
+// judged at the endpoint's ingress here, where bpf_sk_assign works (the
+// endpoint's own program sees it on egress of its veth, too late).
+// Everything else goes on to that program, which judges it as before.
+static __always_inline int l7_from_wire(struct __sk_buff *skb, struct config *cfg, struct pkt *p)
+{
+	if (p->proto != IPPROTO_TCP || p->frag)
+		return -1;
+	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_local, &p->daddr);
+	if (!dst)
+		return -1;
+	__u64 now = bpf_ktime_get_ns();
+	__u8 scope = 1 + DIR_INGRESS;
+	__u32 rule = NO_RULE, peer_id = 0;
+	int r;
+	if ((p->tcpflags & (TCP_SYN | TCP_ACK)) != TCP_SYN) {
+		struct ct_key k = {.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport,
+				   .dport = p->dport, .proto = p->proto, .scope = scope, .ep = dst->index};
+		struct ct_val *v = ct_get(&k, now);
+		if (!v || !(v->flags & CT_PROXY))
+			return -1;
+		ct_touch(v, p->proto, p->tcpflags, now);
+		p->proxied = 1;
+		r = R_ALLOW_CT;
+	} else {
+		struct peer peer = peer_of(cfg->gen, p->saddr);
+		peer_id = peer.identity;
+		r = verdict(cfg, dst->index, DIR_INGRESS, peer.key, p, &rule);
+		if (!p->proxied)
+			return -1; // denied, or not for the proxy: the endpoint's program decides
+		ct_create(p, scope, dst->index, now);
+		r = R_ALLOW_PROXY;
+	}
+	if (to_proxy(skb, p) != TC_ACT_OK)
+		return proxy_drop(cfg, skb, p, dst, peer_id);
+	return finish(cfg, skb, p, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule);
+}
+
 SEC("tc")
 int cnlab_from_wire(struct __sk_buff *skb)
 {
+	struct config snap, *cfg = &snap;
 	struct svc_config *sc = svc_config();
-	if (!sc || !(sc->flags & SVC_NODEPORTS) || skb->protocol != bpf_htons(ETH_P_IP))
+	int nodeports = sc && (sc->flags & SVC_NODEPORTS);
+	if (skb->protocol != bpf_htons(ETH_P_IP) || config(cfg) || (!nodeports && !(cfg->flags & FLAG_L7)))
 		return TC_ACT_OK;
 	struct pkt p = {};
-	struct config snap, *cfg = &snap;
-	if (parse(skb, &p) || !translatable(&p) || p.daddr != sc->masq || config(cfg))
+	if (parse(skb, &p))
+		return TC_ACT_OK;
+	if (cfg->flags & FLAG_L7) {
+		int act = l7_from_wire(skb, cfg, &p);
+		if (act >= 0)
+			return act;
+	}
+	if (!nodeports || !translatable(&p) || p.daddr != sc->masq)
 		return TC_ACT_OK;
 	__u64 now = bpf_ktime_get_ns();
 	struct xlate x = {};
