@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -119,10 +118,6 @@ func resolveL7Params(p *Params, bad func(key, format string, args ...any) error)
 			return bad("l7Match", "%s: applies with l7Mode rules (give l7Mode: [rules])", p.L7Match)
 		}
 		return nil
-	}
-	// Modes without L7 rules (none, l4) are baselines any datapath draws.
-	if d := kind.Get(p.Datapath); d != nil && d.NoL7 != "" && (p.L7Mode == L7HTTPAny || p.L7Mode == L7Rules) {
-		return bad("l7Mode", "%s on datapath %s: %s", p.L7Mode, p.Datapath, d.NoL7)
 	}
 	if p.Policies != 0 {
 		return bad("policies", "%d: an L7 point's policy is the one l7Mode generates (leave policies out of L7 sweeps)", p.Policies)

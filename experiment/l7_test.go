@@ -31,8 +31,6 @@ func TestL7BadInput(t *testing.T) {
 		{hw + "matrix: {l7Match: [last]}\n", "x.yaml: matrix.l7Match: last: applies with l7Mode rules"},
 		{hw + "matrix: {l7Mode: [rules], l7Rules: [0, 10]}\n", "x.yaml: matrix.l7Rules: l7Mode rules needs 1 or more rules"},
 		{hw + "matrix: {l7Mode: [rules]}\n", "x.yaml: matrix.l7Rules: l7Mode rules needs 1 or more rules"},
-		{hw + "matrix: {datapath: [ebpf], l7Mode: [http-any]}\n", "x.yaml: matrix.l7Mode: http-any on datapath ebpf: the eBPF datapath does not redirect to the L7 proxy yet"},
-		{hw + "matrix: {datapath: [ebpf], l7Mode: [rules], l7Rules: [1]}\n", "x.yaml: matrix.l7Mode: rules on datapath ebpf: the eBPF datapath does not redirect"},
 		{hw + "matrix: {topology: [direct], l7Mode: [l4]}\n", "x.yaml: matrix.l7Mode: a chain (and topology direct, no CNI) has no policy datapath"},
 		{hw + "matrix: {topology: [chain], l7Mode: [rules], l7Rules: [1]}\n", "x.yaml: matrix.l7Mode: a chain (and topology direct, no CNI) has no policy datapath"},
 		{hw + "matrix: {datapath: [nftables], l7Mode: [l4], policies: [10]}\n", "x.yaml: matrix.policies: 10: an L7 point's policy is the one l7Mode generates"},

@@ -19,11 +19,11 @@ import (
 )
 
 // l7Datapaths are the datapaths that redirect L7 ports to the proxy.
-var l7Datapaths = []string{"iptables", "iptables-ipsets", "nftables"}
+var l7Datapaths = []string{"iptables", "iptables-ipsets", "nftables", "ebpf", "ebpf-legacy"}
 
 // TestL7Scenarios applies every L7 scenario on each datapath that
-// supports L7 rules, on a two-host lab (a wire, and for one datapath a
-// VXLAN overlay), and sends from every endpoint to
+// supports L7 rules (eBPF with both host routings), on a two-host lab (a
+// wire, and a VXLAN overlay for nftables and eBPF), and sends from every endpoint to
 // every endpoint with an L7 port, on one keep-alive connection per pair,
 // the requests generated from the rules (a match and near misses of each)
 // and the hand-checked ones: every status must be the model's (0 no
@@ -32,7 +32,9 @@ var l7Datapaths = []string{"iptables", "iptables-ipsets", "nftables"}
 // must; the hand-checked cells are sent too, each on its own connection.
 // Then the lab goes down and its proxies with it.
 func TestL7Scenarios(t *testing.T) {
-	runs := []struct{ dp, link string }{{"nftables", "vxlan"}} // the overlay only changes the path: one datapath
+	// The overlay only changes the path: nftables once, and eBPF, whose
+	// program on the VXLAN device hands connections to the proxy.
+	runs := []struct{ dp, link string }{{"nftables", "vxlan"}, {"ebpf", "vxlan"}}
 	for _, dp := range l7Datapaths {
 		runs = append(runs, struct{ dp, link string }{dp, "wire"})
 	}
@@ -173,30 +175,6 @@ func checkL7(t *testing.T, sc scenarios.L7Scenario, spec *topology.Spec, m *poli
 	t.Logf("%s: %d request sequences, %d requests generated per L7 pair", sc.Name, len(seqs), len(gen))
 }
 
-// TestL7RefusedOnEBPF: a datapath that cannot redirect to the proxy
-// refuses L7 rules with its reason, and nothing changes: no proxy, the
-// policies stored before stay.
-func TestL7RefusedOnEBPF(t *testing.T) {
-	spec := scenarioLab(t, "t-l7-ebpf", "ebpf", "wire")
-	ctx := context.Background()
-	pols, err := policy.Parse([]byte(scenarios.L7[0].Policies), "l7.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = Apply(ctx, spec.Name, pols)
-	if err == nil || !strings.Contains(err.Error(), "does not redirect to the L7 proxy") {
-		t.Fatalf("apply: %v, want the eBPF datapath's refusal", err)
-	}
-	if stored, err := Policies(spec.Name); err != nil || len(stored) != 0 {
-		t.Errorf("stored after a refused apply: %d policies, %v", len(stored), err)
-	}
-	for _, h := range spec.Hosts {
-		if pid := l7proxy.Pid(spec.Name, h.Name); pid != 0 {
-			t.Errorf("host %s runs an L7 proxy (pid %d) after a refused apply", h.Name, pid)
-		}
-	}
-}
-
 // TestL7UpdatesUnderLoad switches, over and over, between policy sets
 // while clients send requests on fresh connections: a request that every
 // set in effect at some moment of its life denies (at L7 or L3/L4) must
@@ -205,7 +183,7 @@ func TestL7RefusedOnEBPF(t *testing.T) {
 // ports that stop being L7 ports, before the datapath switches, and the
 // datapath orders its commits: docs/l7.md).
 func TestL7UpdatesUnderLoad(t *testing.T) {
-	for _, dp := range []string{"iptables", "nftables"} {
+	for _, dp := range []string{"iptables", "nftables", "ebpf"} {
 		t.Run(dp, func(t *testing.T) {
 			spec := scenarioLab(t, "t-l7u-"+short[dp], dp, "wire")
 			ctx := context.Background()

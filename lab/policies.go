@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cnlab/cnlab/internal/input"
 	"github.com/cnlab/cnlab/l7proxy/deploy"
 	"os"
 	"path/filepath"
@@ -262,11 +261,6 @@ func applyLocked(ctx context.Context, spec *topology.Spec, dp datapath.Datapath,
 // any more. A connection is never judged by no rules, nor passed to an
 // L7 port past its proxy.
 func enforce(ctx context.Context, spec *topology.Spec, dp datapath.Datapath, c *policy.Compiled) error {
-	if len(c.HTTP) > 0 {
-		if d := kind.Get(spec.Datapath); d != nil && d.NoL7 != "" {
-			return &input.Error{File: c.HTTP[0].Origin, Msg: d.NoL7}
-		}
-	}
 	started, err := deploy.Push(ctx, spec, c, true)
 	if len(started) > 0 {
 		if rerr := recordProxies(spec.Name, started); rerr != nil && err == nil {

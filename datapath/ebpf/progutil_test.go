@@ -94,6 +94,7 @@ type harness struct {
 	objs    cnlabObjects
 	polSize int
 	as      *tep // the endpoint whose veth the programs run on
+	mark    uint32 // skb->mark of the packets run
 }
 
 type harnessOpts struct {
@@ -290,7 +291,7 @@ func (h *harness) run(t testing.TB, prog *ebpf.Program, pkt []byte) runResult {
 		pkt = slices.Clone(pkt)
 		copy(pkt[6:12], h.as.mac[:])
 	}
-	opts := ebpf.RunOptions{Data: pkt, DataOut: make([]byte, len(pkt)+256), Context: skbCtx{Ifindex: testIfindex}}
+	opts := ebpf.RunOptions{Data: pkt, DataOut: make([]byte, len(pkt)+256), Context: skbCtx{Ifindex: testIfindex, Mark: h.mark}}
 	ret, err := prog.Run(&opts)
 	if err != nil {
 		t.Fatalf("run %s on %d bytes: %v", prog, len(pkt), err)

@@ -60,9 +60,6 @@ type Descriptor struct {
 	describe func(o *Options) string
 	// view keeps this kind's options for status -o json.
 	view func(o *Options) OptionsView
-	// NoL7 says why the datapath cannot send L7 ports to the L7 proxy
-	// (policies with rules.http are refused); "" when it can.
-	NoL7 string
 }
 
 var descriptors = []Descriptor{

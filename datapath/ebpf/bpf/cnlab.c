@@ -1044,7 +1044,7 @@ static __always_inline int to_proxy(struct __sk_buff *skb, struct pkt *p)
 }
 
 // proxy_drop accounts a packet for the L7 proxy that could not be handed
-// to it.
+// to it (counted first with the verdict that sent it there).
 static __always_inline int proxy_drop(struct config *cfg, struct __sk_buff *skb, struct pkt *p,
 				      struct endpoint *dst, __u32 src_id)
 {
@@ -1761,9 +1761,10 @@ static __always_inline int l7_from_wire(struct __sk_buff *skb, struct config *cf
 		ct_create(p, scope, dst->index, now);
 		r = R_ALLOW_PROXY;
 	}
+	finish(cfg, skb, p, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule);
 	if (to_proxy(skb, p) != TC_ACT_OK)
 		return proxy_drop(cfg, skb, p, dst, peer_id);
-	return finish(cfg, skb, p, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule);
+	return TC_ACT_OK;
 }
 
 SEC("tc")
