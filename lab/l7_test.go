@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/scenarios"
 	"github.com/cnlab/cnlab/l7"
 	"github.com/cnlab/cnlab/l7proxy"
@@ -48,6 +49,10 @@ func TestL7Scenarios(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer srv.Close()
+			ebpf := strings.HasPrefix(dp, "ebpf")
+			if ebpf && proxyRule(t, spec) {
+				t.Error("a host has the L7 proxy's ip rule before any L7 policy (every route lookup would pay for it)")
+			}
 			for _, sc := range scenarios.L7 {
 				if _, err := Delete(ctx, spec.Name, nil, true, ""); err != nil {
 					t.Fatalf("%s: delete: %v", sc.Name, err)
@@ -65,6 +70,9 @@ func TestL7Scenarios(t *testing.T) {
 					t.Fatal(err)
 				}
 				checkL7(t, sc, spec, m, ch.Compiled, srv)
+			}
+			if ebpf && !proxyRule(t, spec) {
+				t.Error("no host has the L7 proxy's ip rule after L7 policies")
 			}
 			var pids []int
 			for _, h := range spec.Hosts {
@@ -89,6 +97,22 @@ func TestL7Scenarios(t *testing.T) {
 			}
 		})
 	}
+}
+
+// proxyRule reports whether a host of the lab has the eBPF datapath's
+// rule for what it hands to the L7 proxy (table 2004).
+func proxyRule(t *testing.T, spec *topology.Spec) bool {
+	t.Helper()
+	for _, h := range spec.Hosts {
+		out, err := netns.Run(context.Background(), h.Netns, nil, "ip", "rule", "list", "table", "2004")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(out), "fwmark 0x200/0xf00") {
+			return true
+		}
+	}
+	return false
 }
 
 func checkL7(t *testing.T, sc scenarios.L7Scenario, spec *topology.Spec, m *policy.Model, c *policy.Compiled, srv *probe.HTTPServers) {

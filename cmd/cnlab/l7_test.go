@@ -18,9 +18,15 @@ import (
 func TestL7CLI(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nft", "nftables")
-	lab := "t-l7-cli"
+	for _, dp := range []string{"nftables", "ebpf"} {
+		t.Run(dp, func(t *testing.T) { l7CLI(t, dp) })
+	}
+}
+
+func l7CLI(t *testing.T, dp string) {
+	lab := "t-l7-cli-" + dp[:3]
 	examples := filepath.Join("..", "..", "examples")
-	if _, stderr, code := runCLI(t, "up", "-f", filepath.Join(examples, "policy-lab.yaml"), "--name", lab, "--datapath", "nftables"); code != 0 {
+	if _, stderr, code := runCLI(t, "up", "-f", filepath.Join(examples, "policy-lab.yaml"), "--name", lab, "--datapath", dp); code != 0 {
 		t.Fatalf("up: %s", stderr)
 	}
 	t.Cleanup(func() { runCLI(t, "down", lab) })
@@ -86,5 +92,14 @@ func TestL7CLI(t *testing.T) {
 	}
 	if stdout, _, _ := runCLI(t, "status", lab); !strings.Contains(stdout, "L7 proxies: flip (pid ") {
 		t.Errorf("status does not name the L7 proxy:\n%s", stdout)
+	}
+	if dp == "ebpf" {
+		// x/a's entries that send x's endpoints to the proxy, and the
+		// counter of the connections handed over.
+		stdout, stderr, code := runCLI(t, "policy", "show", lab, "--kernel")
+		if code != 0 || !strings.Contains(stdout, "L7 ports handed to the L7 proxy") || !strings.Contains(stdout, "to the L7 proxy)") ||
+			!strings.Contains(stdout, "to-l7-proxy") {
+			t.Errorf("policy show --kernel: exit %d %s\n%s", code, stderr, stdout)
+		}
 	}
 }

@@ -57,6 +57,11 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	}()
 	for i := range lab.Hosts {
 		h := &lab.Hosts[i]
+		if plans[h.Name].L7 {
+			if err := proxyRouting(h); err != nil {
+				return fmt.Errorf("host %s: %w (no host changed)", h.Name, err)
+			}
+		}
 		s, err := stage(lab, h, plans[h.Name])
 		if s != nil {
 			all = append(all, s)

@@ -106,9 +106,6 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 			return fmt.Errorf("write config: %w", err)
 		}
 	}
-	if err := proxyRouting(h); err != nil {
-		return err
-	}
 	for slot, ep := range datapath.LocalEndpoints(lab, h.Name) {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -159,8 +156,11 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 // MARK_TO_PROXY, assigned to the proxy's socket) to the host's local
 // table: its destination is an endpoint's address, which is not the
 // host's, and without the route the stack drops the packet before the
-// socket sees it. The host's namespace goes with the lab, and the rule
-// and route with it.
+// socket sees it. Apply sets it up before a host first enforces L7
+// ports, not before: a rule of its own makes the kernel look up every
+// route of the host through its rules, a cost a lab without L7 rules
+// should not measure. It stays until the lab goes down, with the host's
+// namespace.
 func proxyRouting(h *topology.Host) error {
 	nh, err := netns.Handle(h.Netns)
 	if err != nil {

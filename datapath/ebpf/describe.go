@@ -43,7 +43,11 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 	if cfg.Flags&uint32(cnlabConfigFlagFLAG_HOST_ROUTING_BPF) != 0 {
 		routing = kind.HostRoutingBPF
 	}
-	fmt.Fprintf(&b, "pins %s, host routing %s, active generation %d\n", m.dir, routing, cfg.Gen)
+	l7 := ""
+	if cfg.Flags&uint32(cnlabConfigFlagFLAG_L7) != 0 {
+		l7 = ", L7 ports handed to the L7 proxy"
+	}
+	fmt.Fprintf(&b, "pins %s, host routing %s, active generation %d%s\n", m.dir, routing, cfg.Gen, l7)
 	counters, err := readCounters(m, cfg.MaxEp)
 	if err != nil {
 		return "", err
@@ -52,7 +56,7 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 		s := cfg.Gen*cfg.MaxEp + uint32(slot)
 		var enf cnlabIsolation
 		_ = m.enforce.Lookup(s, &enf)
-		n := 0
+		n, proxied := 0, 0
 		var id uint32
 		if m.policy.Lookup(s, &id) == nil {
 			if pm, err := ebpf.NewMapFromID(ebpf.MapID(id)); err == nil {
@@ -61,6 +65,9 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 				it := pm.Iterate()
 				for it.Next(&k, &v) {
 					n++
+					if v.Proxy != 0 {
+						proxied++
+					}
 				}
 				pm.Close()
 			}
@@ -75,7 +82,11 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 		if len(iso) == 0 {
 			iso = append(iso, "none")
 		}
-		fmt.Fprintf(&b, "endpoint %s slot %d dev %s: isolated %s, %d policy entries\n", ep.ID(), slot, ep.HostVeth, strings.Join(iso, "+"), n)
+		l7 = ""
+		if proxied > 0 {
+			l7 = fmt.Sprintf(" (%d to the L7 proxy)", proxied)
+		}
+		fmt.Fprintf(&b, "endpoint %s slot %d dev %s: isolated %s, %d policy entries%s\n", ep.ID(), slot, ep.HostVeth, strings.Join(iso, "+"), n, l7)
 		for _, c := range counters[uint32(slot)] {
 			fmt.Fprintf(&b, "  %-7s %-20s %d packets %d bytes\n", policy.Dir(c.dir), reasonName(c.reason), c.packets, c.bytes)
 		}
