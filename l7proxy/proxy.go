@@ -185,6 +185,7 @@ func Run(ctx context.Context, dir, listen string) error {
 	if err != nil {
 		return fmt.Errorf("l7 proxy: listen %s: %w", listen, err)
 	}
+
 	return serve(ctx, p, ln, connOf)
 }
 

@@ -2,8 +2,13 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -197,6 +202,116 @@ func checkL7(t *testing.T, sc scenarios.L7Scenario, spec *topology.Spec, m *poli
 		t.Errorf("%s: %s", sc.Name, b)
 	}
 	t.Logf("%s: %d request sequences, %d requests generated per L7 pair", sc.Name, len(seqs), len(gen))
+}
+
+// TestL7PortReuse: the proxy closes a connection without keep-alive
+// first, and a client may open the next one from the same port at once
+// (ab does, from a busy port range): the connection must go to the proxy
+// without a lost SYN (a retransmission a second later), on every datapath,
+// from the same host and from the other. On eBPF a TIME_WAIT socket of
+// the proxy's on that tuple would swallow the SYN (bpf/cnlab.c, to_proxy).
+func TestL7PortReuse(t *testing.T) {
+	for _, dp := range []string{"nftables", "ebpf", "ebpf-legacy"} {
+		t.Run(dp, func(t *testing.T) {
+			spec := scenarioLab(t, "t-l7-reuse-"+short[dp], dp, "wire")
+			ctx := context.Background()
+			srv, err := probe.ListenHTTP(spec, scenarios.L7Port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			pols, err := policy.Parse([]byte(scenarios.L7[0].Policies), "l7.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Apply(ctx, spec.Name, pols); err != nil {
+				t.Fatal(err)
+			}
+			to, err := spec.Endpoint("x/a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, from := range []string{"c", "b"} { // same host as x/a, the other host
+				src, err := spec.Endpoint("x/" + from)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before := synRetrans(t, src.Netns)
+				for i := range 4 {
+					status, err := closeFirst(src.Netns, netip.AddrPortFrom(to.IP, scenarios.L7Port), 41000)
+					if err != nil || status != 403 {
+						t.Fatalf("x/%s -> x/a, connection %d from port 41000: status %d, %v", from, i+1, status, err)
+					}
+				}
+				// A SYN that met an old connection's socket is answered
+				// with an ACK of that connection, reset, and sent again
+				// (2 jiffies later at best, a second at worst).
+				if n := synRetrans(t, src.Netns) - before; n != 0 {
+					t.Errorf("x/%s -> x/a: %d SYNs sent again for 4 connections from one port", from, n)
+				}
+			}
+		})
+	}
+}
+
+// synRetrans reads TcpExt TCPSynRetrans of a namespace.
+func synRetrans(t *testing.T, ns string) int {
+	t.Helper()
+	n := -1
+	err := netns.Do(ns, func() error {
+		data, err := os.ReadFile("/proc/thread-self/net/netstat")
+		if err != nil {
+			return err
+		}
+		lines := strings.Split(string(data), "\n")
+		for i := 0; i+1 < len(lines); i += 2 {
+			names, values := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+			for j := range names {
+				if names[0] == "TcpExt:" && names[j] == "TCPSynRetrans" && j < len(values) {
+					n, err = strconv.Atoi(values[j])
+					return err
+				}
+			}
+		}
+		return errors.New("no TcpExt TCPSynRetrans")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// closeFirst sends GET /private with Connection: close from port lport
+// in namespace ns, reads the answer to the server's close, and returns its
+// status.
+func closeFirst(ns string, dst netip.AddrPort, lport int) (int, error) {
+	status := 0
+	err := netns.Do(ns, func() error {
+		d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{Port: lport},
+			Control: func(_, _ string, rc syscall.RawConn) error {
+				var serr error
+				err := rc.Control(func(fd uintptr) {
+					serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+				})
+				return errors.Join(err, serr)
+			}}
+		c, err := d.Dial("tcp4", dst.String())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+		if _, err := fmt.Fprintf(c, "GET /private HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"); err != nil {
+			return err
+		}
+		body, err := io.ReadAll(c) // to the server's FIN: it closed first
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Sscanf(string(body), "HTTP/1.1 %d", &status)
+		return err
+	})
+	return status, err
 }
 
 // TestL7UpdatesUnderLoad switches, over and over, between policy sets

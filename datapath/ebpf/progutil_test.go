@@ -93,7 +93,7 @@ type harness struct {
 	tb      testing.TB
 	objs    cnlabObjects
 	polSize int
-	as      *tep // the endpoint whose veth the programs run on
+	as      *tep   // the endpoint whose veth the programs run on
 	mark    uint32 // skb->mark of the packets run
 }
 

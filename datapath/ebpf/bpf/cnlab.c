@@ -1000,7 +1000,9 @@ static __always_inline int deliver(struct __sk_buff *skb, struct endpoint *ep)
 	return bpf_redirect_peer(ep->ifindex, 0);
 }
 
-#define TCP_LISTEN 10 // enum tcp_state (include/net/tcp_states.h)
+// enum tcp_state (include/net/tcp_states.h)
+#define TCP_TIME_WAIT 6
+#define TCP_LISTEN 10
 
 // to_proxy hands a TCP packet of a flow for the L7 proxy to the proxy's
 // socket, from a tc ingress hook: the connection's own socket when the
@@ -1009,6 +1011,16 @@ static __always_inline int deliver(struct __sk_buff *skb, struct endpoint *ep)
 // mark sends it to the host's local table: the destination is not one of
 // the host's addresses. Returns TC_ACT_OK, or -1 when the proxy does not
 // listen (the caller drops).
+//
+// The proxy closes first (a client without keep-alive), so its side of a
+// finished connection would linger in TIME_WAIT, and a client may reuse
+// its port on a new connection. Its SYN could go neither to the listener
+// (the kernel drops a SYN whose request socket has the tuple of a socket
+// in the hash) nor to the TIME_WAIT socket (which, taking it as a new
+// connection, looks for a listener on the endpoint's own address and
+// port: there is none). So the host keeps no TIME_WAIT socket
+// (net.ipv4.tcp_max_tw_buckets 0 in its namespace, set with the L7
+// routing); a packet that still meets one is left to the stack.
 static __always_inline int to_proxy(struct __sk_buff *skb, struct pkt *p)
 {
 	struct bpf_sock_tuple t = {};
@@ -1017,9 +1029,13 @@ static __always_inline int to_proxy(struct __sk_buff *skb, struct pkt *p)
 	t.ipv4.sport = bpf_htons(p->sport);
 	t.ipv4.dport = bpf_htons(p->dport);
 	struct bpf_sock *sk = bpf_skc_lookup_tcp(skb, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+	if (sk && sk->state == TCP_TIME_WAIT) {
+		bpf_sk_release(sk);
+		goto mark;
+	}
 	if (sk && sk->state == TCP_LISTEN) {
-		// A listener on the endpoint's own address and port (none of
-		// the proxy's): not the proxy's connection.
+		// A listener on the endpoint's own address and port: none of
+		// the proxy's.
 		bpf_sk_release(sk);
 		sk = 0;
 	}
@@ -1038,6 +1054,7 @@ static __always_inline int to_proxy(struct __sk_buff *skb, struct pkt *p)
 	bpf_sk_release(sk);
 	if (err)
 		return -1;
+mark:
 	skb->mark = MARK_TO_PROXY;
 	bpf_skb_change_type(skb, 0); // PACKET_HOST
 	return TC_ACT_OK;
