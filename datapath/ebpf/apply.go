@@ -58,8 +58,9 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	for i := range lab.Hosts {
 		h := &lab.Hosts[i]
 		if plans[h.Name].L7 {
+			// Routing only: nothing is sent to it before the switch.
 			if err := proxyRouting(h); err != nil {
-				return fmt.Errorf("host %s: %w (no host changed)", h.Name, err)
+				return fmt.Errorf("host %s: %w (no host's policy changed)", h.Name, err)
 			}
 		}
 		s, err := stage(lab, h, plans[h.Name])
@@ -86,8 +87,10 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	for i, s := range all {
 		next := s.cfg
 		next.Gen = 1 - s.cfg.Gen
-		// The L7 flag belongs to the generation: it switches with it.
-		next.Flags &^= uint32(cnlabConfigFlagFLAG_L7)
+		// The L7 flag switches on with the generation that first gives
+		// the host an L7 port, and stays: the connections already handed
+		// to the proxy must still find their way there (their conntrack
+		// entries say so) after their port stops being an L7 port.
 		if plans[s.host.Name].L7 {
 			next.Flags |= uint32(cnlabConfigFlagFLAG_L7)
 		}

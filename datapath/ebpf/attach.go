@@ -102,9 +102,14 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 		return err
 	}
 	if cfg.MaxEp == 0 {
-		if err := objs.CnlabConfig.Put(uint32(0), want); err != nil {
-			return fmt.Errorf("write config: %w", err)
-		}
+		cfg = want
+	} else {
+		// The bridge may have been made again since the maps were
+		// pinned: its index and MAC are written on every setup.
+		cfg.BridgeIfindex, cfg.BridgeMac = want.BridgeIfindex, want.BridgeMac
+	}
+	if err := objs.CnlabConfig.Put(uint32(0), cfg); err != nil {
+		return fmt.Errorf("write config: %w", err)
 	}
 	for slot, ep := range datapath.LocalEndpoints(lab, h.Name) {
 		if err := ctx.Err(); err != nil {

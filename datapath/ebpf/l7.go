@@ -64,4 +64,3 @@ func proxyRouting(h *topology.Host) error {
 		return netns.SetSysctl("net/ipv4/tcp_max_tw_buckets", "0")
 	})
 }
-

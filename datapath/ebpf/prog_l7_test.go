@@ -122,13 +122,36 @@ func TestProgL7(t *testing.T) {
 			h.expect(t, "SYN R2 to B:80 (denied): left to B's program", h.objs.CnlabFromWire, tcpPkt(addrR2, epB.ip, 2001, 80, tcpSYN), actOK)
 			h.expect(t, "ACK R to B:22 (no proxied flow): passed", h.objs.CnlabFromWire, tcpPkt(addrR, epB.ip, 2002, 22, tcpACK), actOK)
 
-			// The proxy's packets to an endpoint pass by their mark.
+			// What reaches B's veth for its L7 port without the mark came
+			// around the proxy: a new connection the verdict sends there,
+			// or a packet of a flow the proxy speaks for.
 			h.runAs(epB)
+			h.toEp(t, "SYN R to B:80, unmarked", tcpPkt(addrR, epB.ip, 2003, 80, tcpSYN), actShot, ingress(epB, cnlabReasonR_DROP_NOT_PROXIED))
+			h.toEp(t, "ACK R to B:80 of a proxied flow, unmarked", tcpPkt(addrR, epB.ip, 2000, 80, tcpACK), actShot, ingress(epB, cnlabReasonR_DROP_NOT_PROXIED))
+			if h.ctHas(addrR, epB.ip, 2003, 80, protoTCP, 1+dirIn, epB.index) {
+				t.Error("a conntrack entry for the connection that came around the proxy")
+			}
+			// B itself cannot answer into a proxied flow: the reverse
+			// of its entry is the proxy's to use.
+			if routing == kind.HostRoutingBPF {
+				h.fromEp(t, "ACK B:80 to A:1000 (A's proxied flow)", tcpPkt(epB.ip, epA.ip, 80, 1000, tcpACK), actRedirect,
+					egress(epB, cnlabReasonR_ALLOW_UNENFORCED), ingress(epA, cnlabReasonR_ALLOW_UNENFORCED))
+			}
+			// The proxy's packets to an endpoint pass by their mark.
 			h.toEp(t, "SYN world to B:80, unmarked", tcpPkt(addrW, epB.ip, 3000, 80, tcpSYN), actShot, ingress(epB, cnlabReasonR_DROP_DEFAULT))
 			h.mark = uint32(cnlabL7MARK_FROM_PROXY)
 			h.toEp(t, "SYN proxy to B:80", tcpPkt(addrW, epB.ip, 3000, 80, tcpSYN), actOK, ingress(epB, cnlabReasonR_ALLOW_FROM_PROXY))
 			h.mark = 0
 			h.fromEp(t, "SYN-ACK B:80 to the proxy", tcpPkt(epB.ip, addrW, 80, 3000, tcpSYN|tcpACK), actOK, egress(epB, cnlabReasonR_ALLOW_CT))
+			// Its answer to a client (from the server's address) passes
+			// and leaves no entry: the client's own carries the rest.
+			h.runAs(epA)
+			h.mark = uint32(cnlabL7MARK_FROM_PROXY)
+			h.toEp(t, "SYN-ACK proxy (as B:80) to A", tcpPkt(epB.ip, epA.ip, 80, 1000, tcpSYN|tcpACK), actOK, ingress(epA, cnlabReasonR_ALLOW_FROM_PROXY))
+			h.mark = 0
+			if h.ctHas(epB.ip, epA.ip, 80, 1000, protoTCP, 1+dirIn, epA.index) {
+				t.Error("a conntrack entry for the proxy's answer to a client")
+			}
 		})
 	}
 }

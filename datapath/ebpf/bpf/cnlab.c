@@ -82,6 +82,7 @@ enum reason {
 	R_DROP_SVC_NO_LOCAL = 25, // internalTrafficPolicy Local, no backend on this host: dropped
 	R_DROP_SVC_NO_PORT = 26,  // masquerade: no free source port to the backend found
 	R_DROP_NO_PROXY = 27,     // for the L7 proxy, which does not listen: dropped
+	R_DROP_NOT_PROXIED = 28,  // a connection for the L7 proxy that came around it (or a packet of one)
 	R_MAX = 32,
 };
 
@@ -89,7 +90,7 @@ enum reason {
 enum config_flag {
 	FLAG_HOST_ROUTING_BPF = 1,
 	FLAG_CONNECT_HOOK = 2, // the connect hook judges TCP connects against policy
-	FLAG_L7 = 4,           // some endpoint of the host has an L7 port (set by apply, per generation)
+	FLAG_L7 = 4,           // some endpoint of the host has (or had) an L7 port (set by apply, never cleared)
 };
 
 // The L7 proxy (l7proxy): a connection to an endpoint's L7 port is
@@ -861,7 +862,10 @@ static __always_inline int ct_lookup(__u32 gen, struct pkt *p, __u8 scope, __u8 
 		struct ct_key r = {.saddr = p->daddr, .daddr = p->saddr, .sport = p->dport,
 				   .dport = p->sport, .proto = p->proto, .scope = rscope, .ep = ep};
 		v = ct_get(&r, now);
-		if (v) {
+		// A flow for the L7 proxy is answered by the proxy (marked,
+		// let through by cnlab_to_ep), never by the endpoint the
+		// client asked for: its answer would come around the proxy.
+		if (v && !(v->flags & CT_PROXY)) {
 			ct_touch(v, p->proto, p->tcpflags, now);
 			return R_ALLOW_CT;
 		}
@@ -977,7 +981,16 @@ static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 di
 		r = verdict(cfg, ep->index, dir, peer.key, p, rule);
 		if (is_drop(r))
 			return r;
+		// The verdict sends the connection to the L7 proxy, but it is
+		// here instead, on its way to the endpoint: it came around the
+		// proxy (a path that does not hand over, or a switch of policy
+		// between two programs). As the netfilter datapaths' ingress
+		// chains drop new connections to L7 ports not redirected.
+		if (dir == DIR_INGRESS && p->proxied)
+			return R_DROP_NOT_PROXIED;
 		ct_create(p, scope, idx, now);
+	} else if (dir == DIR_INGRESS && p->proxied) {
+		return R_DROP_NOT_PROXIED; // a packet of a flow the proxy speaks for
 	}
 	// Whatever let the first fragment through (policy, or conntrack for
 	// a fragmented reply), the rest of its datagram follows it.
@@ -1717,12 +1730,16 @@ int cnlab_to_ep(struct __sk_buff *skb)
 	if (svc)
 		svc_to_ep(&p, &x, now);
 	if ((skb->mark & MARK_MASK) == MARK_FROM_PROXY) {
-		// The host's L7 proxy: its answers to a client it was handed and
-		// its connections to the server it passes a request to. Marks
-		// are the host's own (crossing a namespace clears them), and the
-		// proxy only speaks for connections the datapath gave it. The
-		// entry lets the endpoint's answers back to it through.
-		if (p.frag != 2 && !ct_lookup(cfg->gen, &p, 1 + DIR_INGRESS, 1 + DIR_EGRESS, dst->index, now))
+		// The host's L7 proxy: its answers to a client it was handed
+		// (sourced from the server's address) and its connections to
+		// the server it passes a request to (from the host's). Marks are
+		// the host's own (crossing a namespace clears them), and the
+		// proxy only speaks for connections the datapath gave it. An
+		// upstream connection gets an entry, which lets the server's
+		// answers through its egress; an answer to a client needs none
+		// (the client's own entry carries what it sends back).
+		if (p.frag != 2 && !bpf_map_lookup_elem(&cnlab_local, &p.saddr) &&
+		    !ct_lookup(cfg->gen, &p, 1 + DIR_INGRESS, 1 + DIR_EGRESS, dst->index, now))
 			ct_create(&p, 1 + DIR_INGRESS, dst->index, now);
 		r = R_ALLOW_FROM_PROXY;
 	} else {
