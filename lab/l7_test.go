@@ -214,20 +214,7 @@ func checkL7(t *testing.T, sc scenarios.L7Scenario, spec *topology.Spec, m *poli
 func TestL7PortReuse(t *testing.T) {
 	for _, dp := range []string{"nftables", "ebpf", "ebpf-legacy"} {
 		t.Run(dp, func(t *testing.T) {
-			spec := scenarioLab(t, "t-l7-reuse-"+short[dp], dp, "wire")
-			ctx := context.Background()
-			srv, err := probe.ListenHTTP(spec, scenarios.L7Port)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			pols, err := policy.Parse([]byte(scenarios.L7[0].Policies), "l7.yaml")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := Apply(ctx, spec.Name, pols); err != nil {
-				t.Fatal(err)
-			}
+			spec := getPublicLab(t, "t-l7-reuse-"+short[dp], dp)
 			to, err := spec.Endpoint("x/a")
 			if err != nil {
 				t.Fatal(err)
@@ -266,25 +253,12 @@ func TestL7PortReuse(t *testing.T) {
 func TestL7ThroughService(t *testing.T) {
 	for _, dp := range []string{"ebpf", "ebpf-legacy"} {
 		t.Run(dp, func(t *testing.T) {
-			spec := scenarioLab(t, "t-l7-svc-"+short[dp], dp, "wire")
-			ctx := context.Background()
-			srv, err := probe.ListenHTTP(spec, scenarios.L7Port)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
+			spec := getPublicLab(t, "t-l7-svc-"+short[dp], dp)
 			svcs, sls, err := service.Parse([]byte(svcDoc("web", "  clusterIP: 10.96.0.80\n  selector: {app: web}\n  ports: [{port: 80}]\n")), "web.yaml")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := ApplyServices(ctx, spec.Name, svcs, sls); err != nil {
-				t.Fatal(err)
-			}
-			pols, err := policy.Parse([]byte(scenarios.L7[0].Policies), "l7.yaml")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := Apply(ctx, spec.Name, pols); err != nil {
+			if _, err := ApplyServices(context.Background(), spec.Name, svcs, sls); err != nil {
 				t.Fatal(err)
 			}
 			vip := netip.MustParseAddrPort("10.96.0.80:80")
@@ -307,6 +281,27 @@ func TestL7ThroughService(t *testing.T) {
 			}
 		})
 	}
+}
+
+// getPublicLab brings up the scenario lab over a wire with the probe's
+// HTTP servers on the L7 port of every endpoint, and applies the first L7
+// scenario (x's web endpoints: GET /public from namespace x).
+func getPublicLab(t *testing.T, name, dp string) *topology.Spec {
+	t.Helper()
+	spec := scenarioLab(t, name, dp, "wire")
+	srv, err := probe.ListenHTTP(spec, scenarios.L7Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close) // before the lab's own cleanup: registered after it
+	pols, err := policy.Parse([]byte(scenarios.L7[0].Policies), "l7.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(context.Background(), spec.Name, pols); err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }
 
 // synRetrans reads TcpExt TCPSynRetrans of a namespace.
