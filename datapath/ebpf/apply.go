@@ -57,15 +57,15 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	}()
 	for i := range lab.Hosts {
 		h := &lab.Hosts[i]
-		if plans[h.Name].L7 {
-			// Routing only: nothing is sent to it before the switch.
-			if err := proxyRouting(h); err != nil {
-				return fmt.Errorf("host %s: %w (no host's policy changed)", h.Name, err)
-			}
-		}
 		s, err := stage(lab, h, plans[h.Name])
 		if s != nil {
 			all = append(all, s)
+		}
+		// The host's routing for the proxy, once: FLAG_L7 (sticky) says
+		// it was set up. Routing only: nothing goes there before the
+		// switch.
+		if err == nil && plans[h.Name].L7 && s.cfg.Flags&uint32(cnlabConfigFlagFLAG_L7) == 0 {
+			err = proxyRouting(h)
 		}
 		if err == nil {
 			err = fault.At(fault.EBPFStaged, h.Name)

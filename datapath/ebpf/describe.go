@@ -82,11 +82,11 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 		if len(iso) == 0 {
 			iso = append(iso, "none")
 		}
-		l7 = ""
+		toProxy := ""
 		if proxied > 0 {
-			l7 = fmt.Sprintf(" (%d to the L7 proxy)", proxied)
+			toProxy = fmt.Sprintf(" (%d to the L7 proxy)", proxied)
 		}
-		fmt.Fprintf(&b, "endpoint %s slot %d dev %s: isolated %s, %d policy entries%s\n", ep.ID(), slot, ep.HostVeth, strings.Join(iso, "+"), n, l7)
+		fmt.Fprintf(&b, "endpoint %s slot %d dev %s: isolated %s, %d policy entries%s\n", ep.ID(), slot, ep.HostVeth, strings.Join(iso, "+"), n, toProxy)
 		for _, c := range counters[uint32(slot)] {
 			fmt.Fprintf(&b, "  %-7s %-20s %d packets %d bytes\n", policy.Dir(c.dir), reasonName(c.reason), c.packets, c.bytes)
 		}

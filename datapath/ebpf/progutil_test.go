@@ -349,9 +349,8 @@ func (h *harness) fromEp(t testing.TB, what string, pkt []byte, act uint32, want
 // ctHas reports whether cnlab_ct holds the entry of a flow at an
 // enforcement point (scope 0 host-local path, else 1 + direction at ep).
 func (h *harness) ctHas(src, dst netip.Addr, sport, dport uint16, proto, scope uint8, ep uint32) bool {
-	k := cnlabCtKey{Saddr: ip4(src), Daddr: ip4(dst), Sport: sport, Dport: dport, Proto: proto, Scope: scope, Ep: uint16(ep)}
-	var v cnlabCtVal
-	return h.objs.CnlabCt.Lookup(k, &v) == nil
+	_, ok := h.ctFlags(src, dst, sport, dport, proto, scope, ep)
+	return ok
 }
 
 // Packets.

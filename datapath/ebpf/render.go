@@ -251,20 +251,24 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 // that what is allowed for want of a policy is proxied too.
 func proxyEntries(es []polEntry, ports []uint16, isolated bool) []polEntry {
 	ingress := uint8(policy.Ingress)
+	// Each peer's ingress entries, by index: one pass, not one per port.
 	peers := []uint32{0}
-	seen := map[uint32]bool{0: true}
-	for _, e := range es {
-		if e.Dir == ingress && !seen[e.Peer] {
-			seen[e.Peer] = true
+	byPeer := map[uint32][]int{0: nil}
+	for i, e := range es {
+		if e.Dir != ingress {
+			continue
+		}
+		if _, ok := byPeer[e.Peer]; !ok {
 			peers = append(peers, e.Peer)
 		}
+		byPeer[e.Peer] = append(byPeer[e.Peer], i)
 	}
 	out := slices.Clone(es)
 	for _, peer := range peers {
 		for _, port := range ports {
 			best := -1
-			for i, e := range out {
-				if e.Peer == peer && e.Dir == ingress && covers(e, policy.ProtoTCP, port) && (best < 0 || e.Plen > out[best].Plen) {
+			for _, i := range byPeer[peer] {
+				if covers(out[i], policy.ProtoTCP, port) && (best < 0 || out[i].Plen > out[best].Plen) {
 					best = i
 				}
 			}
