@@ -21,7 +21,7 @@ import (
 type hostState struct {
 	Gen       uint32            `json:"gen"`
 	IPCache   string            `json:"ipcache"`   // hash of the ipcache contents
-	Endpoints map[string]string `json:"endpoints"` // endpoint -> hash of its policy map
+	Endpoints map[string]string `json:"endpoints"` // endpoint -> hash of its policy maps
 }
 
 // staged is a host whose next generation is built but not yet active.
@@ -209,11 +209,14 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) 
 		}
 	}
 	s.pins["ipcache"] = ipc
-	// Inner maps go into the next generation's slots in one batch: every
-	// syscall update of a map-of-maps waits for an RCU grace period
-	// (milliseconds), once per batch rather than once per endpoint. Slots
-	// that already hold the wanted map are left alone.
-	var putKeys, putFDs, delKeys []uint32
+	// Inner maps go into the next generation's slots in one batch per
+	// outer map: every syscall update of a map-of-maps waits for an RCU
+	// grace period (milliseconds), once per batch rather than once per
+	// endpoint. Slots that already hold the wanted map are left alone.
+	parts := []*innerMaps{
+		{outer: m.policy, typ: ebpf.LPMTrie, pin: "policy/"},
+		{outer: m.exact, typ: ebpf.Hash, pin: "policy_exact/"},
+	}
 	for i := range hp.Endpoints {
 		if i == len(hp.Endpoints)/2 {
 			// Half of the next generation's entries are written.
@@ -228,48 +231,73 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) 
 		if err := m.enforce.Put(slotNext, ep.Enforce); err != nil {
 			return s, fmt.Errorf("endpoint %s: enforcement: %w", ep.ID, err)
 		}
-		var nextID uint32
-		hasNext := m.policy.Lookup(slotNext, &nextID) == nil
-		if len(ep.Entries) == 0 {
-			if hasNext {
-				delKeys = append(delKeys, slotNext)
+		exact, prefix := splitEntries(ep.Entries)
+		for j, es := range [][]polEntry{prefix, exact} {
+			p := parts[j]
+			pm, err := p.stage(ep.ID, es, slotCur, slotNext, have.Endpoints[ep.ID] == hash, lab.EBPF.PolicyMapSize)
+			if err != nil {
+				return s, fmt.Errorf("endpoint %s: policy map: %w", ep.ID, err)
 			}
-			s.pins[pinName(ep.ID)] = nil
-			continue
+			s.pins[p.pin+pinName(ep.ID)] = pm
 		}
-		pm, err := reuseOrBuild(m.policy, slotCur, have.Endpoints[ep.ID] == hash, func() (*ebpf.Map, error) {
-			return buildPolicy(ep.Entries, lab.EBPF.PolicyMapSize)
-		})
-		if err != nil {
-			return s, fmt.Errorf("endpoint %s: policy map: %w", ep.ID, err)
-		}
-		s.pins[pinName(ep.ID)] = pm
-		if hasNext && mapID(pm) == nextID {
-			continue
-		}
-		putKeys = append(putKeys, slotNext)
-		putFDs = append(putFDs, uint32(pm.FD()))
 	}
 	if len(hp.Endpoints) == 0 {
 		if err := fault.At(fault.EBPFMap, h.Name); err != nil {
 			return s, err
 		}
 	}
-	if err := batchPut(m.policy, putKeys, putFDs); err != nil {
-		return s, fmt.Errorf("policy maps: %w", err)
-	}
-	if err := batchDelete(m.policy, delKeys); err != nil {
-		return s, fmt.Errorf("policy maps: %w", err)
+	for _, p := range parts {
+		if err := batchPut(p.outer, p.putKeys, p.putFDs); err != nil {
+			return s, fmt.Errorf("policy maps: %w", err)
+		}
+		if err := batchDelete(p.outer, p.delKeys); err != nil {
+			return s, fmt.Errorf("policy maps: %w", err)
+		}
 	}
 	return s, nil
 }
 
-// pinName is where an endpoint's active policy map is pinned (bpffs
-// refuses dots in names; "_" cannot occur in namespace or endpoint names).
-func pinName(ep string) string { return "policy/" + strings.ReplaceAll(ep, "/", "_") }
+// innerMaps stages the next generation of one map-of-maps of policy
+// (cnlab_policy's LPM tries or cnlab_policy_exact's hash maps).
+type innerMaps struct {
+	outer                    *ebpf.Map
+	typ                      ebpf.MapType
+	pin                      string // directory of the active maps' pins
+	putKeys, putFDs, delKeys []uint32
+}
+
+// stage readies an endpoint's map of entries es for slot next: the map
+// active at slot cur when it is the same, else a new one; none (the slot
+// emptied) when there are no entries. It returns the map to pin.
+func (p *innerMaps) stage(ep string, es []polEntry, cur, next uint32, same bool, size int) (*ebpf.Map, error) {
+	var nextID uint32
+	hasNext := p.outer.Lookup(next, &nextID) == nil
+	if len(es) == 0 {
+		if hasNext {
+			p.delKeys = append(p.delKeys, next)
+		}
+		return nil, nil
+	}
+	m, err := reuseOrBuild(p.outer, cur, same, func() (*ebpf.Map, error) {
+		return buildPolicy(es, size, p.typ)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !hasNext || mapID(m) != nextID {
+		p.putKeys = append(p.putKeys, next)
+		p.putFDs = append(p.putFDs, uint32(m.FD()))
+	}
+	return m, nil
+}
+
+// pinName is the name under which an endpoint's active policy maps are
+// pinned, in policy/ (LPM) and policy_exact/ (hash): bpffs refuses dots
+// in names; "_" cannot occur in namespace or endpoint names.
+func pinName(ep string) string { return strings.ReplaceAll(ep, "/", "_") }
 
 // pinActive pins the now active inner maps where bpftool users look for
-// them: policy/NAMESPACE.NAME and ipcache. A pin is replaced atomically.
+// them: policy/NAMESPACE_NAME, policy_exact/NAMESPACE_NAME and ipcache. A pin is replaced atomically.
 func pinActive(s *staged) error {
 	var errs []error
 	for name, m := range s.pins {

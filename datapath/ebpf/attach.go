@@ -50,7 +50,7 @@ func (d *Datapath) Setup(ctx context.Context, lab *topology.Spec) error {
 
 func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topology.Host) error {
 	dir := HostDir(lab.Name, h.Name)
-	for _, sub := range []string{"links", "policy"} {
+	for _, sub := range []string{"links", "policy", "policy_exact"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return err
 		}

@@ -174,8 +174,10 @@ type cnlabIpcacheKey struct {
 type cnlabIsolation uint32
 
 const (
-	cnlabIsolationISO_INGRESS cnlabIsolation = 1
-	cnlabIsolationISO_EGRESS  cnlabIsolation = 2
+	cnlabIsolationISO_INGRESS  cnlabIsolation = 1
+	cnlabIsolationISO_EGRESS   cnlabIsolation = 2
+	cnlabIsolationWILD_INGRESS cnlabIsolation = 4
+	cnlabIsolationWILD_EGRESS  cnlabIsolation = 8
 )
 
 type cnlabL7 uint32
@@ -367,6 +369,7 @@ const (
 	cnlabMapCnlabMonitor        = "cnlab_monitor"
 	cnlabMapCnlabNat            = "cnlab_nat"
 	cnlabMapCnlabPolicy         = "cnlab_policy"
+	cnlabMapCnlabPolicyExact    = "cnlab_policy_exact"
 	cnlabMapCnlabSockFwd        = "cnlab_sock_fwd"
 	cnlabMapCnlabSockRev        = "cnlab_sock_rev"
 	cnlabMapCnlabSockRevTcp     = "cnlab_sock_rev_tcp"
@@ -456,27 +459,28 @@ type cnlabProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cnlabMapSpecs struct {
-	CnlabAffinity   *ebpf.MapSpec `ebpf:"cnlab_affinity"`
-	CnlabBackends   *ebpf.MapSpec `ebpf:"cnlab_backends"`
-	CnlabConfig     *ebpf.MapSpec `ebpf:"cnlab_config"`
-	CnlabCounters   *ebpf.MapSpec `ebpf:"cnlab_counters"`
-	CnlabCt         *ebpf.MapSpec `ebpf:"cnlab_ct"`
-	CnlabEnforce    *ebpf.MapSpec `ebpf:"cnlab_enforce"`
-	CnlabEvents     *ebpf.MapSpec `ebpf:"cnlab_events"`
-	CnlabEvlimit    *ebpf.MapSpec `ebpf:"cnlab_evlimit"`
-	CnlabFrag       *ebpf.MapSpec `ebpf:"cnlab_frag"`
-	CnlabIpcache    *ebpf.MapSpec `ebpf:"cnlab_ipcache"`
-	CnlabLocal      *ebpf.MapSpec `ebpf:"cnlab_local"`
-	CnlabLxc        *ebpf.MapSpec `ebpf:"cnlab_lxc"`
-	CnlabMonitor    *ebpf.MapSpec `ebpf:"cnlab_monitor"`
-	CnlabNat        *ebpf.MapSpec `ebpf:"cnlab_nat"`
-	CnlabPolicy     *ebpf.MapSpec `ebpf:"cnlab_policy"`
-	CnlabSockFwd    *ebpf.MapSpec `ebpf:"cnlab_sock_fwd"`
-	CnlabSockRev    *ebpf.MapSpec `ebpf:"cnlab_sock_rev"`
-	CnlabSockRevTcp *ebpf.MapSpec `ebpf:"cnlab_sock_rev_tcp"`
-	CnlabSockep     *ebpf.MapSpec `ebpf:"cnlab_sockep"`
-	CnlabSvc        *ebpf.MapSpec `ebpf:"cnlab_svc"`
-	CnlabSvcConfig  *ebpf.MapSpec `ebpf:"cnlab_svc_config"`
+	CnlabAffinity    *ebpf.MapSpec `ebpf:"cnlab_affinity"`
+	CnlabBackends    *ebpf.MapSpec `ebpf:"cnlab_backends"`
+	CnlabConfig      *ebpf.MapSpec `ebpf:"cnlab_config"`
+	CnlabCounters    *ebpf.MapSpec `ebpf:"cnlab_counters"`
+	CnlabCt          *ebpf.MapSpec `ebpf:"cnlab_ct"`
+	CnlabEnforce     *ebpf.MapSpec `ebpf:"cnlab_enforce"`
+	CnlabEvents      *ebpf.MapSpec `ebpf:"cnlab_events"`
+	CnlabEvlimit     *ebpf.MapSpec `ebpf:"cnlab_evlimit"`
+	CnlabFrag        *ebpf.MapSpec `ebpf:"cnlab_frag"`
+	CnlabIpcache     *ebpf.MapSpec `ebpf:"cnlab_ipcache"`
+	CnlabLocal       *ebpf.MapSpec `ebpf:"cnlab_local"`
+	CnlabLxc         *ebpf.MapSpec `ebpf:"cnlab_lxc"`
+	CnlabMonitor     *ebpf.MapSpec `ebpf:"cnlab_monitor"`
+	CnlabNat         *ebpf.MapSpec `ebpf:"cnlab_nat"`
+	CnlabPolicy      *ebpf.MapSpec `ebpf:"cnlab_policy"`
+	CnlabPolicyExact *ebpf.MapSpec `ebpf:"cnlab_policy_exact"`
+	CnlabSockFwd     *ebpf.MapSpec `ebpf:"cnlab_sock_fwd"`
+	CnlabSockRev     *ebpf.MapSpec `ebpf:"cnlab_sock_rev"`
+	CnlabSockRevTcp  *ebpf.MapSpec `ebpf:"cnlab_sock_rev_tcp"`
+	CnlabSockep      *ebpf.MapSpec `ebpf:"cnlab_sockep"`
+	CnlabSvc         *ebpf.MapSpec `ebpf:"cnlab_svc"`
+	CnlabSvcConfig   *ebpf.MapSpec `ebpf:"cnlab_svc_config"`
 }
 
 // cnlabVariableSpecs contains global variables before they are loaded into the kernel.
@@ -524,27 +528,28 @@ func (o *cnlabObjects) Close() error {
 //
 // It can be passed to loadCnlabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cnlabMaps struct {
-	CnlabAffinity   *ebpf.Map `ebpf:"cnlab_affinity"`
-	CnlabBackends   *ebpf.Map `ebpf:"cnlab_backends"`
-	CnlabConfig     *ebpf.Map `ebpf:"cnlab_config"`
-	CnlabCounters   *ebpf.Map `ebpf:"cnlab_counters"`
-	CnlabCt         *ebpf.Map `ebpf:"cnlab_ct"`
-	CnlabEnforce    *ebpf.Map `ebpf:"cnlab_enforce"`
-	CnlabEvents     *ebpf.Map `ebpf:"cnlab_events"`
-	CnlabEvlimit    *ebpf.Map `ebpf:"cnlab_evlimit"`
-	CnlabFrag       *ebpf.Map `ebpf:"cnlab_frag"`
-	CnlabIpcache    *ebpf.Map `ebpf:"cnlab_ipcache"`
-	CnlabLocal      *ebpf.Map `ebpf:"cnlab_local"`
-	CnlabLxc        *ebpf.Map `ebpf:"cnlab_lxc"`
-	CnlabMonitor    *ebpf.Map `ebpf:"cnlab_monitor"`
-	CnlabNat        *ebpf.Map `ebpf:"cnlab_nat"`
-	CnlabPolicy     *ebpf.Map `ebpf:"cnlab_policy"`
-	CnlabSockFwd    *ebpf.Map `ebpf:"cnlab_sock_fwd"`
-	CnlabSockRev    *ebpf.Map `ebpf:"cnlab_sock_rev"`
-	CnlabSockRevTcp *ebpf.Map `ebpf:"cnlab_sock_rev_tcp"`
-	CnlabSockep     *ebpf.Map `ebpf:"cnlab_sockep"`
-	CnlabSvc        *ebpf.Map `ebpf:"cnlab_svc"`
-	CnlabSvcConfig  *ebpf.Map `ebpf:"cnlab_svc_config"`
+	CnlabAffinity    *ebpf.Map `ebpf:"cnlab_affinity"`
+	CnlabBackends    *ebpf.Map `ebpf:"cnlab_backends"`
+	CnlabConfig      *ebpf.Map `ebpf:"cnlab_config"`
+	CnlabCounters    *ebpf.Map `ebpf:"cnlab_counters"`
+	CnlabCt          *ebpf.Map `ebpf:"cnlab_ct"`
+	CnlabEnforce     *ebpf.Map `ebpf:"cnlab_enforce"`
+	CnlabEvents      *ebpf.Map `ebpf:"cnlab_events"`
+	CnlabEvlimit     *ebpf.Map `ebpf:"cnlab_evlimit"`
+	CnlabFrag        *ebpf.Map `ebpf:"cnlab_frag"`
+	CnlabIpcache     *ebpf.Map `ebpf:"cnlab_ipcache"`
+	CnlabLocal       *ebpf.Map `ebpf:"cnlab_local"`
+	CnlabLxc         *ebpf.Map `ebpf:"cnlab_lxc"`
+	CnlabMonitor     *ebpf.Map `ebpf:"cnlab_monitor"`
+	CnlabNat         *ebpf.Map `ebpf:"cnlab_nat"`
+	CnlabPolicy      *ebpf.Map `ebpf:"cnlab_policy"`
+	CnlabPolicyExact *ebpf.Map `ebpf:"cnlab_policy_exact"`
+	CnlabSockFwd     *ebpf.Map `ebpf:"cnlab_sock_fwd"`
+	CnlabSockRev     *ebpf.Map `ebpf:"cnlab_sock_rev"`
+	CnlabSockRevTcp  *ebpf.Map `ebpf:"cnlab_sock_rev_tcp"`
+	CnlabSockep      *ebpf.Map `ebpf:"cnlab_sockep"`
+	CnlabSvc         *ebpf.Map `ebpf:"cnlab_svc"`
+	CnlabSvcConfig   *ebpf.Map `ebpf:"cnlab_svc_config"`
 }
 
 func (m *cnlabMaps) Close() error {
@@ -564,6 +569,7 @@ func (m *cnlabMaps) Close() error {
 		m.CnlabMonitor,
 		m.CnlabNat,
 		m.CnlabPolicy,
+		m.CnlabPolicyExact,
 		m.CnlabSockFwd,
 		m.CnlabSockRev,
 		m.CnlabSockRevTcp,

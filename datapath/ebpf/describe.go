@@ -57,8 +57,11 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 		var enf cnlabIsolation
 		_ = m.enforce.Lookup(s, &enf)
 		n, proxied := 0, 0
-		var id uint32
-		if m.policy.Lookup(s, &id) == nil {
+		for _, outer := range []*ebpf.Map{m.policy, m.exact} {
+			var id uint32
+			if outer.Lookup(s, &id) != nil {
+				continue
+			}
 			if pm, err := ebpf.NewMapFromID(ebpf.MapID(id)); err == nil {
 				var k cnlabPolicyKey
 				var v cnlabPolicyVal

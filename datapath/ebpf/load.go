@@ -26,14 +26,15 @@ func collectionSpec(lab *topology.Spec) (*ebpf.CollectionSpec, error) {
 	}
 	o := lab.EBPF
 	sizes := map[string]uint32{
-		"cnlab_lxc":      uint32(o.MaxEndpoints),
-		"cnlab_local":    uint32(o.MaxEndpoints),
-		"cnlab_sockep":   uint32(o.MaxEndpoints),
-		"cnlab_policy":   uint32(2 * o.MaxEndpoints),
-		"cnlab_enforce":  uint32(2 * o.MaxEndpoints),
-		"cnlab_counters": uint32(o.MaxEndpoints) * 2 * uint32(cnlabReasonR_MAX),
-		"cnlab_ct":       uint32(o.CTMapSize),
-		"cnlab_nat":      uint32(o.CTMapSize),
+		"cnlab_lxc":          uint32(o.MaxEndpoints),
+		"cnlab_local":        uint32(o.MaxEndpoints),
+		"cnlab_sockep":       uint32(o.MaxEndpoints),
+		"cnlab_policy":       uint32(2 * o.MaxEndpoints),
+		"cnlab_policy_exact": uint32(2 * o.MaxEndpoints),
+		"cnlab_enforce":      uint32(2 * o.MaxEndpoints),
+		"cnlab_counters":     uint32(o.MaxEndpoints) * 2 * uint32(cnlabReasonR_MAX),
+		"cnlab_ct":           uint32(o.CTMapSize),
+		"cnlab_nat":          uint32(o.CTMapSize),
 	}
 	for name, m := range cs.Maps {
 		if n, ok := sizes[name]; ok {
@@ -53,13 +54,13 @@ func collectionSpec(lab *topology.Spec) (*ebpf.CollectionSpec, error) {
 
 // hostMaps are a host's pinned maps, opened by any cnlab process.
 type hostMaps struct {
-	dir                                                   string
-	config, monitor, lxc, local, ipcache, policy, enforce *ebpf.Map
-	ct, counters, events, sockep                          *ebpf.Map
+	dir                                                          string
+	config, monitor, lxc, local, ipcache, policy, exact, enforce *ebpf.Map
+	ct, counters, events, sockep                                 *ebpf.Map
 }
 
 func (m *hostMaps) Close() {
-	for _, x := range []*ebpf.Map{m.config, m.monitor, m.lxc, m.local, m.ipcache, m.policy, m.enforce, m.ct, m.counters, m.events, m.sockep} {
+	for _, x := range []*ebpf.Map{m.config, m.monitor, m.lxc, m.local, m.ipcache, m.policy, m.exact, m.enforce, m.ct, m.counters, m.events, m.sockep} {
 		if x != nil {
 			x.Close()
 		}
@@ -71,7 +72,7 @@ func openHost(lab, host string) (*hostMaps, error) {
 	m := &hostMaps{dir: HostDir(lab, host)}
 	for name, dst := range map[string]**ebpf.Map{
 		"cnlab_config": &m.config, "cnlab_monitor": &m.monitor, "cnlab_lxc": &m.lxc,
-		"cnlab_local": &m.local, "cnlab_ipcache": &m.ipcache, "cnlab_policy": &m.policy,
+		"cnlab_local": &m.local, "cnlab_ipcache": &m.ipcache, "cnlab_policy": &m.policy, "cnlab_policy_exact": &m.exact,
 		"cnlab_enforce": &m.enforce, "cnlab_ct": &m.ct, "cnlab_counters": &m.counters,
 		"cnlab_events": &m.events, "cnlab_sockep": &m.sockep,
 	} {

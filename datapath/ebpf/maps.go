@@ -88,8 +88,35 @@ func buildIPCache(es []ipEntry) (*ebpf.Map, error) {
 	return m, nil
 }
 
-func buildPolicy(es []polEntry, size int) (*ebpf.Map, error) {
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "cnlab_pol", Type: ebpf.LPMTrie,
+// splitEntries parts an endpoint's entries into its exact ones (a
+// protocol and a single port), for the hash stage (cnlab_policy_exact),
+// and the rest (ranges, any port, any protocol), for the LPM trie
+// (cnlab_policy). Order is kept.
+func splitEntries(es []polEntry) (exact, prefix []polEntry) {
+	for _, e := range es {
+		if e.Plen == keyBitsAll {
+			exact = append(exact, e)
+		} else {
+			prefix = append(prefix, e)
+		}
+	}
+	return exact, prefix
+}
+
+// buildPolicy builds an inner policy map: an LPM trie for prefix entries,
+// a hash map for exact ones (the same key, prefixlen 64).
+func buildPolicy(es []polEntry, size int, typ ebpf.MapType) (*ebpf.Map, error) {
+	name := "cnlab_pol"
+	if typ == ebpf.Hash {
+		// A hash map allocates its buckets for max_entries up front
+		// (16 bytes each, a megabyte at the default 65,536): sized to
+		// its entries instead, which an inner hash map may be (unlike an
+		// array, its size is not part of the template the programs were
+		// checked against). It is never added to in place.
+		name = "cnlab_pol_exact"
+		size = min(size, max(len(es), 16))
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: name, Type: typ,
 		KeySize: uint32(unsafe.Sizeof(cnlabPolicyKey{})), ValueSize: uint32(unsafe.Sizeof(cnlabPolicyVal{})),
 		MaxEntries: uint32(size), Flags: unix.BPF_F_NO_PREALLOC})
 	if err != nil {
@@ -98,20 +125,25 @@ func buildPolicy(es []polEntry, size int) (*ebpf.Map, error) {
 	keys := make([]cnlabPolicyKey, len(es))
 	vals := make([]cnlabPolicyVal, len(es))
 	for i, e := range es {
-		keys[i] = cnlabPolicyKey{Prefixlen: uint32(e.Plen), Peer: e.Peer, Dir: e.Dir, Proto: e.Proto, Port: htons(e.Port)}
-		vals[i] = cnlabPolicyVal{Rule: e.Rule}
-		if e.Deny {
-			vals[i].Deny = 1
-		}
-		if e.Proxy {
-			vals[i].Proxy = 1
-		}
+		keys[i], vals[i] = policyKV(e)
 	}
 	if err := batchPut(m, keys, vals); err != nil {
 		m.Close()
 		return nil, err
 	}
 	return m, nil
+}
+
+func policyKV(e polEntry) (cnlabPolicyKey, cnlabPolicyVal) {
+	k := cnlabPolicyKey{Prefixlen: uint32(e.Plen), Peer: e.Peer, Dir: e.Dir, Proto: e.Proto, Port: htons(e.Port)}
+	v := cnlabPolicyVal{Rule: e.Rule}
+	if e.Deny {
+		v.Deny = 1
+	}
+	if e.Proxy {
+		v.Proxy = 1
+	}
+	return k, v
 }
 
 // batchPut inserts all entries with one batch syscall where the kernel

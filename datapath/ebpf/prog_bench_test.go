@@ -16,14 +16,21 @@ const benchPolicySize = 1 << 17
 // benchEntries is n distinct ingress entries for endpoint A: the allow for
 // R on tcp/80 the benchmarked SYN matches, and n-1 allows for other peers
 // (ten ports each), as many peers with a few ports each make them.
-func benchEntries(n int) []polEntry {
+func benchEntries(n int) []polEntry { return benchEntriesOf(n, keyBitsAll) }
+
+// benchEntriesOf is benchEntries with entries of prefix length plen: 64
+// for single ports (the hash stage), 60 for ranges of 16 ports (the LPM).
+func benchEntriesOf(n int, plen uint8) []polEntry {
 	if n == 0 {
 		return nil
 	}
-	es := []polEntry{{Peer: idR, Dir: dirIn, Proto: protoTCP, Port: 80, Plen: keyBitsAll}}
+	es := []polEntry{{Peer: idR, Dir: dirIn, Proto: protoTCP, Port: 80 &^ 15, Plen: plen}}
 	for i := 1; i < n; i++ {
 		es = append(es, polEntry{Peer: uint32(100000 + i/10), Dir: dirIn, Proto: protoTCP,
-			Port: uint16(1000 + i%10*7), Plen: keyBitsAll, Rule: uint32(i)})
+			Port: uint16(1024 + i%10*32), Plen: plen, Rule: uint32(i)})
+	}
+	if plen == keyBitsAll {
+		es[0].Port = 80
 	}
 	return es
 }
@@ -31,25 +38,33 @@ func benchEntries(n int) []polEntry {
 // BenchmarkProgram measures the per-packet cost of cnlab_to_ep with
 // BPF_PROG_TEST_RUN (the kernel's own timing, ns/packet; ns/op is the
 // wall clock per packet, syscall included). A SYN always goes to policy
-// (ipcache lookup, two policy lookups, conntrack create); an ACK of a
-// tracked flow is one conntrack lookup. With 0 entries A is not isolated
-// and has no policy map (the program skips the policy lookups); from 1
-// entry on, A is isolated and the SYN matches an allow.
+// (ipcache lookup, the policy lookups of the peer and of the wildcard
+// peer, conntrack create); an ACK of a tracked flow is one conntrack
+// lookup. With 0 entries A is not isolated and has no policy map (the
+// program skips the policy lookups); from 1 entry on, A is isolated and
+// the SYN matches an allow: a single port (entries=N, the hash stage) or
+// a range of 16 ports among N ranges (ranges=N, the LPM trie).
 //
 //	go test -run '^$' -bench BenchmarkProgram -count 10 ./datapath/ebpf
 func BenchmarkProgram(b *testing.B) {
-	for _, n := range []int{0, 1, 100, 10_000, 100_000} {
-		b.Run(fmt.Sprintf("syn/entries=%d", n), func(b *testing.B) {
-			h := newHarness(b, harnessOpts{policyMapSize: benchPolicySize})
-			reason := cnlabReasonR_ALLOW_UNENFORCED
-			if n > 0 {
-				h.setEntries(0, epA, cnlabIsolationISO_INGRESS, benchEntries(n))
-				reason = cnlabReasonR_ALLOW_POLICY
-			}
-			syn := tcpPkt(addrR, epA.ip, 40000, 80, tcpSYN)
-			h.toEp(b, "SYN", syn, actOK, ingress(epA, reason))
-			benchRun(b, h, h.objs.CnlabToEp, syn, ingress(epA, reason))
-		})
+	for _, c := range []struct {
+		what string
+		plen uint8
+		ns   []int
+	}{{"entries", keyBitsAll, []int{0, 1, 100, 10_000, 100_000}}, {"ranges", 60, []int{1, 100, 10_000, 100_000}}} {
+		for _, n := range c.ns {
+			b.Run(fmt.Sprintf("syn/%s=%d", c.what, n), func(b *testing.B) {
+				h := newHarness(b, harnessOpts{policyMapSize: benchPolicySize})
+				reason := cnlabReasonR_ALLOW_UNENFORCED
+				if n > 0 {
+					h.setEntries(0, epA, cnlabIsolationISO_INGRESS, benchEntriesOf(n, c.plen))
+					reason = cnlabReasonR_ALLOW_POLICY
+				}
+				syn := tcpPkt(addrR, epA.ip, 40000, 80, tcpSYN)
+				h.toEp(b, "SYN", syn, actOK, ingress(epA, reason))
+				benchRun(b, h, h.objs.CnlabToEp, syn, ingress(epA, reason))
+			})
+		}
 	}
 	// The monitor's cost on the hot path: no monitor (the lease is unset),
 	// a monitor for drops (the lease is checked, nothing is reported), a

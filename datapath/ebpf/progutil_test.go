@@ -205,17 +205,24 @@ func (h *harness) setPolicy(gen uint32, e *tep, enforce cnlabIsolation, rules ..
 func (h *harness) setEntries(gen uint32, e *tep, enforce cnlabIsolation, es []polEntry) {
 	h.tb.Helper()
 	slot := gen*testMaxEp + e.index
-	h.must(h.objs.CnlabEnforce.Put(slot, enforce))
-	if len(es) == 0 {
-		if err := h.objs.CnlabPolicy.Delete(slot); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			h.tb.Fatal(err)
+	h.must(h.objs.CnlabEnforce.Put(slot, enforce|wildcardBits(es)))
+	exact, prefix := splitEntries(es)
+	for _, p := range []struct {
+		outer *ebpf.Map
+		typ   ebpf.MapType
+		es    []polEntry
+	}{{h.objs.CnlabPolicy, ebpf.LPMTrie, prefix}, {h.objs.CnlabPolicyExact, ebpf.Hash, exact}} {
+		if len(p.es) == 0 {
+			if err := p.outer.Delete(slot); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				h.tb.Fatal(err)
+			}
+			continue
 		}
-		return
+		pm, err := buildPolicy(p.es, h.polSize, p.typ)
+		h.must(err)
+		h.must(p.outer.Put(slot, pm))
+		pm.Close()
 	}
-	pm, err := buildPolicy(es, h.polSize)
-	h.must(err)
-	defer pm.Close()
-	h.must(h.objs.CnlabPolicy.Put(slot, pm))
 }
 
 // render flattens IR entries into policy map entries, as plan does.

@@ -69,6 +69,7 @@ func TestSharedNumbering(t *testing.T) {
 		key, val uintptr
 	}{
 		{"cnlab_policy", unsafe.Sizeof(cnlabPolicyKey{}), unsafe.Sizeof(cnlabPolicyVal{})},
+		{"cnlab_policy_exact", unsafe.Sizeof(cnlabPolicyKey{}), unsafe.Sizeof(cnlabPolicyVal{})},
 		{"cnlab_ipcache", unsafe.Sizeof(cnlabIpcacheKey{}), unsafe.Sizeof(cnlabPeer{})},
 	} {
 		in := cs.Maps[c.outer].InnerMap

@@ -62,7 +62,7 @@ type epPlan struct {
 	ID       string
 	Slot     uint32
 	Identity uint32
-	Enforce  cnlabIsolation // isolated directions
+	Enforce  cnlabIsolation // isolated directions, and those with wildcard-peer entries
 	Entries  []polEntry
 }
 
@@ -224,7 +224,7 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 			if enf.Egress {
 				bits |= cnlabIsolationISO_EGRESS
 			}
-			e := epPlan{ID: ep.ID(), Slot: uint32(slot), Identity: id, Enforce: bits, Entries: bySubject[id]}
+			e := epPlan{ID: ep.ID(), Slot: uint32(slot), Identity: id, Enforce: bits | wildcardBits(bySubject[id]), Entries: bySubject[id]}
 			if len(c.L7Ports(id)) > 0 {
 				hp.L7 = true
 			}
@@ -237,6 +237,23 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 		out[h.Name] = hp
 	}
 	return out, nil
+}
+
+// wildcardBits says in which directions entries name any peer (key 0):
+// the programs look the wildcard peer up only there.
+func wildcardBits(es []polEntry) cnlabIsolation {
+	var bits cnlabIsolation
+	for _, e := range es {
+		if e.Peer != 0 {
+			continue
+		}
+		if e.Dir == uint8(policy.Egress) {
+			bits |= cnlabIsolationWILD_EGRESS
+		} else {
+			bits |= cnlabIsolationWILD_INGRESS
+		}
+	}
+	return bits
 }
 
 // proxyEntries marks the ingress allows that decide a connection to an

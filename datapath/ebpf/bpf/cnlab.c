@@ -106,10 +106,14 @@ enum l7 {
 	MARK_FROM_PROXY = 0xa00, // l7proxy.Mark
 };
 
-// Bits of cnlab_enforce: the isolated directions of an endpoint.
+// Bits of cnlab_enforce: the isolated directions of an endpoint, and the
+// directions in which its policy has entries for any peer (key 0):
+// without them the programs skip the wildcard lookup.
 enum isolation {
 	ISO_INGRESS = 1,
 	ISO_EGRESS = 2,
+	WILD_INGRESS = 4,
+	WILD_EGRESS = 8,
 };
 
 // What cnlab monitor asks the programs to report (monitor.level).
@@ -411,6 +415,25 @@ struct {
 		__uint(value_size, sizeof(struct policy_val));
 	});
 } cnlab_policy SEC(".maps");
+
+// The exact entries of each endpoint's policy (a protocol and a single
+// port: prefixlen 64), per generation, in a hash map: one lookup whatever
+// their number. The LPM map above then holds only the entries with a
+// shorter prefix (ranges, any port, any protocol), and exists only when
+// there are some. An exact entry is the longest prefix that matches its
+// own key, so a hit here is what the LPM holding both would answer.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_HASH);
+		__uint(max_entries, 1);
+		__uint(map_flags, BPF_F_NO_PREALLOC);
+		__type(key, struct policy_key);
+		__type(value, struct policy_val);
+	});
+} cnlab_policy_exact SEC(".maps");
 
 // Isolation of each endpoint per generation: bit 0 ingress, bit 1 egress.
 struct {
@@ -896,7 +919,73 @@ static __always_inline void ct_create(struct pkt *p, __u8 scope, __u16 ep, __u64
 	bpf_map_update_elem(&cnlab_ct, &k, &v, BPF_ANY);
 }
 
-// verdict decides a new flow at one side: the endpoint at slot index, in
+static __always_inline struct policy_val *policy_lookup(void *exact, void *lpm, struct policy_key *k)
+{
+	struct policy_val *v = 0;
+	if (exact)
+		v = bpf_map_lookup_elem(exact, k);
+	if (!v && lpm)
+		v = bpf_map_lookup_elem(lpm, k);
+	return v;
+}
+
+// A policy question and its answer, for policy_verdict.
+struct query {
+	__u32 slot; // gen*max_ep + the endpoint's index
+	__u32 peer; // the remote peer's key
+	__u32 rule; // out: the deciding entry's rule, or NO_RULE
+	__u8 dir;
+	__u8 proto;
+	__u16 port;   // network order
+	__u8 proxied; // out: an allow to an L7 port
+	__u8 pad[3];
+};
+
+// policy_verdict is a global function: the verifier checks it once, not
+// at each of the places the programs ask for a verdict (inlined, they
+// took cnlab_from_ep near the verifier's budget of instructions).
+__attribute__((noinline)) int policy_verdict(struct query *q)
+{
+	if (!q)
+		return R_DROP_UNKNOWN;
+	__u32 slot = q->slot;
+	__u32 *enf = bpf_map_lookup_elem(&cnlab_enforce, &slot);
+	void *exact = bpf_map_lookup_elem(&cnlab_policy_exact, &slot);
+	void *lpm = bpf_map_lookup_elem(&cnlab_policy, &slot);
+	__u32 bits = enf ? *enf : 0;
+	struct policy_val *a, *b = 0;
+	q->rule = NO_RULE;
+	q->proxied = 0;
+	struct policy_key k = {.prefixlen = 64, .peer = q->peer, .dir = q->dir, .proto = q->proto,
+			       .port = q->port};
+	a = policy_lookup(exact, lpm, &k);
+	if (bits & (q->dir == DIR_EGRESS ? WILD_EGRESS : WILD_INGRESS)) {
+		k.peer = 0;
+		b = policy_lookup(exact, lpm, &k);
+	}
+	if (a && a->deny) {
+		q->rule = a->rule;
+		return R_DROP_DENY;
+	}
+	if (b && b->deny) {
+		q->rule = b->rule;
+		return R_DROP_DENY;
+	}
+	if (!a)
+		a = b;
+	if (a) {
+		q->rule = a->rule;
+		q->proxied = q->dir == DIR_INGRESS && a->proxy;
+		return R_ALLOW_POLICY;
+	}
+	if (!enf)
+		return R_DROP_UNKNOWN; // a slot out of range: fail closed
+	if (bits & (q->dir == DIR_EGRESS ? ISO_EGRESS : ISO_INGRESS))
+		return R_DROP_DEFAULT;
+	return R_ALLOW_UNENFORCED;
+}
+
+// verdict decides a new flow of endpoint index (this host's), in
 // direction dir, against the remote peer. Deny entries win; the two
 // lookups are the peer's own entries and the wildcard-peer entries. An
 // allowed ingress flow to an L7 port sets p->proxied (user space marks
@@ -905,42 +994,12 @@ static __always_inline void ct_create(struct pkt *p, __u8 scope, __u16 ep, __u64
 static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __u32 peer,
 				   struct pkt *p, __u32 *rule)
 {
-	__u32 slot = cfg->gen * cfg->max_ep + index;
-	__u32 *enf = bpf_map_lookup_elem(&cnlab_enforce, &slot);
-	void *pol = bpf_map_lookup_elem(&cnlab_policy, &slot);
-	struct policy_val *a = 0, *b = 0;
-	if (pol) {
-		struct policy_key k = {.prefixlen = 64, .peer = peer, .dir = dir, .proto = p->proto,
-				       .port = bpf_htons(p->dport)};
-		a = bpf_map_lookup_elem(pol, &k);
-		k.peer = 0;
-		b = bpf_map_lookup_elem(pol, &k);
-	}
-	if (a && a->deny) {
-		*rule = a->rule;
-		return R_DROP_DENY;
-	}
-	if (b && b->deny) {
-		*rule = b->rule;
-		return R_DROP_DENY;
-	}
-	if (a) {
-		*rule = a->rule;
-		p->proxied = dir == DIR_INGRESS && a->proxy;
-		return R_ALLOW_POLICY;
-	}
-	if (b) {
-		*rule = b->rule;
-		p->proxied = dir == DIR_INGRESS && b->proxy;
-		return R_ALLOW_POLICY;
-	}
-	*rule = NO_RULE;
-	if (!enf)
-		return R_DROP_UNKNOWN; // a slot out of range: fail closed
-	__u32 bit = dir == DIR_EGRESS ? ISO_EGRESS : ISO_INGRESS;
-	if (*enf & bit)
-		return R_DROP_DEFAULT;
-	return R_ALLOW_UNENFORCED;
+	struct query q = {.slot = cfg->gen * cfg->max_ep + index, .peer = peer, .dir = dir,
+			  .proto = p->proto, .port = bpf_htons(p->dport)};
+	int r = policy_verdict(&q);
+	*rule = q.rule;
+	p->proxied = q.proxied;
+	return r;
 }
 
 // fragment handles a later fragment: it passes where the first passed.
