@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	ciliumebpf "github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/ebpf"
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/scenarios"
@@ -340,4 +343,91 @@ func TestEBPFUpdateFailsHalfWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkMatrix(t, "the next apply", spec, append(old, next...))
+}
+
+// TestEBPFUpdatesInPlace applies the scenario table's policies one after
+// another with no delete between them: each apply edits the inactive
+// generation's maps in place from the record of what they hold, so no
+// pinned map is ever replaced by another (only slots that had none get
+// one), and the probe matches the model after every apply. Then the
+// records are lost or damaged: the generations are rebuilt, as correctly.
+func TestEBPFUpdatesInPlace(t *testing.T) {
+	spec := scenarioLab(t, "t-inplace", "ebpf", "wire")
+	ctx := context.Background()
+	// pinned maps every map pin of both generations to its map ID.
+	pinned := func() map[string]uint32 {
+		out := map[string]uint32{}
+		for _, h := range spec.Hosts {
+			for _, gen := range []string{"gen0", "gen1"} {
+				root := filepath.Join(ebpf.HostDir(spec.Name, h.Name), gen)
+				err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+					if err != nil || d.IsDir() {
+						return err
+					}
+					m, err := ciliumebpf.LoadPinnedMap(path, nil)
+					if err != nil {
+						return err
+					}
+					defer m.Close()
+					info, err := m.Info()
+					if err != nil {
+						return err
+					}
+					id, _ := info.ID()
+					out[path] = uint32(id)
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return out
+	}
+	var before map[string]uint32
+	for i, sc := range scenarios.All {
+		var pols []*policy.Policy
+		if sc.Policies != "" {
+			pols = mustParse(t, sc.Policies)
+		}
+		var err error
+		if len(pols) == 0 {
+			_, err = Delete(ctx, spec.Name, nil, true, "")
+		} else {
+			_, err = Replace(ctx, spec.Name, pols)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", sc.Name, err)
+		}
+		if i%4 == 0 {
+			checkMatrix(t, sc.Name, spec, pols)
+		}
+		after := pinned()
+		for path, id := range before {
+			if a, ok := after[path]; ok && a != id {
+				t.Errorf("%s: %s is map %d, was %d: the apply made a new map instead of editing it", sc.Name, path, a, id)
+			}
+		}
+		before = after
+	}
+	if len(before) == 0 {
+		t.Fatal("no policy map pinned under gen0/ or gen1/")
+	}
+	// Lost and damaged records: the generations are rebuilt.
+	for _, h := range spec.Hosts {
+		state := strings.TrimSuffix(datapath.StatePath(spec.Name, kind.EBPF, h.Name), ".json")
+		if err := os.Remove(state + ".gen0"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(state+".gen1", []byte("cnlab-ebpf-gen 1\ngarbage"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"deny all ingress in x", "allow from the same namespace", "deny all both ways in x"} {
+		pols := mustParse(t, scenarios.Named(name).Policies)
+		if _, err := Replace(ctx, spec.Name, pols); err != nil {
+			t.Fatalf("%s after the records were lost: %v", name, err)
+		}
+		checkMatrix(t, name+" after the records were lost", spec, pols)
+	}
 }

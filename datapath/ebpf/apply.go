@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
@@ -19,25 +21,25 @@ import (
 
 // hostState is what the last apply left active on a host.
 type hostState struct {
-	Gen       uint32            `json:"gen"`
-	IPCache   string            `json:"ipcache"`   // hash of the ipcache contents
-	Endpoints map[string]string `json:"endpoints"` // endpoint -> hash of its policy maps
+	Gen uint32 `json:"gen"`
 }
 
-// staged is a host whose next generation is built but not yet active.
+// staged is a host whose next generation is written but not yet active.
 type staged struct {
-	host  *topology.Host
-	maps  *hostMaps
-	cfg   cnlabConfig
-	state hostState
-	pins  map[string]*ebpf.Map // new active inner maps to pin, by pin name
+	host *topology.Host
+	maps *hostMaps
+	cfg  cnlabConfig
+	next *genContent // what the next generation now holds
 }
 
 // Apply implements datapath.Datapath. Every host gets its next generation
-// of maps built beside the active one (unchanged maps are shared, changed
-// ones rebuilt whole with a batch update), then each host switches with
-// one word: a packet sees either the old or the new policy, never a mix.
-// If building fails on any host, no host switches.
+// of maps written beside the active one — in place, from the record of
+// what that generation held, so a change of a few entries is a few map
+// updates — then each host switches with one word: a packet sees either
+// the old or the new policy, never a mix. If writing fails on any host,
+// no host switches. After the switch, Apply waits until no program can
+// still be running on the generation left (an RCU grace period): the next
+// apply may then edit it. See docs/ebpf.md, "Updates in place".
 func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
 	if len(lab.Hosts) == 0 {
 		return datapath.ErrNoHosts
@@ -50,9 +52,6 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	defer func() {
 		for _, s := range all {
 			s.maps.Close()
-			for _, m := range s.pins {
-				m.Close()
-			}
 		}
 	}()
 	for i := range lab.Hosts {
@@ -75,9 +74,9 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 		}
 	}
 	// From here the state files may stop describing the kernel: mark them
-	// so that an apply interrupted before they are saved is followed by a
-	// full rebuild (the generation read back from the kernel alone cannot
-	// tell two interrupted switches from none).
+	// so that an apply interrupted before they are saved is not trusted
+	// (the generation read back from the kernel alone cannot tell two
+	// interrupted switches from none).
 	for _, s := range all {
 		if err := datapath.MarkDirty(datapath.StatePath(lab.Name, kind.EBPF, s.host.Name), c.Set); err != nil {
 			return fmt.Errorf("host %s: mark datapath state: %w (no host changed)", s.host.Name, err)
@@ -102,6 +101,11 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 			for _, p := range all[:i] {
 				_ = p.maps.config.Put(uint32(0), p.cfg)
 			}
+			if i > 0 {
+				// Programs may have started on the generation switched
+				// back from: the next apply edits it again.
+				_ = graceWait()
+			}
 			return fmt.Errorf("host %s: switch generation: %w", s.host.Name, err)
 		}
 	}
@@ -110,22 +114,45 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	// failed (the lab would then store the old policy set).
 	for _, s := range all {
 		datapath.KernelChanged(s.host.Name)
-		s.state.Gen = 1 - s.cfg.Gen
+	}
+	// One grace period covers every host: programs run to completion
+	// without sleeping, inside an RCU read-side section. Without it (an
+	// error, or a crash before), the records of the new generations are
+	// not written, and the next apply rebuilds the generations left.
+	quiet := graceWait() == nil
+	for _, s := range all {
+		gen := 1 - s.cfg.Gen
 		path := datapath.StatePath(lab.Name, kind.EBPF, s.host.Name)
-		err := datapath.SaveState(path, s.state)
+		err := datapath.SaveState(path, hostState{Gen: gen})
 		if err == nil {
 			err = datapath.RecordSet(path, c.Set)
 		}
 		if err != nil {
-			// Left marked: the next apply rebuilds every map.
+			// Left marked.
 			_ = os.Remove(path)
 		} else {
 			_ = fault.At(fault.Saved, s.host.Name)
 			_ = datapath.ClearDirty(path)
 		}
-		_ = pinActive(s)
+		if quiet {
+			_ = saveContent(contentPath(lab.Name, s.host.Name, gen), s.next)
+		}
+		_ = linkActive(s.maps.dir, gen)
 		_ = setIdentities(s.maps, plans[s.host.Name])
 		datapath.HostDone(s.host.Name)
+	}
+	return nil
+}
+
+// graceWait returns once every BPF program that was running when it was
+// called has finished: membarrier(MEMBARRIER_CMD_GLOBAL) is the kernel's
+// synchronize_rcu() (on a machine of one CPU, nothing can be running
+// while this runs).
+func graceWait() error {
+	const cmdGlobal = 1 // MEMBARRIER_CMD_GLOBAL (linux/membarrier.h)
+	_, _, errno := unix.Syscall(unix.SYS_MEMBARRIER, cmdGlobal, 0, 0)
+	if errno != 0 {
+		return fmt.Errorf("membarrier: %w", errno)
 	}
 	return nil
 }
@@ -174,48 +201,43 @@ func setIdentities(m *hostMaps, hp *hostPlan) error {
 	return errors.Join(errs...)
 }
 
-// stage builds a host's next generation.
+// stage writes a host's next generation: in place where the record of
+// what it holds is there and its maps are the ones recorded, else into
+// new maps (see rebuild).
 func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) {
 	m, err := openHost(lab.Name, h.Name)
 	if err != nil {
 		return nil, err
 	}
-	s := &staged{host: h, maps: m, pins: map[string]*ebpf.Map{}}
+	s := &staged{host: h, maps: m}
 	if s.cfg, err = m.readConfig(); err != nil {
 		return s, err
 	}
-	var have hostState
-	path := datapath.StatePath(lab.Name, kind.EBPF, h.Name)
-	if err := datapath.LoadState(path, &have); err != nil || have.Gen != s.cfg.Gen || datapath.Dirty(path) {
-		// Unreadable, of another generation than the kernel's, or left
-		// by an interrupted apply: not ours to trust, rebuild everything.
-		have = hostState{}
-	}
 	cur, next := s.cfg.Gen, 1-s.cfg.Gen
-	maxEp := s.cfg.MaxEp
-	s.state = hostState{IPCache: ipcacheHash(hp.IPCache), Endpoints: map[string]string{}}
-	// ipcache
-	ipc, err := reuseOrBuild(m.ipcache, cur, have.IPCache == s.state.IPCache, func() (*ebpf.Map, error) {
-		return buildIPCache(hp.IPCache)
-	})
-	if err != nil {
-		return s, fmt.Errorf("ipcache: %w", err)
+	ids := genContent{PolicyID: mapID(m.policy), ExactID: mapID(m.exact), IPCacheID: mapID(m.ipcache)}
+	have := loadContent(contentPath(lab.Name, h.Name, next))
+	if have == nil || have.PolicyID != ids.PolicyID || have.ExactID != ids.ExactID || have.IPCacheID != ids.IPCacheID {
+		have = nil
 	}
-	var nextIPC uint32
-	if m.ipcache.Lookup(next, &nextIPC) != nil || nextIPC != mapID(ipc) {
-		if err := m.ipcache.Put(next, ipc); err != nil {
-			ipc.Close()
-			return s, fmt.Errorf("ipcache: %w", err)
+	if _, err := os.Stat(contentPath(lab.Name, h.Name, cur)); err != nil {
+		// The apply that switched to the current generation did not
+		// see its grace period through (or there was none yet): a
+		// program may still be running on the next one.
+		if err := graceWait(); err != nil {
+			return s, err
 		}
 	}
-	s.pins["ipcache"] = ipc
-	// Inner maps go into the next generation's slots in one batch per
-	// outer map: every syscall update of a map-of-maps waits for an RCU
-	// grace period (milliseconds), once per batch rather than once per
-	// endpoint. Slots that already hold the wanted map are left alone.
-	parts := []*innerMaps{
-		{outer: m.policy, typ: ebpf.LPMTrie, pin: "policy/"},
-		{outer: m.exact, typ: ebpf.Hash, pin: "policy_exact/"},
+	// The record stops describing the generation before it is edited.
+	if err := os.Remove(contentPath(lab.Name, h.Name, next)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return s, err
+	}
+	if have == nil {
+		have = &genContent{}
+	}
+	w := &genWriter{m: m, dir: m.dir, gen: next, maxEp: s.cfg.MaxEp, size: lab.EBPF.PolicyMapSize, have: have}
+	s.next = &genContent{PolicyID: ids.PolicyID, ExactID: ids.ExactID, IPCacheID: ids.IPCacheID, IPCache: hp.IPCache}
+	if err := w.ipcache(hp.IPCache); err != nil {
+		return s, fmt.Errorf("ipcache: %w", err)
 	}
 	for i := range hp.Endpoints {
 		if i == len(hp.Endpoints)/2 {
@@ -225,98 +247,330 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) 
 			}
 		}
 		ep := &hp.Endpoints[i]
-		hash := ep.hash()
-		s.state.Endpoints[ep.ID] = hash
-		slotCur, slotNext := cur*maxEp+ep.Slot, next*maxEp+ep.Slot
-		if err := m.enforce.Put(slotNext, ep.Enforce); err != nil {
-			return s, fmt.Errorf("endpoint %s: enforcement: %w", ep.ID, err)
+		sc, err := w.endpoint(ep)
+		if err != nil {
+			return s, fmt.Errorf("endpoint %s: %w", ep.ID, err)
 		}
-		exact, prefix := splitEntries(ep.Entries)
-		for j, es := range [][]polEntry{prefix, exact} {
-			p := parts[j]
-			pm, err := p.stage(ep.ID, es, slotCur, slotNext, have.Endpoints[ep.ID] == hash, lab.EBPF.PolicyMapSize)
-			if err != nil {
-				return s, fmt.Errorf("endpoint %s: policy map: %w", ep.ID, err)
-			}
-			s.pins[p.pin+pinName(ep.ID)] = pm
+		for uint32(len(s.next.Slots)) < ep.Slot {
+			s.next.Slots = append(s.next.Slots, *have.slot(uint32(len(s.next.Slots))))
 		}
+		s.next.Slots = append(s.next.Slots, sc)
 	}
 	if len(hp.Endpoints) == 0 {
 		if err := fault.At(fault.EBPFMap, h.Name); err != nil {
 			return s, err
 		}
 	}
-	for _, p := range parts {
-		if err := batchPut(p.outer, p.putKeys, p.putFDs); err != nil {
-			return s, fmt.Errorf("policy maps: %w", err)
+	// Slots no endpoint has now keep their maps, emptied.
+	for slot := uint32(len(s.next.Slots)); slot < uint32(len(have.Slots)); slot++ {
+		sc, err := w.empty(slot)
+		if err != nil {
+			return s, fmt.Errorf("slot %d: %w", slot, err)
 		}
-		if err := batchDelete(p.outer, p.delKeys); err != nil {
-			return s, fmt.Errorf("policy maps: %w", err)
-		}
+		s.next.Slots = append(s.next.Slots, sc)
+	}
+	if err := w.flush(); err != nil {
+		return s, fmt.Errorf("policy maps: %w", err)
 	}
 	return s, nil
 }
 
-// innerMaps stages the next generation of one map-of-maps of policy
-// (cnlab_policy's LPM tries or cnlab_policy_exact's hash maps).
-type innerMaps struct {
-	outer                    *ebpf.Map
-	typ                      ebpf.MapType
-	pin                      string // directory of the active maps' pins
+// genWriter writes one generation of a host's maps.
+type genWriter struct {
+	m     *hostMaps
+	dir   string // the host's pins
+	gen   uint32
+	maxEp uint32
+	size  int         // policyMapSize
+	have  *genContent // what the generation holds; empty: unknown (fresh)
+	// Changes to the outer maps, applied at flush in one batch per map:
+	// every syscall update of a map-of-maps waits for an RCU grace
+	// period (milliseconds).
+	outer map[*ebpf.Map]*outerBatch
+}
+
+type outerBatch struct {
 	putKeys, putFDs, delKeys []uint32
+	maps                     []*ebpf.Map // the new inner maps, open until flush
 }
 
-// stage readies an endpoint's map of entries es for slot next: the map
-// active at slot cur when it is the same, else a new one; none (the slot
-// emptied) when there are no entries. It returns the map to pin.
-func (p *innerMaps) stage(ep string, es []polEntry, cur, next uint32, same bool, size int) (*ebpf.Map, error) {
-	var nextID uint32
-	hasNext := p.outer.Lookup(next, &nextID) == nil
-	if len(es) == 0 {
-		if hasNext {
-			p.delKeys = append(p.delKeys, next)
+func (w *genWriter) fresh() bool { return w.have.PolicyID == 0 }
+
+func (w *genWriter) batch(outer *ebpf.Map) *outerBatch {
+	if w.outer == nil {
+		w.outer = map[*ebpf.Map]*outerBatch{}
+	}
+	b := w.outer[outer]
+	if b == nil {
+		b = &outerBatch{}
+		w.outer[outer] = b
+	}
+	return b
+}
+
+// flush puts the new inner maps into their slots and deletes the slots
+// that lost theirs.
+func (w *genWriter) flush() error {
+	var errs []error
+	for outer, b := range w.outer {
+		if err := batchPut(outer, b.putKeys, b.putFDs); err != nil {
+			errs = append(errs, err)
+		} else if err := batchDelete(outer, b.delKeys); err != nil {
+			errs = append(errs, err)
 		}
-		return nil, nil
+		for _, m := range b.maps {
+			m.Close()
+		}
 	}
-	m, err := reuseOrBuild(p.outer, cur, same, func() (*ebpf.Map, error) {
-		return buildPolicy(es, size, p.typ)
-	})
-	if err != nil {
-		return nil, err
-	}
-	if !hasNext || mapID(m) != nextID {
-		p.putKeys = append(p.putKeys, next)
-		p.putFDs = append(p.putFDs, uint32(m.FD()))
-	}
-	return m, nil
+	w.outer = nil
+	return errors.Join(errs...)
 }
 
-// pinName is the name under which an endpoint's active policy maps are
-// pinned, in policy/ (LPM) and policy_exact/ (hash): bpffs refuses dots
-// in names; "_" cannot occur in namespace or endpoint names.
+// pinPath is where the generation's map of an endpoint is pinned:
+// genN/policy/NS_NAME, genN/policy_exact/NS_NAME ("" for no endpoint).
+// The ipcache's is genN/ipcache. The links policy, policy_exact and
+// ipcache point into the active generation's (linkActive).
+func (w *genWriter) pinPath(dir, ep string) string {
+	if ep == "" {
+		return ""
+	}
+	return filepath.Join(w.dir, genDir(w.gen), dir, pinName(ep))
+}
+
+func genDir(gen uint32) string { return fmt.Sprintf("gen%d", gen) }
+
+// pinName is an endpoint's pin name: bpffs refuses dots in names; "_"
+// cannot occur in namespace or endpoint names.
 func pinName(ep string) string { return strings.ReplaceAll(ep, "/", "_") }
 
-// pinActive pins the now active inner maps where bpftool users look for
-// them: policy/NAMESPACE_NAME, policy_exact/NAMESPACE_NAME and ipcache. A pin is replaced atomically.
-func pinActive(s *staged) error {
-	var errs []error
-	for name, m := range s.pins {
-		path := filepath.Join(s.maps.dir, name)
-		if m == nil {
-			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, err)
-			}
-			continue
+// pin pins m at path, replacing what was there.
+func pin(m *ebpf.Map, path string) error {
+	if path == "" {
+		return nil
+	}
+	tmp := path + "_new"
+	_ = os.Remove(tmp)
+	if err := m.Pin(tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func unpin(path string) {
+	if path != "" {
+		_ = os.Remove(path)
+	}
+}
+
+func (w *genWriter) ipcache(want []ipEntry) error {
+	key := w.gen
+	if !w.fresh() {
+		inner, err := openInner(w.m.ipcache, key)
+		if err == nil {
+			defer inner.Close()
+			return editIPCache(inner, w.have.IPCache, want)
 		}
+	}
+	m, err := buildIPCache(want)
+	if err != nil {
+		return err
+	}
+	b := w.batch(w.m.ipcache)
+	b.putKeys, b.putFDs, b.maps = append(b.putKeys, key), append(b.putFDs, uint32(m.FD())), append(b.maps, m)
+	return pin(m, filepath.Join(w.dir, genDir(w.gen), "ipcache"))
+}
+
+// editIPCache brings an ipcache map from have to want.
+func editIPCache(m *ebpf.Map, have, want []ipEntry) error {
+	old := make(map[netip.Prefix]ipEntry, len(have))
+	for _, e := range have {
+		old[e.Prefix] = e
+	}
+	var puts []ipEntry
+	for _, e := range want {
+		if o, ok := old[e.Prefix]; !ok || o != e {
+			puts = append(puts, e)
+		}
+		delete(old, e.Prefix)
+	}
+	for p := range old {
+		k := cnlabIpcacheKey{Prefixlen: uint32(p.Bits()), Ip: ip4(p.Addr())}
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	for _, e := range puts {
+		k := cnlabIpcacheKey{Prefixlen: uint32(e.Prefix.Bits()), Ip: ip4(e.Prefix.Addr())}
+		if err := m.Put(k, cnlabPeer{Key: e.Key, Identity: e.Identity}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openInner opens the inner map at key of a map-of-maps.
+func openInner(outer *ebpf.Map, key uint32) (*ebpf.Map, error) {
+	var id uint32
+	if err := outer.Lookup(key, &id); err != nil {
+		return nil, err
+	}
+	return ebpf.NewMapFromID(ebpf.MapID(id))
+}
+
+// endpoint writes an endpoint's slot: its isolation bits and its two
+// policy maps (exact entries in a hash map, the others in an LPM trie).
+func (w *genWriter) endpoint(ep *epPlan) (slotContent, error) {
+	old := w.have.slot(ep.Slot)
+	sc := slotContent{ID: ep.ID, Identity: ep.Identity, Enforce: ep.Enforce, Entries: ep.Entries}
+	key := w.gen*w.maxEp + ep.Slot
+	if w.fresh() || old.Enforce != ep.Enforce {
+		if err := w.m.enforce.Put(key, ep.Enforce); err != nil {
+			return sc, fmt.Errorf("enforcement: %w", err)
+		}
+	}
+	exact, prefix := splitEntries(ep.Entries)
+	oldExact, oldPrefix := splitEntries(old.Entries)
+	var err error
+	if sc.ExactCap, err = w.part(w.m.exact, ebpf.Hash, "policy_exact", key, ep.ID, old.ID, old.ExactCap, oldExact, exact); err != nil {
+		return sc, fmt.Errorf("policy map: %w", err)
+	}
+	lpmCap := uint32(0)
+	if old.LPM {
+		lpmCap = uint32(w.size)
+	}
+	if lpmCap, err = w.part(w.m.policy, ebpf.LPMTrie, "policy", key, ep.ID, old.ID, lpmCap, oldPrefix, prefix); err != nil {
+		return sc, fmt.Errorf("policy map: %w", err)
+	}
+	sc.LPM = lpmCap > 0
+	return sc, nil
+}
+
+// empty clears a slot no endpoint has any more, keeping its maps.
+func (w *genWriter) empty(slot uint32) (slotContent, error) {
+	sc, err := w.endpoint(&epPlan{ID: w.have.slot(slot).ID, Slot: slot})
+	for _, dir := range []string{"policy", "policy_exact"} {
+		unpin(w.pinPath(dir, sc.ID))
+	}
+	sc.ID = ""
+	return sc, err
+}
+
+// part brings one policy map of a slot from entries have to want and
+// returns its capacity (0: the slot has no such map): in place when the
+// slot has the map and it can hold want, else in a new map (none when
+// want is empty and the slot has no map).
+func (w *genWriter) part(outer *ebpf.Map, typ ebpf.MapType, dir string, key uint32, ep, oldEp string, capHave uint32, have, want []polEntry) (uint32, error) {
+	if capHave > 0 && len(want) <= int(capHave) {
+		dels, puts := diffEntries(have, want)
+		if len(dels) == 0 && len(puts) == 0 && ep == oldEp {
+			return capHave, nil
+		}
+		inner, err := openInner(outer, key)
+		if err != nil {
+			return 0, err
+		}
+		defer inner.Close()
+		if err := editPolicy(inner, dels, puts); err != nil {
+			return 0, err
+		}
+		if ep != oldEp {
+			unpin(w.pinPath(dir, oldEp))
+			return capHave, pin(inner, w.pinPath(dir, ep))
+		}
+		return capHave, nil
+	}
+	if oldEp != ep {
+		unpin(w.pinPath(dir, oldEp))
+	}
+	if len(want) == 0 {
+		// No map wanted: a slot written before the generation's record
+		// was lost may still have one.
+		var id uint32
+		if capHave > 0 || (w.fresh() && outer.Lookup(key, &id) == nil) {
+			b := w.batch(outer)
+			b.delKeys = append(b.delKeys, key)
+			unpin(w.pinPath(dir, ep))
+		}
+		return 0, nil
+	}
+	size := uint32(w.size)
+	if typ == ebpf.Hash {
+		// Room to grow in place; a hash map allocates its buckets up
+		// front, so not the whole policyMapSize.
+		size = min(size, max(64, 2*uint32(len(want))))
+	}
+	m, err := buildPolicy(want, int(size), typ)
+	if err != nil {
+		return 0, err
+	}
+	b := w.batch(outer)
+	b.putKeys, b.putFDs, b.maps = append(b.putKeys, key), append(b.putFDs, uint32(m.FD())), append(b.maps, m)
+	return size, pin(m, w.pinPath(dir, ep))
+}
+
+// diffEntries compares two sorted entry lists: the keys to delete and the
+// entries to write to turn have into want.
+func diffEntries(have, want []polEntry) (dels, puts []polEntry) {
+	i, j := 0, 0
+	for i < len(have) || j < len(want) {
+		switch {
+		case j == len(want) || (i < len(have) && entryLess(have[i], want[j])):
+			dels = append(dels, have[i])
+			i++
+		case i == len(have) || entryLess(want[j], have[i]):
+			puts = append(puts, want[j])
+			j++
+		default:
+			if have[i] != want[j] {
+				puts = append(puts, want[j])
+			}
+			i++
+			j++
+		}
+	}
+	return dels, puts
+}
+
+// editPolicy deletes and writes entries of a policy map. The map is of a
+// generation no program runs on: the order does not matter.
+func editPolicy(m *ebpf.Map, dels, puts []polEntry) error {
+	if len(dels) > 0 {
+		keys := make([]cnlabPolicyKey, len(dels))
+		for i, e := range dels {
+			keys[i], _ = policyKV(e)
+		}
+		if _, err := m.BatchDelete(keys, nil); err != nil {
+			if !errors.Is(err, ebpf.ErrNotSupported) {
+				return err
+			}
+			for _, k := range keys {
+				if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+					return err
+				}
+			}
+		}
+	}
+	keys := make([]cnlabPolicyKey, len(puts))
+	vals := make([]cnlabPolicyVal, len(puts))
+	for i, e := range puts {
+		keys[i], vals[i] = policyKV(e)
+	}
+	return batchPut(m, keys, vals)
+}
+
+// linkActive points the links policy, policy_exact and ipcache at the
+// pins of generation gen (a link is replaced atomically).
+func linkActive(dir string, gen uint32) error {
+	var errs []error
+	for _, name := range []string{"policy", "policy_exact", "ipcache"} {
+		path := filepath.Join(dir, name)
 		tmp := path + "_new"
 		_ = os.Remove(tmp)
-		if err := m.Pin(tmp); err != nil {
-			errs = append(errs, fmt.Errorf("pin %s: %w", path, err))
-			continue
+		err := os.Symlink(filepath.Join(genDir(gen), name), tmp)
+		if err == nil {
+			err = os.Rename(tmp, path)
 		}
-		if err := os.Rename(tmp, path); err != nil {
-			errs = append(errs, fmt.Errorf("pin %s: %w", path, err))
-		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -50,7 +50,12 @@ func (d *Datapath) Setup(ctx context.Context, lab *topology.Spec) error {
 
 func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topology.Host) error {
 	dir := HostDir(lab.Name, h.Name)
-	for _, sub := range []string{"links", "policy", "policy_exact"} {
+	// Before generations had pins of their own, policy/ was a directory
+	// of the active maps' pins.
+	if fi, err := os.Lstat(filepath.Join(dir, "policy")); err == nil && fi.IsDir() {
+		return fmt.Errorf("the maps pinned in %s were made by an older cnlab: take the lab down first", dir)
+	}
+	for _, sub := range []string{"links", "gen0/policy", "gen0/policy_exact", "gen1/policy", "gen1/policy_exact"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return err
 		}

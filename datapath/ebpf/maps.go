@@ -51,20 +51,6 @@ func batchDelete(m *ebpf.Map, keys []uint32) error {
 	return nil
 }
 
-// reuseOrBuild returns the inner map active at slot cur when it already
-// holds what is wanted, else a newly built one.
-func reuseOrBuild(outer *ebpf.Map, cur uint32, same bool, build func() (*ebpf.Map, error)) (*ebpf.Map, error) {
-	if same {
-		var id uint32
-		if err := outer.Lookup(cur, &id); err == nil {
-			if m, err := ebpf.NewMapFromID(ebpf.MapID(id)); err == nil {
-				return m, nil
-			}
-		}
-	}
-	return build()
-}
-
 func buildIPCache(es []ipEntry) (*ebpf.Map, error) {
 	if len(es) > ipcacheSize {
 		return nil, fmt.Errorf("%d addresses and CIDR prefixes, the ipcache holds %d", len(es), ipcacheSize)
@@ -103,18 +89,14 @@ func splitEntries(es []polEntry) (exact, prefix []polEntry) {
 	return exact, prefix
 }
 
-// buildPolicy builds an inner policy map: an LPM trie for prefix entries,
-// a hash map for exact ones (the same key, prefixlen 64).
+// buildPolicy builds an inner policy map of size entries: an LPM trie for
+// prefix entries, a hash map for exact ones (the same key, prefixlen 64).
+// A hash map's size is not part of the template the programs were checked
+// against (an LPM trie's is), so it may be sized to its entries.
 func buildPolicy(es []polEntry, size int, typ ebpf.MapType) (*ebpf.Map, error) {
 	name := "cnlab_pol"
 	if typ == ebpf.Hash {
-		// A hash map allocates its buckets for max_entries up front
-		// (16 bytes each, a megabyte at the default 65,536): sized to
-		// its entries instead, which an inner hash map may be (unlike an
-		// array, its size is not part of the template the programs were
-		// checked against). It is never added to in place.
 		name = "cnlab_pol_exact"
-		size = min(size, max(len(es), 16))
 	}
 	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: name, Type: typ,
 		KeySize: uint32(unsafe.Sizeof(cnlabPolicyKey{})), ValueSize: uint32(unsafe.Sizeof(cnlabPolicyVal{})),

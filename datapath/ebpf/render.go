@@ -1,9 +1,6 @@
 package ebpf
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"net/netip"
@@ -64,36 +61,6 @@ type epPlan struct {
 	Identity uint32
 	Enforce  cnlabIsolation // isolated directions, and those with wildcard-peer entries
 	Entries  []polEntry
-}
-
-// hash fingerprints an endpoint's map contents, so that an apply rebuilds
-// only the maps that changed.
-func (e *epPlan) hash() string {
-	h := sha256.New()
-	var b [16]byte
-	for _, x := range e.Entries {
-		binary.LittleEndian.PutUint32(b[0:], x.Peer)
-		b[4], b[5], b[8] = x.Dir, x.Proto, x.Plen
-		binary.LittleEndian.PutUint16(b[6:], x.Port)
-		b[9] = 0
-		if x.Deny {
-			b[9] = 1
-		}
-		if x.Proxy {
-			b[9] |= 2
-		}
-		binary.LittleEndian.PutUint32(b[10:], x.Rule)
-		h.Write(b[:14])
-	}
-	return hex.EncodeToString(h.Sum(nil)[:16])
-}
-
-func ipcacheHash(es []ipEntry) string {
-	h := sha256.New()
-	for _, e := range es {
-		fmt.Fprintf(h, "%s %d %d\n", e.Prefix, e.Key, e.Identity)
-	}
-	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // peerClasses gives every endpoint address its peer key. Endpoints are
@@ -426,20 +393,23 @@ func flatten(raw []polEntry) []polEntry {
 
 // sortEntries orders entries by key, as user space lists them.
 func sortEntries(out []polEntry) {
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Peer != b.Peer {
-			return a.Peer < b.Peer
-		}
-		if a.Dir != b.Dir {
-			return a.Dir < b.Dir
-		}
-		if a.Proto != b.Proto {
-			return a.Proto < b.Proto
-		}
-		if a.Port != b.Port {
-			return a.Port < b.Port
-		}
-		return a.Plen < b.Plen
-	})
+	sort.Slice(out, func(i, j int) bool { return entryLess(out[i], out[j]) })
+}
+
+// entryLess orders entries by key: peer, direction, protocol, port,
+// prefix length.
+func entryLess(a, b polEntry) bool {
+	if a.Peer != b.Peer {
+		return a.Peer < b.Peer
+	}
+	if a.Dir != b.Dir {
+		return a.Dir < b.Dir
+	}
+	if a.Proto != b.Proto {
+		return a.Proto < b.Proto
+	}
+	if a.Port != b.Port {
+		return a.Port < b.Port
+	}
+	return a.Plen < b.Plen
 }
