@@ -9,6 +9,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/datapath/registry"
+	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/scenarios"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/policy"
@@ -49,7 +50,13 @@ func compileFor(b *testing.B, spec *topology.Spec, pols []*policy.Policy) *polic
 //
 //	compile-s  parsing and compiling the policies (pure Go)
 //	apply-s    applying them all to an empty datapath
-//	change-s   changing one policy (its port) with all in place
+//	change-s   changing one policy (its port) with all in place, after
+//	           two other changes (the eBPF datapath then edits a
+//	           generation in place: it holds the policies of two applies
+//	           before)
+//	enforce-s  the same change until the new policy is in force on every
+//	           host (the datapath says so at fault point "kernel"; what
+//	           follows only readies the next apply)
 //	leave-s    the datapath update when an endpoint (z/c), matched as a
 //	           peer by every policy, goes away (and the changed policy is
 //	           changed back)
@@ -88,7 +95,7 @@ func BenchmarkPolicyScale(b *testing.B) {
 						}
 					}
 					src := benchPolicies(n, shape == "ranges")
-					var compile, apply, change, endpoint, leave, clear time.Duration
+					var compile, apply, change, enforce, endpoint, leave, clear time.Duration
 					for i := 0; i < b.N; i++ {
 						t0 := time.Now()
 						pols, err := policy.Parse([]byte(src), "bench.yaml")
@@ -111,11 +118,36 @@ func BenchmarkPolicyScale(b *testing.B) {
 						}
 						pols2, _ := policy.Parse([]byte(changed), "bench.yaml")
 						c2 := compileFor(b, spec, pols2)
+						// A third port: the generation edited holds the second.
+						third := strings.Replace(src, "ports: [{port: 10000}]", "ports: [{port: 9980}]", 1)
+						if shape == "ranges" {
+							third = strings.Replace(src, "ports: [{port: 10000, endPort: 10001}]", "ports: [{port: 9980, endPort: 9981}]", 1)
+						}
+						pols3, _ := policy.Parse([]byte(third), "bench.yaml")
+						c3 := compileFor(b, spec, pols3)
+						for _, warm := range []*policy.Compiled{c2, c} {
+							if err := d.Apply(ctx, spec, warm); err != nil {
+								b.Fatal(err)
+							}
+						}
+						var inForce time.Time
+						fault.SetHook(func(point, host string) error {
+							if point == fault.Kernel { // once per host: the last one
+								inForce = time.Now()
+							}
+							return nil
+						})
 						t0 = time.Now()
-						if err := d.Apply(ctx, spec, c2); err != nil {
+						err = d.Apply(ctx, spec, c3)
+						change += time.Since(t0)
+						fault.SetHook(nil)
+						if err != nil {
 							b.Fatal(err)
 						}
-						change += time.Since(t0)
+						if inForce.IsZero() {
+							b.Fatal("the datapath never reached fault point kernel")
+						}
+						enforce += inForce.Sub(t0)
 
 						cw := compileFor(b, &without, pols)
 						t0 = time.Now()
@@ -123,9 +155,9 @@ func BenchmarkPolicyScale(b *testing.B) {
 							b.Fatal(err)
 						}
 						leave += time.Since(t0)
-						c3 := compileFor(b, spec, pols)
+						back := compileFor(b, spec, pols)
 						t0 = time.Now()
-						if err := d.Apply(ctx, spec, c3); err != nil {
+						if err := d.Apply(ctx, spec, back); err != nil {
 							b.Fatal(err)
 						}
 						endpoint += time.Since(t0)
@@ -142,6 +174,7 @@ func BenchmarkPolicyScale(b *testing.B) {
 					b.ReportMetric(per(compile), "compile-s")
 					b.ReportMetric(per(apply), "apply-s")
 					b.ReportMetric(per(change), "change-s")
+					b.ReportMetric(per(enforce), "enforce-s")
 					b.ReportMetric(per(endpoint), "endpoint-s")
 					b.ReportMetric(per(leave), "leave-s")
 					b.ReportMetric(per(clear), "clear-s")

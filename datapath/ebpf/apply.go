@@ -428,21 +428,45 @@ func (w *genWriter) endpoint(ep *epPlan) (slotContent, error) {
 			return sc, fmt.Errorf("enforcement: %w", err)
 		}
 	}
-	exact, prefix := splitEntries(ep.Entries)
-	oldExact, oldPrefix := splitEntries(old.Entries)
+	// One pass over the old and new entries, whatever their number; a
+	// change touches only what differs.
+	dels, puts := diffEntries(old.Entries, ep.Entries)
+	delExact, delPrefix := splitEntries(dels)
+	putExact, putPrefix := splitEntries(puts)
+	nExact := 0
+	for _, e := range ep.Entries {
+		if e.Plen == keyBitsAll {
+			nExact++
+		}
+	}
+	exact := part{outer: w.m.exact, typ: ebpf.Hash, dir: "policy_exact", capHave: old.ExactCap,
+		n: nExact, dels: delExact, puts: putExact, all: func() []polEntry { e, _ := splitEntries(ep.Entries); return e }}
+	lpm := part{outer: w.m.policy, typ: ebpf.LPMTrie, dir: "policy", n: len(ep.Entries) - nExact,
+		dels: delPrefix, puts: putPrefix, all: func() []polEntry { _, p := splitEntries(ep.Entries); return p }}
+	if old.LPM {
+		lpm.capHave = uint32(w.size)
+	}
 	var err error
-	if sc.ExactCap, err = w.part(w.m.exact, ebpf.Hash, "policy_exact", key, ep.ID, old.ID, old.ExactCap, oldExact, exact); err != nil {
+	if sc.ExactCap, err = w.part(key, ep.ID, old.ID, exact); err != nil {
 		return sc, fmt.Errorf("policy map: %w", err)
 	}
-	lpmCap := uint32(0)
-	if old.LPM {
-		lpmCap = uint32(w.size)
-	}
-	if lpmCap, err = w.part(w.m.policy, ebpf.LPMTrie, "policy", key, ep.ID, old.ID, lpmCap, oldPrefix, prefix); err != nil {
+	lpmCap, err := w.part(key, ep.ID, old.ID, lpm)
+	if err != nil {
 		return sc, fmt.Errorf("policy map: %w", err)
 	}
 	sc.LPM = lpmCap > 0
 	return sc, nil
+}
+
+// part is one of a slot's two policy maps and what an apply changes in it.
+type part struct {
+	outer      *ebpf.Map
+	typ        ebpf.MapType
+	dir        string // of its pins
+	capHave    uint32 // the slot's map's max_entries, 0: no map
+	n          int    // entries wanted
+	dels, puts []polEntry
+	all        func() []polEntry // the entries wanted, for a new map
 }
 
 // empty clears a slot no endpoint has any more, keeping its maps.
@@ -455,13 +479,14 @@ func (w *genWriter) empty(slot uint32) (slotContent, error) {
 	return sc, err
 }
 
-// part brings one policy map of a slot from entries have to want and
-// returns its capacity (0: the slot has no such map): in place when the
-// slot has the map and it can hold want, else in a new map (none when
-// want is empty and the slot has no map).
-func (w *genWriter) part(outer *ebpf.Map, typ ebpf.MapType, dir string, key uint32, ep, oldEp string, capHave uint32, have, want []polEntry) (uint32, error) {
-	if capHave > 0 && len(want) <= int(capHave) {
-		dels, puts := diffEntries(have, want)
+// part brings one policy map of a slot to what is wanted and returns its
+// capacity (0: the slot has no such map): in place when the slot has the
+// map and it can hold what is wanted, else in a new map (none when
+// nothing is wanted and the slot has no map).
+func (w *genWriter) part(key uint32, ep, oldEp string, p part) (uint32, error) {
+	outer, dir, capHave := p.outer, p.dir, p.capHave
+	if capHave > 0 && p.n <= int(capHave) {
+		dels, puts := p.dels, p.puts
 		if len(dels) == 0 && len(puts) == 0 && ep == oldEp {
 			return capHave, nil
 		}
@@ -482,7 +507,7 @@ func (w *genWriter) part(outer *ebpf.Map, typ ebpf.MapType, dir string, key uint
 	if oldEp != ep {
 		unpin(w.pinPath(dir, oldEp))
 	}
-	if len(want) == 0 {
+	if p.n == 0 {
 		// No map wanted: a slot written before the generation's record
 		// was lost may still have one.
 		var id uint32
@@ -494,12 +519,12 @@ func (w *genWriter) part(outer *ebpf.Map, typ ebpf.MapType, dir string, key uint
 		return 0, nil
 	}
 	size := uint32(w.size)
-	if typ == ebpf.Hash {
+	if p.typ == ebpf.Hash {
 		// Room to grow in place; a hash map allocates its buckets up
 		// front, so not the whole policyMapSize.
-		size = min(size, max(64, 2*uint32(len(want))))
+		size = min(size, max(64, 2*uint32(p.n)))
 	}
-	m, err := buildPolicy(want, int(size), typ)
+	m, err := buildPolicy(p.all(), int(size), p.typ)
 	if err != nil {
 		return 0, err
 	}
@@ -514,10 +539,10 @@ func diffEntries(have, want []polEntry) (dels, puts []polEntry) {
 	i, j := 0, 0
 	for i < len(have) || j < len(want) {
 		switch {
-		case j == len(want) || (i < len(have) && entryLess(have[i], want[j])):
+		case j == len(want) || (i < len(have) && entryCmp(have[i], want[j]) < 0):
 			dels = append(dels, have[i])
 			i++
-		case i == len(have) || entryLess(want[j], have[i]):
+		case i == len(have) || entryCmp(want[j], have[i]) < 0:
 			puts = append(puts, want[j])
 			j++
 		default:

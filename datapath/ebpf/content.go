@@ -53,6 +53,8 @@ func contentPath(lab, host string, gen uint32) string {
 
 const contentMagic = "cnlab-ebpf-gen 1\n"
 
+const entrySize = 14 // bytes of a policy entry in a record
+
 // marshal encodes the record (binary: a record of 10,000 entries must
 // read and write in well under a millisecond), with a CRC at the end.
 func (g *genContent) marshal() []byte {
@@ -60,7 +62,7 @@ func (g *genContent) marshal() []byte {
 	for _, s := range g.Slots {
 		n += len(s.Entries)
 	}
-	b := make([]byte, 0, len(contentMagic)+64+len(g.IPCache)*13+len(g.Slots)*32+n*14)
+	b := make([]byte, 0, len(contentMagic)+64+len(g.IPCache)*13+len(g.Slots)*32+n*entrySize)
 	b = append(b, contentMagic...)
 	u32 := func(v uint32) { b = binary.LittleEndian.AppendUint32(b, v) }
 	u32(g.PolicyID)
@@ -137,14 +139,14 @@ func unmarshalContent(b []byte) (*genContent, error) {
 		s.Enforce = cnlabIsolation(r.u32())
 		s.ExactCap = r.u32()
 		s.LPM = r.byte() == 1
-		ne := r.count(14)
-		s.Entries = make([]polEntry, 0, ne)
-		for j := 0; j < ne && r.err == nil; j++ {
-			e := polEntry{Peer: r.u32(), Dir: r.byte(), Proto: r.byte(), Port: r.u16(), Plen: r.byte()}
-			f := r.byte()
-			e.Deny, e.Proxy = f&1 != 0, f&2 != 0
-			e.Rule = r.u32()
-			s.Entries = append(s.Entries, e)
+		ne := r.count(entrySize)
+		raw := r.bytes(ne * entrySize)
+		s.Entries = make([]polEntry, ne)
+		for j := range s.Entries {
+			b := raw[j*entrySize : (j+1)*entrySize]
+			s.Entries[j] = polEntry{Peer: binary.LittleEndian.Uint32(b), Dir: b[4], Proto: b[5],
+				Port: binary.LittleEndian.Uint16(b[6:]), Plen: b[8], Deny: b[9]&1 != 0, Proxy: b[9]&2 != 0,
+				Rule: binary.LittleEndian.Uint32(b[10:])}
 		}
 		g.Slots = append(g.Slots, s)
 	}

@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"net/netip"
@@ -336,6 +337,7 @@ func portPrefixes(r policy.Entry) []portPrefix {
 // flatten makes longest-prefix match give the policy's answer: an allow
 // nested inside a deny of the same peer and direction becomes a deny (deny
 // wins), and duplicates collapse (deny first, then the lowest rule index).
+// It returns the entries sorted (sortEntries).
 func flatten(raw []polEntry) []polEntry {
 	type k struct {
 		peer       uint32
@@ -343,12 +345,15 @@ func flatten(raw []polEntry) []polEntry {
 		port       uint16
 		plen       uint8
 	}
-	keyOf := func(e polEntry) k { return k{e.Peer, e.Dir, e.Proto, e.Port, e.Plen} }
-	denies := map[k]uint32{}
+	var denies map[k]uint32 // only when there are denies
 	for _, e := range raw {
 		if e.Deny {
-			if r, ok := denies[keyOf(e)]; !ok || e.Rule < r {
-				denies[keyOf(e)] = e.Rule
+			if denies == nil {
+				denies = map[k]uint32{}
+			}
+			kk := k{e.Peer, e.Dir, e.Proto, e.Port, e.Plen}
+			if r, ok := denies[kk]; !ok || e.Rule < r {
+				denies[kk] = e.Rule
 			}
 		}
 	}
@@ -368,48 +373,50 @@ func flatten(raw []polEntry) []polEntry {
 		}
 		return 0, false
 	}
-	seen := map[k]int{}
-	var out []polEntry
+	out := make([]polEntry, 0, len(raw))
 	for _, e := range raw {
-		if !e.Deny {
+		if !e.Deny && denies != nil {
 			if r, ok := coveringDeny(e); ok {
 				e.Deny, e.Rule = true, r
 			}
 		}
-		kk := keyOf(e)
-		if i, ok := seen[kk]; ok {
-			o := &out[i]
-			if (e.Deny && !o.Deny) || (e.Deny == o.Deny && e.Rule < o.Rule) {
-				*o = e
-			}
-			continue
-		}
-		seen[kk] = len(out)
 		out = append(out, e)
 	}
-	sortEntries(out)
-	return out
+	// By key, and for one key the deny first, then the lowest rule: the
+	// first entry of each key is the one kept.
+	slices.SortFunc(out, func(a, b polEntry) int {
+		if c := entryCmp(a, b); c != 0 {
+			return c
+		}
+		if a.Deny != b.Deny {
+			if a.Deny {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.Rule, b.Rule)
+	})
+	n := 0
+	for i := range out {
+		if n > 0 && entryCmp(out[n-1], out[i]) == 0 {
+			continue
+		}
+		out[n] = out[i]
+		n++
+	}
+	return out[:n]
 }
 
 // sortEntries orders entries by key, as user space lists them.
-func sortEntries(out []polEntry) {
-	sort.Slice(out, func(i, j int) bool { return entryLess(out[i], out[j]) })
-}
+func sortEntries(out []polEntry) { slices.SortFunc(out, entryCmp) }
 
-// entryLess orders entries by key: peer, direction, protocol, port,
+// entryCmp orders entries by key: peer, direction, protocol, port,
 // prefix length.
-func entryLess(a, b polEntry) bool {
-	if a.Peer != b.Peer {
-		return a.Peer < b.Peer
+func entryCmp(a, b polEntry) int {
+	ka := uint64(a.Peer)<<32 | uint64(a.Dir)<<24 | uint64(a.Proto)<<16 | uint64(a.Port)
+	kb := uint64(b.Peer)<<32 | uint64(b.Dir)<<24 | uint64(b.Proto)<<16 | uint64(b.Port)
+	if c := cmp.Compare(ka, kb); c != 0 {
+		return c
 	}
-	if a.Dir != b.Dir {
-		return a.Dir < b.Dir
-	}
-	if a.Proto != b.Proto {
-		return a.Proto < b.Proto
-	}
-	if a.Port != b.Port {
-		return a.Port < b.Port
-	}
-	return a.Plen < b.Plen
+	return cmp.Compare(a.Plen, b.Plen)
 }

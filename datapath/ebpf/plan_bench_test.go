@@ -1,0 +1,50 @@
+package ebpf
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cnlab/cnlab/internal/scenarios"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// BenchmarkPlan measures plan, the pure Go part of every eBPF apply (from
+// the compiled policies to each endpoint's sorted, flattened entries), on
+// lab's BenchmarkPolicyScale shapes: n policies, 3 entries each, all in
+// x/a's ingress map.
+//
+//	go test -run '^$' -bench BenchmarkPlan -count 5 ./datapath/ebpf
+func BenchmarkPlan(b *testing.B) {
+	spec, err := topology.Parse([]byte(scenarios.Lab), "bench", topology.Overrides{Name: "bench-plan", Datapath: "ebpf"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{10, 3334, 10_000} {
+		b.Run(fmt.Sprintf("policies=%d", n), func(b *testing.B) {
+			var sb strings.Builder
+			for i := 0; i < n; i++ {
+				fmt.Fprintf(&sb, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p%d, namespace: x}\nspec:\n  podSelector: {matchLabels: {app: web}}\n  ingress:\n  - from:\n    - namespaceSelector: {}\n      podSelector: {matchLabels: {pod: c}}\n    ports: [{port: %d}]\n---\n", i, 10000+2*i)
+			}
+			pols, err := policy.Parse([]byte(sb.String()), "bench.yaml")
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, err := policy.NewModel(spec, pols)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, err := m.Compile()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := plan(spec, c); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
