@@ -7,8 +7,6 @@ package probe
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -75,23 +73,31 @@ func Expect(lab *topology.Spec, m *policy.Model, cells []Cell) []Cell {
 // Options tune a probe.
 type Options struct {
 	// Timeout after which an unanswered TCP connect or UDP request counts
-	// as denied (default 1s; UDP retries three times within it).
+	// as denied (default 1s; UDP sends again after a third and two thirds
+	// of it). Run lengthens it for a second pass over the denied cells
+	// when it is under 4 times the slowest answer it saw.
 	Timeout time.Duration
-	// Parallel bounds the attempts in flight (default 256).
+	// Parallel bounds the attempts in flight. Run's default is every
+	// attempt at once, as far as the process's descriptor limit allows;
+	// the HTTP and service probes default to 256 and 16.
 	Parallel int
+	// Stats, when set, receives how Run probed.
+	Stats *Stats
 }
 
 // ErrUnsupported says the kernel cannot do a protocol (SCTP here).
 var ErrUnsupported = errors.New("not supported by this kernel")
 
+// ErrNeighbourTable says the kernel's ARP table is too small for the
+// probe: its verdicts could not be trusted.
+var ErrNeighbourTable = errors.New("the kernel's neighbour table is too small")
+
 // Run probes every ordered pair of distinct endpoints for every target.
-// Cells come back sorted by target, source, destination.
+// Cells come back sorted by target, source, destination. How it goes about
+// it, and why its "denied" can be trusted, is in matrix.go.
 func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) ([]Cell, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
-	}
-	if o.Parallel <= 0 {
-		o.Parallel = 256
 	}
 	targets = append([]Target(nil), targets...) // normalized below; the caller's stay as given
 	for i, t := range targets {
@@ -113,6 +119,12 @@ func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) (
 			return nil, fmt.Errorf("port %d is not a port number (1-65535)", t.Port)
 		}
 	}
+	if limit, ok := neighbourLimit(); ok {
+		if need := neighboursNeeded(lab); need > limit {
+			return nil, fmt.Errorf("%w: probing %s's %d endpoints needs about %d ARP entries at once, and the kernel keeps at most net.ipv4.neigh.default.gc_thresh3 = %d for all namespaces together (past it, packets are dropped and would read as denied): %s",
+				ErrNeighbourTable, lab.Name, len(lab.Endpoints), need, limit, neighbourAdvice(need))
+		}
+	}
 	srv := &servers{}
 	defer srv.close()
 	for i := range lab.Endpoints {
@@ -122,50 +134,101 @@ func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) (
 			}
 		}
 	}
-	type job struct {
-		src, dst *topology.Endpoint
-		t        Target
-	}
 	var jobs []job
 	for i := range lab.Endpoints {
-		for j := range lab.Endpoints {
-			if i == j {
-				continue
-			}
-			for _, t := range targets {
-				jobs = append(jobs, job{&lab.Endpoints[i], &lab.Endpoints[j], t})
+		for _, t := range targets {
+			for j := range lab.Endpoints {
+				if i != j {
+					jobs = append(jobs, job{&lab.Endpoints[i], &lab.Endpoints[j], t})
+				}
 			}
 		}
 	}
-	cells := make([]Cell, len(jobs))
-	udpFlows := make([]netip.AddrPort, len(jobs))
-	sem := make(chan struct{}, o.Parallel)
-	var wg sync.WaitGroup
-	for i, jb := range jobs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			c := Cell{From: jb.src.ID(), To: jb.dst.ID(), Protocol: jb.t.Protocol, Port: jb.t.Port}
-			ok, local, err := attempt(ctx, jb.src.Netns, netip.AddrPortFrom(jb.dst.IP, uint16(jb.t.Port)), jb.t.Protocol, o.Timeout)
-			if errors.Is(err, errRefused) && lab.EBPF.ConnectHook && jb.t.Protocol == "tcp" {
-				err = nil // the eBPF connect hook refuses denied connects at once
-			}
-			c.Allowed = ok
-			udpFlows[i] = local
-			if err != nil {
-				c.Error = err.Error()
-			}
-			cells[i] = c
-		}()
+	if o.Parallel <= 0 {
+		o.Parallel = fdBudget(len(lab.Endpoints) * len(targets))
 	}
-	wg.Wait()
+	st := Stats{Cells: len(jobs), Parallel: min(o.Parallel, len(jobs)), Timeout: o.Timeout}
+	fullsBefore := neighbourTableFulls()
+	outs := probeAll(ctx, jobs, o.Timeout, o.Parallel)
+	// A denied cell is trusted only when its timeout was margin times the
+	// slowest answer: otherwise probe the denied cells again with such a
+	// timeout (at most twice; the second pass is lighter).
+	timeout := o.Timeout
+	var earlier []netip.AddrPort // UDP sockets of passes since replaced
+	for pass := 0; pass < 2 && ctx.Err() == nil; pass++ {
+		slowest := time.Duration(0)
+		for _, r := range outs {
+			if r.allowed && r.rtt > slowest {
+				slowest = r.rtt
+			}
+		}
+		st.Slowest = max(st.Slowest, slowest)
+		if timeout >= margin*st.Slowest || timeout >= maxTimeout {
+			break
+		}
+		timeout = min(maxTimeout, (margin*st.Slowest).Round(100*time.Millisecond)+100*time.Millisecond)
+		var again []job
+		var where []int
+		for i, r := range outs {
+			if !r.allowed && r.err == nil {
+				again = append(again, jobs[i])
+				where = append(where, i)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		st.Reprobed += len(again)
+		st.RetryTimeout = timeout
+		for k, r := range probeAll(ctx, again, timeout, o.Parallel) {
+			i := where[k]
+			if r.allowed {
+				st.Changed++
+			}
+			earlier = append(earlier, outs[i].udpLocal) // its flows are forgotten too
+			outs[i] = r
+		}
+	}
+	cells := make([]Cell, len(jobs))
+	seen := map[netip.AddrPort]bool{}
+	var udpFlows []netip.AddrPort
+	addFlow := func(ap netip.AddrPort) {
+		if ap.IsValid() && !seen[ap] {
+			seen[ap] = true
+			udpFlows = append(udpFlows, ap)
+		}
+	}
+	for i, jb := range jobs {
+		r := outs[i]
+		c := Cell{From: jb.src.ID(), To: jb.dst.ID(), Protocol: jb.t.Protocol, Port: jb.t.Port, Allowed: r.allowed}
+		err := r.err
+		if errors.Is(err, errRefused) && lab.EBPF.ConnectHook && jb.t.Protocol == "tcp" {
+			err = nil // the eBPF connect hook refuses denied connects at once
+		}
+		if err != nil {
+			c.Error = err.Error()
+		}
+		cells[i] = c
+		addFlow(r.udpLocal)
+	}
+	for _, ap := range earlier {
+		addFlow(ap)
+	}
 	if err := forgetUDP(ctx, lab, udpFlows); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if fullsBefore >= 0 {
+		if d := neighbourTableFulls() - fullsBefore; d > 0 {
+			limit, _ := neighbourLimit()
+			return nil, fmt.Errorf("%w: the kernel refused %d ARP entries while the probe ran (net.ipv4.neigh.default.gc_thresh3 = %d for all namespaces, other labs' included), so a denied cell may be a dropped packet, not policy: %s",
+				ErrNeighbourTable, d, limit, neighbourAdvice(neighboursNeeded(lab)))
+		}
+	}
+	if o.Stats != nil {
+		*o.Stats = st
 	}
 	sort.SliceStable(cells, func(i, j int) bool {
 		a, b := cells[i], cells[j]
@@ -180,52 +243,16 @@ func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) (
 	return cells, nil
 }
 
-// attempt returns whether a connection from inside ns reached dst. A
-// timeout is a clean "denied"; anything else (refused, unreachable) is
-// denied with an error.
-func attempt(ctx context.Context, ns string, dst netip.AddrPort, proto string, timeout time.Duration) (bool, netip.AddrPort, error) {
-	var none netip.AddrPort
-	if proto == "tcp" {
-		c, err := dialTCP(ctx, ns, dst, timeout)
-		if err == nil {
-			c.Close()
-			return true, none, nil
-		}
-		return false, none, classify(err)
+// fdBudget is how many attempts may be in flight: the descriptors the
+// process may open (Go raises the soft limit to the hard one), less the
+// listeners and some room for the connections they accept.
+func fdBudget(listeners int) int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return 256
 	}
-	var c *net.UDPConn
-	err := netns.Do(ns, func() error {
-		var err error
-		c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
-		return err
-	})
-	if err != nil {
-		return false, none, err
-	}
-	defer c.Close()
-	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
-	nonce := make([]byte, 8)
-	_, _ = rand.Read(nonce)
-	msg := []byte("cnlab-probe " + hex.EncodeToString(nonce))
-	buf := make([]byte, 256)
-	const tries = 3
-	for i := 0; i < tries; i++ {
-		if _, err := c.Write(msg); err != nil {
-			return false, local, classify(err)
-		}
-		_ = c.SetReadDeadline(time.Now().Add(timeout / tries))
-		n, err := c.Read(buf)
-		if err == nil && string(buf[:n]) == string(msg) {
-			return true, local, nil
-		}
-		if err != nil && !isTimeout(err) {
-			return false, local, classify(err)
-		}
-		if ctx.Err() != nil {
-			return false, local, ctx.Err()
-		}
-	}
-	return false, local, nil
+	n := int(min(rl.Cur, 1<<20)) - 2*listeners - 512
+	return max(n, 64)
 }
 
 // dialTCP connects from inside ns to dst.
@@ -361,6 +388,11 @@ func (s *servers) serveUDP(ep *topology.Endpoint, network, addr string, handle f
 	})
 	if err != nil {
 		return fmt.Errorf("listen on udp %s in %s: %w (is something else using the port?)", addr, ep.ID(), err)
+	}
+	// Room for every prober's datagrams at once (three tries from each
+	// endpoint of a full matrix): a datagram lost here reads as denied.
+	if rc, err := pc.(*net.UDPConn).SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20) })
 	}
 	s.add(func() { pc.Close() })
 	s.wg.Add(1)

@@ -149,9 +149,14 @@ another address than the Service's.`,
 				}
 				return runHTTPProbe(cmd, e, spec, m, port, req, timeout, expect, output)
 			}
-			cells, err := probe.Run(cmd.Context(), spec, []probe.Target{{Protocol: proto, Port: port}}, probe.Options{Timeout: timeout})
+			var st probe.Stats
+			cells, err := probe.Run(cmd.Context(), spec, []probe.Target{{Protocol: proto, Port: port}}, probe.Options{Timeout: timeout, Stats: &st})
 			if err != nil {
 				return err
+			}
+			if st.Reprobed > 0 {
+				fmt.Fprintf(e.stderr, "cnlab: note: the slowest answer took %v, more than a quarter of --timeout %v: %d denied cells were probed again with a %v timeout, and %d of them were answered then (slow, not denied)\n",
+					st.Slowest.Round(time.Millisecond), timeout, st.Reprobed, st.RetryTimeout, st.Changed)
 			}
 			wrong := probe.Expect(spec, m, cells)
 			if output == "json" {
