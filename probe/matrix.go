@@ -78,6 +78,23 @@ type Stats struct {
 // attempts in flight.
 func probeAll(ctx context.Context, jobs []job, timeout time.Duration, parallel int) []outcome {
 	out := make([]outcome, len(jobs))
+	// Every namespace the probe has sockets in stays open here while it
+	// runs: no thread of the probe waits inside one, and a socket alone
+	// does not show who holds a namespace, so without these `cnlab down`
+	// would not find the probe to stop it, and the namespaces would
+	// outlive their lab.
+	held := map[string]bool{}
+	for _, jb := range jobs {
+		for _, ns := range []string{jb.src.Netns, jb.dst.Netns} {
+			if held[ns] {
+				continue
+			}
+			held[ns] = true
+			if h, err := netns.Open(ns); err == nil {
+				defer h.Close()
+			}
+		}
+	}
 	// Group the jobs by source and target protocol, in order.
 	type group struct {
 		src   *topology.Endpoint

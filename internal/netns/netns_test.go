@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +147,42 @@ func TestRunMissing(t *testing.T) {
 	out, err := Run(context.Background(), name, nil, "true", "-x")
 	if err == nil || out != nil || !strings.HasPrefix(err.Error(), "true -x in "+name+": ") || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Run in a missing namespace: %q, %v", out, err)
+	}
+}
+
+// TestKillAllFindsOpenedByPath: a process outside the namespace that only
+// holds it through a file opened by its path (/run/netns/NAME, as Open
+// does; /proc/PID/fd shows the path, not net:[inode]) is found and killed.
+func TestKillAllFindsOpenedByPath(t *testing.T) {
+	name := testNetns(t, "cnlab.t-netns.byp")
+	cmd := exec.Command("bash", "-c", "exec 9<"+Path(name)+"; exec sleep 300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	inodes := Inodes([]string{name})
+	// bash opens the file, then becomes sleep: wait until it holds it.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		pids, err := Pids(inodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(pids, cmd.Process.Pid) {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("pid %d holds %s by path, Pids found %v", cmd.Process.Pid, Path(name), pids)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := KillAll(inodes, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("process survived KillAll")
 	}
 }

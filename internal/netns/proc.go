@@ -45,6 +45,15 @@ func nsInode(link string) (uint64, bool) {
 	return ino, err == nil
 }
 
+// nsfsDev is the device of namespace files (nsfs), 0 if unknown.
+var nsfsDev = func() uint64 {
+	var st unix.Stat_t
+	if unix.Stat("/proc/self/ns/net", &st) != nil {
+		return 0
+	}
+	return st.Dev
+}()
+
 func holds(pid int, inodes map[uint64]bool) bool {
 	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	for _, t := range tasks {
@@ -55,8 +64,24 @@ func holds(pid int, inodes map[uint64]bool) bool {
 	}
 	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	for _, fd := range fds {
-		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
-		if ino, ok := nsInode(link); err == nil && ok && inodes[ino] {
+		path := fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())
+		link, err := os.Readlink(path)
+		if err != nil {
+			continue
+		}
+		if ino, ok := nsInode(link); ok {
+			if inodes[ino] {
+				return true
+			}
+			continue
+		}
+		if strings.HasPrefix(link, "socket:[") || strings.HasPrefix(link, "pipe:[") || strings.HasPrefix(link, "anon_inode:") {
+			continue
+		}
+		// A namespace file opened by its path (/run/netns/NAME, what
+		// netns.Open does) reads as that path: compare the file itself.
+		var st unix.Stat_t
+		if nsfsDev != 0 && unix.Stat(path, &st) == nil && st.Dev == nsfsDev && inodes[st.Ino] {
 			return true
 		}
 	}
