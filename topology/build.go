@@ -130,7 +130,51 @@ func (b *builder) buildHost(h *Host) error {
 	if err := nh.LinkSetUp(br); err != nil {
 		return fmt.Errorf("host %s: up %s: %w", h.Name, h.Bridge, err)
 	}
+	if err := b.buildLeaves(nh, h); err != nil {
+		return fmt.Errorf("host %s: %w", h.Name, err)
+	}
 	return nil
+}
+
+// buildLeaves creates a host's leaf bridges. They hold no address and
+// are joined to nothing: the host routes between its bridges. Each of
+// the leaves' endpoints gets a /32 route to its leaf (buildEndpoint); an
+// endpoint asking for the address of one on another bridge (all are in
+// the pod CIDR, so on its link) gets the host's MAC by proxy ARP, sent at
+// once (proxy_delay 0), and one asking for the gateway's gets it from the
+// leaf too, as from any device of the host (arp_ignore 0). Leaves never
+// send redirects: traffic that re-enters the bridge it arrived by (a
+// Service's backend next to its client) is routed on purpose.
+func (b *builder) buildLeaves(nh *netlink.Handle, h *Host) error {
+	if len(h.Leaves) == 0 {
+		return nil
+	}
+	for _, name := range h.Leaves {
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: b.spec.MTU}}
+		if err := nh.LinkAdd(br); err != nil {
+			return fmt.Errorf("add leaf bridge %s: %w", name, err)
+		}
+		if err := nh.LinkSetUp(br); err != nil {
+			return fmt.Errorf("up %s: %w", name, err)
+		}
+	}
+	return netns.Do(h.Netns, func() error {
+		for _, dev := range append([]string{h.Bridge}, h.Leaves...) {
+			kvs := [][2]string{
+				{"net/ipv4/conf/" + dev + "/proxy_arp", "1"},
+				{"net/ipv4/neigh/" + dev + "/proxy_delay", "0"},
+			}
+			if dev != h.Bridge {
+				kvs = append(kvs, [2]string{"net/ipv4/conf/" + dev + "/send_redirects", "0"})
+			}
+			for _, kv := range kvs {
+				if err := netns.SetSysctl(kv[0], kv[1]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
 }
 
 func linkUp(h *netlink.Handle, name string) error {
@@ -309,8 +353,9 @@ feed:
 }
 
 type hostCtx struct {
-	h      *netlink.Handle
-	bridge int
+	h       *netlink.Handle
+	bridges map[string]int // ifindex of each bridge, by name
+	main    string         // the host's own bridge
 }
 
 func openHost(host *Host) (*hostCtx, error) {
@@ -318,12 +363,16 @@ func openHost(host *Host) (*hostCtx, error) {
 	if err != nil {
 		return nil, err
 	}
-	br, err := h.LinkByName(host.Bridge)
-	if err != nil {
-		h.Close()
-		return nil, fmt.Errorf("host %s: find %s: %w", host.Name, host.Bridge, err)
+	hc := &hostCtx{h: h, bridges: map[string]int{}, main: host.Bridge}
+	for _, name := range append([]string{host.Bridge}, host.Leaves...) {
+		br, err := h.LinkByName(name)
+		if err != nil {
+			h.Close()
+			return nil, fmt.Errorf("host %s: find %s: %w", host.Name, name, err)
+		}
+		hc.bridges[name] = br.Attrs().Index
 	}
-	return &hostCtx{h: h, bridge: br.Attrs().Index}, nil
+	return hc, nil
 }
 
 func (hc *hostCtx) close() { hc.h.Close() }
@@ -342,11 +391,22 @@ func (b *builder) buildEndpoint(hc *hostCtx, ep *Endpoint) error {
 		return fmt.Errorf("netlink in %s: %w", ep.Netns, err)
 	}
 	defer eh.Close()
-	if err := vethPair(hc.h, ep.HostVeth, eh, fd, "eth0", b.spec.MTU, hc.bridge); err != nil {
+	br := hc.main
+	if ep.Bridge != "" {
+		br = ep.Bridge
+	}
+	if err := vethPair(hc.h, ep.HostVeth, eh, fd, "eth0", b.spec.MTU, hc.bridges[br]); err != nil {
 		return err
 	}
 	if hv, err := hc.h.LinkByName(ep.HostVeth); err == nil {
 		_ = hc.h.LinkSetAlias(hv, ep.ID()) // for `ip link` readers; not relied on
+	}
+	if ep.Bridge != "" {
+		// `ip route add IP/32 dev LEAF scope link` in the host.
+		rt := &netlink.Route{Dst: ipNet(netip.PrefixFrom(ep.IP, 32)), LinkIndex: hc.bridges[br], Scope: netlink.SCOPE_LINK}
+		if err := hc.h.RouteAdd(rt); err != nil {
+			return fmt.Errorf("route %s dev %s: %w", ep.IP, br, err)
+		}
 	}
 	return configureEndpoint(eh, ep)
 }
