@@ -231,3 +231,28 @@ func TestTeardownClosesOrphanedSockets(t *testing.T) {
 		t.Fatalf("teardown with an orphaned socket: %v", err)
 	}
 }
+
+// TestLeafBridgesCarryTCPBetweenEveryPair builds a host whose endpoints
+// fill its bridge and two leaves (three endpoints to a bridge here, 1,000
+// in real labs), next to a host with one endpoint, and checks that every
+// endpoint reaches every other: on its own bridge, across the host's
+// bridges (proxy ARP and /32 routes) and across the wire.
+func TestLeafBridgesCarryTCPBetweenEveryPair(t *testing.T) {
+	old := bridgeEndpoints
+	bridgeEndpoints = 3
+	t.Cleanup(func() { bridgeEndpoints = old })
+	y := "name: t-leaves\nhosts: [{name: h, podCIDR: 10.64.0.0/24}, {name: g, podCIDR: 10.65.0.0/24}]\nlinks: [{between: [h, g]}]\nendpoints:\n"
+	for i := 0; i < 8; i++ {
+		y += fmt.Sprintf("  - {name: e%d, host: h}\n", i)
+	}
+	y += "  - {name: far, host: g}\n"
+	s, err := Parse([]byte(y), "leaves.yaml", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Host("h").Leaves; len(got) != 2 {
+		t.Fatalf("leaves %v, want br1 and br2", got)
+	}
+	upForTest(t, s)
+	checkAllPairs(t, s)
+}

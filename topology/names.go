@@ -14,6 +14,21 @@ const (
 	HostBridge  = "br0"
 )
 
+// EndpointsPerBridge is how many endpoints a host puts on one bridge. A
+// Linux bridge has at most 1023 ports (BR_MAX_PORTS, 1024, less port
+// number 0: adding another fails with EXFULL, "exchange full"), so a host
+// with more endpoints gets leaf bridges br1, br2, ..., each with the next
+// EndpointsPerBridge of its endpoints in file order; the first stay on
+// br0, so a lab of up to that many endpoints per host is built as ever.
+const EndpointsPerBridge = 1000
+
+// bridgeEndpoints is EndpointsPerBridge, lowered by tests to build leaves
+// with a few endpoints.
+var bridgeEndpoints = EndpointsPerBridge
+
+// LeafBridge names a host's k-th leaf bridge (k >= 1).
+func LeafBridge(k int) string { return fmt.Sprintf("br%d", k) }
+
 // LabNetnsPrefix is the prefix shared by all namespaces of a lab.
 func LabNetnsPrefix(lab string) string { return NetnsPrefix + lab + "." }
 

@@ -104,7 +104,27 @@ func (r *resolver) endpoints() error {
 		taken[a] = ep.ID()
 		next[host.Name] = a.Next()
 	}
+	r.bridges()
 	return nil
+}
+
+// bridges puts each host's endpoints, in file order, on its bridge and
+// then on leaf bridges, EndpointsPerBridge to a bridge.
+func (r *resolver) bridges() {
+	s := r.spec
+	on := map[string]int{}
+	for i := range s.Endpoints {
+		ep := &s.Endpoints[i]
+		k := on[ep.Host] / bridgeEndpoints
+		on[ep.Host]++
+		if k == 0 {
+			continue
+		}
+		ep.Bridge = LeafBridge(k)
+		if h := s.Host(ep.Host); len(h.Leaves) < k {
+			h.Leaves = append(h.Leaves, ep.Bridge)
+		}
+	}
 }
 
 func (r *resolver) countOn(host string) int {

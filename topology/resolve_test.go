@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -317,5 +318,53 @@ func TestNameHelpers(t *testing.T) {
 	}
 	if sub, ok := nthSubnet(netip.MustParsePrefix("100.64.0.0/16"), 30, 3); !ok || sub.String() != "100.64.0.12/30" {
 		t.Errorf("nthSubnet: %s %v", sub, ok)
+	}
+}
+
+// TestLeafBridges checks that a host with more endpoints than one bridge
+// takes puts them, in file order, on leaf bridges, and that a lab within
+// one bridge's ports resolves as before (no leaves, no Bridge field).
+func TestLeafBridges(t *testing.T) {
+	file := func(n int) []byte {
+		var b strings.Builder
+		b.WriteString("name: leaves\nhosts: [{name: h, podCIDR: 10.64.0.0/18}, {name: g, podCIDR: 10.65.0.0/24}]\nlinks: [{between: [h, g]}]\nendpoints:\n")
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(&b, "  - {name: e%d, host: h}\n", i)
+			if i == 0 {
+				b.WriteString("  - {name: other, host: g}\n")
+			}
+		}
+		return []byte(b.String())
+	}
+	small, err := Parse(file(EndpointsPerBridge), "small.yaml", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range small.Hosts {
+		if len(h.Leaves) != 0 {
+			t.Errorf("host %s: leaves %v with %d endpoints", h.Name, h.Leaves, EndpointsPerBridge)
+		}
+	}
+	for _, ep := range small.Endpoints {
+		if ep.Bridge != "" {
+			t.Fatalf("%s: bridge %q, want none", ep.ID(), ep.Bridge)
+		}
+	}
+	n := 2*EndpointsPerBridge + 500
+	big, err := Parse(file(n), "big.yaml", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := big.Host("h").Leaves; !slices.Equal(got, []string{"br1", "br2"}) {
+		t.Errorf("host h leaves = %v, want [br1 br2]", got)
+	}
+	if got := big.Host("g").Leaves; len(got) != 0 {
+		t.Errorf("host g leaves = %v, want none", got)
+	}
+	want := map[string]string{"e0": "", "other": "", "e999": "", "e1000": "br1", "e1999": "br1", "e2000": "br2", fmt.Sprintf("e%d", n-1): "br2"}
+	for _, ep := range big.Endpoints {
+		if w, ok := want[ep.Name]; ok && ep.Bridge != w {
+			t.Errorf("%s: bridge %q, want %q", ep.ID(), ep.Bridge, w)
+		}
 	}
 }

@@ -104,6 +104,10 @@ type Host struct {
 	Netns   string       `json:"netns"`
 	Bridge  string       `json:"bridge"`
 	Routes  []Route      `json:"routes,omitempty"` // to other hosts' pod CIDRs
+	// Leaves are the host's further bridges (br1, br2, ...) when it has
+	// more endpoints than one bridge takes (EndpointsPerBridge): the
+	// host routes to their endpoints (docs/topology.md).
+	Leaves []string `json:"leafBridges,omitempty"`
 }
 
 // Route sends a destination prefix through a device, via a next hop.
@@ -159,6 +163,9 @@ type Endpoint struct {
 	Ports     []Port            `json:"ports,omitempty"`
 	Netns     string            `json:"netns"`
 	HostVeth  string            `json:"hostVeth,omitempty"` // host-side veth name
+	// Bridge is the leaf bridge whose port HostVeth is, when it is not
+	// the host's own bridge (Host.Leaves).
+	Bridge string `json:"bridge,omitempty"`
 }
 
 // ID is the endpoint's name as shown everywhere: "namespace/name".

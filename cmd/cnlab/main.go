@@ -22,7 +22,9 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
+	stopProfile := startCPUProfile()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stopProfile()
 	stop()
 	os.Exit(exitCode(err, os.Stderr))
 }

@@ -3,6 +3,7 @@ package netns
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	vns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -204,4 +206,26 @@ func remountSys(name string) {
 		return
 	}
 	_ = unix.Mount(name, "/sys", "sysfs", 0, "")
+}
+
+// HasTCPSockets reports whether the namespace holds any TCP socket, in any
+// state (an INET_DIAG dump of IPv4 and IPv6, as `ss -t -a` lists), read
+// from inside it without starting a process. Teardown runs `ss -K` only in
+// namespaces where this is true or cannot be known.
+func HasTCPSockets(h vns.NsHandle) (bool, error) {
+	found := false
+	err := DoHandle(h, func() error {
+		for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+			socks, err := netlink.SocketDiagTCP(fam)
+			if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+				return fmt.Errorf("list tcp sockets: %w", err)
+			}
+			if len(socks) > 0 || err != nil {
+				found = true // an interrupted dump counts as holding some
+				return nil
+			}
+		}
+		return nil
+	})
+	return found, err
 }
