@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
+	"github.com/cnlab/cnlab/traffic"
 )
 
 // manyEntries returns policies giving the server's ingress n+1 policy map
@@ -292,4 +294,62 @@ func shuffledRoundsOf(b *testing.B, paths []pathUnderTest, rounds, secs int,
 		b.ReportMetric(xs[len(xs)-1], p.name+"-max-"+unit)
 	}
 	return med
+}
+
+// BenchmarkRR measures tcp-rr (cnlab rr, 1-byte request and response)
+// between two endpoints of one host, client and server pinned to the same
+// CPU (the placement with the least noise on a VM: BENCHMARKS.md, "Where
+// the client and server run"), through: the eBPF datapath, iptables and
+// nftables, each with 10,001 policy entries or rules on the server's
+// ingress (the flow's port among them), and a bare veth pair between two
+// namespaces. The paths run in shuffled rounds; the metric is the p50 of
+// each round, its median over the rounds per path.
+//
+//	go test -run '^$' -bench 'BenchmarkRR$' -benchtime 1x -timeout 30m ./lab
+func BenchmarkRR(b *testing.B) {
+	testutil.RequireRoot(b)
+	testutil.RequireTool(b, "taskset", "util-linux")
+	bin := filepath.Join(b.TempDir(), "cnlab")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/cnlab/cnlab/cmd/cnlab").CombinedOutput(); err != nil {
+		b.Fatalf("build cnlab: %v: %s", err, out)
+	}
+	const rounds, secs = 7, 3
+	paths := []pathUnderTest{
+		labPath(b, "ebpf", "single-host", "ebpf", 10000),
+		labPath(b, "ipt", "single-host", "iptables", 10000),
+		labPath(b, "nft", "single-host", "nftables", 10000),
+		vethPath(b),
+	}
+	paths[0].name, paths[1].name, paths[2].name, paths[3].name = "ebpf-10k", "iptables-10k", "nftables-10k", "bare"
+	defer func() {
+		for _, p := range paths {
+			p.cleanup()
+		}
+	}()
+	rr := func(b *testing.B, p pathUnderTest, secs int) float64 {
+		srv := exec.Command("taskset", "-c", "0", bin, "rr", "server", "--port", "5201")
+		if err := netns.Start(p.server, srv); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+		cli := exec.Command("taskset", "-c", "0", bin, "rr", "client", "--to", netip.AddrPortFrom(p.serverIP, 5201).String(),
+			"--duration", fmt.Sprintf("%ds", secs), "--warmup", "1s", "-o", "json")
+		var out, errb strings.Builder
+		cli.Stdout, cli.Stderr = &out, &errb
+		if err := netns.Start(p.client, cli); err != nil {
+			b.Fatal(err)
+		}
+		if err := cli.Wait(); err != nil {
+			b.Fatalf("rr over %s: %v: %s", p.name, err, errb.String())
+		}
+		r, err := traffic.ParseRR([]byte(out.String()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return r.LatencyUs.P50
+	}
+	med := shuffledRoundsOf(b, paths, rounds, secs, rr, "p50-us")
+	for _, p := range paths[:3] {
+		b.ReportMetric(med[p.name]-med["bare"], p.name+"-minus-bare-us")
+	}
 }

@@ -161,10 +161,12 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 	l7Done := map[uint32]bool{}
 	raw := map[uint32][]polEntry{} // per subject identity, before flattening
 	for _, r := range c.Rules {
+		ref := RuleRef(r.Origin)
+		pps := portPrefixes(r)
 		for _, pk := range peers(r) {
-			for _, pp := range portPrefixes(r) {
+			for _, pp := range pps {
 				raw[r.Subject] = append(raw[r.Subject], polEntry{Peer: pk, Dir: uint8(r.Dir), Proto: r.Proto,
-					Port: pp.port, Plen: pp.plen, Deny: r.Deny, Rule: RuleRef(r.Origin)})
+					Port: pp.port, Plen: pp.plen, Deny: r.Deny, Rule: ref})
 			}
 		}
 	}
@@ -373,38 +375,44 @@ func flatten(raw []polEntry) []polEntry {
 		}
 		return 0, false
 	}
-	out := make([]polEntry, 0, len(raw))
-	for _, e := range raw {
+	// Each entry as two words that sort as wanted: by key (peer,
+	// direction, protocol, port, then prefix length), and for one key the
+	// deny first, then the lowest rule. The first of each key is kept.
+	type sortKey struct{ hi, lo uint64 }
+	keys := make([]sortKey, len(raw))
+	for i, e := range raw {
 		if !e.Deny && denies != nil {
 			if r, ok := coveringDeny(e); ok {
 				e.Deny, e.Rule = true, r
 			}
 		}
-		out = append(out, e)
+		allow := uint64(1)
+		if e.Deny {
+			allow = 0
+		}
+		keys[i] = sortKey{hi: entryKey(e), lo: uint64(e.Plen)<<40 | allow<<32 | uint64(e.Rule)}
 	}
-	// By key, and for one key the deny first, then the lowest rule: the
-	// first entry of each key is the one kept.
-	slices.SortFunc(out, func(a, b polEntry) int {
-		if c := entryCmp(a, b); c != 0 {
-			return c
+	slices.SortFunc(keys, func(a, b sortKey) int {
+		if a.hi != b.hi {
+			return cmp.Compare(a.hi, b.hi)
 		}
-		if a.Deny != b.Deny {
-			if a.Deny {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(a.Rule, b.Rule)
+		return cmp.Compare(a.lo, b.lo)
 	})
-	n := 0
-	for i := range out {
-		if n > 0 && entryCmp(out[n-1], out[i]) == 0 {
+	out := make([]polEntry, 0, len(keys))
+	for i, k := range keys {
+		if i > 0 && k.hi == keys[i-1].hi && k.lo>>40 == keys[i-1].lo>>40 {
 			continue
 		}
-		out[n] = out[i]
-		n++
+		out = append(out, polEntry{Peer: uint32(k.hi >> 32), Dir: uint8(k.hi >> 24), Proto: uint8(k.hi >> 16),
+			Port: uint16(k.hi), Plen: uint8(k.lo >> 40), Deny: k.lo>>32&1 == 0, Rule: uint32(k.lo)})
 	}
-	return out[:n]
+	return out
+}
+
+// entryKey packs an entry's peer, direction, protocol and port into one
+// word that orders as entryCmp does.
+func entryKey(e polEntry) uint64 {
+	return uint64(e.Peer)<<32 | uint64(e.Dir)<<24 | uint64(e.Proto)<<16 | uint64(e.Port)
 }
 
 // sortEntries orders entries by key, as user space lists them.
@@ -413,9 +421,7 @@ func sortEntries(out []polEntry) { slices.SortFunc(out, entryCmp) }
 // entryCmp orders entries by key: peer, direction, protocol, port,
 // prefix length.
 func entryCmp(a, b polEntry) int {
-	ka := uint64(a.Peer)<<32 | uint64(a.Dir)<<24 | uint64(a.Proto)<<16 | uint64(a.Port)
-	kb := uint64(b.Peer)<<32 | uint64(b.Dir)<<24 | uint64(b.Proto)<<16 | uint64(b.Port)
-	if c := cmp.Compare(ka, kb); c != 0 {
+	if c := cmp.Compare(entryKey(a), entryKey(b)); c != 0 {
 		return c
 	}
 	return cmp.Compare(a.Plen, b.Plen)
