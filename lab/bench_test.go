@@ -55,8 +55,10 @@ func compileFor(b *testing.B, spec *topology.Spec, pols []*policy.Policy) *polic
 //	           generation in place: it holds the policies of two applies
 //	           before)
 //	enforce-s  the same change until the new policy is in force on every
-//	           host (the datapath says so at fault point "kernel"; what
-//	           follows only readies the next apply)
+//	           host: the netfilter datapaths change host by host, each
+//	           then passing fault point "kernel" (the last one counts);
+//	           the eBPF datapath switches every host before the first
+//	           (that one counts). What follows only readies the next apply.
 //	leave-s    the datapath update when an endpoint (z/c), matched as a
 //	           peer by every policy, goes away (and the changed policy is
 //	           changed back)
@@ -132,7 +134,7 @@ func BenchmarkPolicyScale(b *testing.B) {
 						}
 						var inForce time.Time
 						fault.SetHook(func(point, host string) error {
-							if point == fault.Kernel { // once per host: the last one
+							if point == fault.Kernel && (inForce.IsZero() || dp != "ebpf") {
 								inForce = time.Now()
 							}
 							return nil

@@ -193,14 +193,8 @@ func linkUp(h *netlink.Handle, name string) error {
 // (if valid) and brings both ends up. Equivalent to `ip link add DEV type
 // veth peer name PEER netns PEERNS`.
 func vethPair(h *netlink.Handle, dev string, peerH *netlink.Handle, peerNs vns.NsHandle, peer string, mtu int, master int) error {
-	v := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: dev, MTU: mtu, MasterIndex: master, Flags: net.FlagUp},
-		PeerName:      peer,
-		PeerNamespace: netlink.NsFd(int(peerNs)),
-		PeerMTU:       uint32(mtu),
-	}
-	if err := h.LinkAdd(v); err != nil {
-		return fmt.Errorf("add veth %s/%s: %w", dev, peer, err)
+	if err := addVeth(h, dev, peerNs, peer, mtu, master); err != nil {
+		return err
 	}
 	return linkUp(peerH, peer)
 }
@@ -209,14 +203,8 @@ func vethPair(h *netlink.Handle, dev string, peerH *netlink.Handle, peerNs vns.N
 // the peer's IPv6 address generation is turned off (`ip link set PEER
 // addrgenmode none`) before it comes up, so it never sends an IPv6 packet.
 func vethPairQuiet(h *netlink.Handle, dev string, peerH *netlink.Handle, peerNs vns.NsHandle, peer string, mtu int, master int) error {
-	v := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: dev, MTU: mtu, MasterIndex: master, Flags: net.FlagUp},
-		PeerName:      peer,
-		PeerNamespace: netlink.NsFd(int(peerNs)),
-		PeerMTU:       uint32(mtu),
-	}
-	if err := h.LinkAdd(v); err != nil {
-		return fmt.Errorf("add veth %s/%s: %w", dev, peer, err)
+	if err := addVeth(h, dev, peerNs, peer, mtu, master); err != nil {
+		return err
 	}
 	l, err := peerH.LinkByName(peer)
 	if err != nil {
@@ -227,6 +215,21 @@ func vethPairQuiet(h *netlink.Handle, dev string, peerH *netlink.Handle, peerNs 
 	}
 	if err := peerH.LinkSetUp(l); err != nil {
 		return fmt.Errorf("up %s: %w", peer, err)
+	}
+	return nil
+}
+
+// addVeth creates the pair, dev up in h's namespace (on bridge master if
+// not 0) and peer, down, in peerNs.
+func addVeth(h *netlink.Handle, dev string, peerNs vns.NsHandle, peer string, mtu int, master int) error {
+	v := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: dev, MTU: mtu, MasterIndex: master, Flags: net.FlagUp},
+		PeerName:      peer,
+		PeerNamespace: netlink.NsFd(int(peerNs)),
+		PeerMTU:       uint32(mtu),
+	}
+	if err := h.LinkAdd(v); err != nil {
+		return fmt.Errorf("add veth %s/%s: %w", dev, peer, err)
 	}
 	return nil
 }

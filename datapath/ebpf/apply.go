@@ -112,15 +112,9 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	// The new policy is in force on every host: what follows only helps
 	// the next apply and bpftool users, and must not make this one look
 	// failed (the lab would then store the old policy set).
+	graced, quiet := false, false
 	for _, s := range all {
 		datapath.KernelChanged(s.host.Name)
-	}
-	// One grace period covers every host: programs run to completion
-	// without sleeping, inside an RCU read-side section. Without it (an
-	// error, or a crash before), the records of the new generations are
-	// not written, and the next apply rebuilds the generations left.
-	quiet := graceWait() == nil
-	for _, s := range all {
 		gen := 1 - s.cfg.Gen
 		path := datapath.StatePath(lab.Name, kind.EBPF, s.host.Name)
 		err := datapath.SaveState(path, hostState{Gen: gen})
@@ -133,6 +127,14 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 		} else {
 			_ = fault.At(fault.Saved, s.host.Name)
 			_ = datapath.ClearDirty(path)
+		}
+		// One grace period covers every host, before the first record:
+		// programs run to completion without sleeping, inside an RCU
+		// read-side section. Without it (an error, or a crash before),
+		// the records of the new generations are not written, and the
+		// next apply waits, then rebuilds the generations left.
+		if !graced {
+			graced, quiet = true, graceWait() == nil
 		}
 		if quiet {
 			_ = saveContent(contentPath(lab.Name, s.host.Name, gen), s.next)

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/scenarios"
-	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/policy/policytest"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -27,18 +27,7 @@ func BenchmarkPlan(b *testing.B) {
 			for i := 0; i < n; i++ {
 				fmt.Fprintf(&sb, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p%d, namespace: x}\nspec:\n  podSelector: {matchLabels: {app: web}}\n  ingress:\n  - from:\n    - namespaceSelector: {}\n      podSelector: {matchLabels: {pod: c}}\n    ports: [{port: %d}]\n---\n", i, 10000+2*i)
 			}
-			pols, err := policy.Parse([]byte(sb.String()), "bench.yaml")
-			if err != nil {
-				b.Fatal(err)
-			}
-			m, err := policy.NewModel(spec, pols)
-			if err != nil {
-				b.Fatal(err)
-			}
-			c, err := m.Compile()
-			if err != nil {
-				b.Fatal(err)
-			}
+			c := policytest.CompileOn(b, spec, sb.String())
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if _, err := plan(spec, c); err != nil {
