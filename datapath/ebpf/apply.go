@@ -112,6 +112,9 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	// The new policy is in force on every host: what follows only helps
 	// the next apply and bpftool users, and must not make this one look
 	// failed (the lab would then store the old policy set).
+	// The grace period runs while the state files are written.
+	grace := make(chan error, 1)
+	go func() { grace <- graceWait() }()
 	graced, quiet := false, false
 	for _, s := range all {
 		datapath.KernelChanged(s.host.Name)
@@ -134,7 +137,7 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 		// the records of the new generations are not written, and the
 		// next apply waits, then rebuilds the generations left.
 		if !graced {
-			graced, quiet = true, graceWait() == nil
+			graced, quiet = true, <-grace == nil
 		}
 		if quiet {
 			_ = saveContent(contentPath(lab.Name, s.host.Name, gen), s.next)
