@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"os"
 	"os/exec"
 	"slices"
@@ -184,5 +185,38 @@ func TestKillAllFindsOpenedByPath(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("process survived KillAll")
+	}
+}
+
+// TestHasTCPSockets: a namespace with no TCP socket says so; one with a
+// listener in it says so too, also after the process that opened it
+// closed nothing but left (the socket is held by this test's descriptor).
+func TestHasTCPSockets(t *testing.T) {
+	name := testNetns(t, "cnlab.t-netns.tcp")
+	h, err := Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if has, err := HasTCPSockets(h); err != nil || has {
+		t.Fatalf("empty namespace: %v, %v", has, err)
+	}
+	var fd int
+	if err := Do(name, func() error {
+		var err error
+		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+		if err != nil {
+			return err
+		}
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Port: 0}); err != nil {
+			return err
+		}
+		return unix.Listen(fd, 1)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if has, err := HasTCPSockets(h); err != nil || !has {
+		t.Fatalf("namespace with a listener: %v, %v", has, err)
 	}
 }

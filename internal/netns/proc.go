@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	vns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -208,24 +207,45 @@ func remountSys(name string) {
 	_ = unix.Mount(name, "/sys", "sysfs", 0, "")
 }
 
-// HasTCPSockets reports whether the namespace holds any TCP socket, in any
-// state (an INET_DIAG dump of IPv4 and IPv6, as `ss -t -a` lists), read
-// from inside it without starting a process. Teardown runs `ss -K` only in
-// namespaces where this is true or cannot be known.
+// HasTCPSockets reports whether the namespace holds any TCP socket other
+// than in TIME_WAIT (which does not keep a namespace alive): listening,
+// connected, or orphaned — closed by its process, still sending. It reads
+// the namespace's own counters (/proc/net/sockstat and sockstat6, "TCP:
+// inuse N") from a thread inside it, without starting a process. Teardown
+// runs `ss -K` only in namespaces where this is true or cannot be known.
+// (An INET_DIAG dump would say the same, but walks the kernel's TCP hash
+// tables, shared by every namespace: 0.6 ms a namespace with 10,000 of
+// them, 6 s for a lab that size.)
 func HasTCPSockets(h vns.NsHandle) (bool, error) {
 	found := false
 	err := DoHandle(h, func() error {
-		for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-			socks, err := netlink.SocketDiagTCP(fam)
-			if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-				return fmt.Errorf("list tcp sockets: %w", err)
+		for _, f := range []string{"sockstat", "sockstat6"} {
+			data, err := os.ReadFile("/proc/thread-self/net/" + f)
+			if err != nil {
+				return err
 			}
-			if len(socks) > 0 || err != nil {
-				found = true // an interrupted dump counts as holding some
+			n, err := tcpInUse(data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			if n > 0 {
+				found = true
 				return nil
 			}
 		}
 		return nil
 	})
 	return found, err
+}
+
+// tcpInUse reads the "TCP: inuse N" (or "TCP6: inuse N") line of a
+// sockstat file.
+func tcpInUse(data []byte) (int, error) {
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && (f[0] == "TCP:" || f[0] == "TCP6:") && f[1] == "inuse" {
+			return strconv.Atoi(f[2])
+		}
+	}
+	return 0, errors.New("no TCP inuse line")
 }
