@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
@@ -54,9 +53,19 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 			s.maps.Close()
 		}
 	}()
+	// One grace period, if any host needs one before its edits, covers
+	// every host.
+	waited := false
+	graceOnce := func(m *hostMaps) error {
+		if waited {
+			return nil
+		}
+		waited = true
+		return graceWait(m)
+	}
 	for i := range lab.Hosts {
 		h := &lab.Hosts[i]
-		s, err := stage(lab, h, plans[h.Name])
+		s, err := stage(lab, h, plans[h.Name], graceOnce)
 		if s != nil {
 			all = append(all, s)
 		}
@@ -99,12 +108,12 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 		}
 		if err != nil {
 			for _, p := range all[:i] {
-				_ = p.maps.config.Put(uint32(0), p.cfg)
-			}
-			if i > 0 {
 				// Programs may have started on the generation switched
-				// back from: the next apply edits it again.
-				_ = graceWait()
+				// back from, which the next apply edits again: without
+				// the record of the generation switched back to, that
+				// apply waits for a grace period first.
+				_ = os.Remove(contentPath(lab.Name, p.host.Name, p.cfg.Gen))
+				_ = p.maps.config.Put(uint32(0), p.cfg)
 			}
 			return fmt.Errorf("host %s: switch generation: %w", s.host.Name, err)
 		}
@@ -114,7 +123,7 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	// failed (the lab would then store the old policy set).
 	// The grace period runs while the state files are written.
 	grace := make(chan error, 1)
-	go func() { grace <- graceWait() }()
+	go func() { grace <- graceWait(all[0].maps) }()
 	graced, quiet := false, false
 	for _, s := range all {
 		datapath.KernelChanged(s.host.Name)
@@ -150,14 +159,25 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 }
 
 // graceWait returns once every BPF program that was running when it was
-// called has finished: membarrier(MEMBARRIER_CMD_GLOBAL) is the kernel's
-// synchronize_rcu() (on a machine of one CPU, nothing can be running
-// while this runs).
-func graceWait() error {
-	const cmdGlobal = 1 // MEMBARRIER_CMD_GLOBAL (linux/membarrier.h)
-	_, _, errno := unix.Syscall(unix.SYS_MEMBARRIER, cmdGlobal, 0, 0)
-	if errno != 0 {
-		return fmt.Errorf("membarrier: %w", errno)
+// called has finished (an RCU grace period). The kernel waits for one in
+// every update of a map-of-maps from user space (synchronize_rcu, so that
+// the caller knows no program still uses the inner map it replaced):
+// writing an ipcache slot with the inner map it already holds changes
+// nothing for the programs and returns after that wait. With no ipcache
+// map in either slot no generation was ever written, so no program can
+// be running on one: nothing to wait for.
+func graceWait(m *hostMaps) error {
+	for gen := uint32(0); gen < 2; gen++ {
+		inner, err := openInner(m.ipcache, gen)
+		if err != nil {
+			continue
+		}
+		err = m.ipcache.Put(gen, inner)
+		inner.Close()
+		if err != nil {
+			return fmt.Errorf("wait for an RCU grace period: %w", err)
+		}
+		return nil
 	}
 	return nil
 }
@@ -209,7 +229,7 @@ func setIdentities(m *hostMaps, hp *hostPlan) error {
 // stage writes a host's next generation: in place where the record of
 // what it holds is there and its maps are the ones recorded, else into
 // new maps (see rebuild).
-func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) {
+func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan, grace func(*hostMaps) error) (*staged, error) {
 	m, err := openHost(lab.Name, h.Name)
 	if err != nil {
 		return nil, err
@@ -228,7 +248,7 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan) (*staged, error) 
 		// The apply that switched to the current generation did not
 		// see its grace period through (or there was none yet): a
 		// program may still be running on the next one.
-		if err := graceWait(); err != nil {
+		if err := grace(m); err != nil {
 			return s, err
 		}
 	}
