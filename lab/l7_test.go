@@ -263,9 +263,6 @@ func TestL7ThroughService(t *testing.T) {
 			}
 			vip := netip.MustParseAddrPort("10.96.0.80:80")
 			same := []int{200, 403} // x/c, on x/a's host
-			if dp == "ebpf-legacy" {
-				same = []int{0, 0}
-			}
 			for _, c := range []struct {
 				from, path string
 				status     int

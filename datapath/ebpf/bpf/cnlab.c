@@ -1688,7 +1688,7 @@ int cnlab_from_ep(struct __sk_buff *skb)
 		// host: its cnlab_to_ep translates it, where the flow's policy
 		// entries expect the real tuple.
 		x.kind = 0;
-	if (!dst && (cfg->flags & (FLAG_L7 | FLAG_HOST_ROUTING_BPF)) == FLAG_L7 && p.proto == IPPROTO_TCP && !p.frag && !x.kind)
+	if (!dst && (cfg->flags & (FLAG_L7 | FLAG_HOST_ROUTING_BPF)) == FLAG_L7 && p.proto == IPPROTO_TCP && !p.frag && x.kind != XL_REV)
 		dst = legacy_l7(cfg, src, &p, now);
 	if (!dst) {
 		// Remote destination (or legacy host routing): enforce this
