@@ -102,10 +102,10 @@ func Teardown(lab string, progress Progress) error {
 // Teardown says so.
 //
 // Only namespaces that hold a TCP socket (an orphan is one) are handed to
-// `ss`: a socket dump through netlink costs tens of microseconds, a
-// process a few milliseconds, which at 10,000 endpoints was most of
-// `down` (BENCHMARKS.md, "Labs of 10,000 endpoints"). A namespace whose
-// dump fails is handed to `ss` as before.
+// `ss` (netns.HasTCPSockets reads the namespace's own counter): a process
+// per namespace costs a few milliseconds, which at 10,000 endpoints was
+// most of `down` (BENCHMARKS.md, "Labs of 10,000 endpoints"). A namespace
+// whose counter cannot be read is handed to `ss` as before.
 func destroySockets(handles []vns.NsHandle) {
 	for _, h := range handles {
 		if has, err := netns.HasTCPSockets(h); err == nil && !has {

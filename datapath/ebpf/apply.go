@@ -227,8 +227,8 @@ func setIdentities(m *hostMaps, hp *hostPlan) error {
 }
 
 // stage writes a host's next generation: in place where the record of
-// what it holds is there and its maps are the ones recorded, else into
-// new maps (see rebuild).
+// what it holds is there and names the host's outer maps, else into new
+// maps (genWriter with an empty record).
 func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan, grace func(*hostMaps) error) (*staged, error) {
 	m, err := openHost(lab.Name, h.Name)
 	if err != nil {
@@ -239,9 +239,9 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan, grace func(*hostM
 		return s, err
 	}
 	cur, next := s.cfg.Gen, 1-s.cfg.Gen
-	ids := genContent{PolicyID: mapID(m.policy), ExactID: mapID(m.exact), IPCacheID: mapID(m.ipcache)}
+	ids := outerIDs{PolicyID: mapID(m.policy), ExactID: mapID(m.exact), IPCacheID: mapID(m.ipcache)}
 	have := loadContent(contentPath(lab.Name, h.Name, next))
-	if have == nil || have.PolicyID != ids.PolicyID || have.ExactID != ids.ExactID || have.IPCacheID != ids.IPCacheID {
+	if have != nil && have.outerIDs != ids {
 		have = nil
 	}
 	if _, err := os.Stat(contentPath(lab.Name, h.Name, cur)); err != nil {
@@ -259,8 +259,8 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan, grace func(*hostM
 	if have == nil {
 		have = &genContent{}
 	}
-	w := &genWriter{m: m, dir: m.dir, gen: next, maxEp: s.cfg.MaxEp, size: lab.EBPF.PolicyMapSize, have: have}
-	s.next = &genContent{PolicyID: ids.PolicyID, ExactID: ids.ExactID, IPCacheID: ids.IPCacheID, IPCache: hp.IPCache}
+	w := &genWriter{m: m, gen: next, maxEp: s.cfg.MaxEp, size: lab.EBPF.PolicyMapSize, have: have}
+	s.next = &genContent{outerIDs: ids, IPCache: hp.IPCache}
 	if err := w.ipcache(hp.IPCache); err != nil {
 		return s, fmt.Errorf("ipcache: %w", err)
 	}
@@ -276,10 +276,7 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan, grace func(*hostM
 		if err != nil {
 			return s, fmt.Errorf("endpoint %s: %w", ep.ID, err)
 		}
-		for uint32(len(s.next.Slots)) < ep.Slot {
-			s.next.Slots = append(s.next.Slots, *have.slot(uint32(len(s.next.Slots))))
-		}
-		s.next.Slots = append(s.next.Slots, sc)
+		s.next.Slots = append(s.next.Slots, sc) // plan numbers slots 0, 1, ... in order
 	}
 	if len(hp.Endpoints) == 0 {
 		if err := fault.At(fault.EBPFMap, h.Name); err != nil {
@@ -303,7 +300,6 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan, grace func(*hostM
 // genWriter writes one generation of a host's maps.
 type genWriter struct {
 	m     *hostMaps
-	dir   string // the host's pins
 	gen   uint32
 	maxEp uint32
 	size  int         // policyMapSize
@@ -319,7 +315,12 @@ type outerBatch struct {
 	maps                     []*ebpf.Map // the new inner maps, open until flush
 }
 
-func (w *genWriter) fresh() bool { return w.have.PolicyID == 0 }
+// put queues new inner map m for slot key.
+func (b *outerBatch) put(key uint32, m *ebpf.Map) {
+	b.putKeys, b.putFDs, b.maps = append(b.putKeys, key), append(b.putFDs, uint32(m.FD())), append(b.maps, m)
+}
+
+func (w *genWriter) fresh() bool { return w.have.outerIDs == outerIDs{} }
 
 func (w *genWriter) batch(outer *ebpf.Map) *outerBatch {
 	if w.outer == nil {
@@ -359,7 +360,7 @@ func (w *genWriter) pinPath(dir, ep string) string {
 	if ep == "" {
 		return ""
 	}
-	return filepath.Join(w.dir, genDir(w.gen), dir, pinName(ep))
+	return filepath.Join(w.m.dir, genDir(w.gen), dir, pinName(ep))
 }
 
 func genDir(gen uint32) string { return fmt.Sprintf("gen%d", gen) }
@@ -400,9 +401,8 @@ func (w *genWriter) ipcache(want []ipEntry) error {
 	if err != nil {
 		return err
 	}
-	b := w.batch(w.m.ipcache)
-	b.putKeys, b.putFDs, b.maps = append(b.putKeys, key), append(b.putFDs, uint32(m.FD())), append(b.maps, m)
-	return pin(m, filepath.Join(w.dir, genDir(w.gen), "ipcache"))
+	w.batch(w.m.ipcache).put(key, m)
+	return pin(m, filepath.Join(w.m.dir, genDir(w.gen), "ipcache"))
 }
 
 // editIPCache brings an ipcache map from have to want.
@@ -553,8 +553,7 @@ func (w *genWriter) part(key uint32, ep, oldEp string, p part) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	b := w.batch(outer)
-	b.putKeys, b.putFDs, b.maps = append(b.putKeys, key), append(b.putFDs, uint32(m.FD())), append(b.maps, m)
+	w.batch(outer).put(key, m)
 	return size, pin(m, w.pinPath(dir, ep))
 }
 
@@ -584,21 +583,12 @@ func diffEntries(have, want []polEntry) (dels, puts []polEntry) {
 // editPolicy deletes and writes entries of a policy map. The map is of a
 // generation no program runs on: the order does not matter.
 func editPolicy(m *ebpf.Map, dels, puts []polEntry) error {
-	if len(dels) > 0 {
-		keys := make([]cnlabPolicyKey, len(dels))
-		for i, e := range dels {
-			keys[i], _ = policyKV(e)
-		}
-		if _, err := m.BatchDelete(keys, nil); err != nil {
-			if !errors.Is(err, ebpf.ErrNotSupported) {
-				return err
-			}
-			for _, k := range keys {
-				if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-					return err
-				}
-			}
-		}
+	delKeys := make([]cnlabPolicyKey, len(dels))
+	for i, e := range dels {
+		delKeys[i], _ = policyKV(e)
+	}
+	if err := batchDelete(m, delKeys); err != nil {
+		return err
 	}
 	keys := make([]cnlabPolicyKey, len(puts))
 	vals := make([]cnlabPolicyVal, len(puts))

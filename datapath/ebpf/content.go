@@ -22,11 +22,15 @@ import (
 // before the generation is edited and written once the generation is
 // active and no program can still be running on the one before it.
 type genContent struct {
-	// The outer maps the record's inner maps are in, by map ID: a lab
-	// whose maps were made again since is not described by it.
+	outerIDs
+	IPCache []ipEntry
+	Slots   []slotContent // by slot
+}
+
+// outerIDs are the outer maps a record's inner maps are in, by map ID: a
+// lab whose maps were made again since is not described by it.
+type outerIDs struct {
 	PolicyID, ExactID, IPCacheID uint32
-	IPCache                      []ipEntry
-	Slots                        []slotContent // by slot
 }
 
 type slotContent struct {
@@ -118,7 +122,7 @@ func unmarshalContent(b []byte) (*genContent, error) {
 		return nil, errContent
 	}
 	r := reader{b: body[len(contentMagic):]}
-	g := &genContent{PolicyID: r.u32(), ExactID: r.u32(), IPCacheID: r.u32()}
+	g := &genContent{outerIDs: outerIDs{PolicyID: r.u32(), ExactID: r.u32(), IPCacheID: r.u32()}}
 	n := r.count(13)
 	g.IPCache = make([]ipEntry, 0, n)
 	for i := 0; i < n && r.err == nil; i++ {

@@ -9,7 +9,7 @@ import (
 )
 
 func TestContentRoundTrip(t *testing.T) {
-	g := &genContent{PolicyID: 7, ExactID: 8, IPCacheID: 9,
+	g := &genContent{outerIDs: outerIDs{PolicyID: 7, ExactID: 8, IPCacheID: 9},
 		IPCache: []ipEntry{{Prefix: netip.MustParsePrefix("10.0.0.1/32"), Key: 1001, Identity: 1001},
 			{Prefix: netip.MustParsePrefix("192.168.0.0/16"), Key: 1 << 24, Identity: 1 << 24}},
 		Slots: []slotContent{

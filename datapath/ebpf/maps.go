@@ -32,7 +32,7 @@ func mapID(m *ebpf.Map) uint32 {
 }
 
 // batchDelete deletes keys with one syscall where supported.
-func batchDelete(m *ebpf.Map, keys []uint32) error {
+func batchDelete[K any](m *ebpf.Map, keys []K) error {
 	if len(keys) == 0 {
 		return nil
 	}

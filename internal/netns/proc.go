@@ -65,24 +65,11 @@ func holds(pid int, inodes map[uint64]bool) bool {
 	}
 	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	for _, fd := range fds {
-		path := fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())
-		link, err := os.Readlink(path)
-		if err != nil {
-			continue
-		}
-		if ino, ok := nsInode(link); ok {
-			if inodes[ino] {
-				return true
-			}
-			continue
-		}
-		if strings.HasPrefix(link, "socket:[") || strings.HasPrefix(link, "pipe:[") || strings.HasPrefix(link, "anon_inode:") {
-			continue
-		}
-		// A namespace file opened by its path (/run/netns/NAME, what
-		// netns.Open does) reads as that path: compare the file itself.
+		// The file itself, not its name: one opened through
+		// /proc/PID/ns/net reads as net:[inode], one opened by its path
+		// (/run/netns/NAME, what netns.Open does) as that path.
 		var st unix.Stat_t
-		if nsfsDev != 0 && unix.Stat(path, &st) == nil && st.Dev == nsfsDev && inodes[st.Ino] {
+		if nsfsDev != 0 && unix.Stat(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()), &st) == nil && st.Dev == nsfsDev && inodes[st.Ino] {
 			return true
 		}
 	}

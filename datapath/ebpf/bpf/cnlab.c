@@ -419,8 +419,8 @@ struct {
 // The exact entries of each endpoint's policy (a protocol and a single
 // port: prefixlen 64), per generation, in a hash map: one lookup whatever
 // their number. The LPM map above then holds only the entries with a
-// shorter prefix (ranges, any port, any protocol), and exists only when
-// there are some. An exact entry is the longest prefix that matches its
+// shorter prefix (ranges, any port, any protocol), and exists only once
+// there have been some. An exact entry is the longest prefix that matches its
 // own key, so a hit here is what the LPM holding both would answer.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
@@ -986,8 +986,9 @@ __attribute__((noinline)) int policy_verdict(struct query *q)
 }
 
 // verdict decides a new flow of endpoint index (this host's), in
-// direction dir, against the remote peer. Deny entries win; the two
-// lookups are the peer's own entries and the wildcard-peer entries. An
+// direction dir, against the remote peer. Deny entries win; the lookups
+// are the peer's own entries and, where the endpoint has any, the
+// wildcard-peer entries. An
 // allowed ingress flow to an L7 port sets p->proxied (user space marks
 // every allow entry that decides such a port, so whichever lookup wins
 // says so).
