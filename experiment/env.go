@@ -34,8 +34,12 @@ type Environment struct {
 	// Offloads are the lab interfaces' offload settings as built (ethtool
 	// -k of the first lab's client eth0), before any offloads: value of
 	// the matrix.
-	Offloads   map[string]string `json:"offloads,omitempty"`
-	CapturedAt time.Time         `json:"capturedAt"`
+	Offloads map[string]string `json:"offloads,omitempty"`
+	// Cluster describes the cluster a kubernetes run measured (its CNI,
+	// kube-proxy mode and nodes' system info); the rest of this file is
+	// then the machine cnlab ran on.
+	Cluster    any       `json:"cluster,omitempty"`
+	CapturedAt time.Time `json:"capturedAt"`
 }
 
 func firstLine(argv ...string) string {

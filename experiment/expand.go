@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -66,6 +67,10 @@ type Params struct {
 	L7Mode  string `json:"l7Mode,omitempty"`
 	L7Rules int    `json:"l7Rules,omitempty"`
 	L7Match string `json:"l7Match,omitempty"`
+	// Placement (same-node, cross-node) and Network (pod, host): the
+	// kubernetes backend's axes ("": as the topology places them, pod).
+	Placement string `json:"placement,omitempty"`
+	Network   string `json:"network,omitempty"`
 }
 
 // Text is the point's parameters in a few words, for tables
@@ -99,6 +104,8 @@ func (p Params) Text() string {
 	add(p.Services > 0 && p.ServicePosition != "", "position=%s", p.ServicePosition)
 	add(p.L7Mode != "", "l7=%s", p.L7Mode)
 	add(p.L7Mode == L7Rules, "rules=%d match=%s", p.L7Rules, p.L7Match)
+	add(p.Placement != "", "%s", p.Placement)
+	add(p.Network != "", "network=%s", p.Network)
 	return strings.Join(parts, " ")
 }
 
@@ -208,6 +215,12 @@ func (m *Matrix) merge(o Matrix, onlySet bool) {
 	if pick(len(m.L7Match), len(o.L7Match)) {
 		m.L7Match = o.L7Match
 	}
+	if pick(len(m.Placement), len(o.Placement)) {
+		m.Placement = o.Placement
+	}
+	if pick(len(m.Network), len(o.Network)) {
+		m.Network = o.Network
+	}
 }
 
 // dim is one axis of the matrix: how many values it has and how the i-th
@@ -262,6 +275,8 @@ func (m Matrix) dims() []dim {
 	str(m.L7Mode, func(p *Params, v string) { p.L7Mode = v })
 	num(m.L7Rules, func(p *Params, v int) { p.L7Rules = v })
 	str(m.L7Match, func(p *Params, v string) { p.L7Match = v })
+	str(m.Placement, func(p *Params, v string) { p.Placement = v })
+	str(m.Network, func(p *Params, v string) { p.Network = v })
 	return ds
 }
 
@@ -365,6 +380,16 @@ func (m Matrix) check(s *Spec, path string) error {
 			return s.errf(fmt.Sprintf("%s.switchLink[%d]", path, i), "%q: patch or veth", v)
 		}
 	}
+	for i, v := range m.Placement {
+		if v != PlacementSameNode && v != PlacementCrossNode {
+			return s.errf(fmt.Sprintf("%s.placement[%d]", path, i), "%q: %s or %s", v, PlacementSameNode, PlacementCrossNode)
+		}
+	}
+	for i, v := range m.Network {
+		if v != NetworkPod && v != NetworkHost {
+			return s.errf(fmt.Sprintf("%s.network[%d]", path, i), "%q: %s or %s", v, NetworkPod, NetworkHost)
+		}
+	}
 	dirs := []string{topology.ShapeToServer, topology.ShapeToClient, topology.ShapeBoth, topology.ShapeAll}
 	for i, v := range m.ShaperDirection {
 		if !slices.Contains(dirs, v) {
@@ -465,8 +490,12 @@ func (s *Spec) Points() ([]Point, error) {
 					continue
 				}
 				seen[key] = true
+				ser := series(q)
+				if s.Backend == BackendKubernetes {
+					ser = kubeSeries(q)
+				}
 				out = append(out, Point{ID: fmt.Sprintf("p%04d", len(out)+1), Sweep: pt.name, Params: q, Workload: w,
-					Series: series(q), Profile: pt.profile, Repetitions: pt.reps, Precision: pt.prec})
+					Series: ser, Profile: pt.profile, Repetitions: pt.reps, Precision: pt.prec})
 				if len(out) > MaxPoints {
 					return nil, s.errf("matrix", "expands to more than %d points", MaxPoints)
 				}
@@ -590,6 +619,10 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 	bad := func(key, format string, args ...any) error {
 		return s.errf(path+"."+key, format, args...)
 	}
+	if err := s.resolveKubeParams(p, bad); err != nil {
+		return err
+	}
+	kube := s.Backend == BackendKubernetes
 	chain := isChain(p.Topology)
 	if !isPreset(p.Topology) {
 		spec, err := s.loadTopology(p.Topology, topology.Overrides{Name: "check"})
@@ -598,7 +631,9 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 		}
 		chain = spec.Chain != nil
 	}
-	if chain {
+	if kube {
+		// setBackend refused what does not apply on a cluster.
+	} else if chain {
 		switch {
 		case p.Datapath != "":
 			return bad("datapath", "%s: a chain has no policy datapath (remove datapath: from this sweep)", p.Datapath)
@@ -725,5 +760,22 @@ func (s *Spec) loadTopology(name string, ov topology.Overrides) (*topology.Spec,
 	}
 	return topology.Parse(data, path, ov)
 }
+
+// readTopologyText is a topology file's text (loadTopology read it
+// already, so it exists).
+func (s *Spec) readTopologyText(name string) (string, error) {
+	path := name
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(s.Dir, name)
+	}
+	data, err := files.ReadInput(path)
+	if err != nil {
+		return "", &input.Error{File: s.File, Path: "topology", Msg: fmt.Sprintf("%s: %v", name, err)}
+	}
+	return string(data), nil
+}
+
+// fixedIP finds an endpoint's ip: key in a topology file.
+var fixedIP = regexp.MustCompile(`(?m)^\s*(-\s+)?ip:\s*\S`)
 
 func maxCPU() int { return runtime.NumCPU() }

@@ -208,12 +208,12 @@ func checkHTTPResult(r *traffic.HTTPResult, w Workload, seen string) error {
 // the client (cnlab http client, or ab) in the client's, for the warm-up
 // (its result dropped) and then the measured duration.
 func runHTTPWorkload(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
-	srv, err := start(ctx, e.ep.server, e.pin.server(), e.log, httpServerArgv(e.cnlab)...)
+	srv, err := e.start(ctx, e.ep.server, e.pin.server(), httpServerArgv(e.cnlab)...)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.stop(e.log)
-	if err := waitListening(ctx, srv, HTTPPort, false); err != nil {
+	if err := e.waitListening(ctx, srv, HTTPPort, false); err != nil {
 		return nil, err
 	}
 	url := httpURL(e, w)
@@ -225,7 +225,7 @@ func runHTTPWorkload(ctx context.Context, w Workload, e sampleEnv) (map[string]f
 	}
 	if e.warmup > 0 {
 		fmt.Fprintf(e.log, "--- warm-up (%s), not measured\n", e.warmup)
-		if cli, err := start(ctx, e.ep.client, e.pin.client(), e.log, argv(e.warmup)...); err == nil {
+		if cli, err := e.start(ctx, e.ep.client, e.pin.client(), argv(e.warmup)...); err == nil {
 			_ = cli.wait(e.log)
 		}
 		if ctx.Err() != nil {
@@ -234,7 +234,7 @@ func runHTTPWorkload(ctx context.Context, w Workload, e sampleEnv) (map[string]f
 	}
 	cpu0 := proxyCPU(e.lab)
 	t0 := time.Now()
-	cli, err := start(ctx, e.ep.client, e.pin.client(), e.log, argv(e.duration)...)
+	cli, err := e.start(ctx, e.ep.client, e.pin.client(), argv(e.duration)...)
 	if err != nil {
 		return nil, err
 	}

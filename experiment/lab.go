@@ -201,6 +201,9 @@ const policyUnknown = "\x00unknown"
 // cannot be taken down is an error of the whole run: every later build
 // of the same name would fail.
 func (ru *runner) teardown() error {
+	if ru.o.Backend != nil {
+		return ru.teardownCluster()
+	}
 	if ru.cur == nil {
 		return nil
 	}

@@ -45,13 +45,17 @@ type Results struct {
 	Experiment ExperimentInfo `json:"experiment"`
 	Seed       int64          `json:"seed"`
 	Lab        string         `json:"lab"`
-	StartedAt  time.Time      `json:"startedAt"`
-	FinishedAt *time.Time     `json:"finishedAt,omitempty"`
-	Status     string         `json:"status"`
-	Error      string         `json:"error,omitempty"`
-	Order      []Job          `json:"order"`  // the shuffled schedule
-	Builds     []Build        `json:"builds"` // every lab built, in order
-	Points     []PointResult  `json:"points"`
+	// Backend is where the points were measured: "lab" (this machine's
+	// namespaces) or "kubernetes" (a cluster: environment.json's cluster
+	// block says which). Runs from before it was recorded are labs.
+	Backend    string        `json:"backend,omitempty"`
+	StartedAt  time.Time     `json:"startedAt"`
+	FinishedAt *time.Time    `json:"finishedAt,omitempty"`
+	Status     string        `json:"status"`
+	Error      string        `json:"error,omitempty"`
+	Order      []Job         `json:"order"`  // the shuffled schedule
+	Builds     []Build       `json:"builds"` // every lab built, in order
+	Points     []PointResult `json:"points"`
 }
 
 // ExperimentInfo is the experiment file as given and as parsed.
@@ -85,6 +89,9 @@ type Build struct {
 	PolicyApply  []Apply        `json:"policyApply,omitempty"`
 	ServiceApply []ServiceApply `json:"serviceApply,omitempty"`
 	TeardownSecs float64        `json:"teardownSeconds"`
+	// Nodes are the cluster nodes of the endpoints (by ID), when the
+	// kubernetes backend deployed them.
+	Nodes map[string]string `json:"nodes,omitempty"`
 }
 
 // Apply is one policy update of a lab.
@@ -96,6 +103,12 @@ type Apply struct {
 	L7Match    string  `json:"l7Match,omitempty"`
 	Seconds    float64 `json:"seconds"`
 	Error      string  `json:"error,omitempty"`
+	// On a cluster: whether the probe saw the policies enforced as the
+	// model says, how long after the apply began, and what differed
+	// when it did not.
+	Enforced        *bool   `json:"enforced,omitempty"`
+	EnforcedSeconds float64 `json:"enforcedSeconds,omitempty"`
+	Mismatch        string  `json:"mismatch,omitempty"`
 }
 
 // ServiceApply is one replacement of a lab's Services (the whole set: N
@@ -119,6 +132,9 @@ type PointResult struct {
 	Prof    *ProfileResult     `json:"profileResult,omitempty"`
 	// Reached says how close a point with a precision target came.
 	Reached *PrecisionResult `json:"precisionResult,omitempty"`
+	// Nodes are the cluster nodes its client and server ran on (the
+	// kubernetes backend), by endpoint ID.
+	Nodes map[string]string `json:"nodes,omitempty"`
 }
 
 // Sample is one repetition's measurement.

@@ -36,6 +36,14 @@ type Options struct {
 	LabName  string    // default: "xp-" and 4 random hex digits
 	Seed     *int64    // overrides the file's seed
 	Flags    []string  // the flags that changed the file, recorded (Spec.Override)
+	// Backend measures on a cluster instead of a lab (nil: a lab here);
+	// the Spec must have been parsed for it (ParseFor).
+	Backend Backend
+	// Unenforced measures a point whose policies the cluster does not
+	// enforce as the model says, recording the mismatch, instead of
+	// failing it; EnforceTimeout bounds the wait (0: the default).
+	Unenforced     bool
+	EnforceTimeout time.Duration
 }
 
 // Run runs an experiment and writes its results directory. text is the
@@ -48,8 +56,15 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTools(points); err != nil {
-		return nil, err
+	if o.Backend == nil {
+		if s.Backend != "" {
+			return nil, fmt.Errorf("the experiment is set for backend %s, and no backend was given", s.Backend)
+		}
+		if err := checkTools(points); err != nil {
+			return nil, err
+		}
+	} else if s.Backend != o.Backend.Name() {
+		return nil, fmt.Errorf("backend %s given for an experiment parsed for %q (ParseFor)", o.Backend.Name(), s.Backend)
 	}
 	if o.Out == "" {
 		return nil, errors.New("no results directory given")
@@ -82,7 +97,16 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 		seed = int64(binary.LittleEndian.Uint64(b[:]) >> 1)
 	}
 	env := CaptureEnvironment()
-	r := &Results{Schema: Schema, Cnlab: env.Cnlab, Seed: seed, Lab: o.LabName, StartedAt: time.Now().UTC(), Status: StatusRunning,
+	backend := BackendLab
+	if o.Backend != nil {
+		backend = o.Backend.Name()
+		info, err := o.Backend.Describe(ctx)
+		if err != nil {
+			return nil, err
+		}
+		env.Cluster = info
+	}
+	r := &Results{Schema: Schema, Cnlab: env.Cnlab, Seed: seed, Lab: o.LabName, Backend: backend, StartedAt: time.Now().UTC(), Status: StatusRunning,
 		Experiment: ExperimentInfo{File: s.File, Name: s.Name, Quick: s.IsQuick(), Text: string(text), Spec: s, Flags: o.Flags}, Builds: []Build{}}
 	byID := map[string]*PointResult{}
 	for _, p := range points {
@@ -238,7 +262,9 @@ type runner struct {
 	points []Point
 	start  time.Time
 
-	cur      *topology.Spec // the lab that is up, if any
+	cur      *topology.Spec // the lab that is up (or deployed on a backend), if any
+	dep      *Deployed      // where the backend runs cur's endpoints
+	polSet   bool           // curPol is in force on the backend
 	curKey   string
 	curBuild int        // index in r.Builds
 	curPol   string     // policy text applied to it
@@ -357,6 +383,9 @@ func (e labError) Unwrap() error        { return e.err }
 
 // job runs one repetition of a point (or its profiled run).
 func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
+	if ru.o.Backend != nil {
+		return ru.clusterJob(ctx, pr, j)
+	}
 	if err := ru.ensureLab(ctx, pr.Params); err != nil {
 		return labError{err}
 	}
@@ -375,6 +404,14 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 	if err != nil {
 		return err // this point's Services only
 	}
+	e := sampleEnv{ep: endpoints{client: cl.Netns, server: sv.Netns, serverIP: sv.IP, dest: dest}, warmup: time.Duration(ru.s.Warmup),
+		duration: time.Duration(ru.s.Duration), pin: ru.s.Pin, rr: ru.o.RR, cnlab: cnlabArgv(ru.o.RR), lab: ru.cur.Name}
+	return ru.measure(ctx, pr, j, e)
+}
+
+// measure runs one repetition of a point (or its profiled run) where e
+// says, logging to its log file.
+func (ru *runner) measure(ctx context.Context, pr *PointResult, j Job, e sampleEnv) error {
 	logName := filepath.Join("logs", fmt.Sprintf("%s-r%d.log", pr.ID, j.Repetition))
 	if j.Repetition < 0 {
 		logName = filepath.Join("logs", pr.ID+"-profile.log")
@@ -385,12 +422,11 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "point %s %s repetition %d\nparams %+v\nworkload %+v\n", pr.ID, pr.Workload.Name(), j.Repetition, pr.Params, pr.Workload)
-	e := sampleEnv{ep: endpoints{client: cl.Netns, server: sv.Netns, serverIP: sv.IP, dest: dest}, warmup: time.Duration(ru.s.Warmup),
-		duration: time.Duration(ru.s.Duration), pin: ru.s.Pin, rr: ru.o.RR, cnlab: cnlabArgv(ru.o.RR), lab: ru.cur.Name, log: logf}
+	e.log = logf
 	if j.Repetition < 0 {
 		return ru.profiled(ctx, pr, e, logName)
 	}
-	if pr.Workload.Kind == UDPStream {
+	if pr.Workload.Kind == UDPStream && e.be == nil {
 		if err := settleReassembly(ctx, ru.cur, logf); err != nil {
 			return err
 		}

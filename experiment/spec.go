@@ -46,10 +46,12 @@ type Spec struct {
 	Matrix      Matrix     `yaml:"matrix" json:"matrix"`
 	Sweeps      []Sweep    `yaml:"sweeps" json:"sweeps,omitempty"`
 	Quick       *Quick     `yaml:"quick" json:"quick,omitempty"`
-	Dir         string     `yaml:"-" json:"-"` // directory of the file, for relative topology files
-	File        string     `yaml:"-" json:"-"`
-	quick       bool
-	allSkipped  bool // quick: every sweep had quick.skip
+	// Backend is where the points are measured ("": a lab; ParseFor).
+	Backend    string `yaml:"-" json:"backend,omitempty"`
+	Dir        string `yaml:"-" json:"-"` // directory of the file, for relative topology files
+	File       string `yaml:"-" json:"-"`
+	quick      bool
+	allSkipped bool // quick: every sweep had quick.skip
 }
 
 // Sweep is one matrix of an experiment with several. Its matrix keys
@@ -178,6 +180,11 @@ type Matrix struct {
 	L7Mode  []string `yaml:"l7Mode" json:"l7Mode,omitempty"`
 	L7Rules []int    `yaml:"l7Rules" json:"l7Rules,omitempty"`
 	L7Match []string `yaml:"l7Match" json:"l7Match,omitempty"`
+	// Placement and Network apply to the kubernetes backend only
+	// (docs/kubernetes.md): the server on the client's node or another,
+	// and the agent pods in the pod network or the node's.
+	Placement []string `yaml:"placement" json:"placement,omitempty"`
+	Network   []string `yaml:"network" json:"network,omitempty"`
 }
 
 // Workload kinds.
@@ -305,6 +312,12 @@ const (
 // it in errors and locates relative topology files. quick applies the
 // file's quick: block.
 func Parse(data []byte, file string, quick bool) (*Spec, error) {
+	return ParseFor(data, file, quick, "")
+}
+
+// ParseFor is Parse for a run on backend (BackendLab, "" or
+// BackendKubernetes): what cannot apply there is refused naming its key.
+func ParseFor(data []byte, file string, quick bool, backend string) (*Spec, error) {
 	docs, err := yamlx.Documents(data)
 	if err != nil {
 		return nil, &input.Error{File: file, Msg: err.Error()}
@@ -327,6 +340,9 @@ func Parse(data []byte, file string, quick bool) (*Spec, error) {
 	}
 	if quick {
 		s.applyQuick()
+	}
+	if err := s.setBackend(backend); err != nil {
+		return nil, err
 	}
 	if err := s.validate(); err != nil {
 		return nil, err

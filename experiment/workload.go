@@ -42,6 +42,9 @@ type sampleEnv struct {
 	cnlab    []string // argv of cnlab itself (rr's without "rr"), for cnlab http
 	lab      string   // the lab's name, to find its L7 proxies
 	log      io.Writer
+	// be runs the processes when the endpoints are not this machine's
+	// namespaces (client and server are then endpoint IDs).
+	be Backend
 }
 
 // proc is a measuring process started inside a namespace.
@@ -50,6 +53,11 @@ type proc struct {
 	out  syncBuffer
 	errb syncBuffer
 	t0   time.Time
+	// where is the process's endpoint when a backend runs it (remote):
+	// cmd is then the local relay, whose CPU time is not the process's.
+	where  string
+	remote bool
+	prog   string // argv[0] of the measuring process
 }
 
 // syncBuffer is a bytes.Buffer that can be read while the process writes.
@@ -78,19 +86,34 @@ func (s *syncBuffer) Len() int {
 	return s.b.Len()
 }
 
-// start runs argv inside ns, pinned to cpu when set. The process is
-// killed when ctx ends.
-func start(ctx context.Context, ns string, cpu *int, log io.Writer, argv ...string) (*proc, error) {
+// start runs argv inside ns (an endpoint, when a backend runs it),
+// pinned to cpu when set. The process is killed when ctx ends.
+func (e sampleEnv) start(ctx context.Context, ns string, cpu *int, argv ...string) (*proc, error) {
+	return startIn(ctx, e.be, ns, cpu, e.log, argv...)
+}
+
+func startIn(ctx context.Context, be Backend, ns string, cpu *int, log io.Writer, argv ...string) (*proc, error) {
 	if cpu != nil {
 		argv = append([]string{"taskset", "-c", strconv.Itoa(*cpu)}, argv...)
 	}
 	fmt.Fprintf(log, "$ [%s] %s\n", ns, strings.Join(argv, " "))
-	p := &proc{cmd: exec.CommandContext(ctx, argv[0], argv[1:]...)}
+	p := &proc{where: ns, remote: be != nil, prog: argv[0]}
+	if be != nil {
+		p.cmd = be.Command(ctx, ns, argv)
+	} else {
+		p.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errb
 	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(syscall.SIGTERM) }
 	p.cmd.WaitDelay = 3 * time.Second
 	p.t0 = time.Now()
-	if err := netns.Start(ns, p.cmd); err != nil {
+	var err error
+	if be != nil {
+		err = p.cmd.Start()
+	} else {
+		err = netns.Start(ns, p.cmd)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("start %s in %s: %w", argv[0], ns, err)
 	}
 	return p, nil
@@ -105,10 +128,10 @@ func (p *proc) wait(log io.Writer) error {
 
 func (p *proc) dump(log io.Writer) {
 	if p.out.Len() > 0 {
-		fmt.Fprintf(log, "--- stdout of %s\n%s\n", p.cmd.Args[0], strings.TrimSpace(p.out.String()))
+		fmt.Fprintf(log, "--- stdout of %s\n%s\n", p.name(), strings.TrimSpace(p.out.String()))
 	}
 	if p.errb.Len() > 0 {
-		fmt.Fprintf(log, "--- stderr of %s\n%s\n", p.cmd.Args[0], strings.TrimSpace(p.errb.String()))
+		fmt.Fprintf(log, "--- stderr of %s\n%s\n", p.name(), strings.TrimSpace(p.errb.String()))
 	}
 }
 
@@ -140,30 +163,34 @@ func (p *proc) cpuPercent() float64 {
 }
 
 // waitListening waits until the process listens on port (TCP or UDP),
-// reading its namespace's socket tables through /proc/PID/net.
-func waitListening(ctx context.Context, p *proc, port int, udp bool) error {
-	file, state := "tcp", " 0A " // LISTEN
+// reading its namespace's socket tables through /proc/PID/net (a remote
+// process's endpoint's through /proc/net, read there).
+func (e sampleEnv) waitListening(ctx context.Context, p *proc, port int, udp bool) error {
+	file := "tcp"
 	if udp {
-		file, state = "udp", " 07 " // unconnected UDP sockets are "CLOSE"
+		file = "udp"
 	}
-	want := fmt.Sprintf(":%04X ", port)
-	deadline := time.Now().Add(5 * time.Second)
+	limit := 5 * time.Second
+	if p.remote {
+		limit = 20 * time.Second // an exec per look
+	}
+	deadline := time.Now().Add(limit)
 	for {
 		for _, table := range []string{file, file + "6"} { // iperf3 listens on a dual-stack IPv6 socket
-			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", p.cmd.Process.Pid, table))
-			if err != nil {
-				continue
+			var data []byte
+			var err error
+			if p.remote {
+				cmd := e.be.Command(ctx, p.where, []string{"cat", "/proc/net/" + table})
+				data, err = cmd.Output()
+			} else {
+				data, err = os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", p.cmd.Process.Pid, table))
 			}
-			sc := bufio.NewScanner(bytes.NewReader(data))
-			for sc.Scan() {
-				f := strings.Fields(sc.Text())
-				if len(f) > 3 && strings.HasSuffix(f[1]+" ", want) && " "+f[3]+" " == state {
-					return nil
-				}
+			if err == nil && listens(data, port, udp) {
+				return nil
 			}
 		}
 		if exited(p.cmd.Process.Pid) || time.Now().After(deadline) {
-			return fmt.Errorf("%s did not listen on port %d within 5 s: %s", p.cmd.Args[0], port, strings.TrimSpace(p.errb.String()))
+			return fmt.Errorf("%s did not listen on port %d within %v: %s", p.name(), port, limit, strings.TrimSpace(p.errb.String()))
 		}
 		select {
 		case <-ctx.Done():
@@ -172,6 +199,27 @@ func waitListening(ctx context.Context, p *proc, port int, udp bool) error {
 		}
 	}
 }
+
+// listens reports whether a /proc/net/{tcp,udp}[6] table has a socket
+// listening on port (unconnected, for UDP).
+func listens(table []byte, port int, udp bool) bool {
+	state := " 0A " // LISTEN
+	if udp {
+		state = " 07 " // unconnected UDP sockets are "CLOSE"
+	}
+	want := fmt.Sprintf(":%04X ", port)
+	sc := bufio.NewScanner(bytes.NewReader(table))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 3 && strings.HasSuffix(f[1]+" ", want) && " "+f[3]+" " == state {
+			return true
+		}
+	}
+	return false
+}
+
+// name is the program the process runs (not a backend's relay).
+func (p *proc) name() string { return p.prog }
 
 // exited reports whether a child that was not waited for has exited (a
 // zombie), so a server that fails at once is not waited on for seconds.
@@ -184,14 +232,25 @@ func exited(pid int) bool {
 	return i < 0 || i+2 >= len(data) || data[i+2] == 'Z'
 }
 
-// cpuTimes reads the machine's busy and total jiffies from /proc/stat.
-func cpuTimes() (busy, total float64) {
-	data, err := os.ReadFile("/proc/stat")
+// cpuTimes reads the machine's busy and total jiffies from /proc/stat:
+// this machine's, or the client's node's when a backend runs the
+// endpoints (/proc/stat is not namespaced).
+func (e sampleEnv) cpuTimes(ctx context.Context) (busy, total float64) {
+	var data []byte
+	var err error
+	if e.be != nil {
+		data, err = e.be.Command(ctx, e.ep.client, []string{"cat", "/proc/stat"}).Output()
+	} else {
+		data, err = os.ReadFile("/proc/stat")
+	}
 	if err != nil {
 		return 0, 0
 	}
 	line, _, _ := strings.Cut(string(data), "\n")
 	f := strings.Fields(line)
+	if len(f) < 2 {
+		return 0, 0
+	}
 	for i, v := range f[1:] {
 		x, _ := strconv.ParseFloat(v, 64)
 		total += x
@@ -204,7 +263,7 @@ func cpuTimes() (busy, total float64) {
 
 // runSample runs one workload once and returns its metrics.
 func runSample(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
-	b0, t0 := cpuTimes()
+	b0, t0 := e.cpuTimes(ctx)
 	var m map[string]float64
 	var err error
 	switch w.Kind {
@@ -222,7 +281,7 @@ func runSample(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 	if err != nil {
 		return nil, err
 	}
-	if b1, t1 := cpuTimes(); t1 > t0 {
+	if b1, t1 := e.cpuTimes(ctx); t1 > t0 {
 		m["system_cpu_pct"] = 100 * (b1 - b0) / (t1 - t0)
 	}
 	return m, nil
@@ -241,12 +300,12 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 	var clients []*proc
 	for i := 0; i < flows; i++ {
 		port := IperfPort + i
-		srv, err := start(ctx, e.ep.server, e.pin.server(), e.log, "iperf3", "-s", "-1", "-p", strconv.Itoa(port))
+		srv, err := e.start(ctx, e.ep.server, e.pin.server(), "iperf3", "-s", "-1", "-p", strconv.Itoa(port))
 		if err != nil {
 			return nil, err
 		}
 		defer srv.stop(e.log)
-		if err := waitListening(ctx, srv, port, false); err != nil {
+		if err := e.waitListening(ctx, srv, port, false); err != nil {
 			return nil, err
 		}
 	}
@@ -266,7 +325,7 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 			}
 			argv = append(argv, "-u", "-b", rate)
 		}
-		cli, err := start(ctx, e.ep.client, e.pin.client(), e.log, argv...)
+		cli, err := e.start(ctx, e.ep.client, e.pin.client(), argv...)
 		if err != nil {
 			for _, c := range clients {
 				c.stop(e.log)
@@ -329,17 +388,17 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 func runRR(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
 	sizes := []string{"--mode", w.Kind, "--request-size", strconv.Itoa(w.RequestSize), "--response-size", strconv.Itoa(w.ResponseSize)}
 	srvArgv := append(append(append([]string{}, e.rr...), "server", "--port", strconv.Itoa(RRPort)), sizes...)
-	srv, err := start(ctx, e.ep.server, e.pin.server(), e.log, srvArgv...)
+	srv, err := e.start(ctx, e.ep.server, e.pin.server(), srvArgv...)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.stop(e.log)
-	if err := waitListening(ctx, srv, RRPort, w.Kind == UDPRR); err != nil {
+	if err := e.waitListening(ctx, srv, RRPort, w.Kind == UDPRR); err != nil {
 		return nil, err
 	}
 	cliArgv := append(append(append([]string{}, e.rr...), "client", "-o", "json", "--to", fmt.Sprintf("%s:%d", e.ep.dest, RRPort),
 		"--duration", e.duration.String(), "--warmup", e.warmup.String()), sizes...)
-	cli, err := start(ctx, e.ep.client, e.pin.client(), e.log, cliArgv...)
+	cli, err := e.start(ctx, e.ep.client, e.pin.client(), cliArgv...)
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +421,9 @@ func runRR(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, er
 		"latency_p90_us":     l.P90,
 		"latency_p99_us":     l.P99,
 		"latency_p999_us":    l.P999,
-		"client_cpu_pct":     cli.cpuPercent(),
+	}
+	if !cli.remote { // a backend's relay is not the client
+		m["client_cpu_pct"] = cli.cpuPercent()
 	}
 	if w.Kind == UDPRR {
 		m["timeouts"] = float64(r.Timeouts)
@@ -391,13 +452,13 @@ func runPing(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, 
 	// one echo of another ICMP flow (ping picks a new identifier per
 	// process), so that the measured first echo costs a new flow in the
 	// datapath (conntrack, policy, translation) and no ARP resolution.
-	if warm, err := start(ctx, e.ep.client, e.pin.client(), e.log, "ping", "-n", "-c", "1", "-W", "1", e.ep.serverIP.String()); err == nil {
+	if warm, err := e.start(ctx, e.ep.client, e.pin.client(), "ping", "-n", "-c", "1", "-W", "1", e.ep.serverIP.String()); err == nil {
 		_ = warm.wait(e.log)
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	cli, err := start(ctx, e.ep.client, e.pin.client(), e.log, "ping", "-n", "-c", strconv.Itoa(w.Count), "-i", "0.01", "-W", "1", e.ep.serverIP.String())
+	cli, err := e.start(ctx, e.ep.client, e.pin.client(), "ping", "-n", "-c", strconv.Itoa(w.Count), "-i", "0.01", "-W", "1", e.ep.serverIP.String())
 	if err != nil {
 		return nil, err
 	}

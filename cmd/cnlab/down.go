@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/kube"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
@@ -12,20 +14,40 @@ import (
 
 func newDownCmd(e *env) *cobra.Command {
 	var all bool
+	var backend string
+	var kc kube.Config
 	cmd := &cobra.Command{
-		Use:   "down LAB | --all",
+		Use:   "down LAB | --all  |  down --backend kubernetes (RUN | --all) [--kubeconfig F] [--context C]",
 		Short: "Tear a lab down (or every lab), leaving nothing behind",
 		Long: `Tear a lab down: kill the processes running inside it, delete its
 namespaces and pins, and return once the kernel has destroyed them. What to
 delete is found from the kernel's state (names tagged with the lab), so a
 lab left half-built by a crash or kill -9 is removed as well. A lab that is
 not there is already down: cnlab says so on stderr and exits 0 (an invalid
-lab name is still bad input, exit 2).`,
+lab name is still bad input, exit 2).
+
+With --backend kubernetes it deletes what a run on a cluster created (cnlab
+run --backend kubernetes): the namespaces labeled with the run's name
+(cnlab.io/run), or with --all every namespace cnlab created there, and
+waits until they are gone. Namespaces without cnlab's labels are never
+touched.`,
 		Example: `  cnlab down multi-host
-  cnlab down --all    # every lab on this machine, other users' too`,
+  cnlab down --all    # every lab on this machine, other users' too
+  cnlab down --backend kubernetes xp-1a2b --context my-cluster
+  cnlab down --backend kubernetes --all`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) || len(args) > 1 {
 				return usagef("give one LAB or --all")
+			}
+			switch backend {
+			case experiment.BackendKubernetes:
+				return downCluster(e, cmd, kc, args, all)
+			case experiment.BackendLab:
+				if cmd.Flags().Changed("kubeconfig") || cmd.Flags().Changed("context") {
+					return usagef("--kubeconfig and --context apply with --backend kubernetes")
+				}
+			default:
+				return usagef("--backend %q: lab or kubernetes", backend)
 			}
 			if len(args) == 1 {
 				if err := lab.CheckName(args[0]); err != nil {
@@ -61,6 +83,43 @@ lab name is still bad input, exit 2).`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&all, "all", false, "tear down every cnlab lab on this machine")
+	cmd.Flags().BoolVar(&all, "all", false, "tear down every cnlab lab on this machine (with --backend kubernetes: everything cnlab created on the cluster)")
+	cmd.Flags().StringVar(&backend, "backend", experiment.BackendLab, "lab, or kubernetes: what cnlab run --backend kubernetes created on a cluster")
+	cmd.Flags().StringVar(&kc.Kubeconfig, "kubeconfig", "", "kubernetes: the kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
+	cmd.Flags().StringVar(&kc.Context, "context", "", "kubernetes: the kubeconfig's context (default: its current one)")
 	return cmd
+}
+
+// downCluster deletes a run's namespaces (or every one cnlab created) on
+// a cluster and waits until they are gone.
+func downCluster(e *env, cmd *cobra.Command, kc kube.Config, args []string, all bool) error {
+	run := ""
+	if !all {
+		run = args[0]
+		if _, err := kube.NamespaceName(run, "default"); err != nil {
+			return usagef("%v", err)
+		}
+	}
+	c, err := kube.Connect(kc)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	gone, err := c.Down(cmd.Context(), run, true)
+	for _, ns := range gone {
+		fmt.Fprintf(e.stdout, "namespace %s deleted\n", ns)
+	}
+	if err != nil {
+		return err
+	}
+	if len(gone) == 0 {
+		what := "run " + run
+		if all {
+			what = "any run"
+		}
+		fmt.Fprintf(e.stderr, "cnlab: nothing of %s on the cluster: nothing to do\n", what)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "%s down (%.2fs)\n", map[bool]string{true: "every cnlab run is", false: "run " + run + " is"}[all], time.Since(start).Seconds())
+	return nil
 }

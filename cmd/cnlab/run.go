@@ -15,6 +15,7 @@ import (
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/plural"
+	"github.com/cnlab/cnlab/kube"
 	"github.com/cnlab/cnlab/report"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -27,6 +28,10 @@ const exitInterrupted = 130
 func newRunCmd(e *env) *cobra.Command {
 	var quick, plan, withReport bool
 	var out, labName, output, precision string
+	var backend, nodes string
+	var kc kube.Config
+	var unenforced bool
+	var enforceTimeout time.Duration
 	var seed int64
 	var ov experiment.Overrides
 	var warmup time.Duration
@@ -80,12 +85,22 @@ and the run goes on; the exit code is then 1.`,
 				}
 				text = data
 			}
-			s, err := experiment.Parse(text, file, quick)
+			if backend == experiment.BackendKubernetes && len(args) == 0 {
+				return usagef("--backend kubernetes: give an experiment file (e.g. experiments/k8s-smoke.yaml): the built-in default sweeps the lab's datapaths")
+			}
+			s, err := experiment.ParseFor(text, file, quick, backend)
 			if err != nil {
 				return err
 			}
 			if len(args) == 0 {
 				s.Matrix.Datapath = availableDatapaths(e, s.Matrix.Datapath)
+			}
+			if backend != experiment.BackendKubernetes {
+				for _, name := range []string{"kubeconfig", "context", "nodes", "image", "unenforced", "enforce-timeout"} {
+					if cmd.Flags().Changed(name) {
+						return usagef("--%s applies with --backend kubernetes", name)
+					}
+				}
 			}
 			if cmd.Flags().Changed("seed") {
 				s.Seed = &seed
@@ -105,7 +120,15 @@ and the run goes on; the exit code is then 1.`,
 			if plan {
 				return printPlan(e, s, output)
 			}
-			if err := needRoot(); err != nil {
+			var be *kube.Backend
+			if backend == experiment.BackendKubernetes {
+				if kc.Nodes, err = kube.ParseNodes(nodes); err != nil {
+					return usagef("--nodes: %v", err)
+				}
+				if be, err = newKubeBackend(kc); err != nil {
+					return err
+				}
+			} else if err := needRoot(); err != nil {
 				return err
 			}
 			if out == "" {
@@ -116,7 +139,16 @@ and the run goes on; the exit code is then 1.`,
 			}
 			jobs, labs, d, _ := s.Estimate()
 			e.progress(fmt.Sprintf("running %s: %s on %s, about %s; results in %s", s, plural.N(jobs, "run"), plural.N(labs, "lab build"), d.Round(time.Second), out))
-			r, err := experiment.Run(cmd.Context(), s, text, experiment.Options{Out: out, Progress: e.stderr, Terminal: isTerminal(e.stderr), LabName: labName, Flags: flags})
+			o := experiment.Options{Out: out, Progress: e.stderr, Terminal: isTerminal(e.stderr), LabName: labName, Flags: flags,
+				Unenforced: unenforced, EnforceTimeout: enforceTimeout}
+			if be != nil {
+				if err := pickRunName(&o); err != nil {
+					return err
+				}
+				be.Run = o.LabName
+				o.Backend = be
+			}
+			r, err := experiment.Run(cmd.Context(), s, text, o)
 			if r == nil {
 				return err
 			}
@@ -159,6 +191,13 @@ and the run goes on; the exit code is then 1.`,
 	f.IntVar(&ov.MaxRepetitions, "max-repetitions", 0, "with a precision target: most samples per point (default 20)")
 	f.DurationVar(&ov.MaxTime, "max-time", 0, "with a precision target: no new round after the run has taken this long (e.g. 30m)")
 	f.StringVarP(&output, "output", "o", "", "json: print the outcome (or the plan) as JSON on stdout")
+	f.StringVar(&backend, "backend", experiment.BackendLab, "where to measure: lab (namespaces on this machine) or kubernetes (a cluster: docs/kubernetes.md)")
+	f.StringVar(&kc.Kubeconfig, "kubeconfig", "", "kubernetes: the kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
+	f.StringVar(&kc.Context, "context", "", "kubernetes: the kubeconfig's context (default: its current one)")
+	f.StringVar(&nodes, "nodes", "", "kubernetes: topology hosts to nodes, e.g. flip=worker-1,flap=worker-2 (default: nodes labeled cnlab.io/host=HOST, then any)")
+	f.StringVar(&kc.Image, "image", kube.DefaultImage, "kubernetes: the agent pods' image (needs sh, iperf3, ping)")
+	f.BoolVar(&unenforced, "unenforced", false, "kubernetes: measure points whose policies the cluster does not enforce as they say (recorded), instead of failing them")
+	f.DurationVar(&enforceTimeout, "enforce-timeout", experiment.DefaultEnforceTimeout, "kubernetes: how long to wait for the cluster to enforce a point's policies")
 	return cmd
 }
 

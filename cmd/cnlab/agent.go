@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/kube"
+	"github.com/spf13/cobra"
+)
+
+// newAgentCmd holds what the kubernetes backend runs: `agent exec` here,
+// relaying a workload into an agent pod, and `agent connect` there, the
+// enforcement probe's connection. Hidden: users run `cnlab run --backend
+// kubernetes`.
+func newAgentCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:    "agent",
+		Short:  "What the kubernetes backend runs (internal)",
+		Hidden: true,
+	}
+	cmd.AddCommand(newAgentExecCmd(e), newAgentConnectCmd(e))
+	return cmd
+}
+
+func newAgentExecCmd(e *env) *cobra.Command {
+	var c kube.Config
+	var ns, pod string
+	cmd := &cobra.Command{
+		Use:   "exec --namespace NS --pod POD [--kubeconfig F] [--context C] -- CMD...",
+		Short: "Run a command in an agent pod (no TTY), relaying its output and exit status",
+		Long: `Runs CMD in the pod's agent container by exec, with stdout and stderr
+relayed and the command's exit status as this one's. SIGTERM or Ctrl-C
+stops the command in the pod too (it records its PID there first), whatever
+the container runtime does with a closed exec stream.`,
+		Example: `  cnlab agent exec --namespace cnlab-xp-1a2b-default --pod server -- iperf3 -s -1`,
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if ns == "" || pod == "" {
+				return usagef("give --namespace and --pod")
+			}
+			cl, err := kube.Connect(c)
+			if err != nil {
+				return err
+			}
+			var b [8]byte
+			_, _ = rand.Read(b[:])
+			pidfile := "/tmp/cnlab-exec-" + hex.EncodeToString(b[:]) + ".pid"
+			err = cl.Exec(cmd.Context(), ns, pod, kube.WrapCommand(pidfile, args), nil, e.stdout, e.stderr)
+			if cmd.Context().Err() != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = cl.Exec(ctx, ns, pod, kube.StopCommand(pidfile), nil, nil, nil)
+				return exitStatus(143)
+			}
+			var xe *kube.ExitError
+			if errors.As(err, &xe) {
+				return exitStatus(xe.Code)
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&c.Kubeconfig, "kubeconfig", "", "the kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
+	cmd.Flags().StringVar(&c.Context, "context", "", "the kubeconfig's context (default: its current one)")
+	cmd.Flags().StringVar(&ns, "namespace", "", "the pod's namespace")
+	cmd.Flags().StringVar(&pod, "pod", "", "the pod")
+	return cmd
+}
+
+func newAgentConnectCmd(e *env) *cobra.Command {
+	var to string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:     "connect --to IP:PORT [--timeout 1s]",
+		Short:   "Open one TCP connection: exit 0 when it is accepted, 1 when not",
+		Example: `  cnlab agent connect --to 10.244.1.7:12865 --timeout 1s`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, _, err := net.SplitHostPort(to); err != nil {
+				return usagef("--to %q: give IP:PORT", to)
+			}
+			c, err := (&net.Dialer{Timeout: timeout}).DialContext(cmd.Context(), "tcp", to)
+			if err != nil {
+				fmt.Fprintf(e.stdout, "no connection: %v\n", err)
+				return exitStatus(1)
+			}
+			c.Close()
+			fmt.Fprintln(e.stdout, "connected")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "where to connect (IP:PORT)")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Second, "how long to wait for the handshake")
+	return cmd
+}
+
+// newKubeBackend connects to the cluster the flags name; Run is set later.
+func newKubeBackend(c kube.Config) (*kube.Backend, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find cnlab's own executable (streamed into the agent pods): %w", err)
+	}
+	cl, err := kube.Connect(c)
+	if err != nil {
+		return nil, err
+	}
+	return &kube.Backend{C: cl, Self: self}, nil
+}
+
+// pickRunName draws a run name (its namespaces' middle part) when --lab
+// gives none, and checks a given one makes namespace names.
+func pickRunName(o *experiment.Options) error {
+	if o.LabName == "" {
+		var b [2]byte
+		_, _ = rand.Read(b[:])
+		o.LabName = fmt.Sprintf("xp-%x", b)
+	}
+	if _, err := kube.NamespaceName(o.LabName, "default"); err != nil {
+		return usagef("--lab: %v", err)
+	}
+	return nil
+}

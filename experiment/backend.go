@@ -1,0 +1,217 @@
+package experiment
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strings"
+
+	"github.com/cnlab/cnlab/internal/input"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Backends: where a run's points are measured.
+const (
+	BackendLab        = "lab"        // namespaces on this machine (the default)
+	BackendKubernetes = "kubernetes" // agent pods on a cluster (package kube)
+)
+
+// The kubernetes backend's matrix values.
+const (
+	PlacementSameNode  = "same-node"
+	PlacementCrossNode = "cross-node"
+	NetworkPod         = "pod"
+	NetworkHost        = "host"
+)
+
+// Backend measures points somewhere other than a lab on this machine:
+// package kube's cluster. The runner calls Deploy when a point needs
+// other endpoints than the last one's, ApplyPolicies when it needs other
+// policies, runs the workloads through Command, and Teardown at the end
+// (also after Ctrl-C, with a fresh context).
+type Backend interface {
+	// Name is recorded in results.json (BackendKubernetes).
+	Name() string
+	// Describe is environment.json's cluster block: the CNI, kube-proxy
+	// mode and nodes as detected.
+	Describe(ctx context.Context) (any, error)
+	// Deploy makes spec's endpoints run as p places them (p.Placement,
+	// p.Network), replacing the previous deployment and its policies.
+	Deploy(ctx context.Context, spec *topology.Spec, p Params, progress func(string)) (*Deployed, error)
+	// ApplyPolicies makes text (policy YAML as a lab gets it, namespaces
+	// of the topology) the deployment's policies.
+	ApplyPolicies(ctx context.Context, text string) error
+	// Command is a local command that runs argv in an endpoint (by ID)
+	// and relays its output and exit status; SIGTERM ends it there too.
+	Command(ctx context.Context, endpoint string, argv []string) *exec.Cmd
+	// Teardown deletes everything the run created.
+	Teardown(ctx context.Context) error
+}
+
+// Deployed is where a backend runs a topology's endpoints.
+type Deployed struct {
+	Endpoints map[string]DeployedEndpoint // by endpoint ID (ns/name)
+	// Agent is the path of cnlab's own binary inside the endpoints.
+	Agent string
+}
+
+// DeployedEndpoint is one endpoint's pod.
+type DeployedEndpoint struct {
+	IP   netip.Addr
+	Node string
+	Pod  string // namespace/name
+}
+
+// kubeRefused are the matrix keys that cannot apply on a cluster, with
+// why (docs/kubernetes.md).
+var kubeRefused = []struct {
+	key, why string
+	set      func(m Matrix) bool
+}{
+	{"datapath", "the cluster's CNI is the datapath (recorded in environment.json)", func(m Matrix) bool { return len(m.Datapath) > 0 }},
+	{"hostRouting", "an option of cnlab's eBPF datapath, not of the cluster's CNI", func(m Matrix) bool { return len(m.HostRouting) > 0 }},
+	{"socketLB", "an option of cnlab's eBPF datapath, not of the cluster's CNI", func(m Matrix) bool { return len(m.SocketLB) > 0 }},
+	{"peers", "an option of cnlab's iptables datapath", func(m Matrix) bool { return len(m.Peers) > 0 }},
+	{"link", "the cluster's nodes are joined by their own network", func(m Matrix) bool { return len(m.Link) > 0 }},
+	{"chainLength", "chains are namespaces in series on one machine", func(m Matrix) bool { return len(m.ChainLength) > 0 }},
+	{"mtu", "the pod MTU is the CNI's", func(m Matrix) bool { return len(m.MTU) > 0 }},
+	{"offloads", "the nodes' offloads are not cnlab's to change", func(m Matrix) bool { return len(m.Offloads) > 0 }},
+	{"firewallRules", "network functions go in chain hops, which a cluster does not have", func(m Matrix) bool { return len(m.FirewallRules) > 0 }},
+	{"firewallStateful", "network functions go in chain hops", func(m Matrix) bool { return len(m.FirewallStateful) > 0 }},
+	{"firewallSpread", "network functions go in chain hops", func(m Matrix) bool { return len(m.FirewallSpread) > 0 }},
+	{"shaperRate", "network functions go in chain hops", func(m Matrix) bool { return len(m.ShaperRate) > 0 }},
+	{"shaperDirection", "network functions go in chain hops", func(m Matrix) bool { return len(m.ShaperDirection) > 0 }},
+	{"switches", "Open vSwitch bridges go in chains", func(m Matrix) bool { return len(m.Switches) > 0 }},
+	{"switchLink", "Open vSwitch bridges go in chains", func(m Matrix) bool { return len(m.SwitchLink) > 0 }},
+	{"services", "not yet: the kubernetes backend measures pod to pod (docs/kubernetes.md)", func(m Matrix) bool { return len(m.Services) > 0 }},
+	{"serviceProxy", "kube-proxy (or its replacement) is the cluster's", func(m Matrix) bool { return len(m.ServiceProxy) > 0 }},
+	{"serviceBackends", "not yet: the kubernetes backend measures pod to pod", func(m Matrix) bool { return len(m.ServiceBackends) > 0 }},
+	{"servicePosition", "not yet: the kubernetes backend measures pod to pod", func(m Matrix) bool { return len(m.ServicePosition) > 0 }},
+	{"l7Mode", "not yet: L7 policies need the cluster's proxy (Cilium's Envoy), which cnlab does not drive", func(m Matrix) bool { return len(m.L7Mode) > 0 }},
+	{"l7Rules", "not yet: L7 policies need the cluster's proxy", func(m Matrix) bool { return len(m.L7Rules) > 0 }},
+	{"l7Match", "not yet: L7 policies need the cluster's proxy", func(m Matrix) bool { return len(m.L7Match) > 0 }},
+}
+
+// setBackend makes the experiment run on backend b: for
+// BackendKubernetes, what cannot apply on a cluster is refused naming its
+// key (datapath, chains, filler rules, fixed IPs, offloads, pinning,
+// profiles, Services and L7 for now). validate then expands the points.
+func (s *Spec) setBackend(b string) error {
+	switch b {
+	case "", BackendLab:
+		s.Backend = ""
+		return nil
+	case BackendKubernetes:
+	default:
+		return &input.Error{File: "--backend", Msg: fmt.Sprintf("%q: %s or %s", b, BackendLab, BackendKubernetes)}
+	}
+	s.Backend = b
+	const why = "cannot apply with --backend kubernetes: "
+	if s.Pin != nil {
+		return s.errf("pin", why+"the agent pods' CPUs are the kubelet's to choose")
+	}
+	if s.Profile {
+		return s.errf("profile", why+"the kernel profile needs perf on the node")
+	}
+	check := func(path string, m Matrix, wl []Workload) error {
+		for _, r := range kubeRefused {
+			if r.set(m) {
+				return s.errf(path+"."+r.key, "%s%s", why, r.why)
+			}
+		}
+		for i, t := range m.Topology {
+			if isChain(t) {
+				return s.errf(fmt.Sprintf("%s.topology[%d]", path, i), why+"%s: chains are namespaces in series on one machine", t)
+			}
+			if !isPreset(t) {
+				if err := s.checkKubeTopology(t, fmt.Sprintf("%s.topology[%d]", path, i)); err != nil {
+					return err
+				}
+			}
+		}
+		for i, v := range m.PolicyMode {
+			if v == ModeTopOfChain {
+				return s.errf(fmt.Sprintf("%s.policyMode[%d]", path, i), why+"top-of-chain is iptables filler rules; no-match on a cluster is N NetworkPolicies")
+			}
+		}
+		for i, w := range wl {
+			if isHTTP(w.Kind) {
+				return s.errf(fmt.Sprintf("workloads[%d].kind", i), why+"%s: not yet (the kubernetes backend runs tcp-stream, udp-stream, tcp-rr, tcp-crr, udp-rr and ping)", w.Kind)
+			}
+		}
+		return nil
+	}
+	if len(s.Sweeps) == 0 {
+		if err := check("matrix", s.Matrix, s.Workloads); err != nil {
+			return err
+		}
+	}
+	for i, sw := range s.Sweeps {
+		if sw.Profile != nil && *sw.Profile {
+			return s.errf(fmt.Sprintf("sweeps[%d].profile", i), why+"the kernel profile needs perf on the node")
+		}
+		if err := check(fmt.Sprintf("sweeps[%d].matrix", i), sw.Matrix, sw.Workloads); err != nil {
+			return err
+		}
+		if err := check("matrix", s.Matrix, s.Workloads); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkKubeTopology refuses a topology file whose endpoints have fixed
+// addresses: a cluster's IPAM gives pods theirs.
+func (s *Spec) checkKubeTopology(name, path string) error {
+	spec, err := s.loadTopology(name, topology.Overrides{Name: "check"})
+	if err != nil {
+		return err
+	}
+	if spec.Chain != nil {
+		return s.errf(path, "cannot apply with --backend kubernetes: %s is a chain", name)
+	}
+	raw, err := s.readTopologyText(name)
+	if err != nil {
+		return err
+	}
+	if fixedIP.MatchString(raw) {
+		return s.errf(path, "cannot apply with --backend kubernetes: %s gives endpoints fixed addresses (ip:); a cluster's IPAM gives pods theirs", name)
+	}
+	return nil
+}
+
+// resolveKubeParams checks a point of a kubernetes run: the keys of a
+// lab's datapath were refused by setBackend; a lab run refuses the
+// cluster's keys.
+func (s *Spec) resolveKubeParams(p *Params, bad func(key, format string, args ...any) error) error {
+	if s.Backend != BackendKubernetes {
+		switch {
+		case p.Placement != "":
+			return bad("placement", "applies with --backend kubernetes only (a lab places endpoints on its topology's hosts)")
+		case p.Network != "":
+			return bad("network", "applies with --backend kubernetes only")
+		}
+		return nil
+	}
+	if p.Policies > maxPortPolicies {
+		return bad("policies", "%d: policies generated on ports %d and up take at most %d", p.Policies, fillerPort, maxPortPolicies)
+	}
+	return nil
+}
+
+// kubeSeries names a kubernetes point's line: the cluster, where it was
+// placed and in which network.
+func kubeSeries(p Params) string {
+	parts := []string{"cluster"}
+	if p.Placement != "" {
+		parts = append(parts, p.Placement)
+	}
+	if p.Network == NetworkHost {
+		parts = append(parts, "host-network")
+	}
+	if p.PolicyMode != ModeNoMatch && p.PolicyMode != "" {
+		parts = append(parts, p.PolicyMode)
+	}
+	return strings.Join(parts, " ")
+}

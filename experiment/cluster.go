@@ -1,0 +1,266 @@
+package experiment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// DefaultEnforceTimeout bounds the wait for a cluster to enforce a point's
+// policies as the model says.
+const DefaultEnforceTimeout = 30 * time.Second
+
+// enforcePort is a port no generated policy allows (fillerPort+2i are
+// even): the probe's denied cell when the server is isolated.
+const enforcePort = fillerPort + 1
+
+// ensureDeployment makes the point's endpoints the ones deployed on the
+// backend: a new Deploy when the topology, placement or network change.
+func (ru *runner) ensureDeployment(ctx context.Context, p Params) error {
+	key := labKey(p)
+	if ru.cur != nil && ru.curKey == key {
+		return nil
+	}
+	spec, err := ru.s.labSpec(p, ru.o.LabName)
+	if err != nil {
+		return err
+	}
+	b := Build{Key: key, Params: p, At: time.Now().UTC()}
+	b.Params.Flows, b.Params.Size, b.Params.Zerocopy = 0, 0, false
+	ru.prog.note(fmt.Sprintf("deploying %s on the cluster: %s", ru.o.LabName, describeDeployment(p)))
+	t0 := time.Now()
+	dep, err := ru.o.Backend.Deploy(ctx, spec, p, ru.prog.note)
+	b.UpSeconds = time.Since(t0).Seconds()
+	if err != nil {
+		b.Error = err.Error()
+		ru.r.Builds = append(ru.r.Builds, b)
+		ru.cur, ru.curKey, ru.dep = nil, "", nil
+		return fmt.Errorf("deploy (%s): %w", describeDeployment(p), err)
+	}
+	b.Nodes = map[string]string{}
+	for id, ep := range dep.Endpoints {
+		b.Nodes[id] = ep.Node
+	}
+	ru.r.Builds = append(ru.r.Builds, b)
+	ru.cur, ru.curKey, ru.curBuild, ru.curPol, ru.polSet, ru.dep = spec, key, len(ru.r.Builds)-1, "", false, dep
+	ru.curSvc, ru.curVIP = "", netip.Addr{}
+	return nil
+}
+
+func describeDeployment(p Params) string {
+	parts := []string{p.Topology}
+	if p.Placement != "" {
+		parts = append(parts, p.Placement)
+	}
+	if p.Network != "" {
+		parts = append(parts, p.Network+" network")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ensureClusterPolicies applies the point's policies on the cluster and
+// checks, with real connections from the client to the server, that the
+// cluster enforces them as cnlab's model says before anything is
+// measured; the time from the apply to that is recorded. A cluster that
+// does not (a CNI without NetworkPolicy) fails the point, unless the run
+// measures anyway (Options.Unenforced): the mismatch is then recorded.
+func (ru *runner) ensureClusterPolicies(ctx context.Context, p Params) error {
+	text := policyText(p)
+	if ru.polSet && text == ru.curPol {
+		return nil
+	}
+	var pols []*policy.Policy
+	if text != "" {
+		var err error
+		if pols, err = policy.Parse([]byte(text), "generated policies"); err != nil {
+			return err
+		}
+	}
+	a := Apply{Policies: p.Policies, PolicyMode: p.PolicyMode}
+	b := &ru.r.Builds[ru.curBuild]
+	t0 := time.Now()
+	err := ru.o.Backend.ApplyPolicies(ctx, text)
+	a.Seconds = time.Since(t0).Seconds()
+	if err == nil {
+		err = ru.checkEnforced(ctx, pols, t0, &a)
+	}
+	if err != nil {
+		a.Error = err.Error()
+		ru.curPol, ru.polSet = policyUnknown, false
+	} else {
+		ru.curPol, ru.polSet = text, true
+	}
+	b.PolicyApply = append(b.PolicyApply, a)
+	if err != nil {
+		return fmt.Errorf("%d %s policies: %w", p.Policies, p.PolicyMode, err)
+	}
+	return nil
+}
+
+// errNotEnforced marks a cluster that does not do what the policies say.
+var errNotEnforced = errors.New("the cluster does not enforce the policies as they say")
+
+// checkEnforced probes TCP from the client to the server on the rr port
+// and on a port no generated policy allows, until what connects is what
+// the model allows, or the enforce timeout.
+func (ru *runner) checkEnforced(ctx context.Context, pols []*policy.Policy, t0 time.Time, a *Apply) error {
+	m, err := policy.NewModel(ru.cur, pols)
+	if err != nil {
+		return err
+	}
+	cl, err := ru.cur.Endpoint(topology.DefaultNamespace + "/client")
+	if err != nil {
+		return err
+	}
+	sv, err := ru.cur.Endpoint(topology.DefaultNamespace + "/server")
+	if err != nil {
+		return err
+	}
+	logf, err := openLog(ru.o.Out, filepath.Join("logs", fmt.Sprintf("enforce-b%d-a%d.log", ru.curBuild, len(ru.r.Builds[ru.curBuild].PolicyApply))))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	type cell struct {
+		port    int
+		allowed bool
+	}
+	cells := []cell{{RRPort, m.Verdict(cl, sv, "tcp", RRPort).Allowed}, {enforcePort, m.Verdict(cl, sv, "tcp", enforcePort).Allowed}}
+	svIP := ru.dep.Endpoints[sv.ID()].IP
+	e := sampleEnv{be: ru.o.Backend, log: logf, ep: endpoints{client: cl.ID(), server: sv.ID(), serverIP: svIP, dest: svIP}}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, c := range cells {
+		srv, err := e.start(pctx, sv.ID(), nil, ru.dep.Agent, "rr", "server", "--mode", TCPCRR, "--port", strconv.Itoa(c.port))
+		if err != nil {
+			return err
+		}
+		defer srv.stop(logf)
+		if err := e.waitListening(ctx, srv, c.port, false); err != nil {
+			return err
+		}
+	}
+	timeout := ru.o.EnforceTimeout
+	if timeout == 0 {
+		timeout = DefaultEnforceTimeout
+	}
+	deadline := t0.Add(timeout)
+	var last string
+	for {
+		var wrong []string
+		for _, c := range cells {
+			got := connects(ctx, ru.o.Backend, cl.ID(), ru.dep.Agent, netip.AddrPortFrom(svIP, uint16(c.port)), logf)
+			if got != c.allowed {
+				wrong = append(wrong, fmt.Sprintf("%s -> %s port %d/tcp %s, the policies %s it", cl.ID(), sv.ID(), c.port,
+					map[bool]string{true: "connects", false: "does not connect"}[got], map[bool]string{true: "allow", false: "deny"}[c.allowed]))
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if len(wrong) == 0 {
+			yes := true
+			a.Enforced, a.EnforcedSeconds = &yes, time.Since(t0).Seconds()
+			fmt.Fprintf(logf, "enforced as the model says after %.3f s\n", a.EnforcedSeconds)
+			return nil
+		}
+		last = strings.Join(wrong, "; ")
+		if time.Now().After(deadline) {
+			break
+		}
+		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	no := false
+	a.Enforced, a.Mismatch = &no, last
+	fmt.Fprintf(logf, "not enforced after %v: %s\n", timeout, last)
+	if ru.o.Unenforced {
+		ru.prog.note(fmt.Sprintf("warning: %v after %v (%s); measuring anyway (--unenforced)", errNotEnforced, timeout, last))
+		return nil
+	}
+	return fmt.Errorf("%w after %v: %s (does the CNI enforce NetworkPolicy? --unenforced measures anyway)", errNotEnforced, timeout, last)
+}
+
+// connects reports whether a TCP connection from an endpoint to dst is
+// accepted within a second (cnlab agent connect, run there).
+func connects(ctx context.Context, be Backend, from, agent string, dst netip.AddrPort, log io.Writer) bool {
+	cmd := be.Command(ctx, from, []string{agent, "agent", "connect", "--to", dst.String(), "--timeout", "1s"})
+	out, err := cmd.CombinedOutput()
+	fmt.Fprintf(log, "$ [%s] connect %s: %v %s\n", from, dst, exitText(err), strings.TrimSpace(string(out)))
+	return err == nil
+}
+
+func exitText(err error) string {
+	var xe *exec.ExitError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &xe):
+		return "exit " + strconv.Itoa(xe.ExitCode())
+	}
+	return err.Error()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// clusterJob runs one repetition of a point on the backend.
+func (ru *runner) clusterJob(ctx context.Context, pr *PointResult, j Job) error {
+	if err := ru.ensureDeployment(ctx, pr.Params); err != nil {
+		return labError{err}
+	}
+	if err := ru.ensureClusterPolicies(ctx, pr.Params); err != nil {
+		return err
+	}
+	cl, ok := ru.dep.Endpoints[topology.DefaultNamespace+"/client"]
+	sv, ok2 := ru.dep.Endpoints[topology.DefaultNamespace+"/server"]
+	if !ok || !ok2 {
+		return errors.New("the deployment has no default/client or default/server")
+	}
+	pr.Nodes = map[string]string{"client": cl.Node, "server": sv.Node}
+	agent := []string{ru.dep.Agent}
+	e := sampleEnv{ep: endpoints{client: topology.DefaultNamespace + "/client", server: topology.DefaultNamespace + "/server", serverIP: sv.IP, dest: sv.IP},
+		warmup: time.Duration(ru.s.Warmup), duration: time.Duration(ru.s.Duration), rr: append(agent, "rr"), cnlab: agent, lab: ru.o.LabName, be: ru.o.Backend}
+	return ru.measure(ctx, pr, j, e)
+}
+
+// teardownCluster deletes what the run created on the backend, with a
+// context of its own: it runs after Ctrl-C too.
+func (ru *runner) teardownCluster() error {
+	if ru.cur == nil && ru.dep == nil && len(ru.r.Builds) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	err := ru.o.Backend.Teardown(ctx)
+	if len(ru.r.Builds) > 0 {
+		b := &ru.r.Builds[len(ru.r.Builds)-1]
+		b.TeardownSecs = time.Since(t0).Seconds()
+		if err != nil {
+			b.Error = "teardown: " + err.Error()
+		}
+	}
+	ru.cur, ru.curKey, ru.dep = nil, "", nil
+	if err != nil {
+		return fmt.Errorf("%w: delete what run %s created on the cluster: %w (remove it with: cnlab down --backend kubernetes %s)", errTeardown, ru.o.LabName, err, ru.o.LabName)
+	}
+	return nil
+}

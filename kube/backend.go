@@ -1,0 +1,93 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+
+	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Backend is the experiment runner's kubernetes backend: a run's points on
+// a cluster (experiment.Backend).
+type Backend struct {
+	C   *Client
+	Run string // the run's name (its lab name): namespaces cnlab-RUN-NS
+	// Self is cnlab's own binary: streamed into the agent pods, and run
+	// here as the relay of every command (cnlab agent exec).
+	Self string
+	dep  *Deployment
+}
+
+var _ experiment.Backend = (*Backend)(nil)
+
+// Name is experiment.BackendKubernetes.
+func (b *Backend) Name() string { return experiment.BackendKubernetes }
+
+// Describe detects the cluster's CNI, kube-proxy mode and nodes.
+func (b *Backend) Describe(ctx context.Context) (any, error) { return b.C.Detect(ctx) }
+
+// Deploy places spec's endpoints on nodes as p says and runs them as
+// agent pods.
+func (b *Backend) Deploy(ctx context.Context, spec *topology.Spec, p experiment.Params, progress func(string)) (*experiment.Deployed, error) {
+	placement := ""
+	switch p.Placement {
+	case experiment.PlacementSameNode:
+		placement = SameNode
+	case experiment.PlacementCrossNode:
+		placement = CrossNode
+	}
+	nodes, err := b.C.EndpointNodes(ctx, spec, placement)
+	if err != nil {
+		return nil, err
+	}
+	d, err := b.C.Deploy(ctx, b.Run, spec, Placement{Nodes: nodes, HostNetwork: p.Network == experiment.NetworkHost}, b.Self, progress)
+	if err != nil {
+		return nil, err
+	}
+	b.dep = d
+	out := &experiment.Deployed{Endpoints: map[string]experiment.DeployedEndpoint{}, Agent: d.Agent}
+	for id, pod := range d.Pods {
+		out.Endpoints[id] = experiment.DeployedEndpoint{IP: pod.IP, Node: pod.Node, Pod: pod.Namespace + "/" + pod.Name}
+	}
+	return out, nil
+}
+
+// ApplyPolicies rewrites text for the run's namespaces and applies it.
+func (b *Backend) ApplyPolicies(ctx context.Context, text string) error {
+	if b.dep == nil {
+		return errors.New("no deployment to apply policies to")
+	}
+	objs, err := RewritePolicies([]byte(text), "generated policies", b.dep.Namespaces, b.Run)
+	if err != nil {
+		return err
+	}
+	return b.C.ApplyPolicies(ctx, b.Run, sortedNamespaces(b.dep.Namespaces), objs)
+}
+
+// Command is `cnlab agent exec` relaying argv into the endpoint's pod.
+func (b *Backend) Command(ctx context.Context, endpoint string, argv []string) *exec.Cmd {
+	pod := b.dep.Pods[endpoint]
+	args := RelayArgs(b.C.Config, pod.Namespace, pod.Name, argv)
+	return exec.CommandContext(ctx, b.Self, args...)
+}
+
+// RelayArgs are the arguments of `cnlab agent exec` running argv in a pod.
+func RelayArgs(c Config, ns, pod string, argv []string) []string {
+	args := []string{"agent", "exec", "--namespace", ns, "--pod", pod}
+	if c.Kubeconfig != "" {
+		args = append(args, "--kubeconfig", c.Kubeconfig)
+	}
+	if c.Context != "" {
+		args = append(args, "--context", c.Context)
+	}
+	return append(append(args, "--"), argv...)
+}
+
+// Teardown deletes the run's namespaces and waits until they are gone.
+func (b *Backend) Teardown(ctx context.Context) error {
+	_, err := b.C.Down(ctx, b.Run, true)
+	b.dep = nil
+	return err
+}

@@ -1,0 +1,135 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+)
+
+// ExitError is a command that ran in a pod and exited non-zero.
+type ExitError struct {
+	Code int
+	Msg  string
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("exit status %d", e.Code)
+}
+
+// kwokExit is how kwok reports a local command's non-zero exit ("Internal
+// error occurred: ... exit status 3"), where a kubelet returns a
+// CodeExitError.
+var kwokExit = regexp.MustCompile(`exit status (\d+)\s*$`)
+
+// Exec runs argv in a pod's agent container without a TTY, streaming
+// stdin (may be nil) in and stdout and stderr back, and returns when it
+// exits: nil for exit status 0, an *ExitError for another. When ctx ends
+// the stream is closed; what that does to the process depends on the
+// runtime, so callers stop long-running commands themselves (StopCommand).
+func (c *Client) Exec(ctx context.Context, ns, pod string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	req := c.K.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "agent", Command: argv, Stdin: stdin != nil, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ws, err := remotecommand.NewWebSocketExecutor(c.REST, "GET", req.URL().String())
+	if err != nil {
+		return err
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(c.REST, "POST", req.URL())
+	if err != nil {
+		return err
+	}
+	// Fall back to SPDY only when the WebSocket upgrade itself failed: a
+	// catch-all fallback runs a command that failed in the pod twice.
+	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return err
+	}
+	var errb bytes.Buffer
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Stderr: io.MultiWriter(stderr, &tail{b: &errb})})
+	return exitError(err, errb.String())
+}
+
+// exitError turns a stream's error into an *ExitError when it is the
+// command's non-zero exit (a kubelet's CodeExitError, or kwok's message).
+func exitError(err error, stderr string) error {
+	if err == nil {
+		return nil
+	}
+	var ce utilexec.CodeExitError
+	if errors.As(err, &ce) {
+		return &ExitError{Code: ce.Code, Msg: lastLine(stderr)}
+	}
+	var pce *utilexec.CodeExitError
+	if errors.As(err, &pce) {
+		return &ExitError{Code: pce.Code, Msg: lastLine(stderr)}
+	}
+	if m := kwokExit.FindStringSubmatch(err.Error()); m != nil {
+		code, _ := strconv.Atoi(m[1])
+		return &ExitError{Code: code, Msg: lastLine(stderr)}
+	}
+	return err
+}
+
+// tail keeps the last 4 KiB written to it.
+type tail struct{ b *bytes.Buffer }
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.b.Write(p)
+	if n := t.b.Len(); n > 4096 {
+		t.b.Next(n - 4096)
+	}
+	return len(p), nil
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// Output runs argv in a pod and returns its stdout; an error carries the
+// last line of its stderr.
+func (c *Client) Output(ctx context.Context, ns, pod string, argv ...string) (string, error) {
+	var out, errb bytes.Buffer
+	err := c.Exec(ctx, ns, pod, argv, nil, &out, &errb)
+	if err != nil {
+		if msg := lastLine(errb.String()); msg != "" {
+			return out.String(), fmt.Errorf("%s in pod %s/%s: %w: %s", argv[0], ns, pod, err, msg)
+		}
+		return out.String(), fmt.Errorf("%s in pod %s/%s: %w", argv[0], ns, pod, err)
+	}
+	return out.String(), nil
+}
+
+// WrapCommand returns argv wrapped so that the process writes its PID to
+// pidfile first: StopCommand can then end it, whatever the runtime does
+// with a closed exec stream.
+func WrapCommand(pidfile string, argv []string) []string {
+	return append([]string{"sh", "-c", `echo $$ > "$0"; exec "$@"`, pidfile}, argv...)
+}
+
+// StopCommand ends a command started with WrapCommand: SIGTERM, then
+// SIGKILL after two seconds, and removes its pidfile.
+func StopCommand(pidfile string) []string {
+	return []string{"sh", "-c", `p=$(cat "$0" 2>/dev/null) || exit 0; kill -TERM "$p" 2>/dev/null; i=0; while kill -0 "$p" 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; kill -KILL "$p" 2>/dev/null; rm -f "$0"`, pidfile}
+}

@@ -1,0 +1,226 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+
+	"gopkg.in/yaml.v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+
+	"github.com/cnlab/cnlab/internal/yamlx"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// CiliumPolicies is where CiliumNetworkPolicies live.
+var CiliumPolicies = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnetworkpolicies"}
+
+// Object is one policy document, rewritten for the cluster.
+type Object struct {
+	Kind      string // NetworkPolicy or CiliumNetworkPolicy
+	Namespace string // the cluster namespace
+	Name      string
+	Body      map[string]any
+}
+
+// namespaceKeys are the label keys whose values name a namespace: their
+// values are rewritten to the cluster's names of cnlab's namespaces.
+var namespaceKeys = []string{"kubernetes.io/metadata.name", "k8s:io.kubernetes.pod.namespace", "io.kubernetes.pod.namespace"}
+
+// RewritePolicies turns policy documents as written for a lab (namespaces
+// of the topology) into the objects cnlab applies to the cluster: every
+// namespace a document names, in its metadata or in a selector on
+// kubernetes.io/metadata.name (or Cilium's pod namespace label), becomes
+// the run's namespace for it, and the run's labels are added. file names
+// the text in errors. A document naming a namespace the topology does not
+// have is refused: cnlab applies only to namespaces it owns.
+func RewritePolicies(text []byte, file string, nsMap map[string]string, run string) ([]Object, error) {
+	docs, err := yamlx.Documents(text)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	var out []Object
+	for i, d := range docs {
+		var body map[string]any
+		if err := d.Decode(&body); err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", file, i+1, err)
+		}
+		if body == nil {
+			continue
+		}
+		kind, _ := body["kind"].(string)
+		switch kind {
+		case "NetworkPolicy", "CiliumNetworkPolicy":
+		case "CiliumClusterwideNetworkPolicy":
+			return nil, fmt.Errorf("%s: document %d: a CiliumClusterwideNetworkPolicy would apply to pods cnlab does not own: write a CiliumNetworkPolicy per namespace", file, i+1)
+		default:
+			return nil, fmt.Errorf("%s: document %d: kind %q: the kubernetes backend applies NetworkPolicy and CiliumNetworkPolicy", file, i+1, kind)
+		}
+		md, _ := body["metadata"].(map[string]any)
+		if md == nil {
+			return nil, fmt.Errorf("%s: document %d: no metadata", file, i+1)
+		}
+		name, _ := md["name"].(string)
+		ns, _ := md["namespace"].(string)
+		if ns == "" {
+			ns = topology.DefaultNamespace
+		}
+		cns, ok := nsMap[ns]
+		if !ok {
+			return nil, fmt.Errorf("%s: document %d (%s %s): metadata.namespace %q is not a namespace of the topology", file, i+1, kind, name, ns)
+		}
+		md["namespace"] = cns
+		labels, _ := md["labels"].(map[string]any)
+		if labels == nil {
+			labels = map[string]any{}
+		}
+		for k, v := range ownLabels(run) {
+			labels[k] = v
+		}
+		md["labels"] = labels
+		if spec, ok := body["spec"]; ok {
+			if err := rewriteNamespaces(spec, nsMap); err != nil {
+				return nil, fmt.Errorf("%s: document %d (%s %s): %w", file, i+1, kind, name, err)
+			}
+		}
+		if specs, ok := body["specs"]; ok {
+			if err := rewriteNamespaces(specs, nsMap); err != nil {
+				return nil, fmt.Errorf("%s: document %d (%s %s): %w", file, i+1, kind, name, err)
+			}
+		}
+		out = append(out, Object{Kind: kind, Namespace: cns, Name: name, Body: body})
+	}
+	return out, nil
+}
+
+// rewriteNamespaces maps namespace names in selectors, in place.
+func rewriteNamespaces(v any, nsMap map[string]string) error {
+	mapName := func(x any) (any, error) {
+		s, ok := x.(string)
+		if !ok {
+			return x, nil
+		}
+		c, ok := nsMap[s]
+		if !ok {
+			return nil, fmt.Errorf("a selector names namespace %q, which the topology does not have", s)
+		}
+		return c, nil
+	}
+	switch t := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(t)) {
+			if slices.Contains(namespaceKeys, k) {
+				m, err := mapName(t[k])
+				if err != nil {
+					return err
+				}
+				t[k] = m
+				continue
+			}
+			if k == "matchExpressions" {
+				if exprs, ok := t[k].([]any); ok {
+					for _, e := range exprs {
+						em, _ := e.(map[string]any)
+						if key, _ := em["key"].(string); em != nil && slices.Contains(namespaceKeys, key) {
+							vals, _ := em["values"].([]any)
+							for i := range vals {
+								m, err := mapName(vals[i])
+								if err != nil {
+									return err
+								}
+								vals[i] = m
+							}
+						}
+					}
+				}
+			}
+			if err := rewriteNamespaces(t[k], nsMap); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for _, e := range t {
+			if err := rewriteNamespaces(e, nsMap); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ApplyPolicies makes objs the run's policies: each is applied with
+// server-side apply (field manager cnlab, forced), and the run's policies
+// that objs no longer hold are deleted. namespaces are the run's.
+func (c *Client) ApplyPolicies(ctx context.Context, run string, namespaces []string, objs []Object) error {
+	keep := map[string]bool{}
+	for _, o := range objs {
+		keep[o.Kind+" "+o.Namespace+"/"+o.Name] = true
+		data, err := json.Marshal(o.Body)
+		if err != nil {
+			return err
+		}
+		switch o.Kind {
+		case "NetworkPolicy":
+			var ac networkingv1ac.NetworkPolicyApplyConfiguration
+			if err := json.Unmarshal(data, &ac); err != nil {
+				return fmt.Errorf("NetworkPolicy %s/%s: %w", o.Namespace, o.Name, err)
+			}
+			_, err = c.K.NetworkingV1().NetworkPolicies(o.Namespace).Apply(ctx, &ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+		default:
+			u := &unstructured.Unstructured{Object: o.Body}
+			_, err = c.Dynamic.Resource(CiliumPolicies).Namespace(o.Namespace).Apply(ctx, o.Name, u, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+			if apierrors.IsNotFound(err) {
+				err = fmt.Errorf("%w (is Cilium installed? the cluster has no CiliumNetworkPolicy resource)", err)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("apply %s %s/%s: %w", o.Kind, o.Namespace, o.Name, err)
+		}
+	}
+	sel := metav1.ListOptions{LabelSelector: RunLabel + "=" + run}
+	for _, ns := range namespaces {
+		l, err := c.K.NetworkingV1().NetworkPolicies(ns).List(ctx, sel)
+		if err != nil {
+			return fmt.Errorf("list NetworkPolicies in %s: %w", ns, err)
+		}
+		for _, p := range l.Items {
+			if !keep["NetworkPolicy "+ns+"/"+p.Name] && owned(&p, run) {
+				if err := c.K.NetworkingV1().NetworkPolicies(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					return fmt.Errorf("delete NetworkPolicy %s/%s: %w", ns, p.Name, err)
+				}
+			}
+		}
+		cl, err := c.Dynamic.Resource(CiliumPolicies).Namespace(ns).List(ctx, sel)
+		if err != nil {
+			continue // no Cilium: nothing of cnlab's to delete there
+		}
+		for _, p := range cl.Items {
+			if !keep["CiliumNetworkPolicy "+ns+"/"+p.GetName()] && owned(&p, run) {
+				if err := c.Dynamic.Resource(CiliumPolicies).Namespace(ns).Delete(ctx, p.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					return fmt.Errorf("delete CiliumNetworkPolicy %s/%s: %w", ns, p.GetName(), err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// sortedNamespaces is nsMap's cluster names, sorted.
+func sortedNamespaces(nsMap map[string]string) []string {
+	out := slices.Collect(maps.Values(nsMap))
+	sort.Strings(out)
+	return out
+}
+
+// yamlText encodes v as YAML (for messages and golden files).
+func yamlText(v any) string {
+	b, _ := yaml.Marshal(v)
+	return string(b)
+}
