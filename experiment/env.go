@@ -38,8 +38,8 @@ type Environment struct {
 	// Cluster describes the cluster a kubernetes run measured (its CNI,
 	// kube-proxy mode and nodes' system info); the rest of this file is
 	// then the machine cnlab ran on.
-	Cluster    any       `json:"cluster,omitempty"`
-	CapturedAt time.Time `json:"capturedAt"`
+	Cluster    *ClusterInfo `json:"cluster,omitempty"`
+	CapturedAt time.Time    `json:"capturedAt"`
 }
 
 func firstLine(argv ...string) string {

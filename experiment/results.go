@@ -48,7 +48,10 @@ type Results struct {
 	// Backend is where the points were measured: "lab" (this machine's
 	// namespaces) or "kubernetes" (a cluster: environment.json's cluster
 	// block says which). Runs from before it was recorded are labs.
-	Backend    string        `json:"backend,omitempty"`
+	Backend string `json:"backend,omitempty"`
+	// Cluster is what the kubernetes backend detected: the CNI,
+	// kube-proxy mode and nodes' system info (environment.json has it too).
+	Cluster    *ClusterInfo  `json:"cluster,omitempty"`
 	StartedAt  time.Time     `json:"startedAt"`
 	FinishedAt *time.Time    `json:"finishedAt,omitempty"`
 	Status     string        `json:"status"`
@@ -184,7 +187,8 @@ func (r *Results) write(dir string) error {
 // workload has no such metric): one row per sample.
 var csvParams = []string{"point", "sweep", "series", "workload", "topology", "link", "chainLength", "datapath", "hostRouting", "peers",
 	"policies", "policyMode", "mtu", "offloads", "firewallRules", "firewallStateful", "firewallSpread", "shaperRate",
-	"shaperDirection", "switches", "switchLink", "services", "serviceProxy", "serviceBackends", "servicePosition", "socketLB", "l7Mode", "l7Rules", "l7Match", "kind", "flows", "streams", "length", "rate", "zerocopy", "requestSize", "responseSize", "count",
+	"shaperDirection", "switches", "switchLink", "services", "serviceProxy", "serviceBackends", "servicePosition", "socketLB", "l7Mode", "l7Rules", "l7Match",
+	"placement", "network", "clientNode", "serverNode", "kind", "flows", "streams", "length", "rate", "zerocopy", "requestSize", "responseSize", "count",
 	"mode", "concurrency", "method", "path", "expect", "repetition"}
 
 func (r *Results) writeCSV(path string) error {
@@ -207,7 +211,8 @@ func (r *Results) writeCSV(path string) error {
 		for _, s := range p.Samples {
 			row := []string{p.ID, p.Sweep, p.Series, wl.Name(), q.Topology, q.Link, itoa(q.ChainLength), string(q.Datapath), q.HostRouting, q.Peers,
 				itoa(q.Policies), q.PolicyMode, itoa(q.MTU), q.Offloads, itoa(q.FirewallRules), btoa(q.FirewallStateful),
-				btoa(q.FirewallSpread), q.ShaperRate, q.ShaperDirection, itoa(q.Switches), q.SwitchLink, itoa(q.Services), string(q.ServiceProxy), itoa(q.ServiceBackends), q.ServicePosition, btoa(q.SocketLB), q.L7Mode, itoa(q.L7Rules), q.L7Match, wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
+				btoa(q.FirewallSpread), q.ShaperRate, q.ShaperDirection, itoa(q.Switches), q.SwitchLink, itoa(q.Services), string(q.ServiceProxy), itoa(q.ServiceBackends), q.ServicePosition, btoa(q.SocketLB), q.L7Mode, itoa(q.L7Rules), q.L7Match,
+				q.Placement, q.Network, p.Nodes["client"], p.Nodes["server"], wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
 				btoa(wl.Zerocopy), itoa(wl.RequestSize), itoa(wl.ResponseSize), itoa(wl.Count), wl.Mode, itoa(wl.Concurrency), wl.Method, wl.Path, joinInts(wl.Expect), itoa(s.Repetition)}
 			for _, k := range names {
 				v, ok := s.Metrics[k]

@@ -106,7 +106,7 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 		}
 		env.Cluster = info
 	}
-	r := &Results{Schema: Schema, Cnlab: env.Cnlab, Seed: seed, Lab: o.LabName, Backend: backend, StartedAt: time.Now().UTC(), Status: StatusRunning,
+	r := &Results{Schema: Schema, Cnlab: env.Cnlab, Seed: seed, Lab: o.LabName, Backend: backend, Cluster: env.Cluster, StartedAt: time.Now().UTC(), Status: StatusRunning,
 		Experiment: ExperimentInfo{File: s.File, Name: s.Name, Quick: s.IsQuick(), Text: string(text), Spec: s, Flags: o.Flags}, Builds: []Build{}}
 	byID := map[string]*PointResult{}
 	for _, p := range points {

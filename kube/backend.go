@@ -26,7 +26,9 @@ var _ experiment.Backend = (*Backend)(nil)
 func (b *Backend) Name() string { return experiment.BackendKubernetes }
 
 // Describe detects the cluster's CNI, kube-proxy mode and nodes.
-func (b *Backend) Describe(ctx context.Context) (any, error) { return b.C.Detect(ctx) }
+func (b *Backend) Describe(ctx context.Context) (*experiment.ClusterInfo, error) {
+	return b.C.Detect(ctx)
+}
 
 // Deploy places spec's endpoints on nodes as p says and runs them as
 // agent pods.

@@ -186,6 +186,23 @@ func Compare(a, b *experiment.Results, threshold, minChange float64) *Comparison
 // are then not of the same experiment.
 func mismatch(a, b *experiment.Results) []string {
 	var out []string
+	backend := func(r *experiment.Results) string {
+		if r.Backend == "" {
+			return experiment.BackendLab
+		}
+		return r.Backend
+	}
+	if ba, bb := backend(a), backend(b); ba != bb {
+		out = append(out, fmt.Sprintf("backend: %s in A, %s in B (a lab's datapath and a cluster's CNI are different systems)", ba, bb))
+	}
+	if ca, cb := a.Cluster, b.Cluster; ca != nil && cb != nil {
+		if ca.CNI != cb.CNI {
+			out = append(out, fmt.Sprintf("CNI: %s in A, %s in B", ca.CNI, cb.CNI))
+		}
+		if ca.KubeProxy != cb.KubeProxy {
+			out = append(out, fmt.Sprintf("kube-proxy: %s in A, %s in B", ca.KubeProxy, cb.KubeProxy))
+		}
+	}
 	if a.Experiment.Quick != b.Experiment.Quick {
 		out = append(out, fmt.Sprintf("quick: %v in A, %v in B", a.Experiment.Quick, b.Experiment.Quick))
 	}

@@ -32,6 +32,18 @@ func (rep *Report) HTML() ([]byte, error) {
 	}
 	r := rep.Results
 	var env [][2]string
+	if c := r.Cluster; c != nil {
+		// A kubernetes run: the cluster first; the machine rows below are
+		// where cnlab ran.
+		env = append(env, [2]string{"backend", r.Backend + " (API server " + c.Server + ", " + c.Version + ")"},
+			[2]string{"CNI", strings.TrimSpace(c.CNI + " " + c.CNIImage)}, [2]string{"kube-proxy", c.KubeProxy})
+		for _, k := range sortedKeys(c.CiliumConfig) {
+			env = append(env, [2]string{"cilium-config " + k, c.CiliumConfig[k]})
+		}
+		for _, n := range c.Nodes {
+			env = append(env, [2]string{"node " + n.Name, fmt.Sprintf("kernel %s, %s %s, %s CPU, %s memory, %s, kubelet %s", n.Kernel, n.OSImage, n.Arch, n.CPU, n.Memory, n.ContainerRuntime, n.Kubelet)})
+		}
+	}
 	if e := rep.Env; e != nil {
 		env = append(env,
 			[2]string{"kernel", e.Kernel},

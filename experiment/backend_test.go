@@ -1,0 +1,74 @@
+package experiment
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestKubernetesRefusals: what cannot apply on a cluster is refused with
+// the file and the key, and a lab refuses the cluster's keys.
+func TestKubernetesRefusals(t *testing.T) {
+	base := "workloads: [{kind: tcp-rr}]\n"
+	for _, c := range []struct{ text, want string }{
+		{base + "matrix: {datapath: [ebpf]}\n", "x.yaml: matrix.datapath: cannot apply with --backend kubernetes: the cluster's CNI is the datapath"},
+		{base + "matrix: {topology: [chain]}\n", "x.yaml: matrix.topology[0]: cannot apply with --backend kubernetes: chain"},
+		{base + "matrix: {mtu: [9000]}\n", "x.yaml: matrix.mtu: cannot apply"},
+		{base + "matrix: {offloads: [off]}\n", "x.yaml: matrix.offloads: cannot apply"},
+		{base + "matrix: {services: [1]}\n", "x.yaml: matrix.services: cannot apply"},
+		{base + "matrix: {policies: [10], policyMode: [top-of-chain]}\n", "x.yaml: matrix.policyMode[0]: cannot apply"},
+		{base + "pin: {client: 0}\n", "x.yaml: pin: cannot apply"},
+		{base + "profile: true\n", "x.yaml: profile: cannot apply"},
+		{"workloads: [{kind: http}]\n", "x.yaml: workloads[0].kind: cannot apply with --backend kubernetes: http"},
+		{base + "sweeps: [{name: a, matrix: {link: [vxlan]}}]\n", "x.yaml: sweeps[0].matrix.link: cannot apply"},
+		{base + "matrix: {placement: [far]}\n", `x.yaml: matrix.placement[0]: "far": same-node or cross-node`},
+	} {
+		_, err := ParseFor([]byte(c.text), "x.yaml", false, BackendKubernetes)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want %q", c.text, err, c.want)
+		}
+	}
+	for _, c := range []struct{ text, want string }{
+		{base + "matrix: {placement: [same-node]}\n", "x.yaml: matrix.placement: applies with --backend kubernetes only"},
+		{base + "matrix: {network: [host]}\n", "x.yaml: matrix.network: applies with --backend kubernetes only"},
+	} {
+		_, err := Parse([]byte(c.text), "x.yaml", false)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("lab: %q: error %v, want %q", c.text, err, c.want)
+		}
+	}
+	if _, err := ParseFor([]byte(base), "x.yaml", false, "nomad"); err == nil || !strings.Contains(err.Error(), `"nomad": lab or kubernetes`) {
+		t.Errorf("backend nomad: %v", err)
+	}
+}
+
+// TestKubernetesPoints: a cluster's points have no datapath, the
+// cluster's series, and a deployment per placement and network.
+func TestKubernetesPoints(t *testing.T) {
+	s, err := ParseFor([]byte("workloads: [{kind: tcp-rr}, {kind: tcp-stream}]\nmatrix: {topology: [multi-host], placement: [same-node, cross-node], network: [pod, host], policies: [0, 5]}\n"), "x.yaml", false, BackendKubernetes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := s.Points()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pts) != 16 {
+		t.Fatalf("%d points, want 16", len(pts))
+	}
+	keys := map[string]bool{}
+	for _, p := range pts {
+		if p.Params.Datapath != "" {
+			t.Errorf("%s: datapath %q on a cluster", p.ID, p.Params.Datapath)
+		}
+		if !strings.HasPrefix(p.Series, "cluster "+p.Params.Placement) {
+			t.Errorf("%s: series %q", p.ID, p.Series)
+		}
+		keys[labKey(p.Params)] = true
+	}
+	if len(keys) != 4 {
+		t.Errorf("%d deployments, want 4 (placement x network; policies are applied, not deployed)", len(keys))
+	}
+	if !strings.Contains(policyText(pts[len(pts)-1].Params), "filler-4") {
+		t.Error("no-match on a cluster is N NetworkPolicies")
+	}
+}
