@@ -106,6 +106,9 @@ func startIn(ctx context.Context, be Backend, ns string, cpu *int, log io.Writer
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errb
 	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(syscall.SIGTERM) }
 	p.cmd.WaitDelay = 3 * time.Second
+	if be != nil {
+		p.cmd.WaitDelay = 15 * time.Second // the relay stops the process there by another exec
+	}
 	p.t0 = time.Now()
 	var err error
 	if be != nil {
@@ -141,9 +144,13 @@ func (p *proc) stop(log io.Writer) {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
 		go func() { _ = p.cmd.Wait(); close(done) }()
+		grace := 3 * time.Second
+		if p.remote {
+			grace = 15 * time.Second // the relay stops the process there by another exec
+		}
 		select {
 		case <-done:
-		case <-time.After(3 * time.Second):
+		case <-time.After(grace):
 			_ = p.cmd.Process.Kill()
 			<-done
 		}

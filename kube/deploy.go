@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -202,8 +203,9 @@ func podReason(p *corev1.Pod) string {
 }
 
 // installAgent streams cnlab's own binary into every pod that does not
-// hold it yet (the same node's pods may share /tmp in a host network) and
-// checks that it runs there.
+// hold it yet (pods on a node may share its /tmp, as in a host network)
+// and checks that it runs there. It goes to the pod's $TMPDIR (default
+// /tmp), in a directory named after the binary's hash.
 func (c *Client) installAgent(ctx context.Context, d *Deployment, self string, progress func(string)) (string, error) {
 	f, err := os.Open(self)
 	if err != nil {
@@ -211,13 +213,27 @@ func (c *Client) installAgent(ctx context.Context, d *Deployment, self string, p
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	size, err := io.Copy(h, f)
+	if err != nil {
 		return "", err
 	}
-	dir := "/tmp/cnlab-" + hex.EncodeToString(h.Sum(nil))[:12]
-	path := dir + "/cnlab"
+	sum := hex.EncodeToString(h.Sum(nil))[:12]
+	path := ""
 	for _, id := range mapsKeys(d.Pods) {
 		p := d.Pods[id]
+		out, err := c.Output(ctx, p.Namespace, p.Name, "sh", "-c", `echo "${TMPDIR:-/tmp}"`)
+		if err != nil {
+			return "", fmt.Errorf("exec into pod %s/%s (the image needs sh): %w", p.Namespace, p.Name, err)
+		}
+		dir := strings.TrimSpace(out) + "/cnlab-" + sum
+		switch {
+		case !strings.HasPrefix(dir, "/"):
+			return "", fmt.Errorf("pod %s/%s: $TMPDIR %q is not an absolute path", p.Namespace, p.Name, strings.TrimSpace(out))
+		case path == "":
+			path = dir + "/cnlab"
+		case path != dir+"/cnlab":
+			return "", fmt.Errorf("pod %s/%s has another $TMPDIR (%s) than the others (%s): give every agent the same image", p.Namespace, p.Name, dir, path)
+		}
 		if _, err := c.Output(ctx, p.Namespace, p.Name, "test", "-x", path); err != nil {
 			var xe *ExitError
 			if !errors.As(err, &xe) {
@@ -227,9 +243,11 @@ func (c *Client) installAgent(ctx context.Context, d *Deployment, self string, p
 			if _, err := f.Seek(0, io.SeekStart); err != nil {
 				return "", err
 			}
-			script := `mkdir -p "$0" && cat > "$0/.cnlab.$$" && chmod 755 "$0/.cnlab.$$" && mv -f "$0/.cnlab.$$" "$0/cnlab"`
-			if err := c.Exec(ctx, p.Namespace, p.Name, []string{"sh", "-c", script, dir}, f, nil, nil); err != nil {
-				return "", fmt.Errorf("copy cnlab into pod %s/%s (the image needs sh, cat, chmod and mv, and a writable /tmp): %w", p.Namespace, p.Name, err)
+			// head -c: a known length, since not every runtime passes the
+			// end of stdin on (kwok does not).
+			script := `mkdir -p "$0" && head -c "$1" > "$0/.cnlab.$$" && chmod 755 "$0/.cnlab.$$" && mv -f "$0/.cnlab.$$" "$0/cnlab"`
+			if err := c.Exec(ctx, p.Namespace, p.Name, []string{"sh", "-c", script, dir, strconv.FormatInt(size, 10)}, f, nil, nil); err != nil {
+				return "", fmt.Errorf("copy cnlab into pod %s/%s (the image needs sh, head, chmod and mv, and a writable $TMPDIR or /tmp): %w", p.Namespace, p.Name, err)
 			}
 		}
 		if _, err := c.Output(ctx, p.Namespace, p.Name, path, "version"); err != nil {

@@ -121,15 +121,19 @@ func (c *Client) Output(ctx context.Context, ns, pod string, argv ...string) (st
 	return out.String(), nil
 }
 
-// WrapCommand returns argv wrapped so that the process writes its PID to
-// pidfile first: StopCommand can then end it, whatever the runtime does
-// with a closed exec stream.
-func WrapCommand(pidfile string, argv []string) []string {
-	return append([]string{"sh", "-c", `echo $$ > "$0"; exec "$@"`, pidfile}, argv...)
+// WrapCommand returns argv wrapped so that the process's PID is in a
+// file named name in the pod's $TMPDIR (default /tmp) while it runs:
+// StopCommand can then end it, whatever the runtime does with a closed
+// exec stream (a kubelet's CRI may leave it running, kwok always does).
+// The wrapper waits for it, removes the file and exits with its status.
+func WrapCommand(name string, argv []string) []string {
+	script := `f="${TMPDIR:-/tmp}/$0"; "$@" & p=$!; echo $p > "$f"; wait $p; s=$?; rm -f "$f"; exit $s`
+	return append([]string{"sh", "-c", script, name}, argv...)
 }
 
 // StopCommand ends a command started with WrapCommand: SIGTERM, then
-// SIGKILL after two seconds, and removes its pidfile.
-func StopCommand(pidfile string) []string {
-	return []string{"sh", "-c", `p=$(cat "$0" 2>/dev/null) || exit 0; kill -TERM "$p" 2>/dev/null; i=0; while kill -0 "$p" 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; kill -KILL "$p" 2>/dev/null; rm -f "$0"`, pidfile}
+// SIGKILL after two seconds.
+func StopCommand(name string) []string {
+	script := `f="${TMPDIR:-/tmp}/$0"; p=$(cat "$f" 2>/dev/null) || exit 0; kill -TERM "$p" 2>/dev/null; i=0; while kill -0 "$p" 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; kill -KILL "$p" 2>/dev/null; rm -f "$f"; exit 0`
+	return []string{"sh", "-c", script, name}
 }

@@ -51,7 +51,7 @@ the container runtime does with a closed exec stream.`,
 			}
 			var b [8]byte
 			_, _ = rand.Read(b[:])
-			pidfile := "/tmp/cnlab-exec-" + hex.EncodeToString(b[:]) + ".pid"
+			pidfile := "cnlab-exec-" + hex.EncodeToString(b[:]) + ".pid"
 			err = cl.Exec(cmd.Context(), ns, pod, kube.WrapCommand(pidfile, args), nil, e.stdout, e.stderr)
 			if cmd.Context().Err() != nil {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -362,8 +362,13 @@ func (c *Cluster) start(bin string, o Options) error {
 	}
 	// kwok reads ~/.kwok/kwok.yaml when it exists: a HOME of its own keeps
 	// a user's file out. Commands run by exec inherit this environment and
-	// kwok's working directory, Dir/kwok.
-	kwokEnv := append(slices.Clone(env), "HOME="+work)
+	// kwok's working directory, Dir/kwok; a TMPDIR of their own keeps what
+	// they write in "the pod's /tmp" inside Dir, removed with it.
+	tmp := filepath.Join(work, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return err
+	}
+	kwokEnv := append(slices.DeleteFunc(slices.Clone(env), func(e string) bool { return strings.HasPrefix(e, "TMPDIR=") }), "HOME="+work, "TMPDIR="+tmp)
 	if err := run("kwok", work, kwokEnv,
 		"--kubeconfig="+ids["kwok"].file,
 		"--config="+kwokConfig,
