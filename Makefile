@@ -17,8 +17,12 @@ install: build
 # it, which only holds if no other package is changing it meanwhile.
 # -timeout: package lab alone takes about 400 s on the 2-core VM, too near
 # go test's default of 10 minutes per package on a slow day.
+# scripts/k8s-tools.sh builds the Kubernetes control plane the kubernetes
+# backend's integration test runs against (about 8 minutes once, then
+# cached: a no-op while tools/k8stest's go.sum is unchanged).
 test:
 	$(GO) vet ./...
+	./scripts/k8s-tools.sh >/dev/null
 	$(GO) test -p 1 -count=1 -timeout 25m ./...
 
 # The default demo: two hosts joined by a wire, iperf3 between them, in a

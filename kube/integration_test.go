@@ -1,14 +1,17 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cnlab/cnlab/experiment"
@@ -135,4 +138,113 @@ func TestSmokeRunOnControlPlane(t *testing.T) {
 	if o, err := down.CombinedOutput(); err != nil || !strings.Contains(string(o), "nothing to do") {
 		t.Errorf("cnlab down --backend kubernetes --all: %v\n%s", err, o)
 	}
+}
+
+// TestInterruptAndCrashOnControlPlane: Ctrl-C during a run on a cluster
+// keeps the finished points, marks the run interrupted and deletes the
+// run's namespaces; after a crash (kill -9) they are left, and cnlab down
+// --backend kubernetes removes them, and only them. The agents run in
+// the node's network (network: host).
+func TestInterruptAndCrashOnControlPlane(t *testing.T) {
+	c := k8stest.Start(t, k8stest.Options{Nodes: 2})
+	bin := buildCnlab(t)
+	cl, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	exp := filepath.Join(t.TempDir(), "long.yaml")
+	if err := os.WriteFile(exp, []byte("name: long\nwarmup: 0s\nduration: 1s\nrepetitions: 50\nworkloads: [{kind: tcp-rr}]\nmatrix: {placement: [same-node], network: [host]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Someone else's namespace that looks like cnlab's: never touched.
+	theirs := "cnlab-xp-crash-other"
+	if _, err := cl.CoreV1().Namespaces().Create(ctx, nsObject(theirs), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := func(run string) (*exec.Cmd, *bytes.Buffer, string) {
+		out := filepath.Join(t.TempDir(), run)
+		cmd := exec.Command(bin, "run", exp, "--backend", "kubernetes", "--kubeconfig", c.Kubeconfig, "--out", out, "--lab", run)
+		var b bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &b, &b
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Wait until samples are being measured.
+		deadline := time.Now().Add(90 * time.Second)
+		for !strings.Contains(b.String(), "rep 3") {
+			if time.Now().After(deadline) {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				t.Fatalf("run %s measured nothing in 90 s:\n%s", run, b.String())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return cmd, &b, out
+	}
+	runNamespaces := func(run string) int {
+		l, err := cl.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: RunLabel + "=" + run})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, ns := range l.Items {
+			if ns.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		return n
+	}
+
+	cmd, b, out := start("xp-int")
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+		t.Errorf("Ctrl-C: %v, want exit 130\n%s", err, b.String())
+	}
+	r, err := experiment.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != experiment.StatusInterrupted || len(r.Points) != 1 || len(r.Points[0].Samples) < 2 || r.Points[0].Params.Network != experiment.NetworkHost {
+		t.Errorf("after Ctrl-C: status %s, %d points, samples %d; want interrupted, the finished samples kept", r.Status, len(r.Points), len(r.Points[0].Samples))
+	}
+	if n := runNamespaces("xp-int"); n != 0 {
+		t.Errorf("%d namespaces of the interrupted run left", n)
+	}
+
+	cmd, b, _ = start("xp-crash")
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if n := runNamespaces("xp-crash"); n != 1 {
+		t.Fatalf("after kill -9: %d namespaces of the run, want its 1 left behind\n%s", n, b.String())
+	}
+	o, err := exec.Command(bin, "down", "--backend", "kubernetes", "xp-crash", "--kubeconfig", c.Kubeconfig).CombinedOutput()
+	if err != nil || !strings.Contains(string(o), "namespace cnlab-xp-crash-default deleted") {
+		t.Errorf("cnlab down --backend kubernetes xp-crash: %v\n%s", err, o)
+	}
+	if n := runNamespaces("xp-crash"); n != 0 {
+		t.Errorf("%d namespaces left after down", n)
+	}
+	if _, err := cl.CoreV1().Namespaces().Get(ctx, theirs, metav1.GetOptions{}); err != nil {
+		t.Errorf("the namespace cnlab did not create: %v", err)
+	}
+	// A run whose namespace name is taken by one cnlab did not create is
+	// refused, and the namespace is left alone.
+	if _, err := cl.CoreV1().Namespaces().Create(ctx, nsObject("cnlab-xp-taken-default"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	o, err = exec.Command(bin, "run", exp, "--backend", "kubernetes", "--kubeconfig", c.Kubeconfig, "--out", filepath.Join(t.TempDir(), "taken"), "--lab", "xp-taken", "--repetitions", "1").CombinedOutput()
+	if err == nil || !strings.Contains(string(o), "namespace cnlab-xp-taken-default exists and was not created by cnlab") {
+		t.Errorf("a run into a namespace not cnlab's: %v\n%s", err, o)
+	}
+	if got, err := cl.CoreV1().Namespaces().Get(ctx, "cnlab-xp-taken-default", metav1.GetOptions{}); err != nil || got.DeletionTimestamp != nil {
+		t.Errorf("the namespace cnlab did not create: %v", err)
+	}
+}
+
+func nsObject(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 }
