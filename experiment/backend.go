@@ -42,6 +42,10 @@ type Backend interface {
 	// ApplyPolicies makes text (policy YAML as a lab gets it, namespaces
 	// of the topology) the deployment's policies.
 	ApplyPolicies(ctx context.Context, text string) error
+	// ApplyServices makes text (Service and EndpointSlice YAML, as a lab
+	// gets it) the deployment's Services and returns the cluster IP of
+	// measured (an endpoint-style ns/name; "" for none).
+	ApplyServices(ctx context.Context, text, measured string) (netip.Addr, error)
 	// Command is a local command that runs argv in an endpoint (by ID)
 	// and relays its output and exit status; SIGTERM ends it there too.
 	Command(ctx context.Context, endpoint string, argv []string) *exec.Cmd
@@ -84,10 +88,7 @@ var kubeRefused = []struct {
 	{"shaperDirection", "network functions go in chain hops", func(m Matrix) bool { return len(m.ShaperDirection) > 0 }},
 	{"switches", "Open vSwitch bridges go in chains", func(m Matrix) bool { return len(m.Switches) > 0 }},
 	{"switchLink", "Open vSwitch bridges go in chains", func(m Matrix) bool { return len(m.SwitchLink) > 0 }},
-	{"services", "not yet: the kubernetes backend measures pod to pod (docs/kubernetes.md)", func(m Matrix) bool { return len(m.Services) > 0 }},
 	{"serviceProxy", "kube-proxy (or its replacement) is the cluster's", func(m Matrix) bool { return len(m.ServiceProxy) > 0 }},
-	{"serviceBackends", "not yet: the kubernetes backend measures pod to pod", func(m Matrix) bool { return len(m.ServiceBackends) > 0 }},
-	{"servicePosition", "not yet: the kubernetes backend measures pod to pod", func(m Matrix) bool { return len(m.ServicePosition) > 0 }},
 	{"l7Mode", "not yet: L7 policies need the cluster's proxy (Cilium's Envoy), which cnlab does not drive", func(m Matrix) bool { return len(m.L7Mode) > 0 }},
 	{"l7Rules", "not yet: L7 policies need the cluster's proxy", func(m Matrix) bool { return len(m.L7Rules) > 0 }},
 	{"l7Match", "not yet: L7 policies need the cluster's proxy", func(m Matrix) bool { return len(m.L7Match) > 0 }},
@@ -196,6 +197,13 @@ func (s *Spec) resolveKubeParams(p *Params, bad func(key, format string, args ..
 	}
 	if p.Policies > maxPortPolicies {
 		return bad("policies", "%d: policies generated on ports %d and up take at most %d", p.Policies, fillerPort, maxPortPolicies)
+	}
+	// Services: the cluster's kube-proxy (or its replacement) serves them.
+	if p.ServiceBackends == 0 {
+		p.ServiceBackends = 1
+	}
+	if p.ServicePosition == "" || p.Services == 1 {
+		p.ServicePosition = PositionLast
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ func TestKubernetesRefusals(t *testing.T) {
 		{base + "matrix: {topology: [chain]}\n", "x.yaml: matrix.topology[0]: cannot apply with --backend kubernetes: chain"},
 		{base + "matrix: {mtu: [9000]}\n", "x.yaml: matrix.mtu: cannot apply"},
 		{base + "matrix: {offloads: [off]}\n", "x.yaml: matrix.offloads: cannot apply"},
-		{base + "matrix: {services: [1]}\n", "x.yaml: matrix.services: cannot apply"},
+		{base + "matrix: {services: [1], serviceProxy: [nftables]}\n", "x.yaml: matrix.serviceProxy: cannot apply"},
 		{base + "matrix: {policies: [10], policyMode: [top-of-chain]}\n", "x.yaml: matrix.policyMode[0]: cannot apply"},
 		{base + "pin: {client: 0}\n", "x.yaml: pin: cannot apply"},
 		{base + "profile: true\n", "x.yaml: profile: cannot apply"},

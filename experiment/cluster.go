@@ -2,6 +2,8 @@ package experiment
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -53,7 +55,7 @@ func (ru *runner) ensureDeployment(ctx context.Context, p Params) error {
 	}
 	ru.r.Builds = append(ru.r.Builds, b)
 	ru.cur, ru.curKey, ru.curBuild, ru.curPol, ru.polSet, ru.dep = spec, key, len(ru.r.Builds)-1, "", false, dep
-	ru.curSvc, ru.curVIP = "", netip.Addr{}
+	ru.curSvc, ru.svcSet, ru.curVIP = "", false, netip.Addr{}
 	return nil
 }
 
@@ -137,29 +139,22 @@ func (ru *runner) checkEnforced(ctx context.Context, pols []*policy.Policy, t0 t
 	}
 	cells := []cell{{RRPort, m.Verdict(cl, sv, "tcp", RRPort).Allowed}, {enforcePort, m.Verdict(cl, sv, "tcp", enforcePort).Allowed}}
 	svIP := ru.dep.Endpoints[sv.ID()].IP
-	e := sampleEnv{be: ru.o.Backend, log: logf, ep: endpoints{client: cl.ID(), server: sv.ID(), serverIP: svIP, dest: svIP}}
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	var ports []int
 	for _, c := range cells {
-		srv, err := e.start(pctx, sv.ID(), nil, ru.dep.Agent, "rr", "server", "--mode", TCPCRR, "--port", strconv.Itoa(c.port))
-		if err != nil {
-			return err
-		}
-		defer srv.stop(logf)
-		if err := e.waitListening(ctx, srv, c.port, false); err != nil {
-			return err
-		}
+		ports = append(ports, c.port)
 	}
-	timeout := ru.o.EnforceTimeout
-	if timeout == 0 {
-		timeout = DefaultEnforceTimeout
+	token, stop, err := ru.probeServers(ctx, logf, ports)
+	if err != nil {
+		return err
 	}
+	defer stop()
+	timeout := ru.enforceTimeout()
 	deadline := t0.Add(timeout)
 	var last string
 	for {
 		var wrong []string
 		for _, c := range cells {
-			got := connects(ctx, ru.o.Backend, cl.ID(), ru.dep.Agent, netip.AddrPortFrom(svIP, uint16(c.port)), logf)
+			got := connects(ctx, ru.o.Backend, cl.ID(), ru.dep.Agent, netip.AddrPortFrom(svIP, uint16(c.port)), token, logf)
 			if got != c.allowed {
 				wrong = append(wrong, fmt.Sprintf("%s -> %s port %d/tcp %s, the policies %s it", cl.ID(), sv.ID(), c.port,
 					map[bool]string{true: "connects", false: "does not connect"}[got], map[bool]string{true: "allow", false: "deny"}[c.allowed]))
@@ -192,10 +187,110 @@ func (ru *runner) checkEnforced(ctx context.Context, pols []*policy.Policy, t0 t
 	return fmt.Errorf("%w after %v: %s (does the CNI enforce NetworkPolicy? --unenforced measures anyway)", errNotEnforced, timeout, last)
 }
 
-// connects reports whether a TCP connection from an endpoint to dst is
-// accepted within a second (cnlab agent connect, run there).
-func connects(ctx context.Context, be Backend, from, agent string, dst netip.AddrPort, log io.Writer) bool {
-	cmd := be.Command(ctx, from, []string{agent, "agent", "connect", "--to", dst.String(), "--timeout", "1s"})
+func (ru *runner) enforceTimeout() time.Duration {
+	if ru.o.EnforceTimeout > 0 {
+		return ru.o.EnforceTimeout
+	}
+	return DefaultEnforceTimeout
+}
+
+// probeServers starts cnlab agent serve on the server endpoint, on the
+// ports, greeting every connection with a token of its own (so that a
+// connection some middlebox accepts is not taken for one to the server);
+// stop ends it.
+func (ru *runner) probeServers(ctx context.Context, logf io.Writer, ports []int) (token string, stop func(), err error) {
+	sv := topology.DefaultNamespace + "/server"
+	e := sampleEnv{be: ru.o.Backend, log: logf}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	token = hex.EncodeToString(b[:])
+	argv := []string{ru.dep.Agent, "agent", "serve", "--token", token}
+	for _, p := range ports {
+		argv = append(argv, "--port", strconv.Itoa(p))
+	}
+	srv, err := e.start(ctx, sv, nil, argv...)
+	if err != nil {
+		return "", nil, err
+	}
+	stop = func() { srv.stop(logf) }
+	for _, port := range ports {
+		if err := e.waitListening(ctx, srv, port, false); err != nil {
+			stop()
+			return "", nil, err
+		}
+	}
+	return token, stop, nil
+}
+
+// ensureClusterServices installs the point's Services on the cluster,
+// replacing the previous point's, waits until the measured one answers
+// from the client (kube-proxy or its replacement programmed it), records
+// both times, and returns where the workloads connect.
+func (ru *runner) ensureClusterServices(ctx context.Context, p Params, server netip.Addr) (netip.Addr, error) {
+	text := serviceText(p)
+	if ru.svcSet && text == ru.curSvc {
+		return ru.curDest(server), nil
+	}
+	measured := ""
+	if p.Services > 0 {
+		measured = topology.DefaultNamespace + "/" + measuredService(p)
+	}
+	a := ServiceApply{Services: p.Services, Backends: p.ServiceBackends}
+	t0 := time.Now()
+	vip, err := ru.o.Backend.ApplyServices(ctx, text, measured)
+	a.Seconds = time.Since(t0).Seconds()
+	if err == nil && p.Services > 0 {
+		err = ru.checkServiceReady(ctx, measured, vip, t0, &a)
+	}
+	if err != nil {
+		a.Error = err.Error()
+	}
+	b := &ru.r.Builds[ru.curBuild]
+	b.ServiceApply = append(b.ServiceApply, a)
+	if err != nil {
+		ru.curSvc, ru.svcSet = policyUnknown, false
+		return netip.Addr{}, fmt.Errorf("install %d Services: %w", p.Services, err)
+	}
+	ru.curSvc, ru.svcSet, ru.curVIP = text, true, vip
+	return ru.curDest(server), nil
+}
+
+// checkServiceReady connects from the client to the measured Service's
+// cluster IP on the rr port until the connection is accepted.
+func (ru *runner) checkServiceReady(ctx context.Context, name string, vip netip.Addr, t0 time.Time, a *ServiceApply) error {
+	logf, err := openLog(ru.o.Out, filepath.Join("logs", fmt.Sprintf("service-b%d-a%d.log", ru.curBuild, len(ru.r.Builds[ru.curBuild].ServiceApply))))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	token, stop, err := ru.probeServers(ctx, logf, []int{RRPort})
+	if err != nil {
+		return err
+	}
+	defer stop()
+	timeout := ru.enforceTimeout()
+	for {
+		if connects(ctx, ru.o.Backend, topology.DefaultNamespace+"/client", ru.dep.Agent, netip.AddrPortFrom(vip, RRPort), token, logf) {
+			a.ReadySeconds = time.Since(t0).Seconds()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Since(t0) > timeout {
+			return fmt.Errorf("Service %s (cluster IP %s) does not answer on port %d after %v: does the cluster run kube-proxy or a replacement, and did the server get an EndpointSlice? (--enforce-timeout waits longer)", name, vip, RRPort, timeout)
+		}
+		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// connects reports whether a TCP connection from an endpoint to dst
+// reaches the probe's server (greeted with its token) within a second
+// (cnlab agent connect, run there).
+func connects(ctx context.Context, be Backend, from, agent string, dst netip.AddrPort, token string, log io.Writer) bool {
+	cmd := be.Command(ctx, from, []string{agent, "agent", "connect", "--to", dst.String(), "--expect", token, "--timeout", "1s"})
 	out, err := cmd.CombinedOutput()
 	fmt.Fprintf(log, "$ [%s] connect %s: %v %s\n", from, dst, exitText(err), strings.TrimSpace(string(out)))
 	return err == nil
@@ -234,9 +329,13 @@ func (ru *runner) clusterJob(ctx context.Context, pr *PointResult, j Job) error 
 	if !ok || !ok2 {
 		return errors.New("the deployment has no default/client or default/server")
 	}
+	dest, err := ru.ensureClusterServices(ctx, pr.Params, sv.IP)
+	if err != nil {
+		return err
+	}
 	pr.Nodes = map[string]string{"client": cl.Node, "server": sv.Node}
 	agent := []string{ru.dep.Agent}
-	e := sampleEnv{ep: endpoints{client: topology.DefaultNamespace + "/client", server: topology.DefaultNamespace + "/server", serverIP: sv.IP, dest: sv.IP},
+	e := sampleEnv{ep: endpoints{client: topology.DefaultNamespace + "/client", server: topology.DefaultNamespace + "/server", serverIP: sv.IP, dest: dest},
 		warmup: time.Duration(ru.s.Warmup), duration: time.Duration(ru.s.Duration), rr: append(agent, "rr"), cnlab: agent, lab: ru.o.LabName, be: ru.o.Backend}
 	return ru.measure(ctx, pr, j, e)
 }

@@ -123,6 +123,9 @@ type ServiceApply struct {
 	Backends int     `json:"backends"`
 	Seconds  float64 `json:"seconds"`
 	Error    string  `json:"error,omitempty"`
+	// ReadySeconds, on a cluster: from the apply until the measured
+	// Service answered the client.
+	ReadySeconds float64 `json:"readySeconds,omitempty"`
 }
 
 // PointResult is a point with its samples and their summaries.

@@ -265,6 +265,7 @@ type runner struct {
 	cur      *topology.Spec // the lab that is up (or deployed on a backend), if any
 	dep      *Deployed      // where the backend runs cur's endpoints
 	polSet   bool           // curPol is in force on the backend
+	svcSet   bool           // curSvc is installed on the backend
 	curKey   string
 	curBuild int        // index in r.Builds
 	curPol   string     // policy text applied to it

@@ -3,7 +3,10 @@ package kube
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/netip"
 	"os/exec"
+	"strings"
 
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/topology"
@@ -66,6 +69,29 @@ func (b *Backend) ApplyPolicies(ctx context.Context, text string) error {
 		return err
 	}
 	return b.C.ApplyPolicies(ctx, b.Run, sortedNamespaces(b.dep.Namespaces), objs)
+}
+
+// ApplyServices rewrites text (Services and EndpointSlices) for the run's
+// namespaces, applies it, and returns the cluster IP of measured (a
+// topology namespace/name; "" for none).
+func (b *Backend) ApplyServices(ctx context.Context, text, measured string) (netip.Addr, error) {
+	if b.dep == nil {
+		return netip.Addr{}, errors.New("no deployment to install Services in")
+	}
+	objs, err := RewriteServices([]byte(text), "generated Services", b.dep.Namespaces, b.Run)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	vips, err := b.C.ApplyServices(ctx, b.Run, sortedNamespaces(b.dep.Namespaces), objs)
+	if err != nil || measured == "" {
+		return netip.Addr{}, err
+	}
+	ns, name, _ := strings.Cut(measured, "/")
+	vip, ok := vips[b.dep.Namespaces[ns]+"/"+name]
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("Service %s got no cluster IP", measured)
+	}
+	return vip, nil
 }
 
 // Command is `cnlab agent exec` relaying argv into the endpoint's pod.

@@ -45,8 +45,8 @@ var PodTimeout = 3 * time.Minute
 // Deploy makes spec's endpoints run as agent pods of run, placed as pl
 // says, with cnlab's binary (self) in them. Namespaces are created when
 // missing (refused when a namespace of that name exists that cnlab did
-// not create) and kept; the run's pods and policies from before are
-// deleted first, since a pod's placement cannot change. progress gets a
+// not create) and kept; the run's pods, policies and Services from before
+// are deleted first, since a pod's placement cannot change. progress gets a
 // line per step (may be nil).
 func (c *Client) Deploy(ctx context.Context, run string, spec *topology.Spec, pl Placement, self string, progress func(string)) (*Deployment, error) {
 	if progress == nil {
@@ -91,6 +91,9 @@ func (c *Client) Deploy(ctx context.Context, run string, spec *topology.Spec, pl
 		return nil, err
 	}
 	if err := c.ApplyPolicies(ctx, run, sortedNamespaces(d.Namespaces), nil); err != nil {
+		return nil, err
+	}
+	if _, err := c.ApplyServices(ctx, run, sortedNamespaces(d.Namespaces), nil); err != nil {
 		return nil, err
 	}
 	for _, ns := range sortedNamespaces(d.Namespaces) {

@@ -3,10 +3,12 @@ package kube
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,18 +18,42 @@ import (
 
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/internal/k8stest"
+	"github.com/cnlab/cnlab/internal/testutil"
 )
 
+// binDir holds the cnlab binary the integration tests build once.
+var (
+	binDir   string
+	binOnce  sync.Once
+	binError error
+)
+
+func TestMain(m *testing.M) {
+	testutil.Main(m, func() {
+		if binDir != "" {
+			os.RemoveAll(binDir)
+		}
+	})
+}
+
 // buildCnlab builds the cnlab binary the run streams into the agent pods
-// (a test binary would run tests there).
+// (a test binary would run tests there), once per test binary.
 func buildCnlab(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "cnlab")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/cnlab").CombinedOutput()
-	if err != nil {
-		t.Fatalf("build cnlab: %v\n%s", err, out)
+	binOnce.Do(func() {
+		binDir, binError = os.MkdirTemp("", "cnlab-kube-test-")
+		if binError != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "cnlab"), "../cmd/cnlab").CombinedOutput()
+		if err != nil {
+			binError = fmt.Errorf("build cnlab: %v\n%s", err, out)
+		}
+	})
+	if binError != nil {
+		t.Fatal(binError)
 	}
-	return bin
+	return filepath.Join(binDir, "cnlab")
 }
 
 // TestSmokeRunOnControlPlane runs experiments/k8s-smoke.yaml's quick
@@ -214,6 +240,11 @@ func TestInterruptAndCrashOnControlPlane(t *testing.T) {
 	if n := runNamespaces("xp-int"); n != 0 {
 		t.Errorf("%d namespaces of the interrupted run left", n)
 	}
+	// kwok leaves a process started by exec running when its stream
+	// closes: the relays stopped them in the pods before the run ended.
+	if o, err := exec.Command("pgrep", "-af", "kwok/tmp/cnlab-[0-9a-f]+/cnlab (rr|agent)").Output(); err == nil {
+		t.Errorf("processes of the interrupted run left in its pods:\n%s", o)
+	}
 
 	cmd, b, _ = start("xp-crash")
 	_ = cmd.Process.Kill()
@@ -247,4 +278,43 @@ func TestInterruptAndCrashOnControlPlane(t *testing.T) {
 
 func nsObject(name string) *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+// TestServicesOnControlPlane: a point's Services are applied to the
+// cluster (the API server validates them); kwok runs no kube-proxy, so the
+// measured Service never answers and the point fails saying why, with the
+// apply recorded.
+func TestServicesOnControlPlane(t *testing.T) {
+	c := k8stest.Start(t, k8stest.Options{Nodes: 1})
+	bin := buildCnlab(t)
+	exp := filepath.Join(t.TempDir(), "svc.yaml")
+	if err := os.WriteFile(exp, []byte("name: svc\nwarmup: 0s\nduration: 1s\nrepetitions: 1\nworkloads: [{kind: tcp-crr}]\nmatrix: {topology: [single-host], services: [0, 3], serviceBackends: [2]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "run")
+	o, err := exec.Command(bin, "run", exp, "--backend", "kubernetes", "--kubeconfig", c.Kubeconfig, "--out", out, "--lab", "xp-svc", "--enforce-timeout", "2s").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("run: %v, want exit 1 (the Services point fails)\n%s", err, o)
+	}
+	r, err := experiment.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range r.Points {
+		switch {
+		case p.Params.Services == 0 && p.Status != experiment.PointDone:
+			t.Errorf("%s without Services: %s %s", p.ID, p.Status, p.Error)
+		case p.Params.Services == 3 && (p.Status != experiment.PointFailed || !strings.Contains(p.Error, "does not answer on port 12865") || !strings.Contains(p.Error, "svc-00002")):
+			t.Errorf("%s with 3 Services: %s %q; want failed, svc-00002 not answering", p.ID, p.Status, p.Error)
+		}
+	}
+	var applied bool
+	for _, a := range r.Builds[0].ServiceApply {
+		if a.Services == 3 && a.Backends == 2 && a.Seconds > 0 && strings.Contains(a.Error, "does not answer") {
+			applied = true
+		}
+	}
+	if !applied {
+		t.Errorf("service applies %+v: want the 3 Services applied, then not answering", r.Builds[0].ServiceApply)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,6 +43,22 @@ var namespaceKeys = []string{"kubernetes.io/metadata.name", "k8s:io.kubernetes.p
 // the text in errors. A document naming a namespace the topology does not
 // have is refused: cnlab applies only to namespaces it owns.
 func RewritePolicies(text []byte, file string, nsMap map[string]string, run string) ([]Object, error) {
+	return rewrite(text, file, nsMap, run, policyKinds)
+}
+
+// RewriteServices is RewritePolicies for Service and EndpointSlice
+// documents (a Service's selector stays: it selects within its
+// namespace).
+func RewriteServices(text []byte, file string, nsMap map[string]string, run string) ([]Object, error) {
+	return rewrite(text, file, nsMap, run, serviceKinds)
+}
+
+var (
+	policyKinds  = []string{"NetworkPolicy", "CiliumNetworkPolicy"}
+	serviceKinds = []string{"Service", "EndpointSlice"}
+)
+
+func rewrite(text []byte, file string, nsMap map[string]string, run string, kinds []string) ([]Object, error) {
 	docs, err := yamlx.Documents(text)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
@@ -56,12 +73,12 @@ func RewritePolicies(text []byte, file string, nsMap map[string]string, run stri
 			continue
 		}
 		kind, _ := body["kind"].(string)
-		switch kind {
-		case "NetworkPolicy", "CiliumNetworkPolicy":
-		case "CiliumClusterwideNetworkPolicy":
+		switch {
+		case slices.Contains(kinds, kind):
+		case kind == "CiliumClusterwideNetworkPolicy":
 			return nil, fmt.Errorf("%s: document %d: a CiliumClusterwideNetworkPolicy would apply to pods cnlab does not own: write a CiliumNetworkPolicy per namespace", file, i+1)
 		default:
-			return nil, fmt.Errorf("%s: document %d: kind %q: the kubernetes backend applies NetworkPolicy and CiliumNetworkPolicy", file, i+1, kind)
+			return nil, fmt.Errorf("%s: document %d: kind %q: here the kubernetes backend applies %s", file, i+1, kind, strings.Join(kinds, " and "))
 		}
 		md, _ := body["metadata"].(map[string]any)
 		if md == nil {
@@ -85,6 +102,10 @@ func RewritePolicies(text []byte, file string, nsMap map[string]string, run stri
 			labels[k] = v
 		}
 		md["labels"] = labels
+		if kind == "Service" || kind == "EndpointSlice" {
+			out = append(out, Object{Kind: kind, Namespace: cns, Name: name, Body: body})
+			continue
+		}
 		if spec, ok := body["spec"]; ok {
 			if err := rewriteNamespaces(spec, nsMap); err != nil {
 				return nil, fmt.Errorf("%s: document %d (%s %s): %w", file, i+1, kind, name, err)

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cnlab/cnlab/experiment"
@@ -25,7 +30,7 @@ func newAgentCmd(e *env) *cobra.Command {
 		Short:  "What the kubernetes backend runs (internal)",
 		Hidden: true,
 	}
-	cmd.AddCommand(newAgentExecCmd(e), newAgentConnectCmd(e))
+	cmd.AddCommand(newAgentExecCmd(e), newAgentConnectCmd(e), newAgentServeCmd(e))
 	return cmd
 }
 
@@ -45,6 +50,13 @@ the container runtime does with a closed exec stream.`,
 			if ns == "" || pod == "" {
 				return usagef("give --namespace and --pod")
 			}
+			// The first SIGTERM or Ctrl-C stops the command in the pod; the
+			// ones after it (Ctrl-C reaches the whole process group, and
+			// the runner sends SIGTERM too) must not kill this relay before
+			// it has: keep them caught.
+			sigs := make(chan os.Signal, 8)
+			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sigs)
 			cl, err := kube.Connect(c)
 			if err != nil {
 				return err
@@ -74,29 +86,92 @@ the container runtime does with a closed exec stream.`,
 }
 
 func newAgentConnectCmd(e *env) *cobra.Command {
-	var to string
+	var to, expect string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:     "connect --to IP:PORT [--timeout 1s]",
-		Short:   "Open one TCP connection: exit 0 when it is accepted, 1 when not",
-		Example: `  cnlab agent connect --to 10.244.1.7:12865 --timeout 1s`,
+		Use:   "connect --to IP:PORT --expect TOKEN [--timeout 1s]",
+		Short: "Open one TCP connection to cnlab agent serve: exit 0 when it answers with TOKEN, 1 when not",
+		Long: `Connects and reads the first line the server sends: exit 0 when it is
+the greeting of cnlab agent serve with TOKEN, 1 when no connection was made
+or something else answered (a middlebox that accepts every connection, or
+another server, is not the endpoint the probe asked for).`,
+		Example: `  cnlab agent connect --to 10.244.1.7:12865 --expect 3f2a --timeout 1s`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, _, err := net.SplitHostPort(to); err != nil {
 				return usagef("--to %q: give IP:PORT", to)
+			}
+			if expect == "" {
+				return usagef("give --expect TOKEN (the server's)")
 			}
 			c, err := (&net.Dialer{Timeout: timeout}).DialContext(cmd.Context(), "tcp", to)
 			if err != nil {
 				fmt.Fprintf(e.stdout, "no connection: %v\n", err)
 				return exitStatus(1)
 			}
-			c.Close()
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(timeout))
+			line, err := bufio.NewReader(io.LimitReader(c, 256)).ReadString('\n')
+			if want := agentGreeting(expect); line != want {
+				fmt.Fprintf(e.stdout, "connected, but not to cnlab agent serve %s: read %q (%v)\n", expect, line, err)
+				return exitStatus(1)
+			}
 			fmt.Fprintln(e.stdout, "connected")
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "where to connect (IP:PORT)")
-	cmd.Flags().DurationVar(&timeout, "timeout", time.Second, "how long to wait for the handshake")
+	cmd.Flags().StringVar(&expect, "expect", "", "the token the server greets with")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Second, "how long to wait for the handshake and the greeting")
+	return cmd
+}
+
+func agentGreeting(token string) string { return "cnlab-agent " + token + "\n" }
+
+func newAgentServeCmd(e *env) *cobra.Command {
+	var ports []int
+	var token string
+	cmd := &cobra.Command{
+		Use:     "serve --port P [--port P2]... --token TOKEN",
+		Short:   "Accept TCP connections on the ports, greet each with TOKEN and close it, until stopped",
+		Example: `  cnlab agent serve --port 12865 --port 20001 --token 3f2a`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(ports) == 0 || token == "" || strings.ContainsAny(token, " \n") {
+				return usagef("give --port (one or more) and --token (no spaces)")
+			}
+			var lns []net.Listener
+			defer func() {
+				for _, ln := range lns {
+					ln.Close()
+				}
+			}()
+			for _, p := range ports {
+				if p < 1 || p > 65535 {
+					return usagef("--port %d is not a port number", p)
+				}
+				ln, err := net.Listen("tcp", fmt.Sprintf(":%d", p))
+				if err != nil {
+					return err
+				}
+				lns = append(lns, ln)
+				go func() {
+					for {
+						c, err := ln.Accept()
+						if err != nil {
+							return
+						}
+						_, _ = io.WriteString(c, agentGreeting(token))
+						c.Close()
+					}
+				}()
+			}
+			<-cmd.Context().Done()
+			return nil
+		},
+	}
+	cmd.Flags().IntSliceVar(&ports, "port", nil, "a TCP port to listen on (repeat for more)")
+	cmd.Flags().StringVar(&token, "token", "", "what to greet each connection with")
 	return cmd
 }
 

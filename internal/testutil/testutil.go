@@ -150,12 +150,16 @@ func normalizeLinks(s string) string {
 // Main runs a package's tests and then fails the binary if the kernel state
 // differs from before: a test that leaks a namespace, a link, an nftables
 // table, a pin or a daemon is caught even if it passed. Use it from TestMain.
-func Main(m *testing.M) {
+// cleanup runs after the tests, before the check.
+func Main(m *testing.M, cleanup ...func()) {
 	// A lab that enforces L7 rules starts its proxies by running this
 	// test binary again as one.
 	l7proxy.MaybeRun()
 	before := Snapshot()
 	code := m.Run()
+	for _, f := range cleanup {
+		f()
+	}
 	after := Snapshot()
 	// The kernel frees some objects (BPF programs, namespaces) a moment
 	// after their last reference goes: give it a second before calling it
