@@ -68,7 +68,7 @@ func TestSmokeRunOnControlPlane(t *testing.T) {
 	bin := buildCnlab(t)
 	out := filepath.Join(t.TempDir(), "run")
 	cmd := exec.Command(bin, "run", "../experiments/k8s-smoke.yaml", "--quick", "--backend", "kubernetes",
-		"--kubeconfig", c.Kubeconfig, "--out", out, "--lab", "xp-smoke", "--unenforced", "--enforce-timeout", "3s", "--image", "example.org/unused:1")
+		"--kubeconfig", c.Kubeconfig, "--out", out, "--lab", "xp-smoke", "--unenforced", "--enforce-timeout", "3s", "--image", "example.org/unused:1", "--report")
 	cmd.Env = append(os.Environ(), "CNLAB_TEST_MAIN=") // the real binary, whatever the environment
 	o, err := cmd.CombinedOutput()
 	t.Logf("cnlab run:\n%s", o)
@@ -142,6 +142,16 @@ func TestSmokeRunOnControlPlane(t *testing.T) {
 	}
 	if !strings.Contains(string(o), "does not enforce the policies") {
 		t.Error("the run did not warn that the cluster does not enforce the policies")
+	}
+	// The report says the policies were not enforced, and shows the cluster.
+	html, err := os.ReadFile(filepath.Join(out, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"did not enforce the policies", "kube-proxy", "node kwok-node-1"} {
+		if !strings.Contains(string(html), want) {
+			t.Errorf("report.html does not say %q", want)
+		}
 	}
 	// Nothing of the run is left on the cluster, nor as a process here.
 	cl, err := c.Client()

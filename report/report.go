@@ -135,6 +135,14 @@ func Build(r *experiment.Results, env *experiment.Environment) *Report {
 	case experiment.StatusRunning:
 		rep.Notes = append(rep.Notes, "The run is still going (or was killed): the figures show the samples taken so far.")
 	}
+	if n, why := unenforced(r); n > 0 {
+		cni := "unknown"
+		if r.Cluster != nil {
+			cni = r.Cluster.CNI
+		}
+		rep.Notes = append(rep.Notes, fmt.Sprintf("The cluster (CNI %s) did not enforce the policies in %s as they say (%s): the points were measured anyway (--unenforced), so differences across policies are not the cost of enforcing them.",
+			cni, plural.N(n, "policy update"), why))
+	}
 	switch {
 	case r.Experiment.Quick && rep.Precision != nil:
 		rep.Notes = append(rep.Notes, "A --quick run: short samples, repeated until the precision above; small differences within those intervals are noise.")
@@ -274,4 +282,21 @@ func sortedKindKeys(m map[string]float64) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// unenforced counts the policy applies a cluster did not enforce as the
+// model says, with the first mismatch.
+func unenforced(r *experiment.Results) (int, string) {
+	n, why := 0, ""
+	for _, b := range r.Builds {
+		for _, a := range b.PolicyApply {
+			if a.Enforced != nil && !*a.Enforced {
+				n++
+				if why == "" {
+					why = a.Mismatch
+				}
+			}
+		}
+	}
+	return n, why
 }
