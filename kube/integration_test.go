@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 
 // buildCnlab builds the cnlab binary the run streams into the agent pods
 // (a test binary would run tests there), once per test binary.
-func buildCnlab(t *testing.T) string {
+func buildCnlab(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		binDir, binError = os.MkdirTemp("", "cnlab-kube-test-")
