@@ -81,17 +81,14 @@ func (ru *runner) ensureClusterPolicies(ctx context.Context, p Params) error {
 	if ru.polSet && text == ru.curPol {
 		return nil
 	}
-	var pols []*policy.Policy
-	if text != "" {
-		var err error
-		if pols, err = policy.Parse([]byte(text), "generated policies"); err != nil {
-			return err
-		}
+	pols, err := parseGenerated(text)
+	if err != nil {
+		return err
 	}
 	a := Apply{Policies: p.Policies, PolicyMode: p.PolicyMode}
 	b := &ru.r.Builds[ru.curBuild]
 	t0 := time.Now()
-	err := ru.o.Backend.ApplyPolicies(ctx, text)
+	err = ru.o.Backend.ApplyPolicies(ctx, text)
 	a.Seconds = time.Since(t0).Seconds()
 	if err == nil {
 		err = ru.checkEnforced(ctx, pols, t0, &a)

@@ -166,15 +166,12 @@ func (ru *runner) ensurePolicies(ctx context.Context, p Params) error {
 	if text == ru.curPol {
 		return nil
 	}
-	var pols []*policy.Policy
-	if text != "" {
-		var err error
-		if pols, err = policy.Parse([]byte(text), "generated policies"); err != nil {
-			return err
-		}
+	pols, err := parseGenerated(text)
+	if err != nil {
+		return err
 	}
 	t0 := time.Now()
-	_, err := lab.Replace(ctx, ru.cur.Name, pols)
+	_, err = lab.Replace(ctx, ru.cur.Name, pols)
 	a := Apply{Policies: p.Policies, PolicyMode: p.PolicyMode, L7Mode: p.L7Mode, L7Rules: p.L7Rules, L7Match: p.L7Match, Seconds: time.Since(t0).Seconds()}
 	if err != nil {
 		a.Error = err.Error()
@@ -192,6 +189,14 @@ func (ru *runner) ensurePolicies(ctx context.Context, p Params) error {
 	}
 	ru.curPol = text
 	return nil
+}
+
+// parseGenerated parses generated policies (none for "").
+func parseGenerated(text string) ([]*policy.Policy, error) {
+	if text == "" {
+		return nil, nil
+	}
+	return policy.Parse([]byte(text), "generated policies")
 }
 
 // policyUnknown is never a generated policy text.
