@@ -56,6 +56,8 @@ type Backend interface {
 // Deployed is where a backend runs a topology's endpoints.
 type Deployed struct {
 	Endpoints map[string]DeployedEndpoint // by endpoint ID (ns/name)
+	// Namespaces maps the topology's namespaces to the cluster's.
+	Namespaces map[string]string
 	// Agent is the path of cnlab's own binary inside the endpoints.
 	Agent string
 }

@@ -49,6 +49,7 @@ func (ru *runner) ensureDeployment(ctx context.Context, p Params) error {
 		ru.cur, ru.curKey, ru.dep = nil, "", nil
 		return fmt.Errorf("deploy (%s): %w", describeDeployment(p), err)
 	}
+	b.Namespaces = dep.Namespaces
 	b.Nodes = map[string]string{}
 	for id, ep := range dep.Endpoints {
 		b.Nodes[id] = ep.Node

@@ -95,6 +95,9 @@ type Build struct {
 	// Nodes are the cluster nodes of the endpoints (by ID), when the
 	// kubernetes backend deployed them.
 	Nodes map[string]string `json:"nodes,omitempty"`
+	// Namespaces are the cluster namespaces cnlab created for the
+	// topology's (the kubernetes backend; policies are rewritten to them).
+	Namespaces map[string]string `json:"namespaces,omitempty"`
 }
 
 // Apply is one policy update of a lab.

@@ -52,7 +52,7 @@ func (b *Backend) Deploy(ctx context.Context, spec *topology.Spec, p experiment.
 		return nil, err
 	}
 	b.dep = d
-	out := &experiment.Deployed{Endpoints: map[string]experiment.DeployedEndpoint{}, Agent: d.Agent}
+	out := &experiment.Deployed{Endpoints: map[string]experiment.DeployedEndpoint{}, Namespaces: d.Namespaces, Agent: d.Agent}
 	for id, pod := range d.Pods {
 		out.Endpoints[id] = experiment.DeployedEndpoint{IP: pod.IP, Node: pod.Node, Pod: pod.Namespace + "/" + pod.Name}
 	}

@@ -121,8 +121,8 @@ func TestSmokeRunOnControlPlane(t *testing.T) {
 	// the server's isolation was not enforced (no CNI), and said so.
 	var none, two int
 	for _, b := range r.Builds {
-		if len(b.Nodes) != 2 {
-			t.Errorf("build %s: nodes %v", b.Key, b.Nodes)
+		if len(b.Nodes) != 2 || b.Namespaces["default"] != "cnlab-xp-smoke-default" {
+			t.Errorf("build %s: nodes %v, namespaces %v", b.Key, b.Nodes, b.Namespaces)
 		}
 		for _, a := range b.PolicyApply {
 			switch {

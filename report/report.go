@@ -135,6 +135,9 @@ func Build(r *experiment.Results, env *experiment.Environment) *Report {
 	case experiment.StatusRunning:
 		rep.Notes = append(rep.Notes, "The run is still going (or was killed): the figures show the samples taken so far.")
 	}
+	if line := enforcementTimes(r); line != "" {
+		rep.Notes = append(rep.Notes, line)
+	}
 	if n, why := unenforced(r); n > 0 {
 		cni := "unknown"
 		if r.Cluster != nil {
@@ -299,4 +302,49 @@ func unenforced(r *experiment.Results) (int, string) {
 		}
 	}
 	return n, why
+}
+
+// enforcementTimes sums up a cluster's time to enforcement (from a policy
+// apply until the probe saw it enforced) and to a Service answering, by
+// number of policies and Services ("" when the run recorded none).
+func enforcementTimes(r *experiment.Results) string {
+	pol := map[int][]float64{}
+	svc := map[int][]float64{}
+	for _, b := range r.Builds {
+		for _, a := range b.PolicyApply {
+			if a.Enforced != nil && *a.Enforced {
+				pol[a.Policies] = append(pol[a.Policies], a.EnforcedSeconds)
+			}
+		}
+		for _, a := range b.ServiceApply {
+			if a.ReadySeconds > 0 {
+				svc[a.Services] = append(svc[a.Services], a.ReadySeconds)
+			}
+		}
+	}
+	part := func(m map[int][]float64, what string) []string {
+		var keys []int
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Ints(keys)
+		var out []string
+		for _, k := range keys {
+			xs := m[k]
+			sort.Float64s(xs)
+			out = append(out, fmt.Sprintf("%s: median %.3g s (%s, %.3g–%.3g)", plural.N(k, what), stats.Median(xs), plural.N(len(xs), "apply"), xs[0], xs[len(xs)-1]))
+		}
+		return out
+	}
+	var parts []string
+	if p := part(pol, "policy"); len(p) > 0 {
+		parts = append(parts, "time from a policy apply until the probe saw it enforced — "+strings.Join(p, "; "))
+	}
+	if p := part(svc, "Service"); len(p) > 0 {
+		parts = append(parts, "time from installing Services until the measured one answered — "+strings.Join(p, "; "))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "On the cluster: " + strings.Join(parts, ". ") + " (builds[].policyApply and serviceApply in results.json)."
 }
