@@ -412,3 +412,58 @@ func TestRelayArgs(t *testing.T) {
 		t.Errorf("wrapped %v", w)
 	}
 }
+
+// TestApplyConflictsAndOwnership: a field another manager changed on
+// cnlab's policy is taken back (forced apply); a policy or Service of the
+// same name that cnlab did not create is refused before anything changes.
+func TestApplyConflictsAndOwnership(t *testing.T) {
+	ctx := context.Background()
+	c, k := fakeClient()
+	nsMap := map[string]string{"default": "cnlab-r-default"}
+	text := "kind: NetworkPolicy\napiVersion: networking.k8s.io/v1\nmetadata: {name: a}\nspec: {podSelector: {matchLabels: {app: server}}}\n"
+	objs, err := RewritePolicies([]byte(text), "p", nsMap, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ApplyPolicies(ctx, "r", []string{"cnlab-r-default"}, objs); err != nil {
+		t.Fatal(err)
+	}
+	// Someone edits cnlab's policy with a manager of their own.
+	other := []byte(`{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"a","namespace":"cnlab-r-default"},"spec":{"podSelector":{"matchLabels":{"app":"other"}}}}`)
+	if _, err := k.NetworkingV1().NetworkPolicies("cnlab-r-default").Patch(ctx, "a", "application/apply-patch+yaml", other, metav1.PatchOptions{FieldManager: "kubectl", Force: ptr(true)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ApplyPolicies(ctx, "r", []string{"cnlab-r-default"}, objs); err != nil {
+		t.Fatalf("cnlab's apply after someone else's: %v", err)
+	}
+	got, _ := k.NetworkingV1().NetworkPolicies("cnlab-r-default").Get(ctx, "a", metav1.GetOptions{})
+	if got.Spec.PodSelector.MatchLabels["app"] != "server" {
+		t.Errorf("podSelector %v after cnlab's forced apply: want app=server back", got.Spec.PodSelector.MatchLabels)
+	}
+	// Not cnlab's: refused, unchanged.
+	theirs := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "cnlab-r-default"}}
+	if _, err := k.NetworkingV1().NetworkPolicies("cnlab-r-default").Create(ctx, theirs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := RewritePolicies([]byte(strings.ReplaceAll(text, "name: a", "name: b")), "p", nsMap, "r")
+	if err := c.ApplyPolicies(ctx, "r", []string{"cnlab-r-default"}, b); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("apply over a policy cnlab did not create: %v, want ErrNotOwned", err)
+	}
+	if got, _ := k.NetworkingV1().NetworkPolicies("cnlab-r-default").Get(ctx, "b", metav1.GetOptions{}); len(got.Labels) != 0 {
+		t.Errorf("their policy was changed: %v", got.Labels)
+	}
+	if _, err := k.NetworkingV1().NetworkPolicies("cnlab-r-default").Get(ctx, "a", metav1.GetOptions{}); err != nil {
+		t.Errorf("the refused apply deleted cnlab's policy a first: %v", err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "svc-00000", Namespace: "cnlab-r-default"}}
+	if _, err := k.CoreV1().Services("cnlab-r-default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	so, err := RewriteServices([]byte("apiVersion: v1\nkind: Service\nmetadata: {name: svc-00000}\nspec: {ports: [{port: 80}]}\n"), "s", nsMap, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ApplyServices(ctx, "r", []string{"cnlab-r-default"}, so); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("apply over a Service cnlab did not create: %v, want ErrNotOwned", err)
+	}
+}

@@ -177,12 +177,39 @@ func rewriteNamespaces(v any, nsMap map[string]string) error {
 }
 
 // ApplyPolicies makes objs the run's policies: each is applied with
-// server-side apply (field manager cnlab, forced), and the run's policies
-// that objs no longer hold are deleted. namespaces are the run's.
+// server-side apply (field manager cnlab, forced: a field someone changed
+// since is taken back), and the run's policies that objs no longer hold
+// are deleted. namespaces are the run's. A policy of the same name that
+// cnlab did not create is refused (ErrNotOwned) before anything changes.
 func (c *Client) ApplyPolicies(ctx context.Context, run string, namespaces []string, objs []Object) error {
+	existing := map[string]metav1.Object{} // "Kind ns/name"
+	cilium := true
+	for _, ns := range namespaces {
+		l, err := c.K.NetworkingV1().NetworkPolicies(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list NetworkPolicies in %s: %w", ns, err)
+		}
+		for i := range l.Items {
+			existing["NetworkPolicy "+ns+"/"+l.Items[i].Name] = &l.Items[i]
+		}
+		cl, err := c.Dynamic.Resource(CiliumPolicies).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			cilium = false // no Cilium: nothing of cnlab's there
+			continue
+		}
+		for i := range cl.Items {
+			existing["CiliumNetworkPolicy "+ns+"/"+cl.Items[i].GetName()] = &cl.Items[i]
+		}
+	}
 	keep := map[string]bool{}
 	for _, o := range objs {
-		keep[o.Kind+" "+o.Namespace+"/"+o.Name] = true
+		key := o.Kind + " " + o.Namespace + "/" + o.Name
+		if e, ok := existing[key]; ok && !owned(e, run) {
+			return fmt.Errorf("%s %s/%s %w", o.Kind, o.Namespace, o.Name, ErrNotOwned)
+		}
+		keep[key] = true
+	}
+	for _, o := range objs {
 		data, err := json.Marshal(o.Body)
 		if err != nil {
 			return err
@@ -197,7 +224,7 @@ func (c *Client) ApplyPolicies(ctx context.Context, run string, namespaces []str
 		default:
 			u := &unstructured.Unstructured{Object: o.Body}
 			_, err = c.Dynamic.Resource(CiliumPolicies).Namespace(o.Namespace).Apply(ctx, o.Name, u, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
-			if apierrors.IsNotFound(err) {
+			if err != nil && (apierrors.IsNotFound(err) || !cilium) {
 				err = fmt.Errorf("%w (is Cilium installed? the cluster has no CiliumNetworkPolicy resource)", err)
 			}
 		}
@@ -205,29 +232,20 @@ func (c *Client) ApplyPolicies(ctx context.Context, run string, namespaces []str
 			return fmt.Errorf("apply %s %s/%s: %w", o.Kind, o.Namespace, o.Name, err)
 		}
 	}
-	sel := metav1.ListOptions{LabelSelector: RunLabel + "=" + run}
-	for _, ns := range namespaces {
-		l, err := c.K.NetworkingV1().NetworkPolicies(ns).List(ctx, sel)
-		if err != nil {
-			return fmt.Errorf("list NetworkPolicies in %s: %w", ns, err)
+	for _, key := range mapsKeys(existing) {
+		e := existing[key]
+		if keep[key] || !owned(e, run) {
+			continue
 		}
-		for _, p := range l.Items {
-			if !keep["NetworkPolicy "+ns+"/"+p.Name] && owned(&p, run) {
-				if err := c.K.NetworkingV1().NetworkPolicies(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-					return fmt.Errorf("delete NetworkPolicy %s/%s: %w", ns, p.Name, err)
-				}
-			}
+		kind, _, _ := strings.Cut(key, " ")
+		var err error
+		if kind == "NetworkPolicy" {
+			err = c.K.NetworkingV1().NetworkPolicies(e.GetNamespace()).Delete(ctx, e.GetName(), metav1.DeleteOptions{})
+		} else {
+			err = c.Dynamic.Resource(CiliumPolicies).Namespace(e.GetNamespace()).Delete(ctx, e.GetName(), metav1.DeleteOptions{})
 		}
-		cl, err := c.Dynamic.Resource(CiliumPolicies).Namespace(ns).List(ctx, sel)
-		if err != nil {
-			continue // no Cilium: nothing of cnlab's to delete there
-		}
-		for _, p := range cl.Items {
-			if !keep["CiliumNetworkPolicy "+ns+"/"+p.GetName()] && owned(&p, run) {
-				if err := c.Dynamic.Resource(CiliumPolicies).Namespace(ns).Delete(ctx, p.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-					return fmt.Errorf("delete CiliumNetworkPolicy %s/%s: %w", ns, p.GetName(), err)
-				}
-			}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete %s: %w", key, err)
 		}
 	}
 	return nil

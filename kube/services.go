@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,14 +16,38 @@ import (
 // ApplyServices makes objs (Services and EndpointSlices, rewritten by
 // RewriteServices) the run's Services: each is applied with server-side
 // apply, and the run's Services and EndpointSlices that objs no longer
-// hold are deleted. It returns every applied Service's cluster IP, by
-// cluster namespace/name.
+// hold are deleted. A Service or EndpointSlice of the same name that cnlab
+// did not create is refused (ErrNotOwned) before anything changes. It
+// returns every applied Service's cluster IP, by cluster namespace/name.
 func (c *Client) ApplyServices(ctx context.Context, run string, namespaces []string, objs []Object) (map[string]netip.Addr, error) {
+	existing := map[string]metav1.Object{} // "Kind ns/name"
+	for _, ns := range namespaces {
+		l, err := c.K.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list Services in %s: %w", ns, err)
+		}
+		for i := range l.Items {
+			existing["Service "+ns+"/"+l.Items[i].Name] = &l.Items[i]
+		}
+		sl, err := c.K.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list EndpointSlices in %s: %w", ns, err)
+		}
+		for i := range sl.Items {
+			existing["EndpointSlice "+ns+"/"+sl.Items[i].Name] = &sl.Items[i]
+		}
+	}
 	keep := map[string]bool{}
+	for _, o := range objs {
+		key := o.Kind + " " + o.Namespace + "/" + o.Name
+		if e, ok := existing[key]; ok && !owned(e, run) {
+			return nil, fmt.Errorf("%s %s/%s %w", o.Kind, o.Namespace, o.Name, ErrNotOwned)
+		}
+		keep[key] = true
+	}
 	vips := map[string]netip.Addr{}
 	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
 	for _, o := range objs {
-		keep[o.Kind+" "+o.Namespace+"/"+o.Name] = true
 		data, err := json.Marshal(o.Body)
 		if err != nil {
 			return nil, err
@@ -50,28 +75,22 @@ func (c *Client) ApplyServices(ctx context.Context, run string, namespaces []str
 			}
 		}
 	}
-	sel := metav1.ListOptions{LabelSelector: RunLabel + "=" + run}
-	for _, ns := range namespaces {
-		sl, err := c.K.DiscoveryV1().EndpointSlices(ns).List(ctx, sel)
-		if err != nil {
-			return nil, fmt.Errorf("list EndpointSlices in %s: %w", ns, err)
-		}
-		for _, s := range sl.Items {
-			if !keep["EndpointSlice "+ns+"/"+s.Name] && owned(&s, run) {
-				if err := c.K.DiscoveryV1().EndpointSlices(ns).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-					return nil, fmt.Errorf("delete EndpointSlice %s/%s: %w", ns, s.Name, err)
-				}
+	// Slices first: a Service's own (the EndpointSlice controller's) carry
+	// no cnlab label and go with it.
+	for _, kind := range []string{"EndpointSlice", "Service"} {
+		for _, key := range mapsKeys(existing) {
+			e := existing[key]
+			if !strings.HasPrefix(key, kind+" ") || keep[key] || !owned(e, run) {
+				continue
 			}
-		}
-		l, err := c.K.CoreV1().Services(ns).List(ctx, sel)
-		if err != nil {
-			return nil, fmt.Errorf("list Services in %s: %w", ns, err)
-		}
-		for _, s := range l.Items {
-			if !keep["Service "+ns+"/"+s.Name] && owned(&s, run) {
-				if err := c.K.CoreV1().Services(ns).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-					return nil, fmt.Errorf("delete Service %s/%s: %w", ns, s.Name, err)
-				}
+			var err error
+			if kind == "Service" {
+				err = c.K.CoreV1().Services(e.GetNamespace()).Delete(ctx, e.GetName(), metav1.DeleteOptions{})
+			} else {
+				err = c.K.DiscoveryV1().EndpointSlices(e.GetNamespace()).Delete(ctx, e.GetName(), metav1.DeleteOptions{})
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("delete %s: %w", key, err)
 			}
 		}
 	}
