@@ -88,11 +88,23 @@ func (ru *runner) ensureClusterPolicies(ctx context.Context, p Params) error {
 	}
 	a := Apply{Policies: p.Policies, PolicyMode: p.PolicyMode}
 	b := &ru.r.Builds[ru.curBuild]
+	// The probe's server runs before the apply begins, so that the time
+	// to enforcement is the cluster's, not the exec that starts it.
+	logf, err := openLog(ru.o.Out, filepath.Join("logs", fmt.Sprintf("enforce-b%d-a%d.log", ru.curBuild, len(b.PolicyApply))))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	token, stop, err := ru.probeServers(ctx, logf, []int{RRPort, enforcePort})
+	if err != nil {
+		return err
+	}
+	defer stop()
 	t0 := time.Now()
 	err = ru.o.Backend.ApplyPolicies(ctx, text)
 	a.Seconds = time.Since(t0).Seconds()
 	if err == nil {
-		err = ru.checkEnforced(ctx, pols, t0, &a)
+		err = ru.checkEnforced(ctx, pols, t0, token, logf, &a)
 	}
 	if err != nil {
 		a.Error = err.Error()
@@ -113,7 +125,7 @@ var errNotEnforced = errors.New("the cluster does not enforce the policies as th
 // checkEnforced probes TCP from the client to the server on the rr port
 // and on a port no generated policy allows, until what connects is what
 // the model allows, or the enforce timeout.
-func (ru *runner) checkEnforced(ctx context.Context, pols []*policy.Policy, t0 time.Time, a *Apply) error {
+func (ru *runner) checkEnforced(ctx context.Context, pols []*policy.Policy, t0 time.Time, token string, logf io.Writer, a *Apply) error {
 	m, err := policy.NewModel(ru.cur, pols)
 	if err != nil {
 		return err
@@ -126,26 +138,12 @@ func (ru *runner) checkEnforced(ctx context.Context, pols []*policy.Policy, t0 t
 	if err != nil {
 		return err
 	}
-	logf, err := openLog(ru.o.Out, filepath.Join("logs", fmt.Sprintf("enforce-b%d-a%d.log", ru.curBuild, len(ru.r.Builds[ru.curBuild].PolicyApply))))
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
 	type cell struct {
 		port    int
 		allowed bool
 	}
 	cells := []cell{{RRPort, m.Verdict(cl, sv, "tcp", RRPort).Allowed}, {enforcePort, m.Verdict(cl, sv, "tcp", enforcePort).Allowed}}
 	svIP := ru.dep.Endpoints[sv.ID()].IP
-	var ports []int
-	for _, c := range cells {
-		ports = append(ports, c.port)
-	}
-	token, stop, err := ru.probeServers(ctx, logf, ports)
-	if err != nil {
-		return err
-	}
-	defer stop()
 	timeout := ru.enforceTimeout()
 	deadline := t0.Add(timeout)
 	var last string
@@ -234,16 +232,33 @@ func (ru *runner) ensureClusterServices(ctx context.Context, p Params, server ne
 		measured = topology.DefaultNamespace + "/" + measuredService(p)
 	}
 	a := ServiceApply{Services: p.Services, Backends: p.ServiceBackends}
+	b := &ru.r.Builds[ru.curBuild]
+	var token string
+	var logw io.Writer = io.Discard
+	if p.Services > 0 {
+		// The probe's server runs before the apply begins (see
+		// ensureClusterPolicies).
+		logf, err := openLog(ru.o.Out, filepath.Join("logs", fmt.Sprintf("service-b%d-a%d.log", ru.curBuild, len(b.ServiceApply))))
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		defer logf.Close()
+		tok, stop, err := ru.probeServers(ctx, logf, []int{RRPort})
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		defer stop()
+		token, logw = tok, logf
+	}
 	t0 := time.Now()
 	vip, err := ru.o.Backend.ApplyServices(ctx, text, measured)
 	a.Seconds = time.Since(t0).Seconds()
 	if err == nil && p.Services > 0 {
-		err = ru.checkServiceReady(ctx, measured, vip, t0, &a)
+		err = ru.checkServiceReady(ctx, measured, vip, t0, token, logw, &a)
 	}
 	if err != nil {
 		a.Error = err.Error()
 	}
-	b := &ru.r.Builds[ru.curBuild]
 	b.ServiceApply = append(b.ServiceApply, a)
 	if err != nil {
 		ru.curSvc, ru.svcSet = policyUnknown, false
@@ -255,17 +270,7 @@ func (ru *runner) ensureClusterServices(ctx context.Context, p Params, server ne
 
 // checkServiceReady connects from the client to the measured Service's
 // cluster IP on the rr port until the connection is accepted.
-func (ru *runner) checkServiceReady(ctx context.Context, name string, vip netip.Addr, t0 time.Time, a *ServiceApply) error {
-	logf, err := openLog(ru.o.Out, filepath.Join("logs", fmt.Sprintf("service-b%d-a%d.log", ru.curBuild, len(ru.r.Builds[ru.curBuild].ServiceApply))))
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	token, stop, err := ru.probeServers(ctx, logf, []int{RRPort})
-	if err != nil {
-		return err
-	}
-	defer stop()
+func (ru *runner) checkServiceReady(ctx context.Context, name string, vip netip.Addr, t0 time.Time, token string, logf io.Writer, a *ServiceApply) error {
 	timeout := ru.enforceTimeout()
 	for {
 		if connects(ctx, ru.o.Backend, topology.DefaultNamespace+"/client", ru.dep.Agent, netip.AddrPortFrom(vip, RRPort), token, logf) {
