@@ -200,6 +200,9 @@ func (s *Spec) resolveKubeParams(p *Params, bad func(key, format string, args ..
 	if p.Policies > maxPortPolicies {
 		return bad("policies", "%d: policies generated on ports %d and up take at most %d", p.Policies, fillerPort, maxPortPolicies)
 	}
+	if p.Network == NetworkHost && (p.Policies > 0 || p.PolicyMode == ModeL4Rules) {
+		return bad("policies", "%d with network host: NetworkPolicy does not apply to pods in the node's network (Kubernetes leaves it undefined; most CNIs ignore them): sweep policies in the pod network", p.Policies)
+	}
 	// Services: the cluster's kube-proxy (or its replacement) serves them.
 	if p.ServiceBackends == 0 {
 		p.ServiceBackends = 1
@@ -252,4 +255,42 @@ type NodeInfo struct {
 	Memory           string            `json:"memory"`
 	InternalIP       string            `json:"internalIP,omitempty"`
 	Labels           map[string]string `json:"labels,omitempty"` // instance type, zone, cnlab.io/host
+}
+
+// Topologies are the distinct topologies the points deploy, resolved as
+// a run would (for checks before a run: hosts, namespaces).
+func (s *Spec) Topologies() ([]*topology.Spec, error) {
+	points, err := s.Points()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []*topology.Spec
+	for _, p := range points {
+		k := labKey(p.Params)
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		t, err := s.labSpec(p.Params, "check")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// UsesPolicyMode reports whether a point generates policies in mode.
+func (s *Spec) UsesPolicyMode(mode string) bool {
+	points, err := s.Points()
+	if err != nil {
+		return false
+	}
+	for _, p := range points {
+		if p.Params.PolicyMode == mode && (p.Params.Policies > 0 || mode == ModeL4Rules) {
+			return true
+		}
+	}
+	return false
 }

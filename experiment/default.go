@@ -44,6 +44,14 @@ func (s *Spec) EstimateMax() (jobs, labs int, d time.Duration, err error) {
 	return s.estimate(points)
 }
 
+// What a run on a cluster adds, measured on the test control plane
+// (BENCHMARKS.md): a sample's exec round trips, and a deployment's pods
+// with cnlab copied in and the first probe.
+const (
+	clusterRunCost    = 2 * time.Second
+	clusterDeployCost = 5 * time.Second
+)
+
 func (s *Spec) estimate(points []Point) (jobs, labs int, d time.Duration, err error) {
 	order := schedule(points, s.Repetitions, nil)
 	prev := ""
@@ -62,8 +70,14 @@ func (s *Spec) estimate(points []Point) (jobs, labs int, d time.Duration, err er
 			d -= time.Duration(s.Warmup + s.Duration)
 			d += time.Duration(p.Workload.Count) * 15 * time.Millisecond
 		}
+		if s.Backend == BackendKubernetes {
+			d += clusterRunCost
+		}
 	}
 	d += time.Duration(labs) * 500 * time.Millisecond
+	if s.Backend == BackendKubernetes {
+		d += time.Duration(labs) * clusterDeployCost
+	}
 	return len(order), labs, d, nil
 }
 

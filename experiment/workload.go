@@ -196,7 +196,10 @@ func (e sampleEnv) waitListening(ctx context.Context, p *proc, port int, udp boo
 				return nil
 			}
 		}
-		if exited(p.cmd.Process.Pid) || time.Now().After(deadline) {
+		if exited(p.cmd.Process.Pid) {
+			return fmt.Errorf("%s exited before it listened on port %d: %s", p.name(), port, strings.TrimSpace(p.errb.String()))
+		}
+		if time.Now().After(deadline) {
 			return fmt.Errorf("%s did not listen on port %d within %v: %s", p.name(), port, limit, strings.TrimSpace(p.errb.String()))
 		}
 		select {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"strings"
+	"syscall"
 
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/topology"
@@ -98,7 +99,11 @@ func (b *Backend) ApplyServices(ctx context.Context, text, measured string) (net
 func (b *Backend) Command(ctx context.Context, endpoint string, argv []string) *exec.Cmd {
 	pod := b.dep.Pods[endpoint]
 	args := RelayArgs(b.C.Config, pod.Namespace, pod.Name, argv)
-	return exec.CommandContext(ctx, b.Self, args...)
+	cmd := exec.CommandContext(ctx, b.Self, args...)
+	// A run killed with -9 cannot stop its relays: the kernel tells them
+	// (SIGTERM), and each stops its command in the pod.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	return cmd
 }
 
 // RelayArgs are the arguments of `cnlab agent exec` running argv in a pod.

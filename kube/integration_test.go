@@ -262,6 +262,20 @@ func TestInterruptAndCrashOnControlPlane(t *testing.T) {
 	if n := runNamespaces("xp-crash"); n != 1 {
 		t.Fatalf("after kill -9: %d namespaces of the run, want its 1 left behind\n%s", n, b.String())
 	}
+	// The relays, told by the kernel that the run died, stopped their
+	// commands in the pods.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		o, err := exec.Command("pgrep", "-af", "cnlab agent exec|kwok/tmp/cnlab-[0-9a-f]+/cnlab (rr|agent)").Output()
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("after kill -9, processes of the run are left:\n%s", o)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	o, err := exec.Command(bin, "down", "--backend", "kubernetes", "xp-crash", "--kubeconfig", c.Kubeconfig).CombinedOutput()
 	if err != nil || !strings.Contains(string(o), "namespace cnlab-xp-crash-default deleted") {
 		t.Errorf("cnlab down --backend kubernetes xp-crash: %v\n%s", err, o)
@@ -278,8 +292,23 @@ func TestInterruptAndCrashOnControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	o, err = exec.Command(bin, "run", exp, "--backend", "kubernetes", "--kubeconfig", c.Kubeconfig, "--out", filepath.Join(t.TempDir(), "taken"), "--lab", "xp-taken", "--repetitions", "1").CombinedOutput()
-	if err == nil || !strings.Contains(string(o), "namespace cnlab-xp-taken-default exists and was not created by cnlab") {
-		t.Errorf("a run into a namespace not cnlab's: %v\n%s", err, o)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(o), "--lab: xp-taken: namespace cnlab-xp-taken-default exists and was not created by cnlab") {
+		t.Errorf("a run into a namespace not cnlab's: %v, want exit 2 before anything\n%s", err, o)
+	}
+	// What only the cluster can say is bad input too, before anything.
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nodes", "flip=nope"}, "--nodes: flip=nope: the cluster has no node nope"},
+		{[]string{"--nodes", "flop=kwok-node-0"}, "--nodes: flop=kwok-node-0: the experiment's topologies have no host flop"},
+		{[]string{"--context", "nope"}, `--context: "nope" is not a context of`},
+	} {
+		args := append([]string{"run", exp, "--backend", "kubernetes", "--kubeconfig", c.Kubeconfig, "--out", filepath.Join(t.TempDir(), "x")}, bad.args...)
+		o, err := exec.Command(bin, args...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(o), bad.want) {
+			t.Errorf("%v: %v, want exit 2 and %q\n%s", bad.args, err, bad.want, o)
+		}
 	}
 	if got, err := cl.CoreV1().Namespaces().Get(ctx, "cnlab-xp-taken-default", metav1.GetOptions{}); err != nil || got.DeletionTimestamp != nil {
 		t.Errorf("the namespace cnlab did not create: %v", err)

@@ -71,11 +71,7 @@ func Connect(c Config) (*Client, error) {
 	}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.Context}).ClientConfig()
 	if err != nil {
-		where := c.Kubeconfig
-		if where == "" {
-			where = "the default kubeconfig ($KUBECONFIG or ~/.kube/config)"
-		}
-		return nil, fmt.Errorf("kubeconfig %s: %w", where, err)
+		return nil, kubeconfigError(c, err)
 	}
 	cfg.UserAgent = "cnlab"
 	cfg.QPS, cfg.Burst = 50, 100

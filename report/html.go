@@ -45,6 +45,9 @@ func (rep *Report) HTML() ([]byte, error) {
 		}
 	}
 	if e := rep.Env; e != nil {
+		if r.Cluster != nil {
+			env = append(env, [2]string{"cnlab ran on", e.Hostname + ": the machine of the rows below, not a node"})
+		}
 		env = append(env,
 			[2]string{"kernel", e.Kernel},
 			[2]string{"CPU", fmt.Sprintf("%s, %s%s", e.CPUModel, plural.N(e.Cores, "core"), map[bool]string{true: " (virtualized: " + e.Virtualized + ")", false: ""}[e.Virtualized != ""])},

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -175,8 +176,38 @@ func newAgentServeCmd(e *env) *cobra.Command {
 	return cmd
 }
 
-// newKubeBackend connects to the cluster the flags name; Run is set later.
-func newKubeBackend(c kube.Config) (*kube.Backend, error) {
+// checkKubeFlags checks the kubernetes backend's flags before anything
+// else (bad input, exit 2): --nodes, --lab, --image, --enforce-timeout.
+func checkKubeFlags(kc *kube.Config, nodes, run string, enforceTimeout time.Duration) error {
+	var err error
+	if kc.Nodes, err = kube.ParseNodes(nodes); err != nil {
+		return usagef("--nodes: %v", err)
+	}
+	if run != "" {
+		if err := kube.CheckRun("--lab", run); err != nil {
+			return err
+		}
+	}
+	if err := kube.CheckImage(kc.Image); err != nil {
+		return err
+	}
+	if enforceTimeout <= 0 {
+		return usagef("--enforce-timeout %v: give a positive duration (e.g. 30s)", enforceTimeout)
+	}
+	return nil
+}
+
+// randomRunName draws a run name: xp- and 4 hex digits.
+func randomRunName() string {
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("xp-%x", b)
+}
+
+// newKubeBackend connects to the cluster the flags name and checks,
+// before anything is created, what would fail every point (the nodes of
+// --nodes, the run's namespaces, Cilium for policyMode terms).
+func newKubeBackend(ctx context.Context, c kube.Config, s *experiment.Spec, run string) (*kube.Backend, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find cnlab's own executable (streamed into the agent pods): %w", err)
@@ -185,19 +216,31 @@ func newKubeBackend(c kube.Config) (*kube.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kube.Backend{C: cl, Self: self}, nil
-}
-
-// pickRunName draws a run name (its namespaces' middle part) when --lab
-// gives none, and checks a given one makes namespace names.
-func pickRunName(o *experiment.Options) error {
-	if o.LabName == "" {
-		var b [2]byte
-		_, _ = rand.Read(b[:])
-		o.LabName = fmt.Sprintf("xp-%x", b)
+	tops, err := s.Topologies()
+	if err != nil {
+		return nil, err
 	}
-	if _, err := kube.NamespaceName(o.LabName, "default"); err != nil {
-		return usagef("--lab: %v", err)
+	var hosts, nss []string
+	for _, t := range tops {
+		for _, h := range t.Hosts {
+			if !slices.Contains(hosts, h.Name) {
+				hosts = append(hosts, h.Name)
+			}
+		}
+		for _, ep := range t.Endpoints {
+			if !slices.Contains(nss, ep.Namespace) {
+				nss = append(nss, ep.Namespace)
+			}
+		}
+		for ns := range t.Namespaces {
+			if !slices.Contains(nss, ns) {
+				nss = append(nss, ns)
+			}
+		}
 	}
-	return nil
+	slices.Sort(nss)
+	if err := cl.Preflight(ctx, run, hosts, nss, s.UsesPolicyMode(experiment.ModeTerms)); err != nil {
+		return nil, err
+	}
+	return &kube.Backend{C: cl, Self: self, Run: run}, nil
 }

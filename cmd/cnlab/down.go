@@ -37,14 +37,19 @@ touched.`,
   cnlab down --backend kubernetes --all`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) || len(args) > 1 {
+				if backend == experiment.BackendKubernetes {
+					return usagef("give one RUN (a run's name, as --lab gave it) or --all")
+				}
 				return usagef("give one LAB or --all")
 			}
 			switch backend {
 			case experiment.BackendKubernetes:
 				return downCluster(e, cmd, kc, args, all)
 			case experiment.BackendLab:
-				if cmd.Flags().Changed("kubeconfig") || cmd.Flags().Changed("context") {
-					return usagef("--kubeconfig and --context apply with --backend kubernetes")
+				for _, f := range []string{"kubeconfig", "context"} {
+					if cmd.Flags().Changed(f) {
+						return usagef("--%s applies with --backend kubernetes", f)
+					}
 				}
 			default:
 				return usagef("--backend %q: lab or kubernetes", backend)
@@ -96,8 +101,8 @@ func downCluster(e *env, cmd *cobra.Command, kc kube.Config, args []string, all 
 	run := ""
 	if !all {
 		run = args[0]
-		if _, err := kube.NamespaceName(run, "default"); err != nil {
-			return usagef("%v", err)
+		if err := kube.CheckRun("RUN", run); err != nil {
+			return err
 		}
 	}
 	c, err := kube.Connect(kc)

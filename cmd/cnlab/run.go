@@ -64,13 +64,24 @@ which points reached it. The flags used are recorded in results.json.
 
 Ctrl-C keeps the finished points, marks results.json interrupted, tears
 the lab down and exits 130. A point that fails is recorded with its error
-and the run goes on; the exit code is then 1.`,
+and the run goes on; the exit code is then 1.
+
+--backend kubernetes runs the points on a Kubernetes cluster instead
+(docs/kubernetes.md): the topology's hosts map to nodes (--nodes, or nodes
+labeled cnlab.io/host), its endpoints become agent pods in namespaces the
+run creates (cnlab-RUN-NS, RUN from --lab), policies and Services are
+applied with server-side apply, and every point's policies are checked to
+be enforced before it is measured. It needs no root; Ctrl-C deletes the
+run's namespaces, and after a crash cnlab down --backend kubernetes RUN
+does.`,
 		Example: `  cnlab run                                                  # the built-in default
   cnlab run experiments/thesis-policy-scaling.yaml --quick --report
   cnlab run experiments/service-chain.yaml --out results/chain-1
   cnlab run experiments/thesis-offloads.yaml --plan
   cnlab run experiments/thesis-policy-scaling.yaml --quick --repetitions 5 --duration 2s
-  cnlab run --precision 2% --max-repetitions 15 --report     # the default, until ±2% or 15 samples`,
+  cnlab run --precision 2% --max-repetitions 15 --report     # the default, until ±2% or 15 samples
+  cnlab run experiments/k8s-smoke.yaml --backend kubernetes --context my-cluster --quick --report
+  cnlab run experiments/k8s-smoke.yaml --backend kubernetes --nodes flip=worker-1,flap=worker-2 --lab smoke-1`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -101,6 +112,8 @@ and the run goes on; the exit code is then 1.`,
 						return usagef("--%s applies with --backend kubernetes", name)
 					}
 				}
+			} else if err := checkKubeFlags(&kc, nodes, labName, enforceTimeout); err != nil {
+				return err
 			}
 			if cmd.Flags().Changed("seed") {
 				s.Seed = &seed
@@ -122,10 +135,10 @@ and the run goes on; the exit code is then 1.`,
 			}
 			var be *kube.Backend
 			if backend == experiment.BackendKubernetes {
-				if kc.Nodes, err = kube.ParseNodes(nodes); err != nil {
-					return usagef("--nodes: %v", err)
+				if labName == "" {
+					labName = randomRunName()
 				}
-				if be, err = newKubeBackend(kc); err != nil {
+				if be, err = newKubeBackend(cmd.Context(), kc, s, labName); err != nil {
 					return err
 				}
 			} else if err := needRoot(); err != nil {
@@ -138,14 +151,14 @@ and the run goes on; the exit code is then 1.`,
 				return usagef("%s already holds a run (results.json): choose another --out", out)
 			}
 			jobs, labs, d, _ := s.Estimate()
-			e.progress(fmt.Sprintf("running %s: %s on %s, about %s; results in %s", s, plural.N(jobs, "run"), plural.N(labs, "lab build"), d.Round(time.Second), out))
+			builds := plural.N(labs, "lab build")
+			if be != nil {
+				builds = fmt.Sprintf("%s of run %s on %s", plural.N(labs, "deployment"), labName, be.C.Server)
+			}
+			e.progress(fmt.Sprintf("running %s: %s on %s, about %s; results in %s", s, plural.N(jobs, "run"), builds, d.Round(time.Second), out))
 			o := experiment.Options{Out: out, Progress: e.stderr, Terminal: isTerminal(e.stderr), LabName: labName, Flags: flags,
 				Unenforced: unenforced, EnforceTimeout: enforceTimeout}
 			if be != nil {
-				if err := pickRunName(&o); err != nil {
-					return err
-				}
-				be.Run = o.LabName
 				o.Backend = be
 			}
 			r, err := experiment.Run(cmd.Context(), s, text, o)
@@ -165,6 +178,9 @@ and the run goes on; the exit code is then 1.`,
 				}
 			}
 			switch {
+			case errors.Is(err, experiment.ErrInterrupted) && be != nil:
+				fmt.Fprintf(e.stderr, "cnlab: interrupted: finished points are kept, the namespaces of run %s are deleted\n", labName)
+				return exitStatus(exitInterrupted)
 			case errors.Is(err, experiment.ErrInterrupted):
 				fmt.Fprintf(e.stderr, "cnlab: %v\n", err)
 				return exitStatus(exitInterrupted)
@@ -180,7 +196,7 @@ and the run goes on; the exit code is then 1.`,
 	f := cmd.Flags()
 	f.BoolVar(&quick, "quick", false, "apply the file's quick: block (shorter, fewer values)")
 	f.StringVar(&out, "out", "", "results directory (default results/NAME-DATE-TIME)")
-	f.StringVar(&labName, "lab", "", "name of the lab the run builds and tears down; no lab of that name may be up (default: a free xp-XXXX)")
+	f.StringVar(&labName, "lab", "", "name of the lab the run builds and tears down; no lab of that name may be up (default: a free xp-XXXX); with --backend kubernetes, the run's name (namespaces cnlab-NAME-NS)")
 	f.Int64Var(&seed, "seed", 0, "seed of the shuffled order (default: the file's, else random; recorded)")
 	f.BoolVar(&withReport, "report", false, "write report.html and figures/ when the run ends (as cnlab report)")
 	f.BoolVar(&plan, "plan", false, "print the points and the expected duration, run nothing")
@@ -197,7 +213,7 @@ and the run goes on; the exit code is then 1.`,
 	f.StringVar(&nodes, "nodes", "", "kubernetes: topology hosts to nodes, e.g. flip=worker-1,flap=worker-2 (default: nodes labeled cnlab.io/host=HOST, then any)")
 	f.StringVar(&kc.Image, "image", kube.DefaultImage, "kubernetes: the agent pods' image (needs sh, iperf3, ping)")
 	f.BoolVar(&unenforced, "unenforced", false, "kubernetes: measure points whose policies the cluster does not enforce as they say (recorded), instead of failing them")
-	f.DurationVar(&enforceTimeout, "enforce-timeout", experiment.DefaultEnforceTimeout, "kubernetes: how long to wait for the cluster to enforce a point's policies")
+	f.DurationVar(&enforceTimeout, "enforce-timeout", experiment.DefaultEnforceTimeout, "kubernetes: how long to wait for the cluster to enforce a point's policies, or for its measured Service to answer")
 	return cmd
 }
 
@@ -305,7 +321,7 @@ func printRunSummary(e *env, r *experiment.Results, out, output string) int {
 	if output == "json" {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(map[string]any{"out": out, "status": r.Status, "points": len(r.Points), "failed": failed})
+		_ = enc.Encode(map[string]any{"out": out, "status": r.Status, "points": len(r.Points), "failed": failed, "lab": r.Lab, "backend": r.Backend})
 		return failed
 	}
 	pts := append([]experiment.PointResult(nil), r.Points...)
