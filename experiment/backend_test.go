@@ -44,7 +44,7 @@ func TestKubernetesRefusals(t *testing.T) {
 // TestKubernetesPoints: a cluster's points have no datapath, the
 // cluster's series, and a deployment per placement and network.
 func TestKubernetesPoints(t *testing.T) {
-	s, err := ParseFor([]byte("workloads: [{kind: tcp-rr}, {kind: tcp-stream}]\nmatrix: {topology: [multi-host], placement: [same-node, cross-node], network: [pod, host], policies: [0, 5]}\n"), "x.yaml", false, BackendKubernetes)
+	s, err := ParseFor([]byte("workloads: [{kind: tcp-rr}, {kind: tcp-stream}]\nmatrix: {topology: [multi-host], placement: [same-node, cross-node], network: [pod, host]}\nsweeps: [{name: a, matrix: {policies: [0]}}, {name: b, matrix: {network: [pod], policies: [5]}}]\n"), "x.yaml", false, BackendKubernetes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +52,8 @@ func TestKubernetesPoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pts) != 16 {
-		t.Fatalf("%d points, want 16", len(pts))
+	if len(pts) != 12 {
+		t.Fatalf("%d points, want 12", len(pts))
 	}
 	keys := map[string]bool{}
 	for _, p := range pts {
@@ -67,6 +67,9 @@ func TestKubernetesPoints(t *testing.T) {
 	}
 	if len(keys) != 4 {
 		t.Errorf("%d deployments, want 4 (placement x network; policies are applied, not deployed)", len(keys))
+	}
+	if _, err := ParseFor([]byte("workloads: [{kind: tcp-rr}]\nmatrix: {network: [host], policies: [3]}\n"), "x.yaml", false, BackendKubernetes); err == nil || !strings.Contains(err.Error(), "x.yaml: matrix.policies: 3 with network host") {
+		t.Errorf("policies in the host network: %v", err)
 	}
 	if !strings.Contains(policyText(pts[len(pts)-1].Params), "filler-4") {
 		t.Error("no-match on a cluster is N NetworkPolicies")
