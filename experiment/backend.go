@@ -117,7 +117,7 @@ func (s *Spec) setBackend(b string) error {
 	if s.Profile {
 		return s.errf("profile", why+"the kernel profile needs perf on the node")
 	}
-	check := func(path string, m Matrix, wl []Workload) error {
+	check := func(path string, m Matrix, wlPath string, wl []Workload) error {
 		for _, r := range kubeRefused {
 			if r.set(m) {
 				return s.errf(path+"."+r.key, "%s%s", why, r.why)
@@ -140,24 +140,19 @@ func (s *Spec) setBackend(b string) error {
 		}
 		for i, w := range wl {
 			if isHTTP(w.Kind) {
-				return s.errf(fmt.Sprintf("workloads[%d].kind", i), why+"%s: not yet (the kubernetes backend runs tcp-stream, udp-stream, tcp-rr, tcp-crr, udp-rr and ping)", w.Kind)
+				return s.errf(fmt.Sprintf("%s[%d].kind", wlPath, i), why+"%s: not yet (the kubernetes backend runs tcp-stream, udp-stream, tcp-rr, tcp-crr, udp-rr and ping)", w.Kind)
 			}
 		}
 		return nil
 	}
-	if len(s.Sweeps) == 0 {
-		if err := check("matrix", s.Matrix, s.Workloads); err != nil {
-			return err
-		}
+	if err := check("matrix", s.Matrix, "workloads", s.Workloads); err != nil {
+		return err
 	}
 	for i, sw := range s.Sweeps {
 		if sw.Profile != nil && *sw.Profile {
 			return s.errf(fmt.Sprintf("sweeps[%d].profile", i), why+"the kernel profile needs perf on the node")
 		}
-		if err := check(fmt.Sprintf("sweeps[%d].matrix", i), sw.Matrix, sw.Workloads); err != nil {
-			return err
-		}
-		if err := check("matrix", s.Matrix, s.Workloads); err != nil {
+		if err := check(fmt.Sprintf("sweeps[%d].matrix", i), sw.Matrix, fmt.Sprintf("sweeps[%d].workloads", i), sw.Workloads); err != nil {
 			return err
 		}
 	}

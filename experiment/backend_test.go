@@ -20,6 +20,7 @@ func TestKubernetesRefusals(t *testing.T) {
 		{base + "profile: true\n", "x.yaml: profile: cannot apply"},
 		{"workloads: [{kind: http}]\n", "x.yaml: workloads[0].kind: cannot apply with --backend kubernetes: http"},
 		{base + "sweeps: [{name: a, matrix: {link: [vxlan]}}]\n", "x.yaml: sweeps[0].matrix.link: cannot apply"},
+		{base + "sweeps: [{name: a, workloads: [{kind: tcp-rr}, {kind: ab}]}]\n", "x.yaml: sweeps[0].workloads[1].kind: cannot apply with --backend kubernetes: ab"},
 		{base + "matrix: {placement: [far]}\n", `x.yaml: matrix.placement[0]: "far": same-node or cross-node`},
 	} {
 		_, err := ParseFor([]byte(c.text), "x.yaml", false, BackendKubernetes)

@@ -55,7 +55,7 @@ func (ru *runner) ensureDeployment(ctx context.Context, p Params) error {
 		b.Nodes[id] = ep.Node
 	}
 	ru.r.Builds = append(ru.r.Builds, b)
-	ru.cur, ru.curKey, ru.curBuild, ru.curPol, ru.polSet, ru.dep = spec, key, len(ru.r.Builds)-1, "", false, dep
+	ru.cur, ru.curKey, ru.curBuild, ru.curPol, ru.polSet, ru.inForce, ru.inForceN, ru.dep = spec, key, len(ru.r.Builds)-1, "", false, nil, 0, dep
 	ru.curSvc, ru.svcSet, ru.curVIP = "", false, netip.Addr{}
 	return nil
 }
@@ -88,6 +88,17 @@ func (ru *runner) ensureClusterPolicies(ctx context.Context, p Params) error {
 	}
 	a := Apply{Policies: p.Policies, PolicyMode: p.PolicyMode}
 	b := &ru.r.Builds[ru.curBuild]
+	cells, err := ru.probeCells(pols, p.Policies)
+	if err != nil {
+		return err
+	}
+	var ports []int
+	for _, c := range cells {
+		ports = append(ports, c.port)
+		if c.changes {
+			a.ChangedCells++
+		}
+	}
 	// The probe's server runs before the apply begins, so that the time
 	// to enforcement is the cluster's, not the exec that starts it.
 	logf, err := openLog(ru.o.Out, filepath.Join("logs", fmt.Sprintf("enforce-b%d-a%d.log", ru.curBuild, len(b.PolicyApply))))
@@ -95,7 +106,7 @@ func (ru *runner) ensureClusterPolicies(ctx context.Context, p Params) error {
 		return err
 	}
 	defer logf.Close()
-	token, stop, err := ru.probeServers(ctx, logf, []int{RRPort, enforcePort})
+	token, stop, err := ru.probeServers(ctx, logf, ports)
 	if err != nil {
 		return err
 	}
@@ -104,13 +115,13 @@ func (ru *runner) ensureClusterPolicies(ctx context.Context, p Params) error {
 	err = ru.o.Backend.ApplyPolicies(ctx, text)
 	a.Seconds = time.Since(t0).Seconds()
 	if err == nil {
-		err = ru.checkEnforced(ctx, pols, t0, token, logf, &a)
+		err = ru.checkEnforced(ctx, cells, t0, token, logf, &a)
 	}
 	if err != nil {
 		a.Error = err.Error()
-		ru.curPol, ru.polSet = policyUnknown, false
+		ru.curPol, ru.polSet, ru.inForce, ru.inForceN = policyUnknown, false, nil, 0
 	} else {
-		ru.curPol, ru.polSet = text, true
+		ru.curPol, ru.polSet, ru.inForce, ru.inForceN = text, true, pols, p.Policies
 	}
 	b.PolicyApply = append(b.PolicyApply, a)
 	if err != nil {
@@ -119,59 +130,116 @@ func (ru *runner) ensureClusterPolicies(ctx context.Context, p Params) error {
 	return nil
 }
 
-// errNotEnforced marks a cluster that does not do what the policies say.
-var errNotEnforced = errors.New("the cluster does not enforce the policies as they say")
+// probeCell is one connection the enforcement probe makes, from the
+// client to the server on a TCP port: whether the new policies allow it,
+// and whether the apply changes that (the policies in force before say
+// the opposite).
+type probeCell struct {
+	port    int
+	allowed bool
+	changes bool
+}
 
-// checkEnforced probes TCP from the client to the server on the rr port
-// and on a port no generated policy allows, until what connects is what
-// the model allows, or the enforce timeout.
-func (ru *runner) checkEnforced(ctx context.Context, pols []*policy.Policy, t0 time.Time, token string, logf io.Writer, a *Apply) error {
-	m, err := policy.NewModel(ru.cur, pols)
-	if err != nil {
-		return err
-	}
+// probeCells chooses the enforcement probe's connections: the rr port and
+// a port no generated policy allows, and up to two ports of generated
+// policies whose verdict the apply changes (of the n new policies and the
+// ones in force, the last one's port and the first beyond): only such a
+// connection tells the new policies from the old ones, so a sweep from N
+// to M policies is timed, not passed at once on the old set.
+func (ru *runner) probeCells(pols []*policy.Policy, n int) ([]probeCell, error) {
 	cl, err := ru.cur.Endpoint(topology.DefaultNamespace + "/client")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sv, err := ru.cur.Endpoint(topology.DefaultNamespace + "/server")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	type cell struct {
-		port    int
-		allowed bool
+	before, err := policy.NewModel(ru.cur, ru.inForce)
+	if err != nil {
+		return nil, err
 	}
-	cells := []cell{{RRPort, m.Verdict(cl, sv, "tcp", RRPort).Allowed}, {enforcePort, m.Verdict(cl, sv, "tcp", enforcePort).Allowed}}
-	svIP := ru.dep.Endpoints[sv.ID()].IP
+	after, err := policy.NewModel(ru.cur, pols)
+	if err != nil {
+		return nil, err
+	}
+	cell := func(port int) probeCell {
+		was, is := before.Verdict(cl, sv, "tcp", port).Allowed, after.Verdict(cl, sv, "tcp", port).Allowed
+		return probeCell{port: port, allowed: is, changes: was != is}
+	}
+	cells := []probeCell{cell(RRPort), cell(enforcePort)}
+	seen := map[int]bool{RRPort: true, enforcePort: true}
+	var candidates []int
+	for _, k := range []int{ru.inForceN, n} {
+		candidates = append(candidates, fillerPort+2*max(k-1, 0), fillerPort+2*k)
+	}
+	added := 0
+	for _, port := range candidates {
+		if seen[port] || port > 65535 || added == 2 {
+			continue
+		}
+		seen[port] = true
+		if c := cell(port); c.changes {
+			cells = append(cells, c)
+			added++
+		}
+	}
+	return cells, nil
+}
+
+// errNotEnforced marks a cluster that does not do what the policies say.
+var errNotEnforced = errors.New("the cluster does not enforce the policies as they say")
+
+// checkEnforced probes the cells from the client to the server until what
+// connects is what the new policies allow, or the enforce timeout. A
+// round in which a probe could not run (an exec that failed) decides
+// nothing.
+func (ru *runner) checkEnforced(ctx context.Context, cells []probeCell, t0 time.Time, token string, logf io.Writer, a *Apply) error {
+	cl, sv := topology.DefaultNamespace+"/client", topology.DefaultNamespace+"/server"
+	svIP := ru.dep.Endpoints[sv].IP
 	timeout := ru.enforceTimeout()
 	deadline := t0.Add(timeout)
 	var last string
 	for {
 		var wrong []string
+		var probeErr error
 		for _, c := range cells {
-			got := connects(ctx, ru.o.Backend, cl.ID(), ru.dep.Agent, netip.AddrPortFrom(svIP, uint16(c.port)), token, logf)
+			got, err := connects(ctx, ru.o.Backend, cl, ru.dep.Agent, netip.AddrPortFrom(svIP, uint16(c.port)), token, logf)
+			if err != nil {
+				probeErr = err
+				break
+			}
 			if got != c.allowed {
-				wrong = append(wrong, fmt.Sprintf("%s -> %s port %d/tcp %s, the policies %s it", cl.ID(), sv.ID(), c.port,
+				wrong = append(wrong, fmt.Sprintf("%s -> %s port %d/tcp %s, the policies %s it", cl, sv, c.port,
 					map[bool]string{true: "connects", false: "does not connect"}[got], map[bool]string{true: "allow", false: "deny"}[c.allowed]))
 			}
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if len(wrong) == 0 {
+		switch {
+		case probeErr != nil:
+			last = "the probe could not run: " + probeErr.Error()
+		case len(wrong) == 0:
 			yes := true
-			a.Enforced, a.EnforcedSeconds = &yes, time.Since(t0).Seconds()
-			fmt.Fprintf(logf, "enforced as the model says after %.3f s\n", a.EnforcedSeconds)
+			a.Enforced = &yes
+			if a.ChangedCells > 0 {
+				a.EnforcedSeconds = time.Since(t0).Seconds()
+			}
+			fmt.Fprintf(logf, "enforced as the model says after %.3f s (%d of %d cells changed by the apply)\n", time.Since(t0).Seconds(), a.ChangedCells, len(cells))
 			return nil
+		default:
+			last = strings.Join(wrong, "; ")
 		}
-		last = strings.Join(wrong, "; ")
 		if time.Now().After(deadline) {
 			break
 		}
 		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
 			return err
 		}
+	}
+	if probeErr := strings.HasPrefix(last, "the probe could not run"); probeErr {
+		return fmt.Errorf("enforcement probe: %s", last)
 	}
 	no := false
 	a.Enforced, a.Mismatch = &no, last
@@ -273,9 +341,13 @@ func (ru *runner) ensureClusterServices(ctx context.Context, p Params, server ne
 func (ru *runner) checkServiceReady(ctx context.Context, name string, vip netip.Addr, t0 time.Time, token string, logf io.Writer, a *ServiceApply) error {
 	timeout := ru.enforceTimeout()
 	for {
-		if connects(ctx, ru.o.Backend, topology.DefaultNamespace+"/client", ru.dep.Agent, netip.AddrPortFrom(vip, RRPort), token, logf) {
+		ok, err := connects(ctx, ru.o.Backend, topology.DefaultNamespace+"/client", ru.dep.Agent, netip.AddrPortFrom(vip, RRPort), token, logf)
+		if ok {
 			a.ReadySeconds = time.Since(t0).Seconds()
 			return nil
+		}
+		if err != nil {
+			fmt.Fprintf(logf, "probe error (retried): %v\n", err)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -291,13 +363,26 @@ func (ru *runner) checkServiceReady(ctx context.Context, name string, vip netip.
 
 // connects reports whether a TCP connection from an endpoint to dst
 // reaches the probe's server (greeted with its token) within a second
-// (cnlab agent connect, run there).
-func connects(ctx context.Context, be Backend, from, agent string, dst netip.AddrPort, token string, log io.Writer) bool {
+// (cnlab agent connect, run there: exit 0, or ExitNoConnection when it
+// does not); any other failure (the exec, the relay) is an error, not a
+// verdict.
+func connects(ctx context.Context, be Backend, from, agent string, dst netip.AddrPort, token string, log io.Writer) (bool, error) {
 	cmd := be.Command(ctx, from, []string{agent, "agent", "connect", "--to", dst.String(), "--expect", token, "--timeout", "1s"})
 	out, err := cmd.CombinedOutput()
 	fmt.Fprintf(log, "$ [%s] connect %s: %v %s\n", from, dst, exitText(err), strings.TrimSpace(string(out)))
-	return err == nil
+	var xe *exec.ExitError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &xe) && xe.ExitCode() == ExitNoConnection:
+		return false, nil
+	}
+	return false, fmt.Errorf("connect from %s to %s: %v: %s", from, dst, exitText(err), lastLine(string(out)))
 }
+
+// ExitNoConnection is cnlab agent connect's exit status when the
+// connection was not made (or not to the probe's server).
+const ExitNoConnection = 3
 
 func exitText(err error) string {
 	var xe *exec.ExitError

@@ -112,8 +112,12 @@ type Apply struct {
 	// On a cluster: whether the probe saw the policies enforced as the
 	// model says, how long after the apply began, and what differed
 	// when it did not.
+	// ChangedCells counts the probe's connections whose verdict the
+	// apply changed; EnforcedSeconds is set only when some did (otherwise
+	// the old policies would pass the probe as well).
 	Enforced        *bool   `json:"enforced,omitempty"`
 	EnforcedSeconds float64 `json:"enforcedSeconds,omitempty"`
+	ChangedCells    int     `json:"changedCells,omitempty"`
 	Mismatch        string  `json:"mismatch,omitempty"`
 }
 
@@ -193,9 +197,9 @@ func (r *Results) write(dir string) error {
 // workload has no such metric): one row per sample.
 var csvParams = []string{"point", "sweep", "series", "workload", "topology", "link", "chainLength", "datapath", "hostRouting", "peers",
 	"policies", "policyMode", "mtu", "offloads", "firewallRules", "firewallStateful", "firewallSpread", "shaperRate",
-	"shaperDirection", "switches", "switchLink", "services", "serviceProxy", "serviceBackends", "servicePosition", "socketLB", "l7Mode", "l7Rules", "l7Match",
-	"placement", "network", "clientNode", "serverNode", "kind", "flows", "streams", "length", "rate", "zerocopy", "requestSize", "responseSize", "count",
-	"mode", "concurrency", "method", "path", "expect", "repetition"}
+	"shaperDirection", "switches", "switchLink", "services", "serviceProxy", "serviceBackends", "servicePosition", "socketLB", "l7Mode", "l7Rules", "l7Match", "kind", "flows", "streams", "length", "rate", "zerocopy", "requestSize", "responseSize", "count",
+	"mode", "concurrency", "method", "path", "expect", "repetition",
+	"placement", "network", "clientNode", "serverNode"} // the kubernetes backend's, added last
 
 func (r *Results) writeCSV(path string) error {
 	metrics := map[string]bool{}
@@ -217,9 +221,9 @@ func (r *Results) writeCSV(path string) error {
 		for _, s := range p.Samples {
 			row := []string{p.ID, p.Sweep, p.Series, wl.Name(), q.Topology, q.Link, itoa(q.ChainLength), string(q.Datapath), q.HostRouting, q.Peers,
 				itoa(q.Policies), q.PolicyMode, itoa(q.MTU), q.Offloads, itoa(q.FirewallRules), btoa(q.FirewallStateful),
-				btoa(q.FirewallSpread), q.ShaperRate, q.ShaperDirection, itoa(q.Switches), q.SwitchLink, itoa(q.Services), string(q.ServiceProxy), itoa(q.ServiceBackends), q.ServicePosition, btoa(q.SocketLB), q.L7Mode, itoa(q.L7Rules), q.L7Match,
-				q.Placement, q.Network, p.Nodes["client"], p.Nodes["server"], wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
-				btoa(wl.Zerocopy), itoa(wl.RequestSize), itoa(wl.ResponseSize), itoa(wl.Count), wl.Mode, itoa(wl.Concurrency), wl.Method, wl.Path, joinInts(wl.Expect), itoa(s.Repetition)}
+				btoa(q.FirewallSpread), q.ShaperRate, q.ShaperDirection, itoa(q.Switches), q.SwitchLink, itoa(q.Services), string(q.ServiceProxy), itoa(q.ServiceBackends), q.ServicePosition, btoa(q.SocketLB), q.L7Mode, itoa(q.L7Rules), q.L7Match, wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
+				btoa(wl.Zerocopy), itoa(wl.RequestSize), itoa(wl.ResponseSize), itoa(wl.Count), wl.Mode, itoa(wl.Concurrency), wl.Method, wl.Path, joinInts(wl.Expect), itoa(s.Repetition),
+				q.Placement, q.Network, p.Nodes["client"], p.Nodes["server"]}
 			for _, k := range names {
 				v, ok := s.Metrics[k]
 				if ok {

@@ -20,6 +20,7 @@ import (
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -262,10 +263,12 @@ type runner struct {
 	points []Point
 	start  time.Time
 
-	cur      *topology.Spec // the lab that is up (or deployed on a backend), if any
-	dep      *Deployed      // where the backend runs cur's endpoints
-	polSet   bool           // curPol is in force on the backend
-	svcSet   bool           // curSvc is installed on the backend
+	cur      *topology.Spec   // the lab that is up (or deployed on a backend), if any
+	dep      *Deployed        // where the backend runs cur's endpoints
+	polSet   bool             // curPol is in force on the backend
+	inForce  []*policy.Policy // on the backend: curPol's policies (nil: none, or unknown)
+	inForceN int              // and their Params.Policies
+	svcSet   bool             // curSvc is installed on the backend
 	curKey   string
 	curBuild int        // index in r.Builds
 	curPol   string     // policy text applied to it

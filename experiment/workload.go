@@ -183,6 +183,11 @@ func (e sampleEnv) waitListening(ctx context.Context, p *proc, port int, udp boo
 	}
 	deadline := time.Now().Add(limit)
 	for {
+		// Exited first: a server that could not bind exits, and the port
+		// may be held by another (an orphan of an earlier point).
+		if exited(p.cmd.Process.Pid) {
+			return fmt.Errorf("%s exited before it listened on port %d: %s", p.name(), port, strings.TrimSpace(p.errb.String()))
+		}
 		for _, table := range []string{file, file + "6"} { // iperf3 listens on a dual-stack IPv6 socket
 			var data []byte
 			var err error
@@ -195,9 +200,6 @@ func (e sampleEnv) waitListening(ctx context.Context, p *proc, port int, udp boo
 			if err == nil && listens(data, port, udp) {
 				return nil
 			}
-		}
-		if exited(p.cmd.Process.Pid) {
-			return fmt.Errorf("%s exited before it listened on port %d: %s", p.name(), port, strings.TrimSpace(p.errb.String()))
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s did not listen on port %d within %v: %s", p.name(), port, limit, strings.TrimSpace(p.errb.String()))

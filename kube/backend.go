@@ -97,7 +97,16 @@ func (b *Backend) ApplyServices(ctx context.Context, text, measured string) (net
 
 // Command is `cnlab agent exec` relaying argv into the endpoint's pod.
 func (b *Backend) Command(ctx context.Context, endpoint string, argv []string) *exec.Cmd {
-	pod := b.dep.Pods[endpoint]
+	var pod Pod
+	ok := false
+	if b.dep != nil {
+		pod, ok = b.dep.Pods[endpoint]
+	}
+	if !ok {
+		cmd := exec.CommandContext(ctx, b.Self)
+		cmd.Err = fmt.Errorf("endpoint %s has no pod (nothing deployed)", endpoint)
+		return cmd
+	}
 	args := RelayArgs(b.C.Config, pod.Namespace, pod.Name, argv)
 	cmd := exec.CommandContext(ctx, b.Self, args...)
 	// A run killed with -9 cannot stop its relays: the kernel tells them

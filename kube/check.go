@@ -72,7 +72,7 @@ func kubeconfigError(c Config, err error) error {
 // Preflight checks, before a run creates anything, what would otherwise
 // fail every point: the hosts --nodes names exist in the topologies
 // (hosts) and are usable nodes; no namespace the run would create exists
-// without being this run's; the cluster has CiliumNetworkPolicy when the
+// already (another run's of the same name, or not cnlab's); the cluster has CiliumNetworkPolicy when the
 // points need it. Its errors are bad input (exit 2), naming the flag.
 func (c *Client) Preflight(ctx context.Context, run string, hosts, namespaces []string, cilium bool) error {
 	for _, h := range mapsKeys(c.Config.Nodes) {
@@ -105,6 +105,10 @@ func (c *Client) Preflight(ctx context.Context, run string, hosts, namespaces []
 		switch {
 		case err == nil && !owned(got, run):
 			return &input.Error{File: "--lab", Msg: fmt.Sprintf("%s: namespace %s %v; give another run name", run, name, ErrNotOwned)}
+		case err == nil:
+			// A run of the same name left it (crashed), or is running now:
+			// taking it over would delete that run's pods.
+			return &input.Error{File: "--lab", Msg: fmt.Sprintf("%s: namespace %s exists from another run named %s (one still running, or a crash): cnlab down --backend kubernetes %s first, or give another run name", run, name, run, run)}
 		case err != nil && !apierrors.IsNotFound(err):
 			return fmt.Errorf("namespace %s: %w", name, err)
 		}

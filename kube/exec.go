@@ -127,13 +127,16 @@ func (c *Client) Output(ctx context.Context, ns, pod string, argv ...string) (st
 // exec stream (a kubelet's CRI may leave it running, kwok always does).
 // The wrapper waits for it, removes the file and exits with its status.
 func WrapCommand(name string, argv []string) []string {
-	script := `f="${TMPDIR:-/tmp}/$0"; "$@" & p=$!; echo $p > "$f"; wait $p; s=$?; rm -f "$f"; exit $s`
+	// A stop that came before the PID was written left name.stop: the
+	// command is then ended at once.
+	script := `f="${TMPDIR:-/tmp}/$0"; "$@" & p=$!; echo $p > "$f"; [ -e "$f.stop" ] && kill -TERM $p; wait $p; s=$?; rm -f "$f" "$f.stop"; exit $s`
 	return append([]string{"sh", "-c", script, name}, argv...)
 }
 
 // StopCommand ends a command started with WrapCommand: SIGTERM, then
-// SIGKILL after two seconds.
+// SIGKILL after two seconds. It leaves name.stop behind for a wrapper
+// that has not written its PID yet (the wrapper removes it).
 func StopCommand(name string) []string {
-	script := `f="${TMPDIR:-/tmp}/$0"; p=$(cat "$f" 2>/dev/null) || exit 0; kill -TERM "$p" 2>/dev/null; i=0; while kill -0 "$p" 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; kill -KILL "$p" 2>/dev/null; rm -f "$f"; exit 0`
+	script := `f="${TMPDIR:-/tmp}/$0"; : > "$f.stop"; p=$(cat "$f" 2>/dev/null) || exit 0; kill -TERM "$p" 2>/dev/null; i=0; while kill -0 "$p" 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; kill -KILL "$p" 2>/dev/null; rm -f "$f" "$f.stop"; exit 0`
 	return []string{"sh", "-c", script, name}
 }

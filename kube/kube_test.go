@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -208,7 +209,8 @@ func TestDeployAndDown(t *testing.T) {
 	k.PrependReactor("get", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		return true, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: a.GetNamespace()}}, nil
 	})
-	// The scheduler and kubelet: every pod runs where its selector says.
+	// The scheduler and kubelet: every pod runs on the node its affinity
+	// names.
 	ip := 10
 	k.PrependReactor("get", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		obj, err := k.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), a.GetNamespace(), a.(k8stesting.GetAction).GetName())
@@ -216,7 +218,7 @@ func TestDeployAndDown(t *testing.T) {
 			return true, nil, err
 		}
 		p := obj.(*corev1.Pod).DeepCopy()
-		p.Spec.NodeName = p.Spec.NodeSelector[corev1.LabelHostname]
+		p.Spec.NodeName = p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields[0].Values[0]
 		p.Status.Phase = corev1.PodRunning
 		ip++
 		p.Status.PodIP = fmt.Sprintf("10.244.0.%d", ip)
@@ -294,24 +296,34 @@ func TestHostNodes(t *testing.T) {
 		{map[string]string{"flip": "w3"}, "node w3 is not Ready"},
 		{map[string]string{"flip": "w4"}, "tainted gpu:NoSchedule"},
 		{map[string]string{"flip": "nope"}, "the cluster has no node nope"},
-		{map[string]string{"flop": "w1"}, "the topology has no host flop"},
 	} {
 		c.Config.Nodes = bad.nodes
 		if _, err := c.HostNodes(ctx, []string{"flip", "flap"}); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("--nodes %v: error %v, want %q", bad.nodes, err, bad.want)
 		}
 	}
+	c.Config.Nodes = map[string]string{"flop": "w1"}
+	if err := c.Preflight(ctx, "r", []string{"flip", "flap"}, nil, false); err == nil || !strings.Contains(err.Error(), "--nodes: flop=w1: the experiment's topologies have no host flop") {
+		t.Errorf("preflight of --nodes flop=w1: %v", err)
+	}
+	c.Config.Nodes = map[string]string{"flip": "w3"}
+	if err := c.Preflight(ctx, "r", []string{"flip", "flap"}, nil, false); err == nil || !strings.Contains(err.Error(), "--nodes: flip=w3: node w3 is not Ready") {
+		t.Errorf("preflight of --nodes flip=w3: %v", err)
+	}
+	c.Config.Nodes = nil
 	one, _ := fakeClient(node("only", nil, true))
 	s := preset(t)
 	if _, err := one.EndpointNodes(ctx, s, CrossNode); err == nil || !strings.Contains(err.Error(), "no usable node left") {
 		t.Errorf("cross-node on one node: %v, want no usable node left", err)
 	}
-	m, err := one.EndpointNodes(ctx, singleHost(t), SameNode)
-	if err != nil || m["default/server"] != "only" || m["default/client"] != "only" {
-		t.Errorf("same-node on one node: %v %v", m, err)
+	for _, s := range []*topology.Spec{singleHost(t), preset(t)} {
+		m, err := one.EndpointNodes(ctx, s, SameNode)
+		if err != nil || m["default/server"] != "only" || m["default/client"] != "only" {
+			t.Errorf("same-node on one node (%d hosts): %v %v", len(s.Hosts), m, err)
+		}
 	}
 	two, _ := fakeClient(node("a", nil, true), node("b", nil, true))
-	m, err = two.EndpointNodes(ctx, singleHost(t), CrossNode)
+	m, err := two.EndpointNodes(ctx, singleHost(t), CrossNode)
 	if err != nil || m["default/server"] != "b" || m["default/client"] != "a" {
 		t.Errorf("cross-node from a one-host topology: %v %v; want the server on b", m, err)
 	}
@@ -465,5 +477,31 @@ func TestApplyConflictsAndOwnership(t *testing.T) {
 	}
 	if _, err := c.ApplyServices(ctx, "r", []string{"cnlab-r-default"}, so); !errors.Is(err, ErrNotOwned) {
 		t.Errorf("apply over a Service cnlab did not create: %v, want ErrNotOwned", err)
+	}
+}
+
+// TestControllerSlicesUntouched: the EndpointSlice controller's slices
+// carry the Service's labels, cnlab's included; cnlab never deletes them.
+func TestControllerSlicesUntouched(t *testing.T) {
+	ctx := context.Background()
+	c, k := fakeClient()
+	nsMap := map[string]string{"default": "cnlab-r-default"}
+	so, err := RewriteServices([]byte("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {selector: {app: server}, ports: [{port: 80}]}\n"), "s", nsMap, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ApplyServices(ctx, "r", []string{"cnlab-r-default"}, so); err != nil {
+		t.Fatal(err)
+	}
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "web-x7k2p", Namespace: "cnlab-r-default",
+		Labels: map[string]string{RunLabel: "r", ManagedLabel: "cnlab", sliceManagedBy: "endpointslice-controller.k8s.io", "kubernetes.io/service-name": "web"}}, AddressType: discoveryv1.AddressTypeIPv4}
+	if _, err := k.DiscoveryV1().EndpointSlices("cnlab-r-default").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ApplyServices(ctx, "r", []string{"cnlab-r-default"}, so); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.DiscoveryV1().EndpointSlices("cnlab-r-default").Get(ctx, "web-x7k2p", metav1.GetOptions{}); err != nil {
+		t.Errorf("the controller's slice was deleted by a second apply: %v", err)
 	}
 }

@@ -52,15 +52,21 @@ func agentPod(run, ns string, ep topology.Endpoint, node, image string, hostNetw
 	labels[EndpointLabel] = ep.Namespace + "." + ep.Name
 	c := corev1ac.Container().WithName("agent").WithImage(image).WithCommand(agentCommand...).
 		WithImagePullPolicy(corev1.PullIfNotPresent)
-	for _, p := range ep.Ports {
+	// In the node's network, declared ports would become host ports the
+	// scheduler reserves (and refuses where they are taken): none then.
+	for _, p := range map[bool][]topology.Port{false: ep.Ports}[hostNetwork] {
 		cp := corev1ac.ContainerPort().WithContainerPort(int32(p.Port)).WithProtocol(corev1.Protocol(p.Protocol))
 		if p.Name != "" {
 			cp.WithName(p.Name)
 		}
 		c.WithPorts(cp)
 	}
+	// By the node's name (its kubernetes.io/hostname label may differ).
+	onNode := corev1ac.Affinity().WithNodeAffinity(corev1ac.NodeAffinity().WithRequiredDuringSchedulingIgnoredDuringExecution(
+		corev1ac.NodeSelector().WithNodeSelectorTerms(corev1ac.NodeSelectorTerm().WithMatchFields(
+			corev1ac.NodeSelectorRequirement().WithKey("metadata.name").WithOperator(corev1.NodeSelectorOpIn).WithValues(node)))))
 	spec := corev1ac.PodSpec().WithContainers(c).
-		WithNodeSelector(map[string]string{corev1.LabelHostname: node}).
+		WithAffinity(onNode).
 		WithRestartPolicy(corev1.RestartPolicyNever).
 		WithTerminationGracePeriodSeconds(2).
 		WithAutomountServiceAccountToken(false).

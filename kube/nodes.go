@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 
@@ -68,11 +67,6 @@ func (c *Client) HostNodes(ctx context.Context, hosts []string) (map[string]stri
 				return nil, fmt.Errorf("--nodes %s=%s: node %s is %s", h, n, n, why)
 			}
 			out[h], taken[n] = n, true
-		}
-	}
-	for h := range c.Config.Nodes {
-		if !slices.Contains(hosts, h) {
-			return nil, fmt.Errorf("--nodes %s=...: the topology has no host %s (hosts: %s)", h, h, strings.Join(hosts, ", "))
 		}
 	}
 	for _, h := range hosts {
@@ -141,8 +135,13 @@ func (c *Client) EndpointNodes(ctx context.Context, spec *topology.Spec, placeme
 	for _, h := range spec.Hosts {
 		hosts = append(hosts, h.Name)
 	}
-	if placement == CrossNode && len(hosts) < 2 {
+	switch {
+	case placement == SameNode && len(hosts) > 1:
+		hosts = hosts[:1] // one node for all: a one-node cluster will do
+	case placement == CrossNode && len(hosts) < 2:
 		hosts = append(hosts, "second")
+	case placement == CrossNode:
+		hosts = hosts[:2]
 	}
 	hn, err := c.HostNodes(ctx, hosts)
 	if err != nil {

@@ -13,6 +13,10 @@ import (
 	discoveryv1ac "k8s.io/client-go/applyconfigurations/discovery/v1"
 )
 
+// sliceManagedBy marks an EndpointSlice made by a controller (the
+// EndpointSlice controller for a Service with a selector).
+const sliceManagedBy = "endpointslice.kubernetes.io/managed-by"
+
 // ApplyServices makes objs (Services and EndpointSlices, rewritten by
 // RewriteServices) the run's Services: each is applied with server-side
 // apply, and the run's Services and EndpointSlices that objs no longer
@@ -40,7 +44,7 @@ func (c *Client) ApplyServices(ctx context.Context, run string, namespaces []str
 	keep := map[string]bool{}
 	for _, o := range objs {
 		key := o.Kind + " " + o.Namespace + "/" + o.Name
-		if e, ok := existing[key]; ok && !owned(e, run) {
+		if e, ok := existing[key]; ok && (!owned(e, run) || e.GetLabels()[sliceManagedBy] != "") {
 			return nil, fmt.Errorf("%s %s/%s %w", o.Kind, o.Namespace, o.Name, ErrNotOwned)
 		}
 		keep[key] = true
@@ -75,12 +79,14 @@ func (c *Client) ApplyServices(ctx context.Context, run string, namespaces []str
 			}
 		}
 	}
-	// Slices first: a Service's own (the EndpointSlice controller's) carry
-	// no cnlab label and go with it.
+	// Slices first. A Service's own slices are the EndpointSlice
+	// controller's (it copies the Service's labels, cnlab's included, but
+	// marks them managed by itself): they go with their Service, never by
+	// cnlab's hand.
 	for _, kind := range []string{"EndpointSlice", "Service"} {
 		for _, key := range mapsKeys(existing) {
 			e := existing[key]
-			if !strings.HasPrefix(key, kind+" ") || keep[key] || !owned(e, run) {
+			if !strings.HasPrefix(key, kind+" ") || keep[key] || !owned(e, run) || e.GetLabels()[sliceManagedBy] != "" {
 				continue
 			}
 			var err error

@@ -305,14 +305,15 @@ func unenforced(r *experiment.Results) (int, string) {
 }
 
 // enforcementTimes sums up a cluster's time to enforcement (from a policy
-// apply until the probe saw it enforced) and to a Service answering, by
-// number of policies and Services ("" when the run recorded none).
+// apply until the probe saw it enforced, for the applies that changed a
+// probed connection's verdict) and to a Service answering, by number of
+// policies and Services ("" when the run recorded none).
 func enforcementTimes(r *experiment.Results) string {
 	pol := map[int][]float64{}
 	svc := map[int][]float64{}
 	for _, b := range r.Builds {
 		for _, a := range b.PolicyApply {
-			if a.Enforced != nil && *a.Enforced {
+			if a.Enforced != nil && *a.Enforced && a.ChangedCells > 0 {
 				pol[a.Policies] = append(pol[a.Policies], a.EnforcedSeconds)
 			}
 		}

@@ -66,14 +66,18 @@ the container runtime does with a closed exec stream.`,
 			_, _ = rand.Read(b[:])
 			pidfile := "cnlab-exec-" + hex.EncodeToString(b[:]) + ".pid"
 			err = cl.Exec(cmd.Context(), ns, pod, kube.WrapCommand(pidfile, args), nil, e.stdout, e.stderr)
-			if cmd.Context().Err() != nil {
+			var xe *kube.ExitError
+			if err != nil && !errors.As(err, &xe) {
+				// Stopped, or the stream broke (an API server or kubelet
+				// restart): the command may still run there.
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				_ = cl.Exec(ctx, ns, pod, kube.StopCommand(pidfile), nil, nil, nil)
-				return exitStatus(143)
 			}
-			var xe *kube.ExitError
-			if errors.As(err, &xe) {
+			switch {
+			case cmd.Context().Err() != nil:
+				return exitStatus(143)
+			case errors.As(err, &xe):
 				return exitStatus(xe.Code)
 			}
 			return err
@@ -91,9 +95,9 @@ func newAgentConnectCmd(e *env) *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "connect --to IP:PORT --expect TOKEN [--timeout 1s]",
-		Short: "Open one TCP connection to cnlab agent serve: exit 0 when it answers with TOKEN, 1 when not",
+		Short: "Open one TCP connection to cnlab agent serve: exit 0 when it answers with TOKEN, 3 when not",
 		Long: `Connects and reads the first line the server sends: exit 0 when it is
-the greeting of cnlab agent serve with TOKEN, 1 when no connection was made
+the greeting of cnlab agent serve with TOKEN, 3 when no connection was made
 or something else answered (a middlebox that accepts every connection, or
 another server, is not the endpoint the probe asked for).`,
 		Example: `  cnlab agent connect --to 10.244.1.7:12865 --expect 3f2a --timeout 1s`,
@@ -108,14 +112,14 @@ another server, is not the endpoint the probe asked for).`,
 			c, err := (&net.Dialer{Timeout: timeout}).DialContext(cmd.Context(), "tcp", to)
 			if err != nil {
 				fmt.Fprintf(e.stdout, "no connection: %v\n", err)
-				return exitStatus(1)
+				return exitStatus(experiment.ExitNoConnection)
 			}
 			defer c.Close()
 			_ = c.SetDeadline(time.Now().Add(timeout))
 			line, err := bufio.NewReader(io.LimitReader(c, 256)).ReadString('\n')
 			if want := agentGreeting(expect); line != want {
 				fmt.Fprintf(e.stdout, "connected, but not to cnlab agent serve %s: read %q (%v)\n", expect, line, err)
-				return exitStatus(1)
+				return exitStatus(experiment.ExitNoConnection)
 			}
 			fmt.Fprintln(e.stdout, "connected")
 			return nil
