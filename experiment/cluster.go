@@ -424,7 +424,8 @@ func (ru *runner) clusterJob(ctx context.Context, pr *PointResult, j Job) error 
 	pr.Nodes = map[string]string{"client": cl.Node, "server": sv.Node}
 	agent := []string{ru.dep.Agent}
 	e := sampleEnv{ep: endpoints{client: topology.DefaultNamespace + "/client", server: topology.DefaultNamespace + "/server", serverIP: sv.IP, dest: dest},
-		warmup: time.Duration(ru.s.Warmup), duration: time.Duration(ru.s.Duration), rr: append(agent, "rr"), cnlab: agent, lab: ru.o.LabName, be: ru.o.Backend}
+		warmup: time.Duration(ru.s.Warmup), duration: time.Duration(ru.s.Duration), rr: append(agent, "rr"), cnlab: agent, lab: ru.o.LabName, be: ru.o.Backend,
+		splitNodes: cl.Node != sv.Node}
 	return ru.measure(ctx, pr, j, e)
 }
 

@@ -43,8 +43,10 @@ type sampleEnv struct {
 	lab      string   // the lab's name, to find its L7 proxies
 	log      io.Writer
 	// be runs the processes when the endpoints are not this machine's
-	// namespaces (client and server are then endpoint IDs).
-	be Backend
+	// namespaces (client and server are then endpoint IDs); splitNodes:
+	// the server's node is another than the client's.
+	be         Backend
+	splitNodes bool
 }
 
 // proc is a measuring process started inside a namespace.
@@ -245,13 +247,13 @@ func exited(pid int) bool {
 }
 
 // cpuTimes reads the machine's busy and total jiffies from /proc/stat:
-// this machine's, or the client's node's when a backend runs the
-// endpoints (/proc/stat is not namespaced).
-func (e sampleEnv) cpuTimes(ctx context.Context) (busy, total float64) {
+// this machine's, or, when a backend runs the endpoints, the node's of
+// endpoint where (/proc/stat is not namespaced). 0, 0 when it cannot.
+func (e sampleEnv) cpuTimes(ctx context.Context, where string) (busy, total float64) {
 	var data []byte
 	var err error
 	if e.be != nil {
-		data, err = e.be.Command(ctx, e.ep.client, []string{"cat", "/proc/stat"}).Output()
+		data, err = e.be.Command(ctx, where, []string{"cat", "/proc/stat"}).Output()
 	} else {
 		data, err = os.ReadFile("/proc/stat")
 	}
@@ -273,9 +275,52 @@ func (e sampleEnv) cpuTimes(ctx context.Context) (busy, total float64) {
 	return busy, total
 }
 
+// cpuWindow measures the busy share of the nodes' CPUs while a backend's
+// clients run (from just before they start until they exit): the
+// client's node as system_cpu_pct, the server's as
+// server_system_cpu_pct when it is another node. Around the clients
+// only, so that the execs that start the servers and watch them listen
+// are not in it (on a lab the whole sample is, as before).
+type cpuWindow struct {
+	e      sampleEnv
+	b0, t0 [2]float64
+}
+
+// clientCPU starts the window (nil without a backend: runSample measures).
+func (e sampleEnv) clientCPU(ctx context.Context) *cpuWindow {
+	if e.be == nil {
+		return nil
+	}
+	w := &cpuWindow{e: e}
+	w.b0[0], w.t0[0] = e.cpuTimes(ctx, e.ep.client)
+	if e.splitNodes {
+		w.b0[1], w.t0[1] = e.cpuTimes(ctx, e.ep.server)
+	}
+	return w
+}
+
+// end closes the window and adds its metrics to m.
+func (w *cpuWindow) end(ctx context.Context, m map[string]float64) {
+	if w == nil || m == nil {
+		return
+	}
+	names := [2]string{"system_cpu_pct", "server_system_cpu_pct"}
+	for i, where := range []string{w.e.ep.client, w.e.ep.server} {
+		if w.t0[i] == 0 {
+			continue
+		}
+		if b1, t1 := w.e.cpuTimes(ctx, where); t1 > w.t0[i] {
+			m[names[i]] = 100 * (b1 - w.b0[i]) / (t1 - w.t0[i])
+		}
+	}
+}
+
 // runSample runs one workload once and returns its metrics.
 func runSample(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
-	b0, t0 := e.cpuTimes(ctx)
+	var b0, t0 float64
+	if e.be == nil {
+		b0, t0 = e.cpuTimes(ctx, "")
+	}
 	var m map[string]float64
 	var err error
 	switch w.Kind {
@@ -293,8 +338,10 @@ func runSample(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 	if err != nil {
 		return nil, err
 	}
-	if b1, t1 := e.cpuTimes(ctx); t1 > t0 {
-		m["system_cpu_pct"] = 100 * (b1 - b0) / (t1 - t0)
+	if e.be == nil && t0 > 0 {
+		if b1, t1 := e.cpuTimes(ctx, ""); t1 > t0 {
+			m["system_cpu_pct"] = 100 * (b1 - b0) / (t1 - t0)
+		}
 	}
 	return m, nil
 }
@@ -321,6 +368,7 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 			return nil, err
 		}
 	}
+	cpu := e.clientCPU(ctx)
 	for i := 0; i < flows; i++ {
 		argv := []string{"iperf3", "-c", e.ep.dest.String(), "-p", strconv.Itoa(IperfPort + i), "-J",
 			"-t", strconv.Itoa(secs(e.duration)), "-O", strconv.Itoa(secs(e.warmup)), "-P", strconv.Itoa(max(w.Streams, 1))}
@@ -374,6 +422,7 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 		return nil, firstErr
 	}
 	m := map[string]float64{}
+	cpu.end(ctx, m)
 	var packets, lost int
 	for _, r := range rs {
 		m["throughput_gbps"] += r.ReceivedBps / 1e9
@@ -410,6 +459,7 @@ func runRR(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, er
 	}
 	cliArgv := append(append(append([]string{}, e.rr...), "client", "-o", "json", "--to", fmt.Sprintf("%s:%d", e.ep.dest, RRPort),
 		"--duration", e.duration.String(), "--warmup", e.warmup.String()), sizes...)
+	cpu := e.clientCPU(ctx)
 	cli, err := e.start(ctx, e.ep.client, e.pin.client(), cliArgv...)
 	if err != nil {
 		return nil, err
@@ -437,6 +487,7 @@ func runRR(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, er
 	if !cli.remote { // a backend's relay is not the client
 		m["client_cpu_pct"] = cli.cpuPercent()
 	}
+	cpu.end(ctx, m)
 	if w.Kind == UDPRR {
 		m["timeouts"] = float64(r.Timeouts)
 	}
@@ -470,6 +521,7 @@ func runPing(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, 
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
+	cpu := e.clientCPU(ctx)
 	cli, err := e.start(ctx, e.ep.client, e.pin.client(), "ping", "-n", "-c", strconv.Itoa(w.Count), "-i", "0.01", "-W", "1", e.ep.serverIP.String())
 	if err != nil {
 		return nil, err
@@ -495,6 +547,7 @@ func runPing(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, 
 		}
 	}
 	m := map[string]float64{"first_rtt_us": first, "loss_pct": 100 * float64(w.Count-len(rtts)) / float64(w.Count)}
+	cpu.end(ctx, m)
 	if len(steady) > 0 {
 		m["rtt_us"] = stats.Median(steady)
 	}
