@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cnlab/cnlab/policy"
@@ -55,7 +56,9 @@ func (ru *runner) ensureDeployment(ctx context.Context, p Params) error {
 		b.Nodes[id] = ep.Node
 	}
 	ru.r.Builds = append(ru.r.Builds, b)
-	ru.cur, ru.curKey, ru.curBuild, ru.curPol, ru.polSet, ru.inForce, ru.inForceN, ru.dep = spec, key, len(ru.r.Builds)-1, "", false, nil, 0, dep
+	// Deploy deleted the run's policies: none is in force.
+	ru.cur, ru.curKey, ru.curBuild, ru.curPol, ru.polSet, ru.dep = spec, key, len(ru.r.Builds)-1, "", false, dep
+	ru.inForce, ru.inForceN, ru.inForceKnown = nil, 0, true
 	ru.curSvc, ru.svcSet, ru.curVIP = "", false, netip.Addr{}
 	return nil
 }
@@ -119,9 +122,11 @@ func (ru *runner) ensureClusterPolicies(ctx context.Context, p Params) error {
 	}
 	if err != nil {
 		a.Error = err.Error()
-		ru.curPol, ru.polSet, ru.inForce, ru.inForceN = policyUnknown, false, nil, 0
+		// What is in force now is unknown (the apply may have gone
+		// through, or part of it): the next apply is judged, not timed.
+		ru.curPol, ru.polSet, ru.inForce, ru.inForceN, ru.inForceKnown = policyUnknown, false, nil, 0, false
 	} else {
-		ru.curPol, ru.polSet, ru.inForce, ru.inForceN = text, true, pols, p.Policies
+		ru.curPol, ru.polSet, ru.inForce, ru.inForceN, ru.inForceKnown = text, true, pols, p.Policies, true
 	}
 	b.PolicyApply = append(b.PolicyApply, a)
 	if err != nil {
@@ -165,7 +170,7 @@ func (ru *runner) probeCells(pols []*policy.Policy, n int) ([]probeCell, error) 
 	}
 	cell := func(port int) probeCell {
 		was, is := before.Verdict(cl, sv, "tcp", port).Allowed, after.Verdict(cl, sv, "tcp", port).Allowed
-		return probeCell{port: port, allowed: is, changes: was != is}
+		return probeCell{port: port, allowed: is, changes: was != is && ru.inForceKnown}
 	}
 	cells := []probeCell{cell(RRPort), cell(enforcePort)}
 	seen := map[int]bool{RRPort: true, enforcePort: true}
@@ -175,7 +180,7 @@ func (ru *runner) probeCells(pols []*policy.Policy, n int) ([]probeCell, error) 
 	}
 	added := 0
 	for _, port := range candidates {
-		if seen[port] || port > 65535 || added == 2 {
+		if seen[port] || port > 65535 || added == 2 || !ru.inForceKnown {
 			continue
 		}
 		seen[port] = true
@@ -201,10 +206,32 @@ func (ru *runner) checkEnforced(ctx context.Context, cells []probeCell, t0 time.
 	deadline := t0.Add(timeout)
 	var last string
 	for {
+		// The cells of a round are probed at once: a round takes one
+		// connect timeout however many cells are denied.
+		type result struct {
+			got bool
+			err error
+		}
+		results := make([]result, len(cells))
+		var wg sync.WaitGroup
+		var logMu sync.Mutex
+		for i, c := range cells {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var buf strings.Builder
+				got, err := connects(ctx, ru.o.Backend, cl, ru.dep.Agent, netip.AddrPortFrom(svIP, uint16(c.port)), token, &buf)
+				results[i] = result{got, err}
+				logMu.Lock()
+				io.WriteString(logf, buf.String())
+				logMu.Unlock()
+			}()
+		}
+		wg.Wait()
 		var wrong []string
 		var probeErr error
-		for _, c := range cells {
-			got, err := connects(ctx, ru.o.Backend, cl, ru.dep.Agent, netip.AddrPortFrom(svIP, uint16(c.port)), token, logf)
+		for i, c := range cells {
+			got, err := results[i].got, results[i].err
 			if err != nil {
 				probeErr = err
 				break

@@ -268,13 +268,16 @@ type runner struct {
 	polSet   bool             // curPol is in force on the backend
 	inForce  []*policy.Policy // on the backend: curPol's policies (nil: none, or unknown)
 	inForceN int              // and their Params.Policies
-	svcSet   bool             // curSvc is installed on the backend
-	curKey   string
-	curBuild int        // index in r.Builds
-	curPol   string     // policy text applied to it
-	curSvc   string     // Service text installed in it
-	curVIP   netip.Addr // the measured Service's cluster IP, if any
-	envDone  bool
+	// inForceKnown: inForce is what the backend holds (false after an
+	// apply that failed: the next one is judged but not timed).
+	inForceKnown bool
+	svcSet       bool // curSvc is installed on the backend
+	curKey       string
+	curBuild     int        // index in r.Builds
+	curPol       string     // policy text applied to it
+	curSvc       string     // Service text installed in it
+	curVIP       netip.Addr // the measured Service's cluster IP, if any
+	envDone      bool
 }
 
 func (ru *runner) run(ctx context.Context) (err error) {

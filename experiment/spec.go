@@ -96,7 +96,7 @@ var FigureX = []string{"policies", "chainLength", "switches", "firewallRules", "
 // FigureMetrics are the sample metrics a sweep may ask figures of.
 var FigureMetrics = []string{"throughput_gbps", "sent_gbps", "packets_per_s", "retransmits", "loss_pct", "jitter_ms",
 	"transactions_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_p999_us",
-	"connect_p50_us", "connect_p99_us", "first_rtt_us", "rtt_us", "sender_cpu_pct", "receiver_cpu_pct", "client_cpu_pct", "system_cpu_pct",
+	"connect_p50_us", "connect_p99_us", "first_rtt_us", "rtt_us", "sender_cpu_pct", "receiver_cpu_pct", "client_cpu_pct", "system_cpu_pct", "server_system_cpu_pct",
 	"requests_per_s", "unexpected", "errors", "proxy_cpu_pct"}
 
 func (f *Figures) check(s *Spec, path string) error {

@@ -105,6 +105,8 @@ func (c *Client) Preflight(ctx context.Context, run string, hosts, namespaces []
 		switch {
 		case err == nil && !owned(got, run):
 			return &input.Error{File: "--lab", Msg: fmt.Sprintf("%s: namespace %s %v; give another run name", run, name, ErrNotOwned)}
+		case err == nil && got.DeletionTimestamp != nil:
+			return &input.Error{File: "--lab", Msg: fmt.Sprintf("%s: namespace %s is still being deleted (by cnlab down, or the end of a run): wait until it is gone, or give another run name", run, name)}
 		case err == nil:
 			// A run of the same name left it (crashed), or is running now:
 			// taking it over would delete that run's pods.

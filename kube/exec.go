@@ -129,7 +129,7 @@ func (c *Client) Output(ctx context.Context, ns, pod string, argv ...string) (st
 func WrapCommand(name string, argv []string) []string {
 	// A stop that came before the PID was written left name.stop: the
 	// command is then ended at once.
-	script := `f="${TMPDIR:-/tmp}/$0"; "$@" & p=$!; echo $p > "$f"; [ -e "$f.stop" ] && kill -TERM $p; wait $p; s=$?; rm -f "$f" "$f.stop"; exit $s`
+	script := `f="${TMPDIR:-/tmp}/$0"; "$@" & p=$!; echo $p > "$f.new" && mv -f "$f.new" "$f"; [ -e "$f.stop" ] && kill -TERM $p; wait $p; s=$?; rm -f "$f" "$f.stop"; exit $s`
 	return append([]string{"sh", "-c", script, name}, argv...)
 }
 
@@ -137,6 +137,6 @@ func WrapCommand(name string, argv []string) []string {
 // SIGKILL after two seconds. It leaves name.stop behind for a wrapper
 // that has not written its PID yet (the wrapper removes it).
 func StopCommand(name string) []string {
-	script := `f="${TMPDIR:-/tmp}/$0"; : > "$f.stop"; p=$(cat "$f" 2>/dev/null) || exit 0; kill -TERM "$p" 2>/dev/null; i=0; while kill -0 "$p" 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; kill -KILL "$p" 2>/dev/null; rm -f "$f" "$f.stop"; exit 0`
+	script := `f="${TMPDIR:-/tmp}/$0"; : > "$f.stop"; p=$(cat "$f" 2>/dev/null) && [ -n "$p" ] || exit 0; kill -TERM "$p" 2>/dev/null; i=0; while kill -0 "$p" 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done; kill -KILL "$p" 2>/dev/null; rm -f "$f" "$f.stop"; exit 0`
 	return []string{"sh", "-c", script, name}
 }

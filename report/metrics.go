@@ -37,10 +37,12 @@ var metrics = map[string]Metric{
 	"receiver_cpu_pct":   {"receiver_cpu_pct", "receiver CPU (%)", "%", -1, 0},
 	"client_cpu_pct":     {"client_cpu_pct", "client CPU (%)", "%", -1, 0},
 	"system_cpu_pct":     {"system_cpu_pct", "machine CPU (%)", "%", -1, 0},
-	"requests_per_s":     {"requests_per_s", "HTTP requests per second", "/s", +1, 0},
-	"unexpected":         {"unexpected", "unexpected statuses and errors", "", -1, 0},
-	"errors":             {"errors", "requests without a response", "", -1, 0},
-	"proxy_cpu_pct":      {"proxy_cpu_pct", "L7 proxy CPU (%)", "%", -1, 0},
+	// On a cluster: system_cpu_pct is the client's node, this the server's.
+	"server_system_cpu_pct": {"server_system_cpu_pct", "server node CPU (%)", "%", -1, 0},
+	"requests_per_s":        {"requests_per_s", "HTTP requests per second", "/s", +1, 0},
+	"unexpected":            {"unexpected", "unexpected statuses and errors", "", -1, 0},
+	"errors":                {"errors", "requests without a response", "", -1, 0},
+	"proxy_cpu_pct":         {"proxy_cpu_pct", "L7 proxy CPU (%)", "%", -1, 0},
 }
 
 // MetricInfo describes a metric; an unknown one gets its name as label.

@@ -309,31 +309,46 @@ func unenforced(r *experiment.Results) (int, string) {
 // probed connection's verdict) and to a Service answering, by number of
 // policies and Services ("" when the run recorded none).
 func enforcementTimes(r *experiment.Results) string {
-	pol := map[int][]float64{}
-	svc := map[int][]float64{}
+	type key struct {
+		n    int
+		mode string
+	}
+	pol := map[key][]float64{}
+	svc := map[key][]float64{}
 	for _, b := range r.Builds {
 		for _, a := range b.PolicyApply {
 			if a.Enforced != nil && *a.Enforced && a.ChangedCells > 0 {
-				pol[a.Policies] = append(pol[a.Policies], a.EnforcedSeconds)
+				k := key{a.Policies, a.PolicyMode}
+				pol[k] = append(pol[k], a.EnforcedSeconds)
 			}
 		}
 		for _, a := range b.ServiceApply {
 			if a.ReadySeconds > 0 {
-				svc[a.Services] = append(svc[a.Services], a.ReadySeconds)
+				k := key{a.Services, ""}
+				svc[k] = append(svc[k], a.ReadySeconds)
 			}
 		}
 	}
-	part := func(m map[int][]float64, what string) []string {
-		var keys []int
+	part := func(m map[key][]float64, what string) []string {
+		var keys []key
 		for k := range m {
 			keys = append(keys, k)
 		}
-		sort.Ints(keys)
+		sort.Slice(keys, func(i, j int) bool {
+			if keys[i].mode != keys[j].mode {
+				return keys[i].mode < keys[j].mode
+			}
+			return keys[i].n < keys[j].n
+		})
 		var out []string
 		for _, k := range keys {
 			xs := m[k]
 			sort.Float64s(xs)
-			out = append(out, fmt.Sprintf("%s: median %.3g s (%s, %.3g–%.3g)", plural.N(k, what), stats.Median(xs), plural.N(len(xs), "apply"), xs[0], xs[len(xs)-1]))
+			label := plural.N(k.n, what)
+			if k.mode != "" {
+				label += " " + k.mode
+			}
+			out = append(out, fmt.Sprintf("%s: median %.3g s (%s, %.3g–%.3g)", label, stats.Median(xs), plural.N(len(xs), "apply"), xs[0], xs[len(xs)-1]))
 		}
 		return out
 	}
