@@ -3,6 +3,9 @@ package experiment
 import (
 	"strings"
 	"testing"
+
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
 )
 
 // TestKubernetesRefusals: what cannot apply on a cluster is refused with
@@ -74,5 +77,54 @@ func TestKubernetesPoints(t *testing.T) {
 	}
 	if !strings.Contains(policyText(pts[len(pts)-1].Params), "filler-4") {
 		t.Error("no-match on a cluster is N NetworkPolicies")
+	}
+}
+
+// TestProbeCells: the enforcement probe adds ports whose verdict the apply
+// changes, so that an apply of N -> M generated policies is timed on the
+// new set; after a failed apply nothing is timed.
+func TestProbeCells(t *testing.T) {
+	top, err := topology.Preset("multi-host", topology.PresetOptions{}, topology.Overrides{Name: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := func(mode string, n int) []*policy.Policy {
+		pols, err := parseGenerated(policyText(Params{Policies: n, PolicyMode: mode}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pols
+	}
+	for _, mode := range []string{ModeNoMatch, ModeSelectors, ModeL4Rules} {
+		for _, c := range []struct{ from, to int }{{0, 2}, {2, 0}, {2, 100}, {100, 2}} {
+			ru := &runner{cur: top, inForce: gen(mode, c.from), inForceN: c.from, inForceKnown: true}
+			cells, err := ru.probeCells(gen(mode, c.to), c.to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			changed := 0
+			for _, cell := range cells {
+				if cell.changes {
+					changed++
+				}
+			}
+			if changed == 0 || cells[0].port != RRPort || !cells[0].allowed {
+				t.Errorf("%s %d -> %d: cells %+v; want the rr port allowed and a cell the apply changes", mode, c.from, c.to, cells)
+			}
+			ru.inForceKnown = false
+			cells, _ = ru.probeCells(gen(mode, c.to), c.to)
+			for _, cell := range cells {
+				if cell.changes {
+					t.Errorf("%s %d -> %d after a failed apply: cell %+v counted as changed", mode, c.from, c.to, cell)
+				}
+			}
+		}
+	}
+	ru := &runner{cur: top, inForceKnown: true}
+	cells, _ := ru.probeCells(gen(ModeTerms, 5), 5)
+	for _, cell := range cells {
+		if cell.changes || !cell.allowed {
+			t.Errorf("terms: cell %+v; want every port allowed and nothing changed (L3)", cell)
+		}
 	}
 }
