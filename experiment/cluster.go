@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -104,21 +105,16 @@ func (ru *runner) ensureClusterPolicies(ctx context.Context, p Params) error {
 	}
 	// The probe's server runs before the apply begins, so that the time
 	// to enforcement is the cluster's, not the exec that starts it.
-	logf, err := openLog(ru.o.Out, filepath.Join("logs", fmt.Sprintf("enforce-b%d-a%d.log", ru.curBuild, len(b.PolicyApply))))
+	pb, err := ru.startProbe(ctx, fmt.Sprintf("enforce-b%d-a%d", ru.curBuild, len(b.PolicyApply)), ports)
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
-	token, stop, err := ru.probeServers(ctx, logf, ports)
-	if err != nil {
-		return err
-	}
-	defer stop()
+	defer pb.close()
 	t0 := time.Now()
 	err = ru.o.Backend.ApplyPolicies(ctx, text)
 	a.Seconds = time.Since(t0).Seconds()
 	if err == nil {
-		err = ru.checkEnforced(ctx, cells, t0, token, logf, &a)
+		err = ru.checkEnforced(ctx, cells, t0, pb, &a)
 	}
 	if err != nil {
 		a.Error = err.Error()
@@ -199,7 +195,8 @@ var errNotEnforced = errors.New("the cluster does not enforce the policies as th
 // connects is what the new policies allow, or the enforce timeout. A
 // round in which a probe could not run (an exec that failed) decides
 // nothing.
-func (ru *runner) checkEnforced(ctx context.Context, cells []probeCell, t0 time.Time, token string, logf io.Writer, a *Apply) error {
+func (ru *runner) checkEnforced(ctx context.Context, cells []probeCell, t0 time.Time, pb *probe, a *Apply) error {
+	logf := pb.log
 	cl, sv := topology.DefaultNamespace+"/client", topology.DefaultNamespace+"/server"
 	svIP := ru.dep.Endpoints[sv].IP
 	timeout := ru.enforceTimeout()
@@ -220,7 +217,7 @@ func (ru *runner) checkEnforced(ctx context.Context, cells []probeCell, t0 time.
 			go func() {
 				defer wg.Done()
 				var buf strings.Builder
-				got, err := connects(ctx, ru.o.Backend, cl, ru.dep.Agent, netip.AddrPortFrom(svIP, uint16(c.port)), token, &buf)
+				got, err := pb.connects(ctx, netip.AddrPortFrom(svIP, uint16(c.port)), &buf)
 				results[i] = result{got, err}
 				logMu.Lock()
 				io.WriteString(logf, buf.String())
@@ -285,32 +282,48 @@ func (ru *runner) enforceTimeout() time.Duration {
 	return DefaultEnforceTimeout
 }
 
-// probeServers starts cnlab agent serve on the server endpoint, on the
-// ports, greeting every connection with a token of its own (so that a
-// connection some middlebox accepts is not taken for one to the server);
-// stop ends it.
-func (ru *runner) probeServers(ctx context.Context, logf io.Writer, ports []int) (token string, stop func(), err error) {
-	sv := topology.DefaultNamespace + "/server"
-	e := sampleEnv{be: ru.o.Backend, log: logf}
+// probe is the enforcement probe's server on the server endpoint (cnlab
+// agent serve, greeting every connection with a token of its own, so that
+// a connection some middlebox accepts is not taken for one to the server)
+// and its log.
+type probe struct {
+	ru    *runner
+	token string
+	log   *os.File
+	srv   *proc
+}
+
+// startProbe opens logs/NAME.log and starts the probe's server on the
+// ports; close stops it and closes the log.
+func (ru *runner) startProbe(ctx context.Context, name string, ports []int) (*probe, error) {
+	logf, err := openLog(ru.o.Out, filepath.Join("logs", name+".log"))
+	if err != nil {
+		return nil, err
+	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	token = hex.EncodeToString(b[:])
-	argv := []string{ru.dep.Agent, "agent", "serve", "--token", token}
+	pb := &probe{ru: ru, token: hex.EncodeToString(b[:]), log: logf}
+	argv := []string{ru.dep.Agent, "agent", "serve", "--token", pb.token}
 	for _, p := range ports {
 		argv = append(argv, "--port", strconv.Itoa(p))
 	}
-	srv, err := e.start(ctx, sv, nil, argv...)
-	if err != nil {
-		return "", nil, err
+	e := sampleEnv{be: ru.o.Backend, log: logf}
+	if pb.srv, err = e.start(ctx, topology.DefaultNamespace+"/server", nil, argv...); err != nil {
+		logf.Close()
+		return nil, err
 	}
-	stop = func() { srv.stop(logf) }
 	for _, port := range ports {
-		if err := e.waitListening(ctx, srv, port, false); err != nil {
-			stop()
-			return "", nil, err
+		if err := e.waitListening(ctx, pb.srv, port, false); err != nil {
+			pb.close()
+			return nil, err
 		}
 	}
-	return token, stop, nil
+	return pb, nil
+}
+
+func (pb *probe) close() {
+	pb.srv.stop(pb.log)
+	pb.log.Close()
 }
 
 // ensureClusterServices installs the point's Services on the cluster,
@@ -328,28 +341,21 @@ func (ru *runner) ensureClusterServices(ctx context.Context, p Params, server ne
 	}
 	a := ServiceApply{Services: p.Services, Backends: p.ServiceBackends}
 	b := &ru.r.Builds[ru.curBuild]
-	var token string
-	var logw io.Writer = io.Discard
+	var pb *probe
 	if p.Services > 0 {
 		// The probe's server runs before the apply begins (see
 		// ensureClusterPolicies).
-		logf, err := openLog(ru.o.Out, filepath.Join("logs", fmt.Sprintf("service-b%d-a%d.log", ru.curBuild, len(b.ServiceApply))))
-		if err != nil {
+		var err error
+		if pb, err = ru.startProbe(ctx, fmt.Sprintf("service-b%d-a%d", ru.curBuild, len(b.ServiceApply)), []int{RRPort}); err != nil {
 			return netip.Addr{}, err
 		}
-		defer logf.Close()
-		tok, stop, err := ru.probeServers(ctx, logf, []int{RRPort})
-		if err != nil {
-			return netip.Addr{}, err
-		}
-		defer stop()
-		token, logw = tok, logf
+		defer pb.close()
 	}
 	t0 := time.Now()
 	vip, err := ru.o.Backend.ApplyServices(ctx, text, measured)
 	a.Seconds = time.Since(t0).Seconds()
 	if err == nil && p.Services > 0 {
-		err = ru.checkServiceReady(ctx, measured, vip, t0, token, logw, &a)
+		err = ru.checkServiceReady(ctx, measured, vip, t0, pb, &a)
 	}
 	if err != nil {
 		a.Error = err.Error()
@@ -365,10 +371,11 @@ func (ru *runner) ensureClusterServices(ctx context.Context, p Params, server ne
 
 // checkServiceReady connects from the client to the measured Service's
 // cluster IP on the rr port until the connection is accepted.
-func (ru *runner) checkServiceReady(ctx context.Context, name string, vip netip.Addr, t0 time.Time, token string, logf io.Writer, a *ServiceApply) error {
+func (ru *runner) checkServiceReady(ctx context.Context, name string, vip netip.Addr, t0 time.Time, pb *probe, a *ServiceApply) error {
+	logf := pb.log
 	timeout := ru.enforceTimeout()
 	for {
-		ok, err := connects(ctx, ru.o.Backend, topology.DefaultNamespace+"/client", ru.dep.Agent, netip.AddrPortFrom(vip, RRPort), token, logf)
+		ok, err := pb.connects(ctx, netip.AddrPortFrom(vip, RRPort), logf)
 		if ok {
 			a.ReadySeconds = time.Since(t0).Seconds()
 			return nil
@@ -388,13 +395,14 @@ func (ru *runner) checkServiceReady(ctx context.Context, name string, vip netip.
 	}
 }
 
-// connects reports whether a TCP connection from an endpoint to dst
+// connects reports whether a TCP connection from the client to dst
 // reaches the probe's server (greeted with its token) within a second
 // (cnlab agent connect, run there: exit 0, or ExitNoConnection when it
 // does not); any other failure (the exec, the relay) is an error, not a
 // verdict.
-func connects(ctx context.Context, be Backend, from, agent string, dst netip.AddrPort, token string, log io.Writer) (bool, error) {
-	cmd := be.Command(ctx, from, []string{agent, "agent", "connect", "--to", dst.String(), "--expect", token, "--timeout", "1s"})
+func (pb *probe) connects(ctx context.Context, dst netip.AddrPort, log io.Writer) (bool, error) {
+	from := topology.DefaultNamespace + "/client"
+	cmd := pb.ru.o.Backend.Command(ctx, from, []string{pb.ru.dep.Agent, "agent", "connect", "--to", dst.String(), "--expect", pb.token, "--timeout", "1s"})
 	out, err := cmd.CombinedOutput()
 	fmt.Fprintf(log, "$ [%s] connect %s: %v %s\n", from, dst, exitText(err), strings.TrimSpace(string(out)))
 	var xe *exec.ExitError

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -75,7 +76,7 @@ func kubeconfigError(c Config, err error) error {
 // already (another run's of the same name, or not cnlab's); the cluster has CiliumNetworkPolicy when the
 // points need it. Its errors are bad input (exit 2), naming the flag.
 func (c *Client) Preflight(ctx context.Context, run string, hosts, namespaces []string, cilium bool) error {
-	for _, h := range mapsKeys(c.Config.Nodes) {
+	for _, h := range slices.Sorted(maps.Keys(c.Config.Nodes)) {
 		if !slices.Contains(hosts, h) {
 			return &input.Error{File: "--nodes", Msg: fmt.Sprintf("%s=%s: the experiment's topologies have no host %s (hosts: %s)", h, c.Config.Nodes[h], h, strings.Join(hosts, ", "))}
 		}
@@ -83,7 +84,7 @@ func (c *Client) Preflight(ctx context.Context, run string, hosts, namespaces []
 	if _, err := c.K.Discovery().ServerVersion(); err != nil {
 		return fmt.Errorf("reach the API server %s: %w", c.Server, err)
 	}
-	for _, h := range mapsKeys(c.Config.Nodes) {
+	for _, h := range slices.Sorted(maps.Keys(c.Config.Nodes)) {
 		n := c.Config.Nodes[h]
 		node, err := c.K.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

@@ -7,9 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,7 +54,7 @@ func (c *Client) Deploy(ctx context.Context, run string, spec *topology.Spec, pl
 		progress = func(string) {}
 	}
 	d := &Deployment{Run: run, Namespaces: map[string]string{}, Pods: map[string]Pod{}}
-	for _, ns := range mapsKeys(spec.Namespaces) {
+	for _, ns := range slices.Sorted(maps.Keys(spec.Namespaces)) {
 		name, err := NamespaceName(run, ns)
 		if err != nil {
 			return nil, err
@@ -72,7 +73,7 @@ func (c *Client) Deploy(ctx context.Context, run string, spec *topology.Spec, pl
 			return nil, fmt.Errorf("endpoint %s has no node", ep.ID())
 		}
 	}
-	for _, ns := range mapsKeys(d.Namespaces) {
+	for _, ns := range slices.Sorted(maps.Keys(d.Namespaces)) {
 		name := d.Namespaces[ns]
 		got, err := c.K.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 		switch {
@@ -123,15 +124,6 @@ func (c *Client) Deploy(ctx context.Context, run string, spec *topology.Spec, pl
 		d.Agent = agent
 	}
 	return d, nil
-}
-
-func mapsKeys[M ~map[string]V, V any](m M) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // waitServiceAccount waits for the namespace's default ServiceAccount,
@@ -222,7 +214,7 @@ func (c *Client) installAgent(ctx context.Context, d *Deployment, self string, p
 	}
 	sum := hex.EncodeToString(h.Sum(nil))[:12]
 	path := ""
-	for _, id := range mapsKeys(d.Pods) {
+	for _, id := range slices.Sorted(maps.Keys(d.Pods)) {
 		p := d.Pods[id]
 		out, err := c.Output(ctx, p.Namespace, p.Name, "sh", "-c", `echo "${TMPDIR:-/tmp}"`)
 		if err != nil {

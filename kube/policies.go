@@ -232,7 +232,7 @@ func (c *Client) ApplyPolicies(ctx context.Context, run string, namespaces []str
 			return fmt.Errorf("apply %s %s/%s: %w", o.Kind, o.Namespace, o.Name, err)
 		}
 	}
-	for _, key := range mapsKeys(existing) {
+	for _, key := range slices.Sorted(maps.Keys(existing)) {
 		e := existing[key]
 		if keep[key] || !owned(e, run) {
 			continue

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -84,7 +86,7 @@ func (c *Client) ApplyServices(ctx context.Context, run string, namespaces []str
 	// marks them managed by itself): they go with their Service, never by
 	// cnlab's hand.
 	for _, kind := range []string{"EndpointSlice", "Service"} {
-		for _, key := range mapsKeys(existing) {
+		for _, key := range slices.Sorted(maps.Keys(existing)) {
 			e := existing[key]
 			if !strings.HasPrefix(key, kind+" ") || keep[key] || !owned(e, run) || e.GetLabels()[sliceManagedBy] != "" {
 				continue
