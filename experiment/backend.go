@@ -7,8 +7,8 @@ import (
 	"os/exec"
 	"strings"
 
-	"github.com/cnlab/cnlab/internal/input"
 	"github.com/cnlab/cnlab/experiment/results"
+	"github.com/cnlab/cnlab/internal/input"
 	"github.com/cnlab/cnlab/topology"
 )
 
