@@ -209,3 +209,14 @@ func TestRegister(t *testing.T) {
 		t.Errorf("after remove: %v %v", All(), err)
 	}
 }
+
+func TestProxyDatapaths(t *testing.T) {
+	for p, want := range map[Proxy][]Kind{ProxyIPTables: {IPTables, NFTables}, ProxyNFTables: {IPTables, NFTables}, ProxyEBPF: {EBPF}, ProxyNone: All()} {
+		if got := p.Datapaths(); !slices.Equal(got, want) {
+			t.Errorf("%s pairs with %v, want %v", p, got, want)
+		}
+	}
+	if got := ServingProxies(); !slices.Equal(got, []Proxy{ProxyIPTables, ProxyNFTables, ProxyEBPF}) {
+		t.Errorf("ServingProxies() = %v", got)
+	}
+}

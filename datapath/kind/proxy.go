@@ -68,16 +68,38 @@ func ProxyNames() string {
 	return strings.Join(s, ", ")
 }
 
+// ServingProxies lists the proxies that serve Services: all but none.
+func ServingProxies() []Proxy {
+	var out []Proxy
+	for _, p := range proxies {
+		if !p.anyDatapath {
+			out = append(out, p.Proxy)
+		}
+	}
+	return out
+}
+
 // ProxyChoices returns the proxies a lab can serve Services with (all but
 // none) for a message: "iptables, nftables or ebpf".
 func ProxyChoices() string {
 	var s []string
-	for _, p := range Proxies() {
-		if !getProxy(p).anyDatapath {
-			s = append(s, string(p))
-		}
+	for _, p := range ServingProxies() {
+		s = append(s, string(p))
 	}
 	return orList(s)
+}
+
+// Datapaths lists the datapaths that pair with p, in All's order (none
+// pairs with every datapath).
+func (p Proxy) Datapaths() []Kind {
+	pd := getProxy(p)
+	var out []Kind
+	for _, d := range table() {
+		if pd != nil && (pd.anyDatapath || slices.Contains(d.Proxies, p)) {
+			out = append(out, d.Kind)
+		}
+	}
+	return out
 }
 
 // orList joins names as a sentence does: "a", "a or b", "a, b or c".
@@ -148,10 +170,8 @@ func (p Proxy) Pairs(k Kind) string {
 		return pd.refuse(k)
 	}
 	var with []string
-	for _, d := range table() {
-		if slices.Contains(d.Proxies, p) {
-			with = append(with, string(d.Kind))
-		}
+	for _, k := range p.Datapaths() {
+		with = append(with, string(k))
 	}
 	return fmt.Sprintf("the %s service proxy needs a lab with hosts (%s datapath), not datapath %s", p, article(orList(with)), k)
 }
