@@ -25,7 +25,6 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-
 // TestL7Scenarios applies every L7 scenario on each datapath that
 // supports L7 rules (eBPF with both host routings), on a two-host lab (a
 // wire, and a VXLAN overlay for nftables and eBPF), and sends from every endpoint to
