@@ -179,7 +179,7 @@ func table() []*Descriptor {
 // kind's implementation is registered beside it (datapath/registry's
 // Register does both). A name already taken, none or "" is refused.
 func Register(d Descriptor) (remove func(), err error) {
-	if d.Kind == "" || d.Kind == None || Get(d.Kind) != nil {
+	if d.Kind == "" || d.Kind == None {
 		return nil, fmt.Errorf("register datapath %q: the name is taken", d.Kind)
 	}
 	for _, p := range d.Proxies {
@@ -193,6 +193,16 @@ func Register(d Descriptor) (remove func(), err error) {
 	dp := &d
 	registered.Lock()
 	defer registered.Unlock()
+	for i := range descriptors {
+		if descriptors[i].Kind == d.Kind {
+			return nil, fmt.Errorf("register datapath %q: the name is taken", d.Kind)
+		}
+	}
+	for _, r := range registered.kinds {
+		if r.Kind == d.Kind {
+			return nil, fmt.Errorf("register datapath %q: the name is taken", d.Kind)
+		}
+	}
 	registered.kinds = append(registered.kinds, dp)
 	return func() {
 		registered.Lock()
