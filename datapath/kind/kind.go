@@ -179,9 +179,6 @@ func table() []*Descriptor {
 // kind's implementation is registered beside it (datapath/registry's
 // Register does both). A name already taken, none or "" is refused.
 func Register(d Descriptor) (remove func(), err error) {
-	if d.Kind == "" || d.Kind == None {
-		return nil, fmt.Errorf("register datapath %q: the name is taken", d.Kind)
-	}
 	for _, p := range d.Proxies {
 		if getProxy(p) == nil {
 			return nil, fmt.Errorf("register datapath %q: unknown service proxy %q", d.Kind, p)
@@ -193,15 +190,10 @@ func Register(d Descriptor) (remove func(), err error) {
 	dp := &d
 	registered.Lock()
 	defer registered.Unlock()
-	for i := range descriptors {
-		if descriptors[i].Kind == d.Kind {
-			return nil, fmt.Errorf("register datapath %q: the name is taken", d.Kind)
-		}
-	}
-	for _, r := range registered.kinds {
-		if r.Kind == d.Kind {
-			return nil, fmt.Errorf("register datapath %q: the name is taken", d.Kind)
-		}
+	if d.Kind == "" || d.Kind == None ||
+		slices.ContainsFunc(descriptors, func(x Descriptor) bool { return x.Kind == d.Kind }) ||
+		slices.ContainsFunc(registered.kinds, func(x *Descriptor) bool { return x.Kind == d.Kind }) {
+		return nil, fmt.Errorf("register datapath %q: the name is taken", d.Kind)
 	}
 	registered.kinds = append(registered.kinds, dp)
 	return func() {
