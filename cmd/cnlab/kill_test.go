@@ -95,17 +95,6 @@ func tempWriter(t *testing.T, dir string) func(name, text string) string {
 	}
 }
 
-// homeDatapath is the datapath whose default service proxy is p, or else
-// the first that pairs with it.
-func homeDatapath(p kind.Proxy) kind.Kind {
-	for _, k := range p.Datapaths() {
-		if kind.DefaultProxy(k) == p {
-			return k
-		}
-	}
-	return p.Datapaths()[0]
-}
-
 // A step of a policy change, in the order it runs: a fault point (where
 // the killed command dies), or an event that changes what status must
 // report: a host marked dirty, a host done (clean, on the new set), the
@@ -450,7 +439,7 @@ func TestKilledServiceApply(t *testing.T) {
 		t.Run(px, func(t *testing.T) {
 			name := "t-ksvc-" + px[:3]
 			topo := write(name+".yaml", strings.Replace(killLab, "%s", name, 1))
-			if _, stderr, code := runCLI(t, "up", "-f", topo, "--datapath", string(homeDatapath(p)), "--service-proxy", px); code != 0 {
+			if _, stderr, code := runCLI(t, "up", "-f", topo, "--datapath", string(p.Home()), "--service-proxy", px); code != 0 {
 				t.Fatalf("up: exit %d: %s", code, stderr)
 			}
 			t.Cleanup(func() { runCLI(t, "down", name) })

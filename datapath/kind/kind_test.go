@@ -216,6 +216,11 @@ func TestProxyDatapaths(t *testing.T) {
 			t.Errorf("%s pairs with %v, want %v", p, got, want)
 		}
 	}
+	for p, want := range map[Proxy]Kind{ProxyIPTables: IPTables, ProxyNFTables: NFTables, ProxyEBPF: EBPF, "bogus": ""} {
+		if got := p.Home(); got != want {
+			t.Errorf("%s.Home() = %s, want %s", p, got, want)
+		}
+	}
 	if got := ServingProxies(); !slices.Equal(got, []Proxy{ProxyIPTables, ProxyNFTables, ProxyEBPF}) {
 		t.Errorf("ServingProxies() = %v", got)
 	}

@@ -110,6 +110,21 @@ func orList(names []string) string {
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
+// Home returns the datapath whose default service proxy is p, or else
+// the first that pairs with it; "" when none pairs with it.
+func (p Proxy) Home() Kind {
+	ks := p.Datapaths()
+	for _, k := range ks {
+		if DefaultProxy(k) == p {
+			return k
+		}
+	}
+	if len(ks) == 0 {
+		return ""
+	}
+	return ks[0]
+}
+
 // ParseProxy returns the proxy of that name; ipvs and the like are refused
 // with the reason.
 func ParseProxy(name string) (Proxy, error) {

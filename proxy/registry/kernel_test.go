@@ -418,17 +418,6 @@ func kernelState(t *testing.T, spec *topology.Spec, px kind.Proxy) string {
 	return volatile.ReplaceAllString(b.String(), "")
 }
 
-// ownDatapath is the datapath whose default service proxy is p, or else
-// the first that pairs with it.
-func ownDatapath(p kind.Proxy) kind.Kind {
-	for _, k := range p.Datapaths() {
-		if kind.DefaultProxy(k) == p {
-			return k
-		}
-	}
-	return p.Datapaths()[0]
-}
-
 var volatile = regexp.MustCompile(`(?m)^# .*$|elements = \{[^}]*\}|expires \S+`)
 
 func TestProxies(t *testing.T) {
@@ -445,7 +434,7 @@ func TestProxies(t *testing.T) {
 	// are options of that datapath alone.
 	var cases []proxyCase
 	for _, p := range kind.ServingProxies() {
-		own := ownDatapath(p)
+		own := p.Home()
 		cases = append(cases, proxyCase{"px" + string(p)[:3] + "-" + string(own)[:3], string(own), "wire", p, true, ""})
 		others := 0
 		for _, k := range p.Datapaths() {
