@@ -135,7 +135,7 @@ func crashAfterKernel(t *testing.T, host string, f func()) {
 // of one host opened up: the store still says deny-all, so applying
 // deny-all again must close that host again.
 func TestInterruptedDelete(t *testing.T) {
-	for _, dp := range []string{"iptables", "nftables"} {
+	for _, dp := range []string{"iptables", "nftables"} { // the netfilter datapaths: their tool, their state file per host
 		t.Run(dp, func(t *testing.T) {
 			spec := upLab(t, "t-intdel-"+short[dp], dp)
 			ctx := context.Background()
@@ -242,7 +242,7 @@ func TestStaleGeneration(t *testing.T) {
 // apply must fail and leave every host on the old policy, and work once the
 // state can be written again.
 func TestSaveFails(t *testing.T) {
-	for _, dp := range []string{"iptables", "nftables"} {
+	for _, dp := range []string{"iptables", "nftables"} { // the netfilter datapaths: their tool, their state file per host
 		t.Run(dp, func(t *testing.T) {
 			spec := upLab(t, "t-savefail-"+short[dp], dp)
 			k := kind.Kind(dp)
@@ -332,7 +332,7 @@ exec %[3]s "$@"
 // that fails in one host's namespace: the apply must fail and leave every
 // host on the old policy (the hosts already updated rolled back).
 func TestToolFailsOnOneHost(t *testing.T) {
-	for _, dp := range []string{"iptables", "nftables"} {
+	for _, dp := range []string{"iptables", "nftables"} { // the netfilter datapaths: their tool, their state file per host
 		t.Run(dp, func(t *testing.T) {
 			spec := upLab(t, "t-toolfail-"+short[dp], dp)
 			ctx := context.Background()
@@ -540,7 +540,8 @@ func checkHostsOnStore(t *testing.T, spec *topology.Spec, what string) {
 // cannot be rolled back to what it held before; the lab must give it the
 // stored set again, and the failed apply must leave no staged set behind.
 func TestRebuiltHostGetsStoredSet(t *testing.T) {
-	for _, dp := range []string{"iptables", "nftables", "ebpf"} {
+	for _, k := range kind.All() {
+		dp := string(k)
 		t.Run(dp, func(t *testing.T) {
 			spec := upLab(t, "t-rebuilt-"+dp[:3], dp)
 			ctx := context.Background()
@@ -630,7 +631,8 @@ spec:
 // receiver's ingress under its host's set. So x/a -> y/a, which both sets
 // deny (at opposite ends), passes. Applying the stored set again ends it.
 func TestHostsOnTwoSets(t *testing.T) {
-	for _, dp := range []string{"iptables", "nftables", "ebpf"} {
+	for _, k := range kind.All() {
+		dp := string(k)
 		t.Run(dp, func(t *testing.T) {
 			spec := upLab(t, "t-twosets-"+dp[:3], dp)
 			ctx := context.Background()

@@ -17,9 +17,9 @@ import (
 // applied. Afterwards what is stored is what the kernel enforces, which
 // the probe checks against the model of the stored set.
 func TestConcurrentApplies(t *testing.T) {
-	for _, dp := range []string{"iptables", "nftables", "ebpf"} {
+	for _, dp := range enforcingKinds() {
 		t.Run(dp, func(t *testing.T) {
-			spec := scenarioLab(t, "t-conc-"+short[dp], dp, "wire")
+			spec := scenarioLab(t, "t-conc-"+shortName(dp), dp, "wire")
 			ctx := context.Background()
 			sets := make([][]*policy.Policy, 6)
 			for i := range sets {

@@ -25,9 +25,6 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-// l7Datapaths are the datapaths that redirect L7 ports to the proxy.
-var l7Datapaths = []string{"iptables", "iptables-ipsets", "nftables", "ebpf", "ebpf-legacy"}
-
 // TestL7Scenarios applies every L7 scenario on each datapath that
 // supports L7 rules (eBPF with both host routings), on a two-host lab (a
 // wire, and a VXLAN overlay for nftables and eBPF), and sends from every endpoint to
@@ -42,13 +39,13 @@ func TestL7Scenarios(t *testing.T) {
 	// The overlay only changes the path: nftables once, and eBPF, whose
 	// program on the VXLAN device hands connections to the proxy.
 	runs := []struct{ dp, link string }{{"nftables", "vxlan"}, {"ebpf", "vxlan"}}
-	for _, dp := range l7Datapaths {
+	for _, dp := range datapaths() { // every datapath that enforces every policy redirects L7 ports to the proxy
 		runs = append(runs, struct{ dp, link string }{dp, "wire"})
 	}
 	for _, run := range runs {
 		dp := run.dp
 		t.Run(dp+"-"+run.link, func(t *testing.T) {
-			spec := scenarioLab(t, "t-l7-"+short[dp]+"-"+run.link[:2], dp, run.link)
+			spec := scenarioLab(t, "t-l7-"+shortName(dp)+"-"+run.link[:2], dp, run.link)
 			ctx := context.Background()
 			srv, err := probe.ListenHTTP(spec, scenarios.L7Port)
 			if err != nil {
@@ -369,9 +366,9 @@ func closeFirst(ns string, dst netip.AddrPort, lport int, path string, timeout t
 // ports that stop being L7 ports, before the datapath switches, and the
 // datapath orders its commits: docs/l7.md).
 func TestL7UpdatesUnderLoad(t *testing.T) {
-	for _, dp := range []string{"iptables", "nftables", "ebpf"} {
+	for _, dp := range enforcingKinds() {
 		t.Run(dp, func(t *testing.T) {
-			spec := scenarioLab(t, "t-l7u-"+short[dp], dp, "wire")
+			spec := scenarioLab(t, "t-l7u-"+shortName(dp), dp, "wire")
 			ctx := context.Background()
 			srv, err := probe.ListenHTTP(spec, scenarios.L7Port)
 			if err != nil {

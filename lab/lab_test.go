@@ -23,15 +23,16 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	registerRefuser() // a fourth datapath, for the tests that iterate the registry (kinds_test.go)
 	testutil.Main(m)
 }
 
-// datapaths are the datapaths every kernel test runs on; "ebpf-legacy" is
-// the eBPF datapath with legacy host routing (endpoints on the bridge),
+// The datapaths the kernel tests run on come from the registry: see
+// allDatapaths and datapaths (kinds_test.go). "ebpf-legacy" is the eBPF
+// datapath with legacy host routing (endpoints on the bridge),
 // "iptables-ipsets" the iptables datapath with peers: ipsets.
-var datapaths = []string{"iptables", "iptables-ipsets", "nftables", "ebpf", "ebpf-legacy"}
 
-// short names a datapath in lab names.
+// short names a datapath in lab names (shortName for any kind).
 var short = map[string]string{"iptables": "ipt", "iptables-ipsets": "ips", "nftables": "nft", "ebpf": "ebp", "ebpf-legacy": "ebl", "ebpf-hook": "ebh"}
 
 func scenarioLab(t testing.TB, name, dp, link string) *topology.Spec {
@@ -77,19 +78,24 @@ func targets() []probe.Target {
 	return out
 }
 
-// TestScenarios runs every scenario on every datapath and asserts that the
-// probed matrix, on TCP and UDP, equals the model's, cell by cell. The
-// scenarios run one after the other on the same lab, so each apply is an
-// incremental change from the previous scenario's policies.
+// TestScenarios runs every scenario on every datapath of the registry and
+// asserts that the probed matrix, on TCP and UDP, equals the model's, cell
+// by cell. The scenarios run one after the other on the same lab, so each
+// apply is an incremental change from the previous scenario's policies.
+// A datapath that may refuse a policy (kind.Descriptor.MayRefuse, as this
+// package's refuser does) must leave the lab as it was when it refuses:
+// the matrix is then the model's without the scenario's policies.
 func TestScenarios(t *testing.T) {
-	for _, dp := range datapaths {
+	for _, dp := range allDatapaths() {
 		if dp == "iptables-ipsets" {
 			continue // TestIPSetsProbeMatrix runs the scenarios on it beside plain iptables
 		}
+		mayRefuse := kind.Get(kindOf(dp)).MayRefuse
 		for _, link := range []string{"wire", "vxlan"} {
 			t.Run(dp+"-"+link, func(t *testing.T) {
-				spec := scenarioLab(t, "t-scen-"+short[dp]+"-"+link[:2], dp, link)
+				spec := scenarioLab(t, "t-scen-"+shortName(dp)+"-"+link[:2], dp, link)
 				ctx := context.Background()
+				refusals := 0
 				for i, sc := range scenarios.All {
 					if link == "vxlan" && i%3 != 0 {
 						continue // the overlay only changes the path: a third of the table
@@ -104,7 +110,20 @@ func TestScenarios(t *testing.T) {
 							t.Fatalf("%s: %v", sc.Name, err)
 						}
 						if _, err := Apply(ctx, spec.Name, pols); err != nil {
-							t.Fatalf("%s: apply: %v", sc.Name, err)
+							if !mayRefuse {
+								t.Fatalf("%s: apply: %v", sc.Name, err)
+							}
+							// Refused: the lab keeps what it enforced,
+							// no policy since the delete above. The
+							// probe checks that once per lab: a refusal
+							// leaves the kernel as the last one did.
+							if stored, serr := Policies(spec.Name); serr != nil || len(stored) != 0 {
+								t.Fatalf("%s: refused, but the lab stores %d policies (%v)", sc.Name, len(stored), serr)
+							}
+							if refusals++; refusals > 1 {
+								continue
+							}
+							pols = nil
 						}
 					}
 					checkMatrix(t, sc.Name, spec, pols)
@@ -169,9 +188,9 @@ spec:
 // that none got through; and it keeps an allowed connection open across an
 // unrelated change and checks that it still carries data.
 func TestUpdatesAreAtomic(t *testing.T) {
-	for _, dp := range datapaths {
+	for _, dp := range datapaths() {
 		t.Run(dp, func(t *testing.T) {
-			spec := scenarioLab(t, "t-atomic-"+short[dp], dp, "wire")
+			spec := scenarioLab(t, "t-atomic-"+shortName(dp), dp, "wire")
 			ctx := context.Background()
 			if _, err := Apply(ctx, spec.Name, mustParse(t, denyYToX)); err != nil {
 				t.Fatal(err)

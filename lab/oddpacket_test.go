@@ -125,9 +125,9 @@ var oddCases = []oddCase{
 // let z/a's port-81 fragment through; x/a's kernel then drops the
 // datagram, as Linux drops any IPv4 datagram whose fragments overlap.)
 func TestOddPackets(t *testing.T) {
-	for _, dp := range datapaths {
+	for _, dp := range datapaths() {
 		t.Run(dp, func(t *testing.T) {
-			spec := scenarioLab(t, "t-odd-"+short[dp], dp, "wire")
+			spec := scenarioLab(t, "t-odd-"+shortName(dp), dp, "wire")
 			ctx := context.Background()
 			if _, err := Apply(ctx, spec.Name, mustParse(t, aFromZaPort81)); err != nil {
 				t.Fatal(err)

@@ -110,9 +110,9 @@ func TestProbeFullMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, dp := range []string{"iptables", "nftables", "ebpf"} {
+	for _, dp := range enforcingKinds() {
 		t.Run(dp, func(t *testing.T) {
-			name := "t-pscale-" + short[dp]
+			name := "t-pscale-" + shortName(dp)
 			spec, err := topology.Parse([]byte(probeScaleLab(name, 24)), "scale lab", topology.Overrides{Datapath: dp})
 			if err != nil {
 				t.Fatal(err)

@@ -249,8 +249,8 @@ func openProxy(labName string) (*topology.Spec, proxy.Proxy, error) {
 	}
 	p := spec.Services.Proxy
 	if p == "" || p == kind.ProxyNone {
-		return nil, nil, fmt.Errorf("lab %s %w (bring it up with --service-proxy %s, %s or %s, or services: {proxy: ...} in its file)",
-			labName, ErrNoProxy, kind.ProxyIPTables, kind.ProxyNFTables, kind.ProxyEBPF)
+		return nil, nil, fmt.Errorf("lab %s %w (bring it up with --service-proxy %s, or services: {proxy: ...} in its file)",
+			labName, ErrNoProxy, kind.ProxyChoices())
 	}
 	for _, tool := range p.Tools(&spec.Options) {
 		if _, err := exec.LookPath(tool); err != nil {

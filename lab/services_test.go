@@ -144,18 +144,7 @@ func TestServiceScenarios(t *testing.T) {
 	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
 	testutil.RequireTool(t, "nft", "nftables")
 	ctx := context.Background()
-	for _, c := range []struct {
-		name, dp, proxy, link string
-		socketLB              bool
-	}{
-		{"t-svs-ipt-w", "iptables", "iptables", "wire", false},
-		{"t-svs-ipt-v", "nftables", "iptables", "vxlan", false},
-		{"t-svs-nft-w", "iptables", "nftables", "wire", false},
-		{"t-svs-nft-v", "nftables", "nftables", "vxlan", false},
-		{"t-svs-ebpf-w", "ebpf", "ebpf", "wire", false},
-		{"t-svs-ebpf-v", "ebpf", "ebpf", "vxlan", false},
-		{"t-svs-ebpf-sw", "ebpf", "ebpf", "wire", true},
-	} {
+	for _, c := range serviceLabs() {
 		t.Run(c.name, func(t *testing.T) {
 			spec := upServiceLab(t, c.name, c.dp, c.proxy, c.link, kind.Overrides{SocketLB: c.socketLB})
 			for _, sc := range serviceScenarios {
@@ -242,12 +231,10 @@ func TestServiceUpdatesUnderLoad(t *testing.T) {
 	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
 	testutil.RequireTool(t, "nft", "nftables")
 	ctx := context.Background()
-	for _, proxy := range []string{"iptables", "nftables", "ebpf"} {
+	for _, p := range kind.ServingProxies() {
+		proxy := string(p)
 		t.Run(proxy, func(t *testing.T) {
-			dp := "iptables"
-			if proxy == "ebpf" {
-				dp = "ebpf"
-			}
+			dp := string(p.Datapaths()[0])
 			spec := upServiceLab(t, "t-svu-"+proxy[:3], dp, proxy, "wire")
 			// Every backend listens on 8080 and answers each line with its
 			// name, for as long as the connection lasts.
@@ -403,12 +390,10 @@ func TestServiceAffinityExpires(t *testing.T) {
 	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
 	testutil.RequireTool(t, "nft", "nftables")
 	ctx := context.Background()
-	for _, px := range []string{"iptables", "nftables", "ebpf"} {
+	for _, p := range kind.ServingProxies() {
+		px := string(p)
 		t.Run(px, func(t *testing.T) {
-			dp := "iptables"
-			if px == "ebpf" {
-				dp = "ebpf"
-			}
+			dp := string(p.Datapaths()[0])
 			spec := upServiceLab(t, "t-sva-"+px[:3], dp, px, "wire")
 			svcs, _, err := service.Parse([]byte(svcDoc("aff", "  selector: {app: web}\n  sessionAffinity: ClientIP\n  sessionAffinityConfig: {clientIP: {timeoutSeconds: 2}}\n  ports: [{port: 80, targetPort: http}]\n")), "aff")
 			if err != nil {

@@ -52,9 +52,9 @@ var shortPackets = []shortPacket{
 // target is not isolated), so the sniffer is known to see them. Truncated
 // UDP and TCP never get that far: conntrack finds them invalid.
 func TestDenyShortPackets(t *testing.T) {
-	for _, dp := range datapaths {
+	for _, dp := range datapaths() {
 		t.Run(dp, func(t *testing.T) {
-			spec := scenarioLab(t, "t-short-"+short[dp], dp, "wire")
+			spec := scenarioLab(t, "t-short-"+shortName(dp), dp, "wire")
 			if _, err := Apply(context.Background(), spec.Name, mustParse(t, denyFromY)); err != nil {
 				t.Fatal(err)
 			}

@@ -40,9 +40,9 @@ spec:
 // same raw sockets and sniffer. (With eBPF host routing endpoints are
 // routed, not bridged: no ARP crosses between them, genuine or not.)
 func TestSpoofing(t *testing.T) {
-	for _, dp := range datapaths {
+	for _, dp := range datapaths() {
 		t.Run(dp, func(t *testing.T) {
-			spec := scenarioLab(t, "t-spoof-"+short[dp], dp, "wire")
+			spec := scenarioLab(t, "t-spoof-"+shortName(dp), dp, "wire")
 			ctx := context.Background()
 			if _, err := Apply(ctx, spec.Name, mustParse(t, spoofPolicies)); err != nil {
 				t.Fatal(err)
@@ -55,7 +55,7 @@ func TestSpoofing(t *testing.T) {
 				return e
 			}
 			xc, za := ep("x/c"), ep("z/a")
-			bridged := dp != "ebpf"
+			bridged := dp != "ebpf" // eBPF's default host routing routes endpoints (the comment above)
 			for _, to := range []*topology.Endpoint{ep("y/b"), ep("x/a"), ep("y/a")} {
 				res, err := probe.Spoof(ctx, spec, xc, to, za, probe.SpoofOptions{})
 				if err != nil {

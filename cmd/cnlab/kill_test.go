@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/datapath/registry"
 	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/netns"
@@ -262,7 +263,16 @@ func TestKilledApplyAndDelete(t *testing.T) {
 		"a-from-b,b-closed": write("before-delete.yaml", polAFromB+"---\n"+polBClosed),
 	}
 	start := time.Now()
-	for _, dp := range []string{"iptables", "iptables-ipsets", "nftables", "ebpf"} {
+	// Every kind of the registry, and iptables with peers in ipsets: an
+	// option of that kind alone, which adds a step to its changes.
+	var dps []string
+	for _, k := range kind.All() {
+		dps = append(dps, string(k))
+		if k == kind.IPTables {
+			dps = append(dps, "iptables-ipsets")
+		}
+	}
+	for _, dp := range dps {
 		t.Run(dp, func(t *testing.T) {
 			name := "t-kill-" + dp[:3]
 			up := []string{"up", "--datapath", dp}
@@ -424,11 +434,12 @@ func TestKilledServiceApply(t *testing.T) {
 	dir := t.TempDir()
 	write := tempWriter(t, dir)
 	web, bweb := write("web.yaml", svcWeb), write("bweb.yaml", svcBWeb)
-	for _, px := range []string{"iptables", "nftables", "ebpf"} {
+	for _, p := range kind.ServingProxies() {
+		px := string(p)
 		t.Run(px, func(t *testing.T) {
 			name := "t-ksvc-" + px[:3]
 			topo := write(name+".yaml", strings.Replace(killLab, "%s", name, 1))
-			if _, stderr, code := runCLI(t, "up", "-f", topo, "--datapath", px, "--service-proxy", px); code != 0 {
+			if _, stderr, code := runCLI(t, "up", "-f", topo, "--datapath", string(p.Home()), "--service-proxy", px); code != 0 {
 				t.Fatalf("up: exit %d: %s", code, stderr)
 			}
 			t.Cleanup(func() { runCLI(t, "down", name) })

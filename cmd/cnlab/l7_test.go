@@ -18,6 +18,8 @@ import (
 func TestL7CLI(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nft", "nftables")
+	// Two kinds, one per way of handing connections to the proxy
+	// (netfilter's redirect, the eBPF programs'), as a user sees them.
 	for _, dp := range []string{"nftables", "ebpf"} {
 		t.Run(dp, func(t *testing.T) { l7CLI(t, dp) })
 	}

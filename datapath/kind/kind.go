@@ -5,6 +5,13 @@
 // report and the CLI take the names and the default from here, and the
 // registry (datapath/registry) binds each kind to its implementation.
 //
+// Each kind is declared once, by its Descriptor in this package: its
+// name, summary, tools, options, the service proxies it pairs with and its
+// default proxy. Nothing else lists the kinds: messages, help text and
+// tests take them from All and Proxies, and datapath/registry's test
+// checks that the implementations match them one for one. A kind that is
+// not built in (a test's stand-in datapath) is added with Register.
+//
 // It is a leaf: it imports nothing of cnlab's but internal/input and
 // internal/plural, so that
 // topology can resolve a lab's datapath options without importing the
@@ -15,7 +22,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cnlab/cnlab/internal/plural"
 	"golang.org/x/sys/unix"
@@ -52,6 +61,20 @@ type Descriptor struct {
 	// Tools lists the programs the datapath may run (which of them a lab
 	// needs can depend on its options: see Missing).
 	Tools []Tool
+	// Proxies lists the service proxies a lab of this kind may have
+	// (besides none, which any lab may have): see Proxy.Pairs.
+	Proxies []Proxy
+	// DefaultProxy is the service proxy of a lab whose file names none;
+	// "" is none.
+	DefaultProxy Proxy
+	// MayRefuse says that the datapath may refuse a policy it cannot
+	// enforce: its Apply fails and the lab keeps enforcing what it
+	// enforced before. Conformance tests then check that nothing changed
+	// instead of the model's verdicts. No built-in kind refuses.
+	MayRefuse bool
+	// refuseProxy says why the kind refuses a proxy it does not list in
+	// Proxies; nil lets the proxy say why (proxyDescriptor.refuse).
+	refuseProxy func(p Proxy) string
 	// needs returns the programs a lab with these options runs.
 	needs func(o *Options) []string
 	// kernel says what the running kernel lacks, "" when nothing.
@@ -95,18 +118,30 @@ var descriptors = []Descriptor{
 			}
 			return s
 		},
-		view: func(o *Options) OptionsView { ip := o.IPTables; return OptionsView{IPTables: &ip} },
+		view:         func(o *Options) OptionsView { ip := o.IPTables; return OptionsView{IPTables: &ip} },
+		Proxies:      []Proxy{ProxyIPTables, ProxyNFTables},
+		DefaultProxy: ProxyIPTables,
 	},
 	{
-		Kind:    NFTables,
-		Summary: "an nftables table per host: sets and verdict maps",
-		Tools:   []Tool{{"nft", "nftables", []string{"--version"}}},
-		needs:   func(*Options) []string { return []string{"nft"} },
+		Kind:         NFTables,
+		Summary:      "an nftables table per host: sets and verdict maps",
+		Tools:        []Tool{{"nft", "nftables", []string{"--version"}}},
+		needs:        func(*Options) []string { return []string{"nft"} },
+		Proxies:      []Proxy{ProxyIPTables, ProxyNFTables},
+		DefaultProxy: ProxyNFTables,
 	},
 	{
-		Kind:    EBPF,
-		Summary: "tc programs on each veth: one hash lookup per packet (Cilium's way)",
-		kernel:  ebpfKernelMissing,
+		Kind:         EBPF,
+		Summary:      "tc programs on each veth: one hash lookup per packet (Cilium's way)",
+		kernel:       ebpfKernelMissing,
+		Proxies:      []Proxy{ProxyEBPF},
+		DefaultProxy: ProxyEBPF,
+		// A netfilter proxy translates in PREROUTING, after the eBPF
+		// datapath's tc programs judged the packet: eBPF policy would see
+		// the service address, not the backend.
+		refuseProxy: func(p Proxy) string {
+			return fmt.Sprintf("the %s service proxy translates in netfilter's PREROUTING, after the eBPF datapath's programs judged the packet against the service address instead of the backend; use --service-proxy %s with the %s datapath", p, ProxyEBPF, EBPF)
+		},
 		describe: func(o *Options) string {
 			s := "host routing " + o.EBPF.HostRouting
 			if o.EBPF.ConnectHook {
@@ -121,10 +156,58 @@ var descriptors = []Descriptor{
 	},
 }
 
+// registered are the kinds added with Register, after the built-in ones.
+var registered struct {
+	sync.RWMutex
+	kinds []*Descriptor
+}
+
+// table returns every kind's descriptor: the built-in ones, then the
+// registered ones.
+func table() []*Descriptor {
+	registered.RLock()
+	defer registered.RUnlock()
+	out := make([]*Descriptor, 0, len(descriptors)+len(registered.kinds))
+	for i := range descriptors {
+		out = append(out, &descriptors[i])
+	}
+	return append(out, registered.kinds...)
+}
+
+// Register adds a kind that is not built in — a test's stand-in datapath —
+// after the built-in ones, and returns the function that removes it. The
+// kind's implementation is registered beside it (datapath/registry's
+// Register does both). A name already taken, none or "" is refused.
+func Register(d Descriptor) (remove func(), err error) {
+	for _, p := range d.Proxies {
+		if getProxy(p) == nil {
+			return nil, fmt.Errorf("register datapath %q: unknown service proxy %q", d.Kind, p)
+		}
+	}
+	if d.DefaultProxy != "" && !slices.Contains(d.Proxies, d.DefaultProxy) {
+		return nil, fmt.Errorf("register datapath %q: its default service proxy %q is not one it pairs with", d.Kind, d.DefaultProxy)
+	}
+	dp := &d
+	registered.Lock()
+	defer registered.Unlock()
+	if d.Kind == "" || d.Kind == None ||
+		slices.ContainsFunc(descriptors, func(x Descriptor) bool { return x.Kind == d.Kind }) ||
+		slices.ContainsFunc(registered.kinds, func(x *Descriptor) bool { return x.Kind == d.Kind }) {
+		return nil, fmt.Errorf("register datapath %q: the name is taken", d.Kind)
+	}
+	registered.kinds = append(registered.kinds, dp)
+	return func() {
+		registered.Lock()
+		defer registered.Unlock()
+		registered.kinds = slices.DeleteFunc(registered.kinds, func(x *Descriptor) bool { return x == dp })
+	}, nil
+}
+
 // All returns the datapaths, in the order help text lists them.
 func All() []Kind {
-	out := make([]Kind, len(descriptors))
-	for i, d := range descriptors {
+	t := table()
+	out := make([]Kind, len(t))
+	for i, d := range t {
 		out[i] = d.Kind
 	}
 	return out
@@ -143,19 +226,17 @@ func Names() string {
 // Parse returns the kind of that name; an unknown name lists the valid
 // ones.
 func Parse(name string) (Kind, error) {
-	for _, d := range descriptors {
-		if string(d.Kind) == name {
-			return d.Kind, nil
-		}
+	if d := Get(Kind(name)); d != nil {
+		return d.Kind, nil
 	}
 	return "", fmt.Errorf("unknown datapath %q (supported: %s)", name, Names())
 }
 
 // Get returns the descriptor of a kind; nil for None or an unknown kind.
 func Get(k Kind) *Descriptor {
-	for i := range descriptors {
-		if descriptors[i].Kind == k {
-			return &descriptors[i]
+	for _, d := range table() {
+		if d.Kind == k {
+			return d
 		}
 	}
 	return nil
@@ -222,7 +303,7 @@ func (k Kind) View(o *Options) OptionsView {
 // version, for the environment a run records.
 func VersionTools() []Tool {
 	var out []Tool
-	for _, d := range descriptors {
+	for _, d := range table() {
 		for _, t := range d.Tools {
 			if t.Version != nil {
 				out = append(out, t)

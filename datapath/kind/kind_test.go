@@ -1,6 +1,8 @@
 package kind
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -112,5 +114,114 @@ func TestMissingNamesThePackage(t *testing.T) {
 	d.needs = func(*Options) []string { return []string{"nft-not-a-real-program"} }
 	if got := NFTables.Missing(&Options{}); !strings.Contains(got, "nft-not-a-real-program is not installed") {
 		t.Errorf("Missing = %q", got)
+	}
+}
+
+// The pairs of datapath and service proxy, and why each refused pair is
+// refused, as the descriptors declare them. The messages are part of the
+// CLI's contract: they must read as they did when the pairing lists were
+// kept by the proxies.
+func TestPairs(t *testing.T) {
+	const (
+		netfilterOnEBPF = "the %s service proxy translates in netfilter's PREROUTING, after the eBPF datapath's programs judged the packet against the service address instead of the backend; use --service-proxy ebpf with the ebpf datapath"
+		ebpfElsewhere   = "the ebpf service proxy is the eBPF datapath's own programs: it needs the ebpf datapath (--datapath ebpf), not %s"
+		needsHosts      = "the %s service proxy needs a lab with hosts (an iptables or nftables datapath), not datapath %s"
+	)
+	for _, c := range []struct {
+		p    Proxy
+		k    Kind
+		want string
+	}{
+		{ProxyIPTables, IPTables, ""},
+		{ProxyIPTables, NFTables, ""},
+		{ProxyNFTables, IPTables, ""},
+		{ProxyNFTables, NFTables, ""},
+		{ProxyEBPF, EBPF, ""},
+		{ProxyNone, IPTables, ""},
+		{ProxyNone, EBPF, ""},
+		{ProxyNone, None, ""},
+		{ProxyIPTables, EBPF, fmt.Sprintf(netfilterOnEBPF, "iptables")},
+		{ProxyNFTables, EBPF, fmt.Sprintf(netfilterOnEBPF, "nftables")},
+		{ProxyEBPF, IPTables, fmt.Sprintf(ebpfElsewhere, "iptables")},
+		{ProxyEBPF, NFTables, fmt.Sprintf(ebpfElsewhere, "nftables")},
+		{ProxyEBPF, None, fmt.Sprintf(ebpfElsewhere, "none")},
+		{ProxyIPTables, None, fmt.Sprintf(needsHosts, "iptables", "none")},
+		{ProxyNFTables, None, fmt.Sprintf(needsHosts, "nftables", "none")},
+	} {
+		if got := c.p.Pairs(c.k); got != c.want {
+			t.Errorf("%s on %s: %q, want %q", c.p, c.k, got, c.want)
+		}
+	}
+	for k, want := range map[Kind]Proxy{IPTables: ProxyIPTables, NFTables: ProxyNFTables, EBPF: ProxyEBPF, None: ProxyNone, "bogus": ProxyNone} {
+		if got := DefaultProxy(k); got != want {
+			t.Errorf("DefaultProxy(%s) = %s, want %s", k, got, want)
+		}
+	}
+	// Every kind pairs with its default proxy.
+	for _, k := range All() {
+		if why := DefaultProxy(k).Pairs(k); why != "" {
+			t.Errorf("%s refuses its default proxy %s: %s", k, DefaultProxy(k), why)
+		}
+	}
+	if got := ProxyChoices(); got != "iptables, nftables or ebpf" {
+		t.Errorf("ProxyChoices() = %q", got)
+	}
+}
+
+// A registered kind is a kind like the built-in ones until it is removed:
+// Parse, All, Names and the pairing see it, and the messages that list
+// kinds name it.
+func TestRegister(t *testing.T) {
+	before := All()
+	remove, err := Register(Descriptor{Kind: "stand-in", Summary: "a test's", Proxies: []Proxy{ProxyNFTables}, DefaultProxy: ProxyNFTables})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := Parse("stand-in"); err != nil || k != "stand-in" {
+		t.Errorf("Parse(stand-in) = %v, %v", k, err)
+	}
+	if got := All(); len(got) != len(before)+1 || got[len(before)] != "stand-in" {
+		t.Errorf("All() = %v", got)
+	}
+	if _, err := Parse("cilium"); err == nil || !strings.Contains(err.Error(), "ebpf, stand-in)") {
+		t.Errorf("unknown kind: %v", err)
+	}
+	if DefaultProxy("stand-in") != ProxyNFTables || ProxyIPTables.Pairs("stand-in") == "" || ProxyNFTables.Pairs("stand-in") != "" {
+		t.Error("pairing of the registered kind")
+	}
+	if got := ProxyNFTables.Pairs(None); !strings.Contains(got, "(an iptables, nftables or stand-in datapath)") {
+		t.Errorf("nftables on none: %q", got)
+	}
+	if Kind("stand-in").Missing(&Options{}) != "" {
+		t.Error("a kind without tools misses something")
+	}
+	for _, bad := range []Descriptor{
+		{Kind: "stand-in"}, {Kind: IPTables}, {Kind: None}, {},
+		{Kind: "x", Proxies: []Proxy{"ipvs"}},
+		{Kind: "x", DefaultProxy: ProxyEBPF},
+	} {
+		if _, err := Register(bad); err == nil {
+			t.Errorf("Register(%+v) succeeded", bad)
+		}
+	}
+	remove()
+	if _, err := Parse("stand-in"); err == nil || !slices.Equal(All(), before) {
+		t.Errorf("after remove: %v %v", All(), err)
+	}
+}
+
+func TestProxyDatapaths(t *testing.T) {
+	for p, want := range map[Proxy][]Kind{ProxyIPTables: {IPTables, NFTables}, ProxyNFTables: {IPTables, NFTables}, ProxyEBPF: {EBPF}, ProxyNone: All()} {
+		if got := p.Datapaths(); !slices.Equal(got, want) {
+			t.Errorf("%s pairs with %v, want %v", p, got, want)
+		}
+	}
+	for p, want := range map[Proxy]Kind{ProxyIPTables: IPTables, ProxyNFTables: NFTables, ProxyEBPF: EBPF, "bogus": ""} {
+		if got := p.Home(); got != want {
+			t.Errorf("%s.Home() = %s, want %s", p, got, want)
+		}
+	}
+	if got := ServingProxies(); !slices.Equal(got, []Proxy{ProxyIPTables, ProxyNFTables, ProxyEBPF}) {
+		t.Errorf("ServingProxies() = %v", got)
 	}
 }

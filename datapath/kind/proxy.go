@@ -2,6 +2,7 @@ package kind
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -17,23 +18,30 @@ const (
 	ProxyNone     Proxy = "none"     // no Services: service apply is refused
 )
 
-// proxyDescriptor is what a proxy kind is without the kernel.
+// proxyDescriptor is what a proxy kind is without the kernel. Which
+// datapaths it pairs with is said by the datapaths (Descriptor.Proxies).
 type proxyDescriptor struct {
 	Proxy   Proxy
 	Summary string
-	// datapaths lists the policy datapaths it works with (nil: any).
-	datapaths []Kind
-	tools     func(o *Options) []string
+	tools   func(o *Options) []string
+	// anyDatapath: the proxy pairs with every datapath (none).
+	anyDatapath bool
+	// refuse says why the proxy cannot serve a lab of a datapath that does
+	// not list it; nil: it needs one of the datapaths that list it.
+	refuse func(k Kind) string
 }
 
 var proxies = []proxyDescriptor{
-	{ProxyIPTables, "kube-proxy's iptables layout: KUBE-SERVICES walked rule by rule, statistic per endpoint",
-		[]Kind{IPTables, NFTables}, func(o *Options) []string { r, s, b := o.IPTables.Tools(); return []string{r, s, b} }},
-	{ProxyNFTables, "kube-proxy's nftables layout: one verdict-map lookup, numgen per service",
-		[]Kind{IPTables, NFTables}, func(*Options) []string { return []string{"nft"} }},
-	{ProxyEBPF, "the eBPF datapath's own: a hash lookup per new connection, translated per packet at the client's veth",
-		[]Kind{EBPF}, func(*Options) []string { return nil }},
-	{ProxyNone, "no service proxy", nil, nil},
+	{Proxy: ProxyIPTables, Summary: "kube-proxy's iptables layout: KUBE-SERVICES walked rule by rule, statistic per endpoint",
+		tools: func(o *Options) []string { r, s, b := o.IPTables.Tools(); return []string{r, s, b} }},
+	{Proxy: ProxyNFTables, Summary: "kube-proxy's nftables layout: one verdict-map lookup, numgen per service",
+		tools: func(*Options) []string { return []string{"nft"} }},
+	{Proxy: ProxyEBPF, Summary: "the eBPF datapath's own: a hash lookup per new connection, translated per packet at the client's veth",
+		tools: func(*Options) []string { return nil },
+		refuse: func(k Kind) string {
+			return fmt.Sprintf("the %s service proxy is the eBPF datapath's own programs: it needs the %s datapath (--datapath %s), not %s", ProxyEBPF, EBPF, EBPF, k)
+		}},
+	{Proxy: ProxyNone, Summary: "no service proxy", anyDatapath: true},
 }
 
 // refusedProxies are names users may expect, with why cnlab has none.
@@ -60,6 +68,63 @@ func ProxyNames() string {
 	return strings.Join(s, ", ")
 }
 
+// ServingProxies lists the proxies that serve Services: all but none.
+func ServingProxies() []Proxy {
+	var out []Proxy
+	for _, p := range proxies {
+		if !p.anyDatapath {
+			out = append(out, p.Proxy)
+		}
+	}
+	return out
+}
+
+// ProxyChoices returns the proxies a lab can serve Services with (all but
+// none) for a message: "iptables, nftables or ebpf".
+func ProxyChoices() string {
+	var s []string
+	for _, p := range ServingProxies() {
+		s = append(s, string(p))
+	}
+	return orList(s)
+}
+
+// Datapaths lists the datapaths that pair with p, in All's order (none
+// pairs with every datapath).
+func (p Proxy) Datapaths() []Kind {
+	pd := getProxy(p)
+	var out []Kind
+	for _, d := range table() {
+		if pd != nil && (pd.anyDatapath || slices.Contains(d.Proxies, p)) {
+			out = append(out, d.Kind)
+		}
+	}
+	return out
+}
+
+// orList joins names as a sentence does: "a", "a or b", "a, b or c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// Home returns the datapath whose default service proxy is p, or else
+// the first that pairs with it; "" when none pairs with it.
+func (p Proxy) Home() Kind {
+	ks := p.Datapaths()
+	for _, k := range ks {
+		if DefaultProxy(k) == p {
+			return k
+		}
+	}
+	if len(ks) == 0 {
+		return ""
+	}
+	return ks[0]
+}
+
 // ParseProxy returns the proxy of that name; ipvs and the like are refused
 // with the reason.
 func ParseProxy(name string) (Proxy, error) {
@@ -74,16 +139,11 @@ func ParseProxy(name string) (Proxy, error) {
 	return "", fmt.Errorf("unknown service proxy %q (supported: %s)", name, ProxyNames())
 }
 
-// DefaultProxy is the proxy of a lab whose file names none: the lab's
-// datapath's own (iptables, nftables, ebpf), none otherwise.
+// DefaultProxy is the proxy of a lab whose file names none: the one its
+// datapath's descriptor names (the datapath's own), none otherwise.
 func DefaultProxy(k Kind) Proxy {
-	switch k {
-	case IPTables:
-		return ProxyIPTables
-	case NFTables:
-		return ProxyNFTables
-	case EBPF:
-		return ProxyEBPF
+	if d := Get(k); d != nil && d.DefaultProxy != "" {
+		return d.DefaultProxy
 	}
 	return ProxyNone
 }
@@ -106,26 +166,37 @@ func (p Proxy) Summary() string {
 }
 
 // Pairs says why proxy p cannot serve a lab of datapath k, "" when it can.
-// A netfilter proxy translates in PREROUTING, after the eBPF datapath's tc
-// programs judged the packet: eBPF policy would see the service address,
-// not the backend, so the pair is refused.
+// A pair is accepted when k's descriptor lists p (Descriptor.Proxies);
+// otherwise the datapath says why it refuses p, or else the proxy says
+// why it refuses k, or else the refusal names the datapaths that list p.
 func (p Proxy) Pairs(k Kind) string {
-	d := getProxy(p)
-	if d == nil || d.datapaths == nil {
+	pd := getProxy(p)
+	if pd == nil || pd.anyDatapath {
 		return ""
 	}
-	for _, ok := range d.datapaths {
-		if ok == k {
-			return ""
-		}
+	d := Get(k)
+	if d != nil && slices.Contains(d.Proxies, p) {
+		return ""
 	}
-	if k == EBPF {
-		return fmt.Sprintf("the %s service proxy translates in netfilter's PREROUTING, after the eBPF datapath's programs judged the packet against the service address instead of the backend; use --service-proxy ebpf with the ebpf datapath", p)
+	if d != nil && d.refuseProxy != nil {
+		return d.refuseProxy(p)
 	}
-	if p == ProxyEBPF {
-		return fmt.Sprintf("the ebpf service proxy is the eBPF datapath's own programs: it needs the ebpf datapath (--datapath ebpf), not %s", k)
+	if pd.refuse != nil {
+		return pd.refuse(k)
 	}
-	return fmt.Sprintf("the %s service proxy needs a lab with hosts (an iptables or nftables datapath), not datapath %s", p, k)
+	var with []string
+	for _, k := range p.Datapaths() {
+		with = append(with, string(k))
+	}
+	return fmt.Sprintf("the %s service proxy needs a lab with hosts (%s datapath), not datapath %s", p, article(orList(with)), k)
+}
+
+// article puts "a" or "an" before a name, as it is spoken ("an iptables").
+func article(s string) string {
+	if s != "" && strings.ContainsRune("aeiou", rune(s[0])) {
+		return "an " + s
+	}
+	return "a " + s
 }
 
 // Tools returns the programs the proxy runs with these options.

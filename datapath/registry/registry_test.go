@@ -39,3 +39,31 @@ func TestEveryKindHasOneImplementation(t *testing.T) {
 		t.Error("New(bogus) succeeded")
 	}
 }
+
+// standIn is a datapath that enforces nothing, for Register's test.
+type standIn struct{ datapath.Datapath }
+
+// A registered datapath is listed, constructed and removed with its kind.
+func TestRegister(t *testing.T) {
+	const k = kind.Kind("stand-in")
+	d := datapath.Descriptor{Kind: k, New: func() datapath.Datapath { return standIn{} }}
+	remove, err := Register(kind.Descriptor{Kind: k, Summary: "a test's"}, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(k); err != nil || !slices.Contains(kind.All(), k) {
+		t.Errorf("New(%s): %v; kinds %v", k, err, kind.All())
+	}
+	TestEveryKindHasOneImplementation(t)
+	if _, err := Register(kind.Descriptor{Kind: k}, d); err == nil {
+		t.Error("registered twice")
+	}
+	if _, err := Register(kind.Descriptor{Kind: "other"}, d); err == nil {
+		t.Error("registered an implementation under another kind")
+	}
+	remove()
+	if _, err := New(k); err == nil || slices.Contains(kind.All(), k) {
+		t.Errorf("after remove: %v; kinds %v", err, kind.All())
+	}
+	TestEveryKindHasOneImplementation(t)
+}

@@ -399,7 +399,7 @@ func kernelState(t *testing.T, spec *topology.Spec, px kind.Proxy) string {
 	for _, h := range spec.Hosts {
 		var out []byte
 		var err error
-		switch px {
+		switch px { // each proxy's kernel state is read its own way
 		case kind.ProxyEBPF:
 			desc, derr := (ebpfproxy.New()).Describe(context.Background(), spec)
 			out, err = []byte(desc[h.Name]), derr
@@ -421,22 +421,36 @@ func kernelState(t *testing.T, spec *topology.Spec, px kind.Proxy) string {
 var volatile = regexp.MustCompile(`(?m)^# .*$|elements = \{[^}]*\}|expires \S+`)
 
 func TestProxies(t *testing.T) {
-	cases := []struct {
+	type proxyCase struct {
 		name, dp, link string
 		px             kind.Proxy
 		full           bool   // every check (else the multi-host basics)
 		extra          string // appended to the topology
-	}{
-		{"pxipt-ipt", "iptables", "wire", kind.ProxyIPTables, true, ""},
-		{"pxnft-nft", "nftables", "wire", kind.ProxyNFTables, true, ""},
-		{"pxebpf", "ebpf", "wire", kind.ProxyEBPF, true, ""},
-		{"pxebpf-leg", "ebpf", "wire", kind.ProxyEBPF, true, "ebpf: {hostRouting: legacy}\n"},
-		{"pxebpf-sock", "ebpf", "wire", kind.ProxyEBPF, true, "ebpf: {socketLB: true}\n"},
-		{"pxebpf-sock-leg", "ebpf", "wire", kind.ProxyEBPF, true, "ebpf: {socketLB: true, hostRouting: legacy}\n"},
-		{"pxnft-ipt-vx", "iptables", "vxlan", kind.ProxyNFTables, false, ""},
-		{"pxipt-nft-vx", "nftables", "vxlan", kind.ProxyIPTables, false, ""},
-		{"pxebpf-vx", "ebpf", "vxlan", kind.ProxyEBPF, false, ""},
 	}
+	// From the registry: every proxy on its own datapath (the one whose
+	// default it is) with every check, and on each other datapath it
+	// pairs with (its own again if none) over VXLAN with the basics; then
+	// the eBPF proxy with the options of its datapath, named because they
+	// are options of that datapath alone.
+	var cases []proxyCase
+	for _, p := range kind.ServingProxies() {
+		own := p.Home()
+		cases = append(cases, proxyCase{"px" + string(p)[:3] + "-" + string(own)[:3], string(own), "wire", p, true, ""})
+		others := 0
+		for _, k := range p.Datapaths() {
+			if k != own {
+				others++
+				cases = append(cases, proxyCase{"px" + string(p)[:3] + "-" + string(k)[:3] + "-vx", string(k), "vxlan", p, false, ""})
+			}
+		}
+		if others == 0 {
+			cases = append(cases, proxyCase{"px" + string(p)[:3] + "-vx", string(own), "vxlan", p, false, ""})
+		}
+	}
+	cases = append(cases,
+		proxyCase{"pxebpf-leg", "ebpf", "wire", kind.ProxyEBPF, true, "ebpf: {hostRouting: legacy}\n"},
+		proxyCase{"pxebpf-sock", "ebpf", "wire", kind.ProxyEBPF, true, "ebpf: {socketLB: true}\n"},
+		proxyCase{"pxebpf-sock-leg", "ebpf", "wire", kind.ProxyEBPF, true, "ebpf: {socketLB: true, hostRouting: legacy}\n"})
 	// Nothing of the proxies ever lands in the root namespace.
 	defer func() {
 		for _, save := range []string{"iptables-legacy-save", "iptables-nft-save"} {
