@@ -14,8 +14,8 @@ import (
 
 // Backends: where a run's points are measured.
 const (
-	BackendLab        = "lab"        // namespaces on this machine (the default)
-	BackendKubernetes = "kubernetes" // agent pods on a cluster (package kube)
+	BackendLab        = results.BackendLab        // namespaces on this machine (the default)
+	BackendKubernetes = results.BackendKubernetes // agent pods on a cluster (package kube)
 )
 
 // The kubernetes backend's matrix values.

@@ -18,7 +18,7 @@ func pointWith(target float64, minReps, maxReps int, p50s ...float64) *PointResu
 	for i, v := range p50s {
 		pr.Samples = append(pr.Samples, Sample{Repetition: i, Metrics: map[string]float64{"latency_p50_us": v}})
 	}
-	pr.summarize()
+	pr.Summarize()
 	return pr
 }
 
@@ -38,15 +38,15 @@ func TestJudgePrecision(t *testing.T) {
 		{"a minimum above the cap is the cap", pointWith(0.1, 5, 4, 99, 100, 101, 100, 99), false, PrecisionCapReps},
 	}
 	for _, c := range cases {
-		if more := c.pr.judgePrecision(false); more != c.more || c.pr.Reached.State != c.state {
+		if more := c.pr.JudgePrecision(false); more != c.more || c.pr.Reached.State != c.state {
 			t.Errorf("%s: more=%v state %s (half-width %.3g%%), want more=%v %s", c.name, more, c.pr.Reached.State, c.pr.Reached.HalfWidthPct, c.more, c.state)
 		}
 	}
 	pr := pointWith(2, 3, 10, 99, 100, 101)
-	if pr.judgePrecision(true) || pr.Reached.State != PrecisionCapTime {
+	if pr.JudgePrecision(true) || pr.Reached.State != PrecisionCapTime {
 		t.Errorf("time up: state %s, want %s", pr.Reached.State, PrecisionCapTime)
 	}
-	if got := pointWith(3, 3, 10, 99, 100, 101); got.judgePrecision(false) || got.Reached.HalfWidthPct < 2.4 || got.Reached.HalfWidthPct > 2.5 {
+	if got := pointWith(3, 3, 10, 99, 100, 101); got.JudgePrecision(false) || got.Reached.HalfWidthPct < 2.4 || got.Reached.HalfWidthPct > 2.5 {
 		t.Errorf("half-width of 99, 100, 101: %.4g%%, want 2.48%% (t(2) = 4.303)", got.Reached.HalfWidthPct)
 	}
 }

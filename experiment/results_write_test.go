@@ -20,7 +20,7 @@ func TestResultsWriteDoesNotFollowLinks(t *testing.T) {
 			if err := os.Symlink(outside, filepath.Join(dir, at)); err != nil {
 				t.Fatal(err)
 			}
-			err := (&Results{}).write(dir)
+			err := (&Results{}).Write(dir)
 			if data, _ := os.ReadFile(outside); string(data) != "precious" {
 				t.Errorf("the file outside was overwritten through %s (write: %v)", at, err)
 			}

@@ -388,12 +388,12 @@ func TestScheduleShufflesAndGroups(t *testing.T) {
 	}
 	for _, p := range pts {
 		for r := 0; r < 3; r++ {
-			if count[Job{p.ID, r}] != 1 {
-				t.Errorf("%s rep %d scheduled %d times", p.ID, r, count[Job{p.ID, r}])
+			if count[Job{Point: p.ID, Repetition: r}] != 1 {
+				t.Errorf("%s rep %d scheduled %d times", p.ID, r, count[Job{Point: p.ID, Repetition: r}])
 			}
 		}
 	}
-	if a[len(a)-1] != (Job{pts[0].ID, -1}) {
+	if a[len(a)-1] != (Job{Point: pts[0].ID, Repetition: -1}) {
 		t.Errorf("profiled run last: %v", a[len(a)-1])
 	}
 	// Labs: 2 topologies x (ebpf + 3 iptables filler sizes) = 8 per round.
