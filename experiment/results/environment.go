@@ -1,6 +1,12 @@
 package results
 
-import "time"
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/cnlab/cnlab/internal/files"
+)
 
 // Environment is environment.json: the machine a run was measured on.
 type Environment struct {
@@ -27,4 +33,21 @@ type Environment struct {
 	// then the machine cnlab ran on.
 	Cluster    *ClusterInfo `json:"cluster,omitempty"`
 	CapturedAt time.Time    `json:"capturedAt"`
+}
+
+// LoadEnvironment reads a results directory's environment.json.
+func LoadEnvironment(dir string) (*Environment, error) {
+	var e Environment
+	if err := files.ReadJSON(filepath.Join(dir, "environment.json"), &e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// Write saves environment.json into dir, atomically.
+func (e *Environment) Write(dir string) error {
+	if err := files.WriteJSON(filepath.Join(dir, "environment.json"), e, true); err != nil {
+		return fmt.Errorf("write environment: %w", err)
+	}
+	return nil
 }
