@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/input"
@@ -145,8 +146,21 @@ func parseOffloads(v string) (map[string]string, error) {
 }
 
 // Points expands the experiment into its points, in a fixed order (the
-// runner shuffles them).
+// runner shuffles them). validate expands them once; Points returns a
+// copy of that expansion.
 func (s *Spec) Points() ([]Point, error) {
+	c := s.cache()
+	c.pointsMu.Lock()
+	defer c.pointsMu.Unlock()
+	if !c.expanded {
+		c.points, c.pointsErr = s.expand()
+		c.expanded = true
+	}
+	return slices.Clone(c.points), c.pointsErr
+}
+
+// expand computes Points.
+func (s *Spec) expand() ([]Point, error) {
 	type part struct {
 		name, path string
 		m          Matrix
@@ -466,11 +480,7 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 // loadTopology parses a topology file named in the experiment, relative
 // to the experiment file.
 func (s *Spec) loadTopology(name string, ov topology.Overrides) (*topology.Spec, error) {
-	path := name
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(s.Dir, name)
-	}
-	data, err := files.ReadInput(path)
+	path, data, err := s.readTopology(name)
 	if err != nil {
 		msg := err.Error()
 		if os.IsNotExist(err) {
@@ -484,18 +494,65 @@ func (s *Spec) loadTopology(name string, ov topology.Overrides) (*topology.Spec,
 // readTopologyText is a topology file's text (loadTopology read it
 // already, so it exists).
 func (s *Spec) readTopologyText(name string) (string, error) {
-	path := name
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(s.Dir, name)
-	}
-	data, err := files.ReadInput(path)
+	_, data, err := s.readTopology(name)
 	if err != nil {
 		return "", &input.Error{File: s.File, Path: "topology", Msg: fmt.Sprintf("%s: %v", name, err)}
 	}
 	return string(data), nil
 }
 
+// readTopology reads a topology file named in the experiment, relative to
+// the experiment file, once per Spec: checking every point, expanding and
+// building labs read the bytes read first.
+func (s *Spec) readTopology(name string) (path string, data []byte, err error) {
+	path = name
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(s.Dir, name)
+	}
+	c := s.cache()
+	c.filesMu.Lock()
+	defer c.filesMu.Unlock()
+	f, ok := c.topologies[path]
+	if !ok {
+		f.data, f.err = files.ReadInput(path)
+		c.topologies[path] = f
+	}
+	return path, f.data, f.err
+}
+
 // fixedIP finds an endpoint's ip: key in a topology file.
 var fixedIP = regexp.MustCompile(`(?m)^\s*(-\s+)?ip:\s*\S`)
 
 func maxCPU() int { return runtime.NumCPU() }
+
+// specCache holds what a Spec computes or reads once: its points and the
+// topology files it names.
+type specCache struct {
+	pointsMu   sync.Mutex
+	expanded   bool
+	points     []Point
+	pointsErr  error
+	filesMu    sync.Mutex
+	topologies map[string]topologyFile // by path
+}
+
+type topologyFile struct {
+	data []byte
+	err  error
+}
+
+// cache is the Spec's cache, made on first use.
+func (s *Spec) cache() *specCache {
+	if s.c == nil {
+		s.c = &specCache{topologies: map[string]topologyFile{}}
+	}
+	return s.c
+}
+
+// forgetPoints drops the expansion: the fields it came from changed.
+func (s *Spec) forgetPoints() {
+	c := s.cache()
+	c.pointsMu.Lock()
+	c.expanded, c.points, c.pointsErr = false, nil, nil
+	c.pointsMu.Unlock()
+}

@@ -38,7 +38,8 @@ type Spec struct {
 	Dir          string `yaml:"-" json:"-"` // directory of the file, for relative topology files
 	File         string `yaml:"-" json:"-"`
 	quick        bool
-	allSkipped   bool // quick: every sweep had quick.skip
+	allSkipped   bool       // quick: every sweep had quick.skip
+	c            *specCache `yaml:"-"`
 }
 
 func checkFigures(f *Figures, s *Spec, path string) error {
@@ -99,7 +100,7 @@ func ParseFor(data []byte, file string, quick bool, backend string) (*Spec, erro
 	case docs[0].Kind != yaml.MappingNode:
 		return nil, &input.Error{File: file, Msg: "an experiment must be a mapping (name:, workloads:, matrix:, ...)"}
 	}
-	s := &Spec{File: file, Dir: filepath.Dir(file), Spec: results.Spec{Warmup: unsetDuration, Duration: unsetDuration, Repetitions: unsetInt}}
+	s := &Spec{File: file, Dir: filepath.Dir(file), c: &specCache{topologies: map[string]topologyFile{}}, Spec: results.Spec{Warmup: unsetDuration, Duration: unsetDuration, Repetitions: unsetInt}}
 	if err := yamlx.Decode(docs[0], s, ""); err != nil {
 		var ye *yamlx.Error
 		if errors.As(err, &ye) {
@@ -281,6 +282,7 @@ func (s *Spec) validate() error {
 			return err
 		}
 	}
+	s.forgetPoints() // validate runs again after Override changed the spec
 	pts, err := s.Points()
 	if err != nil {
 		return err
