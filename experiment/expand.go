@@ -17,113 +17,6 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-// checkMatrix validates the values of each key on its own.
-func checkMatrix(m Matrix, s *Spec, path string) error {
-	if n := m.Combinations(MaxPoints); n > MaxPoints {
-		return s.errf(path, "expands to more than %d points", MaxPoints)
-	}
-	for i, t := range m.Topology {
-		if t == "" {
-			return s.errf(fmt.Sprintf("%s.topology[%d]", path, i), "empty topology: a preset (%s) or a topology file", strings.Join(topology.Presets(), ", "))
-		}
-	}
-	for i, v := range m.Datapath {
-		if _, err := kind.Parse(v); err != nil {
-			return s.errf(fmt.Sprintf("%s.datapath[%d]", path, i), "%q is not a datapath (%s)", v, kind.Names())
-		}
-	}
-	for i, v := range m.HostRouting {
-		if v != kind.HostRoutingBPF && v != kind.HostRoutingLegacy {
-			return s.errf(fmt.Sprintf("%s.hostRouting[%d]", path, i), "%q: %s or %s", v, kind.HostRoutingBPF, kind.HostRoutingLegacy)
-		}
-	}
-	for i, v := range m.Peers {
-		if v != kind.PeersAddresses && v != kind.PeersIPSets {
-			return s.errf(fmt.Sprintf("%s.peers[%d]", path, i), "%q: %s or %s", v, kind.PeersAddresses, kind.PeersIPSets)
-		}
-	}
-	for i, v := range m.PolicyMode {
-		if !slices.Contains(policyModes, v) {
-			return s.errf(fmt.Sprintf("%s.policyMode[%d]", path, i), "%q: one of %s", v, strings.Join(policyModes, ", "))
-		}
-	}
-	ints := []struct {
-		key      string
-		vs       []int
-		min, max int
-	}{
-		{"chainLength", m.ChainLength, 0, 64},
-		{"policies", m.Policies, 0, MaxPolicies},
-		{"flows", m.Flows, 1, MaxFlows},
-		{"size", m.Size, 1, 1 << 20},
-		{"mtu", m.MTU, 576, 65000},
-		{"firewallRules", m.FirewallRules, 0, 100000},
-		{"switches", m.Switches, 1, topology.MaxSwitches},
-		{"services", m.Services, 0, MaxServices},
-		{"serviceBackends", m.ServiceBackends, 1, MaxBackends},
-		{"l7Rules", m.L7Rules, 0, MaxL7Rules},
-	}
-	for _, k := range ints {
-		for i, v := range k.vs {
-			if v < k.min || v > k.max {
-				return s.errf(fmt.Sprintf("%s.%s[%d]", path, k.key, i), "%d: between %d and %d", v, k.min, k.max)
-			}
-		}
-	}
-	for i, v := range m.Offloads {
-		if _, err := parseOffloads(v); err != nil {
-			return s.errf(fmt.Sprintf("%s.offloads[%d]", path, i), "%v", err)
-		}
-	}
-	for i, v := range m.ShaperRate {
-		if _, err := topology.ParseRate(v); err != nil {
-			return s.errf(fmt.Sprintf("%s.shaperRate[%d]", path, i), "%v", err)
-		}
-	}
-	for i, v := range m.ServiceProxy {
-		if _, err := kind.ParseProxy(v); err != nil {
-			return s.errf(fmt.Sprintf("%s.serviceProxy[%d]", path, i), "%v", err)
-		}
-	}
-	for i, v := range m.ServicePosition {
-		if v != PositionFirst && v != PositionLast {
-			return s.errf(fmt.Sprintf("%s.servicePosition[%d]", path, i), "%q: %s or %s", v, PositionFirst, PositionLast)
-		}
-	}
-	for i, v := range m.L7Mode {
-		if !slices.Contains(l7Modes, v) {
-			return s.errf(fmt.Sprintf("%s.l7Mode[%d]", path, i), "%q: one of %s", v, strings.Join(l7Modes, ", "))
-		}
-	}
-	for i, v := range m.L7Match {
-		if !slices.Contains(l7Matches, v) {
-			return s.errf(fmt.Sprintf("%s.l7Match[%d]", path, i), "%q: one of %s", v, strings.Join(l7Matches, ", "))
-		}
-	}
-	for i, v := range m.SwitchLink {
-		if v != topology.SwitchPatch && v != topology.SwitchVeth {
-			return s.errf(fmt.Sprintf("%s.switchLink[%d]", path, i), "%q: patch or veth", v)
-		}
-	}
-	for i, v := range m.Placement {
-		if v != PlacementSameNode && v != PlacementCrossNode {
-			return s.errf(fmt.Sprintf("%s.placement[%d]", path, i), "%q: %s or %s", v, PlacementSameNode, PlacementCrossNode)
-		}
-	}
-	for i, v := range m.Network {
-		if v != NetworkPod && v != NetworkHost {
-			return s.errf(fmt.Sprintf("%s.network[%d]", path, i), "%q: %s or %s", v, NetworkPod, NetworkHost)
-		}
-	}
-	dirs := []string{topology.ShapeToServer, topology.ShapeToClient, topology.ShapeBoth, topology.ShapeAll}
-	for i, v := range m.ShaperDirection {
-		if !slices.Contains(dirs, v) {
-			return s.errf(fmt.Sprintf("%s.shaperDirection[%d]", path, i), "%q: one of %s", v, strings.Join(dirs, ", "))
-		}
-	}
-	return nil
-}
-
 // parseOffloads reads "on", "off" or a list like "tso=off,gso=off,gro=on"
 // into ethtool -K settings.
 func parseOffloads(v string) (map[string]string, error) {
@@ -303,18 +196,12 @@ func series(p Params) string {
 	if s == "" {
 		s = string(kind.None)
 	}
-	if p.Peers == kind.PeersIPSets {
-		s += "+ipsets"
-	}
+	joined, after := optionSeries(p)
+	s += joined
 	if p.L7Mode == "" && (p.Datapath == kind.IPTables || p.PolicyMode != ModeNoMatch && p.PolicyMode != "") {
 		s += " " + p.PolicyMode
 	}
-	if p.HostRouting == kind.HostRoutingLegacy {
-		s += " legacy-routing"
-	}
-	if p.SocketLB {
-		s += " socket-lb"
-	}
+	s += after
 	if p.ServiceProxy != "" && p.ServiceProxy != kind.DefaultProxy(p.Datapath) {
 		s += " proxy " + string(p.ServiceProxy)
 	}
@@ -373,12 +260,11 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 			return bad("datapath", "%s: a chain has no policy datapath (remove datapath: from this sweep)", p.Datapath)
 		case p.Policies > 0:
 			return bad("policies", "%d: a chain has no policy datapath; use firewallRules for rules in its hops", p.Policies)
-		case p.HostRouting != "":
-			return bad("hostRouting", "applies to the eBPF datapath, not to chains")
-		case p.SocketLB:
-			return bad("socketLB", "applies to the eBPF datapath, not to chains")
-		case p.Peers != "":
-			return bad("peers", "applies to the %s datapath, not to chains", kind.IPTables)
+		}
+		if err := checkOptions(p, true, bad); err != nil {
+			return err
+		}
+		switch {
 		case modeGiven:
 			return bad("policyMode", "%s: a chain has no policy datapath", p.PolicyMode)
 		case p.Services != 0 || p.ServiceProxy != "" || p.ServiceBackends != 0 || p.ServicePosition != "":
@@ -437,14 +323,8 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 				p.Datapath = spec.Datapath
 			}
 		}
-		if p.HostRouting != "" && p.Datapath != kind.EBPF {
-			return bad("hostRouting", "applies to the eBPF datapath only (datapath %s)", p.Datapath)
-		}
-		if p.SocketLB && p.Datapath != kind.EBPF {
-			return bad("socketLB", "applies to the eBPF datapath only (datapath %s)", p.Datapath)
-		}
-		if p.Peers != "" && p.Datapath != kind.IPTables {
-			return bad("peers", "applies to the %s datapath only (datapath %s)", kind.IPTables, p.Datapath)
+		if err := checkOptions(p, false, bad); err != nil {
+			return err
 		}
 		if p.PolicyMode == ModeTopOfChain && p.Datapath != kind.IPTables {
 			return bad("policyMode", "top-of-chain is an %s filler mode (datapath %s): sweep it in a sweep of its own with datapath [%s]", kind.IPTables, p.Datapath, kind.IPTables)

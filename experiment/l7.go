@@ -8,9 +8,6 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-// MaxL7Rules bounds l7Rules.
-const MaxL7Rules = 100000
-
 // l7MatchPath is the path the L7 points' requests ask for; the matching
 // rule allows GET of it, the others GET or POST of /pathI.
 const l7MatchPath = "/match"

@@ -71,10 +71,6 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 const (
 	MaxPoints      = 10000
 	MaxRepetitions = 1000
-	MaxPolicies    = 100000
-	MaxFlows       = 64 // iperf3 pairs on ports 5201 to 5264
-	MaxServices    = 50000
-	MaxBackends    = 64
 	maxDuration    = 24 * time.Hour
 )
 

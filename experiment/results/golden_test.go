@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -24,6 +25,18 @@ func TestGoldenRoundTrip(t *testing.T) {
 		}
 		same(t, filepath.Join(c.dir, "results.json"), filepath.Join(out, "results.json"))
 		same(t, c.csv, filepath.Join(out, "results.csv"))
+	}
+	// Params.Text, from the table of axes, says what it said.
+	r, err := Load("testdata/full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts strings.Builder
+	for _, p := range r.Points {
+		texts.WriteString(p.ID + " " + p.Params.Text() + "\n")
+	}
+	if want, _ := os.ReadFile("testdata/full/texts.txt"); texts.String() != string(want) {
+		t.Errorf("Params.Text:\n%s\nwant (testdata/full/texts.txt):\n%s", texts.String(), want)
 	}
 	env, err := LoadEnvironment("testdata/full")
 	if err != nil {

@@ -1,9 +1,6 @@
 package results
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/cnlab/cnlab/datapath/kind"
 )
 
@@ -95,42 +92,6 @@ type Params struct {
 	// kubernetes backend's axes ("": as the topology places them, pod).
 	Placement string `json:"placement,omitempty"`
 	Network   string `json:"network,omitempty"`
-}
-
-// Text is the point's parameters in a few words, for tables
-// ("policies=100 mode=top-of-chain").
-func (p Params) Text() string {
-	var parts []string
-	add := func(cond bool, format string, args ...any) {
-		if cond {
-			parts = append(parts, fmt.Sprintf(format, args...))
-		}
-	}
-	add(p.L7Mode == "" || p.Policies > 0, "policies=%d", p.Policies)
-	add(p.PolicyMode != ModeNoMatch && p.PolicyMode != "", "mode=%s", p.PolicyMode)
-	add(p.Link != "", "link=%s", p.Link)
-	add(IsChain(p.Topology), "length=%d", p.ChainLength)
-	add(p.HostRouting != "", "routing=%s", p.HostRouting)
-	add(p.SocketLB, "socket-lb")
-	add(p.Peers != "", "peers=%s", p.Peers)
-	add(p.MTU > 0, "mtu=%d", p.MTU)
-	add(p.Offloads != "", "offloads=%s", p.Offloads)
-	add(p.FirewallRules > 0, "firewall=%d", p.FirewallRules)
-	add(p.FirewallStateful, "stateful")
-	add(p.FirewallSpread, "spread")
-	add(p.ShaperRate != "", "shaper=%s", p.ShaperRate)
-	add(p.ShaperDirection != "", "shape=%s", p.ShaperDirection)
-	add(p.Switches > 0, "switches=%d", p.Switches)
-	add(p.SwitchLink != "", "switchLink=%s", p.SwitchLink)
-	add(p.Services > 0, "services=%d", p.Services)
-	add(p.ServiceProxy != "", "proxy=%s", p.ServiceProxy)
-	add(p.Services > 0 && p.ServiceBackends > 1, "backends=%d", p.ServiceBackends)
-	add(p.Services > 0 && p.ServicePosition != "", "position=%s", p.ServicePosition)
-	add(p.L7Mode != "", "l7=%s", p.L7Mode)
-	add(p.L7Mode == L7Rules, "rules=%d match=%s", p.L7Rules, p.L7Match)
-	add(p.Placement != "", "%s", p.Placement)
-	add(p.Network != "", "network=%s", p.Network)
-	return strings.Join(parts, " ")
 }
 
 // Point is one measurement of the experiment: parameters and a workload.

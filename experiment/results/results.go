@@ -199,14 +199,22 @@ func (r *Results) Write(dir string) error {
 }
 
 // CSVParams are results.csv's first columns: the point, its parameters
-// and its workload's effective options. Then come the repetition and one
-// column per metric (the union over the run, sorted; empty where a
-// workload has no such metric): one row per sample.
-var CSVParams = []string{"point", "sweep", "series", "workload", "topology", "link", "chainLength", "datapath", "hostRouting", "peers",
-	"policies", "policyMode", "mtu", "offloads", "firewallRules", "firewallStateful", "firewallSpread", "shaperRate",
-	"shaperDirection", "switches", "switchLink", "services", "serviceProxy", "serviceBackends", "servicePosition", "socketLB", "l7Mode", "l7Rules", "l7Match", "kind", "flows", "streams", "length", "rate", "zerocopy", "requestSize", "responseSize", "count",
-	"mode", "concurrency", "method", "path", "expect", "repetition",
-	"placement", "network", "clientNode", "serverNode"} // the kubernetes backend's, added last
+// (Axes) and its workload's effective options, the repetition, then the
+// kubernetes backend's parameters and nodes. Then comes one column per
+// metric (the union over the run, sorted; empty where a workload has no
+// such metric): one row per sample.
+var CSVParams = func() []string {
+	cols := []string{"point", "sweep", "series", "workload"}
+	for _, a := range csvAxes {
+		cols = append(cols, a.Key)
+	}
+	cols = append(cols, "kind", "flows", "streams", "length", "rate", "zerocopy", "requestSize", "responseSize", "count",
+		"mode", "concurrency", "method", "path", "expect", "repetition")
+	for _, a := range csvLastAxes {
+		cols = append(cols, a.Key)
+	}
+	return append(cols, "clientNode", "serverNode")
+}()
 
 func (r *Results) writeCSV(path string) error {
 	metrics := map[string]bool{}
@@ -226,11 +234,16 @@ func (r *Results) writeCSV(path string) error {
 	for _, p := range r.Points {
 		q, wl := p.Params, p.Workload
 		for _, s := range p.Samples {
-			row := []string{p.ID, p.Sweep, p.Series, wl.Name(), q.Topology, q.Link, itoa(q.ChainLength), string(q.Datapath), q.HostRouting, q.Peers,
-				itoa(q.Policies), q.PolicyMode, itoa(q.MTU), q.Offloads, itoa(q.FirewallRules), btoa(q.FirewallStateful),
-				btoa(q.FirewallSpread), q.ShaperRate, q.ShaperDirection, itoa(q.Switches), q.SwitchLink, itoa(q.Services), string(q.ServiceProxy), itoa(q.ServiceBackends), q.ServicePosition, btoa(q.SocketLB), q.L7Mode, itoa(q.L7Rules), q.L7Match, wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
-				btoa(wl.Zerocopy), itoa(wl.RequestSize), itoa(wl.ResponseSize), itoa(wl.Count), wl.Mode, itoa(wl.Concurrency), wl.Method, wl.Path, JoinInts(wl.Expect), itoa(s.Repetition),
-				q.Placement, q.Network, p.Nodes["client"], p.Nodes["server"]}
+			row := []string{p.ID, p.Sweep, p.Series, wl.Name()}
+			for _, a := range csvAxes {
+				row = append(row, a.Value(q))
+			}
+			row = append(row, wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
+				btoa(wl.Zerocopy), itoa(wl.RequestSize), itoa(wl.ResponseSize), itoa(wl.Count), wl.Mode, itoa(wl.Concurrency), wl.Method, wl.Path, JoinInts(wl.Expect), itoa(s.Repetition))
+			for _, a := range csvLastAxes {
+				row = append(row, a.Value(q))
+			}
+			row = append(row, p.Nodes["client"], p.Nodes["server"])
 			for _, k := range names {
 				v, ok := s.Metrics[k]
 				if ok {
