@@ -22,83 +22,54 @@ type dim struct {
 
 func num(v int) string { return strconv.Itoa(v) }
 
-func boolShow(yes, no string) func(string) string {
-	return func(v string) string {
-		if v == "true" {
-			return yes
-		}
-		return no
-	}
+// fromWorkload are the axes whose value a point's workload holds (the
+// matrix's flows, size and zerocopy apply to the workloads they fit, and
+// a workload may set them itself).
+var fromWorkload = map[string]func(p *results.PointResult) string{
+	"flows":    func(p *results.PointResult) string { return num(p.Workload.Flows) },
+	"size":     func(p *results.PointResult) string { return num(sizeOf(p)) },
+	"zerocopy": func(p *results.PointResult) string { return strconv.FormatBool(p.Workload.Zerocopy) },
 }
 
-func named(prefix string) func(string) string {
-	return func(v string) string {
-		if v == "" || v == "0" {
-			return prefix + " default"
-		}
-		return prefix + " " + v
+// axisDim is a matrix axis as a dimension: its value and words come from
+// results.Axes.
+func axisDim(key string) dim {
+	a := results.AxisOf(key)
+	value := fromWorkload[key]
+	if value == nil {
+		value = func(p *results.PointResult) string { return a.Value(p.Params) }
 	}
+	return dim{key, value, a.Show}
 }
 
 // xDims are the parameters a figure can have on its x axis, in the order
-// they are chosen: the first that varies in a panel is its x.
-var xDims = []dim{
-	{"policies", func(p *results.PointResult) string { return num(p.Params.Policies) }, func(v string) string { return v + " policies" }},
-	{"chainLength", func(p *results.PointResult) string { return num(p.Params.ChainLength) }, func(v string) string {
-		switch v {
-		case "0":
-			return "direct pair"
-		case "1":
-			return "1 hop"
-		}
-		return v + " hops"
-	}},
-	{"switches", func(p *results.PointResult) string { return num(p.Params.Switches) }, func(v string) string { return v + " switches" }},
-	{"firewallRules", func(p *results.PointResult) string { return num(p.Params.FirewallRules) }, func(v string) string { return v + " rules" }},
-	{"services", func(p *results.PointResult) string { return num(p.Params.Services) }, func(v string) string {
-		if v == "1" {
-			return "1 service"
-		}
-		return v + " services"
-	}},
-	{"l7Rules", func(p *results.PointResult) string { return num(p.Params.L7Rules) }, func(v string) string {
-		if v == "1" {
-			return "1 L7 rule"
-		}
-		return v + " L7 rules"
-	}},
-	{"flows", func(p *results.PointResult) string { return num(p.Workload.Flows) }, func(v string) string {
-		if v == "1" {
-			return "1 flow"
-		}
-		return v + " flows"
-	}},
-	{"size", func(p *results.PointResult) string { return num(sizeOf(p)) }, func(v string) string { return v + " B" }},
-	{"mtu", func(p *results.PointResult) string { return num(p.Params.MTU) }, named("MTU")},
-}
+// they are chosen (results.FigureX): the first that varies in a panel is
+// its x.
+var xDims = func() []dim {
+	var ds []dim
+	for _, k := range results.FigureX {
+		ds = append(ds, axisDim(k))
+	}
+	return ds
+}()
 
 // seriesDims are the other parameters: those that vary within a panel
 // name its lines.
 var seriesDims = []dim{
 	// Only varies in a panel whose sweep asks for its topologies together.
-	{"topology", func(p *results.PointResult) string { return p.Params.Topology }, func(v string) string { return v }},
+	axisDim("topology"),
 	{"series", func(p *results.PointResult) string { return p.Series }, func(v string) string {
 		if v == string(kind.None) {
 			return ""
 		}
 		return v
 	}},
-	{"link", func(p *results.PointResult) string { return p.Params.Link }, func(v string) string { return v }},
-	{"switchLink", func(p *results.PointResult) string { return p.Params.SwitchLink }, func(v string) string {
-		if v == "" {
-			return ""
-		}
-		return "switches joined by " + v
-	}},
-	{"offloads", func(p *results.PointResult) string { return p.Params.Offloads }, named("offloads")},
-	{"zerocopy", func(p *results.PointResult) string { return strconv.FormatBool(p.Workload.Zerocopy) }, boolShow("zerocopy", "copy")},
-	{"firewallStateful", func(p *results.PointResult) string { return strconv.FormatBool(p.Params.FirewallStateful) }, boolShow("stateful", "stateless")},
-	{"firewallSpread", func(p *results.PointResult) string { return strconv.FormatBool(p.Params.FirewallSpread) }, boolShow("spread over the hops", "in one hop")},
+	axisDim("link"),
+	axisDim("switchLink"),
+	axisDim("offloads"),
+	axisDim("zerocopy"),
+	axisDim("firewallStateful"),
+	axisDim("firewallSpread"),
 	{"streams", func(p *results.PointResult) string { return num(p.Workload.Streams) }, func(v string) string {
 		if v == "0" || v == "1" {
 			return "1 stream"
@@ -106,36 +77,10 @@ var seriesDims = []dim{
 		return v + " streams"
 	}},
 	{"count", func(p *results.PointResult) string { return num(p.Workload.Count) }, func(v string) string { return v + " pings" }},
-	{"serviceBackends", func(p *results.PointResult) string { return num(p.Params.ServiceBackends) }, func(v string) string {
-		switch v {
-		case "0":
-			return ""
-		case "1":
-			return "1 backend a Service"
-		}
-		return v + " backends a Service"
-	}},
-	{"servicePosition", func(p *results.PointResult) string { return p.Params.ServicePosition }, func(v string) string {
-		if v == "" {
-			return ""
-		}
-		return "measured Service " + v
-	}},
-	{"shaperDirection", func(p *results.PointResult) string { return p.Params.ShaperDirection }, func(v string) string {
-		switch v {
-		case "":
-			return ""
-		case "all":
-			return "every interface"
-		}
-		return "towards " + v
-	}},
-	{"shaperRate", func(p *results.PointResult) string { return p.Params.ShaperRate }, func(v string) string {
-		if v == "" {
-			return "no shaper"
-		}
-		return "shaper " + v
-	}},
+	axisDim("serviceBackends"),
+	axisDim("servicePosition"),
+	axisDim("shaperDirection"),
+	axisDim("shaperRate"),
 }
 
 // sizeOf is a point's message or datagram size.
@@ -162,23 +107,9 @@ func xLabel(d string, pts []*results.PointResult) string {
 		case results.ModeTerms:
 			return "matchLabels terms in one policy (selecting nobody)"
 		}
-		return "number of policies"
-	case "chainLength":
-		return "chain length (hops; 0 = direct veth pair)"
-	case "switches":
-		return "Open vSwitch bridges in series"
-	case "firewallRules":
-		return "firewall rules"
-	case "services":
-		return "number of services"
-	case "l7Rules":
-		return "HTTP rules in the L7 policy"
-	case "flows":
-		return "parallel flows"
-	case "size":
-		return "message size (bytes)"
-	case "mtu":
-		return "MTU (bytes)"
+	}
+	if a := results.AxisOf(d); a != nil && a.XLabel != "" {
+		return a.XLabel
 	}
 	return d
 }

@@ -21,14 +21,14 @@ const CVWarn = 0.05
 
 // Report is everything a report page shows.
 type Report struct {
-	Dir      string                  `json:"dir"`
+	Dir      string               `json:"dir"`
 	Results  *results.Results     `json:"-"`
 	Env      *results.Environment `json:"environment,omitempty"`
-	Figures  []Figure                `json:"figures"`
-	Fits     []Fit                   `json:"fits"`
-	Findings []Finding               `json:"findings"`
-	Rows     []Row                   `json:"table"`
-	Noisy    int                     `json:"noisyPoints"` // rows whose CV is above CVWarn
+	Figures  []Figure             `json:"figures"`
+	Fits     []Fit                `json:"fits"`
+	Findings []Finding            `json:"findings"`
+	Rows     []Row                `json:"table"`
+	Noisy    int                  `json:"noisyPoints"` // rows whose CV is above CVWarn
 	// Precision counts the points with a precision target by how they
 	// ended (results.PrecisionReached, ...).
 	Precision map[string]int `json:"precision,omitempty"`

@@ -56,6 +56,13 @@ type Axis struct {
 	TextFirst bool
 	// CSV is where results.csv has the axis's column.
 	CSV CSVPlace
+	// FigureX ranks the axes a figure can have on its x axis (1 first,
+	// 0 never); XLabel labels that axis.
+	FigureX int
+	XLabel  string
+	// Show is a value in the name of a figure's line ("4 hops"; ""
+	// leaves it out); nil: the axis does not name lines.
+	Show func(v string) string
 
 	matrix, params int // field indexes
 }
@@ -99,13 +106,60 @@ func flag(word string, v func(p Params) bool) func(Params) string {
 	}
 }
 
+// counted shows a number of things: "1 hop", "4 hops".
+func counted(one, many string) func(string) string {
+	return func(v string) string {
+		if v == "1" {
+			return "1 " + one
+		}
+		return v + " " + many
+	}
+}
+
+// named shows a value after its name, "MTU default" when unset.
+func named(prefix string) func(string) string {
+	return func(v string) string {
+		if v == "" || v == "0" {
+			return prefix + " default"
+		}
+		return prefix + " " + v
+	}
+}
+
+// either shows a bool as one of two words.
+func either(yes, no string) func(string) string {
+	return func(v string) string {
+		if v == "true" {
+			return yes
+		}
+		return no
+	}
+}
+
+// prefixed shows a set value after a prefix ("" when unset).
+func prefixed(prefix string) func(string) string {
+	return func(v string) string {
+		if v == "" {
+			return ""
+		}
+		return prefix + v
+	}
+}
+
+func itself(v string) string { return v }
+
 func buildAxes() []Axis {
 	const chainHops, nf, ovs = "chains are namespaces in series on one machine", "network functions go in chain hops", "Open vSwitch bridges go in chains"
 	const l7 = "not yet: L7 policies need the cluster's proxy"
 	axes := []Axis{
-		{Key: "topology"},
-		{Key: "link", Kube: "the cluster's nodes are joined by their own network", Text: labelled("link", func(p Params) any { return p.Link })},
-		{Key: "chainLength", Min: 0, Max: 64, Kube: chainHops, Text: func(p Params) string {
+		{Key: "topology", Show: itself},
+		{Key: "link", Kube: "the cluster's nodes are joined by their own network", Show: itself, Text: labelled("link", func(p Params) any { return p.Link })},
+		{Key: "chainLength", Min: 0, Max: 64, Kube: chainHops, FigureX: 2, XLabel: "chain length (hops; 0 = direct veth pair)", Show: func(v string) string {
+			if v == "0" {
+				return "direct pair"
+			}
+			return counted("hop", "hops")(v)
+		}, Text: func(p Params) string {
 			if IsChain(p.Topology) {
 				return fmt.Sprintf("length=%d", p.ChainLength)
 			}
@@ -119,7 +173,7 @@ func buildAxes() []Axis {
 		axes = append(axes, a)
 	}
 	return bind(append(axes, []Axis{
-		{Key: "policies", Min: 0, Max: MaxPolicies, TextFirst: true, Text: func(p Params) string {
+		{Key: "policies", Min: 0, Max: MaxPolicies, TextFirst: true, FigureX: 1, XLabel: "number of policies", Show: func(v string) string { return v + " policies" }, Text: func(p Params) string {
 			if p.L7Mode == "" || p.Policies > 0 {
 				return fmt.Sprintf("policies=%d", p.Policies)
 			}
@@ -131,34 +185,49 @@ func buildAxes() []Axis {
 			}
 			return ""
 		}},
-		{Key: "flows", Min: 1, Max: MaxFlows, CSV: CSVWorkload},
-		{Key: "size", Min: 1, Max: 1 << 20, CSV: CSVWorkload},
-		{Key: "mtu", Min: 576, Max: 65000, Kube: "the pod MTU is the CNI's", Text: labelled("mtu", func(p Params) any { return p.MTU })},
-		{Key: "offloads", Kube: "the nodes' offloads are not cnlab's to change", Text: labelled("offloads", func(p Params) any { return p.Offloads })},
-		{Key: "zerocopy", CSV: CSVWorkload},
-		{Key: "firewallRules", Min: 0, Max: 100000, Kube: nf + ", which a cluster does not have", Text: labelled("firewall", func(p Params) any { return p.FirewallRules })},
-		{Key: "firewallStateful", Kube: nf, Text: flag("stateful", func(p Params) bool { return p.FirewallStateful })},
-		{Key: "firewallSpread", Kube: nf, Text: flag("spread", func(p Params) bool { return p.FirewallSpread })},
-		{Key: "shaperRate", Kube: nf, Text: labelled("shaper", func(p Params) any { return p.ShaperRate })},
-		{Key: "shaperDirection", Kube: nf, Text: labelled("shape", func(p Params) any { return p.ShaperDirection })},
-		{Key: "switches", Kube: ovs, Text: labelled("switches", func(p Params) any { return p.Switches })},
-		{Key: "switchLink", Kube: ovs, Text: labelled("switchLink", func(p Params) any { return p.SwitchLink })},
-		{Key: "services", Min: 0, Max: MaxServices, Text: labelled("services", func(p Params) any { return p.Services })},
+		{Key: "flows", Min: 1, Max: MaxFlows, CSV: CSVWorkload, FigureX: 7, XLabel: "parallel flows", Show: counted("flow", "flows")},
+		{Key: "size", Min: 1, Max: 1 << 20, CSV: CSVWorkload, FigureX: 8, XLabel: "message size (bytes)", Show: func(v string) string { return v + " B" }},
+		{Key: "mtu", Min: 576, Max: 65000, FigureX: 9, XLabel: "MTU (bytes)", Show: named("MTU"), Kube: "the pod MTU is the CNI's", Text: labelled("mtu", func(p Params) any { return p.MTU })},
+		{Key: "offloads", Show: named("offloads"), Kube: "the nodes' offloads are not cnlab's to change", Text: labelled("offloads", func(p Params) any { return p.Offloads })},
+		{Key: "zerocopy", CSV: CSVWorkload, Show: either("zerocopy", "copy")},
+		{Key: "firewallRules", Min: 0, Max: 100000, FigureX: 4, XLabel: "firewall rules", Show: func(v string) string { return v + " rules" }, Kube: nf + ", which a cluster does not have", Text: labelled("firewall", func(p Params) any { return p.FirewallRules })},
+		{Key: "firewallStateful", Kube: nf, Show: either("stateful", "stateless"), Text: flag("stateful", func(p Params) bool { return p.FirewallStateful })},
+		{Key: "firewallSpread", Kube: nf, Show: either("spread over the hops", "in one hop"), Text: flag("spread", func(p Params) bool { return p.FirewallSpread })},
+		{Key: "shaperRate", Kube: nf, Show: func(v string) string {
+			if v == "" {
+				return "no shaper"
+			}
+			return "shaper " + v
+		}, Text: labelled("shaper", func(p Params) any { return p.ShaperRate })},
+		{Key: "shaperDirection", Kube: nf, Show: func(v string) string {
+			if v == "all" {
+				return "every interface"
+			}
+			return prefixed("towards ")(v)
+		}, Text: labelled("shape", func(p Params) any { return p.ShaperDirection })},
+		{Key: "switches", Kube: ovs, FigureX: 3, XLabel: "Open vSwitch bridges in series", Show: func(v string) string { return v + " switches" }, Text: labelled("switches", func(p Params) any { return p.Switches })},
+		{Key: "switchLink", Kube: ovs, Show: prefixed("switches joined by "), Text: labelled("switchLink", func(p Params) any { return p.SwitchLink })},
+		{Key: "services", Min: 0, Max: MaxServices, FigureX: 5, XLabel: "number of services", Show: counted("service", "services"), Text: labelled("services", func(p Params) any { return p.Services })},
 		{Key: "serviceProxy", Kube: "kube-proxy (or its replacement) is the cluster's", Text: labelled("proxy", func(p Params) any { return p.ServiceProxy })},
-		{Key: "serviceBackends", Min: 1, Max: MaxBackends, Text: func(p Params) string {
+		{Key: "serviceBackends", Min: 1, Max: MaxBackends, Show: func(v string) string {
+			if v == "0" {
+				return ""
+			}
+			return counted("backend a Service", "backends a Service")(v)
+		}, Text: func(p Params) string {
 			if p.Services > 0 && p.ServiceBackends > 1 {
 				return fmt.Sprintf("backends=%d", p.ServiceBackends)
 			}
 			return ""
 		}},
-		{Key: "servicePosition", Values: []string{PositionFirst, PositionLast}, Text: func(p Params) string {
+		{Key: "servicePosition", Values: []string{PositionFirst, PositionLast}, Show: prefixed("measured Service "), Text: func(p Params) string {
 			if p.Services > 0 && p.ServicePosition != "" {
 				return "position=" + p.ServicePosition
 			}
 			return ""
 		}},
 		{Key: "l7Mode", Values: L7Modes, Kube: l7 + " (Cilium's Envoy), which cnlab does not drive", Text: labelled("l7", func(p Params) any { return p.L7Mode })},
-		{Key: "l7Rules", Min: 0, Max: MaxL7Rules, Kube: l7, Text: func(p Params) string {
+		{Key: "l7Rules", Min: 0, Max: MaxL7Rules, Kube: l7, FigureX: 6, XLabel: "HTTP rules in the L7 policy", Show: counted("L7 rule", "L7 rules"), Text: func(p Params) string {
 			if p.L7Mode == L7Rules {
 				return fmt.Sprintf("rules=%d match=%s", p.L7Rules, p.L7Match)
 			}
@@ -342,4 +411,31 @@ var csvAxes, csvLastAxes = func() (params, last []*Axis) {
 		}
 	}
 	return params, last
+}()
+
+// Axis returns the axis of a matrix key (nil: none).
+func AxisOf(key string) *Axis {
+	for i := range Axes {
+		if Axes[i].Key == key {
+			return &Axes[i]
+		}
+	}
+	return nil
+}
+
+// FigureX are the axes a figure can have on its x axis, in the order the
+// report picks one by default (the first that varies).
+var FigureX = func() []string {
+	var xs []*Axis
+	for i := range Axes {
+		if Axes[i].FigureX > 0 {
+			xs = append(xs, &Axes[i])
+		}
+	}
+	slices.SortFunc(xs, func(a, b *Axis) int { return a.FigureX - b.FigureX })
+	out := make([]string, len(xs))
+	for i, a := range xs {
+		out[i] = a.Key
+	}
+	return out
 }()

@@ -64,10 +64,6 @@ type Figures struct {
 	Reference map[string]string `yaml:"reference" json:"reference,omitempty"`
 }
 
-// FigureX are the parameters a figure can have on its x axis, in the
-// order the report picks one by default.
-var FigureX = []string{"policies", "chainLength", "switches", "firewallRules", "services", "l7Rules", "flows", "size", "mtu"}
-
 // Quick is what --quick changes: shorter runs, fewer values.
 type Quick struct {
 	Warmup      *Duration  `yaml:"warmup" json:"warmup,omitempty"`
