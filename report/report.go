@@ -82,12 +82,10 @@ func LoadWith(dir string, o Options) (*Report, error) {
 	if o.ExcludeNoisy {
 		excluded = r.ExcludeNoisy()
 	}
-	var env *results.Environment
-	var e results.Environment
-	switch err := files.ReadJSON(filepath.Join(dir, "environment.json"), &e); {
-	case err == nil:
-		env = &e
-	case !errors.Is(err, fs.ErrNotExist):
+	env, err := results.LoadEnvironment(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		env = nil // a run from before environment.json: the report says less
+	} else if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	rep := Build(r, env)
