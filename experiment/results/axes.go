@@ -260,7 +260,7 @@ func bind(axes []Axis) []Axis {
 // Len is the number of values the matrix gives the axis.
 func (a *Axis) Len(m Matrix) int { return reflect.ValueOf(m).Field(a.matrix).Len() }
 
-// Values of the axis in a matrix, as text ("100", "true").
+// Strings are the values of the axis in a matrix, as text ("100", "true").
 func (a *Axis) Strings(m Matrix) []string {
 	vs := reflect.ValueOf(m).Field(a.matrix)
 	out := make([]string, vs.Len())
@@ -294,7 +294,7 @@ func (a *Axis) set(p *Params, m Matrix, i int) {
 	f.Set(reflect.ValueOf(m).Field(a.matrix).Index(i).Convert(f.Type()))
 }
 
-// CheckValue checks v, the i-th value of the axis, against Values or
+// CheckValue checks a value of the axis (as Strings gives it) against Values or
 // Min and Max; the message names the value, not the key.
 func (a *Axis) CheckValue(v string) error {
 	switch {
@@ -413,7 +413,7 @@ var csvAxes, csvLastAxes = func() (params, last []*Axis) {
 	return params, last
 }()
 
-// Axis returns the axis of a matrix key (nil: none).
+// AxisOf returns the axis of a matrix key (nil: none).
 func AxisOf(key string) *Axis {
 	for i := range Axes {
 		if Axes[i].Key == key {
