@@ -14,16 +14,16 @@ import (
 
 // Backends: where a run's points are measured.
 const (
-	BackendLab        = "lab"        // namespaces on this machine (the default)
-	BackendKubernetes = "kubernetes" // agent pods on a cluster (package kube)
+	BackendLab        = results.BackendLab        // namespaces on this machine (the default)
+	BackendKubernetes = results.BackendKubernetes // agent pods on a cluster (package kube)
 )
 
 // The kubernetes backend's matrix values.
 const (
-	PlacementSameNode  = "same-node"
-	PlacementCrossNode = "cross-node"
-	NetworkPod         = "pod"
-	NetworkHost        = "host"
+	PlacementSameNode  = results.PlacementSameNode
+	PlacementCrossNode = results.PlacementCrossNode
+	NetworkPod         = results.NetworkPod
+	NetworkHost        = results.NetworkHost
 )
 
 // Backend measures points somewhere other than a lab on this machine:
@@ -68,33 +68,6 @@ type DeployedEndpoint struct {
 	IP   netip.Addr
 	Node string
 	Pod  string // namespace/name
-}
-
-// kubeRefused are the matrix keys that cannot apply on a cluster, with
-// why (docs/kubernetes.md).
-var kubeRefused = []struct {
-	key, why string
-	set      func(m Matrix) bool
-}{
-	{"datapath", "the cluster's CNI is the datapath (recorded in environment.json)", func(m Matrix) bool { return len(m.Datapath) > 0 }},
-	{"hostRouting", "an option of cnlab's eBPF datapath, not of the cluster's CNI", func(m Matrix) bool { return len(m.HostRouting) > 0 }},
-	{"socketLB", "an option of cnlab's eBPF datapath, not of the cluster's CNI", func(m Matrix) bool { return len(m.SocketLB) > 0 }},
-	{"peers", "an option of cnlab's iptables datapath", func(m Matrix) bool { return len(m.Peers) > 0 }},
-	{"link", "the cluster's nodes are joined by their own network", func(m Matrix) bool { return len(m.Link) > 0 }},
-	{"chainLength", "chains are namespaces in series on one machine", func(m Matrix) bool { return len(m.ChainLength) > 0 }},
-	{"mtu", "the pod MTU is the CNI's", func(m Matrix) bool { return len(m.MTU) > 0 }},
-	{"offloads", "the nodes' offloads are not cnlab's to change", func(m Matrix) bool { return len(m.Offloads) > 0 }},
-	{"firewallRules", "network functions go in chain hops, which a cluster does not have", func(m Matrix) bool { return len(m.FirewallRules) > 0 }},
-	{"firewallStateful", "network functions go in chain hops", func(m Matrix) bool { return len(m.FirewallStateful) > 0 }},
-	{"firewallSpread", "network functions go in chain hops", func(m Matrix) bool { return len(m.FirewallSpread) > 0 }},
-	{"shaperRate", "network functions go in chain hops", func(m Matrix) bool { return len(m.ShaperRate) > 0 }},
-	{"shaperDirection", "network functions go in chain hops", func(m Matrix) bool { return len(m.ShaperDirection) > 0 }},
-	{"switches", "Open vSwitch bridges go in chains", func(m Matrix) bool { return len(m.Switches) > 0 }},
-	{"switchLink", "Open vSwitch bridges go in chains", func(m Matrix) bool { return len(m.SwitchLink) > 0 }},
-	{"serviceProxy", "kube-proxy (or its replacement) is the cluster's", func(m Matrix) bool { return len(m.ServiceProxy) > 0 }},
-	{"l7Mode", "not yet: L7 policies need the cluster's proxy (Cilium's Envoy), which cnlab does not drive", func(m Matrix) bool { return len(m.L7Mode) > 0 }},
-	{"l7Rules", "not yet: L7 policies need the cluster's proxy", func(m Matrix) bool { return len(m.L7Rules) > 0 }},
-	{"l7Match", "not yet: L7 policies need the cluster's proxy", func(m Matrix) bool { return len(m.L7Match) > 0 }},
 }
 
 // setBackend makes the experiment run on backend b: for

@@ -3,6 +3,7 @@ package experiment
 import (
 	"context"
 	"fmt"
+	"github.com/cnlab/cnlab/experiment/results"
 	"math"
 	"os"
 	"path/filepath"
@@ -130,10 +131,10 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*Calibration, error) {
 
 // SamplesFor is the fewest samples whose 95% confidence half-width of the
 // mean, t(n−1) × cv / √n, is within target percent of the mean, for a
-// coefficient of variation cv (a fraction); at least minJudged, 0 when
+// coefficient of variation cv (a fraction); at least results.MinJudged, 0 when
 // more than MaxRepetitions would be needed.
 func SamplesFor(cv, targetPct float64) int {
-	for n := minJudged; n <= MaxRepetitions; n++ {
+	for n := results.MinJudged; n <= MaxRepetitions; n++ {
 		if stats.TQuantile975(n-1)*cv/math.Sqrt(float64(n))*100 <= targetPct {
 			return n
 		}

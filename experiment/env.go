@@ -15,33 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Environment is environment.json: the machine a run was measured on.
-type Environment struct {
-	Hostname      string            `json:"hostname"`
-	Kernel        string            `json:"kernel"` // uname -r
-	KernelVersion string            `json:"kernelVersion"`
-	Arch          string            `json:"arch"`
-	CPUModel      string            `json:"cpuModel"`
-	Cores         int               `json:"cores"`
-	MemoryBytes   uint64            `json:"memoryBytes"`
-	Virtualized   string            `json:"virtualized,omitempty"` // the hypervisor CPU flag, if any
-	Cnlab         string            `json:"cnlab"`                 // commit
-	Go            string            `json:"go"`
-	Tools         map[string]string `json:"tools"`   // first line of each tool's --version
-	Sysctls       map[string]string `json:"sysctls"` // the ones that change results
-	CPUGovernor   string            `json:"cpuGovernor,omitempty"`
-	DefaultMTU    int               `json:"defaultMTU"`
-	// Offloads are the lab interfaces' offload settings as built (ethtool
-	// -k of the first lab's client eth0), before any offloads: value of
-	// the matrix.
-	Offloads map[string]string `json:"offloads,omitempty"`
-	// Cluster describes the cluster a kubernetes run measured (its CNI,
-	// kube-proxy mode and nodes' system info); the rest of this file is
-	// then the machine cnlab ran on.
-	Cluster    *ClusterInfo `json:"cluster,omitempty"`
-	CapturedAt time.Time    `json:"capturedAt"`
-}
-
 func firstLine(argv ...string) string {
 	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 	if err != nil && len(out) == 0 {

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/input"
@@ -15,389 +16,6 @@ import (
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/topology"
 )
-
-// Policy modes: how the matrix's number of policies is generated
-// (docs/methodology.md).
-const (
-	ModeNoMatch    = kind.FillerNoMatch    // iptables: filler rules every packet walks; others: policies on other ports
-	ModeTopOfChain = kind.FillerTopOfChain // iptables only: filler after the established-accept rule
-	ModeL4Rules    = "l4-rules"            // one policy with N extra L4 port rules
-	ModeSelectors  = "selectors"           // N policies, each with its own label selector for the client
-	ModeTerms      = "terms"               // one CiliumNetworkPolicy whose fromEndpoints holds N more matchLabels terms (seed 003)
-)
-
-var policyModes = []string{ModeNoMatch, ModeTopOfChain, ModeL4Rules, ModeSelectors, ModeTerms}
-
-// Params are the values of one point of the matrix. Zero values are the
-// defaults (the topology's own datapath, MTU and offloads).
-type Params struct {
-	Topology         string    `json:"topology"`
-	Link             string    `json:"link,omitempty"`
-	ChainLength      int       `json:"chainLength,omitempty"` // chain: forwarding hops (0: client and server on one veth pair)
-	Datapath         kind.Kind `json:"datapath,omitempty"`
-	HostRouting      string    `json:"hostRouting,omitempty"`
-	Peers            string    `json:"peers,omitempty"` // iptables: addresses ("": the default) or ipsets
-	Policies         int       `json:"policies"`
-	PolicyMode       string    `json:"policyMode,omitempty"`
-	Flows            int       `json:"flows,omitempty"`
-	Size             int       `json:"size,omitempty"`
-	MTU              int       `json:"mtu,omitempty"`
-	Offloads         string    `json:"offloads,omitempty"`
-	Zerocopy         bool      `json:"zerocopy,omitempty"`
-	FirewallRules    int       `json:"firewallRules,omitempty"`
-	FirewallStateful bool      `json:"firewallStateful,omitempty"`
-	FirewallSpread   bool      `json:"firewallSpread,omitempty"`
-	ShaperRate       string    `json:"shaperRate,omitempty"`
-	ShaperDirection  string    `json:"shaperDirection,omitempty"` // "" is the topology's default (server)
-	Switches         int       `json:"switches,omitempty"`        // link ovs: bridges in series per segment (0: the default, 1)
-	SwitchLink       string    `json:"switchLink,omitempty"`      // between them: patch or veth
-	// Services is the number of Services installed at the point (0:
-	// none, the workloads connect to the server's own address), served by
-	// ServiceProxy; ServiceBackends is the backends of each Service but
-	// the measured one, ServicePosition where the measured one is.
-	Services        int        `json:"services,omitempty"`
-	ServiceProxy    kind.Proxy `json:"serviceProxy,omitempty"`
-	ServiceBackends int        `json:"serviceBackends,omitempty"`
-	ServicePosition string     `json:"servicePosition,omitempty"`
-	// SocketLB: the eBPF datapath translates connections to Services at
-	// the socket too (ebpf.socketLB).
-	SocketLB bool `json:"socketLB,omitempty"`
-	// L7Mode is the policy of an L7 point (l7.go); with rules, L7Rules
-	// HTTP rules with the request's matching rule at L7Match.
-	L7Mode  string `json:"l7Mode,omitempty"`
-	L7Rules int    `json:"l7Rules,omitempty"`
-	L7Match string `json:"l7Match,omitempty"`
-	// Placement (same-node, cross-node) and Network (pod, host): the
-	// kubernetes backend's axes ("": as the topology places them, pod).
-	Placement string `json:"placement,omitempty"`
-	Network   string `json:"network,omitempty"`
-}
-
-// Text is the point's parameters in a few words, for tables
-// ("policies=100 mode=top-of-chain").
-func (p Params) Text() string {
-	var parts []string
-	add := func(cond bool, format string, args ...any) {
-		if cond {
-			parts = append(parts, fmt.Sprintf(format, args...))
-		}
-	}
-	add(p.L7Mode == "" || p.Policies > 0, "policies=%d", p.Policies)
-	add(p.PolicyMode != ModeNoMatch && p.PolicyMode != "", "mode=%s", p.PolicyMode)
-	add(p.Link != "", "link=%s", p.Link)
-	add(isChain(p.Topology), "length=%d", p.ChainLength)
-	add(p.HostRouting != "", "routing=%s", p.HostRouting)
-	add(p.SocketLB, "socket-lb")
-	add(p.Peers != "", "peers=%s", p.Peers)
-	add(p.MTU > 0, "mtu=%d", p.MTU)
-	add(p.Offloads != "", "offloads=%s", p.Offloads)
-	add(p.FirewallRules > 0, "firewall=%d", p.FirewallRules)
-	add(p.FirewallStateful, "stateful")
-	add(p.FirewallSpread, "spread")
-	add(p.ShaperRate != "", "shaper=%s", p.ShaperRate)
-	add(p.ShaperDirection != "", "shape=%s", p.ShaperDirection)
-	add(p.Switches > 0, "switches=%d", p.Switches)
-	add(p.SwitchLink != "", "switchLink=%s", p.SwitchLink)
-	add(p.Services > 0, "services=%d", p.Services)
-	add(p.ServiceProxy != "", "proxy=%s", p.ServiceProxy)
-	add(p.Services > 0 && p.ServiceBackends > 1, "backends=%d", p.ServiceBackends)
-	add(p.Services > 0 && p.ServicePosition != "", "position=%s", p.ServicePosition)
-	add(p.L7Mode != "", "l7=%s", p.L7Mode)
-	add(p.L7Mode == L7Rules, "rules=%d match=%s", p.L7Rules, p.L7Match)
-	add(p.Placement != "", "%s", p.Placement)
-	add(p.Network != "", "network=%s", p.Network)
-	return strings.Join(parts, " ")
-}
-
-// Point is one measurement of the experiment: parameters and a workload.
-type Point struct {
-	ID       string   `json:"id"`
-	Sweep    string   `json:"sweep,omitempty"`
-	Params   Params   `json:"params"`
-	Workload Workload `json:"workload"`
-	Series   string   `json:"series"` // the line a figure draws this point on
-	Profile  bool     `json:"profile,omitempty"`
-	// Repetitions is the number of measured samples the point gets (with
-	// a precision target, the least it gets).
-	Repetitions int        `json:"repetitions"`
-	Precision   *Precision `json:"precision,omitempty"`
-}
-
-// override replaces every key o sets.
-func (m *Matrix) override(o Matrix) { m.merge(o, false) }
-
-// overrideSet replaces only the keys both m and o set.
-func (m *Matrix) overrideSet(o Matrix) { m.merge(o, true) }
-
-func (m *Matrix) merge(o Matrix, onlySet bool) {
-	pick := func(have, give int) bool { return give > 0 && (!onlySet || have > 0) }
-	if pick(len(m.Topology), len(o.Topology)) {
-		m.Topology = o.Topology
-	}
-	if pick(len(m.Link), len(o.Link)) {
-		m.Link = o.Link
-	}
-	if pick(len(m.ChainLength), len(o.ChainLength)) {
-		m.ChainLength = o.ChainLength
-	}
-	if pick(len(m.Datapath), len(o.Datapath)) {
-		m.Datapath = o.Datapath
-	}
-	if pick(len(m.HostRouting), len(o.HostRouting)) {
-		m.HostRouting = o.HostRouting
-	}
-	if pick(len(m.SocketLB), len(o.SocketLB)) {
-		m.SocketLB = o.SocketLB
-	}
-	if pick(len(m.Peers), len(o.Peers)) {
-		m.Peers = o.Peers
-	}
-	if pick(len(m.Policies), len(o.Policies)) {
-		m.Policies = o.Policies
-	}
-	if pick(len(m.PolicyMode), len(o.PolicyMode)) {
-		m.PolicyMode = o.PolicyMode
-	}
-	if pick(len(m.Flows), len(o.Flows)) {
-		m.Flows = o.Flows
-	}
-	if pick(len(m.Size), len(o.Size)) {
-		m.Size = o.Size
-	}
-	if pick(len(m.MTU), len(o.MTU)) {
-		m.MTU = o.MTU
-	}
-	if pick(len(m.Offloads), len(o.Offloads)) {
-		m.Offloads = o.Offloads
-	}
-	if pick(len(m.Zerocopy), len(o.Zerocopy)) {
-		m.Zerocopy = o.Zerocopy
-	}
-	if pick(len(m.FirewallRules), len(o.FirewallRules)) {
-		m.FirewallRules = o.FirewallRules
-	}
-	if pick(len(m.FirewallStateful), len(o.FirewallStateful)) {
-		m.FirewallStateful = o.FirewallStateful
-	}
-	if pick(len(m.FirewallSpread), len(o.FirewallSpread)) {
-		m.FirewallSpread = o.FirewallSpread
-	}
-	if pick(len(m.ShaperRate), len(o.ShaperRate)) {
-		m.ShaperRate = o.ShaperRate
-	}
-	if pick(len(m.ShaperDirection), len(o.ShaperDirection)) {
-		m.ShaperDirection = o.ShaperDirection
-	}
-	if pick(len(m.Switches), len(o.Switches)) {
-		m.Switches = o.Switches
-	}
-	if pick(len(m.SwitchLink), len(o.SwitchLink)) {
-		m.SwitchLink = o.SwitchLink
-	}
-	if pick(len(m.Services), len(o.Services)) {
-		m.Services = o.Services
-	}
-	if pick(len(m.ServiceProxy), len(o.ServiceProxy)) {
-		m.ServiceProxy = o.ServiceProxy
-	}
-	if pick(len(m.ServiceBackends), len(o.ServiceBackends)) {
-		m.ServiceBackends = o.ServiceBackends
-	}
-	if pick(len(m.ServicePosition), len(o.ServicePosition)) {
-		m.ServicePosition = o.ServicePosition
-	}
-	if pick(len(m.L7Mode), len(o.L7Mode)) {
-		m.L7Mode = o.L7Mode
-	}
-	if pick(len(m.L7Rules), len(o.L7Rules)) {
-		m.L7Rules = o.L7Rules
-	}
-	if pick(len(m.L7Match), len(o.L7Match)) {
-		m.L7Match = o.L7Match
-	}
-	if pick(len(m.Placement), len(o.Placement)) {
-		m.Placement = o.Placement
-	}
-	if pick(len(m.Network), len(o.Network)) {
-		m.Network = o.Network
-	}
-}
-
-// dim is one axis of the matrix: how many values it has and how the i-th
-// is set on a point.
-type dim struct {
-	n   int
-	set func(p *Params, i int)
-}
-
-func (m Matrix) dims() []dim {
-	var ds []dim
-	str := func(vs []string, f func(p *Params, v string)) {
-		if len(vs) > 0 {
-			ds = append(ds, dim{len(vs), func(p *Params, i int) { f(p, vs[i]) }})
-		}
-	}
-	num := func(vs []int, f func(p *Params, v int)) {
-		if len(vs) > 0 {
-			ds = append(ds, dim{len(vs), func(p *Params, i int) { f(p, vs[i]) }})
-		}
-	}
-	boo := func(vs []bool, f func(p *Params, v bool)) {
-		if len(vs) > 0 {
-			ds = append(ds, dim{len(vs), func(p *Params, i int) { f(p, vs[i]) }})
-		}
-	}
-	str(m.Topology, func(p *Params, v string) { p.Topology = v })
-	str(m.Link, func(p *Params, v string) { p.Link = v })
-	num(m.ChainLength, func(p *Params, v int) { p.ChainLength = v })
-	str(m.Datapath, func(p *Params, v string) { p.Datapath = kind.Kind(v) })
-	str(m.HostRouting, func(p *Params, v string) { p.HostRouting = v })
-	boo(m.SocketLB, func(p *Params, v bool) { p.SocketLB = v })
-	str(m.Peers, func(p *Params, v string) { p.Peers = v })
-	num(m.Policies, func(p *Params, v int) { p.Policies = v })
-	str(m.PolicyMode, func(p *Params, v string) { p.PolicyMode = v })
-	num(m.Flows, func(p *Params, v int) { p.Flows = v })
-	num(m.Size, func(p *Params, v int) { p.Size = v })
-	num(m.MTU, func(p *Params, v int) { p.MTU = v })
-	str(m.Offloads, func(p *Params, v string) { p.Offloads = v })
-	boo(m.Zerocopy, func(p *Params, v bool) { p.Zerocopy = v })
-	num(m.FirewallRules, func(p *Params, v int) { p.FirewallRules = v })
-	boo(m.FirewallStateful, func(p *Params, v bool) { p.FirewallStateful = v })
-	boo(m.FirewallSpread, func(p *Params, v bool) { p.FirewallSpread = v })
-	str(m.ShaperRate, func(p *Params, v string) { p.ShaperRate = v })
-	str(m.ShaperDirection, func(p *Params, v string) { p.ShaperDirection = v })
-	num(m.Switches, func(p *Params, v int) { p.Switches = v })
-	str(m.SwitchLink, func(p *Params, v string) { p.SwitchLink = v })
-	num(m.Services, func(p *Params, v int) { p.Services = v })
-	str(m.ServiceProxy, func(p *Params, v string) { p.ServiceProxy = kind.Proxy(v) })
-	num(m.ServiceBackends, func(p *Params, v int) { p.ServiceBackends = v })
-	str(m.ServicePosition, func(p *Params, v string) { p.ServicePosition = v })
-	str(m.L7Mode, func(p *Params, v string) { p.L7Mode = v })
-	num(m.L7Rules, func(p *Params, v int) { p.L7Rules = v })
-	str(m.L7Match, func(p *Params, v string) { p.L7Match = v })
-	str(m.Placement, func(p *Params, v string) { p.Placement = v })
-	str(m.Network, func(p *Params, v string) { p.Network = v })
-	return ds
-}
-
-// size is the number of parameter combinations.
-func (m Matrix) size() int {
-	n := 1
-	for _, d := range m.dims() {
-		n *= d.n
-		if n > MaxPoints {
-			return n
-		}
-	}
-	return n
-}
-
-// check validates the values of each key on its own.
-func (m Matrix) check(s *Spec, path string) error {
-	if n := m.size(); n > MaxPoints {
-		return s.errf(path, "expands to more than %d points", MaxPoints)
-	}
-	for i, t := range m.Topology {
-		if t == "" {
-			return s.errf(fmt.Sprintf("%s.topology[%d]", path, i), "empty topology: a preset (%s) or a topology file", strings.Join(topology.Presets(), ", "))
-		}
-	}
-	for i, v := range m.Datapath {
-		if _, err := kind.Parse(v); err != nil {
-			return s.errf(fmt.Sprintf("%s.datapath[%d]", path, i), "%q is not a datapath (%s)", v, kind.Names())
-		}
-	}
-	for i, v := range m.HostRouting {
-		if v != kind.HostRoutingBPF && v != kind.HostRoutingLegacy {
-			return s.errf(fmt.Sprintf("%s.hostRouting[%d]", path, i), "%q: %s or %s", v, kind.HostRoutingBPF, kind.HostRoutingLegacy)
-		}
-	}
-	for i, v := range m.Peers {
-		if v != kind.PeersAddresses && v != kind.PeersIPSets {
-			return s.errf(fmt.Sprintf("%s.peers[%d]", path, i), "%q: %s or %s", v, kind.PeersAddresses, kind.PeersIPSets)
-		}
-	}
-	for i, v := range m.PolicyMode {
-		if !slices.Contains(policyModes, v) {
-			return s.errf(fmt.Sprintf("%s.policyMode[%d]", path, i), "%q: one of %s", v, strings.Join(policyModes, ", "))
-		}
-	}
-	ints := []struct {
-		key      string
-		vs       []int
-		min, max int
-	}{
-		{"chainLength", m.ChainLength, 0, 64},
-		{"policies", m.Policies, 0, MaxPolicies},
-		{"flows", m.Flows, 1, MaxFlows},
-		{"size", m.Size, 1, 1 << 20},
-		{"mtu", m.MTU, 576, 65000},
-		{"firewallRules", m.FirewallRules, 0, 100000},
-		{"switches", m.Switches, 1, topology.MaxSwitches},
-		{"services", m.Services, 0, MaxServices},
-		{"serviceBackends", m.ServiceBackends, 1, MaxBackends},
-		{"l7Rules", m.L7Rules, 0, MaxL7Rules},
-	}
-	for _, k := range ints {
-		for i, v := range k.vs {
-			if v < k.min || v > k.max {
-				return s.errf(fmt.Sprintf("%s.%s[%d]", path, k.key, i), "%d: between %d and %d", v, k.min, k.max)
-			}
-		}
-	}
-	for i, v := range m.Offloads {
-		if _, err := parseOffloads(v); err != nil {
-			return s.errf(fmt.Sprintf("%s.offloads[%d]", path, i), "%v", err)
-		}
-	}
-	for i, v := range m.ShaperRate {
-		if _, err := topology.ParseRate(v); err != nil {
-			return s.errf(fmt.Sprintf("%s.shaperRate[%d]", path, i), "%v", err)
-		}
-	}
-	for i, v := range m.ServiceProxy {
-		if _, err := kind.ParseProxy(v); err != nil {
-			return s.errf(fmt.Sprintf("%s.serviceProxy[%d]", path, i), "%v", err)
-		}
-	}
-	for i, v := range m.ServicePosition {
-		if v != PositionFirst && v != PositionLast {
-			return s.errf(fmt.Sprintf("%s.servicePosition[%d]", path, i), "%q: %s or %s", v, PositionFirst, PositionLast)
-		}
-	}
-	for i, v := range m.L7Mode {
-		if !slices.Contains(l7Modes, v) {
-			return s.errf(fmt.Sprintf("%s.l7Mode[%d]", path, i), "%q: one of %s", v, strings.Join(l7Modes, ", "))
-		}
-	}
-	for i, v := range m.L7Match {
-		if !slices.Contains(l7Matches, v) {
-			return s.errf(fmt.Sprintf("%s.l7Match[%d]", path, i), "%q: one of %s", v, strings.Join(l7Matches, ", "))
-		}
-	}
-	for i, v := range m.SwitchLink {
-		if v != topology.SwitchPatch && v != topology.SwitchVeth {
-			return s.errf(fmt.Sprintf("%s.switchLink[%d]", path, i), "%q: patch or veth", v)
-		}
-	}
-	for i, v := range m.Placement {
-		if v != PlacementSameNode && v != PlacementCrossNode {
-			return s.errf(fmt.Sprintf("%s.placement[%d]", path, i), "%q: %s or %s", v, PlacementSameNode, PlacementCrossNode)
-		}
-	}
-	for i, v := range m.Network {
-		if v != NetworkPod && v != NetworkHost {
-			return s.errf(fmt.Sprintf("%s.network[%d]", path, i), "%q: %s or %s", v, NetworkPod, NetworkHost)
-		}
-	}
-	dirs := []string{topology.ShapeToServer, topology.ShapeToClient, topology.ShapeBoth, topology.ShapeAll}
-	for i, v := range m.ShaperDirection {
-		if !slices.Contains(dirs, v) {
-			return s.errf(fmt.Sprintf("%s.shaperDirection[%d]", path, i), "%q: one of %s", v, strings.Join(dirs, ", "))
-		}
-	}
-	return nil
-}
 
 // parseOffloads reads "on", "off" or a list like "tso=off,gso=off,gro=on"
 // into ethtool -K settings.
@@ -421,8 +39,21 @@ func parseOffloads(v string) (map[string]string, error) {
 }
 
 // Points expands the experiment into its points, in a fixed order (the
-// runner shuffles them).
+// runner shuffles them). validate expands them once; Points returns a
+// copy of that expansion.
 func (s *Spec) Points() ([]Point, error) {
+	c := s.cache()
+	c.pointsMu.Lock()
+	defer c.pointsMu.Unlock()
+	if !c.expanded {
+		c.points, c.pointsErr = s.expand()
+		c.expanded = true
+	}
+	return slices.Clone(c.points), c.pointsErr
+}
+
+// expand computes Points.
+func (s *Spec) expand() ([]Point, error) {
 	type part struct {
 		name, path string
 		m          Matrix
@@ -437,7 +68,7 @@ func (s *Spec) Points() ([]Point, error) {
 	}
 	for i, sw := range s.Sweeps {
 		m := s.Matrix
-		m.override(sw.Matrix)
+		m.Override(sw.Matrix)
 		wl := sw.Workloads
 		if len(wl) == 0 {
 			wl = s.Workloads
@@ -459,12 +90,12 @@ func (s *Spec) Points() ([]Point, error) {
 	var out []Point
 	seen := map[string]bool{}
 	for _, pt := range parts {
-		ds := pt.m.dims()
+		ds := pt.m.Dims()
 		idx := make([]int, len(ds))
 		for {
 			p := Params{ChainLength: chainLengthUnset}
 			for k, d := range ds {
-				d.set(&p, idx[k])
+				d.Set(&p, idx[k])
 			}
 			if err := s.resolveParams(&p, pt.path); err != nil {
 				return nil, err
@@ -503,7 +134,7 @@ func (s *Spec) Points() ([]Point, error) {
 			k := len(ds) - 1
 			for ; k >= 0; k-- {
 				idx[k]++
-				if idx[k] < ds[k].n {
+				if idx[k] < ds[k].N {
 					break
 				}
 				idx[k] = 0
@@ -565,18 +196,12 @@ func series(p Params) string {
 	if s == "" {
 		s = string(kind.None)
 	}
-	if p.Peers == kind.PeersIPSets {
-		s += "+ipsets"
-	}
+	joined, after := optionSeries(p)
+	s += joined
 	if p.L7Mode == "" && (p.Datapath == kind.IPTables || p.PolicyMode != ModeNoMatch && p.PolicyMode != "") {
 		s += " " + p.PolicyMode
 	}
-	if p.HostRouting == kind.HostRoutingLegacy {
-		s += " legacy-routing"
-	}
-	if p.SocketLB {
-		s += " socket-lb"
-	}
+	s += after
 	if p.ServiceProxy != "" && p.ServiceProxy != kind.DefaultProxy(p.Datapath) {
 		s += " proxy " + string(p.ServiceProxy)
 	}
@@ -585,10 +210,6 @@ func series(p Params) string {
 	}
 	return s
 }
-
-// isChain reports whether a topology value names the chain preset (or
-// the direct pair, a chain of length 0).
-func isChain(t string) bool { return t == "chain" || t == topology.PresetDirect }
 
 // chainLengthUnset marks a point whose matrix gives no chainLength, until
 // resolveParams fills in the default.
@@ -639,12 +260,11 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 			return bad("datapath", "%s: a chain has no policy datapath (remove datapath: from this sweep)", p.Datapath)
 		case p.Policies > 0:
 			return bad("policies", "%d: a chain has no policy datapath; use firewallRules for rules in its hops", p.Policies)
-		case p.HostRouting != "":
-			return bad("hostRouting", "applies to the eBPF datapath, not to chains")
-		case p.SocketLB:
-			return bad("socketLB", "applies to the eBPF datapath, not to chains")
-		case p.Peers != "":
-			return bad("peers", "applies to the %s datapath, not to chains", kind.IPTables)
+		}
+		if err := checkOptions(p, true, bad); err != nil {
+			return err
+		}
+		switch {
 		case modeGiven:
 			return bad("policyMode", "%s: a chain has no policy datapath", p.PolicyMode)
 		case p.Services != 0 || p.ServiceProxy != "" || p.ServiceBackends != 0 || p.ServicePosition != "":
@@ -703,14 +323,8 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 				p.Datapath = spec.Datapath
 			}
 		}
-		if p.HostRouting != "" && p.Datapath != kind.EBPF {
-			return bad("hostRouting", "applies to the eBPF datapath only (datapath %s)", p.Datapath)
-		}
-		if p.SocketLB && p.Datapath != kind.EBPF {
-			return bad("socketLB", "applies to the eBPF datapath only (datapath %s)", p.Datapath)
-		}
-		if p.Peers != "" && p.Datapath != kind.IPTables {
-			return bad("peers", "applies to the %s datapath only (datapath %s)", kind.IPTables, p.Datapath)
+		if err := checkOptions(p, false, bad); err != nil {
+			return err
 		}
 		if p.PolicyMode == ModeTopOfChain && p.Datapath != kind.IPTables {
 			return bad("policyMode", "top-of-chain is an %s filler mode (datapath %s): sweep it in a sweep of its own with datapath [%s]", kind.IPTables, p.Datapath, kind.IPTables)
@@ -746,11 +360,7 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 // loadTopology parses a topology file named in the experiment, relative
 // to the experiment file.
 func (s *Spec) loadTopology(name string, ov topology.Overrides) (*topology.Spec, error) {
-	path := name
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(s.Dir, name)
-	}
-	data, err := files.ReadInput(path)
+	path, data, err := s.readTopology(name)
 	if err != nil {
 		msg := err.Error()
 		if os.IsNotExist(err) {
@@ -764,18 +374,65 @@ func (s *Spec) loadTopology(name string, ov topology.Overrides) (*topology.Spec,
 // readTopologyText is a topology file's text (loadTopology read it
 // already, so it exists).
 func (s *Spec) readTopologyText(name string) (string, error) {
-	path := name
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(s.Dir, name)
-	}
-	data, err := files.ReadInput(path)
+	_, data, err := s.readTopology(name)
 	if err != nil {
 		return "", &input.Error{File: s.File, Path: "topology", Msg: fmt.Sprintf("%s: %v", name, err)}
 	}
 	return string(data), nil
 }
 
+// readTopology reads a topology file named in the experiment, relative to
+// the experiment file, once per Spec: checking every point, expanding and
+// building labs read the bytes read first.
+func (s *Spec) readTopology(name string) (path string, data []byte, err error) {
+	path = name
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(s.Dir, name)
+	}
+	c := s.cache()
+	c.filesMu.Lock()
+	defer c.filesMu.Unlock()
+	f, ok := c.topologies[path]
+	if !ok {
+		f.data, f.err = files.ReadInput(path)
+		c.topologies[path] = f
+	}
+	return path, f.data, f.err
+}
+
 // fixedIP finds an endpoint's ip: key in a topology file.
 var fixedIP = regexp.MustCompile(`(?m)^\s*(-\s+)?ip:\s*\S`)
 
 func maxCPU() int { return runtime.NumCPU() }
+
+// specCache holds what a Spec computes or reads once: its points and the
+// topology files it names.
+type specCache struct {
+	pointsMu   sync.Mutex
+	expanded   bool
+	points     []Point
+	pointsErr  error
+	filesMu    sync.Mutex
+	topologies map[string]topologyFile // by path
+}
+
+type topologyFile struct {
+	data []byte
+	err  error
+}
+
+// cache is the Spec's cache, made on first use.
+func (s *Spec) cache() *specCache {
+	if s.c == nil {
+		s.c = &specCache{topologies: map[string]topologyFile{}}
+	}
+	return s.c
+}
+
+// forgetPoints drops the expansion: the fields it came from changed.
+func (s *Spec) forgetPoints() {
+	c := s.cache()
+	c.pointsMu.Lock()
+	c.expanded, c.points, c.pointsErr = false, nil, nil
+	c.pointsMu.Unlock()
+}

@@ -3,6 +3,7 @@ package experiment
 import (
 	"context"
 	"fmt"
+	"github.com/cnlab/cnlab/experiment/results"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -87,14 +88,6 @@ func httpURL(e sampleEnv, w Workload) string {
 	return fmt.Sprintf("http://%s:%d%s", e.ep.dest, HTTPPort, w.Path)
 }
 
-func joinInts(vs []int) string {
-	s := make([]string, len(vs))
-	for i, v := range vs {
-		s[i] = strconv.Itoa(v)
-	}
-	return strings.Join(s, ",")
-}
-
 // httpServerArgv runs cnlab's HTTP server on HTTPPort.
 func httpServerArgv(cnlab []string) []string {
 	return append(slices.Clone(cnlab), "http", "server", "--listen", fmt.Sprintf(":%d", HTTPPort), "--name", "server")
@@ -103,7 +96,7 @@ func httpServerArgv(cnlab []string) []string {
 // httpClientArgv is cnlab's HTTP client for d.
 func httpClientArgv(cnlab []string, url string, w Workload, d time.Duration) []string {
 	return append(slices.Clone(cnlab), "http", "client", "-o", "json", "--url", url, "--method", w.Method, "--mode", w.Mode,
-		"--concurrency", strconv.Itoa(w.Concurrency), "--duration", d.String(), "--expect", joinInts(w.Expect))
+		"--concurrency", strconv.Itoa(w.Concurrency), "--duration", d.String(), "--expect", results.JoinInts(w.Expect))
 }
 
 // abRequestsPerSecond bounds ab's -n: ab allocates its per-request
@@ -195,7 +188,7 @@ func checkHTTPResult(r *traffic.HTTPResult, w Workload, seen string) error {
 	case r.Requests == 0:
 		return fmt.Errorf("%s: no request completed in %.1f s", w.Kind, r.Seconds)
 	case r.Unexpected > 0:
-		msg := fmt.Sprintf("%s: %d of %d requests unexpected: statuses seen %s; expected %s", w.Kind, r.Unexpected, r.Requests, seen, joinInts(w.Expect))
+		msg := fmt.Sprintf("%s: %d of %d requests unexpected: statuses seen %s; expected %s", w.Kind, r.Unexpected, r.Requests, seen, results.JoinInts(w.Expect))
 		if r.FirstError != "" {
 			msg += "; first error: " + r.FirstError
 		}
@@ -208,7 +201,7 @@ func checkHTTPResult(r *traffic.HTTPResult, w Workload, seen string) error {
 // the client (cnlab http client, or ab) in the client's, for the warm-up
 // (its result dropped) and then the measured duration.
 func runHTTPWorkload(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
-	srv, err := e.start(ctx, e.ep.server, e.pin.server(), httpServerArgv(e.cnlab)...)
+	srv, err := e.start(ctx, e.ep.server, e.pin.ServerCPU(), httpServerArgv(e.cnlab)...)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +218,7 @@ func runHTTPWorkload(ctx context.Context, w Workload, e sampleEnv) (map[string]f
 	}
 	if e.warmup > 0 {
 		fmt.Fprintf(e.log, "--- warm-up (%s), not measured\n", e.warmup)
-		if cli, err := e.start(ctx, e.ep.client, e.pin.client(), argv(e.warmup)...); err == nil {
+		if cli, err := e.start(ctx, e.ep.client, e.pin.ClientCPU(), argv(e.warmup)...); err == nil {
 			_ = cli.wait(e.log)
 		}
 		if ctx.Err() != nil {
@@ -234,7 +227,7 @@ func runHTTPWorkload(ctx context.Context, w Workload, e sampleEnv) (map[string]f
 	}
 	cpu0 := proxyCPU(e.lab)
 	t0 := time.Now()
-	cli, err := e.start(ctx, e.ep.client, e.pin.client(), argv(e.duration)...)
+	cli, err := e.start(ctx, e.ep.client, e.pin.ClientCPU(), argv(e.duration)...)
 	if err != nil {
 		return nil, err
 	}

@@ -8,28 +8,6 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-// L7 modes: the policy an L7 point applies on the server (docs/l7.md).
-const (
-	L7None    = "none"     // no policy at all
-	L7L4      = "l4"       // L3/L4 allow of the client on TCP 80: no proxy
-	L7HTTPAny = "http-any" // rules: {http: [{}]}: every request allowed, through the proxy
-	L7Rules   = "rules"    // l7Rules HTTP rules, the request's first, last or absent
-)
-
-var l7Modes = []string{L7None, L7L4, L7HTTPAny, L7Rules}
-
-// Where the rule matching the request is among a point's L7 rules.
-const (
-	MatchFirst  = "first"
-	MatchLast   = "last"
-	MatchAbsent = "absent" // no rule matches: every request gets 403
-)
-
-var l7Matches = []string{MatchFirst, MatchLast, MatchAbsent}
-
-// MaxL7Rules bounds l7Rules.
-const MaxL7Rules = 100000
-
 // l7MatchPath is the path the L7 points' requests ask for; the matching
 // rule allows GET of it, the others GET or POST of /pathI.
 const l7MatchPath = "/match"

@@ -2,6 +2,7 @@ package experiment
 
 import (
 	"fmt"
+	"github.com/cnlab/cnlab/experiment/results"
 	"io"
 	"strings"
 	"time"
@@ -96,11 +97,9 @@ func (p *progress) result(pr *PointResult, m map[string]float64) {
 	if p.w == nil || p.term {
 		return
 	}
-	for _, k := range []string{"throughput_gbps", "requests_per_s", "latency_p50_us", "first_rtt_us"} {
-		if v, ok := m[k]; ok {
-			fmt.Fprintf(p.w, "cnlab:   %s %.4g\n", k, v)
-			return
-		}
+	k := results.Headline(pr.Workload.Kind)
+	if v, ok := m[k]; ok {
+		fmt.Fprintf(p.w, "cnlab:   %s %.4g\n", k, v)
 	}
 }
 

@@ -3,6 +3,7 @@ package experiment
 import (
 	"context"
 	"encoding/csv"
+	"github.com/cnlab/cnlab/experiment/results"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,7 +141,7 @@ func TestRunEndToEnd(t *testing.T) {
 	}
 	recs, err := csv.NewReader(f).ReadAll()
 	f.Close()
-	if err != nil || len(recs) != rows || len(recs[0]) <= len(csvParams) || recs[0][len(csvParams)-5] != "repetition" {
+	if err != nil || len(recs) != rows || len(recs[0]) <= len(results.CSVParams) || recs[0][len(results.CSVParams)-5] != "repetition" {
 		t.Errorf("results.csv: %d rows (want %d, one per sample), %v", len(recs), rows, err)
 	} else {
 		// Every value in the CSV is the one in results.json.

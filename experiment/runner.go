@@ -108,7 +108,7 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 		env.Cluster = info
 	}
 	r := &Results{Schema: Schema, Cnlab: env.Cnlab, Seed: seed, Lab: o.LabName, Backend: backend, Cluster: env.Cluster, StartedAt: time.Now().UTC(), Status: StatusRunning,
-		Experiment: ExperimentInfo{File: s.File, Name: s.Name, Quick: s.IsQuick(), Text: string(text), Spec: s, Flags: o.Flags}, Builds: []Build{}}
+		Experiment: ExperimentInfo{File: s.File, Name: s.Name, Quick: s.IsQuick(), Text: string(text), Spec: &s.Spec, Flags: o.Flags}, Builds: []Build{}}
 	byID := map[string]*PointResult{}
 	for _, p := range points {
 		r.Points = append(r.Points, PointResult{Point: p, Status: PointPending, Samples: []Sample{}, Summary: map[string]Summary{}})
@@ -118,7 +118,7 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 	}
 	rng := mrand.New(mrand.NewSource(seed))
 	r.Order = schedule(points, s.Repetitions, rng)
-	if err := r.write(o.Out); err != nil {
+	if err := r.Write(o.Out); err != nil {
 		return nil, err
 	}
 	if err := files.WriteJSON(filepath.Join(o.Out, "environment.json"), env, true); err != nil {
@@ -143,7 +143,7 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 		if p.Precision != nil && p.Status == PointPending && len(p.Samples) >= p.Repetitions {
 			// Its minimum is measured; whatever stopped it, it is done.
 			p.Status = PointDone
-			if p.judgePrecision(false) {
+			if p.JudgePrecision(false) {
 				p.Reached.State = PrecisionStopped // the run ended first
 			}
 		}
@@ -154,7 +154,7 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 	if werr := files.WriteJSON(filepath.Join(o.Out, "environment.json"), env, true); werr != nil && err == nil {
 		err = werr
 	}
-	if werr := r.write(o.Out); werr != nil && err == nil {
+	if werr := r.Write(o.Out); werr != nil && err == nil {
 		err = werr
 	}
 	ru.prog.finish(r)
@@ -332,7 +332,7 @@ func (ru *runner) run(ctx context.Context) (err error) {
 		} else if pr.Status == PointPending && pr.Precision == nil && len(pr.Samples) == pr.Repetitions {
 			pr.Status = PointDone
 		}
-		if werr := ru.r.write(ru.o.Out); werr != nil {
+		if werr := ru.r.Write(ru.o.Out); werr != nil {
 			return werr
 		}
 	}
@@ -350,7 +350,7 @@ func (ru *runner) extraRound(rep int) []Job {
 			continue
 		}
 		timeUp := p.Precision.MaxTime > 0 && time.Since(ru.start) >= time.Duration(p.Precision.MaxTime)
-		if pr.judgePrecision(timeUp) {
+		if pr.JudgePrecision(timeUp) {
 			need = append(need, p)
 		}
 	}
@@ -450,7 +450,7 @@ func (ru *runner) measure(ctx context.Context, pr *PointResult, j Job, e sampleE
 		noise = noiseBetween(before, after)
 	}
 	pr.Samples = append(pr.Samples, Sample{Repetition: j.Repetition, At: t0.UTC(), Seconds: time.Since(t0).Seconds(), Metrics: m, Log: logName, Noise: noise})
-	pr.summarize()
+	pr.Summarize()
 	ru.prog.result(pr, m)
 	return nil
 }

@@ -3,6 +3,7 @@ package experiment
 import (
 	"context"
 	"fmt"
+	"github.com/cnlab/cnlab/experiment/results"
 	"net/netip"
 	"strings"
 	"time"
@@ -18,8 +19,8 @@ import (
 // kube-proxy's iptables layout, the first or the last rule of
 // KUBE-SERVICES a new connection walks).
 const (
-	PositionFirst = "first"
-	PositionLast  = "last"
+	PositionFirst = results.PositionFirst
+	PositionLast  = results.PositionLast
 )
 
 // fillerBackends are the addresses of the other Services' backends: the

@@ -15,8 +15,8 @@ package experiment
 import (
 	"errors"
 	"fmt"
+	"github.com/cnlab/cnlab/experiment/results"
 	"math"
-	"net/http"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -31,268 +31,38 @@ import (
 	"github.com/cnlab/cnlab/internal/yamlx"
 )
 
-// Spec is a parsed experiment file.
+// Spec is a parsed experiment file: the data results.json records
+// (results.Spec) and what parsing, expanding and checking it needs.
 type Spec struct {
-	Name        string     `yaml:"name" json:"name"`
-	Description string     `yaml:"description" json:"description,omitempty"`
-	Seed        *int64     `yaml:"seed" json:"seed,omitempty"`
-	Warmup      Duration   `yaml:"warmup" json:"warmup"`
-	Duration    Duration   `yaml:"duration" json:"duration"`
-	Repetitions int        `yaml:"repetitions" json:"repetitions"`
-	Precision   *Precision `yaml:"precision" json:"precision,omitempty"`
-	Pin         *Pin       `yaml:"pin" json:"pin,omitempty"`
-	Profile     bool       `yaml:"profile" json:"profile,omitempty"`
-	Workloads   []Workload `yaml:"workloads" json:"workloads"`
-	Matrix      Matrix     `yaml:"matrix" json:"matrix"`
-	Sweeps      []Sweep    `yaml:"sweeps" json:"sweeps,omitempty"`
-	Quick       *Quick     `yaml:"quick" json:"quick,omitempty"`
-	// Backend is where the points are measured ("": a lab; ParseFor).
-	Backend    string `yaml:"-" json:"backend,omitempty"`
-	Dir        string `yaml:"-" json:"-"` // directory of the file, for relative topology files
-	File       string `yaml:"-" json:"-"`
-	quick      bool
-	allSkipped bool // quick: every sweep had quick.skip
+	results.Spec `yaml:",inline"`
+	Dir          string `yaml:"-" json:"-"` // directory of the file, for relative topology files
+	File         string `yaml:"-" json:"-"`
+	quick        bool
+	allSkipped   bool       // quick: every sweep had quick.skip
+	c            *specCache `yaml:"-"`
 }
 
-// Sweep is one matrix of an experiment with several. Its matrix keys
-// replace the experiment's; its workloads, if given, replace them too.
-type Sweep struct {
-	Name      string     `yaml:"name" json:"name"`
-	Matrix    Matrix     `yaml:"matrix" json:"matrix"`
-	Workloads []Workload `yaml:"workloads" json:"workloads,omitempty"`
-	Profile   *bool      `yaml:"profile" json:"profile,omitempty"`
-	// Repetitions, when set, replaces the experiment's for this sweep.
-	Repetitions int        `yaml:"repetitions" json:"repetitions,omitempty"`
-	Precision   *Precision `yaml:"precision" json:"precision,omitempty"`
-	Quick       *Quick     `yaml:"quick" json:"quick,omitempty"`
-	// Figures tells the report how to draw the sweep (a seed's own axes).
-	Figures *Figures `yaml:"figures" json:"figures,omitempty"`
-}
-
-// Figures chooses a sweep's figure axes: X is the swept parameter on the
-// x axis (by default the first of FigureX that varies), the others that
-// vary name the lines; Metrics are drawn in addition to the workload's
-// own (packets/s, CPU).
-type Figures struct {
-	X       string   `yaml:"x" json:"x,omitempty"`
-	Metrics []string `yaml:"metrics" json:"metrics,omitempty"`
-	// Topologies draws the sweep's topologies on one figure, one line
-	// each, instead of a figure per topology (seed 000's 7.9 and 7.10).
-	Topologies bool `yaml:"topologies" json:"topologies,omitempty"`
-	// RelativeTo adds, for each figure, one of every line divided by the
-	// line of this series at the same x, in percent (seed 001's figure 11,
-	// "relative to no qdisc").
-	RelativeTo string `yaml:"relativeTo" json:"relativeTo,omitempty"`
-	// Reference quotes, per metric, what the seed measured, to be printed
-	// under every figure of that metric in the sweep (the seed's own
-	// numbers beside cnlab's).
-	Reference map[string]string `yaml:"reference" json:"reference,omitempty"`
-}
-
-// FigureX are the parameters a figure can have on its x axis, in the
-// order the report picks one by default.
-var FigureX = []string{"policies", "chainLength", "switches", "firewallRules", "services", "l7Rules", "flows", "size", "mtu"}
-
-// FigureMetrics are the sample metrics a sweep may ask figures of.
-var FigureMetrics = []string{"throughput_gbps", "sent_gbps", "packets_per_s", "retransmits", "loss_pct", "jitter_ms",
-	"transactions_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_p999_us",
-	"connect_p50_us", "connect_p99_us", "first_rtt_us", "rtt_us", "sender_cpu_pct", "receiver_cpu_pct", "client_cpu_pct", "system_cpu_pct", "server_system_cpu_pct",
-	"requests_per_s", "unexpected", "errors", "proxy_cpu_pct"}
-
-func (f *Figures) check(s *Spec, path string) error {
+func checkFigures(f *Figures, s *Spec, path string) error {
 	if f == nil {
 		return nil
 	}
-	if f.X != "" && !slices.Contains(FigureX, f.X) {
-		return s.errf(path+".x", "%q: one of %s", f.X, strings.Join(FigureX, ", "))
+	if f.X != "" && !slices.Contains(results.FigureX, f.X) {
+		return s.errf(path+".x", "%q: one of %s", f.X, strings.Join(results.FigureX, ", "))
 	}
 	for i, m := range f.Metrics {
-		if !slices.Contains(FigureMetrics, m) {
-			return s.errf(fmt.Sprintf("%s.metrics[%d]", path, i), "%q: one of %s", m, strings.Join(FigureMetrics, ", "))
+		if !slices.Contains(results.FigureMetrics, m) {
+			return s.errf(fmt.Sprintf("%s.metrics[%d]", path, i), "%q: one of %s", m, strings.Join(results.FigureMetrics, ", "))
 		}
 	}
 	for m, text := range f.Reference {
 		switch {
-		case !slices.Contains(FigureMetrics, m):
-			return s.errf(path+".reference."+m, "%q: one of %s", m, strings.Join(FigureMetrics, ", "))
+		case !slices.Contains(results.FigureMetrics, m):
+			return s.errf(path+".reference."+m, "%q: one of %s", m, strings.Join(results.FigureMetrics, ", "))
 		case strings.TrimSpace(text) == "" || len(text) > 1000:
 			return s.errf(path+".reference."+m, "the seed's numbers in words, 1 to 1000 characters")
 		}
 	}
 	return nil
-}
-
-// Quick is what --quick changes: shorter runs, fewer values.
-type Quick struct {
-	Warmup      *Duration  `yaml:"warmup" json:"warmup,omitempty"`
-	Duration    *Duration  `yaml:"duration" json:"duration,omitempty"`
-	Repetitions *int       `yaml:"repetitions" json:"repetitions,omitempty"`
-	Precision   *Precision `yaml:"precision" json:"precision,omitempty"`
-	Matrix      Matrix     `yaml:"matrix" json:"matrix,omitempty"`
-	Workloads   []Workload `yaml:"workloads" json:"workloads,omitempty"`
-	// Skip leaves a sweep out of quick runs (a sweep's quick block only).
-	Skip bool `yaml:"skip" json:"skip,omitempty"`
-}
-
-// Pin places the client and server processes on CPUs.
-type Pin struct {
-	Client *int `yaml:"client" json:"client,omitempty"`
-	Server *int `yaml:"server" json:"server,omitempty"`
-}
-
-// Matrix holds the values of every swept parameter. An empty list means
-// the parameter keeps its default.
-type Matrix struct {
-	Topology         []string `yaml:"topology" json:"topology,omitempty"`
-	Link             []string `yaml:"link" json:"link,omitempty"`
-	ChainLength      []int    `yaml:"chainLength" json:"chainLength,omitempty"`
-	Datapath         []string `yaml:"datapath" json:"datapath,omitempty"`
-	HostRouting      []string `yaml:"hostRouting" json:"hostRouting,omitempty"`
-	SocketLB         []bool   `yaml:"socketLB" json:"socketLB,omitempty"` // ebpf: translate to Services at the socket too
-	Peers            []string `yaml:"peers" json:"peers,omitempty"`       // iptables: addresses or ipsets
-	Policies         []int    `yaml:"policies" json:"policies,omitempty"`
-	PolicyMode       []string `yaml:"policyMode" json:"policyMode,omitempty"`
-	Flows            []int    `yaml:"flows" json:"flows,omitempty"`
-	Size             []int    `yaml:"size" json:"size,omitempty"`
-	MTU              []int    `yaml:"mtu" json:"mtu,omitempty"`
-	Offloads         []string `yaml:"offloads" json:"offloads,omitempty"`
-	Zerocopy         []bool   `yaml:"zerocopy" json:"zerocopy,omitempty"`
-	FirewallRules    []int    `yaml:"firewallRules" json:"firewallRules,omitempty"`
-	FirewallStateful []bool   `yaml:"firewallStateful" json:"firewallStateful,omitempty"`
-	FirewallSpread   []bool   `yaml:"firewallSpread" json:"firewallSpread,omitempty"`
-	ShaperRate       []string `yaml:"shaperRate" json:"shaperRate,omitempty"`
-	ShaperDirection  []string `yaml:"shaperDirection" json:"shaperDirection,omitempty"`
-	Switches         []int    `yaml:"switches" json:"switches,omitempty"`
-	SwitchLink       []string `yaml:"switchLink" json:"switchLink,omitempty"`
-	// Services sweeps the number of Kubernetes Services installed (see
-	// services.go), served by ServiceProxy (default: the datapath's),
-	// each of the others with ServiceBackends backends; the workloads but
-	// ping connect through the measured one, placed first or last
-	// (ServicePosition) among them.
-	Services        []int    `yaml:"services" json:"services,omitempty"`
-	ServiceProxy    []string `yaml:"serviceProxy" json:"serviceProxy,omitempty"`
-	ServiceBackends []int    `yaml:"serviceBackends" json:"serviceBackends,omitempty"`
-	ServicePosition []string `yaml:"servicePosition" json:"servicePosition,omitempty"`
-	// L7Mode sweeps one CiliumNetworkPolicy on the server for the HTTP
-	// workloads (see l7.go): none, l4 (an L3/L4 allow of port 80),
-	// http-any (rules.http: [{}]) or rules: L7Rules HTTP rules with the
-	// one matching the request first, last or absent (L7Match).
-	L7Mode  []string `yaml:"l7Mode" json:"l7Mode,omitempty"`
-	L7Rules []int    `yaml:"l7Rules" json:"l7Rules,omitempty"`
-	L7Match []string `yaml:"l7Match" json:"l7Match,omitempty"`
-	// Placement and Network apply to the kubernetes backend only
-	// (docs/kubernetes.md): the server on the client's node or another,
-	// and the agent pods in the pod network or the node's.
-	Placement []string `yaml:"placement" json:"placement,omitempty"`
-	Network   []string `yaml:"network" json:"network,omitempty"`
-}
-
-// Workload kinds.
-const (
-	TCPStream = "tcp-stream"
-	UDPStream = "udp-stream"
-	TCPRR     = "tcp-rr"
-	TCPCRR    = "tcp-crr"
-	UDPRR     = "udp-rr"
-	Ping      = "ping"
-	HTTP      = "http" // cnlab http server and client
-	AB        = "ab"   // ApacheBench against cnlab http server
-)
-
-var workloadKinds = []string{TCPStream, UDPStream, TCPRR, TCPCRR, UDPRR, Ping, HTTP, AB}
-
-// isHTTP reports whether a workload kind sends HTTP requests to port
-// HTTPPort.
-func isHTTP(k string) bool { return k == HTTP || k == AB }
-
-// Workload is one measurement made at every point.
-type Workload struct {
-	Kind         string `yaml:"kind" json:"kind"`
-	Flows        int    `yaml:"flows" json:"flows,omitempty"`               // streams: iperf3 client/server pairs at once (matrix flows)
-	Streams      int    `yaml:"streams" json:"streams,omitempty"`           // streams: parallel streams of each (iperf3 -P)
-	Length       int    `yaml:"length" json:"length,omitempty"`             // streams: bytes per write / UDP datagram (iperf3 -l)
-	Rate         string `yaml:"rate" json:"rate,omitempty"`                 // udp-stream: target rate (iperf3 -b), e.g. 1G
-	Zerocopy     bool   `yaml:"zerocopy" json:"zerocopy,omitempty"`         // tcp-stream: iperf3 -Z
-	RequestSize  int    `yaml:"requestSize" json:"requestSize,omitempty"`   // rr: bytes per request
-	ResponseSize int    `yaml:"responseSize" json:"responseSize,omitempty"` // rr: bytes per response
-	Count        int    `yaml:"count" json:"count,omitempty"`               // ping: echo requests per sample
-	// http and ab: connections (keepalive or new), workers, the request
-	// and the statuses it may get (default 200; 403 by itself at a point
-	// whose L7 rules deny the request).
-	Mode        string `yaml:"mode" json:"mode,omitempty"`
-	Concurrency int    `yaml:"concurrency" json:"concurrency,omitempty"`
-	Method      string `yaml:"method" json:"method,omitempty"`
-	Path        string `yaml:"path" json:"path,omitempty"`
-	Expect      []int  `yaml:"expect" json:"expect,omitempty"`
-}
-
-// Name is a short label of the workload with its options, for tables.
-func (w Workload) Name() string {
-	var parts []string
-	switch w.Kind {
-	case TCPStream, UDPStream:
-		if w.Flows > 1 {
-			parts = append(parts, fmt.Sprintf("%dflows", w.Flows))
-		}
-		if w.Streams > 1 {
-			parts = append(parts, fmt.Sprintf("P%d", w.Streams))
-		}
-		if w.Length > 0 {
-			parts = append(parts, fmt.Sprintf("%dB", w.Length))
-		}
-		if w.Rate != "" {
-			parts = append(parts, w.Rate)
-		}
-		if w.Zerocopy {
-			parts = append(parts, "zc")
-		}
-	case TCPRR, TCPCRR, UDPRR:
-		parts = append(parts, fmt.Sprintf("%d/%d", w.RequestSize, w.ResponseSize))
-	case HTTP, AB:
-		parts = append(parts, w.Mode, fmt.Sprintf("c%d", w.Concurrency))
-		if w.Method != "" && w.Method != http.MethodGet {
-			parts = append(parts, w.Method)
-		}
-	}
-	if len(parts) == 0 {
-		return w.Kind
-	}
-	return w.Kind + " " + strings.Join(parts, " ")
-}
-
-// Duration is a time.Duration written as "10s", "500ms" or a number of
-// seconds.
-type Duration time.Duration
-
-// UnmarshalYAML reads "10s" or 10.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return err
-	}
-	if v, err := time.ParseDuration(s); err == nil {
-		*d = Duration(v)
-		return nil
-	}
-	var secs float64
-	if _, err := fmt.Sscanf(s, "%g", &secs); err == nil && fmt.Sprint(secs) == strings.TrimSpace(s) {
-		*d = Duration(time.Duration(secs * float64(time.Second)))
-		return nil
-	}
-	// A TypeError carries the line, from which yamlx finds the YAML path.
-	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a duration (e.g. 10s, 500ms)", n.Line, s)}}
-}
-
-// MarshalJSON writes the duration as Go prints it ("10s").
-func (d Duration) MarshalJSON() ([]byte, error) {
-	return []byte(`"` + time.Duration(d).String() + `"`), nil
-}
-
-// UnmarshalJSON reads what MarshalJSON wrote.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	v, err := time.ParseDuration(strings.Trim(string(b), `"`))
-	*d = Duration(v)
-	return err
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -301,10 +71,6 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 const (
 	MaxPoints      = 10000
 	MaxRepetitions = 1000
-	MaxPolicies    = 100000
-	MaxFlows       = 64 // iperf3 pairs on ports 5201 to 5264
-	MaxServices    = 50000
-	MaxBackends    = 64
 	maxDuration    = 24 * time.Hour
 )
 
@@ -330,7 +96,7 @@ func ParseFor(data []byte, file string, quick bool, backend string) (*Spec, erro
 	case docs[0].Kind != yaml.MappingNode:
 		return nil, &input.Error{File: file, Msg: "an experiment must be a mapping (name:, workloads:, matrix:, ...)"}
 	}
-	s := &Spec{File: file, Dir: filepath.Dir(file), Warmup: unsetDuration, Duration: unsetDuration, Repetitions: unsetInt}
+	s := &Spec{File: file, Dir: filepath.Dir(file), c: &specCache{topologies: map[string]topologyFile{}}, Spec: results.Spec{Warmup: unsetDuration, Duration: unsetDuration, Repetitions: unsetInt}}
 	if err := yamlx.Decode(docs[0], s, ""); err != nil {
 		var ye *yamlx.Error
 		if errors.As(err, &ye) {
@@ -356,7 +122,7 @@ func (s *Spec) applyQuick() {
 		if q == nil {
 			return
 		}
-		m.override(q.Matrix)
+		m.Override(q.Matrix)
 		if len(q.Workloads) > 0 {
 			*wl = q.Workloads
 		}
@@ -378,7 +144,7 @@ func (s *Spec) applyQuick() {
 		for i := range s.Sweeps {
 			// The experiment's quick matrix shortens every sweep that sweeps
 			// the same key; a sweep's own quick block comes last.
-			s.Sweeps[i].Matrix.overrideSet(q.Matrix)
+			s.Sweeps[i].Matrix.OverrideSet(q.Matrix)
 		}
 	}
 	kept := s.Sweeps[:0]
@@ -457,11 +223,11 @@ func (s *Spec) validate() error {
 	case s.Repetitions < 1 || s.Repetitions > MaxRepetitions:
 		return s.errf("repetitions", "%d: between 1 and %d", s.Repetitions, MaxRepetitions)
 	}
-	if err := s.Precision.check(s, "precision"); err != nil {
+	if err := checkPrecision(s.Precision, s, "precision"); err != nil {
 		return err
 	}
 	for i := range s.Sweeps {
-		if err := s.Sweeps[i].Precision.check(s, fmt.Sprintf("sweeps[%d].precision", i)); err != nil {
+		if err := checkPrecision(s.Sweeps[i].Precision, s, fmt.Sprintf("sweeps[%d].precision", i)); err != nil {
 			return err
 		}
 	}
@@ -479,7 +245,7 @@ func (s *Spec) validate() error {
 		return err
 	}
 	if len(s.Sweeps) == 0 {
-		if err := s.Matrix.check(s, "matrix"); err != nil {
+		if err := checkMatrix(s.Matrix, s, "matrix"); err != nil {
 			return err
 		}
 	}
@@ -496,12 +262,12 @@ func (s *Spec) validate() error {
 		if sw.Repetitions < 0 || sw.Repetitions > MaxRepetitions {
 			return s.errf(path+".repetitions", "%d: between 1 and %d", sw.Repetitions, MaxRepetitions)
 		}
-		if err := sw.Figures.check(s, path+".figures"); err != nil {
+		if err := checkFigures(sw.Figures, s, path+".figures"); err != nil {
 			return err
 		}
 		m := s.Matrix
-		m.override(sw.Matrix)
-		if err := m.check(s, path+".matrix"); err != nil {
+		m.Override(sw.Matrix)
+		if err := checkMatrix(m, s, path+".matrix"); err != nil {
 			return err
 		}
 		wl := sw.Workloads
@@ -512,6 +278,7 @@ func (s *Spec) validate() error {
 			return err
 		}
 	}
+	s.forgetPoints() // validate runs again after Override changed the spec
 	pts, err := s.Points()
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package experiment
 
 import (
 	"fmt"
-	"math"
 	"math/rand"
 	"strings"
 	"testing"
@@ -388,32 +387,17 @@ func TestScheduleShufflesAndGroups(t *testing.T) {
 	}
 	for _, p := range pts {
 		for r := 0; r < 3; r++ {
-			if count[Job{p.ID, r}] != 1 {
-				t.Errorf("%s rep %d scheduled %d times", p.ID, r, count[Job{p.ID, r}])
+			if count[Job{Point: p.ID, Repetition: r}] != 1 {
+				t.Errorf("%s rep %d scheduled %d times", p.ID, r, count[Job{Point: p.ID, Repetition: r}])
 			}
 		}
 	}
-	if a[len(a)-1] != (Job{pts[0].ID, -1}) {
+	if a[len(a)-1] != (Job{Point: pts[0].ID, Repetition: -1}) {
 		t.Errorf("profiled run last: %v", a[len(a)-1])
 	}
 	// Labs: 2 topologies x (ebpf + 3 iptables filler sizes) = 8 per round.
 	if builds != 8*3+1 && builds != 8*3 { // the profiled run may reuse the last lab
 		t.Errorf("%d lab builds, want 24 or 25: a lab is built once per round", builds)
-	}
-}
-
-func TestSummarize(t *testing.T) {
-	s := Summarize([]float64{2, 4, 4, 4, 5, 5, 7, 9})
-	if s.N != 8 || s.Median != 4.5 || s.Mean != 5 || math.Abs(s.Stdev-2.138) > 0.001 || math.Abs(s.CV-0.4276) > 0.001 {
-		t.Errorf("%+v", s)
-	}
-	half := 2.365 * s.Stdev / math.Sqrt(8)
-	if math.Abs(s.CILow-(5-half)) > 1e-3 || math.Abs(s.CIHigh-(5+half)) > 1e-3 { // t(7) = 2.3646
-		t.Errorf("CI %g..%g", s.CILow, s.CIHigh)
-	}
-	one := Summarize([]float64{3})
-	if one.Stdev != 0 || one.CILow != 3 || one.CIHigh != 3 || one.Median != 3 {
-		t.Errorf("one sample: %+v", one)
 	}
 }
 

@@ -359,7 +359,7 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 	var clients []*proc
 	for i := 0; i < flows; i++ {
 		port := IperfPort + i
-		srv, err := e.start(ctx, e.ep.server, e.pin.server(), "iperf3", "-s", "-1", "-p", strconv.Itoa(port))
+		srv, err := e.start(ctx, e.ep.server, e.pin.ServerCPU(), "iperf3", "-s", "-1", "-p", strconv.Itoa(port))
 		if err != nil {
 			return nil, err
 		}
@@ -385,7 +385,7 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 			}
 			argv = append(argv, "-u", "-b", rate)
 		}
-		cli, err := e.start(ctx, e.ep.client, e.pin.client(), argv...)
+		cli, err := e.start(ctx, e.ep.client, e.pin.ClientCPU(), argv...)
 		if err != nil {
 			for _, c := range clients {
 				c.stop(e.log)
@@ -449,7 +449,7 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 func runRR(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
 	sizes := []string{"--mode", w.Kind, "--request-size", strconv.Itoa(w.RequestSize), "--response-size", strconv.Itoa(w.ResponseSize)}
 	srvArgv := append(append(append([]string{}, e.rr...), "server", "--port", strconv.Itoa(RRPort)), sizes...)
-	srv, err := e.start(ctx, e.ep.server, e.pin.server(), srvArgv...)
+	srv, err := e.start(ctx, e.ep.server, e.pin.ServerCPU(), srvArgv...)
 	if err != nil {
 		return nil, err
 	}
@@ -460,7 +460,7 @@ func runRR(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, er
 	cliArgv := append(append(append([]string{}, e.rr...), "client", "-o", "json", "--to", fmt.Sprintf("%s:%d", e.ep.dest, RRPort),
 		"--duration", e.duration.String(), "--warmup", e.warmup.String()), sizes...)
 	cpu := e.clientCPU(ctx)
-	cli, err := e.start(ctx, e.ep.client, e.pin.client(), cliArgv...)
+	cli, err := e.start(ctx, e.ep.client, e.pin.ClientCPU(), cliArgv...)
 	if err != nil {
 		return nil, err
 	}
@@ -515,14 +515,14 @@ func runPing(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, 
 	// one echo of another ICMP flow (ping picks a new identifier per
 	// process), so that the measured first echo costs a new flow in the
 	// datapath (conntrack, policy, translation) and no ARP resolution.
-	if warm, err := e.start(ctx, e.ep.client, e.pin.client(), "ping", "-n", "-c", "1", "-W", "1", e.ep.serverIP.String()); err == nil {
+	if warm, err := e.start(ctx, e.ep.client, e.pin.ClientCPU(), "ping", "-n", "-c", "1", "-W", "1", e.ep.serverIP.String()); err == nil {
 		_ = warm.wait(e.log)
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	cpu := e.clientCPU(ctx)
-	cli, err := e.start(ctx, e.ep.client, e.pin.client(), "ping", "-n", "-c", strconv.Itoa(w.Count), "-i", "0.01", "-W", "1", e.ep.serverIP.String())
+	cli, err := e.start(ctx, e.ep.client, e.pin.ClientCPU(), "ping", "-n", "-c", strconv.Itoa(w.Count), "-i", "0.01", "-W", "1", e.ep.serverIP.String())
 	if err != nil {
 		return nil, err
 	}
@@ -552,36 +552,4 @@ func runPing(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, 
 		m["rtt_us"] = stats.Median(steady)
 	}
 	return m, nil
-}
-
-func (p *Pin) client() *int {
-	if p == nil {
-		return nil
-	}
-	return p.Client
-}
-
-func (p *Pin) server() *int {
-	if p == nil {
-		return nil
-	}
-	return p.Server
-}
-
-// Headline is the metric a workload is judged by first: what a precision
-// target applies to, and the first of the report's primary metrics.
-func Headline(kind string) string {
-	switch kind {
-	case TCPStream, UDPStream:
-		return "throughput_gbps"
-	case TCPRR, UDPRR:
-		return "latency_p50_us"
-	case TCPCRR:
-		return "transactions_per_s"
-	case Ping:
-		return "first_rtt_us"
-	case HTTP, AB:
-		return "requests_per_s"
-	}
-	return ""
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/cnlab/cnlab/experiment/results"
 	"io"
 	"strconv"
 	"strings"
@@ -15,13 +16,7 @@ import (
 
 // RuleCounter is one rule of `iptables-save -c` and the packets and bytes
 // it matched.
-type RuleCounter struct {
-	Table   string `json:"table"`
-	Chain   string `json:"chain"`
-	Rule    string `json:"rule"` // the rule after "-A CHAIN "
-	Packets uint64 `json:"packets"`
-	Bytes   uint64 `json:"bytes"`
-}
+type RuleCounter = results.RuleCounter
 
 // SaveBinary returns the iptables-save of an iptables backend as
 // kind.IPTablesOptions.Backend names it: "legacy" (the default) or

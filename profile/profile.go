@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cnlab/cnlab/experiment/results"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,28 +52,9 @@ type Options struct {
 	Top int
 }
 
-// Result is what a profile found. It goes into results.json as is.
-type Result struct {
-	Available bool `json:"available"`
-	// Reason says why Available is false.
-	Reason        string       `json:"reason,omitempty"`
-	Command       []string     `json:"command,omitempty"` // the perf record command line
-	Event         string       `json:"event,omitempty"`
-	Frequency     int          `json:"frequency"`
-	CallGraph     bool         `json:"callGraph"`
-	Seconds       float64      `json:"seconds"` // from sampling enabled to SIGINT
-	Samples       int64        `json:"samples"`
-	KernelSamples int64        `json:"kernelSamples"`
-	LostSamples   int64        `json:"lostSamples"`
-	Top           []Symbol     `json:"top"`
-	Groups        []GroupShare `json:"groups"`
-	DataFile      string       `json:"dataFile,omitempty"`
-	// ReportFile is perf report's full text (every symbol): the raw data
-	// Top and Groups are derived from (see ParseReport).
-	ReportFile string `json:"reportFile,omitempty"`
-	// Notes record what about the machine affects the numbers.
-	Notes []string `json:"notes,omitempty"`
-}
+// Result is what a profile found. It goes into results.json as is (the
+// type lives in package results, which report reads without this package).
+type Result = results.KernelProfile
 
 // Profile is a running `perf record`.
 type Profile struct {

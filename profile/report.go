@@ -3,6 +3,7 @@ package profile
 import (
 	"bufio"
 	"fmt"
+	"github.com/cnlab/cnlab/experiment/results"
 	"io"
 	"sort"
 	"strconv"
@@ -19,26 +20,10 @@ var ReportArgs = []string{
 
 // Symbol is one line of the report: a function and the samples taken in
 // it (self time, not counting its callees).
-type Symbol struct {
-	Name    string `json:"name"`
-	DSO     string `json:"dso"`
-	Kernel  bool   `json:"kernel"`
-	Group   string `json:"group"`
-	BPFProg string `json:"bpfProg,omitempty"` // program name of a JIT'ed BPF symbol
-	Samples int64  `json:"samples"`
-	// Percent is the share of all samples; KernelPercent the share of
-	// kernel samples (0 for user-space symbols).
-	Percent       float64 `json:"percent"`
-	KernelPercent float64 `json:"kernelPercent"`
-}
+type Symbol = results.Symbol
 
 // GroupShare is the samples of one group (see Groups).
-type GroupShare struct {
-	Name          string  `json:"name"`
-	Samples       int64   `json:"samples"`
-	Percent       float64 `json:"percent"`
-	KernelPercent float64 `json:"kernelPercent"`
-}
+type GroupShare = results.GroupShare
 
 // Report is a parsed `perf report` (see ReportArgs).
 type Report struct {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/testutil"
 )
 
@@ -148,7 +148,7 @@ func TestReportInChromium(t *testing.T) {
 // TestFixtureIsValid: the committed fixture passes the results schema's
 // checks, so the browser test renders what a real run writes.
 func TestFixtureIsValid(t *testing.T) {
-	r, err := experiment.Load(fixture)
+	r, err := results.Load(fixture)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/stats"
 )
@@ -95,10 +95,10 @@ type Missing struct {
 
 // pointKey matches a point across two runs: its sweep, parameters and
 // workload (point IDs differ when experiment files do).
-func pointKey(p *experiment.PointResult) string {
+func pointKey(p *results.PointResult) string {
 	b, _ := json.Marshal(struct {
-		P experiment.Params
-		W experiment.Workload
+		P results.Params
+		W results.Workload
 	}{p.Params, p.Workload})
 	return p.Sweep + " " + string(b)
 }
@@ -107,13 +107,13 @@ func pointKey(p *experiment.PointResult) string {
 // of each pair. threshold (a fraction, e.g. 0.05) marks significant
 // changes for the worse at least that large as regressions; a negative
 // threshold marks none.
-func Compare(a, b *experiment.Results, threshold, minChange float64) *Comparison {
+func Compare(a, b *results.Results, threshold, minChange float64) *Comparison {
 	c := &Comparison{RunA: a.Experiment.Name, RunB: b.Experiment.Name, Alpha: Alpha, Threshold: threshold, MinChange: minChange, MinPct: 100 * minChange}
 	if threshold >= 0 {
 		pct := 100 * threshold
 		c.Gate = &pct
 	}
-	bByKey := map[string]*experiment.PointResult{}
+	bByKey := map[string]*results.PointResult{}
 	for i := range b.Points {
 		bByKey[pointKey(&b.Points[i])] = &b.Points[i]
 	}
@@ -184,11 +184,11 @@ func Compare(a, b *experiment.Results, threshold, minChange float64) *Comparison
 
 // mismatch lists how two runs were measured differently: their samples
 // are then not of the same experiment.
-func mismatch(a, b *experiment.Results) []string {
+func mismatch(a, b *results.Results) []string {
 	var out []string
-	backend := func(r *experiment.Results) string {
+	backend := func(r *results.Results) string {
 		if r.Backend == "" {
-			return experiment.BackendLab
+			return results.BackendLab
 		}
 		return r.Backend
 	}
@@ -219,7 +219,7 @@ func mismatch(a, b *experiment.Results) []string {
 	return out
 }
 
-func samplesOf(p *experiment.PointResult, metric string) []float64 {
+func samplesOf(p *results.PointResult, metric string) []float64 {
 	var xs []float64
 	for _, s := range p.Samples {
 		if v, ok := s.Metrics[metric]; ok {
@@ -301,7 +301,7 @@ func (c *Comparison) summary() []string {
 			what = "measured in A, not in B (counted as a regression)"
 		} else if m.StatusB != "" && m.StatusA == m.StatusB {
 			what = "no samples in one run"
-		} else if m.StatusA == experiment.PointDone || m.StatusA == experiment.PointPartial {
+		} else if m.StatusA == results.PointDone || m.StatusA == results.PointPartial {
 			what = "measured in A, not in B"
 		}
 		line := fmt.Sprintf("%s/%s %s: %s (A %s, B %s)", m.PointA, m.PointB, m.Point, what, m.StatusA, m.StatusB)
@@ -360,7 +360,7 @@ func firstFew(xs []string) string {
 }
 
 // pinText describes an experiment's CPU pinning.
-func pinText(p *experiment.Pin) string {
+func pinText(p *results.Pin) string {
 	cpu := func(c *int) string {
 		if c == nil {
 			return "any"

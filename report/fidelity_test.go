@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 )
 
 // recorded are the metrics a workload kind's samples carry (as
@@ -100,7 +101,7 @@ func quickPanels(t *testing.T, path string) []*Panel {
 		t.Fatal(err)
 	}
 	r := &experiment.Results{Schema: experiment.Schema, Status: experiment.StatusComplete,
-		Experiment: experiment.ExperimentInfo{Name: s.Name, File: path, Text: string(data), Spec: s}}
+		Experiment: experiment.ExperimentInfo{Name: s.Name, File: path, Text: string(data), Spec: &s.Spec}}
 	for i, p := range pts {
 		pr := experiment.PointResult{Point: p, Status: experiment.PointDone}
 		for rep := 1; rep <= 3; rep++ {
@@ -122,11 +123,11 @@ func TestFigureXKnown(t *testing.T) {
 	for _, d := range xDims {
 		names = append(names, d.name)
 	}
-	if !slices.Equal(names, experiment.FigureX) {
-		t.Errorf("report x dimensions %v, experiment.FigureX %v", names, experiment.FigureX)
+	if !slices.Equal(names, results.FigureX) {
+		t.Errorf("report x dimensions %v, results.FigureX %v", names, results.FigureX)
 	}
-	for _, m := range experiment.FigureMetrics {
-		if _, ok := metrics[m]; !ok {
+	for _, m := range results.FigureMetrics {
+		if MetricInfo(m).Better == 0 { // every registered metric says which way is better
 			t.Errorf("metric %s may be asked for but the report does not know it", m)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/report/plot"
 	"github.com/cnlab/cnlab/stats"
 )
@@ -193,10 +193,10 @@ func baselineFigure(pn *Panel) (Figure, bool) {
 // samples of the datapath's kernel functions against the swept parameter
 // (seed 000 figure 7.10 counted ipt_do_table events with kprobes; this
 // kernel has none, so perf's share of samples stands in).
-func profileFigures(r *experiment.Results, first int) []Figure {
+func profileFigures(r *results.Results, first int) []Figure {
 	type key struct{ sweep, topo, series, wl string }
 	var keys []key
-	byKey := map[key][]*experiment.PointResult{}
+	byKey := map[key][]*results.PointResult{}
 	for i := range r.Points {
 		p := &r.Points[i]
 		if p.Prof == nil || p.Prof.Kernel == nil || !p.Prof.Kernel.Available {

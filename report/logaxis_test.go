@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 )
 
 // TestLogAxisChoice: a figure's x axis is logarithmic when every x is
@@ -90,14 +90,14 @@ func TestLinearAxesStay(t *testing.T) {
 // on a log axis, and its fitted power law as a curve sampled evenly in log
 // x (not 40 chords crowded into the last decade).
 func TestPowerLawOnLogAxis(t *testing.T) {
-	r := &experiment.Results{Schema: experiment.Schema, Status: experiment.StatusComplete,
-		Experiment: experiment.ExperimentInfo{Name: "long chain", File: "c.yaml", Text: "name: c\n"}}
+	r := &results.Results{Schema: results.Schema, Status: results.StatusComplete,
+		Experiment: results.ExperimentInfo{Name: "long chain", File: "c.yaml", Text: "name: c\n"}}
 	for i, n := range []int{1, 2, 4, 16, 64, 128} {
-		pr := experiment.PointResult{Point: experiment.Point{ID: fmt.Sprintf("p%d", i), Sweep: "chain",
-			Params: experiment.Params{Topology: "chain", Link: "veth", ChainLength: n}, Workload: experiment.Workload{Kind: experiment.TCPStream},
-			Series: "none", Repetitions: 3}, Status: experiment.PointDone}
+		pr := results.PointResult{Point: results.Point{ID: fmt.Sprintf("p%d", i), Sweep: "chain",
+			Params: results.Params{Topology: "chain", Link: "veth", ChainLength: n}, Workload: results.Workload{Kind: results.TCPStream},
+			Series: "none", Repetitions: 3}, Status: results.PointDone}
 		for k := range 3 {
-			pr.Samples = append(pr.Samples, experiment.Sample{Repetition: k + 1, Metrics: map[string]float64{
+			pr.Samples = append(pr.Samples, results.Sample{Repetition: k + 1, Metrics: map[string]float64{
 				"throughput_gbps": 20 * math.Pow(0.99, float64(n-1)) * (1 + 0.001*float64(k-1))}})
 		}
 		r.Points = append(r.Points, pr)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/stats"
 )
 
@@ -45,11 +45,11 @@ type PairedChange struct {
 // JSON name: datapath, policies, hostRouting, ...) is a and b and that
 // agree on every other parameter and the workload (in any sweep: the
 // rounds are the run's).
-func ComparePaired(r *experiment.Results, param, a, b string) (*PairedComparison, error) {
+func ComparePaired(r *results.Results, param, a, b string) (*PairedComparison, error) {
 	c := &PairedComparison{Run: r.Experiment.Name, Param: param, A: a, B: b, Alpha: Alpha}
 	type keyed struct {
 		rest string
-		p    *experiment.PointResult
+		p    *results.PointResult
 	}
 	var as, bs []keyed
 	known := false
@@ -103,7 +103,7 @@ func ComparePaired(r *experiment.Results, param, a, b string) (*PairedComparison
 
 // pairedSamples returns the values of a metric that A and B measured in
 // the same rounds, in round order.
-func pairedSamples(a, b *experiment.PointResult, metric string) (xa, xb []float64) {
+func pairedSamples(a, b *results.PointResult, metric string) (xa, xb []float64) {
 	byRound := map[int]float64{}
 	for _, s := range b.Samples {
 		if v, ok := s.Metrics[metric]; ok {

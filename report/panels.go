@@ -8,138 +8,83 @@ import (
 	"strings"
 
 	"github.com/cnlab/cnlab/datapath/kind"
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/stats"
 )
 
 // dim is a parameter points can differ in.
 type dim struct {
 	name  string
-	value func(p *experiment.PointResult) string
+	value func(p *results.PointResult) string
 	// show is the value as part of a series label ("" leaves it out).
 	show func(v string) string
 }
 
 func num(v int) string { return strconv.Itoa(v) }
 
-func boolShow(yes, no string) func(string) string {
-	return func(v string) string {
-		if v == "true" {
-			return yes
-		}
-		return no
-	}
+// fromWorkload are the axes whose value a point's workload holds (the
+// matrix's flows, size and zerocopy apply to the workloads they fit, and
+// a workload may set them itself).
+var fromWorkload = map[string]func(p *results.PointResult) string{
+	"flows":    func(p *results.PointResult) string { return num(p.Workload.Flows) },
+	"size":     func(p *results.PointResult) string { return num(sizeOf(p)) },
+	"zerocopy": func(p *results.PointResult) string { return strconv.FormatBool(p.Workload.Zerocopy) },
 }
 
-func named(prefix string) func(string) string {
-	return func(v string) string {
-		if v == "" || v == "0" {
-			return prefix + " default"
-		}
-		return prefix + " " + v
+// axisDim is a matrix axis as a dimension: its value and words come from
+// results.Axes.
+func axisDim(key string) dim {
+	a := results.AxisOf(key)
+	value := fromWorkload[key]
+	if value == nil {
+		value = func(p *results.PointResult) string { return a.Value(p.Params) }
 	}
+	return dim{key, value, a.Show}
 }
 
 // xDims are the parameters a figure can have on its x axis, in the order
-// they are chosen: the first that varies in a panel is its x.
-var xDims = []dim{
-	{"policies", func(p *experiment.PointResult) string { return num(p.Params.Policies) }, func(v string) string { return v + " policies" }},
-	{"chainLength", func(p *experiment.PointResult) string { return num(p.Params.ChainLength) }, func(v string) string {
-		switch v {
-		case "0":
-			return "direct pair"
-		case "1":
-			return "1 hop"
-		}
-		return v + " hops"
-	}},
-	{"switches", func(p *experiment.PointResult) string { return num(p.Params.Switches) }, func(v string) string { return v + " switches" }},
-	{"firewallRules", func(p *experiment.PointResult) string { return num(p.Params.FirewallRules) }, func(v string) string { return v + " rules" }},
-	{"services", func(p *experiment.PointResult) string { return num(p.Params.Services) }, func(v string) string {
-		if v == "1" {
-			return "1 service"
-		}
-		return v + " services"
-	}},
-	{"l7Rules", func(p *experiment.PointResult) string { return num(p.Params.L7Rules) }, func(v string) string {
-		if v == "1" {
-			return "1 L7 rule"
-		}
-		return v + " L7 rules"
-	}},
-	{"flows", func(p *experiment.PointResult) string { return num(p.Workload.Flows) }, func(v string) string {
-		if v == "1" {
-			return "1 flow"
-		}
-		return v + " flows"
-	}},
-	{"size", func(p *experiment.PointResult) string { return num(sizeOf(p)) }, func(v string) string { return v + " B" }},
-	{"mtu", func(p *experiment.PointResult) string { return num(p.Params.MTU) }, named("MTU")},
-}
+// they are chosen (results.FigureX): the first that varies in a panel is
+// its x.
+var xDims = func() []dim {
+	var ds []dim
+	for _, k := range results.FigureX {
+		ds = append(ds, axisDim(k))
+	}
+	return ds
+}()
 
 // seriesDims are the other parameters: those that vary within a panel
 // name its lines.
 var seriesDims = []dim{
 	// Only varies in a panel whose sweep asks for its topologies together.
-	{"topology", func(p *experiment.PointResult) string { return p.Params.Topology }, func(v string) string { return v }},
-	{"series", func(p *experiment.PointResult) string { return p.Series }, func(v string) string {
+	axisDim("topology"),
+	{"series", func(p *results.PointResult) string { return p.Series }, func(v string) string {
 		if v == string(kind.None) {
 			return ""
 		}
 		return v
 	}},
-	{"link", func(p *experiment.PointResult) string { return p.Params.Link }, func(v string) string { return v }},
-	{"switchLink", func(p *experiment.PointResult) string { return p.Params.SwitchLink }, func(v string) string {
-		if v == "" {
-			return ""
-		}
-		return "switches joined by " + v
-	}},
-	{"offloads", func(p *experiment.PointResult) string { return p.Params.Offloads }, named("offloads")},
-	{"zerocopy", func(p *experiment.PointResult) string { return strconv.FormatBool(p.Workload.Zerocopy) }, boolShow("zerocopy", "copy")},
-	{"firewallStateful", func(p *experiment.PointResult) string { return strconv.FormatBool(p.Params.FirewallStateful) }, boolShow("stateful", "stateless")},
-	{"firewallSpread", func(p *experiment.PointResult) string { return strconv.FormatBool(p.Params.FirewallSpread) }, boolShow("spread over the hops", "in one hop")},
-	{"streams", func(p *experiment.PointResult) string { return num(p.Workload.Streams) }, func(v string) string {
+	axisDim("link"),
+	axisDim("switchLink"),
+	axisDim("offloads"),
+	axisDim("zerocopy"),
+	axisDim("firewallStateful"),
+	axisDim("firewallSpread"),
+	{"streams", func(p *results.PointResult) string { return num(p.Workload.Streams) }, func(v string) string {
 		if v == "0" || v == "1" {
 			return "1 stream"
 		}
 		return v + " streams"
 	}},
-	{"count", func(p *experiment.PointResult) string { return num(p.Workload.Count) }, func(v string) string { return v + " pings" }},
-	{"serviceBackends", func(p *experiment.PointResult) string { return num(p.Params.ServiceBackends) }, func(v string) string {
-		switch v {
-		case "0":
-			return ""
-		case "1":
-			return "1 backend a Service"
-		}
-		return v + " backends a Service"
-	}},
-	{"servicePosition", func(p *experiment.PointResult) string { return p.Params.ServicePosition }, func(v string) string {
-		if v == "" {
-			return ""
-		}
-		return "measured Service " + v
-	}},
-	{"shaperDirection", func(p *experiment.PointResult) string { return p.Params.ShaperDirection }, func(v string) string {
-		switch v {
-		case "":
-			return ""
-		case "all":
-			return "every interface"
-		}
-		return "towards " + v
-	}},
-	{"shaperRate", func(p *experiment.PointResult) string { return p.Params.ShaperRate }, func(v string) string {
-		if v == "" {
-			return "no shaper"
-		}
-		return "shaper " + v
-	}},
+	{"count", func(p *results.PointResult) string { return num(p.Workload.Count) }, func(v string) string { return v + " pings" }},
+	axisDim("serviceBackends"),
+	axisDim("servicePosition"),
+	axisDim("shaperDirection"),
+	axisDim("shaperRate"),
 }
 
 // sizeOf is a point's message or datagram size.
-func sizeOf(p *experiment.PointResult) int {
+func sizeOf(p *results.PointResult) int {
 	if p.Workload.Length > 0 {
 		return p.Workload.Length
 	}
@@ -147,7 +92,7 @@ func sizeOf(p *experiment.PointResult) int {
 }
 
 // xLabel is the axis label of an x dimension in a panel.
-func xLabel(d string, pts []*experiment.PointResult) string {
+func xLabel(d string, pts []*results.PointResult) string {
 	switch d {
 	case "policies":
 		mode := onePolicyMode(pts[0].Params.PolicyMode)
@@ -157,28 +102,14 @@ func xLabel(d string, pts []*experiment.PointResult) string {
 			}
 		}
 		switch mode {
-		case experiment.ModeL4Rules:
+		case results.ModeL4Rules:
 			return "L4 rules in one policy"
-		case experiment.ModeTerms:
+		case results.ModeTerms:
 			return "matchLabels terms in one policy (selecting nobody)"
 		}
-		return "number of policies"
-	case "chainLength":
-		return "chain length (hops; 0 = direct veth pair)"
-	case "switches":
-		return "Open vSwitch bridges in series"
-	case "firewallRules":
-		return "firewall rules"
-	case "services":
-		return "number of services"
-	case "l7Rules":
-		return "HTTP rules in the L7 policy"
-	case "flows":
-		return "parallel flows"
-	case "size":
-		return "message size (bytes)"
-	case "mtu":
-		return "MTU (bytes)"
+	}
+	if a := results.AxisOf(d); a != nil && a.XLabel != "" {
+		return a.XLabel
 	}
 	return d
 }
@@ -216,13 +147,13 @@ func (p *Panel) Title() string {
 
 // workloadKey names a workload without the options a matrix varies
 // (flows, zerocopy, size become series or x).
-func workloadKey(w experiment.Workload) string {
+func workloadKey(w results.Workload) string {
 	switch w.Kind {
-	case experiment.TCPRR, experiment.TCPCRR, experiment.UDPRR:
+	case results.TCPRR, results.TCPCRR, results.UDPRR:
 		return fmt.Sprintf("%s %d/%d", w.Kind, w.RequestSize, w.ResponseSize)
-	case experiment.HTTP, experiment.AB:
+	case results.HTTP, results.AB:
 		return w.Name()
-	case experiment.UDPStream:
+	case results.UDPStream:
 		if w.Rate != "" {
 			return w.Kind + " " + w.Rate
 		}
@@ -235,14 +166,14 @@ func workloadKey(w experiment.Workload) string {
 // their panels (seed 000's figure 7.2 draws the "scaling" and the
 // "top-of-chain" sweeps together), except that L4 rules in one policy are
 // never drawn on an axis of policies.
-func panels(r *experiment.Results) []*Panel {
+func panels(r *results.Results) []*Panel {
 	type group struct {
 		sweeps   []string
 		topo, wl string
 		kind, x  string
-		pts      []*experiment.PointResult
+		pts      []*results.PointResult
 	}
-	group1 := func(key func(p *experiment.PointResult) string) ([]*group, map[string]*group) {
+	group1 := func(key func(p *results.PointResult) string) ([]*group, map[string]*group) {
 		var gs []*group
 		by := map[string]*group{}
 		for i := range r.Points {
@@ -267,17 +198,17 @@ func panels(r *experiment.Results) []*Panel {
 		}
 		return gs, by
 	}
-	topoKey := func(p *experiment.PointResult) string {
+	topoKey := func(p *results.PointResult) string {
 		if f := sweepFigures(r, p.Sweep); f != nil && f.Topologies {
 			return "" // one figure for all topologies, a line each
 		}
 		return p.Params.Topology
 	}
-	base := func(p *experiment.PointResult) string {
+	base := func(p *results.PointResult) string {
 		return topoKey(p) + "\x00" + workloadKey(p.Workload) + "\x00" + onePolicyMode(p.Params.PolicyMode)
 	}
 	// The x of each sweep on its own, then the points regrouped by it.
-	bySweep, _ := group1(func(p *experiment.PointResult) string { return p.Sweep + "\x00" + base(p) })
+	bySweep, _ := group1(func(p *results.PointResult) string { return p.Sweep + "\x00" + base(p) })
 	xOf := map[string]string{}
 	for _, g := range bySweep {
 		x := xAxis(g.pts)
@@ -286,7 +217,7 @@ func panels(r *experiment.Results) []*Panel {
 		}
 		xOf[g.sweeps[0]+"\x00"+base(g.pts[0])] = x
 	}
-	groups, _ := group1(func(p *experiment.PointResult) string { return xOf[p.Sweep+"\x00"+base(p)] + "\x00" + base(p) })
+	groups, _ := group1(func(p *results.PointResult) string { return xOf[p.Sweep+"\x00"+base(p)] + "\x00" + base(p) })
 	var out []*Panel
 	for _, g := range groups {
 		// The x the sweeps share, not one recomputed over them all: a
@@ -472,7 +403,7 @@ func leadingNum(s string) (int, string) {
 // one policy (L4 rules, selector terms), never drawn on an axis of
 // policies; "" for the modes that count policies.
 func onePolicyMode(mode string) string {
-	if mode == experiment.ModeL4Rules || mode == experiment.ModeTerms {
+	if mode == results.ModeL4Rules || mode == results.ModeTerms {
 		return mode
 	}
 	return ""
@@ -480,7 +411,7 @@ func onePolicyMode(mode string) string {
 
 // reference is what the experiment file quotes of the seed for a panel's
 // metric, in any of the panel's sweeps ("" if nothing).
-func reference(r *experiment.Results, pn *Panel) string {
+func reference(r *results.Results, pn *Panel) string {
 	for _, sw := range strings.Split(pn.Sweep, "+") {
 		if f := sweepFigures(r, sw); f != nil && f.Reference[pn.Metric.Name] != "" {
 			return strings.TrimSpace(f.Reference[pn.Metric.Name])
@@ -490,7 +421,7 @@ func reference(r *experiment.Results, pn *Panel) string {
 }
 
 // sweepFigures is what the experiment file asks of a sweep's figures.
-func sweepFigures(r *experiment.Results, sweep string) *experiment.Figures {
+func sweepFigures(r *results.Results, sweep string) *results.Figures {
 	if r.Experiment.Spec == nil {
 		return nil
 	}
@@ -503,7 +434,7 @@ func sweepFigures(r *experiment.Results, sweep string) *experiment.Figures {
 }
 
 // xAxis is the first of xDims that varies among pts ("" if none does).
-func xAxis(pts []*experiment.PointResult) string {
+func xAxis(pts []*results.PointResult) string {
 	for _, d := range xDims {
 		if distinct(pts, d) > 1 {
 			return d.name
@@ -521,7 +452,7 @@ func dimByName(name string) dim {
 	panic("report: no dimension " + name)
 }
 
-func distinct(pts []*experiment.PointResult, d dim) int {
+func distinct(pts []*results.PointResult, d dim) int {
 	seen := map[string]bool{}
 	for _, p := range pts {
 		seen[d.value(p)] = true
@@ -529,7 +460,7 @@ func distinct(pts []*experiment.PointResult, d dim) int {
 	return len(seen)
 }
 
-func seriesName(p *experiment.PointResult, ds []dim) string {
+func seriesName(p *results.PointResult, ds []dim) string {
 	var parts []string
 	for _, d := range ds {
 		if s := d.show(d.value(p)); s != "" {

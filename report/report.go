@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/stats"
@@ -21,19 +21,19 @@ const CVWarn = 0.05
 
 // Report is everything a report page shows.
 type Report struct {
-	Dir      string                  `json:"dir"`
-	Results  *experiment.Results     `json:"-"`
-	Env      *experiment.Environment `json:"environment,omitempty"`
-	Figures  []Figure                `json:"figures"`
-	Fits     []Fit                   `json:"fits"`
-	Findings []Finding               `json:"findings"`
-	Rows     []Row                   `json:"table"`
-	Noisy    int                     `json:"noisyPoints"` // rows whose CV is above CVWarn
+	Dir      string               `json:"dir"`
+	Results  *results.Results     `json:"-"`
+	Env      *results.Environment `json:"environment,omitempty"`
+	Figures  []Figure             `json:"figures"`
+	Fits     []Fit                `json:"fits"`
+	Findings []Finding            `json:"findings"`
+	Rows     []Row                `json:"table"`
+	Noisy    int                  `json:"noisyPoints"` // rows whose CV is above CVWarn
 	// Precision counts the points with a precision target by how they
-	// ended (experiment.PrecisionReached, ...).
+	// ended (results.PrecisionReached, ...).
 	Precision map[string]int `json:"precision,omitempty"`
 	// NoisySamples counts the samples taken under unusual noise
-	// (experiment.NoisyRule) that the report includes; Excluded those
+	// (results.NoisyRule) that the report includes; Excluded those
 	// it left out (--exclude-noisy).
 	NoisySamples int      `json:"noisySamples"`
 	Excluded     int      `json:"excludedSamples"`
@@ -58,13 +58,13 @@ type Row struct {
 	Error    string         `json:"error,omitempty"`
 	// Precision is how close the point's headline metric came to its
 	// precision target (on that metric's row only).
-	Precision *experiment.PrecisionResult `json:"precision,omitempty"`
+	Precision *results.PrecisionResult `json:"precision,omitempty"`
 }
 
 // Options change what a report takes from a run.
 type Options struct {
 	// ExcludeNoisy leaves out the samples taken under unusual noise
-	// (experiment.NoisyRule); the report says how many.
+	// (results.NoisyRule); the report says how many.
 	ExcludeNoisy bool
 }
 
@@ -74,7 +74,7 @@ func Load(dir string) (*Report, error) { return LoadWith(dir, Options{}) }
 
 // LoadWith is Load with options.
 func LoadWith(dir string, o Options) (*Report, error) {
-	r, err := experiment.Load(dir)
+	r, err := results.Load(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -82,25 +82,23 @@ func LoadWith(dir string, o Options) (*Report, error) {
 	if o.ExcludeNoisy {
 		excluded = r.ExcludeNoisy()
 	}
-	var env *experiment.Environment
-	var e experiment.Environment
-	switch err := files.ReadJSON(filepath.Join(dir, "environment.json"), &e); {
-	case err == nil:
-		env = &e
-	case !errors.Is(err, fs.ErrNotExist):
+	env, err := results.LoadEnvironment(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		env = nil // a run from before environment.json: the report says less
+	} else if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	rep := Build(r, env)
 	rep.Dir = dir
 	if excluded >= 0 {
 		rep.Excluded = excluded
-		rep.Notes = append(rep.Notes, fmt.Sprintf("%s left out (--exclude-noisy): %s.", plural.N(excluded, "noisy sample"), experiment.NoisyRule))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%s left out (--exclude-noisy): %s.", plural.N(excluded, "noisy sample"), results.NoisyRule))
 	}
 	return rep, nil
 }
 
 // Build analyses results: panels, figures, fits, findings, table.
-func Build(r *experiment.Results, env *experiment.Environment) *Report {
+func Build(r *results.Results, env *results.Environment) *Report {
 	rep := &Report{Results: r, Env: env}
 	pns := panels(r)
 	for _, pn := range pns {
@@ -127,12 +125,12 @@ func Build(r *experiment.Results, env *experiment.Environment) *Report {
 	if noisy, recorded := r.CountNoisy(); noisy > 0 {
 		rep.NoisySamples = noisy
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d of %s were taken under unusual noise (%s); cnlab report --exclude-noisy leaves them out.",
-			noisy, plural.N(recorded, "sample"), experiment.NoisyRule))
+			noisy, plural.N(recorded, "sample"), results.NoisyRule))
 	}
 	switch r.Status {
-	case experiment.StatusInterrupted:
+	case results.StatusInterrupted:
 		rep.Notes = append(rep.Notes, "The run was interrupted: the figures show the points it finished.")
-	case experiment.StatusRunning:
+	case results.StatusRunning:
 		rep.Notes = append(rep.Notes, "The run is still going (or was killed): the figures show the samples taken so far.")
 	}
 	if line := enforcementTimes(r); line != "" {
@@ -157,7 +155,7 @@ func Build(r *experiment.Results, env *experiment.Environment) *Report {
 
 // table lists the primary metrics of every point.
 func (rep *Report) table() {
-	pts := append([]experiment.PointResult(nil), rep.Results.Points...)
+	pts := append([]results.PointResult(nil), rep.Results.Points...)
 	sort.SliceStable(pts, func(i, j int) bool { return pts[i].ID < pts[j].ID })
 	for _, p := range pts {
 		base := Row{Point: p.ID, Sweep: p.Sweep, Topology: p.Params.Topology, Series: p.Series, Params: p.Params.Text(),
@@ -236,7 +234,7 @@ func (rep *Report) precisionNote() {
 			rep.Precision = map[string]int{}
 		}
 		rep.Precision[pr.State]++
-		if pr.State != experiment.PrecisionReached {
+		if pr.State != results.PrecisionReached {
 			hw := "unknown"
 			if pr.HalfWidthPct >= 0 {
 				hw = fmt.Sprintf("±%.2g%%", pr.HalfWidthPct)
@@ -252,7 +250,7 @@ func (rep *Report) precisionNote() {
 		n += c
 	}
 	msg := fmt.Sprintf("Precision targets (95%% confidence half-width of the headline metric's mean, %s): %d of the %d points with a target reached it.",
-		targets(rep.Results), rep.Precision[experiment.PrecisionReached], n)
+		targets(rep.Results), rep.Precision[results.PrecisionReached], n)
 	if len(short) > 0 {
 		sort.Strings(short)
 		if len(short) > 12 {
@@ -264,7 +262,7 @@ func (rep *Report) precisionNote() {
 }
 
 // targets lists the precision targets of a run's points by workload.
-func targets(r *experiment.Results) string {
+func targets(r *results.Results) string {
 	by := map[string]float64{}
 	for _, p := range r.Points {
 		if p.Reached != nil {
@@ -289,7 +287,7 @@ func sortedKindKeys(m map[string]float64) []string {
 
 // unenforced counts the policy applies a cluster did not enforce as the
 // model says, with the first mismatch.
-func unenforced(r *experiment.Results) (int, string) {
+func unenforced(r *results.Results) (int, string) {
 	n, why := 0, ""
 	for _, b := range r.Builds {
 		for _, a := range b.PolicyApply {
@@ -308,7 +306,7 @@ func unenforced(r *experiment.Results) (int, string) {
 // apply until the probe saw it enforced, for the applies that changed a
 // probed connection's verdict) and to a Service answering, by number of
 // policies and Services ("" when the run recorded none).
-func enforcementTimes(r *experiment.Results) string {
+func enforcementTimes(r *results.Results) string {
 	type key struct {
 		n    int
 		mode string

@@ -10,36 +10,35 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/plural"
-	"github.com/cnlab/cnlab/profile"
 )
 
 // synth builds results with known laws: on one host, iptables no-match
 // throughput falls 0.1% of 10 Gb/s per policy, eBPF stays at 12 Gb/s;
 // on a chain, veth throughput loses 6% per hop from 20 Gb/s. Noise is
 // multiplicative, 1%, seeded; reps samples per point.
-func synth(reps int, seed uint64) *experiment.Results {
+func synth(reps int, seed uint64) *results.Results {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	noise := func() float64 { return 1 + 0.01*rng.NormFloat64() }
-	r := &experiment.Results{Schema: experiment.Schema, Status: experiment.StatusComplete,
-		Experiment: experiment.ExperimentInfo{Name: "synthetic", File: "synthetic.yaml", Text: "name: synthetic\n"}}
-	add := func(sweep string, p experiment.Params, series string, w experiment.Workload, metric string, mean float64) {
-		pr := experiment.PointResult{Point: experiment.Point{ID: "p" + string(rune('A'+len(r.Points)/26)) + string(rune('a'+len(r.Points)%26)),
-			Sweep: sweep, Params: p, Workload: w, Series: series, Repetitions: reps}, Status: experiment.PointDone}
+	r := &results.Results{Schema: results.Schema, Status: results.StatusComplete,
+		Experiment: results.ExperimentInfo{Name: "synthetic", File: "synthetic.yaml", Text: "name: synthetic\n"}}
+	add := func(sweep string, p results.Params, series string, w results.Workload, metric string, mean float64) {
+		pr := results.PointResult{Point: results.Point{ID: "p" + string(rune('A'+len(r.Points)/26)) + string(rune('a'+len(r.Points)%26)),
+			Sweep: sweep, Params: p, Workload: w, Series: series, Repetitions: reps}, Status: results.PointDone}
 		for i := 0; i < reps; i++ {
-			pr.Samples = append(pr.Samples, experiment.Sample{Repetition: i + 1, Metrics: map[string]float64{metric: mean * noise()}})
+			pr.Samples = append(pr.Samples, results.Sample{Repetition: i + 1, Metrics: map[string]float64{metric: mean * noise()}})
 		}
 		r.Points = append(r.Points, pr)
 	}
-	stream := experiment.Workload{Kind: experiment.TCPStream}
+	stream := results.Workload{Kind: results.TCPStream}
 	for _, n := range []int{0, 10, 25, 50, 100, 150, 200} {
-		add("scaling", experiment.Params{Topology: "single-host", Datapath: "ebpf", Policies: n, PolicyMode: "no-match"}, "ebpf", stream, "throughput_gbps", 12)
-		add("scaling", experiment.Params{Topology: "single-host", Datapath: "iptables", Policies: n, PolicyMode: "no-match"}, "iptables no-match", stream,
+		add("scaling", results.Params{Topology: "single-host", Datapath: "ebpf", Policies: n, PolicyMode: "no-match"}, "ebpf", stream, "throughput_gbps", 12)
+		add("scaling", results.Params{Topology: "single-host", Datapath: "iptables", Policies: n, PolicyMode: "no-match"}, "iptables no-match", stream,
 			"throughput_gbps", 10*(1-0.001*float64(n)))
 	}
 	for _, n := range []int{1, 2, 4, 6, 8, 12, 16} {
-		add("chain", experiment.Params{Topology: "chain", Link: "veth", ChainLength: n}, "none", stream, "throughput_gbps", 20*math.Pow(0.94, float64(n-1)))
+		add("chain", results.Params{Topology: "chain", Link: "veth", ChainLength: n}, "none", stream, "throughput_gbps", 20*math.Pow(0.94, float64(n-1)))
 	}
 	return r
 }
@@ -184,8 +183,8 @@ func TestCompare(t *testing.T) {
 	}
 	// Equal pinning is not a difference; another pinning is.
 	zero, one := 0, 1
-	a.Experiment.Spec = &experiment.Spec{Pin: &experiment.Pin{Client: &zero, Server: &zero}}
-	b.Experiment.Spec = &experiment.Spec{Pin: &experiment.Pin{Client: &zero, Server: &zero}}
+	a.Experiment.Spec = &results.Spec{Pin: &results.Pin{Client: &zero, Server: &zero}}
+	b.Experiment.Spec = &results.Spec{Pin: &results.Pin{Client: &zero, Server: &zero}}
 	if m := Compare(a, b, 0.05, DefaultMinChange).Mismatch; len(m) != 0 {
 		t.Errorf("same pinning reported as a difference: %v", m)
 	}
@@ -232,14 +231,14 @@ func checkXMLish(b []byte) error {
 // says so; with --exclude-noisy it is left out, said, and its point's
 // summary has one sample fewer.
 func TestNoisySamplesFlaggedAndExcluded(t *testing.T) {
-	r, err := experiment.Load(fixture)
+	r, err := results.Load(fixture)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &r.Points[0]
 	n := len(p.Samples)
 	for i := range p.Samples {
-		p.Samples[i].Noise = &experiment.Noise{StealPct: []float64{0, 0}, CPUPressurePct: 1}
+		p.Samples[i].Noise = &results.Noise{StealPct: []float64{0, 0}, CPUPressurePct: 1}
 	}
 	p.Samples[0].Noise.StealPct = []float64{0, 10}
 	rep := Build(r, nil)
@@ -263,7 +262,7 @@ func TestNoisySamplesFlaggedAndExcluded(t *testing.T) {
 // unpaired test cannot go below p = 0.1, while the paired one finds eBPF's
 // lower p50 latency at 0 policies (every round's ratio near 0.82).
 func TestComparePaired(t *testing.T) {
-	r, err := experiment.Load(fixture)
+	r, err := results.Load(fixture)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,15 +293,15 @@ func TestComparePaired(t *testing.T) {
 // figure 7.10, the number of perf events in ipt_do_table, against the
 // policies.
 func TestProfileFigures(t *testing.T) {
-	r := &experiment.Results{Schema: experiment.Schema, Status: experiment.StatusComplete,
-		Experiment: experiment.ExperimentInfo{Name: "p", File: "p.yaml", Text: "name: p\n"}}
+	r := &results.Results{Schema: results.Schema, Status: results.StatusComplete,
+		Experiment: results.ExperimentInfo{Name: "p", File: "p.yaml", Text: "name: p\n"}}
 	for i, n := range []int{0, 100, 200} {
-		pr := experiment.PointResult{Point: experiment.Point{ID: fmt.Sprintf("p%d", i), Sweep: "iptables",
-			Params:   experiment.Params{Topology: "single-host", Datapath: "iptables", Policies: n, PolicyMode: "no-match"},
-			Workload: experiment.Workload{Kind: experiment.TCPStream}, Series: "iptables no-match", Repetitions: 1}, Status: experiment.PointDone}
-		pr.Samples = []experiment.Sample{{Repetition: 1, Metrics: map[string]float64{"throughput_gbps": 10}}}
-		pr.Prof = &experiment.ProfileResult{Kernel: &profile.Result{Available: true, Frequency: 999, Samples: 10000,
-			Top: []profile.Symbol{{Name: "ipt_do_table", Kernel: true, Samples: int64(100 + 10*n), Percent: float64(100+10*n) / 100}}}}
+		pr := results.PointResult{Point: results.Point{ID: fmt.Sprintf("p%d", i), Sweep: "iptables",
+			Params:   results.Params{Topology: "single-host", Datapath: "iptables", Policies: n, PolicyMode: "no-match"},
+			Workload: results.Workload{Kind: results.TCPStream}, Series: "iptables no-match", Repetitions: 1}, Status: results.PointDone}
+		pr.Samples = []results.Sample{{Repetition: 1, Metrics: map[string]float64{"throughput_gbps": 10}}}
+		pr.Prof = &results.ProfileResult{Kernel: &results.KernelProfile{Available: true, Frequency: 999, Samples: 10000,
+			Top: []results.Symbol{{Name: "ipt_do_table", Kernel: true, Samples: int64(100 + 10*n), Percent: float64(100+10*n) / 100}}}}
 		r.Points = append(r.Points, pr)
 	}
 	figs := profileFigures(r, 1)
@@ -323,27 +322,27 @@ func TestProfileFigures(t *testing.T) {
 // TestFiguresOptions: a sweep's figures: block joins its topologies in one
 // figure (a line each) and adds a figure relative to a named line.
 func TestFiguresOptions(t *testing.T) {
-	r := &experiment.Results{Schema: experiment.Schema, Status: experiment.StatusComplete,
-		Experiment: experiment.ExperimentInfo{Name: "f", File: "f.yaml", Text: "name: f\n", Spec: &experiment.Spec{Sweeps: []experiment.Sweep{
-			{Name: "complexity", Figures: &experiment.Figures{Topologies: true}},
-			{Name: "htb", Figures: &experiment.Figures{RelativeTo: "no shaper"}},
+	r := &results.Results{Schema: results.Schema, Status: results.StatusComplete,
+		Experiment: results.ExperimentInfo{Name: "f", File: "f.yaml", Text: "name: f\n", Spec: &results.Spec{Sweeps: []results.Sweep{
+			{Name: "complexity", Figures: &results.Figures{Topologies: true}},
+			{Name: "htb", Figures: &results.Figures{RelativeTo: "no shaper"}},
 			{Name: "no-shaper"},
 		}}}}
-	add := func(sweep string, p experiment.Params, series string, v float64) {
-		pr := experiment.PointResult{Point: experiment.Point{ID: fmt.Sprintf("p%02d", len(r.Points)), Sweep: sweep, Params: p,
-			Workload: experiment.Workload{Kind: experiment.TCPStream}, Series: series, Repetitions: 2}, Status: experiment.PointDone}
+	add := func(sweep string, p results.Params, series string, v float64) {
+		pr := results.PointResult{Point: results.Point{ID: fmt.Sprintf("p%02d", len(r.Points)), Sweep: sweep, Params: p,
+			Workload: results.Workload{Kind: results.TCPStream}, Series: series, Repetitions: 2}, Status: results.PointDone}
 		for rep := 1; rep <= 2; rep++ {
-			pr.Samples = append(pr.Samples, experiment.Sample{Repetition: rep, Metrics: map[string]float64{"throughput_gbps": v}})
+			pr.Samples = append(pr.Samples, results.Sample{Repetition: rep, Metrics: map[string]float64{"throughput_gbps": v}})
 		}
 		r.Points = append(r.Points, pr)
 	}
 	for _, n := range []int{0, 40, 200} {
-		add("complexity", experiment.Params{Topology: "single-host", Datapath: "ebpf", Policies: n, PolicyMode: experiment.ModeL4Rules}, "ebpf l4-rules", 10)
-		add("complexity", experiment.Params{Topology: "multi-host", Datapath: "ebpf", Policies: n, PolicyMode: experiment.ModeL4Rules}, "ebpf l4-rules", 8)
+		add("complexity", results.Params{Topology: "single-host", Datapath: "ebpf", Policies: n, PolicyMode: results.ModeL4Rules}, "ebpf l4-rules", 10)
+		add("complexity", results.Params{Topology: "multi-host", Datapath: "ebpf", Policies: n, PolicyMode: results.ModeL4Rules}, "ebpf l4-rules", 8)
 	}
 	for _, n := range []int{1, 3} {
-		add("no-shaper", experiment.Params{Topology: "chain", Link: "veth", ChainLength: n}, "none", 8)
-		add("htb", experiment.Params{Topology: "chain", Link: "veth", ChainLength: n, ShaperRate: "1tbit"}, "none", 4)
+		add("no-shaper", results.Params{Topology: "chain", Link: "veth", ChainLength: n}, "none", 8)
+		add("htb", results.Params{Topology: "chain", Link: "veth", ChainLength: n, ShaperRate: "1tbit"}, "none", 4)
 	}
 	ps := panels(r)
 	var joined, rel *Panel

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 )
 
 // servicesRun is a sweep of the number of services (params.services, as
@@ -19,25 +19,25 @@ import (
 // 12 ns per service from 60 µs and its throughput falls 0.1 Mb/s per
 // service from 10 Gb/s; eBPF stays at 55 µs and 12 Gb/s. 1% noise, 5
 // samples a point.
-func servicesRun() *experiment.Results {
+func servicesRun() *results.Results {
 	rng := rand.New(rand.NewPCG(17, 5))
-	r := &experiment.Results{Schema: experiment.Schema, Status: experiment.StatusComplete,
-		Experiment: experiment.ExperimentInfo{Name: "services", File: "services.yaml", Text: "name: services\n"}}
-	add := func(dp string, w experiment.Workload, n int, m map[string]float64) {
-		pr := experiment.PointResult{Point: experiment.Point{ID: fmt.Sprintf("p%03d", len(r.Points)), Sweep: "services",
-			Params: experiment.Params{Topology: "single-host", Datapath: "ebpf", Services: n}, Workload: w, Series: dp, Repetitions: 5},
-			Status: experiment.PointDone}
+	r := &results.Results{Schema: results.Schema, Status: results.StatusComplete,
+		Experiment: results.ExperimentInfo{Name: "services", File: "services.yaml", Text: "name: services\n"}}
+	add := func(dp string, w results.Workload, n int, m map[string]float64) {
+		pr := results.PointResult{Point: results.Point{ID: fmt.Sprintf("p%03d", len(r.Points)), Sweep: "services",
+			Params: results.Params{Topology: "single-host", Datapath: "ebpf", Services: n}, Workload: w, Series: dp, Repetitions: 5},
+			Status: results.PointDone}
 		for i := range 5 {
 			s := map[string]float64{}
 			for k, v := range m {
 				s[k] = v * (1 + 0.01*rng.NormFloat64())
 			}
-			pr.Samples = append(pr.Samples, experiment.Sample{Repetition: i + 1, Metrics: s})
+			pr.Samples = append(pr.Samples, results.Sample{Repetition: i + 1, Metrics: s})
 		}
 		r.Points = append(r.Points, pr)
 	}
-	rr := experiment.Workload{Kind: experiment.TCPRR, RequestSize: 1, ResponseSize: 1}
-	stream := experiment.Workload{Kind: experiment.TCPStream}
+	rr := results.Workload{Kind: results.TCPRR, RequestSize: 1, ResponseSize: 1}
+	stream := results.Workload{Kind: results.TCPStream}
 	for _, n := range []int{1, 10, 100, 1000, 10000} {
 		l := 60 + 0.012*float64(n)
 		add("iptables", rr, n, map[string]float64{"latency_p50_us": l, "latency_p99_us": 2 * l, "transactions_per_s": 1e6 / l})
@@ -167,8 +167,8 @@ func TestPerServiceSlope(t *testing.T) {
 func TestSeedReference(t *testing.T) {
 	r := servicesRun()
 	const quote = "first-packet RTT 1,113 µs with kube-proxy iptables"
-	r.Experiment.Spec = &experiment.Spec{Sweeps: []experiment.Sweep{{Name: "services",
-		Figures: &experiment.Figures{Reference: map[string]string{"latency_p50_us": quote}}}}}
+	r.Experiment.Spec = &results.Spec{Sweeps: []results.Sweep{{Name: "services",
+		Figures: &results.Figures{Reference: map[string]string{"latency_p50_us": quote}}}}}
 	rep := Build(r, nil)
 	with := 0
 	for _, f := range rep.Figures {

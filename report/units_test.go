@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 )
 
 // bentRun is a run whose curves bend at 100 policies, so the report
@@ -16,33 +16,33 @@ import (
 // flat at 10 µs, then 50 ns more per policy; its throughput flat at
 // 10 Gb/s, then 20 Mb/s less per policy; udp-stream loss flat at 1%, then
 // 0.05 points more per policy. 0.2% noise, 5 samples per point.
-func bentRun() *experiment.Results {
+func bentRun() *results.Results {
 	rng := rand.New(rand.NewPCG(11, 3))
-	r := &experiment.Results{Schema: experiment.Schema, Status: experiment.StatusComplete,
-		Experiment: experiment.ExperimentInfo{Name: "bent", File: "bent.yaml", Text: "name: bent\n"}}
+	r := &results.Results{Schema: results.Schema, Status: results.StatusComplete,
+		Experiment: results.ExperimentInfo{Name: "bent", File: "bent.yaml", Text: "name: bent\n"}}
 	bent := func(n int, flat, after float64) float64 { return flat + after*float64(max(n-100, 0)) }
-	add := func(w experiment.Workload, n int, metrics func(n int) map[string]float64) {
-		pr := experiment.PointResult{Point: experiment.Point{ID: fmt.Sprintf("p%04d", len(r.Points)), Sweep: "scaling",
-			Params:   experiment.Params{Topology: "single-host", Datapath: "iptables", Policies: n, PolicyMode: "no-match"},
-			Workload: w, Series: "iptables no-match", Repetitions: 5}, Status: experiment.PointDone}
+	add := func(w results.Workload, n int, metrics func(n int) map[string]float64) {
+		pr := results.PointResult{Point: results.Point{ID: fmt.Sprintf("p%04d", len(r.Points)), Sweep: "scaling",
+			Params:   results.Params{Topology: "single-host", Datapath: "iptables", Policies: n, PolicyMode: "no-match"},
+			Workload: w, Series: "iptables no-match", Repetitions: 5}, Status: results.PointDone}
 		for i := 0; i < 5; i++ {
 			m := metrics(n)
 			for k, v := range m {
 				m[k] = v * (1 + 0.002*rng.NormFloat64())
 			}
-			pr.Samples = append(pr.Samples, experiment.Sample{Repetition: i + 1, Metrics: m})
+			pr.Samples = append(pr.Samples, results.Sample{Repetition: i + 1, Metrics: m})
 		}
 		r.Points = append(r.Points, pr)
 	}
 	for _, n := range []int{0, 25, 50, 75, 100, 125, 150, 175, 200} {
-		add(experiment.Workload{Kind: experiment.TCPRR, RequestSize: 100, ResponseSize: 200}, n, func(n int) map[string]float64 {
+		add(results.Workload{Kind: results.TCPRR, RequestSize: 100, ResponseSize: 200}, n, func(n int) map[string]float64 {
 			l := bent(n, 10, 0.05)
 			return map[string]float64{"latency_p50_us": l, "latency_p99_us": 2 * l, "transactions_per_s": 1e6 / l}
 		})
-		add(experiment.Workload{Kind: experiment.TCPStream}, n, func(n int) map[string]float64 {
+		add(results.Workload{Kind: results.TCPStream}, n, func(n int) map[string]float64 {
 			return map[string]float64{"throughput_gbps": bent(n, 10, -0.02)}
 		})
-		add(experiment.Workload{Kind: experiment.UDPStream}, n, func(n int) map[string]float64 {
+		add(results.Workload{Kind: results.UDPStream}, n, func(n int) map[string]float64 {
 			return map[string]float64{"throughput_gbps": bent(n, 5, -0.01), "loss_pct": bent(n, 1, 0.05)}
 		})
 	}
@@ -58,7 +58,7 @@ func TestSlopeUnits(t *testing.T) {
 	// A panel's ID ends with its metric's name.
 	metricOf := func(panel string) string {
 		best := ""
-		for name := range metrics {
+		for _, name := range results.MetricNames() {
 			if s := strings.ReplaceAll(name, "_", "-"); strings.HasSuffix(panel, "-"+s) && len(name) > len(best) {
 				best = name
 			}

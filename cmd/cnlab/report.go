@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/report"
@@ -165,12 +165,12 @@ Mann–Whitney p of the same samples for contrast.`,
 			if gate && (threshold < 0 || threshold > 1000) {
 				return usagef("--threshold %g: a percentage between 0 and 1000", threshold)
 			}
-			var runs [2]*experiment.Results
+			var runs [2]*results.Results
 			for i, dir := range args {
 				if err := isRunDir(dir); err != nil {
 					return err
 				}
-				r, err := experiment.Load(dir)
+				r, err := results.Load(dir)
 				if err != nil {
 					return usagef("%v", err)
 				}
@@ -238,7 +238,7 @@ func comparePaired(e *env, args []string, spec, output string) error {
 	if err := isRunDir(args[0]); err != nil {
 		return err
 	}
-	r, err := experiment.Load(args[0])
+	r, err := results.Load(args[0])
 	if err != nil {
 		return usagef("%v", err)
 	}

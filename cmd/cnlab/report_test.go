@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/files"
 )
 
@@ -77,12 +77,12 @@ func TestCompareCLI(t *testing.T) {
 		}
 	}
 	b := fixtureCopy(t)
-	r, err := experiment.Load(b)
+	r, err := results.Load(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &r.Points[0]
-	p.Status, p.Error, p.Samples, p.Summary = experiment.PointFailed, "iperf3: connection refused", nil, nil
+	p.Status, p.Error, p.Samples, p.Summary = results.PointFailed, "iperf3: connection refused", nil, nil
 	if err := files.WriteJSON(filepath.Join(b, "results.json"), r, true); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestCompareCLI(t *testing.T) {
 // threshold.
 func TestCompareJSONPercent(t *testing.T) {
 	a, b := fixtureCopy(t), fixtureCopy(t)
-	r, err := experiment.Load(b)
+	r, err := results.Load(b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/kube"
@@ -122,7 +123,7 @@ does.`,
 				ov.Warmup = &warmup
 			}
 			if precision != "" {
-				if ov.Precision, err = experiment.ParsePercent(precision); err != nil || ov.Precision <= 0 {
+				if ov.Precision, err = results.ParsePercent(precision); err != nil || ov.Precision <= 0 {
 					return usagef("--precision: %q: give the 95%% interval's half-width, e.g. 2%%", precision)
 				}
 			}
@@ -296,25 +297,12 @@ func dash(s string) string {
 	return s
 }
 
-// headline is the metric a summary line shows for a workload.
-func headline(kind string) string {
-	switch kind {
-	case experiment.TCPStream, experiment.UDPStream:
-		return "throughput_gbps"
-	case experiment.Ping:
-		return "first_rtt_us"
-	case experiment.HTTP, experiment.AB:
-		return "requests_per_s"
-	}
-	return "latency_p50_us"
-}
-
 // printRunSummary prints each point's headline median with its CI and CV
 // and returns the number of failed points.
-func printRunSummary(e *env, r *experiment.Results, out, output string) int {
+func printRunSummary(e *env, r *results.Results, out, output string) int {
 	failed := 0
 	for _, p := range r.Points {
-		if p.Status == experiment.PointFailed {
+		if p.Status == results.PointFailed {
 			failed++
 		}
 	}
@@ -324,12 +312,12 @@ func printRunSummary(e *env, r *experiment.Results, out, output string) int {
 		_ = enc.Encode(map[string]any{"out": out, "status": r.Status, "points": len(r.Points), "failed": failed, "lab": r.Lab, "backend": r.Backend})
 		return failed
 	}
-	pts := append([]experiment.PointResult(nil), r.Points...)
+	pts := append([]results.PointResult(nil), r.Points...)
 	sort.SliceStable(pts, func(i, j int) bool { return pts[i].ID < pts[j].ID })
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POINT\tTOPOLOGY\tSERIES\tPARAMS\tWORKLOAD\tMETRIC\tMEDIAN\t95% CI\tCV\tN\tSTATUS")
 	for _, p := range pts {
-		m := headline(p.Workload.Kind)
+		m := results.Headline(p.Workload.Kind)
 		s, ok := p.Summary[m]
 		val, ci, cv := "-", "-", "-"
 		if ok {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/lab"
 )
@@ -24,7 +24,7 @@ func TestRunPlan(t *testing.T) {
 	}
 	stdout, _, code = runCLI(t, "run", "--plan", "-o", "json")
 	var plan struct {
-		Points           []experiment.Point
+		Points           []results.Point
 		Runs             int
 		EstimatedSeconds float64
 	}
@@ -51,7 +51,7 @@ func TestRunSIGINT(t *testing.T) {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		r, err := experiment.Load(out)
+		r, err := results.Load(out)
 		if err == nil && len(r.Points) > 0 && samples(r) > 0 {
 			break
 		}
@@ -67,11 +67,11 @@ func TestRunSIGINT(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != exitInterrupted {
 		t.Errorf("exit %d (%v), want %d; stderr:\n%s", code, err, exitInterrupted, stderr.String())
 	}
-	r, err := experiment.Load(out)
+	r, err := results.Load(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bad := r.Check(); len(bad) > 0 || r.Status != experiment.StatusInterrupted || samples(r) == 0 {
+	if bad := r.Check(); len(bad) > 0 || r.Status != results.StatusInterrupted || samples(r) == 0 {
 		t.Errorf("status %s, %d samples, problems %v", r.Status, samples(r), bad)
 	}
 	if !strings.Contains(stderr.String(), "interrupted") || !strings.Contains(stdout.String(), "results: "+out) {
@@ -82,7 +82,7 @@ func TestRunSIGINT(t *testing.T) {
 	}
 }
 
-func samples(r *experiment.Results) int {
+func samples(r *results.Results) int {
 	n := 0
 	for _, p := range r.Points {
 		n += len(p.Samples)

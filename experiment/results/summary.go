@@ -1,4 +1,4 @@
-package experiment
+package results
 
 import "github.com/cnlab/cnlab/stats"
 

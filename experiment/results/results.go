@@ -1,4 +1,4 @@
-package experiment
+package results
 
 import (
 	"bytes"
@@ -7,19 +7,26 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/plural"
-	"github.com/cnlab/cnlab/profile"
 )
 
 // Schema is the version of results.json; a reader refuses another.
 const Schema = 1
+
+// Backends: where a run's points are measured (Results.Backend).
+const (
+	BackendLab        = "lab"        // namespaces on this machine (the default)
+	BackendKubernetes = "kubernetes" // agent pods on a cluster (package kube)
+)
 
 // Run states.
 const (
@@ -162,15 +169,15 @@ type Sample struct {
 
 // ProfileResult is what the profiled run of a point saw.
 type ProfileResult struct {
-	Metrics  map[string]float64               `json:"metrics,omitempty"` // of the profiled run (not in the samples)
-	Kernel   *profile.Result                  `json:"kernel"`
-	IPTables map[string][]profile.RuleCounter `json:"iptablesCounters,omitempty"` // per host netns
-	Error    string                           `json:"error,omitempty"`
-	Log      string                           `json:"log"`
+	Metrics  map[string]float64       `json:"metrics,omitempty"` // of the profiled run (not in the samples)
+	Kernel   *KernelProfile           `json:"kernel"`
+	IPTables map[string][]RuleCounter `json:"iptablesCounters,omitempty"` // per host netns
+	Error    string                   `json:"error,omitempty"`
+	Log      string                   `json:"log"`
 }
 
-// summarize recomputes a point's summaries from its samples.
-func (p *PointResult) summarize() {
+// Summarize recomputes a point's summaries from its samples.
+func (p *PointResult) Summarize() {
 	by := map[string][]float64{}
 	for _, s := range p.Samples {
 		for k, v := range s.Metrics {
@@ -183,23 +190,31 @@ func (p *PointResult) summarize() {
 	}
 }
 
-// write saves results.json and results.csv atomically.
-func (r *Results) write(dir string) error {
+// Write saves results.json and results.csv into dir, atomically each.
+func (r *Results) Write(dir string) error {
 	if err := files.WriteJSON(filepath.Join(dir, "results.json"), r, true); err != nil {
 		return fmt.Errorf("write results: %w", err)
 	}
 	return r.writeCSV(filepath.Join(dir, "results.csv"))
 }
 
-// csvParams are results.csv's first columns: the point, its parameters
-// and its workload's effective options. Then come the repetition and one
-// column per metric (the union over the run, sorted; empty where a
-// workload has no such metric): one row per sample.
-var csvParams = []string{"point", "sweep", "series", "workload", "topology", "link", "chainLength", "datapath", "hostRouting", "peers",
-	"policies", "policyMode", "mtu", "offloads", "firewallRules", "firewallStateful", "firewallSpread", "shaperRate",
-	"shaperDirection", "switches", "switchLink", "services", "serviceProxy", "serviceBackends", "servicePosition", "socketLB", "l7Mode", "l7Rules", "l7Match", "kind", "flows", "streams", "length", "rate", "zerocopy", "requestSize", "responseSize", "count",
-	"mode", "concurrency", "method", "path", "expect", "repetition",
-	"placement", "network", "clientNode", "serverNode"} // the kubernetes backend's, added last
+// CSVParams are results.csv's first columns: the point, its parameters
+// (Axes) and its workload's effective options, the repetition, then the
+// kubernetes backend's parameters and nodes. Then comes one column per
+// metric (the union over the run, sorted; empty where a workload has no
+// such metric): one row per sample.
+var CSVParams = func() []string {
+	cols := []string{"point", "sweep", "series", "workload"}
+	for _, a := range csvAxes {
+		cols = append(cols, a.Key)
+	}
+	cols = append(cols, "kind", "flows", "streams", "length", "rate", "zerocopy", "requestSize", "responseSize", "count",
+		"mode", "concurrency", "method", "path", "expect", "repetition")
+	for _, a := range csvLastAxes {
+		cols = append(cols, a.Key)
+	}
+	return append(cols, "clientNode", "serverNode")
+}()
 
 func (r *Results) writeCSV(path string) error {
 	metrics := map[string]bool{}
@@ -210,20 +225,25 @@ func (r *Results) writeCSV(path string) error {
 			}
 		}
 	}
-	names := sortedKeys(metrics)
+	names := slices.Sorted(maps.Keys(metrics))
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
-	_ = w.Write(append(append([]string(nil), csvParams...), names...))
+	_ = w.Write(append(append([]string(nil), CSVParams...), names...))
 	itoa := strconv.Itoa
 	btoa := strconv.FormatBool
 	for _, p := range r.Points {
 		q, wl := p.Params, p.Workload
 		for _, s := range p.Samples {
-			row := []string{p.ID, p.Sweep, p.Series, wl.Name(), q.Topology, q.Link, itoa(q.ChainLength), string(q.Datapath), q.HostRouting, q.Peers,
-				itoa(q.Policies), q.PolicyMode, itoa(q.MTU), q.Offloads, itoa(q.FirewallRules), btoa(q.FirewallStateful),
-				btoa(q.FirewallSpread), q.ShaperRate, q.ShaperDirection, itoa(q.Switches), q.SwitchLink, itoa(q.Services), string(q.ServiceProxy), itoa(q.ServiceBackends), q.ServicePosition, btoa(q.SocketLB), q.L7Mode, itoa(q.L7Rules), q.L7Match, wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
-				btoa(wl.Zerocopy), itoa(wl.RequestSize), itoa(wl.ResponseSize), itoa(wl.Count), wl.Mode, itoa(wl.Concurrency), wl.Method, wl.Path, joinInts(wl.Expect), itoa(s.Repetition),
-				q.Placement, q.Network, p.Nodes["client"], p.Nodes["server"]}
+			row := []string{p.ID, p.Sweep, p.Series, wl.Name()}
+			for _, a := range csvAxes {
+				row = append(row, a.Value(q))
+			}
+			row = append(row, wl.Kind, itoa(wl.Flows), itoa(wl.Streams), itoa(wl.Length), wl.Rate,
+				btoa(wl.Zerocopy), itoa(wl.RequestSize), itoa(wl.ResponseSize), itoa(wl.Count), wl.Mode, itoa(wl.Concurrency), wl.Method, wl.Path, JoinInts(wl.Expect), itoa(s.Repetition))
+			for _, a := range csvLastAxes {
+				row = append(row, a.Value(q))
+			}
+			row = append(row, p.Nodes["client"], p.Nodes["server"])
 			for _, k := range names {
 				v, ok := s.Metrics[k]
 				if ok {
@@ -325,4 +345,14 @@ func (r *Results) Check() []string {
 	}
 	sort.Strings(bad)
 	return bad
+}
+
+// JoinInts writes a list of integers as results.csv and the http
+// client's --expect do: "200,403".
+func JoinInts(vs []int) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = strconv.Itoa(v)
+	}
+	return strings.Join(parts, ",")
 }
