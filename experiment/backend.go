@@ -3,8 +3,8 @@ package experiment
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
-	"os/exec"
 	"strings"
 
 	"github.com/cnlab/cnlab/experiment/results"
@@ -26,20 +26,57 @@ const (
 	NetworkHost        = results.NetworkHost
 )
 
-// Backend measures points somewhere other than a lab on this machine:
-// package kube's cluster. The runner calls Deploy when a point needs
-// other endpoints than the last one's, ApplyPolicies when it needs other
-// policies, runs the workloads through Command, and Teardown at the end
-// (also after Ctrl-C, with a fresh context).
-type Backend interface {
-	// Name is recorded in results.json (BackendKubernetes).
-	Name() string
+// backend is where the runner measures a run's points: a lab on this
+// machine (labBackend, lab.go) or a cluster (clusterBackend, cluster.go).
+// Each owns what it has up and in force (the topology, the policies, the
+// Services); the runner asks for a point's and records what each step
+// did in the run's builds.
+type backend interface {
+	// name is results.json's backend (BackendLab, BackendKubernetes).
+	name() string
+	// describe is environment.json's cluster block (nil for a lab).
+	describe(ctx context.Context) (*ClusterInfo, error)
+	// up makes spec, p's topology, the one that runs, replacing the one
+	// up (prev is its build's record, nil for none), and fills b, the new
+	// build's record. An error that wraps errTeardown: the one up could
+	// not be removed and nothing was built (b is not recorded).
+	up(ctx context.Context, spec *topology.Spec, p Params, prev, b *Build) error
+	// policies makes p's policies the ones in force, appending each apply
+	// to b.PolicyApply (nothing when they already were); bi is b's index
+	// in the run's builds.
+	policies(ctx context.Context, p Params, b *Build, bi int) error
+	// services does the same with p's Services (b.ServiceApply) and
+	// returns where the workloads connect: the measured Service's cluster
+	// IP, or the server's address.
+	services(ctx context.Context, p Params, b *Build, bi int) (netip.Addr, error)
+	// sample is where pr's workloads run, connecting to dest (its
+	// processes' host, endpoints, argvs), recording in pr where that is.
+	sample(pr *PointResult, dest netip.Addr) (sampleEnv, error)
+	// down takes what runs down (also after Ctrl-C), recording how long
+	// that took in b (nil: no build was recorded).
+	down(b *Build) error
+}
+
+// Cluster is what a run on a cluster needs of it: package kube's Backend,
+// wired by cmd/cnlab (Options.Backend). The runner deploys one topology
+// at a time, applies its policies and Services, runs the workloads
+// through Exec and calls Teardown at the end (also after Ctrl-C, with a
+// fresh context).
+type Cluster interface {
 	// Describe is environment.json's cluster block: the CNI, kube-proxy
 	// mode and nodes as detected.
 	Describe(ctx context.Context) (*ClusterInfo, error)
-	// Deploy makes spec's endpoints run as p places them (p.Placement,
-	// p.Network), replacing the previous deployment and its policies.
-	Deploy(ctx context.Context, spec *topology.Spec, p Params, progress func(string)) (*Deployed, error)
+	// Deploy makes spec's endpoints run as placement (PlacementSameNode,
+	// PlacementCrossNode; "" for the default) and hostNetwork say,
+	// replacing the previous deployment and its policies.
+	Deploy(ctx context.Context, spec *topology.Spec, placement string, hostNetwork bool, progress func(string)) error
+	// Endpoint is where the deployment runs an endpoint (by ID, ns/name):
+	// its address and node.
+	Endpoint(id string) (ip netip.Addr, node string, ok bool)
+	// Namespaces maps the topology's namespaces to the cluster's.
+	Namespaces() map[string]string
+	// Agent is the path of cnlab's own binary inside the endpoints.
+	Agent() string
 	// ApplyPolicies makes text (policy YAML as a lab gets it, namespaces
 	// of the topology) the deployment's policies.
 	ApplyPolicies(ctx context.Context, text string) error
@@ -47,27 +84,12 @@ type Backend interface {
 	// gets it) the deployment's Services and returns the cluster IP of
 	// measured (an endpoint-style ns/name; "" for none).
 	ApplyServices(ctx context.Context, text, measured string) (netip.Addr, error)
-	// Command is a local command that runs argv in an endpoint (by ID)
-	// and relays its output and exit status; SIGTERM ends it there too.
-	Command(ctx context.Context, endpoint string, argv []string) *exec.Cmd
+	// Exec runs argv in an endpoint and returns when it exits: nil for
+	// status 0, an error with an ExitCode() int method for another. When
+	// ctx ends the command is stopped there before Exec returns.
+	Exec(ctx context.Context, endpoint string, argv []string, stdout, stderr io.Writer) error
 	// Teardown deletes everything the run created.
 	Teardown(ctx context.Context) error
-}
-
-// Deployed is where a backend runs a topology's endpoints.
-type Deployed struct {
-	Endpoints map[string]DeployedEndpoint // by endpoint ID (ns/name)
-	// Namespaces maps the topology's namespaces to the cluster's.
-	Namespaces map[string]string
-	// Agent is the path of cnlab's own binary inside the endpoints.
-	Agent string
-}
-
-// DeployedEndpoint is one endpoint's pod.
-type DeployedEndpoint struct {
-	IP   netip.Addr
-	Node string
-	Pod  string // namespace/name
 }
 
 // setBackend makes the experiment run on backend b: for

@@ -97,8 +97,8 @@ func TestProbeCells(t *testing.T) {
 	}
 	for _, mode := range []string{ModeNoMatch, ModeSelectors, ModeL4Rules} {
 		for _, c := range []struct{ from, to int }{{0, 2}, {2, 0}, {2, 100}, {100, 2}} {
-			ru := &runner{cur: top, inForce: gen(mode, c.from), inForceN: c.from, inForceKnown: true}
-			cells, err := ru.probeCells(gen(mode, c.to), c.to)
+			cb := &clusterBackend{cur: top, inForce: gen(mode, c.from), inForceN: c.from, inForceKnown: true}
+			cells, err := cb.probeCells(gen(mode, c.to), c.to)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,8 +111,8 @@ func TestProbeCells(t *testing.T) {
 			if changed == 0 || cells[0].port != RRPort || !cells[0].allowed {
 				t.Errorf("%s %d -> %d: cells %+v; want the rr port allowed and a cell the apply changes", mode, c.from, c.to, cells)
 			}
-			ru.inForceKnown = false
-			cells, _ = ru.probeCells(gen(mode, c.to), c.to)
+			cb.inForceKnown = false
+			cells, _ = cb.probeCells(gen(mode, c.to), c.to)
 			for _, cell := range cells {
 				if cell.changes {
 					t.Errorf("%s %d -> %d after a failed apply: cell %+v counted as changed", mode, c.from, c.to, cell)
@@ -120,8 +120,8 @@ func TestProbeCells(t *testing.T) {
 			}
 		}
 	}
-	ru := &runner{cur: top, inForceKnown: true}
-	cells, _ := ru.probeCells(gen(ModeTerms, 5), 5)
+	cb := &clusterBackend{cur: top, inForceKnown: true}
+	cells, _ := cb.probeCells(gen(ModeTerms, 5), 5)
 	for _, cell := range cells {
 		if cell.changes || !cell.allowed {
 			t.Errorf("terms: cell %+v; want every port allowed and nothing changed (L3)", cell)

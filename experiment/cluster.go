@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,7 +10,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,39 +28,61 @@ const DefaultEnforceTimeout = 30 * time.Second
 // even): the probe's denied cell when the server is isolated.
 const enforcePort = fillerPort + 1
 
-// ensureDeployment makes the point's endpoints the ones deployed on the
-// backend: a new Deploy when the topology, placement or network change.
-func (ru *runner) ensureDeployment(ctx context.Context, p Params) error {
-	key := labKey(p)
-	if ru.cur != nil && ru.curKey == key {
-		return nil
-	}
-	spec, err := ru.s.labSpec(p, ru.o.LabName)
-	if err != nil {
-		return err
-	}
-	b := Build{Key: key, Params: p, At: time.Now().UTC()}
-	b.Params.Flows, b.Params.Size, b.Params.Zerocopy = 0, 0, false
-	ru.prog.note(fmt.Sprintf("deploying %s on the cluster: %s", ru.o.LabName, describeDeployment(p)))
+// clusterBackend measures on a cluster (Cluster: package kube's
+// Backend): one deployment at a time, its policies checked enforced with
+// real connections before anything is measured.
+type clusterBackend struct {
+	cl             Cluster
+	run            string // the run's name (its lab name)
+	out            string // the results directory, for the probes' logs
+	unenforced     bool
+	enforceTimeout time.Duration
+	note           func(string)
+
+	cur      *topology.Spec   // the topology deployed, if any
+	polSet   bool             // curPol is in force on the cluster
+	curPol   string           // policy text applied
+	inForce  []*policy.Policy // curPol's policies (nil: none, or unknown)
+	inForceN int              // and their Params.Policies
+	// inForceKnown: inForce is what the cluster holds (false after an
+	// apply that failed: the next one is judged but not timed).
+	inForceKnown bool
+	svcSet       bool       // curSvc is installed on the cluster
+	curSvc       string     // Service text installed
+	curVIP       netip.Addr // the measured Service's cluster IP, if any
+	built        bool       // something was deployed (Teardown has work)
+}
+
+func (c *clusterBackend) name() string { return BackendKubernetes }
+
+func (c *clusterBackend) describe(ctx context.Context) (*ClusterInfo, error) {
+	return c.cl.Describe(ctx)
+}
+
+// up makes the point's endpoints the ones deployed on the cluster: a new
+// Deploy replaces the previous one.
+func (c *clusterBackend) up(ctx context.Context, spec *topology.Spec, p Params, _, b *Build) error {
+	c.note(fmt.Sprintf("deploying %s on the cluster: %s", c.run, describeDeployment(p)))
 	t0 := time.Now()
-	dep, err := ru.o.Backend.Deploy(ctx, spec, p, ru.prog.note)
+	c.built = true
+	err := c.cl.Deploy(ctx, spec, p.Placement, p.Network == NetworkHost, c.note)
 	b.UpSeconds = time.Since(t0).Seconds()
 	if err != nil {
 		b.Error = err.Error()
-		ru.r.Builds = append(ru.r.Builds, b)
-		ru.cur, ru.curKey, ru.dep = nil, "", nil
+		c.cur = nil
 		return fmt.Errorf("deploy (%s): %w", describeDeployment(p), err)
 	}
-	b.Namespaces = dep.Namespaces
+	b.Namespaces = c.cl.Namespaces()
 	b.Nodes = map[string]string{}
-	for id, ep := range dep.Endpoints {
-		b.Nodes[id] = ep.Node
+	for _, ep := range spec.Endpoints {
+		if _, node, ok := c.cl.Endpoint(ep.ID()); ok {
+			b.Nodes[ep.ID()] = node
+		}
 	}
-	ru.r.Builds = append(ru.r.Builds, b)
 	// Deploy deleted the run's policies: none is in force.
-	ru.cur, ru.curKey, ru.curBuild, ru.curPol, ru.polSet, ru.dep = spec, key, len(ru.r.Builds)-1, "", false, dep
-	ru.inForce, ru.inForceN, ru.inForceKnown = nil, 0, true
-	ru.curSvc, ru.svcSet, ru.curVIP = "", false, netip.Addr{}
+	c.cur, c.curPol, c.polSet = spec, "", false
+	c.inForce, c.inForceN, c.inForceKnown = nil, 0, true
+	c.curSvc, c.svcSet, c.curVIP = "", false, netip.Addr{}
 	return nil
 }
 
@@ -75,15 +97,15 @@ func describeDeployment(p Params) string {
 	return strings.Join(parts, ", ")
 }
 
-// ensureClusterPolicies applies the point's policies on the cluster and
-// checks, with real connections from the client to the server, that the
-// cluster enforces them as cnlab's model says before anything is
-// measured; the time from the apply to that is recorded. A cluster that
-// does not (a CNI without NetworkPolicy) fails the point, unless the run
-// measures anyway (Options.Unenforced): the mismatch is then recorded.
-func (ru *runner) ensureClusterPolicies(ctx context.Context, p Params) error {
+// policies applies the point's policies on the cluster and checks, with
+// real connections from the client to the server, that the cluster
+// enforces them as cnlab's model says before anything is measured; the
+// time from the apply to that is recorded. A cluster that does not (a CNI
+// without NetworkPolicy) fails the point, unless the run measures anyway
+// (Options.Unenforced): the mismatch is then recorded.
+func (c *clusterBackend) policies(ctx context.Context, p Params, b *Build, bi int) error {
 	text := policyText(p)
-	if ru.polSet && text == ru.curPol {
+	if c.polSet && text == c.curPol {
 		return nil
 	}
 	pols, err := parseGenerated(text)
@@ -91,38 +113,37 @@ func (ru *runner) ensureClusterPolicies(ctx context.Context, p Params) error {
 		return err
 	}
 	a := Apply{Policies: p.Policies, PolicyMode: p.PolicyMode}
-	b := &ru.r.Builds[ru.curBuild]
-	cells, err := ru.probeCells(pols, p.Policies)
+	cells, err := c.probeCells(pols, p.Policies)
 	if err != nil {
 		return err
 	}
 	var ports []int
-	for _, c := range cells {
-		ports = append(ports, c.port)
-		if c.changes {
+	for _, cell := range cells {
+		ports = append(ports, cell.port)
+		if cell.changes {
 			a.ChangedCells++
 		}
 	}
 	// The probe's server runs before the apply begins, so that the time
 	// to enforcement is the cluster's, not the exec that starts it.
-	pb, err := ru.startProbe(ctx, fmt.Sprintf("enforce-b%d-a%d", ru.curBuild, len(b.PolicyApply)), ports)
+	pb, err := c.startProbe(ctx, fmt.Sprintf("enforce-b%d-a%d", bi, len(b.PolicyApply)), ports)
 	if err != nil {
 		return err
 	}
 	defer pb.close()
 	t0 := time.Now()
-	err = ru.o.Backend.ApplyPolicies(ctx, text)
+	err = c.cl.ApplyPolicies(ctx, text)
 	a.Seconds = time.Since(t0).Seconds()
 	if err == nil {
-		err = ru.checkEnforced(ctx, cells, t0, pb, &a)
+		err = c.checkEnforced(ctx, cells, t0, pb, &a)
 	}
 	if err != nil {
 		a.Error = err.Error()
 		// What is in force now is unknown (the apply may have gone
 		// through, or part of it): the next apply is judged, not timed.
-		ru.curPol, ru.polSet, ru.inForce, ru.inForceN, ru.inForceKnown = policyUnknown, false, nil, 0, false
+		c.curPol, c.polSet, c.inForce, c.inForceN, c.inForceKnown = policyUnknown, false, nil, 0, false
 	} else {
-		ru.curPol, ru.polSet, ru.inForce, ru.inForceN, ru.inForceKnown = text, true, pols, p.Policies, true
+		c.curPol, c.polSet, c.inForce, c.inForceN, c.inForceKnown = text, true, pols, p.Policies, true
 	}
 	b.PolicyApply = append(b.PolicyApply, a)
 	if err != nil {
@@ -147,41 +168,41 @@ type probeCell struct {
 // ones in force, the last one's port and the first beyond): only such a
 // connection tells the new policies from the old ones, so a sweep from N
 // to M policies is timed, not passed at once on the old set.
-func (ru *runner) probeCells(pols []*policy.Policy, n int) ([]probeCell, error) {
-	cl, err := ru.cur.Endpoint(topology.DefaultNamespace + "/client")
+func (c *clusterBackend) probeCells(pols []*policy.Policy, n int) ([]probeCell, error) {
+	cl, err := c.cur.Endpoint(topology.DefaultNamespace + "/client")
 	if err != nil {
 		return nil, err
 	}
-	sv, err := ru.cur.Endpoint(topology.DefaultNamespace + "/server")
+	sv, err := c.cur.Endpoint(topology.DefaultNamespace + "/server")
 	if err != nil {
 		return nil, err
 	}
-	before, err := policy.NewModel(ru.cur, ru.inForce)
+	before, err := policy.NewModel(c.cur, c.inForce)
 	if err != nil {
 		return nil, err
 	}
-	after, err := policy.NewModel(ru.cur, pols)
+	after, err := policy.NewModel(c.cur, pols)
 	if err != nil {
 		return nil, err
 	}
 	cell := func(port int) probeCell {
 		was, is := before.Verdict(cl, sv, "tcp", port).Allowed, after.Verdict(cl, sv, "tcp", port).Allowed
-		return probeCell{port: port, allowed: is, changes: was != is && ru.inForceKnown}
+		return probeCell{port: port, allowed: is, changes: was != is && c.inForceKnown}
 	}
 	cells := []probeCell{cell(RRPort), cell(enforcePort)}
 	seen := map[int]bool{RRPort: true, enforcePort: true}
 	var candidates []int
-	for _, k := range []int{ru.inForceN, n} {
+	for _, k := range []int{c.inForceN, n} {
 		candidates = append(candidates, fillerPort+2*max(k-1, 0), fillerPort+2*k)
 	}
 	added := 0
 	for _, port := range candidates {
-		if seen[port] || port > 65535 || added == 2 || !ru.inForceKnown {
+		if seen[port] || port > 65535 || added == 2 || !c.inForceKnown {
 			continue
 		}
 		seen[port] = true
-		if c := cell(port); c.changes {
-			cells = append(cells, c)
+		if pc := cell(port); pc.changes {
+			cells = append(cells, pc)
 			added++
 		}
 	}
@@ -195,11 +216,11 @@ var errNotEnforced = errors.New("the cluster does not enforce the policies as th
 // connects is what the new policies allow, or the enforce timeout. A
 // round in which a probe could not run (an exec that failed) decides
 // nothing.
-func (ru *runner) checkEnforced(ctx context.Context, cells []probeCell, t0 time.Time, pb *probe, a *Apply) error {
+func (c *clusterBackend) checkEnforced(ctx context.Context, cells []probeCell, t0 time.Time, pb *probe, a *Apply) error {
 	logf := pb.log
 	cl, sv := topology.DefaultNamespace+"/client", topology.DefaultNamespace+"/server"
-	svIP := ru.dep.Endpoints[sv].IP
-	timeout := ru.enforceTimeout()
+	svIP, _, _ := c.cl.Endpoint(sv)
+	timeout := c.timeout()
 	deadline := t0.Add(timeout)
 	var last string
 	for {
@@ -212,12 +233,12 @@ func (ru *runner) checkEnforced(ctx context.Context, cells []probeCell, t0 time.
 		results := make([]result, len(cells))
 		var wg sync.WaitGroup
 		var logMu sync.Mutex
-		for i, c := range cells {
+		for i, cell := range cells {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				var buf strings.Builder
-				got, err := pb.connects(ctx, netip.AddrPortFrom(svIP, uint16(c.port)), &buf)
+				got, err := pb.connects(ctx, netip.AddrPortFrom(svIP, uint16(cell.port)), &buf)
 				results[i] = result{got, err}
 				logMu.Lock()
 				io.WriteString(logf, buf.String())
@@ -227,15 +248,15 @@ func (ru *runner) checkEnforced(ctx context.Context, cells []probeCell, t0 time.
 		wg.Wait()
 		var wrong []string
 		var probeErr error
-		for i, c := range cells {
+		for i, cell := range cells {
 			got, err := results[i].got, results[i].err
 			if err != nil {
 				probeErr = err
 				break
 			}
-			if got != c.allowed {
-				wrong = append(wrong, fmt.Sprintf("%s -> %s port %d/tcp %s, the policies %s it", cl, sv, c.port,
-					map[bool]string{true: "connects", false: "does not connect"}[got], map[bool]string{true: "allow", false: "deny"}[c.allowed]))
+			if got != cell.allowed {
+				wrong = append(wrong, fmt.Sprintf("%s -> %s port %d/tcp %s, the policies %s it", cl, sv, cell.port,
+					map[bool]string{true: "connects", false: "does not connect"}[got], map[bool]string{true: "allow", false: "deny"}[cell.allowed]))
 			}
 		}
 		if ctx.Err() != nil {
@@ -268,16 +289,16 @@ func (ru *runner) checkEnforced(ctx context.Context, cells []probeCell, t0 time.
 	no := false
 	a.Enforced, a.Mismatch = &no, last
 	fmt.Fprintf(logf, "not enforced after %v: %s\n", timeout, last)
-	if ru.o.Unenforced {
-		ru.prog.note(fmt.Sprintf("warning: %v after %v (%s); measuring anyway (--unenforced)", errNotEnforced, timeout, last))
+	if c.unenforced {
+		c.note(fmt.Sprintf("warning: %v after %v (%s); measuring anyway (--unenforced)", errNotEnforced, timeout, last))
 		return nil
 	}
 	return fmt.Errorf("%w after %v: %s (does the CNI enforce NetworkPolicy? --unenforced measures anyway)", errNotEnforced, timeout, last)
 }
 
-func (ru *runner) enforceTimeout() time.Duration {
-	if ru.o.EnforceTimeout > 0 {
-		return ru.o.EnforceTimeout
+func (c *clusterBackend) timeout() time.Duration {
+	if c.enforceTimeout > 0 {
+		return c.enforceTimeout
 	}
 	return DefaultEnforceTimeout
 }
@@ -287,7 +308,7 @@ func (ru *runner) enforceTimeout() time.Duration {
 // a connection some middlebox accepts is not taken for one to the server)
 // and its log.
 type probe struct {
-	ru    *runner
+	c     *clusterBackend
 	token string
 	log   *os.File
 	srv   *proc
@@ -295,19 +316,19 @@ type probe struct {
 
 // startProbe opens logs/NAME.log and starts the probe's server on the
 // ports; close stops it and closes the log.
-func (ru *runner) startProbe(ctx context.Context, name string, ports []int) (*probe, error) {
-	logf, err := openLog(ru.o.Out, filepath.Join("logs", name+".log"))
+func (c *clusterBackend) startProbe(ctx context.Context, name string, ports []int) (*probe, error) {
+	logf, err := openLog(c.out, filepath.Join("logs", name+".log"))
 	if err != nil {
 		return nil, err
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	pb := &probe{ru: ru, token: hex.EncodeToString(b[:]), log: logf}
-	argv := []string{ru.dep.Agent, "agent", "serve", "--token", pb.token}
+	pb := &probe{c: c, token: hex.EncodeToString(b[:]), log: logf}
+	argv := []string{c.cl.Agent(), "agent", "serve", "--token", pb.token}
 	for _, p := range ports {
 		argv = append(argv, "--port", strconv.Itoa(p))
 	}
-	e := sampleEnv{be: ru.o.Backend, log: logf}
+	e := sampleEnv{host: podHost{c.cl}, log: logf, listenWait: podListenWait}
 	if pb.srv, err = e.start(ctx, topology.DefaultNamespace+"/server", nil, argv...); err != nil {
 		logf.Close()
 		return nil, err
@@ -326,54 +347,56 @@ func (pb *probe) close() {
 	pb.log.Close()
 }
 
-// ensureClusterServices installs the point's Services on the cluster,
-// replacing the previous point's, waits until the measured one answers
-// from the client (kube-proxy or its replacement programmed it), records
-// both times, and returns where the workloads connect.
-func (ru *runner) ensureClusterServices(ctx context.Context, p Params, server netip.Addr) (netip.Addr, error) {
+// services installs the point's Services on the cluster, replacing the
+// previous point's, waits until the measured one answers from the client
+// (kube-proxy or its replacement programmed it), records both times, and
+// returns where the workloads connect.
+func (c *clusterBackend) services(ctx context.Context, p Params, b *Build, bi int) (netip.Addr, error) {
+	server, _, ok := c.cl.Endpoint(topology.DefaultNamespace + "/server")
+	if _, _, ok2 := c.cl.Endpoint(topology.DefaultNamespace + "/client"); !ok || !ok2 {
+		return netip.Addr{}, errors.New("the deployment has no default/client or default/server")
+	}
 	text := serviceText(p)
-	if ru.svcSet && text == ru.curSvc {
-		return ru.curDest(server), nil
+	if c.svcSet && text == c.curSvc {
+		return dest(c.curVIP, server), nil
 	}
 	measured := ""
 	if p.Services > 0 {
 		measured = topology.DefaultNamespace + "/" + measuredService(p)
 	}
 	a := ServiceApply{Services: p.Services, Backends: p.ServiceBackends}
-	b := &ru.r.Builds[ru.curBuild]
 	var pb *probe
 	if p.Services > 0 {
-		// The probe's server runs before the apply begins (see
-		// ensureClusterPolicies).
+		// The probe's server runs before the apply begins (see policies).
 		var err error
-		if pb, err = ru.startProbe(ctx, fmt.Sprintf("service-b%d-a%d", ru.curBuild, len(b.ServiceApply)), []int{RRPort}); err != nil {
+		if pb, err = c.startProbe(ctx, fmt.Sprintf("service-b%d-a%d", bi, len(b.ServiceApply)), []int{RRPort}); err != nil {
 			return netip.Addr{}, err
 		}
 		defer pb.close()
 	}
 	t0 := time.Now()
-	vip, err := ru.o.Backend.ApplyServices(ctx, text, measured)
+	vip, err := c.cl.ApplyServices(ctx, text, measured)
 	a.Seconds = time.Since(t0).Seconds()
 	if err == nil && p.Services > 0 {
-		err = ru.checkServiceReady(ctx, measured, vip, t0, pb, &a)
+		err = c.checkServiceReady(ctx, measured, vip, t0, pb, &a)
 	}
 	if err != nil {
 		a.Error = err.Error()
 	}
 	b.ServiceApply = append(b.ServiceApply, a)
 	if err != nil {
-		ru.curSvc, ru.svcSet = policyUnknown, false
+		c.curSvc, c.svcSet = policyUnknown, false
 		return netip.Addr{}, fmt.Errorf("install %d Services: %w", p.Services, err)
 	}
-	ru.curSvc, ru.svcSet, ru.curVIP = text, true, vip
-	return ru.curDest(server), nil
+	c.curSvc, c.svcSet, c.curVIP = text, true, vip
+	return dest(vip, server), nil
 }
 
 // checkServiceReady connects from the client to the measured Service's
 // cluster IP on the rr port until the connection is accepted.
-func (ru *runner) checkServiceReady(ctx context.Context, name string, vip netip.Addr, t0 time.Time, pb *probe, a *ServiceApply) error {
+func (c *clusterBackend) checkServiceReady(ctx context.Context, name string, vip netip.Addr, t0 time.Time, pb *probe, a *ServiceApply) error {
 	logf := pb.log
-	timeout := ru.enforceTimeout()
+	timeout := c.timeout()
 	for {
 		ok, err := pb.connects(ctx, netip.AddrPortFrom(vip, RRPort), logf)
 		if ok {
@@ -402,17 +425,16 @@ func (ru *runner) checkServiceReady(ctx context.Context, name string, vip netip.
 // verdict.
 func (pb *probe) connects(ctx context.Context, dst netip.AddrPort, log io.Writer) (bool, error) {
 	from := topology.DefaultNamespace + "/client"
-	cmd := pb.ru.o.Backend.Command(ctx, from, []string{pb.ru.dep.Agent, "agent", "connect", "--to", dst.String(), "--expect", pb.token, "--timeout", "1s"})
-	out, err := cmd.CombinedOutput()
-	fmt.Fprintf(log, "$ [%s] connect %s: %v %s\n", from, dst, exitText(err), strings.TrimSpace(string(out)))
-	var xe *exec.ExitError
-	switch {
+	var out syncBuffer
+	err := pb.c.cl.Exec(ctx, from, []string{pb.c.cl.Agent(), "agent", "connect", "--to", dst.String(), "--expect", pb.token, "--timeout", "1s"}, &out, &out)
+	fmt.Fprintf(log, "$ [%s] connect %s: %v %s\n", from, dst, exitText(err), strings.TrimSpace(out.String()))
+	switch code, ok := exitCode(err); {
 	case err == nil:
 		return true, nil
-	case errors.As(err, &xe) && xe.ExitCode() == ExitNoConnection:
+	case ok && code == ExitNoConnection:
 		return false, nil
 	}
-	return false, fmt.Errorf("connect from %s to %s: %v: %s", from, dst, exitText(err), lastLine(string(out)))
+	return false, fmt.Errorf("connect from %s to %s: %v: %s", from, dst, exitText(err), lastLine(out.String()))
 }
 
 // ExitNoConnection is cnlab agent connect's exit status when the
@@ -420,14 +442,23 @@ func (pb *probe) connects(ctx context.Context, dst netip.AddrPort, log io.Writer
 const ExitNoConnection = 3
 
 func exitText(err error) string {
-	var xe *exec.ExitError
-	switch {
-	case err == nil:
+	if err == nil {
 		return "ok"
-	case errors.As(err, &xe):
-		return "exit " + strconv.Itoa(xe.ExitCode())
+	}
+	if code, ok := exitCode(err); ok {
+		return "exit " + strconv.Itoa(code)
 	}
 	return err.Error()
+}
+
+// exitCode is the exit status of a command that exited non-zero (here or
+// in a pod).
+func exitCode(err error) (int, bool) {
+	var xe interface{ ExitCode() int }
+	if errors.As(err, &xe) {
+		return xe.ExitCode(), true
+	}
+	return 0, false
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -439,51 +470,126 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// clusterJob runs one repetition of a point on the backend.
-func (ru *runner) clusterJob(ctx context.Context, pr *PointResult, j Job) error {
-	if err := ru.ensureDeployment(ctx, pr.Params); err != nil {
-		return labError{err}
-	}
-	if err := ru.ensureClusterPolicies(ctx, pr.Params); err != nil {
-		return err
-	}
-	cl, ok := ru.dep.Endpoints[topology.DefaultNamespace+"/client"]
-	sv, ok2 := ru.dep.Endpoints[topology.DefaultNamespace+"/server"]
+// sample runs the workloads in the client's and server's pods, with the
+// pods' own cnlab.
+func (c *clusterBackend) sample(pr *PointResult, dest netip.Addr) (sampleEnv, error) {
+	cl, sv := topology.DefaultNamespace+"/client", topology.DefaultNamespace+"/server"
+	_, clNode, ok := c.cl.Endpoint(cl)
+	svIP, svNode, ok2 := c.cl.Endpoint(sv)
 	if !ok || !ok2 {
-		return errors.New("the deployment has no default/client or default/server")
+		return sampleEnv{}, errors.New("the deployment has no default/client or default/server")
 	}
-	dest, err := ru.ensureClusterServices(ctx, pr.Params, sv.IP)
-	if err != nil {
-		return err
-	}
-	pr.Nodes = map[string]string{"client": cl.Node, "server": sv.Node}
-	agent := []string{ru.dep.Agent}
-	e := sampleEnv{ep: endpoints{client: topology.DefaultNamespace + "/client", server: topology.DefaultNamespace + "/server", serverIP: sv.IP, dest: dest},
-		warmup: time.Duration(ru.s.Warmup), duration: time.Duration(ru.s.Duration), rr: append(agent, "rr"), cnlab: agent, lab: ru.o.LabName, be: ru.o.Backend,
-		splitNodes: cl.Node != sv.Node}
-	return ru.measure(ctx, pr, j, e)
+	pr.Nodes = map[string]string{"client": clNode, "server": svNode}
+	agent := []string{c.cl.Agent()}
+	return sampleEnv{ep: endpoints{client: cl, server: sv, serverIP: svIP, dest: dest}, rr: append(agent, "rr"), cnlab: agent, lab: c.run,
+		host: podHost{c.cl}, listenWait: podListenWait, nodeCPU: true, splitNodes: clNode != svNode}, nil
 }
 
-// teardownCluster deletes what the run created on the backend, with a
-// context of its own: it runs after Ctrl-C too.
-func (ru *runner) teardownCluster() error {
-	if ru.cur == nil && ru.dep == nil && len(ru.r.Builds) == 0 {
+// down deletes what the run created on the cluster, with a context of
+// its own: it runs after Ctrl-C too.
+func (c *clusterBackend) down(b *Build) error {
+	if !c.built {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	err := ru.o.Backend.Teardown(ctx)
-	if len(ru.r.Builds) > 0 {
-		b := &ru.r.Builds[len(ru.r.Builds)-1]
+	err := c.cl.Teardown(ctx)
+	if b != nil {
 		b.TeardownSecs = time.Since(t0).Seconds()
 		if err != nil {
 			b.Error = "teardown: " + err.Error()
 		}
 	}
-	ru.cur, ru.curKey, ru.dep = nil, "", nil
+	c.cur, c.built = nil, false
 	if err != nil {
-		return fmt.Errorf("%w: delete what run %s created on the cluster: %w (remove it with: cnlab down --backend kubernetes %s)", errTeardown, ru.o.LabName, err, ru.o.LabName)
+		return fmt.Errorf("%w: delete what run %s created on the cluster: %w (remove it with: cnlab down --backend kubernetes %s)", errTeardown, c.run, err, c.run)
 	}
 	return nil
+}
+
+// podListenWait bounds the wait for a server in a pod to listen: an exec
+// per look.
+const podListenWait = 20 * time.Second
+
+// podGrace is how long a command in a pod has to stop: the backend stops
+// it there by another exec.
+const podGrace = 15 * time.Second
+
+// podHost runs processes in a cluster's endpoints (by ID), in this
+// process through the cluster's exec stream.
+type podHost struct{ cl Cluster }
+
+func (h podHost) start(ctx context.Context, where string, argv []string, stdout, stderr io.Writer) (process, error) {
+	if _, _, ok := h.cl.Endpoint(where); !ok {
+		return nil, fmt.Errorf("endpoint %s has no pod (nothing deployed)", where)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	p := &podProc{h: h, where: where, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		p.err = h.cl.Exec(ctx, where, argv, stdout, stderr)
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (h podHost) procStat(ctx context.Context, where string) ([]byte, error) {
+	return h.output(ctx, where, "cat", "/proc/stat")
+}
+
+// output runs argv in where and returns its stdout.
+func (h podHost) output(ctx context.Context, where string, argv ...string) ([]byte, error) {
+	var out bytes.Buffer
+	err := h.cl.Exec(ctx, where, argv, &out, nil)
+	return out.Bytes(), err
+}
+
+// podProc is a command running in a pod.
+type podProc struct {
+	h      podHost
+	where  string
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+func (p *podProc) wait() error {
+	select {
+	case <-p.done:
+		return p.err
+	case <-p.ctx.Done():
+	}
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(podGrace):
+		return fmt.Errorf("not stopped in %s after %v: %w", p.where, podGrace, p.ctx.Err())
+	}
+}
+
+func (p *podProc) stop() {
+	p.cancel()
+	select {
+	case <-p.done:
+	case <-time.After(podGrace):
+	}
+}
+
+func (p *podProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// cpuTime: what it used is not measured from here.
+func (p *podProc) cpuTime() (time.Duration, bool) { return 0, false }
+
+// socketTable reads the endpoint's table (/proc/net is the pod's network
+// namespace), by an exec.
+func (p *podProc) socketTable(ctx context.Context, table string) ([]byte, error) {
+	return p.h.output(ctx, p.where, "cat", "/proc/net/"+table)
 }

@@ -1,19 +1,26 @@
 package experiment
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/profile"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -66,31 +73,62 @@ func chainYAML(p Params) string {
 	return fmt.Sprintf("name: chain\nchain: {length: %d, link: %s%s, functions: [%s]}\n", n, link, sw, strings.Join(fns, ", "))
 }
 
-// ensureLab makes the point's lab the one that is up.
-func (ru *runner) ensureLab(ctx context.Context, p Params) error {
-	key := labKey(p)
-	if ru.cur != nil && ru.curKey == key {
+// checkBackend checks, before a run creates anything, that s was parsed
+// for where o measures (ParseFor), and that a lab's tools are installed.
+func checkBackend(s *Spec, o Options, points []Point) error {
+	switch {
+	case o.Backend != nil && s.Backend != BackendKubernetes:
+		return fmt.Errorf("backend %s given for an experiment parsed for %q (ParseFor)", BackendKubernetes, s.Backend)
+	case o.Backend != nil:
 		return nil
+	case s.Backend != "":
+		return fmt.Errorf("the experiment is set for backend %s, and no backend was given", s.Backend)
 	}
-	if err := ru.teardown(); err != nil {
+	return checkTools(points)
+}
+
+// newBackend is where the run measures: the cluster o.Backend, or a lab
+// on this machine.
+func newBackend(o Options, env *Environment, note func(string)) backend {
+	if o.Backend != nil {
+		return &clusterBackend{cl: o.Backend, run: o.LabName, out: o.Out, unenforced: o.Unenforced, enforceTimeout: o.EnforceTimeout, note: note}
+	}
+	return &labBackend{out: o.Out, env: env, rr: o.RR, note: note}
+}
+
+// labBackend measures in a lab on this machine (package lab): one lab up
+// at a time, its policies and Services replaced point by point.
+type labBackend struct {
+	out     string
+	env     *Environment
+	rr      []string // argv of cnlab's rr command
+	note    func(string)
+	envDone bool // environment.json has the first lab's offloads and MTU
+
+	cur    *topology.Spec // the lab that is up, if any
+	curPol string         // policy text applied to it
+	curSvc string         // Service text installed in it
+	curVIP netip.Addr     // the measured Service's cluster IP, if any
+}
+
+func (l *labBackend) name() string                                   { return BackendLab }
+func (l *labBackend) describe(context.Context) (*ClusterInfo, error) { return nil, nil }
+
+// up takes the lab that is up down and builds spec.
+func (l *labBackend) up(ctx context.Context, spec *topology.Spec, p Params, prev, b *Build) error {
+	if err := l.down(prev); err != nil {
 		return fmt.Errorf("%w: %w", errTeardown, err)
 	}
-	spec, err := ru.s.labSpec(p, ru.o.LabName)
-	if err != nil {
-		return err
-	}
-	b := Build{Key: key, Params: p, At: time.Now().UTC()}
-	b.Params.Flows, b.Params.Size, b.Params.Zerocopy = 0, 0, false
-	ru.prog.note(fmt.Sprintf("building lab %s: %s", spec.Name, describeLab(p)))
+	l.note(fmt.Sprintf("building lab %s: %s", spec.Name, describeLab(p)))
 	t0 := time.Now()
-	err = lab.Up(ctx, spec, lab.UpOptions{})
+	err := lab.Up(ctx, spec, lab.UpOptions{})
 	b.UpSeconds = time.Since(t0).Seconds()
 	b.MTU = spec.MTU
-	if err == nil && !ru.envDone {
-		ru.envDone = true
-		ru.env.Offloads = clientOffloads(spec)
-		ru.env.DefaultMTU = spec.MTU
-		_ = files.WriteJSON(filepath.Join(ru.o.Out, "environment.json"), ru.env, true)
+	if err == nil && !l.envDone {
+		l.envDone = true
+		l.env.Offloads = clientOffloads(spec)
+		l.env.DefaultMTU = spec.MTU
+		_ = files.WriteJSON(filepath.Join(l.out, "environment.json"), l.env, true)
 	}
 	if err == nil && p.Offloads != "" {
 		b.Offloads = p.Offloads
@@ -100,19 +138,39 @@ func (ru *runner) ensureLab(ctx context.Context, p Params) error {
 		// Not this run's lab (another run drew the same name, or a user
 		// took it meanwhile): never tear it down.
 		b.Error = err.Error()
-		ru.r.Builds = append(ru.r.Builds, b)
 		return fmt.Errorf("build lab %s: %w: another run or a user took the name; it is left as it is", spec.Name, err)
 	}
 	if err != nil {
 		b.Error = err.Error()
-		ru.r.Builds = append(ru.r.Builds, b)
 		_ = lab.Down(spec.Name, nil)
 		return fmt.Errorf("build lab (%s): %w", describeLab(p), err)
 	}
-	ru.r.Builds = append(ru.r.Builds, b)
-	ru.cur, ru.curKey, ru.curBuild, ru.curPol = spec, key, len(ru.r.Builds)-1, ""
-	ru.curSvc, ru.curVIP = "", netip.Addr{}
+	l.cur, l.curPol, l.curSvc, l.curVIP = spec, "", "", netip.Addr{}
 	return nil
+}
+
+// sample runs the workloads in the lab's client and server namespaces.
+func (l *labBackend) sample(pr *PointResult, dest netip.Addr) (sampleEnv, error) {
+	cl, err := l.cur.Endpoint("default/client")
+	if err != nil {
+		return sampleEnv{}, err
+	}
+	sv, err := l.cur.Endpoint("default/server")
+	if err != nil {
+		return sampleEnv{}, err
+	}
+	cur := l.cur
+	return sampleEnv{ep: endpoints{client: cl.Netns, server: sv.Netns, serverIP: sv.IP, dest: dest}, rr: l.rr, cnlab: cnlabArgv(l.rr), lab: cur.Name,
+		host: localHost{}, listenWait: 5 * time.Second,
+		settle: func(ctx context.Context, w Workload, log io.Writer) error {
+			if w.Kind != UDPStream {
+				return nil
+			}
+			return settleReassembly(ctx, cur, log)
+		},
+		counters: func(ctx context.Context, p Params, log io.Writer) map[string][]profile.RuleCounter {
+			return labCounters(ctx, cur, p, log)
+		}}, nil
 }
 
 func describeLab(p Params) string {
@@ -159,11 +217,11 @@ func describeLab(p Params) string {
 	return strings.Join(parts, ", ")
 }
 
-// ensurePolicies applies the point's policies to the lab, replacing what
-// the previous point applied, and records how long the update took.
-func (ru *runner) ensurePolicies(ctx context.Context, p Params) error {
+// policies applies the point's policies to the lab, replacing what the
+// previous point applied, and records how long the update took.
+func (l *labBackend) policies(ctx context.Context, p Params, b *Build, _ int) error {
 	text := policyText(p)
-	if text == ru.curPol {
+	if text == l.curPol {
 		return nil
 	}
 	pols, err := parseGenerated(text)
@@ -171,23 +229,22 @@ func (ru *runner) ensurePolicies(ctx context.Context, p Params) error {
 		return err
 	}
 	t0 := time.Now()
-	_, err = lab.Replace(ctx, ru.cur.Name, pols)
+	_, err = lab.Replace(ctx, l.cur.Name, pols)
 	a := Apply{Policies: p.Policies, PolicyMode: p.PolicyMode, L7Mode: p.L7Mode, L7Rules: p.L7Rules, L7Match: p.L7Match, Seconds: time.Since(t0).Seconds()}
 	if err != nil {
 		a.Error = err.Error()
 	}
-	b := &ru.r.Builds[ru.curBuild]
 	b.PolicyApply = append(b.PolicyApply, a)
 	if err != nil {
 		// The datapath may hold part of the new set: the next point must
 		// apply its policies whatever they are.
-		ru.curPol = policyUnknown
+		l.curPol = policyUnknown
 		if p.L7Mode != "" {
 			return fmt.Errorf("apply the L7 policy (%s): %w", l7Label(p), err)
 		}
 		return fmt.Errorf("apply %d %s policies: %w", p.Policies, p.PolicyMode, err)
 	}
-	ru.curPol = text
+	l.curPol = text
 	return nil
 }
 
@@ -202,23 +259,86 @@ func parseGenerated(text string) ([]*policy.Policy, error) {
 // policyUnknown is never a generated policy text.
 const policyUnknown = "\x00unknown"
 
-// teardown takes the current lab down, even after Ctrl-C. A lab that
-// cannot be taken down is an error of the whole run: every later build
-// of the same name would fail.
-func (ru *runner) teardown() error {
-	if ru.o.Backend != nil {
-		return ru.teardownCluster()
-	}
-	if ru.cur == nil {
+// down takes the lab down, recording how long that took in b.
+func (l *labBackend) down(b *Build) error {
+	if l.cur == nil {
 		return nil
 	}
 	t0 := time.Now()
-	err := lab.Down(ru.cur.Name, nil)
-	ru.r.Builds[ru.curBuild].TeardownSecs = time.Since(t0).Seconds()
-	if err != nil {
-		ru.r.Builds[ru.curBuild].Error = "teardown: " + err.Error()
-		return fmt.Errorf("tear down lab %s: %w (remove it with: cnlab down %s)", ru.cur.Name, err, ru.cur.Name)
+	err := lab.Down(l.cur.Name, nil)
+	if b != nil {
+		b.TeardownSecs = time.Since(t0).Seconds()
 	}
-	ru.cur, ru.curKey = nil, ""
+	if err != nil {
+		if b != nil {
+			b.Error = "teardown: " + err.Error()
+		}
+		return fmt.Errorf("tear down lab %s: %w (remove it with: cnlab down %s)", l.cur.Name, err, l.cur.Name)
+	}
+	l.cur = nil
 	return nil
+}
+
+// localHost runs a lab's processes in its namespaces on this machine.
+type localHost struct{}
+
+func (localHost) start(ctx context.Context, ns string, argv []string, stdout, stderr io.Writer) (process, error) {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = localGrace
+	if err := netns.Start(ns, cmd); err != nil {
+		return nil, err
+	}
+	return localProc{cmd}, nil
+}
+
+func (localHost) procStat(context.Context, string) ([]byte, error) { return os.ReadFile("/proc/stat") }
+
+// localGrace is how long a local process has to exit after SIGTERM.
+const localGrace = 3 * time.Second
+
+// localProc is a process in a namespace of this machine.
+type localProc struct{ cmd *exec.Cmd }
+
+func (p localProc) wait() error { return p.cmd.Wait() }
+
+func (p localProc) stop() {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(localGrace):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// exited reports whether a child that was not waited for has exited (a
+// zombie), so a server that fails at once is not waited on for seconds.
+func (p localProc) exited() bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(data, ')')
+	return i < 0 || i+2 >= len(data) || data[i+2] == 'Z'
+}
+
+func (p localProc) cpuTime() (time.Duration, bool) {
+	st := p.cmd.ProcessState
+	if st == nil {
+		return 0, true
+	}
+	return st.UserTime() + st.SystemTime(), true
+}
+
+// socketTable reads the process's namespace's table through
+// /proc/PID/net.
+func (p localProc) socketTable(_ context.Context, table string) ([]byte, error) {
+	return os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", p.cmd.Process.Pid, table))
 }

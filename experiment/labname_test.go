@@ -69,8 +69,9 @@ func TestEnsureLabLeavesAForeignLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ru := &runner{s: s, o: Options{Out: t.TempDir(), LabName: "t-exp-race"}, r: &Results{}, env: &Environment{}, prog: newProgress(nil, false, 1, 0)}
-	err = ru.ensureLab(context.Background(), Params{Topology: "single-host", Datapath: kind.IPTables})
+	o := Options{Out: t.TempDir(), LabName: "t-exp-race"}
+	ru := &runner{s: s, o: o, r: &Results{}, be: newBackend(o, &Environment{}, func(string) {}), prog: newProgress(nil, false, 1, 0)}
+	err = ru.ensureUp(context.Background(), Params{Topology: "single-host", Datapath: kind.IPTables})
 	if !errors.Is(err, lab.ErrAlreadyUp) {
 		t.Errorf("got %v, want the lab reported up already", err)
 	}

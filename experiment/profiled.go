@@ -8,6 +8,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/profile"
+	"github.com/cnlab/cnlab/topology"
 )
 
 // profiled runs a point once more under perf: its samples are kept apart
@@ -21,7 +22,13 @@ func (ru *runner) profiled(ctx context.Context, pr *PointResult, e sampleEnv, lo
 		res.Error = err.Error()
 		return nil // a profile that cannot run does not fail the point
 	}
-	before := ru.counters(ctx, pr.Params, e.log)
+	counters := func() map[string][]profile.RuleCounter {
+		if e.counters == nil {
+			return nil
+		}
+		return e.counters(ctx, pr.Params, e.log)
+	}
+	before := counters()
 	m, werr := runSample(ctx, pr.Workload, e)
 	kres, perr := p.Stop()
 	res.Metrics, res.Kernel = m, kres
@@ -33,25 +40,25 @@ func (ru *runner) profiled(ctx context.Context, pr *PointResult, e sampleEnv, lo
 	}
 	if before != nil {
 		res.IPTables = map[string][]profile.RuleCounter{}
-		for ns, after := range ru.counters(ctx, pr.Params, e.log) {
+		for ns, after := range counters() {
 			res.IPTables[ns] = counterDelta(before[ns], after)
 		}
 	}
 	return nil
 }
 
-// counters reads the iptables rule counters of every namespace of the
+// labCounters reads the iptables rule counters of every namespace of
 // lab that has rules (hosts with the iptables datapath, chain hops with a
 // firewall); nil when there are none.
-func (ru *runner) counters(ctx context.Context, p Params, log io.Writer) map[string][]profile.RuleCounter {
+func labCounters(ctx context.Context, lab *topology.Spec, p Params, log io.Writer) map[string][]profile.RuleCounter {
 	if p.Datapath != kind.IPTables && p.FirewallRules == 0 {
 		return nil
 	}
 	var nss []string
-	for _, h := range ru.cur.Hosts {
+	for _, h := range lab.Hosts {
 		nss = append(nss, h.Netns)
 	}
-	if c := ru.cur.Chain; c != nil {
+	if c := lab.Chain; c != nil {
 		// The firewall is in every namespace of the chain, the ends too.
 		nss = append(nss, c.Segments[0].LeftNetns)
 		for _, n := range c.Nodes {
@@ -61,7 +68,7 @@ func (ru *runner) counters(ctx context.Context, p Params, log io.Writer) map[str
 	}
 	out := map[string][]profile.RuleCounter{}
 	for _, ns := range nss {
-		rc, err := profile.IPTablesCounters(ctx, ns, profile.SaveBinary(ru.cur.IPTables.Backend))
+		rc, err := profile.IPTablesCounters(ctx, ns, profile.SaveBinary(lab.IPTables.Backend))
 		if err != nil {
 			fmt.Fprintf(log, "iptables counters of %s: %v\n", ns, err)
 			continue

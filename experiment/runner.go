@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,8 +19,6 @@ import (
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
-	"github.com/cnlab/cnlab/policy"
-	"github.com/cnlab/cnlab/topology"
 )
 
 // ErrInterrupted is returned by Run when its context ended: the results
@@ -39,7 +36,7 @@ type Options struct {
 	Flags    []string  // the flags that changed the file, recorded (Spec.Override)
 	// Backend measures on a cluster instead of a lab (nil: a lab here);
 	// the Spec must have been parsed for it (ParseFor).
-	Backend Backend
+	Backend Cluster
 	// Unenforced measures a point whose policies the cluster does not
 	// enforce as the model says, recording the mismatch, instead of
 	// failing it; EnforceTimeout bounds the wait (0: the default).
@@ -57,15 +54,8 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 	if err != nil {
 		return nil, err
 	}
-	if o.Backend == nil {
-		if s.Backend != "" {
-			return nil, fmt.Errorf("the experiment is set for backend %s, and no backend was given", s.Backend)
-		}
-		if err := checkTools(points); err != nil {
-			return nil, err
-		}
-	} else if s.Backend != o.Backend.Name() {
-		return nil, fmt.Errorf("backend %s given for an experiment parsed for %q (ParseFor)", o.Backend.Name(), s.Backend)
+	if err := checkBackend(s, o, points); err != nil {
+		return nil, err
 	}
 	if o.Out == "" {
 		return nil, errors.New("no results directory given")
@@ -98,16 +88,12 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 		seed = int64(binary.LittleEndian.Uint64(b[:]) >> 1)
 	}
 	env := CaptureEnvironment()
-	backend := BackendLab
-	if o.Backend != nil {
-		backend = o.Backend.Name()
-		info, err := o.Backend.Describe(ctx)
-		if err != nil {
-			return nil, err
-		}
-		env.Cluster = info
+	var prog *progress
+	be := newBackend(o, env, func(msg string) { prog.note(msg) })
+	if env.Cluster, err = be.describe(ctx); err != nil {
+		return nil, err
 	}
-	r := &Results{Schema: Schema, Cnlab: env.Cnlab, Seed: seed, Lab: o.LabName, Backend: backend, Cluster: env.Cluster, StartedAt: time.Now().UTC(), Status: StatusRunning,
+	r := &Results{Schema: Schema, Cnlab: env.Cnlab, Seed: seed, Lab: o.LabName, Backend: be.name(), Cluster: env.Cluster, StartedAt: time.Now().UTC(), Status: StatusRunning,
 		Experiment: ExperimentInfo{File: s.File, Name: s.Name, Quick: s.IsQuick(), Text: string(text), Spec: &s.Spec, Flags: o.Flags}, Builds: []Build{}}
 	byID := map[string]*PointResult{}
 	for _, p := range points {
@@ -124,8 +110,9 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 	if err := files.WriteJSON(filepath.Join(o.Out, "environment.json"), env, true); err != nil {
 		return nil, err
 	}
-	ru := &runner{s: s, o: o, r: r, env: env, byID: byID, rng: rng, points: points}
-	ru.prog = newProgress(o.Progress, o.Terminal, len(r.Order), time.Duration(s.Warmup+s.Duration))
+	ru := &runner{s: s, o: o, r: r, be: be, byID: byID, rng: rng, points: points}
+	prog = newProgress(o.Progress, o.Terminal, len(r.Order), time.Duration(s.Warmup+s.Duration))
+	ru.prog = prog
 	err = ru.run(ctx)
 	now := time.Now().UTC()
 	r.FinishedAt = &now
@@ -255,7 +242,7 @@ type runner struct {
 	s    *Spec
 	o    Options
 	r    *Results
-	env  *Environment
+	be   backend
 	byID map[string]*PointResult
 	prog *progress
 
@@ -263,21 +250,8 @@ type runner struct {
 	points []Point
 	start  time.Time
 
-	cur      *topology.Spec   // the lab that is up (or deployed on a backend), if any
-	dep      *Deployed        // where the backend runs cur's endpoints
-	polSet   bool             // curPol is in force on the backend
-	inForce  []*policy.Policy // on the backend: curPol's policies (nil: none, or unknown)
-	inForceN int              // and their Params.Policies
-	// inForceKnown: inForce is what the backend holds (false after an
-	// apply that failed: the next one is judged but not timed).
-	inForceKnown bool
-	svcSet       bool // curSvc is installed on the backend
-	curKey       string
-	curBuild     int        // index in r.Builds
-	curPol       string     // policy text applied to it
-	curSvc       string     // Service text installed in it
-	curVIP       netip.Addr // the measured Service's cluster IP, if any
-	envDone      bool
+	curKey   string // labKey of what the backend has up ("" : nothing)
+	curBuild int    // its index in r.Builds
 }
 
 func (ru *runner) run(ctx context.Context) (err error) {
@@ -390,30 +364,65 @@ func (e labError) Unwrap() error        { return e.err }
 
 // job runs one repetition of a point (or its profiled run).
 func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
-	if ru.o.Backend != nil {
-		return ru.clusterJob(ctx, pr, j)
-	}
-	if err := ru.ensureLab(ctx, pr.Params); err != nil {
+	if err := ru.ensureUp(ctx, pr.Params); err != nil {
 		return labError{err}
 	}
-	if err := ru.ensurePolicies(ctx, pr.Params); err != nil {
+	b := &ru.r.Builds[ru.curBuild]
+	if err := ru.be.policies(ctx, pr.Params, b, ru.curBuild); err != nil {
 		return err // this point's policies only: the lab's other points go on
 	}
-	cl, err := ru.cur.Endpoint("default/client")
-	if err != nil {
-		return err
-	}
-	sv, err := ru.cur.Endpoint("default/server")
-	if err != nil {
-		return err
-	}
-	dest, err := ru.ensureServices(ctx, pr.Params, sv.IP)
+	dest, err := ru.be.services(ctx, pr.Params, b, ru.curBuild)
 	if err != nil {
 		return err // this point's Services only
 	}
-	e := sampleEnv{ep: endpoints{client: cl.Netns, server: sv.Netns, serverIP: sv.IP, dest: dest}, warmup: time.Duration(ru.s.Warmup),
-		duration: time.Duration(ru.s.Duration), pin: ru.s.Pin, rr: ru.o.RR, cnlab: cnlabArgv(ru.o.RR), lab: ru.cur.Name}
+	e, err := ru.be.sample(pr, dest)
+	if err != nil {
+		return err
+	}
+	e.warmup, e.duration, e.pin = time.Duration(ru.s.Warmup), time.Duration(ru.s.Duration), ru.s.Pin
 	return ru.measure(ctx, pr, j, e)
+}
+
+// ensureUp makes the point's lab (or deployment) the one that is up,
+// recording the build.
+func (ru *runner) ensureUp(ctx context.Context, p Params) error {
+	key := labKey(p)
+	if ru.curKey == key {
+		return nil
+	}
+	spec, err := ru.s.labSpec(p, ru.o.LabName)
+	if err != nil {
+		return err
+	}
+	var prev *Build
+	if ru.curKey != "" {
+		prev = &ru.r.Builds[ru.curBuild]
+	}
+	ru.curKey = ""
+	b := Build{Key: key, Params: p, At: time.Now().UTC()}
+	b.Params.Flows, b.Params.Size, b.Params.Zerocopy = 0, 0, false
+	err = ru.be.up(ctx, spec, p, prev, &b)
+	if errors.Is(err, errTeardown) {
+		return err
+	}
+	ru.r.Builds = append(ru.r.Builds, b)
+	if err != nil {
+		return err
+	}
+	ru.curKey, ru.curBuild = key, len(ru.r.Builds)-1
+	return nil
+}
+
+// teardown takes down what the backend has up, even after Ctrl-C. What
+// cannot be taken down is an error of the whole run: every later build
+// of the same name would fail.
+func (ru *runner) teardown() error {
+	var last *Build
+	if n := len(ru.r.Builds); n > 0 {
+		last = &ru.r.Builds[n-1]
+	}
+	ru.curKey = ""
+	return ru.be.down(last)
 }
 
 // measure runs one repetition of a point (or its profiled run) where e
@@ -433,8 +442,8 @@ func (ru *runner) measure(ctx context.Context, pr *PointResult, j Job, e sampleE
 	if j.Repetition < 0 {
 		return ru.profiled(ctx, pr, e, logName)
 	}
-	if pr.Workload.Kind == UDPStream && e.be == nil {
-		if err := settleReassembly(ctx, ru.cur, logf); err != nil {
+	if e.settle != nil {
+		if err := e.settle(ctx, pr.Workload, logf); err != nil {
 			return err
 		}
 	}

@@ -112,53 +112,55 @@ func serviceText(p Params) string {
 	return b.String()
 }
 
-// ensureServices installs the point's Services in the lab, replacing what
-// the previous point installed, records how long that took, and returns
-// the address the workloads (but ping) connect to: the measured Service's
+// services installs the point's Services in the lab, replacing what the
+// previous point installed, records how long that took, and returns the
+// address the workloads (but ping) connect to: the measured Service's
 // cluster IP, or the server's address without Services.
-func (ru *runner) ensureServices(ctx context.Context, p Params, server netip.Addr) (netip.Addr, error) {
+func (l *labBackend) services(ctx context.Context, p Params, b *Build, _ int) (netip.Addr, error) {
+	sv, err := l.cur.Endpoint(topology.DefaultNamespace + "/server")
+	if err != nil {
+		return netip.Addr{}, err
+	}
 	text := serviceText(p)
-	if text == ru.curSvc {
-		return ru.curDest(server), nil
+	if text == l.curSvc {
+		return dest(l.curVIP, sv.IP), nil
 	}
 	a := ServiceApply{Services: p.Services, Backends: p.ServiceBackends}
 	var ch *lab.ServiceChange
 	var svcs []*service.Service
 	var sls []*service.Slice
-	var err error
 	if text != "" {
 		svcs, sls, err = service.Parse([]byte(text), "generated Services")
 	}
 	if err == nil {
 		t0 := time.Now()
-		ch, err = lab.ReplaceServices(ctx, ru.cur.Name, svcs, sls)
+		ch, err = lab.ReplaceServices(ctx, l.cur.Name, svcs, sls)
 		a.Seconds = time.Since(t0).Seconds()
 	}
 	if err != nil {
 		a.Error = err.Error()
 	}
-	b := &ru.r.Builds[ru.curBuild]
 	b.ServiceApply = append(b.ServiceApply, a)
 	if err != nil {
-		ru.curSvc = policyUnknown // the hosts may hold part of it
+		l.curSvc = policyUnknown // the hosts may hold part of it
 		return netip.Addr{}, fmt.Errorf("install %d Services: %w", p.Services, err)
 	}
-	ru.curSvc, ru.curVIP = text, netip.Addr{}
+	l.curSvc, l.curVIP = text, netip.Addr{}
 	if p.Services > 0 {
 		key := topology.DefaultNamespace + "/" + measuredService(p)
 		vip, ok := ch.Resolved.VIP[key]
 		if !ok {
 			return netip.Addr{}, fmt.Errorf("install %d Services: %s got no cluster IP", p.Services, key)
 		}
-		ru.curVIP = vip
+		l.curVIP = vip
 	}
-	return ru.curDest(server), nil
+	return dest(l.curVIP, sv.IP), nil
 }
 
-// curDest is where the workloads connect: the measured Service, if any.
-func (ru *runner) curDest(server netip.Addr) netip.Addr {
-	if ru.curVIP.IsValid() {
-		return ru.curVIP
+// dest is where the workloads connect: the measured Service, if any.
+func dest(vip, server netip.Addr) netip.Addr {
+	if vip.IsValid() {
+		return vip
 	}
 	return server
 }

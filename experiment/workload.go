@@ -9,17 +9,14 @@ import (
 	"io"
 	"math"
 	"net/netip"
-	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/plural"
+	"github.com/cnlab/cnlab/profile"
 	"github.com/cnlab/cnlab/stats"
 	"github.com/cnlab/cnlab/traffic"
 )
@@ -42,24 +39,54 @@ type sampleEnv struct {
 	cnlab    []string // argv of cnlab itself (rr's without "rr"), for cnlab http
 	lab      string   // the lab's name, to find its L7 proxies
 	log      io.Writer
-	// be runs the processes when the endpoints are not this machine's
-	// namespaces (client and server are then endpoint IDs); splitNodes:
-	// the server's node is another than the client's.
-	be         Backend
-	splitNodes bool
+	// host runs the processes where client and server are: namespaces of
+	// this machine, or a cluster's endpoints (by ID).
+	host host
+	// listenWait bounds the wait for a server to listen.
+	listenWait time.Duration
+	// nodeCPU: the CPU's busy share is measured on the endpoints' nodes
+	// around the clients only (the client's node, and the server's when
+	// splitNodes: another node), not on this machine over the whole
+	// sample.
+	nodeCPU, splitNodes bool
+	// settle, when set, runs before a sample (the lab's reassembly
+	// memory drains before a UDP stream); counters, when set, reads the
+	// iptables rule counters a profiled run records.
+	settle   func(ctx context.Context, w Workload, log io.Writer) error
+	counters func(ctx context.Context, p Params, log io.Writer) map[string][]profile.RuleCounter
 }
 
-// proc is a measuring process started inside a namespace.
+// host runs a sample's processes.
+type host interface {
+	// start runs argv in where (a namespace, an endpoint), writing its
+	// output to stdout and stderr; it is stopped when ctx ends.
+	start(ctx context.Context, where string, argv []string, stdout, stderr io.Writer) (process, error)
+	// procStat is /proc/stat of where's machine (not namespaced).
+	procStat(ctx context.Context, where string) ([]byte, error)
+}
+
+// process is a running measuring process.
+type process interface {
+	// wait waits for it to exit: nil for status 0, an error with an
+	// ExitCode() int method for another.
+	wait() error
+	// stop ends it: SIGTERM, then SIGKILL after a grace period.
+	stop()
+	// exited reports whether it has exited (before it was waited for).
+	exited() bool
+	// cpuTime is the CPU time it used, once waited for, when it ran here.
+	cpuTime() (time.Duration, bool)
+	// socketTable is its network namespace's /proc/net table (tcp, udp6...).
+	socketTable(ctx context.Context, table string) ([]byte, error)
+}
+
+// proc is a measuring process started inside a namespace (or endpoint).
 type proc struct {
-	cmd  *exec.Cmd
+	run  process
 	out  syncBuffer
 	errb syncBuffer
 	t0   time.Time
-	// where is the process's endpoint when a backend runs it (remote):
-	// cmd is then the local relay, whose CPU time is not the process's.
-	where  string
-	remote bool
-	prog   string // argv[0] of the measuring process
+	prog string // argv[0] of the measuring process
 }
 
 // syncBuffer is a bytes.Buffer that can be read while the process writes.
@@ -88,37 +115,16 @@ func (s *syncBuffer) Len() int {
 	return s.b.Len()
 }
 
-// start runs argv inside ns (an endpoint, when a backend runs it),
-// pinned to cpu when set. The process is killed when ctx ends.
+// start runs argv inside ns (an endpoint, when a cluster runs it),
+// pinned to cpu when set. The process is stopped when ctx ends.
 func (e sampleEnv) start(ctx context.Context, ns string, cpu *int, argv ...string) (*proc, error) {
-	return startIn(ctx, e.be, ns, cpu, e.log, argv...)
-}
-
-func startIn(ctx context.Context, be Backend, ns string, cpu *int, log io.Writer, argv ...string) (*proc, error) {
 	if cpu != nil {
 		argv = append([]string{"taskset", "-c", strconv.Itoa(*cpu)}, argv...)
 	}
-	fmt.Fprintf(log, "$ [%s] %s\n", ns, strings.Join(argv, " "))
-	p := &proc{where: ns, remote: be != nil, prog: argv[0]}
-	if be != nil {
-		p.cmd = be.Command(ctx, ns, argv)
-	} else {
-		p.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
-	}
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errb
-	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(syscall.SIGTERM) }
-	p.cmd.WaitDelay = 3 * time.Second
-	if be != nil {
-		p.cmd.WaitDelay = 15 * time.Second // the relay stops the process there by another exec
-	}
-	p.t0 = time.Now()
+	fmt.Fprintf(e.log, "$ [%s] %s\n", ns, strings.Join(argv, " "))
+	p := &proc{prog: argv[0], t0: time.Now()}
 	var err error
-	if be != nil {
-		err = p.cmd.Start()
-	} else {
-		err = netns.Start(ns, p.cmd)
-	}
-	if err != nil {
+	if p.run, err = e.host.start(ctx, ns, argv, &p.out, &p.errb); err != nil {
 		return nil, fmt.Errorf("start %s in %s: %w", argv[0], ns, err)
 	}
 	return p, nil
@@ -126,7 +132,7 @@ func startIn(ctx context.Context, be Backend, ns string, cpu *int, log io.Writer
 
 // wait waits for the process and logs its output.
 func (p *proc) wait(log io.Writer) error {
-	err := p.cmd.Wait()
+	err := p.run.wait()
 	p.dump(log)
 	return err
 }
@@ -142,63 +148,38 @@ func (p *proc) dump(log io.Writer) {
 
 // stop ends a server: SIGTERM, then SIGKILL after a grace period.
 func (p *proc) stop(log io.Writer) {
-	if p.cmd.ProcessState == nil {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.cmd.Wait(); close(done) }()
-		grace := 3 * time.Second
-		if p.remote {
-			grace = 15 * time.Second // the relay stops the process there by another exec
-		}
-		select {
-		case <-done:
-		case <-time.After(grace):
-			_ = p.cmd.Process.Kill()
-			<-done
-		}
-	}
+	p.run.stop()
 	p.dump(log)
 }
 
 // cpuPercent is the CPU time a finished process used, in percent of one
-// core over its lifetime.
+// core over its lifetime (0 when it ran elsewhere).
 func (p *proc) cpuPercent() float64 {
-	st := p.cmd.ProcessState
-	if st == nil {
+	t, ok := p.run.cpuTime()
+	if !ok {
 		return 0
 	}
 	wall := time.Since(p.t0)
-	return 100 * (st.UserTime() + st.SystemTime()).Seconds() / wall.Seconds()
+	return 100 * t.Seconds() / wall.Seconds()
 }
 
 // waitListening waits until the process listens on port (TCP or UDP),
-// reading its namespace's socket tables through /proc/PID/net (a remote
-// process's endpoint's through /proc/net, read there).
+// reading its namespace's socket tables.
 func (e sampleEnv) waitListening(ctx context.Context, p *proc, port int, udp bool) error {
 	file := "tcp"
 	if udp {
 		file = "udp"
 	}
-	limit := 5 * time.Second
-	if p.remote {
-		limit = 20 * time.Second // an exec per look
-	}
+	limit := e.listenWait
 	deadline := time.Now().Add(limit)
 	for {
 		// Exited first: a server that could not bind exits, and the port
 		// may be held by another (an orphan of an earlier point).
-		if exited(p.cmd.Process.Pid) {
+		if p.run.exited() {
 			return fmt.Errorf("%s exited before it listened on port %d: %s", p.name(), port, strings.TrimSpace(p.errb.String()))
 		}
 		for _, table := range []string{file, file + "6"} { // iperf3 listens on a dual-stack IPv6 socket
-			var data []byte
-			var err error
-			if p.remote {
-				cmd := e.be.Command(ctx, p.where, []string{"cat", "/proc/net/" + table})
-				data, err = cmd.Output()
-			} else {
-				data, err = os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", p.cmd.Process.Pid, table))
-			}
+			data, err := p.run.socketTable(ctx, table)
 			if err == nil && listens(data, port, udp) {
 				return nil
 			}
@@ -232,31 +213,14 @@ func listens(table []byte, port int, udp bool) bool {
 	return false
 }
 
-// name is the program the process runs (not a backend's relay).
+// name is the program the process runs.
 func (p *proc) name() string { return p.prog }
 
-// exited reports whether a child that was not waited for has exited (a
-// zombie), so a server that fails at once is not waited on for seconds.
-func exited(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(data, ')')
-	return i < 0 || i+2 >= len(data) || data[i+2] == 'Z'
-}
-
 // cpuTimes reads the machine's busy and total jiffies from /proc/stat:
-// this machine's, or, when a backend runs the endpoints, the node's of
-// endpoint where (/proc/stat is not namespaced). 0, 0 when it cannot.
+// where's machine (this one for a namespace, the node of an endpoint on a
+// cluster). 0, 0 when it cannot.
 func (e sampleEnv) cpuTimes(ctx context.Context, where string) (busy, total float64) {
-	var data []byte
-	var err error
-	if e.be != nil {
-		data, err = e.be.Command(ctx, where, []string{"cat", "/proc/stat"}).Output()
-	} else {
-		data, err = os.ReadFile("/proc/stat")
-	}
+	data, err := e.host.procStat(ctx, where)
 	if err != nil {
 		return 0, 0
 	}
@@ -286,9 +250,9 @@ type cpuWindow struct {
 	b0, t0 [2]float64
 }
 
-// clientCPU starts the window (nil without a backend: runSample measures).
+// clientCPU starts the window (nil unless nodeCPU: runSample measures).
 func (e sampleEnv) clientCPU(ctx context.Context) *cpuWindow {
-	if e.be == nil {
+	if !e.nodeCPU {
 		return nil
 	}
 	w := &cpuWindow{e: e}
@@ -318,8 +282,8 @@ func (w *cpuWindow) end(ctx context.Context, m map[string]float64) {
 // runSample runs one workload once and returns its metrics.
 func runSample(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
 	var b0, t0 float64
-	if e.be == nil {
-		b0, t0 = e.cpuTimes(ctx, "")
+	if !e.nodeCPU {
+		b0, t0 = e.cpuTimes(ctx, e.ep.client)
 	}
 	var m map[string]float64
 	var err error
@@ -338,8 +302,8 @@ func runSample(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 	if err != nil {
 		return nil, err
 	}
-	if e.be == nil && t0 > 0 {
-		if b1, t1 := e.cpuTimes(ctx, ""); t1 > t0 {
+	if !e.nodeCPU && t0 > 0 {
+		if b1, t1 := e.cpuTimes(ctx, e.ep.client); t1 > t0 {
 			m["system_cpu_pct"] = 100 * (b1 - b0) / (t1 - t0)
 		}
 	}
@@ -484,7 +448,7 @@ func runRR(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, er
 		"latency_p99_us":     l.P99,
 		"latency_p999_us":    l.P999,
 	}
-	if !cli.remote { // a backend's relay is not the client
+	if _, ok := cli.run.cpuTime(); ok { // not when it ran in a pod
 		m["client_cpu_pct"] = cli.cpuPercent()
 	}
 	cpu.end(ctx, m)

@@ -2,62 +2,80 @@ package kube
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
-	"os/exec"
 	"strings"
-	"syscall"
+	"time"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/topology"
 )
 
-// Backend is the experiment runner's kubernetes backend: a run's points on
-// a cluster (experiment.Backend).
+// Backend is a run's points on a cluster: what the experiment runner
+// needs of one (experiment.Cluster, wired by cmd/cnlab). It deploys one
+// topology at a time; its commands run in this process through the exec
+// stream.
 type Backend struct {
 	C   *Client
 	Run string // the run's name (its lab name): namespaces cnlab-RUN-NS
 	// Self is cnlab's own binary: streamed into the agent pods, and run
-	// here as the relay of every command (cnlab agent exec).
+	// here as the reaper that stops the commands in the pods when this
+	// process dies without stopping them ("" : no reaper).
 	Self string
 	dep  *Deployment
+	reap reaper
 }
 
-var _ experiment.Backend = (*Backend)(nil)
-
-// Name is experiment.BackendKubernetes.
-func (b *Backend) Name() string { return experiment.BackendKubernetes }
-
 // Describe detects the cluster's CNI, kube-proxy mode and nodes.
-func (b *Backend) Describe(ctx context.Context) (*experiment.ClusterInfo, error) {
+func (b *Backend) Describe(ctx context.Context) (*results.ClusterInfo, error) {
 	return b.C.Detect(ctx)
 }
 
-// Deploy places spec's endpoints on nodes as p says and runs them as
-// agent pods.
-func (b *Backend) Deploy(ctx context.Context, spec *topology.Spec, p experiment.Params, progress func(string)) (*experiment.Deployed, error) {
-	placement := ""
-	switch p.Placement {
-	case experiment.PlacementSameNode:
-		placement = SameNode
-	case experiment.PlacementCrossNode:
-		placement = CrossNode
-	}
+// Deploy places spec's endpoints on nodes as placement says (SameNode,
+// CrossNode) and runs them as agent pods, in the node's network with
+// hostNetwork, replacing the previous deployment and its policies.
+func (b *Backend) Deploy(ctx context.Context, spec *topology.Spec, placement string, hostNetwork bool, progress func(string)) error {
+	b.dep = nil
 	nodes, err := b.C.EndpointNodes(ctx, spec, placement)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	d, err := b.C.Deploy(ctx, b.Run, spec, Placement{Nodes: nodes, HostNetwork: p.Network == experiment.NetworkHost}, b.Self, progress)
+	d, err := b.C.Deploy(ctx, b.Run, spec, Placement{Nodes: nodes, HostNetwork: hostNetwork}, b.Self, progress)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	b.dep = d
-	out := &experiment.Deployed{Endpoints: map[string]experiment.DeployedEndpoint{}, Namespaces: d.Namespaces, Agent: d.Agent}
-	for id, pod := range d.Pods {
-		out.Endpoints[id] = experiment.DeployedEndpoint{IP: pod.IP, Node: pod.Node, Pod: pod.Namespace + "/" + pod.Name}
+	return nil
+}
+
+// Endpoint is where an endpoint (by ID, ns/name) of the deployment runs:
+// its pod's address and node.
+func (b *Backend) Endpoint(id string) (ip netip.Addr, node string, ok bool) {
+	if b.dep == nil {
+		return netip.Addr{}, "", false
 	}
-	return out, nil
+	pod, ok := b.dep.Pods[id]
+	return pod.IP, pod.Node, ok
+}
+
+// Namespaces maps the deployment's topology namespaces to the cluster's.
+func (b *Backend) Namespaces() map[string]string {
+	if b.dep == nil {
+		return nil
+	}
+	return b.dep.Namespaces
+}
+
+// Agent is the path of cnlab's own binary inside the deployment's pods.
+func (b *Backend) Agent() string {
+	if b.dep == nil {
+		return ""
+	}
+	return b.dep.Agent
 }
 
 // ApplyPolicies rewrites text for the run's namespaces and applies it.
@@ -95,41 +113,55 @@ func (b *Backend) ApplyServices(ctx context.Context, text, measured string) (net
 	return vip, nil
 }
 
-// Command is `cnlab agent exec` relaying argv into the endpoint's pod.
-func (b *Backend) Command(ctx context.Context, endpoint string, argv []string) *exec.Cmd {
+// StopTimeout bounds the exec that stops a command in its pod.
+const StopTimeout = 10 * time.Second
+
+// Exec runs argv in an endpoint's pod (no TTY) in this process, streaming
+// its output to stdout and stderr, and returns when it exits: nil for exit
+// status 0, an *ExitError for another. The command writes its PID to a
+// file in the pod first (WrapCommand), so that whatever the container
+// runtime does with a closed exec stream, it is stopped there (SIGTERM,
+// then SIGKILL: StopCommand, by a second exec) when ctx ends or the
+// stream breaks, before Exec returns ctx's error; and, with Self, by the
+// reaper when this process dies first (kill -9).
+func (b *Backend) Exec(ctx context.Context, endpoint string, argv []string, stdout, stderr io.Writer) error {
 	var pod Pod
 	ok := false
 	if b.dep != nil {
 		pod, ok = b.dep.Pods[endpoint]
 	}
 	if !ok {
-		cmd := exec.CommandContext(ctx, b.Self)
-		cmd.Err = fmt.Errorf("endpoint %s has no pod (nothing deployed)", endpoint)
-		return cmd
+		return fmt.Errorf("endpoint %s has no pod (nothing deployed)", endpoint)
 	}
-	args := RelayArgs(b.C.Config, pod.Namespace, pod.Name, argv)
-	cmd := exec.CommandContext(ctx, b.Self, args...)
-	// A run killed with -9 cannot stop its relays: the kernel tells them
-	// (SIGTERM), and each stops its command in the pod.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	return cmd
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	pidfile := "cnlab-exec-" + hex.EncodeToString(r[:]) + ".pid"
+	if b.Self != "" {
+		if err := b.reap.add(b.Self, b.C.Config, pod.Namespace, pod.Name, pidfile); err != nil {
+			return err
+		}
+		defer b.reap.done(pidfile)
+	}
+	err := b.C.Exec(ctx, pod.Namespace, pod.Name, WrapCommand(pidfile, argv), nil, stdout, stderr)
+	var xe *ExitError
+	if err != nil && !errors.As(err, &xe) {
+		// Stopped, or the stream broke (an API server or kubelet
+		// restart): the command may still run there.
+		sctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+		_ = b.C.Exec(sctx, pod.Namespace, pod.Name, StopCommand(pidfile), nil, nil, nil)
+		cancel()
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
-// RelayArgs are the arguments of `cnlab agent exec` running argv in a pod.
-func RelayArgs(c Config, ns, pod string, argv []string) []string {
-	args := []string{"agent", "exec", "--namespace", ns, "--pod", pod}
-	if c.Kubeconfig != "" {
-		args = append(args, "--kubeconfig", c.Kubeconfig)
-	}
-	if c.Context != "" {
-		args = append(args, "--context", c.Context)
-	}
-	return append(append(args, "--"), argv...)
-}
-
-// Teardown deletes the run's namespaces and waits until they are gone.
+// Teardown deletes the run's namespaces and waits until they are gone;
+// the reaper, with no command left to stop, ends.
 func (b *Backend) Teardown(ctx context.Context) error {
 	_, err := b.C.Down(ctx, b.Run, true)
 	b.dep = nil
+	b.reap.close()
 	return err
 }

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"sort"
 	"testing"
@@ -12,12 +13,16 @@ import (
 )
 
 // BenchmarkExec measures what running one command in an agent pod costs
-// on the kwok control plane (tools/k8stest): Client.Exec in process, and
-// the relay (`cnlab agent exec`, a process of its own, as the workloads
-// run), each running `true`. It reports the median and the 10th and 90th
-// percentiles of b.N round trips (BENCHMARKS.md).
+// on the kwok control plane (tools/k8stest), each running `true`:
+// Client.Exec in process (exec), and Backend.Exec, as the workloads run
+// (command: in process, with the PID file's wrapper and the reaper told).
+// With CNLAB_RELAY_BIN naming a cnlab built before commands ran in
+// process, it also measures that binary's relay (`cnlab agent exec`, a
+// process of its own per command): the path this one replaced, side by
+// side. It reports the median and the 10th and 90th percentiles of b.N
+// round trips (BENCHMARKS.md).
 //
-//	CI=true go test -run '^$' -bench Exec -benchtime 50x -count 3 ./kube
+//	CI=true go test -run '^$' -bench Exec -benchtime 50x -count 5 ./kube
 func BenchmarkExec(b *testing.B) {
 	c := k8stest.Start(b, k8stest.Options{Nodes: 1})
 	bin := buildCnlab(b)
@@ -56,7 +61,12 @@ func BenchmarkExec(b *testing.B) {
 	}
 	b.ResetTimer()
 	report("exec", func() error { return cl.Exec(ctx, p.Namespace, p.Name, []string{"true"}, nil, nil, nil) })
-	report("relay", func() error {
-		return exec.Command(bin, RelayArgs(cl.Config, p.Namespace, p.Name, []string{"true"})...).Run()
-	})
+	be := &Backend{C: cl, Run: "bench", Self: bin, dep: d}
+	defer be.reap.close()
+	report("command", func() error { return be.Exec(ctx, "default/client", []string{"true"}, nil, nil) })
+	if old := os.Getenv("CNLAB_RELAY_BIN"); old != "" {
+		report("relay", func() error {
+			return exec.Command(old, "agent", "exec", "--namespace", p.Namespace, "--pod", p.Name, "--kubeconfig", c.Kubeconfig, "--", "true").Run()
+		})
+	}
 }

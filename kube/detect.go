@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,10 +16,10 @@ import (
 )
 
 // Info is what a run records about the cluster it measured.
-type Info = experiment.ClusterInfo
+type Info = results.ClusterInfo
 
 // NodeInfo is a node's system info as the kubelet reports it.
-type NodeInfo = experiment.NodeInfo
+type NodeInfo = results.NodeInfo
 
 // cnis maps a DaemonSet's name or image to the CNI it runs, most
 // specific first.

@@ -27,6 +27,9 @@ func (e *ExitError) Error() string {
 	return fmt.Sprintf("exit status %d", e.Code)
 }
 
+// ExitCode is the command's exit status (as exec.ExitError's).
+func (e *ExitError) ExitCode() int { return e.Code }
+
 // kwokExit is how kwok reports a local command's non-zero exit ("Internal
 // error occurred: ... exit status 3"), where a kubelet returns a
 // CodeExitError.

@@ -251,7 +251,8 @@ func TestInterruptAndCrashOnControlPlane(t *testing.T) {
 		t.Errorf("%d namespaces of the interrupted run left", n)
 	}
 	// kwok leaves a process started by exec running when its stream
-	// closes: the relays stopped them in the pods before the run ended.
+	// closes: the run stopped them in the pods (by another exec) before
+	// it ended.
 	if o, err := exec.Command("pgrep", "-af", "kwok/tmp/cnlab-[0-9a-f]+/cnlab (rr|agent)").Output(); err == nil {
 		t.Errorf("processes of the interrupted run left in its pods:\n%s", o)
 	}
@@ -262,11 +263,11 @@ func TestInterruptAndCrashOnControlPlane(t *testing.T) {
 	if n := runNamespaces("xp-crash"); n != 1 {
 		t.Fatalf("after kill -9: %d namespaces of the run, want its 1 left behind\n%s", n, b.String())
 	}
-	// The relays, told by the kernel that the run died, stopped their
-	// commands in the pods.
+	// The run's reaper, whose stdin closed when the run died, stopped its
+	// commands in the pods, and ended.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		o, err := exec.Command("pgrep", "-af", "cnlab agent exec|kwok/tmp/cnlab-[0-9a-f]+/cnlab (rr|agent)").Output()
+		o, err := exec.Command("pgrep", "-af", "cnlab agent reap|kwok/tmp/cnlab-[0-9a-f]+/cnlab (rr|agent)").Output()
 		if err != nil {
 			break
 		}

@@ -413,9 +413,9 @@ func TestParseNodesAndNames(t *testing.T) {
 	}
 }
 
-func TestRelayArgs(t *testing.T) {
-	got := RelayArgs(Config{Kubeconfig: "/k", Context: "c"}, "ns", "p", []string{"iperf3", "-s"})
-	want := []string{"agent", "exec", "--namespace", "ns", "--pod", "p", "--kubeconfig", "/k", "--context", "c", "--", "iperf3", "-s"}
+func TestReapArgs(t *testing.T) {
+	got := ReapArgs(Config{Kubeconfig: "/k", Context: "c"})
+	want := []string{"agent", "reap", "--kubeconfig", "/k", "--context", "c"}
 	if !slices.Equal(got, want) {
 		t.Errorf("%v, want %v", got, want)
 	}

@@ -4,16 +4,12 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/cnlab/cnlab/experiment"
@@ -21,72 +17,45 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// newAgentCmd holds what the kubernetes backend runs: `agent exec` here,
-// relaying a workload into an agent pod, and `agent connect` there, the
-// enforcement probe's connection. Hidden: users run `cnlab run --backend
-// kubernetes`.
+// newAgentCmd holds what the kubernetes backend runs: `agent connect`
+// and `agent serve` in the agent pods (the enforcement probe), and `agent
+// reap` here, beside a run, stopping its commands in the pods if the run
+// dies first. Hidden: users run `cnlab run --backend kubernetes`.
 func newAgentCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:    "agent",
 		Short:  "What the kubernetes backend runs (internal)",
 		Hidden: true,
 	}
-	cmd.AddCommand(newAgentExecCmd(e), newAgentConnectCmd(e), newAgentServeCmd(e))
+	cmd.AddCommand(newAgentReapCmd(e), newAgentConnectCmd(e), newAgentServeCmd(e))
 	return cmd
 }
 
-func newAgentExecCmd(e *env) *cobra.Command {
+func newAgentReapCmd(e *env) *cobra.Command {
 	var c kube.Config
-	var ns, pod string
 	cmd := &cobra.Command{
-		Use:   "exec --namespace NS --pod POD [--kubeconfig F] [--context C] -- CMD...",
-		Short: "Run a command in an agent pod (no TTY), relaying its output and exit status",
-		Long: `Runs CMD in the pod's agent container by exec, with stdout and stderr
-relayed and the command's exit status as this one's. SIGTERM or Ctrl-C
-stops the command in the pod too (it records its PID there first), whatever
-the container runtime does with a closed exec stream.`,
-		Example: `  cnlab agent exec --namespace cnlab-xp-1a2b-default --pod server -- iperf3 -s -1`,
-		Args:    cobra.MinimumNArgs(1),
+		Use:   "reap [--kubeconfig F] [--context C]",
+		Short: "Stop the commands a run still has in its agent pods when the run is gone",
+		Long: `Reads on stdin the commands a run starts in its agent pods ("+ NS POD
+PIDFILE") and those that ended ("- PIDFILE"). When stdin closes (the run
+ended, or died: kill -9) or on SIGTERM, it stops each command still running
+in its pod (SIGTERM, then SIGKILL, by an exec), whatever the container
+runtime did with its closed exec stream, and exits. A run starts one.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if ns == "" || pod == "" {
-				return usagef("give --namespace and --pod")
-			}
-			// The first SIGTERM or Ctrl-C stops the command in the pod; the
-			// ones after it (Ctrl-C reaches the whole process group, and
-			// the runner sends SIGTERM too) must not kill this relay before
-			// it has: keep them caught.
-			sigs := make(chan os.Signal, 8)
-			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-			defer signal.Stop(sigs)
 			cl, err := kube.Connect(c)
 			if err != nil {
 				return err
 			}
-			var b [8]byte
-			_, _ = rand.Read(b[:])
-			pidfile := "cnlab-exec-" + hex.EncodeToString(b[:]) + ".pid"
-			err = cl.Exec(cmd.Context(), ns, pod, kube.WrapCommand(pidfile, args), nil, e.stdout, e.stderr)
-			var xe *kube.ExitError
-			if err != nil && !errors.As(err, &xe) {
-				// Stopped, or the stream broke (an API server or kubelet
-				// restart): the command may still run there.
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_ = cl.Exec(ctx, ns, pod, kube.StopCommand(pidfile), nil, nil, nil)
-			}
-			switch {
-			case cmd.Context().Err() != nil:
-				return exitStatus(143)
-			case errors.As(err, &xe):
-				return exitStatus(xe.Code)
+			n, err := cl.Reap(cmd.Context(), cmd.InOrStdin())
+			if n > 0 {
+				fmt.Fprintf(e.stderr, "cnlab agent reap: stopped %d commands left running in their pods\n", n)
 			}
 			return err
 		},
 	}
 	cmd.Flags().StringVar(&c.Kubeconfig, "kubeconfig", "", "the kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
 	cmd.Flags().StringVar(&c.Context, "context", "", "the kubeconfig's context (default: its current one)")
-	cmd.Flags().StringVar(&ns, "namespace", "", "the pod's namespace")
-	cmd.Flags().StringVar(&pod, "pod", "", "the pod")
 	return cmd
 }
 
