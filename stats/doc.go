@@ -19,6 +19,6 @@
 // explicit seed. Result structs never hold NaN or Inf, so they marshal to
 // JSON: where a value is undefined the function returns an error, or the
 // struct says so (N is 0). The scalar distribution functions (TQuantile,
-// TCDF, FCDF, ChiSquareSurvival, ...) return NaN for arguments outside their domain, as the
-// math package does. It depends on the standard library only.
+// TCDF, FCDF, ChiSquareSurvival, ...) return NaN for arguments outside
+// their domain, as the math package does. It depends on the standard library only.
 package stats
