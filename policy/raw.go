@@ -2,9 +2,9 @@ package policy
 
 import (
 	"fmt"
-	"github.com/cnlab/cnlab/internal/kubemeta"
 	"strconv"
 
+	"github.com/cnlab/cnlab/internal/k8sdoc"
 	"gopkg.in/yaml.v3"
 )
 
@@ -22,7 +22,7 @@ type rawObject struct {
 	Status     yaml.Node `yaml:"status"` // output only; ignored
 }
 
-type rawMeta = kubemeta.Meta
+type rawMeta = k8sdoc.Meta
 
 type rawSelector struct {
 	MatchLabels      map[string]string `yaml:"matchLabels"`

@@ -1,7 +1,7 @@
 package service
 
 import (
-	"github.com/cnlab/cnlab/internal/kubemeta"
+	"github.com/cnlab/cnlab/internal/k8sdoc"
 	"gopkg.in/yaml.v3"
 )
 
@@ -22,7 +22,7 @@ type rawObject struct {
 	Ports       yaml.Node `yaml:"ports"`
 }
 
-type rawMeta = kubemeta.Meta
+type rawMeta = k8sdoc.Meta
 
 type rawServiceSpec struct {
 	Type                          string            `yaml:"type"`
