@@ -115,13 +115,11 @@ func (p *parser) errf(path, format string, args ...any) error {
 // header checks what every policy document has (metadata) and names the
 // document.
 func header(d *k8sdoc.Doc, obj *rawObject) (*parser, *Policy, error) {
-	ns, err := d.Metadata(&obj.Metadata, labels.CheckDNSSubdomain)
+	ns, err := d.Metadata(obj.Kind, &obj.Metadata, labels.CheckDNSSubdomain)
 	if err != nil {
 		return nil, nil, err
 	}
-	pol := &Policy{Kind: obj.Kind, Namespace: ns, Name: obj.Metadata.Name}
-	d.Named(pol.Kind, ns, pol.Name)
-	return &parser{d}, pol, nil
+	return &parser{d}, &Policy{Kind: obj.Kind, Namespace: ns, Name: obj.Metadata.Name}, nil
 }
 
 func decodeNetworkPolicy(d *k8sdoc.Doc, obj *rawObject) (*Policy, error) {

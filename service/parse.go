@@ -217,13 +217,11 @@ func (p *parser) errf(path, format string, args ...any) error {
 func present(n yaml.Node) bool { return k8sdoc.Present(&n) }
 
 func decodeService(d *k8sdoc.Doc, obj *rawObject) (object, error) {
-	ns, err := d.Metadata(&obj.Metadata, nil)
+	ns, err := d.Metadata(KindService, &obj.Metadata, nil)
 	if err != nil {
 		return object{}, err
 	}
-	m := obj.Metadata
-	d.Named(KindService, ns, m.Name)
-	p := &parser{d}
+	p, m := &parser{d}, obj.Metadata
 	// A Service's name is a DNS label (RFC 1035: it must start with a
 	// letter), as the API server requires.
 	if err := labels.CheckDNSLabel(m.Name, 63); err != nil || (m.Name[0] >= '0' && m.Name[0] <= '9') {
@@ -252,13 +250,11 @@ func decodeService(d *k8sdoc.Doc, obj *rawObject) (object, error) {
 }
 
 func decodeSlice(d *k8sdoc.Doc, obj *rawObject) (object, error) {
-	ns, err := d.Metadata(&obj.Metadata, nil)
+	ns, err := d.Metadata(KindEndpointSlice, &obj.Metadata, nil)
 	if err != nil {
 		return object{}, err
 	}
-	m := obj.Metadata
-	d.Named(KindEndpointSlice, ns, m.Name)
-	p := &parser{d}
+	p, m := &parser{d}, obj.Metadata
 	if err := labels.CheckDNSSubdomain(m.Name); err != nil {
 		return object{}, p.errf("metadata.name", "%v", err)
 	}

@@ -19,10 +19,8 @@ var toys = Family{Command: "cnlab toy apply", Noun: "toy", Kinds: []Kind{
 }}
 
 type rawToy struct {
-	APIVersion string    `yaml:"apiVersion"`
-	Kind       string    `yaml:"kind"`
-	Metadata   Meta      `yaml:"metadata"`
-	Spec       yaml.Node `yaml:"spec"`
+	Head `yaml:",inline"`
+	Spec yaml.Node `yaml:"spec"`
 }
 
 type toy struct {
@@ -31,11 +29,10 @@ type toy struct {
 }
 
 func decodeToy(d *Doc, obj *rawToy) (toy, error) {
-	ns, err := d.Metadata(&obj.Metadata, labels.CheckDNSSubdomain)
+	ns, err := d.Metadata(obj.Kind, &obj.Metadata, labels.CheckDNSSubdomain)
 	if err != nil {
 		return toy{}, err
 	}
-	d.Named(obj.Kind, ns, obj.Metadata.Name)
 	var spec struct {
 		Size int `yaml:"size"`
 	}
@@ -98,7 +95,7 @@ func TestReadBad(t *testing.T) {
 		{"no kind", "apiVersion: v1\nmetadata: {name: a}\n", "f.yaml: document 1: kind: is required (Ball, Kite or Yoyo)"},
 		{"unknown kind", "apiVersion: v1\nkind: Drum\n", `f.yaml: document 1: kind: "Drum" is not supported (Ball, Kite, Yoyo)`},
 		{"kind not a string", "apiVersion: v1\nkind: 5\n", `f.yaml: document 1: kind: expected a string, got int 5 (quote it: "5")`},
-		{"unknown field first", "apiVersion: v1\nkind: Drum\nspce: {}\n", `f.yaml: document 1: spce: unknown field "spce" (known fields: apiVersion, kind, metadata, spec)`},
+		{"unknown field first", "apiVersion: v1\nkind: Drum\nspce: {}\n", `f.yaml: document 1: spce: unknown field "spce" (known fields: apiVersion, kind, metadata, spec, status)`},
 		{"apiVersion", "apiVersion: toys.example/v1\nkind: Kite\n", `f.yaml: document 1: apiVersion: "toys.example/v1" is not the apiVersion of Kite (want toys.example/v2)`},
 		{"no name", "apiVersion: v1\nkind: Yoyo\nmetadata: {}\n", "f.yaml: document 1: metadata.name: is required"},
 		{"bad name", "apiVersion: v1\nkind: Yoyo\nmetadata: {name: Bad_Name, namespace: Bad}\n", `f.yaml: document 1: metadata.name: "Bad_Name" must`},

@@ -5,6 +5,15 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// Head is what every document has. A family's raw object embeds it
+// inline (`yaml:",inline"`) and adds its own top-level fields.
+type Head struct {
+	APIVersion string    `yaml:"apiVersion"`
+	Kind       string    `yaml:"kind"`
+	Metadata   Meta      `yaml:"metadata"`
+	Status     yaml.Node `yaml:"status"` // output only; ignored
+}
+
 // Meta mirrors metadata: field by field, for strict decoding: the fields
 // cnlab reads, and those the API server sets, accepted so that exported
 // objects apply as they are.
@@ -27,11 +36,12 @@ type Meta struct {
 // DefaultNamespace is the namespace of a document that names none.
 const DefaultNamespace = "default"
 
-// Metadata checks a namespaced object's metadata, in this order: the
-// name is given, checkName (when not nil) accepts it, the namespace is a
-// DNS label, the labels are valid. It returns the namespace,
-// DefaultNamespace when the document names none.
-func (d *Doc) Metadata(m *Meta, checkName func(string) error) (string, error) {
+// Metadata checks the metadata of a namespaced object of kind, in this
+// order: the name is given, checkName (when not nil) accepts it, the
+// namespace is a DNS label, the labels are valid. It returns the
+// namespace, DefaultNamespace when the document names none, and names the
+// document (Named) for the errors that follow.
+func (d *Doc) Metadata(kind string, m *Meta, checkName func(string) error) (string, error) {
 	if m.Name == "" {
 		return "", d.Errorf("metadata.name", "is required")
 	}
@@ -50,6 +60,7 @@ func (d *Doc) Metadata(m *Meta, checkName func(string) error) (string, error) {
 	if err := labels.CheckSet(m.Labels); err != nil {
 		return "", d.Errorf("metadata.labels", "%v", err)
 	}
+	d.Named(kind, ns, m.Name)
 	return ns, nil
 }
 
