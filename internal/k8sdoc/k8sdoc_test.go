@@ -228,3 +228,36 @@ func ExampleReader() {
 	fmt.Println(err)
 	// Output: toys.yaml: document 1: kind: "EndpointSlice" is not supported (Ball, Kite, Yoyo): apply EndpointSlice documents with cnlab service apply
 }
+
+// The stored text of each document is what yaml.Marshal makes of it alone
+// (Read encodes a file's documents with one encoder).
+func TestRawIsMarshalOfEachDocument(t *testing.T) {
+	docs := []string{
+		ball,
+		"apiVersion: v1\nkind: Yoyo\nmetadata:\n  name: b\n  annotations: {note: \"a: b\\n# c\", long: " + strings.Repeat("word ", 40) + "}\n  labels:\n    k: v # comment\nspec:\n  size: 1\n",
+		"apiVersion: toys.example/v2\nkind: Kite\nmetadata:\n  name: c\n  annotations:\n    text: |\n      two\n      lines\nspec: {size: 2}\n...\n",
+		"apiVersion: v1\nkind: Yoyo\nmetadata: {name: d, annotations: {e: '', n: ~, q: '---', s: \"--- x\"}}\nspec:\n",
+	}
+	var src strings.Builder
+	for _, d := range docs {
+		src.WriteString(d + "---\n")
+	}
+	items, err := toyReader().Read([]byte(src.String()), "f.yaml")
+	if err != nil || len(items) != len(docs) {
+		t.Fatalf("%d items, %v", len(items), err)
+	}
+	for i, d := range docs {
+		var n yaml.Node
+		if err := yaml.Unmarshal([]byte(d), &n); err != nil {
+			t.Fatal(err)
+		}
+		normalize(n.Content[0])
+		want, err := yaml.Marshal(n.Content[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if items[i].Raw != string(want) {
+			t.Errorf("document %d stored as\n%s\nwant\n%s", i+1, items[i].Raw, want)
+		}
+	}
+}
