@@ -146,7 +146,7 @@ func TestParseGood(t *testing.T) {
 	}
 }
 
-func goodFiles(t *testing.T) []string {
+func goodFiles(t testing.TB) []string {
 	t.Helper()
 	files, _ := filepath.Glob("testdata/*.yaml")
 	more, _ := filepath.Glob("../examples/services/*.yaml")
@@ -159,4 +159,31 @@ func goodFiles(t *testing.T) []string {
 		t.Fatalf("no example files found: %v", files)
 	}
 	return files
+}
+
+// FuzzParse feeds the parser mutations of the example Services: it must
+// never panic, refuse only with an input.Error, and what it accepts must
+// read back from its stored text as the same documents.
+func FuzzParse(f *testing.F) {
+	for _, path := range goodFiles(f) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec: {podSelector: {}}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		svcs, sls, err := Parse(data, "fuzz.yaml")
+		if err != nil {
+			if !input.Is(err) {
+				t.Fatalf("error %T is not an input.Error: %v", err, err)
+			}
+			return
+		}
+		svcs2, sls2, err := Parse(Encode(svcs, sls), "stored")
+		if err != nil || len(svcs2) != len(svcs) || len(sls2) != len(sls) {
+			t.Fatalf("stored text reads back as %d Services and %d slices (want %d and %d): %v", len(svcs2), len(sls2), len(svcs), len(sls), err)
+		}
+	})
 }
