@@ -261,3 +261,36 @@ func TestRawIsMarshalOfEachDocument(t *testing.T) {
 		}
 	}
 }
+
+// A cluster-scoped kind (as [3/8]'s AdminNetworkPolicy) names itself
+// without a namespace.
+func TestClusterScopedKind(t *testing.T) {
+	skies := Family{Command: "cnlab sky apply", Noun: "sky", Kinds: []Kind{{"v1", "Sky"}}}
+	r := NewReader(Config[rawToy, string]{Family: &skies, NotMapping: "a sky is a mapping", Decoders: map[string]Decoder[rawToy, string]{
+		"Sky": func(d *Doc, obj *rawToy) (string, error) {
+			if obj.Metadata.Namespace != "" {
+				return "", d.Errorf("metadata.namespace", "a Sky is cluster-scoped: it has no namespace")
+			}
+			d.Named("Sky " + obj.Metadata.Name)
+			if Given(&obj.Spec) {
+				return "", d.Errorf("spec", "a Sky has no spec")
+			}
+			return obj.Metadata.Name, nil
+		},
+	}})
+	items, err := r.Read([]byte("apiVersion: v1\nkind: Sky\nmetadata: {name: blue}\n---\napiVersion: v1\nkind: Sky\nmetadata: {name: grey}\n"), "f.yaml")
+	if err != nil || len(items) != 2 || items[1].Value != "grey" || items[1].Ref != "Sky grey" {
+		t.Fatalf("%+v, %v", items, err)
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"apiVersion: v1\nkind: Sky\nmetadata: {name: a, namespace: x}\n", "f.yaml: document 1: metadata.namespace: a Sky is cluster-scoped: it has no namespace"},
+		{"apiVersion: v1\nkind: Sky\nmetadata: {name: a}\nspec: {}\n", "f.yaml: document 1 (Sky a): spec: a Sky has no spec"},
+		{"apiVersion: v1\nkind: Sky\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Sky\nmetadata: {name: a}\n", "f.yaml: document 2 (Sky a): metadata.name: Sky a is defined twice in this file (also document 1)"},
+		{"apiVersion: v1\nkind: Sky\nmetadata: {name: a}\n---\n" + ball, `f.yaml: document 2: kind: "Ball" is not supported (Sky)`},
+		{"apiVersion: v1\nmetadata: {name: a}\n", "f.yaml: document 1: kind: is required (Sky)"},
+	} {
+		if _, err := r.Read([]byte(c.yaml), "f.yaml"); err == nil || err.Error() != c.want {
+			t.Errorf("got  %v\nwant %s", err, c.want)
+		}
+	}
+}

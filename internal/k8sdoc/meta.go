@@ -60,7 +60,7 @@ func (d *Doc) Metadata(kind string, m *Meta, checkName func(string) error) (stri
 	if err := labels.CheckSet(m.Labels); err != nil {
 		return "", d.Errorf("metadata.labels", "%v", err)
 	}
-	d.Named(kind, ns, m.Name)
+	d.Named(kind + " " + ns + "/" + m.Name)
 	return ns, nil
 }
 

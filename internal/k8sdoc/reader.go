@@ -12,7 +12,7 @@ import (
 
 // Decoder turns one document of a kind, strictly decoded into the
 // family's raw object R, into its value T. It names the document
-// (Doc.Named) as soon as it knows its namespace and name, so that later
+// (Doc.Metadata or Doc.Named) as soon as it knows its name, so that later
 // errors say which object they are about.
 type Decoder[R, T any] func(d *Doc, obj *R) (T, error)
 
@@ -152,11 +152,10 @@ type Doc struct {
 	ref   string // "Kind namespace/name", once named
 }
 
-// Named names the document in the errors that follow:
-// "document 2 (NetworkPolicy x/web)".
-func (d *Doc) Named(kind, namespace, name string) {
-	d.ref = kind + " " + namespace + "/" + name
-}
+// Named names the document in the errors that follow, and for the
+// duplicates check: ref is "NetworkPolicy x/web" (Metadata names a
+// namespaced object so), or "Kind name" for a cluster-scoped one.
+func (d *Doc) Named(ref string) { d.ref = ref }
 
 // Errorf returns an input.Error about the document at a YAML path ("" for
 // the whole document).
