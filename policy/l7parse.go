@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/cnlab/cnlab/internal/yamlx"
 	"github.com/cnlab/cnlab/l7"
 	"gopkg.in/yaml.v3"
 )
@@ -26,8 +25,8 @@ func (p *parser) l7Rules(node *yaml.Node, path, rulePath string) ([]l7.Rule, boo
 		return nil, false, p.errf(path, "egress L7 rules are not supported yet: cnlab redirects to its proxy on the destination's ingress only (write the rule as an ingress rule of the server)")
 	}
 	var r rawL7
-	if err := yamlx.Decode(node, &r, path); err != nil {
-		return nil, false, p.wrap(err)
+	if err := p.Decode(node, &r, path); err != nil {
+		return nil, false, err
 	}
 	if err := unsupported(path, map[string]*yaml.Node{"kafka": &r.Kafka, "dns": &r.DNS, "l7proto": &r.L7Proto, "l7": &r.L7}); err != nil {
 		return nil, false, p.errf(err.Error(), "is not supported (cnlab's proxy enforces http rules only)")

@@ -3,7 +3,6 @@ package policy
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -12,8 +11,8 @@ import (
 
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/input"
+	"github.com/cnlab/cnlab/internal/k8sdoc"
 
-	"github.com/cnlab/cnlab/internal/yamlx"
 	"github.com/cnlab/cnlab/labels"
 	"gopkg.in/yaml.v3"
 )
@@ -23,13 +22,12 @@ import (
 // would depend on the order of the files.
 func Merge(sets ...[]*Policy) ([]*Policy, error) {
 	var out []*Policy
-	seen := map[string]string{}
+	once := k8sdoc.Once{}
 	for _, ps := range sets {
 		for _, p := range ps {
-			if other, dup := seen[p.Ref()]; dup {
-				return nil, &input.Error{File: p.File, Msg: fmt.Sprintf("%s is also defined in %s: give it once", p.Ref(), other)}
+			if err := once.Add(p.Ref(), p.File, p.File); err != nil {
+				return nil, err
 			}
-			seen[p.Ref()] = p.File
 			out = append(out, p)
 		}
 	}
@@ -42,22 +40,15 @@ func (p *Policy) errorAt(path, msg string) *input.Error {
 	return &input.Error{File: p.File, Doc: fmt.Sprintf("document %d (%s)", p.DocIndex, p.Ref()), Path: path, Msg: msg}
 }
 
-// Supported apiVersions per kind.
-var apiVersions = map[string]string{
-	KindNetworkPolicy: "networking.k8s.io/v1",
-	KindCNP:           "cilium.io/v2",
-}
-
 // Encode is the text that stores a set of policies: each one's Raw
 // document, separated by "---" lines. Parse reads it back as the same
 // policies.
 func Encode(pols []*Policy) []byte {
-	var b strings.Builder
-	for _, p := range pols {
-		b.WriteString(p.Raw)
-		b.WriteString("---\n")
+	raws := make([]string, len(pols))
+	for i, p := range pols {
+		raws[i] = p.Raw
 	}
-	return []byte(b.String())
+	return k8sdoc.Encode(raws...)
 }
 
 // Digest names a policy set: the same for the same policies (kind,
@@ -87,154 +78,89 @@ func ParseFile(path string) ([]*Policy, error) {
 	return Parse(data, path)
 }
 
+// reader reads policy documents: one decoder per kind of
+// k8sdoc.Policies.
+var reader = k8sdoc.NewReader(k8sdoc.Config[rawObject, *Policy]{
+	Family:     &k8sdoc.Policies,
+	NotMapping: "a policy document must be a mapping (apiVersion:, kind:, metadata:, spec:)",
+	Decoders: map[string]k8sdoc.Decoder[rawObject, *Policy]{
+		KindNetworkPolicy: decodeNetworkPolicy,
+		KindCNP:           decodeCiliumPolicy,
+	},
+})
+
 // Parse decodes and validates every policy document in data. It does not
 // know the lab: namespaces and named ports are checked when the policies
 // are compiled against one.
 func Parse(data []byte, file string) ([]*Policy, error) {
-	docs, err := yamlx.Documents(data)
+	items, err := reader.Read(data, file)
 	if err != nil {
-		return nil, &input.Error{File: file, Msg: err.Error()}
+		return nil, err
 	}
-	if len(docs) == 0 {
-		return nil, &input.Error{File: file, Msg: "no policy documents"}
-	}
-	var out []*Policy
-	seen := map[string]int{}
-	for i, doc := range docs {
-		p := &parser{file: file, doc: fmt.Sprintf("document %d", i+1)}
-		pol, err := p.document(doc)
-		if err != nil {
-			return nil, err
-		}
-		if pol.Raw, err = encodeDocument(doc); err != nil {
-			return nil, p.errf("", "cannot encode the document again: %v", err)
-		}
-		pol.Source = fmt.Sprintf("%s#%d", file, i+1)
-		pol.File, pol.DocIndex = file, i+1
-		key := pol.Kind + " " + pol.Key()
-		if j, dup := seen[key]; dup {
-			return nil, p.errf("metadata.name", "%s is defined twice in this file (also document %d)", pol.Ref(), j)
-		}
-		seen[key] = i + 1
-		out = append(out, pol)
+	out := make([]*Policy, len(items))
+	for i, it := range items {
+		pol := it.Value
+		pol.Source, pol.File, pol.DocIndex, pol.Raw = it.Source, it.File, it.Index, it.Raw
+		out[i] = pol
 	}
 	return out, nil
 }
 
-// encodeDocument is the text that stores one document: the node encoded
-// again, without its comments. Slicing the file's text instead pairs
-// pieces with documents wrongly when a file has directives, content on a
-// "---" line or a null document; yaml.v3's comment placement does not
-// always survive a round trip, and comments mean nothing to a policy.
-func encodeDocument(doc *yaml.Node) (string, error) {
-	normalize(doc)
-	raw, err := yaml.Marshal(doc)
-	return string(raw), err
-}
-
-// normalize drops comments and spells an empty null ("{ingress}", "a:")
-// as null: yaml.v3 encodes it as an empty quoted string in flow style,
-// which reads back as a string.
-func normalize(n *yaml.Node) {
-	n.HeadComment, n.LineComment, n.FootComment = "", "", ""
-	if n.Kind == yaml.ScalarNode && n.Value == "" && n.ShortTag() == "!!null" {
-		n.Value = "null"
-	}
-	for _, c := range n.Content {
-		normalize(c)
-	}
-}
-
-type parser struct {
-	file, doc string
-}
+type parser struct{ *k8sdoc.Doc }
 
 func (p *parser) errf(path, format string, args ...any) error {
-	return &input.Error{File: p.file, Doc: p.doc, Path: path, Msg: fmt.Sprintf(format, args...)}
+	return p.Errorf(path, format, args...)
 }
 
-func (p *parser) wrap(err error) error {
-	var ye *yamlx.Error
-	if errors.As(err, &ye) {
-		return p.errf(ye.Path, "%s", ye.Msg)
-	}
-	return p.errf("", "%v", err)
-}
-
-func (p *parser) document(doc *yaml.Node) (*Policy, error) {
-	if doc.Kind != yaml.MappingNode {
-		return nil, p.errf("", "a policy document must be a mapping (apiVersion:, kind:, metadata:, spec:)")
-	}
-	var head struct {
-		Kind string `yaml:"kind"`
-	}
-	_ = doc.Decode(&head)
-	if head.Kind == "List" || strings.HasSuffix(head.Kind, "List") {
-		return nil, p.errf("kind", "%s is not supported: give its items as separate documents (separated by ---)", head.Kind)
-	}
-	var obj rawObject
-	if err := yamlx.Decode(doc, &obj, ""); err != nil {
-		return nil, p.wrap(err)
-	}
-	want, ok := apiVersions[obj.Kind]
-	if !ok {
-		if obj.Kind == "" {
-			return nil, p.errf("kind", "is required (NetworkPolicy or CiliumNetworkPolicy)")
-		}
-		return nil, p.errf("kind", "%q is not supported (NetworkPolicy, CiliumNetworkPolicy)", obj.Kind)
-	}
-	if obj.APIVersion != want {
-		return nil, p.errf("apiVersion", "%q is not the apiVersion of %s (want %s)", obj.APIVersion, obj.Kind, want)
-	}
-	m := obj.Metadata
-	if m.Name == "" {
-		return nil, p.errf("metadata.name", "is required")
-	}
-	if err := labels.CheckDNSSubdomain(m.Name); err != nil {
-		return nil, p.errf("metadata.name", "%v", err)
-	}
-	ns := m.Namespace
-	if ns == "" {
-		ns = "default"
-	}
-	if err := labels.CheckDNSLabel(ns, 63); err != nil {
-		return nil, p.errf("metadata.namespace", "%v", err)
-	}
-	if err := labels.CheckSet(m.Labels); err != nil {
-		return nil, p.errf("metadata.labels", "%v", err)
-	}
-	pol := &Policy{Kind: obj.Kind, Namespace: ns, Name: m.Name}
-	p.doc = fmt.Sprintf("%s (%s)", p.doc, pol.Ref())
-	var err error
-	switch obj.Kind {
-	case KindNetworkPolicy:
-		if !isEmpty(&obj.Specs) {
-			return nil, p.errf("specs", "a NetworkPolicy has spec:, not specs:")
-		}
-		if isEmpty(&obj.Spec) {
-			return nil, p.errf("spec", "is required")
-		}
-		var s Spec
-		s, err = p.networkPolicy(&obj.Spec, ns)
-		pol.Specs = []Spec{s}
-	case KindCNP:
-		pol.Specs, err = p.ciliumPolicy(&obj, ns)
-	}
+// header checks what every policy document has (metadata) and names the
+// document.
+func header(d *k8sdoc.Doc, obj *rawObject) (*parser, *Policy, error) {
+	ns, err := d.Metadata(obj.Kind, &obj.Metadata, labels.CheckDNSSubdomain)
 	if err != nil {
+		return nil, nil, err
+	}
+	return &parser{d}, &Policy{Kind: obj.Kind, Namespace: ns, Name: obj.Metadata.Name}, nil
+}
+
+func decodeNetworkPolicy(d *k8sdoc.Doc, obj *rawObject) (*Policy, error) {
+	p, pol, err := header(d, obj)
+	if err != nil {
+		return nil, err
+	}
+	if !isEmpty(&obj.Specs) {
+		return nil, p.errf("specs", "a NetworkPolicy has spec:, not specs:")
+	}
+	if isEmpty(&obj.Spec) {
+		return nil, p.errf("spec", "is required")
+	}
+	s, err := p.networkPolicy(&obj.Spec, pol.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	pol.Specs = []Spec{s}
+	return pol, nil
+}
+
+func decodeCiliumPolicy(d *k8sdoc.Doc, obj *rawObject) (*Policy, error) {
+	p, pol, err := header(d, obj)
+	if err != nil {
+		return nil, err
+	}
+	if pol.Specs, err = p.ciliumPolicy(obj, pol.Namespace); err != nil {
 		return nil, err
 	}
 	return pol, nil
 }
 
-func isEmpty(n *yaml.Node) bool { return n.Kind == 0 }
+func isEmpty(n *yaml.Node) bool { return !k8sdoc.Given(n) }
 
 // --- NetworkPolicy
 
 func (p *parser) networkPolicy(node *yaml.Node, ns string) (Spec, error) {
 	var r rawNPSpec
 	var s Spec
-	if err := yamlx.Decode(node, &r, "spec"); err != nil {
-		return s, p.wrap(err)
+	if err := p.Decode(node, &r, "spec"); err != nil {
+		return s, err
 	}
 	if r.PodSelector == nil {
 		return s, p.errf("spec.podSelector", "is required (use {} to select every pod of the namespace)")
@@ -497,8 +423,8 @@ func checkSource(k string) error {
 func (p *parser) cnpSpec(node *yaml.Node, base, ns string) (Spec, error) {
 	var r rawCNPSpec
 	var s Spec
-	if err := yamlx.Decode(node, &r, base); err != nil {
-		return s, p.wrap(err)
+	if err := p.Decode(node, &r, base); err != nil {
+		return s, err
 	}
 	if !isEmpty(&r.NodeSelector) {
 		return s, p.errf(base+".nodeSelector", "host policies (nodeSelector) are not supported yet")

@@ -2,9 +2,9 @@ package policy
 
 import (
 	"fmt"
-	"github.com/cnlab/cnlab/internal/kubemeta"
 	"strconv"
 
+	"github.com/cnlab/cnlab/internal/k8sdoc"
 	"gopkg.in/yaml.v3"
 )
 
@@ -14,15 +14,10 @@ import (
 // rejected with "not supported" rather than "unknown field".
 
 type rawObject struct {
-	APIVersion string    `yaml:"apiVersion"`
-	Kind       string    `yaml:"kind"`
-	Metadata   rawMeta   `yaml:"metadata"`
-	Spec       yaml.Node `yaml:"spec"`
-	Specs      yaml.Node `yaml:"specs"`  // CiliumNetworkPolicy only
-	Status     yaml.Node `yaml:"status"` // output only; ignored
+	k8sdoc.Head `yaml:",inline"`
+	Spec        yaml.Node `yaml:"spec"`
+	Specs       yaml.Node `yaml:"specs"` // CiliumNetworkPolicy only
 }
-
-type rawMeta = kubemeta.Meta
 
 type rawSelector struct {
 	MatchLabels      map[string]string `yaml:"matchLabels"`

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/service"
+	"github.com/cnlab/cnlab/stats"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -70,63 +71,6 @@ func DefaultConnections(n int) int {
 		return 20
 	}
 	return max(20, int(math.Ceil(float64(n)*math.Log(float64(n)/missProbability))))
-}
-
-// chiSquareCritical is the value a χ² statistic with df degrees of
-// freedom exceeds with probability alpha: the root of Q(df/2, x/2) =
-// alpha, Q the regularized upper incomplete gamma function, by bisection.
-func chiSquareCritical(df int, alpha float64) float64 {
-	lo, hi := 0.0, 100.0+10*float64(df)
-	for range 200 {
-		mid := (lo + hi) / 2
-		if upperGamma(float64(df)/2, mid/2) > alpha {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return (lo + hi) / 2
-}
-
-// upperGamma is Q(a, x) = Γ(a, x)/Γ(a): a series below a+1, a continued
-// fraction (modified Lentz) above, as Numerical Recipes' gammq.
-func upperGamma(a, x float64) float64 {
-	if x <= 0 {
-		return 1
-	}
-	lg, _ := math.Lgamma(a)
-	front := math.Exp(-x + a*math.Log(x) - lg)
-	if x < a+1 {
-		sum, term := 1/a, 1/a
-		for n := a + 1; term > sum*1e-17; n++ {
-			term *= x / n
-			sum += term
-		}
-		return 1 - front*sum
-	}
-	const tiny = 1e-300
-	b := x + 1 - a
-	c, d := 1/tiny, 1/b
-	h := d
-	for i := 1.0; i < 10000; i++ {
-		an := -i * (i - a)
-		b += 2
-		d = an*d + b
-		if math.Abs(d) < tiny {
-			d = tiny
-		}
-		c = b + an/c
-		if math.Abs(c) < tiny {
-			c = tiny
-		}
-		d = 1 / d
-		delta := d * c
-		h *= delta
-		if math.Abs(delta-1) < 1e-16 {
-			break
-		}
-	}
-	return front * h
 }
 
 // DefaultAlpha is the level of the spread check of `probe --service
@@ -309,7 +253,7 @@ func CheckService(f *service.Frontend, results []ServiceResult, connections int,
 					d := float64(r.Backends[id]) - want
 					chi += d * d / want
 				}
-				if crit := chiSquareCritical(n-1, alpha); chi > crit {
+				if crit := stats.ChiSquareCritical(n-1, alpha); chi > crit {
 					r.Mismatches = append(r.Mismatches, fmt.Sprintf("uneven spread over %d backends: χ² = %.1f > %.1f (α = %g)", n, chi, crit, alpha))
 				}
 			}

@@ -1,15 +1,13 @@
 package service
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
-	"strings"
 
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/input"
-	"github.com/cnlab/cnlab/internal/yamlx"
+	"github.com/cnlab/cnlab/internal/k8sdoc"
 	"github.com/cnlab/cnlab/labels"
 	"gopkg.in/yaml.v3"
 )
@@ -21,8 +19,6 @@ const (
 	// ServiceNameLabel ties an EndpointSlice to its Service.
 	ServiceNameLabel = "kubernetes.io/service-name"
 )
-
-var apiVersions = map[string]string{KindService: "v1", KindEndpointSlice: "discovery.k8s.io/v1"}
 
 // Service types and policies, as the API spells them.
 const (
@@ -137,209 +133,144 @@ func ParseFile(path string) ([]*Service, []*Slice, error) {
 	return Parse(data, path)
 }
 
+// reader reads Service and EndpointSlice documents: one decoder per kind
+// of k8sdoc.Services.
+var reader = k8sdoc.NewReader(k8sdoc.Config[rawObject, object]{
+	Family:     &k8sdoc.Services,
+	NotMapping: "a document must be a mapping (apiVersion:, kind:, metadata:, ...)",
+	Decoders: map[string]k8sdoc.Decoder[rawObject, object]{
+		KindService:       decodeService,
+		KindEndpointSlice: decodeSlice,
+	},
+	Refused: map[string]string{
+		"Endpoints": "v1 Endpoints is not supported (deprecated since Kubernetes 1.33): write a discovery.k8s.io/v1 EndpointSlice",
+	},
+})
+
+// object is one decoded document: a Service or a slice.
+type object struct {
+	svc *Service
+	sl  *Slice
+}
+
 // Parse decodes and validates every document in data. It does not know
 // the lab: addresses, selectors and named ports are resolved against one
 // by Resolve.
 func Parse(data []byte, file string) ([]*Service, []*Slice, error) {
-	docs, err := yamlx.Documents(data)
+	items, err := reader.Read(data, file)
 	if err != nil {
-		return nil, nil, &input.Error{File: file, Msg: err.Error()}
-	}
-	if len(docs) == 0 {
-		return nil, nil, &input.Error{File: file, Msg: "no Service or EndpointSlice documents"}
+		return nil, nil, err
 	}
 	var svcs []*Service
 	var slices []*Slice
-	seen := map[string]int{}
-	for i, node := range docs {
-		p := &parser{file: file, doc: fmt.Sprintf("document %d", i+1)}
-		d := Doc{Source: fmt.Sprintf("%s#%d", file, i+1), File: file, DocIndex: i + 1}
-		svc, sl, err := p.document(node)
-		if err != nil {
-			return nil, nil, err
-		}
-		normalize(node)
-		raw, err := yaml.Marshal(node)
-		if err != nil {
-			return nil, nil, p.errf("", "cannot encode the document again: %v", err)
-		}
-		d.Raw = string(raw)
-		var ref string
-		if svc != nil {
-			svc.Doc, ref = d, svc.Ref()
-			svcs = append(svcs, svc)
+	for _, it := range items {
+		d := Doc{Source: it.Source, File: it.File, DocIndex: it.Index, Raw: it.Raw}
+		if it.Value.svc != nil {
+			it.Value.svc.Doc = d
+			svcs = append(svcs, it.Value.svc)
 		} else {
-			sl.Doc, ref = d, sl.Ref()
-			slices = append(slices, sl)
+			it.Value.sl.Doc = d
+			slices = append(slices, it.Value.sl)
 		}
-		if j, dup := seen[ref]; dup {
-			return nil, nil, p.errf("metadata.name", "%s is defined twice in this file (also document %d)", ref, j)
-		}
-		seen[ref] = i + 1
 	}
 	return svcs, slices, nil
-}
-
-// normalize drops comments and spells an empty null as null (see
-// policy's encodeDocument).
-func normalize(n *yaml.Node) {
-	n.HeadComment, n.LineComment, n.FootComment = "", "", ""
-	if n.Kind == yaml.ScalarNode && n.Value == "" && n.ShortTag() == "!!null" {
-		n.Value = "null"
-	}
-	for _, c := range n.Content {
-		normalize(c)
-	}
 }
 
 // Encode is the text that stores a set: each document as Parse kept it,
 // Services first, separated by "---" lines. Parse reads it back.
 func Encode(svcs []*Service, slices []*Slice) []byte {
-	var b strings.Builder
+	raws := make([]string, 0, len(svcs)+len(slices))
 	for _, s := range svcs {
-		b.WriteString(s.Raw)
-		b.WriteString("---\n")
+		raws = append(raws, s.Raw)
 	}
 	for _, s := range slices {
-		b.WriteString(s.Raw)
-		b.WriteString("---\n")
+		raws = append(raws, s.Raw)
 	}
-	return []byte(b.String())
+	return k8sdoc.Encode(raws...)
 }
 
 // CheckUnique refuses a Service or slice given twice in one command
 // (in two files): which one is meant would depend on the files' order.
 func CheckUnique(svcs []*Service, slices []*Slice) error {
-	seen := map[string]string{}
-	check := func(ref, source, file string) error {
-		if other, dup := seen[ref]; dup {
-			return &input.Error{File: file, Msg: fmt.Sprintf("%s is also defined in %s: give it once", ref, other)}
-		}
-		seen[ref] = source
-		return nil
-	}
+	once := k8sdoc.Once{}
 	for _, s := range svcs {
-		if err := check(s.Ref(), s.Source, s.File); err != nil {
+		if err := once.Add(s.Ref(), s.Source, s.File); err != nil {
 			return err
 		}
 	}
 	for _, s := range slices {
-		if err := check(s.Ref(), s.Source, s.File); err != nil {
+		if err := once.Add(s.Ref(), s.Source, s.File); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-type parser struct{ file, doc string }
+type parser struct{ *k8sdoc.Doc }
 
 func (p *parser) errf(path, format string, args ...any) error {
-	return &input.Error{File: p.file, Doc: p.doc, Path: path, Msg: fmt.Sprintf(format, args...)}
-}
-
-func (p *parser) wrap(err error) error {
-	var ye *yamlx.Error
-	if errors.As(err, &ye) {
-		return p.errf(ye.Path, "%s", ye.Msg)
-	}
-	return p.errf("", "%v", err)
+	return p.Errorf(path, format, args...)
 }
 
 // present reports whether an optional field was given (not absent, not
 // null, not empty).
-func present(n yaml.Node) bool {
-	if n.Kind == 0 || n.ShortTag() == "!!null" {
-		return false
+func present(n yaml.Node) bool { return k8sdoc.Present(&n) }
+
+func decodeService(d *k8sdoc.Doc, obj *rawObject) (object, error) {
+	ns, err := d.Metadata(KindService, &obj.Metadata, nil)
+	if err != nil {
+		return object{}, err
 	}
-	return !(n.Kind == yaml.SequenceNode && len(n.Content) == 0) && !(n.Kind == yaml.ScalarNode && n.Value == "")
+	p, m := &parser{d}, obj.Metadata
+	// A Service's name is a DNS label (RFC 1035: it must start with a
+	// letter), as the API server requires.
+	if err := labels.CheckDNSLabel(m.Name, 63); err != nil || (m.Name[0] >= '0' && m.Name[0] <= '9') {
+		if err == nil {
+			err = fmt.Errorf("%q must start with a letter (a Service name is an RFC 1035 label)", m.Name)
+		}
+		return object{}, p.errf("metadata.name", "%v", err)
+	}
+	for _, f := range []struct {
+		name string
+		n    yaml.Node
+	}{{"endpoints", obj.Endpoints}, {"ports", obj.Ports}} {
+		if present(f.n) {
+			return object{}, p.errf(f.name, "is a field of EndpointSlice, not of Service (did you mean spec.%s?)", f.name)
+		}
+	}
+	if obj.AddressType != "" {
+		return object{}, p.errf("addressType", "is a field of EndpointSlice, not of Service")
+	}
+	svc, err := p.service(&obj.Spec)
+	if err != nil {
+		return object{}, err
+	}
+	svc.Namespace, svc.Name = ns, m.Name
+	return object{svc: svc}, nil
 }
 
-func (p *parser) document(doc *yaml.Node) (*Service, *Slice, error) {
-	if doc.Kind != yaml.MappingNode {
-		return nil, nil, p.errf("", "a document must be a mapping (apiVersion:, kind:, metadata:, ...)")
+func decodeSlice(d *k8sdoc.Doc, obj *rawObject) (object, error) {
+	ns, err := d.Metadata(KindEndpointSlice, &obj.Metadata, nil)
+	if err != nil {
+		return object{}, err
 	}
-	var head struct {
-		Kind string `yaml:"kind"`
-	}
-	_ = doc.Decode(&head)
-	switch {
-	case head.Kind == "Endpoints":
-		return nil, nil, p.errf("kind", "v1 Endpoints is not supported (deprecated since Kubernetes 1.33): write a discovery.k8s.io/v1 EndpointSlice")
-	case strings.HasSuffix(head.Kind, "List"):
-		return nil, nil, p.errf("kind", "%s is not supported: give its items as separate documents (separated by ---)", head.Kind)
-	}
-	var obj rawObject
-	if err := yamlx.Decode(doc, &obj, ""); err != nil {
-		return nil, nil, p.wrap(err)
-	}
-	want, ok := apiVersions[obj.Kind]
-	if !ok {
-		if obj.Kind == "" {
-			return nil, nil, p.errf("kind", "is required (Service or EndpointSlice)")
-		}
-		return nil, nil, p.errf("kind", "%q is not supported (Service, EndpointSlice)", obj.Kind)
-	}
-	if obj.APIVersion != want {
-		return nil, nil, p.errf("apiVersion", "%q is not the apiVersion of %s (want %s)", obj.APIVersion, obj.Kind, want)
-	}
-	m := obj.Metadata
-	if m.Name == "" {
-		return nil, nil, p.errf("metadata.name", "is required")
-	}
-	ns := m.Namespace
-	if ns == "" {
-		ns = "default"
-	}
-	if err := labels.CheckDNSLabel(ns, 63); err != nil {
-		return nil, nil, p.errf("metadata.namespace", "%v", err)
-	}
-	if err := labels.CheckSet(m.Labels); err != nil {
-		return nil, nil, p.errf("metadata.labels", "%v", err)
-	}
-	p.doc = fmt.Sprintf("%s (%s %s/%s)", p.doc, obj.Kind, ns, m.Name)
-	if obj.Kind == KindService {
-		// A Service's name is a DNS label (RFC 1035: it must start
-		// with a letter), as the API server requires.
-		if err := labels.CheckDNSLabel(m.Name, 63); err != nil || (m.Name[0] >= '0' && m.Name[0] <= '9') {
-			if err == nil {
-				err = fmt.Errorf("%q must start with a letter (a Service name is an RFC 1035 label)", m.Name)
-			}
-			return nil, nil, p.errf("metadata.name", "%v", err)
-		}
-		for _, f := range []struct {
-			name string
-			n    yaml.Node
-		}{{"endpoints", obj.Endpoints}, {"ports", obj.Ports}} {
-			if present(f.n) {
-				return nil, nil, p.errf(f.name, "is a field of EndpointSlice, not of Service (did you mean spec.%s?)", f.name)
-			}
-		}
-		if obj.AddressType != "" {
-			return nil, nil, p.errf("addressType", "is a field of EndpointSlice, not of Service")
-		}
-		svc, err := p.service(&obj.Spec)
-		if err != nil {
-			return nil, nil, err
-		}
-		svc.Namespace, svc.Name = ns, m.Name
-		return svc, nil, nil
-	}
+	p, m := &parser{d}, obj.Metadata
 	if err := labels.CheckDNSSubdomain(m.Name); err != nil {
-		return nil, nil, p.errf("metadata.name", "%v", err)
+		return object{}, p.errf("metadata.name", "%v", err)
 	}
 	if present(obj.Spec) {
-		return nil, nil, p.errf("spec", "an EndpointSlice has no spec: addressType, endpoints and ports are at the top level")
+		return object{}, p.errf("spec", "an EndpointSlice has no spec: addressType, endpoints and ports are at the top level")
 	}
-	sl, err := p.slice(&obj)
+	sl, err := p.slice(obj)
 	if err != nil {
-		return nil, nil, err
+		return object{}, err
 	}
 	sl.Namespace, sl.Name = ns, m.Name
 	sl.Service = m.Labels[ServiceNameLabel]
 	if sl.Service == "" {
-		return nil, nil, p.errf("metadata.labels", "%s is required: it names the Service this slice serves", ServiceNameLabel)
+		return object{}, p.errf("metadata.labels", "%s is required: it names the Service this slice serves", ServiceNameLabel)
 	}
-	return nil, sl, nil
+	return object{sl: sl}, nil
 }
 
 func (p *parser) service(spec *yaml.Node) (*Service, error) {
@@ -347,8 +278,8 @@ func (p *parser) service(spec *yaml.Node) (*Service, error) {
 		return nil, p.errf("spec", "is required (ports:, and selector: or EndpointSlices)")
 	}
 	var rs rawServiceSpec
-	if err := yamlx.Decode(spec, &rs, "spec"); err != nil {
-		return nil, p.wrap(err)
+	if err := p.Decode(spec, &rs, "spec"); err != nil {
+		return nil, err
 	}
 	svc := &Service{Type: rs.Type}
 	switch rs.Type {
@@ -552,8 +483,8 @@ func (p *parser) slice(obj *rawObject) (*Slice, error) {
 	sl := &Slice{}
 	var eps []rawSliceEndpoint
 	if present(obj.Endpoints) {
-		if err := yamlx.Decode(&obj.Endpoints, &eps, "endpoints"); err != nil {
-			return nil, p.wrap(err)
+		if err := p.Decode(&obj.Endpoints, &eps, "endpoints"); err != nil {
+			return nil, err
 		}
 	}
 	for i, e := range eps {
@@ -579,8 +510,8 @@ func (p *parser) slice(obj *rawObject) (*Slice, error) {
 	}
 	var ports []rawSlicePort
 	if present(obj.Ports) {
-		if err := yamlx.Decode(&obj.Ports, &ports, "ports"); err != nil {
-			return nil, p.wrap(err)
+		if err := p.Decode(&obj.Ports, &ports, "ports"); err != nil {
+			return nil, err
 		}
 	}
 	names := map[string]int{}

@@ -21,6 +21,10 @@ func TestParseBad(t *testing.T) {
 		{"not a mapping", "- a\n", "document 1: a document must be a mapping"},
 		{"no kind", "apiVersion: v1\nmetadata: {name: a}\n", "document 1: kind: is required (Service or EndpointSlice)"},
 		{"other kind", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n", `kind: "Pod" is not supported (Service, EndpointSlice)`},
+		{"NetworkPolicy to policy apply", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: x}\nspec: {podSelector: {}}\n",
+			`bad.yaml: document 1: kind: "NetworkPolicy" is not supported (Service, EndpointSlice): apply NetworkPolicy documents with cnlab policy apply`},
+		{"CiliumNetworkPolicy to policy apply", svcHead + "spec: {ports: [{port: 80}]}\n---\napiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\nmetadata: {name: c, namespace: x}\nspecs: [{endpointSelector: {}, ingress: [{}]}]\n",
+			`bad.yaml: document 2: kind: "CiliumNetworkPolicy" is not supported (Service, EndpointSlice): apply CiliumNetworkPolicy documents with cnlab policy apply`},
 		{"Endpoints", "apiVersion: v1\nkind: Endpoints\nmetadata: {name: a}\n", "kind: v1 Endpoints is not supported"},
 		{"list", "apiVersion: v1\nkind: ServiceList\nitems: []\n", "kind: ServiceList is not supported: give its items as separate documents"},
 		{"api version", "apiVersion: apps/v1\nkind: Service\nmetadata: {name: a}\n", `apiVersion: "apps/v1" is not the apiVersion of Service (want v1)`},
@@ -142,7 +146,7 @@ func TestParseGood(t *testing.T) {
 	}
 }
 
-func goodFiles(t *testing.T) []string {
+func goodFiles(t testing.TB) []string {
 	t.Helper()
 	files, _ := filepath.Glob("testdata/*.yaml")
 	more, _ := filepath.Glob("../examples/services/*.yaml")
@@ -155,4 +159,31 @@ func goodFiles(t *testing.T) []string {
 		t.Fatalf("no example files found: %v", files)
 	}
 	return files
+}
+
+// FuzzParse feeds the parser mutations of the example Services: it must
+// never panic, refuse only with an input.Error, and what it accepts must
+// read back from its stored text as the same documents.
+func FuzzParse(f *testing.F) {
+	for _, path := range goodFiles(f) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec: {podSelector: {}}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		svcs, sls, err := Parse(data, "fuzz.yaml")
+		if err != nil {
+			if !input.Is(err) {
+				t.Fatalf("error %T is not an input.Error: %v", err, err)
+			}
+			return
+		}
+		svcs2, sls2, err := Parse(Encode(svcs, sls), "stored")
+		if err != nil || len(svcs2) != len(svcs) || len(sls2) != len(sls) {
+			t.Fatalf("stored text reads back as %d Services and %d slices (want %d and %d): %v", len(svcs2), len(sls2), len(svcs), len(sls), err)
+		}
+	})
 }

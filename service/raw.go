@@ -1,7 +1,7 @@
 package service
 
 import (
-	"github.com/cnlab/cnlab/internal/kubemeta"
+	"github.com/cnlab/cnlab/internal/k8sdoc"
 	"gopkg.in/yaml.v3"
 )
 
@@ -11,18 +11,13 @@ import (
 // rather than reported as unknown.
 
 type rawObject struct {
-	APIVersion string    `yaml:"apiVersion"`
-	Kind       string    `yaml:"kind"`
-	Metadata   rawMeta   `yaml:"metadata"`
-	Spec       yaml.Node `yaml:"spec"`   // Service
-	Status     yaml.Node `yaml:"status"` // output only; ignored
+	k8sdoc.Head `yaml:",inline"`
+	Spec        yaml.Node `yaml:"spec"` // Service
 	// EndpointSlice (its fields are at the top level).
 	AddressType string    `yaml:"addressType"`
 	Endpoints   yaml.Node `yaml:"endpoints"`
 	Ports       yaml.Node `yaml:"ports"`
 }
-
-type rawMeta = kubemeta.Meta
 
 type rawServiceSpec struct {
 	Type                          string            `yaml:"type"`

@@ -4,7 +4,8 @@
 // interval for "did it change between run A and run B", and the fits that
 // turn a sweep into a few numbers: a straight line, the per-hop loss of a
 // chain of length n (t(n) = t1·(1−l)^(n−1)), and the point where a curve
-// bends.
+// bends. The χ² distribution (ChiSquareCritical) is the test of `probe
+// --service --expect` that a proxy spreads connections evenly.
 //
 // Every fit uses all the samples it is given, repeated x values included:
 // several runs at one x are several points, never first reduced to their
@@ -18,6 +19,6 @@
 // explicit seed. Result structs never hold NaN or Inf, so they marshal to
 // JSON: where a value is undefined the function returns an error, or the
 // struct says so (N is 0). The scalar distribution functions (TQuantile,
-// TCDF, FCDF, ...) return NaN for arguments outside their domain, as the
-// math package does. It depends on the standard library only.
+// TCDF, FCDF, ChiSquareSurvival, ...) return NaN for arguments outside
+// their domain, as the math package does. It depends on the standard library only.
 package stats
