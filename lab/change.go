@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/l7proxy"
 	"github.com/cnlab/cnlab/l7proxy/deploy"
 	"os"
@@ -26,7 +27,7 @@ import (
 // it runs: its record (change.json, written first and removed last), the
 // staged set (policies.yaml.new, renamed over policies.yaml to commit it)
 // and, per host, the datapath's dirty mark and recorded set
-// (datapath.ReadHostPolicy). Left behind by a killed change, they tell
+// (change.ReadHost). Left behind by a killed change, they tell
 // PolicyStatus what holds; the next change overwrites or clears them.
 
 func changePath(lab string) string { return filepath.Join(labDir(lab), "change.json") }
@@ -167,7 +168,7 @@ func PolicyState(spec *topology.Spec) *PolicyStatus {
 		staged = ps.Staged.Set
 	}
 	for _, h := range spec.Hosts {
-		hp := datapath.ReadHostPolicy(datapath.StatePath(spec.Name, spec.Datapath, h.Name))
+		hp := change.ReadHost(change.StatePath(spec.Name, spec.Datapath, h.Name))
 		hs := HostSet{Name: h.Name, Dirty: hp.Dirty}
 		for _, set := range hp.Sets {
 			what := HoldsOther
@@ -225,7 +226,7 @@ func endChange(lab string) error {
 func offStored(spec *topology.Spec, set string) []string {
 	var out []string
 	for _, h := range spec.Hosts {
-		hp := datapath.ReadHostPolicy(datapath.StatePath(spec.Name, spec.Datapath, h.Name))
+		hp := change.ReadHost(change.StatePath(spec.Name, spec.Datapath, h.Name))
 		if hp.Dirty || hp.Sets[0] != set {
 			out = append(out, h.Name)
 		}

@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/proxy"
@@ -318,8 +318,8 @@ func ServicesState(spec *topology.Spec) *ServicesStatus {
 		set = proxy.Digest(r.Table)
 	}
 	for _, h := range spec.Hosts {
-		path := datapath.StatePath(spec.Name, sk, h.Name)
-		hp := datapath.ReadHostPolicy(path)
+		path := change.StatePath(spec.Name, sk, h.Name)
+		hp := change.ReadHost(path)
 		_, statErr := os.Stat(path)
 		never := errors.Is(statErr, os.ErrNotExist) && !hp.Dirty
 		inSync := !hp.Dirty && set != "" && (hp.Sets[0] == set || never && nsvcs+nslices == 0)

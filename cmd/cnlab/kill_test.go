@@ -399,7 +399,7 @@ spec:
 )
 
 // serviceSteps lists the fault points of a Service apply on the kill lab,
-// in order: the lock, then each host as datapath.ApplyHosts changes it,
+// in order: the lock, then each host as change.ApplyHosts changes it,
 // then every host done with the store not yet written.
 func serviceSteps() []string {
 	s := []string{fault.Locked}
