@@ -293,12 +293,13 @@ func holdsText(h lab.HostSet) string {
 	return "holds " + strings.Join(ws, " or ")
 }
 
-// changeText names a change: "`cnlab policy apply` (pid 42, started
-// 12:00:01 UTC: creates NetworkPolicy default/b)".
-func changeText(c *lab.PolicyChange) string {
-	cmd := "`cnlab policy " + c.Op + "`"
+// changeText names a change of policies (noun "policy") or Services
+// ("service"): "`cnlab policy apply` (pid 42, started 12:00:01 UTC:
+// creates NetworkPolicy default/b)".
+func changeText(c *lab.ChangeStatus, noun string) string {
+	cmd := "`cnlab " + noun + " " + c.Op + "`"
 	if c.Op == "replace" {
-		cmd = "a replace of the policy set (cnlab run)"
+		cmd = "a replace of the " + noun + " set (cnlab run)"
 	}
 	var what []string
 	for _, x := range []struct {
@@ -370,13 +371,13 @@ func printPolicyStatus(w io.Writer, labName string, ps *lab.PolicyStatus) {
 	c := ps.Change
 	switch {
 	case c != nil && c.Running:
-		fmt.Fprintf(w, "a policy change is running: %s\n", changeText(c))
+		fmt.Fprintf(w, "a policy change is running: %s\n", changeText(c, "policy"))
 	case c != nil && c.Killed == lab.KilledBeforeStaged:
-		fmt.Fprintf(w, "policy change killed before it staged its set: %s died; nothing was changed\n", changeText(c))
+		fmt.Fprintf(w, "policy change killed before it staged its set: %s died; nothing was changed\n", changeText(c, "policy"))
 	case c != nil && c.Killed == lab.KilledStaged:
-		fmt.Fprintf(w, "policy change killed between staged and committed: %s died; the stored set is the one from before it, %s was staged and not stored\n", changeText(c), staged)
+		fmt.Fprintf(w, "policy change killed between staged and committed: %s died; the stored set is the one from before it, %s was staged and not stored\n", changeText(c, "policy"), staged)
 	case c != nil && c.Killed == lab.KilledCommitted:
-		fmt.Fprintf(w, "policy change killed between committed and cleanup: %s died after storing its new set\n", changeText(c))
+		fmt.Fprintf(w, "policy change killed between committed and cleanup: %s died after storing its new set\n", changeText(c, "policy"))
 	case ps.Staged != nil:
 		fmt.Fprintf(w, "a staged policy set (%s) of a change that did not finish is left beside the stored one; it was not stored\n", plural.N(ps.Staged.Policies, "policy"))
 	}
@@ -415,6 +416,18 @@ func printServicesStatus(w io.Writer, name string, ss *lab.ServicesStatus) {
 		return
 	}
 	fmt.Fprintf(w, "; %s, %s stored\n", plural.N(ss.Services, "Service"), plural.N(ss.Slices, "EndpointSlice"))
+	switch c := ss.Change; {
+	case c != nil && c.Running:
+		fmt.Fprintf(w, "a Service change is running: %s\n", changeText(c, "service"))
+	case c != nil && c.Killed == lab.KilledBeforeStaged:
+		fmt.Fprintf(w, "Service change killed before it staged its set: %s died; nothing was changed\n", changeText(c, "service"))
+	case c != nil && c.Killed == lab.KilledStaged:
+		fmt.Fprintf(w, "Service change killed between staged and committed: %s died; the stored Services are those from before it, its new set was staged and not stored\n", changeText(c, "service"))
+	case c != nil && c.Killed == lab.KilledCommitted:
+		fmt.Fprintf(w, "Service change killed between committed and cleanup: %s died after storing its new set\n", changeText(c, "service"))
+	case ss.Staged != nil:
+		fmt.Fprintln(w, "a staged Service set of a change that did not finish is left beside the stored one; it was not stored")
+	}
 	var dirty, off []string
 	for _, h := range ss.Hosts {
 		switch {
