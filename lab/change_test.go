@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cnlab/cnlab/datapath/kind"
@@ -108,8 +109,10 @@ func TestServiceChangeRepaired(t *testing.T) {
 				t.Errorf("killed: status says flap %+v, want in sync", h)
 			}
 
+			// Once: the stored Services applied again after it succeed.
+			var failed atomic.Bool
 			fault.SetHook(func(point, host string) error {
-				if point == fault.Dirty && host == "flap" {
+				if point == fault.Dirty && host == "flap" && !failed.Swap(true) {
 					return errInjected
 				}
 				return nil
