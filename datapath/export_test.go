@@ -10,13 +10,9 @@ func SetAfterKernel(f func(host string)) {
 		return
 	}
 	fault.SetHook(func(point, host string) error {
-		if point == "kernel" {
+		if point == fault.Kernel {
 			f(host)
 		}
 		return nil
 	})
 }
-
-// SetSaveFault makes SaveState fail with the error f returns for a path
-// (nil: no fault), for the fault-injection tests.
-func SetSaveFault(f func(path string) error) { saveFault = f }

@@ -3,6 +3,7 @@ package datapath
 import (
 	"net/netip"
 
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -28,7 +29,7 @@ type L7Match struct {
 // endpoint has an L7 port.
 func L7Redirects(lab *topology.Spec, host string, c *policy.Compiled) []L7Match {
 	var out []L7Match
-	locals := LocalEndpoints(lab, host)
+	locals := change.LocalEndpoints(lab, host)
 	for _, d := range locals {
 		id := c.IdentityOfIP(d.IP)
 		for _, port := range c.L7Ports(id) {

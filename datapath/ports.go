@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -77,7 +78,7 @@ func PortScript(ports []Port) string {
 func BindPorts(ctx context.Context, lab *topology.Spec) error {
 	for _, h := range lab.Hosts {
 		var ports []Port
-		for _, ep := range LocalEndpoints(lab, h.Name) {
+		for _, ep := range change.LocalEndpoints(lab, h.Name) {
 			if ep.HostVeth == "" {
 				continue
 			}

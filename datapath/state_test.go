@@ -14,6 +14,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/scenarios"
@@ -218,13 +219,13 @@ func TestStaleGeneration(t *testing.T) {
 	if _, err := lab.Apply(ctx, spec.Name, parse(t, ranges(1000))); err != nil {
 		t.Fatal(err)
 	}
-	path := datapath.StatePath(spec.Name, kind.NFTables, "flap")
+	path := change.StatePath(spec.Name, kind.NFTables, "flap")
 	var st map[string]any
-	if err := datapath.LoadState(path, &st); err != nil {
+	if err := change.LoadState(path, &st); err != nil {
 		t.Fatal(err)
 	}
 	st["gen"] = 7
-	if err := datapath.SaveState(path, st); err != nil {
+	if err := change.SaveState(path, st); err != nil {
 		t.Fatal(err)
 	}
 	for i, base := range []int{3000, 1000} {
@@ -248,15 +249,15 @@ func TestSaveFails(t *testing.T) {
 			k := kind.Kind(dp)
 			ctx := context.Background()
 			for _, host := range []string{"flip", "flap"} {
-				blocked := datapath.StatePath(spec.Name, k, host)
-				datapath.SetSaveFault(func(path string) error {
+				blocked := change.StatePath(spec.Name, k, host)
+				change.SetSaveFault(func(path string) error {
 					if path == blocked {
 						return errors.New("injected: state not writable")
 					}
 					return nil
 				})
 				_, err := lab.Apply(ctx, spec.Name, parse(t, denyAll))
-				datapath.SetSaveFault(nil)
+				change.SetSaveFault(nil)
 				if err == nil {
 					t.Errorf("apply with %s's state unwritable succeeded", host)
 				}
@@ -279,7 +280,7 @@ func TestSaveFails(t *testing.T) {
 func TestStateDirUnwritable(t *testing.T) {
 	spec := upLab(t, "t-nodir", "nftables")
 	ctx := context.Background()
-	dir := filepath.Dir(datapath.StatePath(spec.Name, kind.NFTables, "flip"))
+	dir := filepath.Dir(change.StatePath(spec.Name, kind.NFTables, "flip"))
 	aside := dir + ".aside"
 	if err := os.Rename(dir, aside); err != nil {
 		t.Fatal(err)
@@ -494,8 +495,8 @@ func TestIPSetsFaults(t *testing.T) {
 	if _, err := netns.Run(ctx, flip.Netns, []byte(plant), real, "restore"); err != nil {
 		t.Fatal(err)
 	}
-	statePath := datapath.StatePath(spec.Name, kind.IPTables, "flip")
-	if err := datapath.MarkDirty(statePath, datapath.ReadHostPolicy(statePath).Sets[0]); err != nil {
+	statePath := change.StatePath(spec.Name, kind.IPTables, "flip")
+	if err := change.MarkDirty(statePath, change.ReadHost(statePath).Sets[0]); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := lab.Replace(ctx, spec.Name, parse(t, fromNS("z"))); err != nil {

@@ -3,8 +3,8 @@ package lab
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/l7proxy"
 	"github.com/cnlab/cnlab/l7proxy/deploy"
 	"os"
@@ -16,45 +16,39 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
-	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 	"golang.org/x/sys/unix"
 )
 
-// A policy change leaves three kinds of files in the lab's directory while
-// it runs: its record (change.json, written first and removed last), the
-// staged set (policies.yaml.new, renamed over policies.yaml to commit it)
-// and, per host, the datapath's dirty mark and recorded set
-// (datapath.ReadHostPolicy). Left behind by a killed change, they tell
-// PolicyStatus what holds; the next change overwrites or clears them.
+// A change (of policies, of Services) leaves three kinds of files in the
+// lab's directory while it runs: its record (written first and removed
+// last), the staged set (beside the stored files, renamed over them to
+// commit it) and, per host, the datapath's or proxy's dirty mark and
+// recorded set (change.ReadHost). Left behind by a killed change, they
+// tell PolicyState and ServicesState what holds; the next change
+// overwrites or clears them. internal/change implements the protocol.
 
 func changePath(lab string) string { return filepath.Join(labDir(lab), "change.json") }
 
-func stagedPath(lab string) string { return policiesPath(lab) + ".new" }
-
-// changeRecord is what a policy change writes before it stages its set.
-type changeRecord struct {
-	Op      string    `json:"op"` // apply, replace or delete
-	Pid     int       `json:"pid"`
-	Started time.Time `json:"started"`
-	From    string    `json:"from"` // policy.Digest of the stored set before ("" unreadable)
-	To      string    `json:"to"`   // policy.Digest of the set it stores
-	Created []string  `json:"created,omitempty"`
-	Updated []string  `json:"updated,omitempty"`
-	Deleted []string  `json:"deleted,omitempty"`
+// policyStore is where a lab's policies are stored and a policy change
+// records and stages itself.
+func policyStore(lab string) change.Store {
+	return change.Store{What: "policies", Record: changePath(lab), Files: []string{policiesPath(lab)}}
 }
 
-// Where a change was killed, as PolicyChange.Killed says.
+func stagedPath(lab string) string { return policyStore(lab).Staged(0) }
+
+// Where a change was killed, as ChangeStatus.Killed says.
 const (
 	// KilledBeforeStaged: recorded, its set not yet staged; nothing changed.
-	KilledBeforeStaged = "before-staged"
+	KilledBeforeStaged = change.KilledBeforeStaged
 	// KilledStaged: between staged and committed; the store holds the set
 	// from before the change, hosts may hold either.
-	KilledStaged = "staged"
+	KilledStaged = change.KilledStaged
 	// KilledCommitted: between committed and cleanup; the store holds the
 	// change's set, and so does every host.
-	KilledCommitted = "committed"
+	KilledCommitted = change.KilledCommitted
 )
 
 // PolicyStatus is what a lab's files say of its policies: the stored set,
@@ -64,7 +58,7 @@ type PolicyStatus struct {
 	Stored    int           `json:"stored"`    // policies in the stored set
 	StoredSet string        `json:"storedSet"` // its policy.Digest
 	Staged    *StagedSet    `json:"staged,omitempty"`
-	Change    *PolicyChange `json:"change,omitempty"`
+	Change    *ChangeStatus `json:"change,omitempty"`
 	Hosts     []HostSet     `json:"hosts"`
 	Error     string        `json:"error,omitempty"` // the stored set cannot be read
 }
@@ -75,9 +69,9 @@ type StagedSet struct {
 	Set      string `json:"set"` // "" when the file cannot be read
 }
 
-// PolicyChange is a policy change found running, or the record a killed
-// one left.
-type PolicyChange struct {
+// ChangeStatus is a change (of policies, of Services) found running, or
+// the record a killed one left.
+type ChangeStatus struct {
 	Op      string    `json:"op"`
 	Pid     int       `json:"pid"`
 	Started time.Time `json:"started"`
@@ -99,7 +93,8 @@ const (
 	HoldsUnknown = "unknown" // not recorded
 )
 
-// HostSet is the policy set a host enforces, as its files say.
+// HostSet is the set (of policies, of Services) a host enforces, as its
+// files say.
 type HostSet struct {
 	Name string `json:"name"`
 	// Dirty: a change was interrupted, failed or is running on the host;
@@ -147,85 +142,66 @@ func PolicyState(spec *topology.Spec) *PolicyStatus {
 			ps.Staged.Policies, ps.Staged.Set = len(staged), policy.Digest(staged)
 		}
 	}
-	var rec changeRecord
-	if files.ReadJSON(changePath(spec.Name), &rec) == nil {
-		pc := &PolicyChange{Op: rec.Op, Pid: rec.Pid, Started: rec.Started, Created: rec.Created, Updated: rec.Updated, Deleted: rec.Deleted}
-		switch pid := lockHolder(spec.Name); {
-		case pid != 0:
-			pc.Running = true
-		case ps.Staged != nil:
-			pc.Killed = KilledStaged
-		case ps.Error == "" && ps.StoredSet == rec.To:
-			pc.Killed = KilledCommitted
-		default:
-			pc.Killed = KilledBeforeStaged
-		}
-		ps.Change = pc
-	}
+	ps.Change = changeStatus(spec.Name, policyStore(spec.Name), ps.StoredSet)
 	staged := ""
 	if ps.Staged != nil {
 		staged = ps.Staged.Set
 	}
+	ps.Hosts = hostSets(spec, spec.Datapath, ps.StoredSet, staged)
+	return ps
+}
+
+// changeStatus reads the record a change of store left: running (its
+// process holds the lab's lock) or killed, and where. stored is the
+// digest of the stored set ("" unreadable).
+func changeStatus(lab string, store change.Store, stored string) *ChangeStatus {
+	rec := store.ReadRecord()
+	if rec == nil {
+		return nil
+	}
+	c := &ChangeStatus{Op: rec.Op, Pid: rec.Pid, Started: rec.Started, Created: rec.Created, Updated: rec.Updated, Deleted: rec.Deleted}
+	if lockHolder(lab) != 0 {
+		c.Running = true
+	} else {
+		c.Killed = store.Killed(rec, stored)
+	}
+	return c
+}
+
+// hostSets says which sets each host's kernel may hold, from the state
+// files of k (a datapath's kind, a proxy's state kind): stored and staged
+// are the digests of the stored and the staged set ("" unreadable, none).
+func hostSets(spec *topology.Spec, k kind.Kind, stored, staged string) []HostSet {
+	out := []HostSet{}
 	for _, h := range spec.Hosts {
-		hp := datapath.ReadHostPolicy(datapath.StatePath(spec.Name, spec.Datapath, h.Name))
+		hp := change.ReadHost(change.StatePath(spec.Name, k, h.Name))
 		hs := HostSet{Name: h.Name, Dirty: hp.Dirty}
 		for _, set := range hp.Sets {
 			what := HoldsOther
 			switch {
 			case set == "":
 				what = HoldsUnknown
-			case ps.Error == "" && set == ps.StoredSet:
+			case stored != "" && set == stored:
 				what = HoldsStored
-			case set == staged:
+			case staged != "" && set == staged:
 				what = HoldsStaged
 			}
 			if !slices.Contains(hs.Holds, what) {
 				hs.Holds = append(hs.Holds, what)
 			}
 		}
-		ps.Hosts = append(ps.Hosts, hs)
+		out = append(out, hs)
 	}
-	return ps
+	return out
 }
 
-// beginChange records a change and stages its set (in that order: a
-// staged set always has its record, unless an older cnlab left it).
-func beginChange(lab string, rec *changeRecord, next []*policy.Policy) error {
-	if err := files.WriteJSON(changePath(lab), rec, true); err != nil {
-		return fmt.Errorf("record policy change: %w", err)
-	}
-	if err := files.WriteAtomic(stagedPath(lab), policy.Encode(next)); err != nil {
-		return fmt.Errorf("store policies: %w", err)
-	}
-	return nil
-}
-
-// commitChange makes the staged set the stored one (a rename).
-func commitChange(lab string) error {
-	if err := os.Rename(stagedPath(lab), policiesPath(lab)); err != nil {
-		return fmt.Errorf("store policies: %w", err)
-	}
-	return nil
-}
-
-// endChange is the cleanup of a change, done or failed: its staged set (if
-// not committed) and its record go.
-func endChange(lab string) error {
-	var errs []error
-	for _, p := range []string{stagedPath(lab), changePath(lab)} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// offStored lists the hosts whose files do not say they enforce set: dirty,
-// or recorded on another set.
-func offStored(spec *topology.Spec, set string) []string {
+// offStored lists the hosts whose files (those of k, a datapath's kind or
+// a proxy's state kind) do not say they enforce set: dirty, or recorded on
+// another set.
+func offStored(spec *topology.Spec, k kind.Kind, set string) []string {
 	var out []string
 	for _, h := range spec.Hosts {
-		hp := datapath.ReadHostPolicy(datapath.StatePath(spec.Name, spec.Datapath, h.Name))
+		hp := change.ReadHost(change.StatePath(spec.Name, k, h.Name))
 		if hp.Dirty || hp.Sets[0] != set {
 			out = append(out, h.Name)
 		}
@@ -240,7 +216,7 @@ func offStored(spec *topology.Spec, set string) []string {
 // they enforce it too. Then the staged set and the record go.
 func abort(ctx context.Context, spec *topology.Spec, dp datapath.Datapath, cur []*policy.Policy, curKnown bool, cause error) error {
 	err := cause
-	if off := offStored(spec, policy.Digest(cur)); len(off) > 0 {
+	if off := offStored(spec, spec.Datapath, policy.Digest(cur)); len(off) > 0 {
 		hosts := strings.Join(off, ", ")
 		switch {
 		case !curKnown:
@@ -263,7 +239,7 @@ func abort(ctx context.Context, spec *topology.Spec, dp datapath.Datapath, cur [
 			}
 		}
 	}
-	if cerr := endChange(spec.Name); cerr != nil {
+	if cerr := policyStore(spec.Name).End(); cerr != nil {
 		err = fmt.Errorf("%w; removing the staged policy set failed: %w", err, cerr)
 	}
 	return err

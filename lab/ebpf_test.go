@@ -16,9 +16,9 @@ import (
 	ciliumebpf "github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
-	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/ebpf"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/scenarios"
@@ -415,7 +415,7 @@ func TestEBPFUpdatesInPlace(t *testing.T) {
 	}
 	// Lost and damaged records: the generations are rebuilt.
 	for _, h := range spec.Hosts {
-		state := strings.TrimSuffix(datapath.StatePath(spec.Name, kind.EBPF, h.Name), ".json")
+		state := strings.TrimSuffix(change.StatePath(spec.Name, kind.EBPF, h.Name), ".json")
 		if err := os.Remove(state + ".gen0"); err != nil {
 			t.Fatal(err)
 		}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/scenarios"
 	"github.com/cnlab/cnlab/internal/testutil"
@@ -331,7 +331,7 @@ func TestNftablesNewGeneration(t *testing.T) {
 			t.Fatalf("apply %d: %v", i, err)
 		}
 		var st struct{ Gen int }
-		if err := datapath.LoadState(datapath.StatePath(spec.Name, kind.NFTables, "flip"), &st); err != nil {
+		if err := change.LoadState(change.StatePath(spec.Name, kind.NFTables, "flip"), &st); err != nil {
 			t.Fatal(err)
 		}
 		if i > 0 && st.Gen != i {

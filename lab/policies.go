@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/l7proxy/deploy"
 	"os"
 	"path/filepath"
@@ -210,12 +211,13 @@ func modify(ctx context.Context, labName, op string, tolerateBad bool, f func([]
 	if ch.Compiled, err = compile(spec, next); err != nil {
 		return nil, err
 	}
-	rec := &changeRecord{Op: op, Pid: os.Getpid(), Started: time.Now().UTC(), To: ch.Compiled.Set,
+	rec := &change.Record{Op: op, Pid: os.Getpid(), Started: time.Now().UTC(), To: ch.Compiled.Set,
 		Created: ch.Created, Updated: ch.Updated, Deleted: ch.Deleted}
 	if curErr == nil {
 		rec.From = policy.Digest(cur)
 	}
-	if err := beginChange(labName, rec, next); err != nil {
+	store := policyStore(labName)
+	if err := store.Begin(rec, policy.Encode(next)); err != nil {
 		return nil, abort(ctx, spec, dp, cur, curErr == nil, err)
 	}
 	if err := fault.At(fault.Staged, ""); err != nil {
@@ -225,13 +227,13 @@ func modify(ctx context.Context, labName, op string, tolerateBad bool, f func([]
 		return nil, abort(ctx, spec, dp, cur, curErr == nil, err)
 	}
 	_ = fault.At(fault.Applied, "")
-	if err := commitChange(labName); err != nil {
+	if err := store.Commit(); err != nil {
 		return nil, abort(ctx, spec, dp, cur, curErr == nil, err)
 	}
 	_ = fault.At(fault.Committed, "")
 	// A record that cannot be removed only makes status report this
 	// change as killed after its commit, which it tells apart.
-	_ = endChange(labName)
+	_ = store.End()
 	return ch, nil
 }
 

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -9,9 +10,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
-	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/proxy"
@@ -28,29 +30,48 @@ import (
 func servicesPath(lab string) string { return filepath.Join(labDir(lab), "services.yaml") }
 func allocPath(lab string) string    { return filepath.Join(labDir(lab), "services-alloc.json") }
 
+// serviceStore is where a lab's Services are stored and a Service change
+// records (services-change.json) and stages itself, as a policy change
+// does: the documents first, then the allocations, each staged beside
+// itself and committed by a rename.
+func serviceStore(lab string) change.Store {
+	return change.Store{What: "services", Record: filepath.Join(labDir(lab), "services-change.json"),
+		Files: []string{servicesPath(lab), allocPath(lab)}}
+}
+
 // ErrNoProxy is returned for a Service change on a lab without a service
 // proxy.
 var ErrNoProxy = errors.New("has no service proxy")
 
 // StoredServices returns the Services and EndpointSlices applied to a lab.
 func StoredServices(lab string) ([]*service.Service, []*service.Slice, error) {
-	data, err := os.ReadFile(servicesPath(lab))
+	return readServices(serviceStore(lab).Path(0))
+}
+
+// readServices reads a file of Services and EndpointSlices (the stored
+// one, or a staged one).
+func readServices(path string) ([]*service.Service, []*service.Slice, error) {
+	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) || (err == nil && strings.TrimSpace(string(data)) == "") {
 		return nil, nil, nil
 	}
 	if err != nil {
 		return nil, nil, err
 	}
-	svcs, sls, err := service.Parse(data, servicesPath(lab))
+	svcs, sls, err := service.Parse(data, path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("stored services of lab %s: %w", lab, err)
+		return nil, nil, fmt.Errorf("stored services of lab %s: %w", filepath.Base(filepath.Dir(path)), err)
 	}
 	return svcs, sls, nil
 }
 
 func readAlloc(lab string) (*service.Allocations, error) {
+	return readAllocFile(lab, serviceStore(lab).Path(1))
+}
+
+func readAllocFile(lab, path string) (*service.Allocations, error) {
 	var a service.Allocations
-	if err := files.ReadJSON(allocPath(lab), &a); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := files.ReadJSON(path, &a); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("stored service addresses of lab %s: %w", lab, err)
 	}
 	return &a, nil
@@ -91,7 +112,7 @@ func upsert[T any](cur, add []T, ref func(T) string, raw func(T) string, ch *Ser
 // kind, namespace and name) and makes the lab's proxy serve the new set.
 // Nothing is stored unless every host took it.
 func ApplyServices(ctx context.Context, labName string, svcs []*service.Service, sls []*service.Slice) (*ServiceChange, error) {
-	return modifyServices(ctx, labName, func(cs []*service.Service, cl []*service.Slice, ch *ServiceChange) ([]*service.Service, []*service.Slice, error) {
+	return modifyServices(ctx, labName, "apply", func(cs []*service.Service, cl []*service.Slice, ch *ServiceChange) ([]*service.Service, []*service.Slice, error) {
 		return upsert(cs, svcs, (*service.Service).Ref, func(s *service.Service) string { return s.Raw }, ch),
 			upsert(cl, sls, (*service.Slice).Ref, func(s *service.Slice) string { return s.Raw }, ch), nil
 	})
@@ -102,7 +123,7 @@ func ApplyServices(ctx context.Context, labName string, svcs []*service.Service,
 // one change of each host's proxy. The change it returns has Resolved
 // only (no per-document account).
 func ReplaceServices(ctx context.Context, labName string, svcs []*service.Service, sls []*service.Slice) (*ServiceChange, error) {
-	return modifyServices(ctx, labName, func([]*service.Service, []*service.Slice, *ServiceChange) ([]*service.Service, []*service.Slice, error) {
+	return modifyServices(ctx, labName, "replace", func([]*service.Service, []*service.Slice, *ServiceChange) ([]*service.Service, []*service.Slice, error) {
 		return svcs, sls, nil
 	})
 }
@@ -111,7 +132,7 @@ func ReplaceServices(ctx context.Context, labName string, svcs []*service.Servic
 // namespace default) with the EndpointSlices that name them, or
 // everything.
 func DeleteServices(ctx context.Context, labName string, names []string, all bool) (*ServiceChange, error) {
-	return modifyServices(ctx, labName, func(cs []*service.Service, cl []*service.Slice, ch *ServiceChange) ([]*service.Service, []*service.Slice, error) {
+	return modifyServices(ctx, labName, "delete", func(cs []*service.Service, cl []*service.Slice, ch *ServiceChange) ([]*service.Service, []*service.Slice, error) {
 		drop := map[string]bool{}
 		for _, n := range names {
 			if !strings.Contains(n, "/") {
@@ -152,12 +173,14 @@ func DeleteServices(ctx context.Context, labName string, names []string, all boo
 }
 
 // modifyServices runs f on the lab's stored documents under the lab's
-// lock, resolves the result (a bad set writes nothing), has the proxy
-// apply it on every host (each host in one atomic transaction), then
-// stores it. Killed or failed between hosts, the store keeps the set
-// before the change, and the proxy's per-host state (dirty marks, as the
-// policy datapaths keep) makes the next change repair every host.
-func modifyServices(ctx context.Context, labName string, f func([]*service.Service, []*service.Slice, *ServiceChange) ([]*service.Service, []*service.Slice, error)) (*ServiceChange, error) {
+// lock, resolves the result (a bad set writes nothing), and changes the
+// lab as a policy change does (modify): the change is recorded and its
+// set staged, the proxy applies it on every host (each host in one atomic
+// transaction, marked dirty until its state is saved), then the staged set
+// is committed and the record removed. Killed at any point, the store
+// holds the set from before or after the change and the next change
+// repairs every host; failed, the hosts are left on the stored set.
+func modifyServices(ctx context.Context, labName, op string, f func([]*service.Service, []*service.Slice, *ServiceChange) ([]*service.Service, []*service.Slice, error)) (*ServiceChange, error) {
 	unlock, err := lockLab(labName)
 	if err != nil {
 		return nil, err
@@ -168,6 +191,11 @@ func modifyServices(ctx context.Context, labName string, f func([]*service.Servi
 	}
 	spec, px, err := openProxy(labName)
 	if err != nil {
+		return nil, err
+	}
+	store := serviceStore(labName)
+	// A commit killed between its two renames is finished first.
+	if err := store.Repair(); err != nil {
 		return nil, err
 	}
 	svcs, sls, err := StoredServices(labName)
@@ -186,25 +214,65 @@ func modifyServices(ctx context.Context, labName string, f func([]*service.Servi
 	if ch.Resolved, err = service.Resolve(spec, nsvcs, nsls, alloc); err != nil {
 		return nil, err
 	}
+	allocs, err := json.Marshal(ch.Resolved.Allocations)
+	if err != nil {
+		return nil, err
+	}
 	// Set up on first use: a lab that serves no Service has no proxy
 	// chains, hairpin ports or NAT hooks in its way.
 	if err := px.Setup(ctx, spec); err != nil {
 		return nil, fmt.Errorf("service proxy %s: %w", spec.Services.Proxy, err)
 	}
+	// The record's From stays empty: the digest of the stored set would
+	// cost resolving it, as much as the change itself.
+	rec := &change.Record{Op: op, Pid: os.Getpid(), Started: time.Now().UTC(), To: proxy.Digest(ch.Resolved.Table),
+		Created: ch.Created, Updated: ch.Updated, Deleted: ch.Deleted}
+	if err := store.Begin(rec, service.Encode(nsvcs, nsls), allocs); err != nil {
+		return nil, abortServices(ctx, spec, px, err)
+	}
+	if err := fault.At(fault.Staged, ""); err != nil {
+		return nil, abortServices(ctx, spec, px, err)
+	}
 	if err := px.Apply(ctx, spec, ch.Resolved.Table); err != nil {
-		return nil, fmt.Errorf("service proxy %s: %w", spec.Services.Proxy, err)
+		return nil, abortServices(ctx, spec, px, fmt.Errorf("service proxy %s: %w", spec.Services.Proxy, err))
 	}
-	// Killed here, every host serves the new set and the store holds the
-	// old one: status says so (ServicesState), and the next change, or
-	// the same apply again, brings both together.
 	_ = fault.At(fault.Applied, "")
-	if err := files.WriteJSON(allocPath(labName), ch.Resolved.Allocations, false); err != nil {
-		return nil, err
+	if err := store.Commit(); err != nil {
+		return nil, abortServices(ctx, spec, px, err)
 	}
-	if err := files.WriteAtomic(servicesPath(labName), service.Encode(nsvcs, nsls)); err != nil {
-		return nil, err
-	}
+	_ = fault.At(fault.Committed, "")
+	// A record that cannot be removed only makes status report this
+	// change as killed after its commit, which it tells apart.
+	_ = store.End()
 	return ch, nil
+}
+
+// abortServices ends a Service change that failed after it was staged, as
+// abort does a policy change: the proxy put back the hosts it could; hosts
+// it rebuilt keep the new set and hosts whose state could not be saved
+// stay dirty, so the stored set is applied again to every host whose files
+// do not say it serves it. Then the staged set and the record go.
+func abortServices(ctx context.Context, spec *topology.Spec, px proxy.Proxy, cause error) error {
+	err := cause
+	sk, _ := proxyregistry.StateKind(spec.Services.Proxy)
+	r, _, _, rerr := resolveStored(spec)
+	switch {
+	case rerr != nil:
+		err = fmt.Errorf("%w; the stored Services cannot be read: %w", cause, rerr)
+	default:
+		if off := offStored(spec, sk, proxy.Digest(r.Table)); len(off) > 0 {
+			hosts := strings.Join(off, ", ")
+			if aerr := px.Apply(context.WithoutCancel(ctx), spec, r.Table); aerr != nil {
+				err = fmt.Errorf("%w; host(s) %s were left off the stored Services, and applying them again failed too: %w (the next change rebuilds them)", cause, hosts, aerr)
+			} else {
+				err = fmt.Errorf("%w (host(s) %s were given the stored Services again)", cause, hosts)
+			}
+		}
+	}
+	if cerr := serviceStore(spec.Name).End(); cerr != nil {
+		err = fmt.Errorf("%w; removing the staged Services failed: %w", err, cerr)
+	}
+	return err
 }
 
 // ResolvedServices returns a lab's spec and its Services as resolved now
@@ -279,12 +347,23 @@ func ServiceModel(labName string) (*service.Model, error) {
 }
 
 // ServicesStatus is what a lab's files say of its Services: how many are
-// stored, and whether each host's proxy serves exactly the stored set.
+// stored, a change that is running or was killed (as PolicyStatus says of
+// policies), and which set each host's proxy serves.
 type ServicesStatus struct {
 	Services int               `json:"stored"`
 	Slices   int               `json:"storedSlices"`
+	Staged   *StagedServices   `json:"staged,omitempty"`
+	Change   *ChangeStatus     `json:"change,omitempty"`
 	Hosts    []ProxyHostStatus `json:"proxyHosts,omitempty"`
 	Error    string            `json:"error,omitempty"`
+}
+
+// StagedServices is a set of Services written beside the stored one and
+// not committed.
+type StagedServices struct {
+	Services int    `json:"services"`
+	Slices   int    `json:"slices"`
+	Set      string `json:"set"` // proxy.Digest; "" when it cannot be read
 }
 
 // ProxyHostStatus is one host's proxy as its state files describe it.
@@ -296,6 +375,23 @@ type ProxyHostStatus struct {
 	// InSync: the host serves the stored set (a host that never served a
 	// Service is in sync while none is stored).
 	InSync bool `json:"inSync"`
+	// Holds lists the sets its kernel may hold (HoldsStored, HoldsStaged,
+	// HoldsOther, HoldsUnknown), as HostSet.Holds.
+	Holds []string `json:"holds,omitempty"`
+}
+
+// Troubled reports whether a Service change is left unfinished or a host
+// may not serve the stored set.
+func (s *ServicesStatus) Troubled() bool {
+	if s.Change != nil || s.Staged != nil || s.Error != "" {
+		return true
+	}
+	for _, h := range s.Hosts {
+		if h.Dirty || !h.InSync {
+			return true
+		}
+	}
+	return false
 }
 
 // ServicesState reads what a lab's files say of its Services; nil for a
@@ -317,13 +413,29 @@ func ServicesState(spec *topology.Spec) *ServicesStatus {
 	} else {
 		set = proxy.Digest(r.Table)
 	}
-	for _, h := range spec.Hosts {
-		path := datapath.StatePath(spec.Name, sk, h.Name)
-		hp := datapath.ReadHostPolicy(path)
+	store := serviceStore(spec.Name)
+	staged := ""
+	if _, err := os.Stat(store.Staged(0)); err == nil {
+		st.Staged = &StagedServices{}
+		svcs, sls, err := readServices(store.Staged(0))
+		alloc, aerr := readAllocFile(spec.Name, store.Staged(1))
+		if err == nil && aerr == nil {
+			if r, err := service.Resolve(spec, svcs, sls, alloc); err == nil {
+				staged = proxy.Digest(r.Table)
+				st.Staged.Services, st.Staged.Slices, st.Staged.Set = len(svcs), len(sls), staged
+			}
+		}
+	}
+	st.Change = changeStatus(spec.Name, store, set)
+	for i, hs := range hostSets(spec, sk, set, staged) {
+		path := change.StatePath(spec.Name, sk, hs.Name)
 		_, statErr := os.Stat(path)
-		never := errors.Is(statErr, os.ErrNotExist) && !hp.Dirty
-		inSync := !hp.Dirty && set != "" && (hp.Sets[0] == set || never && nsvcs+nslices == 0)
-		st.Hosts = append(st.Hosts, ProxyHostStatus{Name: h.Name, Dirty: hp.Dirty, InSync: inSync})
+		never := errors.Is(statErr, os.ErrNotExist) && !hs.Dirty
+		inSync := !hs.Dirty && set != "" && (!hs.OffStored() || never && nsvcs+nslices == 0)
+		if never || inSync {
+			hs.Holds = nil // status -o json is as before unless something is off
+		}
+		st.Hosts = append(st.Hosts, ProxyHostStatus{Name: spec.Hosts[i].Name, Dirty: hs.Dirty, InSync: inSync, Holds: hs.Holds})
 	}
 	return st
 }

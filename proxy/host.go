@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/topology"
 	"github.com/vishvananda/netlink"
@@ -28,7 +28,7 @@ import (
 // that the port-unreachable rejecting a frontend without backends would
 // not be sent. Idempotent.
 func PrepareHost(lab *topology.Spec, h *topology.Host) error {
-	if err := datapath.EnableBridgeNetfilter(h.Netns); err != nil {
+	if err := change.EnableBridgeNetfilter(h.Netns); err != nil {
 		return err
 	}
 	err := netns.Do(h.Netns, func() error {
@@ -47,7 +47,7 @@ func PrepareHost(lab *topology.Spec, h *topology.Host) error {
 		return err
 	}
 	defer nh.Close()
-	for _, ep := range datapath.LocalEndpoints(lab, h.Name) {
+	for _, ep := range change.LocalEndpoints(lab, h.Name) {
 		if ep.HostVeth == "" {
 			continue
 		}

@@ -35,6 +35,6 @@ type Descriptor struct {
 	Kind kind.Proxy
 	New  func() Proxy
 	// StateKind names the proxy's per-host state files
-	// (datapath.StatePath), apart from any policy datapath's.
+	// (change.StatePath), apart from any policy datapath's.
 	StateKind kind.Kind
 }

@@ -409,24 +409,26 @@ spec:
 )
 
 // serviceSteps lists the fault points of a Service apply on the kill lab,
-// in order: the lock, then each host as datapath.ApplyHosts changes it,
-// then every host done with the store not yet written.
+// in order: the lock, the change recorded and staged, then each host as
+// change.ApplyHosts changes it, then every host done with the store not
+// yet written, then the store committed with the record left.
 func serviceSteps() []string {
-	s := []string{fault.Locked}
+	s := []string{fault.Locked, fault.Staged}
 	for _, h := range []string{"flip", "flap"} {
 		for _, p := range []string{fault.Dirty, fault.AtomicLoad, fault.Kernel, fault.Saved, fault.HostDone} {
 			s = append(s, p+":"+h)
 		}
 	}
-	return append(s, fault.Applied)
+	return append(s, fault.Applied, fault.Committed)
 }
 
 // TestKilledServiceApply kills `cnlab service apply` (SIGKILL, from inside
 // the process) at every point of a Service change on each proxy. After each
-// kill the store must hold the Services from before, and `cnlab status`
-// must say which hosts are marked dirty (killed while changing them) and
-// which serve a set other than the stored one (killed after their kernel
-// took the change). The same apply run again must succeed, leave every
+// kill the store must hold the Services from before (after, once
+// committed), and `cnlab status` must say where the change died, which
+// hosts are marked dirty (killed while changing them) and which serve a
+// set other than the stored one (killed after their kernel took the
+// change). The same apply run again must succeed, leave every
 // host serving the stored set, and `probe --service --expect` must find
 // both Services served as the model says.
 func TestKilledServiceApply(t *testing.T) {
@@ -467,10 +469,18 @@ func TestKilledServiceApply(t *testing.T) {
 						want[h] = "off"
 					}
 				}
-				checkServices(t, name, what, []string{"default/web"}, want)
+				stored, killed := []string{"default/web"}, lab.KilledStaged
+				switch point {
+				case fault.Locked:
+					killed = ""
+				case fault.Committed:
+					stored, killed = []string{"default/bweb", "default/web"}, lab.KilledCommitted
+					want = map[string]string{"flip": "in sync", "flap": "in sync"}
+				}
+				checkServices(t, name, what, stored, killed, want)
 				mustCLI(t, "service", "apply", name, "-f", bweb)
 				what += ", then applied again"
-				checkServices(t, name, what, []string{"default/bweb", "default/web"}, map[string]string{"flip": "in sync", "flap": "in sync"})
+				checkServices(t, name, what, []string{"default/bweb", "default/web"}, "", map[string]string{"flip": "in sync", "flap": "in sync"})
 				for _, svc := range []string{"default/web", "default/bweb"} {
 					if stdout, stderr, code := runCLI(t, "probe", name, "--service", svc, "--expect", "--timeout", "300ms", "--alpha", "1e-6"); code != 0 {
 						t.Errorf("%s: probe --service %s --expect: exit %d:\n%s%s", what, svc, code, stdout, stderr)
@@ -485,10 +495,11 @@ func TestKilledServiceApply(t *testing.T) {
 	}
 }
 
-// checkServices compares the lab's stored Services and what status says
-// of each host's proxy ("in sync", "dirty" or "off" the stored set) with
-// want, in JSON and in text.
-func checkServices(t *testing.T, name, what string, stored []string, want map[string]string) {
+// checkServices compares the lab's stored Services, where status says the
+// change was killed ("" none left) and what it says of each host's proxy
+// ("in sync", "dirty" or "off" the stored set) with want, in JSON and in
+// text.
+func checkServices(t *testing.T, name, what string, stored []string, killed string, want map[string]string) {
 	t.Helper()
 	svcs, _, err := lab.StoredServices(name)
 	if err != nil {
@@ -511,6 +522,19 @@ func checkServices(t *testing.T, name, what string, stored []string, want map[st
 		t.Errorf("%s: status says %d Services stored, hosts %+v", what, st.Services.Services, st.Services.Hosts)
 	}
 	text, _, _ := runCLI(t, "status", name)
+	switch c := st.Services.Change; {
+	case killed == "" && (c != nil || st.Services.Staged != nil):
+		t.Errorf("%s: status reports a Service change left: %+v, staged %+v", what, c, st.Services.Staged)
+	case killed != "" && (c == nil || c.Killed != killed || c.Running):
+		t.Errorf("%s: status reports change %+v, want one killed at %s", what, c, killed)
+	case (st.Services.Staged != nil) != (killed == lab.KilledStaged):
+		t.Errorf("%s: status reports staged Services %+v", what, st.Services.Staged)
+	}
+	phrase := map[string]string{lab.KilledStaged: "Service change killed between staged and committed",
+		lab.KilledCommitted: "Service change killed between committed and cleanup"}[killed]
+	if phrase != "" && !strings.Contains(text, phrase) {
+		t.Errorf("%s: status does not say %q:\n%s", what, phrase, text)
+	}
 	for _, h := range st.Services.Hosts {
 		got := "in sync"
 		switch {
@@ -521,6 +545,11 @@ func checkServices(t *testing.T, name, what string, stored []string, want map[st
 		}
 		if got != want[h.Name] {
 			t.Errorf("%s: status says host %s is %s, want %s", what, h.Name, got, want[h.Name])
+		}
+		// A host off the stored set holds the staged one; a dirty one
+		// either (or, never having served a Service, one not recorded).
+		if got == "off" && !slices.Equal(h.Holds, []string{lab.HoldsStaged}) {
+			t.Errorf("%s: status says host %s holds %v, want the staged set", what, h.Name, h.Holds)
 		}
 		phrase := map[string]string{"dirty": "interrupted on", "off": "not serving the stored Services"}[want[h.Name]]
 		if phrase != "" && !strings.Contains(text, phrase) {

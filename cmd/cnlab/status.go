@@ -159,6 +159,9 @@ func newStatusCmd(e *env) *cobra.Command {
 				if ps := lab.PolicyState(s.Spec); ps != nil && ps.Troubled() {
 					fmt.Fprintf(e.stdout, "%s: %s (cnlab status %s)\n", s.Name, policyTrouble(ps), s.Name)
 				}
+				if ss := lab.ServicesState(s.Spec); ss != nil && (ss.Change != nil || ss.Staged != nil) {
+					fmt.Fprintf(e.stdout, "%s: %s (cnlab status %s)\n", s.Name, serviceTrouble(ss), s.Name)
+				}
 			}
 			return nil
 		},
@@ -293,12 +296,13 @@ func holdsText(h lab.HostSet) string {
 	return "holds " + strings.Join(ws, " or ")
 }
 
-// changeText names a change: "`cnlab policy apply` (pid 42, started
-// 12:00:01 UTC: creates NetworkPolicy default/b)".
-func changeText(c *lab.PolicyChange) string {
-	cmd := "`cnlab policy " + c.Op + "`"
+// changeText names a change of policies (noun "policy") or Services
+// ("service"): "`cnlab policy apply` (pid 42, started 12:00:01 UTC:
+// creates NetworkPolicy default/b)".
+func changeText(c *lab.ChangeStatus, noun string) string {
+	cmd := "`cnlab " + noun + " " + c.Op + "`"
 	if c.Op == "replace" {
-		cmd = "a replace of the policy set (cnlab run)"
+		cmd = "a replace of the " + noun + " set (cnlab run)"
 	}
 	var what []string
 	for _, x := range []struct {
@@ -316,43 +320,69 @@ func changeText(c *lab.PolicyChange) string {
 	return cmd + " (" + detail + ")"
 }
 
+// changeTrouble says in a few words what a change of noun ("policy",
+// "Service") left: c its record, staged whether its set is staged.
+func changeTrouble(noun string, c *lab.ChangeStatus, staged bool) string {
+	switch {
+	case c == nil && staged:
+		return "an uncommitted staged " + noun + " set is left"
+	case c == nil:
+		return ""
+	case c.Running:
+		return "a " + noun + " change is running"
+	}
+	return map[string]string{
+		lab.KilledBeforeStaged: "a " + noun + " change was killed before it staged its set",
+		lab.KilledStaged:       "a " + noun + " change was killed between staged and committed",
+		lab.KilledCommitted:    "a " + noun + " change was killed between committed and cleanup",
+	}[c.Killed]
+}
+
+// dirtyAndOff names the hosts marked dirty and, of the others, those off
+// the stored set; state says each host's name and which it is.
+func dirtyAndOff[H any](hosts []H, state func(H) (name string, dirty, off bool)) (dirtyHosts, offHosts []string) {
+	for _, h := range hosts {
+		switch name, dirty, off := state(h); {
+		case dirty:
+			dirtyHosts = append(dirtyHosts, name)
+		case off:
+			offHosts = append(offHosts, name)
+		}
+	}
+	return dirtyHosts, offHosts
+}
+
+// troubleLine joins what is unfinished into one line.
+func troubleLine(change string, dirty, off []string, dirtyWord, offWord string) []string {
+	var parts []string
+	if change != "" {
+		parts = append(parts, change)
+	}
+	if len(dirty) > 0 {
+		parts = append(parts, dirtyWord+strings.Join(dirty, ", "))
+	}
+	if len(off) > 0 {
+		parts = append(parts, offWord+strings.Join(off, ", "))
+	}
+	return parts
+}
+
 // policyTrouble says in one line what is unfinished about a lab's
 // policies.
 func policyTrouble(ps *lab.PolicyStatus) string {
-	var parts []string
-	if c := ps.Change; c != nil {
-		switch c.Killed {
-		case "":
-			parts = append(parts, "a policy change is running")
-		case lab.KilledBeforeStaged:
-			parts = append(parts, "a policy change was killed before it staged its set")
-		case lab.KilledStaged:
-			parts = append(parts, "a policy change was killed between staged and committed")
-		case lab.KilledCommitted:
-			parts = append(parts, "a policy change was killed between committed and cleanup")
-		}
-	} else if ps.Staged != nil {
-		parts = append(parts, "an uncommitted staged policy set is left")
-	}
-	var dirty, off []string
-	for _, h := range ps.Hosts {
-		switch {
-		case h.Dirty:
-			dirty = append(dirty, h.Name)
-		case h.OffStored():
-			off = append(off, h.Name)
-		}
-	}
-	if len(dirty) > 0 {
-		parts = append(parts, "dirty hosts: "+strings.Join(dirty, ", "))
-	}
-	if len(off) > 0 {
-		parts = append(parts, "hosts off the stored set: "+strings.Join(off, ", "))
-	}
+	dirty, off := dirtyAndOff(ps.Hosts, func(h lab.HostSet) (string, bool, bool) { return h.Name, h.Dirty, h.OffStored() })
+	parts := troubleLine(changeTrouble("policy", ps.Change, ps.Staged != nil), dirty, off, "dirty hosts: ", "hosts off the stored set: ")
 	if ps.Error != "" {
 		parts = append(parts, "stored policies unreadable")
 	}
 	return strings.Join(parts, "; ")
+}
+
+// serviceTrouble says in one line what a Service change left unfinished.
+func serviceTrouble(ss *lab.ServicesStatus) string {
+	dirty, off := dirtyAndOff(ss.Hosts, func(h lab.ProxyHostStatus) (string, bool, bool) { return h.Name, h.Dirty, !h.InSync })
+	return strings.Join(troubleLine(changeTrouble("Service", ss.Change, ss.Staged != nil), dirty, off,
+		"dirty proxy hosts: ", "proxy hosts off the stored Services: "), "; ")
 }
 
 // printPolicyStatus tells what a lab's files say of its policies when a
@@ -370,13 +400,13 @@ func printPolicyStatus(w io.Writer, labName string, ps *lab.PolicyStatus) {
 	c := ps.Change
 	switch {
 	case c != nil && c.Running:
-		fmt.Fprintf(w, "a policy change is running: %s\n", changeText(c))
+		fmt.Fprintf(w, "a policy change is running: %s\n", changeText(c, "policy"))
 	case c != nil && c.Killed == lab.KilledBeforeStaged:
-		fmt.Fprintf(w, "policy change killed before it staged its set: %s died; nothing was changed\n", changeText(c))
+		fmt.Fprintf(w, "policy change killed before it staged its set: %s died; nothing was changed\n", changeText(c, "policy"))
 	case c != nil && c.Killed == lab.KilledStaged:
-		fmt.Fprintf(w, "policy change killed between staged and committed: %s died; the stored set is the one from before it, %s was staged and not stored\n", changeText(c), staged)
+		fmt.Fprintf(w, "policy change killed between staged and committed: %s died; the stored set is the one from before it, %s was staged and not stored\n", changeText(c, "policy"), staged)
 	case c != nil && c.Killed == lab.KilledCommitted:
-		fmt.Fprintf(w, "policy change killed between committed and cleanup: %s died after storing its new set\n", changeText(c))
+		fmt.Fprintf(w, "policy change killed between committed and cleanup: %s died after storing its new set\n", changeText(c, "policy"))
 	case ps.Staged != nil:
 		fmt.Fprintf(w, "a staged policy set (%s) of a change that did not finish is left beside the stored one; it was not stored\n", plural.N(ps.Staged.Policies, "policy"))
 	}
@@ -415,6 +445,18 @@ func printServicesStatus(w io.Writer, name string, ss *lab.ServicesStatus) {
 		return
 	}
 	fmt.Fprintf(w, "; %s, %s stored\n", plural.N(ss.Services, "Service"), plural.N(ss.Slices, "EndpointSlice"))
+	switch c := ss.Change; {
+	case c != nil && c.Running:
+		fmt.Fprintf(w, "a Service change is running: %s\n", changeText(c, "service"))
+	case c != nil && c.Killed == lab.KilledBeforeStaged:
+		fmt.Fprintf(w, "Service change killed before it staged its set: %s died; nothing was changed\n", changeText(c, "service"))
+	case c != nil && c.Killed == lab.KilledStaged:
+		fmt.Fprintf(w, "Service change killed between staged and committed: %s died; the stored Services are those from before it, its new set was staged and not stored\n", changeText(c, "service"))
+	case c != nil && c.Killed == lab.KilledCommitted:
+		fmt.Fprintf(w, "Service change killed between committed and cleanup: %s died after storing its new set\n", changeText(c, "service"))
+	case ss.Staged != nil:
+		fmt.Fprintln(w, "a staged Service set of a change that did not finish is left beside the stored one; it was not stored")
+	}
 	var dirty, off []string
 	for _, h := range ss.Hosts {
 		switch {

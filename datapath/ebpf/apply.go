@@ -13,6 +13,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
@@ -87,7 +88,7 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	// (the generation read back from the kernel alone cannot tell two
 	// interrupted switches from none).
 	for _, s := range all {
-		if err := datapath.MarkDirty(datapath.StatePath(lab.Name, kind.EBPF, s.host.Name), c.Set); err != nil {
+		if err := change.MarkDirty(change.StatePath(lab.Name, kind.EBPF, s.host.Name), c.Set); err != nil {
 			return fmt.Errorf("host %s: mark datapath state: %w (no host changed)", s.host.Name, err)
 		}
 		_ = fault.At(fault.Dirty, s.host.Name)
@@ -126,19 +127,19 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	go func() { grace <- graceWait(all[0].maps) }()
 	graced, quiet := false, false
 	for _, s := range all {
-		datapath.KernelChanged(s.host.Name)
+		change.KernelChanged(s.host.Name)
 		gen := 1 - s.cfg.Gen
-		path := datapath.StatePath(lab.Name, kind.EBPF, s.host.Name)
-		err := datapath.SaveState(path, hostState{Gen: gen})
+		path := change.StatePath(lab.Name, kind.EBPF, s.host.Name)
+		err := change.SaveState(path, hostState{Gen: gen})
 		if err == nil {
-			err = datapath.RecordSet(path, c.Set)
+			err = change.RecordSet(path, c.Set)
 		}
 		if err != nil {
 			// Left marked.
 			_ = os.Remove(path)
 		} else {
 			_ = fault.At(fault.Saved, s.host.Name)
-			_ = datapath.ClearDirty(path)
+			_ = change.ClearDirty(path)
 		}
 		// One grace period covers every host, before the first record:
 		// programs run to completion without sleeping, inside an RCU
@@ -153,7 +154,7 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 		}
 		_ = linkActive(s.maps.dir, gen)
 		_ = setIdentities(s.maps, plans[s.host.Name])
-		datapath.HostDone(s.host.Name)
+		change.HostDone(s.host.Name)
 	}
 	return nil
 }

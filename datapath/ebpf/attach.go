@@ -19,6 +19,7 @@ import (
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/bpffs"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -35,7 +36,7 @@ func (d *Datapath) Setup(ctx context.Context, lab *topology.Spec) error {
 		return err
 	}
 	for _, h := range lab.Hosts {
-		if n := len(datapath.LocalEndpoints(lab, h.Name)); n > lab.EBPF.MaxEndpoints {
+		if n := len(change.LocalEndpoints(lab, h.Name)); n > lab.EBPF.MaxEndpoints {
 			return fmt.Errorf("host %s has %d endpoints, but ebpf.maxEndpoints is %d (raise it in the topology, at most %d)",
 				h.Name, n, lab.EBPF.MaxEndpoints, kind.MaxMaxEndpoints)
 		}
@@ -116,7 +117,7 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 	if err := objs.CnlabConfig.Put(uint32(0), cfg); err != nil {
 		return fmt.Errorf("write config: %w", err)
 	}
-	for slot, ep := range datapath.LocalEndpoints(lab, h.Name) {
+	for slot, ep := range change.LocalEndpoints(lab, h.Name) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}

@@ -9,8 +9,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/files"
 )
 
@@ -52,7 +52,7 @@ func (g *genContent) slot(i uint32) *slotContent {
 // contentPath is the record of generation gen of a host, beside its
 // state file.
 func contentPath(lab, host string, gen uint32) string {
-	return strings.TrimSuffix(datapath.StatePath(lab, kind.EBPF, host), ".json") + fmt.Sprintf(".gen%d", gen)
+	return strings.TrimSuffix(change.StatePath(lab, kind.EBPF, host), ".json") + fmt.Sprintf(".gen%d", gen)
 }
 
 const contentMagic = "cnlab-ebpf-gen 1\n"

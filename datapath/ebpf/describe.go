@@ -8,8 +8,8 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -52,7 +52,7 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 	if err != nil {
 		return "", err
 	}
-	for slot, ep := range datapath.LocalEndpoints(lab, h.Name) {
+	for slot, ep := range change.LocalEndpoints(lab, h.Name) {
 		s := cfg.Gen*cfg.MaxEp + uint32(slot)
 		var enf cnlabIsolation
 		_ = m.enforce.Lookup(s, &enf)

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/rundir"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
@@ -238,7 +239,7 @@ func newNamer(lab *topology.Spec, rules []policy.Entry) *namer {
 		n.rules[RuleRef(r.Origin)] = r.Origin
 	}
 	for _, h := range lab.Hosts {
-		for _, ep := range datapath.LocalEndpoints(lab, h.Name) {
+		for _, ep := range change.LocalEndpoints(lab, h.Name) {
 			n.slots[h.Name] = append(n.slots[h.Name], ep.ID())
 		}
 	}

@@ -9,8 +9,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -184,7 +184,7 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 	out := map[string]*hostPlan{}
 	for _, h := range lab.Hosts {
 		hp := &hostPlan{IPCache: ipc}
-		for slot, ep := range datapath.LocalEndpoints(lab, h.Name) {
+		for slot, ep := range change.LocalEndpoints(lab, h.Name) {
 			id := c.IdentityOfIP(ep.IP)
 			enf := c.Enforced[id]
 			var bits cnlabIsolation

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/proxy"
@@ -27,7 +28,7 @@ import (
 )
 
 // ServiceStateKind names the eBPF service proxy's per-host state files
-// (datapath.StatePath), apart from the eBPF policy datapath's.
+// (change.StatePath), apart from the eBPF policy datapath's.
 const ServiceStateKind kind.Kind = "proxy-ebpf"
 
 // Map bounds of the service proxy (bpf/cnlab.c): frontends per host, and
@@ -328,7 +329,7 @@ func (ServiceProxy) Apply(ctx context.Context, lab *topology.Spec, t *service.Ta
 	if err := checkTable(t, nodes); err != nil {
 		return err
 	}
-	return datapath.ApplyHosts(ctx, lab, ServiceStateKind, proxy.Digest(t),
+	return change.ApplyHosts(ctx, lab, ServiceStateKind, proxy.Digest(t),
 		func(host string) svcState { return renderServices(t, host, nodes) },
 		func(ctx context.Context, h *topology.Host, have, want *svcState) error {
 			m, err := openSvcMaps(lab.Name, h.Name)
@@ -336,7 +337,7 @@ func (ServiceProxy) Apply(ctx context.Context, lab *topology.Spec, t *service.Ta
 				return err
 			}
 			defer m.Close()
-			// Just before the first map write, as datapath.Load marks
+			// Just before the first map write, as change.Load marks
 			// the netfilter proxies' transaction.
 			if err := fault.At(fault.AtomicLoad, h.Name); err != nil {
 				return err
@@ -344,7 +345,7 @@ func (ServiceProxy) Apply(ctx context.Context, lab *topology.Spec, t *service.Ta
 			if err := writeServices(lab, h, m, have, want); err != nil {
 				// Some frontends may have switched: the next apply
 				// rebuilds this host rather than trust its state.
-				_ = os.Remove(datapath.StatePath(lab.Name, ServiceStateKind, h.Name))
+				_ = os.Remove(change.StatePath(lab.Name, ServiceStateKind, h.Name))
 				return err
 			}
 			return nil

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/policy"
@@ -54,7 +55,7 @@ func (d iptables) Setup(ctx context.Context, lab *topology.Spec) error {
 	}
 	_, _, bin := tools(lab)
 	for _, h := range lab.Hosts {
-		if err := datapath.EnableBridgeNetfilter(h.Netns); err != nil {
+		if err := change.EnableBridgeNetfilter(h.Netns); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
 		if _, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-N", fwdChain); err != nil && !strings.Contains(err.Error(), "Chain already exists") {
@@ -126,7 +127,7 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 		if jumped := natJumped(ctx, h, bin); len(want.NAT) > 0 || jumped {
 			script = natScript(nil, want.NAT, true, !jumped) + script
 		}
-		if err := datapath.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
+		if err := change.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
 			return err
 		}
 		var gone []string
@@ -138,7 +139,7 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 		keepSets(want, destroySets(ctx, h.Netns, gone), nil)
 		return nil
 	}
-	return datapath.ApplyHosts(ctx, lab, kind.IPTables, c.Set,
+	return change.ApplyHosts(ctx, lab, kind.IPTables, c.Set,
 		func(host string) hostState { return Render(lab, host, c) },
 		func(ctx context.Context, h *topology.Host, have, want *hostState) error {
 			// Without the jump from FORWARD (removed by hand) no
@@ -171,7 +172,7 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 				if script == "" {
 					continue
 				}
-				if err := datapath.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
+				if err := change.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
 					// The kernel may not hold what the state file says (a
 					// hand edit): rebuild from what it holds.
 					return rebuild(ctx, h, want)
@@ -310,7 +311,7 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	if lab.IPTables.IPSets() {
 		sets = map[string]ipset{}
 	}
-	for _, ep := range datapath.LocalEndpoints(lab, host) {
+	for _, ep := range change.LocalEndpoints(lab, host) {
 		id := c.IdentityOfIP(ep.IP)
 		enf := c.Enforced[id]
 		for _, dir := range []policy.Dir{policy.Egress, policy.Ingress} {

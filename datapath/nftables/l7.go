@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/l7proxy"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
@@ -34,7 +35,7 @@ func renderL7(lab *topology.Spec, host string, c *policy.Compiled) (nat, fwd []s
 		}
 		nat = append(nat, fmt.Sprintf("%s counter %s comment %q", r, verdict, comment(m.Why)))
 	}
-	for _, ep := range datapath.LocalEndpoints(lab, host) {
+	for _, ep := range change.LocalEndpoints(lab, host) {
 		for _, port := range c.L7Ports(c.IdentityOfIP(ep.IP)) {
 			fwd = append(fwd, fmt.Sprintf("ct state new ip daddr %s tcp dport %d counter drop comment %q", ep.IP, port, "L7 port: only through the proxy"))
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
@@ -146,17 +147,17 @@ func (nft) Setup(ctx context.Context, lab *topology.Spec) error {
 	}
 	script := skeleton()
 	for _, h := range lab.Hosts {
-		if err := datapath.EnableBridgeNetfilter(h.Netns); err != nil {
+		if err := change.EnableBridgeNetfilter(h.Netns); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
 		if _, err := netns.Run(ctx, h.Netns, []byte(script), "nft", "-f", "-"); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
-		path := datapath.StatePath(lab.Name, kind.NFTables, h.Name)
-		if err := datapath.SaveState(path, hostState{}); err != nil {
+		path := change.StatePath(lab.Name, kind.NFTables, h.Name)
+		if err := change.SaveState(path, hostState{}); err != nil {
 			return err
 		}
-		if err := datapath.ClearDirty(path); err != nil {
+		if err := change.ClearDirty(path); err != nil {
 			return err
 		}
 	}
@@ -178,7 +179,7 @@ type hostState struct {
 // a new generation is built; if it refuses that too, or the host's
 // recorded state cannot be trusted, the table is recreated.
 func (d nft) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
-	return datapath.ApplyHosts(ctx, lab, kind.NFTables, c.Set,
+	return change.ApplyHosts(ctx, lab, kind.NFTables, c.Set,
 		func(host string) hostState { return Render(lab, host, c) },
 		update)
 }
@@ -202,14 +203,14 @@ func update(ctx context.Context, h *topology.Host, have, want *hostState) error 
 		if script == "" {
 			return nil
 		}
-		if err := datapath.Load(ctx, h, script, "nft", "-f", "-"); err == nil {
+		if err := change.Load(ctx, h, script, "nft", "-f", "-"); err == nil {
 			return nil
 		}
 		// The kernel refused the edit (its sets may not be what the state
 		// file says): rebuild instead.
 	}
 	want.Gen = have.Gen + 1
-	if err := datapath.Load(ctx, h, l7+rebuildScript(have.Gen, want.Gen, want.Sets), "nft", "-f", "-"); err == nil {
+	if err := change.Load(ctx, h, l7+rebuildScript(have.Gen, want.Gen, want.Sets), "nft", "-f", "-"); err == nil {
 		return nil
 	}
 	// The kernel is not on the generation the state file says.
@@ -219,7 +220,7 @@ func update(ctx context.Context, h *topology.Host, have, want *hostState) error 
 // recreate replaces the host's table with one holding want as generation 0.
 func recreate(ctx context.Context, h *topology.Host, want *hostState) error {
 	want.Gen = 0
-	return datapath.Load(ctx, h, skeleton()+fill(0, want.Sets)+l7Script(&hostState{}, want, true), "nft", "-f", "-")
+	return change.Load(ctx, h, skeleton()+fill(0, want.Sets)+l7Script(&hostState{}, want, true), "nft", "-f", "-")
 }
 
 // fill adds the elements of sets to generation g's sets.
@@ -313,7 +314,7 @@ func toSet(list []string) map[string]bool {
 // it is tested without root.
 func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	st := hostState{Sets: map[string][]string{}}
-	for _, ep := range datapath.LocalEndpoints(lab, host) {
+	for _, ep := range change.LocalEndpoints(lab, host) {
 		id := c.IdentityOfIP(ep.IP)
 		enf := c.Enforced[id]
 		for _, dir := range []policy.Dir{policy.Egress, policy.Ingress} {

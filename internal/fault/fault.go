@@ -1,9 +1,8 @@
 // Package fault names the points of a policy change (and of a Service
-// change: locked, then the per-host points of ApplyHosts, then applied,
-// with the store written after it) where cnlab's state
-// could be caught half-way, so that the fault-injection tests can stop it
-// there: kill the process (a real SIGKILL, in the CLI tests) or make the
-// step fail. In a normal run no hook is set and every point is a no-op.
+// change: locked, staged, the per-host points of change.ApplyHosts,
+// applied, committed) where cnlab's state could be caught half-way, so
+// that the fault-injection tests can stop it there: kill the process (a
+// real SIGKILL, in the CLI tests) or make the step fail. In a normal run no hook is set and every point is a no-op.
 //
 // The points, in the order a policy apply or delete passes them on the
 // iptables and nftables datapaths:

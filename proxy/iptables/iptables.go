@@ -17,15 +17,15 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/proxy"
 	"github.com/cnlab/cnlab/service"
 	"github.com/cnlab/cnlab/topology"
 )
 
-// StateKind names the proxy's state files (datapath.StatePath), apart
+// StateKind names the proxy's state files (change.StatePath), apart
 // from the iptables policy datapath's.
 const StateKind kind.Kind = "proxy-iptables"
 
@@ -44,7 +44,7 @@ var Descriptor = proxy.Descriptor{Kind: kind.ProxyIPTables, New: New, StateKind:
 // the route lookup), and creates the base chains and their jumps.
 func (iptables) Setup(ctx context.Context, lab *topology.Spec) error {
 	if len(lab.Hosts) == 0 {
-		return datapath.ErrNoHosts
+		return change.ErrNoHosts
 	}
 	for i := range lab.Hosts {
 		h := &lab.Hosts[i]
@@ -113,7 +113,7 @@ func ensureBase(ctx context.Context, lab *topology.Spec, h *topology.Host) error
 // the commit.
 func (iptables) Apply(ctx context.Context, lab *topology.Spec, t *service.Table) error {
 	restore, _, _ := lab.IPTables.Tools()
-	return datapath.ApplyHosts(ctx, lab, StateKind, proxy.Digest(t),
+	return change.ApplyHosts(ctx, lab, StateKind, proxy.Digest(t),
 		func(host string) hostState { return Render(t, host) },
 		func(ctx context.Context, h *topology.Host, have, want *hostState) error {
 			var haveUDP []proxy.UDPFrontend
@@ -127,14 +127,14 @@ func (iptables) Apply(ctx context.Context, lab *topology.Spec, t *service.Table)
 				if err != nil {
 					return err
 				}
-				return datapath.Load(ctx, h, rebuildScript(ls, want.Tables), restore, "-w", "--noflush")
+				return change.Load(ctx, h, rebuildScript(ls, want.Tables), restore, "-w", "--noflush")
 			}
 			var err error
 			switch {
 			case have == nil:
 				err = rebuild()
 			case script != "":
-				if err = datapath.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
+				if err = change.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
 					// The kernel may not hold what the state says (a hand
 					// edit): rebuild from what it holds.
 					err = rebuild()

@@ -18,15 +18,15 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/proxy"
 	"github.com/cnlab/cnlab/service"
 	"github.com/cnlab/cnlab/topology"
 )
 
-// StateKind names the proxy's state files (datapath.StatePath), apart
+// StateKind names the proxy's state files (change.StatePath), apart
 // from the nftables policy datapath's.
 const StateKind kind.Kind = "proxy-nftables"
 
@@ -42,7 +42,7 @@ var Descriptor = proxy.Descriptor{Kind: kind.ProxyNFTables, New: New, StateKind:
 // proxy.PrepareHost) and creates the table, empty, where it is missing.
 func (nftables) Setup(ctx context.Context, lab *topology.Spec) error {
 	if len(lab.Hosts) == 0 {
-		return datapath.ErrNoHosts
+		return change.ErrNoHosts
 	}
 	for i := range lab.Hosts {
 		h := &lab.Hosts[i]
@@ -66,18 +66,18 @@ func (nftables) Setup(ctx context.Context, lab *topology.Spec) error {
 // rebuilt in one transaction. UDP conntrack entries left pointing at a
 // removed backend are deleted after the commit.
 func (nftables) Apply(ctx context.Context, lab *topology.Spec, t *service.Table) error {
-	return datapath.ApplyHosts(ctx, lab, StateKind, proxy.Digest(t),
+	return change.ApplyHosts(ctx, lab, StateKind, proxy.Digest(t),
 		func(host string) hostState { return Render(t, host) },
 		func(ctx context.Context, h *topology.Host, have, want *hostState) error {
 			var haveUDP []proxy.UDPFrontend
 			var err error
 			if have == nil {
-				err = datapath.Load(ctx, h, fullScript(want), "nft", "-f", "-")
+				err = change.Load(ctx, h, fullScript(want), "nft", "-f", "-")
 			} else {
 				haveUDP = have.UDP
 				if script := diffScript(have, want); script != "" {
-					if err = datapath.Load(ctx, h, script, "nft", "-f", "-"); err != nil {
-						err = datapath.Load(ctx, h, fullScript(want), "nft", "-f", "-")
+					if err = change.Load(ctx, h, script, "nft", "-f", "-"); err != nil {
+						err = change.Load(ctx, h, fullScript(want), "nft", "-f", "-")
 					}
 				}
 			}

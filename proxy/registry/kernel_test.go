@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/lab"
@@ -588,7 +588,7 @@ func TestProxies(t *testing.T) {
 			// A host whose state is lost is rebuilt from the kernel.
 			for _, h := range spec.Hosts {
 				for _, k := range []kind.Kind{"proxy-iptables", "proxy-nftables", "proxy-ebpf"} {
-					_ = os.Remove(datapath.StatePath(spec.Name, k, h.Name))
+					_ = os.Remove(change.StatePath(spec.Name, k, h.Name))
 				}
 			}
 			if err := p.Apply(ctx, spec, table(eps, "", "")); err != nil {
@@ -601,7 +601,7 @@ func TestProxies(t *testing.T) {
 			// The policy datapath rebuilding a host leaves the proxy's
 			// chains alone.
 			for _, h := range spec.Hosts {
-				_ = os.Remove(datapath.StatePath(spec.Name, spec.Datapath, h.Name))
+				_ = os.Remove(change.StatePath(spec.Name, spec.Datapath, h.Name))
 			}
 			if _, err := lab.Replace(ctx, spec.Name, nil); err != nil {
 				t.Fatal(err)

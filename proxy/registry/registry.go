@@ -38,7 +38,7 @@ func New(p kind.Proxy) (proxy.Proxy, error) {
 }
 
 // StateKind returns the name of proxy p's per-host state files
-// (datapath.StatePath); false for none or an unknown kind.
+// (change.StatePath); false for none or an unknown kind.
 func StateKind(p kind.Proxy) (kind.Kind, bool) {
 	for _, d := range descriptors() {
 		if d.Kind == p {
