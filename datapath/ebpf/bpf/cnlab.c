@@ -88,6 +88,9 @@ enum reason {
 
 // Bits of config.flags.
 enum config_flag {
+	// Recorded by Setup for describe and for its check that pinned maps
+	// were made with the lab's options; the programs read the load-time
+	// constant host_routing_bpf instead.
 	FLAG_HOST_ROUTING_BPF = 1,
 	FLAG_CONNECT_HOOK = 2, // the connect hook judges TCP connects against policy
 	FLAG_L7 = 4,           // some endpoint of the host has (or had) an L7 port (set by apply, never cleared)
@@ -176,6 +179,14 @@ struct config {
 	__u8 bridge_mac[6];
 	__u16 pad;
 };
+
+// Load-time constants (.rodata), set by load.go from the lab's options
+// before the programs are loaded: fixed for a lab's life, so the verifier
+// knows their values and drops the branches they rule out, and no packet
+// reads them from a map.
+
+// bpf host routing (1) or legacy (0): ebpf.hostRouting.
+volatile const __u32 host_routing_bpf = 0;
 
 // Written by `cnlab monitor` only (the config by apply only), so neither
 // overwrites the other's fields.
@@ -1548,7 +1559,7 @@ static __always_inline int arp(struct __sk_buff *skb, struct endpoint *ep, struc
 		count(ep->index, DIR_EGRESS, R_DROP_SPOOF, skb->len);
 		return TC_ACT_SHOT;
 	}
-	if (!(cfg->flags & FLAG_HOST_ROUTING_BPF)) {
+	if (!host_routing_bpf) {
 		// Legacy: the bridge carries the checked ARP, but for the
 		// masquerade address of node ports, which no one on the bridge
 		// has: answered here, so that a backend's reply to it reaches
@@ -1682,14 +1693,14 @@ int cnlab_from_ep(struct __sk_buff *skb)
 	// goes straight to a local destination in either host routing, both
 	// sides judged here on the real tuple: the host's stack would take a
 	// reply for its own, and its policy entries are the host-local path's.
-	if ((cfg->flags & FLAG_HOST_ROUTING_BPF) || x.hairpin || x.snat)
+	if (host_routing_bpf || x.hairpin || x.snat)
 		dst = bpf_map_lookup_elem(&cnlab_local, &p.daddr);
 	else if (x.kind == XL_REV && bpf_map_lookup_elem(&cnlab_local, &p.daddr))
 		// Legacy host routing, a reply bridged to a client of this
 		// host: its cnlab_to_ep translates it, where the flow's policy
 		// entries expect the real tuple.
 		x.kind = 0;
-	if (!dst && (cfg->flags & (FLAG_L7 | FLAG_HOST_ROUTING_BPF)) == FLAG_L7 && p.proto == IPPROTO_TCP && !p.frag && x.kind != XL_REV)
+	if (!dst && !host_routing_bpf && (cfg->flags & FLAG_L7) && p.proto == IPPROTO_TCP && !p.frag && x.kind != XL_REV)
 		dst = legacy_l7(cfg, src, &p, now);
 	if (!dst) {
 		// Remote destination (or legacy host routing): enforce this
@@ -1745,7 +1756,7 @@ redirect:
 	if (r == R_ALLOW_RELATED && sc && svc_icmp(skb, &p, now) < 0)
 		return TC_ACT_SHOT;
 	if (p.proxied) {
-		if (cfg->flags & FLAG_HOST_ROUTING_BPF) {
+		if (host_routing_bpf) {
 			if (to_proxy(skb, &p) == TC_ACT_OK)
 				return TC_ACT_OK;
 		} else {
