@@ -1,17 +1,43 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 //
-// cnlab's eBPF datapath: label-identity policy at tc on each endpoint's
-// host-side veth, one program pair per host attached with tcx.
+// cnlab's eBPF datapath: label-identity policy and Service translation,
+// loaded once per host (load.go, attach.go) and attached with tcx and
+// cgroup links pinned under /sys/fs/bpf/cnlab/LAB/HOST/links.
 //
-//   cnlab_from_ep  tcx ingress of the host-side veth: packets the endpoint
-//                  sends (the endpoint's egress).
-//   cnlab_to_ep    tcx egress of the host-side veth: packets delivered to
-//                  the endpoint (its ingress) by the host's stack or bridge.
+//   cnlab_from_ep       tcx ingress of each endpoint's host-side veth:
+//                       what the endpoint sends (its egress). A front (ARP
+//                       and other L3, parse, source check, Service
+//                       translation) and two paths, global functions the
+//                       verifier checks on their own: from_ep_remote
+//                       (another host, the world, or the bridge of legacy
+//                       host routing) and from_ep_local (an endpoint of this
+//                       host: both sides judged, then bpf_redirect_peer or
+//                       the L7 proxy).
+//   cnlab_to_ep         tcx egress of each endpoint's host-side veth: what
+//                       the host's stack or bridge delivers to the endpoint
+//                       (its ingress).
+//   cnlab_from_wire     tcx ingress of the host's wire and VXLAN devices:
+//                       replies of masqueraded node-port connections, and
+//                       connections from other hosts to an L7 port; the
+//                       rest passes untouched.
+//   cnlab_connect4      cgroup connect4 at the root of the cgroup v2
+//                       hierarchy, with ebpf.connectHook or ebpf.socketLB:
+//                       socket-level Service translation, and the connect
+//                       hook's verdict on a TCP connect().
+//   cnlab_sendmsg4      cgroup sendmsg4, recvmsg4 and getpeername4, with
+//   cnlab_recvmsg4      ebpf.socketLB: socket-level translation of UDP
+//   cnlab_getpeername4  datagrams, their answers, and the peer a socket names.
 //
-// A new flow costs an ipcache lookup (LPM trie: address -> peer key) and
-// two policy lookups (LPM trie on peer, direction, protocol and port: one
-// with the peer's key, one with the wildcard peer), whatever the number of
-// policies; an established flow costs one conntrack lookup. Policy maps are
+// policy_verdict, from_ep_remote and from_ep_local are global functions
+// (noinline, verified once each); everything else is inlined. The host
+// routing mode is a load-time constant (host_routing_bpf), not a map read.
+//
+// A new flow costs, per side, an ipcache lookup (LPM trie: address -> peer
+// key) and a policy lookup on peer, direction, protocol and port (a hash
+// map of exact entries, then an LPM trie of the others on a miss) with the
+// peer's key, and another with the wildcard peer where the endpoint has
+// wildcard entries, whatever the number of policies; an established flow
+// costs one conntrack lookup. Policy maps are
 // double-buffered: user space fills generation 1-g while packets use g, and
 // one word in the config map switches every endpoint of the host at once.
 //
