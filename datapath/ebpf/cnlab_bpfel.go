@@ -383,6 +383,7 @@ const (
 	cnlabProgCnlabRecvmsg4      = "cnlab_recvmsg4"
 	cnlabProgCnlabSendmsg4      = "cnlab_sendmsg4"
 	cnlabProgCnlabToEp          = "cnlab_to_ep"
+	cnlabVarHostRoutingBpf      = "host_routing_bpf"
 	cnlabVarUnusedConfigFlag    = "unused_config_flag"
 	cnlabVarUnusedCounter       = "unused_counter"
 	cnlabVarUnusedDir           = "unused_dir"
@@ -487,6 +488,7 @@ type cnlabMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cnlabVariableSpecs struct {
+	HostRoutingBpf      *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
 	UnusedConfigFlag    *ebpf.VariableSpec `ebpf:"unused_config_flag"`
 	UnusedCounter       *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedDir           *ebpf.VariableSpec `ebpf:"unused_dir"`
@@ -583,6 +585,7 @@ func (m *cnlabMaps) Close() error {
 //
 // It can be passed to loadCnlabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cnlabVariables struct {
+	HostRoutingBpf      *ebpf.Variable `ebpf:"host_routing_bpf"`
 	UnusedConfigFlag    *ebpf.Variable `ebpf:"unused_config_flag"`
 	UnusedCounter       *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedDir           *ebpf.Variable `ebpf:"unused_dir"`

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -18,7 +19,8 @@ const ipcacheSize = 1 << 20
 // HostDir is where a host's maps and links are pinned.
 func HostDir(lab, host string) string { return filepath.Join(PinRoot, lab, host) }
 
-// collectionSpec is the compiled programs with the lab's map sizes.
+// collectionSpec is the compiled programs with the lab's map sizes and
+// load-time constants.
 func collectionSpec(lab *topology.Spec) (*ebpf.CollectionSpec, error) {
 	cs, err := loadCnlab()
 	if err != nil {
@@ -49,6 +51,16 @@ func collectionSpec(lab *topology.Spec) (*ebpf.CollectionSpec, error) {
 	// bound costs nothing until used.
 	cs.Maps["cnlab_policy"].InnerMap.MaxEntries = uint32(o.PolicyMapSize)
 	cs.Maps["cnlab_ipcache"].InnerMap.MaxEntries = ipcacheSize
+	// The host routing is fixed for a lab's life (Setup refuses to
+	// change it under pinned maps): a constant of the programs, which
+	// the verifier folds, not a flag read per packet.
+	var bpfRouting uint32
+	if o.HostRouting == kind.HostRoutingBPF {
+		bpfRouting = 1
+	}
+	if err := cs.Variables["host_routing_bpf"].Set(bpfRouting); err != nil {
+		return nil, fmt.Errorf("set host_routing_bpf: %w", err)
+	}
 	return cs, nil
 }
 

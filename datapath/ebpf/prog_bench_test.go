@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/cnlab/cnlab/datapath/kind"
 )
 
 // benchPolicySize holds the largest case; the inner-map template of the
@@ -62,7 +64,7 @@ func BenchmarkProgram(b *testing.B) {
 				}
 				syn := tcpPkt(addrR, epA.ip, 40000, 80, tcpSYN)
 				h.toEp(b, "SYN", syn, actOK, ingress(epA, reason))
-				benchRun(b, h, h.objs.CnlabToEp, syn, ingress(epA, reason))
+				benchRun(b, h, h.objs.CnlabToEp, syn, actOK, ingress(epA, reason))
 			})
 		}
 	}
@@ -85,7 +87,7 @@ func BenchmarkProgram(b *testing.B) {
 			}
 			h.toEp(b, "SYN", tcpPkt(addrR, epA.ip, 40000, 80, tcpSYN), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
 			ack := tcpPkt(addrR, epA.ip, 40000, 80, tcpACK)
-			benchRun(b, h, h.objs.CnlabToEp, ack, ingress(epA, cnlabReasonR_ALLOW_CT))
+			benchRun(b, h, h.objs.CnlabToEp, ack, actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
 		})
 	}
 	b.Run("established/entries=10000", func(b *testing.B) {
@@ -94,13 +96,13 @@ func BenchmarkProgram(b *testing.B) {
 		h.toEp(b, "SYN", tcpPkt(addrR, epA.ip, 40000, 80, tcpSYN), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
 		ack := tcpPkt(addrR, epA.ip, 40000, 80, tcpACK)
 		h.toEp(b, "ACK", ack, actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
-		benchRun(b, h, h.objs.CnlabToEp, ack, ingress(epA, cnlabReasonR_ALLOW_CT))
+		benchRun(b, h, h.objs.CnlabToEp, ack, actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
 	})
 }
 
 // benchRun runs prog b.N times on pkt in one BPF_PROG_TEST_RUN and checks
-// that every run took the verdict want.
-func benchRun(b *testing.B, h *harness, prog *ebpf.Program, pkt []byte, want hit) {
+// that every run returned act and took the verdict want.
+func benchRun(b *testing.B, h *harness, prog *ebpf.Program, pkt []byte, act uint32, want hit) {
 	before := h.counters(b)[want]
 	var start time.Time
 	reset := func() { // also called when a signal interrupts the runs and they start over
@@ -114,8 +116,8 @@ func benchRun(b *testing.B, h *harness, prog *ebpf.Program, pkt []byte, want hit
 	if err != nil {
 		b.Fatal(err)
 	}
-	if ret != actOK {
-		b.Fatalf("%s, want TC_ACT_OK", actName(ret))
+	if ret != act {
+		b.Fatalf("%s, want %s", actName(ret), actName(act))
 	}
 	if got := h.counters(b)[want] - before; got < uint64(b.N) {
 		b.Fatalf("%d of %d runs counted as %s", got, b.N, want)
@@ -154,7 +156,54 @@ func BenchmarkService(b *testing.B) {
 				h.fromEp(b, "SYN", l4Pkt(epA.ip, dst, protoTCP, 40000, port, tcpSYN, false), actOK, egress(epA, cnlabReasonR_ALLOW_UNENFORCED))
 				pkt := l4Pkt(epA.ip, dst, protoTCP, 40000, port, pk.flags, false)
 				pkt = append(pkt[:6:6], append(epA.mac[:], pkt[12:]...)...)
-				benchRun(b, h, h.objs.CnlabFromEp, pkt, egress(epA, pk.reason))
+				benchRun(b, h, h.objs.CnlabFromEp, pkt, actOK, egress(epA, pk.reason))
+			})
+		}
+	}
+}
+
+// BenchmarkFromEp measures the paths of cnlab_from_ep (the front, then
+// from_ep_remote or from_ep_local) on a TCP packet from A, which no
+// policy isolates: to another host's endpoint R with either host routing
+// (remote), and to B on the same host with bpf host routing (local: both
+// sides judged, then bpf_redirect_peer). A SYN goes to policy on every
+// run; an ACK of the tracked flow is the established path.
+//
+//	go test -run '^$' -bench BenchmarkFromEp -count 10 ./datapath/ebpf
+func BenchmarkFromEp(b *testing.B) {
+	for _, c := range []struct {
+		name, routing string
+		dst           *tep // nil: R, on another host
+		act           uint32
+	}{
+		{"remote/bpf", kind.HostRoutingBPF, nil, actOK},
+		{"remote/legacy", kind.HostRoutingLegacy, nil, actOK},
+		{"local/bpf", kind.HostRoutingBPF, epB, actRedirect},
+	} {
+		for _, pk := range []struct {
+			name   string
+			flags  uint8
+			reason cnlabReason
+		}{{"syn", tcpSYN, cnlabReasonR_ALLOW_UNENFORCED}, {"established", tcpACK, cnlabReasonR_ALLOW_CT}} {
+			b.Run(pk.name+"/"+c.name, func(b *testing.B) {
+				h := newHarness(b, harnessOpts{hostRouting: c.routing})
+				dst, want := addrR, egress(epA, pk.reason)
+				first := []hit{egress(epA, cnlabReasonR_ALLOW_UNENFORCED)}
+				if c.dst != nil {
+					// The runs share one skb, whose Ethernet header
+					// deliver rewrites (the destination's veth as
+					// source): with A's MAC as that veth's, every run
+					// passes A's source check as the first did.
+					d := *c.dst
+					d.lxc = epA.mac
+					h.addLocal(&d)
+					dst, want = c.dst.ip, ingress(c.dst, pk.reason)
+					first = append(first, ingress(c.dst, cnlabReasonR_ALLOW_UNENFORCED))
+				}
+				h.fromEp(b, "SYN", tcpPkt(epA.ip, dst, 40000, 80, tcpSYN), c.act, first...)
+				pkt := tcpPkt(epA.ip, dst, 40000, 80, pk.flags)
+				pkt = append(pkt[:6:6], append(epA.mac[:], pkt[12:]...)...)
+				benchRun(b, h, h.objs.CnlabFromEp, pkt, c.act, want)
 			})
 		}
 	}

@@ -136,6 +136,8 @@ func newHarness(tb testing.TB, o harnessOpts) *harness {
 		tb.Fatalf("load programs: %v", err)
 	}
 	tb.Cleanup(func() { h.objs.Close() })
+	// The config records the host routing as Setup does; the programs
+	// have it as the constant collectionSpec set.
 	var flags uint32
 	if o.hostRouting == kind.HostRoutingBPF {
 		flags = uint32(cnlabConfigFlagFLAG_HOST_ROUTING_BPF)

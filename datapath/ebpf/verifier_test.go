@@ -26,9 +26,23 @@ var processedRE = regexp.MustCompile(`processed (\d+) insns`)
 // a little more.
 func TestVerifierBudget(t *testing.T) {
 	testutil.RequireRoot(t)
-	// The host routing is a flag of the config map, read at run time:
-	// one load covers both.
-	lab := &topology.Spec{Name: "progtest", Options: kind.Options{EBPF: kind.EBPFOptions{
+	// The host routing is a load-time constant: the verifier sees one
+	// program per mode, so each is loaded.
+	for _, routing := range []string{kind.HostRoutingBPF, kind.HostRoutingLegacy} {
+		for name, n := range verifiedInsns(t, routing) {
+			t.Logf("%s (%s host routing): %d of %d instructions (%.0f%%)", name, routing, n, verifierLimit, 100*float64(n)/verifierLimit)
+			if n > verifierLimit*8/10 {
+				t.Errorf("%s (%s host routing): the verifier processed %d instructions, over 80%% of its budget of %d: split the program (tail calls, global functions) before adding to it", name, routing, n, verifierLimit)
+			}
+		}
+	}
+}
+
+// verifiedInsns loads every program with the verifier's statistics and
+// returns the instructions the verifier processed for each.
+func verifiedInsns(t *testing.T, routing string) map[string]int {
+	t.Helper()
+	lab := &topology.Spec{Name: "progtest", Options: kind.Options{EBPF: kind.EBPFOptions{HostRouting: routing,
 		PolicyMapSize: 1024, CTMapSize: kind.DefaultCTMapSize, MaxEndpoints: testMaxEp}}}
 	cs, err := collectionSpec(lab)
 	if err != nil {
@@ -46,16 +60,14 @@ func TestVerifierBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer coll.Close()
+	out := map[string]int{}
 	for name, p := range coll.Programs {
 		m := processedRE.FindStringSubmatch(p.VerifierLog)
 		if m == nil {
 			t.Errorf("%s: no statistics in the verifier's log: %q", name, p.VerifierLog)
 			continue
 		}
-		n, _ := strconv.Atoi(m[1])
-		t.Logf("%s: %d of %d instructions (%.0f%%)", name, n, verifierLimit, 100*float64(n)/verifierLimit)
-		if n > verifierLimit*8/10 {
-			t.Errorf("%s: the verifier processed %d instructions, over 80%% of its budget of %d: split the program (tail calls, global functions) before adding to it", name, n, verifierLimit)
-		}
+		out[name], _ = strconv.Atoi(m[1])
 	}
+	return out
 }

@@ -1,17 +1,43 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 //
-// cnlab's eBPF datapath: label-identity policy at tc on each endpoint's
-// host-side veth, one program pair per host attached with tcx.
+// cnlab's eBPF datapath: label-identity policy and Service translation,
+// loaded once per host (load.go, attach.go) and attached with tcx and
+// cgroup links pinned under /sys/fs/bpf/cnlab/LAB/HOST/links.
 //
-//   cnlab_from_ep  tcx ingress of the host-side veth: packets the endpoint
-//                  sends (the endpoint's egress).
-//   cnlab_to_ep    tcx egress of the host-side veth: packets delivered to
-//                  the endpoint (its ingress) by the host's stack or bridge.
+//   cnlab_from_ep       tcx ingress of each endpoint's host-side veth:
+//                       what the endpoint sends (its egress). A front (ARP
+//                       and other L3, parse, source check, Service
+//                       translation) and two paths, global functions the
+//                       verifier checks on their own: from_ep_remote
+//                       (another host, the world, or the bridge of legacy
+//                       host routing) and from_ep_local (an endpoint of this
+//                       host: both sides judged, then bpf_redirect_peer or
+//                       the L7 proxy).
+//   cnlab_to_ep         tcx egress of each endpoint's host-side veth: what
+//                       the host's stack or bridge delivers to the endpoint
+//                       (its ingress).
+//   cnlab_from_wire     tcx ingress of the host's wire and VXLAN devices:
+//                       replies of masqueraded node-port connections, and
+//                       connections from other hosts to an L7 port; the
+//                       rest passes untouched.
+//   cnlab_connect4      cgroup connect4 at the root of the cgroup v2
+//                       hierarchy, with ebpf.connectHook or ebpf.socketLB:
+//                       socket-level Service translation, and the connect
+//                       hook's verdict on a TCP connect().
+//   cnlab_sendmsg4      cgroup sendmsg4, recvmsg4 and getpeername4, with
+//   cnlab_recvmsg4      ebpf.socketLB: socket-level translation of UDP
+//   cnlab_getpeername4  datagrams, their answers, and the peer a socket names.
 //
-// A new flow costs an ipcache lookup (LPM trie: address -> peer key) and
-// two policy lookups (LPM trie on peer, direction, protocol and port: one
-// with the peer's key, one with the wildcard peer), whatever the number of
-// policies; an established flow costs one conntrack lookup. Policy maps are
+// policy_verdict, from_ep_remote and from_ep_local are global functions
+// (noinline, verified once each); everything else is inlined. The host
+// routing mode is a load-time constant (host_routing_bpf), not a map read.
+//
+// A new flow costs, per side, an ipcache lookup (LPM trie: address -> peer
+// key) and a policy lookup on peer, direction, protocol and port (a hash
+// map of exact entries, then an LPM trie of the others on a miss) with the
+// peer's key, and another with the wildcard peer where the endpoint has
+// wildcard entries, whatever the number of policies; an established flow
+// costs one conntrack lookup. Policy maps are
 // double-buffered: user space fills generation 1-g while packets use g, and
 // one word in the config map switches every endpoint of the host at once.
 //
@@ -88,6 +114,9 @@ enum reason {
 
 // Bits of config.flags.
 enum config_flag {
+	// Recorded by Setup for describe and for its check that pinned maps
+	// were made with the lab's options; the programs read the load-time
+	// constant host_routing_bpf instead.
 	FLAG_HOST_ROUTING_BPF = 1,
 	FLAG_CONNECT_HOOK = 2, // the connect hook judges TCP connects against policy
 	FLAG_L7 = 4,           // some endpoint of the host has (or had) an L7 port (set by apply, never cleared)
@@ -176,6 +205,14 @@ struct config {
 	__u8 bridge_mac[6];
 	__u16 pad;
 };
+
+// Load-time constants (.rodata), set by load.go from the lab's options
+// before the programs are loaded: fixed for a lab's life, so the verifier
+// knows their values and drops the branches they rule out, and no packet
+// reads them from a map.
+
+// bpf host routing (1) or legacy (0): ebpf.hostRouting.
+volatile const __u32 host_routing_bpf = 0;
 
 // Written by `cnlab monitor` only (the config by apply only), so neither
 // overwrites the other's fields.
@@ -1548,7 +1585,7 @@ static __always_inline int arp(struct __sk_buff *skb, struct endpoint *ep, struc
 		count(ep->index, DIR_EGRESS, R_DROP_SPOOF, skb->len);
 		return TC_ACT_SHOT;
 	}
-	if (!(cfg->flags & FLAG_HOST_ROUTING_BPF)) {
+	if (!host_routing_bpf) {
 		// Legacy: the bridge carries the checked ARP, but for the
 		// masquerade address of node ports, which no one on the bridge
 		// has: answered here, so that a backend's reply to it reaches
@@ -1642,111 +1679,104 @@ static __always_inline struct endpoint *legacy_l7(struct config *cfg, struct end
 	return q.proxied ? dst : 0;
 }
 
-SEC("tc")
-int cnlab_from_ep(struct __sk_buff *skb)
+// ---- cnlab_from_ep ----
+//
+// cnlab_from_ep is a front and two paths. The front sorts out ARP and
+// other L3 protocols, parses, checks the source and looks up a Service's
+// translation; it then hands the packet to the path its destination
+// takes: from_ep_remote (another host, the world, or with legacy host
+// routing the bridge) or from_ep_local (an endpoint of this host, both
+// sides judged here). The paths are global functions: the verifier checks
+// each once, on its own, instead of once for every state the front can
+// reach them in, so each can grow (observability, policy tiers, IPv6)
+// without multiplying the front's states (docs/ebpf.md, "Programs").
+
+// What the front found out about a packet, for its path.
+struct from_ep {
+	struct config cfg; // this run's snapshot of the config
+	struct pkt p;
+	struct xlate x;
+	__u64 now;
+	__u8 svc; // the host has Services (svc_config())
+	__u8 pad[7];
+};
+
+// from_ep_remote enforces the sending endpoint's egress for a packet to a
+// remote destination (or with legacy host routing, the bridge), which the
+// host's stack or bridge then carries.
+__attribute__((noinline)) int from_ep_remote(struct __sk_buff *skb, struct from_ep *f, struct endpoint *src)
 {
-	struct config snap, *cfg = &snap;
-	__u32 ifindex = skb->ifindex;
-	struct endpoint *src = bpf_map_lookup_elem(&cnlab_lxc, &ifindex);
-	if (config(cfg) || !src)
-		return TC_ACT_SHOT; // never attached without its entry
-	int act = l3(skb, src, cfg, DIR_EGRESS);
-	if (act >= 0)
-		return act;
-	struct pkt p = {};
+	if (!f || !src)
+		return TC_ACT_SHOT;
+	struct pkt *p = &f->p;
+	struct xlate *x = &f->x;
 	__u32 rule = NO_RULE, peer_id = 0; // 0: not looked up (conntrack paths)
-	int r = parse(skb, &p);
-	if (r)
-		return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, 0, rule);
-	// The source address must be the endpoint's, and so must the source
-	// MAC: on the bridge of legacy host routing a forged one would move
-	// another endpoint's MAC to this port in the forwarding table.
-	__u8 mac[8];
-	if (p.saddr != src->ip || bpf_skb_load_bytes(skb, 6, mac, 6) < 0 || !mac_eq(mac, src->mac))
-		return finish(cfg, skb, &p, src->index, DIR_EGRESS, R_DROP_SPOOF, src->identity, 0, rule);
-	__u64 now = bpf_ktime_get_ns();
-	struct xlate x = {};
-	struct svc_config *sc = svc_config();
-	if (sc) {
-		r = svc_from_ep(sc, &p, &x, now);
-		if (r == R_DROP_SVC_REJECT) {
-			count(src->index, DIR_EGRESS, r, skb->len);
-			emit(cfg, skb->len, &p, AT_TC, src->index, DIR_EGRESS, r, src->identity, 0, rule);
-			return reject(skb, src, &p);
-		}
-		if (r)
-			return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, 0, rule);
+	int r = side(&f->cfg, src, DIR_EGRESS, p, f->now, &peer_id, &rule);
+	if (!is_drop(r) && x->kind) {
+		if (x->fresh)
+			svc_commit(x, p, f->now);
+		if (xlate_write(skb, p, x) < 0)
+			r = R_DROP_MALFORMED;
 	}
-	struct endpoint *dst = 0;
-	// A masqueraded flow (its source on the wire is not the client's)
-	// goes straight to a local destination in either host routing, both
-	// sides judged here on the real tuple: the host's stack would take a
-	// reply for its own, and its policy entries are the host-local path's.
-	if ((cfg->flags & FLAG_HOST_ROUTING_BPF) || x.hairpin || x.snat)
-		dst = bpf_map_lookup_elem(&cnlab_local, &p.daddr);
-	else if (x.kind == XL_REV && bpf_map_lookup_elem(&cnlab_local, &p.daddr))
-		// Legacy host routing, a reply bridged to a client of this
-		// host: its cnlab_to_ep translates it, where the flow's policy
-		// entries expect the real tuple.
-		x.kind = 0;
-	if (!dst && (cfg->flags & (FLAG_L7 | FLAG_HOST_ROUTING_BPF)) == FLAG_L7 && p.proto == IPPROTO_TCP && !p.frag && x.kind != XL_REV)
-		dst = legacy_l7(cfg, src, &p, now);
-	if (!dst) {
-		// Remote destination (or legacy host routing): enforce this
-		// endpoint's egress and let the host's stack or bridge carry it.
-		r = side(cfg, src, DIR_EGRESS, &p, now, &peer_id, &rule);
-		if (!is_drop(r) && x.kind) {
-			if (x.fresh)
-				svc_commit(&x, &p, now);
-			if (xlate_write(skb, &p, &x) < 0)
-				r = R_DROP_MALFORMED;
-		}
-		return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, peer_id, rule);
-	}
-	// Host-local destination: both sides here, then straight into the
-	// destination's namespace.
-	if (p.frag == 2) {
-		r = fragment(&p, 0, 0, now);
+	return finish(&f->cfg, skb, p, src->index, DIR_EGRESS, r, src->identity, peer_id, rule);
+}
+
+// from_ep_local judges a packet to an endpoint of this host on both
+// sides (the source's egress, the destination's ingress) and puts it
+// straight into the destination's namespace, or hands it to the L7 proxy.
+__attribute__((noinline)) int from_ep_local(struct __sk_buff *skb, struct from_ep *f, struct endpoint *src,
+					    struct endpoint *dst)
+{
+	if (!f || !src || !dst)
+		return TC_ACT_SHOT;
+	struct config *cfg = &f->cfg;
+	struct pkt *p = &f->p;
+	struct xlate *x = &f->x;
+	__u64 now = f->now;
+	__u32 rule = NO_RULE;
+	int r;
+	if (p->frag == 2) {
+		r = fragment(p, 0, 0, now);
 	} else {
-		r = ct_lookup(cfg->gen, &p, 0, 0, 0, now);
+		r = ct_lookup(cfg->gen, p, 0, 0, 0, now);
 		if (!r) {
 			__u32 gen = cfg->gen;
-			struct peer sp = peer_of(gen, p.saddr), dp = peer_of(gen, p.daddr);
-			r = verdict(cfg, src->index, DIR_EGRESS, dp.key, &p, &rule);
+			struct peer sp = peer_of(gen, p->saddr), dp = peer_of(gen, p->daddr);
+			r = verdict(cfg, src->index, DIR_EGRESS, dp.key, p, &rule);
 			if (is_drop(r))
-				return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, dst->identity, rule);
+				return finish(cfg, skb, p, src->index, DIR_EGRESS, r, src->identity, dst->identity, rule);
 			count(src->index, DIR_EGRESS, r, skb->len);
-			r = verdict(cfg, dst->index, DIR_INGRESS, sp.key, &p, &rule);
+			r = verdict(cfg, dst->index, DIR_INGRESS, sp.key, p, &rule);
 			if (is_drop(r))
-				return finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
-			ct_create(&p, 0, 0, now);
-			if (p.frag == 1)
-				first_fragment(&p, 0, 0, now);
-			if (p.proxied)
+				return finish(cfg, skb, p, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
+			ct_create(p, 0, 0, now);
+			if (p->frag == 1)
+				first_fragment(p, 0, 0, now);
+			if (p->proxied)
 				r = R_ALLOW_PROXY;
-			finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
+			finish(cfg, skb, p, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
 			goto redirect;
 		}
 		// Passed by conntrack: the rest of a fragmented datagram follows.
-		if (p.frag == 1)
-			first_fragment(&p, 0, 0, now);
+		if (p->frag == 1)
+			first_fragment(p, 0, 0, now);
 	}
 	if (is_drop(r))
-		return finish(cfg, skb, &p, src->index, DIR_EGRESS, r, src->identity, dst->identity, rule);
+		return finish(cfg, skb, p, src->index, DIR_EGRESS, r, src->identity, dst->identity, rule);
 	count(src->index, DIR_EGRESS, r, skb->len);
-	finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
+	finish(cfg, skb, p, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
 redirect:
-	if (x.kind) {
-		if (x.fresh)
-			svc_commit(&x, &p, now);
-		if (xlate_write(skb, &p, &x) < 0)
+	if (x->kind) {
+		if (x->fresh)
+			svc_commit(x, p, now);
+		if (xlate_write(skb, p, x) < 0)
 			return TC_ACT_SHOT;
 	}
-	if (r == R_ALLOW_RELATED && sc && svc_icmp(skb, &p, now) < 0)
+	if (r == R_ALLOW_RELATED && f->svc && svc_icmp(skb, p, now) < 0)
 		return TC_ACT_SHOT;
-	if (p.proxied) {
-		if (cfg->flags & FLAG_HOST_ROUTING_BPF) {
-			if (to_proxy(skb, &p) == TC_ACT_OK)
+	if (p->proxied) {
+		if (host_routing_bpf) {
+			if (to_proxy(skb, p) == TC_ACT_OK)
 				return TC_ACT_OK;
 		} else {
 			// Legacy host routing: the veth is a port of the bridge,
@@ -1755,12 +1785,68 @@ redirect:
 			// bridge device itself, addressed to it.
 			if (bpf_skb_store_bytes(skb, 0, cfg->bridge_mac, 6, 0) < 0)
 				return TC_ACT_SHOT;
-			if (to_proxy(skb, &p) == TC_ACT_OK)
+			if (to_proxy(skb, p) == TC_ACT_OK)
 				return bpf_redirect(cfg->bridge_ifindex, BPF_F_INGRESS);
 		}
-		return proxy_drop(cfg, skb, &p, dst, src->identity);
+		return proxy_drop(cfg, skb, p, dst, src->identity);
 	}
 	return deliver(skb, dst);
+}
+
+SEC("tc")
+int cnlab_from_ep(struct __sk_buff *skb)
+{
+	struct from_ep f = {};
+	struct config *cfg = &f.cfg;
+	struct pkt *p = &f.p;
+	struct xlate *x = &f.x;
+	__u32 ifindex = skb->ifindex;
+	struct endpoint *src = bpf_map_lookup_elem(&cnlab_lxc, &ifindex);
+	if (config(cfg) || !src)
+		return TC_ACT_SHOT; // never attached without its entry
+	int act = l3(skb, src, cfg, DIR_EGRESS);
+	if (act >= 0)
+		return act;
+	int r = parse(skb, p);
+	if (r)
+		return finish(cfg, skb, p, src->index, DIR_EGRESS, r, src->identity, 0, NO_RULE);
+	// The source address must be the endpoint's, and so must the source
+	// MAC: on the bridge of legacy host routing a forged one would move
+	// another endpoint's MAC to this port in the forwarding table.
+	__u8 mac[8];
+	if (p->saddr != src->ip || bpf_skb_load_bytes(skb, 6, mac, 6) < 0 || !mac_eq(mac, src->mac))
+		return finish(cfg, skb, p, src->index, DIR_EGRESS, R_DROP_SPOOF, src->identity, 0, NO_RULE);
+	__u64 now = bpf_ktime_get_ns();
+	f.now = now;
+	struct svc_config *sc = svc_config();
+	if (sc) {
+		f.svc = 1;
+		r = svc_from_ep(sc, p, x, now);
+		if (r == R_DROP_SVC_REJECT) {
+			count(src->index, DIR_EGRESS, r, skb->len);
+			emit(cfg, skb->len, p, AT_TC, src->index, DIR_EGRESS, r, src->identity, 0, NO_RULE);
+			return reject(skb, src, p);
+		}
+		if (r)
+			return finish(cfg, skb, p, src->index, DIR_EGRESS, r, src->identity, 0, NO_RULE);
+	}
+	struct endpoint *dst = 0;
+	// A masqueraded flow (its source on the wire is not the client's)
+	// goes straight to a local destination in either host routing, both
+	// sides judged here on the real tuple: the host's stack would take a
+	// reply for its own, and its policy entries are the host-local path's.
+	if (host_routing_bpf || x->hairpin || x->snat)
+		dst = bpf_map_lookup_elem(&cnlab_local, &p->daddr);
+	else if (x->kind == XL_REV && bpf_map_lookup_elem(&cnlab_local, &p->daddr))
+		// Legacy host routing, a reply bridged to a client of this
+		// host: its cnlab_to_ep translates it, where the flow's policy
+		// entries expect the real tuple.
+		x->kind = 0;
+	if (!dst && !host_routing_bpf && (cfg->flags & FLAG_L7) && p->proto == IPPROTO_TCP && !p->frag && x->kind != XL_REV)
+		dst = legacy_l7(cfg, src, p, now);
+	if (!dst)
+		return from_ep_remote(skb, &f, src);
+	return from_ep_local(skb, &f, src, dst);
 }
 
 SEC("tc")
