@@ -11,28 +11,19 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-// Limits of the matrix's values (results.Axes declares them).
-const (
-	MaxPolicies = results.MaxPolicies
-	MaxFlows    = results.MaxFlows
-	MaxServices = results.MaxServices
-	MaxBackends = results.MaxBackends
-	MaxL7Rules  = results.MaxL7Rules
-)
-
 // kubeRefused are the matrix keys that cannot apply on a cluster, with
 // why (results.Axes' Kube; docs/kubernetes.md).
 var kubeRefused = func() (out []struct {
 	key, why string
-	set      func(m Matrix) bool
+	set      func(m results.Matrix) bool
 }) {
 	for i := range results.Axes {
 		a := &results.Axes[i]
 		if a.Kube != "" {
 			out = append(out, struct {
 				key, why string
-				set      func(m Matrix) bool
-			}{a.Key, a.Kube, func(m Matrix) bool { return a.Len(m) > 0 }})
+				set      func(m results.Matrix) bool
+			}{a.Key, a.Kube, func(m results.Matrix) bool { return a.Len(m) > 0 }})
 		}
 	}
 	return out
@@ -82,7 +73,7 @@ var axisChecks = map[string]func(v string) error{
 }
 
 // checkMatrix validates the values of each key on its own.
-func checkMatrix(m Matrix, s *Spec, path string) error {
+func checkMatrix(m results.Matrix, s *Spec, path string) error {
 	if n := m.Combinations(MaxPoints); n > MaxPoints {
 		return s.errf(path, "expands to more than %d points", MaxPoints)
 	}
@@ -113,7 +104,7 @@ var optionAxes = func() (out []*results.Axis) {
 
 // checkOptions refuses a datapath option at a point without its datapath
 // (a chain has none).
-func checkOptions(p *Params, chain bool, bad func(key, format string, args ...any) error) error {
+func checkOptions(p *results.Params, chain bool, bad func(key, format string, args ...any) error) error {
 	for _, a := range optionAxes {
 		v := a.Value(*p)
 		if v == "" || v == "false" {
@@ -132,7 +123,7 @@ func checkOptions(p *Params, chain bool, bad func(key, format string, args ...an
 // optionSeries are a point's datapath options in its series name: those
 // joined to the datapath's name ("+ipsets") and those after the policy
 // mode (" legacy-routing").
-func optionSeries(p Params) (joined, after string) {
+func optionSeries(p results.Params) (joined, after string) {
 	for _, a := range optionAxes {
 		sfx := a.Option.Series[a.Value(p)]
 		if strings.HasPrefix(sfx, "+") {

@@ -12,20 +12,6 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-// Backends: where a run's points are measured.
-const (
-	BackendLab        = results.BackendLab        // namespaces on this machine (the default)
-	BackendKubernetes = results.BackendKubernetes // agent pods on a cluster (package kube)
-)
-
-// The kubernetes backend's matrix values.
-const (
-	PlacementSameNode  = results.PlacementSameNode
-	PlacementCrossNode = results.PlacementCrossNode
-	NetworkPod         = results.NetworkPod
-	NetworkHost        = results.NetworkHost
-)
-
 // backend is where the runner measures a run's points: a lab on this
 // machine (labBackend, lab.go) or a cluster (clusterBackend, cluster.go).
 // Each owns what it has up and in force (the topology, the policies, the
@@ -35,26 +21,26 @@ type backend interface {
 	// name is results.json's backend (BackendLab, BackendKubernetes).
 	name() string
 	// describe is environment.json's cluster block (nil for a lab).
-	describe(ctx context.Context) (*ClusterInfo, error)
+	describe(ctx context.Context) (*results.ClusterInfo, error)
 	// up makes spec, p's topology, the one that runs, replacing the one
 	// up (prev is its build's record, nil for none), and fills b, the new
 	// build's record. An error that wraps errTeardown: the one up could
 	// not be removed and nothing was built (b is not recorded).
-	up(ctx context.Context, spec *topology.Spec, p Params, prev, b *Build) error
+	up(ctx context.Context, spec *topology.Spec, p results.Params, prev, b *results.Build) error
 	// policies makes p's policies the ones in force, appending each apply
 	// to b.PolicyApply (nothing when they already were); bi is b's index
 	// in the run's builds.
-	policies(ctx context.Context, p Params, b *Build, bi int) error
+	policies(ctx context.Context, p results.Params, b *results.Build, bi int) error
 	// services does the same with p's Services (b.ServiceApply) and
 	// returns where the workloads connect: the measured Service's cluster
 	// IP, or the server's address.
-	services(ctx context.Context, p Params, b *Build, bi int) (netip.Addr, error)
+	services(ctx context.Context, p results.Params, b *results.Build, bi int) (netip.Addr, error)
 	// sample is where pr's workloads run, connecting to dest (its
 	// processes' host, endpoints, argvs), recording in pr where that is.
-	sample(pr *PointResult, dest netip.Addr) (sampleEnv, error)
+	sample(pr *results.PointResult, dest netip.Addr) (sampleEnv, error)
 	// down takes what runs down (also after Ctrl-C), recording how long
 	// that took in b (nil: no build was recorded).
-	down(b *Build) error
+	down(b *results.Build) error
 }
 
 // Cluster is what a run on a cluster needs of it: package kube's Backend,
@@ -65,7 +51,7 @@ type backend interface {
 type Cluster interface {
 	// Describe is environment.json's cluster block: the CNI, kube-proxy
 	// mode and nodes as detected.
-	Describe(ctx context.Context) (*ClusterInfo, error)
+	Describe(ctx context.Context) (*results.ClusterInfo, error)
 	// Deploy makes spec's endpoints run as placement (PlacementSameNode,
 	// PlacementCrossNode; "" for the default) and hostNetwork say,
 	// replacing the previous deployment and its policies.
@@ -98,12 +84,12 @@ type Cluster interface {
 // profiles, Services and L7 for now). validate then expands the points.
 func (s *Spec) setBackend(b string) error {
 	switch b {
-	case "", BackendLab:
+	case "", results.BackendLab:
 		s.Backend = ""
 		return nil
-	case BackendKubernetes:
+	case results.BackendKubernetes:
 	default:
-		return &input.Error{File: "--backend", Msg: fmt.Sprintf("%q: %s or %s", b, BackendLab, BackendKubernetes)}
+		return &input.Error{File: "--backend", Msg: fmt.Sprintf("%q: %s or %s", b, results.BackendLab, results.BackendKubernetes)}
 	}
 	s.Backend = b
 	const why = "cannot apply with --backend kubernetes: "
@@ -113,14 +99,14 @@ func (s *Spec) setBackend(b string) error {
 	if s.Profile {
 		return s.errf("profile", why+"the kernel profile needs perf on the node")
 	}
-	check := func(path string, m Matrix, wlPath string, wl []Workload) error {
+	check := func(path string, m results.Matrix, wlPath string, wl []results.Workload) error {
 		for _, r := range kubeRefused {
 			if r.set(m) {
 				return s.errf(path+"."+r.key, "%s%s", why, r.why)
 			}
 		}
 		for i, t := range m.Topology {
-			if isChain(t) {
+			if results.IsChain(t) {
 				return s.errf(fmt.Sprintf("%s.topology[%d]", path, i), why+"%s: chains are namespaces in series on one machine", t)
 			}
 			if !isPreset(t) {
@@ -130,12 +116,12 @@ func (s *Spec) setBackend(b string) error {
 			}
 		}
 		for i, v := range m.PolicyMode {
-			if v == ModeTopOfChain {
+			if v == results.ModeTopOfChain {
 				return s.errf(fmt.Sprintf("%s.policyMode[%d]", path, i), why+"top-of-chain is iptables filler rules; no-match on a cluster is N NetworkPolicies")
 			}
 		}
 		for i, w := range wl {
-			if isHTTP(w.Kind) {
+			if results.IsHTTP(w.Kind) {
 				return s.errf(fmt.Sprintf("%s[%d].kind", wlPath, i), why+"%s: not yet (the kubernetes backend runs tcp-stream, udp-stream, tcp-rr, tcp-crr, udp-rr and ping)", w.Kind)
 			}
 		}
@@ -178,8 +164,8 @@ func (s *Spec) checkKubeTopology(name, path string) error {
 // resolveKubeParams checks a point of a kubernetes run: the keys of a
 // lab's datapath were refused by setBackend; a lab run refuses the
 // cluster's keys.
-func (s *Spec) resolveKubeParams(p *Params, bad func(key, format string, args ...any) error) error {
-	if s.Backend != BackendKubernetes {
+func (s *Spec) resolveKubeParams(p *results.Params, bad func(key, format string, args ...any) error) error {
+	if s.Backend != results.BackendKubernetes {
 		switch {
 		case p.Placement != "":
 			return bad("placement", "applies with --backend kubernetes only (a lab places endpoints on its topology's hosts)")
@@ -191,7 +177,7 @@ func (s *Spec) resolveKubeParams(p *Params, bad func(key, format string, args ..
 	if p.Policies > maxPortPolicies {
 		return bad("policies", "%d: policies generated on ports %d and up take at most %d", p.Policies, fillerPort, maxPortPolicies)
 	}
-	if p.Network == NetworkHost && (p.Policies > 0 || p.PolicyMode == ModeL4Rules) {
+	if p.Network == results.NetworkHost && (p.Policies > 0 || p.PolicyMode == results.ModeL4Rules) {
 		return bad("policies", "%d with network host: NetworkPolicy does not apply to pods in the node's network (Kubernetes leaves it undefined; most CNIs ignore them): sweep policies in the pod network", p.Policies)
 	}
 	// Services: the cluster's kube-proxy (or its replacement) serves them.
@@ -199,32 +185,26 @@ func (s *Spec) resolveKubeParams(p *Params, bad func(key, format string, args ..
 		p.ServiceBackends = 1
 	}
 	if p.ServicePosition == "" || p.Services == 1 {
-		p.ServicePosition = PositionLast
+		p.ServicePosition = results.PositionLast
 	}
 	return nil
 }
 
 // kubeSeries names a kubernetes point's line: the cluster, where it was
 // placed and in which network.
-func kubeSeries(p Params) string {
+func kubeSeries(p results.Params) string {
 	parts := []string{"cluster"}
 	if p.Placement != "" {
 		parts = append(parts, p.Placement)
 	}
-	if p.Network == NetworkHost {
+	if p.Network == results.NetworkHost {
 		parts = append(parts, "host-network")
 	}
-	if p.PolicyMode != ModeNoMatch && p.PolicyMode != "" {
+	if p.PolicyMode != results.ModeNoMatch && p.PolicyMode != "" {
 		parts = append(parts, p.PolicyMode)
 	}
 	return strings.Join(parts, " ")
 }
-
-// ClusterInfo and NodeInfo are results.json's (package results).
-type (
-	ClusterInfo = results.ClusterInfo
-	NodeInfo    = results.NodeInfo
-)
 
 // Topologies are the distinct topologies the points deploy, resolved as
 // a run would (for checks before a run: hosts, namespaces).
@@ -257,7 +237,7 @@ func (s *Spec) UsesPolicyMode(mode string) bool {
 		return false
 	}
 	for _, p := range points {
-		if p.Params.PolicyMode == mode && (p.Params.Policies > 0 || mode == ModeL4Rules) {
+		if p.Params.PolicyMode == mode && (p.Params.Policies > 0 || mode == results.ModeL4Rules) {
 			return true
 		}
 	}

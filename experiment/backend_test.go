@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -26,7 +27,7 @@ func TestKubernetesRefusals(t *testing.T) {
 		{base + "sweeps: [{name: a, workloads: [{kind: tcp-rr}, {kind: ab}]}]\n", "x.yaml: sweeps[0].workloads[1].kind: cannot apply with --backend kubernetes: ab"},
 		{base + "matrix: {placement: [far]}\n", `x.yaml: matrix.placement[0]: "far": same-node or cross-node`},
 	} {
-		_, err := ParseFor([]byte(c.text), "x.yaml", false, BackendKubernetes)
+		_, err := ParseFor([]byte(c.text), "x.yaml", false, results.BackendKubernetes)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want %q", c.text, err, c.want)
 		}
@@ -48,7 +49,7 @@ func TestKubernetesRefusals(t *testing.T) {
 // TestKubernetesPoints: a cluster's points have no datapath, the
 // cluster's series, and a deployment per placement and network.
 func TestKubernetesPoints(t *testing.T) {
-	s, err := ParseFor([]byte("workloads: [{kind: tcp-rr}, {kind: tcp-stream}]\nmatrix: {topology: [multi-host], placement: [same-node, cross-node], network: [pod, host]}\nsweeps: [{name: a, matrix: {policies: [0]}}, {name: b, matrix: {network: [pod], policies: [5]}}]\n"), "x.yaml", false, BackendKubernetes)
+	s, err := ParseFor([]byte("workloads: [{kind: tcp-rr}, {kind: tcp-stream}]\nmatrix: {topology: [multi-host], placement: [same-node, cross-node], network: [pod, host]}\nsweeps: [{name: a, matrix: {policies: [0]}}, {name: b, matrix: {network: [pod], policies: [5]}}]\n"), "x.yaml", false, results.BackendKubernetes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestKubernetesPoints(t *testing.T) {
 	if len(keys) != 4 {
 		t.Errorf("%d deployments, want 4 (placement x network; policies are applied, not deployed)", len(keys))
 	}
-	if _, err := ParseFor([]byte("workloads: [{kind: tcp-rr}]\nmatrix: {network: [host], policies: [3]}\n"), "x.yaml", false, BackendKubernetes); err == nil || !strings.Contains(err.Error(), "x.yaml: matrix.policies: 3 with network host") {
+	if _, err := ParseFor([]byte("workloads: [{kind: tcp-rr}]\nmatrix: {network: [host], policies: [3]}\n"), "x.yaml", false, results.BackendKubernetes); err == nil || !strings.Contains(err.Error(), "x.yaml: matrix.policies: 3 with network host") {
 		t.Errorf("policies in the host network: %v", err)
 	}
 	if !strings.Contains(policyText(pts[len(pts)-1].Params), "filler-4") {
@@ -89,13 +90,13 @@ func TestProbeCells(t *testing.T) {
 		t.Fatal(err)
 	}
 	gen := func(mode string, n int) []*policy.Policy {
-		pols, err := parseGenerated(policyText(Params{Policies: n, PolicyMode: mode}))
+		pols, err := parseGenerated(policyText(results.Params{Policies: n, PolicyMode: mode}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return pols
 	}
-	for _, mode := range []string{ModeNoMatch, ModeSelectors, ModeL4Rules} {
+	for _, mode := range []string{results.ModeNoMatch, results.ModeSelectors, results.ModeL4Rules} {
 		for _, c := range []struct{ from, to int }{{0, 2}, {2, 0}, {2, 100}, {100, 2}} {
 			cb := &clusterBackend{cur: top, inForce: gen(mode, c.from), inForceN: c.from, inForceKnown: true}
 			cells, err := cb.probeCells(gen(mode, c.to), c.to)
@@ -121,7 +122,7 @@ func TestProbeCells(t *testing.T) {
 		}
 	}
 	cb := &clusterBackend{cur: top, inForceKnown: true}
-	cells, _ := cb.probeCells(gen(ModeTerms, 5), 5)
+	cells, _ := cb.probeCells(gen(results.ModeTerms, 5), 5)
 	for _, cell := range cells {
 		if cell.changes || !cell.allowed {
 			t.Errorf("terms: cell %+v; want every port allowed and nothing changed (L3)", cell)

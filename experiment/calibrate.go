@@ -104,7 +104,7 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*Calibration, error) {
 			return nil, err
 		}
 		for _, p := range r.Points {
-			m := Headline(p.Workload.Kind)
+			m := results.Headline(p.Workload.Kind)
 			var xs []float64
 			for _, smp := range p.Samples {
 				if v, ok := smp.Metrics[m]; ok {

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -53,19 +54,19 @@ type clusterBackend struct {
 	built        bool       // something was deployed (Teardown has work)
 }
 
-func (c *clusterBackend) name() string { return BackendKubernetes }
+func (c *clusterBackend) name() string { return results.BackendKubernetes }
 
-func (c *clusterBackend) describe(ctx context.Context) (*ClusterInfo, error) {
+func (c *clusterBackend) describe(ctx context.Context) (*results.ClusterInfo, error) {
 	return c.cl.Describe(ctx)
 }
 
 // up makes the point's endpoints the ones deployed on the cluster: a new
 // Deploy replaces the previous one.
-func (c *clusterBackend) up(ctx context.Context, spec *topology.Spec, p Params, _, b *Build) error {
+func (c *clusterBackend) up(ctx context.Context, spec *topology.Spec, p results.Params, _, b *results.Build) error {
 	c.note(fmt.Sprintf("deploying %s on the cluster: %s", c.run, describeDeployment(p)))
 	t0 := time.Now()
 	c.built = true
-	err := c.cl.Deploy(ctx, spec, p.Placement, p.Network == NetworkHost, c.note)
+	err := c.cl.Deploy(ctx, spec, p.Placement, p.Network == results.NetworkHost, c.note)
 	b.UpSeconds = time.Since(t0).Seconds()
 	if err != nil {
 		b.Error = err.Error()
@@ -86,7 +87,7 @@ func (c *clusterBackend) up(ctx context.Context, spec *topology.Spec, p Params, 
 	return nil
 }
 
-func describeDeployment(p Params) string {
+func describeDeployment(p results.Params) string {
 	parts := []string{p.Topology}
 	if p.Placement != "" {
 		parts = append(parts, p.Placement)
@@ -103,7 +104,7 @@ func describeDeployment(p Params) string {
 // time from the apply to that is recorded. A cluster that does not (a CNI
 // without NetworkPolicy) fails the point, unless the run measures anyway
 // (Options.Unenforced): the mismatch is then recorded.
-func (c *clusterBackend) policies(ctx context.Context, p Params, b *Build, bi int) error {
+func (c *clusterBackend) policies(ctx context.Context, p results.Params, b *results.Build, bi int) error {
 	text := policyText(p)
 	if c.polSet && text == c.curPol {
 		return nil
@@ -112,7 +113,7 @@ func (c *clusterBackend) policies(ctx context.Context, p Params, b *Build, bi in
 	if err != nil {
 		return err
 	}
-	a := Apply{Policies: p.Policies, PolicyMode: p.PolicyMode}
+	a := results.Apply{Policies: p.Policies, PolicyMode: p.PolicyMode}
 	cells, err := c.probeCells(pols, p.Policies)
 	if err != nil {
 		return err
@@ -216,7 +217,7 @@ var errNotEnforced = errors.New("the cluster does not enforce the policies as th
 // connects is what the new policies allow, or the enforce timeout. A
 // round in which a probe could not run (an exec that failed) decides
 // nothing.
-func (c *clusterBackend) checkEnforced(ctx context.Context, cells []probeCell, t0 time.Time, pb *probe, a *Apply) error {
+func (c *clusterBackend) checkEnforced(ctx context.Context, cells []probeCell, t0 time.Time, pb *probe, a *results.Apply) error {
 	logf := pb.log
 	cl, sv := topology.DefaultNamespace+"/client", topology.DefaultNamespace+"/server"
 	svIP, _, _ := c.cl.Endpoint(sv)
@@ -351,7 +352,7 @@ func (pb *probe) close() {
 // previous point's, waits until the measured one answers from the client
 // (kube-proxy or its replacement programmed it), records both times, and
 // returns where the workloads connect.
-func (c *clusterBackend) services(ctx context.Context, p Params, b *Build, bi int) (netip.Addr, error) {
+func (c *clusterBackend) services(ctx context.Context, p results.Params, b *results.Build, bi int) (netip.Addr, error) {
 	server, _, ok := c.cl.Endpoint(topology.DefaultNamespace + "/server")
 	if _, _, ok2 := c.cl.Endpoint(topology.DefaultNamespace + "/client"); !ok || !ok2 {
 		return netip.Addr{}, errors.New("the deployment has no default/client or default/server")
@@ -364,7 +365,7 @@ func (c *clusterBackend) services(ctx context.Context, p Params, b *Build, bi in
 	if p.Services > 0 {
 		measured = topology.DefaultNamespace + "/" + measuredService(p)
 	}
-	a := ServiceApply{Services: p.Services, Backends: p.ServiceBackends}
+	a := results.ServiceApply{Services: p.Services, Backends: p.ServiceBackends}
 	var pb *probe
 	if p.Services > 0 {
 		// The probe's server runs before the apply begins (see policies).
@@ -394,7 +395,7 @@ func (c *clusterBackend) services(ctx context.Context, p Params, b *Build, bi in
 
 // checkServiceReady connects from the client to the measured Service's
 // cluster IP on the rr port until the connection is accepted.
-func (c *clusterBackend) checkServiceReady(ctx context.Context, name string, vip netip.Addr, t0 time.Time, pb *probe, a *ServiceApply) error {
+func (c *clusterBackend) checkServiceReady(ctx context.Context, name string, vip netip.Addr, t0 time.Time, pb *probe, a *results.ServiceApply) error {
 	logf := pb.log
 	timeout := c.timeout()
 	for {
@@ -472,7 +473,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // sample runs the workloads in the client's and server's pods, with the
 // pods' own cnlab.
-func (c *clusterBackend) sample(pr *PointResult, dest netip.Addr) (sampleEnv, error) {
+func (c *clusterBackend) sample(pr *results.PointResult, dest netip.Addr) (sampleEnv, error) {
 	cl, sv := topology.DefaultNamespace+"/client", topology.DefaultNamespace+"/server"
 	_, clNode, ok := c.cl.Endpoint(cl)
 	svIP, svNode, ok2 := c.cl.Endpoint(sv)
@@ -487,7 +488,7 @@ func (c *clusterBackend) sample(pr *PointResult, dest netip.Addr) (sampleEnv, er
 
 // down deletes what the run created on the cluster, with a context of
 // its own: it runs after Ctrl-C too.
-func (c *clusterBackend) down(b *Build) error {
+func (c *clusterBackend) down(b *results.Build) error {
 	if !c.built {
 		return nil
 	}

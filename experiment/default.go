@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/plural"
 )
 
@@ -52,10 +53,10 @@ const (
 	clusterDeployCost = 5 * time.Second
 )
 
-func (s *Spec) estimate(points []Point) (jobs, labs int, d time.Duration, err error) {
+func (s *Spec) estimate(points []results.Point) (jobs, labs int, d time.Duration, err error) {
 	order := schedule(points, s.Repetitions, nil)
 	prev := ""
-	byID := map[string]Point{}
+	byID := map[string]results.Point{}
 	for _, p := range points {
 		byID[p.ID] = p
 	}
@@ -66,16 +67,16 @@ func (s *Spec) estimate(points []Point) (jobs, labs int, d time.Duration, err er
 			prev = k
 		}
 		d += time.Duration(s.Warmup+s.Duration) + 300*time.Millisecond
-		if p.Workload.Kind == Ping {
+		if p.Workload.Kind == results.Ping {
 			d -= time.Duration(s.Warmup + s.Duration)
 			d += time.Duration(p.Workload.Count) * 15 * time.Millisecond
 		}
-		if s.Backend == BackendKubernetes {
+		if s.Backend == results.BackendKubernetes {
 			d += clusterRunCost
 		}
 	}
 	d += time.Duration(labs) * 500 * time.Millisecond
-	if s.Backend == BackendKubernetes {
+	if s.Backend == results.BackendKubernetes {
 		d += time.Duration(labs) * clusterDeployCost
 	}
 	return len(order), labs, d, nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/buildinfo"
 	"golang.org/x/sys/unix"
 )
@@ -33,8 +34,8 @@ func readTrim(path string) string {
 }
 
 // CaptureEnvironment describes this machine.
-func CaptureEnvironment() *Environment {
-	e := &Environment{Arch: runtime.GOARCH, Cores: runtime.NumCPU(), Cnlab: buildinfo.Commit(), Go: runtime.Version(),
+func CaptureEnvironment() *results.Environment {
+	e := &results.Environment{Arch: runtime.GOARCH, Cores: runtime.NumCPU(), Cnlab: buildinfo.Commit(), Go: runtime.Version(),
 		Tools: map[string]string{}, Sysctls: map[string]string{}, DefaultMTU: 1500, CapturedAt: time.Now().UTC()}
 	e.Hostname, _ = os.Hostname()
 	var u unix.Utsname

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/internal/files"
@@ -41,7 +42,7 @@ func parseOffloads(v string) (map[string]string, error) {
 // Points expands the experiment into its points, in a fixed order (the
 // runner shuffles them). validate expands them once; Points returns a
 // copy of that expansion.
-func (s *Spec) Points() ([]Point, error) {
+func (s *Spec) Points() ([]results.Point, error) {
 	c := s.cache()
 	c.pointsMu.Lock()
 	defer c.pointsMu.Unlock()
@@ -53,14 +54,14 @@ func (s *Spec) Points() ([]Point, error) {
 }
 
 // expand computes Points.
-func (s *Spec) expand() ([]Point, error) {
+func (s *Spec) expand() ([]results.Point, error) {
 	type part struct {
 		name, path string
-		m          Matrix
-		wl         []Workload
+		m          results.Matrix
+		wl         []results.Workload
 		profile    bool
 		reps       int
-		prec       *Precision
+		prec       *results.Precision
 	}
 	var parts []part
 	if len(s.Sweeps) == 0 {
@@ -87,13 +88,13 @@ func (s *Spec) expand() ([]Point, error) {
 		}
 		parts = append(parts, part{sw.Name, fmt.Sprintf("sweeps[%d].matrix", i), m, wl, prof, reps, prec})
 	}
-	var out []Point
+	var out []results.Point
 	seen := map[string]bool{}
 	for _, pt := range parts {
 		ds := pt.m.Dims()
 		idx := make([]int, len(ds))
 		for {
-			p := Params{ChainLength: chainLengthUnset}
+			p := results.Params{ChainLength: chainLengthUnset}
 			for k, d := range ds {
 				d.Set(&p, idx[k])
 			}
@@ -103,7 +104,7 @@ func (s *Spec) expand() ([]Point, error) {
 			for _, w := range pt.wl {
 				q := p
 				w = effectiveWorkload(w, &q)
-				if w.Kind == UDPStream && w.Length > 65507 {
+				if w.Kind == results.UDPStream && w.Length > 65507 {
 					return nil, s.errf(pt.path+".size", "%d bytes: a UDP datagram holds at most 65507", w.Length)
 				}
 				if err := s.checkPortsFor(w, q, pt.path); err != nil {
@@ -122,10 +123,10 @@ func (s *Spec) expand() ([]Point, error) {
 				}
 				seen[key] = true
 				ser := series(q)
-				if s.Backend == BackendKubernetes {
+				if s.Backend == results.BackendKubernetes {
 					ser = kubeSeries(q)
 				}
-				out = append(out, Point{ID: fmt.Sprintf("p%04d", len(out)+1), Sweep: pt.name, Params: q, Workload: w,
+				out = append(out, results.Point{ID: fmt.Sprintf("p%04d", len(out)+1), Sweep: pt.name, Params: q, Workload: w,
 					Series: ser, Profile: pt.profile, Repetitions: pt.reps, Precision: pt.prec})
 				if len(out) > MaxPoints {
 					return nil, s.errf("matrix", "expands to more than %d points", MaxPoints)
@@ -150,24 +151,24 @@ func (s *Spec) expand() ([]Point, error) {
 // effectiveWorkload applies the matrix's flows, size and zerocopy to a
 // workload where they mean something, and clears them from the point's
 // parameters where they do not.
-func effectiveWorkload(w Workload, p *Params) Workload {
-	stream := w.Kind == TCPStream || w.Kind == UDPStream
+func effectiveWorkload(w results.Workload, p *results.Params) results.Workload {
+	stream := w.Kind == results.TCPStream || w.Kind == results.UDPStream
 	if stream && p.Flows > 0 {
 		w.Flows = p.Flows
 	}
 	if stream && p.Size > 0 {
 		w.Length = p.Size
 	}
-	if w.Kind == TCPStream && p.Zerocopy {
+	if w.Kind == results.TCPStream && p.Zerocopy {
 		w.Zerocopy = true
 	}
 	if !stream {
 		p.Flows, p.Size = 0, 0
 	}
-	if w.Kind != TCPStream {
+	if w.Kind != results.TCPStream {
 		p.Zerocopy = false
 	}
-	if isHTTP(w.Kind) {
+	if results.IsHTTP(w.Kind) {
 		w = httpWorkload(w, *p)
 	}
 	return w
@@ -177,13 +178,13 @@ func effectiveWorkload(w Workload, p *Params) Workload {
 // policies or Services do not carry: the generated policies and the
 // measured Service open the iperf3 and rr ports, not HTTPPort; an L7
 // point's policy opens HTTPPort alone.
-func (s *Spec) checkPortsFor(w Workload, p Params, path string) error {
+func (s *Spec) checkPortsFor(w results.Workload, p results.Params, path string) error {
 	switch {
-	case isHTTP(w.Kind) && p.Services > 0:
+	case results.IsHTTP(w.Kind) && p.Services > 0:
 		return s.errf(path+".services", "%d: the measured Service maps the iperf3 and rr ports, not port %d of the %s workload", p.Services, HTTPPort, w.Kind)
-	case isHTTP(w.Kind) && p.Policies > 0 && !usesFiller(p):
+	case results.IsHTTP(w.Kind) && p.Policies > 0 && !usesFiller(p):
 		return s.errf(path+".policies", "%d: the generated policies allow the iperf3 and rr ports, not port %d of the %s workload (sweep HTTP policies with l7Mode)", p.Policies, HTTPPort, w.Kind)
-	case !isHTTP(w.Kind) && p.L7Mode != "" && p.L7Mode != L7None:
+	case !results.IsHTTP(w.Kind) && p.L7Mode != "" && p.L7Mode != results.L7None:
 		return s.errf(path+".l7Mode", "%s: the L7 policy allows TCP port %d alone, not the %s workload's (L7 sweeps measure the http and ab workloads)", p.L7Mode, HTTPPort, w.Kind)
 	}
 	return nil
@@ -191,14 +192,14 @@ func (s *Spec) checkPortsFor(w Workload, p Params, path string) error {
 
 // series names the line a point is drawn on: the datapath (iptables+ipsets
 // with peers: ipsets), with the iptables filler mode when it matters.
-func series(p Params) string {
+func series(p results.Params) string {
 	s := string(p.Datapath)
 	if s == "" {
 		s = string(kind.None)
 	}
 	joined, after := optionSeries(p)
 	s += joined
-	if p.L7Mode == "" && (p.Datapath == kind.IPTables || p.PolicyMode != ModeNoMatch && p.PolicyMode != "") {
+	if p.L7Mode == "" && (p.Datapath == kind.IPTables || p.PolicyMode != results.ModeNoMatch && p.PolicyMode != "") {
 		s += " " + p.PolicyMode
 	}
 	s += after
@@ -222,7 +223,7 @@ const DefaultChainLength = 3
 func isPreset(t string) bool { return slices.Contains(topology.Presets(), t) }
 
 // resolveParams fills defaults and checks the combination.
-func (s *Spec) resolveParams(p *Params, path string) error {
+func (s *Spec) resolveParams(p *results.Params, path string) error {
 	if p.Topology == "" {
 		p.Topology = "single-host"
 	}
@@ -235,7 +236,7 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 		}
 	}
 	if p.PolicyMode == "" {
-		p.PolicyMode = ModeNoMatch
+		p.PolicyMode = results.ModeNoMatch
 	}
 	bad := func(key, format string, args ...any) error {
 		return s.errf(path+"."+key, format, args...)
@@ -243,8 +244,8 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 	if err := s.resolveKubeParams(p, bad); err != nil {
 		return err
 	}
-	kube := s.Backend == BackendKubernetes
-	chain := isChain(p.Topology)
+	kube := s.Backend == results.BackendKubernetes
+	chain := results.IsChain(p.Topology)
 	if !isPreset(p.Topology) {
 		spec, err := s.loadTopology(p.Topology, topology.Overrides{Name: "check"})
 		if err != nil {
@@ -326,7 +327,7 @@ func (s *Spec) resolveParams(p *Params, path string) error {
 		if err := checkOptions(p, false, bad); err != nil {
 			return err
 		}
-		if p.PolicyMode == ModeTopOfChain && p.Datapath != kind.IPTables {
+		if p.PolicyMode == results.ModeTopOfChain && p.Datapath != kind.IPTables {
 			return bad("policyMode", "top-of-chain is an %s filler mode (datapath %s): sweep it in a sweep of its own with datapath [%s]", kind.IPTables, p.Datapath, kind.IPTables)
 		}
 		if usesFiller(*p) && p.Policies > kind.MaxFiller {
@@ -410,7 +411,7 @@ func maxCPU() int { return runtime.NumCPU() }
 type specCache struct {
 	pointsMu   sync.Mutex
 	expanded   bool
-	points     []Point
+	points     []results.Point
 	pointsErr  error
 	filesMu    sync.Mutex
 	topologies map[string]topologyFile // by path

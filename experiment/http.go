@@ -29,7 +29,7 @@ var httpMethod = regexp.MustCompile(`^[A-Z][A-Z-]{0,19}$`)
 // checkHTTPWorkload validates an http or ab workload's options and fills
 // their defaults: keepalive, one worker, GET. The path and the expected
 // statuses are the point's (effectiveWorkload).
-func (s *Spec) checkHTTPWorkload(p string, w *Workload) error {
+func (s *Spec) checkHTTPWorkload(p string, w *results.Workload) error {
 	if w.Mode == "" {
 		w.Mode = traffic.HTTPKeepAlive
 	}
@@ -48,7 +48,7 @@ func (s *Spec) checkHTTPWorkload(p string, w *Workload) error {
 	if !httpMethod.MatchString(w.Method) {
 		return s.errf(p+".method", "%q: an HTTP method in upper case (GET, HEAD, POST, ...)", w.Method)
 	}
-	if w.Kind == AB && w.Method != http.MethodGet && w.Method != http.MethodHead {
+	if w.Kind == results.AB && w.Method != http.MethodGet && w.Method != http.MethodHead {
 		return s.errf(p+".method", "%q: ab sends GET, or HEAD (ab -i)", w.Method)
 	}
 	if w.Path != "" && (!strings.HasPrefix(w.Path, "/") || len(w.Path) > 1000 || strings.ContainsFunc(w.Path, func(r rune) bool { return r <= ' ' || r >= 0x7f })) {
@@ -70,7 +70,7 @@ func (s *Spec) checkHTTPWorkload(p string, w *Workload) error {
 // httpWorkload gives an http or ab workload the point's request path (the
 // L7 sweeps' /match unless the workload names one) and expected statuses
 // (the workload's, else the status the point's policy gives the request).
-func httpWorkload(w Workload, p Params) Workload {
+func httpWorkload(w results.Workload, p results.Params) results.Workload {
 	if w.Path == "" {
 		w.Path = "/"
 		if p.L7Mode != "" {
@@ -84,7 +84,7 @@ func httpWorkload(w Workload, p Params) Workload {
 }
 
 // httpURL is where an http or ab workload sends its requests.
-func httpURL(e sampleEnv, w Workload) string {
+func httpURL(e sampleEnv, w results.Workload) string {
 	return fmt.Sprintf("http://%s:%d%s", e.ep.dest, HTTPPort, w.Path)
 }
 
@@ -94,7 +94,7 @@ func httpServerArgv(cnlab []string) []string {
 }
 
 // httpClientArgv is cnlab's HTTP client for d.
-func httpClientArgv(cnlab []string, url string, w Workload, d time.Duration) []string {
+func httpClientArgv(cnlab []string, url string, w results.Workload, d time.Duration) []string {
 	return append(slices.Clone(cnlab), "http", "client", "-o", "json", "--url", url, "--method", w.Method, "--mode", w.Mode,
 		"--concurrency", strconv.Itoa(w.Concurrency), "--duration", d.String(), "--expect", results.JoinInts(w.Expect))
 }
@@ -105,7 +105,7 @@ const abRequestsPerSecond = 50000
 
 // abArgv is ApacheBench for d (whole seconds): -t, with -n after it so
 // that it is not ab's 50,000; -k with keepalive, -i for HEAD.
-func abArgv(url string, w Workload, d time.Duration) []string {
+func abArgv(url string, w results.Workload, d time.Duration) []string {
 	argv := []string{"ab", "-q", "-r", "-c", strconv.Itoa(w.Concurrency), "-t", strconv.Itoa(secs(d)), "-n", strconv.Itoa(max(1, secs(d)) * abRequestsPerSecond)}
 	if w.Mode == traffic.HTTPKeepAlive {
 		argv = append(argv, "-k")
@@ -180,7 +180,7 @@ func (c abCounts) unexpected(expect []int) uint64 {
 // checkHTTPResult fails a sample with no request, or with any unexpected
 // status or error, naming the statuses seen (seen: "" for the client's
 // own list).
-func checkHTTPResult(r *traffic.HTTPResult, w Workload, seen string) error {
+func checkHTTPResult(r *traffic.HTTPResult, w results.Workload, seen string) error {
 	if seen == "" {
 		seen = r.StatusList()
 	}
@@ -200,7 +200,7 @@ func checkHTTPResult(r *traffic.HTTPResult, w Workload, seen string) error {
 // runHTTPWorkload runs cnlab's HTTP server in the server endpoint and
 // the client (cnlab http client, or ab) in the client's, for the warm-up
 // (its result dropped) and then the measured duration.
-func runHTTPWorkload(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
+func runHTTPWorkload(ctx context.Context, w results.Workload, e sampleEnv) (map[string]float64, error) {
 	srv, err := e.start(ctx, e.ep.server, e.pin.ServerCPU(), httpServerArgv(e.cnlab)...)
 	if err != nil {
 		return nil, err
@@ -211,7 +211,7 @@ func runHTTPWorkload(ctx context.Context, w Workload, e sampleEnv) (map[string]f
 	}
 	url := httpURL(e, w)
 	argv := func(d time.Duration) []string {
-		if w.Kind == AB {
+		if w.Kind == results.AB {
 			return abArgv(url, w, d)
 		}
 		return httpClientArgv(e.cnlab, url, w, d)
@@ -239,7 +239,7 @@ func runHTTPWorkload(ctx context.Context, w Workload, e sampleEnv) (map[string]f
 	var r *traffic.HTTPResult
 	var ab abCounts
 	seen := ""
-	if w.Kind == AB {
+	if w.Kind == results.AB {
 		r, err = traffic.ParseAB(cli.out.Bytes())
 		if err == nil {
 			ab = abSplit(r)
@@ -257,11 +257,11 @@ func runHTTPWorkload(ctx context.Context, w Workload, e sampleEnv) (map[string]f
 	if err := checkHTTPResult(r, w, seen); err != nil {
 		return nil, err
 	}
-	if werr != nil && w.Kind == AB {
+	if werr != nil && w.Kind == results.AB {
 		return nil, fmt.Errorf("ab: %v: %s", werr, lastLine(cli.errb.String()))
 	}
 	m := httpMetrics(r)
-	if w.Kind == AB {
+	if w.Kind == results.AB {
 		m["status_2xx"], m["status_non2xx"] = float64(ab.ok), float64(ab.non2xx)
 	}
 	m["client_cpu_pct"] = cli.cpuPercent()

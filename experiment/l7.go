@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -20,17 +21,17 @@ type l7Rule struct{ method, path string }
 // and POST (here alternating, for a deterministic set) and a path of
 // their own, plus, first or last, the rule the requests match: GET
 // /match. With l7Match absent no rule matches.
-func l7RuleList(p Params) []l7Rule {
-	if p.L7Mode != L7Rules {
+func l7RuleList(p results.Params) []l7Rule {
+	if p.L7Mode != results.L7Rules {
 		return nil
 	}
 	rules := make([]l7Rule, 0, p.L7Rules)
 	match := l7Rule{http.MethodGet, l7MatchPath}
 	fillers := p.L7Rules
-	if p.L7Match != MatchAbsent {
+	if p.L7Match != results.MatchAbsent {
 		fillers--
 	}
-	if p.L7Match == MatchFirst {
+	if p.L7Match == results.MatchFirst {
 		rules = append(rules, match)
 	}
 	for i := range fillers {
@@ -40,7 +41,7 @@ func l7RuleList(p Params) []l7Rule {
 		}
 		rules = append(rules, l7Rule{m, fmt.Sprintf("/path%d", i+1)})
 	}
-	if p.L7Match == MatchLast {
+	if p.L7Match == results.MatchLast {
 		rules = append(rules, match)
 	}
 	return rules
@@ -51,8 +52,8 @@ func l7RuleList(p Params) []l7Rule {
 // that method and path, then 403. The generated methods and paths are
 // literals, so a rule matches when both are equal (the policy model
 // agrees: TestL7StatusAgreesWithModel).
-func l7Status(p Params, method, path string) int {
-	if p.L7Mode != L7Rules {
+func l7Status(p results.Params, method, path string) int {
+	if p.L7Mode != results.L7Rules {
 		return http.StatusOK
 	}
 	for _, r := range l7RuleList(p) {
@@ -66,17 +67,17 @@ func l7Status(p Params, method, path string) int {
 // l7PolicyText is an L7 point's policy: one CiliumNetworkPolicy on the
 // server allowing the client on TCP 80, with the mode's rules; "" for
 // none.
-func l7PolicyText(p Params) string {
-	if p.L7Mode == L7None || p.L7Mode == "" {
+func l7PolicyText(p results.Params) string {
+	if p.L7Mode == results.L7None || p.L7Mode == "" {
 		return ""
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "apiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\nmetadata: {name: l7-%s, namespace: %s}\nspec:\n  endpointSelector: {matchLabels: {app: server}}\n  ingress:\n  - fromEndpoints: [{matchLabels: {app: client}}]\n    toPorts:\n    - ports: [{port: \"%d\", protocol: TCP}]\n",
 		p.L7Mode, topology.DefaultNamespace, HTTPPort)
 	switch p.L7Mode {
-	case L7HTTPAny:
+	case results.L7HTTPAny:
 		b.WriteString("      rules: {http: [{}]}\n")
-	case L7Rules:
+	case results.L7Rules:
 		b.WriteString("      rules:\n        http:\n")
 		for _, r := range l7RuleList(p) {
 			fmt.Fprintf(&b, "        - {method: %s, path: %s}\n", r.method, r.path)
@@ -87,7 +88,7 @@ func l7PolicyText(p Params) string {
 
 // resolveL7Params fills the L7 keys' defaults and checks them on a host
 // topology (chains refuse them earlier).
-func resolveL7Params(p *Params, bad func(key, format string, args ...any) error) error {
+func resolveL7Params(p *results.Params, bad func(key, format string, args ...any) error) error {
 	if p.L7Mode == "" {
 		switch {
 		case p.L7Rules != 0:
@@ -100,7 +101,7 @@ func resolveL7Params(p *Params, bad func(key, format string, args ...any) error)
 	if p.Policies != 0 {
 		return bad("policies", "%d: an L7 point's policy is the one l7Mode generates (leave policies out of L7 sweeps)", p.Policies)
 	}
-	if p.L7Mode != L7Rules {
+	if p.L7Mode != results.L7Rules {
 		// The same point whatever the number and place of rules: measured
 		// once (Points' dedup).
 		p.L7Rules, p.L7Match = 0, ""
@@ -109,22 +110,22 @@ func resolveL7Params(p *Params, bad func(key, format string, args ...any) error)
 	if p.L7Rules == 0 {
 		return bad("l7Rules", "l7Mode rules needs 1 or more rules (Cilium refuses http: []): sweep the baselines with l7Mode none, l4 or http-any")
 	}
-	if p.L7Match == "" || p.L7Rules == 1 && p.L7Match == MatchLast {
-		p.L7Match = MatchFirst // one rule is first and last: measured once
+	if p.L7Match == "" || p.L7Rules == 1 && p.L7Match == results.MatchLast {
+		p.L7Match = results.MatchFirst // one rule is first and last: measured once
 	}
 	return nil
 }
 
 // l7Label describes an L7 point's policy for series names and tables.
-func l7Label(p Params) string {
+func l7Label(p results.Params) string {
 	switch p.L7Mode {
-	case L7None:
+	case results.L7None:
 		return "no policy"
-	case L7L4:
+	case results.L7L4:
 		return "L4 allow"
-	case L7HTTPAny:
+	case results.L7HTTPAny:
 		return "http: [{}]"
-	case L7Rules:
+	case results.L7Rules:
 		return "L7 rules, match " + p.L7Match
 	}
 	return ""
@@ -132,7 +133,7 @@ func l7Label(p Params) string {
 
 // l7Set identifies the L7 policy a point applies (l7PolicyText's
 // parameters).
-func l7Set(p Params) string {
+func l7Set(p results.Params) string {
 	if p.L7Mode == "" {
 		return ""
 	}

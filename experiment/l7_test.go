@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/input"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/lab"
@@ -94,20 +95,20 @@ matrix:
 		if w.Path != l7MatchPath {
 			t.Errorf("%s %s: path %q, want %s", p.Series, w.Name(), w.Path, l7MatchPath)
 		}
-		if q.L7Mode != L7Rules && (q.L7Rules != 0 || q.L7Match != "") {
+		if q.L7Mode != results.L7Rules && (q.L7Rules != 0 || q.L7Match != "") {
 			t.Errorf("%s: a baseline keeps l7Rules %d and l7Match %q", p.Series, q.L7Rules, q.L7Match)
 		}
 		want := []int{200}
 		switch {
-		case w.Kind == AB:
+		case w.Kind == results.AB:
 			want = []int{403}
-		case q.L7Match == MatchAbsent:
+		case q.L7Match == results.MatchAbsent:
 			want = []int{403}
 		}
 		if !slices.Equal(w.Expect, want) {
 			t.Errorf("%s %s: expect %v, want %v", p.Series, w.Name(), w.Expect, want)
 		}
-		if w.Kind == HTTP && (w.Mode != traffic.HTTPKeepAlive || w.Concurrency != 1 || w.Method != "GET") {
+		if w.Kind == results.HTTP && (w.Mode != traffic.HTTPKeepAlive || w.Concurrency != 1 || w.Method != "GET") {
 			t.Errorf("http defaults: %+v", w)
 		}
 	}
@@ -144,19 +145,19 @@ func TestL7PolicyText(t *testing.T) {
 	}
 	cl, _ := spec.Endpoint("default/client")
 	sv, _ := spec.Endpoint("default/server")
-	if policyText(Params{Datapath: "nftables", L7Mode: L7None}) != "" {
+	if policyText(results.Params{Datapath: "nftables", L7Mode: results.L7None}) != "" {
 		t.Error("l7Mode none: a policy")
 	}
 	type req struct{ method, path string }
 	reqs := []req{{"GET", "/match"}, {"HEAD", "/match"}, {"POST", "/match"}, {"GET", "/"}, {"GET", "/path1"}, {"POST", "/path2"},
 		{"GET", "/path2"}, {"GET", "/match/x"}, {"GET", "/match?q=1"}}
-	var ps []Params
-	for _, mode := range []string{L7L4, L7HTTPAny} {
-		ps = append(ps, Params{Datapath: "nftables", L7Mode: mode})
+	var ps []results.Params
+	for _, mode := range []string{results.L7L4, results.L7HTTPAny} {
+		ps = append(ps, results.Params{Datapath: "nftables", L7Mode: mode})
 	}
 	for _, n := range []int{1, 2, 5} {
-		for _, at := range l7Matches {
-			ps = append(ps, Params{Datapath: "nftables", L7Mode: L7Rules, L7Rules: n, L7Match: at})
+		for _, at := range results.L7Matches {
+			ps = append(ps, results.Params{Datapath: "nftables", L7Mode: results.L7Rules, L7Rules: n, L7Match: at})
 		}
 	}
 	for _, p := range ps {
@@ -164,14 +165,14 @@ func TestL7PolicyText(t *testing.T) {
 		if got := strings.Count(text, "kind: CiliumNetworkPolicy"); got != 1 {
 			t.Fatalf("%s: %d policies, want 1:\n%s", l7Label(p), got, text)
 		}
-		if p.L7Mode == L7Rules {
+		if p.L7Mode == results.L7Rules {
 			if got := strings.Count(text, "- {method:"); got != p.L7Rules {
 				t.Errorf("%s %d: %d rules:\n%s", l7Label(p), p.L7Rules, got, text)
 			}
 			lines := strings.Split(strings.TrimSpace(text), "\n")
 			first, last := strings.Contains(text, "http:\n        - {method: GET, path: /match}"), strings.HasSuffix(lines[len(lines)-1], "path: /match}")
-			one := p.L7Rules == 1 && p.L7Match != MatchAbsent
-			if first != (p.L7Match == MatchFirst || one) || last != (p.L7Match == MatchLast || one) {
+			one := p.L7Rules == 1 && p.L7Match != results.MatchAbsent
+			if first != (p.L7Match == results.MatchFirst || one) || last != (p.L7Match == results.MatchLast || one) {
 				t.Errorf("%s %d: /match first %v, last %v:\n%s", l7Label(p), p.L7Rules, first, last, text)
 			}
 		}
@@ -181,13 +182,13 @@ func TestL7PolicyText(t *testing.T) {
 			if want := l7Status(p, r.method, r.path); v.Status != want {
 				t.Errorf("%s %d: %s %s: model %d (%s), l7Status %d", l7Label(p), p.L7Rules, r.method, r.path, v.Status, v.L7, want)
 			}
-			if wantProxied := p.L7Mode != L7L4; v.Proxied != wantProxied {
+			if wantProxied := p.L7Mode != results.L7L4; v.Proxied != wantProxied {
 				t.Errorf("%s: proxied %v", l7Label(p), v.Proxied)
 			}
 		}
 	}
 	// The seed's generator at 10,000 rules: parses, half of them POST.
-	big := policyText(Params{Datapath: "nftables", L7Mode: L7Rules, L7Rules: 10000, L7Match: MatchLast})
+	big := policyText(results.Params{Datapath: "nftables", L7Mode: results.L7Rules, L7Rules: 10000, L7Match: results.MatchLast})
 	if _, err := policy.Parse([]byte(big), "big"); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestL7PolicyText(t *testing.T) {
 func TestHTTPArgv(t *testing.T) {
 	e := sampleEnv{ep: endpoints{dest: netip.MustParseAddr("10.0.0.2")}}
 	cnlab := cnlabArgv([]string{"/x/cnlab", "rr"})
-	w := Workload{Kind: HTTP, Mode: "new", Concurrency: 10, Method: "GET", Path: "/match", Expect: []int{200, 403}}
+	w := results.Workload{Kind: results.HTTP, Mode: "new", Concurrency: 10, Method: "GET", Path: "/match", Expect: []int{200, 403}}
 	got := strings.Join(httpClientArgv(cnlab, httpURL(e, w), w, 1500*time.Millisecond), " ")
 	if want := "/x/cnlab http client -o json --url http://10.0.0.2:80/match --method GET --mode new --concurrency 10 --duration 1.5s --expect 200,403"; got != want {
 		t.Errorf("http client:\n got %s\nwant %s", got, want)
@@ -209,13 +210,13 @@ func TestHTTPArgv(t *testing.T) {
 		t.Errorf("http server: %s", got)
 	}
 	for _, c := range []struct {
-		w    Workload
+		w    results.Workload
 		d    time.Duration
 		want string
 	}{
-		{Workload{Kind: AB, Mode: "keepalive", Concurrency: 10, Method: "GET", Path: "/"}, 10 * time.Second, "ab -q -r -c 10 -t 10 -n 500000 -k http://10.0.0.2:80/"},
-		{Workload{Kind: AB, Mode: "new", Concurrency: 1, Method: "GET", Path: "/match"}, time.Second, "ab -q -r -c 1 -t 1 -n 50000 http://10.0.0.2:80/match"},
-		{Workload{Kind: AB, Mode: "new", Concurrency: 1, Method: "HEAD", Path: "/match"}, 2 * time.Second, "ab -q -r -c 1 -t 2 -n 100000 -i http://10.0.0.2:80/match"},
+		{results.Workload{Kind: results.AB, Mode: "keepalive", Concurrency: 10, Method: "GET", Path: "/"}, 10 * time.Second, "ab -q -r -c 10 -t 10 -n 500000 -k http://10.0.0.2:80/"},
+		{results.Workload{Kind: results.AB, Mode: "new", Concurrency: 1, Method: "GET", Path: "/match"}, time.Second, "ab -q -r -c 1 -t 1 -n 50000 http://10.0.0.2:80/match"},
+		{results.Workload{Kind: results.AB, Mode: "new", Concurrency: 1, Method: "HEAD", Path: "/match"}, 2 * time.Second, "ab -q -r -c 1 -t 2 -n 100000 -i http://10.0.0.2:80/match"},
 	} {
 		if got := strings.Join(abArgv(httpURL(e, c.w), c.w, c.d), " "); got != c.want {
 			t.Errorf("ab %s:\n got %s\nwant %s", c.w.Name(), got, c.want)
@@ -227,7 +228,7 @@ func TestHTTPArgv(t *testing.T) {
 // sample with the statuses seen; ab's non-2xx responses are expected only
 // when a non-2xx status is.
 func TestHTTPResultJudged(t *testing.T) {
-	w := Workload{Kind: HTTP, Expect: []int{200}}
+	w := results.Workload{Kind: results.HTTP, Expect: []int{200}}
 	r := &traffic.HTTPResult{Requests: 10, Unexpected: 3, Errors: 1, Statuses: map[int]uint64{200: 7, 403: 2, 0: 1}, FirstError: "connection reset"}
 	err := checkHTTPResult(r, w, "")
 	if err == nil || err.Error() != "http: 3 of 10 requests unexpected: statuses seen 200: 7, 403: 2, error: 1; expected 200; first error: connection reset" {
@@ -276,7 +277,7 @@ func TestHTTPResultJudged(t *testing.T) {
 			t.Errorf("%s expect %v: %d unexpected (%s), want %d", c.file, c.expect, got, ab, want)
 		}
 		r.Unexpected = ab.unexpected(c.expect)
-		err = checkHTTPResult(r, Workload{Kind: AB, Expect: c.expect}, ab.String())
+		err = checkHTTPResult(r, results.Workload{Kind: results.AB, Expect: c.expect}, ab.String())
 		if (err != nil) != (r.Unexpected > 0) || err != nil && !strings.Contains(err.Error(), fmt.Sprintf("statuses seen %s; expected", ab)) {
 			t.Errorf("%s expect %v: %v", c.file, c.expect, err)
 		}
@@ -319,11 +320,11 @@ func TestRunL7(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Points) != 4 || r.Status != StatusComplete {
+	if len(r.Points) != 4 || r.Status != results.StatusComplete {
 		t.Fatalf("%s with %d points", r.Status, len(r.Points))
 	}
 	for _, p := range r.Points {
-		if p.Status != PointDone || len(p.Samples) != 1 {
+		if p.Status != results.PointDone || len(p.Samples) != 1 {
 			t.Errorf("%s (%s %s): %s: %s", p.ID, p.Series, p.Workload.Name(), p.Status, p.Error)
 			continue
 		}
@@ -331,13 +332,13 @@ func TestRunL7(t *testing.T) {
 		if m["requests_per_s"] <= 0 || m["unexpected"] != 0 || m["errors"] != 0 || m["latency_p50_us"] > m["latency_p99_us"] {
 			t.Errorf("%s (%s %s): %v", p.ID, p.Series, p.Workload.Name(), m)
 		}
-		denied := p.Params.L7Match == MatchAbsent
+		denied := p.Params.L7Match == results.MatchAbsent
 		switch {
-		case p.Workload.Kind == HTTP && denied && m["status_403"] != m["requests"]:
+		case p.Workload.Kind == results.HTTP && denied && m["status_403"] != m["requests"]:
 			t.Errorf("%s: %v requests, %v 403s", p.ID, m["requests"], m["status_403"])
-		case p.Workload.Kind == HTTP && !denied && m["status_200"] != m["requests"]:
+		case p.Workload.Kind == results.HTTP && !denied && m["status_200"] != m["requests"]:
 			t.Errorf("%s: %v requests, %v 200s", p.ID, m["requests"], m["status_200"])
-		case p.Workload.Kind == AB && denied != (m["status_non2xx"] == m["requests"]):
+		case p.Workload.Kind == results.AB && denied != (m["status_non2xx"] == m["requests"]):
 			t.Errorf("%s: %v requests, %v non-2xx", p.ID, m["requests"], m["status_non2xx"])
 		}
 		if m["proxy_cpu_pct"] <= 0 {

@@ -15,17 +15,17 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/policy"
-	"github.com/cnlab/cnlab/profile"
 	"github.com/cnlab/cnlab/topology"
 )
 
 // labSpec resolves the topology a point needs, as lab name.
-func (s *Spec) labSpec(p Params, name string) (*topology.Spec, error) {
+func (s *Spec) labSpec(p results.Params, name string) (*topology.Spec, error) {
 	ov := topology.Overrides{Name: name, MTU: p.MTU, Proxy: string(p.ServiceProxy), Options: kind.Overrides{HostRouting: p.HostRouting, Peers: p.Peers, SocketLB: p.SocketLB}}
 	if p.Datapath != "" {
 		ov.Datapath = string(p.Datapath)
@@ -35,7 +35,7 @@ func (s *Spec) labSpec(p Params, name string) (*topology.Spec, error) {
 		ov.Options.Filler, ov.Options.FillerMode = &n, p.PolicyMode
 	}
 	switch {
-	case isChain(p.Topology):
+	case results.IsChain(p.Topology):
 		return topology.Parse([]byte(chainYAML(p)), s.File+" (the chain preset with this point's functions)", ov)
 	case isPreset(p.Topology):
 		return topology.Preset(p.Topology, topology.PresetOptions{Link: p.Link}, ov)
@@ -46,7 +46,7 @@ func (s *Spec) labSpec(p Params, name string) (*topology.Spec, error) {
 
 // chainYAML is the chain preset as a topology file, with the point's
 // network functions in every hop.
-func chainYAML(p Params) string {
+func chainYAML(p results.Params) string {
 	n := p.ChainLength
 	link := p.Link
 	if link == "" {
@@ -75,10 +75,10 @@ func chainYAML(p Params) string {
 
 // checkBackend checks, before a run creates anything, that s was parsed
 // for where o measures (ParseFor), and that a lab's tools are installed.
-func checkBackend(s *Spec, o Options, points []Point) error {
+func checkBackend(s *Spec, o Options, points []results.Point) error {
 	switch {
-	case o.Backend != nil && s.Backend != BackendKubernetes:
-		return fmt.Errorf("backend %s given for an experiment parsed for %q (ParseFor)", BackendKubernetes, s.Backend)
+	case o.Backend != nil && s.Backend != results.BackendKubernetes:
+		return fmt.Errorf("backend %s given for an experiment parsed for %q (ParseFor)", results.BackendKubernetes, s.Backend)
 	case o.Backend != nil:
 		return nil
 	case s.Backend != "":
@@ -89,7 +89,7 @@ func checkBackend(s *Spec, o Options, points []Point) error {
 
 // newBackend is where the run measures: the cluster o.Backend, or a lab
 // on this machine.
-func newBackend(o Options, env *Environment, note func(string)) backend {
+func newBackend(o Options, env *results.Environment, note func(string)) backend {
 	if o.Backend != nil {
 		return &clusterBackend{cl: o.Backend, run: o.LabName, out: o.Out, unenforced: o.Unenforced, enforceTimeout: o.EnforceTimeout, note: note}
 	}
@@ -100,7 +100,7 @@ func newBackend(o Options, env *Environment, note func(string)) backend {
 // at a time, its policies and Services replaced point by point.
 type labBackend struct {
 	out     string
-	env     *Environment
+	env     *results.Environment
 	rr      []string // argv of cnlab's rr command
 	note    func(string)
 	envDone bool // environment.json has the first lab's offloads and MTU
@@ -111,11 +111,11 @@ type labBackend struct {
 	curVIP netip.Addr     // the measured Service's cluster IP, if any
 }
 
-func (l *labBackend) name() string                                   { return BackendLab }
-func (l *labBackend) describe(context.Context) (*ClusterInfo, error) { return nil, nil }
+func (l *labBackend) name() string                                           { return results.BackendLab }
+func (l *labBackend) describe(context.Context) (*results.ClusterInfo, error) { return nil, nil }
 
 // up takes the lab that is up down and builds spec.
-func (l *labBackend) up(ctx context.Context, spec *topology.Spec, p Params, prev, b *Build) error {
+func (l *labBackend) up(ctx context.Context, spec *topology.Spec, p results.Params, prev, b *results.Build) error {
 	if err := l.down(prev); err != nil {
 		return fmt.Errorf("%w: %w", errTeardown, err)
 	}
@@ -150,7 +150,7 @@ func (l *labBackend) up(ctx context.Context, spec *topology.Spec, p Params, prev
 }
 
 // sample runs the workloads in the lab's client and server namespaces.
-func (l *labBackend) sample(pr *PointResult, dest netip.Addr) (sampleEnv, error) {
+func (l *labBackend) sample(pr *results.PointResult, dest netip.Addr) (sampleEnv, error) {
 	cl, err := l.cur.Endpoint("default/client")
 	if err != nil {
 		return sampleEnv{}, err
@@ -162,18 +162,18 @@ func (l *labBackend) sample(pr *PointResult, dest netip.Addr) (sampleEnv, error)
 	cur := l.cur
 	return sampleEnv{ep: endpoints{client: cl.Netns, server: sv.Netns, serverIP: sv.IP, dest: dest}, rr: l.rr, cnlab: cnlabArgv(l.rr), lab: cur.Name,
 		host: localHost{}, listenWait: 5 * time.Second,
-		settle: func(ctx context.Context, w Workload, log io.Writer) error {
-			if w.Kind != UDPStream {
+		settle: func(ctx context.Context, w results.Workload, log io.Writer) error {
+			if w.Kind != results.UDPStream {
 				return nil
 			}
 			return settleReassembly(ctx, cur, log)
 		},
-		counters: func(ctx context.Context, p Params, log io.Writer) map[string][]profile.RuleCounter {
+		counters: func(ctx context.Context, p results.Params, log io.Writer) map[string][]results.RuleCounter {
 			return labCounters(ctx, cur, p, log)
 		}}, nil
 }
 
-func describeLab(p Params) string {
+func describeLab(p results.Params) string {
 	parts := []string{p.Topology}
 	if p.Datapath != "" {
 		parts = append(parts, string(p.Datapath))
@@ -190,7 +190,7 @@ func describeLab(p Params) string {
 	if p.Link != "" {
 		parts = append(parts, p.Link)
 	}
-	if isChain(p.Topology) {
+	if results.IsChain(p.Topology) {
 		parts = append(parts, fmt.Sprintf("length %d", p.ChainLength))
 	}
 	if p.MTU > 0 {
@@ -219,7 +219,7 @@ func describeLab(p Params) string {
 
 // policies applies the point's policies to the lab, replacing what the
 // previous point applied, and records how long the update took.
-func (l *labBackend) policies(ctx context.Context, p Params, b *Build, _ int) error {
+func (l *labBackend) policies(ctx context.Context, p results.Params, b *results.Build, _ int) error {
 	text := policyText(p)
 	if text == l.curPol {
 		return nil
@@ -230,7 +230,7 @@ func (l *labBackend) policies(ctx context.Context, p Params, b *Build, _ int) er
 	}
 	t0 := time.Now()
 	_, err = lab.Replace(ctx, l.cur.Name, pols)
-	a := Apply{Policies: p.Policies, PolicyMode: p.PolicyMode, L7Mode: p.L7Mode, L7Rules: p.L7Rules, L7Match: p.L7Match, Seconds: time.Since(t0).Seconds()}
+	a := results.Apply{Policies: p.Policies, PolicyMode: p.PolicyMode, L7Mode: p.L7Mode, L7Rules: p.L7Rules, L7Match: p.L7Match, Seconds: time.Since(t0).Seconds()}
 	if err != nil {
 		a.Error = err.Error()
 	}
@@ -260,7 +260,7 @@ func parseGenerated(text string) ([]*policy.Policy, error) {
 const policyUnknown = "\x00unknown"
 
 // down takes the lab down, recording how long that took in b.
-func (l *labBackend) down(b *Build) error {
+func (l *labBackend) down(b *results.Build) error {
 	if l.cur == nil {
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/input"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/lab"
@@ -53,7 +54,7 @@ func TestRunRefusesATakenLabName(t *testing.T) {
 	if err == nil || !input.Is(err) || !strings.Contains(err.Error(), "t-exp-taken") || !strings.Contains(err.Error(), "already up") {
 		t.Errorf("got %v, want an input error saying the lab is up", err)
 	}
-	if _, serr := Load(out); serr == nil {
+	if _, serr := results.Load(out); serr == nil {
 		t.Error("the run started (results.json written)")
 	}
 	stillUp(t, "t-exp-taken")
@@ -70,8 +71,8 @@ func TestEnsureLabLeavesAForeignLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := Options{Out: t.TempDir(), LabName: "t-exp-race"}
-	ru := &runner{s: s, o: o, r: &Results{}, be: newBackend(o, &Environment{}, func(string) {}), prog: newProgress(nil, false, 1, 0)}
-	err = ru.ensureUp(context.Background(), Params{Topology: "single-host", Datapath: kind.IPTables})
+	ru := &runner{s: s, o: o, r: &results.Results{}, be: newBackend(o, &results.Environment{}, func(string) {}), prog: newProgress(nil, false, 1, 0)}
+	err = ru.ensureUp(context.Background(), results.Params{Topology: "single-host", Datapath: kind.IPTables})
 	if !errors.Is(err, lab.ErrAlreadyUp) {
 		t.Errorf("got %v, want the lab reported up already", err)
 	}

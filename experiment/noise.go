@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"github.com/cnlab/cnlab/experiment/results"
 	"math"
 	"os"
 	"strconv"
@@ -94,14 +95,14 @@ func parsePSISome(b []byte) int64 {
 }
 
 // noiseBetween is what happened from a to b.
-func noiseBetween(a, b noiseSnap) *Noise {
+func noiseBetween(a, b noiseSnap) *results.Noise {
 	secs := b.at.Sub(a.at).Seconds()
 	if secs <= 0 || len(a.cpus) != len(b.cpus) {
 		return nil
 	}
 	const hz = 100 // USER_HZ: /proc/stat counts in 1/100 s on Linux
 	pct := func(ticks uint64) float64 { return math.Round(float64(ticks)/hz/secs*100*100) / 100 }
-	n := &Noise{Seconds: secs, CPUPressurePct: -1, RunQueue: b.running}
+	n := &results.Noise{Seconds: secs, CPUPressurePct: -1, RunQueue: b.running}
 	for i := range a.cpus {
 		d := make([]uint64, 8)
 		for k := range d {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -26,8 +27,8 @@ const workloadPorts = "[{port: 5201, endPort: 5264, protocol: TCP}, {port: 5201,
 
 // usesFiller reports whether the point's policies are iptables filler
 // rules (part of the lab) rather than policies applied to it.
-func usesFiller(p Params) bool {
-	return p.Datapath == kind.IPTables && (p.PolicyMode == ModeNoMatch || p.PolicyMode == ModeTopOfChain)
+func usesFiller(p results.Params) bool {
+	return p.Datapath == kind.IPTables && (p.PolicyMode == results.ModeNoMatch || p.PolicyMode == results.ModeTopOfChain)
 }
 
 // policyText generates the point's policies as Kubernetes NetworkPolicy
@@ -50,11 +51,11 @@ func usesFiller(p Params) bool {
 // iptables' no-match and top-of-chain are filler rules instead (see
 // usesFiller). Zero policies is an empty text: no policy at all. An L7
 // point's policy is l7PolicyText's.
-func policyText(p Params) string {
+func policyText(p results.Params) string {
 	if p.L7Mode != "" {
 		return l7PolicyText(p)
 	}
-	if usesFiller(p) || p.Policies == 0 && p.PolicyMode != ModeL4Rules {
+	if usesFiller(p) || p.Policies == 0 && p.PolicyMode != results.ModeL4Rules {
 		return ""
 	}
 	var b strings.Builder
@@ -62,13 +63,13 @@ func policyText(p Params) string {
 		fmt.Fprintf(&b, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: %s, namespace: %s}\nspec:\n  podSelector: {matchLabels: {app: server}}\n  ingress:\n", name, topology.DefaultNamespace)
 	}
 	switch p.PolicyMode {
-	case ModeTerms:
+	case results.ModeTerms:
 		fmt.Fprintf(&b, "apiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\nmetadata: {name: terms, namespace: %s}\nspec:\n  endpointSelector: {matchLabels: {app: server}}\n  ingress:\n  - fromEndpoints:\n    - matchLabels: {app: client}\n", topology.DefaultNamespace)
 		for i := 0; i < p.Policies; i++ {
 			fmt.Fprintf(&b, "    - matchLabels: {key%d: value%d, key%d: value%d}\n", 2*i, 2*i, 2*i+1, 2*i+1)
 		}
 		return b.String()
-	case ModeL4Rules:
+	case results.ModeL4Rules:
 		head("l4-rules")
 		b.WriteString("  - from: [{podSelector: {matchLabels: {app: client}}}]\n    ports:\n")
 		for _, port := range []string{"{port: 5201, endPort: 5264, protocol: TCP}", "{port: 5201, endPort: 5264, protocol: UDP}", "{port: 12865, protocol: TCP}", "{port: 12865, protocol: UDP}"} {
@@ -78,7 +79,7 @@ func policyText(p Params) string {
 			fmt.Fprintf(&b, "    - {port: %d, protocol: TCP}\n", fillerPort+2*i)
 		}
 		return b.String()
-	case ModeSelectors:
+	case results.ModeSelectors:
 		for i := 0; i < p.Policies; i++ {
 			head(fmt.Sprintf("sel-%d", i))
 			fmt.Fprintf(&b, "  - from: [{podSelector: {matchExpressions: [{key: app, operator: In, values: [client, peer-%d]}]}}]\n    ports: [{port: %d, protocol: TCP}]\n---\n", i, fillerPort+2*i)
@@ -97,7 +98,7 @@ func policyText(p Params) string {
 // labKey identifies what a point needs built: points with the same key
 // share a lab. Policies applied with lab.Apply are not part of it; the
 // iptables filler is (it is a lab option).
-func labKey(p Params) string {
+func labKey(p results.Params) string {
 	k := p
 	k.Flows, k.Size, k.Zerocopy = 0, 0, false
 	k.Services, k.ServiceBackends, k.ServicePosition = 0, 0, "" // applied with lab.ReplaceServices

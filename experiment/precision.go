@@ -7,19 +7,20 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/input"
 )
 
-func checkPrecision(p *Precision, s *Spec, path string) error {
+func checkPrecision(p *results.Precision, s *Spec, path string) error {
 	if p == nil {
 		return nil
 	}
 	if p.MaxRepetitions == 0 {
-		p.MaxRepetitions = DefaultMaxRepetitions
+		p.MaxRepetitions = results.DefaultMaxRepetitions
 	}
 	for k, v := range p.ByWorkload {
-		if !slices.Contains(workloadKinds, k) {
-			return s.errf(path+".byWorkload."+k, "not a workload kind (%s)", strings.Join(workloadKinds, ", "))
+		if !slices.Contains(results.WorkloadKinds, k) {
+			return s.errf(path+".byWorkload."+k, "not a workload kind (%s)", strings.Join(results.WorkloadKinds, ", "))
 		}
 		if v <= 0 || v > 100 {
 			return s.errf(path+".byWorkload."+k, "%g%%: between 0 and 100%%", float64(v))
@@ -32,7 +33,7 @@ func checkPrecision(p *Precision, s *Spec, path string) error {
 		return s.errf(path+".target", "%g%%: between 0 and 100%% (a 95%% interval of ±target of the mean)", float64(p.Target))
 	case p.MaxRepetitions < 2 || p.MaxRepetitions > MaxRepetitions:
 		return s.errf(path+".maxRepetitions", "%d: between 2 and %d", p.MaxRepetitions, MaxRepetitions)
-	case p.MaxTime < 0 || p.MaxTime > Duration(maxDuration):
+	case p.MaxTime < 0 || p.MaxTime > results.Duration(maxDuration):
 		return s.errf(path+".maxTime", "%v: between 0 (no limit) and 24h", time.Duration(p.MaxTime))
 	}
 	return nil
@@ -63,20 +64,20 @@ func (s *Spec) Override(o Overrides) ([]string, error) {
 		changed = append(changed, fmt.Sprintf("--repetitions %d", o.Repetitions))
 	}
 	if o.Duration != 0 {
-		s.Duration = Duration(o.Duration)
+		s.Duration = results.Duration(o.Duration)
 		changed = append(changed, "--duration "+o.Duration.String())
 	}
 	if o.Warmup != nil {
-		s.Warmup = Duration(*o.Warmup)
+		s.Warmup = results.Duration(*o.Warmup)
 		changed = append(changed, "--warmup "+o.Warmup.String())
 	}
 	if o.Precision != 0 || o.MaxRepetitions != 0 || o.MaxTime != 0 {
-		p := Precision{}
+		p := results.Precision{}
 		if s.Precision != nil {
 			p = *s.Precision
 		}
 		if o.Precision != 0 {
-			p.Target, p.ByWorkload = Percent(o.Precision), nil
+			p.Target, p.ByWorkload = results.Percent(o.Precision), nil
 			changed = append(changed, fmt.Sprintf("--precision %g%%", o.Precision))
 		}
 		if o.MaxRepetitions != 0 {
@@ -84,7 +85,7 @@ func (s *Spec) Override(o Overrides) ([]string, error) {
 			changed = append(changed, fmt.Sprintf("--max-repetitions %d", o.MaxRepetitions))
 		}
 		if o.MaxTime != 0 {
-			p.MaxTime = Duration(o.MaxTime)
+			p.MaxTime = results.Duration(o.MaxTime)
 			changed = append(changed, "--max-time "+o.MaxTime.String())
 		}
 		if p.Target == 0 && len(p.ByWorkload) == 0 {

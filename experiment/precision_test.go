@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/testutil"
 )
 
@@ -33,15 +34,15 @@ quick: {precision: {target: 10%}}
 	got := map[string]float64{}
 	for _, p := range pts {
 		if p.Sweep == "c" {
-			want := map[string]float64{TCPRR: 3, TCPStream: 5, Ping: 0}[p.Workload.Kind]
+			want := map[string]float64{results.TCPRR: 3, results.TCPStream: 5, results.Ping: 0}[p.Workload.Kind]
 			if g := p.Precision.TargetOf(p.Workload.Kind); g != want {
 				t.Errorf("sweep c, %s: target %g, want %g", p.Workload.Kind, g, want)
 			}
 			continue
 		}
 		got[p.Sweep] = float64(p.Precision.Target)
-		if p.Sweep == "b" && p.Precision.MaxRepetitions != DefaultMaxRepetitions {
-			t.Errorf("sweep b: maxRepetitions %d, want the default %d", p.Precision.MaxRepetitions, DefaultMaxRepetitions)
+		if p.Sweep == "b" && p.Precision.MaxRepetitions != results.DefaultMaxRepetitions {
+			t.Errorf("sweep b: maxRepetitions %d, want the default %d", p.Precision.MaxRepetitions, results.DefaultMaxRepetitions)
 		}
 	}
 	if got["a"] != 2 || got["b"] != 5 {
@@ -60,7 +61,7 @@ quick: {precision: {target: 10%}}
 	}
 	pts, _ = s.Points()
 	for _, p := range pts {
-		if p.Repetitions != 4 || float64(p.Precision.Target) != 3 || p.Precision.MaxRepetitions != 8 || p.Precision.MaxTime != Duration(10*time.Minute) {
+		if p.Repetitions != 4 || float64(p.Precision.Target) != 3 || p.Precision.MaxRepetitions != 8 || p.Precision.MaxTime != results.Duration(10*time.Minute) {
 			t.Errorf("%s after the flags: %d repetitions, precision %+v", p.ID, p.Repetitions, *p.Precision)
 		}
 	}
@@ -117,7 +118,7 @@ func TestPrecisionRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := Load(out)
+	back, err := results.Load(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,11 +126,11 @@ func TestPrecisionRun(t *testing.T) {
 		t.Errorf("results.json does not validate:\n%s", strings.Join(bad, "\n"))
 	}
 	for _, p := range r.Points {
-		want, n := PrecisionCapReps, 4
+		want, n := results.PrecisionCapReps, 4
 		if p.Sweep == "loose" {
-			want, n = PrecisionReached, 3
+			want, n = results.PrecisionReached, 3
 		}
-		if p.Status != PointDone || len(p.Samples) != n || p.Reached == nil || p.Reached.State != want || p.Reached.Samples != n {
+		if p.Status != results.PointDone || len(p.Samples) != n || p.Reached == nil || p.Reached.State != want || p.Reached.Samples != n {
 			t.Errorf("%s (%s): %s, %d samples, precision %+v; want done, %d samples, %s", p.ID, p.Sweep, p.Status, len(p.Samples), p.Reached, n, want)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/profile"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -14,15 +15,15 @@ import (
 // profiled runs a point once more under perf: its samples are kept apart
 // (profiling costs CPU, so they are not mixed with the measured ones),
 // with iptables rule counters of every namespace that has rules.
-func (ru *runner) profiled(ctx context.Context, pr *PointResult, e sampleEnv, logName string) error {
-	res := &ProfileResult{Log: logName}
+func (ru *runner) profiled(ctx context.Context, pr *results.PointResult, e sampleEnv, logName string) error {
+	res := &results.ProfileResult{Log: logName}
 	pr.Prof = res
 	p, err := profile.Start(ctx, profile.Options{Dir: filepath.Join(ru.o.Out, "profiles", pr.ID)})
 	if err != nil {
 		res.Error = err.Error()
 		return nil // a profile that cannot run does not fail the point
 	}
-	counters := func() map[string][]profile.RuleCounter {
+	counters := func() map[string][]results.RuleCounter {
 		if e.counters == nil {
 			return nil
 		}
@@ -39,7 +40,7 @@ func (ru *runner) profiled(ctx context.Context, pr *PointResult, e sampleEnv, lo
 		res.Error = perr.Error()
 	}
 	if before != nil {
-		res.IPTables = map[string][]profile.RuleCounter{}
+		res.IPTables = map[string][]results.RuleCounter{}
 		for ns, after := range counters() {
 			res.IPTables[ns] = counterDelta(before[ns], after)
 		}
@@ -50,7 +51,7 @@ func (ru *runner) profiled(ctx context.Context, pr *PointResult, e sampleEnv, lo
 // labCounters reads the iptables rule counters of every namespace of
 // lab that has rules (hosts with the iptables datapath, chain hops with a
 // firewall); nil when there are none.
-func labCounters(ctx context.Context, lab *topology.Spec, p Params, log io.Writer) map[string][]profile.RuleCounter {
+func labCounters(ctx context.Context, lab *topology.Spec, p results.Params, log io.Writer) map[string][]results.RuleCounter {
 	if p.Datapath != kind.IPTables && p.FirewallRules == 0 {
 		return nil
 	}
@@ -66,7 +67,7 @@ func labCounters(ctx context.Context, lab *topology.Spec, p Params, log io.Write
 		}
 		nss = append(nss, c.Segments[len(c.Segments)-1].RightNetns)
 	}
-	out := map[string][]profile.RuleCounter{}
+	out := map[string][]results.RuleCounter{}
 	for _, ns := range nss {
 		rc, err := profile.IPTablesCounters(ctx, ns, profile.SaveBinary(lab.IPTables.Backend))
 		if err != nil {
@@ -80,15 +81,15 @@ func labCounters(ctx context.Context, lab *topology.Spec, p Params, log io.Write
 
 // counterDelta is what each rule matched between two readings of the
 // same rules (the later reading as is if the rules changed).
-func counterDelta(before, after []profile.RuleCounter) []profile.RuleCounter {
-	out := append([]profile.RuleCounter(nil), after...)
+func counterDelta(before, after []results.RuleCounter) []results.RuleCounter {
+	out := append([]results.RuleCounter(nil), after...)
 	if len(before) != len(after) {
 		return out
 	}
 	for i := range out {
 		b := before[i]
 		if b.Table != out[i].Table || b.Chain != out[i].Chain || b.Rule != out[i].Rule {
-			return append([]profile.RuleCounter(nil), after...)
+			return append([]results.RuleCounter(nil), after...)
 		}
 		out[i].Packets -= min(b.Packets, out[i].Packets)
 		out[i].Bytes -= min(b.Bytes, out[i].Bytes)

@@ -47,13 +47,13 @@ func short(d time.Duration) string {
 }
 
 // label describes a point in a few words.
-func label(pr *PointResult, j Job) string {
+func label(pr *results.PointResult, j results.Job) string {
 	q := pr.Params
 	parts := []string{pr.ID, q.Topology, pr.Series}
-	if q.Policies > 0 || q.PolicyMode == ModeL4Rules {
+	if q.Policies > 0 || q.PolicyMode == results.ModeL4Rules {
 		parts = append(parts, fmt.Sprintf("policies=%d", q.Policies))
 	}
-	if isChain(q.Topology) {
+	if results.IsChain(q.Topology) {
 		parts = append(parts, fmt.Sprintf("length=%d", q.ChainLength))
 	}
 	if q.FirewallRules > 0 {
@@ -68,7 +68,7 @@ func label(pr *PointResult, j Job) string {
 	return strings.Join(parts, " ")
 }
 
-func (p *progress) step(i int, pr *PointResult, j Job, note string) {
+func (p *progress) step(i int, pr *results.PointResult, j results.Job, note string) {
 	if p.w == nil {
 		return
 	}
@@ -93,7 +93,7 @@ func (p *progress) step(i int, pr *PointResult, j Job, note string) {
 
 // result prints a sample's headline figure (plain mode only: on a
 // terminal the bar moves on).
-func (p *progress) result(pr *PointResult, m map[string]float64) {
+func (p *progress) result(pr *results.PointResult, m map[string]float64) {
 	if p.w == nil || p.term {
 		return
 	}
@@ -115,15 +115,15 @@ func (p *progress) note(msg string) {
 	fmt.Fprintf(p.w, "cnlab: %s\n", msg)
 }
 
-func (p *progress) doneLine(r *Results) string {
+func (p *progress) doneLine(r *results.Results) string {
 	var done, partial, failed, pending int
 	for _, pt := range r.Points {
 		switch pt.Status {
-		case PointDone:
+		case results.PointDone:
 			done++
-		case PointPartial:
+		case results.PointPartial:
 			partial++
-		case PointFailed:
+		case results.PointFailed:
 			failed++
 		default:
 			pending++
@@ -137,7 +137,7 @@ func (p *progress) doneLine(r *Results) string {
 }
 
 // finish prints the run's outcome.
-func (p *progress) finish(r *Results) {
+func (p *progress) finish(r *results.Results) {
 	if p.w == nil {
 		return
 	}

@@ -63,7 +63,7 @@ sweeps:
     profile: true
 `
 
-func runShort(t *testing.T, ctx context.Context, src string, o Options) (*Results, error) {
+func runShort(t *testing.T, ctx context.Context, src string, o Options) (*results.Results, error) {
 	t.Helper()
 	s, err := Parse([]byte(src), "short.yaml", false)
 	if err != nil {
@@ -86,27 +86,27 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The results directory validates and reads back.
-	back, err := Load(out)
+	back, err := results.Load(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if bad := back.Check(); len(bad) > 0 {
 		t.Errorf("results.json does not validate:\n%s", strings.Join(bad, "\n"))
 	}
-	if back.Status != StatusComplete || back.Seed != 7 || back.Experiment.Text != shortExp || len(back.Points) != 9 {
+	if back.Status != results.StatusComplete || back.Seed != 7 || back.Experiment.Text != shortExp || len(back.Points) != 9 {
 		t.Errorf("status %s, seed %d, %d points", back.Status, back.Seed, len(back.Points))
 	}
 	rows := 1 // the header
 	for _, p := range r.Points {
 		// The server is isolated by the policies, and a NetworkPolicy
 		// cannot allow ICMP: that ping point fails, and the run goes on.
-		if p.Workload.Kind == Ping && p.Params.Policies > 0 {
-			if p.Status != PointFailed || !strings.Contains(p.Error, "no reply") {
+		if p.Workload.Kind == results.Ping && p.Params.Policies > 0 {
+			if p.Status != results.PointFailed || !strings.Contains(p.Error, "no reply") {
 				t.Errorf("%s: ping through an isolated server: %s %q", p.ID, p.Status, p.Error)
 			}
 			continue
 		}
-		if p.Status != PointDone || len(p.Samples) != 2 {
+		if p.Status != results.PointDone || len(p.Samples) != 2 {
 			t.Errorf("%s (%s %s): %s with %d samples: %s", p.ID, p.Series, p.Workload.Name(), p.Status, len(p.Samples), p.Error)
 			continue
 		}
@@ -118,15 +118,15 @@ func TestRunEndToEnd(t *testing.T) {
 		}
 		sum := p.Summary
 		switch p.Workload.Kind {
-		case TCPStream:
+		case results.TCPStream:
 			if s := sum["throughput_gbps"]; s.N != 2 || s.Median < 0.1 || s.CILow > s.Median || s.CIHigh < s.Median {
 				t.Errorf("%s: throughput %+v", p.ID, s)
 			}
-		case TCPRR, UDPRR:
+		case results.TCPRR, results.UDPRR:
 			if sum["transactions_per_s"].Median < 100 || sum["latency_p50_us"].Median > sum["latency_p99_us"].Median {
 				t.Errorf("%s: rr %+v", p.ID, sum)
 			}
-		case Ping:
+		case results.Ping:
 			if sum["first_rtt_us"].N != 2 || sum["rtt_us"].Median <= 0 {
 				t.Errorf("%s: ping %+v", p.ID, sum)
 			}
@@ -167,7 +167,7 @@ func TestRunEndToEnd(t *testing.T) {
 			}
 		}
 	}
-	var env Environment
+	var env results.Environment
 	if err := files.ReadJSON(filepath.Join(out, "environment.json"), &env); err != nil || env.Kernel == "" || env.Cores < 1 ||
 		env.MemoryBytes == 0 || env.Tools["iperf3"] == "" || env.Offloads["tso"] == "" {
 		t.Errorf("environment.json: %+v %v", env, err)
@@ -188,7 +188,7 @@ func TestRunEndToEnd(t *testing.T) {
 	}
 }
 
-func checkProfile(t *testing.T, p PointResult) {
+func checkProfile(t *testing.T, p results.PointResult) {
 	t.Helper()
 	pr := p.Prof
 	if pr == nil || pr.Kernel == nil {
@@ -254,7 +254,7 @@ func TestRunInterrupted(t *testing.T) {
 	if err != ErrInterrupted {
 		t.Fatalf("err %v, want ErrInterrupted", err)
 	}
-	back, err := Load(out)
+	back, err := results.Load(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,11 +264,11 @@ func TestRunInterrupted(t *testing.T) {
 	samples, pending := 0, 0
 	for _, p := range back.Points {
 		samples += len(p.Samples)
-		if p.Status == PointPending {
+		if p.Status == results.PointPending {
 			pending++
 		}
 	}
-	if back.Status != StatusInterrupted || back.FinishedAt == nil || samples < 1 || samples > 2 || pending == 0 {
+	if back.Status != results.StatusInterrupted || back.FinishedAt == nil || samples < 1 || samples > 2 || pending == 0 {
 		t.Errorf("status %s, %d samples kept, %d points pending", back.Status, samples, pending)
 	}
 	if r.Status != back.Status {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/internal/files"
@@ -49,7 +50,7 @@ type Options struct {
 // recorded with its error and the run goes on; when ctx ends (Ctrl-C) the
 // finished points are kept, results.json is marked interrupted, the lab
 // is torn down and ErrInterrupted is returned.
-func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error) {
+func Run(ctx context.Context, s *Spec, text []byte, o Options) (*results.Results, error) {
 	points, err := s.Points()
 	if err != nil {
 		return nil, err
@@ -93,11 +94,11 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 	if env.Cluster, err = be.describe(ctx); err != nil {
 		return nil, err
 	}
-	r := &Results{Schema: Schema, Cnlab: env.Cnlab, Seed: seed, Lab: o.LabName, Backend: be.name(), Cluster: env.Cluster, StartedAt: time.Now().UTC(), Status: StatusRunning,
-		Experiment: ExperimentInfo{File: s.File, Name: s.Name, Quick: s.IsQuick(), Text: string(text), Spec: &s.Spec, Flags: o.Flags}, Builds: []Build{}}
-	byID := map[string]*PointResult{}
+	r := &results.Results{Schema: results.Schema, Cnlab: env.Cnlab, Seed: seed, Lab: o.LabName, Backend: be.name(), Cluster: env.Cluster, StartedAt: time.Now().UTC(), Status: results.StatusRunning,
+		Experiment: results.ExperimentInfo{File: s.File, Name: s.Name, Quick: s.IsQuick(), Text: string(text), Spec: &s.Spec, Flags: o.Flags}, Builds: []results.Build{}}
+	byID := map[string]*results.PointResult{}
 	for _, p := range points {
-		r.Points = append(r.Points, PointResult{Point: p, Status: PointPending, Samples: []Sample{}, Summary: map[string]Summary{}})
+		r.Points = append(r.Points, results.PointResult{Point: p, Status: results.PointPending, Samples: []results.Sample{}, Summary: map[string]results.Summary{}})
 	}
 	for i := range r.Points {
 		byID[r.Points[i].ID] = &r.Points[i]
@@ -118,24 +119,24 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 	r.FinishedAt = &now
 	switch {
 	case ctx.Err() != nil:
-		r.Status = StatusInterrupted
+		r.Status = results.StatusInterrupted
 		err = ErrInterrupted
 	case err != nil:
-		r.Status, r.Error = StatusFailed, err.Error()
+		r.Status, r.Error = results.StatusFailed, err.Error()
 	default:
-		r.Status = StatusComplete
+		r.Status = results.StatusComplete
 	}
 	for i := range r.Points {
 		p := &r.Points[i]
-		if p.Precision != nil && p.Status == PointPending && len(p.Samples) >= p.Repetitions {
+		if p.Precision != nil && p.Status == results.PointPending && len(p.Samples) >= p.Repetitions {
 			// Its minimum is measured; whatever stopped it, it is done.
-			p.Status = PointDone
+			p.Status = results.PointDone
 			if p.JudgePrecision(false) {
-				p.Reached.State = PrecisionStopped // the run ended first
+				p.Reached.State = results.PrecisionStopped // the run ended first
 			}
 		}
-		if r.Status != StatusComplete && p.Status == PointPending && len(p.Samples) > 0 {
-			p.Status = PointPartial
+		if r.Status != results.StatusComplete && p.Status == results.PointPending && len(p.Samples) > 0 {
+			p.Status = results.PointPartial
 		}
 	}
 	if werr := files.WriteJSON(filepath.Join(o.Out, "environment.json"), env, true); werr != nil && err == nil {
@@ -154,8 +155,8 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*Results, error)
 // drift of the machine over the run does not line up with a parameter,
 // while a lab is built once per round (and each set of Services installed
 // once per round in it). Profiled runs come last.
-func schedule(points []Point, reps int, rng *mrand.Rand) []Job {
-	groups := map[string][]Point{}
+func schedule(points []results.Point, reps int, rng *mrand.Rand) []results.Job {
+	groups := map[string][]results.Point{}
 	var keys []string
 	for _, p := range points {
 		k := labKey(p.Params)
@@ -164,14 +165,14 @@ func schedule(points []Point, reps int, rng *mrand.Rand) []Job {
 		}
 		groups[k] = append(groups[k], p)
 	}
-	var jobs []Job
-	round := func(rep int, keep func(Point) bool) {
+	var jobs []results.Job
+	round := func(rep int, keep func(results.Point) bool) {
 		order := append([]string(nil), keys...)
 		if rng != nil {
 			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		}
 		for _, k := range order {
-			ps := append([]Point(nil), groups[k]...)
+			ps := append([]results.Point(nil), groups[k]...)
 			if rng != nil {
 				rng.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
 			}
@@ -181,23 +182,23 @@ func schedule(points []Point, reps int, rng *mrand.Rand) []Job {
 			// once a point.
 			// So do the points with the same L7 policy (10,000 rules
 			// compiled by the proxy once a round).
-			set := func(p Point) string { return serviceSet(p.Params) + " " + l7Set(p.Params) }
+			set := func(p results.Point) string { return serviceSet(p.Params) + " " + l7Set(p.Params) }
 			first := map[string]int{}
 			for i, p := range ps {
 				if _, ok := first[set(p)]; !ok {
 					first[set(p)] = i
 				}
 			}
-			slices.SortStableFunc(ps, func(a, b Point) int { return first[set(a)] - first[set(b)] })
+			slices.SortStableFunc(ps, func(a, b results.Point) int { return first[set(a)] - first[set(b)] })
 			for _, p := range ps {
 				if keep(p) {
-					jobs = append(jobs, Job{Point: p.ID, Repetition: rep})
+					jobs = append(jobs, results.Job{Point: p.ID, Repetition: rep})
 				}
 			}
 		}
 	}
 	// reps is the default of points that do not say.
-	repsOf := func(p Point) int {
+	repsOf := func(p results.Point) int {
 		if p.Repetitions > 0 {
 			return p.Repetitions
 		}
@@ -208,22 +209,22 @@ func schedule(points []Point, reps int, rng *mrand.Rand) []Job {
 		rounds = max(rounds, repsOf(p))
 	}
 	for rep := 0; rep < rounds; rep++ {
-		round(rep, func(p Point) bool { return rep < repsOf(p) })
+		round(rep, func(p results.Point) bool { return rep < repsOf(p) })
 	}
-	round(-1, func(p Point) bool { return p.Profile })
+	round(-1, func(p results.Point) bool { return p.Profile })
 	return jobs
 }
 
 // checkTools fails early when a workload's tool is missing.
-func checkTools(points []Point) error {
+func checkTools(points []results.Point) error {
 	need := map[string]string{}
 	for _, p := range points {
 		switch p.Workload.Kind {
-		case TCPStream, UDPStream:
+		case results.TCPStream, results.UDPStream:
 			need["iperf3"] = "apt-get install iperf3"
-		case Ping:
+		case results.Ping:
 			need["ping"] = "apt-get install iputils-ping"
-		case AB:
+		case results.AB:
 			need["ab"] = "apt-get install apache2-utils"
 		}
 		if p.Params.Offloads != "" {
@@ -241,13 +242,13 @@ func checkTools(points []Point) error {
 type runner struct {
 	s    *Spec
 	o    Options
-	r    *Results
+	r    *results.Results
 	be   backend
-	byID map[string]*PointResult
+	byID map[string]*results.PointResult
 	prog *progress
 
 	rng    *mrand.Rand
-	points []Point
+	points []results.Point
 	start  time.Time
 
 	curKey   string // labKey of what the backend has up ("" : nothing)
@@ -280,7 +281,7 @@ func (ru *runner) run(ctx context.Context) (err error) {
 		}
 		j := ru.r.Order[i]
 		pr := ru.byID[j.Point]
-		if pr.Status == PointFailed {
+		if pr.Status == results.PointFailed {
 			ru.prog.step(i, pr, j, "skipped (failed before)")
 			continue
 		}
@@ -303,8 +304,8 @@ func (ru *runner) run(ctx context.Context) (err error) {
 			}
 			ru.fail(pr, err.Error())
 			ru.prog.note(fmt.Sprintf("%s failed: %v", pr.ID, err))
-		} else if pr.Status == PointPending && pr.Precision == nil && len(pr.Samples) == pr.Repetitions {
-			pr.Status = PointDone
+		} else if pr.Status == results.PointPending && pr.Precision == nil && len(pr.Samples) == pr.Repetitions {
+			pr.Status = results.PointDone
 		}
 		if werr := ru.r.Write(ru.o.Out); werr != nil {
 			return werr
@@ -316,8 +317,8 @@ func (ru *runner) run(ctx context.Context) (err error) {
 // precision target (none when every one has reached it or a cap),
 // shuffled as the first rounds are, and records each precision point's
 // state.
-func (ru *runner) extraRound(rep int) []Job {
-	var need []Point
+func (ru *runner) extraRound(rep int) []results.Job {
+	var need []results.Point
 	for _, p := range ru.points {
 		pr := ru.byID[p.ID]
 		if p.Precision == nil {
@@ -335,15 +336,15 @@ func (ru *runner) extraRound(rep int) []Job {
 	out := jobs[:0]
 	for _, j := range jobs {
 		if j.Repetition == 0 {
-			out = append(out, Job{Point: j.Point, Repetition: rep})
+			out = append(out, results.Job{Point: j.Point, Repetition: rep})
 		}
 	}
 	ru.prog.note(fmt.Sprintf("round %d: %s still short of their precision target", rep+1, plural.N(len(out), "point")))
 	return out
 }
 
-func (ru *runner) fail(pr *PointResult, msg string) {
-	pr.Status = PointFailed
+func (ru *runner) fail(pr *results.PointResult, msg string) {
+	pr.Status = results.PointFailed
 	if pr.Error == "" {
 		pr.Error = msg
 	}
@@ -363,7 +364,7 @@ func (e labError) Is(target error) bool { return target == errLab }
 func (e labError) Unwrap() error        { return e.err }
 
 // job runs one repetition of a point (or its profiled run).
-func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
+func (ru *runner) job(ctx context.Context, pr *results.PointResult, j results.Job) error {
 	if err := ru.ensureUp(ctx, pr.Params); err != nil {
 		return labError{err}
 	}
@@ -385,7 +386,7 @@ func (ru *runner) job(ctx context.Context, pr *PointResult, j Job) error {
 
 // ensureUp makes the point's lab (or deployment) the one that is up,
 // recording the build.
-func (ru *runner) ensureUp(ctx context.Context, p Params) error {
+func (ru *runner) ensureUp(ctx context.Context, p results.Params) error {
 	key := labKey(p)
 	if ru.curKey == key {
 		return nil
@@ -394,12 +395,12 @@ func (ru *runner) ensureUp(ctx context.Context, p Params) error {
 	if err != nil {
 		return err
 	}
-	var prev *Build
+	var prev *results.Build
 	if ru.curKey != "" {
 		prev = &ru.r.Builds[ru.curBuild]
 	}
 	ru.curKey = ""
-	b := Build{Key: key, Params: p, At: time.Now().UTC()}
+	b := results.Build{Key: key, Params: p, At: time.Now().UTC()}
 	b.Params.Flows, b.Params.Size, b.Params.Zerocopy = 0, 0, false
 	err = ru.be.up(ctx, spec, p, prev, &b)
 	if errors.Is(err, errTeardown) {
@@ -417,7 +418,7 @@ func (ru *runner) ensureUp(ctx context.Context, p Params) error {
 // cannot be taken down is an error of the whole run: every later build
 // of the same name would fail.
 func (ru *runner) teardown() error {
-	var last *Build
+	var last *results.Build
 	if n := len(ru.r.Builds); n > 0 {
 		last = &ru.r.Builds[n-1]
 	}
@@ -427,7 +428,7 @@ func (ru *runner) teardown() error {
 
 // measure runs one repetition of a point (or its profiled run) where e
 // says, logging to its log file.
-func (ru *runner) measure(ctx context.Context, pr *PointResult, j Job, e sampleEnv) error {
+func (ru *runner) measure(ctx context.Context, pr *results.PointResult, j results.Job, e sampleEnv) error {
 	logName := filepath.Join("logs", fmt.Sprintf("%s-r%d.log", pr.ID, j.Repetition))
 	if j.Repetition < 0 {
 		logName = filepath.Join("logs", pr.ID+"-profile.log")
@@ -454,11 +455,11 @@ func (ru *runner) measure(ctx context.Context, pr *PointResult, j Job, e sampleE
 		fmt.Fprintf(logf, "error: %v\n", err)
 		return err
 	}
-	var noise *Noise
+	var noise *results.Noise
 	if after, err := readNoise(); err == nil && nerr == nil {
 		noise = noiseBetween(before, after)
 	}
-	pr.Samples = append(pr.Samples, Sample{Repetition: j.Repetition, At: t0.UTC(), Seconds: time.Since(t0).Seconds(), Metrics: m, Log: logName, Noise: noise})
+	pr.Samples = append(pr.Samples, results.Sample{Repetition: j.Repetition, At: t0.UTC(), Seconds: time.Since(t0).Seconds(), Metrics: m, Log: logName, Noise: noise})
 	pr.Summarize()
 	ru.prog.result(pr, m)
 	return nil

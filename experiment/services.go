@@ -14,15 +14,6 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-// Where the measured Service sits among a point's Services: first or last
-// in the order the proxies match them (by namespace and name; for
-// kube-proxy's iptables layout, the first or the last rule of
-// KUBE-SERVICES a new connection walks).
-const (
-	PositionFirst = results.PositionFirst
-	PositionLast  = results.PositionLast
-)
-
 // fillerBackends are the addresses of the other Services' backends: the
 // benchmarking range (RFC 2544), never a lab's, since no connection goes
 // to those Services. They only make the proxies' tables as large as N
@@ -30,7 +21,7 @@ const (
 var fillerBackends = netip.MustParseAddr("198.18.0.1")
 
 // resolveServiceParams fills the service keys' defaults and checks them.
-func resolveServiceParams(p *Params, bad func(key, format string, args ...any) error) error {
+func resolveServiceParams(p *results.Params, bad func(key, format string, args ...any) error) error {
 	// Without Services, backends and position change nothing: the point
 	// is measured once (Points' dedup ignores them), but keeps the values
 	// so that it lies on the same line as the points with Services.
@@ -38,7 +29,7 @@ func resolveServiceParams(p *Params, bad func(key, format string, args ...any) e
 		p.ServiceBackends = 1
 	}
 	if p.ServicePosition == "" || p.Services == 1 {
-		p.ServicePosition = PositionLast // one Service is first and last
+		p.ServicePosition = results.PositionLast // one Service is first and last
 	}
 	if p.Services == 0 {
 		return nil
@@ -57,7 +48,7 @@ func resolveServiceParams(p *Params, bad func(key, format string, args ...any) e
 
 // serviceSet identifies the Services a point installs (serviceText's
 // parameters).
-func serviceSet(p Params) string {
+func serviceSet(p results.Params) string {
 	if p.Services == 0 {
 		return "0"
 	}
@@ -66,8 +57,8 @@ func serviceSet(p Params) string {
 
 // measuredService is the name of the Service the workloads connect
 // through.
-func measuredService(p Params) string {
-	if p.ServicePosition == PositionFirst {
+func measuredService(p results.Params) string {
+	if p.ServicePosition == results.PositionFirst {
 		return serviceName(0)
 	}
 	return serviceName(p.Services - 1)
@@ -80,7 +71,7 @@ func serviceName(i int) string { return fmt.Sprintf("svc-%05d", i) }
 // mapped to itself, so the workloads only change the address they dial;
 // each other one maps port 80 to 8080 of ServiceBackends addresses of a
 // user-written EndpointSlice. "" for none.
-func serviceText(p Params) string {
+func serviceText(p results.Params) string {
 	if p.Services == 0 {
 		return ""
 	}
@@ -97,7 +88,7 @@ func serviceText(p Params) string {
 		name := serviceName(i)
 		if name == measured {
 			fmt.Fprintf(&b, "apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n  selector: {app: server}\n  ports:\n", name, topology.DefaultNamespace)
-			for f := range MaxFlows {
+			for f := range results.MaxFlows {
 				for _, proto := range []string{"TCP", "UDP"} {
 					fmt.Fprintf(&b, "  - {name: %s%d, port: %d, protocol: %s}\n", strings.ToLower(proto[:1]), IperfPort+f, IperfPort+f, proto)
 				}
@@ -116,7 +107,7 @@ func serviceText(p Params) string {
 // previous point installed, records how long that took, and returns the
 // address the workloads (but ping) connect to: the measured Service's
 // cluster IP, or the server's address without Services.
-func (l *labBackend) services(ctx context.Context, p Params, b *Build, _ int) (netip.Addr, error) {
+func (l *labBackend) services(ctx context.Context, p results.Params, b *results.Build, _ int) (netip.Addr, error) {
 	sv, err := l.cur.Endpoint(topology.DefaultNamespace + "/server")
 	if err != nil {
 		return netip.Addr{}, err
@@ -125,7 +116,7 @@ func (l *labBackend) services(ctx context.Context, p Params, b *Build, _ int) (n
 	if text == l.curSvc {
 		return dest(l.curVIP, sv.IP), nil
 	}
-	a := ServiceApply{Services: p.Services, Backends: p.ServiceBackends}
+	a := results.ServiceApply{Services: p.Services, Backends: p.ServiceBackends}
 	var ch *lab.ServiceChange
 	var svcs []*service.Service
 	var sls []*service.Slice

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/service"
 	"github.com/cnlab/cnlab/topology"
@@ -24,14 +25,14 @@ func TestGeneratedServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	sv, _ := spec.Endpoint("default/server")
-	if serviceText(Params{}) != "" {
+	if serviceText(results.Params{}) != "" {
 		t.Error("no Services: text generated")
 	}
 	for _, tc := range []struct {
 		n, backends int
 		position    string
-	}{{1, 1, PositionLast}, {5, 4, PositionFirst}, {5, 4, PositionLast}, {300, 2, PositionLast}} {
-		p := Params{Datapath: "iptables", Services: tc.n, ServiceBackends: tc.backends, ServicePosition: tc.position}
+	}{{1, 1, results.PositionLast}, {5, 4, results.PositionFirst}, {5, 4, results.PositionLast}, {300, 2, results.PositionLast}} {
+		p := results.Params{Datapath: "iptables", Services: tc.n, ServiceBackends: tc.backends, ServicePosition: tc.position}
 		svcs, sls, err := service.Parse([]byte(serviceText(p)), "generated")
 		if err != nil {
 			t.Fatalf("%+v: %v", tc, err)
@@ -49,7 +50,7 @@ func TestGeneratedServices(t *testing.T) {
 		want := "default/" + measuredService(p)
 		first, last := fs[0].Service, fs[len(fs)-1].Service
 		end, other := last, first
-		if tc.position == PositionFirst {
+		if tc.position == results.PositionFirst {
 			end, other = first, last
 		}
 		if end != want || tc.n > 1 && other == want {
@@ -68,8 +69,8 @@ func TestGeneratedServices(t *testing.T) {
 				t.Errorf("%+v: measured port %d/%s goes to %v, want the server on the same port", tc, f.Port, f.Protocol, f.Backends)
 			}
 		}
-		if ports != 2*MaxFlows+2 {
-			t.Errorf("%+v: the measured Service has %d ports, want the %d iperf3 ports and rr's, TCP and UDP", tc, ports, MaxFlows)
+		if ports != 2*results.MaxFlows+2 {
+			t.Errorf("%+v: the measured Service has %d ports, want the %d iperf3 ports and rr's, TCP and UDP", tc, ports, results.MaxFlows)
 		}
 	}
 }
@@ -96,7 +97,7 @@ func TestServiceKeys(t *testing.T) {
 	var keys []string
 	for _, p := range pts {
 		keys = append(keys, labKey(p.Params))
-		if p.Params.Services == 10 && (p.Params.ServiceProxy != "nftables" || p.Params.ServiceBackends != 1 || p.Params.ServicePosition != PositionLast) {
+		if p.Params.Services == 10 && (p.Params.ServiceProxy != "nftables" || p.Params.ServiceBackends != 1 || p.Params.ServicePosition != results.PositionLast) {
 			t.Errorf("defaults: %+v", p.Params)
 		}
 	}
@@ -138,7 +139,7 @@ func TestRunThroughServices(t *testing.T) {
 		t.Fatalf("%d points, want 16", len(r.Points))
 	}
 	for _, p := range r.Points {
-		if p.Status != PointDone || len(p.Samples) != 1 {
+		if p.Status != results.PointDone || len(p.Samples) != 1 {
 			t.Errorf("%s (%s %s %s): %s: %s", p.ID, p.Series, p.Params.Text(), p.Workload.Name(), p.Status, p.Error)
 			continue
 		}
@@ -148,10 +149,10 @@ func TestRunThroughServices(t *testing.T) {
 		}
 		// Cluster IPs come from 10.96.0.0/16; the server is in a pod CIDR.
 		viaService := strings.Contains(string(log), " 10.96.")
-		if want := p.Params.Services > 0 && p.Workload.Kind != Ping; viaService != want {
+		if want := p.Params.Services > 0 && p.Workload.Kind != results.Ping; viaService != want {
 			t.Errorf("%s (%s %s): connects through a cluster IP: %v, want %v:\n%s", p.ID, p.Params.Text(), p.Workload.Kind, viaService, want, log)
 		}
-		if p.Workload.Kind == TCPCRR {
+		if p.Workload.Kind == results.TCPCRR {
 			if m := p.Samples[0].Metrics; m["connect_p50_us"] <= 0 || m["connect_p50_us"] > m["latency_p50_us"] {
 				t.Errorf("%s: connect p50 %v, transaction p50 %v", p.ID, m["connect_p50_us"], m["latency_p50_us"])
 			}
@@ -179,7 +180,7 @@ func TestRunThroughServices(t *testing.T) {
 // their Services run one after the other, so each set is installed once.
 func TestScheduleInstallsEachSetOnce(t *testing.T) {
 	pts := parsePoints(t, servicesExp, "x.yaml")
-	byID := map[string]Point{}
+	byID := map[string]results.Point{}
 	for _, p := range pts {
 		byID[p.ID] = p
 	}

@@ -42,7 +42,7 @@ type Spec struct {
 	c            *specCache `yaml:"-"`
 }
 
-func checkFigures(f *Figures, s *Spec, path string) error {
+func checkFigures(f *results.Figures, s *Spec, path string) error {
 	if f == nil {
 		return nil
 	}
@@ -118,7 +118,7 @@ func ParseFor(data []byte, file string, quick bool, backend string) (*Spec, erro
 
 func (s *Spec) applyQuick() {
 	s.quick = true
-	apply := func(q *Quick, m *Matrix, wl *[]Workload) {
+	apply := func(q *results.Quick, m *results.Matrix, wl *[]results.Workload) {
 		if q == nil {
 			return
 		}
@@ -178,7 +178,7 @@ func (s *Spec) IsQuick() bool { return s.quick }
 // unsetDuration and unsetInt mark fields the file does not give, so that
 // an explicit 0 is told from a missing value.
 const (
-	unsetDuration = Duration(math.MinInt64)
+	unsetDuration = results.Duration(math.MinInt64)
 	unsetInt      = math.MinInt
 )
 
@@ -204,10 +204,10 @@ func (s *Spec) validate() error {
 		s.Name = strings.TrimSuffix(filepath.Base(s.File), filepath.Ext(s.File))
 	}
 	if s.Duration == unsetDuration {
-		s.Duration = Duration(DefaultDuration)
+		s.Duration = results.Duration(DefaultDuration)
 	}
 	if s.Warmup == unsetDuration {
-		s.Warmup = Duration(DefaultWarmup)
+		s.Warmup = results.Duration(DefaultWarmup)
 	}
 	if s.Repetitions == unsetInt {
 		s.Repetitions = DefaultRepetitions
@@ -216,9 +216,9 @@ func (s *Spec) validate() error {
 		return s.errf("name", "%q: letters, digits, '.', '_' and '-' only (it names the results directory)", s.Name)
 	}
 	switch {
-	case s.Duration < Duration(100*time.Millisecond) || s.Duration > Duration(maxDuration):
+	case s.Duration < results.Duration(100*time.Millisecond) || s.Duration > results.Duration(maxDuration):
 		return s.errf("duration", "%v: between 100ms and 24h", time.Duration(s.Duration))
-	case s.Warmup < 0 || s.Warmup > Duration(time.Hour):
+	case s.Warmup < 0 || s.Warmup > results.Duration(time.Hour):
 		return s.errf("warmup", "%v: between 0 and 1h", time.Duration(s.Warmup))
 	case s.Repetitions < 1 || s.Repetitions > MaxRepetitions:
 		return s.errf("repetitions", "%d: between 1 and %d", s.Repetitions, MaxRepetitions)
@@ -287,13 +287,13 @@ func (s *Spec) validate() error {
 		return s.errf("matrix", "expands to no point")
 	}
 	for _, p := range pts {
-		if p.Workload.Kind == AB && time.Duration(s.Duration)%time.Second != 0 {
+		if p.Workload.Kind == results.AB && time.Duration(s.Duration)%time.Second != 0 {
 			return s.errf("duration", "%v: ab (the ab workload) runs for whole seconds (-t)", time.Duration(s.Duration))
 		}
-		if p.Workload.Kind == AB && time.Duration(s.Warmup)%time.Second != 0 {
+		if p.Workload.Kind == results.AB && time.Duration(s.Warmup)%time.Second != 0 {
 			return s.errf("warmup", "%v: ab (the ab workload) warms up for whole seconds (-t)", time.Duration(s.Warmup))
 		}
-		if p.Workload.Kind != TCPStream && p.Workload.Kind != UDPStream {
+		if p.Workload.Kind != results.TCPStream && p.Workload.Kind != results.UDPStream {
 			continue
 		}
 		if time.Duration(s.Duration)%time.Second != 0 {
@@ -306,21 +306,21 @@ func (s *Spec) validate() error {
 	return nil
 }
 
-func (s *Spec) checkWorkloads(path string, wl []Workload, required bool) error {
+func (s *Spec) checkWorkloads(path string, wl []results.Workload, required bool) error {
 	if len(wl) == 0 {
 		if required {
-			return s.errf(path, "give at least one workload (kinds: %s)", strings.Join(workloadKinds, ", "))
+			return s.errf(path, "give at least one workload (kinds: %s)", strings.Join(results.WorkloadKinds, ", "))
 		}
 		return nil
 	}
 	for i := range wl {
 		w := &wl[i]
 		p := fmt.Sprintf("%s[%d]", path, i)
-		if !slices.Contains(workloadKinds, w.Kind) {
-			return s.errf(p+".kind", "%q is not a workload (kinds: %s)", w.Kind, strings.Join(workloadKinds, ", "))
+		if !slices.Contains(results.WorkloadKinds, w.Kind) {
+			return s.errf(p+".kind", "%q is not a workload (kinds: %s)", w.Kind, strings.Join(results.WorkloadKinds, ", "))
 		}
-		stream := w.Kind == TCPStream || w.Kind == UDPStream
-		rr := w.Kind == TCPRR || w.Kind == TCPCRR || w.Kind == UDPRR
+		stream := w.Kind == results.TCPStream || w.Kind == results.UDPStream
+		rr := w.Kind == results.TCPRR || w.Kind == results.TCPCRR || w.Kind == results.UDPRR
 		bad := func(field string, set bool, what string) error {
 			if set {
 				return s.errf(p+"."+field, "applies to %s workloads only", what)
@@ -331,16 +331,16 @@ func (s *Spec) checkWorkloads(path string, wl []Workload, required bool) error {
 			bad("streams", w.Streams != 0 && !stream, "tcp-stream and udp-stream"),
 			bad("flows", w.Flows != 0 && !stream, "tcp-stream and udp-stream"),
 			bad("length", w.Length != 0 && !stream, "tcp-stream and udp-stream"),
-			bad("rate", w.Rate != "" && w.Kind != UDPStream, "udp-stream"),
-			bad("zerocopy", w.Zerocopy && w.Kind != TCPStream, "tcp-stream"),
+			bad("rate", w.Rate != "" && w.Kind != results.UDPStream, "udp-stream"),
+			bad("zerocopy", w.Zerocopy && w.Kind != results.TCPStream, "tcp-stream"),
 			bad("requestSize", w.RequestSize != 0 && !rr, "tcp-rr, tcp-crr and udp-rr"),
 			bad("responseSize", w.ResponseSize != 0 && !rr, "tcp-rr, tcp-crr and udp-rr"),
-			bad("count", w.Count != 0 && w.Kind != Ping, "ping"),
-			bad("mode", w.Mode != "" && !isHTTP(w.Kind), "http and ab"),
-			bad("concurrency", w.Concurrency != 0 && !isHTTP(w.Kind), "http and ab"),
-			bad("method", w.Method != "" && !isHTTP(w.Kind), "http and ab"),
-			bad("path", w.Path != "" && !isHTTP(w.Kind), "http and ab"),
-			bad("expect", len(w.Expect) > 0 && !isHTTP(w.Kind), "http and ab"),
+			bad("count", w.Count != 0 && w.Kind != results.Ping, "ping"),
+			bad("mode", w.Mode != "" && !results.IsHTTP(w.Kind), "http and ab"),
+			bad("concurrency", w.Concurrency != 0 && !results.IsHTTP(w.Kind), "http and ab"),
+			bad("method", w.Method != "" && !results.IsHTTP(w.Kind), "http and ab"),
+			bad("path", w.Path != "" && !results.IsHTTP(w.Kind), "http and ab"),
+			bad("expect", len(w.Expect) > 0 && !results.IsHTTP(w.Kind), "http and ab"),
 		} {
 			if e != nil {
 				return e
@@ -349,10 +349,10 @@ func (s *Spec) checkWorkloads(path string, wl []Workload, required bool) error {
 		switch {
 		case w.Streams < 0 || w.Streams > 128:
 			return s.errf(p+".streams", "%d: between 1 and 128", w.Streams)
-		case w.Flows < 0 || w.Flows > MaxFlows:
-			return s.errf(p+".flows", "%d: between 1 and %d", w.Flows, MaxFlows)
-		case w.Length < 0 || w.Length > 1<<20 || (w.Kind == UDPStream && w.Length > 65507):
-			return s.errf(p+".length", "%d bytes: between 1 and %d", w.Length, map[bool]int{true: 65507, false: 1 << 20}[w.Kind == UDPStream])
+		case w.Flows < 0 || w.Flows > results.MaxFlows:
+			return s.errf(p+".flows", "%d: between 1 and %d", w.Flows, results.MaxFlows)
+		case w.Length < 0 || w.Length > 1<<20 || (w.Kind == results.UDPStream && w.Length > 65507):
+			return s.errf(p+".length", "%d bytes: between 1 and %d", w.Length, map[bool]int{true: 65507, false: 1 << 20}[w.Kind == results.UDPStream])
 		case w.RequestSize < 0 || w.RequestSize > 65000:
 			return s.errf(p+".requestSize", "%d bytes: between 1 and 65000", w.RequestSize)
 		case w.ResponseSize < 0 || w.ResponseSize > 65000:
@@ -378,13 +378,13 @@ func (s *Spec) checkWorkloads(path string, wl []Workload, required bool) error {
 		if rr && w.ResponseSize == 0 {
 			w.ResponseSize = 1
 		}
-		if w.Kind == Ping && w.Count == 0 {
+		if w.Kind == results.Ping && w.Count == 0 {
 			w.Count = 10
 		}
-		if w.Kind == Ping && w.Count < 2 {
+		if w.Kind == results.Ping && w.Count < 2 {
 			return s.errf(p+".count", "%d: at least 2 (the first reply and the steady ones)", w.Count)
 		}
-		if isHTTP(w.Kind) {
+		if results.IsHTTP(w.Kind) {
 			if err := s.checkHTTPWorkload(p, w); err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/input"
 
 	"github.com/cnlab/cnlab/policy"
@@ -79,7 +80,7 @@ sweeps:
 	series := map[string]int{}
 	for _, p := range pts {
 		series[p.Sweep+"/"+p.Series]++
-		if p.Sweep == "complexity" && (!p.Profile || p.Workload.Kind != Ping) {
+		if p.Sweep == "complexity" && (!p.Profile || p.Workload.Kind != results.Ping) {
 			t.Errorf("sweep overrides: %+v", p)
 		}
 	}
@@ -170,7 +171,7 @@ func TestBadInput(t *testing.T) {
 }
 
 // mustPoints parses an experiment file and expands its points.
-func mustPoints(t *testing.T, src string, quick bool) []Point {
+func mustPoints(t *testing.T, src string, quick bool) []results.Point {
 	t.Helper()
 	s, err := Parse([]byte(src), "x.yaml", quick)
 	if err != nil {
@@ -244,14 +245,14 @@ func TestFlowsApplyToStreamsOnly(t *testing.T) {
 	kinds := map[string]int{}
 	for _, p := range pts {
 		kinds[p.Workload.Kind]++
-		if p.Workload.Kind == TCPRR && (p.Params.Flows != 0 || p.Params.Zerocopy) {
+		if p.Workload.Kind == results.TCPRR && (p.Params.Flows != 0 || p.Params.Zerocopy) {
 			t.Errorf("rr point with stream parameters: %+v", p.Params)
 		}
-		if p.Workload.Kind == UDPStream && p.Params.Zerocopy {
+		if p.Workload.Kind == results.UDPStream && p.Params.Zerocopy {
 			t.Errorf("udp point with zerocopy: %+v", p.Params)
 		}
 	}
-	if kinds[TCPStream] != 4 || kinds[TCPRR] != 1 || kinds[UDPStream] != 2 {
+	if kinds[results.TCPStream] != 4 || kinds[results.TCPRR] != 1 || kinds[results.UDPStream] != 2 {
 		t.Errorf("points per workload %v, want tcp-stream 4, tcp-rr 1, udp-stream 2", kinds)
 	}
 }
@@ -282,12 +283,12 @@ func TestGeneratedPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mode := range []string{ModeNoMatch, ModeL4Rules, ModeSelectors} {
+	for _, mode := range []string{results.ModeNoMatch, results.ModeL4Rules, results.ModeSelectors} {
 		for _, n := range []int{0, 1, 40} {
-			p := Params{Datapath: "ebpf", PolicyMode: mode, Policies: n}
+			p := results.Params{Datapath: "ebpf", PolicyMode: mode, Policies: n}
 			text := policyText(p)
 			if text == "" {
-				if n != 0 || mode == ModeL4Rules {
+				if n != 0 || mode == results.ModeL4Rules {
 					t.Errorf("%s %d: no policy", mode, n)
 				}
 				continue
@@ -307,7 +308,7 @@ func TestGeneratedPolicies(t *testing.T) {
 			}
 		}
 	}
-	if policyText(Params{Datapath: "iptables", PolicyMode: ModeNoMatch, Policies: 10}) != "" {
+	if policyText(results.Params{Datapath: "iptables", PolicyMode: results.ModeNoMatch, Policies: 10}) != "" {
 		t.Error("iptables no-match: filler rules, not policies")
 	}
 	// terms (seed 003): one policy, N+1 matchLabels terms of which only
@@ -315,7 +316,7 @@ func TestGeneratedPolicies(t *testing.T) {
 	// server is isolated from everyone else, and the compiled rules stay
 	// one (the empty terms select no identity).
 	for _, n := range []int{1, 40} {
-		text := policyText(Params{Datapath: "ebpf", PolicyMode: ModeTerms, Policies: n})
+		text := policyText(results.Params{Datapath: "ebpf", PolicyMode: results.ModeTerms, Policies: n})
 		if got := strings.Count(text, "- matchLabels:"); got != n+1 {
 			t.Errorf("terms %d: %d matchLabels terms, want %d:\n%s", n, got, n+1, text)
 		}
@@ -340,12 +341,12 @@ func TestGeneratedPolicies(t *testing.T) {
 	// With peers: ipsets every term is a rule and a set, the empty ones
 	// included (Calico's layout).
 	for _, n := range []int{1, 40} {
-		_, c := compileGenerated(t, spec, policyText(Params{Datapath: "iptables", Peers: "ipsets", PolicyMode: ModeTerms, Policies: n}))
+		_, c := compileGenerated(t, spec, policyText(results.Params{Datapath: "iptables", Peers: "ipsets", PolicyMode: results.ModeTerms, Policies: n}))
 		if len(c.Terms) != n+1 || len(c.PeerSets) != n+1 {
 			t.Errorf("terms %d: %d terms and %d sets, want %d", n, len(c.Terms), len(c.PeerSets), n+1)
 		}
 	}
-	if policyText(Params{Datapath: "ebpf", PolicyMode: ModeTerms}) != "" {
+	if policyText(results.Params{Datapath: "ebpf", PolicyMode: results.ModeTerms}) != "" {
 		t.Error("terms 0: the seed's baseline has no policy at all")
 	}
 }
@@ -357,7 +358,7 @@ func TestScheduleShufflesAndGroups(t *testing.T) {
 	}
 	pts, _ := s.Points()
 	pts[0].Profile = true
-	byID := map[string]Point{}
+	byID := map[string]results.Point{}
 	for _, p := range pts {
 		byID[p.ID] = p
 	}
@@ -375,7 +376,7 @@ func TestScheduleShufflesAndGroups(t *testing.T) {
 	if !same || !differ {
 		t.Errorf("the order must follow the seed: same seed same=%v, other seed differs=%v", same, differ)
 	}
-	count := map[Job]int{}
+	count := map[results.Job]int{}
 	builds := 0
 	prev := ""
 	for _, j := range a {
@@ -387,12 +388,12 @@ func TestScheduleShufflesAndGroups(t *testing.T) {
 	}
 	for _, p := range pts {
 		for r := 0; r < 3; r++ {
-			if count[Job{Point: p.ID, Repetition: r}] != 1 {
-				t.Errorf("%s rep %d scheduled %d times", p.ID, r, count[Job{Point: p.ID, Repetition: r}])
+			if count[results.Job{Point: p.ID, Repetition: r}] != 1 {
+				t.Errorf("%s rep %d scheduled %d times", p.ID, r, count[results.Job{Point: p.ID, Repetition: r}])
 			}
 		}
 	}
-	if a[len(a)-1] != (Job{Point: pts[0].ID, Repetition: -1}) {
+	if a[len(a)-1] != (results.Job{Point: pts[0].ID, Repetition: -1}) {
 		t.Errorf("profiled run last: %v", a[len(a)-1])
 	}
 	// Labs: 2 topologies x (ebpf + 3 iptables filler sizes) = 8 per round.
@@ -467,7 +468,7 @@ sweeps:
 
 // parsePoints parses an experiment file's text and expands its points,
 // failing the test on an error.
-func parsePoints(t *testing.T, text, file string) []Point {
+func parsePoints(t *testing.T, text, file string) []results.Point {
 	t.Helper()
 	s, err := Parse([]byte(text), file, false)
 	if err != nil {

@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/plural"
-	"github.com/cnlab/cnlab/profile"
 	"github.com/cnlab/cnlab/stats"
 	"github.com/cnlab/cnlab/traffic"
 )
@@ -34,7 +34,7 @@ type sampleEnv struct {
 	ep       endpoints
 	warmup   time.Duration
 	duration time.Duration
-	pin      *Pin
+	pin      *results.Pin
 	rr       []string // argv of cnlab's rr command
 	cnlab    []string // argv of cnlab itself (rr's without "rr"), for cnlab http
 	lab      string   // the lab's name, to find its L7 proxies
@@ -52,8 +52,8 @@ type sampleEnv struct {
 	// settle, when set, runs before a sample (the lab's reassembly
 	// memory drains before a UDP stream); counters, when set, reads the
 	// iptables rule counters a profiled run records.
-	settle   func(ctx context.Context, w Workload, log io.Writer) error
-	counters func(ctx context.Context, p Params, log io.Writer) map[string][]profile.RuleCounter
+	settle   func(ctx context.Context, w results.Workload, log io.Writer) error
+	counters func(ctx context.Context, p results.Params, log io.Writer) map[string][]results.RuleCounter
 }
 
 // host runs a sample's processes.
@@ -280,7 +280,7 @@ func (w *cpuWindow) end(ctx context.Context, m map[string]float64) {
 }
 
 // runSample runs one workload once and returns its metrics.
-func runSample(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
+func runSample(ctx context.Context, w results.Workload, e sampleEnv) (map[string]float64, error) {
 	var b0, t0 float64
 	if !e.nodeCPU {
 		b0, t0 = e.cpuTimes(ctx, e.ep.client)
@@ -288,13 +288,13 @@ func runSample(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 	var m map[string]float64
 	var err error
 	switch w.Kind {
-	case TCPStream, UDPStream:
+	case results.TCPStream, results.UDPStream:
 		m, err = runIperf3(ctx, w, e)
-	case TCPRR, TCPCRR, UDPRR:
+	case results.TCPRR, results.TCPCRR, results.UDPRR:
 		m, err = runRR(ctx, w, e)
-	case Ping:
+	case results.Ping:
 		m, err = runPing(ctx, w, e)
-	case HTTP, AB:
+	case results.HTTP, results.AB:
 		m, err = runHTTPWorkload(ctx, w, e)
 	default:
 		err = fmt.Errorf("workload %q", w.Kind)
@@ -318,7 +318,7 @@ func secs(d time.Duration) int { return int(math.Ceil(d.Seconds())) }
 // IperfPort, IperfPort+1, ..., each with w.Streams parallel streams: as
 // seed 001, one process per flow, so flows are not confined to one core
 // (iperf3 before 3.16 runs all the streams of a process on one thread).
-func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
+func runIperf3(ctx context.Context, w results.Workload, e sampleEnv) (map[string]float64, error) {
 	flows := max(w.Flows, 1)
 	var clients []*proc
 	for i := 0; i < flows; i++ {
@@ -342,7 +342,7 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 		if w.Zerocopy {
 			argv = append(argv, "-Z")
 		}
-		if w.Kind == UDPStream {
+		if w.Kind == results.UDPStream {
 			rate := w.Rate
 			if rate == "" {
 				rate = "1G"
@@ -393,7 +393,7 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 		m["sent_gbps"] += r.SentBps / 1e9
 		m["sender_cpu_pct"] += r.SenderCPU
 		m["receiver_cpu_pct"] += r.ReceiverCPU
-		if w.Kind == TCPStream {
+		if w.Kind == results.TCPStream {
 			m["retransmits"] += float64(r.Retransmits)
 		} else {
 			packets += r.Packets
@@ -404,13 +404,13 @@ func runIperf3(ctx context.Context, w Workload, e sampleEnv) (map[string]float64
 			m["jitter_ms"] += r.JitterMs / float64(len(rs))
 		}
 	}
-	if w.Kind == UDPStream && packets > 0 {
+	if w.Kind == results.UDPStream && packets > 0 {
 		m["loss_pct"] = 100 * float64(lost) / float64(packets)
 	}
 	return m, nil
 }
 
-func runRR(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
+func runRR(ctx context.Context, w results.Workload, e sampleEnv) (map[string]float64, error) {
 	sizes := []string{"--mode", w.Kind, "--request-size", strconv.Itoa(w.RequestSize), "--response-size", strconv.Itoa(w.ResponseSize)}
 	srvArgv := append(append(append([]string{}, e.rr...), "server", "--port", strconv.Itoa(RRPort)), sizes...)
 	srv, err := e.start(ctx, e.ep.server, e.pin.ServerCPU(), srvArgv...)
@@ -418,7 +418,7 @@ func runRR(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, er
 		return nil, err
 	}
 	defer srv.stop(e.log)
-	if err := e.waitListening(ctx, srv, RRPort, w.Kind == UDPRR); err != nil {
+	if err := e.waitListening(ctx, srv, RRPort, w.Kind == results.UDPRR); err != nil {
 		return nil, err
 	}
 	cliArgv := append(append(append([]string{}, e.rr...), "client", "-o", "json", "--to", fmt.Sprintf("%s:%d", e.ep.dest, RRPort),
@@ -452,7 +452,7 @@ func runRR(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, er
 		m["client_cpu_pct"] = cli.cpuPercent()
 	}
 	cpu.end(ctx, m)
-	if w.Kind == UDPRR {
+	if w.Kind == results.UDPRR {
 		m["timeouts"] = float64(r.Timeouts)
 	}
 	if k := r.ConnectUs; k != nil {
@@ -474,7 +474,7 @@ var pingRTT = regexp.MustCompile(`icmp_seq=(\d+) .*time=([0-9.]+) ms`)
 // runPing sends w.Count echo requests 10 ms apart from a new ping process
 // (a new ICMP flow): the first reply's RTT includes setting the flow up
 // (conntrack, the datapath's first lookup), the rest are steady state.
-func runPing(ctx context.Context, w Workload, e sampleEnv) (map[string]float64, error) {
+func runPing(ctx context.Context, w results.Workload, e sampleEnv) (map[string]float64, error) {
 	// Warm the neighbour caches on the path (client, hosts, server) with
 	// one echo of another ICMP flow (ping picks a new identifier per
 	// process), so that the measured first echo costs a new flow in the

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 )
 
 // TestE2EOnRealCluster runs experiments/k8s-smoke.yaml's quick block on the
@@ -34,7 +34,7 @@ func TestE2EOnRealCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := experiment.Load(out)
+	r, err := results.Load(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestE2EOnRealCluster(t *testing.T) {
 		t.Errorf("results.json does not validate:\n%s", strings.Join(bad, "\n"))
 	}
 	for _, p := range r.Points {
-		if p.Status != experiment.PointDone {
+		if p.Status != results.PointDone {
 			t.Errorf("%s %s: %s %s", p.ID, p.Params.Text(), p.Status, p.Error)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/k8stest"
 	"github.com/cnlab/cnlab/internal/testutil"
 )
@@ -75,39 +75,39 @@ func TestSmokeRunOnControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cnlab run --backend kubernetes: %v", err)
 	}
-	r, err := experiment.Load(out)
+	r, err := results.Load(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if bad := r.Check(); len(bad) > 0 {
 		t.Errorf("results.json does not validate:\n%s", strings.Join(bad, "\n"))
 	}
-	if r.Backend != experiment.BackendKubernetes || r.Status != experiment.StatusComplete || r.Cluster == nil || len(r.Cluster.Nodes) != 2 || r.Cluster.CNI != "unknown" {
+	if r.Backend != results.BackendKubernetes || r.Status != results.StatusComplete || r.Cluster == nil || len(r.Cluster.Nodes) != 2 || r.Cluster.CNI != "unknown" {
 		t.Fatalf("run: backend %q, status %q, cluster %+v; want kubernetes, complete, 2 nodes, CNI unknown (kwok has none)", r.Backend, r.Status, r.Cluster)
 	}
 	if len(r.Points) != 12 {
 		t.Errorf("%d points, want 12", len(r.Points))
 	}
 	for _, p := range r.Points {
-		if p.Status != experiment.PointDone || len(p.Samples) != 1 {
+		if p.Status != results.PointDone || len(p.Samples) != 1 {
 			t.Errorf("%s %s %s: %s, %d samples (%s)", p.ID, p.Params.Text(), p.Workload.Kind, p.Status, len(p.Samples), p.Error)
 			continue
 		}
 		same := p.Nodes["client"] == p.Nodes["server"]
-		if p.Nodes["client"] == "" || same != (p.Params.Placement == experiment.PlacementSameNode) {
+		if p.Nodes["client"] == "" || same != (p.Params.Placement == results.PlacementSameNode) {
 			t.Errorf("%s %s: nodes %v", p.ID, p.Params.Placement, p.Nodes)
 		}
 		m := p.Samples[0].Metrics
 		switch p.Workload.Kind {
-		case experiment.TCPRR:
+		case results.TCPRR:
 			if m["transactions_per_s"] <= 0 || m["latency_p50_us"] <= 0 {
 				t.Errorf("%s tcp-rr: %v", p.ID, m)
 			}
-		case experiment.TCPStream:
+		case results.TCPStream:
 			if m["throughput_gbps"] <= 0 {
 				t.Errorf("%s tcp-stream: %v", p.ID, m)
 			}
-		case experiment.Ping:
+		case results.Ping:
 			if m["first_rtt_us"] <= 0 || m["loss_pct"] != 0 {
 				t.Errorf("%s ping: %v", p.ID, m)
 			}
@@ -240,11 +240,11 @@ func TestInterruptAndCrashOnControlPlane(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
 		t.Errorf("Ctrl-C: %v, want exit 130\n%s", err, b.String())
 	}
-	r, err := experiment.Load(out)
+	r, err := results.Load(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Status != experiment.StatusInterrupted || len(r.Points) != 1 || len(r.Points[0].Samples) < 2 || r.Points[0].Params.Network != experiment.NetworkHost {
+	if r.Status != results.StatusInterrupted || len(r.Points) != 1 || len(r.Points[0].Samples) < 2 || r.Points[0].Params.Network != results.NetworkHost {
 		t.Errorf("after Ctrl-C: status %s, %d points, samples %d; want interrupted, the finished samples kept", r.Status, len(r.Points), len(r.Points[0].Samples))
 	}
 	if n := runNamespaces("xp-int"); n != 0 {
@@ -336,15 +336,15 @@ func TestServicesOnControlPlane(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 		t.Fatalf("run: %v, want exit 1 (the Services point fails)\n%s", err, o)
 	}
-	r, err := experiment.Load(out)
+	r, err := results.Load(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range r.Points {
 		switch {
-		case p.Params.Services == 0 && p.Status != experiment.PointDone:
+		case p.Params.Services == 0 && p.Status != results.PointDone:
 			t.Errorf("%s without Services: %s %s", p.ID, p.Status, p.Error)
-		case p.Params.Services == 3 && (p.Status != experiment.PointFailed || !strings.Contains(p.Error, "does not answer on port 12865") || !strings.Contains(p.Error, "svc-00002")):
+		case p.Params.Services == 3 && (p.Status != results.PointFailed || !strings.Contains(p.Error, "does not answer on port 12865") || !strings.Contains(p.Error, "svc-00002")):
 			t.Errorf("%s with 3 Services: %s %q; want failed, svc-00002 not answering", p.ID, p.Status, p.Error)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
 
+	"github.com/cnlab/cnlab/internal/k8sdoc"
 	"github.com/cnlab/cnlab/internal/yamlx"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -43,20 +44,15 @@ var namespaceKeys = []string{"kubernetes.io/metadata.name", "k8s:io.kubernetes.p
 // the text in errors. A document naming a namespace the topology does not
 // have is refused: cnlab applies only to namespaces it owns.
 func RewritePolicies(text []byte, file string, nsMap map[string]string, run string) ([]Object, error) {
-	return rewrite(text, file, nsMap, run, policyKinds)
+	return rewrite(text, file, nsMap, run, k8sdoc.Policies.Names())
 }
 
 // RewriteServices is RewritePolicies for Service and EndpointSlice
 // documents (a Service's selector stays: it selects within its
 // namespace).
 func RewriteServices(text []byte, file string, nsMap map[string]string, run string) ([]Object, error) {
-	return rewrite(text, file, nsMap, run, serviceKinds)
+	return rewrite(text, file, nsMap, run, k8sdoc.Services.Names())
 }
-
-var (
-	policyKinds  = []string{"NetworkPolicy", "CiliumNetworkPolicy"}
-	serviceKinds = []string{"Service", "EndpointSlice"}
-)
 
 func rewrite(text []byte, file string, nsMap map[string]string, run string, kinds []string) ([]Object, error) {
 	docs, err := yamlx.Documents(text)
@@ -102,7 +98,7 @@ func rewrite(text []byte, file string, nsMap map[string]string, run string, kind
 			labels[k] = v
 		}
 		md["labels"] = labels
-		if kind == "Service" || kind == "EndpointSlice" {
+		if _, svc := k8sdoc.Services.Lookup(kind); svc { // a Service's selector stays
 			out = append(out, Object{Kind: kind, Namespace: cns, Name: name, Body: body})
 			continue
 		}

@@ -14,10 +14,6 @@ import (
 	"github.com/cnlab/cnlab/internal/netns"
 )
 
-// RuleCounter is one rule of `iptables-save -c` and the packets and bytes
-// it matched.
-type RuleCounter = results.RuleCounter
-
 // SaveBinary returns the iptables-save of an iptables backend as
 // kind.IPTablesOptions.Backend names it: "legacy" (the default) or
 // "nft".
@@ -30,7 +26,7 @@ func SaveBinary(backend string) string {
 // iptables-nft-save; see SaveBinary) in the named network namespace and
 // returns the counters of every rule of every table, in order.
 // Equivalent to `ip netns exec NETNS BINARY -c`.
-func IPTablesCounters(ctx context.Context, netnsName, binary string) ([]RuleCounter, error) {
+func IPTablesCounters(ctx context.Context, netnsName, binary string) ([]results.RuleCounter, error) {
 	if binary == "" {
 		binary = SaveBinary("")
 	}
@@ -43,8 +39,8 @@ func IPTablesCounters(ctx context.Context, netnsName, binary string) ([]RuleCoun
 
 // ParseIPTablesSave parses the output of `iptables-save -c`: lines
 // "[PACKETS:BYTES] -A CHAIN RULE..." under a "*TABLE" line.
-func ParseIPTablesSave(r io.Reader) ([]RuleCounter, error) {
-	var rules []RuleCounter
+func ParseIPTablesSave(r io.Reader) ([]results.RuleCounter, error) {
+	var rules []results.RuleCounter
 	table := ""
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
@@ -72,7 +68,7 @@ func ParseIPTablesSave(r io.Reader) ([]RuleCounter, error) {
 			return nil, fmt.Errorf("iptables-save line %d: want \"-A CHAIN\" after the counters: %q", n, line)
 		}
 		chain, rule, _ := strings.Cut(rest, " ")
-		rules = append(rules, RuleCounter{Table: table, Chain: chain, Rule: rule, Packets: packets, Bytes: bytes})
+		rules = append(rules, results.RuleCounter{Table: table, Chain: chain, Rule: rule, Packets: packets, Bytes: bytes})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read iptables-save: %w", err)
@@ -83,7 +79,7 @@ func ParseIPTablesSave(r io.Reader) ([]RuleCounter, error) {
 // PacketsByChain sums the packets matched by the rules of each chain,
 // keyed "TABLE/CHAIN" (e.g. "filter/INPUT"). A packet that traverses a
 // chain without matching any rule adds nothing.
-func PacketsByChain(rules []RuleCounter) map[string]uint64 {
+func PacketsByChain(rules []results.RuleCounter) map[string]uint64 {
 	sum := map[string]uint64{}
 	for _, r := range rules {
 		sum[r.Table+"/"+r.Chain] += r.Packets

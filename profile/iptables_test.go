@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"github.com/cnlab/cnlab/experiment/results"
 	"os"
 	"strings"
 	"testing"
@@ -15,7 +16,7 @@ func TestParseIPTablesSaveLegacy(t *testing.T) {
 		t.Fatalf("%d rules, want 104", len(rules))
 	}
 	first := rules[0]
-	if first != (RuleCounter{Table: "filter", Chain: "INPUT", Rule: "-j CNLAB-TEST", Packets: 179833, Bytes: 5352108941}) {
+	if first != (results.RuleCounter{Table: "filter", Chain: "INPUT", Rule: "-j CNLAB-TEST", Packets: 179833, Bytes: 5352108941}) {
 		t.Errorf("first rule %+v", first)
 	}
 	last := rules[len(rules)-1]
@@ -36,7 +37,7 @@ func TestParseIPTablesSaveNFT(t *testing.T) {
 	}
 }
 
-func parseFile(t *testing.T, name string) []RuleCounter {
+func parseFile(t *testing.T, name string) []results.RuleCounter {
 	t.Helper()
 	f, err := os.Open(name)
 	if err != nil {

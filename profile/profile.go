@@ -42,24 +42,20 @@ type Options struct {
 	// Frequency is the sampling rate per CPU in Hz (default 999).
 	Frequency int
 	// CallGraph records kernel call chains (perf record -g) so perf.data
-	// can be explored later with `perf report -i`; the Result itself
+	// can be explored later with `perf report -i`; the KernelProfile itself
 	// counts self time either way.
 	CallGraph bool
 	// Event is the perf event to sample; empty means cycles when the
 	// machine has a hardware PMU, else cpu-clock.
 	Event string
-	// Top is how many symbols Result.Top keeps (default 30).
+	// Top is how many symbols KernelProfile.Top keeps (default 30).
 	Top int
 }
-
-// Result is what a profile found. It goes into results.json as is (the
-// type lives in package results, which report reads without this package).
-type Result = results.KernelProfile
 
 // Profile is a running `perf record`.
 type Profile struct {
 	opts    Options
-	res     Result
+	res     results.KernelProfile
 	cmd     *exec.Cmd
 	stderr  bytes.Buffer
 	done    chan struct{} // closed when perf has exited
@@ -288,7 +284,7 @@ func (p *Profile) cleanup() {
 // Stop ends sampling (SIGINT to perf, which then writes perf.data), runs
 // perf report and returns the result. A profile that could not run
 // returns Available: false and the reason; the error is for a second Stop.
-func (p *Profile) Stop() (*Result, error) {
+func (p *Profile) Stop() (*results.KernelProfile, error) {
 	if p == nil {
 		return nil, errors.New("profile: Stop on nil Profile")
 	}
@@ -347,7 +343,7 @@ func (p *Profile) Stop() (*Result, error) {
 	return &res, nil
 }
 
-func failed(res Result, reason string) *Result {
+func failed(res results.KernelProfile, reason string) *results.KernelProfile {
 	res.Available, res.Reason = false, reason
 	return &res
 }

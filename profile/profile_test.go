@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/testutil"
 )
@@ -118,7 +119,7 @@ func TestIPTablesCountersNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := RuleCounter{Table: "filter", Chain: "OUTPUT", Rule: "-p icmp -j ACCEPT", Packets: 6, Bytes: 6 * 84}
+	want := results.RuleCounter{Table: "filter", Chain: "OUTPUT", Rule: "-p icmp -j ACCEPT", Packets: 6, Bytes: 6 * 84}
 	if len(rules) != 1 || rules[0] != want {
 		t.Errorf("rules %+v, want [%+v]", rules, want)
 	}

@@ -18,21 +18,14 @@ var ReportArgs = []string{
 	"--sort", "dso,sym", "-F", "overhead,sample,dso,sym", "--percent-limit", "0",
 }
 
-// Symbol is one line of the report: a function and the samples taken in
-// it (self time, not counting its callees).
-type Symbol = results.Symbol
-
-// GroupShare is the samples of one group (see Groups).
-type GroupShare = results.GroupShare
-
 // Report is a parsed `perf report` (see ReportArgs).
 type Report struct {
-	Event         string       `json:"event"`
-	Samples       int64        `json:"samples"`
-	KernelSamples int64        `json:"kernelSamples"`
-	LostSamples   int64        `json:"lostSamples"`
-	Symbols       []Symbol     `json:"symbols"` // most samples first
-	Groups        []GroupShare `json:"groups"`  // in the order of Groups, then other, user
+	Event         string               `json:"event"`
+	Samples       int64                `json:"samples"`
+	KernelSamples int64                `json:"kernelSamples"`
+	LostSamples   int64                `json:"lostSamples"`
+	Symbols       []results.Symbol     `json:"symbols"` // most samples first
+	Groups        []results.GroupShare `json:"groups"`  // in the order of Groups, then other, user
 }
 
 // ParseReport reads the text of `perf report` run with ReportArgs. Only the
@@ -81,14 +74,14 @@ func ParseReport(r io.Reader) (*Report, error) {
 // The shared object may contain spaces; the symbol follows the first
 // privilege marker ([k] kernel, [.] user, [g] guest kernel, [u] guest
 // user, [H] hypervisor) after it.
-func parseSymbolLine(line string) (Symbol, error) {
+func parseSymbolLine(line string) (results.Symbol, error) {
 	f := strings.Fields(line)
 	if len(f) < 4 || !strings.HasSuffix(f[0], "%") {
-		return Symbol{}, fmt.Errorf("want \"OVERHEAD SAMPLES DSO [x] SYMBOL\", got %q", line)
+		return results.Symbol{}, fmt.Errorf("want \"OVERHEAD SAMPLES DSO [x] SYMBOL\", got %q", line)
 	}
 	n, err := strconv.ParseInt(f[1], 10, 64)
 	if err != nil {
-		return Symbol{}, fmt.Errorf("sample count %q: %w", f[1], err)
+		return results.Symbol{}, fmt.Errorf("sample count %q: %w", f[1], err)
 	}
 	for i := 3; i < len(f); i++ {
 		switch f[i] {
@@ -96,7 +89,7 @@ func parseSymbolLine(line string) (Symbol, error) {
 		default:
 			continue
 		}
-		s := Symbol{
+		s := results.Symbol{
 			DSO:     strings.Join(f[2:i], " "),
 			Kernel:  f[i] == "[k]",
 			Name:    strings.Join(f[i+1:], " "),
@@ -109,7 +102,7 @@ func parseSymbolLine(line string) (Symbol, error) {
 		}
 		return s, nil
 	}
-	return Symbol{}, fmt.Errorf("no [k]/[.] marker in %q", line)
+	return results.Symbol{}, fmt.Errorf("no [k]/[.] marker in %q", line)
 }
 
 func pct(n, of int64) float64 {
@@ -149,7 +142,7 @@ func (rep *Report) summarize() {
 	})
 	rep.Groups = rep.Groups[:0]
 	for _, g := range GroupNames() {
-		rep.Groups = append(rep.Groups, GroupShare{
+		rep.Groups = append(rep.Groups, results.GroupShare{
 			Name:          g,
 			Samples:       byGroup[g],
 			Percent:       pct(byGroup[g], rep.Samples),
@@ -169,17 +162,17 @@ func GroupNames() []string {
 }
 
 // Group returns the share of the named group (zero if unknown).
-func (rep *Report) Group(name string) GroupShare {
+func (rep *Report) Group(name string) results.GroupShare {
 	for _, g := range rep.Groups {
 		if g.Name == name {
 			return g
 		}
 	}
-	return GroupShare{Name: name}
+	return results.GroupShare{Name: name}
 }
 
 // Top returns the n symbols with the most samples.
-func (rep *Report) Top(n int) []Symbol {
+func (rep *Report) Top(n int) []results.Symbol {
 	if n > len(rep.Symbols) {
 		n = len(rep.Symbols)
 	}

@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"github.com/cnlab/cnlab/experiment/results"
 	"os"
 	"strings"
 	"testing"
@@ -29,7 +30,7 @@ func TestParseReportRecorded(t *testing.T) {
 		t.Errorf("samples %d, kernel %d", rep.Samples, rep.KernelSamples)
 	}
 	var sum, groupSum int64
-	find := map[string]Symbol{}
+	find := map[string]results.Symbol{}
 	for i, s := range rep.Symbols {
 		sum += s.Samples
 		find[s.Name] = s

@@ -15,15 +15,15 @@ import (
 // recorded are the metrics a workload kind's samples carry (as
 // experiment/workload.go records them), for synthetic samples.
 var recorded = map[string][]string{
-	experiment.TCPStream: {"throughput_gbps", "sent_gbps", "retransmits", "sender_cpu_pct", "receiver_cpu_pct"},
-	experiment.UDPStream: {"throughput_gbps", "sent_gbps", "packets_per_s", "loss_pct", "jitter_ms", "sender_cpu_pct", "receiver_cpu_pct"},
-	experiment.TCPRR:     {"transactions_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_p999_us"},
-	experiment.TCPCRR: {"transactions_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_p999_us",
+	results.TCPStream: {"throughput_gbps", "sent_gbps", "retransmits", "sender_cpu_pct", "receiver_cpu_pct"},
+	results.UDPStream: {"throughput_gbps", "sent_gbps", "packets_per_s", "loss_pct", "jitter_ms", "sender_cpu_pct", "receiver_cpu_pct"},
+	results.TCPRR:     {"transactions_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_p999_us"},
+	results.TCPCRR: {"transactions_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_p999_us",
 		"connect_p50_us", "connect_p99_us"},
-	experiment.Ping: {"first_rtt_us", "rtt_us", "loss_pct"},
-	experiment.HTTP: {"requests_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "unexpected", "errors",
+	results.Ping: {"first_rtt_us", "rtt_us", "loss_pct"},
+	results.HTTP: {"requests_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "unexpected", "errors",
 		"client_cpu_pct", "proxy_cpu_pct"},
-	experiment.AB: {"requests_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "unexpected", "errors",
+	results.AB: {"requests_per_s", "latency_mean_us", "latency_p50_us", "latency_p90_us", "latency_p99_us", "unexpected", "errors",
 		"client_cpu_pct", "proxy_cpu_pct"},
 }
 
@@ -100,16 +100,16 @@ func quickPanels(t *testing.T, path string) []*Panel {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &experiment.Results{Schema: experiment.Schema, Status: experiment.StatusComplete,
-		Experiment: experiment.ExperimentInfo{Name: s.Name, File: path, Text: string(data), Spec: &s.Spec}}
+	r := &results.Results{Schema: results.Schema, Status: results.StatusComplete,
+		Experiment: results.ExperimentInfo{Name: s.Name, File: path, Text: string(data), Spec: &s.Spec}}
 	for i, p := range pts {
-		pr := experiment.PointResult{Point: p, Status: experiment.PointDone}
+		pr := results.PointResult{Point: p, Status: results.PointDone}
 		for rep := 1; rep <= 3; rep++ {
 			ms := map[string]float64{}
 			for _, name := range recorded[p.Workload.Kind] {
 				ms[name] = float64(10 + i + rep)
 			}
-			pr.Samples = append(pr.Samples, experiment.Sample{Repetition: rep, Metrics: ms})
+			pr.Samples = append(pr.Samples, results.Sample{Repetition: rep, Metrics: ms})
 		}
 		r.Points = append(r.Points, pr)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/kube"
 	"github.com/spf13/cobra"
 )
@@ -212,7 +213,7 @@ func newKubeBackend(ctx context.Context, c kube.Config, s *experiment.Spec, run 
 		}
 	}
 	slices.Sort(nss)
-	if err := cl.Preflight(ctx, run, hosts, nss, s.UsesPolicyMode(experiment.ModeTerms)); err != nil {
+	if err := cl.Preflight(ctx, run, hosts, nss, s.UsesPolicyMode(results.ModeTerms)); err != nil {
 		return nil, err
 	}
 	return &kube.Backend{C: cl, Self: self, Run: run}, nil

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/kube"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/topology"
@@ -37,15 +37,15 @@ touched.`,
   cnlab down --backend kubernetes --all`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) || len(args) > 1 {
-				if backend == experiment.BackendKubernetes {
+				if backend == results.BackendKubernetes {
 					return usagef("give one RUN (a run's name, as --lab gave it) or --all")
 				}
 				return usagef("give one LAB or --all")
 			}
 			switch backend {
-			case experiment.BackendKubernetes:
+			case results.BackendKubernetes:
 				return downCluster(e, cmd, kc, args, all)
-			case experiment.BackendLab:
+			case results.BackendLab:
 				for _, f := range []string{"kubeconfig", "context"} {
 					if cmd.Flags().Changed(f) {
 						return usagef("--%s applies with --backend kubernetes", f)
@@ -89,7 +89,7 @@ touched.`,
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "tear down every cnlab lab on this machine (with --backend kubernetes: everything cnlab created on the cluster)")
-	cmd.Flags().StringVar(&backend, "backend", experiment.BackendLab, "lab, or kubernetes: what cnlab run --backend kubernetes created on a cluster")
+	cmd.Flags().StringVar(&backend, "backend", results.BackendLab, "lab, or kubernetes: what cnlab run --backend kubernetes created on a cluster")
 	cmd.Flags().StringVar(&kc.Kubeconfig, "kubeconfig", "", "kubernetes: the kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
 	cmd.Flags().StringVar(&kc.Context, "context", "", "kubernetes: the kubeconfig's context (default: its current one)")
 	return cmd

@@ -97,7 +97,7 @@ does.`,
 				}
 				text = data
 			}
-			if backend == experiment.BackendKubernetes && len(args) == 0 {
+			if backend == results.BackendKubernetes && len(args) == 0 {
 				return usagef("--backend kubernetes: give an experiment file (e.g. experiments/k8s-smoke.yaml): the built-in default sweeps the lab's datapaths")
 			}
 			s, err := experiment.ParseFor(text, file, quick, backend)
@@ -107,7 +107,7 @@ does.`,
 			if len(args) == 0 {
 				s.Matrix.Datapath = availableDatapaths(e, s.Matrix.Datapath)
 			}
-			if backend != experiment.BackendKubernetes {
+			if backend != results.BackendKubernetes {
 				for _, name := range []string{"kubeconfig", "context", "nodes", "image", "unenforced", "enforce-timeout"} {
 					if cmd.Flags().Changed(name) {
 						return usagef("--%s applies with --backend kubernetes", name)
@@ -135,7 +135,7 @@ does.`,
 				return printPlan(e, s, output)
 			}
 			var be *kube.Backend
-			if backend == experiment.BackendKubernetes {
+			if backend == results.BackendKubernetes {
 				if labName == "" {
 					labName = randomRunName()
 				}
@@ -208,7 +208,7 @@ does.`,
 	f.IntVar(&ov.MaxRepetitions, "max-repetitions", 0, "with a precision target: most samples per point (default 20)")
 	f.DurationVar(&ov.MaxTime, "max-time", 0, "with a precision target: no new round after the run has taken this long (e.g. 30m)")
 	f.StringVarP(&output, "output", "o", "", "json: print the outcome (or the plan) as JSON on stdout")
-	f.StringVar(&backend, "backend", experiment.BackendLab, "where to measure: lab (namespaces on this machine) or kubernetes (a cluster: docs/kubernetes.md)")
+	f.StringVar(&backend, "backend", results.BackendLab, "where to measure: lab (namespaces on this machine) or kubernetes (a cluster: docs/kubernetes.md)")
 	f.StringVar(&kc.Kubeconfig, "kubeconfig", "", "kubernetes: the kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
 	f.StringVar(&kc.Context, "context", "", "kubernetes: the kubeconfig's context (default: its current one)")
 	f.StringVar(&nodes, "nodes", "", "kubernetes: topology hosts to nodes, e.g. flip=worker-1,flap=worker-2 (default: nodes labeled cnlab.io/host=HOST, then any)")

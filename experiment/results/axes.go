@@ -19,7 +19,10 @@ const (
 	MaxL7Rules  = 100000
 )
 
-// Where the measured Service is among a point's Services.
+// Where the measured Service sits among a point's Services: first or last
+// in the order the proxies match them (by namespace and name; for
+// kube-proxy's iptables layout, the first or the last rule of
+// KUBE-SERVICES a new connection walks).
 const (
 	PositionFirst = "first"
 	PositionLast  = "last"

@@ -3,7 +3,7 @@ package results
 // The profiled run of a point (package profile measures it; these are
 // its results as results.json keeps them).
 
-// KernelProfile is what a profile found (profile.Result).
+// KernelProfile is what a profile found (package profile's Stop).
 type KernelProfile struct {
 	Available bool `json:"available"`
 	// Reason says why Available is false.
