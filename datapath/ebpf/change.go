@@ -77,7 +77,9 @@ type entryAt struct {
 
 func entryAtOf(e polEntry) entryAt { return entryAt{entryKey(e), e.Plen} }
 
-func (a entryAt) cmp(b entryAt) int { return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.plen, b.plen)) }
+func (a entryAt) cmp(b entryAt) int {
+	return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.plen, b.plen))
+}
 
 // patch brings the entries es of one identity (sorted, as flatten
 // returns them) from the rules of one direction have to want (RulesFor:
