@@ -291,7 +291,7 @@ func openStaged(lab *topology.Spec, h *topology.Host) (*staged, error) {
 // active returns the record of the host's active generation if the
 // host's files say it enforces set (clean, not marked), else nil.
 func (s *staged) active(lab, set string) *genContent {
-	hp := datapath.ReadHostPolicy(datapath.StatePath(lab, kind.EBPF, s.host.Name))
+	hp := change.ReadHost(change.StatePath(lab, kind.EBPF, s.host.Name))
 	if hp.Dirty || len(hp.Sets) != 1 || hp.Sets[0] != set || set == "" {
 		return nil
 	}
