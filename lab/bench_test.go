@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/datapath/registry"
 	"github.com/cnlab/cnlab/internal/fault"
@@ -33,6 +34,18 @@ func benchPolicies(n int, ranges bool) string {
 	return b.String()
 }
 
+// applyChange applies to after from as the lab does: as a change where
+// the datapath has ApplyChange (the lab's changeApplier), else whole. The
+// same file runs on commits before ApplyChange existed.
+func applyChange(ctx context.Context, d datapath.Datapath, spec *topology.Spec, from, to *policy.Compiled) error {
+	if ca, ok := d.(interface {
+		ApplyChange(context.Context, *topology.Spec, *policy.Compiled, *policy.Compiled) error
+	}); ok {
+		return ca.ApplyChange(ctx, spec, from, to)
+	}
+	return d.Apply(ctx, spec, to)
+}
+
 func compileFor(b *testing.B, spec *topology.Spec, pols []*policy.Policy) *policy.Compiled {
 	m, err := policy.NewModel(spec, pols)
 	if err != nil {
@@ -51,7 +64,8 @@ func compileFor(b *testing.B, spec *topology.Spec, pols []*policy.Policy) *polic
 //	compile-s  parsing and compiling the policies (pure Go)
 //	apply-s    applying them all to an empty datapath
 //	change-s   changing one policy (its port) with all in place, after
-//	           two other changes (the eBPF datapath then edits a
+//	           two other changes, handed to the datapath as a change
+//	           where it takes one (ApplyChange, as the lab does) (the eBPF datapath then edits a
 //	           generation in place: it holds the policies of two applies
 //	           before)
 //	enforce-s  the same change until the new policy is in force on every
@@ -127,10 +141,12 @@ func BenchmarkPolicyScale(b *testing.B) {
 						}
 						pols3, _ := policy.Parse([]byte(third), "bench.yaml")
 						c3 := compileFor(b, spec, pols3)
+						prev := c
 						for _, warm := range []*policy.Compiled{c2, c} {
-							if err := d.Apply(ctx, spec, warm); err != nil {
+							if err := applyChange(ctx, d, spec, prev, warm); err != nil {
 								b.Fatal(err)
 							}
+							prev = warm
 						}
 						var inForce time.Time
 						fault.SetHook(func(point, host string) error {
@@ -140,7 +156,7 @@ func BenchmarkPolicyScale(b *testing.B) {
 							return nil
 						})
 						t0 = time.Now()
-						err = d.Apply(ctx, spec, c3)
+						err = applyChange(ctx, d, spec, c, c3)
 						change += time.Since(t0)
 						fault.SetHook(nil)
 						if err != nil {

@@ -272,7 +272,7 @@ func enforce(ctx context.Context, spec *topology.Spec, dp datapath.Datapath, c *
 	if err != nil {
 		return err
 	}
-	if err := dp.Apply(ctx, spec, c); err != nil {
+	if err := applyCompiled(ctx, spec, dp, c); err != nil {
 		return err
 	}
 	_, err = deploy.Push(ctx, spec, c, false)

@@ -29,6 +29,7 @@ type staged struct {
 	host *topology.Host
 	maps *hostMaps
 	cfg  cnlabConfig
+	ids  outerIDs    // of the host's outer maps
 	next *genContent // what the next generation now holds
 }
 
@@ -41,12 +42,22 @@ type staged struct {
 // still be running on the generation left (an RCU grace period): the next
 // apply may then edit it. See docs/ebpf.md, "Updates in place".
 func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
+	return d.apply(ctx, lab, nil, c)
+}
+
+// ApplyChange is Apply for a change from the compiled policies from,
+// which the caller last applied, to c: where every host's files say it
+// enforces from's set and the record of its active generation is there,
+// the plan is that record patched where the rules differ (planChange),
+// not computed again from every rule; otherwise it is Apply. Everything
+// after the plan (the edits, the switch, the records) is Apply's.
+func (d *Datapath) ApplyChange(ctx context.Context, lab *topology.Spec, from, c *policy.Compiled) error {
+	return d.apply(ctx, lab, from, c)
+}
+
+func (d *Datapath) apply(ctx context.Context, lab *topology.Spec, from, c *policy.Compiled) error {
 	if len(lab.Hosts) == 0 {
 		return datapath.ErrNoHosts
-	}
-	plans, err := plan(lab, c)
-	if err != nil {
-		return err
 	}
 	var all []*staged
 	defer func() {
@@ -54,6 +65,36 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 			s.maps.Close()
 		}
 	}()
+	var plans map[string]*hostPlan
+	if from != nil {
+		// The hosts are opened first: their active generations' records
+		// are the plan's start.
+		cur := map[string]*genContent{}
+		for i := range lab.Hosts {
+			h := &lab.Hosts[i]
+			s, err := openStaged(lab, h)
+			if s != nil {
+				all = append(all, s)
+			}
+			if err != nil {
+				return fmt.Errorf("host %s: %w (no host changed)", h.Name, err)
+			}
+			cur[h.Name] = s.active(lab.Name, from.Set)
+		}
+		p, ok, err := planChange(lab, from, c, cur)
+		if err != nil {
+			return err
+		}
+		if ok {
+			plans = p
+		}
+	}
+	if plans == nil {
+		var err error
+		if plans, err = plan(lab, c); err != nil {
+			return err
+		}
+	}
 	// One grace period, if any host needs one before its edits, covers
 	// every host.
 	waited := false
@@ -66,9 +107,15 @@ func (d *Datapath) Apply(ctx context.Context, lab *topology.Spec, c *policy.Comp
 	}
 	for i := range lab.Hosts {
 		h := &lab.Hosts[i]
-		s, err := stage(lab, h, plans[h.Name], graceOnce)
-		if s != nil {
+		var s *staged
+		var err error
+		if i < len(all) {
+			s = all[i]
+		} else if s, err = openStaged(lab, h); s != nil {
 			all = append(all, s)
+		}
+		if err == nil {
+			err = stage(lab, s, plans[h.Name], graceOnce)
 		}
 		// The host's routing for the proxy, once: FLAG_L7 (sticky) says
 		// it was set up. Routing only: nothing goes there before the
@@ -227,10 +274,8 @@ func setIdentities(m *hostMaps, hp *hostPlan) error {
 	return errors.Join(errs...)
 }
 
-// stage writes a host's next generation: in place where the record of
-// what it holds is there and names the host's outer maps, else into new
-// maps (genWriter with an empty record).
-func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan, grace func(*hostMaps) error) (*staged, error) {
+// openStaged opens a host's maps and reads which generation is active.
+func openStaged(lab *topology.Spec, h *topology.Host) (*staged, error) {
 	m, err := openHost(lab.Name, h.Name)
 	if err != nil {
 		return nil, err
@@ -239,8 +284,30 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan, grace func(*hostM
 	if s.cfg, err = m.readConfig(); err != nil {
 		return s, err
 	}
+	s.ids = outerIDs{PolicyID: mapID(m.policy), ExactID: mapID(m.exact), IPCacheID: mapID(m.ipcache)}
+	return s, nil
+}
+
+// active returns the record of the host's active generation if the
+// host's files say it enforces set (clean, not marked), else nil.
+func (s *staged) active(lab, set string) *genContent {
+	hp := change.ReadHost(change.StatePath(lab, kind.EBPF, s.host.Name))
+	if hp.Dirty || len(hp.Sets) != 1 || hp.Sets[0] != set || set == "" {
+		return nil
+	}
+	g := loadContent(contentPath(lab, s.host.Name, s.cfg.Gen))
+	if g == nil || g.outerIDs != s.ids {
+		return nil
+	}
+	return g
+}
+
+// stage writes a host's next generation: in place where the record of
+// what it holds is there and names the host's outer maps, else into new
+// maps (genWriter with an empty record).
+func stage(lab *topology.Spec, s *staged, hp *hostPlan, grace func(*hostMaps) error) error {
+	h, m, ids := s.host, s.maps, s.ids
 	cur, next := s.cfg.Gen, 1-s.cfg.Gen
-	ids := outerIDs{PolicyID: mapID(m.policy), ExactID: mapID(m.exact), IPCacheID: mapID(m.ipcache)}
 	have := loadContent(contentPath(lab.Name, h.Name, next))
 	if have != nil && have.outerIDs != ids {
 		have = nil
@@ -250,12 +317,12 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan, grace func(*hostM
 		// see its grace period through (or there was none yet): a
 		// program may still be running on the next one.
 		if err := grace(m); err != nil {
-			return s, err
+			return err
 		}
 	}
 	// The record stops describing the generation before it is edited.
 	if err := os.Remove(contentPath(lab.Name, h.Name, next)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return s, err
+		return err
 	}
 	if have == nil {
 		have = &genContent{}
@@ -263,39 +330,39 @@ func stage(lab *topology.Spec, h *topology.Host, hp *hostPlan, grace func(*hostM
 	w := &genWriter{m: m, gen: next, maxEp: s.cfg.MaxEp, size: lab.EBPF.PolicyMapSize, have: have}
 	s.next = &genContent{outerIDs: ids, IPCache: hp.IPCache}
 	if err := w.ipcache(hp.IPCache); err != nil {
-		return s, fmt.Errorf("ipcache: %w", err)
+		return fmt.Errorf("ipcache: %w", err)
 	}
 	for i := range hp.Endpoints {
 		if i == len(hp.Endpoints)/2 {
 			// Half of the next generation's entries are written.
 			if err := fault.At(fault.EBPFMap, h.Name); err != nil {
-				return s, err
+				return err
 			}
 		}
 		ep := &hp.Endpoints[i]
 		sc, err := w.endpoint(ep)
 		if err != nil {
-			return s, fmt.Errorf("endpoint %s: %w", ep.ID, err)
+			return fmt.Errorf("endpoint %s: %w", ep.ID, err)
 		}
 		s.next.Slots = append(s.next.Slots, sc) // plan numbers slots 0, 1, ... in order
 	}
 	if len(hp.Endpoints) == 0 {
 		if err := fault.At(fault.EBPFMap, h.Name); err != nil {
-			return s, err
+			return err
 		}
 	}
 	// Slots no endpoint has now keep their maps, emptied.
 	for slot := uint32(len(s.next.Slots)); slot < uint32(len(have.Slots)); slot++ {
 		sc, err := w.empty(slot)
 		if err != nil {
-			return s, fmt.Errorf("slot %d: %w", slot, err)
+			return fmt.Errorf("slot %d: %w", slot, err)
 		}
 		s.next.Slots = append(s.next.Slots, sc)
 	}
 	if err := w.flush(); err != nil {
-		return s, fmt.Errorf("policy maps: %w", err)
+		return fmt.Errorf("policy maps: %w", err)
 	}
-	return s, nil
+	return nil
 }
 
 // genWriter writes one generation of a host's maps.

@@ -109,71 +109,93 @@ func peerClasses(lab *topology.Spec, c *policy.Compiled) (keyOf map[netip.Addr]u
 	return keyOf, keysOfIdentity, containing
 }
 
+// planner holds what a plan derives from the lab and the compiled
+// policies before any entry: the peer classes and the ipcache.
+type planner struct {
+	lab            *topology.Spec
+	c              *policy.Compiled
+	keysOfIdentity map[uint32][]uint32
+	containing     map[uint32][]netip.Prefix
+	cidrs          []netip.Prefix // the rules' CIDR prefixes, sorted
+	epAddr         map[netip.Prefix]bool
+	ipc            []ipEntry // endpoint addresses, then the CIDR prefixes of the rules
+}
+
+func newPlanner(lab *topology.Spec, c *policy.Compiled) *planner {
+	if c == nil {
+		c = &policy.Compiled{}
+	}
+	p := &planner{lab: lab, c: c, epAddr: map[netip.Prefix]bool{}}
+	var keyOf map[netip.Addr]uint32
+	keyOf, p.keysOfIdentity, p.containing = peerClasses(lab, c)
+	for _, ep := range lab.Endpoints {
+		pfx := netip.PrefixFrom(ep.IP, 32)
+		p.epAddr[pfx] = true
+		p.ipc = append(p.ipc, ipEntry{Prefix: pfx, Key: keyOf[ep.IP], Identity: c.IdentityOfIP(ep.IP)})
+	}
+	for q := range c.CIDRIdentities {
+		p.cidrs = append(p.cidrs, q)
+	}
+	sort.Slice(p.cidrs, func(i, j int) bool { return p.cidrs[i].String() < p.cidrs[j].String() })
+	for _, q := range p.cidrs {
+		if !p.epAddr[q] {
+			id := c.CIDRIdentities[q]
+			p.ipc = append(p.ipc, ipEntry{Prefix: q, Key: id, Identity: id})
+		}
+	}
+	return p
+}
+
+// peers expands an IR entry's peer into policy keys.
+func (p *planner) peers(r policy.Entry) []uint32 {
+	switch {
+	case r.PeerCIDR.IsValid():
+		var out []uint32
+		for k, in := range p.containing {
+			if slices.Contains(in, r.PeerCIDR) {
+				out = append(out, k)
+			}
+		}
+		for _, q := range p.cidrs {
+			if !p.epAddr[q] && q.Bits() >= r.PeerCIDR.Bits() && r.PeerCIDR.Contains(q.Addr()) {
+				out = append(out, p.c.CIDRIdentities[q])
+			}
+		}
+		slices.Sort(out)
+		return out
+	case r.PeerID != 0:
+		return p.keysOfIdentity[r.PeerID]
+	}
+	return []uint32{0}
+}
+
+// raw appends the unflattened entries of one IR rule.
+func (p *planner) raw(out []polEntry, r policy.Entry, ref uint32) []polEntry {
+	pps := portPrefixes(r)
+	for _, pk := range p.peers(r) {
+		for _, pp := range pps {
+			out = append(out, polEntry{Peer: pk, Dir: uint8(r.Dir), Proto: r.Proto,
+				Port: pp.port, Plen: pp.plen, Deny: r.Deny, Rule: ref})
+		}
+	}
+	return out
+}
+
 // plan renders the maps of every host for a compiled policy (nil: no
 // policy). Errors name the endpoint and the numbers when a policy map
 // would overflow.
 func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) {
-	if c == nil {
-		c = &policy.Compiled{}
-	}
-	keyOf, keysOfIdentity, containing := peerClasses(lab, c)
-	// ipcache: endpoint addresses, then the CIDR prefixes of the rules.
-	var ipc []ipEntry
-	epAddr := map[netip.Prefix]bool{}
-	for _, ep := range lab.Endpoints {
-		p := netip.PrefixFrom(ep.IP, 32)
-		epAddr[p] = true
-		ipc = append(ipc, ipEntry{Prefix: p, Key: keyOf[ep.IP], Identity: c.IdentityOfIP(ep.IP)})
-	}
-	var cidrs []netip.Prefix
-	for p := range c.CIDRIdentities {
-		cidrs = append(cidrs, p)
-	}
-	sort.Slice(cidrs, func(i, j int) bool { return cidrs[i].String() < cidrs[j].String() })
-	for _, p := range cidrs {
-		if !epAddr[p] {
-			id := c.CIDRIdentities[p]
-			ipc = append(ipc, ipEntry{Prefix: p, Key: id, Identity: id})
-		}
-	}
-	// peers expands an IR entry's peer into policy keys.
-	peers := func(r policy.Entry) []uint32 {
-		switch {
-		case r.PeerCIDR.IsValid():
-			var out []uint32
-			for k, in := range containing {
-				if slices.Contains(in, r.PeerCIDR) {
-					out = append(out, k)
-				}
-			}
-			for _, q := range cidrs {
-				if !epAddr[q] && q.Bits() >= r.PeerCIDR.Bits() && r.PeerCIDR.Contains(q.Addr()) {
-					out = append(out, c.CIDRIdentities[q])
-				}
-			}
-			slices.Sort(out)
-			return out
-		case r.PeerID != 0:
-			return keysOfIdentity[r.PeerID]
-		}
-		return []uint32{0}
-	}
-	l7Done := map[uint32]bool{}
+	p := newPlanner(lab, c)
+	c = p.c
 	raw := map[uint32][]polEntry{} // per subject identity, before flattening
 	for _, r := range c.Rules {
-		ref := RuleRef(r.Origin)
-		pps := portPrefixes(r)
-		for _, pk := range peers(r) {
-			for _, pp := range pps {
-				raw[r.Subject] = append(raw[r.Subject], polEntry{Peer: pk, Dir: uint8(r.Dir), Proto: r.Proto,
-					Port: pp.port, Plen: pp.plen, Deny: r.Deny, Rule: ref})
-			}
-		}
+		raw[r.Subject] = p.raw(raw[r.Subject], r, RuleRef(r.Origin))
 	}
 	bySubject := map[uint32][]polEntry{} // flattened per identity
 	for id, es := range raw {
 		bySubject[id] = flatten(es)
 	}
+	l7Done := map[uint32]bool{}
 	for _, ep := range lab.Endpoints {
 		id := c.IdentityOfIP(ep.IP)
 		if ports := c.L7Ports(id); len(ports) > 0 && !l7Done[id] {
@@ -181,9 +203,15 @@ func plan(lab *topology.Spec, c *policy.Compiled) (map[string]*hostPlan, error) 
 			bySubject[id] = proxyEntries(bySubject[id], ports, c.Enforced[id].Ingress)
 		}
 	}
+	return p.hosts(bySubject)
+}
+
+// hosts lays each identity's entries out on the hosts' endpoint slots.
+func (p *planner) hosts(bySubject map[uint32][]polEntry) (map[string]*hostPlan, error) {
+	lab, c := p.lab, p.c
 	out := map[string]*hostPlan{}
 	for _, h := range lab.Hosts {
-		hp := &hostPlan{IPCache: ipc}
+		hp := &hostPlan{IPCache: p.ipc}
 		for slot, ep := range change.LocalEndpoints(lab, h.Name) {
 			id := c.IdentityOfIP(ep.IP)
 			enf := c.Enforced[id]
