@@ -60,6 +60,7 @@ func DownAll(progress topology.Progress) ([]string, error) {
 // (pins) left to remove, and the ledger goes last so that a failure leaves
 // the lab visible to status and down.
 func teardown(lab string, progress topology.Progress) error {
+	forget(lab)
 	if err := topology.Teardown(lab, progress); err != nil {
 		return err
 	}

@@ -233,7 +233,7 @@ func modifyServices(ctx context.Context, labName, op string, f func([]*service.S
 	if err := fault.At(fault.Staged, ""); err != nil {
 		return nil, abortServices(ctx, spec, px, err)
 	}
-	if err := px.Apply(ctx, spec, ch.Resolved.Table); err != nil {
+	if err := applyTable(ctx, spec, px, ch.Resolved.Table); err != nil {
 		return nil, abortServices(ctx, spec, px, fmt.Errorf("service proxy %s: %w", spec.Services.Proxy, err))
 	}
 	_ = fault.At(fault.Applied, "")
@@ -262,6 +262,7 @@ func abortServices(ctx context.Context, spec *topology.Spec, px proxy.Proxy, cau
 	default:
 		if off := offStored(spec, sk, proxy.Digest(r.Table)); len(off) > 0 {
 			hosts := strings.Join(off, ", ")
+			forgetTable(spec.Name)
 			if aerr := px.Apply(context.WithoutCancel(ctx), spec, r.Table); aerr != nil {
 				err = fmt.Errorf("%w; host(s) %s were left off the stored Services, and applying them again failed too: %w (the next change rebuilds them)", cause, hosts, aerr)
 			} else {
