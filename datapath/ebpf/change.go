@@ -134,9 +134,7 @@ func (p *planner) patch(es []polEntry, have, want []policy.Entry) (out []polEntr
 			}
 		}
 	}
-	find := func(k entryAt) (int, bool) {
-		return slices.BinarySearchFunc(es, k, func(e polEntry, k entryAt) int { return entryAtOf(e).cmp(k) })
-	}
+	find := func(k entryAt) (int, bool) { return slices.BinarySearchFunc(es, k, entryAtCmp) }
 	// Where the entry's rule was removed, the unchanged rules may still
 	// make it: look for the lowest among them.
 	var lost []entryAt
@@ -156,11 +154,13 @@ func (p *planner) patch(es []polEntry, have, want []policy.Entry) (out []polEntr
 		}
 	}
 	if len(lost) > 0 {
+		f := newLostFilter(lost)
 		for _, rs := range [][]policy.Entry{want[:head], want[len(want)-tail:]} {
-			for _, r := range rs {
-				if !p.mayMake(r, lost) {
+			for i := range rs {
+				if !f.mayMake(&rs[i]) || !p.mayMake(rs[i], lost) {
 					continue
 				}
+				r := rs[i]
 				ref := RuleRef(r.Origin)
 				for _, e := range p.raw(nil, r, ref) {
 					if t := touched[entryAtOf(e)]; t != nil && slices.Contains(lost, entryAtOf(e)) && (!t.resolved || ref < t.rule) {
@@ -175,10 +175,9 @@ func (p *planner) patch(es []polEntry, have, want []policy.Entry) (out []polEntr
 	out = make([]polEntry, 0, len(es)+len(keys))
 	i := 0
 	for _, k := range keys {
-		for i < len(es) && entryAtOf(es[i]).cmp(k) < 0 {
-			out = append(out, es[i])
-			i++
-		}
+		j, _ := slices.BinarySearchFunc(es[i:], k, entryAtCmp)
+		out = append(out, es[i:i+j]...)
+		i += j
 		if i < len(es) && entryAtOf(es[i]).cmp(k) == 0 {
 			i++
 		}
@@ -188,6 +187,52 @@ func (p *planner) patch(es []polEntry, have, want []policy.Entry) (out []polEntr
 		}
 	}
 	return append(out, es[i:]...), false
+}
+
+// entryAtCmp orders an entry against the place k (for binary searches).
+func entryAtCmp(e polEntry, k entryAt) int { return entryAtOf(e).cmp(k) }
+
+// lostFilter rejects, cheaper than mayMake, most rules that cannot make
+// any of the entries ks: those of another protocol, or whose ports are
+// all outside the range of the ports of ks (thousands of unchanged rules
+// are tested per change).
+type lostFilter struct {
+	anyProto       bool      // an entry of ks is for any protocol (keyBitsExact)
+	protos         [4]uint64 // the protocols of ks, a bit set
+	loPort, hiPort uint16    // the ports of ks (keys longer than keyBitsProto)
+	protoOnly      bool      // an entry of ks is for every port of its protocol
+}
+
+func newLostFilter(ks []entryAt) lostFilter {
+	f := lostFilter{loPort: 0xffff}
+	for _, k := range ks {
+		proto, port := uint8(k.key>>16), uint16(k.key)
+		switch {
+		case k.plen == keyBitsExact:
+			f.anyProto = true
+			continue
+		case k.plen == keyBitsProto:
+			f.protoOnly = true
+		default:
+			f.loPort, f.hiPort = min(f.loPort, port), max(f.hiPort, port)
+		}
+		f.protos[proto/64] |= 1 << (proto % 64)
+	}
+	return f
+}
+
+// mayMake is false when rule r cannot make any of the filter's entries
+// (true does not say it can: see planner.mayMake).
+func (f *lostFilter) mayMake(r *policy.Entry) bool {
+	switch {
+	case r.Proto == policy.ProtoAny:
+		return f.anyProto
+	case f.protos[r.Proto/64]&(1<<(r.Proto%64)) == 0:
+		return false
+	case r.PortLo == 0:
+		return f.protoOnly
+	}
+	return max(r.PortHi, r.PortLo) >= f.loPort && r.PortLo <= f.hiPort
 }
 
 // mayMake is a quick test of whether rule r can make one of the entries
