@@ -71,7 +71,10 @@ func (d *Datapath) apply(ctx context.Context, lab *topology.Spec, from, c *polic
 	var plans map[string]*hostPlan
 	if from != nil {
 		// The hosts are opened first: their active generations' records
-		// are the plan's start.
+		// are the plan's start. Meanwhile the rules are compared (that
+		// needs no record).
+		prepared := make(chan *ruleChanges, 1)
+		go func() { prepared <- prepareChange(lab, from, c) }()
 		cur := map[string]*genContent{}
 		for i := range lab.Hosts {
 			h := &lab.Hosts[i]
@@ -84,12 +87,14 @@ func (d *Datapath) apply(ctx context.Context, lab *topology.Spec, from, c *polic
 			}
 			cur[h.Name] = s.active(lab.Name, from.Set)
 		}
-		p, ok, err := planChange(lab, from, c, cur)
-		if err != nil {
-			return err
-		}
-		if ok {
-			plans = p
+		if rc := <-prepared; rc != nil {
+			p, ok, err := rc.finish(cur)
+			if err != nil {
+				return err
+			}
+			if ok {
+				plans = p
+			}
 		}
 	}
 	if plans == nil {
