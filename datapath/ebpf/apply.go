@@ -7,9 +7,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
@@ -68,7 +71,10 @@ func (d *Datapath) apply(ctx context.Context, lab *topology.Spec, from, c *polic
 	var plans map[string]*hostPlan
 	if from != nil {
 		// The hosts are opened first: their active generations' records
-		// are the plan's start.
+		// are the plan's start. Meanwhile the rules are compared (that
+		// needs no record).
+		prepared := make(chan *ruleChanges, 1)
+		go func() { prepared <- prepareChange(lab, from, c) }()
 		cur := map[string]*genContent{}
 		for i := range lab.Hosts {
 			h := &lab.Hosts[i]
@@ -81,12 +87,14 @@ func (d *Datapath) apply(ctx context.Context, lab *topology.Spec, from, c *polic
 			}
 			cur[h.Name] = s.active(lab.Name, from.Set)
 		}
-		p, ok, err := planChange(lab, from, c, cur)
-		if err != nil {
-			return err
-		}
-		if ok {
-			plans = p
+		if rc := <-prepared; rc != nil {
+			p, ok, err := rc.finish(cur)
+			if err != nil {
+				return err
+			}
+			if ok {
+				plans = p
+			}
 		}
 	}
 	if plans == nil {
@@ -197,9 +205,10 @@ func (d *Datapath) apply(ctx context.Context, lab *topology.Spec, from, c *polic
 			graced, quiet = true, <-grace == nil
 		}
 		if quiet {
-			_ = saveContent(contentPath(lab.Name, s.host.Name, gen), s.next)
+			_ = writeRecord(contentPath(lab.Name, s.host.Name, gen), s.next)
 		}
 		_ = linkActive(s.maps.dir, gen)
+		_ = s.maps.open(s.host.Name, mapLXC, mapLocal, mapSockEP) // a map that does not open is skipped
 		_ = setIdentities(s.maps, plans[s.host.Name])
 		change.HostDone(s.host.Name)
 	}
@@ -274,13 +283,16 @@ func setIdentities(m *hostMaps, hp *hostPlan) error {
 	return errors.Join(errs...)
 }
 
-// openStaged opens a host's maps and reads which generation is active.
+// openStaged opens the host's maps an apply needs up to the switch and
+// reads which generation is active.
 func openStaged(lab *topology.Spec, h *topology.Host) (*staged, error) {
-	m, err := openHost(lab.Name, h.Name)
-	if err != nil {
+	m := &hostMaps{dir: HostDir(lab.Name, h.Name)}
+	if err := m.open(h.Name, stageMaps...); err != nil {
+		m.Close()
 		return nil, err
 	}
 	s := &staged{host: h, maps: m}
+	var err error
 	if s.cfg, err = m.readConfig(); err != nil {
 		return s, err
 	}
@@ -295,7 +307,7 @@ func (s *staged) active(lab, set string) *genContent {
 	if hp.Dirty || len(hp.Sets) != 1 || hp.Sets[0] != set || set == "" {
 		return nil
 	}
-	g := loadContent(contentPath(lab, s.host.Name, s.cfg.Gen))
+	g := readRecord(contentPath(lab, s.host.Name, s.cfg.Gen))
 	if g == nil || g.outerIDs != s.ids {
 		return nil
 	}
@@ -308,7 +320,7 @@ func (s *staged) active(lab, set string) *genContent {
 func stage(lab *topology.Spec, s *staged, hp *hostPlan, grace func(*hostMaps) error) error {
 	h, m, ids := s.host, s.maps, s.ids
 	cur, next := s.cfg.Gen, 1-s.cfg.Gen
-	have := loadContent(contentPath(lab.Name, h.Name, next))
+	have := readRecord(contentPath(lab.Name, h.Name, next))
 	if have != nil && have.outerIDs != ids {
 		have = nil
 	}
@@ -458,6 +470,9 @@ func unpin(path string) {
 
 func (w *genWriter) ipcache(want []ipEntry) error {
 	key := w.gen
+	if !w.fresh() && slices.Equal(w.have.IPCache, want) {
+		return nil // the record describes the generation's ipcache
+	}
 	if !w.fresh() {
 		inner, err := openInner(w.m.ipcache, key)
 		if err == nil {
@@ -630,6 +645,14 @@ func (w *genWriter) part(key uint32, ep, oldEp string, p part) (uint32, error) {
 func diffEntries(have, want []polEntry) (dels, puts []polEntry) {
 	i, j := 0, 0
 	for i < len(have) || j < len(want) {
+		// Runs of equal entries (most of them) without entryCmp.
+		for i < len(have) && j < len(want) && have[i] == want[j] {
+			i++
+			j++
+		}
+		if i == len(have) && j == len(want) {
+			break
+		}
 		switch {
 		case j == len(want) || (i < len(have) && entryCmp(have[i], want[j]) < 0):
 			dels = append(dels, have[i])
@@ -681,4 +704,80 @@ func linkActive(dir string, gen uint32) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// recordCache keeps, by path, the generation records this process last read
+// or wrote, with the stamp of the file they came from. A record is never
+// edited in place: it is written under a new name and renamed, or
+// removed. So a file with the same stamp holds the same record, and an
+// apply that follows one by the same process decodes neither record
+// (10,000 entries each) again.
+var recordCache struct {
+	sync.Mutex
+	by map[string]cachedRecord
+}
+
+type cachedRecord struct {
+	stamp fileStamp
+	g     *genContent // never modified once cached
+}
+
+// fileStamp tells a file from any that replaced it: device and inode,
+// size, and the modification and change times in nanoseconds.
+type fileStamp struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime int64
+}
+
+func stampOf(path string) (fileStamp, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return fileStamp{}, false
+	}
+	return fileStamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}, true
+}
+
+func cacheRecord(path string, stamp fileStamp, g *genContent) {
+	recordCache.Lock()
+	defer recordCache.Unlock()
+	if recordCache.by == nil {
+		recordCache.by = map[string]cachedRecord{}
+	}
+	recordCache.by[path] = cachedRecord{stamp, g}
+}
+
+// readRecord is loadContent, from memory when the file is the one this
+// process last read or wrote.
+func readRecord(path string) *genContent {
+	stamp, ok := stampOf(path)
+	recordCache.Lock()
+	c, hit := recordCache.by[path]
+	if !ok {
+		delete(recordCache.by, path)
+	}
+	recordCache.Unlock()
+	if !ok {
+		return nil
+	}
+	if hit && c.stamp == stamp {
+		return c.g
+	}
+	g := loadContent(path)
+	if after, ok := stampOf(path); g != nil && ok && after == stamp {
+		cacheRecord(path, stamp, g)
+	}
+	return g
+}
+
+// writeRecord is saveContent, keeping g in memory for readRecord. g must
+// not be modified afterwards.
+func writeRecord(path string, g *genContent) error {
+	if err := saveContent(path, g); err != nil {
+		return err
+	}
+	if stamp, ok := stampOf(path); ok {
+		cacheRecord(path, stamp, g)
+	}
+	return nil
 }

@@ -22,15 +22,63 @@ import (
 // entry of the identity), when the peer classes differ (the ipcache), or
 // when a record does not describe the host's endpoints.
 func planChange(lab *topology.Spec, from, to *policy.Compiled, cur map[string]*genContent) (plans map[string]*hostPlan, ok bool, err error) {
-	if from == nil || to == nil || len(from.HTTP) > 0 || len(to.HTTP) > 0 || !maps.Equal(from.CIDRIdentities, to.CIDRIdentities) {
+	pc := prepareChange(lab, from, to)
+	if pc == nil {
 		return nil, false, nil
 	}
-	for _, ep := range lab.Endpoints {
-		if from.IdentityOfIP(ep.IP) != to.IdentityOfIP(ep.IP) {
-			return nil, false, nil
-		}
+	return pc.finish(cur)
+}
+
+// ruleChanges is the part of planChange that needs no record: the
+// changes of the rules of each identity the lab's endpoints have. It
+// reads only the lab and the compiled sets, so it runs while the hosts'
+// maps are opened and their records read.
+type ruleChanges struct {
+	lab   *topology.Spec
+	to    *policy.Compiled
+	p     *planner
+	by    map[uint32]*identityChange
+	after []uint32 // identities, sorted
+}
+
+// identityChange is how one identity's entries change: the entries of
+// its two directions' changed rules (nil: none changed), or flatten
+// again (full).
+type identityChange struct {
+	dirs [2]*rulePatch
+	full bool
+}
+
+// prepareChange returns the rule changes from from to to, or nil when
+// the change cannot be patched (see planChange).
+func prepareChange(lab *topology.Spec, from, to *policy.Compiled) *ruleChanges {
+	if from == nil || to == nil || len(from.HTTP) > 0 || len(to.HTTP) > 0 || !maps.Equal(from.CIDRIdentities, to.CIDRIdentities) {
+		return nil
 	}
-	p := newPlanner(lab, to)
+	rc := &ruleChanges{lab: lab, to: to, p: newPlanner(lab, to), by: map[uint32]*identityChange{}}
+	for _, ep := range lab.Endpoints {
+		id := to.IdentityOfIP(ep.IP)
+		if from.IdentityOfIP(ep.IP) != id {
+			return nil
+		}
+		if rc.by[id] != nil {
+			continue
+		}
+		ic := &identityChange{}
+		for i, dir := range []policy.Dir{policy.Ingress, policy.Egress} {
+			if ic.dirs[i], ic.full = rc.p.diffRules(from.RulesFor(id, dir), to.RulesFor(id, dir)); ic.full {
+				break
+			}
+		}
+		rc.by[id] = ic
+	}
+	return rc
+}
+
+// finish is planChange from the hosts' records of their active
+// generations.
+func (rc *ruleChanges) finish(cur map[string]*genContent) (plans map[string]*hostPlan, ok bool, err error) {
+	lab, to, p := rc.lab, rc.to, rc.p
 	bySubject := map[uint32][]polEntry{}
 	for _, h := range lab.Hosts {
 		rec := cur[h.Name]
@@ -39,7 +87,7 @@ func planChange(lab *topology.Spec, from, to *policy.Compiled, cur map[string]*g
 		}
 		for slot, ep := range change.LocalEndpoints(lab, h.Name) {
 			id := to.IdentityOfIP(ep.IP)
-			if slot >= len(rec.Slots) || rec.Slots[slot].ID != ep.ID() || rec.Slots[slot].Identity != id {
+			if slot >= len(rec.Slots) || rec.Slots[slot].ID != ep.ID() || rec.Slots[slot].Identity != id || rc.by[id] == nil {
 				return nil, false, nil
 			}
 			if _, seen := bySubject[id]; !seen {
@@ -48,13 +96,8 @@ func planChange(lab *topology.Spec, from, to *policy.Compiled, cur map[string]*g
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(bySubject)) {
-		es, full := bySubject[id], false
-		for _, dir := range []policy.Dir{policy.Ingress, policy.Egress} {
-			if es, full = p.patch(es, from.RulesFor(id, dir), to.RulesFor(id, dir)); full {
-				break
-			}
-		}
-		if full {
+		ic, es := rc.by[id], bySubject[id]
+		if ic.full {
 			var raw []polEntry
 			for _, dir := range []policy.Dir{policy.Ingress, policy.Egress} {
 				for _, r := range to.RulesFor(id, dir) {
@@ -62,6 +105,10 @@ func planChange(lab *topology.Spec, from, to *policy.Compiled, cur map[string]*g
 				}
 			}
 			es = flatten(raw)
+		} else {
+			for _, rp := range ic.dirs {
+				es = rp.apply(es)
+			}
 		}
 		bySubject[id] = es
 	}
@@ -81,12 +128,29 @@ func (a entryAt) cmp(b entryAt) int {
 	return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.plen, b.plen))
 }
 
-// patch brings the entries es of one identity (sorted, as flatten
-// returns them) from the rules of one direction have to want (RulesFor:
-// denies first, otherwise in the order compiled). Only the rules between
-// the longest common head and tail count as changed. full: the change
-// touches a deny, or most of the rules: flatten again.
-func (p *planner) patch(es []polEntry, have, want []policy.Entry) (out []polEntry, full bool) {
+// rulePatch is what the change of the rules of one direction of an
+// identity does to its entries: the entries the changed rules make, each
+// with the lowest rule that now makes it among the added ones and, for an
+// entry a removed rule made, among the unchanged ones.
+type rulePatch struct {
+	touched map[entryAt]*touch
+	keys    []entryAt // of touched, sorted
+}
+
+type touch struct {
+	rule      uint32 // lowest added rule making it (added)
+	added     bool
+	removed   []uint32 // rules removed that made the entry
+	unchanged uint32   // lowest unchanged rule making it (kept), if removed
+	kept      bool
+}
+
+// diffRules compares the rules of one direction of an identity, have
+// and want (RulesFor: denies first, otherwise in the order compiled).
+// Only the rules between the longest common head and tail count as
+// changed. nil: nothing changed. full: the change touches a deny, or
+// most of the rules: flatten again.
+func (p *planner) diffRules(have, want []policy.Entry) (rp *rulePatch, full bool) {
 	head := 0
 	for head < len(have) && head < len(want) && have[head] == want[head] {
 		head++
@@ -97,25 +161,17 @@ func (p *planner) patch(es []polEntry, have, want []policy.Entry) (out []polEntr
 	}
 	removed, added := have[head:len(have)-tail], want[head:len(want)-tail]
 	if len(removed) == 0 && len(added) == 0 {
-		return es, false
+		return nil, false
 	}
 	if (len(have) > 0 && have[0].Deny) || (len(want) > 0 && want[0].Deny) || 4*(len(removed)+len(added)) > len(want)+len(have) {
-		return es, true
+		return nil, true
 	}
-	// The entries the changed rules make, and the lowest rule of each
-	// among the added ones.
-	type touch struct {
-		rule     uint32
-		added    bool
-		removed  []uint32 // rules removed that made the entry
-		resolved bool
-	}
-	touched := map[entryAt]*touch{}
+	rp = &rulePatch{touched: map[entryAt]*touch{}}
 	at := func(e polEntry) *touch {
-		t := touched[entryAtOf(e)]
+		t := rp.touched[entryAtOf(e)]
 		if t == nil {
 			t = &touch{}
-			touched[entryAtOf(e)] = t
+			rp.touched[entryAtOf(e)] = t
 		}
 		return t
 	}
@@ -134,60 +190,120 @@ func (p *planner) patch(es []polEntry, have, want []policy.Entry) (out []polEntr
 			}
 		}
 	}
-	find := func(k entryAt) (int, bool) {
-		return slices.BinarySearchFunc(es, k, func(e polEntry, k entryAt) int { return entryAtOf(e).cmp(k) })
-	}
-	// Where the entry's rule was removed, the unchanged rules may still
-	// make it: look for the lowest among them.
+	rp.keys = slices.SortedFunc(maps.Keys(rp.touched), entryAt.cmp)
+	// Where a removed rule made the entry, the unchanged rules may still
+	// make it: the lowest among them, in case the removed one was the
+	// entry's rule.
 	var lost []entryAt
-	for k, t := range touched {
-		i, found := find(k)
-		switch {
-		case !found:
-			t.resolved = t.added // no unchanged rule makes it
-		case !slices.Contains(t.removed, es[i].Rule):
-			if !t.added || es[i].Rule < t.rule {
-				t.rule = es[i].Rule
-			}
-			t.resolved = true
-		default:
-			t.resolved = t.added
+	for _, k := range rp.keys {
+		if len(rp.touched[k].removed) > 0 {
 			lost = append(lost, k)
 		}
 	}
 	if len(lost) > 0 {
+		f := newLostFilter(lost)
 		for _, rs := range [][]policy.Entry{want[:head], want[len(want)-tail:]} {
-			for _, r := range rs {
-				if !p.mayMake(r, lost) {
+			for i := range rs {
+				if !f.mayMake(&rs[i]) || !p.mayMake(rs[i], lost) {
 					continue
 				}
+				r := rs[i]
 				ref := RuleRef(r.Origin)
 				for _, e := range p.raw(nil, r, ref) {
-					if t := touched[entryAtOf(e)]; t != nil && slices.Contains(lost, entryAtOf(e)) && (!t.resolved || ref < t.rule) {
-						t.rule, t.resolved = ref, true
+					if t := rp.touched[entryAtOf(e)]; t != nil && len(t.removed) > 0 && (!t.kept || ref < t.unchanged) {
+						t.unchanged, t.kept = ref, true
 					}
 				}
 			}
 		}
 	}
-	// The touched entries as they are now, sorted, merged into es.
-	keys := slices.SortedFunc(maps.Keys(touched), entryAt.cmp)
-	out = make([]polEntry, 0, len(es)+len(keys))
+	return rp, false
+}
+
+// apply brings the entries es of the identity (sorted, as flatten returns
+// them) through the change; nil changes nothing.
+func (rp *rulePatch) apply(es []polEntry) []polEntry {
+	if rp == nil {
+		return es
+	}
+	out := make([]polEntry, 0, len(es)+len(rp.keys))
 	i := 0
-	for _, k := range keys {
-		for i < len(es) && entryAtOf(es[i]).cmp(k) < 0 {
-			out = append(out, es[i])
-			i++
-		}
+	for _, k := range rp.keys {
+		j, _ := slices.BinarySearchFunc(es[i:], k, entryAtCmp)
+		out = append(out, es[i:i+j]...)
+		i += j
+		t := rp.touched[k]
+		rule, ok := t.rule, t.added
+		var have *polEntry
 		if i < len(es) && entryAtOf(es[i]).cmp(k) == 0 {
+			have = &es[i]
 			i++
 		}
-		if t := touched[k]; t.resolved {
+		switch {
+		case have == nil:
+			// No unchanged rule makes it.
+		case !slices.Contains(t.removed, have.Rule):
+			// Its rule is unchanged.
+			if !ok || have.Rule < rule {
+				rule = have.Rule
+			}
+			ok = true
+		case t.kept && (!ok || t.unchanged < rule):
+			// Its rule was removed; an unchanged one makes it.
+			rule, ok = t.unchanged, true
+		}
+		if ok {
 			out = append(out, polEntry{Peer: uint32(k.key >> 32), Dir: uint8(k.key >> 24), Proto: uint8(k.key >> 16),
-				Port: uint16(k.key), Plen: k.plen, Rule: t.rule})
+				Port: uint16(k.key), Plen: k.plen, Rule: rule})
 		}
 	}
-	return append(out, es[i:]...), false
+	return append(out, es[i:]...)
+}
+
+// entryAtCmp orders an entry against the place k (for binary searches).
+func entryAtCmp(e polEntry, k entryAt) int { return entryAtOf(e).cmp(k) }
+
+// lostFilter rejects, cheaper than mayMake, most rules that cannot make
+// any of the entries ks: those of another protocol, or whose ports are
+// all outside the range of the ports of ks (thousands of unchanged rules
+// are tested per change).
+type lostFilter struct {
+	anyProto       bool      // an entry of ks is for any protocol (keyBitsExact)
+	protos         [4]uint64 // the protocols of ks, a bit set
+	loPort, hiPort uint16    // the ports of ks (keys longer than keyBitsProto)
+	protoOnly      bool      // an entry of ks is for every port of its protocol
+}
+
+func newLostFilter(ks []entryAt) lostFilter {
+	f := lostFilter{loPort: 0xffff}
+	for _, k := range ks {
+		proto, port := uint8(k.key>>16), uint16(k.key)
+		switch {
+		case k.plen == keyBitsExact:
+			f.anyProto = true
+			continue
+		case k.plen == keyBitsProto:
+			f.protoOnly = true
+		default:
+			f.loPort, f.hiPort = min(f.loPort, port), max(f.hiPort, port)
+		}
+		f.protos[proto/64] |= 1 << (proto % 64)
+	}
+	return f
+}
+
+// mayMake is false when rule r cannot make any of the filter's entries
+// (true does not say it can: see planner.mayMake).
+func (f *lostFilter) mayMake(r *policy.Entry) bool {
+	switch {
+	case r.Proto == policy.ProtoAny:
+		return f.anyProto
+	case f.protos[r.Proto/64]&(1<<(r.Proto%64)) == 0:
+		return false
+	case r.PortLo == 0:
+		return f.protoOnly
+	}
+	return max(r.PortHi, r.PortLo) >= f.loPort && r.PortLo <= f.hiPort
 }
 
 // mayMake is a quick test of whether rule r can make one of the entries

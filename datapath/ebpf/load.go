@@ -82,23 +82,83 @@ func (m *hostMaps) Close() {
 // openHost opens the pinned maps of a host of a lab set up with eBPF.
 func openHost(lab, host string) (*hostMaps, error) {
 	m := &hostMaps{dir: HostDir(lab, host)}
-	for name, dst := range map[string]**ebpf.Map{
-		"cnlab_config": &m.config, "cnlab_monitor": &m.monitor, "cnlab_lxc": &m.lxc,
-		"cnlab_local": &m.local, "cnlab_ipcache": &m.ipcache, "cnlab_policy": &m.policy, "cnlab_policy_exact": &m.exact,
-		"cnlab_enforce": &m.enforce, "cnlab_ct": &m.ct, "cnlab_counters": &m.counters,
-		"cnlab_events": &m.events, "cnlab_sockep": &m.sockep,
-	} {
+	if err := m.open(host, allMaps...); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// The pinned maps of a host, by pin name.
+const (
+	mapConfig  = "cnlab_config"
+	mapMonitor = "cnlab_monitor"
+	mapLXC     = "cnlab_lxc"
+	mapLocal   = "cnlab_local"
+	mapIPCache = "cnlab_ipcache"
+	mapPolicy  = "cnlab_policy"
+	mapExact   = "cnlab_policy_exact"
+	mapEnforce = "cnlab_enforce"
+	mapCT      = "cnlab_ct"
+	mapCounter = "cnlab_counters"
+	mapEvents  = "cnlab_events"
+	mapSockEP  = "cnlab_sockep"
+)
+
+var allMaps = []string{mapConfig, mapMonitor, mapLXC, mapLocal, mapIPCache, mapPolicy, mapExact,
+	mapEnforce, mapCT, mapCounter, mapEvents, mapSockEP}
+
+// stageMaps are the maps an apply needs up to the switch (each map
+// opened costs tens of microseconds; see openStaged).
+var stageMaps = []string{mapConfig, mapIPCache, mapPolicy, mapExact, mapEnforce}
+
+// open opens the named pinned maps of the host that are not open yet.
+func (m *hostMaps) open(host string, names ...string) error {
+	for _, name := range names {
+		dst := m.field(name)
+		if *dst != nil {
+			continue
+		}
 		x, err := ebpf.LoadPinnedMap(filepath.Join(m.dir, name), nil)
 		if err != nil {
-			m.Close()
 			if errors.Is(err, os.ErrNotExist) {
-				return nil, fmt.Errorf("host %s: the eBPF datapath is not set up (no %s under %s)", host, name, m.dir)
+				return fmt.Errorf("host %s: the eBPF datapath is not set up (no %s under %s)", host, name, m.dir)
 			}
-			return nil, fmt.Errorf("host %s: open map %s: %w", host, name, err)
+			return fmt.Errorf("host %s: open map %s: %w", host, name, err)
 		}
 		*dst = x
 	}
-	return m, nil
+	return nil
+}
+
+func (m *hostMaps) field(name string) **ebpf.Map {
+	switch name {
+	case mapConfig:
+		return &m.config
+	case mapMonitor:
+		return &m.monitor
+	case mapLXC:
+		return &m.lxc
+	case mapLocal:
+		return &m.local
+	case mapIPCache:
+		return &m.ipcache
+	case mapPolicy:
+		return &m.policy
+	case mapExact:
+		return &m.exact
+	case mapEnforce:
+		return &m.enforce
+	case mapCT:
+		return &m.ct
+	case mapCounter:
+		return &m.counters
+	case mapEvents:
+		return &m.events
+	case mapSockEP:
+		return &m.sockep
+	}
+	panic("unknown map " + name)
 }
 
 func (m *hostMaps) readConfig() (cnlabConfig, error) {

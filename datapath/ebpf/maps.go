@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -21,14 +22,20 @@ func addrOf(x uint32) netip.Addr {
 
 func htons(p uint16) uint16 { return p<<8 | p>>8 }
 
-// mapID is a map's kernel ID (0 if unknown).
+// mapID is a map's kernel ID (0 if unknown): BPF_OBJ_GET_INFO_BY_FD for
+// the first two fields of bpf_map_info only (m.Info also parses fdinfo).
 func mapID(m *ebpf.Map) uint32 {
-	info, err := m.Info()
-	if err != nil {
+	var info struct{ Type, ID uint32 }
+	attr := struct {
+		FD, Len uint32
+		Info    uint64
+	}{uint32(m.FD()), uint32(unsafe.Sizeof(info)), uint64(uintptr(unsafe.Pointer(&info)))}
+	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_OBJ_GET_INFO_BY_FD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	runtime.KeepAlive(m)
+	if errno != 0 {
 		return 0
 	}
-	id, _ := info.ID()
-	return uint32(id)
+	return info.ID
 }
 
 // batchDelete deletes keys with one syscall where supported.
