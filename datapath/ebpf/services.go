@@ -329,9 +329,13 @@ func (ServiceProxy) Apply(ctx context.Context, lab *topology.Spec, t *service.Ta
 	if err := checkTable(t, nodes); err != nil {
 		return err
 	}
-	return change.ApplyHosts(ctx, lab, ServiceStateKind, proxy.Digest(t),
+	_ = takeMemo(lab.Name)
+	set := proxy.Digest(t)
+	wants := map[string]*svcState{}
+	err := change.ApplyHosts(ctx, lab, ServiceStateKind, set,
 		func(host string) svcState { return renderServices(t, host, nodes) },
 		func(ctx context.Context, h *topology.Host, have, want *svcState) error {
+			wants[h.Name] = want
 			m, err := openSvcMaps(lab.Name, h.Name)
 			if err != nil {
 				return err
@@ -350,6 +354,11 @@ func (ServiceProxy) Apply(ctx context.Context, lab *topology.Spec, t *service.Ta
 			}
 			return nil
 		})
+	if err == nil {
+		// The start of the next change (ApplyChange).
+		memoAfterApply(lab, t, set, nodes, wants)
+	}
+	return err
 }
 
 // checkTable refuses, before any host changes, a table the maps cannot
