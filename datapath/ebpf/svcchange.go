@@ -313,6 +313,11 @@ func (p ServiceProxy) ApplyChange(ctx context.Context, lab *topology.Spec, from,
 	for tail < len(a)-head && tail < len(b)-head && sameFrontend(&a[len(a)-1-tail], &b[len(b)-1-tail]) {
 		tail++
 	}
+	if 2*(len(a)+len(b)-2*(head+tail)) > len(b)+len(a) {
+		// Most frontends change (a first apply): Apply is no slower.
+		<-digest
+		return p.Apply(ctx, lab, t)
+	}
 	removed := &service.Table{Frontends: a[head : len(a)-tail]}
 	added := &service.Table{Frontends: b[head : len(b)-tail]}
 	var applied []svcUndo
