@@ -66,6 +66,10 @@ func scaleServices(n, backends int, drained bool) string {
 //	           nftables rules and map elements (lines of nft list table),
 //	           or eBPF map entries (frontends and backend slots in use)
 //
+// Every apply goes through the lab's applyTable, in this one process:
+// a proxy that implements ApplyChange gets the change from the table
+// applied before (full-s is then a change from no Services).
+//
 // Reproduce with:
 //
 //	go test -run '^$' -bench ServiceScale -benchtime 1x -count 3 -timeout 60m ./lab
@@ -133,9 +137,11 @@ func benchServiceScale(b *testing.B, px string, backends, n int) {
 		}
 		return r
 	}
+	// Through the lab's path (applyTable): a proxy that can apply a
+	// change from the table it last applied in this process is handed it.
 	apply := func(t *service.Table) time.Duration {
 		t0 := time.Now()
-		if err := p.Apply(ctx, spec, t); err != nil {
+		if err := applyTable(ctx, spec, p, t); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(t0)

@@ -77,26 +77,14 @@ type svcFrontends map[cnlabSvcKey]*svcEntry
 const svcRecord = 4 + 2 + 1 + 4 + 1 + 1 + 4 + 2 + 8
 
 func (fs svcFrontends) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, len(fs)*svcRecord)
+	// Records of 27 bytes are 36 characters of base64 each, without
+	// padding: encoded one by one, they are the whole encoded.
+	b := make([]byte, 0, 2+len(fs)*svcRecordB64)
+	b = append(b, '"')
 	for k, e := range fs {
-		b = binary.LittleEndian.AppendUint32(b, k.Vip)
-		b = binary.LittleEndian.AppendUint16(b, k.Port)
-		b = append(b, k.Proto)
-		b = binary.LittleEndian.AppendUint32(b, e.ID)
-		b = append(b, e.Half)
-		var flags byte
-		if e.Drop {
-			flags |= 1
-		}
-		if e.Masq {
-			flags |= 2
-		}
-		b = append(b, flags)
-		b = binary.LittleEndian.AppendUint32(b, e.Affinity)
-		b = binary.LittleEndian.AppendUint16(b, e.Count)
-		b = binary.LittleEndian.AppendUint64(b, e.Sum)
+		b = appendRecord(b, k, e)
 	}
-	return json.Marshal(b) // base64
+	return append(b, '"'), nil
 }
 
 func (fs *svcFrontends) UnmarshalJSON(data []byte) error {
@@ -329,9 +317,13 @@ func (ServiceProxy) Apply(ctx context.Context, lab *topology.Spec, t *service.Ta
 	if err := checkTable(t, nodes); err != nil {
 		return err
 	}
-	return change.ApplyHosts(ctx, lab, ServiceStateKind, proxy.Digest(t),
+	_ = takeMemo(lab.Name)
+	set := proxy.Digest(t)
+	wants := map[string]*svcState{}
+	err := change.ApplyHosts(ctx, lab, ServiceStateKind, set,
 		func(host string) svcState { return renderServices(t, host, nodes) },
 		func(ctx context.Context, h *topology.Host, have, want *svcState) error {
+			wants[h.Name] = want
 			m, err := openSvcMaps(lab.Name, h.Name)
 			if err != nil {
 				return err
@@ -350,6 +342,11 @@ func (ServiceProxy) Apply(ctx context.Context, lab *topology.Spec, t *service.Ta
 			}
 			return nil
 		})
+	if err == nil {
+		// The start of the next change (ApplyChange).
+		memoAfterApply(lab, t, set, nodes, wants)
+	}
+	return err
 }
 
 // checkTable refuses, before any host changes, a table the maps cannot
