@@ -19,92 +19,93 @@ type changeApplier interface {
 	ApplyChange(ctx context.Context, lab *topology.Spec, from, to *policy.Compiled) error
 }
 
-// lastApplied is, per lab, the compiled set this process last applied
-// successfully: the start of the next change. A new process has none,
-// and its first apply is a whole one.
-var lastApplied struct {
-	sync.Mutex
-	by map[string]*policy.Compiled
+// tableChangeApplier is changeApplier's twin for a service proxy: a
+// change from the table last applied to a new one (datapath/ebpf's
+// proxy).
+type tableChangeApplier interface {
+	ApplyChange(ctx context.Context, lab *topology.Spec, from, to *service.Table) error
+}
+
+// lastSet remembers, per lab, what this process last applied successfully:
+// the start of the next change. A new process has none, and its first
+// apply is a whole one.
+type lastSet[T any] struct {
+	mu sync.Mutex
+	by map[string]T
+}
+
+var (
+	lastApplied lastSet[*policy.Compiled] // policies
+	lastTable   lastSet[*service.Table]   // Services
+)
+
+func (l *lastSet[T]) get(name string) (T, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v, ok := l.by[name]
+	return v, ok
+}
+
+func (l *lastSet[T]) set(name string, v T) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.by == nil {
+		l.by = map[string]T{}
+	}
+	l.by[name] = v
+}
+
+func (l *lastSet[T]) forget(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.by, name)
+}
+
+// apply runs change from what the lab last had when there is one (and
+// the implementation can: change is nil otherwise), else whole, and
+// remembers to on success; a failure forgets, so the next apply is whole.
+func (l *lastSet[T]) apply(name string, to T, whole func() error, change func(from T) error) error {
+	var err error
+	if from, ok := l.get(name); ok && change != nil {
+		err = change(from)
+	} else {
+		err = whole()
+	}
+	if err != nil {
+		l.forget(name)
+		return err
+	}
+	l.set(name, to)
+	return nil
 }
 
 // applyCompiled has the datapath enforce c: as a change from the set this
 // process last applied to the lab when the datapath can, else whole.
 func applyCompiled(ctx context.Context, spec *topology.Spec, dp datapath.Datapath, c *policy.Compiled) error {
-	lastApplied.Lock()
-	from := lastApplied.by[spec.Name]
-	lastApplied.Unlock()
-	var err error
-	if ca, ok := dp.(changeApplier); ok && from != nil {
-		err = ca.ApplyChange(ctx, spec, from, c)
-	} else {
-		err = dp.Apply(ctx, spec, c)
+	var change func(from *policy.Compiled) error
+	if ca, ok := dp.(changeApplier); ok {
+		change = func(from *policy.Compiled) error { return ca.ApplyChange(ctx, spec, from, c) }
 	}
-	lastApplied.Lock()
-	defer lastApplied.Unlock()
-	if lastApplied.by == nil {
-		lastApplied.by = map[string]*policy.Compiled{}
-	}
-	if err == nil {
-		lastApplied.by[spec.Name] = c
-	} else {
-		delete(lastApplied.by, spec.Name)
-	}
-	return err
-}
-
-// tableChangeApplier is a service proxy that can apply a change from the
-// table it last applied to a new one, from what changed rather than from
-// the whole table. Like changeApplier, it checks against the hosts' own
-// files that they serve from, and applies the whole table otherwise.
-type tableChangeApplier interface {
-	ApplyChange(ctx context.Context, lab *topology.Spec, from, to *service.Table) error
-}
-
-// lastTable is, per lab, the Service table this process last applied
-// successfully (lastApplied's twin for Services).
-var lastTable struct {
-	sync.Mutex
-	by map[string]*service.Table
+	return lastApplied.apply(spec.Name, c, func() error { return dp.Apply(ctx, spec, c) }, change)
 }
 
 // applyTable has the proxy serve t: as a change from the table this
 // process last applied to the lab when the proxy can, else whole.
 func applyTable(ctx context.Context, spec *topology.Spec, px proxy.Proxy, t *service.Table) error {
-	lastTable.Lock()
-	from := lastTable.by[spec.Name]
-	lastTable.Unlock()
-	var err error
-	if ca, ok := px.(tableChangeApplier); ok && from != nil {
-		err = ca.ApplyChange(ctx, spec, from, t)
-	} else {
-		err = px.Apply(ctx, spec, t)
+	var change func(from *service.Table) error
+	if ca, ok := px.(tableChangeApplier); ok {
+		change = func(from *service.Table) error { return ca.ApplyChange(ctx, spec, from, t) }
 	}
-	lastTable.Lock()
-	defer lastTable.Unlock()
-	if lastTable.by == nil {
-		lastTable.by = map[string]*service.Table{}
-	}
-	if err == nil {
-		lastTable.by[spec.Name] = t
-	} else {
-		delete(lastTable.by, spec.Name)
-	}
-	return err
+	return lastTable.apply(spec.Name, t, func() error { return px.Apply(ctx, spec, t) }, change)
 }
 
 // forgetTable drops what this process remembers of a lab's Services (a
 // repair applied another table).
-func forgetTable(name string) {
-	lastTable.Lock()
-	defer lastTable.Unlock()
-	delete(lastTable.by, name)
-}
+func forgetTable(name string) { lastTable.forget(name) }
 
 // forget drops everything this process remembers of a lab (it went
 // down): a lab of the same name brought up again starts whole.
 func forget(name string) {
-	forgetTable(name)
-	lastApplied.Lock()
-	defer lastApplied.Unlock()
-	delete(lastApplied.by, name)
+	lastTable.forget(name)
+	lastApplied.forget(name)
 }
