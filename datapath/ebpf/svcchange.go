@@ -52,7 +52,7 @@ type svcHostMemo struct {
 	// many records it holds.
 	touched []int
 	saved   int
-	low     int // the fewest records held since (those past it were replaced)
+	low     int    // the fewest records held since (those past it were replaced)
 	udpJSON []byte // the file's "udp" member (nil: to encode)
 }
 

@@ -22,7 +22,6 @@ const module = "github.com/cnlab/cnlab"
 // the one place to change when a package is added or an import moves;
 // docs/design.md's package table lists the packages in the same order
 // (TestDesignTableOrder).
-//
 var layers = [][]string{
 	{"cmd/cnlab"},
 	{"experiment"},
