@@ -54,8 +54,8 @@ type Cell struct {
 }
 
 // Expect sets every cell's Expected to the policy model's verdict and
-// returns the cells the probe saw otherwise: what `probe --expect` fails
-// on.
+// returns the cells that do not match it (Matches): what `probe --expect`
+// fails on.
 func Expect(lab *topology.Spec, m *policy.Model, cells []Cell) []Cell {
 	var wrong []Cell
 	for i := range cells {
@@ -63,11 +63,20 @@ func Expect(lab *topology.Spec, m *policy.Model, cells []Cell) []Cell {
 		dst, _ := lab.Endpoint(cells[i].To)
 		exp := m.Verdict(src, dst, cells[i].Protocol, cells[i].Port).Allowed
 		cells[i].Expected = &exp
-		if exp != cells[i].Allowed {
+		if !cells[i].Matches() {
 			wrong = append(wrong, cells[i])
 		}
 	}
 	return wrong
+}
+
+// Matches reports whether the probe saw what the model expects: allowed
+// where it allows, and a clean timeout (or the eBPF connect hook's
+// refusal) where it denies. An attempt that failed with an error
+// (unreachable, an unexpected reset) proves nothing about policy, so it
+// never matches. A cell without an expectation matches.
+func (c Cell) Matches() bool {
+	return c.Expected == nil || *c.Expected == c.Allowed && c.Error == ""
 }
 
 // Options tune a probe.

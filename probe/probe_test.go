@@ -44,3 +44,41 @@ spec:
 		t.Errorf("wrong cells: %+v", wrong)
 	}
 }
+
+// An attempt that failed with an error (unreachable, a reset) rather than
+// a clean timeout proves nothing about policy: even where the model says
+// denied, the cell is not a match (issue 32: it used to count as denied).
+func TestExpectErrorIsNotDenied(t *testing.T) {
+	lab, err := topology.Preset("single-host", topology.PresetOptions{}, topology.Overrides{Name: "t-expect"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols, err := policy.Parse([]byte(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-in, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  policyTypes: [Ingress]
+`), "deny.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := policy.NewModel(lab, pols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells := []Cell{
+		{From: "default/client", To: "default/server", Protocol: "tcp", Port: 80, Allowed: false},                        // a clean timeout: denied
+		{From: "default/client", To: "default/server", Protocol: "udp", Port: 53, Allowed: false, Error: "unreachable"}, // an error, not a denial
+	}
+	wrong := Expect(lab, m, cells)
+	if len(wrong) != 1 || wrong[0].Protocol != "udp" {
+		t.Fatalf("wrong cells: %+v, want only the errored one", wrong)
+	}
+	if cells[1].Matches() {
+		t.Error("an errored cell matches the model")
+	}
+	if !cells[0].Matches() {
+		t.Error("a clean denial does not match the model")
+	}
+}

@@ -169,7 +169,7 @@ another address than the Service's.`,
 			if expect && len(wrong) > 0 {
 				fmt.Fprintf(e.stderr, "cnlab: %d of %s differ from the policy model:\n", len(wrong), plural.N(len(cells), "cell"))
 				for _, c := range wrong {
-					fmt.Fprintf(e.stderr, "  %s -> %s %s/%d: probed %s, expected %s\n", c.From, c.To, c.Protocol, c.Port, word(c.Allowed), word(*c.Expected))
+					fmt.Fprintf(e.stderr, "  %s -> %s %s/%d: probed %s, expected %s\n", c.From, c.To, c.Protocol, c.Port, probedWord(c), word(*c.Expected))
 				}
 				return exitStatus(exitFail)
 			}
@@ -238,6 +238,15 @@ func runSpoof(cmd *cobra.Command, e *env, spec *topology.Spec, output string) er
 	return nil
 }
 
+// probedWord is what the probe saw of a cell: allowed, denied, or the
+// error that made it neither.
+func probedWord(c probe.Cell) string {
+	if c.Error != "" && !c.Allowed {
+		return "an error (" + c.Error + ")"
+	}
+	return word(c.Allowed)
+}
+
 func word(allowed bool) string {
 	if allowed {
 		return "allowed"
@@ -254,7 +263,7 @@ func printMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, proto str
 		if c.Allowed {
 			mark = "✓"
 		}
-		if c.Expected != nil && *c.Expected != c.Allowed {
+		if !c.Matches() {
 			mark += "*"
 		}
 		return mark
