@@ -68,7 +68,7 @@ spec:
 		t.Fatal(err)
 	}
 	cells := []Cell{
-		{From: "default/client", To: "default/server", Protocol: "tcp", Port: 80, Allowed: false},                        // a clean timeout: denied
+		{From: "default/client", To: "default/server", Protocol: "tcp", Port: 80, Allowed: false},                       // a clean timeout: denied
 		{From: "default/client", To: "default/server", Protocol: "udp", Port: 53, Allowed: false, Error: "unreachable"}, // an error, not a denial
 	}
 	wrong := Expect(lab, m, cells)
