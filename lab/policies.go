@@ -195,6 +195,11 @@ func modify(ctx context.Context, labName, op string, tolerateBad bool, f func([]
 	if err := fault.At(fault.Locked, ""); err != nil {
 		return nil, err
 	}
+	return modifyLocked(ctx, labName, op, tolerateBad, f)
+}
+
+// modifyLocked is modify with the lab's lock held.
+func modifyLocked(ctx context.Context, labName, op string, tolerateBad bool, f func([]*policy.Policy, *Change) ([]*policy.Policy, error)) (*Change, error) {
 	spec, dp, err := openDatapath(labName)
 	if err != nil {
 		return nil, err

@@ -189,6 +189,11 @@ func modifyServices(ctx context.Context, labName, op string, f func([]*service.S
 	if err := fault.At(fault.Locked, ""); err != nil {
 		return nil, err
 	}
+	return modifyServicesLocked(ctx, labName, op, f)
+}
+
+// modifyServicesLocked is modifyServices with the lab's lock held.
+func modifyServicesLocked(ctx context.Context, labName, op string, f func([]*service.Service, []*service.Slice, *ServiceChange) ([]*service.Service, []*service.Slice, error)) (*ServiceChange, error) {
 	spec, px, err := openProxy(labName)
 	if err != nil {
 		return nil, err

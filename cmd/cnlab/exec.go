@@ -48,6 +48,7 @@ command is required: for a shell, name one (-- bash).`,
 			if err := needRoot(); err != nil {
 				return err
 			}
+			converge(cmd.Context(), e, args[0])
 			spec, err := lab.Open(args[0])
 			if err != nil {
 				return err

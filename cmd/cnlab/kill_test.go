@@ -142,6 +142,17 @@ type killedState struct {
 	holds     map[string]string // per host: "stored", "staged", or "dirty"
 }
 
+// settled reports whether nothing was left to settle: no change record,
+// every host clean on the stored set.
+func (k killedState) settled() bool {
+	for _, h := range k.holds {
+		if h != lab.HoldsStored {
+			return false
+		}
+	}
+	return k.killed == ""
+}
+
 // afterKill walks the steps up to point.
 func afterKill(dp, point string) killedState {
 	st := killedState{holds: map[string]string{"flip": lab.HoldsStored, "flap": lab.HoldsStored}}
@@ -321,6 +332,20 @@ func TestKilledApplyAndDelete(t *testing.T) {
 				}
 				checkStored(t, name, what, stored)
 				checkStatus(t, name, what, want)
+				if tc.op == "apply" {
+					// Without another apply, the next command that uses
+					// the lab's traffic settles it on the stored set
+					// (lab.Converge) and says so.
+					stdout, stderr, code := runCLI(t, "probe", name, "--expect", "--timeout", "300ms")
+					if code != 0 {
+						t.Errorf("%s, then probe: probe --expect exit %d:\n%s%s", what, code, stdout, stderr)
+					}
+					if settled := !strings.Contains(stderr, "every host was given the stored policy set"); settled != want.settled() {
+						t.Errorf("%s, then probe: the lab was settled=%v, the probe said:\n%s", what, want.settled(), stderr)
+					}
+					checkStored(t, name, what+", then probe", stored)
+					checkStatus(t, name, what+", then probe", killedState{holds: map[string]string{"flip": lab.HoldsStored, "flap": lab.HoldsStored}})
+				}
 				mustCLI(t, next...)
 				if tc.op == "apply" {
 					stored = after
@@ -478,6 +503,14 @@ func TestKilledServiceApply(t *testing.T) {
 					want = map[string]string{"flip": "in sync", "flap": "in sync"}
 				}
 				checkServices(t, name, what, stored, killed, want)
+				// Without another apply, the next command that uses the
+				// lab's traffic settles it on the stored Services.
+				settled := killed == "" && want["flip"] == "in sync" && want["flap"] == "in sync"
+				_, stderr, code := runCLI(t, "exec", name, "a1", "--", "true")
+				if said := strings.Contains(stderr, "every host was given the stored Services"); code != 0 || said == settled {
+					t.Errorf("%s, then exec: exit %d, the lab was settled=%v, exec said:\n%s", what, code, settled, stderr)
+				}
+				checkServices(t, name, what+", then exec", stored, "", map[string]string{"flip": "in sync", "flap": "in sync"})
 				mustCLI(t, "service", "apply", name, "-f", bweb)
 				what += ", then applied again"
 				checkServices(t, name, what, []string{"default/bweb", "default/web"}, "", map[string]string{"flip": "in sync", "flap": "in sync"})

@@ -16,7 +16,6 @@ import (
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/rundir"
 	"github.com/cnlab/cnlab/internal/testutil"
-	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -209,16 +208,10 @@ func TestUpStatusExecDown(t *testing.T) {
 }
 
 // TestKilledUpIsReclaimed kills `cnlab up` with SIGKILL while it is
-// building a large lab, and checks that `down --all` removes everything.
+// building a large lab, and checks that `down` removes everything. (It
+// names the lab: `down --all` would take down every lab on the machine.)
 func TestKilledUpIsReclaimed(t *testing.T) {
 	testutil.RequireRoot(t)
-	if labs, _ := lab.Labs(); len(labs) > 0 {
-		msg := fmt.Sprintf("labs %v are up on this machine and down --all would remove them", labs)
-		if testutil.InCI() {
-			t.Fatal(msg)
-		}
-		t.Skip("skipping: " + msg)
-	}
 	dir := t.TempDir()
 	file := filepath.Join(dir, "big.yaml")
 	var b strings.Builder
@@ -231,7 +224,7 @@ func TestKilledUpIsReclaimed(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { runCLI(t, "down", "--all") })
+	t.Cleanup(func() { runCLI(t, "down", "t-killed") })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
@@ -254,12 +247,12 @@ func TestKilledUpIsReclaimed(t *testing.T) {
 	if _, stderr, code := runCLI(t, "up", "-f", file); code == 0 || !strings.Contains(stderr, "incomplete") {
 		t.Errorf("up over a half-built lab: exit %d %q", code, stderr)
 	}
-	stdout, stderr, code := runCLI(t, "down", "--all")
+	stdout, stderr, code := runCLI(t, "down", "t-killed")
 	if code != 0 || !strings.Contains(stdout, "lab t-killed is down") {
-		t.Fatalf("down --all: %d %s %s", code, stdout, stderr)
+		t.Fatalf("down t-killed: %d %s %s", code, stdout, stderr)
 	}
-	if names, _ := netns.List(topology.NetnsPrefix); len(names) != 0 {
-		t.Errorf("left after down --all: %v", names)
+	if names, _ := netns.List(topology.LabNetnsPrefix("t-killed")); len(names) != 0 {
+		t.Errorf("left after down: %v", names)
 	}
 	if _, err := os.Stat(filepath.Join(rundir.Dir, "t-killed")); !os.IsNotExist(err) {
 		t.Errorf("ledger left: %v", err)

@@ -70,6 +70,7 @@ and host, and the time the proxy took; --type drop shows the denied ones
 			if err := needRoot(); err != nil {
 				return err
 			}
+			converge(cmd.Context(), e, args[0])
 			spec, m, err := lab.Model(args[0], false)
 			if err != nil {
 				return err

@@ -111,6 +111,7 @@ another address than the Service's.`,
 				if err := needRoot(); err != nil {
 					return err
 				}
+				converge(cmd.Context(), e, args[0])
 				return runServiceProbe(cmd, e, args[0], svcRef, probe.ServiceOptions{Connections: connections, Timeout: timeout, From: from, NodeHost: nodePort}, alpha, expect, output)
 			}
 			if httpReq == "" && len(headers) > 0 {
@@ -132,6 +133,7 @@ another address than the Service's.`,
 			if err := needRoot(); err != nil {
 				return err
 			}
+			converge(cmd.Context(), e, args[0])
 			spec, m, err := lab.Model(args[0], true)
 			if err != nil {
 				return err

@@ -475,3 +475,16 @@ func printServicesStatus(w io.Writer, name string, ss *lab.ServicesStatus) {
 			strings.Join(off, ", "), name)
 	}
 }
+
+// converge settles a lab that a killed or failed change left off its
+// stored sets (lab.Converge) before a command uses its traffic, and says
+// what it did on stderr.
+func converge(ctx context.Context, e *env, name string) {
+	did, err := lab.Converge(ctx, name)
+	for _, d := range did {
+		fmt.Fprintf(e.stderr, "cnlab: note: lab %s: %s\n", name, d)
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "cnlab: warning: %v\n", err)
+	}
+}
