@@ -7,9 +7,10 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-// Expect marks every cell with the model's verdict and returns exactly the
-// cells that differ from it.
-func TestExpect(t *testing.T) {
+// denyServerLab is the single-host preset with the server isolated for
+// ingress, and its model.
+func denyServerLab(t *testing.T) (*topology.Spec, *policy.Model) {
+	t.Helper()
 	lab, err := topology.Preset("single-host", topology.PresetOptions{}, topology.Overrides{Name: "t-expect"})
 	if err != nil {
 		t.Fatal(err)
@@ -28,6 +29,13 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lab, m
+}
+
+// Expect marks every cell with the model's verdict and returns exactly the
+// cells that differ from it.
+func TestExpect(t *testing.T) {
+	lab, m := denyServerLab(t)
 	cells := []Cell{
 		{From: "default/client", To: "default/server", Protocol: "tcp", Port: 80, Allowed: false}, // as the model says
 		{From: "default/server", To: "default/client", Protocol: "tcp", Port: 80, Allowed: true},  // as the model says
@@ -49,24 +57,7 @@ spec:
 // a clean timeout proves nothing about policy: even where the model says
 // denied, the cell is not a match (issue 32: it used to count as denied).
 func TestExpectErrorIsNotDenied(t *testing.T) {
-	lab, err := topology.Preset("single-host", topology.PresetOptions{}, topology.Overrides{Name: "t-expect"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pols, err := policy.Parse([]byte(`apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: deny-in, namespace: default}
-spec:
-  podSelector: {matchLabels: {app: server}}
-  policyTypes: [Ingress]
-`), "deny.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := policy.NewModel(lab, pols)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lab, m := denyServerLab(t)
 	cells := []Cell{
 		{From: "default/client", To: "default/server", Protocol: "tcp", Port: 80, Allowed: false},                       // a clean timeout: denied
 		{From: "default/client", To: "default/server", Protocol: "udp", Port: 53, Allowed: false, Error: "unreachable"}, // an error, not a denial
