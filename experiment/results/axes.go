@@ -39,8 +39,9 @@ const (
 // Axis is one parameter of the experiment matrix, declared once in Axes:
 // the matrix's merge and expansion, its checks of values, the backends
 // that refuse it, its results.csv column and its words in Params.Text
-// all follow from the declaration. Its Matrix and Params fields are the
-// ones whose JSON key is Key (the file format).
+// all follow from the declaration. Its Params field (a point's value,
+// which the runner reads) is the one whose JSON key is Key; the matrix's
+// list of values follows from that field's type (Matrix).
 type Axis struct {
 	Key string // the matrix key, Params' JSON key, results.csv's column
 	// Values are the values a string axis takes (nil: any, or checked
@@ -67,7 +68,8 @@ type Axis struct {
 	// leaves it out); nil: the axis does not name lines.
 	Show func(v string) string
 
-	matrix, params int // field indexes
+	params int          // Params' field
+	list   reflect.Type // the matrix's list of values: []int, []string or []bool
 }
 
 // CSVPlace is where results.csv has an axis's column.
@@ -242,33 +244,39 @@ func buildAxes() []Axis {
 	}...))
 }
 
-// bind finds each axis's Matrix and Params fields by JSON key; an axis
-// without both is a programming error.
+// bind finds each axis's Params field by JSON key (an axis without one
+// is a programming error) and, from its type, the axis's matrix list.
 func bind(axes []Axis) []Axis {
-	index := func(t reflect.Type, key string) int {
-		for i := range t.NumField() {
-			if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name == key {
-				return i
+	pt := reflect.TypeFor[Params]()
+	for i := range axes {
+		a := &axes[i]
+		a.params = -1
+		for j := range pt.NumField() {
+			if name, _, _ := strings.Cut(pt.Field(j).Tag.Get("json"), ","); name == a.Key {
+				a.params = j
 			}
 		}
-		panic(fmt.Sprintf("results: axis %s has no %s field", key, t.Name()))
-	}
-	for i := range axes {
-		axes[i].matrix = index(reflect.TypeFor[Matrix](), axes[i].Key)
-		axes[i].params = index(reflect.TypeFor[Params](), axes[i].Key)
+		if a.params < 0 {
+			panic(fmt.Sprintf("results: axis %s has no Params field", a.Key))
+		}
+		a.list = listType(pt.Field(a.params).Type)
 	}
 	return axes
 }
 
 // Len is the number of values the matrix gives the axis.
-func (a *Axis) Len(m Matrix) int { return reflect.ValueOf(m).Field(a.matrix).Len() }
+func (a *Axis) Len(m Matrix) int {
+	if l := m.list(a); l.IsValid() {
+		return l.Len()
+	}
+	return 0
+}
 
 // Strings are the values of the axis in a matrix, as text ("100", "true").
 func (a *Axis) Strings(m Matrix) []string {
-	vs := reflect.ValueOf(m).Field(a.matrix)
-	out := make([]string, vs.Len())
+	out := make([]string, a.Len(m))
 	for i := range out {
-		out[i] = text(vs.Index(i))
+		out[i] = text(m.list(a).Index(i))
 	}
 	return out
 }
@@ -277,9 +285,7 @@ func (a *Axis) Strings(m Matrix) []string {
 func (a *Axis) Value(p Params) string { return text(reflect.ValueOf(p).Field(a.params)) }
 
 // IsInt reports whether the axis takes integers.
-func (a *Axis) IsInt() bool {
-	return reflect.TypeFor[Matrix]().Field(a.matrix).Type.Elem().Kind() == reflect.Int
-}
+func (a *Axis) IsInt() bool { return a.list.Elem().Kind() == reflect.Int }
 
 func text(v reflect.Value) string {
 	switch v.Kind() {
@@ -294,7 +300,7 @@ func text(v reflect.Value) string {
 // set gives a point the axis's i-th value in m.
 func (a *Axis) set(p *Params, m Matrix, i int) {
 	f := reflect.ValueOf(p).Elem().Field(a.params)
-	f.Set(reflect.ValueOf(m).Field(a.matrix).Index(i).Convert(f.Type()))
+	f.Set(m.list(a).Index(i).Convert(f.Type()))
 }
 
 // CheckValue checks a value of the axis (as Strings gives it) against Values or
@@ -320,11 +326,10 @@ func (m *Matrix) Override(o Matrix) { m.merge(o, false) }
 func (m *Matrix) OverrideSet(o Matrix) { m.merge(o, true) }
 
 func (m *Matrix) merge(o Matrix, onlySet bool) {
-	mv, ov := reflect.ValueOf(m).Elem(), reflect.ValueOf(o)
 	for i := range Axes {
 		a := &Axes[i]
 		if have, give := a.Len(*m), a.Len(o); give > 0 && (!onlySet || have > 0) {
-			mv.Field(a.matrix).Set(ov.Field(a.matrix))
+			m.Set(a.Key, o.lists[a.Key])
 		}
 	}
 }
