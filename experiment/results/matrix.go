@@ -3,6 +3,7 @@ package results
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -122,13 +123,18 @@ func (m Matrix) MarshalJSON() ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), err
 }
 
-// UnmarshalJSON reads what MarshalJSON wrote.
+// UnmarshalJSON reads what MarshalJSON wrote. A value of the wrong type
+// is the error of a field of the enclosing struct (which
+// encoding/json names: Spec, Sweep, Quick) at the same path.
 func (m *Matrix) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		return nil
 	}
 	v := reflect.New(matrixType)
 	err := json.Unmarshal(b, v.Interface())
+	if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) && te.Type == matrixType {
+		te.Type = reflect.TypeFor[Matrix]() // not the made struct
+	}
 	*m = matrixOf(v.Elem())
 	return err
 }
