@@ -53,9 +53,12 @@ type Axis struct {
 	Kube string
 	// Option is the datapath option the axis is (from kind.OptionAxes).
 	Option *kind.OptionAxis
-	// Text is the axis in Params.Text ("": not shown for this point; a
-	// datapath option's follows from its Text); TextFirst axes lead it
-	// (the policies).
+	// Label names a set value in Params.Text: "mtu" gives "mtu=9000"; a
+	// bool's is shown alone when true ("stateful"); zero values are not
+	// shown. Text, when the words depend on other axes, is the axis in
+	// Params.Text instead ("": not shown for this point). TextFirst axes
+	// lead it (the policies).
+	Label     string
 	Text      func(p Params) string
 	TextFirst bool
 	// CSV is where results.csv has the axis's column.
@@ -89,27 +92,6 @@ var csvAfter = map[string]string{"socketLB": "servicePosition"}
 // Axes are the matrix's axes in the order points are expanded (the last
 // varies fastest).
 var Axes = buildAxes()
-
-// labelled shows a non-zero value as "name=value".
-func labelled(name string, v func(p Params) any) func(Params) string {
-	return func(p Params) string {
-		x := v(p)
-		if reflect.ValueOf(x).IsZero() {
-			return ""
-		}
-		return fmt.Sprintf("%s=%v", name, x)
-	}
-}
-
-// flag shows a true bool as its word.
-func flag(word string, v func(p Params) bool) func(Params) string {
-	return func(p Params) string {
-		if v(p) {
-			return word
-		}
-		return ""
-	}
-}
 
 // counted shows a number of things: "1 hop", "4 hops".
 func counted(one, many string) func(string) string {
@@ -158,7 +140,7 @@ func buildAxes() []Axis {
 	const l7 = "not yet: L7 policies need the cluster's proxy"
 	axes := []Axis{
 		{Key: "topology", Show: itself},
-		{Key: "link", Kube: "the cluster's nodes are joined by their own network", Show: itself, Text: labelled("link", func(p Params) any { return p.Link })},
+		{Key: "link", Kube: "the cluster's nodes are joined by their own network", Show: itself, Label: "link"},
 		{Key: "chainLength", Min: 0, Max: 64, Kube: chainHops, FigureX: 2, XLabel: "chain length (hops; 0 = direct veth pair)", Show: func(v string) string {
 			if v == "0" {
 				return "direct pair"
@@ -174,7 +156,7 @@ func buildAxes() []Axis {
 	}
 	for i := range kind.OptionAxes {
 		o := &kind.OptionAxes[i]
-		a := Axis{Key: o.Key, Values: o.Values, Kube: o.Kube, Option: o}
+		a := Axis{Key: o.Key, Values: o.Values, Kube: o.Kube, Option: o, Label: o.Text}
 		axes = append(axes, a)
 	}
 	return bind(append(axes, []Axis{
@@ -192,28 +174,28 @@ func buildAxes() []Axis {
 		}},
 		{Key: "flows", Min: 1, Max: MaxFlows, CSV: CSVWorkload, FigureX: 7, XLabel: "parallel flows", Show: counted("flow", "flows")},
 		{Key: "size", Min: 1, Max: 1 << 20, CSV: CSVWorkload, FigureX: 8, XLabel: "message size (bytes)", Show: func(v string) string { return v + " B" }},
-		{Key: "mtu", Min: 576, Max: 65000, FigureX: 9, XLabel: "MTU (bytes)", Show: named("MTU"), Kube: "the pod MTU is the CNI's", Text: labelled("mtu", func(p Params) any { return p.MTU })},
-		{Key: "offloads", Show: named("offloads"), Kube: "the nodes' offloads are not cnlab's to change", Text: labelled("offloads", func(p Params) any { return p.Offloads })},
+		{Key: "mtu", Min: 576, Max: 65000, FigureX: 9, XLabel: "MTU (bytes)", Show: named("MTU"), Kube: "the pod MTU is the CNI's", Label: "mtu"},
+		{Key: "offloads", Show: named("offloads"), Kube: "the nodes' offloads are not cnlab's to change", Label: "offloads"},
 		{Key: "zerocopy", CSV: CSVWorkload, Show: either("zerocopy", "copy")},
-		{Key: "firewallRules", Min: 0, Max: 100000, FigureX: 4, XLabel: "firewall rules", Show: func(v string) string { return v + " rules" }, Kube: nf + ", which a cluster does not have", Text: labelled("firewall", func(p Params) any { return p.FirewallRules })},
-		{Key: "firewallStateful", Kube: nf, Show: either("stateful", "stateless"), Text: flag("stateful", func(p Params) bool { return p.FirewallStateful })},
-		{Key: "firewallSpread", Kube: nf, Show: either("spread over the hops", "in one hop"), Text: flag("spread", func(p Params) bool { return p.FirewallSpread })},
+		{Key: "firewallRules", Min: 0, Max: 100000, FigureX: 4, XLabel: "firewall rules", Show: func(v string) string { return v + " rules" }, Kube: nf + ", which a cluster does not have", Label: "firewall"},
+		{Key: "firewallStateful", Kube: nf, Show: either("stateful", "stateless"), Label: "stateful"},
+		{Key: "firewallSpread", Kube: nf, Show: either("spread over the hops", "in one hop"), Label: "spread"},
 		{Key: "shaperRate", Kube: nf, Show: func(v string) string {
 			if v == "" {
 				return "no shaper"
 			}
 			return "shaper " + v
-		}, Text: labelled("shaper", func(p Params) any { return p.ShaperRate })},
+		}, Label: "shaper"},
 		{Key: "shaperDirection", Kube: nf, Show: func(v string) string {
 			if v == "all" {
 				return "every interface"
 			}
 			return prefixed("towards ")(v)
-		}, Text: labelled("shape", func(p Params) any { return p.ShaperDirection })},
-		{Key: "switches", Kube: ovs, FigureX: 3, XLabel: "Open vSwitch bridges in series", Show: func(v string) string { return v + " switches" }, Text: labelled("switches", func(p Params) any { return p.Switches })},
-		{Key: "switchLink", Kube: ovs, Show: prefixed("switches joined by "), Text: labelled("switchLink", func(p Params) any { return p.SwitchLink })},
-		{Key: "services", Min: 0, Max: MaxServices, FigureX: 5, XLabel: "number of services", Show: counted("service", "services"), Text: labelled("services", func(p Params) any { return p.Services })},
-		{Key: "serviceProxy", Kube: "kube-proxy (or its replacement) is the cluster's", Text: labelled("proxy", func(p Params) any { return p.ServiceProxy })},
+		}, Label: "shape"},
+		{Key: "switches", Kube: ovs, FigureX: 3, XLabel: "Open vSwitch bridges in series", Show: func(v string) string { return v + " switches" }, Label: "switches"},
+		{Key: "switchLink", Kube: ovs, Show: prefixed("switches joined by "), Label: "switchLink"},
+		{Key: "services", Min: 0, Max: MaxServices, FigureX: 5, XLabel: "number of services", Show: counted("service", "services"), Label: "services"},
+		{Key: "serviceProxy", Kube: "kube-proxy (or its replacement) is the cluster's", Label: "proxy"},
 		{Key: "serviceBackends", Min: 1, Max: MaxBackends, Show: func(v string) string {
 			if v == "0" {
 				return ""
@@ -231,7 +213,7 @@ func buildAxes() []Axis {
 			}
 			return ""
 		}},
-		{Key: "l7Mode", Values: L7Modes, Kube: l7 + " (Cilium's Envoy), which cnlab does not drive", Text: labelled("l7", func(p Params) any { return p.L7Mode })},
+		{Key: "l7Mode", Values: L7Modes, Kube: l7 + " (Cilium's Envoy), which cnlab does not drive", Label: "l7"},
 		{Key: "l7Rules", Min: 0, Max: MaxL7Rules, Kube: l7, FigureX: 6, XLabel: "HTTP rules in the L7 policy", Show: counted("L7 rule", "L7 rules"), Text: func(p Params) string {
 			if p.L7Mode == L7Rules {
 				return fmt.Sprintf("rules=%d match=%s", p.L7Rules, p.L7Match)
@@ -240,7 +222,7 @@ func buildAxes() []Axis {
 		}},
 		{Key: "l7Match", Values: L7Matches, Kube: l7},
 		{Key: "placement", Values: []string{PlacementSameNode, PlacementCrossNode}, CSV: CSVLast, Text: func(p Params) string { return p.Placement }},
-		{Key: "network", Values: []string{NetworkPod, NetworkHost}, CSV: CSVLast, Text: labelled("network", func(p Params) any { return p.Network })},
+		{Key: "network", Values: []string{NetworkPod, NetworkHost}, CSV: CSVLast, Label: "network"},
 	}...))
 }
 
@@ -383,21 +365,16 @@ func (p Params) Text() string {
 
 // text is the axis in Params.Text.
 func (a *Axis) text(p Params) string {
-	v := ""
-	if o := a.Option; o != nil {
-		v = a.Value(p)
-	}
-	switch {
+	switch f := reflect.ValueOf(p).Field(a.params); {
 	case a.Text != nil:
 		return a.Text(p)
-	case a.Option == nil:
+	case a.Label == "" || f.IsZero():
 		return ""
-	case a.Option.Values == nil && v == "true":
-		return a.Option.Text
-	case a.Option.Values != nil && v != "":
-		return a.Option.Text + "=" + v
+	case f.Kind() == reflect.Bool:
+		return a.Label
+	default:
+		return a.Label + "=" + text(f)
 	}
-	return ""
 }
 
 // csvAxes are the axes with a column among the parameters, and after the

@@ -114,7 +114,7 @@ func TestAnAxisIsOneDeclaration(t *testing.T) {
 			t.Errorf("%s: point %+v, want %s", a.Key, p, v)
 		}
 		r.Points = append(r.Points, PointResult{Point: Point{ID: a.Key, Params: p}, Samples: []Sample{{Metrics: map[string]float64{}}}})
-		if a.Text != nil || a.Option != nil {
+		if a.Text != nil || a.Label != "" {
 			p.Topology, p.Services, p.L7Mode = PresetChain, 1, L7Rules // what some texts need
 			if a.text(p) == "" || !strings.Contains(p.Text(), a.text(p)) {
 				t.Errorf("%s=%s: not in Params.Text %q", a.Key, v, p.Text())
