@@ -105,7 +105,7 @@ func (s *Spec) setBackend(b string) error {
 				return s.errf(path+"."+r.key, "%s%s", why, r.why)
 			}
 		}
-		for i, t := range m.Topology {
+		for i, t := range results.AxisOf("topology").Strings(m) {
 			if results.IsChain(t) {
 				return s.errf(fmt.Sprintf("%s.topology[%d]", path, i), why+"%s: chains are namespaces in series on one machine", t)
 			}
@@ -115,7 +115,7 @@ func (s *Spec) setBackend(b string) error {
 				}
 			}
 		}
-		for i, v := range m.PolicyMode {
+		for i, v := range results.AxisOf("policyMode").Strings(m) {
 			if v == results.ModeTopOfChain {
 				return s.errf(fmt.Sprintf("%s.policyMode[%d]", path, i), why+"top-of-chain is iptables filler rules; no-match on a cluster is N NetworkPolicies")
 			}

@@ -105,7 +105,7 @@ does.`,
 				return err
 			}
 			if len(args) == 0 {
-				s.Matrix.Datapath = availableDatapaths(e, s.Matrix.Datapath)
+				s.Matrix.Set("datapath", availableDatapaths(e, results.AxisOf("datapath").Strings(s.Matrix)))
 			}
 			if backend != results.BackendKubernetes {
 				for _, name := range []string{"kubeconfig", "context", "nodes", "image", "unenforced", "enforce-timeout"} {

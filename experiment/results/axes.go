@@ -39,8 +39,9 @@ const (
 // Axis is one parameter of the experiment matrix, declared once in Axes:
 // the matrix's merge and expansion, its checks of values, the backends
 // that refuse it, its results.csv column and its words in Params.Text
-// all follow from the declaration. Its Matrix and Params fields are the
-// ones whose JSON key is Key (the file format).
+// all follow from the declaration. Its Params field (a point's value,
+// which the runner reads) is the one whose JSON key is Key; the matrix's
+// list of values follows from that field's type (Matrix).
 type Axis struct {
 	Key string // the matrix key, Params' JSON key, results.csv's column
 	// Values are the values a string axis takes (nil: any, or checked
@@ -52,9 +53,12 @@ type Axis struct {
 	Kube string
 	// Option is the datapath option the axis is (from kind.OptionAxes).
 	Option *kind.OptionAxis
-	// Text is the axis in Params.Text ("": not shown for this point; a
-	// datapath option's follows from its Text); TextFirst axes lead it
-	// (the policies).
+	// Label names a set value in Params.Text: "mtu" gives "mtu=9000"; a
+	// bool's is shown alone when true ("stateful"); zero values are not
+	// shown. Text, when the words depend on other axes, is the axis in
+	// Params.Text instead ("": not shown for this point). TextFirst axes
+	// lead it (the policies).
+	Label     string
 	Text      func(p Params) string
 	TextFirst bool
 	// CSV is where results.csv has the axis's column.
@@ -67,7 +71,8 @@ type Axis struct {
 	// leaves it out); nil: the axis does not name lines.
 	Show func(v string) string
 
-	matrix, params int // field indexes
+	params int          // Params' field
+	list   reflect.Type // the matrix's list of values: []int, []string or []bool
 }
 
 // CSVPlace is where results.csv has an axis's column.
@@ -87,27 +92,6 @@ var csvAfter = map[string]string{"socketLB": "servicePosition"}
 // Axes are the matrix's axes in the order points are expanded (the last
 // varies fastest).
 var Axes = buildAxes()
-
-// labelled shows a non-zero value as "name=value".
-func labelled(name string, v func(p Params) any) func(Params) string {
-	return func(p Params) string {
-		x := v(p)
-		if reflect.ValueOf(x).IsZero() {
-			return ""
-		}
-		return fmt.Sprintf("%s=%v", name, x)
-	}
-}
-
-// flag shows a true bool as its word.
-func flag(word string, v func(p Params) bool) func(Params) string {
-	return func(p Params) string {
-		if v(p) {
-			return word
-		}
-		return ""
-	}
-}
 
 // counted shows a number of things: "1 hop", "4 hops".
 func counted(one, many string) func(string) string {
@@ -156,7 +140,7 @@ func buildAxes() []Axis {
 	const l7 = "not yet: L7 policies need the cluster's proxy"
 	axes := []Axis{
 		{Key: "topology", Show: itself},
-		{Key: "link", Kube: "the cluster's nodes are joined by their own network", Show: itself, Text: labelled("link", func(p Params) any { return p.Link })},
+		{Key: "link", Kube: "the cluster's nodes are joined by their own network", Show: itself, Label: "link"},
 		{Key: "chainLength", Min: 0, Max: 64, Kube: chainHops, FigureX: 2, XLabel: "chain length (hops; 0 = direct veth pair)", Show: func(v string) string {
 			if v == "0" {
 				return "direct pair"
@@ -172,7 +156,7 @@ func buildAxes() []Axis {
 	}
 	for i := range kind.OptionAxes {
 		o := &kind.OptionAxes[i]
-		a := Axis{Key: o.Key, Values: o.Values, Kube: o.Kube, Option: o}
+		a := Axis{Key: o.Key, Values: o.Values, Kube: o.Kube, Option: o, Label: o.Text}
 		axes = append(axes, a)
 	}
 	return bind(append(axes, []Axis{
@@ -190,28 +174,28 @@ func buildAxes() []Axis {
 		}},
 		{Key: "flows", Min: 1, Max: MaxFlows, CSV: CSVWorkload, FigureX: 7, XLabel: "parallel flows", Show: counted("flow", "flows")},
 		{Key: "size", Min: 1, Max: 1 << 20, CSV: CSVWorkload, FigureX: 8, XLabel: "message size (bytes)", Show: func(v string) string { return v + " B" }},
-		{Key: "mtu", Min: 576, Max: 65000, FigureX: 9, XLabel: "MTU (bytes)", Show: named("MTU"), Kube: "the pod MTU is the CNI's", Text: labelled("mtu", func(p Params) any { return p.MTU })},
-		{Key: "offloads", Show: named("offloads"), Kube: "the nodes' offloads are not cnlab's to change", Text: labelled("offloads", func(p Params) any { return p.Offloads })},
+		{Key: "mtu", Min: 576, Max: 65000, FigureX: 9, XLabel: "MTU (bytes)", Show: named("MTU"), Kube: "the pod MTU is the CNI's", Label: "mtu"},
+		{Key: "offloads", Show: named("offloads"), Kube: "the nodes' offloads are not cnlab's to change", Label: "offloads"},
 		{Key: "zerocopy", CSV: CSVWorkload, Show: either("zerocopy", "copy")},
-		{Key: "firewallRules", Min: 0, Max: 100000, FigureX: 4, XLabel: "firewall rules", Show: func(v string) string { return v + " rules" }, Kube: nf + ", which a cluster does not have", Text: labelled("firewall", func(p Params) any { return p.FirewallRules })},
-		{Key: "firewallStateful", Kube: nf, Show: either("stateful", "stateless"), Text: flag("stateful", func(p Params) bool { return p.FirewallStateful })},
-		{Key: "firewallSpread", Kube: nf, Show: either("spread over the hops", "in one hop"), Text: flag("spread", func(p Params) bool { return p.FirewallSpread })},
+		{Key: "firewallRules", Min: 0, Max: 100000, FigureX: 4, XLabel: "firewall rules", Show: func(v string) string { return v + " rules" }, Kube: nf + ", which a cluster does not have", Label: "firewall"},
+		{Key: "firewallStateful", Kube: nf, Show: either("stateful", "stateless"), Label: "stateful"},
+		{Key: "firewallSpread", Kube: nf, Show: either("spread over the hops", "in one hop"), Label: "spread"},
 		{Key: "shaperRate", Kube: nf, Show: func(v string) string {
 			if v == "" {
 				return "no shaper"
 			}
 			return "shaper " + v
-		}, Text: labelled("shaper", func(p Params) any { return p.ShaperRate })},
+		}, Label: "shaper"},
 		{Key: "shaperDirection", Kube: nf, Show: func(v string) string {
 			if v == "all" {
 				return "every interface"
 			}
 			return prefixed("towards ")(v)
-		}, Text: labelled("shape", func(p Params) any { return p.ShaperDirection })},
-		{Key: "switches", Kube: ovs, FigureX: 3, XLabel: "Open vSwitch bridges in series", Show: func(v string) string { return v + " switches" }, Text: labelled("switches", func(p Params) any { return p.Switches })},
-		{Key: "switchLink", Kube: ovs, Show: prefixed("switches joined by "), Text: labelled("switchLink", func(p Params) any { return p.SwitchLink })},
-		{Key: "services", Min: 0, Max: MaxServices, FigureX: 5, XLabel: "number of services", Show: counted("service", "services"), Text: labelled("services", func(p Params) any { return p.Services })},
-		{Key: "serviceProxy", Kube: "kube-proxy (or its replacement) is the cluster's", Text: labelled("proxy", func(p Params) any { return p.ServiceProxy })},
+		}, Label: "shape"},
+		{Key: "switches", Kube: ovs, FigureX: 3, XLabel: "Open vSwitch bridges in series", Show: func(v string) string { return v + " switches" }, Label: "switches"},
+		{Key: "switchLink", Kube: ovs, Show: prefixed("switches joined by "), Label: "switchLink"},
+		{Key: "services", Min: 0, Max: MaxServices, FigureX: 5, XLabel: "number of services", Show: counted("service", "services"), Label: "services"},
+		{Key: "serviceProxy", Kube: "kube-proxy (or its replacement) is the cluster's", Label: "proxy"},
 		{Key: "serviceBackends", Min: 1, Max: MaxBackends, Show: func(v string) string {
 			if v == "0" {
 				return ""
@@ -229,7 +213,7 @@ func buildAxes() []Axis {
 			}
 			return ""
 		}},
-		{Key: "l7Mode", Values: L7Modes, Kube: l7 + " (Cilium's Envoy), which cnlab does not drive", Text: labelled("l7", func(p Params) any { return p.L7Mode })},
+		{Key: "l7Mode", Values: L7Modes, Kube: l7 + " (Cilium's Envoy), which cnlab does not drive", Label: "l7"},
 		{Key: "l7Rules", Min: 0, Max: MaxL7Rules, Kube: l7, FigureX: 6, XLabel: "HTTP rules in the L7 policy", Show: counted("L7 rule", "L7 rules"), Text: func(p Params) string {
 			if p.L7Mode == L7Rules {
 				return fmt.Sprintf("rules=%d match=%s", p.L7Rules, p.L7Match)
@@ -238,37 +222,43 @@ func buildAxes() []Axis {
 		}},
 		{Key: "l7Match", Values: L7Matches, Kube: l7},
 		{Key: "placement", Values: []string{PlacementSameNode, PlacementCrossNode}, CSV: CSVLast, Text: func(p Params) string { return p.Placement }},
-		{Key: "network", Values: []string{NetworkPod, NetworkHost}, CSV: CSVLast, Text: labelled("network", func(p Params) any { return p.Network })},
+		{Key: "network", Values: []string{NetworkPod, NetworkHost}, CSV: CSVLast, Label: "network"},
 	}...))
 }
 
-// bind finds each axis's Matrix and Params fields by JSON key; an axis
-// without both is a programming error.
+// bind finds each axis's Params field by JSON key (an axis without one
+// is a programming error) and, from its type, the axis's matrix list.
 func bind(axes []Axis) []Axis {
-	index := func(t reflect.Type, key string) int {
-		for i := range t.NumField() {
-			if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name == key {
-				return i
+	pt := reflect.TypeFor[Params]()
+	for i := range axes {
+		a := &axes[i]
+		a.params = -1
+		for j := range pt.NumField() {
+			if name, _, _ := strings.Cut(pt.Field(j).Tag.Get("json"), ","); name == a.Key {
+				a.params = j
 			}
 		}
-		panic(fmt.Sprintf("results: axis %s has no %s field", key, t.Name()))
-	}
-	for i := range axes {
-		axes[i].matrix = index(reflect.TypeFor[Matrix](), axes[i].Key)
-		axes[i].params = index(reflect.TypeFor[Params](), axes[i].Key)
+		if a.params < 0 {
+			panic(fmt.Sprintf("results: axis %s has no Params field", a.Key))
+		}
+		a.list = listType(pt.Field(a.params).Type)
 	}
 	return axes
 }
 
 // Len is the number of values the matrix gives the axis.
-func (a *Axis) Len(m Matrix) int { return reflect.ValueOf(m).Field(a.matrix).Len() }
+func (a *Axis) Len(m Matrix) int {
+	if l := m.list(a); l.IsValid() {
+		return l.Len()
+	}
+	return 0
+}
 
 // Strings are the values of the axis in a matrix, as text ("100", "true").
 func (a *Axis) Strings(m Matrix) []string {
-	vs := reflect.ValueOf(m).Field(a.matrix)
-	out := make([]string, vs.Len())
+	out := make([]string, a.Len(m))
 	for i := range out {
-		out[i] = text(vs.Index(i))
+		out[i] = text(m.list(a).Index(i))
 	}
 	return out
 }
@@ -277,9 +267,7 @@ func (a *Axis) Strings(m Matrix) []string {
 func (a *Axis) Value(p Params) string { return text(reflect.ValueOf(p).Field(a.params)) }
 
 // IsInt reports whether the axis takes integers.
-func (a *Axis) IsInt() bool {
-	return reflect.TypeFor[Matrix]().Field(a.matrix).Type.Elem().Kind() == reflect.Int
-}
+func (a *Axis) IsInt() bool { return a.list.Elem().Kind() == reflect.Int }
 
 func text(v reflect.Value) string {
 	switch v.Kind() {
@@ -294,7 +282,7 @@ func text(v reflect.Value) string {
 // set gives a point the axis's i-th value in m.
 func (a *Axis) set(p *Params, m Matrix, i int) {
 	f := reflect.ValueOf(p).Elem().Field(a.params)
-	f.Set(reflect.ValueOf(m).Field(a.matrix).Index(i).Convert(f.Type()))
+	f.Set(m.list(a).Index(i).Convert(f.Type()))
 }
 
 // CheckValue checks a value of the axis (as Strings gives it) against Values or
@@ -320,11 +308,10 @@ func (m *Matrix) Override(o Matrix) { m.merge(o, false) }
 func (m *Matrix) OverrideSet(o Matrix) { m.merge(o, true) }
 
 func (m *Matrix) merge(o Matrix, onlySet bool) {
-	mv, ov := reflect.ValueOf(m).Elem(), reflect.ValueOf(o)
 	for i := range Axes {
 		a := &Axes[i]
 		if have, give := a.Len(*m), a.Len(o); give > 0 && (!onlySet || have > 0) {
-			mv.Field(a.matrix).Set(ov.Field(a.matrix))
+			m.Set(a.Key, o.lists[a.Key])
 		}
 	}
 }
@@ -378,21 +365,16 @@ func (p Params) Text() string {
 
 // text is the axis in Params.Text.
 func (a *Axis) text(p Params) string {
-	v := ""
-	if o := a.Option; o != nil {
-		v = a.Value(p)
-	}
-	switch {
+	switch f := reflect.ValueOf(p).Field(a.params); {
 	case a.Text != nil:
 		return a.Text(p)
-	case a.Option == nil:
+	case a.Label == "" || f.IsZero():
 		return ""
-	case a.Option.Values == nil && v == "true":
-		return a.Option.Text
-	case a.Option.Values != nil && v != "":
-		return a.Option.Text + "=" + v
+	case f.Kind() == reflect.Bool:
+		return a.Label
+	default:
+		return a.Label + "=" + text(f)
 	}
-	return ""
 }
 
 // csvAxes are the axes with a column among the parameters, and after the

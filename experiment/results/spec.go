@@ -98,53 +98,6 @@ func (p *Pin) ServerCPU() *int {
 	return p.Server
 }
 
-// Matrix holds the values of every swept parameter. An empty list means
-// the parameter keeps its default.
-type Matrix struct {
-	Topology         []string `yaml:"topology" json:"topology,omitempty"`
-	Link             []string `yaml:"link" json:"link,omitempty"`
-	ChainLength      []int    `yaml:"chainLength" json:"chainLength,omitempty"`
-	Datapath         []string `yaml:"datapath" json:"datapath,omitempty"`
-	HostRouting      []string `yaml:"hostRouting" json:"hostRouting,omitempty"`
-	SocketLB         []bool   `yaml:"socketLB" json:"socketLB,omitempty"` // ebpf: translate to Services at the socket too
-	Peers            []string `yaml:"peers" json:"peers,omitempty"`       // iptables: addresses or ipsets
-	Policies         []int    `yaml:"policies" json:"policies,omitempty"`
-	PolicyMode       []string `yaml:"policyMode" json:"policyMode,omitempty"`
-	Flows            []int    `yaml:"flows" json:"flows,omitempty"`
-	Size             []int    `yaml:"size" json:"size,omitempty"`
-	MTU              []int    `yaml:"mtu" json:"mtu,omitempty"`
-	Offloads         []string `yaml:"offloads" json:"offloads,omitempty"`
-	Zerocopy         []bool   `yaml:"zerocopy" json:"zerocopy,omitempty"`
-	FirewallRules    []int    `yaml:"firewallRules" json:"firewallRules,omitempty"`
-	FirewallStateful []bool   `yaml:"firewallStateful" json:"firewallStateful,omitempty"`
-	FirewallSpread   []bool   `yaml:"firewallSpread" json:"firewallSpread,omitempty"`
-	ShaperRate       []string `yaml:"shaperRate" json:"shaperRate,omitempty"`
-	ShaperDirection  []string `yaml:"shaperDirection" json:"shaperDirection,omitempty"`
-	Switches         []int    `yaml:"switches" json:"switches,omitempty"`
-	SwitchLink       []string `yaml:"switchLink" json:"switchLink,omitempty"`
-	// Services sweeps the number of Kubernetes Services installed (see
-	// services.go), served by ServiceProxy (default: the datapath's),
-	// each of the others with ServiceBackends backends; the workloads but
-	// ping connect through the measured one, placed first or last
-	// (ServicePosition) among them.
-	Services        []int    `yaml:"services" json:"services,omitempty"`
-	ServiceProxy    []string `yaml:"serviceProxy" json:"serviceProxy,omitempty"`
-	ServiceBackends []int    `yaml:"serviceBackends" json:"serviceBackends,omitempty"`
-	ServicePosition []string `yaml:"servicePosition" json:"servicePosition,omitempty"`
-	// L7Mode sweeps one CiliumNetworkPolicy on the server for the HTTP
-	// workloads (see l7.go): none, l4 (an L3/L4 allow of port 80),
-	// http-any (rules.http: [{}]) or rules: L7Rules HTTP rules with the
-	// one matching the request first, last or absent (L7Match).
-	L7Mode  []string `yaml:"l7Mode" json:"l7Mode,omitempty"`
-	L7Rules []int    `yaml:"l7Rules" json:"l7Rules,omitempty"`
-	L7Match []string `yaml:"l7Match" json:"l7Match,omitempty"`
-	// Placement and Network apply to the kubernetes backend only
-	// (docs/kubernetes.md): the server on the client's node or another,
-	// and the agent pods in the pod network or the node's.
-	Placement []string `yaml:"placement" json:"placement,omitempty"`
-	Network   []string `yaml:"network" json:"network,omitempty"`
-}
-
 // Workload kinds.
 const (
 	TCPStream = "tcp-stream"

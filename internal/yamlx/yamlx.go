@@ -102,12 +102,22 @@ func Decode(node *yaml.Node, out any, base string) error {
 	return nil
 }
 
+// Shaped is a type that decodes itself (UnmarshalYAML) as the struct
+// YAMLType, a type made at run time: Decode checks its node against that
+// struct, keys, known fields and value kinds, as it checks a field of
+// that type.
+type Shaped interface{ YAMLType() reflect.Type }
+
 var unmarshalerType = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()
+var shapedType = reflect.TypeOf((*Shaped)(nil)).Elem()
 var nodeType = reflect.TypeOf(yaml.Node{})
 
 func checkKnown(n *yaml.Node, t reflect.Type, path string) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
+	}
+	if t.Implements(shapedType) {
+		t = reflect.Zero(t).Interface().(Shaped).YAMLType()
 	}
 	if t == nodeType || reflect.PointerTo(t).Implements(unmarshalerType) {
 		return nil
