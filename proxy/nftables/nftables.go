@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/change"
@@ -65,9 +66,25 @@ func (nftables) Setup(ctx context.Context, lab *topology.Spec) error {
 // whose difference the kernel refuses (a hand edit), gets its table
 // rebuilt in one transaction. UDP conntrack entries left pointing at a
 // removed backend are deleted after the commit.
+// A host's delta log (ApplyChange) is folded into its state file first.
 func (nftables) Apply(ctx context.Context, lab *topology.Spec, t *service.Table) error {
-	return change.ApplyHosts(ctx, lab, StateKind, proxy.Digest(t),
-		func(host string) hostState { return Render(t, host) },
+	takeMemo(lab.Name)
+	for _, h := range lab.Hosts {
+		if err := foldLog(change.StatePath(lab.Name, StateKind, h.Name)); err != nil {
+			return fmt.Errorf("host %s: %w", h.Name, err)
+		}
+	}
+	set := proxy.Digest(t)
+	var mu sync.Mutex
+	wants := map[string]*hostState{}
+	err := change.ApplyHosts(ctx, lab, StateKind, set,
+		func(host string) hostState {
+			st := Render(t, host)
+			mu.Lock()
+			wants[host] = &st
+			mu.Unlock()
+			return st
+		},
 		func(ctx context.Context, h *topology.Host, have, want *hostState) error {
 			var haveUDP []proxy.UDPFrontend
 			var err error
@@ -91,6 +108,10 @@ func (nftables) Apply(ctx context.Context, lab *topology.Spec, t *service.Table)
 			}
 			return nil
 		})
+	if err == nil {
+		keepAfterApply(lab, t, set, wants)
+	}
+	return err
 }
 
 // Describe returns `nft list table ip cnlab-svc` of each host.
