@@ -254,6 +254,10 @@ func foldLog(path string) error {
 	return os.Remove(logPath(path))
 }
 
+// compactLog says when ApplyChange folds a host's log into its state
+// file: once the log outgrows it (and 64 KiB). A test folds at every change.
+var compactLog = func(logSize, stateSize int64) bool { return logSize > max(stateSize, 1<<16) }
+
 // memo is what this process last wrote to a lab's hosts: the start of
 // the next change, trusted only for the table it was written for, and per
 // host only while the host's files are those it wrote.
@@ -434,12 +438,24 @@ func (p nftables) ApplyChange(ctx context.Context, lab *topology.Spec, from, t *
 		}
 		return bt.send(hc.h.Netns)
 	}
-	// save appends a delta to the host's log and notes the log as written.
+	// save appends a delta to the host's log and notes the log as written;
+	// a log grown past the state file is folded into it (the memo's state
+	// written whole), so that it costs at most what Apply's save does,
+	// spread over the changes.
 	save := func(hc *hostChange, d *delta, st string) error {
 		hm := m.hosts[hc.h.Name]
 		err := appendLog(hc.path, d)
 		if err == nil {
 			hm.log, err = os.Stat(logPath(hc.path))
+		}
+		if err == nil && compactLog(hm.log.Size(), hm.state.Size()) {
+			if err = change.SaveState(hc.path, hm.st); err == nil {
+				err = os.Remove(logPath(hc.path))
+			}
+			if err == nil {
+				hm.log = nil
+				hm.state, err = os.Stat(hc.path)
+			}
 		}
 		if err == nil {
 			err = change.RecordSet(hc.path, st)

@@ -201,33 +201,37 @@ func TestApplyChangeSameAsApply(t *testing.T) {
 			}
 		}
 	}
-	// The changes one after the other: the logs hold several deltas.
-	if err := p.Apply(ctx, spec, steps[0].t); err != nil {
-		t.Fatal(err)
-	}
-	for i := 1; i < len(steps); i++ {
-		if err := ca.ApplyChange(ctx, spec, steps[i-1].t, steps[i].t); err != nil {
-			t.Fatalf("%s: %v", steps[i].name, err)
+	// The changes one after the other: the logs hold several deltas, or
+	// (compact) are folded into the state file by ApplyChange at each.
+	was := *nftables.CompactLog
+	defer func() { *nftables.CompactLog = was }()
+	for _, compact := range []bool{false, true} {
+		if compact {
+			*nftables.CompactLog = func(int64, int64) bool { return true }
 		}
-	}
-	got := list()
-	last := steps[len(steps)-1].t
-	if err := p.Apply(ctx, spec, last); err != nil {
-		t.Fatal(err)
-	}
-	if again := list(); !mapsEqual(again, got) {
-		t.Errorf("in a row: Apply after the changes changed the table")
-	}
-	for _, h := range spec.Hosts {
-		path := change.StatePath(spec.Name, nftables.StateKind, h.Name)
-		if _, err := os.Stat(path + ".log"); !os.IsNotExist(err) {
-			t.Errorf("host %s: the log was not folded: %v", h.Name, err)
+		apply("in a row", steps[0].t)
+		for i := 1; i < len(steps); i++ {
+			if err := ca.ApplyChange(ctx, spec, steps[i-1].t, steps[i].t); err != nil {
+				t.Fatalf("in a row, %s: %v", steps[i].name, err)
+			}
 		}
-	}
-	wipe()
-	apply("in a row", last)
-	if want := list(); !mapsEqual(sortAll(want), sortAll(got)) {
-		t.Errorf("in a row: ApplyChange left\n%v\n\nApply from nothing\n%v", got, want)
+		got := list()
+		last := steps[len(steps)-1].t
+		apply("in a row", last)
+		if again := list(); !mapsEqual(again, got) {
+			t.Errorf("in a row (compact %v): Apply after the changes changed the table", compact)
+		}
+		for _, h := range spec.Hosts {
+			path := change.StatePath(spec.Name, nftables.StateKind, h.Name)
+			if _, err := os.Stat(path + ".log"); !os.IsNotExist(err) {
+				t.Errorf("host %s: the log was not folded: %v", h.Name, err)
+			}
+		}
+		wipe()
+		apply("in a row", last)
+		if want := list(); !mapsEqual(sortAll(want), sortAll(got)) {
+			t.Errorf("in a row (compact %v): ApplyChange left\n%v\n\nApply from nothing\n%v", compact, got, want)
+		}
 	}
 }
 

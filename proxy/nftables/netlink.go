@@ -332,8 +332,8 @@ func fixAnonymousKeys(msgs []netlink.Message) {
 // send commits the batch in a namespace: nil when the kernel took it all.
 func (b *batch) send(nsName string) error {
 	msgs, err := b.messages()
-	if err != nil {
-		return err
+	if err != nil || len(msgs) == 0 {
+		return err // nothing to send: the host's table does not change
 	}
 	ns, err := netns.Open(nsName)
 	if err != nil {
