@@ -11,8 +11,10 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/change"
+	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/proxy"
 	"github.com/cnlab/cnlab/proxy/nftables"
 	"github.com/cnlab/cnlab/proxy/proxytest"
 	"github.com/cnlab/cnlab/service"
@@ -232,6 +234,138 @@ func TestApplyChangeSameAsApply(t *testing.T) {
 		if want := list(); !mapsEqual(sortAll(want), sortAll(got)) {
 			t.Errorf("in a row (compact %v): ApplyChange left\n%v\n\nApply from nothing\n%v", compact, got, want)
 		}
+	}
+}
+
+// TestApplyChangeFaults: a change that fails on the second host puts the
+// first back (its table and files as before); one that fails at the load
+// changes nothing; one killed after a host's kernel changed leaves the
+// host marked dirty, and Apply rebuilds it.
+func TestApplyChangeFaults(t *testing.T) {
+	testutil.RequireRoot(t)
+	ctx := context.Background()
+	spec, err := topology.Parse([]byte(strings.Replace(changeLab, "t-nftinc", "t-nftinc-f", 1)), "nftinc lab",
+		topology.Overrides{Datapath: "iptables", Proxy: "nftables"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.Up(ctx, spec, lab.UpOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lab.Down(spec.Name, nil); err != nil {
+			t.Errorf("down: %v", err)
+		}
+	})
+	p := nftables.New()
+	ca := p.(interface {
+		ApplyChange(ctx context.Context, lab *topology.Spec, from, to *service.Table) error
+	})
+	if err := p.Setup(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	list := func() map[string]string {
+		out, err := p.Describe(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for h, s := range out {
+			out[h] = sortBlocks(normalise(s))
+		}
+		return out
+	}
+	// clean checks each host's files: not dirty, recording set.
+	clean := func(what, set string) {
+		t.Helper()
+		for _, h := range spec.Hosts {
+			hs := change.ReadHost(change.StatePath(spec.Name, nftables.StateKind, h.Name))
+			if hs.Dirty || !slices.Equal(hs.Sets, []string{set}) {
+				t.Errorf("%s: host %s files say %+v, want clean on %s", what, h.Name, hs, set)
+			}
+		}
+	}
+	a := table(proxytest.Table().Frontends, bulk(10, 5, 1), bulk(40, 5, 4))
+	b := table(proxytest.Table().Frontends, bulk(10, 5, 1), bulk(40, 5, 4), bulk(70, 1, 4))
+	for i := range b.Frontends {
+		if f := &b.Frontends[i]; f.Service == "default/s043" {
+			f.Backends = f.Backends[:2] // 4 -> 2
+		}
+	}
+	if err := p.Apply(ctx, spec, a); err != nil {
+		t.Fatal(err)
+	}
+	before := list()
+	errInjected := fmt.Errorf("injected")
+	hook := func(at, on string) {
+		fault.SetHook(func(point, host string) error {
+			if point == at && host == on {
+				return errInjected
+			}
+			return nil
+		})
+	}
+	// Fails on flap: flip is put back.
+	hook(fault.Dirty, "flap")
+	err = ca.ApplyChange(ctx, spec, a, b)
+	fault.SetHook(nil)
+	if err == nil || !strings.Contains(err.Error(), "rolled back") {
+		t.Fatalf("failed on flap: %v", err)
+	}
+	if got := list(); !mapsEqual(got, before) {
+		t.Errorf("failed on flap: the tables are not as before:\n%v\n\nwant\n%v", got, before)
+	}
+	clean("failed on flap", proxy.Digest(a))
+	// Fails at flip's load: nothing changes.
+	if err := p.Apply(ctx, spec, a); err != nil { // the memo of a again
+		t.Fatal(err)
+	}
+	hook(fault.AtomicLoad, "flip")
+	err = ca.ApplyChange(ctx, spec, a, b)
+	fault.SetHook(nil)
+	if err == nil {
+		t.Fatal("failed load: no error")
+	}
+	if got := list(); !mapsEqual(got, before) {
+		t.Errorf("failed load: the tables are not as before")
+	}
+	clean("failed load", proxy.Digest(a))
+	// Killed after flip's kernel changed: flip dirty, Apply repairs.
+	if err := p.Apply(ctx, spec, a); err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		killed := fmt.Errorf("killed")
+		fault.SetHook(func(point, host string) error {
+			if point == fault.Kernel && host == "flip" {
+				panic(killed)
+			}
+			return nil
+		})
+		defer fault.SetHook(nil)
+		defer func() {
+			if r := recover(); r != killed {
+				t.Fatalf("not killed at flip's kernel: %v", r)
+			}
+		}()
+		_ = ca.ApplyChange(ctx, spec, a, b)
+	}()
+	if hs := change.ReadHost(change.StatePath(spec.Name, nftables.StateKind, "flip")); !hs.Dirty {
+		t.Errorf("killed: flip's files say %+v, want dirty", hs)
+	}
+	if err := ca.ApplyChange(ctx, spec, a, b); err != nil {
+		t.Fatal(err)
+	}
+	clean("repaired", proxy.Digest(b))
+	got := list()
+	for _, h := range spec.Hosts {
+		path := change.StatePath(spec.Name, nftables.StateKind, h.Name)
+		_ = os.Remove(path)
+	}
+	if err := p.Apply(ctx, spec, b); err != nil {
+		t.Fatal(err)
+	}
+	if want := list(); !mapsEqual(got, want) {
+		t.Errorf("repaired: the tables are not Apply's from nothing:\n%v\n\nwant\n%v", got, want)
 	}
 }
 
