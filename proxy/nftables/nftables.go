@@ -10,7 +10,10 @@
 // sends only the difference: map elements added and deleted, changed
 // chains flushed and rewritten, gone chains deleted; a host whose state is
 // unknown is rebuilt (table deleted and recreated in the same
-// transaction). It writes nothing outside the lab's host namespaces.
+// transaction). A change from the table this process last applied
+// (ApplyChange, change.go) sends only the changed frontends' difference, as
+// one netlink batch per host, and logs it beside the state file. It writes
+// nothing outside the lab's host namespaces.
 package nftables
 
 import (
