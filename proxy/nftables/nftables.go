@@ -10,13 +10,17 @@
 // sends only the difference: map elements added and deleted, changed
 // chains flushed and rewritten, gone chains deleted; a host whose state is
 // unknown is rebuilt (table deleted and recreated in the same
-// transaction). It writes nothing outside the lab's host namespaces.
+// transaction). A change from the table this process last applied
+// (ApplyChange, change.go) sends only the changed frontends' difference, as
+// one netlink batch per host, and logs it beside the state file. It writes
+// nothing outside the lab's host namespaces.
 package nftables
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/change"
@@ -65,9 +69,25 @@ func (nftables) Setup(ctx context.Context, lab *topology.Spec) error {
 // whose difference the kernel refuses (a hand edit), gets its table
 // rebuilt in one transaction. UDP conntrack entries left pointing at a
 // removed backend are deleted after the commit.
+// A host's delta log (ApplyChange) is folded into its state file first.
 func (nftables) Apply(ctx context.Context, lab *topology.Spec, t *service.Table) error {
-	return change.ApplyHosts(ctx, lab, StateKind, proxy.Digest(t),
-		func(host string) hostState { return Render(t, host) },
+	takeMemo(lab.Name)
+	for _, h := range lab.Hosts {
+		if err := foldLog(change.StatePath(lab.Name, StateKind, h.Name)); err != nil {
+			return fmt.Errorf("host %s: %w", h.Name, err)
+		}
+	}
+	set := proxy.Digest(t)
+	var mu sync.Mutex
+	wants := map[string]*hostState{}
+	err := change.ApplyHosts(ctx, lab, StateKind, set,
+		func(host string) hostState {
+			st := Render(t, host)
+			mu.Lock()
+			wants[host] = &st
+			mu.Unlock()
+			return st
+		},
 		func(ctx context.Context, h *topology.Host, have, want *hostState) error {
 			var haveUDP []proxy.UDPFrontend
 			var err error
@@ -91,6 +111,10 @@ func (nftables) Apply(ctx context.Context, lab *topology.Spec, t *service.Table)
 			}
 			return nil
 		})
+	if err == nil {
+		keepAfterApply(lab, t, set, wants)
+	}
+	return err
 }
 
 // Describe returns `nft list table ip cnlab-svc` of each host.
