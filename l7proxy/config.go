@@ -13,6 +13,7 @@ import (
 	"net/netip"
 
 	"github.com/cnlab/cnlab/l7"
+	"github.com/cnlab/cnlab/policy"
 )
 
 // Port is the port the proxy listens on in its host's namespace.
@@ -36,6 +37,62 @@ type Config struct {
 	Identities map[netip.Addr]uint32 `json:"identities"`
 	// Ports are the L7 ports of the host's endpoints.
 	Ports []PortConfig `json:"ports"`
+	// L4 is the L3/L4 policy of the TCP connections the proxy may hold
+	// open: it judges a connection to a port that stopped being an L7
+	// port (nil: it allows none).
+	L4 *L4Policy `json:"l4,omitempty"`
+}
+
+// L4Policy is the part of the policy IR that decides, at L3/L4, a TCP
+// connection to an endpoint of the host: the ingress entries of the
+// host's endpoints' identities, the egress entries of every identity
+// (a source may be anywhere), and which directions each enforces.
+type L4Policy struct {
+	Enforced map[uint32]policy.Enforcement `json:"enforced"`
+	Rules    []policy.Entry                `json:"rules"` // TCP and any-protocol entries, denies first per subject
+}
+
+// Allows evaluates a new TCP connection from src to dst as
+// policy.Compiled.Allows does, ids giving the identity of an endpoint
+// address (0 for an address that is no endpoint's).
+func (l *L4Policy) Allows(ids map[netip.Addr]uint32, src, dst netip.AddrPort) bool {
+	if l == nil {
+		return false
+	}
+	return l.side(ids, ids[src.Addr()], policy.Egress, dst.Addr(), dst.Port()) &&
+		l.side(ids, ids[dst.Addr()], policy.Ingress, src.Addr(), dst.Port())
+}
+
+func (l *L4Policy) side(ids map[netip.Addr]uint32, subject uint32, dir policy.Dir, remote netip.Addr, port uint16) bool {
+	allowed := false
+	for _, r := range l.Rules {
+		if r.Subject != subject || r.Dir != dir || !l4Matches(ids, r, remote, port) {
+			continue
+		}
+		if r.Deny {
+			return false
+		}
+		allowed = true
+	}
+	enf := l.Enforced[subject]
+	return allowed || (dir == policy.Ingress && !enf.Ingress) || (dir == policy.Egress && !enf.Egress)
+}
+
+func l4Matches(ids map[netip.Addr]uint32, r policy.Entry, remote netip.Addr, port uint16) bool {
+	switch {
+	case r.PeerCIDR.IsValid():
+		if !r.PeerCIDR.Contains(remote) {
+			return false
+		}
+	case r.PeerID != 0:
+		if ids[remote] != r.PeerID {
+			return false
+		}
+	}
+	if r.Proto == policy.ProtoAny {
+		return true
+	}
+	return r.Proto == policy.ProtoTCP && (r.PortLo == 0 || (port >= r.PortLo && port <= r.PortHi))
 }
 
 // PortConfig holds the rules of one L7 port of one endpoint.

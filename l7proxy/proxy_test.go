@@ -160,7 +160,8 @@ func TestProxyReloadKeepsOldPortsWhenAsked(t *testing.T) {
 	cfg := Config{Set: "s1", Identities: map[netip.Addr]uint32{netip.MustParseAddr("127.0.0.1"): 300},
 		Ports: []PortConfig{{Addr: up.Addr(), Port: up.Port(), Peers: []PeerConfig{{Identity: 300, Rules: []l7.Rule{{Path: "/a"}}}}}}}
 	dir, addr := startProxy(t, up, cfg)
-	writeConfig(t, dir, Config{Set: "s2"}) // the port is no L7 port any more
+	// The port is no L7 port any more, and L3/L4 isolates nothing.
+	writeConfig(t, dir, Config{Set: "s2", L4: &L4Policy{}})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := Command(ctx, dir, "reload keep"); err != nil {
@@ -173,7 +174,7 @@ func TestProxyReloadKeepsOldPortsWhenAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := send(t, addr, "GET /b"); !strings.HasPrefix(got[0], "200 ") {
-		t.Errorf("a port that is no L7 port passes, as an established flow: %q", got)
+		t.Errorf("a port that is no L7 port passes when L3/L4 allows the connection: %q", got)
 	}
 	if _, err := Command(ctx, dir, "frobnicate"); err == nil {
 		t.Error("an unknown command is not refused")
