@@ -155,6 +155,9 @@ type Proxy struct {
 	// Cilium's proxy does.
 	transports sync.Map // uint32 -> *http.Transport
 	rp         *httputil.ReverseProxy
+	// forwarding, when set (by tests), is called with each request the
+	// proxy forwards, as it was judged.
+	forwarding func(l7.Request)
 }
 
 type ctxKey int
@@ -385,12 +388,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The header judged is the header forwarded.
 	forwardHeader(r, ci.src.Addr())
 	e := LogEntry{Time: start.UTC(), Src: ci.src.String(), Dst: ci.dst.String(), Identity: id, Method: r.Method, Path: path, Host: r.Host}
+	req := l7.Request{Method: r.Method, Path: path, Host: r.Host, Header: r.Header}
 	allowed := ci.err == nil && cur != nil
 	switch {
 	case !allowed:
 	case pp != nil:
 		m := pp.matcher(ci.src.Addr(), id, known)
-		allowed = m != nil && m.Allows(l7.Request{Method: r.Method, Path: path, Host: r.Host, Header: r.Header})
+		allowed = m != nil && m.Allows(req)
 	case !cur.seen[ci.dst]:
 		// A destination that never was an L7 port (the proxy's own
 		// address, say) gets nothing.
@@ -425,6 +429,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx := context.WithValue(context.WithValue(context.WithoutCancel(r.Context()), keyIdentity, id), keyUpstreamErr, &upErr)
 		fr := r.WithContext(ctx)
 		fr.URL = out
+		// Trailers come after the body, unjudged: not forwarded (nor
+		// their announcement, a hop-by-hop header).
+		fr.Trailer = nil
+		if p.forwarding != nil {
+			p.forwarding(req)
+		}
 		p.rp.ServeHTTP(sw, fr)
 		e.Verdict, e.Status = "allowed", sw.status
 		if upErr {

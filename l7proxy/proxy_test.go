@@ -23,6 +23,13 @@ import (
 // upstream as their original destination, with cfg as its configuration.
 func startProxy(t *testing.T, upstream netip.AddrPort, cfg Config) (dir string, addr string) {
 	t.Helper()
+	return startProxyWith(t, upstream, cfg, nil)
+}
+
+// startProxyWith is startProxy, with a hook called with each request the
+// proxy forwards, as it was judged.
+func startProxyWith(t testing.TB, upstream netip.AddrPort, cfg Config, forwarding func(l7.Request)) (dir string, addr string) {
+	t.Helper()
 	dir = t.TempDir()
 	writeConfig(t, dir, cfg)
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -30,6 +37,7 @@ func startProxy(t *testing.T, upstream netip.AddrPort, cfg Config) (dir string, 
 		t.Fatal(err)
 	}
 	p := newProxy(dir)
+	p.forwarding = forwarding
 	if err := p.reload(false); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +69,7 @@ func startProxy(t *testing.T, upstream netip.AddrPort, cfg Config) (dir string, 
 	return dir, ln.Addr().String()
 }
 
-func writeConfig(t *testing.T, dir string, cfg Config) {
+func writeConfig(t testing.TB, dir string, cfg Config) {
 	t.Helper()
 	data, err := json.Marshal(cfg)
 	if err != nil {
