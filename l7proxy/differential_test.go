@@ -348,11 +348,8 @@ func FuzzProxyDifferential(f *testing.F) {
 		f.Add("GET", diffTargets[i%len(diffTargets)], header)
 	}
 	f.Add("GET", "/a", "X: 1\r\n\r\nGET /b{%2e} HTTP/1.1\r\nHost: h\r\nConnection: X-Y\r\nX-Y: 2\r\n")
-	var d *diffProxy
+	d := newDiffProxy(f, []l7.Rule{{}})
 	f.Fuzz(func(t *testing.T, method, target, header string) {
-		if d == nil {
-			d = newDiffProxy(f, []l7.Rule{{}})
-		}
 		raw := rawRequest(method, target, header)
 		_, judged, received, err := d.exchange(raw)
 		if err != nil && !bytes.Contains([]byte(err.Error()), []byte("timeout")) {
