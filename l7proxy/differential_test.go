@@ -105,6 +105,12 @@ func (s *rawServer) serve(c net.Conn) {
 	}
 }
 
+func (s *rawServer) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.seen)
+}
+
 func (s *rawServer) take() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -168,6 +174,11 @@ func (d *diffProxy) exchange(raw string) (statuses []int, judged []l7.Request, r
 	d.mu.Lock()
 	judged, d.judged = d.judged, nil
 	d.mu.Unlock()
+	// A request forwarded with an incomplete body may be answered (502)
+	// before the server has read its head: wait for it a little.
+	for i := 0; i < 200 && d.server.count() < len(judged); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
 	return statuses, judged, d.server.take(), err
 }
 

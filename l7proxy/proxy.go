@@ -21,6 +21,8 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/cnlab/cnlab/l7"
 )
 
@@ -464,7 +466,11 @@ func target(r *http.Request, dst netip.AddrPort) (string, *url.URL) {
 	path := r.RequestURI
 	if r.URL.IsAbs() {
 		i := strings.Index(path, "://")
-		if i < 0 {
+		// The Host judged is the authority, which the transport would
+		// send altered (punycode) or empty when it is no valid Host
+		// header: the server checked the Host header of an origin-form
+		// request, not this one.
+		if h, err := httpguts.PunycodeHostPort(r.Host); i < 0 || err != nil || h != r.Host || !httpguts.ValidHostHeader(h) {
 			return path, nil
 		}
 		rest := path[i+3:]
