@@ -387,6 +387,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The request-target as Envoy's :path, and the URL that forwards it
 	// unchanged (nil when none can: the proxy answers 400).
 	path, out := target(r, ci.dst)
+	if r.Host == "" {
+		// An HTTP/1.0 request without Host goes out with the
+		// destination as Host (the transport's): judged so.
+		r.Host = ci.dst.String()
+	}
 	// The header judged is the header forwarded.
 	forwardHeader(r, ci.src.Addr())
 	e := LogEntry{Time: start.UTC(), Src: ci.src.String(), Dst: ci.dst.String(), Identity: id, Method: r.Method, Path: path, Host: r.Host}
@@ -407,9 +412,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// connection: it ends, as the datapath would refuse it now.
 		p.closeConn(w, e, start)
 		return
+	default:
+		// A port that is no longer an L7 port, and L3/L4 still allows
+		// the connection: its requests pass, as a new connection's would.
 	}
-	// A port that is no longer an L7 port but that L3/L4 still allows
-	// passes, as a new connection would.
 	if allowed && out == nil {
 		http.Error(w, "request-target cannot be forwarded unchanged", http.StatusBadRequest)
 		e.Verdict, e.Status = "denied", http.StatusBadRequest
@@ -529,11 +535,7 @@ func forwardHeader(r *http.Request, src netip.Addr) {
 	}
 	delete(h, "Forwarded")
 	h["X-Forwarded-For"] = []string{src.String()}
-	if r.Host != "" {
-		h["X-Forwarded-Host"] = []string{r.Host}
-	} else {
-		delete(h, "X-Forwarded-Host")
-	}
+	h["X-Forwarded-Host"] = []string{r.Host}
 	h["X-Forwarded-Proto"] = []string{"http"}
 }
 
