@@ -265,6 +265,8 @@ var (
 		"X-Forwarded-For: 1.2.3.4\r\nForwarded: for=1.2.3.4\r\nX-Forwarded-Host: evil\r\nX-Forwarded-Proto: https\r\n",
 		"X-Empty:\r\nX-Spaces:   a  b  \r\nX-Tab:\ta\t\r\n",
 		"User-Agent: probe/1\r\nAccept: */*\r\n",
+		"User-Agent: one\r\nUser-Agent: two\r\n",
+		"User-Agent:\r\nX-A: 1\r\n",
 		"Content-Length: 3\r\n\r\nabc",
 		"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
 		"Expect: 100-continue\r\nContent-Length: 2\r\n\r\nhi",

@@ -520,7 +520,7 @@ var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-A
 // Connection header names (and so without any protocol upgrade: the rest
 // of an upgraded connection would be piped unjudged), and with the
 // proxy's X-Forwarded-For, -Host and -Proto in place of the client's
-// forwarding headers.
+// forwarding headers; User-Agent as the transport sends it.
 func forwardHeader(r *http.Request, src netip.Addr) {
 	h := r.Header
 	for _, v := range h["Connection"] {
@@ -532,6 +532,14 @@ func forwardHeader(r *http.Request, src netip.Addr) {
 	}
 	for _, name := range hopByHop {
 		delete(h, name)
+	}
+	// Go's transport sends the first User-Agent alone, and none when it
+	// is empty.
+	if ua := h["User-Agent"]; len(ua) > 1 {
+		h["User-Agent"] = ua[:1]
+	}
+	if ua := h["User-Agent"]; len(ua) == 1 && ua[0] == "" {
+		delete(h, "User-Agent")
 	}
 	delete(h, "Forwarded")
 	h["X-Forwarded-For"] = []string{src.String()}
