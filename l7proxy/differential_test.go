@@ -266,6 +266,7 @@ var (
 		"X-Empty:\r\nX-Spaces:   a  b  \r\nX-Tab:\ta\t\r\n",
 		"User-Agent: probe/1\r\nAccept: */*\r\n",
 		"User-Agent: one\r\nUser-Agent: two\r\n",
+		"X-Fold: a\r\n b\r\n \r\nX-Next: c\r\n",
 		"User-Agent:\r\nX-A: 1\r\n",
 		"Content-Length: 3\r\n\r\nabc",
 		"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"net/textproto"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -533,6 +534,15 @@ func forwardHeader(r *http.Request, src netip.Addr) {
 	for _, name := range hopByHop {
 		delete(h, name)
 	}
+	// Go's transport sends each value with CR and LF made spaces, and
+	// trimmed (a value folded over lines, obs-fold, may end in one).
+	for _, vs := range h {
+		for i, v := range vs {
+			if v != "" && (isSpace(v[0]) || isSpace(v[len(v)-1]) || strings.ContainsAny(v, "\r\n")) {
+				vs[i] = textproto.TrimString(newlineToSpace.Replace(v))
+			}
+		}
+	}
 	// Go's transport sends the first User-Agent alone, and none when it
 	// is empty.
 	if ua := h["User-Agent"]; len(ua) > 1 {
@@ -548,8 +558,12 @@ func forwardHeader(r *http.Request, src netip.Addr) {
 }
 
 // textprotoTrim trims the spaces and tabs around one element of a header
-// list.
+// list, or a header value.
 func textprotoTrim(s string) string { return strings.Trim(s, " \t") }
+
+func isSpace(b byte) bool { return b == ' ' || b == '\t' }
+
+var newlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
 
 // done counts and logs a request's entry.
 func (p *Proxy) done(e LogEntry, start time.Time) {
