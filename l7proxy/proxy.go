@@ -385,9 +385,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id, known = cur.ids[ci.src.Addr()]
 		pp = cur.ports[ci.dst]
 	}
-	// The request-target as Envoy's :path, and the URL that forwards it
-	// unchanged (nil when none can: the proxy answers 400).
-	path, out := target(r, ci.dst)
+	// The request-target as Envoy's :path (forwardable false: the proxy
+	// answers 400 to it).
+	path, forwardable := target(r)
 	if r.Host == "" {
 		// An HTTP/1.0 request without Host goes out with the
 		// destination as Host (the transport's): judged so.
@@ -416,6 +416,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		// A port that is no longer an L7 port, and L3/L4 still allows
 		// the connection: its requests pass, as a new connection's would.
+	}
+	var out *url.URL
+	if allowed && forwardable {
+		out = forwardURL(path, ci.dst)
 	}
 	if allowed && out == nil {
 		http.Error(w, "request-target cannot be forwarded unchanged", http.StatusBadRequest)
@@ -465,20 +469,17 @@ func (p *Proxy) closeConn(w http.ResponseWriter, e LogEntry, start time.Time) {
 }
 
 // target returns the request-target as Envoy's :path (an absolute-form
-// target, http://host/path?q, by its path and query) and the URL that
-// makes the transport send exactly that target to dst: nil when none
-// can (an absolute-form target without "://", or one whose path starts
-// with "//" and holds a byte the URL encoder escapes).
-func target(r *http.Request, dst netip.AddrPort) (string, *url.URL) {
+// target, http://host/path?q, by its path and query), and false when the
+// request cannot be forwarded as judged: an absolute-form target without
+// "://", or whose authority (the Host judged) the transport would send
+// altered (punycode) or empty, being no valid Host header (the server
+// checked the Host header of an origin-form request, not this one).
+func target(r *http.Request) (string, bool) {
 	path := r.RequestURI
 	if r.URL.IsAbs() {
 		i := strings.Index(path, "://")
-		// The Host judged is the authority, which the transport would
-		// send altered (punycode) or empty when it is no valid Host
-		// header: the server checked the Host header of an origin-form
-		// request, not this one.
 		if h, err := httpguts.PunycodeHostPort(r.Host); i < 0 || err != nil || h != r.Host || !httpguts.ValidHostHeader(h) {
-			return path, nil
+			return path, false
 		}
 		rest := path[i+3:]
 		switch j := strings.IndexAny(rest, "/?"); {
@@ -490,25 +491,32 @@ func target(r *http.Request, dst netip.AddrPort) (string, *url.URL) {
 			path = rest[j:]
 		}
 	}
+	return path, true
+}
+
+// forwardURL returns the URL that makes the transport send exactly path
+// as request-target to dst: nil when none can (a path starting with "//"
+// that holds a byte the URL encoder escapes).
+func forwardURL(path string, dst netip.AddrPort) *url.URL {
 	u := &url.URL{Scheme: "http", Host: dst.String()}
 	opaque, query, hasQuery := strings.Cut(path, "?")
 	u.RawQuery, u.ForceQuery = query, hasQuery && query == ""
 	if !strings.HasPrefix(opaque, "//") {
 		// Sent as it is (URL.RequestURI), whatever bytes it holds.
 		u.Opaque = opaque
-		return path, u
+		return u
 	}
 	// An opaque "//x" would be sent as "http://x": keep it in RawPath,
 	// which is sent as it is when it is a valid encoding of Path.
 	p, err := url.PathUnescape(opaque)
 	if err != nil {
-		return path, nil
+		return nil
 	}
 	u.Path, u.RawPath = p, opaque
 	if u.EscapedPath() != opaque {
-		return path, nil
+		return nil
 	}
-	return path, u
+	return u
 }
 
 // hopByHop are the headers of one connection that a proxy does not
