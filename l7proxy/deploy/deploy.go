@@ -88,7 +88,7 @@ func empty(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.Config 
 // proxy judges by it a connection it holds to a port that stopped being
 // an L7 port.
 func l4(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.L4Policy {
-	out := &l7proxy.L4Policy{Enforced: map[uint32]policy.Enforcement{}}
+	out := &l7proxy.L4Policy{Enforced: map[uint32]l7proxy.L4Enforced{}}
 	local := map[uint32]bool{}
 	for _, ep := range lab.Endpoints {
 		if ep.Host == host {
@@ -97,15 +97,15 @@ func l4(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.L4Policy {
 	}
 	for id, enf := range c.Enforced {
 		if enf.Egress || (enf.Ingress && local[id]) {
-			out.Enforced[id] = enf
+			out.Enforced[id] = l7proxy.L4Enforced{Ingress: enf.Ingress, Egress: enf.Egress}
 		}
 	}
 	for _, r := range c.Rules {
 		if (r.Proto != policy.ProtoAny && r.Proto != policy.ProtoTCP) || (r.Dir == policy.Ingress && !local[r.Subject]) {
 			continue
 		}
-		r.Origin = "" // not needed to judge
-		out.Rules = append(out.Rules, r)
+		out.Rules = append(out.Rules, l7proxy.L4Entry{Subject: r.Subject, Egress: r.Dir == policy.Egress, Deny: r.Deny,
+			PeerID: r.PeerID, PeerCIDR: r.PeerCIDR, AnyProto: r.Proto == policy.ProtoAny, PortLo: r.PortLo, PortHi: r.PortHi})
 	}
 	return out
 }
