@@ -36,6 +36,80 @@ type Config struct {
 	Identities map[netip.Addr]uint32 `json:"identities"`
 	// Ports are the L7 ports of the host's endpoints.
 	Ports []PortConfig `json:"ports"`
+	// L4 is the L3/L4 policy of the TCP connections the proxy may hold
+	// open: it judges a connection to a port that stopped being an L7
+	// port (nil: it allows none).
+	L4 *L4Policy `json:"l4,omitempty"`
+}
+
+// L4Policy is the part of the policy IR (package policy: Compiled's
+// Enforced and Rules) that decides, at L3/L4, a TCP connection to an
+// endpoint of the host: the ingress entries of the host's endpoints'
+// identities, the egress entries of every identity (a source may be
+// anywhere), and which directions each enforces. (Its own types: this
+// package is imported by test helpers of packages that policy imports.)
+type L4Policy struct {
+	Enforced map[uint32]L4Enforced `json:"enforced"`
+	Rules    []L4Entry             `json:"rules"`
+}
+
+// L4Enforced says whether an identity is isolated in each direction
+// (policy.Enforcement).
+type L4Enforced struct {
+	Ingress bool `json:"ingress"`
+	Egress  bool `json:"egress"`
+}
+
+// L4Entry is one TCP or any-protocol entry of the IR (policy.Entry).
+type L4Entry struct {
+	Subject  uint32       `json:"subject"`
+	Egress   bool         `json:"egress,omitempty"` // else ingress
+	Deny     bool         `json:"deny,omitempty"`
+	PeerID   uint32       `json:"peerIdentity,omitempty"` // 0 with no PeerCIDR: any peer
+	PeerCIDR netip.Prefix `json:"peerCIDR,omitzero"`
+	AnyProto bool         `json:"anyProto,omitempty"` // else TCP
+	PortLo   uint16       `json:"portLo,omitempty"`   // 0: any port
+	PortHi   uint16       `json:"portHi,omitempty"`
+}
+
+// Allows evaluates a new TCP connection from src to dst as
+// policy.Compiled.Allows does, ids giving the identity of an endpoint
+// address (0 for an address that is no endpoint's).
+func (l *L4Policy) Allows(ids map[netip.Addr]uint32, src, dst netip.AddrPort) bool {
+	if l == nil {
+		return false
+	}
+	return l.side(ids, ids[src.Addr()], true, dst.Addr(), dst.Port()) &&
+		l.side(ids, ids[dst.Addr()], false, src.Addr(), dst.Port())
+}
+
+func (l *L4Policy) side(ids map[netip.Addr]uint32, subject uint32, egress bool, remote netip.Addr, port uint16) bool {
+	allowed := false
+	for _, r := range l.Rules {
+		if r.Subject != subject || r.Egress != egress || !r.matches(ids, remote, port) {
+			continue
+		}
+		if r.Deny {
+			return false
+		}
+		allowed = true
+	}
+	enf := l.Enforced[subject]
+	return allowed || (!egress && !enf.Ingress) || (egress && !enf.Egress)
+}
+
+func (r L4Entry) matches(ids map[netip.Addr]uint32, remote netip.Addr, port uint16) bool {
+	switch {
+	case r.PeerCIDR.IsValid():
+		if !r.PeerCIDR.Contains(remote) {
+			return false
+		}
+	case r.PeerID != 0:
+		if ids[remote] != r.PeerID {
+			return false
+		}
+	}
+	return r.AnyProto || r.PortLo == 0 || (port >= r.PortLo && port <= r.PortHi)
 }
 
 // PortConfig holds the rules of one L7 port of one endpoint.

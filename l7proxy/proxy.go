@@ -11,13 +11,18 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"net/textproto"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/cnlab/cnlab/l7"
 )
@@ -78,12 +83,14 @@ type compiled struct {
 	ports map[netip.AddrPort]*portPolicy
 	// seen are the destinations every configuration since the proxy
 	// started made L7 ports: a connection to one that is no longer an L7
-	// port passes (it was opened while it was); to any other, nothing does.
+	// port is judged at L3/L4 by l4 (it was opened while it was); to any
+	// other, nothing passes.
 	seen map[netip.AddrPort]bool
+	l4   *L4Policy
 }
 
 func compile(cfg *Config) (*compiled, error) {
-	c := &compiled{set: cfg.Set, ids: cfg.Identities, ports: map[netip.AddrPort]*portPolicy{}, seen: map[netip.AddrPort]bool{}}
+	c := &compiled{set: cfg.Set, ids: cfg.Identities, ports: map[netip.AddrPort]*portPolicy{}, seen: map[netip.AddrPort]bool{}, l4: cfg.L4}
 	for _, pc := range cfg.Ports {
 		pp := &portPolicy{byID: map[uint32]*l7.Matcher{}, byAddr: map[netip.Addr]*l7.Matcher{}}
 		for _, peer := range pc.Peers {
@@ -151,6 +158,9 @@ type Proxy struct {
 	// Cilium's proxy does.
 	transports sync.Map // uint32 -> *http.Transport
 	rp         *httputil.ReverseProxy
+	// forwarding, when set (by tests), is called with each request the
+	// proxy forwards, as it was judged.
+	forwarding func(l7.Request)
 }
 
 type ctxKey int
@@ -164,6 +174,19 @@ const (
 type connInfo struct {
 	src, dst netip.AddrPort
 	err      error
+	// l4For and l4OK cache the L3/L4 verdict of the connection under one
+	// configuration (requests of a connection are served one at a time).
+	l4For *compiled
+	l4OK  bool
+}
+
+// allowsL4 reports whether the configuration c allows the connection at
+// L3/L4 (for a port that is no longer an L7 port).
+func (ci *connInfo) allowsL4(c *compiled) bool {
+	if ci.l4For != c {
+		ci.l4For, ci.l4OK = c, c.l4.Allows(c.ids, ci.src, ci.dst)
+	}
+	return ci.l4OK
 }
 
 func newProxy(dir string) *Proxy {
@@ -219,16 +242,14 @@ func serve(ctx context.Context, p *Proxy, ln net.Listener, conn func(net.Conn) *
 		return fmt.Errorf("l7 proxy: control socket: %w", err)
 	}
 	p.rp = &httputil.ReverseProxy{
+		// ServeHTTP has made the request's URL the request-target it
+		// judged and its header the one it judged (forwardHeader): both
+		// go out as they are. ReverseProxy removed the unparsable query
+		// parameters and the X-Forwarded-* headers before Rewrite.
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			ci := pr.In.Context().Value(keyConn).(*connInfo)
-			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = ci.dst.String()
+			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+			pr.Out.Header = pr.In.Header
 			pr.Out.Host = pr.In.Host
-			// No protocol upgrade: the rest of an upgraded connection
-			// would be piped unjudged.
-			pr.Out.Header.Del("Upgrade")
-			pr.Out.Header.Del("Connection")
-			pr.SetXForwarded()
 		},
 		Transport: transportFunc(p.roundTrip),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -364,25 +385,47 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id, known = cur.ids[ci.src.Addr()]
 		pp = cur.ports[ci.dst]
 	}
-	// The request-target as Envoy's :path: an absolute-form target
-	// (http://host/path) is judged by its path and query.
-	path := r.RequestURI
-	if r.URL.IsAbs() {
-		path = r.URL.RequestURI()
+	// The request-target as Envoy's :path (forwardable false: the proxy
+	// answers 400 to it).
+	path, forwardable := target(r)
+	if r.Host == "" {
+		// An HTTP/1.0 request without Host goes out with the
+		// destination as Host (the transport's): judged so.
+		r.Host = ci.dst.String()
 	}
+	// The header judged is the header forwarded.
+	forwardHeader(r, ci.src.Addr())
 	e := LogEntry{Time: start.UTC(), Src: ci.src.String(), Dst: ci.dst.String(), Identity: id, Method: r.Method, Path: path, Host: r.Host}
+	req := l7.Request{Method: r.Method, Path: path, Host: r.Host, Header: r.Header}
 	allowed := ci.err == nil && cur != nil
 	switch {
 	case !allowed:
 	case pp != nil:
 		m := pp.matcher(ci.src.Addr(), id, known)
-		allowed = m != nil && m.Allows(l7.Request{Method: r.Method, Path: path, Host: r.Host, Header: r.Header})
+		allowed = m != nil && m.Allows(req)
+	case !cur.seen[ci.dst]:
+		// A destination that never was an L7 port (the proxy's own
+		// address, say) gets nothing.
+		allowed = false
+	case !ci.allowsL4(cur):
+		// A port that is no longer an L7 port (its policy changed while
+		// this connection was open), and L3/L4 no longer allows the
+		// connection: it ends, as the datapath would refuse it now.
+		p.closeConn(w, e, start)
+		return
 	default:
-		// A port that is no longer an L7 port (its policy went away while
-		// this connection was open) passes, as an established flow does;
-		// a destination that never was one (the proxy's own address,
-		// say) gets nothing.
-		allowed = cur.seen[ci.dst]
+		// A port that is no longer an L7 port, and L3/L4 still allows
+		// the connection: its requests pass, as a new connection's would.
+	}
+	var out *url.URL
+	if allowed && forwardable {
+		out = forwardURL(path, ci.dst)
+	}
+	if allowed && out == nil {
+		http.Error(w, "request-target cannot be forwarded unchanged", http.StatusBadRequest)
+		e.Verdict, e.Status = "denied", http.StatusBadRequest
+		p.done(e, start)
+		return
 	}
 	if !allowed {
 		w.Header().Set("Content-Type", "text/plain")
@@ -393,13 +436,145 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		upErr := false
-		ctx := context.WithValue(context.WithValue(r.Context(), keyIdentity, id), keyUpstreamErr, &upErr)
-		p.rp.ServeHTTP(sw, r.WithContext(ctx))
+		// Not cancelled when the client's side reaches EOF (Go's server
+		// cancels the request's context then): a client that shuts its
+		// sending side down after its request still gets the answer.
+		ctx := context.WithValue(context.WithValue(context.WithoutCancel(r.Context()), keyIdentity, id), keyUpstreamErr, &upErr)
+		fr := r.WithContext(ctx)
+		fr.URL = out
+		// Trailers come after the body, unjudged: not forwarded (nor
+		// their announcement, a hop-by-hop header).
+		fr.Trailer = nil
+		if p.forwarding != nil {
+			p.forwarding(req)
+		}
+		p.rp.ServeHTTP(sw, fr)
 		e.Verdict, e.Status = "allowed", sw.status
 		if upErr {
 			e.Verdict = "upstream-error"
 		}
 	}
+	p.done(e, start)
+}
+
+// closeConn ends a client connection without an answer.
+func (p *Proxy) closeConn(w http.ResponseWriter, e LogEntry, start time.Time) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if c, _, err := hj.Hijack(); err == nil {
+			c.Close()
+		}
+	}
+	e.Verdict = "closed"
+	p.done(e, start)
+}
+
+// target returns the request-target as Envoy's :path (an absolute-form
+// target, http://host/path?q, by its path and query), and false when the
+// request cannot be forwarded as judged: an absolute-form target without
+// "://", or whose authority (the Host judged) the transport would send
+// altered (punycode) or empty, being no valid Host header (the server
+// checked the Host header of an origin-form request, not this one).
+func target(r *http.Request) (string, bool) {
+	path := r.RequestURI
+	if r.URL.IsAbs() {
+		i := strings.Index(path, "://")
+		if h, err := httpguts.PunycodeHostPort(r.Host); i < 0 || err != nil || h != r.Host || !httpguts.ValidHostHeader(h) {
+			return path, false
+		}
+		rest := path[i+3:]
+		switch j := strings.IndexAny(rest, "/?"); {
+		case j < 0:
+			path = "/"
+		case rest[j] == '?':
+			path = "/" + rest[j:]
+		default:
+			path = rest[j:]
+		}
+	}
+	return path, true
+}
+
+// forwardURL returns the URL that makes the transport send exactly path
+// as request-target to dst: nil when none can (a path starting with "//"
+// that holds a byte the URL encoder escapes).
+func forwardURL(path string, dst netip.AddrPort) *url.URL {
+	u := &url.URL{Scheme: "http", Host: dst.String()}
+	opaque, query, hasQuery := strings.Cut(path, "?")
+	u.RawQuery, u.ForceQuery = query, hasQuery && query == ""
+	if !strings.HasPrefix(opaque, "//") {
+		// Sent as it is (URL.RequestURI), whatever bytes it holds.
+		u.Opaque = opaque
+		return u
+	}
+	// An opaque "//x" would be sent as "http://x": keep it in RawPath,
+	// which is sent as it is when it is a valid encoding of Path.
+	p, err := url.PathUnescape(opaque)
+	if err != nil {
+		return nil
+	}
+	u.Path, u.RawPath = p, opaque
+	if u.EscapedPath() != opaque {
+		return nil
+	}
+	return u
+}
+
+// hopByHop are the headers of one connection that a proxy does not
+// forward (RFC 9110 7.6.1, and those httputil.ReverseProxy removes).
+var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// forwardHeader makes the request's header the one the proxy forwards,
+// before the rules judge it, so that the header judged is the header the
+// server receives: without the hop-by-hop headers and those the
+// Connection header names (and so without any protocol upgrade: the rest
+// of an upgraded connection would be piped unjudged), and with the
+// proxy's X-Forwarded-For, -Host and -Proto in place of the client's
+// forwarding headers; User-Agent as the transport sends it.
+func forwardHeader(r *http.Request, src netip.Addr) {
+	h := r.Header
+	for _, v := range h["Connection"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = textprotoTrim(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopByHop {
+		delete(h, name)
+	}
+	// Go's transport sends each value with CR and LF made spaces, and
+	// trimmed (a value folded over lines, obs-fold, may end in one).
+	for _, vs := range h {
+		for i, v := range vs {
+			if v != "" && (isSpace(v[0]) || isSpace(v[len(v)-1]) || strings.ContainsAny(v, "\r\n")) {
+				vs[i] = textproto.TrimString(newlineToSpace.Replace(v))
+			}
+		}
+	}
+	// Go's transport sends the first User-Agent alone, and none when it
+	// is empty.
+	if ua := h["User-Agent"]; len(ua) > 1 {
+		h["User-Agent"] = ua[:1]
+	}
+	if ua := h["User-Agent"]; len(ua) == 1 && ua[0] == "" {
+		delete(h, "User-Agent")
+	}
+	delete(h, "Forwarded")
+	h["X-Forwarded-For"] = []string{src.String()}
+	h["X-Forwarded-Host"] = []string{r.Host}
+	h["X-Forwarded-Proto"] = []string{"http"}
+}
+
+// textprotoTrim trims the spaces and tabs around one element of a header
+// list, or a header value.
+func textprotoTrim(s string) string { return strings.Trim(s, " \t") }
+
+func isSpace(b byte) bool { return b == ' ' || b == '\t' }
+
+var newlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
+
+// done counts and logs a request's entry.
+func (p *Proxy) done(e LogEntry, start time.Time) {
 	e.Micros = time.Since(start).Microseconds()
 	p.count(e)
 	select {
@@ -416,6 +591,9 @@ func (p *Proxy) count(e LogEntry) {
 	defer p.mu.Unlock()
 	p.stats.Requests++
 	switch e.Verdict {
+	case "closed": // no answer: no status
+		p.stats.Denied++
+		return
 	case "denied":
 		p.stats.Denied++
 	case "upstream-error":

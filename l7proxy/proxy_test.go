@@ -23,6 +23,13 @@ import (
 // upstream as their original destination, with cfg as its configuration.
 func startProxy(t *testing.T, upstream netip.AddrPort, cfg Config) (dir string, addr string) {
 	t.Helper()
+	return startProxyWith(t, upstream, cfg, nil)
+}
+
+// startProxyWith is startProxy, with a hook called with each request the
+// proxy forwards, as it was judged.
+func startProxyWith(t testing.TB, upstream netip.AddrPort, cfg Config, forwarding func(l7.Request)) (dir string, addr string) {
+	t.Helper()
 	dir = t.TempDir()
 	writeConfig(t, dir, cfg)
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -30,6 +37,7 @@ func startProxy(t *testing.T, upstream netip.AddrPort, cfg Config) (dir string, 
 		t.Fatal(err)
 	}
 	p := newProxy(dir)
+	p.forwarding = forwarding
 	if err := p.reload(false); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +69,7 @@ func startProxy(t *testing.T, upstream netip.AddrPort, cfg Config) (dir string, 
 	return dir, ln.Addr().String()
 }
 
-func writeConfig(t *testing.T, dir string, cfg Config) {
+func writeConfig(t testing.TB, dir string, cfg Config) {
 	t.Helper()
 	data, err := json.Marshal(cfg)
 	if err != nil {
@@ -160,7 +168,8 @@ func TestProxyReloadKeepsOldPortsWhenAsked(t *testing.T) {
 	cfg := Config{Set: "s1", Identities: map[netip.Addr]uint32{netip.MustParseAddr("127.0.0.1"): 300},
 		Ports: []PortConfig{{Addr: up.Addr(), Port: up.Port(), Peers: []PeerConfig{{Identity: 300, Rules: []l7.Rule{{Path: "/a"}}}}}}}
 	dir, addr := startProxy(t, up, cfg)
-	writeConfig(t, dir, Config{Set: "s2"}) // the port is no L7 port any more
+	// The port is no L7 port any more, and L3/L4 isolates nothing.
+	writeConfig(t, dir, Config{Set: "s2", L4: &L4Policy{}})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := Command(ctx, dir, "reload keep"); err != nil {
@@ -173,7 +182,7 @@ func TestProxyReloadKeepsOldPortsWhenAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := send(t, addr, "GET /b"); !strings.HasPrefix(got[0], "200 ") {
-		t.Errorf("a port that is no L7 port passes, as an established flow: %q", got)
+		t.Errorf("a port that is no L7 port passes when L3/L4 allows the connection: %q", got)
 	}
 	if _, err := Command(ctx, dir, "frobnicate"); err == nil {
 		t.Error("an unknown command is not refused")

@@ -282,6 +282,13 @@ func TestL7ThroughService(t *testing.T) {
 // scenario (x's web endpoints: GET /public from namespace x).
 func getPublicLab(t *testing.T, name, dp string) *topology.Spec {
 	t.Helper()
+	spec, _ := publicLab(t, name, dp)
+	return spec
+}
+
+// publicLab is getPublicLab, with the probe's servers.
+func publicLab(t *testing.T, name, dp string) (*topology.Spec, *probe.HTTPServers) {
+	t.Helper()
 	spec := scenarioLab(t, name, dp, "wire")
 	srv, err := probe.ListenHTTP(spec, scenarios.L7Port)
 	if err != nil {
@@ -295,7 +302,7 @@ func getPublicLab(t *testing.T, name, dp string) *topology.Spec {
 	if _, err := Apply(context.Background(), spec.Name, pols); err != nil {
 		t.Fatal(err)
 	}
-	return spec
+	return spec, srv
 }
 
 // synRetrans reads TcpExt TCPSynRetrans of a namespace.

@@ -31,7 +31,7 @@ import (
 // Build returns the configuration of the proxy of one host: nil when none
 // of its endpoints has an L7 port.
 func Build(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.Config {
-	cfg := &l7proxy.Config{Lab: lab.Name, Host: host, Set: c.Set, Identities: identities(lab, c)}
+	cfg := empty(lab, host, c)
 	ips := map[uint32][]netip.Addr{} // each identity's addresses
 	for _, ep := range lab.Endpoints {
 		id := c.IdentityOfIP(ep.IP)
@@ -74,6 +74,38 @@ func identityPeers(c *policy.Compiled, subject uint32, port uint16, id uint32, a
 		case !reflect.DeepEqual(rules, first):
 			out = append(out, l7proxy.PeerConfig{Identity: id, Addr: ip, Rules: rules})
 		}
+	}
+	return out
+}
+
+// empty is the configuration of a host's proxy with no L7 port: what
+// judges the connections it still holds.
+func empty(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.Config {
+	return &l7proxy.Config{Lab: lab.Name, Host: host, Set: c.Set, Identities: identities(lab, c), L4: l4(lab, host, c)}
+}
+
+// l4 is the L3/L4 policy of TCP connections to the host's endpoints: the
+// proxy judges by it a connection it holds to a port that stopped being
+// an L7 port.
+func l4(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.L4Policy {
+	out := &l7proxy.L4Policy{Enforced: map[uint32]l7proxy.L4Enforced{}}
+	local := map[uint32]bool{}
+	for _, ep := range lab.Endpoints {
+		if ep.Host == host {
+			local[c.IdentityOfIP(ep.IP)] = true
+		}
+	}
+	for id, enf := range c.Enforced {
+		if enf.Egress || (enf.Ingress && local[id]) {
+			out.Enforced[id] = l7proxy.L4Enforced{Ingress: enf.Ingress, Egress: enf.Egress}
+		}
+	}
+	for _, r := range c.Rules {
+		if (r.Proto != policy.ProtoAny && r.Proto != policy.ProtoTCP) || (r.Dir == policy.Ingress && !local[r.Subject]) {
+			continue
+		}
+		out.Rules = append(out.Rules, l7proxy.L4Entry{Subject: r.Subject, Egress: r.Dir == policy.Egress, Deny: r.Deny,
+			PeerID: r.PeerID, PeerCIDR: r.PeerCIDR, AnyProto: r.Proto == policy.ProtoAny, PortLo: r.PortLo, PortHi: r.PortHi})
 	}
 	return out
 }
@@ -137,7 +169,7 @@ func Push(ctx context.Context, lab *topology.Spec, c *policy.Compiled, keep bool
 			continue
 		}
 		if cfg == nil {
-			cfg = &l7proxy.Config{Lab: lab.Name, Host: h.Name, Set: c.Set, Identities: identities(lab, c)}
+			cfg = empty(lab, h.Name, c)
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return started, fmt.Errorf("l7 proxy of host %s: %w", h.Name, err)

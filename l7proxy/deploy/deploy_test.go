@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/scenarios"
+	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/policy/policytest"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -102,4 +103,46 @@ spec:
 	if strings.Join(paths[""], ",") != "/b,/a" || strings.Join(paths["10.0.191.11"], ",") != "/b" {
 		t.Errorf("peers %v", paths)
 	}
+}
+
+// TestL4AgreesWithIR: the L3/L4 policy each host's proxy gets judges a
+// TCP connection to one of the host's endpoints (from an endpoint, or
+// from an address that is no endpoint's) as the IR does, in every
+// scenario: what the proxy decides for a connection it holds to a port
+// that stopped being an L7 port.
+func TestL4AgreesWithIR(t *testing.T) {
+	var docs []string
+	for _, sc := range scenarios.All {
+		docs = append(docs, sc.Policies)
+	}
+	for _, sc := range scenarios.L7 {
+		docs = append(docs, sc.Policies)
+	}
+	others := []netip.Addr{netip.MustParseAddr("192.168.7.7"), netip.MustParseAddr("10.0.192.99"), netip.MustParseAddr("172.16.0.1")}
+	checked := 0
+	for i, doc := range docs {
+		lab, c := policytest.Compile(t, doc, topology.Overrides{})
+		for _, h := range lab.Hosts {
+			cfg := empty(lab, h.Name, c)
+			srcs := append([]netip.Addr{}, others...)
+			for _, ep := range lab.Endpoints {
+				srcs = append(srcs, ep.IP)
+			}
+			for _, dst := range lab.Endpoints {
+				if dst.Host != h.Name {
+					continue
+				}
+				for _, src := range srcs {
+					for _, port := range []uint16{80, 81, 443, 8080} {
+						want := c.Allows(src, dst.IP, policy.ProtoTCP, port)
+						if got := cfg.L4.Allows(cfg.Identities, netip.AddrPortFrom(src, 40000), netip.AddrPortFrom(dst.IP, port)); got != want {
+							t.Errorf("policies %d, host %s: %s -> %s:%d: proxy's L3/L4 %v, IR %v", i, h.Name, src, dst.ID(), port, got, want)
+						}
+						checked++
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d connections checked in %d policy sets", checked, len(docs))
 }
