@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
-	"net/textproto"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -243,7 +242,7 @@ func serve(ctx context.Context, p *Proxy, ln net.Listener, conn func(net.Conn) *
 	}
 	p.rp = &httputil.ReverseProxy{
 		// ServeHTTP has made the request's URL the request-target it
-		// judged and its header the one it judged (forwardHeader): both
+		// judged and its header the one it judged (l7.ForwardHeader): both
 		// go out as they are. ReverseProxy removed the unparsable query
 		// parameters and the X-Forwarded-* headers before Rewrite.
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -394,7 +393,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Host = ci.dst.String()
 	}
 	// The header judged is the header forwarded.
-	forwardHeader(r, ci.src.Addr())
+	l7.ForwardHeader(r.Header, r.Host, ci.src.Addr())
 	e := LogEntry{Time: start.UTC(), Src: ci.src.String(), Dst: ci.dst.String(), Identity: id, Method: r.Method, Path: path, Host: r.Host}
 	req := l7.Request{Method: r.Method, Path: path, Host: r.Host, Header: r.Header}
 	allowed := ci.err == nil && cur != nil
@@ -518,60 +517,6 @@ func forwardURL(path string, dst netip.AddrPort) *url.URL {
 	}
 	return u
 }
-
-// hopByHop are the headers of one connection that a proxy does not
-// forward (RFC 9110 7.6.1, and those httputil.ReverseProxy removes).
-var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-// forwardHeader makes the request's header the one the proxy forwards,
-// before the rules judge it, so that the header judged is the header the
-// server receives: without the hop-by-hop headers and those the
-// Connection header names (and so without any protocol upgrade: the rest
-// of an upgraded connection would be piped unjudged), and with the
-// proxy's X-Forwarded-For, -Host and -Proto in place of the client's
-// forwarding headers; User-Agent as the transport sends it.
-func forwardHeader(r *http.Request, src netip.Addr) {
-	h := r.Header
-	for _, v := range h["Connection"] {
-		for name := range strings.SplitSeq(v, ",") {
-			if name = textprotoTrim(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, name := range hopByHop {
-		delete(h, name)
-	}
-	// Go's transport sends each value with CR and LF made spaces, and
-	// trimmed (a value folded over lines, obs-fold, may end in one).
-	for _, vs := range h {
-		for i, v := range vs {
-			if v != "" && (isSpace(v[0]) || isSpace(v[len(v)-1]) || strings.ContainsAny(v, "\r\n")) {
-				vs[i] = textproto.TrimString(newlineToSpace.Replace(v))
-			}
-		}
-	}
-	// Go's transport sends the first User-Agent alone, and none when it
-	// is empty.
-	if ua := h["User-Agent"]; len(ua) > 1 {
-		h["User-Agent"] = ua[:1]
-	}
-	if ua := h["User-Agent"]; len(ua) == 1 && ua[0] == "" {
-		delete(h, "User-Agent")
-	}
-	delete(h, "Forwarded")
-	h["X-Forwarded-For"] = []string{src.String()}
-	h["X-Forwarded-Host"] = []string{r.Host}
-	h["X-Forwarded-Proto"] = []string{"http"}
-}
-
-// textprotoTrim trims the spaces and tabs around one element of a header
-// list, or a header value.
-func textprotoTrim(s string) string { return strings.Trim(s, " \t") }
-
-func isSpace(b byte) bool { return b == ' ' || b == '\t' }
-
-var newlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
 
 // done counts and logs a request's entry.
 func (p *Proxy) done(e LogEntry, start time.Time) {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -118,8 +119,15 @@ func (m *Model) HTTPVerdict(src, dst *topology.Endpoint, port int, req Request) 
 		v.L7 = fmt.Sprintf("not proxied: no L7 rule on %s port %d", dst.ID(), port)
 		return v
 	}
+	// The rules judge the header the proxy forwards (l7.ForwardHeader),
+	// as the proxy does.
+	hdr := make(http.Header, len(req.Header)+3)
+	for k, vs := range req.Header {
+		hdr[k] = slices.Clone(vs)
+	}
+	l7.ForwardHeader(hdr, req.Host, src.IP)
 	mt, err := l7.Compile(rules)
-	if err == nil && mt.Allows(l7.Request{Method: req.Method, Path: req.Path, Host: req.Host, Header: req.Header}) {
+	if err == nil && mt.Allows(l7.Request{Method: req.Method, Path: req.Path, Host: req.Host, Header: hdr}) {
 		v.Status = 200
 		v.L7 = "allowed by the L7 rules of " + strings.Join(origins, ", ")
 		return v

@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -91,7 +93,12 @@ func TestL7CompiledAgreesWithModel(t *testing.T) {
 							if err != nil {
 								t.Fatal(err)
 							}
-							if !mt.Allows(l7.Request{Method: mr.Method, Path: mr.Path, Host: mr.Host, Header: mr.Header}) {
+							hdr := http.Header{} // as the proxy judges it: forwarded
+							for k, vs := range mr.Header {
+								hdr[k] = slices.Clone(vs)
+							}
+							l7.ForwardHeader(hdr, mr.Host, src.IP)
+							if !mt.Allows(l7.Request{Method: mr.Method, Path: mr.Path, Host: mr.Host, Header: hdr}) {
 								got = 403
 							}
 						}
