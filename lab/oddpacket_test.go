@@ -158,6 +158,7 @@ func udpCase(name string, port int, frames func(f oddFrames) [][]byte) oddCase {
 
 func tcpCase(name string, port int, flags byte) oddCase {
 	return oddCase{name, byModel, "TCP", port, func(f oddFrames) [][]byte {
+		f.ip.Proto = unix.IPPROTO_TCP
 		return [][]byte{f.whole(f.tcp(uint16(port), flags))}
 	}}
 }
