@@ -52,6 +52,14 @@ const (
 	// not speak (tagged frames, IPv6) and IPv4 not addressed to it
 	// (broadcast, multicast), which no policy can allow (docs/policy.md).
 	never
+	// invalid: a transport header no connection can begin with (TCP
+	// flag sets conntrack calls invalid, UDP with length 0), to a port
+	// the model allows z/a. From a sender the model denies no frame may
+	// arrive. From z/a the datapaths differ, and say so in
+	// docs/limits.md: netfilter drops them (conntrack: invalid), eBPF
+	// judges them by policy and hands them to the endpoint, whose
+	// kernel drops them.
+	invalid
 )
 
 // oddCase is one sequence of frames a sender puts on its eth0, and what
@@ -163,6 +171,12 @@ func tcpCase(name string, port int, flags byte) oddCase {
 	}}
 }
 
+func invalidTCP(name string, flags byte) oddCase {
+	c := tcpCase(name, 81, flags)
+	c.verdict = invalid
+	return c
+}
+
 var oddCases = []oddCase{
 	udpCase("fragmented, port 81", 81, func(f oddFrames) [][]byte {
 		d := f.udp(81)
@@ -231,12 +245,23 @@ var oddCases = []oddCase{
 		return [][]byte{f.to(f.ip.Dst, macBroadcast).whole(f.udp(82))}
 	}),
 	tcpCase("TCP SYN, port 81", 81, tcpSYN),
+	tcpCase("TCP ACK without a connection, port 81", 81, tcpACK),
 	tcpCase("TCP SYN, port 82", 82, tcpSYN),
 	tcpCase("TCP ACK without a connection, port 82", 82, tcpACK),
 	tcpCase("TCP RST, port 82", 82, tcpRST),
 	tcpCase("TCP SYN+FIN, port 82", 82, tcpSYN|tcpFIN),
 	tcpCase("TCP no flags, port 82", 82, 0),
 	tcpCase("TCP FIN+PSH+URG, port 82", 82, tcpFIN|tcpPSH|tcpURG),
+	invalidTCP("TCP SYN+FIN, port 81", tcpSYN|tcpFIN),
+	invalidTCP("TCP SYN+RST, port 81", tcpSYN|tcpRST),
+	invalidTCP("TCP no flags, port 81", 0),
+	invalidTCP("TCP FIN+PSH+URG, port 81", tcpFIN|tcpPSH|tcpURG),
+	invalidTCP("TCP RST without a connection, port 81", tcpRST),
+	{"UDP length 0, port 81", invalid, "", 0, func(f oddFrames) [][]byte {
+		d := f.udp(81)
+		d[4], d[5] = 0, 0
+		return [][]byte{f.whole(d)}
+	}},
 	// Forged ICMP: an error quoting a flow that never was (x/a's UDP/81
 	// to the sender's port of this case, which no other case sends
 	// from), and an echo request; the policy allows no ICMP.
@@ -260,7 +285,9 @@ var oddCases = []oddCase{
 // there, the model's. The cases (oddCases): fragments (in order, later
 // first, a tiny first fragment, and offset-0 overlaps that rewrite the
 // port either way), IP options, VLAN and QinQ tags, IPv6, broadcast and
-// multicast, TCP flag sets, forged ICMP. They go from z/a (same host,
+// multicast, TCP flag sets (and headers no connection begins with, whose
+// verdict from an allowed sender the datapaths do not share: invalid),
+// forged ICMP. They go from z/a (same host,
 // allowed UDP and TCP 81), y/b (same host, denied) and y/a (the other
 // host, denied), each sender's frames from its eth0, while x/a listens on
 // UDP 81 and 82 and sniffs its eth0. A case the model allows must arrive
