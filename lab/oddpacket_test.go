@@ -90,41 +90,10 @@ func (f oddFrames) udp(port uint16) []byte {
 	return probe.UDP(f.sport, port, bytes.Repeat(f.nonce, 3))
 }
 
-// TCP flags.
-const (
-	tcpFIN = 0x01
-	tcpSYN = 0x02
-	tcpRST = 0x04
-	tcpPSH = 0x08
-	tcpACK = 0x10
-	tcpURG = 0x20
-)
-
-// tcp is a TCP segment to port with the given flags, the nonce as its
-// payload and a correct checksum (conntrack drops a wrong one as
-// invalid before any policy sees it).
+// tcp is a TCP segment to port with the given flags and the nonce as its
+// payload.
 func (f oddFrames) tcp(port uint16, flags byte) []byte {
-	b := make([]byte, 20, 20+len(f.nonce))
-	binary.BigEndian.PutUint16(b[0:], f.sport)
-	binary.BigEndian.PutUint16(b[2:], port)
-	binary.BigEndian.PutUint32(b[4:], 0x1000)
-	if flags&tcpACK != 0 {
-		binary.BigEndian.PutUint32(b[8:], 0x2000)
-	}
-	b[12] = 5 << 4
-	b[13] = flags
-	binary.BigEndian.PutUint16(b[14:], 65535)
-	b = append(b, f.nonce...)
-	binary.BigEndian.PutUint16(b[16:], f.l4sum(unix.IPPROTO_TCP, b))
-	return b
-}
-
-// l4sum is the checksum of a transport segment with the IPv4 pseudo
-// header.
-func (f oddFrames) l4sum(proto uint8, seg []byte) uint16 {
-	s, d := f.ip.Src.As4(), f.ip.Dst.As4()
-	ph := append(append(append([]byte{}, s[:]...), d[:]...), 0, proto, byte(len(seg)>>8), byte(len(seg)))
-	return probe.Checksum(append(ph, seg...))
+	return probe.TCP(netip.AddrPortFrom(f.ip.Src, f.sport), netip.AddrPortFrom(f.ip.Dst, port), flags, f.nonce)
 }
 
 // icmp is an ICMP message of the given type and code whose body is body
@@ -244,19 +213,19 @@ var oddCases = []oddCase{
 	udpCase("x/a's address in a broadcast frame, port 82", 82, func(f oddFrames) [][]byte {
 		return [][]byte{f.to(f.ip.Dst, macBroadcast).whole(f.udp(82))}
 	}),
-	tcpCase("TCP SYN, port 81", 81, tcpSYN),
-	tcpCase("TCP ACK without a connection, port 81", 81, tcpACK),
-	tcpCase("TCP SYN, port 82", 82, tcpSYN),
-	tcpCase("TCP ACK without a connection, port 82", 82, tcpACK),
-	tcpCase("TCP RST, port 82", 82, tcpRST),
-	tcpCase("TCP SYN+FIN, port 82", 82, tcpSYN|tcpFIN),
+	tcpCase("TCP SYN, port 81", 81, probe.TCPSyn),
+	tcpCase("TCP ACK without a connection, port 81", 81, probe.TCPAck),
+	tcpCase("TCP SYN, port 82", 82, probe.TCPSyn),
+	tcpCase("TCP ACK without a connection, port 82", 82, probe.TCPAck),
+	tcpCase("TCP RST, port 82", 82, probe.TCPRst),
+	tcpCase("TCP SYN+FIN, port 82", 82, probe.TCPSyn|probe.TCPFin),
 	tcpCase("TCP no flags, port 82", 82, 0),
-	tcpCase("TCP FIN+PSH+URG, port 82", 82, tcpFIN|tcpPSH|tcpURG),
-	invalidTCP("TCP SYN+FIN, port 81", tcpSYN|tcpFIN),
-	invalidTCP("TCP SYN+RST, port 81", tcpSYN|tcpRST),
+	tcpCase("TCP FIN+PSH+URG, port 82", 82, probe.TCPFin|probe.TCPPsh|probe.TCPUrg),
+	invalidTCP("TCP SYN+FIN, port 81", probe.TCPSyn|probe.TCPFin),
+	invalidTCP("TCP SYN+RST, port 81", probe.TCPSyn|probe.TCPRst),
 	invalidTCP("TCP no flags, port 81", 0),
-	invalidTCP("TCP FIN+PSH+URG, port 81", tcpFIN|tcpPSH|tcpURG),
-	invalidTCP("TCP RST without a connection, port 81", tcpRST),
+	invalidTCP("TCP FIN+PSH+URG, port 81", probe.TCPFin|probe.TCPPsh|probe.TCPUrg),
+	invalidTCP("TCP RST without a connection, port 81", probe.TCPRst),
 	{"UDP length 0, port 81", invalid, "", 0, func(f oddFrames) [][]byte {
 		d := f.udp(81)
 		d[4], d[5] = 0, 0
