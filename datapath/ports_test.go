@@ -26,6 +26,10 @@ func TestPortScript(t *testing.T) {
 		"add rule bridge cnlab port ether type { 8021q, 8021ad } counter drop\nadd rule bridge cnlab port iifname . ether saddr . ip saddr @ip4 accept\n",
 		"add rule bridge cnlab port iifname . ether saddr . arp saddr ether . arp saddr ip @arp4 accept\n",
 		"add rule bridge cnlab port counter drop\n",
+		// Out of an endpoint's port, IPv4 only to its address.
+		"add chain bridge cnlab forward { type filter hook forward priority filter; policy accept; }\n" +
+			"add rule bridge cnlab forward oifname @ports oifname . ip daddr != @dst4 counter drop\n",
+		`add element bridge cnlab dst4 { "vetha" . 10.0.0.10, "vethb" . 10.0.0.11 }` + "\n",
 		`add element bridge cnlab ports { "vetha", "vethb" }` + "\n",
 		`add element bridge cnlab ip4 { "vetha" . 02:00:00:00:00:0a . 10.0.0.10, "vethb" . 02:00:00:00:00:0b . 10.0.0.11 }` + "\n",
 		`add element bridge cnlab arp4 { "vetha" . 02:00:00:00:00:0a . 02:00:00:00:00:0a . 10.0.0.10, "vethb" . 02:00:00:00:00:0b . 02:00:00:00:00:0b . 10.0.0.11 }` + "\n",

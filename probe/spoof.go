@@ -273,6 +273,37 @@ func UDP(sport, dport uint16, payload []byte) []byte {
 	return append(b, payload...)
 }
 
+// TCP flags, as TCP's flags byte holds them.
+const (
+	TCPFin = 0x01
+	TCPSyn = 0x02
+	TCPRst = 0x04
+	TCPPsh = 0x08
+	TCPAck = 0x10
+	TCPUrg = 0x20
+)
+
+// TCP is a TCP segment from src to dst with the given flags and payload:
+// sequence number 0x1000, acknowledgment 0x2000 when ACK is set, no
+// options, and a correct checksum (conntrack finds a wrong one invalid).
+func TCP(src, dst netip.AddrPort, flags uint8, payload []byte) []byte {
+	b := make([]byte, 20, 20+len(payload))
+	binary.BigEndian.PutUint16(b[0:], src.Port())
+	binary.BigEndian.PutUint16(b[2:], dst.Port())
+	binary.BigEndian.PutUint32(b[4:], 0x1000)
+	if flags&TCPAck != 0 {
+		binary.BigEndian.PutUint32(b[8:], 0x2000)
+	}
+	b[12] = 5 << 4
+	b[13] = flags
+	binary.BigEndian.PutUint16(b[14:], 65535)
+	b = append(b, payload...)
+	s, d := src.Addr().As4(), dst.Addr().As4()
+	ph := append(append(append(make([]byte, 0, 12+len(b)), s[:]...), d[:]...), 0, unix.IPPROTO_TCP, byte(len(b)>>8), byte(len(b)))
+	binary.BigEndian.PutUint16(b[16:], Checksum(append(ph, b...)))
+	return b
+}
+
 // UDPFrame is an IPv4 UDP packet in an Ethernet frame, with any source.
 func UDPFrame(srcMAC, dstMAC net.HardwareAddr, src, dst netip.AddrPort, payload []byte) []byte {
 	h := IPv4{Src: src.Addr(), Dst: dst.Addr(), Proto: unix.IPPROTO_UDP, Frag: IPv4DontFragment}
