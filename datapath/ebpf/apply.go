@@ -32,8 +32,9 @@ type staged struct {
 	host *topology.Host
 	maps *hostMaps
 	cfg  cnlabConfig
-	ids  outerIDs    // of the host's outer maps
-	next *genContent // what the next generation now holds
+	ids  outerIDs         // of the host's outer maps
+	next *genContent      // what the next generation now holds
+	sets *change.HostSets // what the host's files said, when read (active)
 }
 
 // Apply implements datapath.Datapath. Every host gets its next generation
@@ -143,7 +144,14 @@ func (d *Datapath) apply(ctx context.Context, lab *topology.Spec, from, c *polic
 	// (the generation read back from the kernel alone cannot tell two
 	// interrupted switches from none).
 	for _, s := range all {
-		if err := change.MarkDirty(change.StatePath(lab.Name, kind.EBPF, s.host.Name), c.Set); err != nil {
+		path := change.StatePath(lab.Name, kind.EBPF, s.host.Name)
+		var err error
+		if s.sets != nil {
+			err = change.MarkDirtyFrom(path, *s.sets, c.Set)
+		} else {
+			err = change.MarkDirty(path, c.Set)
+		}
+		if err != nil {
 			return fmt.Errorf("host %s: mark datapath state: %w (no host changed)", s.host.Name, err)
 		}
 		_ = fault.At(fault.Dirty, s.host.Name)
@@ -304,6 +312,7 @@ func openStaged(lab *topology.Spec, h *topology.Host) (*staged, error) {
 // host's files say it enforces set (clean, not marked), else nil.
 func (s *staged) active(lab, set string) *genContent {
 	hp := change.ReadHost(change.StatePath(lab, kind.EBPF, s.host.Name))
+	s.sets = &hp
 	if hp.Dirty || len(hp.Sets) != 1 || hp.Sets[0] != set || set == "" {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"unsafe"
 
 	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/policy"
@@ -151,12 +152,13 @@ type touch struct {
 // changed. nil: nothing changed. full: the change touches a deny, or
 // most of the rules: flatten again.
 func (p *planner) diffRules(have, want []policy.Entry) (rp *rulePatch, full bool) {
+	var eq ruleEq
 	head := 0
-	for head < len(have) && head < len(want) && have[head] == want[head] {
+	for head < len(have) && head < len(want) && eq.equal(&have[head], &want[head]) {
 		head++
 	}
 	tail := 0
-	for tail < len(have)-head && tail < len(want)-head && have[len(have)-1-tail] == want[len(want)-1-tail] {
+	for tail < len(have)-head && tail < len(want)-head && eq.equal(&have[len(have)-1-tail], &want[len(want)-1-tail]) {
 		tail++
 	}
 	removed, added := have[head:len(have)-tail], want[head:len(want)-tail]
@@ -218,6 +220,32 @@ func (p *planner) diffRules(have, want []policy.Entry) (rp *rulePatch, full bool
 		}
 	}
 	return rp, false
+}
+
+// ruleEq compares rules of two compiled sets (==), remembering the last
+// two origins found equal: the rules one policy rule compiles into (one
+// per peer and protocol) share their origin string, so most origins are
+// compared once, not once per rule. The two sets were compiled apart, so
+// equal origins are different strings whose bytes must be read.
+type ruleEq struct {
+	a, b *byte // the origins last found equal
+	n    int   // their length
+}
+
+func (q *ruleEq) equal(a, b *policy.Entry) bool {
+	if a.Subject != b.Subject || a.Dir != b.Dir || a.Deny != b.Deny || a.PeerID != b.PeerID || a.PeerCIDR != b.PeerCIDR ||
+		a.Proto != b.Proto || a.PortLo != b.PortLo || a.PortHi != b.PortHi || a.L7 != b.L7 || len(a.Origin) != len(b.Origin) {
+		return false
+	}
+	pa, pb := unsafe.StringData(a.Origin), unsafe.StringData(b.Origin)
+	if pa == pb || (pa == q.a && pb == q.b && len(a.Origin) == q.n) {
+		return true
+	}
+	if a.Origin != b.Origin {
+		return false
+	}
+	q.a, q.b, q.n = pa, pb, len(a.Origin)
+	return true
 }
 
 // apply brings the entries es of the identity (sorted, as flatten returns

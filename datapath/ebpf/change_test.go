@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"fmt"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -139,5 +140,46 @@ func TestPlanChangeScale(t *testing.T) {
 				t.Errorf("%s -> %s: not patched", a, b)
 			}
 		}
+	}
+}
+
+// TestRuleEq checks that ruleEq compares rules as == does, field by
+// field (a field added to policy.Entry must be added to ruleEq), and
+// whatever origins it remembers.
+func TestRuleEq(t *testing.T) {
+	base := policy.Entry{Subject: 1, Dir: policy.Ingress, PeerID: 2, Proto: 6, PortLo: 80, PortHi: 81, Origin: "x/p0 ingress[0]"}
+	typ := reflect.TypeOf(base)
+	for i := 0; i < typ.NumField(); i++ {
+		other := base
+		f := reflect.ValueOf(&other).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.Bool:
+			f.SetBool(!f.Bool())
+		case reflect.Uint8, reflect.Uint16, reflect.Uint32:
+			f.SetUint(f.Uint() + 1)
+		case reflect.String:
+			f.SetString(f.String() + "x")
+		case reflect.Struct: // PeerCIDR
+			f.Set(reflect.ValueOf(netip.MustParsePrefix("10.0.0.0/8")))
+		default:
+			t.Fatalf("policy.Entry.%s: a kind TestRuleEq does not know (%s): check ruleEq", typ.Field(i).Name, f.Kind())
+		}
+		var q ruleEq
+		if q.equal(&base, &other) || base == other {
+			t.Errorf("policy.Entry.%s differs, ruleEq says equal (or the test did not change it)", typ.Field(i).Name)
+		}
+	}
+	// Origins equal in content, then one remembered that differs.
+	var q ruleEq
+	a, b := base, base
+	a.Origin, b.Origin = strings.Clone(base.Origin), strings.Clone(base.Origin)
+	if !q.equal(&a, &b) || !q.equal(&a, &b) {
+		t.Fatal("equal rules compare unequal")
+	}
+	long := a.Origin + " and more"
+	c, d := a, b
+	c.Origin, d.Origin = long, strings.Clone(b.Origin+" and mork")
+	if q.equal(&c, &d) {
+		t.Fatal("different origins compare equal")
 	}
 }

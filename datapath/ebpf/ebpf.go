@@ -39,6 +39,7 @@ func pinnedLabs() []string {
 
 // removePins removes a lab's pins, and the root once no lab has any.
 func removePins(lab string) error {
+	forgetPinned(filepath.Join(PinRoot, lab))
 	if err := os.RemoveAll(filepath.Join(PinRoot, lab)); err != nil {
 		return fmt.Errorf("remove pins of lab %s: %w", lab, err)
 	}

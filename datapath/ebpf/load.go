@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 
@@ -119,7 +120,7 @@ func (m *hostMaps) open(host string, names ...string) error {
 		if *dst != nil {
 			continue
 		}
-		x, err := ebpf.LoadPinnedMap(filepath.Join(m.dir, name), nil)
+		x, err := loadPinned(filepath.Join(m.dir, name))
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("host %s: the eBPF datapath is not set up (no %s under %s)", host, name, m.dir)
@@ -165,4 +166,75 @@ func (m *hostMaps) readConfig() (cnlabConfig, error) {
 	var c cnlabConfig
 	err := m.config.Lookup(uint32(0), &c)
 	return c, err
+}
+
+// pinnedCache keeps, by pin path, a handle on each map this process
+// opened from a pin, with the pin's stamp: opening a pinned map costs a
+// BPF_OBJ_GET, a readlink of /proc/self/fd and a BPF_OBJ_GET_INFO_BY_FD
+// (tens of microseconds, times five maps and two hosts per policy
+// change); a stat and a dup cost a few. A pin is never rewritten: a map
+// pinned again at the path (a lab set up again) is a new bpffs inode, so
+// a pin with the same stamp is the same map. The handles of a lab are
+// closed when its pins are removed (removePins), or when a pin is found
+// gone or replaced.
+var pinnedCache struct {
+	sync.Mutex
+	by map[string]cachedMap
+}
+
+type cachedMap struct {
+	stamp fileStamp
+	m     *ebpf.Map // the cache's own handle: callers get clones
+}
+
+// loadPinned is ebpf.LoadPinnedMap, from a handle this process keeps
+// when the pin is the one it opened before. The caller closes the map it
+// gets.
+func loadPinned(path string) (*ebpf.Map, error) {
+	stamp, ok := stampOf(path)
+	pinnedCache.Lock()
+	c, hit := pinnedCache.by[path]
+	if hit && (!ok || c.stamp != stamp) {
+		delete(pinnedCache.by, path)
+		c.m.Close()
+		hit = false
+	}
+	var m *ebpf.Map
+	var err error
+	if hit {
+		m, err = c.m.Clone()
+	}
+	pinnedCache.Unlock()
+	if hit && err == nil {
+		return m, nil
+	}
+	if m, err = ebpf.LoadPinnedMap(path, nil); err != nil {
+		return nil, err
+	}
+	if after, same := stampOf(path); ok && same && after == stamp {
+		if keep, err := m.Clone(); err == nil {
+			pinnedCache.Lock()
+			if pinnedCache.by == nil {
+				pinnedCache.by = map[string]cachedMap{}
+			}
+			if old, ok := pinnedCache.by[path]; ok {
+				old.m.Close()
+			}
+			pinnedCache.by[path] = cachedMap{stamp, keep}
+			pinnedCache.Unlock()
+		}
+	}
+	return m, nil
+}
+
+// forgetPinned closes the handles kept for the pins under dir.
+func forgetPinned(dir string) {
+	pinnedCache.Lock()
+	defer pinnedCache.Unlock()
+	for path, c := range pinnedCache.by {
+		if path == dir || strings.HasPrefix(path, dir+string(filepath.Separator)) {
+			c.m.Close()
+			delete(pinnedCache.by, path)
+		}
+	}
 }

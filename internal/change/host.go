@@ -169,7 +169,18 @@ func ReadHost(statePath string) HostSets {
 // instead of diffing. The mark lists the sets the kernel may hold until
 // then: the one it enforced (or those an earlier mark listed) and to.
 func MarkDirty(statePath, to string) error {
-	sets := ReadHost(statePath).Sets
+	return MarkDirtyFrom(statePath, ReadHost(statePath), to)
+}
+
+// MarkDirtyFrom is MarkDirty for a caller that has read the host's sets
+// (have, from ReadHost) since the last change of its files. A clean host
+// gets its mark in one exclusive create and one write, at its path: the
+// mark exists from the create, and a process killed before the write
+// leaves an empty one, which reads as marked with a set not recorded
+// (the next apply rebuilds the host, as for any mark). A marked host's
+// mark is replaced whole, so that the sets it lists are never lost.
+func MarkDirtyFrom(statePath string, have HostSets, to string) error {
+	sets := slices.Clone(have.Sets)
 	if !slices.Contains(sets, to) {
 		sets = append(sets, to)
 	}
@@ -177,7 +188,27 @@ func MarkDirty(statePath, to string) error {
 	if err != nil {
 		return err
 	}
-	return files.WriteAtomic(dirtyPath(statePath), data)
+	if have.Dirty {
+		return files.WriteAtomic(dirtyPath(statePath), data)
+	}
+	// O_EXCL: never through a link planted at the path either.
+	f, err := os.OpenFile(dirtyPath(statePath), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	switch {
+	case errors.Is(err, os.ErrExist):
+		// Marked meanwhile: merge with what the mark lists.
+		return MarkDirty(statePath, to)
+	case err != nil:
+		// No directory yet (WriteAtomic makes it), or another error.
+		return files.WriteAtomic(dirtyPath(statePath), data)
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(dirtyPath(statePath))
+	}
+	return err
 }
 
 // RecordSet records the set a host's kernel enforces, once its
