@@ -261,3 +261,111 @@ func refusedUDP(spec *topology.Spec, from string, to netip.AddrPort) error {
 	}
 	return fmt.Errorf("want ECONNREFUSED, got %w", err)
 }
+
+// TestServicePathMTU: a "fragmentation needed" about a translated flow
+// reaches the client translated back, so path MTU discovery works through
+// a Service, on every service proxy (and eBPF in both host routings).
+// Clients on flip reach the Service's only backend, x/w3 on flap, over a
+// wire whose MTU both hosts lower to 1400, through its cluster IP and its node
+// ports on flip and flap (masqueraded under Cluster): flip's stack, or on
+// eBPF with a masqueraded flow its program, answers a 1450-byte datagram
+// sent with DF (IP_PMTUDISC_DO) with the error, which y/c1's connected
+// UDP socket must see as EMSGSIZE, learning the MTU; and x/w1's TCP
+// exchange of 200 kB must complete (a lost error would black-hole its
+// full-size segments).
+func TestServicePathMTU(t *testing.T) {
+	docs := svcDoc("far", "  type: NodePort\n  ports: [{name: u, port: 56, protocol: UDP, nodePort: 30056}, {name: t, port: 80, protocol: TCP, nodePort: 30080}]\n") +
+		"apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: far-1, namespace: x, labels: {kubernetes.io/service-name: far}}\naddressType: IPv4\n" +
+		"ports: [{name: u, port: 5353, protocol: UDP}, {name: t, port: 8081, protocol: TCP}]\nendpoints:\n  - {addresses: [10.0.191.2], nodeName: flap}\n"
+	for _, l := range svcPathLabs("t-svm-") {
+		t.Run(l.name[len("t-svm-"):], func(t *testing.T) {
+			spec, m := upSvcPathLab(t, l, docs)
+			w3, _ := spec.Endpoint("x/w3")
+			if w3.IP.String() != "10.0.191.2" {
+				t.Fatalf("x/w3 is %s, the slice names 10.0.191.2", w3.IP)
+			}
+			udpEcho(t, w3.Netns, netip.AddrPortFrom(w3.IP, 5353))
+			srv, err := testutil.ListenEcho(w3.Netns, netip.AddrPortFrom(w3.IP, 8081))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			for _, name := range []string{"flip", "flap"} {
+				if err := setWireMTU(spec.Host(name), 1400); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w1, _ := spec.Endpoint("x/w1")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			udp := frontendTargets(t, spec, m, "x/far:u", []string{"y/c1"}, []string{"flip", "flap"})
+			tcp := frontendTargets(t, spec, m, "x/far:t", []string{"x/w1"}, []string{"flip", "flap"})
+			for i := range udp {
+				if err := tooBigUDP(spec, udp[i].from, udp[i].to, 1450, 1400); err != nil {
+					t.Errorf("%s -> %s (%s), 1450 bytes with DF over a 1400-byte hop: %v", udp[i].from, udp[i].to, udp[i].what, err)
+				}
+				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				if err := testutil.ExchangeTCP(ctx, w1.Netns, tcp[i].to, 200_000); err != nil {
+					t.Errorf("%s -> %s (%s), 200 kB over TCP through a 1400-byte hop: %v", tcp[i].from, tcp[i].to, tcp[i].what, err)
+				}
+				cancel()
+			}
+		})
+	}
+}
+
+// setWireMTU sets the MTU of a host's end of its wire to the other host.
+func setWireMTU(host *topology.Host, mtu int) error {
+	if len(host.Routes) == 0 {
+		return fmt.Errorf("%s has no route to another host", host.Name)
+	}
+	h, err := netns.Handle(host.Netns)
+	if err != nil {
+		return err
+	}
+	defer h.Delete()
+	wire, err := h.LinkByName(host.Routes[0].Dev)
+	if err != nil {
+		return err
+	}
+	return h.LinkSetMTU(wire, mtu)
+}
+
+// tooBigUDP sends n bytes with DF from a new connected socket and wants
+// its next read to fail with EMSGSIZE and the socket to know the path's
+// MTU.
+func tooBigUDP(spec *topology.Spec, from string, to netip.AddrPort, n, mtu int) error {
+	c, err := dialUDP(spec, from, to)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, syscall.IP_MTU_DISCOVER, syscall.IP_PMTUDISC_DO)
+	}); err != nil || serr != nil {
+		return errors.Join(err, serr)
+	}
+	if _, err := c.Write(make([]byte, n)); err != nil {
+		return err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_, err = c.Read(make([]byte, 65536))
+	if !errors.Is(err, syscall.EMSGSIZE) {
+		return fmt.Errorf("want EMSGSIZE, got %v", err)
+	}
+	var got int
+	if err := rc.Control(func(fd uintptr) {
+		got, serr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_IP, syscall.IP_MTU)
+	}); err != nil || serr != nil {
+		return errors.Join(err, serr)
+	}
+	if got != mtu {
+		return fmt.Errorf("the socket's path MTU is %d, want %d", got, mtu)
+	}
+	return nil
+}

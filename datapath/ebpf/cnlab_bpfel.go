@@ -289,6 +289,7 @@ const (
 	cnlabReasonR_DROP_SVC_NO_PORT  cnlabReason = 26
 	cnlabReasonR_DROP_NO_PROXY     cnlabReason = 27
 	cnlabReasonR_DROP_NOT_PROXIED  cnlabReason = 28
+	cnlabReasonR_DROP_SVC_TOO_BIG  cnlabReason = 29
 	cnlabReasonR_MAX               cnlabReason = 32
 )
 

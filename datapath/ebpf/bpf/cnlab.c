@@ -109,6 +109,7 @@ enum reason {
 	R_DROP_SVC_NO_PORT = 26,  // masquerade: no free source port to the backend found
 	R_DROP_NO_PROXY = 27,     // for the L7 proxy, which does not listen: dropped
 	R_DROP_NOT_PROXIED = 28,  // a connection for the L7 proxy that came around it (or a packet of one)
+	R_DROP_SVC_TOO_BIG = 29,  // masqueraded, DF, larger than the way's MTU: answered with fragmentation needed
 	R_MAX = 32,
 };
 
@@ -1623,17 +1624,17 @@ static __always_inline __u16 csum_fold(__s64 c)
 	return (__u16)~s;
 }
 
-// reject answers a new connection to a Service without backends with an
-// ICMP port unreachable from the Service's address, sent straight back
-// into the client's namespace, as kube-proxy's REJECT does: the client's
-// connect() fails at once with ECONNREFUSED. The packet becomes the
-// answer: its IPv4 header and first 8 bytes of L4 are quoted.
-static __always_inline int reject(struct __sk_buff *skb, struct endpoint *ep, struct pkt *p)
+// icmp_back answers the packet with an ICMP destination unreachable of
+// the given code (and next-hop MTU) from saddr, sent straight back into
+// the sender's namespace. The packet becomes the answer: its IPv4 header
+// and first 8 bytes of L4 are quoted, as it was sent.
+static __always_inline int icmp_back(struct __sk_buff *skb, struct endpoint *ep, struct pkt *p, __u32 saddr,
+				     __u8 code, __u16 mtu)
 {
 	struct {
 		struct iphdr ip;
 		__u8 icmp[8];
-		__u8 quote[28]; // the rejected packet's IPv4 header and 8 bytes of L4
+		__u8 quote[28]; // the packet's IPv4 header and 8 bytes of L4
 	} r = {};
 	if (p->ihl != 20 || bpf_skb_load_bytes(skb, ETH_HLEN, r.quote, sizeof(r.quote)) < 0)
 		return TC_ACT_SHOT;
@@ -1643,17 +1644,56 @@ static __always_inline int reject(struct __sk_buff *skb, struct endpoint *ep, st
 	r.ip.tot_len = bpf_htons(sizeof(r));
 	r.ip.ttl = 64;
 	r.ip.protocol = IPPROTO_ICMP;
-	r.ip.saddr = p->daddr;
-	r.ip.daddr = p->saddr;
+	r.ip.saddr = saddr;
+	__builtin_memcpy(&r.ip.daddr, &r.quote[12], 4); // the sender
 	r.ip.check = csum_fold(bpf_csum_diff(0, 0, (__be32 *)&r.ip, sizeof(r.ip), 0));
 	r.icmp[0] = 3; // destination unreachable
-	r.icmp[1] = 3; // port unreachable
+	r.icmp[1] = code;
+	r.icmp[6] = mtu >> 8;
+	r.icmp[7] = mtu;
 	__u16 c = csum_fold(bpf_csum_diff(0, 0, (__be32 *)r.icmp, sizeof(r.icmp) + sizeof(r.quote), 0));
 	__builtin_memcpy(&r.icmp[2], &c, 2);
 	if (bpf_skb_change_tail(skb, ETH_HLEN + sizeof(r), 0) < 0 ||
 	    bpf_skb_store_bytes(skb, ETH_HLEN, &r, sizeof(r), 0) < 0)
 		return TC_ACT_SHOT;
 	return deliver(skb, ep);
+}
+
+// reject answers a new connection to a Service without backends with an
+// ICMP port unreachable from the Service's address, as kube-proxy's
+// REJECT does: the client's connect() fails at once with ECONNREFUSED.
+static __always_inline int reject(struct __sk_buff *skb, struct endpoint *ep, struct pkt *p)
+{
+	return icmp_back(skb, ep, p, p->daddr, 3, 0);
+}
+
+#define AF_INET 2
+
+// too_big reports whether a masqueraded packet that may not be
+// fragmented (DF) is larger than the MTU of the device its route leaves
+// by (for a GSO packet: one of its segments), and that MTU: the host's
+// stack would answer it with "fragmentation needed" to the masquerade
+// address, which no one has, so path MTU discovery would fail through
+// the node port.
+static __always_inline int too_big(struct __sk_buff *skb, struct xlate *x, __u16 *mtu)
+{
+	__u16 frag_off;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + 6, &frag_off, 2) < 0 || !(frag_off & bpf_htons(0x4000)))
+		return 0;
+	struct bpf_fib_lookup fl = {.family = AF_INET, .ifindex = skb->ifindex, .ipv4_src = x->saddr,
+				    .ipv4_dst = x->daddr};
+	// Without a length, the lookup checks the packet against the
+	// device's MTU itself (FRAG_NEEDED), with some slack: the exact
+	// check is bpf_check_mtu's, on the device it found.
+	long rc = bpf_fib_lookup(skb, &fl, sizeof(fl), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH && rc != BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return 0;
+	__u32 len = 0;
+	rc = bpf_check_mtu(skb, fl.ifindex, &len, 0, BPF_MTU_CHK_SEGS);
+	if (rc != BPF_MTU_CHK_RET_FRAG_NEEDED && rc != BPF_MTU_CHK_RET_SEGS_TOOBIG)
+		return 0;
+	*mtu = len;
+	return 1;
 }
 
 static __always_inline struct svc_config *svc_config(void)
@@ -1827,6 +1867,13 @@ __attribute__((noinline)) int from_ep_remote(struct __sk_buff *skb, struct from_
 	struct xlate *x = &f->x;
 	__u32 rule = NO_RULE, peer_id = 0; // 0: not looked up (conntrack paths)
 	int r = side(&f->cfg, src, DIR_EGRESS, p, f->now, &peer_id, &rule);
+	__u16 mtu;
+	if (!is_drop(r) && x->kind == XL_FWD && x->snat && !p->frag && too_big(skb, x, &mtu)) {
+		// Answered here, as the host's stack would answer it, from
+		// the address the client sent it to, quoting what it sent.
+		finish(&f->cfg, skb, p, src->index, DIR_EGRESS, R_DROP_SVC_TOO_BIG, src->identity, peer_id, rule);
+		return icmp_back(skb, src, p, x->o_daddr, 4, mtu);
+	}
 	if (!is_drop(r) && x->kind) {
 		if (x->fresh)
 			svc_commit(x, p, f->now);
