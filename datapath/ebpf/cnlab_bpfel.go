@@ -289,6 +289,7 @@ const (
 	cnlabReasonR_DROP_SVC_NO_PORT  cnlabReason = 26
 	cnlabReasonR_DROP_NO_PROXY     cnlabReason = 27
 	cnlabReasonR_DROP_NOT_PROXIED  cnlabReason = 28
+	cnlabReasonR_DROP_SVC_TOO_BIG  cnlabReason = 29
 	cnlabReasonR_MAX               cnlabReason = 32
 )
 
@@ -331,6 +332,26 @@ const (
 	cnlabSvcFlagSVC_DROP cnlabSvcFlag = 1
 	cnlabSvcFlagSVC_MASQ cnlabSvcFlag = 2
 )
+
+type cnlabSvcFragKey struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Id    uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type cnlabSvcFragVal struct {
+	_       structs.HostLayout
+	Expires uint64
+	Saddr   uint32
+	Daddr   uint32
+	Kind    uint8
+	Hairpin uint8
+	Snat    uint8
+	Pad     [5]uint8
+}
 
 type cnlabSvcKey struct {
 	_     structs.HostLayout
@@ -376,6 +397,7 @@ const (
 	cnlabMapCnlabSockep         = "cnlab_sockep"
 	cnlabMapCnlabSvc            = "cnlab_svc"
 	cnlabMapCnlabSvcConfig      = "cnlab_svc_config"
+	cnlabMapCnlabSvcFrag        = "cnlab_svc_frag"
 	cnlabProgCnlabConnect4      = "cnlab_connect4"
 	cnlabProgCnlabFromEp        = "cnlab_from_ep"
 	cnlabProgCnlabFromWire      = "cnlab_from_wire"
@@ -482,6 +504,7 @@ type cnlabMapSpecs struct {
 	CnlabSockep      *ebpf.MapSpec `ebpf:"cnlab_sockep"`
 	CnlabSvc         *ebpf.MapSpec `ebpf:"cnlab_svc"`
 	CnlabSvcConfig   *ebpf.MapSpec `ebpf:"cnlab_svc_config"`
+	CnlabSvcFrag     *ebpf.MapSpec `ebpf:"cnlab_svc_frag"`
 }
 
 // cnlabVariableSpecs contains global variables before they are loaded into the kernel.
@@ -552,6 +575,7 @@ type cnlabMaps struct {
 	CnlabSockep      *ebpf.Map `ebpf:"cnlab_sockep"`
 	CnlabSvc         *ebpf.Map `ebpf:"cnlab_svc"`
 	CnlabSvcConfig   *ebpf.Map `ebpf:"cnlab_svc_config"`
+	CnlabSvcFrag     *ebpf.Map `ebpf:"cnlab_svc_frag"`
 }
 
 func (m *cnlabMaps) Close() error {
@@ -578,6 +602,7 @@ func (m *cnlabMaps) Close() error {
 		m.CnlabSockep,
 		m.CnlabSvc,
 		m.CnlabSvcConfig,
+		m.CnlabSvcFrag,
 	)
 }
 

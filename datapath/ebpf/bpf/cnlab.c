@@ -109,6 +109,7 @@ enum reason {
 	R_DROP_SVC_NO_PORT = 26,  // masquerade: no free source port to the backend found
 	R_DROP_NO_PROXY = 27,     // for the L7 proxy, which does not listen: dropped
 	R_DROP_NOT_PROXIED = 28,  // a connection for the L7 proxy that came around it (or a packet of one)
+	R_DROP_SVC_TOO_BIG = 29,  // masqueraded, DF, larger than the way's MTU: answered with fragmentation needed
 	R_MAX = 32,
 };
 
@@ -378,6 +379,24 @@ struct nat_val {
 	__u16 sport, dport;
 };
 
+// A translated datagram's later fragments carry no ports, so no
+// cnlab_nat entry can be found for them: its first fragment, once
+// translated, leaves the addresses it was given under its addresses on
+// the wire and IP id, and the later ones get the same.
+struct svc_frag_key {
+	__u32 saddr, daddr; // as the first fragment came (network order)
+	__u16 id;
+	__u8 proto;
+	__u8 pad;
+};
+
+struct svc_frag_val {
+	__u64 expires;
+	__u32 saddr, daddr; // as it left
+	__u8 kind, hairpin, snat; // its struct xlate's
+	__u8 pad[5];
+};
+
 // Socket-level translation: a socket's frontend and the backend it was
 // given (key addr/port the frontend for cnlab_sock_fwd, the backend for
 // cnlab_sock_rev; network order).
@@ -501,6 +520,13 @@ struct {
 	__type(key, struct frag_key);
 	__type(value, struct frag_val);
 } cnlab_frag SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct svc_frag_key);
+	__type(value, struct svc_frag_val);
+} cnlab_svc_frag SEC(".maps");
 
 // Packets and bytes per endpoint, direction and reason:
 // slot (index*2 + dir)*R_MAX + reason.
@@ -1291,6 +1317,50 @@ static __always_inline int translatable(struct pkt *p)
 	return (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) && p->frag != 2;
 }
 
+// svc_frag finds a later fragment of a translated datagram (it has no
+// ports to find a cnlab_nat entry by) from what its first fragment left
+// in cnlab_svc_frag: x is set as the first fragment's was, and p's
+// destination is the real one, as svc_from_ep and svc_reply set it.
+static __always_inline void svc_frag(struct pkt *p, struct xlate *x, __u64 now)
+{
+	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
+		return;
+	struct svc_frag_key k = {.saddr = p->saddr, .daddr = p->daddr, .id = p->ipid, .proto = p->proto};
+	struct svc_frag_val *v = bpf_map_lookup_elem(&cnlab_svc_frag, &k);
+	if (!v || v->expires < now)
+		return;
+	x->kind = v->kind;
+	x->hairpin = v->hairpin;
+	x->snat = v->snat;
+	x->o_saddr = p->saddr;
+	x->o_daddr = p->daddr;
+	x->saddr = v->saddr;
+	x->daddr = v->daddr;
+	p->daddr = v->daddr;
+}
+
+// svc_icmp_unmasq finds an ICMP error sent to an address a flow was
+// masqueraded to (the host's masquerade address, or its bridge address
+// for a hairpin) about that flow, and sets p to what it is about: an
+// error to the flow's client quoting what the client sent its backend
+// (its own address and port), as the policy's conntrack entries have the
+// flow. It returns 1 if so. svc_icmp then writes it so.
+static __always_inline int svc_icmp_unmasq(struct svc_config *sc, struct pkt *p, __u64 now)
+{
+	if (!p->icmp_err || (p->daddr != sc->masq && p->daddr != sc->hairpin) || p->daddr != p->in_saddr ||
+	    (p->in_proto != IPPROTO_TCP && p->in_proto != IPPROTO_UDP))
+		return 0;
+	struct nat_key k = {.saddr = p->in_daddr, .daddr = p->in_saddr, .sport = bpf_htons(p->in_dport),
+			    .dport = bpf_htons(p->in_sport), .proto = p->in_proto, .dir = NAT_REV};
+	struct nat_val *v = nat_get(&k, now);
+	if (!v || v->daddr == p->in_saddr)
+		return 0;
+	p->daddr = v->daddr;
+	p->in_saddr = v->daddr;
+	p->in_sport = bpf_ntohs(v->dport);
+	return 1;
+}
+
 // svc_from_ep finds what a packet an endpoint sends is to the service
 // proxy: a reply of a translated flow (a backend answering), a packet to a
 // frontend (translated to a backend), or neither. It sets p to the real
@@ -1298,6 +1368,10 @@ static __always_inline int translatable(struct pkt *p)
 // returns 0, or a reason to stop the packet.
 static __always_inline int svc_from_ep(struct svc_config *sc, struct pkt *p, struct xlate *x, __u64 now)
 {
+	if (p->frag == 2) {
+		svc_frag(p, x, now);
+		return 0;
+	}
 	if (!translatable(p))
 		return 0;
 	struct nat_val *v = svc_reply(p, x, now);
@@ -1391,7 +1465,9 @@ static __always_inline int svc_from_ep(struct svc_config *sc, struct pkt *p, str
 // svc_to_ep finds a reply of a translated flow delivered to its client.
 static __always_inline void svc_to_ep(struct pkt *p, struct xlate *x, __u64 now)
 {
-	if (translatable(p))
+	if (p->frag == 2)
+		svc_frag(p, x, now);
+	else if (translatable(p))
 		svc_reply(p, x, now);
 }
 
@@ -1441,10 +1517,31 @@ static __always_inline int set_port(struct __sk_buff *skb, __u32 csum, __u32 off
 	return bpf_skb_store_bytes(skb, off, &to, 2, 0);
 }
 
-// xlate_write rewrites the packet's addresses and ports as x says, with
-// the IPv4 and TCP/UDP checksums (a UDP checksum of 0 stays 0).
-static __always_inline int xlate_write(struct __sk_buff *skb, struct pkt *p, struct xlate *x)
+static __always_inline int set_ip(struct __sk_buff *skb, __u32 off, __u32 from, __u32 to)
 {
+	if (from == to)
+		return 0;
+	if (bpf_l3_csum_replace(skb, ETH_HLEN + 10, from, to, 4) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, off, &to, 4, 0);
+}
+
+// xlate_write rewrites the packet's addresses and ports as x says, with
+// the IPv4 and TCP/UDP checksums (a UDP checksum of 0 stays 0). A first
+// fragment leaves its new addresses for the later ones (svc_frag), which
+// have no L4 header: only their addresses are rewritten (the L4 checksum,
+// in the first fragment, covers the whole datagram).
+static __always_inline int xlate_write(struct __sk_buff *skb, struct pkt *p, struct xlate *x, __u64 now)
+{
+	if (p->frag == 2)
+		return set_ip(skb, ETH_HLEN + 12, x->o_saddr, x->saddr) < 0 ||
+		       set_ip(skb, ETH_HLEN + 16, x->o_daddr, x->daddr) < 0 ? -1 : 0;
+	if (p->frag == 1) {
+		struct svc_frag_key k = {.saddr = x->o_saddr, .daddr = x->o_daddr, .id = p->ipid, .proto = p->proto};
+		struct svc_frag_val v = {.expires = now + LIFE_FRAG, .saddr = x->saddr, .daddr = x->daddr,
+					 .kind = x->kind, .hairpin = x->hairpin, .snat = x->snat};
+		bpf_map_update_elem(&cnlab_svc_frag, &k, &v, BPF_ANY);
+	}
 	__u32 l4 = ETH_HLEN + p->ihl;
 	__u32 csum = l4 + (p->proto == IPPROTO_TCP ? 16 : 6);
 	__u64 f = p->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
@@ -1456,46 +1553,65 @@ static __always_inline int xlate_write(struct __sk_buff *skb, struct pkt *p, str
 	return 0;
 }
 
+// set_quoted rewrites a field of the packet an ICMP error quotes, with the
+// ICMP checksum (which covers it; there is no pseudo-header).
+static __always_inline int set_quoted(struct __sk_buff *skb, __u32 csum, __u32 off, __u32 from, __u32 to, __u32 size)
+{
+	if (from == to)
+		return 0;
+	if (bpf_l4_csum_replace(skb, csum, from, to, size) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, off, &to, size, 0);
+}
+
 // svc_icmp translates an ICMP error about a translated flow on its way to
-// the flow's client, as netfilter's NAT does for related packets: it
-// quotes the packet the client sent as the client sent it (to the
-// Service's address and port, not the backend's) and, when the backend
-// itself sent it, comes from the Service's address; otherwise the
-// client's socket would never see it (a UDP client would time out instead
-// of getting ECONNREFUSED, a path MTU would be lost). The inner IPv4
-// checksum and the ICMP checksum are updated; the quoted L4 checksum is
-// not (no receiver checks it). Errors about a masqueraded flow (hairpin,
-// node port) are left alone.
+// the flow's client (p's destination), as netfilter's NAT does for
+// related packets: it quotes the packet the client sent as the client
+// sent it (from its own address and port, to the Service's address and
+// port: not the backend's, not a masquerade address), it goes to the
+// client and, when the backend itself sent it, comes from the Service's
+// address; otherwise the client's socket would never see it (a UDP client
+// would time out instead of getting ECONNREFUSED, a path MTU would be
+// lost). The quoted tuple is read from the packet; the flow's reverse
+// cnlab_nat entry names what it was. The inner IPv4 checksum and the ICMP
+// checksum are updated; the quoted L4 checksum is not (no receiver checks
+// it).
 static __always_inline int svc_icmp(struct __sk_buff *skb, struct pkt *p, __u64 now)
 {
 	if (!p->icmp_err || p->daddr != p->in_saddr ||
 	    (p->in_proto != IPPROTO_TCP && p->in_proto != IPPROTO_UDP))
 		return 0;
-	struct nat_key k = {.saddr = p->in_daddr, .daddr = p->in_saddr, .sport = bpf_htons(p->in_dport),
-			    .dport = bpf_htons(p->in_sport), .proto = p->in_proto, .dir = NAT_REV};
-	struct nat_val *v = nat_get(&k, now);
-	if (!v || v->daddr != p->in_saddr || v->dport != k.dport)
-		return 0;
 	__u32 icmp = ETH_HLEN + p->ihl, in = icmp + 8, csum = icmp + 2;
-	__u8 vhl;
-	if (bpf_skb_load_bytes(skb, in, &vhl, 1) < 0)
+	struct iphdr ih;
+	__u16 ports[2];
+	__u32 odst;
+	if (bpf_skb_load_bytes(skb, in, &ih, sizeof(ih)) < 0)
 		return -1;
-	__u32 in_l4 = in + (vhl & 0xf) * 4;
-	__u16 old_ck, new_ck;
-	__u32 vip = v->saddr, backend = p->in_daddr;
-	__u16 vport = v->sport, bport = k.sport;
+	__u32 in_l4 = in + ih.ihl * 4;
+	if (bpf_skb_load_bytes(skb, in_l4, ports, sizeof(ports)) < 0 ||
+	    bpf_skb_load_bytes(skb, ETH_HLEN + 16, &odst, 4) < 0)
+		return -1;
+	struct nat_key k = {.saddr = ih.daddr, .daddr = ih.saddr, .sport = ports[1],
+			    .dport = ports[0], .proto = ih.protocol, .dir = NAT_REV};
+	struct nat_val *v = nat_get(&k, now);
+	if (!v || v->daddr != p->daddr)
+		return 0;
+	// The flow as its client has it: client:cport to vip:vport.
+	__u32 vip = v->saddr, client = v->daddr;
+	__u16 vport = v->sport, cport = v->dport, old_ck, new_ck;
 	if (bpf_skb_load_bytes(skb, in + 10, &old_ck, 2) < 0 ||
-	    bpf_l3_csum_replace(skb, in + 10, backend, vip, 4) < 0 ||
+	    (ih.daddr != vip && bpf_l3_csum_replace(skb, in + 10, ih.daddr, vip, 4) < 0) ||
+	    (ih.saddr != client && bpf_l3_csum_replace(skb, in + 10, ih.saddr, client, 4) < 0) ||
 	    bpf_skb_load_bytes(skb, in + 10, &new_ck, 2) < 0 ||
-	    bpf_l4_csum_replace(skb, csum, old_ck, new_ck, 2) < 0 ||
-	    bpf_l4_csum_replace(skb, csum, backend, vip, 4) < 0 ||
-	    bpf_skb_store_bytes(skb, in + 16, &vip, 4, 0) < 0 ||
-	    bpf_l4_csum_replace(skb, csum, bport, vport, 2) < 0 ||
-	    bpf_skb_store_bytes(skb, in_l4 + 2, &vport, 2, 0) < 0)
+	    set_quoted(skb, csum, in + 10, old_ck, new_ck, 2) < 0 ||
+	    set_quoted(skb, csum, in + 16, ih.daddr, vip, 4) < 0 ||
+	    set_quoted(skb, csum, in + 12, ih.saddr, client, 4) < 0 ||
+	    set_quoted(skb, csum, in_l4 + 2, ports[1], vport, 2) < 0 ||
+	    set_quoted(skb, csum, in_l4, ports[0], cport, 2) < 0)
 		return -1;
-	if (p->saddr == backend &&
-	    (bpf_l3_csum_replace(skb, ETH_HLEN + 10, backend, vip, 4) < 0 ||
-	     bpf_skb_store_bytes(skb, ETH_HLEN + 12, &vip, 4, 0) < 0))
+	// Outside: to the client, and from the Service when the backend sent it.
+	if (set_ip(skb, ETH_HLEN + 16, odst, client) < 0 ||
+	    (p->saddr == ih.daddr && set_ip(skb, ETH_HLEN + 12, ih.daddr, vip) < 0))
 		return -1;
 	return 0;
 }
@@ -1508,17 +1624,17 @@ static __always_inline __u16 csum_fold(__s64 c)
 	return (__u16)~s;
 }
 
-// reject answers a new connection to a Service without backends with an
-// ICMP port unreachable from the Service's address, sent straight back
-// into the client's namespace, as kube-proxy's REJECT does: the client's
-// connect() fails at once with ECONNREFUSED. The packet becomes the
-// answer: its IPv4 header and first 8 bytes of L4 are quoted.
-static __always_inline int reject(struct __sk_buff *skb, struct endpoint *ep, struct pkt *p)
+// icmp_back answers the packet with an ICMP destination unreachable of
+// the given code (and next-hop MTU) from saddr, sent straight back into
+// the sender's namespace. The packet becomes the answer: its IPv4 header
+// and first 8 bytes of L4 are quoted, as it was sent.
+static __always_inline int icmp_back(struct __sk_buff *skb, struct endpoint *ep, struct pkt *p, __u32 saddr,
+				     __u8 code, __u16 mtu)
 {
 	struct {
 		struct iphdr ip;
 		__u8 icmp[8];
-		__u8 quote[28]; // the rejected packet's IPv4 header and 8 bytes of L4
+		__u8 quote[28]; // the packet's IPv4 header and 8 bytes of L4
 	} r = {};
 	if (p->ihl != 20 || bpf_skb_load_bytes(skb, ETH_HLEN, r.quote, sizeof(r.quote)) < 0)
 		return TC_ACT_SHOT;
@@ -1528,17 +1644,56 @@ static __always_inline int reject(struct __sk_buff *skb, struct endpoint *ep, st
 	r.ip.tot_len = bpf_htons(sizeof(r));
 	r.ip.ttl = 64;
 	r.ip.protocol = IPPROTO_ICMP;
-	r.ip.saddr = p->daddr;
-	r.ip.daddr = p->saddr;
+	r.ip.saddr = saddr;
+	__builtin_memcpy(&r.ip.daddr, &r.quote[12], 4); // the sender
 	r.ip.check = csum_fold(bpf_csum_diff(0, 0, (__be32 *)&r.ip, sizeof(r.ip), 0));
 	r.icmp[0] = 3; // destination unreachable
-	r.icmp[1] = 3; // port unreachable
+	r.icmp[1] = code;
+	r.icmp[6] = mtu >> 8;
+	r.icmp[7] = mtu;
 	__u16 c = csum_fold(bpf_csum_diff(0, 0, (__be32 *)r.icmp, sizeof(r.icmp) + sizeof(r.quote), 0));
 	__builtin_memcpy(&r.icmp[2], &c, 2);
 	if (bpf_skb_change_tail(skb, ETH_HLEN + sizeof(r), 0) < 0 ||
 	    bpf_skb_store_bytes(skb, ETH_HLEN, &r, sizeof(r), 0) < 0)
 		return TC_ACT_SHOT;
 	return deliver(skb, ep);
+}
+
+// reject answers a new connection to a Service without backends with an
+// ICMP port unreachable from the Service's address, as kube-proxy's
+// REJECT does: the client's connect() fails at once with ECONNREFUSED.
+static __always_inline int reject(struct __sk_buff *skb, struct endpoint *ep, struct pkt *p)
+{
+	return icmp_back(skb, ep, p, p->daddr, 3, 0);
+}
+
+#define AF_INET 2
+
+// too_big reports whether a masqueraded packet that may not be
+// fragmented (DF) is larger than the MTU of the device its route leaves
+// by (for a GSO packet: one of its segments), and that MTU: the host's
+// stack would answer it with "fragmentation needed" to the masquerade
+// address, which no one has, so path MTU discovery would fail through
+// the node port.
+static __always_inline int too_big(struct __sk_buff *skb, struct xlate *x, __u16 *mtu)
+{
+	__u16 frag_off;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + 6, &frag_off, 2) < 0 || !(frag_off & bpf_htons(0x4000)))
+		return 0;
+	struct bpf_fib_lookup fl = {.family = AF_INET, .ifindex = skb->ifindex, .ipv4_src = x->saddr,
+				    .ipv4_dst = x->daddr};
+	// Without a length, the lookup checks the packet against the
+	// device's MTU itself (FRAG_NEEDED), with some slack: the exact
+	// check is bpf_check_mtu's, on the device it found.
+	long rc = bpf_fib_lookup(skb, &fl, sizeof(fl), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH && rc != BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return 0;
+	__u32 len = 0;
+	rc = bpf_check_mtu(skb, fl.ifindex, &len, 0, BPF_MTU_CHK_SEGS);
+	if (rc != BPF_MTU_CHK_RET_FRAG_NEEDED && rc != BPF_MTU_CHK_RET_SEGS_TOOBIG)
+		return 0;
+	*mtu = len;
+	return 1;
 }
 
 static __always_inline struct svc_config *svc_config(void)
@@ -1712,10 +1867,17 @@ __attribute__((noinline)) int from_ep_remote(struct __sk_buff *skb, struct from_
 	struct xlate *x = &f->x;
 	__u32 rule = NO_RULE, peer_id = 0; // 0: not looked up (conntrack paths)
 	int r = side(&f->cfg, src, DIR_EGRESS, p, f->now, &peer_id, &rule);
+	__u16 mtu;
+	if (!is_drop(r) && x->kind == XL_FWD && x->snat && !p->frag && too_big(skb, x, &mtu)) {
+		// Answered here, as the host's stack would answer it, from
+		// the address the client sent it to, quoting what it sent.
+		finish(&f->cfg, skb, p, src->index, DIR_EGRESS, R_DROP_SVC_TOO_BIG, src->identity, peer_id, rule);
+		return icmp_back(skb, src, p, x->o_daddr, 4, mtu);
+	}
 	if (!is_drop(r) && x->kind) {
 		if (x->fresh)
 			svc_commit(x, p, f->now);
-		if (xlate_write(skb, p, x) < 0)
+		if (xlate_write(skb, p, x, f->now) < 0)
 			r = R_DROP_MALFORMED;
 	}
 	return finish(&f->cfg, skb, p, src->index, DIR_EGRESS, r, src->identity, peer_id, rule);
@@ -1769,7 +1931,7 @@ redirect:
 	if (x->kind) {
 		if (x->fresh)
 			svc_commit(x, p, now);
-		if (xlate_write(skb, p, x) < 0)
+		if (xlate_write(skb, p, x, now) < 0)
 			return TC_ACT_SHOT;
 	}
 	if (r == R_ALLOW_RELATED && f->svc && svc_icmp(skb, p, now) < 0)
@@ -1829,6 +1991,11 @@ int cnlab_from_ep(struct __sk_buff *skb)
 		}
 		if (r)
 			return finish(cfg, skb, p, src->index, DIR_EGRESS, r, src->identity, 0, NO_RULE);
+		// An ICMP error to a masquerade address (a hairpin's, or a node
+		// port's backend on this host answering) about its flow goes
+		// to the flow's client, here: svc_icmp writes it so.
+		if (!x->kind && svc_icmp_unmasq(sc, p, now))
+			x->snat = 1;
 	}
 	struct endpoint *dst = 0;
 	// A masqueraded flow (its source on the wire is not the client's)
@@ -1891,7 +2058,7 @@ int cnlab_to_ep(struct __sk_buff *skb)
 	} else {
 		r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule);
 	}
-	if (!is_drop(r) && x.kind && xlate_write(skb, &p, &x) < 0)
+	if (!is_drop(r) && x.kind && xlate_write(skb, &p, &x, now) < 0)
 		r = R_DROP_MALFORMED;
 	if (r == R_ALLOW_RELATED && svc && svc_icmp(skb, &p, now) < 0)
 		r = R_DROP_MALFORMED;
@@ -1963,22 +2130,33 @@ int cnlab_from_wire(struct __sk_buff *skb)
 		if (act >= 0)
 			return act;
 	}
-	if (!nodeports || !translatable(&p) || p.daddr != sc->masq)
+	if (!nodeports || p.daddr != sc->masq)
 		return TC_ACT_OK;
 	__u64 now = bpf_ktime_get_ns();
 	struct xlate x = {};
-	struct nat_val *v = svc_reply(&p, &x, now);
-	if (!v)
-		return TC_ACT_OK;
-	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_local, &v->daddr);
+	if (p.frag == 2) {
+		svc_frag(&p, &x, now); // a later fragment of an answer
+	} else if (translatable(&p)) {
+		if (svc_reply(&p, &x, now)) {
+			p.daddr = x.daddr;
+			p.dport = bpf_ntohs(x.dport);
+		}
+	} else {
+		svc_icmp_unmasq(sc, &p, now); // an error about a masqueraded flow
+	}
+	if (p.daddr == sc->masq)
+		return TC_ACT_OK; // none of these
+	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_local, &p.daddr);
 	if (!dst)
 		return TC_ACT_OK;
-	p.daddr = v->daddr;
-	p.dport = bpf_ntohs(v->dport);
 	__u32 rule = NO_RULE, peer_id = 0;
 	int r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule);
-	if (!is_drop(r) && xlate_write(skb, &p, &x) < 0)
+	if (!is_drop(r) && x.kind && xlate_write(skb, &p, &x, now) < 0)
 		r = R_DROP_MALFORMED;
+	if (r == R_ALLOW_RELATED && svc_icmp(skb, &p, now) < 0)
+		r = R_DROP_MALFORMED;
+	if (!x.kind && r != R_ALLOW_RELATED && !is_drop(r))
+		r = R_DROP_UNKNOWN; // an error policy let in that no flow here is about
 	if (finish(cfg, skb, &p, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule) != TC_ACT_OK)
 		return TC_ACT_SHOT;
 	return deliver(skb, dst);
