@@ -54,11 +54,9 @@ const (
 	never
 	// invalid: a transport header no connection can begin with (TCP
 	// flag sets conntrack calls invalid, UDP with length 0), to a port
-	// the model allows z/a. From a sender the model denies no frame may
-	// arrive. From z/a the datapaths differ, and say so in
-	// docs/limits.md: netfilter drops them (conntrack: invalid), eBPF
-	// judges them by policy and hands them to the endpoint, whose
-	// kernel drops them.
+	// the model allows z/a: no frame may arrive from any sender, on any
+	// datapath (netfilter: conntrack finds them invalid; eBPF drops them
+	// before policy, reason "invalid", or as malformed).
 	invalid
 )
 
@@ -254,8 +252,8 @@ var oddCases = []oddCase{
 // there, the model's. The cases (oddCases): fragments (in order, later
 // first, a tiny first fragment, and offset-0 overlaps that rewrite the
 // port either way), IP options, VLAN and QinQ tags, IPv6, broadcast and
-// multicast, TCP flag sets (and headers no connection begins with, whose
-// verdict from an allowed sender the datapaths do not share: invalid),
+// multicast, TCP flag sets (and headers no connection begins with, which
+// no datapath lets through, from any sender: invalid),
 // forged ICMP. They go from z/a (same host,
 // allowed UDP and TCP 81), y/b (same host, denied) and y/a (the other
 // host, denied), each sender's frames from its eth0, while x/a listens on
@@ -338,6 +336,8 @@ func TestOddPackets(t *testing.T) {
 				switch from, c := s.from.ID(), s.c; {
 				case seen && c.verdict == never:
 					t.Errorf("%s -> x/a %s: a frame arrived, and no policy allows this", from, c.name)
+				case seen && c.verdict == invalid:
+					t.Errorf("%s -> x/a %s: a frame arrived, and no connection can begin with it", from, c.name)
 				case seen && c.verdict == byModel && !s.want:
 					t.Errorf("%s -> x/a %s: a frame arrived, and the model denies it", from, c.name)
 				case seen && s.deny:

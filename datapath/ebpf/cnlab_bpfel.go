@@ -290,6 +290,7 @@ const (
 	cnlabReasonR_DROP_NO_PROXY     cnlabReason = 27
 	cnlabReasonR_DROP_NOT_PROXIED  cnlabReason = 28
 	cnlabReasonR_DROP_SVC_TOO_BIG  cnlabReason = 29
+	cnlabReasonR_DROP_INVALID      cnlabReason = 30
 	cnlabReasonR_MAX               cnlabReason = 32
 )
 

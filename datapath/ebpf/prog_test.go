@@ -400,8 +400,15 @@ func TestProgTCP(t *testing.T) {
 	h.fromEp(t, "SYN-ACK from 80", tcpPkt(epA.ip, addrR, 80, 1234, tcpSYN|tcpACK), actOK, egress(epA, cnlabReasonR_ALLOW_CT))
 	h.toEp(t, "ACK to 80", tcpPkt(addrR, epA.ip, 1234, 80, tcpACK), actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
 	h.toEp(t, "bare ACK to 81, no conntrack", tcpPkt(addrR, epA.ip, 1235, 81, tcpACK), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
-	h.toEp(t, "RST to 81, no conntrack", tcpPkt(addrR, epA.ip, 1235, 81, tcpRST), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
-	h.toEp(t, "FIN-ACK to 81, no conntrack", tcpPkt(addrR, epA.ip, 1235, 81, tcpFIN|tcpACK), actShot, ingress(epA, cnlabReasonR_DROP_DEFAULT))
+	// No connection begins with a RST or a FIN: dropped before policy,
+	// even on the allowed port (conntrack's "invalid").
+	for _, port := range []uint16{80, 81} {
+		p := fmt.Sprint(port)
+		h.toEp(t, "RST to "+p+", no conntrack", tcpPkt(addrR, epA.ip, 1235, port, tcpRST), actShot, ingress(epA, cnlabReasonR_DROP_INVALID))
+		h.toEp(t, "FIN-ACK to "+p+", no conntrack", tcpPkt(addrR, epA.ip, 1235, port, tcpFIN|tcpACK), actShot, ingress(epA, cnlabReasonR_DROP_INVALID))
+		h.toEp(t, "SYN+FIN to "+p, tcpPkt(addrR, epA.ip, 1236, port, tcpSYN|tcpFIN), actShot, ingress(epA, cnlabReasonR_DROP_INVALID))
+		h.toEp(t, "no flags to "+p, tcpPkt(addrR, epA.ip, 1237, port, 0), actShot, ingress(epA, cnlabReasonR_DROP_INVALID))
+	}
 
 	// A new SYN on the tracked tuple goes to policy, not conntrack.
 	h.toEp(t, "SYN to 80 again", tcpPkt(addrR, epA.ip, 1234, 80, tcpSYN), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))

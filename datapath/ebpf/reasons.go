@@ -29,6 +29,7 @@ var reasonNames = map[cnlabReason]string{
 	cnlabReasonR_DROP_NO_PROXY:     "l7-proxy-not-listening",
 	cnlabReasonR_DROP_NOT_PROXIED:  "l7-port-not-proxied",
 	cnlabReasonR_DROP_SVC_TOO_BIG:  "masquerade-frag-needed",
+	cnlabReasonR_DROP_INVALID:      "invalid",
 }
 
 func reasonName(r cnlabReason) string {

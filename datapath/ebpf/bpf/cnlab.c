@@ -110,6 +110,7 @@ enum reason {
 	R_DROP_NO_PROXY = 27,     // for the L7 proxy, which does not listen: dropped
 	R_DROP_NOT_PROXIED = 28,  // a connection for the L7 proxy that came around it (or a packet of one)
 	R_DROP_SVC_TOO_BIG = 29,  // masqueraded, DF, larger than the way's MTU: answered with fragmentation needed
+	R_DROP_INVALID = 30,      // a new TCP flow that does not begin as a connection does (conntrack's "invalid")
 	R_MAX = 32,
 };
 
@@ -761,7 +762,16 @@ static __always_inline int parse_l4(struct __sk_buff *skb, __u32 off, __u8 proto
 		*flags = h[13];
 		return 0;
 	}
-	case IPPROTO_UDP:
+	case IPPROTO_UDP: {
+		__u16 u[4];
+		if (bpf_skb_load_bytes(skb, off, u, sizeof(u)) < 0)
+			return -1;
+		if (bpf_ntohs(u[2]) < 8)
+			return -1; // a length shorter than the header (netfilter: invalid)
+		*sport = bpf_ntohs(u[0]);
+		*dport = bpf_ntohs(u[1]);
+		return 0;
+	}
 	case IPPROTO_SCTP:
 		if (bpf_skb_load_bytes(skb, off, ports, sizeof(ports)) < 0)
 			return -1;
@@ -1058,6 +1068,19 @@ __attribute__((noinline)) int policy_verdict(struct query *q)
 static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __u32 peer,
 				   struct pkt *p, __u32 *rule)
 {
+	// A new TCP flow begins with a SYN, or with an ACK picking up a
+	// connection whose entry went; any other set of SYN, ACK, FIN and RST
+	// (SYN+FIN, a RST or a FIN without a connection, no flag at all) is
+	// dropped before policy, as netfilter's conntrack finds it invalid, so
+	// that every datapath gives such a packet the same verdict.
+	if (p->proto == IPPROTO_TCP) {
+		__u8 f = p->tcpflags & (TCP_SYN | TCP_ACK | TCP_FIN | TCP_RST);
+		if (f != TCP_SYN && f != TCP_ACK) {
+			*rule = NO_RULE;
+			p->proxied = 0;
+			return R_DROP_INVALID;
+		}
+	}
 	struct query q = {.slot = cfg->gen * cfg->max_ep + index, .peer = peer, .dir = dir,
 			  .proto = p->proto, .port = bpf_htons(p->dport)};
 	int r = policy_verdict(&q);
