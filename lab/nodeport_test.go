@@ -11,6 +11,7 @@ import (
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/testutil"
+	"github.com/cnlab/cnlab/probe"
 	"github.com/cnlab/cnlab/service"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -138,6 +139,68 @@ func TestNodePortIngressDeny(t *testing.T) {
 			for _, tg := range targets {
 				if got := reached(c1, tg.to, n, 300*time.Millisecond); got != 0 {
 					t.Errorf("%s: y/c1 (ingressDeny) reached a backend through %s (%s) %d times out of %d", c.name, tg.what, tg.to, got, n)
+				}
+			}
+		})
+	}
+}
+
+// nodePortPolicies are policy sets under which the model must predict
+// every client's connections through every host's node port: each makes
+// the datapaths' judging points (the client, a host's address, a
+// masquerade address) give different answers.
+var nodePortPolicies = []struct{ name, policies string }{
+	{"ingressDeny with fromCIDR 0.0.0.0/0", nodePortDeny},
+	{"ingress from the clients' namespace", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: from-y, namespace: x}\nspec:\n  podSelector: {matchLabels: {app: web}}\n  ingress: [{from: [{namespaceSelector: {matchLabels: {team: client}}}]}]\n"},
+	{"ipBlock of the lab's addresses", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: from-lab, namespace: x}\nspec:\n  podSelector: {matchLabels: {app: web}}\n  ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8}}, {ipBlock: {cidr: 100.64.0.0/10}}]}]\n"},
+	{"egress to the backends only", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: to-x, namespace: y}\nspec:\n  podSelector: {}\n  policyTypes: [Egress]\n  egress: [{to: [{namespaceSelector: {matchLabels: {team: web}}}]}]\n"},
+}
+
+// TestNodePortModel: under each policy set, every client's connections to
+// a NodePort Service through every host's node port (externalTrafficPolicy
+// Cluster and Local) reach what the model says, and each backend sees the
+// source the model says, on every datapath.
+func TestNodePortModel(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
+	testutil.RequireTool(t, "nft", "nftables")
+	ctx := context.Background()
+	svcs, _, err := service.Parse([]byte(svcDoc("np", "  type: NodePort\n  selector: {app: web}\n  ports: [{port: 80, targetPort: http}]\n")+
+		svcDoc("npl", "  type: NodePort\n  externalTrafficPolicy: Local\n  selector: {app: web}\n  ports: [{port: 80, targetPort: http}]\n")), "np")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range nodePortLabs {
+		t.Run(c.name, func(t *testing.T) {
+			spec := upServiceLab(t, c.name, c.dp, c.proxy, c.link, c.ov)
+			if _, err := ApplyServices(ctx, spec.Name, svcs, nil); err != nil {
+				t.Fatal(err)
+			}
+			for _, pc := range nodePortPolicies {
+				if _, err := Replace(ctx, spec.Name, mustParse(t, pc.policies)); err != nil {
+					t.Fatal(err)
+				}
+				m, err := ServiceModel(spec.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, ref := range []string{"x/np", "x/npl"} {
+					f, err := m.Resolved.Frontend(ref)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, h := range spec.Hosts {
+						res, err := probe.ProbeService(ctx, m, f, probe.ServiceOptions{Timeout: 300 * time.Millisecond, NodeHost: h.Name})
+						if err != nil {
+							t.Fatalf("%s: %v", pc.name, err)
+						}
+						probe.CheckService(f, res, 0, testAlpha)
+						for _, r := range res {
+							for _, mm := range r.Mismatches {
+								t.Errorf("%s: %s node port on %s from %s: %s", pc.name, ref, h.Name, r.From, mm)
+							}
+						}
+					}
 				}
 			}
 		})

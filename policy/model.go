@@ -290,10 +290,49 @@ type Verdict struct {
 // proto/port: it needs the source's egress and the destination's ingress
 // to allow it. Replies of an allowed connection always pass.
 func (m *Model) Verdict(src, dst *topology.Endpoint, proto string, port int) Verdict {
+	return m.VerdictOf(EndpointParty(src), EndpointParty(dst), proto, port)
+}
+
+// Party is one end of a connection as a datapath judges it: a lab
+// endpoint (Endpoint set, Addr its address), or an address that is no
+// endpoint's (a host's, a masquerade address, the world).
+type Party struct {
+	Endpoint *topology.Endpoint
+	Addr     netip.Addr
+}
+
+// EndpointParty is an endpoint as a party.
+func EndpointParty(ep *topology.Endpoint) Party { return Party{Endpoint: ep, Addr: ep.IP} }
+
+// AddrParty is an address as a party: the endpoint that has it, if any.
+func (m *Model) AddrParty(a netip.Addr) Party { return Party{Endpoint: m.byIP[a], Addr: a} }
+
+// ID names a party: its endpoint, or its address.
+func (p Party) ID() string {
+	if p.Endpoint != nil {
+		return p.Endpoint.ID()
+	}
+	return p.Addr.String()
+}
+
+// VerdictOf decides a new connection between two parties as the
+// datapaths judge the packets they see, which after a Service's
+// translation or masquerade need not be the client and the backend: the
+// source's egress (an address that is no endpoint has none) and the
+// destination's ingress (likewise).
+func (m *Model) VerdictOf(src, dst Party, proto string, port int) Verdict {
 	proto = strings.ToUpper(proto)
 	v := Verdict{From: src.ID(), To: dst.ID(), Protocol: proto, Port: port}
-	v.Egress = m.side(src, dst, dst.IP, proto, port, dst, true)
-	v.Ingress = m.side(dst, src, src.IP, proto, port, dst, false)
+	if src.Endpoint != nil {
+		v.Egress = m.side(src.Endpoint, dst.Endpoint, dst.Addr, proto, port, dst.Endpoint, true)
+	} else {
+		v.Egress = Side{Allowed: true, Reason: fmt.Sprintf("%s is no endpoint: no egress policy", src.Addr)}
+	}
+	if dst.Endpoint != nil {
+		v.Ingress = m.side(dst.Endpoint, src.Endpoint, src.Addr, proto, port, dst.Endpoint, false)
+	} else {
+		v.Ingress = Side{Allowed: true, Reason: fmt.Sprintf("%s is no endpoint: no ingress policy", dst.Addr)}
+	}
 	v.Allowed = v.Egress.Allowed && v.Ingress.Allowed
 	return v
 }
@@ -338,7 +377,7 @@ func (m *Model) side(subject, remote *topology.Endpoint, remoteIP netip.Addr, pr
 					allowRule = p.Ref() + " " + r.Path
 					break
 				}
-				if m.peersMatch(p, r, remote, remoteIP) {
+				if dst != nil && m.peersMatch(p, r, remote, remoteIP) {
 					for _, name := range unresolvedNames(r, proto, dst) {
 						notes = append(notes, fmt.Sprintf("%s %s: named port %q resolves to nothing for %s (not in its ports:)", p.Ref(), r.Path, name, dst.ID()))
 					}

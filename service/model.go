@@ -33,6 +33,9 @@ type Choice struct {
 	// connection, so the backend sees its host's address.
 	Hairpin bool            `json:"hairpin,omitempty"`
 	Verdict *policy.Verdict `json:"verdict,omitempty"`
+	// Source is the address the backend sees the connection come from,
+	// when the model knows it (node ports).
+	Source netip.Addr `json:"source,omitzero"`
 }
 
 // Expectation is what a client's new connections to a frontend may do.
@@ -124,64 +127,6 @@ func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
 // its bridge's (the first of its pod CIDR), which every endpoint of the
 // lab can route to; a node port answers on every address of the host.
 func NodeAddress(h *topology.Host) netip.Addr { return h.Gateway }
-
-// ExpectNodePort decides a client's new connections to a frontend's node
-// port on a host: every backend (externalTrafficPolicy Cluster, the
-// connection masqueraded to the host's address) or the host's own
-// (Local, the client's address kept; none there: dropped). It does not
-// judge node ports under policy: on the client's host the connection is
-// judged against the node's address, and on a backend's host against the
-// client's or the masquerading host's, which the policy model does not
-// follow yet; with a policy isolating the client or a backend it returns
-// an error saying so.
-func (m *Model) ExpectNodePort(client *topology.Endpoint, f *Frontend, host string) (Expectation, error) {
-	h := m.Lab.Host(host)
-	if h == nil {
-		var names []string
-		for _, x := range m.Lab.Hosts {
-			names = append(names, x.Name)
-		}
-		return Expectation{}, fmt.Errorf("no host %q (hosts: %s)", host, strings.Join(names, ", "))
-	}
-	if f.NodePort == 0 {
-		return Expectation{}, fmt.Errorf("%s is not a NodePort Service", f.Key())
-	}
-	e := Expectation{From: client.ID(), Frontend: f.Key() + " node port", Expected: []string{},
-		Target: netip.AddrPortFrom(NodeAddress(h), f.NodePort), Masqueraded: !f.ExternalLocal}
-	for _, b := range f.Backends {
-		c := Choice{Backend: b}
-		switch {
-		case f.ExternalLocal && b.Host != host:
-			c.Why = fmt.Sprintf("on host %s, not %s: externalTrafficPolicy Local", b.Host, host)
-		case b.Endpoint == "":
-			c.Why = fmt.Sprintf("%s is no lab endpoint's address: a connection sent there gets no answer", b.IP)
-			e.MayFail = true
-		default:
-			ep, err := m.Lab.Endpoint(b.Endpoint)
-			if err != nil {
-				return e, err
-			}
-			v := m.Policy.Verdict(client, ep, f.Protocol, int(b.Port))
-			if v.Egress.Selected || v.Ingress.Selected {
-				return e, fmt.Errorf("node ports are not modelled under policy yet: %s or %s is isolated by a policy (probe node ports with no policy isolating the client or the backends)", client.ID(), ep.ID())
-			}
-			c.Hairpin = ep.ID() == client.ID()
-			c.Reachable = true
-			c.Why = "no policy isolates the client or the backend"
-			if c.Hairpin {
-				c.Why += "; hairpin: masqueraded by the backend's own chain, so the backend sees its host's address"
-			}
-			e.Expected = append(e.Expected, ep.ID())
-		}
-		e.Choices = append(e.Choices, c)
-	}
-	if len(e.Choices) == 0 || (f.ExternalLocal && !slices.ContainsFunc(f.Backends, func(b Backend) bool { return b.Host == host })) {
-		e.Refused = true
-		e.Note = fmt.Sprintf("no backend for node port %d on host %s", f.NodePort, host)
-	}
-	slices.Sort(e.Expected)
-	return e, nil
-}
 
 func denial(v policy.Verdict) string {
 	if !v.Egress.Allowed {
