@@ -138,22 +138,57 @@ func denial(v policy.Verdict) string {
 // Trace explains a client's connections to a frontend in a few lines, as
 // `cnlab service trace` prints them.
 func (m *Model) Trace(client *topology.Endpoint, f *Frontend) string {
-	e := m.Expect(client, f)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s -> %s (%s:%d/%s", client.ID(), f.Key(), f.VIP, f.Port, f.Protocol)
 	if f.NodePort != 0 {
 		fmt.Fprintf(&b, ", node port %d", f.NodePort)
 	}
 	b.WriteString(")\n")
+	traceChoices(&b, m.Expect(client, f))
+	return b.String()
+}
+
+// TraceNodePort explains a client's connections to a frontend's node port
+// on a host, as `cnlab service trace --node-port HOST` prints them: per
+// backend, what policy judges on each side and the source it sees.
+func (m *Model) TraceNodePort(client *topology.Endpoint, f *Frontend, host string) (string, error) {
+	e, err := m.ExpectNodePort(client, f, host)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s -> %s node port %d on host %s (%s/%s", client.ID(), f.Key(), f.NodePort, host, e.Target, f.Protocol)
+	if e.Masqueraded {
+		b.WriteString(", externalTrafficPolicy Cluster: masqueraded")
+	} else {
+		b.WriteString(", externalTrafficPolicy Local: the client's address kept")
+	}
+	fmt.Fprintf(&b, "; %s)\n", m.nodePortJudge(client, host))
+	traceChoices(&b, e)
+	return b.String(), nil
+}
+
+// nodePortJudge says in a few words where the lab's proxy translates a
+// node port, for a trace.
+func (m *Model) nodePortJudge(client *topology.Endpoint, host string) string {
+	if m.Lab.Services.Proxy == kind.ProxyEBPF {
+		return "the eBPF proxy translates it on the client's host " + client.Host
+	}
+	return fmt.Sprintf("the %s proxy translates it on host %s", m.Lab.Services.Proxy, host)
+}
+
+// traceChoices writes what an expectation says: the outcome, then one
+// line per backend.
+func traceChoices(b *strings.Builder, e Expectation) {
 	switch {
 	case e.Refused:
-		fmt.Fprintf(&b, "refused: %s\n", e.Note)
+		fmt.Fprintf(b, "refused: %s\n", e.Note)
 	case len(e.Expected) == 0:
 		b.WriteString("every connection fails: no backend is reachable\n")
 	case e.MayFail:
-		fmt.Fprintf(&b, "a new connection reaches one of %s; some fail (the proxy picks backends the client cannot reach)\n", strings.Join(e.Expected, ", "))
+		fmt.Fprintf(b, "a new connection reaches one of %s; some fail (the proxy picks backends the client cannot reach)\n", strings.Join(e.Expected, ", "))
 	default:
-		fmt.Fprintf(&b, "a new connection reaches one of %s, picked at random\n", strings.Join(e.Expected, ", "))
+		fmt.Fprintf(b, "a new connection reaches one of %s, picked at random\n", strings.Join(e.Expected, ", "))
 	}
 	for _, c := range e.Choices {
 		name := c.Backend.AddrPort().String()
@@ -164,12 +199,11 @@ func (m *Model) Trace(client *topology.Endpoint, f *Frontend) string {
 		if c.Reachable {
 			mark = "✓"
 		}
-		fmt.Fprintf(&b, "  %s %s: %s\n", mark, name, c.Why)
+		fmt.Fprintf(b, "  %s %s: %s\n", mark, name, c.Why)
 	}
 	if e.Note != "" && !e.Refused {
-		fmt.Fprintf(&b, "%s\n", e.Note)
+		fmt.Fprintf(b, "%s\n", e.Note)
 	}
-	return b.String()
 }
 
 // Frontend returns the frontend of a Service port: ref is
