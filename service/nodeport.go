@@ -99,6 +99,8 @@ type nodePortHop struct {
 	egressPort  int
 	ingressFrom policy.Party // what the backend's ingress is judged on
 	seen        netip.Addr   // the source the backend sees
+	// What the parties that are addresses are, for a trace.
+	egressWhat, ingressWhat string
 }
 
 func (m *Model) nodePortHop(client, ep *topology.Endpoint, f *Frontend, b Backend, node string) (nodePortHop, error) {
@@ -117,6 +119,7 @@ func (m *Model) nodePortHop(client, ep *topology.Endpoint, f *Frontend, b Backen
 			h.seen = masq
 			if ep.Host != client.Host {
 				h.ingressFrom = m.Policy.AddrParty(masq)
+				h.ingressWhat = fmt.Sprintf("host %s's masquerade address", client.Host)
 			}
 		}
 		return h, nil
@@ -124,6 +127,7 @@ func (m *Model) nodePortHop(client, ep *topology.Endpoint, f *Frontend, b Backen
 	if node != client.Host {
 		h.egressTo = m.Policy.AddrParty(NodeAddress(m.Lab.Host(node)))
 		h.egressPort = int(f.NodePort)
+		h.egressWhat = fmt.Sprintf("host %s's address, untranslated", node)
 	}
 	if f.ExternalLocal && ep.ID() != client.ID() {
 		return h, nil
@@ -137,6 +141,7 @@ func (m *Model) nodePortHop(client, ep *topology.Endpoint, f *Frontend, b Backen
 	h.seen = src
 	if ep.Host != node && !f.ExternalLocal {
 		h.ingressFrom = m.Policy.AddrParty(src)
+		h.ingressWhat = fmt.Sprintf("host %s's address towards host %s, masqueraded", node, ep.Host)
 	}
 	return h, nil
 }
@@ -186,7 +191,8 @@ func (m *Model) ExpectNodePort(client *topology.Endpoint, f *Frontend, host stri
 			c.Verdict = &v
 			c.Reachable = v.Allowed
 			c.Source = hop.seen
-			judged := fmt.Sprintf("egress judged on %s %s/%d, ingress on %s", hop.egressTo.ID(), strings.ToUpper(f.Protocol), hop.egressPort, hop.ingressFrom.ID())
+			judged := fmt.Sprintf("egress judged on %s %s/%d%s, ingress on %s%s", hop.egressTo.ID(), strings.ToUpper(f.Protocol), hop.egressPort, paren(hop.egressWhat),
+				hop.ingressFrom.ID(), paren(hop.ingressWhat))
 			if v.Allowed {
 				c.Why = fmt.Sprintf("policy allows it (%s); %s sees %s", judged, ep.ID(), hop.seen)
 				e.Expected = append(e.Expected, ep.ID())
@@ -203,4 +209,11 @@ func (m *Model) ExpectNodePort(client *topology.Endpoint, f *Frontend, host stri
 	}
 	slices.Sort(e.Expected)
 	return e, nil
+}
+
+func paren(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
 }
