@@ -93,7 +93,7 @@ func TestRenderIPSets(t *testing.T) {
 			in = rules
 		}
 	}
-	deny := setNamed(t, st.Sets, "cidr 192.0.2.0/24 except []")
+	deny := setNamed(t, st.Sets, "cidr 192.0.2.0/24 except [] outside the lab")
 	peer := setNamed(t, st.Sets, "endpoints cilium pods{pod=b} namespace=x")
 	want := []string{
 		`-m set --match-set ` + deny + ` src -m comment --comment "CiliumNetworkPolicy x/c spec.ingressDeny[0]" -j DROP`,
@@ -181,7 +181,7 @@ spec:
 `
 	lab, c = compiled(t, cnp, topology.Overrides{Options: kind.Overrides{Peers: kind.PeersIPSets}})
 	st = Render(lab, "flip", c)
-	name = setNamed(t, st.Sets, "cidr 0.0.0.0/0 except []")
+	name = setNamed(t, st.Sets, "cidr 0.0.0.0/0 except [] outside the lab")
 	var want []string
 	for _, p := range policy.Subtract(netip.MustParsePrefix("0.0.0.0/0"), policy.LabPrefixes(lab)) {
 		want = append(want, p.String())
