@@ -270,7 +270,10 @@ func (m *Model) compileRule(c *Compiled, p *Policy, subj *Identity, dir Dir, den
 			continue
 		}
 		pt := peerTerm{key: fmt.Sprintf("cidr %s except %v", pe.CIDR, pe.Except), net: true}
-		for _, pr := range Subtract(pe.CIDR, pe.Except) {
+		if p.Kind == KindCNP {
+			pt.key += " outside the lab" // other members than an ipBlock's of the same CIDR
+		}
+		for _, pr := range Subtract(pe.CIDR, m.cidrExcept(p, pe)) {
 			ip := irPeer{cidr: pr, term: t}
 			for _, ep := range m.Lab.Endpoints {
 				if pr.Contains(ep.IP) {

@@ -155,12 +155,12 @@ func (m *Model) httpRules(src, dst *topology.Endpoint, port int) ([]l7.Rule, []s
 						continue
 					}
 					proxied = true
-					if m.peersMatch(r, src, src.IP) {
+					if m.peersMatch(p, r, src, src.IP) {
 						rules = append(rules, pr.HTTP...)
 						origins = append(origins, p.Ref()+" "+r.Path)
 					}
 				}
-				if l4 == "" && m.peersMatch(r, src, src.IP) && l4Allows(r, port, dst) {
+				if l4 == "" && m.peersMatch(p, r, src, src.IP) && l4Allows(r, port, dst) {
 					l4 = p.Ref() + " " + r.Path
 				}
 			}

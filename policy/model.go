@@ -41,13 +41,49 @@ type Model struct {
 	byEndpoint map[string]*Identity
 	byIP       map[netip.Addr]*topology.Endpoint
 	byID       map[string]*topology.Endpoint
+	// internal are the lab's own addresses (LabPrefixes), which the CIDR
+	// selectors of a CiliumNetworkPolicy never select.
+	internal []netip.Prefix
+}
+
+// LabPrefixes are the addresses of a lab's hosts and pods: every host's
+// pod CIDR (its endpoints, its bridge's address, the eBPF datapath's
+// masquerade address) and, with links between hosts, the transit range
+// (the wires' and overlays' addresses). A CiliumNetworkPolicy's CIDR
+// selectors (fromCIDR, fromCIDRSet, toCIDR, toCIDRSet) select only
+// addresses outside them, as Cilium's never select the cluster's pods or
+// nodes (those are the endpoints and the host and remote-node entities).
+// A NetworkPolicy's ipBlock keeps selecting any address it covers, lab
+// endpoints and hosts included (Kubernetes leaves ipBlock for
+// cluster-internal traffic to the implementation; kube-proxy's
+// masqueraded node-port traffic is matched by it).
+func LabPrefixes(lab *topology.Spec) []netip.Prefix {
+	var out []netip.Prefix
+	for _, h := range lab.Hosts {
+		if h.PodCIDR.IsValid() {
+			out = append(out, h.PodCIDR.Masked())
+		}
+	}
+	if len(lab.Links) > 0 && lab.TransitCIDR.IsValid() {
+		out = append(out, lab.TransitCIDR.Masked())
+	}
+	return out
+}
+
+// cidrExcept is what a CIDR peer of policy p leaves out: its own except
+// list and, for a CiliumNetworkPolicy, the lab's own addresses.
+func (m *Model) cidrExcept(p *Policy, pe Peer) []netip.Prefix {
+	if p.Kind != KindCNP {
+		return pe.Except
+	}
+	return append(slices.Clone(pe.Except), m.internal...)
 }
 
 // NewModel checks the policies against the lab (their namespaces must
 // exist) and assigns identities.
 func NewModel(lab *topology.Spec, pols []*Policy) (*Model, error) {
 	m := &Model{Lab: lab, byEndpoint: map[string]*Identity{}, byIP: map[netip.Addr]*topology.Endpoint{},
-		byID: map[string]*topology.Endpoint{}}
+		byID: map[string]*topology.Endpoint{}, internal: LabPrefixes(lab)}
 	for _, p := range pols {
 		if _, ok := lab.Namespaces[p.Namespace]; !ok {
 			return nil, p.errorAt("metadata.namespace",
@@ -116,16 +152,16 @@ func (m *Model) selects(p *Policy, s *Spec, ep *topology.Endpoint) bool {
 	return s.Subject.Matches(ep.Labels)
 }
 
-// peerMatches reports whether a peer matches the remote side of a
-// connection: an endpoint (ep non-nil) or a bare address.
-func (m *Model) peerMatches(pe Peer, ep *topology.Endpoint, ip netip.Addr) bool {
+// peerMatches reports whether a peer of policy p matches the remote side
+// of a connection: an endpoint (ep non-nil) or a bare address.
+func (m *Model) peerMatches(p *Policy, pe Peer, ep *topology.Endpoint, ip netip.Addr) bool {
 	if pe.Endpoints != nil {
 		return ep != nil && m.endpointSelMatches(pe.Endpoints, ep)
 	}
 	if !pe.CIDR.Contains(ip) {
 		return false
 	}
-	for _, x := range pe.Except {
+	for _, x := range m.cidrExcept(p, pe) {
 		if x.Contains(ip) {
 			return false
 		}
@@ -177,8 +213,8 @@ func portMatches(pr Port, proto string, port int, dst *topology.Endpoint) bool {
 
 // ruleMatches reports whether a rule matches the remote side and the
 // destination port.
-func (m *Model) ruleMatches(r Rule, remote *topology.Endpoint, remoteIP netip.Addr, proto string, port int, dst *topology.Endpoint) bool {
-	if !m.peersMatch(r, remote, remoteIP) {
+func (m *Model) ruleMatches(p *Policy, r Rule, remote *topology.Endpoint, remoteIP netip.Addr, proto string, port int, dst *topology.Endpoint) bool {
+	if !m.peersMatch(p, r, remote, remoteIP) {
 		return false
 	}
 	if len(r.Ports) == 0 {
@@ -192,13 +228,14 @@ func (m *Model) ruleMatches(r Rule, remote *topology.Endpoint, remoteIP netip.Ad
 	return false
 }
 
-// peersMatch reports whether a rule's peers include the remote side.
-func (m *Model) peersMatch(r Rule, remote *topology.Endpoint, remoteIP netip.Addr) bool {
+// peersMatch reports whether the peers of a rule of policy p include the
+// remote side.
+func (m *Model) peersMatch(p *Policy, r Rule, remote *topology.Endpoint, remoteIP netip.Addr) bool {
 	if r.AnyPeer {
 		return true
 	}
 	for _, pe := range r.Peers {
-		if m.peerMatches(pe, remote, remoteIP) {
+		if m.peerMatches(p, pe, remote, remoteIP) {
 			return true
 		}
 	}
@@ -253,10 +290,49 @@ type Verdict struct {
 // proto/port: it needs the source's egress and the destination's ingress
 // to allow it. Replies of an allowed connection always pass.
 func (m *Model) Verdict(src, dst *topology.Endpoint, proto string, port int) Verdict {
+	return m.VerdictOf(EndpointParty(src), EndpointParty(dst), proto, port)
+}
+
+// Party is one end of a connection as a datapath judges it: a lab
+// endpoint (Endpoint set, Addr its address), or an address that is no
+// endpoint's (a host's, a masquerade address, the world).
+type Party struct {
+	Endpoint *topology.Endpoint
+	Addr     netip.Addr
+}
+
+// EndpointParty is an endpoint as a party.
+func EndpointParty(ep *topology.Endpoint) Party { return Party{Endpoint: ep, Addr: ep.IP} }
+
+// AddrParty is an address as a party: the endpoint that has it, if any.
+func (m *Model) AddrParty(a netip.Addr) Party { return Party{Endpoint: m.byIP[a], Addr: a} }
+
+// ID names a party: its endpoint, or its address.
+func (p Party) ID() string {
+	if p.Endpoint != nil {
+		return p.Endpoint.ID()
+	}
+	return p.Addr.String()
+}
+
+// VerdictOf decides a new connection between two parties as the
+// datapaths judge the packets they see, which after a Service's
+// translation or masquerade need not be the client and the backend: the
+// source's egress (an address that is no endpoint has none) and the
+// destination's ingress (likewise).
+func (m *Model) VerdictOf(src, dst Party, proto string, port int) Verdict {
 	proto = strings.ToUpper(proto)
 	v := Verdict{From: src.ID(), To: dst.ID(), Protocol: proto, Port: port}
-	v.Egress = m.side(src, dst, dst.IP, proto, port, dst, true)
-	v.Ingress = m.side(dst, src, src.IP, proto, port, dst, false)
+	if src.Endpoint != nil {
+		v.Egress = m.side(src.Endpoint, dst.Endpoint, dst.Addr, proto, port, dst.Endpoint, true)
+	} else {
+		v.Egress = Side{Allowed: true, Reason: fmt.Sprintf("%s is no endpoint: no egress policy", src.Addr)}
+	}
+	if dst.Endpoint != nil {
+		v.Ingress = m.side(dst.Endpoint, src.Endpoint, src.Addr, proto, port, dst.Endpoint, false)
+	} else {
+		v.Ingress = Side{Allowed: true, Reason: fmt.Sprintf("%s is no endpoint: no ingress policy", dst.Addr)}
+	}
 	v.Allowed = v.Egress.Allowed && v.Ingress.Allowed
 	return v
 }
@@ -279,7 +355,7 @@ func (m *Model) side(subject, remote *topology.Endpoint, remoteIP netip.Addr, pr
 				d = sp.Egress
 			}
 			for _, r := range d.Deny {
-				if m.ruleMatches(r, remote, remoteIP, proto, port, dst) {
+				if m.ruleMatches(p, r, remote, remoteIP, proto, port, dst) {
 					s.Allowed = false
 					s.Reason = fmt.Sprintf("denied by %s %s", p.Ref(), r.Path)
 					s.Rule = p.Ref() + " " + r.Path
@@ -297,11 +373,11 @@ func (m *Model) side(subject, remote *topology.Endpoint, remoteIP netip.Addr, pr
 				if allowRule != "" {
 					break
 				}
-				if m.ruleMatches(r, remote, remoteIP, proto, port, dst) {
+				if m.ruleMatches(p, r, remote, remoteIP, proto, port, dst) {
 					allowRule = p.Ref() + " " + r.Path
 					break
 				}
-				if m.peersMatch(r, remote, remoteIP) {
+				if dst != nil && m.peersMatch(p, r, remote, remoteIP) {
 					for _, name := range unresolvedNames(r, proto, dst) {
 						notes = append(notes, fmt.Sprintf("%s %s: named port %q resolves to nothing for %s (not in its ports:)", p.Ref(), r.Path, name, dst.ID()))
 					}

@@ -173,7 +173,10 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 					}
 					r.Backends[id]++
 					masq := e.Masqueraded || (id == c.ID() && !e.HairpinLocal) // a hairpin is masqueraded, but over loopback
+					want := sourceOf(e, id)
 					switch {
+					case want.IsValid() && saw != want:
+						r.badSource = append(r.badSource, fmt.Sprintf("%s saw the connection come from %s, not from %s as the model says", id, saw, want))
 					case !masq && saw != c.IP:
 						r.badSource = append(r.badSource, fmt.Sprintf("%s saw the connection come from %s, not from the client's address %s", id, saw, c.IP))
 					case masq && saw == c.IP:
@@ -196,6 +199,16 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].From < out[j].From })
 	return out, nil
+}
+
+// sourceOf is the source the model says backend id sees, if it says.
+func sourceOf(e service.Expectation, id string) netip.Addr {
+	for _, c := range e.Choices {
+		if c.Backend.Endpoint == id {
+			return c.Source
+		}
+	}
+	return netip.Addr{}
 }
 
 // CheckService compares each result with the model's expectation, sets

@@ -33,6 +33,9 @@ type Choice struct {
 	// connection, so the backend sees its host's address.
 	Hairpin bool            `json:"hairpin,omitempty"`
 	Verdict *policy.Verdict `json:"verdict,omitempty"`
+	// Source is the address the backend sees the connection come from,
+	// when the model knows it (node ports).
+	Source netip.Addr `json:"source,omitzero"`
 }
 
 // Expectation is what a client's new connections to a frontend may do.
@@ -125,64 +128,6 @@ func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
 // lab can route to; a node port answers on every address of the host.
 func NodeAddress(h *topology.Host) netip.Addr { return h.Gateway }
 
-// ExpectNodePort decides a client's new connections to a frontend's node
-// port on a host: every backend (externalTrafficPolicy Cluster, the
-// connection masqueraded to the host's address) or the host's own
-// (Local, the client's address kept; none there: dropped). It does not
-// judge node ports under policy: on the client's host the connection is
-// judged against the node's address, and on a backend's host against the
-// client's or the masquerading host's, which the policy model does not
-// follow yet; with a policy isolating the client or a backend it returns
-// an error saying so.
-func (m *Model) ExpectNodePort(client *topology.Endpoint, f *Frontend, host string) (Expectation, error) {
-	h := m.Lab.Host(host)
-	if h == nil {
-		var names []string
-		for _, x := range m.Lab.Hosts {
-			names = append(names, x.Name)
-		}
-		return Expectation{}, fmt.Errorf("no host %q (hosts: %s)", host, strings.Join(names, ", "))
-	}
-	if f.NodePort == 0 {
-		return Expectation{}, fmt.Errorf("%s is not a NodePort Service", f.Key())
-	}
-	e := Expectation{From: client.ID(), Frontend: f.Key() + " node port", Expected: []string{},
-		Target: netip.AddrPortFrom(NodeAddress(h), f.NodePort), Masqueraded: !f.ExternalLocal}
-	for _, b := range f.Backends {
-		c := Choice{Backend: b}
-		switch {
-		case f.ExternalLocal && b.Host != host:
-			c.Why = fmt.Sprintf("on host %s, not %s: externalTrafficPolicy Local", b.Host, host)
-		case b.Endpoint == "":
-			c.Why = fmt.Sprintf("%s is no lab endpoint's address: a connection sent there gets no answer", b.IP)
-			e.MayFail = true
-		default:
-			ep, err := m.Lab.Endpoint(b.Endpoint)
-			if err != nil {
-				return e, err
-			}
-			v := m.Policy.Verdict(client, ep, f.Protocol, int(b.Port))
-			if v.Egress.Selected || v.Ingress.Selected {
-				return e, fmt.Errorf("node ports are not modelled under policy yet: %s or %s is isolated by a policy (probe node ports with no policy isolating the client or the backends)", client.ID(), ep.ID())
-			}
-			c.Hairpin = ep.ID() == client.ID()
-			c.Reachable = true
-			c.Why = "no policy isolates the client or the backend"
-			if c.Hairpin {
-				c.Why += "; hairpin: masqueraded by the backend's own chain, so the backend sees its host's address"
-			}
-			e.Expected = append(e.Expected, ep.ID())
-		}
-		e.Choices = append(e.Choices, c)
-	}
-	if len(e.Choices) == 0 || (f.ExternalLocal && !slices.ContainsFunc(f.Backends, func(b Backend) bool { return b.Host == host })) {
-		e.Refused = true
-		e.Note = fmt.Sprintf("no backend for node port %d on host %s", f.NodePort, host)
-	}
-	slices.Sort(e.Expected)
-	return e, nil
-}
-
 func denial(v policy.Verdict) string {
 	if !v.Egress.Allowed {
 		return v.Egress.Reason
@@ -193,22 +138,57 @@ func denial(v policy.Verdict) string {
 // Trace explains a client's connections to a frontend in a few lines, as
 // `cnlab service trace` prints them.
 func (m *Model) Trace(client *topology.Endpoint, f *Frontend) string {
-	e := m.Expect(client, f)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s -> %s (%s:%d/%s", client.ID(), f.Key(), f.VIP, f.Port, f.Protocol)
 	if f.NodePort != 0 {
 		fmt.Fprintf(&b, ", node port %d", f.NodePort)
 	}
 	b.WriteString(")\n")
+	traceChoices(&b, m.Expect(client, f))
+	return b.String()
+}
+
+// TraceNodePort explains a client's connections to a frontend's node port
+// on a host, as `cnlab service trace --node-port HOST` prints them: per
+// backend, what policy judges on each side and the source it sees.
+func (m *Model) TraceNodePort(client *topology.Endpoint, f *Frontend, host string) (string, error) {
+	e, err := m.ExpectNodePort(client, f, host)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s -> %s node port %d on host %s (%s/%s", client.ID(), f.Key(), f.NodePort, host, e.Target, f.Protocol)
+	if e.Masqueraded {
+		b.WriteString(", externalTrafficPolicy Cluster: masqueraded")
+	} else {
+		b.WriteString(", externalTrafficPolicy Local: the client's address kept")
+	}
+	fmt.Fprintf(&b, "; %s)\n", m.nodePortJudge(client, host))
+	traceChoices(&b, e)
+	return b.String(), nil
+}
+
+// nodePortJudge says in a few words where the lab's proxy translates a
+// node port, for a trace.
+func (m *Model) nodePortJudge(client *topology.Endpoint, host string) string {
+	if m.Lab.Services.Proxy == kind.ProxyEBPF {
+		return "the eBPF proxy translates it on the client's host " + client.Host
+	}
+	return fmt.Sprintf("the %s proxy translates it on host %s", m.Lab.Services.Proxy, host)
+}
+
+// traceChoices writes what an expectation says: the outcome, then one
+// line per backend.
+func traceChoices(b *strings.Builder, e Expectation) {
 	switch {
 	case e.Refused:
-		fmt.Fprintf(&b, "refused: %s\n", e.Note)
+		fmt.Fprintf(b, "refused: %s\n", e.Note)
 	case len(e.Expected) == 0:
 		b.WriteString("every connection fails: no backend is reachable\n")
 	case e.MayFail:
-		fmt.Fprintf(&b, "a new connection reaches one of %s; some fail (the proxy picks backends the client cannot reach)\n", strings.Join(e.Expected, ", "))
+		fmt.Fprintf(b, "a new connection reaches one of %s; some fail (the proxy picks backends the client cannot reach)\n", strings.Join(e.Expected, ", "))
 	default:
-		fmt.Fprintf(&b, "a new connection reaches one of %s, picked at random\n", strings.Join(e.Expected, ", "))
+		fmt.Fprintf(b, "a new connection reaches one of %s, picked at random\n", strings.Join(e.Expected, ", "))
 	}
 	for _, c := range e.Choices {
 		name := c.Backend.AddrPort().String()
@@ -219,12 +199,11 @@ func (m *Model) Trace(client *topology.Endpoint, f *Frontend) string {
 		if c.Reachable {
 			mark = "✓"
 		}
-		fmt.Fprintf(&b, "  %s %s: %s\n", mark, name, c.Why)
+		fmt.Fprintf(b, "  %s %s: %s\n", mark, name, c.Why)
 	}
 	if e.Note != "" && !e.Refused {
-		fmt.Fprintf(&b, "%s\n", e.Note)
+		fmt.Fprintf(b, "%s\n", e.Note)
 	}
-	return b.String()
 }
 
 // Frontend returns the frontend of a Service port: ref is

@@ -215,12 +215,13 @@ func printFrontends(w io.Writer, t *service.Table) {
 }
 
 func newServiceTraceCmd(e *env) *cobra.Command {
-	var from, output string
+	var from, output, nodeHost string
 	cmd := &cobra.Command{
-		Use:   "trace LAB --from A NAMESPACE/NAME[:PORTNAME] [-o json]",
+		Use:   "trace LAB --from A NAMESPACE/NAME[:PORTNAME] [--node-port HOST] [-o json]",
 		Short: "Explain which backends a client's new connections to a Service may reach, and why",
 		Example: `  cnlab service trace svc-lab --from default/client default/web:http
-  cnlab service trace svc-lab --from x/a x/web -o json`,
+  cnlab service trace svc-lab --from x/a x/web -o json
+  cnlab service trace svc-lab --from x/a x/web --node-port node-2`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -244,6 +245,21 @@ func newServiceTraceCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if nodeHost != "" {
+				if output == "json" {
+					x, err := m.ExpectNodePort(client, f, nodeHost)
+					if err != nil {
+						return err
+					}
+					return writeJSON(e.stdout, x)
+				}
+				s, err := m.TraceNodePort(client, f, nodeHost)
+				if err != nil {
+					return err
+				}
+				fmt.Fprint(e.stdout, s)
+				return nil
+			}
 			if output == "json" {
 				return writeJSON(e.stdout, m.Expect(client, f))
 			}
@@ -252,6 +268,7 @@ func newServiceTraceCmd(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&from, "from", "", "client endpoint (ns/name or a unique name)")
+	cmd.Flags().StringVar(&nodeHost, "node-port", "", "trace the Service's node port on this host (its bridge address) instead of the cluster IP")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: text or json")
 	return cmd
 }

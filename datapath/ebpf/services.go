@@ -212,32 +212,6 @@ func renderServices(t *service.Table, host string, nodes map[string][]netip.Addr
 	return st
 }
 
-// masqAddress is the source a host gives masqueraded node-port
-// connections: the highest address of its pod CIDR that is not its
-// gateway or an endpoint's, so that it is no address of the host (its
-// stack would take the replies for its own) yet routed to it by every
-// other host.
-func masqAddress(lab *topology.Spec, h *topology.Host) (netip.Addr, error) {
-	used := map[netip.Addr]bool{h.Gateway: true}
-	for _, ep := range lab.Endpoints {
-		used[ep.IP] = true
-	}
-	p := h.PodCIDR.Masked()
-	a := p.Addr()
-	for i := 0; i < 32-p.Bits(); i++ { // the broadcast address
-		b := a.As4()
-		v := binary.BigEndian.Uint32(b[:]) | 1<<i
-		binary.BigEndian.PutUint32(b[:], v)
-		a = netip.AddrFrom4(b)
-	}
-	for a = a.Prev(); p.Contains(a) && a != p.Addr(); a = a.Prev() {
-		if !used[a] {
-			return a, nil
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("host %s: no free address in %s to masquerade node-port connections with", h.Name, p)
-}
-
 // svcMaps are the service proxy's maps of a host.
 type svcMaps struct {
 	config, svc, backends, nat, affinity, sockFwd, sockRev *ebpf.Map
@@ -420,7 +394,7 @@ func writeServices(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want 
 			return fmt.Errorf("frontend %s: its backends are not known (a recorded state cannot be written back)", svcKeyString(key))
 		}
 	}
-	masq, err := masqAddress(lab, h)
+	masq, err := service.MasqAddress(lab, h)
 	if err != nil {
 		return err
 	}

@@ -475,7 +475,7 @@ func writeChange(lab *topology.Spec, h *topology.Host, hm *svcHostMemo,
 			}
 		}
 	}
-	masq, err := masqAddress(lab, h)
+	masq, err := service.MasqAddress(lab, h)
 	if err != nil {
 		return done, errors.Join(errNoWrite, err)
 	}

@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -25,7 +26,7 @@ spec:
   - fromEndpoints: [{matchLabels: {pod: b}}]
     toPorts: [{ports: [{port: "80", endPort: 81, protocol: TCP}]}]
   ingressDeny:
-  - fromCIDR: [10.0.191.0/24]
+  - fromCIDR: [192.0.2.0/24]
 `
 
 func TestRender(t *testing.T) {
@@ -43,7 +44,7 @@ func TestRender(t *testing.T) {
 		}
 	}
 	want := []string{
-		`-s 10.0.191.0/24 -m comment --comment "CiliumNetworkPolicy x/c spec.ingressDeny[0]" -j DROP`,
+		`-s 192.0.2.0/24 -m comment --comment "CiliumNetworkPolicy x/c spec.ingressDeny[0]" -j DROP`,
 		`-s 10.0.191.11/32 -p tcp -m tcp --dport 80:81 -m comment --comment "CiliumNetworkPolicy x/c spec.ingress[0]" -j ACCEPT`,
 		`-j DROP`,
 	}
@@ -92,7 +93,7 @@ func TestRenderIPSets(t *testing.T) {
 			in = rules
 		}
 	}
-	deny := setNamed(t, st.Sets, "cidr 10.0.191.0/24 except []")
+	deny := setNamed(t, st.Sets, "cidr 192.0.2.0/24 except [] outside the lab")
 	peer := setNamed(t, st.Sets, "endpoints cilium pods{pod=b} namespace=x")
 	want := []string{
 		`-m set --match-set ` + deny + ` src -m comment --comment "CiliumNetworkPolicy x/c spec.ingressDeny[0]" -j DROP`,
@@ -102,7 +103,7 @@ func TestRenderIPSets(t *testing.T) {
 	if strings.Join(in, "\n") != strings.Join(want, "\n") {
 		t.Errorf("ingress chain:\n%s\nwant:\n%s", strings.Join(in, "\n"), strings.Join(want, "\n"))
 	}
-	if s := st.Sets[deny]; s.Type != hashNet || strings.Join(s.Members, " ") != "10.0.191.0/24" || !strings.HasPrefix(deny, "cnlab-n-") || len(deny) > 31 {
+	if s := st.Sets[deny]; s.Type != hashNet || strings.Join(s.Members, " ") != "192.0.2.0/24" || !strings.HasPrefix(deny, "cnlab-n-") || len(deny) > 31 {
 		t.Errorf("%s: %+v", deny, s)
 	}
 	if s := st.Sets[peer]; s.Type != hashIP || strings.Join(s.Members, " ") != "10.0.191.11" || !strings.HasPrefix(peer, "cnlab-s-") {
@@ -153,9 +154,24 @@ func TestRenderIPSetsTerms(t *testing.T) {
 }
 
 // TestRenderIPSetsAnyAddress: hash:net refuses 0.0.0.0/0, so a CIDR term
-// of every address is its two halves.
+// of every address (an ipBlock) is its two halves; a CiliumNetworkPolicy's
+// is every address but the lab's own.
 func TestRenderIPSetsAnyAddress(t *testing.T) {
-	any := `apiVersion: cilium.io/v2
+	any := `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: any, namespace: x}
+spec:
+  podSelector: {matchLabels: {pod: a}}
+  ingress:
+  - from: [{ipBlock: {cidr: 0.0.0.0/0}}]
+`
+	lab, c := compiled(t, any, topology.Overrides{Options: kind.Overrides{Peers: kind.PeersIPSets}})
+	st := Render(lab, "flip", c)
+	name := setNamed(t, st.Sets, "cidr 0.0.0.0/0 except []")
+	if got := strings.Join(st.Sets[name].Members, " "); got != "0.0.0.0/1 128.0.0.0/1" {
+		t.Errorf("members of 0.0.0.0/0: %s", got)
+	}
+	cnp := `apiVersion: cilium.io/v2
 kind: CiliumNetworkPolicy
 metadata: {name: any, namespace: x}
 spec:
@@ -163,11 +179,15 @@ spec:
   ingress:
   - fromCIDR: [0.0.0.0/0]
 `
-	lab, c := compiled(t, any, topology.Overrides{Options: kind.Overrides{Peers: kind.PeersIPSets}})
-	st := Render(lab, "flip", c)
-	name := setNamed(t, st.Sets, "cidr 0.0.0.0/0 except []")
-	if got := strings.Join(st.Sets[name].Members, " "); got != "0.0.0.0/1 128.0.0.0/1" {
-		t.Errorf("members of 0.0.0.0/0: %s", got)
+	lab, c = compiled(t, cnp, topology.Overrides{Options: kind.Overrides{Peers: kind.PeersIPSets}})
+	st = Render(lab, "flip", c)
+	name = setNamed(t, st.Sets, "cidr 0.0.0.0/0 except [] outside the lab")
+	var want []string
+	for _, p := range policy.Subtract(netip.MustParsePrefix("0.0.0.0/0"), policy.LabPrefixes(lab)) {
+		want = append(want, p.String())
+	}
+	if got := strings.Join(st.Sets[name].Members, " "); got != strings.Join(want, " ") || strings.Contains(got, "10.0.191.0/24") {
+		t.Errorf("members of a CiliumNetworkPolicy's 0.0.0.0/0: %s, want %s", got, strings.Join(want, " "))
 	}
 }
 
