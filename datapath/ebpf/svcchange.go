@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"sync"
 	"syscall"
 
 	"github.com/cilium/ebpf"
@@ -60,27 +59,12 @@ type svcHostMemo struct {
 // padding: records are encoded one by one and concatenated.
 const svcRecordB64 = svcRecord / 3 * 4
 
-var svcMemos struct {
-	sync.Mutex
-	by map[string]*svcMemo
-}
+// svcMemos are the tables this process last applied, per lab.
+var svcMemos change.Memos[*svcMemo]
 
-func takeMemo(lab string) *svcMemo {
-	svcMemos.Lock()
-	defer svcMemos.Unlock()
-	m := svcMemos.by[lab]
-	delete(svcMemos.by, lab)
-	return m
-}
+func takeMemo(lab string) *svcMemo { return svcMemos.Take(lab) }
 
-func keepMemo(lab string, m *svcMemo) {
-	svcMemos.Lock()
-	defer svcMemos.Unlock()
-	if svcMemos.by == nil {
-		svcMemos.by = map[string]*svcMemo{}
-	}
-	svcMemos.by[lab] = m
-}
+func keepMemo(lab string, m *svcMemo) { svcMemos.Keep(lab, m) }
 
 // appendRecord appends the state-file record of one frontend, base64.
 func appendRecord(dst []byte, k cnlabSvcKey, e *svcEntry) []byte {
@@ -339,21 +323,7 @@ func (p ServiceProxy) ApplyChange(ctx context.Context, lab *topology.Spec, from,
 		}
 		return change.ClearDirty(d.path)
 	}
-	rollback := func(cause error) error {
-		var errs []error
-		for i := len(applied) - 1; i >= 0; i-- {
-			if err := restore(applied[i]); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if len(errs) > 0 {
-			return fmt.Errorf("%w; rolling back failed too: %w", cause, errors.Join(errs...))
-		}
-		if len(applied) > 0 {
-			return fmt.Errorf("%w (the %d hosts already changed were rolled back)", cause, len(applied))
-		}
-		return cause
-	}
+	rollback := func(cause error) error { return change.RollBack(cause, applied, restore) }
 	for i := range lab.Hosts {
 		h := &lab.Hosts[i]
 		hm := memo.hosts[h.Name]

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/fault"
@@ -300,21 +301,7 @@ func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, k kind.Kind, set
 	}
 	// rollback puts the hosts already updated back to what they had, so a
 	// failure on one host does not leave the lab half on the new set.
-	rollback := func(cause error) error {
-		var errs []error
-		for i := len(applied) - 1; i >= 0; i-- {
-			if err := restore(applied[i]); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if len(errs) > 0 {
-			return fmt.Errorf("%w; rolling back failed too: %w", cause, errors.Join(errs...))
-		}
-		if len(applied) > 0 {
-			return fmt.Errorf("%w (the %d hosts already changed were rolled back)", cause, len(applied))
-		}
-		return cause
-	}
+	rollback := func(cause error) error { return RollBack(cause, applied, restore) }
 	for i := range lab.Hosts {
 		h := &lab.Hosts[i]
 		want := render(h.Name)
@@ -359,4 +346,51 @@ func ApplyHosts[S any](ctx context.Context, lab *topology.Spec, k kind.Kind, set
 		HostDone(h.Name)
 	}
 	return nil
+}
+
+// RollBack undoes the hosts a change already changed, the last first
+// (undo), when it fails with cause on a later one, so that a failure does
+// not leave the lab half on the new set; the error says what was done.
+func RollBack[H any](cause error, applied []H, undo func(H) error) error {
+	var errs []error
+	for i := len(applied) - 1; i >= 0; i-- {
+		if err := undo(applied[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w; rolling back failed too: %w", cause, errors.Join(errs...))
+	}
+	if len(applied) > 0 {
+		return fmt.Errorf("%w (the %d hosts already changed were rolled back)", cause, len(applied))
+	}
+	return cause
+}
+
+// Memos keep, per lab, what this process last applied to it (a proxy's
+// or a datapath's memo of its incremental change path). A change takes
+// the memo (no other change can then use it half updated) and keeps the
+// new one when it succeeds.
+type Memos[T any] struct {
+	mu sync.Mutex
+	by map[string]T
+}
+
+// Take removes and returns a lab's memo (the zero T when there is none).
+func (m *Memos[T]) Take(lab string) T {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := m.by[lab]
+	delete(m.by, lab)
+	return v
+}
+
+// Keep stores a lab's memo.
+func (m *Memos[T]) Keep(lab string, v T) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.by == nil {
+		m.by = map[string]T{}
+	}
+	m.by[lab] = v
 }

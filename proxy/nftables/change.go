@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"sync"
 
 	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/fault"
@@ -274,27 +273,12 @@ type hostMemo struct {
 	logLength int64
 }
 
-var memos struct {
-	sync.Mutex
-	by map[string]*memo
-}
+// memos are the tables this process last applied, per lab.
+var memos change.Memos[*memo]
 
-func takeMemo(lab string) *memo {
-	memos.Lock()
-	defer memos.Unlock()
-	m := memos.by[lab]
-	delete(memos.by, lab)
-	return m
-}
+func takeMemo(lab string) *memo { return memos.Take(lab) }
 
-func keepMemo(lab string, m *memo) {
-	memos.Lock()
-	defer memos.Unlock()
-	if memos.by == nil {
-		memos.by = map[string]*memo{}
-	}
-	memos.by[lab] = m
-}
+func keepMemo(lab string, m *memo) { memos.Keep(lab, m) }
 
 // unchanged reports whether a host's files are still those the memo
 // wrote for set: clean, recording set, the state file and log as written.
@@ -488,21 +472,7 @@ func (p nftables) ApplyChange(ctx context.Context, lab *topology.Spec, from, t *
 		flushStale(hc.h, back)
 		return change.ClearDirty(hc.path)
 	}
-	rollback := func(cause error) error {
-		var errs []error
-		for i := len(applied) - 1; i >= 0; i-- {
-			if err := restore(applied[i]); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if len(errs) > 0 {
-			return fmt.Errorf("%w; rolling back failed too: %w", cause, errors.Join(errs...))
-		}
-		if len(applied) > 0 {
-			return fmt.Errorf("%w (the %d hosts already changed were rolled back)", cause, len(applied))
-		}
-		return cause
-	}
+	rollback := func(cause error) error { return change.RollBack(cause, applied, restore) }
 	for i := range changes {
 		hc := &changes[i]
 		if err := change.MarkDirty(hc.path, set); err != nil {
