@@ -188,3 +188,16 @@ func StaleUDP(have, want []UDPFrontend) []StaleFlow {
 	}
 	return out
 }
+
+// ChangedRange returns the lengths of the longest common head and tail of
+// two frontend lists (as same compares them, not overlapping): what lies
+// between is what a change from a to b changes.
+func ChangedRange(a, b []service.Frontend, same func(a, b *service.Frontend) bool) (head, tail int) {
+	for head < len(a) && head < len(b) && same(&a[head], &b[head]) {
+		head++
+	}
+	for tail < len(a)-head && tail < len(b)-head && same(&a[len(a)-1-tail], &b[len(b)-1-tail]) {
+		tail++
+	}
+	return head, tail
+}

@@ -289,14 +289,7 @@ func (p ServiceProxy) ApplyChange(ctx context.Context, lab *topology.Spec, from,
 	set := ""
 	// The frontends that differ: between the longest common head and tail.
 	a, b := from.Frontends, t.Frontends
-	head := 0
-	for head < len(a) && head < len(b) && sameFrontend(&a[head], &b[head]) {
-		head++
-	}
-	tail := 0
-	for tail < len(a)-head && tail < len(b)-head && sameFrontend(&a[len(a)-1-tail], &b[len(b)-1-tail]) {
-		tail++
-	}
+	head, tail := proxy.ChangedRange(a, b, sameFrontend)
 	if 2*(len(a)+len(b)-2*(head+tail)) > len(b)+len(a) {
 		// Most frontends change (a first apply): Apply is no slower.
 		<-digest

@@ -351,14 +351,7 @@ func (p nftables) ApplyChange(ctx context.Context, lab *topology.Spec, from, t *
 	digest := make(chan string, 1)
 	go func() { digest <- proxy.Digest(t) }()
 	a, b := from.Frontends, t.Frontends
-	head := 0
-	for head < len(a) && head < len(b) && sameFrontend(&a[head], &b[head]) {
-		head++
-	}
-	tail := 0
-	for tail < len(a)-head && tail < len(b)-head && sameFrontend(&a[len(a)-1-tail], &b[len(b)-1-tail]) {
-		tail++
-	}
+	head, tail := proxy.ChangedRange(a, b, sameFrontend)
 	if 2*(len(a)+len(b)-2*(head+tail)) > len(b)+len(a) && len(a)+len(b) > 64 {
 		// Most frontends of many change: Apply is no slower. (A small
 		// table goes by the change all the same: the lab's tests run
