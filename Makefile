@@ -15,7 +15,7 @@ install: build
 # The test command of the README and of .ci/run. Packages run one at a
 # time (-p 1): each test binary checks that it left the kernel as it found
 # it, which only holds if no other package is changing it meanwhile.
-# -timeout: package lab alone takes about 730-750 s on the 2-core VM (2026-11-28), past
+# -timeout: package lab alone takes about 730-755 s on the 2-core VM (2026-11-28), past
 # go test's default of 10 minutes per package.
 # scripts/k8s-tools.sh builds the Kubernetes control plane the kubernetes
 # backend's integration test runs against (about 8 minutes once, then
