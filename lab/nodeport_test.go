@@ -100,26 +100,7 @@ func TestNodePortIngressDeny(t *testing.T) {
 			if _, err := Replace(ctx, spec.Name, mustParse(t, nodePortDeny)); err != nil {
 				t.Fatal(err)
 			}
-			m, err := ServiceModel(spec.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := m.Resolved.Frontend("x/np")
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, id := range []string{"x/w1", "x/w2", "x/w3"} {
-				ep, _ := spec.Endpoint(id)
-				port := uint16(8080)
-				if id == "x/w3" {
-					port = 8081
-				}
-				srv, err := testutil.ListenEcho(ep.Netns, netip.AddrPortFrom(ep.IP, port))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer srv.Close()
-			}
+			f := nodePortBackends(t, spec)
 			c1, _ := spec.Endpoint("y/c1")
 			w3, _ := spec.Endpoint("x/w3")
 			targets := []struct {

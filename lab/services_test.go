@@ -453,6 +453,27 @@ func TestServiceConnectHook(t *testing.T) {
 	if _, err := Replace(ctx, spec.Name, pols); err != nil {
 		t.Fatal(err)
 	}
+	f := nodePortBackends(t, spec)
+	c1, _ := spec.Endpoint("y/c1")
+	flap := spec.Host("flap")
+	for _, target := range []string{fmt.Sprintf("%s:%d", f.VIP, f.Port), fmt.Sprintf("%s:%d", service.NodeAddress(flap), f.NodePort)} {
+		for i := 0; i < 6; i++ {
+			var c net.Conn
+			err := netns.Do(c1.Netns, func() (err error) { c, err = net.DialTimeout("tcp4", target, 2*time.Second); return })
+			if err != nil {
+				t.Errorf("y/c1 -> %s (egress allows the backends' ports): %v", target, err)
+				break
+			}
+			c.Close()
+		}
+	}
+}
+
+// nodePortBackends starts echo servers on the backends of the node-port
+// Service x/np (x/w1 and x/w2 on 8080, x/w3 on 8081), closed when the
+// test ends, and returns its frontend.
+func nodePortBackends(t *testing.T, spec *topology.Spec) *service.Frontend {
+	t.Helper()
 	m, err := ServiceModel(spec.Name)
 	if err != nil {
 		t.Fatal(err)
@@ -471,19 +492,7 @@ func TestServiceConnectHook(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer srv.Close()
+		t.Cleanup(func() { srv.Close() })
 	}
-	c1, _ := spec.Endpoint("y/c1")
-	flap := spec.Host("flap")
-	for _, target := range []string{fmt.Sprintf("%s:%d", f.VIP, f.Port), fmt.Sprintf("%s:%d", service.NodeAddress(flap), f.NodePort)} {
-		for i := 0; i < 6; i++ {
-			var c net.Conn
-			err := netns.Do(c1.Netns, func() (err error) { c, err = net.DialTimeout("tcp4", target, 2*time.Second); return })
-			if err != nil {
-				t.Errorf("y/c1 -> %s (egress allows the backends' ports): %v", target, err)
-				break
-			}
-			c.Close()
-		}
-	}
+	return f
 }

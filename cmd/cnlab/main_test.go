@@ -209,7 +209,7 @@ func TestUpStatusExecDown(t *testing.T) {
 
 // TestKilledUpIsReclaimed kills `cnlab up` with SIGKILL while it is
 // building a large lab, and checks that `down` removes everything. (It
-// names the lab: `down --all` would take down every lab on the machine.)
+// names the lab: `down` with --all would take down every lab on the machine.)
 func TestKilledUpIsReclaimed(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := t.TempDir()

@@ -456,12 +456,6 @@ func writeServices(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want 
 			w.ID, w.Half = old.ID, old.Half
 			continue
 		}
-		w.ID, w.Half = old.ID, 1-old.Half
-		// The half in use is the kernel's, whatever the state says.
-		var cur cnlabSvcVal
-		if m.svc.Lookup(key, &cur) == nil && cur.Id == w.ID {
-			w.Half = 1 - cur.Half
-		}
 		if err := switchFrontend(m, key, w, old); err != nil {
 			return err
 		}
@@ -499,8 +493,18 @@ func writeServices(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want 
 }
 
 // switchFrontend writes w's backends into its half, then its value (the
-// switch), then deletes old's slots in the other half.
+// switch), then deletes old's slots in the other half (old nil: a new
+// frontend, whose id and half the caller set).
 func switchFrontend(m *svcMaps, key cnlabSvcKey, w, old *svcEntry) error {
+	if old != nil {
+		// A changed frontend keeps old's id and takes the other half:
+		// the one the kernel does not use, whatever the state says.
+		w.ID, w.Half = old.ID, 1-old.Half
+		var cur cnlabSvcVal
+		if m.svc.Lookup(key, &cur) == nil && cur.Id == w.ID {
+			w.Half = 1 - cur.Half
+		}
+	}
 	if err := writeBackends(m, w); err != nil {
 		return fmt.Errorf("frontend %s: backends: %w", svcKeyString(key), err)
 	}

@@ -487,11 +487,6 @@ func writeChange(lab *topology.Spec, h *topology.Host, hm *svcHostMemo,
 			hm.set(key, w)
 			continue
 		}
-		w.ID, w.Half = old.ID, 1-old.Half
-		var kv cnlabSvcVal
-		if m.svc.Lookup(key, &kv) == nil && kv.Id == w.ID {
-			w.Half = 1 - kv.Half
-		}
 		if err := switchFrontend(m, key, w, old); err != nil {
 			return done, err
 		}
