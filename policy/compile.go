@@ -77,10 +77,31 @@ type Entry struct {
 	// L7 marks an allow whose connections go through the L7 proxy: its
 	// HTTP rules are in Compiled.HTTP. It allows at L3/L4 like any allow.
 	L7 bool `json:"l7,omitempty"`
+	// Tier, Pass and Prec place an entry of a cluster policy (TierAdmin,
+	// TierBaseline; 0 is the NetworkPolicy tier, where denies win over
+	// allows as before). Within its subject, direction and tier, the
+	// entry of the lowest Prec that matches decides: Deny drops, Pass
+	// (Admin tier only) hands the connection to the NetworkPolicy tier,
+	// anything else allows. Entries of one rule share its Prec, and no
+	// two rules of a subject's tier do (TierOrder).
+	Tier Tier   `json:"tier,omitempty"`
+	Pass bool   `json:"pass,omitempty"`
+	Prec uint32 `json:"prec,omitempty"`
 }
 
 func (r Entry) key() string {
-	return fmt.Sprintf("%d/%d/%v/%d/%s/%d/%d-%d/%v", r.Subject, r.Dir, r.Deny, r.PeerID, r.PeerCIDR, r.Proto, r.PortLo, r.PortHi, r.L7)
+	return fmt.Sprintf("%d/%d/%v/%d/%s/%d/%d-%d/%v/%d/%v/%d", r.Subject, r.Dir, r.Deny, r.PeerID, r.PeerCIDR, r.Proto, r.PortLo, r.PortHi, r.L7, r.Tier, r.Pass, r.Prec)
+}
+
+// Action names what an entry does when it decides: "allow", "deny" or "pass".
+func (r Entry) Action() string {
+	switch {
+	case r.Deny:
+		return "deny"
+	case r.Pass:
+		return "pass"
+	}
+	return "allow"
 }
 
 // PortString renders the rule's protocol and ports ("tcp/80", "udp/1000-2000", "any").
@@ -162,6 +183,9 @@ func (m *Model) Compile() (*Compiled, error) {
 		rep := m.endpoint(id.Endpoints[0])
 		var enf Enforcement
 		for _, p := range m.Policies {
+			if p.Cluster() {
+				continue
+			}
 			for si := range p.Specs {
 				sp := &p.Specs[si]
 				if !m.selects(p, sp, rep) {
@@ -190,9 +214,12 @@ func (m *Model) Compile() (*Compiled, error) {
 		if enf.Ingress || enf.Egress {
 			c.Enforced[id.ID] = enf
 		}
+		if err := m.compileTiers(c, id, enf, add); err != nil {
+			return nil, err
+		}
 	}
-	c.bySubject = sortBySubject(c.Rules, func(r Entry) (uint32, Dir, bool) { return r.Subject, r.Dir, r.Deny })
-	c.termsBySubject = sortBySubject(c.Terms, func(t Term) (uint32, Dir, bool) { return t.Subject, t.Dir, t.Deny })
+	c.bySubject = sortBySubject(c.Rules, func(r Entry) walkKey { return walkKey{r.Subject, r.Dir, r.Tier, r.Deny, r.Prec} })
+	c.termsBySubject = sortBySubject(c.Terms, func(t Term) walkKey { return walkKey{t.Subject, t.Dir, t.Tier, t.Deny, t.Prec} })
 	c.termSeen = nil
 	var cidrs []netip.Prefix
 	for _, r := range c.Rules {
@@ -212,25 +239,61 @@ func (m *Model) Compile() (*Compiled, error) {
 	return c, nil
 }
 
+// walkKey is what orders the entries of the IR as datapaths walk them.
+type walkKey struct {
+	subject uint32
+	dir     Dir
+	tier    Tier
+	deny    bool
+	prec    uint32
+}
+
+// rank orders entries of one subject and direction: the Admin tier by
+// Prec, then the NetworkPolicy tier's denies, then its allows, then the
+// Baseline tier by Prec.
+func (k walkKey) less(o walkKey) int {
+	if k.subject != o.subject {
+		return cmpInt(int64(k.subject), int64(o.subject))
+	}
+	if k.dir != o.dir {
+		return cmpInt(int64(k.dir), int64(o.dir))
+	}
+	if a, b := k.tier.order(), o.tier.order(); a != b {
+		return cmpInt(int64(a), int64(b))
+	}
+	if k.tier.order() == TierPolicy {
+		switch {
+		case k.deny && !o.deny:
+			return -1
+		case o.deny && !k.deny:
+			return 1
+		}
+		return 0
+	}
+	return cmpInt(int64(k.prec), int64(o.prec))
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
 // sortBySubject sorts entries of the IR (Rules, Terms) as datapaths walk
-// them — by subject, then direction, denies first, otherwise in the order
-// compiled — and indexes them by subject and direction.
-func sortBySubject[T any](xs []T, key func(T) (uint32, Dir, bool)) map[subjectDir][]T {
-	sort.SliceStable(xs, func(i, j int) bool {
-		as, ad, adeny := key(xs[i])
-		bs, bd, bdeny := key(xs[j])
-		if as != bs {
-			return as < bs
-		}
-		if ad != bd {
-			return ad < bd
-		}
-		return adeny && !bdeny
-	})
+// them — by subject, then direction, then the Admin tier in order, the
+// NetworkPolicy tier's denies, its allows, the Baseline tier in order;
+// otherwise in the order compiled — and indexes them by subject and
+// direction.
+func sortBySubject[T any](xs []T, key func(T) walkKey) map[subjectDir][]T {
+	sort.SliceStable(xs, func(i, j int) bool { return key(xs[i]).less(key(xs[j])) < 0 })
 	index := map[subjectDir][]T{}
 	for _, x := range xs {
-		s, d, _ := key(x)
-		index[subjectDir{s, d}] = append(index[subjectDir{s, d}], x)
+		k := key(x)
+		index[subjectDir{k.subject, k.dir}] = append(index[subjectDir{k.subject, k.dir}], x)
 	}
 	return index
 }
@@ -247,6 +310,13 @@ type irPeer struct {
 }
 
 func (m *Model) compileRule(c *Compiled, p *Policy, subj *Identity, dir Dir, deny bool, r Rule, add func(Entry)) error {
+	return m.compileTierRule(c, p, Entry{Subject: subj.ID, Dir: dir, Deny: deny}, subj, r, add)
+}
+
+// compileTierRule compiles rule r of policy p into entries like base
+// (its subject, direction, verdict and place in a tier).
+func (m *Model) compileTierRule(c *Compiled, p *Policy, base Entry, subj *Identity, r Rule, add func(Entry)) error {
+	dir, deny := base.Dir, base.Deny
 	origin := p.Ref() + " " + r.Path
 	var peers []irPeer
 	var terms []peerTerm
@@ -269,6 +339,16 @@ func (m *Model) compileRule(c *Compiled, p *Policy, subj *Identity, dir Dir, den
 			terms = append(terms, pt)
 			continue
 		}
+		if pe.Nodes != nil {
+			pt := peerTerm{key: fmt.Sprintf("nodes{%s}", *pe.Nodes), net: true}
+			for _, a := range m.NodeAddrs(*pe.Nodes) {
+				pr := netip.PrefixFrom(a, a.BitLen())
+				peers = append(peers, irPeer{cidr: pr, term: t})
+				pt.members = append(pt.members, pr)
+			}
+			terms = append(terms, pt)
+			continue
+		}
 		pt := peerTerm{key: fmt.Sprintf("cidr %s except %v", pe.CIDR, pe.Except), net: true}
 		if p.Kind == KindCNP {
 			pt.key += " outside the lab" // other members than an ipBlock's of the same CIDR
@@ -285,7 +365,7 @@ func (m *Model) compileRule(c *Compiled, p *Policy, subj *Identity, dir Dir, den
 		}
 		terms = append(terms, pt)
 	}
-	base := Entry{Subject: subj.ID, Dir: dir, Deny: deny, Origin: origin}
+	base.Origin = origin
 	named := map[termPort][]Entry{}
 	for _, pe := range peers {
 		if len(r.Ports) == 0 {
@@ -431,15 +511,35 @@ func (c *Compiled) sideAllows(subject uint32, dir Dir, remote netip.Addr, proto 
 	if dir == Egress {
 		enforced = enf.Egress
 	}
-	allowed := false
+	// Entries come in walking order (RulesFor): the Admin tier by
+	// Prec, the NetworkPolicy tier's denies and allows, the Baseline
+	// tier by Prec.
+	allowed, passed := false, false
 	for _, r := range c.RulesFor(subject, dir) {
 		if !c.ruleMatches(r, remote, proto, port) {
 			continue
 		}
-		if r.Deny {
-			return false
+		switch r.Tier.order() {
+		case TierAdmin:
+			if passed {
+				continue
+			}
+			if r.Pass {
+				passed = true
+				continue
+			}
+			return !r.Deny
+		case TierPolicy:
+			if r.Deny {
+				return false
+			}
+			allowed = true
+		case TierBaseline:
+			if allowed || enforced {
+				return allowed
+			}
+			return !r.Deny
 		}
-		allowed = true
 	}
 	return allowed || !enforced
 }

@@ -112,6 +112,13 @@ func (m *Model) HTTPVerdict(src, dst *topology.Endpoint, port int, req Request) 
 		v.L7 = "no connection: denied at L3/L4"
 		return v
 	}
+	if v.Ingress.Tier == TierAdmin.String() {
+		// An Admin-tier Accept is final: no NetworkPolicy-tier rule,
+		// L7 rules included, sees the connection.
+		v.Status = 200
+		v.L7 = "not proxied: accepted by the Admin tier (" + v.Ingress.Reason + ")"
+		return v
+	}
 	rules, origins, proxied := m.httpRules(src, dst, port)
 	v.Proxied = proxied
 	if !proxied {
@@ -144,6 +151,9 @@ func (m *Model) httpRules(src, dst *topology.Endpoint, port int) ([]l7.Rule, []s
 	var origins []string
 	proxied, l4 := false, ""
 	for _, p := range m.Policies {
+		if p.Cluster() {
+			continue
+		}
 		for si := range p.Specs {
 			sp := &p.Specs[si]
 			if !m.selects(p, sp, dst) {

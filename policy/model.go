@@ -44,6 +44,8 @@ type Model struct {
 	// internal are the lab's own addresses (LabPrefixes), which the CIDR
 	// selectors of a CiliumNetworkPolicy never select.
 	internal []netip.Prefix
+	// admin and baseline are the cluster tiers' policies, in TierOrder.
+	admin, baseline []*Policy
 }
 
 // LabPrefixes are the addresses of a lab's hosts and pods: every host's
@@ -85,6 +87,9 @@ func NewModel(lab *topology.Spec, pols []*Policy) (*Model, error) {
 	m := &Model{Lab: lab, byEndpoint: map[string]*Identity{}, byIP: map[netip.Addr]*topology.Endpoint{},
 		byID: map[string]*topology.Endpoint{}, internal: LabPrefixes(lab)}
 	for _, p := range pols {
+		if p.Cluster() {
+			continue
+		}
 		if _, ok := lab.Namespaces[p.Namespace]; !ok {
 			return nil, p.errorAt("metadata.namespace",
 				fmt.Sprintf("namespace %q does not exist in lab %s (namespaces: %s)", p.Namespace, lab.Name, strings.Join(nsNames(lab), ", ")))
@@ -92,6 +97,7 @@ func NewModel(lab *topology.Spec, pols []*Policy) (*Model, error) {
 	}
 	m.Policies = append([]*Policy(nil), pols...)
 	sort.SliceStable(m.Policies, func(i, j int) bool { return m.Policies[i].Ref() < m.Policies[j].Ref() })
+	m.admin, m.baseline = TierOrder(m.Policies, TierAdmin), TierOrder(m.Policies, TierBaseline)
 	byKey := map[string]*Identity{}
 	var keys []string
 	for i := range lab.Endpoints {
@@ -143,6 +149,10 @@ func (m *Model) IdentityOf(ep string) *Identity { return m.byEndpoint[ep] }
 
 // selects reports whether a spec of policy p selects endpoint ep.
 func (m *Model) selects(p *Policy, s *Spec, ep *topology.Endpoint) bool {
+	if p.Cluster() {
+		return s.SubjectNamespaces != nil && s.SubjectNamespaces.Matches(m.Lab.Namespaces[ep.Namespace].Labels) &&
+			s.Subject.Matches(ep.Labels)
+	}
 	if ep.Namespace != p.Namespace {
 		return false
 	}
@@ -157,6 +167,9 @@ func (m *Model) selects(p *Policy, s *Spec, ep *topology.Endpoint) bool {
 func (m *Model) peerMatches(p *Policy, pe Peer, ep *topology.Endpoint, ip netip.Addr) bool {
 	if pe.Endpoints != nil {
 		return ep != nil && m.endpointSelMatches(pe.Endpoints, ep)
+	}
+	if pe.Nodes != nil {
+		return slices.Contains(m.NodeAddrs(*pe.Nodes), ip)
 	}
 	if !pe.CIDR.Contains(ip) {
 		return false
@@ -273,6 +286,11 @@ type Side struct {
 	// Notes explain a denial further: the allow rules whose peers match
 	// but whose named port resolves to nothing on the destination.
 	Notes []string `json:"notes,omitempty"`
+	// Tier is the tier whose rule decided ("Admin", "Baseline"; "" for
+	// the NetworkPolicy tier or no rule), and Passed the Admin-tier Pass
+	// rule that handed the decision down, if one did.
+	Tier   string `json:"tier,omitempty"`
+	Passed string `json:"passed,omitempty"`
 }
 
 // Verdict says whether a connection is allowed, and why.
@@ -338,6 +356,15 @@ func (m *Model) VerdictOf(src, dst Party, proto string, port int) Verdict {
 }
 
 func (m *Model) side(subject, remote *topology.Endpoint, remoteIP netip.Addr, proto string, port int, dst *topology.Endpoint, egress bool) Side {
+	if len(m.admin)+len(m.baseline) > 0 {
+		return m.tieredSide(subject, remote, remoteIP, proto, port, dst, egress)
+	}
+	return m.npSide(subject, remote, remoteIP, proto, port, dst, egress)
+}
+
+// npSide decides one side by the NetworkPolicy tier alone: NetworkPolicy
+// and CiliumNetworkPolicy.
+func (m *Model) npSide(subject, remote *topology.Endpoint, remoteIP netip.Addr, proto string, port int, dst *topology.Endpoint, egress bool) Side {
 	dirName := "ingress"
 	if egress {
 		dirName = "egress"
@@ -346,6 +373,9 @@ func (m *Model) side(subject, remote *topology.Endpoint, remoteIP netip.Addr, pr
 	var allowRule string
 	var notes []string
 	for _, p := range m.Policies {
+		if p.Cluster() {
+			continue
+		}
 		for _, sp := range p.Specs {
 			if !m.selects(p, &sp, subject) {
 				continue

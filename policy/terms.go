@@ -38,17 +38,22 @@ type Term struct {
 	PortLo  uint16 `json:"portLo,omitempty"`
 	PortHi  uint16 `json:"portHi,omitempty"`
 	Origin  string `json:"origin"`
+	// Tier, Pass and Prec as in Entry.
+	Tier Tier   `json:"tier,omitempty"`
+	Pass bool   `json:"pass,omitempty"`
+	Prec uint32 `json:"prec,omitempty"`
 }
 
 func (t Term) key() string {
-	return fmt.Sprintf("%d/%d/%v/%s/%d/%d-%d", t.Subject, t.Dir, t.Deny, t.Set, t.Proto, t.PortLo, t.PortHi)
+	return fmt.Sprintf("%d/%d/%v/%s/%d/%d-%d/%d/%v/%d", t.Subject, t.Dir, t.Deny, t.Set, t.Proto, t.PortLo, t.PortHi, t.Tier, t.Pass, t.Prec)
 }
 
 // Entry returns the term as an IR entry with any peer, for what only
 // looks at the protocol and ports (Entry.PortString, a datapath's port
 // match).
 func (t Term) Entry() Entry {
-	return Entry{Subject: t.Subject, Dir: t.Dir, Deny: t.Deny, Proto: t.Proto, PortLo: t.PortLo, PortHi: t.PortHi, Origin: t.Origin}
+	return Entry{Subject: t.Subject, Dir: t.Dir, Deny: t.Deny, Proto: t.Proto, PortLo: t.PortLo, PortHi: t.PortHi, Origin: t.Origin,
+		Tier: t.Tier, Pass: t.Pass, Prec: t.Prec}
 }
 
 // TermsFor returns the terms of one subject and direction, denies first,
@@ -91,7 +96,7 @@ type termPort struct{ term, port int }
 // of the peers that resolve to it (what Calico does with named-port sets).
 func (c *Compiled) addTerms(base Entry, r Rule, terms []peerTerm, named map[termPort][]Entry) {
 	for ti, pt := range terms {
-		t := Term{Subject: base.Subject, Dir: base.Dir, Deny: base.Deny, Origin: base.Origin}
+		t := Term{Subject: base.Subject, Dir: base.Dir, Deny: base.Deny, Origin: base.Origin, Tier: base.Tier, Pass: base.Pass, Prec: base.Prec}
 		if !pt.any {
 			t.Set = c.peerSet(pt.key, pt.net, pt.members)
 		}

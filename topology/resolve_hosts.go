@@ -46,7 +46,19 @@ func (r *resolver) hosts() error {
 		if p.Overlaps(r.spec.TransitCIDR) {
 			return r.errf(path+".podCIDR", "%s overlaps transitCIDR %s (set transitCIDR: to another range)", p, r.spec.TransitCIDR)
 		}
+		ls := map[string]string{}
+		for k, v := range h.Labels {
+			ls[k] = v
+		}
+		if err := labels.CheckSet(ls); err != nil {
+			return r.errf(path+".labels", "%v", err)
+		}
+		if v, ok := ls[HostnameLabel]; ok && v != h.Name {
+			return r.errf(path+".labels", "%s is always the host's own name (%q), not %q", HostnameLabel, h.Name, v)
+		}
+		ls[HostnameLabel] = h.Name
 		r.spec.Hosts = append(r.spec.Hosts, Host{
+			Labels:  ls,
 			Name:    h.Name,
 			PodCIDR: p,
 			Gateway: p.Addr().Next(),

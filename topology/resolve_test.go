@@ -142,7 +142,7 @@ func TestBadInput(t *testing.T) {
 		{"not a mapping", "- a\n- b\n", "must be a mapping"},
 		{"alias", "name: &n x\nhosts: [{name: *n, podCIDR: 10.0.0.0/24}]\n", "bad.yaml: hosts[0].name: aliases (*n) are not supported"},
 		{"unknown top field", "name: x\nhostz: []\n", `bad.yaml: hostz: unknown field "hostz" (known fields: chain, datapath, ebpf, endpoints, hosts, iptables, links, mtu, name, namespaces, services, transitCIDR)`},
-		{"unknown nested field", "name: x\nhosts:\n  - name: a\n    podCidr: 10.0.0.0/24\n", `bad.yaml: hosts[0].podCidr: unknown field "podCidr" (known fields: name, podCIDR)`},
+		{"unknown nested field", "name: x\nhosts:\n  - name: a\n    podCidr: 10.0.0.0/24\n", `bad.yaml: hosts[0].podCidr: unknown field "podCidr" (known fields: labels, name, podCIDR)`},
 		{"wrong type", "name: x\nmtu: big\n", `bad.yaml: mtu: expected an integer, got "big"`},
 		{"two documents", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\n---\nname: y\n", "more than one YAML document"},
 		{"missing name", "hosts: [{name: a, podCIDR: 10.0.0.0/24}]\n", "bad.yaml: name: is required"},

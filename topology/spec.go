@@ -31,8 +31,9 @@ type rawServices struct {
 }
 
 type rawHost struct {
-	Name    string `yaml:"name"`
-	PodCIDR string `yaml:"podCIDR"`
+	Name    string            `yaml:"name"`
+	PodCIDR string            `yaml:"podCIDR"`
+	Labels  map[string]string `yaml:"labels"`
 }
 
 type rawLink struct {
@@ -108,7 +109,14 @@ type Host struct {
 	// more endpoints than one bridge takes (EndpointsPerBridge): the
 	// host routes to their endpoints (docs/topology.md).
 	Leaves []string `json:"leafBridges,omitempty"`
+	// Labels are the host's labels as a node's (kubernetes.io/hostname
+	// always), which a cluster policy's nodes: peer selects.
+	Labels map[string]string `json:"labels,omitempty"`
 }
+
+// HostnameLabel is the label every host carries with its name, as a
+// Kubernetes node does.
+const HostnameLabel = "kubernetes.io/hostname"
 
 // Route sends a destination prefix through a device, via a next hop.
 type Route struct {
