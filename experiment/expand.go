@@ -94,7 +94,7 @@ func (s *Spec) expand() ([]results.Point, error) {
 		ds := pt.m.Dims()
 		idx := make([]int, len(ds))
 		for {
-			p := results.Params{ChainLength: chainLengthUnset}
+			p := results.Params{ChainLength: chainLengthUnset, ClusterPolicies: clusterPoliciesUnset}
 			for k, d := range ds {
 				d.Set(&p, idx[k])
 			}
@@ -182,6 +182,8 @@ func (s *Spec) checkPortsFor(w results.Workload, p results.Params, path string) 
 	switch {
 	case results.IsHTTP(w.Kind) && p.Services > 0:
 		return s.errf(path+".services", "%d: the measured Service maps the iperf3 and rr ports, not port %d of the %s workload", p.Services, HTTPPort, w.Kind)
+	case results.IsHTTP(w.Kind) && p.ClusterPolicies > 0 && p.ClusterPolicyMatch == results.ClusterMatchLast:
+		return s.errf(path+".clusterPolicyMatch", "last: the last cluster policy accepts the iperf3 and rr ports, not port %d of the %s workload", HTTPPort, w.Kind)
 	case results.IsHTTP(w.Kind) && p.Policies > 0 && !usesFiller(p):
 		return s.errf(path+".policies", "%d: the generated policies allow the iperf3 and rr ports, not port %d of the %s workload (sweep HTTP policies with l7Mode)", p.Policies, HTTPPort, w.Kind)
 	case !results.IsHTTP(w.Kind) && p.L7Mode != "" && p.L7Mode != results.L7None:
@@ -199,7 +201,9 @@ func series(p results.Params) string {
 	}
 	joined, after := optionSeries(p)
 	s += joined
-	if p.L7Mode == "" && (p.Datapath == kind.IPTables || p.PolicyMode != results.ModeNoMatch && p.PolicyMode != "") {
+	// A sweep of cluster policies alone is not one of iptables' filler.
+	sweepsNP := p.ClusterPolicyMatch == "" || p.Policies > 0 || p.PolicyMode == results.ModeL4Rules
+	if p.L7Mode == "" && sweepsNP && (p.Datapath == kind.IPTables || p.PolicyMode != results.ModeNoMatch && p.PolicyMode != "") {
 		s += " " + p.PolicyMode
 	}
 	s += after
@@ -252,6 +256,9 @@ func (s *Spec) resolveParams(p *results.Params, path string) error {
 			return err
 		}
 		chain = spec.Chain != nil
+	}
+	if err := resolveClusterParams(p, chain, bad); err != nil {
+		return err
 	}
 	if kube {
 		// setBackend refused what does not apply on a cluster.

@@ -50,8 +50,19 @@ func usesFiller(p results.Params) bool {
 //
 // iptables' no-match and top-of-chain are filler rules instead (see
 // usesFiller). Zero policies is an empty text: no policy at all. An L7
-// point's policy is l7PolicyText's.
+// point's policy is l7PolicyText's. The point's cluster policies
+// (clusterPolicyText) follow the NetworkPolicies, in the same update.
 func policyText(p results.Params) string {
+	np, cl := networkPolicyText(p), clusterPolicyText(p)
+	if np != "" && cl != "" {
+		return np + "---\n" + cl
+	}
+	return np + cl
+}
+
+// networkPolicyText is policyText's NetworkPolicies (or
+// CiliumNetworkPolicy).
+func networkPolicyText(p results.Params) string {
 	if p.L7Mode != "" {
 		return l7PolicyText(p)
 	}
@@ -109,5 +120,6 @@ func labKey(p results.Params) string {
 	if !usesFiller(p) {
 		k.Policies, k.PolicyMode = 0, ""
 	}
+	k.ClusterPolicies, k.ClusterPolicyMatch = 0, "" // applied with lab.Replace, with the policies
 	return fmt.Sprintf("%+v", k)
 }

@@ -53,6 +53,9 @@ func label(pr *results.PointResult, j results.Job) string {
 	if q.Policies > 0 || q.PolicyMode == results.ModeL4Rules {
 		parts = append(parts, fmt.Sprintf("policies=%d", q.Policies))
 	}
+	if q.ClusterPolicies > 0 {
+		parts = append(parts, fmt.Sprintf("cluster-policies=%d match=%s", q.ClusterPolicies, q.ClusterPolicyMatch))
+	}
 	if results.IsChain(q.Topology) {
 		parts = append(parts, fmt.Sprintf("length=%d", q.ChainLength))
 	}

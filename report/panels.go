@@ -79,6 +79,7 @@ var seriesDims = []dim{
 	{"count", func(p *results.PointResult) string { return num(p.Workload.Count) }, func(v string) string { return v + " pings" }},
 	axisDim("serviceBackends"),
 	axisDim("servicePosition"),
+	axisDim("clusterPolicyMatch"),
 	axisDim("shaperDirection"),
 	axisDim("shaperRate"),
 }

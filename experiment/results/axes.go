@@ -83,6 +83,10 @@ const (
 	CSVParam    CSVPlace = iota // among the parameters, in Axes' order
 	CSVWorkload                 // none: the workload's column carries it (flows, size, zerocopy)
 	CSVLast                     // after the repetition (the kubernetes backend's, added last)
+	// CSVWhenSet: after the nodes, before the metrics, and only in a
+	// results.csv where some point sets the axis, so that the files of
+	// runs that do not use it keep their bytes (the cluster policies').
+	CSVWhenSet
 )
 
 // csvAfter places a column added after others where it was put, so that
@@ -138,6 +142,7 @@ func itself(v string) string { return v }
 func buildAxes() []Axis {
 	const chainHops, nf, ovs = "chains are namespaces in series on one machine", "network functions go in chain hops", "Open vSwitch bridges go in chains"
 	const l7 = "not yet: L7 policies need the cluster's proxy"
+	const clusterTiers = "the kubernetes backend does not apply cluster policies yet"
 	axes := []Axis{
 		{Key: "topology", Show: itself},
 		{Key: "link", Kube: "the cluster's nodes are joined by their own network", Show: itself, Label: "link"},
@@ -221,6 +226,21 @@ func buildAxes() []Axis {
 			return ""
 		}},
 		{Key: "l7Match", Values: L7Matches, Kube: l7},
+		{Key: "clusterPolicies", Min: 0, Max: MaxClusterPolicies, Kube: clusterTiers, CSV: CSVWhenSet, TextFirst: true, Label: "cluster-policies", FigureX: 10, XLabel: "Admin-tier cluster policies in front of the flow", Show: counted("cluster policy", "cluster policies")},
+		{Key: "clusterPolicyMatch", Values: ClusterMatches, Kube: clusterTiers, CSV: CSVWhenSet, TextFirst: true, Show: func(v string) string {
+			switch v {
+			case ClusterMatchNone:
+				return "no cluster policy matches"
+			case ClusterMatchLast:
+				return "the last cluster policy accepts"
+			}
+			return ""
+		}, Text: func(p Params) string {
+			if p.ClusterPolicyMatch == ClusterMatchLast {
+				return "cluster-match=last"
+			}
+			return ""
+		}},
 		{Key: "placement", Values: []string{PlacementSameNode, PlacementCrossNode}, CSV: CSVLast, Text: func(p Params) string { return p.Placement }},
 		{Key: "network", Values: []string{NetworkPod, NetworkHost}, CSV: CSVLast, Label: "network"},
 	}...))
@@ -265,6 +285,10 @@ func (a *Axis) Strings(m Matrix) []string {
 
 // Value is a point's value of the axis as text ("" for an unset string).
 func (a *Axis) Value(p Params) string { return text(reflect.ValueOf(p).Field(a.params)) }
+
+// isSet reports whether a point gives the axis a value other than its
+// zero value.
+func (a *Axis) isSet(p Params) bool { return !reflect.ValueOf(p).Field(a.params).IsZero() }
 
 // IsInt reports whether the axis takes integers.
 func (a *Axis) IsInt() bool { return a.list.Elem().Kind() == reflect.Int }
@@ -377,9 +401,9 @@ func (a *Axis) text(p Params) string {
 	}
 }
 
-// csvAxes are the axes with a column among the parameters, and after the
-// repetition, in results.csv's order.
-var csvAxes, csvLastAxes = func() (params, last []*Axis) {
+// csvAxes are the axes with a column among the parameters, after the
+// repetition, and (when set) after the nodes, in results.csv's order.
+var csvAxes, csvLastAxes, csvWhenSetAxes = func() (params, last, whenSet []*Axis) {
 	for i := range Axes {
 		a := &Axes[i]
 		switch {
@@ -388,6 +412,8 @@ var csvAxes, csvLastAxes = func() (params, last []*Axis) {
 			params = append(params, a)
 		case a.CSV == CSVLast:
 			last = append(last, a)
+		case a.CSV == CSVWhenSet:
+			whenSet = append(whenSet, a)
 		}
 		for j := range Axes {
 			if csvAfter[Axes[j].Key] == a.Key {
@@ -395,7 +421,7 @@ var csvAxes, csvLastAxes = func() (params, last []*Axis) {
 			}
 		}
 	}
-	return params, last
+	return params, last, whenSet
 }()
 
 // AxisOf returns the axis of a matrix key (nil: none).

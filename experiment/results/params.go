@@ -17,6 +17,21 @@ const (
 // PolicyModes are the policy modes, in the order errors list them.
 var PolicyModes = []string{ModeNoMatch, ModeTopOfChain, ModeL4Rules, ModeSelectors, ModeTerms}
 
+// Which of a point's Admin-tier cluster policies matches the measured
+// flow: none of them, or the last (the highest priority number), which
+// accepts it.
+const (
+	ClusterMatchNone = "none"
+	ClusterMatchLast = "last"
+)
+
+// ClusterMatches are the places of the matching cluster policy.
+var ClusterMatches = []string{ClusterMatchNone, ClusterMatchLast}
+
+// MaxClusterPolicies is the most Admin-tier policies a point has: one
+// priority each, and a cluster policy's priority is 0 to 1000.
+const MaxClusterPolicies = 1000
+
 // L7 modes: the policy an L7 point applies on the server (docs/l7.md).
 const (
 	L7None    = "none"     // no policy at all
@@ -88,6 +103,12 @@ type Params struct {
 	L7Mode  string `json:"l7Mode,omitempty"`
 	L7Rules int    `json:"l7Rules,omitempty"`
 	L7Match string `json:"l7Match,omitempty"`
+	// ClusterPolicies is the number of Admin-tier ClusterNetworkPolicies
+	// in front of the measured flow (with one Baseline one behind them
+	// when any), ClusterPolicyMatch whether none of them matches the flow
+	// or the last accepts it (experiment/clusterpolicies.go).
+	ClusterPolicies    int    `json:"clusterPolicies,omitempty"`
+	ClusterPolicyMatch string `json:"clusterPolicyMatch,omitempty"`
 	// Placement (same-node, cross-node) and Network (pod, host): the
 	// kubernetes backend's axes ("": as the topology places them, pod).
 	Placement string `json:"placement,omitempty"`

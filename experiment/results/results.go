@@ -116,6 +116,10 @@ type Apply struct {
 	L7Match    string  `json:"l7Match,omitempty"`
 	Seconds    float64 `json:"seconds"`
 	Error      string  `json:"error,omitempty"`
+	// ClusterPolicies and ClusterPolicyMatch: the point's cluster
+	// policies, applied in the same update.
+	ClusterPolicies    int    `json:"clusterPolicies,omitempty"`
+	ClusterPolicyMatch string `json:"clusterPolicyMatch,omitempty"`
 	// On a cluster: whether the probe saw the policies enforced as the
 	// model says, how long after the apply began, and what differed
 	// when it did not.
@@ -200,7 +204,8 @@ func (r *Results) Write(dir string) error {
 
 // CSVParams are results.csv's first columns: the point, its parameters
 // (Axes) and its workload's effective options, the repetition, then the
-// kubernetes backend's parameters and nodes. Then comes one column per
+// kubernetes backend's parameters and nodes. Then come the axes placed
+// CSVWhenSet that some point of the run sets, and one column per
 // metric (the union over the run, sorted; empty where a workload has no
 // such metric): one row per sample.
 var CSVParams = func() []string {
@@ -226,9 +231,19 @@ func (r *Results) writeCSV(path string) error {
 		}
 	}
 	names := slices.Sorted(maps.Keys(metrics))
+	var whenSet []*Axis
+	for _, a := range csvWhenSetAxes {
+		if slices.ContainsFunc(r.Points, func(p PointResult) bool { return a.isSet(p.Params) }) {
+			whenSet = append(whenSet, a)
+		}
+	}
+	header := append([]string(nil), CSVParams...)
+	for _, a := range whenSet {
+		header = append(header, a.Key)
+	}
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
-	_ = w.Write(append(append([]string(nil), CSVParams...), names...))
+	_ = w.Write(append(header, names...))
 	itoa := strconv.Itoa
 	btoa := strconv.FormatBool
 	for _, p := range r.Points {
@@ -244,6 +259,9 @@ func (r *Results) writeCSV(path string) error {
 				row = append(row, a.Value(q))
 			}
 			row = append(row, p.Nodes["client"], p.Nodes["server"])
+			for _, a := range whenSet {
+				row = append(row, a.Value(q))
+			}
 			for _, k := range names {
 				v, ok := s.Metrics[k]
 				if ok {
