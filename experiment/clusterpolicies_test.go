@@ -57,12 +57,12 @@ func TestClusterPolicyPoints(t *testing.T) {
 		keys[labKey(p.Params)] = true
 	}
 	want := []string{
-		"iptables | policies=0",
-		"iptables | policies=0 cluster-policies=10 cluster-match=last",
-		"iptables | policies=0 cluster-policies=10",
-		"ebpf | policies=0",
-		"ebpf | policies=0 cluster-policies=10 cluster-match=last",
-		"ebpf | policies=0 cluster-policies=10",
+		"iptables | cluster-policies=0",
+		"iptables | cluster-policies=10 cluster-match=last",
+		"iptables | cluster-policies=10",
+		"ebpf | cluster-policies=0",
+		"ebpf | cluster-policies=10 cluster-match=last",
+		"ebpf | cluster-policies=10",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("points:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -166,7 +166,7 @@ func buildAxes() []Axis {
 	}
 	return bind(append(axes, []Axis{
 		{Key: "policies", Min: 0, Max: MaxPolicies, TextFirst: true, FigureX: 1, XLabel: "number of policies", Show: func(v string) string { return v + " policies" }, Text: func(p Params) string {
-			if p.L7Mode == "" || p.Policies > 0 {
+			if p.L7Mode == "" && p.ClusterPolicyMatch == "" || p.Policies > 0 {
 				return fmt.Sprintf("policies=%d", p.Policies)
 			}
 			return ""
@@ -226,7 +226,12 @@ func buildAxes() []Axis {
 			return ""
 		}},
 		{Key: "l7Match", Values: L7Matches, Kube: l7},
-		{Key: "clusterPolicies", Min: 0, Max: MaxClusterPolicies, Kube: clusterTiers, CSV: CSVWhenSet, TextFirst: true, Label: "cluster-policies", FigureX: 10, XLabel: "Admin-tier cluster policies in front of the flow", Show: counted("cluster policy", "cluster policies")},
+		{Key: "clusterPolicies", Min: 0, Max: MaxClusterPolicies, Kube: clusterTiers, CSV: CSVWhenSet, TextFirst: true, FigureX: 10, XLabel: "Admin-tier cluster policies in front of the flow", Show: counted("cluster policy", "cluster policies"), Text: func(p Params) string {
+			if p.ClusterPolicies > 0 || p.ClusterPolicyMatch != "" {
+				return fmt.Sprintf("cluster-policies=%d", p.ClusterPolicies)
+			}
+			return ""
+		}},
 		{Key: "clusterPolicyMatch", Values: ClusterMatches, Kube: clusterTiers, CSV: CSVWhenSet, TextFirst: true, Show: func(v string) string {
 			switch v {
 			case ClusterMatchNone:
