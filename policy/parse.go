@@ -86,6 +86,9 @@ var reader = k8sdoc.NewReader(k8sdoc.Config[rawObject, *Policy]{
 	Decoders: map[string]k8sdoc.Decoder[rawObject, *Policy]{
 		KindNetworkPolicy: decodeNetworkPolicy,
 		KindCNP:           decodeCiliumPolicy,
+		KindClusterNP:     decodeClusterNP,
+		KindAdminNP:       decodeAdminNP,
+		KindBaselineNP:    decodeBaselineNP,
 	},
 })
 
