@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/input"
+	"github.com/cnlab/cnlab/topology"
 )
 
 const (
@@ -308,5 +309,54 @@ func TestTierPoliciesMerge(t *testing.T) {
 	}
 	if _, err := Merge(a, b); err == nil || err.Error() != "b.yaml: AdminNetworkPolicy a is also defined in a.yaml: give it once" {
 		t.Errorf("merge: %v", err)
+	}
+}
+
+// Parsed cluster policies mean what they say in the model: an Admin
+// Deny, an Admin Pass into a NetworkPolicy, and the Baseline for the
+// rest, on the scenario lab (namespaces x, y, z, labelled ns: x and so on,
+// and kubernetes.io/metadata.name).
+func TestParsedTiersInTheModel(t *testing.T) {
+	lab := scenarioLab(t)
+	src := cnpTierHead + `spec:
+  tier: Admin
+  priority: 5
+  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: x}}}
+  ingress:
+  - {name: no-y-80, action: Deny, from: [{namespaces: {matchLabels: {ns: y}}}], protocols: [{tcp: {destinationPort: {number: 80}}}]}
+  - {action: Pass, from: [{namespaces: {matchLabels: {ns: y}}}]}
+---
+` + banpHead + `spec:
+  subject: {namespaces: {}}
+  ingress: [{action: Deny, from: [{namespaces: {matchLabels: {ns: z}}}]}]
+---
+` + np("x", "only-81", "  podSelector: {}\n  ingress:\n  - ports: [{port: 81}]\n")
+	m := modelFor(t, lab, src)
+	if _, err := m.Compile(); err != nil {
+		t.Fatal(err)
+	}
+	ep := func(id string) *topology.Endpoint {
+		e, err := lab.Endpoint(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	for _, c := range []struct {
+		from, to string
+		port     int
+		allowed  bool
+		rule     string
+	}{
+		{"y/a", "x/a", 80, false, "ClusterNetworkPolicy c spec.ingress[0]"},
+		{"y/a", "x/a", 81, true, "NetworkPolicy x/only-81 spec.ingress[0]"},             // passed to the NetworkPolicy
+		{"y/a", "x/a", 82, false, ""},                                                   // passed, and isolated by it
+		{"z/a", "y/a", 80, false, "BaselineAdminNetworkPolicy default spec.ingress[0]"}, // y has no NetworkPolicy
+		{"x/a", "y/b", 80, true, ""},                                                    // nothing decides
+	} {
+		v := m.Verdict(ep(c.from), ep(c.to), "TCP", c.port)
+		if v.Allowed != c.allowed || (c.rule != "" && v.Ingress.Rule != c.rule) {
+			t.Errorf("%s -> %s:%d: allowed %v by %q (%s), want %v by %q", c.from, c.to, c.port, v.Allowed, v.Ingress.Rule, v.Ingress.Reason, c.allowed, c.rule)
+		}
 	}
 }
