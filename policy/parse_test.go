@@ -125,6 +125,19 @@ func TestCiliumSpecAndSpecsAddUp(t *testing.T) {
 	}
 }
 
+// "podSelector:" with no value is null, which the API server reads as
+// {}: every pod of the namespace. Leaving podSelector out is refused.
+func TestNullPodSelectorSelectsEveryPod(t *testing.T) {
+	pols, err := Parse([]byte(npHead+"spec:\n  podSelector:\n  policyTypes: [Ingress]\n"), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := pols[0].Specs[0]; !s.Subject.Empty() || !s.Ingress.Enforce {
+		t.Errorf("%+v", s)
+	}
+	checkRoundTrip(t, []byte(npHead+"spec:\n  podSelector:\n"))
+}
+
 func TestParseDefaults(t *testing.T) {
 	pols, err := Parse([]byte(npHead+"spec:\n  podSelector: {}\n  egress:\n  - ports: [{port: 53, protocol: UDP}]\n"), "f.yaml")
 	if err != nil {
