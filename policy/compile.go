@@ -235,7 +235,7 @@ func (m *Model) Compile() (*Compiled, error) {
 		c.CIDRIdentities[p] = uint32(FirstCIDRIdentity + i)
 	}
 	c.l7Ports = l7PortIndex(c.HTTP)
-	c.Warnings = c.namedWarnings()
+	c.Warnings = append(c.namedWarnings(), m.overlapWarnings()...)
 	return c, nil
 }
 
