@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/cnlab/cnlab/internal/k8sdoc"
 	"github.com/cnlab/cnlab/labels"
@@ -289,7 +290,7 @@ func ingressPeers(in *[]rawTierIngressPeer) *[]rawTierEgressPeer {
 func (p *parser) tierRule(api *tierAPI, path, name, action, peersField string, peers *[]rawTierEgressPeer,
 	ports func() ([]Port, string, error)) (Rule, error) {
 	rule := Rule{Path: path, Name: name, Action: action}
-	if n := len(name); n > maxRuleNameLen {
+	if n := utf8.RuneCountInString(name); n > maxRuleNameLen {
 		return rule, p.errf(path+".name", "is %d characters long, at most %d", n, maxRuleNameLen)
 	}
 	if err := p.action(api, action, path+".action"); err != nil {

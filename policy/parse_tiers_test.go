@@ -366,3 +366,11 @@ func TestParsedTiersInTheModel(t *testing.T) {
 		}
 	}
 }
+
+// A rule's name is limited in characters, not bytes, as the CRD counts.
+func TestRuleNameCountsCharacters(t *testing.T) {
+	doc := anpHead + "spec: {priority: 1, subject: {namespaces: {}}, ingress: [{name: " + strings.Repeat("é", 100) + ", action: Deny, from: [{namespaces: {}}]}]}\n"
+	if _, err := Parse([]byte(doc), "f.yaml"); err != nil {
+		t.Error(err)
+	}
+}
