@@ -193,20 +193,26 @@ func dumpRules(c *policy.Compiled, src, dst *topology.Endpoint) string {
 	return b.String()
 }
 
-// TestTiersL7 checks the L7 redirect beneath the Admin tier: on x/a's L7
-// port 80 (GET /public from namespace x), an Admin Pass of x/c ahead of
-// an Admin Accept of namespace x leaves x/c to the proxy, x/b is accepted
-// by the Admin tier without the proxy, y/b too (another Admin policy),
-// y/a is dropped (no Admin rule; the CiliumNetworkPolicy isolates x/a).
-func TestTiersL7(t *testing.T) {
-	pols := append(policytest.Parse(t, scenarios.L7[0].Policies),
+// l7PassGo is policytest.L7PassYAML built in Go.
+func l7PassGo() []*policy.Policy {
+	return []*policy.Policy{
 		policytest.Cluster(policy.TierAdmin, "pass-c", 1, policytest.L("ns", "x"), policytest.L("pod", "a"), []policy.Rule{
 			policytest.Rule(policy.ActionPass, []policy.Peer{policytest.Pods(policytest.L("ns", "x"), policytest.L("pod", "c"))}, policy.Port{Protocol: policy.TCP, Port: 80}),
 			policytest.Rule(policy.ActionAccept, []policy.Peer{policytest.Pods(policytest.L("ns", "x"), policytest.L())}),
 		}, nil),
 		policytest.Cluster(policy.TierAdmin, "accept-yb", 2, policytest.L("ns", "x"), policytest.L(), []policy.Rule{
 			policytest.Rule(policy.ActionAccept, []policy.Peer{policytest.Pods(policytest.L("ns", "y"), policytest.L("pod", "b"))}),
-		}, nil))
+		}, nil),
+	}
+}
+
+// TestTiersL7 checks the L7 redirect beneath the Admin tier: on x/a's L7
+// port 80 (GET /public from namespace x), an Admin Pass of x/c ahead of
+// an Admin Accept of namespace x leaves x/c to the proxy, x/b is accepted
+// by the Admin tier without the proxy, y/b too (another Admin policy),
+// y/a is dropped (no Admin rule; the CiliumNetworkPolicy isolates x/a).
+func TestTiersL7(t *testing.T) {
+	pols := append(policytest.Parse(t, scenarios.L7[0].Policies), l7PassGo()...)
 	for _, ov := range []topology.Overrides{{}, ipsetsOpt} {
 		lab, m, c := policytest.CompilePolicies(t, pols, ov)
 		states := []hostState{Render(lab, "flip", c), Render(lab, "flap", c)}
@@ -229,5 +235,25 @@ func TestTiersL7(t *testing.T) {
 			}
 		}
 		checkAgainstIR(t, lab, m, c, -1)
+	}
+}
+
+// TestTieredYAML: the policy files the kernel tests apply compile to the
+// IR of the sets built in Go that the render tests use.
+func TestTieredYAML(t *testing.T) {
+	l7 := append(policytest.Parse(t, scenarios.L7[0].Policies), policytest.Parse(t, policytest.L7PassYAML)...)
+	goL7 := policytest.Parse(t, scenarios.L7[0].Policies)
+	for _, tc := range []struct {
+		name     string
+		yaml, built []*policy.Policy
+	}{
+		{"tiered", policytest.Parse(t, policytest.TieredYAML), policytest.Tiered()},
+		{"l7", l7, append(goL7, l7PassGo()...)},
+	} {
+		_, _, a := policytest.CompilePolicies(t, tc.yaml, topology.Overrides{})
+		_, _, b := policytest.CompilePolicies(t, tc.built, topology.Overrides{})
+		if fmt.Sprint(a.Rules) != fmt.Sprint(b.Rules) || fmt.Sprint(a.Enforced) != fmt.Sprint(b.Enforced) {
+			t.Errorf("%s: the YAML compiles to\n%v\nthe Go policies to\n%v", tc.name, a.Rules, b.Rules)
+		}
 	}
 }

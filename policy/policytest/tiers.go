@@ -227,3 +227,88 @@ func RandomTiered(t testing.TB, rng *rand.Rand) []*policy.Policy {
 	}
 	return pols
 }
+
+// TieredYAML is Tiered as a policy file (ClusterNetworkPolicy and
+// BaselineAdminNetworkPolicy), for tests that apply it to a lab.
+const TieredYAML = `apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: deny-z}
+spec:
+  tier: Admin
+  priority: 10
+  subject: {pods: {namespaceSelector: {matchLabels: {ns: x}}, podSelector: {matchLabels: {pod: a}}}}
+  ingress:
+  - action: Deny
+    from: [{namespaces: {matchLabels: {ns: z}}}]
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: pass-y}
+spec:
+  tier: Admin
+  priority: 20
+  subject: {pods: {namespaceSelector: {matchLabels: {ns: x}}, podSelector: {matchLabels: {pod: a}}}}
+  ingress:
+  - action: Pass
+    from: [{namespaces: {matchLabels: {ns: y}}}]
+    protocols: [{tcp: {destinationPort: {number: 80}}}]
+  - action: Accept
+    from: [{namespaces: {matchLabels: {ns: y}}}]
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: accept-xc}
+spec:
+  tier: Admin
+  priority: 30
+  subject: {pods: {namespaceSelector: {matchLabels: {ns: y}}, podSelector: {matchLabels: {pod: b}}}}
+  ingress:
+  - action: Accept
+    from: [{pods: {namespaceSelector: {matchLabels: {ns: x}}, podSelector: {matchLabels: {pod: c}}}}]
+  egress:
+  - action: Deny
+    to: [{namespaces: {matchLabels: {ns: x}}}]
+    protocols: [{udp: {destinationPort: {number: 81}}}]
+---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: BaselineAdminNetworkPolicy
+metadata: {name: default}
+spec:
+  subject: {namespaces: {matchLabels: {ns: z}}}
+  ingress:
+  - action: Deny
+    from: [{namespaces: {matchLabels: {ns: x}}}, {namespaces: {matchLabels: {ns: y}}}]
+---
+`
+
+// L7PassYAML are cluster policies beside the L7 scenario "GET /public
+// from the same namespace" (scenarios.L7[0], on x/a's port 80): an Admin
+// Pass of x/c on TCP 80 (then the L7 rules judge it) ahead of an Admin
+// Accept of namespace x (final: x/b's requests reach x/a without the
+// proxy), and an Admin Accept of y/b into namespace x.
+const L7PassYAML = `apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: pass-c}
+spec:
+  tier: Admin
+  priority: 1
+  subject: {pods: {namespaceSelector: {matchLabels: {ns: x}}, podSelector: {matchLabels: {pod: a}}}}
+  ingress:
+  - action: Pass
+    from: [{pods: {namespaceSelector: {matchLabels: {ns: x}}, podSelector: {matchLabels: {pod: c}}}}]
+    protocols: [{tcp: {destinationPort: {number: 80}}}]
+  - action: Accept
+    from: [{namespaces: {matchLabels: {ns: x}}}]
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: accept-yb}
+spec:
+  tier: Admin
+  priority: 2
+  subject: {namespaces: {matchLabels: {ns: x}}}
+  ingress:
+  - action: Accept
+    from: [{pods: {namespaceSelector: {matchLabels: {ns: y}}, podSelector: {matchLabels: {pod: b}}}}]
+---
+`
