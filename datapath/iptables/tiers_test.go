@@ -244,7 +244,7 @@ func TestTieredYAML(t *testing.T) {
 	l7 := append(policytest.Parse(t, scenarios.L7[0].Policies), policytest.Parse(t, policytest.L7PassYAML)...)
 	goL7 := policytest.Parse(t, scenarios.L7[0].Policies)
 	for _, tc := range []struct {
-		name     string
+		name        string
 		yaml, built []*policy.Policy
 	}{
 		{"tiered", policytest.Parse(t, policytest.TieredYAML), policytest.Tiered()},

@@ -400,7 +400,10 @@ func diffScript(g int, have, want map[string][]string) (script string, ok bool) 
 	return b.String(), true
 }
 
-func isTierMap(set string) bool { return strings.Contains(set, "_adm") || strings.Contains(set, "_base") }
+// isTierMap says a set of hostState is one of the tiers' maps.
+func isTierMap(set string) bool {
+	return strings.Contains(set, "_adm") || strings.Contains(set, "_base")
+}
 
 // maxDeletes is the number of deletions from one interval set above which
 // a new generation is built instead (see diffScript and BENCHMARKS.md).
