@@ -157,16 +157,21 @@ func chains(script string) map[string][]string {
 	return out
 }
 
-// layouts are the chains of a generation without and with the tiers.
-var layouts = map[bool]map[string][]string{false: layout(false), true: layout(true)}
+// layouts are the chains of a generation, per tier maps looked up.
+var layouts = map[string]map[string][]string{}
 
-func layout(tiers bool) map[string][]string {
+func layout(tiers []string) map[string][]string {
+	k := strings.Join(tiers, ",")
+	if cs, ok := layouts[k]; ok {
+		return cs
+	}
 	cs := chains(generationDecls(0, tiers))
 	for _, line := range strings.Split(strings.TrimSpace(forwardRules(0)), "\n") {
 		if r, ok := strings.CutPrefix(line, "add rule "+table+" forward "); ok {
 			cs["forward"] = append(cs["forward"], r)
 		}
 	}
+	layouts[k] = cs
 	return cs
 }
 
@@ -174,7 +179,7 @@ func layout(tiers bool) map[string][]string {
 // jumps to.
 func forwardChain(t *testing.T, st hostState, p packet) (outcome, []string) {
 	t.Helper()
-	cs := layouts[st.Tiers]
+	cs := layout(st.Tiers)
 	var trace []string
 	for _, r := range cs["forward"] {
 		v, hit := runRule(t, st, r, p)

@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -48,8 +49,10 @@ var intervalSets = map[string]bool{"eg_deny": true, "eg_allow": true, "in_deny":
 	"eg_deny_p": true, "eg_allow_p": true, "in_deny_p": true, "in_allow_p": true}
 
 // The cluster tiers (policy.Tier) are verdict maps, looked up only on
-// hosts that have an Admin or Baseline entry (hostState.Tiers: another
-// chain layout, so a host without cluster policy pays nothing for them):
+// hosts whose endpoints have elements in them, and only those maps that
+// have (hostState.Tiers: another chain layout, so a host without cluster
+// policy pays nothing for them, one with Admin ingress entries alone one
+// lookup or two):
 // per direction, the Admin tier's *_adm maps before the NetworkPolicy
 // lookups and the Baseline tier's *_base maps after the isolation drop
 // (the IR has Baseline entries only where a direction is not isolated).
@@ -101,30 +104,32 @@ func tierDecls(g int) string {
 }
 
 // tierLookups are the rules of a direction's chain that look a tier up
-// (dir "eg" or "in", tier "adm" or "base").
-func tierLookups(g int, dir, tier string) []string {
+// (dir "eg" or "in", tier "adm" or "base"), for the maps in tiers.
+func tierLookups(g int, dir, tier string, tiers []string) []string {
 	key := "ip saddr . ip daddr"
 	if dir == "in" {
 		key = "ip daddr . ip saddr"
 	}
-	return []string{
-		fmt.Sprintf("%s . meta l4proto . th dport vmap @%s_%s_g%d", key, dir, tier, g),
-		fmt.Sprintf("%s . meta l4proto vmap @%s_%s_p_g%d", key, dir, tier, g),
+	var out []string
+	if m := dir + "_" + tier; slices.Contains(tiers, m) {
+		out = append(out, fmt.Sprintf("%s . meta l4proto . th dport vmap @%s_g%d", key, m, g))
 	}
+	if m := dir + "_" + tier + "_p"; slices.Contains(tiers, m) {
+		out = append(out, fmt.Sprintf("%s . meta l4proto vmap @%s_g%d", key, m, g))
+	}
+	return out
 }
 
-func chainDecls(g int) string { return chainDeclsFor(g, false) }
+func chainDecls(g int) string { return chainDeclsFor(g, nil) }
 
-// chainDeclsFor declares generation g's chains, with the tiers' lookups
-// or without.
-func chainDeclsFor(g int, tiers bool) string {
+// chainDeclsFor declares generation g's chains, with lookups of the tier
+// maps in tiers.
+func chainDeclsFor(g int, tiers []string) string {
 	var b strings.Builder
 	rule := func(chain, r string) { fmt.Fprintf(&b, "add rule %s %s_g%d %s\n", table, chain, g, r) }
 	fmt.Fprintf(&b, "add chain %s egress_g%d\n", table, g)
-	if tiers {
-		for _, r := range tierLookups(g, "eg", "adm") {
-			rule("egress", r)
-		}
+	for _, r := range tierLookups(g, "eg", "adm", tiers) {
+		rule("egress", r)
 	}
 	for _, r := range []string{
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_deny_x_g%d counter drop",
@@ -137,16 +142,12 @@ func chainDeclsFor(g int, tiers bool) string {
 	} {
 		rule("egress", fmt.Sprintf(r, g))
 	}
-	if tiers {
-		for _, r := range tierLookups(g, "eg", "base") {
-			rule("egress", r)
-		}
+	for _, r := range tierLookups(g, "eg", "base", tiers) {
+		rule("egress", r)
 	}
 	fmt.Fprintf(&b, "add chain %s ingress_g%d\n", table, g)
-	if tiers {
-		for _, r := range tierLookups(g, "in", "adm") {
-			rule("ingress", r)
-		}
+	for _, r := range tierLookups(g, "in", "adm", tiers) {
+		rule("ingress", r)
 	}
 	for _, r := range []string{
 		"ip daddr . ip saddr . meta l4proto . th dport @in_deny_x_g%d counter drop",
@@ -159,10 +160,8 @@ func chainDeclsFor(g int, tiers bool) string {
 	} {
 		rule("ingress", fmt.Sprintf(r, g))
 	}
-	if tiers {
-		for _, r := range tierLookups(g, "in", "base") {
-			rule("ingress", r)
-		}
+	for _, r := range tierLookups(g, "in", "base", tiers) {
+		rule("ingress", r)
 	}
 	return b.String()
 }
@@ -182,16 +181,17 @@ func forwardRules(g int) string {
 	return b.String()
 }
 
-func dropGeneration(g int) string { return dropGenerationFor(g, false) }
+func dropGeneration(g int) string { return dropGenerationFor(g, nil) }
 
-// dropGenerationFor deletes generation g, its tier maps with tiers.
-func dropGenerationFor(g int, tiers bool) string {
+// dropGenerationFor deletes generation g, with its tier maps if it has
+// any lookup (tiers).
+func dropGenerationFor(g int, tiers []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "delete chain %s egress_g%d\ndelete chain %s ingress_g%d\n", table, g, table, g)
 	for _, name := range setNames {
 		fmt.Fprintf(&b, "delete set %s %s_g%d\n", table, name, g)
 	}
-	if tiers {
+	if len(tiers) > 0 {
 		for _, name := range tierMaps {
 			fmt.Fprintf(&b, "delete map %s %s_g%d\n", table, name, g)
 		}
@@ -200,21 +200,22 @@ func dropGenerationFor(g int, tiers bool) string {
 }
 
 // skeleton creates the table with generation 0, empty.
-func skeleton() string { return skeletonFor(false) }
+func skeleton() string { return skeletonFor(nil) }
 
-// skeletonFor is skeleton with the tiers' maps and lookups, or without.
-func skeletonFor(tiers bool) string {
+// skeletonFor is skeleton with the tier maps and lookups of tiers.
+func skeletonFor(tiers []string) string {
 	return "add table " + table + "\ndelete table " + table + "\nadd table " + table + "\n" +
 		"add chain " + table + " forward { type filter hook forward priority filter; policy accept; }\n" +
 		generationDecls(0, tiers) + forwardRules(0)
 }
 
-// generationDecls declares generation g's sets (and maps) and chains.
-func generationDecls(g int, tiers bool) string {
-	if !tiers {
+// generationDecls declares generation g's sets and chains, and with
+// tiers (the tier maps looked up) every tier map.
+func generationDecls(g int, tiers []string) string {
+	if len(tiers) == 0 {
 		return setDecls(g) + chainDecls(g)
 	}
-	return setDecls(g) + tierDecls(g) + chainDeclsFor(g, true)
+	return setDecls(g) + tierDecls(g) + chainDeclsFor(g, tiers)
 }
 
 type nft struct{}
@@ -257,9 +258,10 @@ type hostState struct {
 	// L7 and L7Fwd are the rules of the L7 chains (l7.go).
 	L7    []string `json:"l7,omitempty"`
 	L7Fwd []string `json:"l7fwd,omitempty"`
-	// Tiers says the generation has the cluster tiers' maps and
-	// lookups: some local endpoint has an Admin or Baseline entry.
-	Tiers bool `json:"tiers,omitempty"`
+	// Tiers are the tier maps with elements, which the generation's
+	// chains look up (sorted; the generation has every tier map when
+	// there is one).
+	Tiers []string `json:"tiers,omitempty"`
 }
 
 // Apply sends each host the difference between its sets and the wanted
@@ -286,8 +288,9 @@ func update(ctx context.Context, h *topology.Host, have, want *hostState) error 
 	want.Gen = have.Gen
 	l7 := l7Script(have, want, false)
 	script, ok := diffScript(have.Gen, have.Sets, want.Sets)
-	// Tiers coming or going change the chains' layout: a new generation.
-	if ok && have.Tiers == want.Tiers {
+	// Tier maps filling or emptying change the chains' layout: a new
+	// generation.
+	if ok && slices.Equal(have.Tiers, want.Tiers) {
 		script = l7 + script
 		if script == "" {
 			return nil
@@ -326,12 +329,12 @@ func fill(g int, sets map[string][]string) string {
 // rebuildScript builds generation to with the given sets, switches the
 // forward chain to it and deletes generation from, in one transaction.
 func rebuildScript(from, to int, sets map[string][]string) string {
-	return rebuildTiers(from, false, to, false, sets)
+	return rebuildTiers(from, nil, to, nil, sets)
 }
 
-// rebuildTiers is rebuildScript from a generation with the tiers' maps
-// and lookups or without (fromTiers) to one with or without (toTiers).
-func rebuildTiers(from int, fromTiers bool, to int, toTiers bool, sets map[string][]string) string {
+// rebuildTiers is rebuildScript from a generation that looks up the tier
+// maps fromTiers to one that looks up toTiers.
+func rebuildTiers(from int, fromTiers []string, to int, toTiers []string, sets map[string][]string) string {
 	var b strings.Builder
 	b.WriteString(generationDecls(to, toTiers))
 	b.WriteString(fill(to, sets))
@@ -455,7 +458,6 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 				if len(rs) == 0 {
 					continue
 				}
-				st.Tiers = true
 				for _, b := range Ordered(c, rs) {
 					set := prefix + tier
 					if b.anyPort() {
@@ -482,7 +484,11 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	}
 	for k := range st.Sets {
 		sort.Strings(st.Sets[k])
+		if isTierMap(k) {
+			st.Tiers = append(st.Tiers, k)
+		}
 	}
+	sort.Strings(st.Tiers)
 	st.L7, st.L7Fwd = renderL7(lab, host, c)
 	return st
 }

@@ -31,8 +31,10 @@ func TestRenderTiers(t *testing.T) {
 	pols := append(policytest.Tiered(), policytest.Parse(t, policytest.TieredNP)...)
 	lab, _, c := policytest.CompilePolicies(t, pols, topology.Overrides{})
 	st := Render(lab, "flip", c)
-	if !st.Tiers {
-		t.Fatal("flip has cluster policy: Tiers must be set")
+	// Flip's endpoints have Admin entries both ways, Baseline ones on
+	// ingress, none of them on a port of their own but x/a's and y/b's.
+	if want := []string{"eg_adm", "in_adm", "in_adm_p", "in_base_p"}; !slices.Equal(st.Tiers, want) {
+		t.Fatalf("flip looks up %v, want %v", st.Tiers, want)
 	}
 	// x/a (10.0.192.10): deny z (each address, every protocol), y's TCP
 	// 80 passed (no element), y's other flows accepted.
@@ -66,30 +68,34 @@ func TestRenderTiers(t *testing.T) {
 	if got := st.Sets["in_base_p"]; !slices.Contains(got, "10.0.192.32 . 10.0.191.11/32 . 0-255 : drop") || slices.ContainsFunc(got, func(e string) bool { return strings.HasPrefix(e, "10.0.192.30 ") }) {
 		t.Errorf("in_base_p (z/c only, z/a is isolated): %v", got)
 	}
-	cs := chains(generationDecls(0, true))
+	cs := chains(generationDecls(0, tierMaps))
 	in := cs["ingress"]
 	if len(in) != 11 || !strings.Contains(in[0], "vmap @in_adm_g0") || !strings.Contains(in[1], "vmap @in_adm_p_g0") ||
 		!strings.Contains(in[8], "@in_enf_g0 counter drop") || !strings.Contains(in[9], "vmap @in_base_g0") || !strings.Contains(in[10], "vmap @in_base_p_g0") {
-		t.Errorf("ingress chain with tiers:\n%s", strings.Join(in, "\n"))
+		t.Errorf("ingress chain with every tier map:\n%s", strings.Join(in, "\n"))
 	}
-	if generationDecls(0, false) != setDecls(0)+chainDecls(0) || strings.Contains(skeleton(), "vmap") {
+	cs = chains(generationDecls(0, st.Tiers))
+	if eg := cs["egress"]; len(eg) != 8 || !strings.Contains(eg[0], "vmap @eg_adm_g0") {
+		t.Errorf("flip's egress chain looks up eg_adm alone:\n%s", strings.Join(eg, "\n"))
+	}
+	if generationDecls(0, nil) != setDecls(0)+chainDecls(0) || strings.Contains(skeleton(), "vmap") {
 		t.Error("without tiers, the layout of before")
 	}
 	// Flap's endpoints have no cluster policy... but y/a (flap) is
 	// passed by x/a's: its own chains have none.
 	flap := Render(lab, "flap", c)
-	if flap.Tiers {
+	if len(flap.Tiers) > 0 {
 		t.Errorf("flap's endpoints have no cluster-tier entry: %v", flap.Sets)
 	}
 	// The tiers coming and going switch generations.
-	rb := rebuildTiers(2, false, 3, true, st.Sets)
+	rb := rebuildTiers(2, nil, 3, st.Tiers, st.Sets)
 	for _, want := range []string{"add map inet cnlab in_adm_g3 { type ipv4_addr . ipv4_addr . inet_proto . inet_service : verdict; flags interval; }",
-		"add element inet cnlab in_adm_p_g3 {", "vmap @eg_base_p_g3", "delete set inet cnlab in_allow_g2"} {
+		"add map inet cnlab eg_base_g3 {", "add element inet cnlab in_adm_p_g3 {", "vmap @in_base_p_g3", "delete set inet cnlab in_allow_g2"} {
 		if !strings.Contains(rb, want) {
 			t.Errorf("rebuild lacks %q", want)
 		}
 	}
-	if back := rebuildTiers(3, true, 4, false, nil); !strings.Contains(back, "delete map inet cnlab in_adm_g3") || strings.Contains(back, "vmap") {
+	if back := rebuildTiers(3, st.Tiers, 4, nil, nil); !strings.Contains(back, "delete map inet cnlab in_adm_g3") || strings.Contains(back, "vmap") {
 		t.Errorf("rebuild without tiers:\n%s", back)
 	}
 	// In place, a map's element is deleted by its key.
