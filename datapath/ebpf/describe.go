@@ -68,7 +68,7 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 				it := pm.Iterate()
 				for it.Next(&k, &v) {
 					n++
-					if v.Proxy != 0 {
+					if v.Act == uint8(cnlabPolicyActACT_PROXY) || v.BelowAct == uint8(cnlabPolicyActACT_PROXY) {
 						proxied++
 					}
 				}
