@@ -284,15 +284,20 @@ func (p *planner) raw(out []polEntry, r policy.Entry, ref uint32) []polEntry {
 	pps := portPrefixes(r)
 	for _, pk := range p.peers(r) {
 		for _, pp := range pps {
-			e := polEntry{Peer: pk, Dir: uint8(r.Dir), Proto: r.Proto,
-				Port: pp.port, Plen: pp.plen, Deny: r.Deny, Rule: ref}
-			if r.Tier == policy.TierAdmin || r.Tier == policy.TierBaseline {
-				e.Tier, e.Pass, e.Prec = r.Tier, r.Pass && r.Tier == policy.TierAdmin, min(r.Prec, maxTierRank)
-			}
-			out = append(out, e)
+			out = append(out, rawEntry(r, pk, pp, ref))
 		}
 	}
 	return out
+}
+
+// rawEntry is the map entry of IR rule r for peer key peer and one of its
+// port prefixes, before flattening: the rule's own decision.
+func rawEntry(r policy.Entry, peer uint32, pp portPrefix, ref uint32) polEntry {
+	e := polEntry{Peer: peer, Dir: uint8(r.Dir), Proto: r.Proto, Port: pp.port, Plen: pp.plen, Deny: r.Deny, Rule: ref}
+	if r.Tier == policy.TierAdmin || r.Tier == policy.TierBaseline {
+		e.Tier, e.Pass, e.Prec = r.Tier, r.Pass && r.Tier == policy.TierAdmin, min(r.Prec, maxTierRank)
+	}
+	return e
 }
 
 // plan renders the maps of every host for a compiled policy (nil: no

@@ -1,0 +1,349 @@
+package ebpf
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+
+	"github.com/cnlab/cnlab/internal/change"
+	"github.com/cnlab/cnlab/internal/scenarios"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// Random policies of every tier on the scenario lab (built in Go: the
+// parser of the cluster kinds is not this package's), for the
+// differential tests: what the maps of a plan decide against what the
+// IR decides (policy.Compiled.SideAllows).
+
+// tierLab is the scenario lab.
+func tierLab(t testing.TB) *topology.Spec {
+	t.Helper()
+	spec, err := topology.Parse([]byte(scenarios.Lab), "tiers", topology.Overrides{Name: "tiers", Datapath: "ebpf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+// tierTargets are the protocols and ports the differential tests probe:
+// single ports, a port inside and one outside the ranges the policies
+// use, UDP, and SCTP (only "any protocol" rules match it).
+var tierTargets = []struct {
+	proto uint8
+	port  uint16
+}{{policy.ProtoTCP, 80}, {policy.ProtoTCP, 81}, {policy.ProtoTCP, 85}, {policy.ProtoTCP, 443}, {policy.ProtoUDP, 81}, {policy.ProtoUDP, 80}, {policy.ProtoSCTP, 80}}
+
+// tierRemotes are the remote addresses probed besides the lab's
+// endpoints: the world, and an unused address of a pod CIDR.
+var tierRemotes = []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("10.0.191.200")}
+
+// randomPolicies draws a set of NetworkPolicies, CiliumNetworkPolicies
+// with deny rules, Admin-tier and Baseline-tier policies.
+func randomPolicies(r *rand.Rand) []*policy.Policy {
+	pick := func(n int) int { return r.IntN(n) }
+	nsSels := []*policy.Selector{{}, {MatchLabels: map[string]string{"ns": "x"}}, {MatchLabels: map[string]string{"ns": "y"}},
+		{MatchLabels: map[string]string{"tier": "front"}}}
+	podSels := []policy.Selector{{}, {MatchLabels: map[string]string{"app": "web"}}, {MatchLabels: map[string]string{"pod": "b"}},
+		{MatchLabels: map[string]string{"app": "db"}}}
+	cidrs := []netip.Prefix{netip.MustParsePrefix("10.0.192.0/24"), netip.MustParsePrefix("10.0.191.16/28"),
+		netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("10.0.192.21/32")}
+	ports := [][]policy.Port{nil, {{Protocol: policy.TCP, Port: 80}}, {{Protocol: policy.TCP, Port: 70, EndPort: 90}},
+		{{Protocol: policy.UDP, Port: 81}}, {{Protocol: policy.TCP, Port: 81}, {Protocol: policy.UDP, Port: 80}},
+		{{Protocol: policy.TCP, Port: 64, EndPort: 127}}, {{Protocol: policy.TCP, Port: 84, EndPort: 86}}}
+	rule := func(path string, cilium bool, ns string) policy.Rule {
+		ru := policy.Rule{Path: path, Ports: ports[pick(len(ports))]}
+		switch pick(4) {
+		case 0:
+			ru.AnyPeer = true
+		case 1:
+			ru.Peers = []policy.Peer{{CIDR: cidrs[pick(len(cidrs))]}}
+		default:
+			sel := &policy.EndpointSel{Pods: podSels[pick(len(podSels))], CiliumKeys: cilium, Namespace: ns}
+			if ns == "" || pick(2) == 0 {
+				sel.Namespace, sel.Namespaces = "", nsSels[pick(len(nsSels))]
+			}
+			ru.Peers = []policy.Peer{{Endpoints: sel}}
+			if pick(3) == 0 {
+				ru.Peers = append(ru.Peers, policy.Peer{CIDR: cidrs[pick(len(cidrs))]})
+			}
+		}
+		return ru
+	}
+	namespaces := []string{"x", "y", "z"}
+	var out []*policy.Policy
+	for i := range pick(3) {
+		ns := namespaces[pick(3)]
+		p := &policy.Policy{Kind: policy.KindNetworkPolicy, Namespace: ns, Name: fmt.Sprintf("np%d", i)}
+		sp := policy.Spec{Subject: podSels[pick(len(podSels))]}
+		sp.Ingress.Enforce, sp.Egress.Enforce = pick(3) > 0, pick(2) == 0
+		for j := range pick(3) {
+			sp.Ingress.Allow = append(sp.Ingress.Allow, rule(fmt.Sprintf("spec.ingress[%d]", j), false, ns))
+		}
+		for j := range pick(2) {
+			sp.Egress.Allow = append(sp.Egress.Allow, rule(fmt.Sprintf("spec.egress[%d]", j), false, ns))
+		}
+		p.Specs = []policy.Spec{sp}
+		out = append(out, p)
+	}
+	if pick(3) == 0 {
+		ns := namespaces[pick(3)]
+		p := &policy.Policy{Kind: policy.KindCNP, Namespace: ns, Name: "cnp"}
+		sp := policy.Spec{Subject: podSels[pick(len(podSels))]}
+		sp.Ingress.Deny = []policy.Rule{rule("specs[0].ingressDeny[0]", true, ns)}
+		if pick(2) == 0 {
+			sp.Egress.Deny = []policy.Rule{rule("specs[0].egressDeny[0]", true, ns)}
+		}
+		p.Specs = []policy.Spec{sp}
+		out = append(out, p)
+	}
+	actions := []string{policy.ActionAccept, policy.ActionDeny, policy.ActionPass, policy.ActionAllow}
+	ordered := func(dir string, n int, pass bool) []policy.Rule {
+		var rs []policy.Rule
+		for j := range n {
+			ru := rule(fmt.Sprintf("spec.%s[%d]", dir, j), false, "")
+			ru.Action = actions[pick(len(actions))]
+			if !pass && ru.Action == policy.ActionPass {
+				ru.Action = policy.ActionDeny
+			}
+			rs = append(rs, ru)
+		}
+		return rs
+	}
+	for i := range pick(4) {
+		p := &policy.Policy{Kind: policy.KindAdminNP, Name: fmt.Sprintf("anp%d", i), Tier: policy.TierAdmin, Priority: pick(4)}
+		if pick(2) == 0 {
+			p.Kind = policy.KindClusterNP
+		}
+		sp := policy.Spec{SubjectNamespaces: nsSels[pick(len(nsSels))], Subject: podSels[pick(len(podSels))]}
+		sp.Ingress.Ordered = ordered("ingress", pick(4), true)
+		sp.Egress.Ordered = ordered("egress", pick(3), true)
+		p.Specs = []policy.Spec{sp}
+		out = append(out, p)
+	}
+	for i := range pick(3) {
+		p := &policy.Policy{Kind: policy.KindClusterNP, Name: fmt.Sprintf("cnp-baseline%d", i), Tier: policy.TierBaseline, Priority: pick(3)}
+		if i == 0 && pick(2) == 0 {
+			p.Kind, p.Name, p.Priority = policy.KindBaselineNP, "default", 0
+		}
+		sp := policy.Spec{SubjectNamespaces: nsSels[pick(len(nsSels))], Subject: podSels[pick(len(podSels))]}
+		sp.Ingress.Ordered = ordered("ingress", pick(4), p.Kind == policy.KindClusterNP)
+		sp.Egress.Ordered = ordered("egress", pick(3), p.Kind == policy.KindClusterNP)
+		p.Specs = []policy.Spec{sp}
+		out = append(out, p)
+	}
+	return out
+}
+
+// compileTiers compiles policies on the lab.
+func compileTiers(t testing.TB, lab *topology.Spec, pols []*policy.Policy) *policy.Compiled {
+	t.Helper()
+	m, err := policy.NewModel(lab, pols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// mapLookup is what the programs' two-stage lookup (hash of exact
+// entries, then LPM) answers for a key: the entry of the longest prefix
+// containing it, or nil.
+func mapLookup(es []polEntry, peer uint32, dir, proto uint8, port uint16) *polEntry {
+	var best *polEntry
+	for i := range es {
+		e := &es[i]
+		if e.Peer == peer && e.Dir == dir && covers(*e, proto, port) && (best == nil || e.Plen > best.Plen) {
+			best = e
+		}
+	}
+	return best
+}
+
+// goVerdict is policy_verdict in Go over an endpoint's entries, through
+// the values the maps hold (policyKV): the reason and the rule.
+func goVerdict(ep *epPlan, peer uint32, dir, proto uint8, port uint16) (cnlabReason, uint32, bool) {
+	var a, b *cnlabPolicyVal
+	if e := mapLookup(ep.Entries, peer, dir, proto, port); e != nil {
+		_, v := policyKV(*e)
+		a = &v
+	}
+	wild := cnlabIsolationWILD_INGRESS
+	iso := cnlabIsolationISO_INGRESS
+	if dir == uint8(policy.Egress) {
+		wild, iso = cnlabIsolationWILD_EGRESS, cnlabIsolationISO_EGRESS
+	}
+	if ep.Enforce&wild != 0 {
+		if e := mapLookup(ep.Entries, 0, dir, proto, port); e != nil {
+			_, v := policyKV(*e)
+			b = &v
+		}
+	}
+	prec, rule, act := precNone, noRule, uint8(cnlabPolicyActACT_NONE)
+	if a != nil {
+		prec, rule, act = a.Prec, a.Rule, a.Act
+	}
+	if b != nil && b.Prec < prec {
+		prec, rule, act = b.Prec, b.Rule, b.Act
+	}
+	if act == uint8(cnlabPolicyActACT_PASS) {
+		act, prec = uint8(cnlabPolicyActACT_NONE), precNone
+		if a != nil && a.BelowPrec < prec {
+			prec, rule, act = a.BelowPrec, a.BelowRule, a.BelowAct
+		}
+		if b != nil && b.BelowPrec < prec {
+			rule, act = b.BelowRule, b.BelowAct
+		}
+	}
+	switch cnlabPolicyAct(act) {
+	case cnlabPolicyActACT_DENY:
+		return cnlabReasonR_DROP_DENY, rule, false
+	case cnlabPolicyActACT_ALLOW:
+		return cnlabReasonR_ALLOW_POLICY, rule, false
+	case cnlabPolicyActACT_PROXY:
+		return cnlabReasonR_ALLOW_POLICY, rule, dir == uint8(policy.Ingress)
+	}
+	if ep.Enforce&iso != 0 {
+		return cnlabReasonR_DROP_DEFAULT, rule, false
+	}
+	return cnlabReasonR_ALLOW_UNENFORCED, rule, false
+}
+
+// ipcacheKey is the ipcache's answer for an address: the longest prefix,
+// or the world.
+func ipcacheKey(ipc []ipEntry, a netip.Addr) uint32 {
+	key, bits := uint32(WorldIdentity), -1
+	for _, e := range ipc {
+		if e.Prefix.Contains(a) && e.Prefix.Bits() > bits {
+			key, bits = e.Key, e.Prefix.Bits()
+		}
+	}
+	return key
+}
+
+// checkPlanSides compares, for every endpoint, direction, remote address
+// and target, the plan's maps (read as the programs read them) with the
+// IR. It returns the number of cells compared.
+func checkPlanSides(t *testing.T, lab *topology.Spec, c *policy.Compiled, plans map[string]*hostPlan, what string) int {
+	t.Helper()
+	remotes := append([]netip.Addr(nil), tierRemotes...)
+	for _, ep := range lab.Endpoints {
+		remotes = append(remotes, ep.IP)
+	}
+	n := 0
+	for _, h := range lab.Hosts {
+		hp := plans[h.Name]
+		for slot, ep := range change.LocalEndpoints(lab, h.Name) {
+			pe := &hp.Endpoints[slot]
+			subject := c.IdentityOfIP(ep.IP)
+			for _, remote := range remotes {
+				if remote == ep.IP {
+					continue
+				}
+				peer := ipcacheKey(hp.IPCache, remote)
+				for _, dir := range []policy.Dir{policy.Ingress, policy.Egress} {
+					for _, tg := range tierTargets {
+						want := c.SideAllows(subject, dir, remote, tg.proto, tg.port)
+						r, _, _ := goVerdict(pe, peer, uint8(dir), tg.proto, tg.port)
+						n++
+						if got := !isDrop(r); got != want {
+							t.Fatalf("%s: %s %s of %s %s/%d: maps say %s, the IR allowed=%v\nrules:\n%s", what, ep.ID(), dir, remote,
+								policy.ProtoName(tg.proto), tg.port, reasonName(r), want, dumpRules(c, subject, dir))
+						}
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+func dumpRules(c *policy.Compiled, subject uint32, dir policy.Dir) string {
+	s := ""
+	for _, r := range c.RulesFor(subject, dir) {
+		s += fmt.Sprintf("  tier %d prec %d %s peer %d %s %s %s\n", r.Tier, r.Prec, r.Action(), r.PeerID, r.PeerCIDR, r.PortString(), r.Origin)
+	}
+	return s
+}
+
+// TestTiersDifferential: random policies of every tier, planned, and
+// the maps read as policy_verdict reads them agree with the IR on every
+// side of every pair of the lab (and the world), on single ports, ranges
+// and protocols.
+func TestTiersDifferential(t *testing.T) {
+	lab := tierLab(t)
+	rounds := 400
+	if testing.Short() {
+		rounds = 50
+	}
+	cells, tiered := 0, 0
+	for seed := range rounds {
+		r := rand.New(rand.NewPCG(uint64(seed), 33))
+		pols := randomPolicies(r)
+		c := compileTiers(t, lab, pols)
+		for _, e := range c.Rules {
+			if e.Tier != 0 {
+				tiered++
+				break
+			}
+		}
+		plans, err := plan(lab, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cells += checkPlanSides(t, lab, c, plans, fmt.Sprintf("seed %d", seed))
+	}
+	t.Logf("%d cells in %d rounds (%d with cluster-tier entries)", cells, rounds, tiered)
+	if tiered < rounds/2 {
+		t.Errorf("only %d of %d rounds had cluster-tier entries", tiered, rounds)
+	}
+}
+
+// TestTiersChangeDifferential: a change planned from the records of the
+// set before (planChange) gives the maps the IR of the set after, for
+// random pairs of sets (most of which share policies).
+func TestTiersChangeDifferential(t *testing.T) {
+	lab := tierLab(t)
+	rounds := 200
+	if testing.Short() {
+		rounds = 30
+	}
+	patched := 0
+	for seed := range rounds {
+		r := rand.New(rand.NewPCG(uint64(seed), 34))
+		before := randomPolicies(r)
+		after := append([]*policy.Policy(nil), before...)
+		switch k := r.IntN(3); {
+		case k == 0 && len(after) > 0:
+			i := r.IntN(len(after))
+			after = append(after[:i:i], after[i+1:]...)
+		case k == 1 && len(after) > 0:
+			i := r.IntN(len(after))
+			q := *after[i]
+			q.Priority = r.IntN(5)
+			after[i] = &q
+		default:
+			for _, p := range randomPolicies(r) {
+				p.Name += "-new"
+				after = append(after, p)
+			}
+		}
+		from, to := compileTiers(t, lab, before), compileTiers(t, lab, after)
+		cur := records(t, lab, from)
+		plans, ok, err := planChange(lab, from, to, cur)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			continue
+		}
+		patched++
+		checkPlanSides(t, lab, to, plans, fmt.Sprintf("change seed %d", seed))
+		checkChange(t, fmt.Sprintf("change seed %d", seed), lab, from, to)
+	}
+	t.Logf("%d of %d changes patched", patched, rounds)
+}
