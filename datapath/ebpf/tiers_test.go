@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/change"
@@ -346,4 +347,92 @@ func TestTiersChangeDifferential(t *testing.T) {
 		checkChange(t, fmt.Sprintf("change seed %d", seed), lab, from, to)
 	}
 	t.Logf("%d of %d changes patched", patched, rounds)
+}
+
+// TestProgTiersDifferential runs the real programs (BPF_PROG_TEST_RUN)
+// on random tiered policies: an endpoint of the scenario lab's entries
+// and isolation, as plan renders them, are endpoint A's, the plan's
+// ipcache is the harness's, and a new TCP or UDP flow from and to every
+// other address of the lab (and the world) must be counted with the
+// reason policy_verdict's reading in Go gives, and pass exactly when the
+// IR allows it.
+func TestProgTiersDifferential(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	lab := tierLab(t)
+	rounds := 16
+	if testing.Short() {
+		rounds = 4
+	}
+	sport := uint16(10000)
+	cells := 0
+	for seed := range rounds {
+		r := rand.New(rand.NewPCG(uint64(seed), 35))
+		c := compileTiers(t, lab, randomPolicies(r))
+		plans, err := plan(lab, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		host := lab.Hosts[r.IntN(len(lab.Hosts))].Name
+		hp := plans[host]
+		slot := r.IntN(len(hp.Endpoints))
+		pe := &hp.Endpoints[slot]
+		subjectIP := change.LocalEndpoints(lab, host)[slot].IP
+		ipc, err := buildIPCache(append(slices.Clone(hp.IPCache),
+			ipEntry{Prefix: netip.PrefixFrom(epA.ip, 32), Key: epA.identity, Identity: epA.identity}))
+		h.must(err)
+		h.must(h.objs.CnlabIpcache.Put(uint32(0), ipc))
+		ipc.Close()
+		h.setEntries(0, epA, pe.Enforce&(cnlabIsolationISO_INGRESS|cnlabIsolationISO_EGRESS), pe.Entries)
+		h.clearFlows(t)
+		remotes := append([]netip.Addr(nil), tierRemotes...)
+		for _, ep := range lab.Endpoints {
+			if ep.IP != subjectIP {
+				remotes = append(remotes, ep.IP)
+			}
+		}
+		for _, remote := range remotes {
+			peer := ipcacheKey(hp.IPCache, remote)
+			for _, tg := range tierTargets {
+				if tg.proto == policy.ProtoSCTP {
+					continue
+				}
+				for _, dir := range []policy.Dir{policy.Ingress, policy.Egress} {
+					sport++
+					var pkt []byte
+					src, dst := remote, epA.ip
+					if dir == policy.Egress {
+						src, dst = epA.ip, remote
+					}
+					if tg.proto == policy.ProtoTCP {
+						pkt = tcpPkt(src, dst, sport, tg.port, tcpSYN)
+					} else {
+						pkt = udpPkt(src, dst, sport, tg.port)
+					}
+					reason, _, _ := goVerdict(pe, peer, uint8(dir), tg.proto, tg.port)
+					allowed := c.SideAllows(pe.Identity, dir, remote, tg.proto, tg.port)
+					if isDrop(reason) == allowed {
+						t.Fatalf("seed %d: Go reading %s, IR allowed=%v", seed, reasonName(reason), allowed)
+					}
+					what := fmt.Sprintf("seed %d %s %s %s %s/%d", seed, pe.ID, dir, remote, policy.ProtoName(tg.proto), tg.port)
+					if dir == policy.Ingress {
+						act := uint32(actOK)
+						if !allowed {
+							act = actShot
+						}
+						h.toEp(t, what, pkt, act, ingress(epA, reason))
+					} else {
+						res := h.run(t, h.objs.CnlabFromEp, pkt)
+						if (res.ret == actShot) == allowed || !slices.Equal(res.hits, []hit{egress(epA, reason)}) {
+							t.Errorf("%s (from_ep): got %s, counters %v; want allowed=%v, counters %v", what, actName(res.ret), res.hits, allowed, egress(epA, reason))
+						}
+					}
+					cells++
+				}
+			}
+		}
+		if t.Failed() {
+			t.Fatalf("seed %d: rules of %s:\ningress\n%s\negress\n%s", seed, pe.ID, dumpRules(c, pe.Identity, policy.Ingress), dumpRules(c, pe.Identity, policy.Egress))
+		}
+	}
+	t.Logf("%d packets in %d rounds", cells, rounds)
 }
