@@ -436,3 +436,129 @@ func TestProgTiersDifferential(t *testing.T) {
 	}
 	t.Logf("%d packets in %d rounds", cells, rounds)
 }
+
+// tierEntry is an IR entry of a cluster tier: action "accept", "deny"
+// or "pass" at rank prec.
+func tierEntry(tier policy.Tier, action string, peer uint32, proto uint8, lo, hi uint16, prec uint32) policy.Entry {
+	return policy.Entry{Dir: policy.Ingress, PeerID: peer, Proto: proto, PortLo: lo, PortHi: hi, Tier: tier, Prec: prec,
+		Deny: action == "deny", Pass: action == "pass"}
+}
+
+func admin(action string, peer uint32, proto uint8, lo, hi uint16, prec uint32) policy.Entry {
+	return tierEntry(policy.TierAdmin, action, peer, proto, lo, hi, prec)
+}
+
+func baseline(action string, peer uint32, proto uint8, lo, hi uint16, prec uint32) policy.Entry {
+	return tierEntry(policy.TierBaseline, action, peer, proto, lo, hi, prec)
+}
+
+// TestProgTiers: the tiers' precedence on the real program, A's ingress
+// (the entries as plan renders them: render, then proxyEntries for the
+// L7 cases).
+func TestProgTiers(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	type probe struct {
+		from   netip.Addr
+		port   uint16
+		act    uint32
+		reason cnlabReason
+	}
+	allowed := func(from netip.Addr, port uint16) probe {
+		return probe{from, port, actOK, cnlabReasonR_ALLOW_POLICY}
+	}
+	denied := func(from netip.Addr, port uint16) probe {
+		return probe{from, port, actShot, cnlabReasonR_DROP_DENY}
+	}
+	dflt := func(from netip.Addr, port uint16) probe {
+		return probe{from, port, actShot, cnlabReasonR_DROP_DEFAULT}
+	}
+	unenforced := func(from netip.Addr, port uint16) probe {
+		return probe{from, port, actOK, cnlabReasonR_ALLOW_UNENFORCED}
+	}
+	proxied := func(from netip.Addr, port uint16) probe { // allowed, for the proxy: here it came around it
+		return probe{from, port, actShot, cnlabReasonR_DROP_NOT_PROXIED}
+	}
+	iso := cnlabIsolationISO_INGRESS
+	cases := []struct {
+		name    string
+		enforce cnlabIsolation
+		l7      []uint16
+		rules   []policy.Entry
+		probes  []probe
+	}{
+		{"Admin Deny over a NetworkPolicy allow", iso, nil,
+			[]policy.Entry{admin("deny", idR, protoTCP, 80, 80, 5), allow(policy.Ingress, idR, protoTCP, 80), allow(policy.Ingress, idR2, protoTCP, 80)},
+			[]probe{denied(addrR, 80), allowed(addrR2, 80), dflt(addrR, 81)}},
+		{"Admin Accept over isolation", iso, nil,
+			[]policy.Entry{admin("accept", idR, protoTCP, 0, 0, 3)},
+			[]probe{allowed(addrR, 80), allowed(addrR, 443), dflt(addrR2, 80)}},
+		{"Admin Accept over a NetworkPolicy deny", iso, nil,
+			[]policy.Entry{admin("accept", idR, protoTCP, 80, 80, 3), deny(policy.Ingress, idR, protoTCP, 0)},
+			[]probe{allowed(addrR, 80), denied(addrR, 81)}},
+		{"Admin Accept over a CiliumNetworkPolicy deny of the wildcard peer", 0, nil,
+			[]policy.Entry{admin("accept", idR, protoTCP, 80, 80, 3), deny(policy.Ingress, anyPeer, protoTCP, 80)},
+			[]probe{allowed(addrR, 80), denied(addrR2, 80), denied(addrW, 80), unenforced(addrR, 81)}},
+		{"wildcard Admin Accept over a peer's NetworkPolicy deny", iso, nil,
+			[]policy.Entry{admin("accept", anyPeer, protoTCP, 80, 80, 3), deny(policy.Ingress, idR, protoTCP, 80)},
+			[]probe{allowed(addrR, 80), allowed(addrW, 80)}},
+		{"Pass into the NetworkPolicy tier", iso, nil,
+			[]policy.Entry{admin("pass", idR, protoTCP, 80, 81, 1), admin("deny", anyPeer, protoTCP, 0, 0, 2), allow(policy.Ingress, idR, protoTCP, 80)},
+			[]probe{allowed(addrR, 80), dflt(addrR, 81), denied(addrR, 82), denied(addrR2, 80)}},
+		{"Pass into a NetworkPolicy deny", 0, nil,
+			[]policy.Entry{admin("pass", idR, protoTCP, 0, 0, 1), admin("accept", idR, protoTCP, 80, 80, 2), deny(policy.Ingress, idR, protoTCP, 80)},
+			[]probe{denied(addrR, 80), unenforced(addrR, 81)}},
+		{"wildcard Admin Deny before the peer's Pass", iso, nil,
+			[]policy.Entry{admin("deny", anyPeer, protoTCP, 80, 80, 1), admin("pass", idR, protoTCP, 80, 80, 2), allow(policy.Ingress, idR, protoTCP, 80)},
+			[]probe{denied(addrR, 80)}},
+		{"wildcard Admin Deny after the peer's Pass", iso, nil,
+			[]policy.Entry{admin("pass", idR, protoTCP, 80, 80, 2), admin("deny", anyPeer, protoTCP, 80, 80, 3), allow(policy.Ingress, idR, protoTCP, 80)},
+			[]probe{allowed(addrR, 80), denied(addrR2, 80)}},
+		{"wildcard Pass before the peer's Admin Deny", iso, nil,
+			[]policy.Entry{admin("pass", anyPeer, protoTCP, 80, 80, 1), admin("deny", idR, protoTCP, 80, 80, 2), allow(policy.Ingress, idR, protoTCP, 80)},
+			[]probe{allowed(addrR, 80), dflt(addrR2, 80)}},
+		{"Pass of the peer, the NetworkPolicy allow of the wildcard", iso, nil,
+			[]policy.Entry{admin("pass", idR, protoTCP, 80, 80, 1), admin("deny", anyPeer, protoTCP, 80, 80, 2), allow(policy.Ingress, anyPeer, protoTCP, 80)},
+			[]probe{allowed(addrR, 80), denied(addrR2, 80)}},
+		{"Baseline deny on a subject not isolated", 0, nil,
+			[]policy.Entry{baseline("accept", idR, protoTCP, 80, 80, 0), baseline("deny", anyPeer, protoTCP, 0, 0, 1)},
+			[]probe{allowed(addrR, 80), denied(addrR, 81), denied(addrR2, 80)}},
+		{"Baseline allow in front of its deny, a NetworkPolicy allow over both", 0, nil,
+			[]policy.Entry{baseline("deny", anyPeer, protoTCP, 80, 80, 0), baseline("accept", anyPeer, protoTCP, 0, 0, 1), allow(policy.Ingress, idR2, protoTCP, 80)},
+			[]probe{denied(addrR, 80), allowed(addrR, 81), allowed(addrR2, 80)}},
+		{"Admin Pass into the Baseline tier", 0, nil,
+			[]policy.Entry{admin("pass", idR, protoTCP, 0, 0, 1), baseline("deny", idR, protoTCP, 80, 80, 0)},
+			[]probe{denied(addrR, 80), unenforced(addrR, 81)}},
+		{"port ranges overlapping across tiers", iso, nil,
+			[]policy.Entry{admin("accept", idR, protoTCP, 85, 85, 1), admin("deny", idR, protoTCP, 80, 90, 2), admin("pass", anyPeer, protoTCP, 88, 95, 3),
+				{Dir: policy.Ingress, PeerID: idR, Proto: protoTCP, PortLo: 64, PortHi: 127}, deny(policy.Ingress, anyPeer, protoTCP, 93)},
+			[]probe{allowed(addrR, 85), denied(addrR, 84), denied(addrR, 90), allowed(addrR, 91), denied(addrR, 93), allowed(addrR, 64), dflt(addrR, 128),
+				dflt(addrR2, 88), denied(addrR2, 93)}},
+		{"L7 port under an Admin Accept: not proxied", iso, []uint16{80},
+			[]policy.Entry{admin("accept", idR, protoTCP, 80, 80, 1), allow(policy.Ingress, idR, protoTCP, 80), allow(policy.Ingress, idR2, protoTCP, 80)},
+			[]probe{allowed(addrR, 80), proxied(addrR2, 80)}},
+		{"L7 port under a Pass: proxied", iso, []uint16{80},
+			[]policy.Entry{admin("pass", idR, protoTCP, 0, 0, 1), admin("accept", anyPeer, protoTCP, 80, 80, 2), {Dir: policy.Ingress, PeerID: idR, Proto: protoTCP, PortLo: 64, PortHi: 127}},
+			[]probe{proxied(addrR, 80), allowed(addrR, 81), allowed(addrR2, 80), allowed(addrW, 80)}},
+		{"L7 port, wildcard Admin Accept, peer's Pass first", 0, []uint16{80},
+			[]policy.Entry{admin("pass", idR, protoTCP, 80, 80, 1), admin("accept", anyPeer, protoTCP, 0, 0, 2)},
+			[]probe{proxied(addrR, 80), allowed(addrR2, 80)}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for i := range c.rules {
+				if c.rules[i].PortLo != 0 && c.rules[i].PortHi == 0 {
+					c.rules[i].PortHi = c.rules[i].PortLo
+				}
+			}
+			es := render(c.rules...)
+			if c.l7 != nil {
+				es = proxyEntries(es, c.l7, c.enforce&iso != 0)
+			}
+			h.setEntries(0, epA, c.enforce, es)
+			h.clearFlows(t)
+			for i, p := range c.probes {
+				h.toEp(t, fmt.Sprintf("SYN from %s to port %d", p.from, p.port), tcpPkt(p.from, epA.ip, uint16(3000+i), p.port, tcpSYN), p.act, ingress(epA, p.reason))
+			}
+		})
+	}
+}
