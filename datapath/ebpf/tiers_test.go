@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/scenarios"
@@ -560,5 +561,50 @@ func TestProgTiers(t *testing.T) {
 				h.toEp(t, fmt.Sprintf("SYN from %s to port %d", p.from, p.port), tcpPkt(p.from, epA.ip, uint16(3000+i), p.port, tcpSYN), p.act, ingress(epA, p.reason))
 			}
 		})
+	}
+}
+
+// TestMonitorNamesTiers: an event decided by a cluster policy's rule
+// names its tier, priority and action (and the rule as traces do); a
+// NetworkPolicy's rule is named as before.
+func TestMonitorNamesTiers(t *testing.T) {
+	lab := tierLab(t)
+	all := &policy.Selector{}
+	anp := &policy.Policy{Kind: policy.KindAdminNP, Name: "tenants", Tier: policy.TierAdmin, Priority: 10,
+		Specs: []policy.Spec{{SubjectNamespaces: all, Ingress: policy.Direction{Ordered: []policy.Rule{
+			{Path: "spec.ingress[0]", AnyPeer: true, Ports: []policy.Port{{Protocol: policy.TCP, Port: 80}}, Action: policy.ActionAllow},
+			{Path: "spec.ingress[1]", AnyPeer: true, Action: policy.ActionDeny}}}}}}
+	banp := &policy.Policy{Kind: policy.KindBaselineNP, Name: "default", Tier: policy.TierBaseline,
+		Specs: []policy.Spec{{SubjectNamespaces: all, Egress: policy.Direction{Ordered: []policy.Rule{
+			{Path: "spec.egress[0]", AnyPeer: true, Action: policy.ActionDeny}}}}}}
+	np := &policy.Policy{Kind: policy.KindNetworkPolicy, Namespace: "x", Name: "web", Specs: []policy.Spec{{
+		Ingress: policy.Direction{Enforce: true, Allow: []policy.Rule{{Path: "spec.ingress[0]", AnyPeer: true}}}}}}
+	pols := []*policy.Policy{anp, banp, np}
+	c := compileTiers(t, lab, pols)
+	h := &lab.Hosts[0]
+	ev := func(n *namer, origin string) Event {
+		return n.event(h, cnlabEvent{Rule: RuleRef(origin), Reason: uint8(cnlabReasonR_DROP_DENY)}, time.Time{})
+	}
+	n := newNamer(lab, c.Rules, pols)
+	got := ev(n, "AdminNetworkPolicy tenants spec.ingress[1]")
+	if got.Rule != "AdminNetworkPolicy tenants (Admin, priority 10) spec.ingress[1] Deny" || got.Tier != "Admin" ||
+		got.Priority == nil || *got.Priority != 10 || got.Action != "Deny" {
+		t.Errorf("Admin rule: %+v", got)
+	}
+	if got := ev(n, "AdminNetworkPolicy tenants spec.ingress[0]"); got.Action != "Allow" {
+		t.Errorf("Admin Allow: %+v", got)
+	}
+	got = ev(n, "BaselineAdminNetworkPolicy default spec.egress[0]")
+	if got.Rule != "BaselineAdminNetworkPolicy default (Baseline) spec.egress[0] Deny" || got.Tier != "Baseline" || got.Priority != nil {
+		t.Errorf("Baseline rule: %+v", got)
+	}
+	got = ev(n, "NetworkPolicy x/web spec.ingress[0]")
+	if got.Rule != "NetworkPolicy x/web spec.ingress[0]" || got.Tier != "" || got.Action != "" {
+		t.Errorf("NetworkPolicy rule: %+v", got)
+	}
+	// Without the policies: the origin, the tier and the action.
+	got = ev(newNamer(lab, c.Rules, nil), "AdminNetworkPolicy tenants spec.ingress[1]")
+	if got.Rule != "AdminNetworkPolicy tenants spec.ingress[1]" || got.Tier != "Admin" || got.Action != "Deny" {
+		t.Errorf("without policies: %+v", got)
 	}
 }
