@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"hash/fnv"
+	bits32 "math/bits"
 	"net/netip"
 	"slices"
 	"sort"
@@ -590,13 +591,24 @@ func flattenTiers(raw []polEntry) []polEntry {
 			n.ownB, n.ownHasBelow = b, true
 		}
 	}
+	// The prefix lengths each peer and direction has entries of: most
+	// have single ports only (/64), and nothing covers them but
+	// themselves.
+	plens := map[uint64]uint32{}
+	for i := range nodes {
+		e := &nodes[i].at
+		plens[uint64(e.Peer)<<8|uint64(e.Dir)] |= 1 << (e.Plen - keyBitsExact)
+	}
 	out := make([]polEntry, 0, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
 		f, b, hb := n.ownF, n.ownB, n.ownHasBelow
 		e := n.at
 		bits := uint32(e.Proto)<<16 | uint32(e.Port)
-		for plen := int(e.Plen) - 1; plen >= keyBitsExact; plen-- {
+		shorter := plens[uint64(e.Peer)<<8|uint64(e.Dir)] & (1<<(e.Plen-keyBitsExact) - 1)
+		for shorter != 0 {
+			plen := keyBitsExact + 31 - bits32.LeadingZeros32(shorter)
+			shorter &^= 1 << (plen - keyBitsExact)
 			nb := plen - keyBitsExact // significant bits of the 24
 			var mask uint32
 			if nb > 0 {
