@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/k8sdoc"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/labels"
@@ -113,6 +114,7 @@ func newPolicyDeleteCmd(e *env) *cobra.Command {
 		Short: "Delete policies by name, or all of them",
 		Example: `  cnlab policy delete policy-lab y/web-from-front
   cnlab policy delete policy-lab --kind CiliumNetworkPolicy x/protect-a
+  cnlab policy delete policy-lab protect-back      # a cluster-scoped policy: its bare name
   cnlab policy delete policy-lab --all`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -122,8 +124,8 @@ func newPolicyDeleteCmd(e *env) *cobra.Command {
 			if !all && len(args) == 1 {
 				return usagef("give policy names (namespace/name) or --all")
 			}
-			if kind != "" && kind != policy.KindNetworkPolicy && kind != policy.KindCNP {
-				return usagef("--kind %q: NetworkPolicy or CiliumNetworkPolicy", kind)
+			if _, ok := k8sdoc.Policies.Lookup(kind); kind != "" && !ok {
+				return usagef("--kind %q: one of %s", kind, strings.Join(k8sdoc.Policies.Names(), ", "))
 			}
 			if err := needRoot(); err != nil {
 				return err
@@ -140,7 +142,7 @@ func newPolicyDeleteCmd(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "delete every policy of the lab")
-	cmd.Flags().StringVar(&kind, "kind", "", "only policies of this kind (NetworkPolicy, CiliumNetworkPolicy); by default a name held by both kinds deletes both")
+	cmd.Flags().StringVar(&kind, "kind", "", "only policies of this kind (NetworkPolicy, CiliumNetworkPolicy, ClusterNetworkPolicy, AdminNetworkPolicy, BaselineAdminNetworkPolicy); by default a namespace/name held by two kinds deletes both")
 	return cmd
 }
 
@@ -155,6 +157,10 @@ type showView struct {
 	// HTTP are the L7 rules of the entries marked l7 (policy.HTTPEntry).
 	HTTP   []policy.HTTPEntry `json:"http,omitempty"`
 	Kernel map[string]string  `json:"kernel,omitempty"` // per host
+	// tierRefs are Policies as the text names them (with tier and
+	// priority), tiers whether any is a cluster policy.
+	tierRefs []string
+	tiers    bool
 }
 
 func newPolicyShowCmd(e *env) *cobra.Command {
@@ -182,9 +188,22 @@ func newPolicyShowCmd(e *env) *cobra.Command {
 				return err
 			}
 			v := showView{Lab: spec.Name, Datapath: spec.Datapath, Identities: c.Identities, Enforced: c.Enforced, Rules: c.Rules, HTTP: c.HTTP, Policies: []string{}}
-			for _, p := range m.Policies {
+			admin, baseline := m.ClusterPolicies()
+			for _, p := range admin {
 				v.Policies = append(v.Policies, p.Ref())
+				v.tierRefs = append(v.tierRefs, p.TierRef())
 			}
+			for _, p := range m.Policies {
+				if !p.Cluster() {
+					v.Policies = append(v.Policies, p.Ref())
+					v.tierRefs = append(v.tierRefs, p.Ref())
+				}
+			}
+			for _, p := range baseline {
+				v.Policies = append(v.Policies, p.Ref())
+				v.tierRefs = append(v.tierRefs, p.TierRef())
+			}
+			v.tiers = len(admin)+len(baseline) > 0
 			if kernel {
 				if v.Kernel, err = lab.Describe(cmd.Context(), spec.Name); err != nil {
 					return err
@@ -206,7 +225,11 @@ func printShow(w io.Writer, v showView, c *policy.Compiled) {
 	if len(v.Policies) == 0 {
 		fmt.Fprintf(w, "lab %s, datapath %s, no policies\n\n", v.Lab, v.Datapath)
 	} else {
-		fmt.Fprintf(w, "lab %s, datapath %s, %s: %s\n\n", v.Lab, v.Datapath, plural.N(len(v.Policies), "policy"), strings.Join(v.Policies, ", "))
+		order := ""
+		if v.tiers {
+			order = " (in the order evaluated: Admin tier, NetworkPolicy tier, Baseline tier)"
+		}
+		fmt.Fprintf(w, "lab %s, datapath %s, %s%s: %s\n\n", v.Lab, v.Datapath, plural.N(len(v.Policies), "policy"), order, strings.Join(v.tierRefs, ", "))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "IDENTITY\tNAMESPACE\tLABELS\tENDPOINTS\tISOLATED")
@@ -227,11 +250,15 @@ func printShow(w io.Writer, v showView, c *policy.Compiled) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SUBJECT\tDIR\tVERDICT\tPEER\tPORTS\tFROM")
+	if v.tiers {
+		fmt.Fprintln(tw, "SUBJECT\tDIR\tTIER\tVERDICT\tPEER\tPORTS\tFROM")
+	} else {
+		fmt.Fprintln(tw, "SUBJECT\tDIR\tVERDICT\tPEER\tPORTS\tFROM")
+	}
 	for _, r := range v.Rules {
-		verdict := "allow"
-		if r.Deny {
-			verdict = "deny"
+		verdict := r.Action()
+		if v.tiers {
+			verdict = r.Tier.String() + "\t" + verdict
 		}
 		peer := "any"
 		switch {
