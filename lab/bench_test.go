@@ -22,16 +22,34 @@ import (
 // adjacent, so no datapath can merge them). Each compiles into 3 IR rules.
 // With ranges, policy i allows the two ports 10000+4i and 10000+4i+1 (an
 // endPort range, so an interval-set element on nftables).
-func benchPolicies(n int, ranges bool) string {
+func benchPolicies(n int, shape string) string {
 	var b strings.Builder
 	for i := 0; i < n; i++ {
-		port := fmt.Sprintf("{port: %d}", 10000+2*i)
-		if ranges {
-			port = fmt.Sprintf("{port: %d, endPort: %d}", 10000+4*i, 10000+4*i+1)
+		first := 10000 + 2*i
+		if shape == "ranges" {
+			first = 10000 + 4*i
+		}
+		port := benchPort(shape, first)
+		if shape == "cluster" {
+			// An Admin-tier policy per port, each its own priority.
+			fmt.Fprintf(&b, "apiVersion: policy.networking.k8s.io/v1alpha1\nkind: AdminNetworkPolicy\nmetadata: {name: p%d}\nspec:\n  priority: %d\n  subject: {pods: {namespaceSelector: {matchLabels: {ns: x}}, podSelector: {matchLabels: {app: web}}}}\n  ingress:\n  - action: Allow\n    from:\n    - pods: {namespaceSelector: {}, podSelector: {matchLabels: {pod: c}}}\n    ports: [%s]\n---\n", i, i, port)
+			continue
 		}
 		fmt.Fprintf(&b, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p%d, namespace: x}\nspec:\n  podSelector: {matchLabels: {app: web}}\n  ingress:\n  - from:\n    - namespaceSelector: {}\n      podSelector: {matchLabels: {pod: c}}\n    ports: [%s]\n---\n", i, port)
 	}
 	return b.String()
+}
+
+// benchPort is how benchPolicies writes the port (or two-port range)
+// starting at first in a policy of the shape.
+func benchPort(shape string, first int) string {
+	switch shape {
+	case "ranges":
+		return fmt.Sprintf("{port: %d, endPort: %d}", first, first+1)
+	case "cluster":
+		return fmt.Sprintf("{portNumber: {protocol: TCP, port: %d}}", first)
+	}
+	return fmt.Sprintf("{port: %d}", first)
 }
 
 // applyChange applies to after from as the lab does: as a change where
@@ -59,7 +77,8 @@ func compileFor(b *testing.B, spec *topology.Spec, pols []*policy.Policy) *polic
 }
 
 // BenchmarkPolicyScale measures, per datapath, shape of policy (single
-// ports or port ranges) and number of policies:
+// ports, port ranges, or one AdminNetworkPolicy per port: "cluster") and
+// number of policies:
 //
 //	compile-s  parsing and compiling the policies (pure Go)
 //	apply-s    applying them all to an empty datapath
@@ -85,9 +104,12 @@ func compileFor(b *testing.B, spec *topology.Spec, pols []*policy.Policy) *polic
 func BenchmarkPolicyScale(b *testing.B) {
 	testutil.RequireRoot(b)
 	for _, dp := range []string{"iptables", "nftables", "ebpf"} {
-		for _, shape := range []string{"ports", "ranges"} {
+		for _, shape := range []string{"ports", "ranges", "cluster"} {
 			ns := []int{10, 100, 1000, 10000}
-			if dp == "ebpf" {
+			switch {
+			case shape == "cluster":
+				ns = []int{10, 100, 1000} // AdminNetworkPolicy priorities go to 1000
+			case dp == "ebpf":
 				ns = []int{10, 100, 1000, 3334, 10000} // 3334 policies: 10,002 policy map entries
 			}
 			for _, n := range ns {
@@ -110,7 +132,7 @@ func BenchmarkPolicyScale(b *testing.B) {
 							without.Endpoints = append(without.Endpoints, ep)
 						}
 					}
-					src := benchPolicies(n, shape == "ranges")
+					src := benchPolicies(n, shape)
 					var compile, apply, change, enforce, endpoint, leave, clear time.Duration
 					for i := 0; i < b.N; i++ {
 						t0 := time.Now()
@@ -128,17 +150,11 @@ func BenchmarkPolicyScale(b *testing.B) {
 						apply += time.Since(t0)
 
 						// One policy moves to another port (ports) or range (ranges).
-						changed := strings.Replace(src, "ports: [{port: 10000}]", "ports: [{port: 9990}]", 1)
-						if shape == "ranges" {
-							changed = strings.Replace(src, "ports: [{port: 10000, endPort: 10001}]", "ports: [{port: 9990, endPort: 9991}]", 1)
-						}
+						changed := strings.Replace(src, benchPort(shape, 10000), benchPort(shape, 9990), 1)
 						pols2, _ := policy.Parse([]byte(changed), "bench.yaml")
 						c2 := compileFor(b, spec, pols2)
 						// A third port: the generation edited holds the second.
-						third := strings.Replace(src, "ports: [{port: 10000}]", "ports: [{port: 9980}]", 1)
-						if shape == "ranges" {
-							third = strings.Replace(src, "ports: [{port: 10000, endPort: 10001}]", "ports: [{port: 9980, endPort: 9981}]", 1)
-						}
+						third := strings.Replace(src, benchPort(shape, 10000), benchPort(shape, 9980), 1)
 						pols3, _ := policy.Parse([]byte(third), "bench.yaml")
 						c3 := compileFor(b, spec, pols3)
 						prev := c

@@ -212,6 +212,35 @@ func TestUpdatesAreAtomic(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
+			// New connections x/b -> x/a (allowed throughout) must
+			// all connect: no change may cut them.
+			var allowedTries, allowedFailed atomic.Int64
+			var firstFail atomic.Value
+			stopAllowed := make(chan struct{})
+			var allowedWG sync.WaitGroup
+			allowedWG.Add(1)
+			go func() {
+				defer allowedWG.Done()
+				for {
+					select {
+					case <-stopAllowed:
+						return
+					default:
+					}
+					_ = netns.Do(xb.Netns, func() error {
+						c, err := net.DialTimeout("tcp", netip.AddrPortFrom(xa.IP, 9000).String(), 2*time.Second)
+						allowedTries.Add(1)
+						if err != nil {
+							allowedFailed.Add(1)
+							firstFail.CompareAndSwap(nil, err.Error())
+							return nil
+						}
+						c.Close()
+						return nil
+					})
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
 			// Hammer y/a -> x/a (denied throughout).
 			ya, _ := spec.Endpoint("y/a")
 			var passed, tries atomic.Int64
@@ -252,6 +281,18 @@ func TestUpdatesAreAtomic(t *testing.T) {
 				if _, err := Delete(ctx, spec.Name, []string{"x/x-extra"}, false, ""); err != nil {
 					t.Fatal(err)
 				}
+				// Tier changes that keep y -> x denied and x/b -> x/a
+				// allowed: an Admin Deny of y moving in priority, an
+				// Admin Pass of x's own traffic in front of it, a
+				// Baseline default deny of z coming and going.
+				if _, err := Apply(ctx, spec.Name, mustParse(t, tierChurn(i))); err != nil {
+					t.Fatal(err)
+				}
+				if i%3 == 2 {
+					if _, err := Delete(ctx, spec.Name, []string{"tier-deny-y", "default"}, false, ""); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 			// However fast the updates were, hammer long enough to count.
 			for deadline := time.Now().Add(3 * time.Second); tries.Load() < 40 && time.Now().Before(deadline); {
@@ -259,6 +300,11 @@ func TestUpdatesAreAtomic(t *testing.T) {
 			}
 			close(stop)
 			wg.Wait()
+			close(stopAllowed)
+			allowedWG.Wait()
+			if n := allowedFailed.Load(); n > 0 {
+				t.Errorf("%d of %d new connections x/b -> x/a failed while every policy version allowed them (first: %v)", n, allowedTries.Load(), firstFail.Load())
+			}
 			if tries.Load() < 10 {
 				t.Fatalf("only %d attempts made", tries.Load())
 			}
@@ -290,6 +336,41 @@ func TestUpdatesAreAtomic(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tierChurn is step i of TestUpdatesAreAtomic's tier changes: every
+// version denies y -> x and allows x -> x (the Pass hands x's own
+// traffic to the NetworkPolicy only-x, which allows it).
+func tierChurn(i int) string {
+	return fmt.Sprintf(`apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: tier-deny-y}
+spec:
+  priority: %d
+  subject: {namespaces: {matchLabels: {ns: x}}}
+  ingress:
+  - {action: Deny, from: [{namespaces: {matchLabels: {ns: y}}}]}
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: tier-pass-x}
+spec:
+  tier: Admin
+  priority: %d
+  subject: {namespaces: {matchLabels: {ns: x}}}
+  ingress:
+  - action: Pass
+    from: [{namespaces: {matchLabels: {ns: x}}}]
+    protocols: [{tcp: {destinationPort: {number: 9000}}}]
+---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: BaselineAdminNetworkPolicy
+metadata: {name: default}
+spec:
+  subject: {namespaces: {matchLabels: {ns: z}}}
+  ingress:
+  - {action: Deny, from: [{namespaces: {}}]}
+`, 10+i%4, 1+i%3*10)
 }
 
 func TestDeleteByName(t *testing.T) {

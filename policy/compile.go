@@ -235,7 +235,7 @@ func (m *Model) Compile() (*Compiled, error) {
 		c.CIDRIdentities[p] = uint32(FirstCIDRIdentity + i)
 	}
 	c.l7Ports = l7PortIndex(c.HTTP)
-	c.Warnings = c.namedWarnings()
+	c.Warnings = append(c.namedWarnings(), m.overlapWarnings()...)
 	return c, nil
 }
 
@@ -511,19 +511,35 @@ func (c *Compiled) sideAllows(subject uint32, dir Dir, remote netip.Addr, proto 
 	if dir == Egress {
 		enforced = enf.Egress
 	}
-	// Entries come in walking order (RulesFor): the Admin tier by
-	// Prec, the NetworkPolicy tier's denies and allows, the Baseline
-	// tier by Prec.
+	return DecideSide(c.RulesFor(subject, dir), func(r Entry) Entry { return r },
+		func(r Entry) bool { return c.ruleMatches(r, remote, proto, port) }, enforced)
+}
+
+// DecideSide is the verdict of one side (a subject and direction) of a
+// new connection: xs are its entries (Rules or Terms) in walking order
+// (RulesFor, TermsFor), entry gives each one's verdict and place, matches
+// says whether it covers the connection, enforced whether the
+// NetworkPolicy tier isolates the subject in this direction. The Admin
+// tier's first match decides (a Pass skips to the NetworkPolicy tier);
+// then a NetworkPolicy-tier deny drops and an allow accepts; an isolated
+// subject's other connections drop; otherwise the Baseline tier's first
+// match decides; nothing matching allows.
+func DecideSide[T any](xs []T, entry func(T) Entry, matches func(T) bool, enforced bool) bool {
 	allowed, passed := false, false
-	for _, r := range c.RulesFor(subject, dir) {
-		if !c.ruleMatches(r, remote, proto, port) {
+	for _, x := range xs {
+		r := entry(x)
+		tier := r.Tier.order()
+		if tier == TierAdmin && passed {
 			continue
 		}
-		switch r.Tier.order() {
+		if tier == TierBaseline && (allowed || enforced) {
+			break
+		}
+		if !matches(x) {
+			continue
+		}
+		switch tier {
 		case TierAdmin:
-			if passed {
-				continue
-			}
 			if r.Pass {
 				passed = true
 				continue
@@ -535,9 +551,6 @@ func (c *Compiled) sideAllows(subject uint32, dir Dir, remote netip.Addr, proto 
 			}
 			allowed = true
 		case TierBaseline:
-			if allowed || enforced {
-				return allowed
-			}
 			return !r.Deny
 		}
 	}

@@ -86,6 +86,9 @@ var reader = k8sdoc.NewReader(k8sdoc.Config[rawObject, *Policy]{
 	Decoders: map[string]k8sdoc.Decoder[rawObject, *Policy]{
 		KindNetworkPolicy: decodeNetworkPolicy,
 		KindCNP:           decodeCiliumPolicy,
+		KindClusterNP:     decodeClusterNP,
+		KindAdminNP:       decodeAdminNP,
+		KindBaselineNP:    decodeBaselineNP,
 	},
 })
 
@@ -154,6 +157,19 @@ func decodeCiliumPolicy(d *k8sdoc.Doc, obj *rawObject) (*Policy, error) {
 
 func isEmpty(n *yaml.Node) bool { return !k8sdoc.Given(n) }
 
+// givenNull reports whether the mapping node has key with a null value.
+func givenNull(node *yaml.Node, key string) bool {
+	if node.Kind != yaml.MappingNode {
+		return false
+	}
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		if node.Content[i].Value == key {
+			return node.Content[i+1].ShortTag() == "!!null"
+		}
+	}
+	return false
+}
+
 // --- NetworkPolicy
 
 func (p *parser) networkPolicy(node *yaml.Node, ns string) (Spec, error) {
@@ -161,6 +177,12 @@ func (p *parser) networkPolicy(node *yaml.Node, ns string) (Spec, error) {
 	var s Spec
 	if err := p.Decode(node, &r, "spec"); err != nil {
 		return s, err
+	}
+	if r.PodSelector == nil && givenNull(node, "podSelector") {
+		// The API server reads "podSelector:" (null) as {}: every pod of
+		// the namespace (upstream network-policy-api's own conformance
+		// manifests write it so).
+		r.PodSelector = &rawSelector{}
 	}
 	if r.PodSelector == nil {
 		return s, p.errf("spec.podSelector", "is required (use {} to select every pod of the namespace)")

@@ -19,11 +19,11 @@ func TestParseBadInput(t *testing.T) {
 		{"not a mapping", "- a", "f.yaml: document 1: a policy document must be a mapping"},
 		{"alias", npHead + "spec: {podSelector: &s {}, ingress: [{from: [{podSelector: *s}]}]}\n", "f.yaml: spec.ingress[0].from[0].podSelector: aliases (*s) are not supported"},
 		{"no kind", "apiVersion: v1\n", "f.yaml: document 1: kind: is required"},
-		{"unknown kind", "apiVersion: v1\nkind: Service\n", `f.yaml: document 1: kind: "Service" is not supported (NetworkPolicy, CiliumNetworkPolicy)`},
+		{"unknown kind", "apiVersion: v1\nkind: Service\n", `f.yaml: document 1: kind: "Service" is not supported (NetworkPolicy, CiliumNetworkPolicy, ClusterNetworkPolicy, AdminNetworkPolicy, BaselineAdminNetworkPolicy)`},
 		{"Service to service apply", "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: x}\nspec: {selector: {app: web}, ports: [{port: 80}]}\n",
-			`f.yaml: document 1: kind: "Service" is not supported (NetworkPolicy, CiliumNetworkPolicy): apply Service documents with cnlab service apply`},
+			`f.yaml: document 1: kind: "Service" is not supported (NetworkPolicy, CiliumNetworkPolicy, ClusterNetworkPolicy, AdminNetworkPolicy, BaselineAdminNetworkPolicy): apply Service documents with cnlab service apply`},
 		{"EndpointSlice to service apply", npHead + "spec: {podSelector: {}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, namespace: x, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints: [{addresses: [10.0.0.1]}]\n",
-			`f.yaml: document 2: kind: "EndpointSlice" is not supported (NetworkPolicy, CiliumNetworkPolicy): apply EndpointSlice documents with cnlab service apply`},
+			`f.yaml: document 2: kind: "EndpointSlice" is not supported (NetworkPolicy, CiliumNetworkPolicy, ClusterNetworkPolicy, AdminNetworkPolicy, BaselineAdminNetworkPolicy): apply EndpointSlice documents with cnlab service apply`},
 		{"wrong apiVersion", "apiVersion: networking.k8s.io/v1beta1\nkind: NetworkPolicy\n", `apiVersion: "networking.k8s.io/v1beta1" is not the apiVersion of NetworkPolicy (want networking.k8s.io/v1)`},
 		{"no name", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {}\n", "metadata.name: is required"},
 		{"bad name", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: Bad_Name}\n", `metadata.name: "Bad_Name" must be at most 253`},
@@ -123,6 +123,19 @@ func TestCiliumSpecAndSpecsAddUp(t *testing.T) {
 	if err != nil || len(pols[0].Specs) != 2 {
 		t.Fatalf("spec + specs: %v", err)
 	}
+}
+
+// "podSelector:" with no value is null, which the API server reads as
+// {}: every pod of the namespace. Leaving podSelector out is refused.
+func TestNullPodSelectorSelectsEveryPod(t *testing.T) {
+	pols, err := Parse([]byte(npHead+"spec:\n  podSelector:\n  policyTypes: [Ingress]\n"), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := pols[0].Specs[0]; !s.Subject.Empty() || !s.Ingress.Enforce {
+		t.Errorf("%+v", s)
+	}
+	checkRoundTrip(t, []byte(npHead+"spec:\n  podSelector:\n"))
 }
 
 func TestParseDefaults(t *testing.T) {

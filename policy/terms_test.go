@@ -19,20 +19,9 @@ func termsAllow(c *Compiled, src, dst netip.Addr, proto uint8, port uint16) bool
 		if dir == Egress {
 			enforced = enf.Egress
 		}
-		allowed := false
-		for _, t := range c.TermsFor(subject, dir) {
-			if t.Set != "" && !setHas(c.PeerSets[t.Set], remote) {
-				continue
-			}
-			if !c.ruleMatches(t.Entry(), remote, proto, port) {
-				continue
-			}
-			if t.Deny {
-				return false
-			}
-			allowed = true
-		}
-		return allowed || !enforced
+		return DecideSide(c.TermsFor(subject, dir), Term.Entry, func(t Term) bool {
+			return (t.Set == "" || setHas(c.PeerSets[t.Set], remote)) && c.ruleMatches(t.Entry(), remote, proto, port)
+		}, enforced)
 	}
 	return side(c.IdentityOfIP(src), Egress, dst) && side(c.IdentityOfIP(dst), Ingress, src)
 }

@@ -20,9 +20,33 @@ type Warning struct {
 	Protocol string   `json:"protocol"` // TCP, UDP, SCTP or ANY
 	Selected []string `json:"selected"` // the endpoints the policy selects
 	LookedUp []string `json:"lookedUp"` // the endpoints whose ports: were searched
+	// Overlap, when set, makes this a warning about cluster policies of
+	// one tier and priority that could decide the same connections
+	// (the fields above are then empty).
+	Overlap *Overlap `json:"overlap,omitempty"`
+}
+
+// Overlap is a set of cluster policies of one tier and priority whose
+// subjects share endpoints and which have rules in the same direction:
+// upstream leaves their order undefined (an implementation may apply any
+// of them), cnlab evaluates them by kind, then name (TierOrder).
+type Overlap struct {
+	Tier     string   `json:"tier"`
+	Priority int      `json:"priority"`
+	Policies []string `json:"policies"`  // Ref, in the order cnlab evaluates them
+	Dirs     []Dir    `json:"direction"` // the directions both have rules in
+	Shared   []string `json:"shared"`    // the endpoints more than one of them selects
 }
 
 func (w Warning) String() string {
+	if o := w.Overlap; o != nil {
+		dirs := make([]string, len(o.Dirs))
+		for i, d := range o.Dirs {
+			dirs[i] = d.String()
+		}
+		return fmt.Sprintf("%s tier, priority %d: %s can select the same endpoints (%s) with %s rules: their order is undefined upstream; cnlab evaluates them by kind, then name (in this order)",
+			o.Tier, o.Priority, list(o.Policies), list(o.Shared), strings.Join(dirs, " and "))
+	}
 	verb := "allows"
 	if w.Deny {
 		verb = "denies"
@@ -92,4 +116,149 @@ func uniqSorted(xs []string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// overlapWarnings finds, in each cluster tier, the policies of one
+// priority that could decide the same connection: their subjects select a
+// common endpoint of the lab and both have rules in one direction. Such
+// policies are grouped (a policy that overlaps two others joins them in
+// one warning). The cost is one selection per policy and identity, and
+// one comparison per pair of policies of one priority.
+func (m *Model) overlapWarnings() []Warning {
+	var ws []Warning
+	for _, tier := range []struct {
+		t    Tier
+		pols []*Policy
+	}{{TierAdmin, m.admin}, {TierBaseline, m.baseline}} {
+		for i := 0; i < len(tier.pols); {
+			j := i + 1
+			for j < len(tier.pols) && samePriority(tier.pols[i], tier.pols[j]) {
+				j++
+			}
+			if j-i > 1 {
+				ws = append(ws, m.overlapsOf(tier.t, tier.pols[i:j])...)
+			}
+			i = j
+		}
+	}
+	return ws
+}
+
+// samePriority says two policies of one tier share a place in its order
+// but for their kind and name.
+func samePriority(a, b *Policy) bool {
+	ap, _, _ := tierSortKey(a)
+	bp, _, _ := tierSortKey(b)
+	return ap == bp
+}
+
+// overlapsOf groups the policies of one tier and priority (in tier order)
+// that overlap.
+func (m *Model) overlapsOf(t Tier, pols []*Policy) []Warning {
+	type sel struct {
+		ids      map[uint32]bool
+		in, eg   bool
+		selected []string
+	}
+	sels := make([]sel, len(pols))
+	for k, p := range pols {
+		s := sel{ids: map[uint32]bool{}}
+		for si := range p.Specs {
+			sp := &p.Specs[si]
+			s.in = s.in || len(sp.Ingress.Ordered) > 0
+			s.eg = s.eg || len(sp.Egress.Ordered) > 0
+			for _, id := range m.Identities {
+				if !s.ids[id.ID] && m.selects(p, sp, m.endpoint(id.Endpoints[0])) {
+					s.ids[id.ID] = true
+				}
+			}
+		}
+		sels[k] = s
+	}
+	// Union-find over the pairs that overlap.
+	parent := make([]int, len(pols))
+	for k := range parent {
+		parent[k] = k
+	}
+	var find func(int) int
+	find = func(k int) int {
+		if parent[k] != k {
+			parent[k] = find(parent[k])
+		}
+		return parent[k]
+	}
+	type group struct {
+		dirs   map[Dir]bool
+		shared map[uint32]bool
+	}
+	overlaps := map[[2]int]group{}
+	for a := range pols {
+		for b := a + 1; b < len(pols); b++ {
+			sa, sb := sels[a], sels[b]
+			g := group{dirs: map[Dir]bool{}, shared: map[uint32]bool{}}
+			if sa.in && sb.in {
+				g.dirs[Ingress] = true
+			}
+			if sa.eg && sb.eg {
+				g.dirs[Egress] = true
+			}
+			if len(g.dirs) == 0 {
+				continue
+			}
+			for id := range sa.ids {
+				if sb.ids[id] {
+					g.shared[id] = true
+				}
+			}
+			if len(g.shared) == 0 {
+				continue
+			}
+			overlaps[[2]int{a, b}] = g
+			parent[find(b)] = find(a)
+		}
+	}
+	if len(overlaps) == 0 {
+		return nil
+	}
+	byRoot := map[int]*group{}
+	for pair, g := range overlaps {
+		r := find(pair[0])
+		acc := byRoot[r]
+		if acc == nil {
+			acc = &group{dirs: map[Dir]bool{}, shared: map[uint32]bool{}}
+			byRoot[r] = acc
+		}
+		for d := range g.dirs {
+			acc.dirs[d] = true
+		}
+		for id := range g.shared {
+			acc.shared[id] = true
+		}
+	}
+	var ws []Warning
+	for k := range pols {
+		acc := byRoot[k]
+		if acc == nil || find(k) != k {
+			continue
+		}
+		o := &Overlap{Tier: t.String(), Priority: pols[k].Priority}
+		for j, p := range pols {
+			if find(j) == k {
+				o.Policies = append(o.Policies, p.Ref())
+			}
+		}
+		for _, d := range []Dir{Ingress, Egress} {
+			if acc.dirs[d] {
+				o.Dirs = append(o.Dirs, d)
+			}
+		}
+		for _, id := range m.Identities {
+			if acc.shared[id.ID] {
+				o.Shared = append(o.Shared, id.Endpoints...)
+			}
+		}
+		sort.Strings(o.Shared)
+		ws = append(ws, Warning{Overlap: o})
+	}
+	return ws
 }

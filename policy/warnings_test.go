@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -84,5 +85,66 @@ func TestVerdictNotesUnresolvedNamedPort(t *testing.T) {
 	}
 	if v = m.Verdict(src, dst, "TCP", 80); !v.Allowed || len(v.Ingress.Notes) != 0 {
 		t.Errorf("allowed by the declared port: %+v", v.Ingress)
+	}
+}
+
+// anp is an AdminNetworkPolicy document; cnpAdmin a ClusterNetworkPolicy
+// of a tier; their spec is flow YAML without the braces.
+func anp(name, spec string) string {
+	return "apiVersion: policy.networking.k8s.io/v1alpha1\nkind: AdminNetworkPolicy\nmetadata: {name: " + name + "}\nspec: {" + spec + "}\n---\n"
+}
+
+func cnpTier(tier, name, spec string) string {
+	return "apiVersion: policy.networking.k8s.io/v1alpha2\nkind: ClusterNetworkPolicy\nmetadata: {name: " + name + "}\nspec: {tier: " + tier + ", " + spec + "}\n---\n"
+}
+
+// TestOverlapWarnings: cluster policies of one tier and priority whose
+// subjects share an endpoint of the lab and which have rules in one
+// direction are warned about, grouped; others are not.
+func TestOverlapWarnings(t *testing.T) {
+	lab := scenarioLab(t)
+	const (
+		inX    = "subject: {namespaces: {matchLabels: {ns: x}}}, ingress: [{action: Deny, from: [{namespaces: {}}]}]"
+		inY    = "subject: {namespaces: {matchLabels: {ns: y}}}, ingress: [{action: Deny, from: [{namespaces: {}}]}]"
+		outX   = "subject: {namespaces: {matchLabels: {ns: x}}}, egress: [{action: Deny, to: [{namespaces: {}}]}]"
+		inWebs = "subject: {pods: {podSelector: {matchLabels: {app: web}}}}, ingress: [{action: Pass, from: [{namespaces: {}}]}]"
+	)
+	cases := []struct {
+		name, yaml string
+		want       []Overlap
+	}{
+		{"ANP and Admin CNP, one priority, shared endpoint",
+			anp("a", "priority: 10, "+inX) + cnpTier("Admin", "b", "priority: 10, "+inWebs),
+			[]Overlap{{Tier: "Admin", Priority: 10, Policies: []string{"AdminNetworkPolicy a", "ClusterNetworkPolicy b"}, Dirs: []Dir{Ingress}, Shared: []string{"x/a"}}}},
+		{"two priorities", anp("a", "priority: 10, "+inX) + anp("b", "priority: 11, "+inX), nil},
+		{"disjoint subjects", anp("a", "priority: 10, "+inX) + anp("b", "priority: 10, "+inY), nil},
+		{"rules in different directions", anp("a", "priority: 10, "+inX) + anp("b", "priority: 10, "+outX), nil},
+		{"a chain of three is one group",
+			anp("a", "priority: 0, "+inX) + anp("b", "priority: 0, "+inWebs) + anp("c", "priority: 0, "+inY) + anp("d", "priority: 0, subject: {namespaces: {matchLabels: {ns: z}}}"),
+			[]Overlap{{Tier: "Admin", Priority: 0, Policies: []string{"AdminNetworkPolicy a", "AdminNetworkPolicy b", "AdminNetworkPolicy c"}, Dirs: []Dir{Ingress}, Shared: []string{"x/a", "y/a"}}}},
+		{"Baseline tier", cnpTier("Baseline", "b1", "priority: 3, "+outX) + cnpTier("Baseline", "b2", "priority: 3, "+outX+", "+strings.TrimPrefix(inX, "subject: {namespaces: {matchLabels: {ns: x}}}, ")) +
+			"apiVersion: policy.networking.k8s.io/v1alpha1\nkind: BaselineAdminNetworkPolicy\nmetadata: {name: default}\nspec: {" + outX + "}\n",
+			[]Overlap{{Tier: "Baseline", Priority: 3, Policies: []string{"ClusterNetworkPolicy b1", "ClusterNetworkPolicy b2"}, Dirs: []Dir{Egress}, Shared: []string{"x/a", "x/b", "x/c"}}}},
+	}
+	for _, tc := range cases {
+		c, err := modelFor(t, lab, tc.yaml).Compile()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var got []Overlap
+		for _, w := range c.Warnings {
+			if w.Overlap != nil {
+				got = append(got, *w.Overlap)
+			}
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: overlaps\n%+v\nwant\n%+v", tc.name, got, tc.want)
+		}
+	}
+	c, _ := modelFor(t, lab, cases[0].yaml).Compile()
+	want := "Admin tier, priority 10: AdminNetworkPolicy a, ClusterNetworkPolicy b can select the same endpoints (x/a) with ingress rules: " +
+		"their order is undefined upstream; cnlab evaluates them by kind, then name (in this order)"
+	if len(c.Warnings) != 1 || c.Warnings[0].String() != want {
+		t.Errorf("warnings %v, want %q", c.Warnings, want)
 	}
 }

@@ -36,9 +36,9 @@ func TestApplyGivenTheOtherCommandsKind(t *testing.T) {
 		want  string
 	}{
 		{[]string{"policy", "apply", lab, "-f", mixed}, "",
-			mixed + `: document 2: kind: "Service" is not supported (NetworkPolicy, CiliumNetworkPolicy): apply Service documents with cnlab service apply`},
+			mixed + `: document 2: kind: "Service" is not supported (NetworkPolicy, CiliumNetworkPolicy, ClusterNetworkPolicy, AdminNetworkPolicy, BaselineAdminNetworkPolicy): apply Service documents with cnlab service apply`},
 		{[]string{"policy", "apply", lab, "-f", slice}, "",
-			slice + `: document 1: kind: "EndpointSlice" is not supported (NetworkPolicy, CiliumNetworkPolicy): apply EndpointSlice documents with cnlab service apply`},
+			slice + `: document 1: kind: "EndpointSlice" is not supported (NetworkPolicy, CiliumNetworkPolicy, ClusterNetworkPolicy, AdminNetworkPolicy, BaselineAdminNetworkPolicy): apply EndpointSlice documents with cnlab service apply`},
 		{[]string{"service", "apply", lab, "-f", mixed}, "",
 			mixed + `: document 1: kind: "NetworkPolicy" is not supported (Service, EndpointSlice): apply NetworkPolicy documents with cnlab policy apply`},
 		{[]string{"service", "apply", lab, "-f", "-"}, svc + "---\n" + np,

@@ -155,6 +155,10 @@ type showView struct {
 	// HTTP are the L7 rules of the entries marked l7 (policy.HTTPEntry).
 	HTTP   []policy.HTTPEntry `json:"http,omitempty"`
 	Kernel map[string]string  `json:"kernel,omitempty"` // per host
+	// tierRefs are Policies as the text names them (with tier and
+	// priority), tiers whether any is a cluster policy.
+	tierRefs []string
+	tiers    bool
 }
 
 func newPolicyShowCmd(e *env) *cobra.Command {
@@ -182,9 +186,22 @@ func newPolicyShowCmd(e *env) *cobra.Command {
 				return err
 			}
 			v := showView{Lab: spec.Name, Datapath: spec.Datapath, Identities: c.Identities, Enforced: c.Enforced, Rules: c.Rules, HTTP: c.HTTP, Policies: []string{}}
-			for _, p := range m.Policies {
+			admin, baseline := m.ClusterPolicies()
+			for _, p := range admin {
 				v.Policies = append(v.Policies, p.Ref())
+				v.tierRefs = append(v.tierRefs, p.TierRef())
 			}
+			for _, p := range m.Policies {
+				if !p.Cluster() {
+					v.Policies = append(v.Policies, p.Ref())
+					v.tierRefs = append(v.tierRefs, p.Ref())
+				}
+			}
+			for _, p := range baseline {
+				v.Policies = append(v.Policies, p.Ref())
+				v.tierRefs = append(v.tierRefs, p.TierRef())
+			}
+			v.tiers = len(admin)+len(baseline) > 0
 			if kernel {
 				if v.Kernel, err = lab.Describe(cmd.Context(), spec.Name); err != nil {
 					return err
@@ -206,7 +223,11 @@ func printShow(w io.Writer, v showView, c *policy.Compiled) {
 	if len(v.Policies) == 0 {
 		fmt.Fprintf(w, "lab %s, datapath %s, no policies\n\n", v.Lab, v.Datapath)
 	} else {
-		fmt.Fprintf(w, "lab %s, datapath %s, %s: %s\n\n", v.Lab, v.Datapath, plural.N(len(v.Policies), "policy"), strings.Join(v.Policies, ", "))
+		order := ""
+		if v.tiers {
+			order = " (in the order evaluated: Admin tier, NetworkPolicy tier, Baseline tier)"
+		}
+		fmt.Fprintf(w, "lab %s, datapath %s, %s%s: %s\n\n", v.Lab, v.Datapath, plural.N(len(v.Policies), "policy"), order, strings.Join(v.tierRefs, ", "))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "IDENTITY\tNAMESPACE\tLABELS\tENDPOINTS\tISOLATED")
@@ -227,11 +248,15 @@ func printShow(w io.Writer, v showView, c *policy.Compiled) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SUBJECT\tDIR\tVERDICT\tPEER\tPORTS\tFROM")
+	if v.tiers {
+		fmt.Fprintln(tw, "SUBJECT\tDIR\tTIER\tVERDICT\tPEER\tPORTS\tFROM")
+	} else {
+		fmt.Fprintln(tw, "SUBJECT\tDIR\tVERDICT\tPEER\tPORTS\tFROM")
+	}
 	for _, r := range v.Rules {
-		verdict := "allow"
-		if r.Deny {
-			verdict = "deny"
+		verdict := r.Action()
+		if v.tiers {
+			verdict = r.Tier.String() + "\t" + verdict
 		}
 		peer := "any"
 		switch {

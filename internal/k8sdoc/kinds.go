@@ -24,6 +24,9 @@ var (
 	Policies = Family{Command: "cnlab policy apply", Noun: "policy", Kinds: []Kind{
 		{"networking.k8s.io/v1", "NetworkPolicy"},
 		{"cilium.io/v2", "CiliumNetworkPolicy"},
+		{"policy.networking.k8s.io/v1alpha2", "ClusterNetworkPolicy"},
+		{"policy.networking.k8s.io/v1alpha1", "AdminNetworkPolicy"},
+		{"policy.networking.k8s.io/v1alpha1", "BaselineAdminNetworkPolicy"},
 	}}
 	Services = Family{Command: "cnlab service apply", Noun: "Service or EndpointSlice", Kinds: []Kind{
 		{"v1", "Service"},
