@@ -237,18 +237,6 @@ func clusterKindsOf(objs []Object) map[string]bool {
 	return need
 }
 
-// policyKinds are the kinds RewritePolicies takes: the policy family's and
-// the cluster-scoped ones.
-func policyKinds(family []string) []string {
-	out := slices.Clone(family)
-	for _, k := range clusterKinds {
-		if !slices.Contains(out, k.kind) {
-			out = append(out, k.kind)
-		}
-	}
-	return out
-}
-
 // objectKey names an object in messages and maps: "Kind ns/name", or
 // "Kind name" for a cluster-scoped one.
 func objectKey(kind, ns, name string) string {

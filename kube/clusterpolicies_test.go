@@ -12,6 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/cnlab/cnlab/internal/k8sdoc"
+	"github.com/cnlab/cnlab/policy"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -65,6 +68,10 @@ spec:
 `
 
 func TestRewriteClusterPolicies(t *testing.T) {
+	// The documents are good ones, as cnlab's own parser reads them.
+	if _, err := policy.Parse([]byte(clusterPoliciesYAML), "p.yaml"); err != nil {
+		t.Fatalf("the test's policies do not parse: %v", err)
+	}
 	nsMap := map[string]string{"default": "cnlab-r-default", "x": "cnlab-r-x", "y": "cnlab-r-y"}
 	objs, err := RewritePolicies([]byte(clusterPoliciesYAML), "p.yaml", nsMap, "r")
 	if err != nil {
@@ -117,6 +124,17 @@ func TestRewriteClusterPolicies(t *testing.T) {
 	// Services are not policies.
 	if _, err := RewriteServices([]byte(clusterPoliciesYAML), "s.yaml", nsMap, "r"); err == nil || !strings.Contains(err.Error(), `kind "ClusterNetworkPolicy"`) {
 		t.Errorf("a ClusterNetworkPolicy given as a Service: %v", err)
+	}
+}
+
+// TestClusterKindsAreThePolicyFamilys: every cluster-scoped kind the
+// backend applies is one the policy reader reads, at the same apiVersion.
+func TestClusterKindsAreThePolicyFamilys(t *testing.T) {
+	for _, k := range clusterKinds {
+		fk, ok := k8sdoc.Policies.Lookup(k.kind)
+		if !ok || fk.APIVersion != k.gvr.GroupVersion().String() {
+			t.Errorf("%s at %s: the policy family has %+v", k.kind, k.gvr.GroupVersion(), fk)
+		}
 	}
 }
 

@@ -49,7 +49,7 @@ var namespaceKeys = []string{"kubernetes.io/metadata.name", "k8s:io.kubernetes.p
 // BaselineAdminNetworkPolicy stays default) and its subject is restricted
 // to the run's namespaces (rewriteCluster).
 func RewritePolicies(text []byte, file string, nsMap map[string]string, run string) ([]Object, error) {
-	return rewrite(text, file, nsMap, run, policyKinds(k8sdoc.Policies.Names()))
+	return rewrite(text, file, nsMap, run, k8sdoc.Policies.Names())
 }
 
 // RewriteServices is RewritePolicies for Service and EndpointSlice
