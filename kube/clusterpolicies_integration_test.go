@@ -90,80 +90,31 @@ func TestClusterPoliciesOnControlPlane(t *testing.T) {
 	if err := kc.CheckClusterPolicyKinds("clusterPolicies", "AdminNetworkPolicy", "BaselineAdminNetworkPolicy", "ClusterNetworkPolicy"); err != nil {
 		t.Errorf("preflight with the CRDs: %v", err)
 	}
-	theirs := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "policy.networking.k8s.io/v1alpha1", "kind": "AdminNetworkPolicy",
-		"metadata": map[string]any{"name": "theirs"}, "spec": map[string]any{"priority": int64(1), "subject": map[string]any{"namespaces": map[string]any{}}}}}
-	if _, err := kc.Dynamic.Resource(AdminPolicies).Create(ctx, theirs, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	names := func() []string {
-		var out []string
-		for _, k := range clusterKinds {
-			l, err := kc.Dynamic.Resource(k.gvr).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, o := range l.Items {
-				out = append(out, k.kind+" "+o.GetName())
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
-	if err := kc.ApplyPolicies(ctx, run, namespaces, rewrite(run, nsMap, np+clusterPoliciesYAML)); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"AdminNetworkPolicy cnlab-cp-web", "AdminNetworkPolicy theirs", "BaselineAdminNetworkPolicy default", "ClusterNetworkPolicy cnlab-cp-tenant-isolation"}
-	if got := names(); !slices.Equal(got, want) {
-		t.Errorf("after the apply: %v, want %v", got, want)
-	}
-	cnp, err := kc.Dynamic.Resource(ClusterPolicies).Get(ctx, "cnlab-cp-tenant-isolation", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l := cnp.GetLabels(); l[RunLabel] != run || l[ManagedLabel] != FieldManager {
-		t.Errorf("labels %v: want the run's", l)
-	}
-	if mf := cnp.GetManagedFields(); len(mf) == 0 || mf[0].Manager != FieldManager || mf[0].Operation != metav1.ManagedFieldsOperationApply {
-		t.Errorf("managed fields %+v: want server-side apply by %s", mf, FieldManager)
-	}
-	exprs, _, _ := unstructured.NestedSlice(cnp.Object, "spec", "subject", "namespaces", "matchExpressions")
-	if yamlText(exprs) != yamlText([]any{map[string]any{"key": RunLabel, "operator": "In", "values": []any{run}}}) {
-		t.Errorf("subject's matchExpressions %v: want the run's namespaces only", exprs)
-	}
-	from, _, _ := unstructured.NestedSlice(cnp.Object, "spec", "ingress")
-	if !strings.Contains(yamlText(from), "kubernetes.io/metadata.name: cnlab-cp-x") {
-		t.Errorf("ingress %s: the peer's namespace is not the run's", yamlText(from))
-	}
-
-	// One changed (priority 3 to 4), one gone (the ClusterNetworkPolicy).
-	docs := strings.Split(clusterPoliciesYAML, "---\n")
-	if err := kc.ApplyPolicies(ctx, run, namespaces, rewrite(run, nsMap, np+strings.Replace(docs[1], "priority: 3", "priority: 4", 1)+"---\n"+docs[2])); err != nil {
-		t.Fatal(err)
-	}
-	want = []string{"AdminNetworkPolicy cnlab-cp-web", "AdminNetworkPolicy theirs", "BaselineAdminNetworkPolicy default"}
-	if got := names(); !slices.Equal(got, want) {
-		t.Errorf("after the second apply: %v, want %v", got, want)
-	}
+	clusterPolicyLifecycle(t, kc, run, nsMap)
+	// What the API server holds: cnlab's labels, applied by its field
+	// manager, changed in place, its subject the run's namespaces.
 	web, err := kc.Dynamic.Resource(AdminPolicies).Get(ctx, "cnlab-cp-web", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, _, _ := unstructured.NestedInt64(web.Object, "spec", "priority"); p != 4 || web.GetGeneration() != 2 {
-		t.Errorf("cnlab-cp-web: priority %d, generation %d; want 4, 2 (changed in place)", p, web.GetGeneration())
+	if l := web.GetLabels(); l[RunLabel] != run || l[ManagedLabel] != FieldManager || l["team"] != "net" {
+		t.Errorf("labels %v: want the document's and the run's", l)
+	}
+	if mf := web.GetManagedFields(); len(mf) == 0 || mf[0].Manager != FieldManager || mf[0].Operation != metav1.ManagedFieldsOperationApply {
+		t.Errorf("managed fields %+v: want server-side apply by %s", mf, FieldManager)
+	}
+	if g := web.GetGeneration(); g != 2 {
+		t.Errorf("generation %d, want 2 (created, then changed in place)", g)
+	}
+	sel, _, _ := unstructured.NestedMap(web.Object, "spec", "subject", "pods", "namespaceSelector")
+	if want := "matchExpressions:\n    - key: cnlab.io/run\n      operator: In\n      values:\n        - cp\nmatchLabels:\n    kubernetes.io/metadata.name: cnlab-cp-y\n"; yamlText(sel) != want {
+		t.Errorf("subject's namespaceSelector:\n%s\nwant the run's namespace y only:\n%s", yamlText(sel), want)
 	}
 	// The API server validates what cnlab applies, and the error names it.
+	docs := strings.Split(clusterPoliciesYAML, "---\n")
 	err = kc.ApplyPolicies(ctx, run, namespaces, rewrite(run, nsMap, strings.Replace(docs[1], "priority: 3", "priority: 1001", 1)))
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "apply AdminNetworkPolicy cnlab-cp-web:") {
 		t.Errorf("priority 1001: %v, want the API server's refusal naming AdminNetworkPolicy cnlab-cp-web", err)
-	}
-	// Another run cannot have the baseline too.
-	other := map[string]string{"default": "cnlab-cp2-default", "x": "cnlab-cp2-x", "y": "cnlab-cp2-y"}
-	err = kc.ApplyPolicies(ctx, "cp2", nil, rewrite("cp2", other, docs[2]))
-	if err == nil || !strings.Contains(err.Error(), "BaselineAdminNetworkPolicy default belongs to cnlab run cp") {
-		t.Errorf("a second run's baseline: %v", err)
-	}
-	if got := names(); !slices.Equal(got, want) {
-		t.Errorf("after the refused applies: %v, want %v", got, want)
 	}
 
 	// cnlab down deletes the run's, and only those.
@@ -179,7 +130,7 @@ func TestClusterPoliciesOnControlPlane(t *testing.T) {
 	if err != nil {
 		t.Errorf("cnlab down --backend kubernetes %s: %v\n%s", run, err, o)
 	}
-	if got := names(); !slices.Equal(got, []string{"AdminNetworkPolicy theirs"}) {
+	if got := clusterPolicyNames(t, kc); !slices.Equal(got, []string{"AdminNetworkPolicy theirs"}) {
 		t.Errorf("after cnlab down: %v, want theirs only", got)
 	}
 }

@@ -138,96 +138,92 @@ func TestClusterKindsAreThePolicyFamilys(t *testing.T) {
 	}
 }
 
-// TestApplyClusterPolicies: cluster-scoped policies are applied, replaced
-// and deleted like namespaced ones, only the run's; a name taken by
-// someone else, or the baseline by another run, is refused before
-// anything changes; Down deletes the run's.
+// TestApplyClusterPolicies: clusterPolicyLifecycle on client-go's fake
+// clientsets; then a name taken by an object cnlab did not create is
+// refused, and Down deletes the run's, and only those.
 func TestApplyClusterPolicies(t *testing.T) {
 	ctx := context.Background()
 	c, _ := fakeClient()
 	applyCreates(c)
 	nsMap := map[string]string{"default": "cnlab-r-default", "x": "cnlab-r-x", "y": "cnlab-r-y"}
-	ns := sortedNamespaces(nsMap)
-	theirs := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "policy.networking.k8s.io/v1alpha1", "kind": "AdminNetworkPolicy",
-		"metadata": map[string]any{"name": "theirs"}, "spec": map[string]any{"priority": int64(1)}}}
-	if _, err := c.Dynamic.Resource(AdminPolicies).Create(ctx, theirs, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	names := func() []string {
-		var out []string
-		for _, k := range clusterKinds {
-			l, err := c.Dynamic.Resource(k.gvr).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, o := range l.Items {
-				out = append(out, k.kind+" "+o.GetName())
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
-	apply := func(text string) error {
-		objs, err := RewritePolicies([]byte(text), "p", nsMap, "r")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.ApplyPolicies(ctx, "r", ns, objs)
-	}
-	if err := apply(clusterPoliciesYAML); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"AdminNetworkPolicy cnlab-r-web", "AdminNetworkPolicy theirs", "BaselineAdminNetworkPolicy default", "ClusterNetworkPolicy cnlab-r-tenant-isolation"}
-	if got := names(); !slices.Equal(got, want) {
-		t.Errorf("after the apply: %v, want %v", got, want)
-	}
-	// One changed, one gone.
-	docs := strings.Split(clusterPoliciesYAML, "---\n")
-	changed := strings.Replace(docs[1], "priority: 3", "priority: 4", 1) + "---\n" + docs[2]
-	if err := apply(changed); err != nil {
-		t.Fatal(err)
-	}
-	want = []string{"AdminNetworkPolicy cnlab-r-web", "AdminNetworkPolicy theirs", "BaselineAdminNetworkPolicy default"}
-	if got := names(); !slices.Equal(got, want) {
-		t.Errorf("after the second apply: %v, want %v", got, want)
-	}
-	web, err := c.Dynamic.Resource(AdminPolicies).Get(ctx, "cnlab-r-web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p, _, _ := unstructured.NestedInt64(web.Object, "spec", "priority"); p != 4 {
-		t.Errorf("cnlab-r-web priority %d, want 4", p)
-	}
-	// Another run cannot have the baseline while this one does, and
-	// changes nothing trying.
-	objs, err := RewritePolicies([]byte(clusterPoliciesYAML), "p", map[string]string{"default": "cnlab-s-default", "x": "cnlab-s-x", "y": "cnlab-s-y"}, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = c.ApplyPolicies(ctx, "s", []string{"cnlab-s-default"}, objs)
-	if err == nil || !strings.Contains(err.Error(), "BaselineAdminNetworkPolicy default belongs to cnlab run r: a cluster has one BaselineAdminNetworkPolicy, so two runs at once cannot both have one") {
-		t.Errorf("a second run's baseline: %v", err)
-	}
-	if got := names(); !slices.Equal(got, want) {
-		t.Errorf("after the refused apply: %v, want %v", got, want)
-	}
-	// A name taken by an object cnlab did not create.
+	clusterPolicyLifecycle(t, c, "r", nsMap)
 	taken := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "policy.networking.k8s.io/v1alpha2", "kind": "ClusterNetworkPolicy",
 		"metadata": map[string]any{"name": "cnlab-r-tenant-isolation"}}}
 	if _, err := c.Dynamic.Resource(ClusterPolicies).Create(ctx, taken, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := apply(clusterPoliciesYAML); !errors.Is(err, ErrNotOwned) || !strings.Contains(err.Error(), "ClusterNetworkPolicy cnlab-r-tenant-isolation exists") {
+	objs, err := RewritePolicies([]byte(clusterPoliciesYAML), "p", nsMap, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ApplyPolicies(ctx, "r", sortedNamespaces(nsMap), objs); !errors.Is(err, ErrNotOwned) || !strings.Contains(err.Error(), "ClusterNetworkPolicy cnlab-r-tenant-isolation exists") {
 		t.Errorf("apply over a ClusterNetworkPolicy cnlab did not create: %v", err)
 	}
-	// Down takes the run's, and only those.
 	if _, err := c.Down(ctx, "r", false); err != nil {
 		t.Fatal(err)
 	}
-	want = []string{"AdminNetworkPolicy theirs", "ClusterNetworkPolicy cnlab-r-tenant-isolation"}
-	if got := names(); !slices.Equal(got, want) {
+	want := []string{"AdminNetworkPolicy theirs", "ClusterNetworkPolicy cnlab-r-tenant-isolation"}
+	if got := clusterPolicyNames(t, c); !slices.Equal(got, want) {
 		t.Errorf("after Down: %v, want %v", got, want)
 	}
+}
+
+// clusterPolicyLifecycle applies clusterPoliciesYAML as run's beside an
+// AdminNetworkPolicy "theirs" that is not cnlab's, then again with one
+// changed (cnlab-RUN-web, priority 3 to 4) and one gone (the
+// ClusterNetworkPolicy), then another run's baseline, which is refused
+// while run has one; theirs is never touched. nsMap's namespaces are
+// run's.
+func clusterPolicyLifecycle(t *testing.T, c *Client, run string, nsMap map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	theirs := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "policy.networking.k8s.io/v1alpha1", "kind": "AdminNetworkPolicy",
+		"metadata": map[string]any{"name": "theirs"}, "spec": map[string]any{"priority": int64(1), "subject": map[string]any{"namespaces": map[string]any{}}}}}
+	if _, err := c.Dynamic.Resource(AdminPolicies).Create(ctx, theirs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	apply := func(run string, nsMap map[string]string, text string) error {
+		t.Helper()
+		objs, err := RewritePolicies([]byte(text), "p.yaml", nsMap, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.ApplyPolicies(ctx, run, sortedNamespaces(nsMap), objs)
+	}
+	expect := func(when string, want ...string) {
+		t.Helper()
+		for i := range want {
+			want[i] = strings.ReplaceAll(want[i], "RUN", run)
+		}
+		if got := clusterPolicyNames(t, c); !slices.Equal(got, want) {
+			t.Errorf("%s: %v, want %v", when, got, want)
+		}
+	}
+	if err := apply(run, nsMap, clusterPoliciesYAML); err != nil {
+		t.Fatal(err)
+	}
+	expect("after the apply", "AdminNetworkPolicy cnlab-RUN-web", "AdminNetworkPolicy theirs", "BaselineAdminNetworkPolicy default", "ClusterNetworkPolicy cnlab-RUN-tenant-isolation")
+	docs := strings.Split(clusterPoliciesYAML, "---\n")
+	if err := apply(run, nsMap, strings.Replace(docs[1], "priority: 3", "priority: 4", 1)+"---\n"+docs[2]); err != nil {
+		t.Fatal(err)
+	}
+	expect("after the second apply", "AdminNetworkPolicy cnlab-RUN-web", "AdminNetworkPolicy theirs", "BaselineAdminNetworkPolicy default")
+	web, err := c.Dynamic.Resource(AdminPolicies).Get(ctx, "cnlab-"+run+"-web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := unstructured.NestedInt64(web.Object, "spec", "priority"); p != 4 {
+		t.Errorf("cnlab-%s-web priority %d, want 4", run, p)
+	}
+	other := map[string]string{}
+	for k, v := range nsMap {
+		other[k] = strings.Replace(v, "-"+run+"-", "-"+run+"2-", 1)
+	}
+	err = apply(run+"2", other, docs[2])
+	if want := "BaselineAdminNetworkPolicy default belongs to cnlab run " + run + ": a cluster has one BaselineAdminNetworkPolicy, so two runs at once cannot both have one"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a second run's baseline: %v, want %q", err, want)
+	}
+	expect("after the refused apply", "AdminNetworkPolicy cnlab-RUN-web", "AdminNetworkPolicy theirs", "BaselineAdminNetworkPolicy default")
 }
 
 // TestApplyClusterPoliciesWithoutCRDs: a cluster without a kind's CRD
@@ -306,4 +302,22 @@ func applyCreates(c *Client) {
 			return true, u, tr.Update(k.gvr, u, "")
 		})
 	}
+}
+
+// clusterPolicyNames lists the cluster's cluster-scoped policies as
+// "Kind name", sorted.
+func clusterPolicyNames(t *testing.T, c *Client) []string {
+	t.Helper()
+	var out []string
+	for _, k := range clusterKinds {
+		l, err := c.Dynamic.Resource(k.gvr).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range l.Items {
+			out = append(out, k.kind+" "+o.GetName())
+		}
+	}
+	slices.Sort(out)
+	return out
 }
