@@ -154,7 +154,7 @@ func (c *Client) listClusterPolicies(ctx context.Context, existing map[string]me
 			}
 		case apierrors.IsForbidden(err) && !need[k.kind]:
 		default:
-			return fmt.Errorf("list %ss: %w", k.kind, err)
+			return fmt.Errorf("list %s: %w", k.gvr.Resource, err)
 		}
 	}
 	return nil
@@ -182,8 +182,8 @@ func (c *Client) CheckClusterPolicyKinds(flag string, kinds ...string) error {
 
 // DeleteClusterPolicies deletes the run's cluster-scoped policies (every
 // run's when run is "") and returns them as "Kind name". Those without
-// cnlab's labels are never touched; a kind the cluster does not serve has
-// none.
+// cnlab's labels are never touched; a kind the cluster does not serve, or
+// that cnlab may not list (RBAC), is passed over.
 func (c *Client) DeleteClusterPolicies(ctx context.Context, run string) ([]string, error) {
 	sel := ManagedLabel + "=" + FieldManager
 	if run != "" {
@@ -192,11 +192,11 @@ func (c *Client) DeleteClusterPolicies(ctx context.Context, run string) ([]strin
 	var gone []string
 	for _, k := range clusterKinds {
 		l, err := c.Dynamic.Resource(k.gvr).List(ctx, metav1.ListOptions{LabelSelector: sel})
-		if apierrors.IsNotFound(err) {
-			continue
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			continue // no CRD; or no right to them (nor, then, to create them)
 		}
 		if err != nil {
-			return gone, fmt.Errorf("list cnlab's %ss: %w", k.kind, err)
+			return gone, fmt.Errorf("list cnlab's %s: %w", k.gvr.Resource, err)
 		}
 		for _, o := range l.Items {
 			if !owned(&o, run) {

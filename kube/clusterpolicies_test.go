@@ -321,3 +321,36 @@ func clusterPolicyNames(t *testing.T, c *Client) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestClusterPoliciesForbidden: a user RBAC does not let list the cluster
+// policies still runs (and takes down) NetworkPolicy points; an apply of
+// one is refused with the API server's reason.
+func TestClusterPoliciesForbidden(t *testing.T) {
+	ctx := context.Background()
+	c, _ := fakeClient()
+	d := c.Dynamic.(*dynamicfake.FakeDynamicClient)
+	for _, k := range clusterKinds {
+		d.PrependReactor("list", k.gvr.Resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "", errors.New("RBAC"))
+		})
+	}
+	nsMap := map[string]string{"default": "cnlab-r-default", "x": "cnlab-r-x", "y": "cnlab-r-y"}
+	np := "kind: NetworkPolicy\napiVersion: networking.k8s.io/v1\nmetadata: {name: a}\nspec: {podSelector: {}}\n"
+	objs, err := RewritePolicies([]byte(np), "p", nsMap, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ApplyPolicies(ctx, "r", sortedNamespaces(nsMap), objs); err != nil {
+		t.Errorf("NetworkPolicy only: %v", err)
+	}
+	if _, err := c.Down(ctx, "r", false); err != nil {
+		t.Errorf("Down: %v", err)
+	}
+	objs, err = RewritePolicies([]byte(clusterPoliciesYAML), "p", nsMap, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ApplyPolicies(ctx, "r", sortedNamespaces(nsMap), objs); !apierrors.IsForbidden(errors.Unwrap(err)) || !strings.HasPrefix(err.Error(), "list adminnetworkpolicies: ") {
+		t.Errorf("cluster policies without the right to list them: %v", err)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,7 +61,7 @@ func (c *Cluster) InstallCRDs(ctx context.Context, manifests []byte) ([]string, 
 		}
 		created = append(created, got)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	var names []string
 	for _, u := range created {
