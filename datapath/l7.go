@@ -17,16 +17,25 @@ type L7Match struct {
 	Dst      netip.Addr
 	Port     uint16
 	Redirect bool
-	Why      string // origin of the decision, for comments
+	// Admin says an Admin-tier allow decided: the connection is not
+	// redirected (an Admin allow is final, no L7 rule sees it) and the
+	// datapath's chains accept it, so what drops new connections to L7
+	// ports must let it through to them.
+	Admin bool
+	Why   string // origin of the decision, for comments
 }
 
 // L7Redirects returns a host's L7 redirect list, first match wins. A
 // redirected connection skips the chains that would have judged it, so
 // the list carries the whole L3/L4 decision: for each L7 port of a local
 // endpoint, first the local sources whose egress denies it, then the
-// endpoint's ingress entries covering the port, denies first, then (when
-// its ingress is not isolated) everything else. Nil when no local
-// endpoint has an L7 port.
+// endpoint's ingress entries covering the port in the order the IR walks
+// them (policy.Compiled.RulesFor): the Admin tier's, which never redirect
+// (a deny drops, an allow is final: Admin set, the chains accept it), an
+// Admin Pass taking its sources out of the Admin entries after it; the
+// NetworkPolicy tier's denies, then its allows; the Baseline tier's;
+// then (when its ingress is not isolated) everything else. Nil when no
+// local endpoint has an L7 port.
 func L7Redirects(lab *topology.Spec, host string, c *policy.Compiled) []L7Match {
 	var out []L7Match
 	locals := change.LocalEndpoints(lab, host)
@@ -38,12 +47,22 @@ func L7Redirects(lab *topology.Spec, host string, c *policy.Compiled) []L7Match 
 					out = append(out, L7Match{Src: netip.PrefixFrom(s.IP, 32), Dst: d.IP, Port: port, Why: "egress of " + s.ID()})
 				}
 			}
-			for _, r := range c.RulesFor(id, policy.Ingress) { // denies first
+			var passed []netip.Prefix                          // sources an Admin Pass handed down
+			for _, r := range c.RulesFor(id, policy.Ingress) { // in walking order
 				if !r.Covers(policy.ProtoTCP, port) {
 					continue
 				}
-				for _, pfx := range c.PeerPrefixes(r) {
-					m := L7Match{Dst: d.IP, Port: port, Redirect: !r.Deny, Why: r.Origin}
+				pfxs := c.PeerPrefixes(r)
+				admin := r.Tier == policy.TierAdmin
+				if admin {
+					if r.Pass {
+						passed = append(passed, pfxs...)
+						continue
+					}
+					pfxs = subtractAll(pfxs, passed)
+				}
+				for _, pfx := range pfxs {
+					m := L7Match{Dst: d.IP, Port: port, Redirect: !r.Deny && !admin, Admin: admin && !r.Deny, Why: r.Origin}
 					if pfx.Bits() > 0 {
 						m.Src = pfx
 					}
@@ -54,6 +73,18 @@ func L7Redirects(lab *topology.Spec, host string, c *policy.Compiled) []L7Match 
 				out = append(out, L7Match{Dst: d.IP, Port: port, Redirect: true, Why: "ingress of " + d.ID() + " not isolated"})
 			}
 		}
+	}
+	return out
+}
+
+// subtractAll returns the parts of prefixes outside every prefix of minus.
+func subtractAll(prefixes, minus []netip.Prefix) []netip.Prefix {
+	if len(minus) == 0 {
+		return prefixes
+	}
+	var out []netip.Prefix
+	for _, p := range prefixes {
+		out = append(out, policy.Subtract(p, minus)...)
 	}
 	return out
 }

@@ -60,7 +60,10 @@ func (c *Compiled) HTTPRulesFor(subject uint32, port uint16, src netip.Addr) []l
 		}
 	}
 	for _, r := range c.RulesFor(subject, Ingress) {
-		if !r.Deny && !r.L7 && c.ruleMatches(r, src, ProtoTCP, port) {
+		// The NetworkPolicy tier's allows only: the proxy sees a
+		// connection an Admin allow accepted never, and an Admin Pass or
+		// a Baseline allow adds no rule (the model's httpRules).
+		if !r.Deny && !r.L7 && r.Tier.order() == TierPolicy && c.ruleMatches(r, src, ProtoTCP, port) {
 			out = append(out, l7.Rule{})
 			break
 		}

@@ -282,18 +282,25 @@ func restoreScript(changed, gone []string, want map[string][]string) string {
 
 // chainName names an endpoint's chain: CNLAB-E- (egress) or CNLAB-I-
 // (ingress) and 8 hex digits of a hash of the endpoint's ID.
-func chainName(dir policy.Dir, ep *topology.Endpoint) string {
+func chainName(dir policy.Dir, ep *topology.Endpoint) string { return tierChainName("", dir, ep) }
+
+// tierChainName names an endpoint's chain of a cluster tier: CNLAB-AE-,
+// CNLAB-AI- (Admin) or CNLAB-BE-, CNLAB-BI- (Baseline), the hash as in
+// chainName; tier "" is the NetworkPolicy tier's chain, chainName.
+func tierChainName(tier string, dir policy.Dir, ep *topology.Endpoint) string {
 	h := fnv.New32a()
 	h.Write([]byte(ep.ID()))
+	d := "I"
 	if dir == policy.Egress {
-		return fmt.Sprintf("CNLAB-E-%08x", h.Sum32())
+		d = "E"
 	}
-	return fmt.Sprintf("CNLAB-I-%08x", h.Sum32())
+	return fmt.Sprintf("CNLAB-%s%s-%08x", tier, d, h.Sum32())
 }
 
 // Render computes the chains of one host for a compiled policy: CNLAB-FWD
 // and one chain per local endpoint and direction that has rules or is
-// isolated. It is pure, so it is tested without root.
+// isolated, with the cluster tiers' chains around it (endpointChains). It
+// is pure, so it is tested without root.
 func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	st := hostState{Chains: map[string][]string{}}
 	var fwd []string
@@ -323,20 +330,21 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 			if len(rules) == 0 && !enforced {
 				continue
 			}
-			name := chainName(dir, ep)
-			var chain []string
-			if dir == policy.Ingress {
-				chain = l7Drops(c, id)
-			}
+			var lines tierLines
 			if sets != nil {
-				st.Chains[name] = append(chain, termChain(c, dir, c.TermsFor(id, dir), enforced, sets)...)
+				lines = termLines(c, dir, c.TermsFor(id, dir), sets)
 			} else {
-				st.Chains[name] = append(chain, endpointChain(c, dir, rules, enforced)...)
+				lines = entryLines(c, dir, rules)
 			}
+			var l7 []string
+			if dir == policy.Ingress {
+				l7 = l7Drops(c, id)
+			}
+			entry := endpointChains(st.Chains, dir, ep, lines, l7, enforced)
 			if dir == policy.Egress {
-				fwd = append(fwd, fmt.Sprintf("-s %s/32 -j %s", ep.IP, name))
+				fwd = append(fwd, fmt.Sprintf("-s %s/32 -j %s", ep.IP, entry))
 			} else {
-				jumpsIn = append(jumpsIn, fmt.Sprintf("-d %s/32 -j %s", ep.IP, name))
+				jumpsIn = append(jumpsIn, fmt.Sprintf("-d %s/32 -j %s", ep.IP, entry))
 			}
 		}
 	}
@@ -350,29 +358,123 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	return st
 }
 
-func endpointChain(c *policy.Compiled, dir policy.Dir, rules []policy.Entry, enforced bool) []string {
-	var out []string
+// A rule line of an endpoint chain waits for its verdict until the chains
+// of the tiers are named: Admin-tier Pass rules go on to the chain that
+// follows the Admin tier's.
+type line struct {
+	match string // everything before the verdict
+	r     policy.Entry
+}
+
+// tierLines are an endpoint's rules of one direction, per tier, each tier
+// in the order it is walked (RulesFor, TermsFor).
+type tierLines struct{ admin, np, base []line }
+
+func (t *tierLines) add(m []string, r policy.Entry) {
+	l := line{match: strings.Join(append(m, protoMatch(r)...), " "), r: r}
+	switch r.Tier {
+	case policy.TierAdmin:
+		t.admin = append(t.admin, l)
+	case policy.TierBaseline:
+		t.base = append(t.base, l)
+	default:
+		t.np = append(t.np, l)
+	}
+}
+
+// endpointChains adds an endpoint's chains of one direction to chains
+// and returns the one CNLAB-FWD jumps to. Without cluster tiers that is
+// the NetworkPolicy chain (chainName) alone, as it always was: denies,
+// allows, then a drop when the endpoint is isolated, else a return. With
+// them, the evaluation is the IR's (policy.Compiled.Allows), one chain per
+// tier:
+//
+//   - the Admin chain (CNLAB-AE-/CNLAB-AI-) comes first: its rules in
+//     priority order, the first that matches decides; an allow returns
+//     (egress: on to the destination's ingress check) or accepts
+//     (ingress), a deny drops, a Pass goes to the NetworkPolicy chain
+//     (-g: skipping the Admin chain's later rules, and the NetworkPolicy
+//     chain's return goes back to CNLAB-FWD), as does a packet no Admin
+//     rule matched;
+//   - the NetworkPolicy chain as without tiers, except that where it would
+//     return (the endpoint is not isolated: the only case the IR has
+//     Baseline entries for) it goes to the Baseline chain;
+//   - the Baseline chain (CNLAB-BE-/CNLAB-BI-): its rules in priority
+//     order, first match decides; nothing matched returns.
+//
+// The NetworkPolicy chain starts with first (the ingress chain's drops of
+// new connections to L7 ports, l7Drops): an Admin allow, before them, is
+// final and reaches the endpoint without the proxy. A NetworkPolicy chain that would hold
+// nothing but its end is left out, the Admin chain ending as it would.
+func endpointChains(chains map[string][]string, dir policy.Dir, ep *topology.Endpoint, t tierLines, first []string, enforced bool) string {
+	allow := "-j RETURN"
+	if dir == policy.Ingress {
+		allow = "-j ACCEPT"
+	}
+	render := func(lines []line, pass string) []string {
+		out := make([]string, 0, len(lines)+1)
+		for _, l := range lines {
+			v := allow
+			switch {
+			case l.r.Deny:
+				v = "-j DROP"
+			case l.r.Pass:
+				v = pass
+			}
+			out = append(out, rule(l.match, l.r, v))
+		}
+		return out
+	}
+	name := chainName(dir, ep)
+	end := chainEnd(enforced)
+	if len(t.base) > 0 {
+		base := tierChainName("B", dir, ep)
+		chains[base] = append(render(t.base, ""), "-j RETURN")
+		if !enforced {
+			end = "-g " + base
+		}
+	}
+	np := append(append(first, render(t.np, "")...), end)
+	if len(t.admin) == 0 {
+		chains[name] = np
+		return name
+	}
+	next := "-g " + name
+	if len(np) == 1 {
+		next = end
+	} else {
+		chains[name] = np
+	}
+	admin := tierChainName("A", dir, ep)
+	chains[admin] = append(render(t.admin, next), next)
+	return admin
+}
+
+// entryLines are the rules of an endpoint and direction, one per peer
+// prefix of each IR entry.
+func entryLines(c *policy.Compiled, dir policy.Dir, rules []policy.Entry) tierLines {
+	var out tierLines
 	peerFlag := "-d"
 	if dir == policy.Ingress {
 		peerFlag = "-s"
 	}
-	for _, r := range rules { // denies come first in RulesFor
+	for _, r := range rules { // in walking order (RulesFor)
 		for _, pfx := range c.PeerPrefixes(r) {
 			var m []string
 			if pfx.Bits() > 0 {
 				m = append(m, peerFlag, pfx.String())
 			}
-			out = append(out, rule(m, r, dir))
+			out.add(m, r)
 		}
 	}
-	return append(out, chainEnd(enforced))
+	return out
 }
 
-// termChain is endpointChain with peers: ipsets: a rule per term, its
-// peers in a set (added to sets) unless it allows any peer.
-func termChain(c *policy.Compiled, dir policy.Dir, terms []policy.Term, enforced bool, sets map[string]ipset) []string {
-	var out []string
-	for _, t := range terms { // denies come first in TermsFor
+// termLines is entryLines with peers: ipsets: a rule per term, its peers
+// in a set (added to sets) unless it allows any peer.
+func termLines(c *policy.Compiled, dir policy.Dir, terms []policy.Term, sets map[string]ipset) tierLines {
+	var out tierLines
+	for _, t := range terms { // in walking order (TermsFor)
 		var m []string
 		if t.Set != "" {
 			ps := c.PeerSets[t.Set]
@@ -380,26 +482,16 @@ func termChain(c *policy.Compiled, dir policy.Dir, terms []policy.Term, enforced
 			sets[name] = renderSet(ps)
 			m = setMatch(name, dir)
 		}
-		out = append(out, rule(m, t.Entry(), dir))
+		out.add(m, t.Entry())
 	}
-	return append(out, chainEnd(enforced))
+	return out
 }
 
-// rule completes a rule of an endpoint chain that matches peers with m:
-// protocol and ports, the origin as a comment, and the verdict (egress
-// returns to CNLAB-FWD for the destination's ingress check; ingress
-// accepts).
-func rule(m []string, r policy.Entry, dir policy.Dir) string {
-	verdict := "RETURN"
-	switch {
-	case r.Deny:
-		verdict = "DROP"
-	case dir == policy.Ingress:
-		verdict = "ACCEPT"
-	}
-	m = append(m, protoMatch(r)...)
-	m = append(m, "-m", "comment", "--comment", quote(r.Origin), "-j", verdict)
-	return strings.Join(m, " ")
+// rule completes a rule of an endpoint chain: its match (peers, protocol
+// and ports), the origin as a comment, and the verdict.
+func rule(match string, r policy.Entry, verdict string) string {
+	m := strings.TrimSpace(match + " -m comment --comment " + quote(r.Origin))
+	return m + " " + verdict
 }
 
 // chainEnd is the last rule of an endpoint chain: drop what no rule

@@ -16,7 +16,8 @@ import (
 // proxy, carrying the whole L3/L4 decision since redirected connections
 // skip the forward chain (datapath.L7Redirects); l7fwd (forward, before
 // the forward chain) drops a new connection to an L7 port that was not
-// redirected. Both are rewritten whole in the transaction of the change.
+// redirected, but first lets those an Admin-tier allow decided (final,
+// never proxied) on to the forward chain. Both are rewritten whole in the transaction of the change.
 const (
 	l7Chain    = "l7"
 	l7FwdChain = "l7fwd"
@@ -34,6 +35,11 @@ func renderL7(lab *topology.Spec, host string, c *policy.Compiled) (nat, fwd []s
 			verdict = fmt.Sprintf("redirect to :%d", l7proxy.Port)
 		}
 		nat = append(nat, fmt.Sprintf("%s counter %s comment %q", r, verdict, comment(m.Why)))
+		if m.Admin {
+			// Accepted by the Admin tier, final: on to the forward
+			// chain, whose Admin lookup accepts it.
+			fwd = append(fwd, fmt.Sprintf("ct state new %s counter accept comment %q", r, comment(m.Why)))
+		}
 	}
 	for _, ep := range change.LocalEndpoints(lab, host) {
 		for _, port := range c.L7Ports(c.IdentityOfIP(ep.IP)) {

@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -47,6 +48,23 @@ var setNames = []string{"eg_subj", "in_subj", "eg_enf", "in_enf",
 var intervalSets = map[string]bool{"eg_deny": true, "eg_allow": true, "in_deny": true, "in_allow": true,
 	"eg_deny_p": true, "eg_allow_p": true, "in_deny_p": true, "in_allow_p": true}
 
+// The cluster tiers (policy.Tier) are verdict maps, looked up only on
+// hosts whose endpoints have elements in them, and only those maps that
+// have (hostState.Tiers: another chain layout, so a host without cluster
+// policy pays nothing for them, one with Admin ingress entries alone one
+// lookup or two):
+// per direction, the Admin tier's *_adm maps before the NetworkPolicy
+// lookups and the Baseline tier's *_base maps after the isolation drop
+// (the IR has Baseline entries only where a direction is not isolated).
+// Their elements do not overlap: each holds the verdict of the entry that
+// comes first in the tier's order (Ordered), so one lookup is the tier's
+// first match, whatever the number of cluster policies. An allow returns
+// (egress: on to the destination's ingress) or accepts (ingress), a deny
+// drops; where a Pass comes first there is no element, and the chain goes
+// on to the NetworkPolicy lookups. The *_p maps are keyed without a port,
+// as the *_p sets.
+var tierMaps = []string{"eg_adm", "eg_adm_p", "in_adm", "in_adm_p", "eg_base", "eg_base_p", "in_base", "in_base_p"}
+
 // The table holds one generation of sets and lookup chains at a time,
 // named with a suffix _gN. Small changes edit the current generation's
 // sets; a change that would delete many elements from an interval set
@@ -72,9 +90,47 @@ func setDecls(g int) string {
 	return b.String()
 }
 
-func chainDecls(g int) string {
+// tierDecls declares generation g's tier maps.
+func tierDecls(g int) string {
 	var b strings.Builder
+	for _, name := range tierMaps {
+		typ := "ipv4_addr . ipv4_addr . inet_proto . inet_service"
+		if strings.HasSuffix(name, "_p") {
+			typ = "ipv4_addr . ipv4_addr . inet_proto"
+		}
+		fmt.Fprintf(&b, "add map %s %s_g%d { type %s : verdict; flags interval; }\n", table, name, g, typ)
+	}
+	return b.String()
+}
+
+// tierLookups are the rules of a direction's chain that look a tier up
+// (dir "eg" or "in", tier "adm" or "base"), for the maps in tiers.
+func tierLookups(g int, dir, tier string, tiers []string) []string {
+	key := "ip saddr . ip daddr"
+	if dir == "in" {
+		key = "ip daddr . ip saddr"
+	}
+	var out []string
+	if m := dir + "_" + tier; slices.Contains(tiers, m) {
+		out = append(out, fmt.Sprintf("%s . meta l4proto . th dport vmap @%s_g%d", key, m, g))
+	}
+	if m := dir + "_" + tier + "_p"; slices.Contains(tiers, m) {
+		out = append(out, fmt.Sprintf("%s . meta l4proto vmap @%s_g%d", key, m, g))
+	}
+	return out
+}
+
+func chainDecls(g int) string { return chainDeclsFor(g, nil) }
+
+// chainDeclsFor declares generation g's chains, with lookups of the tier
+// maps in tiers.
+func chainDeclsFor(g int, tiers []string) string {
+	var b strings.Builder
+	rule := func(chain, r string) { fmt.Fprintf(&b, "add rule %s %s_g%d %s\n", table, chain, g, r) }
 	fmt.Fprintf(&b, "add chain %s egress_g%d\n", table, g)
+	for _, r := range tierLookups(g, "eg", "adm", tiers) {
+		rule("egress", r)
+	}
 	for _, r := range []string{
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_deny_x_g%d counter drop",
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_deny_g%d counter drop",
@@ -84,9 +140,15 @@ func chainDecls(g int) string {
 		"ip saddr . ip daddr . meta l4proto @eg_allow_p_g%d counter return",
 		"ip saddr @eg_enf_g%d counter drop",
 	} {
-		fmt.Fprintf(&b, "add rule %s egress_g%d %s\n", table, g, fmt.Sprintf(r, g))
+		rule("egress", fmt.Sprintf(r, g))
+	}
+	for _, r := range tierLookups(g, "eg", "base", tiers) {
+		rule("egress", r)
 	}
 	fmt.Fprintf(&b, "add chain %s ingress_g%d\n", table, g)
+	for _, r := range tierLookups(g, "in", "adm", tiers) {
+		rule("ingress", r)
+	}
 	for _, r := range []string{
 		"ip daddr . ip saddr . meta l4proto . th dport @in_deny_x_g%d counter drop",
 		"ip daddr . ip saddr . meta l4proto . th dport @in_deny_g%d counter drop",
@@ -96,7 +158,10 @@ func chainDecls(g int) string {
 		"ip daddr . ip saddr . meta l4proto @in_allow_p_g%d counter accept",
 		"ip daddr @in_enf_g%d counter drop",
 	} {
-		fmt.Fprintf(&b, "add rule %s ingress_g%d %s\n", table, g, fmt.Sprintf(r, g))
+		rule("ingress", fmt.Sprintf(r, g))
+	}
+	for _, r := range tierLookups(g, "in", "base", tiers) {
+		rule("ingress", r)
 	}
 	return b.String()
 }
@@ -116,20 +181,41 @@ func forwardRules(g int) string {
 	return b.String()
 }
 
-func dropGeneration(g int) string {
+func dropGeneration(g int) string { return dropGenerationFor(g, nil) }
+
+// dropGenerationFor deletes generation g, with its tier maps if it has
+// any lookup (tiers).
+func dropGenerationFor(g int, tiers []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "delete chain %s egress_g%d\ndelete chain %s ingress_g%d\n", table, g, table, g)
 	for _, name := range setNames {
 		fmt.Fprintf(&b, "delete set %s %s_g%d\n", table, name, g)
 	}
+	if len(tiers) > 0 {
+		for _, name := range tierMaps {
+			fmt.Fprintf(&b, "delete map %s %s_g%d\n", table, name, g)
+		}
+	}
 	return b.String()
 }
 
 // skeleton creates the table with generation 0, empty.
-func skeleton() string {
+func skeleton() string { return skeletonFor(nil) }
+
+// skeletonFor is skeleton with the tier maps and lookups of tiers.
+func skeletonFor(tiers []string) string {
 	return "add table " + table + "\ndelete table " + table + "\nadd table " + table + "\n" +
 		"add chain " + table + " forward { type filter hook forward priority filter; policy accept; }\n" +
-		setDecls(0) + chainDecls(0) + forwardRules(0)
+		generationDecls(0, tiers) + forwardRules(0)
+}
+
+// generationDecls declares generation g's sets and chains, and with
+// tiers (the tier maps looked up) every tier map.
+func generationDecls(g int, tiers []string) string {
+	if len(tiers) == 0 {
+		return setDecls(g) + chainDecls(g)
+	}
+	return setDecls(g) + tierDecls(g) + chainDeclsFor(g, tiers)
 }
 
 type nft struct{}
@@ -172,6 +258,10 @@ type hostState struct {
 	// L7 and L7Fwd are the rules of the L7 chains (l7.go).
 	L7    []string `json:"l7,omitempty"`
 	L7Fwd []string `json:"l7fwd,omitempty"`
+	// Tiers are the tier maps with elements, which the generation's
+	// chains look up (sorted; the generation has every tier map when
+	// there is one).
+	Tiers []string `json:"tiers,omitempty"`
 }
 
 // Apply sends each host the difference between its sets and the wanted
@@ -198,7 +288,9 @@ func update(ctx context.Context, h *topology.Host, have, want *hostState) error 
 	want.Gen = have.Gen
 	l7 := l7Script(have, want, false)
 	script, ok := diffScript(have.Gen, have.Sets, want.Sets)
-	if ok {
+	// Tier maps filling or emptying change the chains' layout: a new
+	// generation.
+	if ok && slices.Equal(have.Tiers, want.Tiers) {
 		script = l7 + script
 		if script == "" {
 			return nil
@@ -210,7 +302,7 @@ func update(ctx context.Context, h *topology.Host, have, want *hostState) error 
 		// file says): rebuild instead.
 	}
 	want.Gen = have.Gen + 1
-	if err := change.Load(ctx, h, l7+rebuildScript(have.Gen, want.Gen, want.Sets), "nft", "-f", "-"); err == nil {
+	if err := change.Load(ctx, h, l7+rebuildTiers(have.Gen, have.Tiers, want.Gen, want.Tiers, want.Sets), "nft", "-f", "-"); err == nil {
 		return nil
 	}
 	// The kernel is not on the generation the state file says.
@@ -220,13 +312,13 @@ func update(ctx context.Context, h *topology.Host, have, want *hostState) error 
 // recreate replaces the host's table with one holding want as generation 0.
 func recreate(ctx context.Context, h *topology.Host, want *hostState) error {
 	want.Gen = 0
-	return change.Load(ctx, h, skeleton()+fill(0, want.Sets)+l7Script(&hostState{}, want, true), "nft", "-f", "-")
+	return change.Load(ctx, h, skeletonFor(want.Tiers)+fill(0, want.Sets)+l7Script(&hostState{}, want, true), "nft", "-f", "-")
 }
 
 // fill adds the elements of sets to generation g's sets.
 func fill(g int, sets map[string][]string) string {
 	var b strings.Builder
-	for _, set := range setNames {
+	for _, set := range allSets {
 		if len(sets[set]) > 0 {
 			b.WriteString(elements("add", fmt.Sprintf("%s_g%d", set, g), sets[set]))
 		}
@@ -237,14 +329,22 @@ func fill(g int, sets map[string][]string) string {
 // rebuildScript builds generation to with the given sets, switches the
 // forward chain to it and deletes generation from, in one transaction.
 func rebuildScript(from, to int, sets map[string][]string) string {
+	return rebuildTiers(from, nil, to, nil, sets)
+}
+
+// rebuildTiers is rebuildScript from a generation that looks up the tier
+// maps fromTiers to one that looks up toTiers.
+func rebuildTiers(from int, fromTiers []string, to int, toTiers []string, sets map[string][]string) string {
 	var b strings.Builder
-	b.WriteString(setDecls(to))
-	b.WriteString(chainDecls(to))
+	b.WriteString(generationDecls(to, toTiers))
 	b.WriteString(fill(to, sets))
 	b.WriteString(forwardRules(to))
-	b.WriteString(dropGeneration(from))
+	b.WriteString(dropGenerationFor(from, fromTiers))
 	return b.String()
 }
+
+// allSets are the sets and the tier maps, in the order scripts write them.
+var allSets = append(append([]string(nil), setNames...), tierMaps...)
 
 func elements(op, set string, elems []string) string {
 	var b strings.Builder
@@ -261,7 +361,7 @@ func elements(op, set string, elems []string) string {
 func diffScript(g int, have, want map[string][]string) (script string, ok bool) {
 	var b strings.Builder
 	dels, keep := 0, 0
-	for _, set := range setNames {
+	for _, set := range allSets {
 		old := toSet(have[set])
 		cur := toSet(want[set])
 		var del, add []string
@@ -275,7 +375,7 @@ func diffScript(g int, have, want map[string][]string) (script string, ok bool) 
 				add = append(add, e)
 			}
 		}
-		if intervalSets[set] && len(del) > maxDeletes {
+		if (intervalSets[set] || isTierMap(set)) && len(del) > maxDeletes {
 			return "", false
 		}
 		dels += len(del)
@@ -284,6 +384,11 @@ func diffScript(g int, have, want map[string][]string) (script string, ok bool) 
 		sort.Strings(add)
 		name := fmt.Sprintf("%s_g%d", set, g)
 		if len(del) > 0 {
+			if isTierMap(set) { // a map's element is deleted by its key
+				for i, e := range del {
+					del[i], _, _ = strings.Cut(e, " : ")
+				}
+			}
 			b.WriteString(elements("delete", name, del))
 		}
 		if len(add) > 0 {
@@ -296,6 +401,11 @@ func diffScript(g int, have, want map[string][]string) (script string, ok bool) 
 		return "", false
 	}
 	return b.String(), true
+}
+
+// isTierMap says a set of hostState is one of the tiers' maps.
+func isTierMap(set string) bool {
+	return strings.Contains(set, "_adm") || strings.Contains(set, "_base")
 }
 
 // maxDeletes is the number of deletions from one interval set above which
@@ -331,12 +441,29 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 			if enforced {
 				st.Sets[prefix+"enf"] = append(st.Sets[prefix+"enf"], ep.IP.String())
 			}
-			var allow, deny []policy.Entry
+			var allow, deny, admin, base []policy.Entry
 			for _, r := range rules {
-				if r.Deny {
+				switch {
+				case r.Tier == policy.TierAdmin:
+					admin = append(admin, r)
+				case r.Tier == policy.TierBaseline:
+					base = append(base, r)
+				case r.Deny:
 					deny = append(deny, r)
-				} else {
+				default:
 					allow = append(allow, r)
+				}
+			}
+			for tier, rs := range map[string][]policy.Entry{"adm": admin, "base": base} {
+				if len(rs) == 0 {
+					continue
+				}
+				for _, b := range Ordered(c, rs) {
+					set := prefix + tier
+					if b.anyPort() {
+						set += "_p"
+					}
+					st.Sets[set] = append(st.Sets[set], b.element(ep.IP)+" : "+tierVerdict(dir, b.Verdict))
 				}
 			}
 			for kind, rs := range map[string][]policy.Entry{"allow": allow, "deny": deny} {
@@ -357,9 +484,161 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	}
 	for k := range st.Sets {
 		sort.Strings(st.Sets[k])
+		if isTierMap(k) {
+			st.Tiers = append(st.Tiers, k)
+		}
 	}
+	sort.Strings(st.Tiers)
 	st.L7, st.L7Fwd = renderL7(lab, host, c)
 	return st
+}
+
+// tierVerdict is the verdict of a tier map's element.
+func tierVerdict(dir policy.Dir, v Verdict) string {
+	switch {
+	case v == Deny:
+		return "drop"
+	case dir == policy.Egress:
+		return "return" // on to the destination's ingress
+	}
+	return "accept"
+}
+
+// Verdict is what the first entry covering a box does.
+type Verdict uint8
+
+// Verdicts of Ordered's boxes (a Pass, or no entry, gives no box).
+const (
+	none Verdict = iota
+	Allow
+	Deny
+)
+
+// VBox is a box with the verdict of the entry that decides it.
+type VBox struct {
+	Box
+	Verdict Verdict
+}
+
+// Ordered turns the entries of one cluster tier of a subject and
+// direction, in the tier's order (RulesFor: by Prec), into boxes that do
+// not overlap, each with the verdict of the first entry covering it: the
+// tier's first match as one lookup. Where the first entry is a Pass, or
+// none covers, there is no box. Per peer atom (as Disjoint), each
+// protocol an entry names gets the port ranges between the entries'
+// bounds, every other protocol the first entry of any protocol; runs of
+// protocols with one verdict on every port are one box.
+func Ordered(c *policy.Compiled, rules []policy.Entry) []VBox {
+	type cover struct {
+		pfx netip.Prefix
+		r   policy.Entry
+	}
+	var covers []cover
+	seen := map[netip.Prefix]bool{}
+	var prefixes []netip.Prefix
+	for _, r := range rules {
+		for _, p := range c.PeerPrefixes(r) {
+			covers = append(covers, cover{p, r})
+			if !seen[p] {
+				seen[p] = true
+				prefixes = append(prefixes, p)
+			}
+		}
+	}
+	verdict := func(r policy.Entry) Verdict {
+		switch {
+		case r.Pass:
+			return none
+		case r.Deny:
+			return Deny
+		}
+		return Allow
+	}
+	var out []VBox
+	for _, atom := range atoms(prefixes) {
+		var rs []policy.Entry
+		named := map[uint8]bool{}
+		for _, cv := range covers {
+			if cv.pfx.Contains(atom.Addr()) && cv.pfx.Bits() <= atom.Bits() {
+				rs = append(rs, cv.r)
+				if cv.r.Proto != policy.ProtoAny {
+					named[cv.r.Proto] = true
+				}
+			}
+		}
+		// first is the verdict of the first entry covering proto and
+		// every port of [lo, hi] (entries' bounds never fall inside).
+		first := func(proto uint8, lo, hi uint16) Verdict {
+			for _, r := range rs {
+				if r.Proto == policy.ProtoAny || r.Proto == proto && (r.PortLo == 0 || lo >= r.PortLo && hi <= max(r.PortLo, r.PortHi)) {
+					return verdict(r)
+				}
+			}
+			return none
+		}
+		// ports returns the port ranges of a named protocol, each with
+		// its verdict, adjacent ranges of one verdict merged.
+		ports := func(proto uint8) []VBox {
+			bounds := map[int]bool{0: true, 65536: true}
+			for _, r := range rs {
+				if r.Proto == proto && r.PortLo != 0 {
+					bounds[int(r.PortLo)] = true
+					bounds[int(max(r.PortLo, r.PortHi))+1] = true
+				}
+			}
+			var cuts []int
+			for b := range bounds {
+				cuts = append(cuts, b)
+			}
+			sort.Ints(cuts)
+			var vs []VBox
+			for i := 0; i+1 < len(cuts); i++ {
+				lo, hi := uint16(cuts[i]), uint16(cuts[i+1]-1)
+				v := first(proto, lo, hi)
+				if n := len(vs); n > 0 && vs[n-1].Verdict == v {
+					vs[n-1].PortHi = hi
+					continue
+				}
+				vs = append(vs, VBox{Box{Peer: atom, ProtoLo: proto, ProtoHi: proto, PortLo: lo, PortHi: hi}, v})
+			}
+			return vs
+		}
+		// Walk the protocols: a run of protocols each with one verdict
+		// on every port is one box; a named protocol with several is
+		// its port ranges.
+		var run *VBox
+		flush := func() {
+			if run != nil && run.Verdict != none {
+				out = append(out, *run)
+			}
+			run = nil
+		}
+		for p := 0; p <= 255; p++ {
+			proto := uint8(p)
+			v := first(proto, 0, 65535)
+			if named[proto] {
+				vs := ports(proto)
+				if len(vs) > 1 {
+					flush()
+					for _, b := range vs {
+						if b.Verdict != none {
+							out = append(out, b)
+						}
+					}
+					continue
+				}
+				v = vs[0].Verdict
+			}
+			if run != nil && run.Verdict == v {
+				run.ProtoHi = proto
+				continue
+			}
+			flush()
+			run = &VBox{Box{Peer: atom, ProtoLo: proto, ProtoHi: proto, PortLo: 0, PortHi: 65535}, v}
+		}
+		flush()
+	}
+	return out
 }
 
 // Box is one set element: a peer prefix, a protocol range and a port
