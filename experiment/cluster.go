@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -196,18 +197,59 @@ func (c *clusterBackend) probeCells(pols []*policy.Policy, n int) ([]probeCell, 
 	for _, k := range []int{c.inForceN, n} {
 		candidates = append(candidates, fillerPort+2*max(k-1, 0), fillerPort+2*k)
 	}
-	added := 0
-	for _, port := range candidates {
-		if seen[port] || port > 65535 || added == 2 || !c.inForceKnown {
-			continue
-		}
-		seen[port] = true
-		if pc := cell(port); pc.changes {
-			cells = append(cells, pc)
-			added++
+	// The cluster policies' ports are chosen among apart, so that a
+	// change of NetworkPolicies does not crowd them out.
+	for _, group := range [][]int{candidates, append(clusterProbePorts(pols), clusterProbePorts(c.inForce)...)} {
+		added := 0
+		for _, port := range group {
+			if seen[port] || port <= 0 || port > 65535 || added == 2 || !c.inForceKnown {
+				continue
+			}
+			seen[port] = true
+			if pc := cell(port); pc.changes {
+				cells = append(cells, pc)
+				added++
+			}
 		}
 	}
 	return cells, nil
+}
+
+// clusterProbePorts are the TCP ports, one by one, that the rules of a
+// set's cluster policies name: the last Admin-tier policy's (the highest
+// priority number: when it is enforced the tier is) first, then every
+// Baseline-tier policy's. A probe of one whose verdict the apply changes
+// tells a cluster that enforces the tiers from one whose CNI ignores them
+// (accepting their CRDs does not enforce them).
+func clusterProbePorts(pols []*policy.Policy) []int {
+	var last *policy.Policy
+	var baseline []*policy.Policy
+	for _, p := range pols {
+		switch p.Tier {
+		case policy.TierAdmin:
+			if last == nil || p.Priority >= last.Priority {
+				last = p
+			}
+		case policy.TierBaseline:
+			baseline = append(baseline, p)
+		}
+	}
+	var ports []int
+	for _, p := range append([]*policy.Policy{last}, baseline...) {
+		if p == nil {
+			continue
+		}
+		for _, s := range p.Specs {
+			for _, r := range append(slices.Clone(s.Ingress.Ordered), s.Egress.Ordered...) {
+				for _, pt := range r.Ports {
+					if pt.Protocol == policy.TCP && pt.Name == "" && pt.Port > 0 && pt.EndPort == 0 {
+						ports = append(ports, pt.Port)
+					}
+				}
+			}
+		}
+	}
+	return ports
 }
 
 // errNotEnforced marks a cluster that does not do what the policies say.

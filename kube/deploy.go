@@ -282,12 +282,16 @@ func (c *Client) deletePods(ctx context.Context, run string, nsMap map[string]st
 	return nil
 }
 
-// Down deletes everything of a run (every run's when run is ""): the
-// namespaces labeled with it, which takes their pods and policies along.
-// It waits until they are gone when wait is set, and returns the
+// Down deletes everything of a run (every run's when run is ""): its
+// cluster-scoped policies (DeleteClusterPolicies), then the namespaces
+// labeled with it, which takes their pods and policies along. It waits
+// until the namespaces are gone when wait is set, and returns the
 // namespaces it deleted. Namespaces without cnlab's labels are never
 // touched.
 func (c *Client) Down(ctx context.Context, run string, wait bool) ([]string, error) {
+	if _, err := c.DeleteClusterPolicies(ctx, run); err != nil {
+		return nil, err
+	}
 	sel := ManagedLabel + "=" + FieldManager
 	if run != "" {
 		sel += "," + RunLabel + "=" + run

@@ -35,7 +35,8 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 func fakeClient(objs ...runtime.Object) (*Client, *fake.Clientset) {
 	k := fake.NewClientset(objs...)
 	d := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{CiliumPolicies: "CiliumNetworkPolicyList"})
+		map[schema.GroupVersionResource]string{CiliumPolicies: "CiliumNetworkPolicyList",
+			AdminPolicies: "AdminNetworkPolicyList", BaselinePolicies: "BaselineAdminNetworkPolicyList", ClusterPolicies: "ClusterNetworkPolicyList"})
 	return &Client{Config: Config{Image: DefaultImage}, K: k, Dynamic: d, Server: "https://fake"}, k
 }
 

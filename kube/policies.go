@@ -26,9 +26,9 @@ var CiliumPolicies = schema.GroupVersionResource{Group: "cilium.io", Version: "v
 
 // Object is one policy document, rewritten for the cluster.
 type Object struct {
-	Kind      string // NetworkPolicy or CiliumNetworkPolicy
-	Namespace string // the cluster namespace
-	Name      string
+	Kind      string // NetworkPolicy, CiliumNetworkPolicy, or a cluster-scoped kind (clusterKinds)
+	Namespace string // the cluster namespace ("" for a cluster-scoped kind)
+	Name      string // the name on the cluster
 	Body      map[string]any
 }
 
@@ -43,6 +43,11 @@ var namespaceKeys = []string{"kubernetes.io/metadata.name", "k8s:io.kubernetes.p
 // the run's namespace for it, and the run's labels are added. file names
 // the text in errors. A document naming a namespace the topology does not
 // have is refused: cnlab applies only to namespaces it owns.
+//
+// A cluster-scoped policy (AdminNetworkPolicy, BaselineAdminNetworkPolicy,
+// ClusterNetworkPolicy) is renamed cnlab-RUN-NAME (a
+// BaselineAdminNetworkPolicy stays default) and its subject is restricted
+// to the run's namespaces (rewriteCluster).
 func RewritePolicies(text []byte, file string, nsMap map[string]string, run string) ([]Object, error) {
 	return rewrite(text, file, nsMap, run, k8sdoc.Policies.Names())
 }
@@ -74,13 +79,22 @@ func rewrite(text []byte, file string, nsMap map[string]string, run string, kind
 		case kind == "CiliumClusterwideNetworkPolicy":
 			return nil, fmt.Errorf("%s: document %d: a CiliumClusterwideNetworkPolicy would apply to pods cnlab does not own: write a CiliumNetworkPolicy per namespace", file, i+1)
 		default:
-			return nil, fmt.Errorf("%s: document %d: kind %q: here the kubernetes backend applies %s", file, i+1, kind, strings.Join(kinds, " and "))
+			return nil, fmt.Errorf("%s: document %d: kind %q: here the kubernetes backend applies %s", file, i+1, kind, oneOf(kinds))
 		}
 		md, _ := body["metadata"].(map[string]any)
 		if md == nil {
 			return nil, fmt.Errorf("%s: document %d: no metadata", file, i+1)
 		}
 		name, _ := md["name"].(string)
+		if _, ok := clusterKindOf(kind); ok {
+			cname, err := rewriteCluster(body, md, kind, name, nsMap, run)
+			if err != nil {
+				return nil, fmt.Errorf("%s: document %d (%s %s): %w", file, i+1, kind, name, err)
+			}
+			addLabels(md, run)
+			out = append(out, Object{Kind: kind, Name: cname, Body: body})
+			continue
+		}
 		ns, _ := md["namespace"].(string)
 		if ns == "" {
 			ns = topology.DefaultNamespace
@@ -90,14 +104,7 @@ func rewrite(text []byte, file string, nsMap map[string]string, run string, kind
 			return nil, fmt.Errorf("%s: document %d (%s %s): metadata.namespace %q is not a namespace of the topology", file, i+1, kind, name, ns)
 		}
 		md["namespace"] = cns
-		labels, _ := md["labels"].(map[string]any)
-		if labels == nil {
-			labels = map[string]any{}
-		}
-		for k, v := range ownLabels(run) {
-			labels[k] = v
-		}
-		md["labels"] = labels
+		addLabels(md, run)
 		if _, svc := k8sdoc.Services.Lookup(kind); svc { // a Service's selector stays
 			out = append(out, Object{Kind: kind, Namespace: cns, Name: name, Body: body})
 			continue
@@ -115,6 +122,26 @@ func rewrite(text []byte, file string, nsMap map[string]string, run string, kind
 		out = append(out, Object{Kind: kind, Namespace: cns, Name: name, Body: body})
 	}
 	return out, nil
+}
+
+// addLabels adds the run's labels to a document's metadata.
+func addLabels(md map[string]any, run string) {
+	labels, _ := md["labels"].(map[string]any)
+	if labels == nil {
+		labels = map[string]any{}
+	}
+	for k, v := range ownLabels(run) {
+		labels[k] = v
+	}
+	md["labels"] = labels
+}
+
+// oneOf spells kinds as "A and B", "A, B and C".
+func oneOf(kinds []string) string {
+	if len(kinds) < 2 {
+		return strings.Join(kinds, "")
+	}
+	return strings.Join(kinds[:len(kinds)-1], ", ") + " and " + kinds[len(kinds)-1]
 }
 
 // rewriteNamespaces maps namespace names in selectors, in place.
@@ -175,10 +202,12 @@ func rewriteNamespaces(v any, nsMap map[string]string) error {
 // ApplyPolicies makes objs the run's policies: each is applied with
 // server-side apply (field manager cnlab, forced: a field someone changed
 // since is taken back), and the run's policies that objs no longer hold
-// are deleted. namespaces are the run's. A policy of the same name that
-// cnlab did not create is refused (ErrNotOwned) before anything changes.
+// are deleted, its cluster-scoped ones included. namespaces are the run's.
+// A policy of the same name that cnlab did not create (or, cluster-scoped,
+// that another run did) is refused (ErrNotOwned), and so is a
+// cluster-scoped kind the cluster has no CRD for, before anything changes.
 func (c *Client) ApplyPolicies(ctx context.Context, run string, namespaces []string, objs []Object) error {
-	existing := map[string]metav1.Object{} // "Kind ns/name"
+	existing := map[string]metav1.Object{} // objectKey
 	cilium := true
 	for _, ns := range namespaces {
 		l, err := c.K.NetworkingV1().NetworkPolicies(ns).List(ctx, metav1.ListOptions{})
@@ -186,7 +215,7 @@ func (c *Client) ApplyPolicies(ctx context.Context, run string, namespaces []str
 			return fmt.Errorf("list NetworkPolicies in %s: %w", ns, err)
 		}
 		for i := range l.Items {
-			existing["NetworkPolicy "+ns+"/"+l.Items[i].Name] = &l.Items[i]
+			existing[objectKey("NetworkPolicy", ns, l.Items[i].Name)] = &l.Items[i]
 		}
 		cl, err := c.Dynamic.Resource(CiliumPolicies).Namespace(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -194,38 +223,52 @@ func (c *Client) ApplyPolicies(ctx context.Context, run string, namespaces []str
 			continue
 		}
 		for i := range cl.Items {
-			existing["CiliumNetworkPolicy "+ns+"/"+cl.Items[i].GetName()] = &cl.Items[i]
+			existing[objectKey("CiliumNetworkPolicy", ns, cl.Items[i].GetName())] = &cl.Items[i]
 		}
+	}
+	if err := c.listClusterPolicies(ctx, existing, clusterKindsOf(objs)); err != nil {
+		return err
 	}
 	keep := map[string]bool{}
 	for _, o := range objs {
-		key := o.Kind + " " + o.Namespace + "/" + o.Name
+		key := o.Ref()
 		if e, ok := existing[key]; ok && !owned(e, run) {
-			return fmt.Errorf("%s %s/%s %w", o.Kind, o.Namespace, o.Name, ErrNotOwned)
+			if o.Namespace == "" {
+				return notOwnedCluster(o, e)
+			}
+			return fmt.Errorf("%s %w", key, ErrNotOwned)
 		}
 		keep[key] = true
 	}
+	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
 	for _, o := range objs {
 		data, err := json.Marshal(o.Body)
 		if err != nil {
 			return err
 		}
-		switch o.Kind {
-		case "NetworkPolicy":
+		ck, cluster := clusterKindOf(o.Kind)
+		switch {
+		case o.Kind == "NetworkPolicy":
 			var ac networkingv1ac.NetworkPolicyApplyConfiguration
 			if err := json.Unmarshal(data, &ac); err != nil {
 				return fmt.Errorf("NetworkPolicy %s/%s: %w", o.Namespace, o.Name, err)
 			}
-			_, err = c.K.NetworkingV1().NetworkPolicies(o.Namespace).Apply(ctx, &ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+			_, err = c.K.NetworkingV1().NetworkPolicies(o.Namespace).Apply(ctx, &ac, opts)
+		case cluster:
+			u := &unstructured.Unstructured{Object: o.Body}
+			_, err = c.Dynamic.Resource(ck.gvr).Apply(ctx, o.Name, u, opts)
+			if apierrors.IsNotFound(err) {
+				err = fmt.Errorf("%w (%w)", err, ck.missing())
+			}
 		default:
 			u := &unstructured.Unstructured{Object: o.Body}
-			_, err = c.Dynamic.Resource(CiliumPolicies).Namespace(o.Namespace).Apply(ctx, o.Name, u, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+			_, err = c.Dynamic.Resource(CiliumPolicies).Namespace(o.Namespace).Apply(ctx, o.Name, u, opts)
 			if err != nil && (apierrors.IsNotFound(err) || !cilium) {
 				err = fmt.Errorf("%w (is Cilium installed? the cluster has no CiliumNetworkPolicy resource)", err)
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("apply %s %s/%s: %w", o.Kind, o.Namespace, o.Name, err)
+			return fmt.Errorf("apply %s: %w", o.Ref(), err)
 		}
 	}
 	for _, key := range slices.Sorted(maps.Keys(existing)) {
@@ -233,9 +276,11 @@ func (c *Client) ApplyPolicies(ctx context.Context, run string, namespaces []str
 		if keep[key] || !owned(e, run) {
 			continue
 		}
-		kind, _, _ := strings.Cut(key, " ")
+		kind := kindOf(key)
 		var err error
-		if kind == "NetworkPolicy" {
+		if ck, ok := clusterKindOf(kind); ok {
+			err = c.Dynamic.Resource(ck.gvr).Delete(ctx, e.GetName(), metav1.DeleteOptions{})
+		} else if kind == "NetworkPolicy" {
 			err = c.K.NetworkingV1().NetworkPolicies(e.GetNamespace()).Delete(ctx, e.GetName(), metav1.DeleteOptions{})
 		} else {
 			err = c.Dynamic.Resource(CiliumPolicies).Namespace(e.GetNamespace()).Delete(ctx, e.GetName(), metav1.DeleteOptions{})

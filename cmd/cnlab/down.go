@@ -95,8 +95,8 @@ touched.`,
 	return cmd
 }
 
-// downCluster deletes a run's namespaces (or every one cnlab created) on
-// a cluster and waits until they are gone.
+// downCluster deletes a run's cluster-scoped policies and namespaces (or
+// every one cnlab created) on a cluster and waits until they are gone.
 func downCluster(e *env, cmd *cobra.Command, kc kube.Config, args []string, all bool) error {
 	run := ""
 	if !all {
@@ -110,6 +110,13 @@ func downCluster(e *env, cmd *cobra.Command, kc kube.Config, args []string, all 
 		return err
 	}
 	start := time.Now()
+	pols, err := c.DeleteClusterPolicies(cmd.Context(), run)
+	for _, p := range pols {
+		fmt.Fprintf(e.stdout, "%s deleted\n", p)
+	}
+	if err != nil {
+		return err
+	}
 	gone, err := c.Down(cmd.Context(), run, true)
 	for _, ns := range gone {
 		fmt.Fprintf(e.stdout, "namespace %s deleted\n", ns)
@@ -117,7 +124,7 @@ func downCluster(e *env, cmd *cobra.Command, kc kube.Config, args []string, all 
 	if err != nil {
 		return err
 	}
-	if len(gone) == 0 {
+	if len(gone)+len(pols) == 0 {
 		what := "run " + run
 		if all {
 			what = "any run"
