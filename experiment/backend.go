@@ -180,6 +180,9 @@ func (s *Spec) resolveKubeParams(p *results.Params, bad func(key, format string,
 	if p.Network == results.NetworkHost && (p.Policies > 0 || p.PolicyMode == results.ModeL4Rules) {
 		return bad("policies", "%d with network host: NetworkPolicy does not apply to pods in the node's network (Kubernetes leaves it undefined; most CNIs ignore them): sweep policies in the pod network", p.Policies)
 	}
+	if p.Network == results.NetworkHost && p.ClusterPolicies > 0 {
+		return bad("clusterPolicies", "%d with network host: pods in the node's network are never a cluster policy's subjects (network-policy-api): sweep cluster policies in the pod network", p.ClusterPolicies)
+	}
 	// Services: the cluster's kube-proxy (or its replacement) serves them.
 	if p.ServiceBackends == 0 {
 		p.ServiceBackends = 1

@@ -115,6 +115,7 @@ func (c *clusterBackend) policies(ctx context.Context, p results.Params, b *resu
 		return err
 	}
 	a := results.Apply{Policies: p.Policies, PolicyMode: p.PolicyMode}
+	recordCluster(&a, p)
 	cells, err := c.probeCells(pols, p.Policies)
 	if err != nil {
 		return err
@@ -149,7 +150,7 @@ func (c *clusterBackend) policies(ctx context.Context, p results.Params, b *resu
 	}
 	b.PolicyApply = append(b.PolicyApply, a)
 	if err != nil {
-		return fmt.Errorf("%d %s policies: %w", p.Policies, p.PolicyMode, err)
+		return fmt.Errorf("%s: %w", policiesLabel(p), err)
 	}
 	return nil
 }

@@ -92,3 +92,21 @@ func clusterPolicyText(p results.Params) string {
 	deny(clusterPort - 2)
 	return strings.TrimSuffix(b.String(), "---\n")
 }
+
+// recordCluster adds the point's cluster policies to the record of its
+// policy update.
+func recordCluster(a *results.Apply, p results.Params) {
+	if p.ClusterPolicies > 0 {
+		a.ClusterPolicies, a.ClusterPolicyMatch = p.ClusterPolicies, p.ClusterPolicyMatch
+	}
+}
+
+// policiesLabel names a point's generated policies in an error: "100
+// no-match policies", and its cluster policies when it has any.
+func policiesLabel(p results.Params) string {
+	s := fmt.Sprintf("%d %s policies", p.Policies, p.PolicyMode)
+	if p.ClusterPolicies > 0 {
+		s += fmt.Sprintf(" and %d cluster policies (match %s)", p.ClusterPolicies, p.ClusterPolicyMatch)
+	}
+	return s
+}

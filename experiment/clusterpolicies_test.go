@@ -34,13 +34,20 @@ func TestClusterPolicyKeys(t *testing.T) {
 			t.Errorf("%q: %v is not an input error", tc.src, err)
 		}
 	}
-	for _, key := range []string{"clusterPolicies: [10]", "clusterPolicyMatch: [none]"} {
-		src := base + "matrix: {topology: [multi-host], " + key + "}\n"
-		_, err := ParseFor([]byte(src), "x.yaml", false, results.BackendKubernetes)
-		want := "cannot apply with --backend kubernetes: the kubernetes backend does not apply cluster policies yet"
-		if err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "x.yaml: matrix.cluster") {
-			t.Errorf("%s on the kubernetes backend: error %v, want %q", key, err, want)
-		}
+	// The kubernetes backend applies them (docs/kubernetes.md, "Cluster
+	// policies"), in the pod network only.
+	src := base + "matrix: {topology: [multi-host], clusterPolicies: [0, 10], clusterPolicyMatch: [none, last]}\n"
+	s, err := ParseFor([]byte(src), "x.yaml", false, results.BackendKubernetes)
+	if err != nil {
+		t.Fatalf("on the kubernetes backend: %v", err)
+	}
+	pts, err := s.Points()
+	if err != nil || len(pts) != 3 || pts[2].Params.ClusterPolicies != 10 || pts[2].Params.ClusterPolicyMatch != results.ClusterMatchLast {
+		t.Errorf("on the kubernetes backend: %d points (%v), want 3 with 10 and last last", len(pts), err)
+	}
+	_, err = ParseFor([]byte(base+"matrix: {topology: [multi-host], network: [host], clusterPolicies: [10]}\n"), "x.yaml", false, results.BackendKubernetes)
+	if want := "x.yaml: matrix.clusterPolicies: 10 with network host: pods in the node's network are never a cluster policy's subjects"; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("network host: error %v, want %s...", err, want)
 	}
 }
 
@@ -164,3 +171,32 @@ func TestGeneratedClusterPolicies(t *testing.T) {
 }
 
 func adminName(i int) string { return fmt.Sprintf("admin-%04d", i) }
+
+// TestClusterPoliciesProbed: on a cluster, the enforcement probe of the
+// generated cluster policies connects on the last Admin-tier policy's
+// port and the Baseline policy's, which they deny: a CNI that ignores
+// the tiers fails the point.
+func TestClusterPoliciesProbed(t *testing.T) {
+	top, err := topology.Preset("multi-host", topology.PresetOptions{}, topology.Overrides{Name: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols, err := parseGenerated(policyText(results.Params{ClusterPolicies: 10, ClusterPolicyMatch: results.ClusterMatchNone}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb := &clusterBackend{cur: top, inForceKnown: true}
+	cells, err := cb.probeCells(pols, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied := map[int]bool{}
+	for _, c := range cells {
+		if c.changes && !c.allowed {
+			denied[c.port] = true
+		}
+	}
+	if !denied[clusterPort+2*9] || !denied[clusterPort-2] {
+		t.Errorf("probe cells %+v: want ports %d and %d denied by the apply", cells, clusterPort+2*9, clusterPort-2)
+	}
+}

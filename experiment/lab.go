@@ -231,9 +231,7 @@ func (l *labBackend) policies(ctx context.Context, p results.Params, b *results.
 	t0 := time.Now()
 	_, err = lab.Replace(ctx, l.cur.Name, pols)
 	a := results.Apply{Policies: p.Policies, PolicyMode: p.PolicyMode, L7Mode: p.L7Mode, L7Rules: p.L7Rules, L7Match: p.L7Match, Seconds: time.Since(t0).Seconds()}
-	if p.ClusterPolicies > 0 {
-		a.ClusterPolicies, a.ClusterPolicyMatch = p.ClusterPolicies, p.ClusterPolicyMatch
-	}
+	recordCluster(&a, p)
 	if err != nil {
 		a.Error = err.Error()
 	}
@@ -245,10 +243,7 @@ func (l *labBackend) policies(ctx context.Context, p results.Params, b *results.
 		if p.L7Mode != "" {
 			return fmt.Errorf("apply the L7 policy (%s): %w", l7Label(p), err)
 		}
-		if p.ClusterPolicies > 0 {
-			return fmt.Errorf("apply %d %s policies and %d cluster policies (match %s): %w", p.Policies, p.PolicyMode, p.ClusterPolicies, p.ClusterPolicyMatch, err)
-		}
-		return fmt.Errorf("apply %d %s policies: %w", p.Policies, p.PolicyMode, err)
+		return fmt.Errorf("apply %s: %w", policiesLabel(p), err)
 	}
 	l.curPol = text
 	return nil

@@ -142,7 +142,6 @@ func itself(v string) string { return v }
 func buildAxes() []Axis {
 	const chainHops, nf, ovs = "chains are namespaces in series on one machine", "network functions go in chain hops", "Open vSwitch bridges go in chains"
 	const l7 = "not yet: L7 policies need the cluster's proxy"
-	const clusterTiers = "the kubernetes backend does not apply cluster policies yet"
 	axes := []Axis{
 		{Key: "topology", Show: itself},
 		{Key: "link", Kube: "the cluster's nodes are joined by their own network", Show: itself, Label: "link"},
@@ -226,13 +225,13 @@ func buildAxes() []Axis {
 			return ""
 		}},
 		{Key: "l7Match", Values: L7Matches, Kube: l7},
-		{Key: "clusterPolicies", Min: 0, Max: MaxClusterPolicies, Kube: clusterTiers, CSV: CSVWhenSet, TextFirst: true, FigureX: 10, XLabel: "Admin-tier cluster policies in front of the flow", Show: counted("cluster policy", "cluster policies"), Text: func(p Params) string {
+		{Key: "clusterPolicies", Min: 0, Max: MaxClusterPolicies, CSV: CSVWhenSet, TextFirst: true, FigureX: 10, XLabel: "Admin-tier cluster policies in front of the flow", Show: counted("cluster policy", "cluster policies"), Text: func(p Params) string {
 			if p.ClusterPolicies > 0 || p.ClusterPolicyMatch != "" {
 				return fmt.Sprintf("cluster-policies=%d", p.ClusterPolicies)
 			}
 			return ""
 		}},
-		{Key: "clusterPolicyMatch", Values: ClusterMatches, Kube: clusterTiers, CSV: CSVWhenSet, TextFirst: true, Show: func(v string) string {
+		{Key: "clusterPolicyMatch", Values: ClusterMatches, CSV: CSVWhenSet, TextFirst: true, Show: func(v string) string {
 			switch v {
 			case ClusterMatchNone:
 				return "no cluster policy matches"
