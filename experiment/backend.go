@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/cnlab/cnlab/experiment/results"
@@ -231,6 +232,16 @@ func (s *Spec) Topologies() ([]*topology.Spec, error) {
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// UsesClusterPolicies reports whether a point generates cluster policies
+// (ClusterNetworkPolicy: clusterPolicyText).
+func (s *Spec) UsesClusterPolicies() bool {
+	points, err := s.Points()
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(points, func(p results.Point) bool { return p.Params.ClusterPolicies > 0 })
 }
 
 // UsesPolicyMode reports whether a point generates policies in mode.

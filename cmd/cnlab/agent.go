@@ -15,6 +15,7 @@ import (
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/kube"
+	"github.com/cnlab/cnlab/policy"
 	"github.com/spf13/cobra"
 )
 
@@ -215,6 +216,11 @@ func newKubeBackend(ctx context.Context, c kube.Config, s *experiment.Spec, run 
 	slices.Sort(nss)
 	if err := cl.Preflight(ctx, run, hosts, nss, s.UsesPolicyMode(results.ModeTerms)); err != nil {
 		return nil, err
+	}
+	if s.UsesClusterPolicies() {
+		if err := cl.CheckClusterPolicyKinds("matrix.clusterPolicies", policy.KindClusterNP); err != nil {
+			return nil, err
+		}
 	}
 	return &kube.Backend{C: cl, Self: self, Run: run}, nil
 }
