@@ -359,17 +359,20 @@ func (m *Model) side(subject, remote *topology.Endpoint, remoteIP netip.Addr, pr
 	if len(m.admin)+len(m.baseline) > 0 {
 		return m.tieredSide(subject, remote, remoteIP, proto, port, dst, egress)
 	}
-	return m.npSide(subject, remote, remoteIP, proto, port, dst, egress)
+	s, _ := m.npSide(subject, remote, remoteIP, proto, port, dst, egress)
+	return s
 }
 
 // npSide decides one side by the NetworkPolicy tier alone: NetworkPolicy
-// and CiliumNetworkPolicy.
-func (m *Model) npSide(subject, remote *topology.Endpoint, remoteIP netip.Addr, proto string, port int, dst *topology.Endpoint, egress bool) Side {
+// and CiliumNetworkPolicy. decided says whether the tier decided: the
+// subject is isolated, or one of its rules matched (a CiliumNetworkPolicy
+// without default deny decides what its rules match and nothing else).
+func (m *Model) npSide(subject, remote *topology.Endpoint, remoteIP netip.Addr, proto string, port int, dst *topology.Endpoint, egress bool) (s Side, decided bool) {
 	dirName := "ingress"
 	if egress {
 		dirName = "egress"
 	}
-	s := Side{Endpoint: subject.ID()}
+	s = Side{Endpoint: subject.ID()}
 	var allowRule string
 	var notes []string
 	for _, p := range m.Policies {
@@ -390,7 +393,7 @@ func (m *Model) npSide(subject, remote *topology.Endpoint, remoteIP netip.Addr, 
 					s.Reason = fmt.Sprintf("denied by %s %s", p.Ref(), r.Path)
 					s.Rule = p.Ref() + " " + r.Path
 					s.Selected = s.Selected || d.Enforce
-					return s
+					return s, true
 				}
 			}
 			if d.Enforce {
@@ -415,6 +418,7 @@ func (m *Model) npSide(subject, remote *topology.Endpoint, remoteIP netip.Addr, 
 			}
 		}
 	}
+	decided = s.Selected || allowRule != ""
 	switch {
 	case !s.Selected:
 		s.Allowed = true
@@ -427,5 +431,5 @@ func (m *Model) npSide(subject, remote *topology.Endpoint, remoteIP netip.Addr, 
 		s.Reason = fmt.Sprintf("no rule allows it: %s is isolated for %s by %s", subject.ID(), dirName, strings.Join(s.SelectedBy, ", "))
 		s.Notes = notes
 	}
-	return s
+	return s, decided
 }

@@ -109,7 +109,12 @@ func Parse(data []byte, file string) ([]*Policy, error) {
 	return out, nil
 }
 
-type parser struct{ *k8sdoc.Doc }
+type parser struct {
+	*k8sdoc.Doc
+	// v1alpha1: a pods: selector of a cluster policy needs its
+	// namespaceSelector (v0.1.8's CRD requires it; v1alpha2's does not).
+	v1alpha1 bool
+}
 
 func (p *parser) errf(path, format string, args ...any) error {
 	return p.Errorf(path, format, args...)
@@ -122,7 +127,7 @@ func header(d *k8sdoc.Doc, obj *rawObject) (*parser, *Policy, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &parser{d}, &Policy{Kind: obj.Kind, Namespace: ns, Name: obj.Metadata.Name}, nil
+	return &parser{Doc: d}, &Policy{Kind: obj.Kind, Namespace: ns, Name: obj.Metadata.Name}, nil
 }
 
 func decodeNetworkPolicy(d *k8sdoc.Doc, obj *rawObject) (*Policy, error) {

@@ -63,7 +63,7 @@ func clusterHeader(d *k8sdoc.Doc, obj *rawObject, tier Tier) (*parser, *Policy, 
 	if err := labels.CheckSet(m.Labels); err != nil {
 		return nil, nil, d.Errorf("metadata.labels", "%v", err)
 	}
-	p := &parser{d}
+	p := &parser{Doc: d, v1alpha1: obj.Kind != KindClusterNP}
 	if isEmpty(&obj.Spec) {
 		if !isEmpty(&obj.Specs) {
 			return nil, nil, p.errf("specs", "a %s has spec:, not specs:", obj.Kind)
@@ -260,6 +260,9 @@ func (p *parser) subject(r *rawSubject) (Spec, error) {
 func (p *parser) namespacedPod(r *rawNamespacedPod, path string) (*EndpointSel, error) {
 	if r.PodSelector == nil {
 		return nil, p.errf(path+".podSelector", "is required (use {} for every pod of the selected namespaces)")
+	}
+	if r.NamespaceSelector == nil && p.v1alpha1 {
+		return nil, p.errf(path+".namespaceSelector", "is required in v1alpha1 (use {} for every namespace)")
 	}
 	pods, err := p.selector(r.PodSelector, path+".podSelector", nil)
 	if err != nil {
@@ -539,6 +542,9 @@ func (p *parser) protocols(rs *[]rawProtocol, path string) ([]Port, string, erro
 			port, pr = Port{Protocol: UDP}, r.UDP
 		} else if r.SCTP != nil {
 			port, pr = Port{Protocol: SCTP}, r.SCTP
+		}
+		if pr.DestinationPort == nil {
+			return nil, "", p.errf(pp+"."+strings.ToLower(port.Protocol), "needs destinationPort (number or range), as the API requires: to match every port and protocol, leave protocols out")
 		}
 		if dp := pr.DestinationPort; dp != nil {
 			dpath := pp + "." + strings.ToLower(port.Protocol) + ".destinationPort"

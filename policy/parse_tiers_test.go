@@ -38,7 +38,7 @@ var tierGood = []struct {
     protocols:
     - tcp: {destinationPort: {number: 80}}
     - udp: {destinationPort: {range: {start: 1000, end: 2000}}}
-    - sctp: {}
+    - sctp: {destinationPort: {number: 9}}
     - destinationNamedPort: http
   - action: Accept
     from: [{pods: {podSelector: {matchExpressions: [{key: app, operator: In, values: [db]}]}}}]
@@ -49,14 +49,14 @@ var tierGood = []struct {
     - nodes: {matchLabels: {kubernetes.io/hostname: h1}}
     - networks: [10.0.0.0/8, 192.168.1.7/32, '::/0']
     protocols:
-    - tcp: {}
+    - tcp: {destinationPort: {range: {start: 1, end: 65535}}}
 `, Policy{Kind: KindClusterNP, Name: "c", Tier: TierAdmin, Priority: 10, Specs: []Spec{{
 		SubjectNamespaces: &Selector{MatchLabels: map[string]string{"tenant": "a"}},
 		Ingress: Direction{Ordered: []Rule{
 			{Path: "spec.ingress[0]", Name: "deny-b", Action: ActionDeny, Peers: []Peer{
 				{Endpoints: &EndpointSel{Namespaces: &Selector{MatchLabels: map[string]string{"tenant": "b"}}}},
 				{Endpoints: &EndpointSel{Pods: Selector{MatchLabels: map[string]string{"app": "web"}}, Namespaces: &Selector{MatchLabels: map[string]string{"tenant": "c"}}}},
-			}, Ports: []Port{{Protocol: TCP, Port: 80}, {Protocol: UDP, Port: 1000, EndPort: 2000}, {Protocol: SCTP}, {Protocol: ANY, Name: "http"}}},
+			}, Ports: []Port{{Protocol: TCP, Port: 80}, {Protocol: UDP, Port: 1000, EndPort: 2000}, {Protocol: SCTP, Port: 9}, {Protocol: ANY, Name: "http"}}},
 			{Path: "spec.ingress[1]", Action: ActionAccept, Peers: []Peer{
 				{Endpoints: &EndpointSel{Pods: Selector{Exprs: []Expr{{Key: "app", Operator: OpIn, Values: []string{"db"}}}}, Namespaces: &Selector{}}},
 			}},
@@ -65,7 +65,7 @@ var tierGood = []struct {
 			{Path: "spec.egress[0]", Name: "to-nodes-and-out", Action: ActionPass, Peers: []Peer{
 				{Nodes: &Selector{MatchLabels: map[string]string{"kubernetes.io/hostname": "h1"}}},
 				{CIDR: mustPrefix("10.0.0.0/8")}, {CIDR: mustPrefix("192.168.1.7/32")},
-			}, Ports: []Port{{Protocol: TCP}}},
+			}, Ports: []Port{{Protocol: TCP, Port: 1, EndPort: 65535}}},
 		}},
 	}}}},
 	{"ClusterNetworkPolicy, Baseline tier, subject pods, Pass", cnpTierHead + `spec:
@@ -217,7 +217,11 @@ func tierBad() []struct{ name, yaml, want string } {
 		{"domainNames in v1alpha1", anp + "egress: [{action: Allow, to: [{domainNames: ['*.example.com']}]}]}\n",
 			anpDocPrefix + "spec.egress[0].to[0].domainNames: is not supported: a cnlab lab has no DNS, so there is no name resolution to learn the addresses of a domain from (use networks with its CIDRs)"},
 		{"peer pods without podSelector", cnp + "ingress: [{action: Deny, from: [{pods: {namespaceSelector: {}}}]}]}\n", cnpDocPrefix + "spec.ingress[0].from[0].pods.podSelector: is required (use {} for every pod of the selected namespaces)"},
-		{"peer bad pod selector", banp + "ingress: [{action: Deny, from: [{pods: {podSelector: {matchLabels: {'a b': c}}}}]}]}\n",
+		{"tcp without destinationPort", cnp + "ingress: [{action: Deny, " + from + ", protocols: [{tcp: {}}]}]}\n",
+			cnpDocPrefix + "spec.ingress[0].protocols[0].tcp: needs destinationPort (number or range), as the API requires: to match every port and protocol, leave protocols out"},
+		{"v1alpha1 pods without namespaceSelector", banp + "ingress: [{action: Deny, from: [{pods: {podSelector: {}}}]}]}\n",
+			banpPrefix + "spec.ingress[0].from[0].pods.namespaceSelector: is required in v1alpha1 (use {} for every namespace)"},
+		{"peer bad pod selector", banp + "ingress: [{action: Deny, from: [{pods: {namespaceSelector: {}, podSelector: {matchLabels: {'a b': c}}}}]}]}\n",
 			banpPrefix + `spec.ingress[0].from[0].pods.podSelector.matchLabels: label key "a b": name must be 1-63 characters of letters, digits, '-', '_' or '.', starting and ending with a letter or digit`},
 		{"peer bad namespaces", cnp + "ingress: [{action: Deny, from: [{namespaces: {matchExpressions: [{key: a, operator: In}]}}]}]}\n", cnpDocPrefix + "spec.ingress[0].from[0].namespaces.matchExpressions[0].values: must not be empty for operator In"},
 		{"peer bad nodes", cnp + "egress: [{action: Deny, to: [{nodes: {matchExpressions: [{key: a, operator: Exists, values: [b]}]}}]}]}\n", cnpDocPrefix + "spec.egress[0].to[0].nodes.matchExpressions[0].values: must be empty for operator Exists"},
@@ -244,7 +248,7 @@ func tierBad() []struct{ name, yaml, want string } {
 		{"empty range", cnp + "ingress: [{action: Deny, " + from + ", protocols: [{tcp: {destinationPort: {range: {start: 80, end: 80}}}}]}]}\n", cnpDocPrefix + "spec.ingress[0].protocols[0].tcp.destinationPort.range: start 80 must be less than end 80"},
 		{"bad named port", cnp + "ingress: [{action: Deny, " + from + ", protocols: [{destinationNamedPort: Web_Port}]}]}\n",
 			cnpDocPrefix + `spec.ingress[0].protocols[0].destinationNamedPort: port name "Web_Port" must be lower case letters, digits and single '-', with at least one letter`},
-		{"named port with nodes", cnp + "egress: [{action: Deny, to: [{namespaces: {}}, {nodes: {}}], protocols: [{tcp: {}}, {destinationNamedPort: web}]}]}\n",
+		{"named port with nodes", cnp + "egress: [{action: Deny, to: [{namespaces: {}}, {nodes: {}}], protocols: [{tcp: {destinationPort: {number: 80}}}, {destinationNamedPort: web}]}]}\n",
 			cnpDocPrefix + "spec.egress[0]: the named port of spec.egress[0].protocols[1] cannot be matched on the nodes or networks peer spec.egress[0].to[1]: only pods have named ports (give them separate rules)"},
 		{"v1alpha1 ports in v1alpha2", cnp + "ingress: [{action: Deny, " + from + ", ports: [{portNumber: {port: 80}}]}]}\n",
 			cnpDocPrefix + `spec.ingress[0].ports: unknown field "ports" (known fields: action, from, name, protocols)`},

@@ -132,7 +132,8 @@ func (m *Model) tierSide(pols []*Policy, subject, remote *topology.Endpoint, rem
 // NetworkPolicy tier (npSide): the Admin tier first; a Pass, or no Admin
 // rule, hands the decision to the NetworkPolicy tier; where no
 // NetworkPolicy or CiliumNetworkPolicy isolates the subject in this
-// direction, the Baseline tier decides; what nothing decides is allowed.
+// direction and none of their rules matched, the Baseline tier decides;
+// what nothing decides is allowed.
 func (m *Model) tieredSide(subject, remote *topology.Endpoint, remoteIP netip.Addr, proto string, port int, dst *topology.Endpoint, egress bool) Side {
 	var passed string
 	if len(m.admin) > 0 {
@@ -142,12 +143,12 @@ func (m *Model) tieredSide(subject, remote *topology.Endpoint, remoteIP netip.Ad
 		}
 		passed = s.Passed
 	}
-	s := m.npSide(subject, remote, remoteIP, proto, port, dst, egress)
+	s, decided := m.npSide(subject, remote, remoteIP, proto, port, dst, egress)
 	if passed != "" {
 		s.Passed = passed
 		s.Reason += " (after " + passed + ")"
 	}
-	if s.Selected || len(m.baseline) == 0 {
+	if decided || len(m.baseline) == 0 {
 		return s
 	}
 	if b, ok := m.tierSide(m.baseline, subject, remote, remoteIP, proto, port, dst, egress); ok {

@@ -108,7 +108,7 @@ func TestOverlapWarnings(t *testing.T) {
 		inX    = "subject: {namespaces: {matchLabels: {ns: x}}}, ingress: [{action: Deny, from: [{namespaces: {}}]}]"
 		inY    = "subject: {namespaces: {matchLabels: {ns: y}}}, ingress: [{action: Deny, from: [{namespaces: {}}]}]"
 		outX   = "subject: {namespaces: {matchLabels: {ns: x}}}, egress: [{action: Deny, to: [{namespaces: {}}]}]"
-		inWebs = "subject: {pods: {podSelector: {matchLabels: {app: web}}}}, ingress: [{action: Pass, from: [{namespaces: {}}]}]"
+		inWebs = "subject: {pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: web}}}}, ingress: [{action: Pass, from: [{namespaces: {}}]}]"
 	)
 	cases := []struct {
 		name, yaml string

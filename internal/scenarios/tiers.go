@@ -123,6 +123,14 @@ var Tiers = []Scenario{
 		np("x", "deny-in", "  podSelector: {}\n  policyTypes: [Ingress]\n"),
 		Expect: []Cell{deny("y/b", "x/a", "TCP", 80), allow("y/a", "x/a", "TCP", 80), deny("z/a", "x/a", "TCP", 80), deny("x/b", "x/c", "TCP", 80)}},
 
+	{Name: "baseline: a CiliumNetworkPolicy deny that isolates nothing is final", Policies: cnp("x", "deny-y", "  endpointSelector: {}\n  enableDefaultDeny: {ingress: false}\n  ingressDeny:\n  - fromEndpoints:\n    - matchLabels:\n        k8s:io.kubernetes.pod.namespace: y\n") +
+		cnp2("accept-all", "Baseline", 5, subjX+"  ingress:\n  - action: Accept\n    from:\n    - namespaces: {}\n"),
+		Expect: []Cell{deny("y/a", "x/a", "TCP", 80), allow("z/a", "x/a", "TCP", 80), allow("x/b", "x/a", "UDP", 81)}},
+
+	{Name: "baseline: a CiliumNetworkPolicy allow that isolates nothing is final", Policies: cnp("x", "allow-y", "  endpointSelector: {}\n  enableDefaultDeny: {ingress: false}\n  ingress:\n  - fromEndpoints:\n    - matchLabels:\n        k8s:io.kubernetes.pod.namespace: y\n") +
+		banp(subjX+"  ingress:\n  - action: Deny\n    from:\n    - namespaces: {}\n"),
+		Expect: []Cell{allow("y/a", "x/a", "TCP", 80), deny("z/a", "x/a", "TCP", 80), deny("x/b", "x/a", "UDP", 81)}},
+
 	{Name: "v1alpha2: a Baseline Pass allows", Policies: cnp2("pass-then-deny", "Baseline", 1, subjY+"  ingress:\n  - action: Pass\n    from:\n    - namespaces:\n        matchLabels: {ns: x}\n  - action: Deny\n    from:\n    - namespaces: {}\n"),
 		Expect: []Cell{allow("x/a", "y/a", "TCP", 80), deny("z/a", "y/a", "TCP", 80)}},
 }
