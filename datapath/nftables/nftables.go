@@ -566,42 +566,72 @@ func Ordered(c *policy.Compiled, rules []policy.Entry) []VBox {
 				}
 			}
 		}
-		// first is the verdict of the first entry covering proto and
-		// every port of [lo, hi] (entries' bounds never fall inside).
-		first := func(proto uint8, lo, hi uint16) Verdict {
-			for _, r := range rs {
-				if r.Proto == policy.ProtoAny || r.Proto == proto && (r.PortLo == 0 || lo >= r.PortLo && hi <= max(r.PortLo, r.PortHi)) {
-					return verdict(r)
-				}
+		// The protocols no entry names get the first entry of any
+		// protocol.
+		anyV := none
+		for _, r := range rs {
+			if r.Proto == policy.ProtoAny {
+				anyV = verdict(r)
+				break
 			}
-			return none
 		}
-		// ports returns the port ranges of a named protocol, each with
-		// its verdict, adjacent ranges of one verdict merged.
+		// ports returns the port ranges of a named protocol between the
+		// bounds of its entries, each with the verdict of the first
+		// entry covering it, adjacent ranges of one verdict merged:
+		// each entry in order paints the ranges it covers that no entry
+		// before it did (next skips those painted).
 		ports := func(proto uint8) []VBox {
-			bounds := map[int]bool{0: true, 65536: true}
+			cuts := []int{0, 65536}
 			for _, r := range rs {
 				if r.Proto == proto && r.PortLo != 0 {
-					bounds[int(r.PortLo)] = true
-					bounds[int(max(r.PortLo, r.PortHi))+1] = true
+					cuts = append(cuts, int(r.PortLo), int(max(r.PortLo, r.PortHi))+1)
 				}
-			}
-			var cuts []int
-			for b := range bounds {
-				cuts = append(cuts, b)
 			}
 			sort.Ints(cuts)
-			var vs []VBox
-			for i := 0; i+1 < len(cuts); i++ {
-				lo, hi := uint16(cuts[i]), uint16(cuts[i+1]-1)
-				v := first(proto, lo, hi)
-				if n := len(vs); n > 0 && vs[n-1].Verdict == v {
-					vs[n-1].PortHi = hi
+			cuts = slices.Compact(cuts)
+			n := len(cuts) - 1
+			vs := make([]Verdict, n)
+			next := make([]int, n+1) // next[i]: the first range not painted at or after i (found, with path halving)
+			for i := range next {
+				next[i] = i
+			}
+			find := func(i int) int {
+				for next[i] != i {
+					next[i] = next[next[i]]
+					i = next[i]
+				}
+				return i
+			}
+			left := n
+			for _, r := range rs {
+				a, b := 0, n
+				switch {
+				case r.Proto == policy.ProtoAny, r.Proto == proto && r.PortLo == 0:
+				case r.Proto == proto:
+					a, _ = slices.BinarySearch(cuts, int(r.PortLo))
+					b, _ = slices.BinarySearch(cuts, int(max(r.PortLo, r.PortHi))+1)
+				default:
 					continue
 				}
-				vs = append(vs, VBox{Box{Peer: atom, ProtoLo: proto, ProtoHi: proto, PortLo: lo, PortHi: hi}, v})
+				for i := find(a); i < b; i = find(i) {
+					vs[i] = verdict(r)
+					next[i] = i + 1
+					left--
+				}
+				if left == 0 {
+					break
+				}
 			}
-			return vs
+			var out []VBox
+			for i, v := range vs {
+				lo, hi := uint16(cuts[i]), uint16(cuts[i+1]-1)
+				if k := len(out); k > 0 && out[k-1].Verdict == v {
+					out[k-1].PortHi = hi
+					continue
+				}
+				out = append(out, VBox{Box{Peer: atom, ProtoLo: proto, ProtoHi: proto, PortLo: lo, PortHi: hi}, v})
+			}
+			return out
 		}
 		// Walk the protocols: a run of protocols each with one verdict
 		// on every port is one box; a named protocol with several is
@@ -615,7 +645,7 @@ func Ordered(c *policy.Compiled, rules []policy.Entry) []VBox {
 		}
 		for p := 0; p <= 255; p++ {
 			proto := uint8(p)
-			v := first(proto, 0, 65535)
+			v := anyV
 			if named[proto] {
 				vs := ports(proto)
 				if len(vs) > 1 {
