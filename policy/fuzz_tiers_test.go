@@ -7,7 +7,7 @@ import (
 )
 
 // FuzzParseClusterPolicy feeds the parser mutations of the cluster tiers'
-// documents: it must never panic, refuse with an input.Error, and what it
+// documents, good and bad: it must never panic, refuse with an input.Error, and what it
 // accepts must be a well-formed cluster policy (a tier, no namespace, one
 // spec whose rules are ordered, with an action the kind has), store as
 // text that re-parses to the same policies, and compile on the scenario
@@ -15,6 +15,9 @@ import (
 func FuzzParseClusterPolicy(f *testing.F) {
 	for _, g := range tierGood {
 		f.Add([]byte(g.yaml))
+	}
+	for _, b := range tierBad() {
+		f.Add([]byte(b.yaml))
 	}
 	f.Add([]byte(cnpTierHead + "spec: {tier: Baseline, priority: 3, subject: {pods: {podSelector: {}}}, egress: [{action: Deny, to: [{networks: [10.0.0.0/8, '::/0']}], protocols: [{udp: {destinationPort: {range: {start: 1, end: 9}}}}]}]}\n---\n" +
 		anpHead + "spec: {priority: 3, subject: {namespaces: {}}, ingress: [{action: Pass, from: [{pods: {namespaceSelector: {}, podSelector: {}}}], ports: [{namedPort: serve-80-tcp}]}]}\n"))

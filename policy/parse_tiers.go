@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/cnlab/cnlab/internal/k8sdoc"
 	"github.com/cnlab/cnlab/labels"
@@ -26,13 +27,12 @@ type tierAPI struct {
 	// Most rules per direction, peers per rule, ports (or protocols) per
 	// rule.
 	maxRules, maxPeers, maxPorts int
-	ports                        string // the ports field: "protocols" or "ports"
 }
 
 var (
-	clusterNPAPI  = tierAPI{KindClusterNP, []string{ActionAccept, ActionDeny, ActionPass}, 25, 25, 25, "protocols"}
-	adminNPAPI    = tierAPI{KindAdminNP, []string{ActionAllow, ActionDeny, ActionPass}, MaxTierRules, 100, 100, "ports"}
-	baselineNPAPI = tierAPI{KindBaselineNP, []string{ActionAllow, ActionDeny}, MaxTierRules, 100, 100, "ports"}
+	clusterNPAPI  = tierAPI{KindClusterNP, []string{ActionAccept, ActionDeny, ActionPass}, 25, 25, 25}
+	adminNPAPI    = tierAPI{KindAdminNP, []string{ActionAllow, ActionDeny, ActionPass}, MaxTierRules, 100, 100}
+	baselineNPAPI = tierAPI{KindBaselineNP, []string{ActionAllow, ActionDeny}, MaxTierRules, 100, 100}
 )
 
 // Limits both API versions share.
@@ -236,24 +236,22 @@ func (p *parser) subject(r *rawSubject) (Spec, error) {
 	if r == nil {
 		return s, p.errf(path, "is required (namespaces or pods)")
 	}
-	switch {
-	case r.Namespaces != nil && r.Pods != nil:
-		return s, p.errf(path, "has namespaces and pods: give exactly one")
-	case r.Namespaces != nil:
+	if err := p.exactlyOne(path, "give exactly one", field{"namespaces", r.Namespaces != nil}, field{"pods", r.Pods != nil}); err != nil {
+		return s, err
+	}
+	if r.Namespaces != nil {
 		ns, err := p.selector(r.Namespaces, path+".namespaces", nil)
 		if err != nil {
 			return s, err
 		}
 		s.SubjectNamespaces = &ns
-	case r.Pods != nil:
-		es, err := p.namespacedPod(r.Pods, path+".pods")
-		if err != nil {
-			return s, err
-		}
-		s.Subject, s.SubjectNamespaces = es.Pods, es.Namespaces
-	default:
-		return s, p.errf(path, "needs one of namespaces or pods")
+		return s, nil
 	}
+	es, err := p.namespacedPod(r.Pods, path+".pods")
+	if err != nil {
+		return s, err
+	}
+	s.Subject, s.SubjectNamespaces = es.Pods, es.Namespaces
 	return s, nil
 }
 
@@ -292,7 +290,7 @@ func ingressPeers(in *[]rawTierIngressPeer) *[]rawTierEgressPeer {
 func (p *parser) tierRule(api *tierAPI, path, name, action, peersField string, peers *[]rawTierEgressPeer,
 	ports func() ([]Port, string, error)) (Rule, error) {
 	rule := Rule{Path: path, Name: name, Action: action}
-	if n := len(name); n > maxRuleNameLen {
+	if n := utf8.RuneCountInString(name); n > maxRuleNameLen {
 		return rule, p.errf(path+".name", "is %d characters long, at most %d", n, maxRuleNameLen)
 	}
 	if err := p.action(api, action, path+".action"); err != nil {
@@ -300,7 +298,11 @@ func (p *parser) tierRule(api *tierAPI, path, name, action, peersField string, p
 	}
 	egress := peersField == "to"
 	if peers == nil || len(*peers) == 0 {
-		return rule, p.errf(path+"."+peersField, "is required: at least one peer (%s)", peerFields(egress))
+		names := []string{"namespaces", "pods"}
+		if egress {
+			names = append(names, "nodes", "networks")
+		}
+		return rule, p.errf(path+"."+peersField, "is required: at least one peer (%s)", orList(names))
 	}
 	if n := len(*peers); n > api.maxPeers {
 		return rule, p.errf(path+"."+peersField, "has %d peers: a %s rule has at most %d", n, api.kind, api.maxPeers)
@@ -329,15 +331,51 @@ func (p *parser) tierRule(api *tierAPI, path, name, action, peersField string, p
 	return rule, nil
 }
 
-func peerFields(egress bool) string {
+// peerFields are a peer's fields, with whether r sets them: ingress
+// peers have namespaces and pods only.
+func peerFields(r *rawTierEgressPeer, egress bool) []field {
+	fs := []field{{"namespaces", r.Namespaces != nil}, {"pods", r.Pods != nil}}
 	if egress {
-		return "namespaces, pods, nodes or networks"
+		fs = append(fs, field{"nodes", r.Nodes != nil}, field{"networks", r.Networks != nil})
 	}
-	return "namespaces or pods"
+	return fs
+}
+
+// field is one of the fields of an object that has exactly one.
+type field struct {
+	name string
+	set  bool
+}
+
+// exactlyOne checks that one of fields is set, or says which are (and
+// more, what to do instead).
+func (p *parser) exactlyOne(path, more string, fields ...field) error {
+	var names, set []string
+	for _, f := range fields {
+		names = append(names, f.name)
+		if f.set {
+			set = append(set, f.name)
+		}
+	}
+	switch len(set) {
+	case 0:
+		return p.errf(path, "needs one of %s", orList(names))
+	case 1:
+		return nil
+	}
+	return p.errf(path, "has %s: %s", strings.Join(set, " and "), more)
+}
+
+// orList spells alternatives: "a or b", "a, b or c".
+func orList(xs []string) string {
+	if len(xs) < 2 {
+		return strings.Join(xs, "")
+	}
+	return strings.Join(xs[:len(xs)-1], ", ") + " or " + xs[len(xs)-1]
 }
 
 func (p *parser) action(api *tierAPI, action, path string) error {
-	list := strings.Join(api.actions[:len(api.actions)-1], ", ") + " or " + api.actions[len(api.actions)-1]
+	list := orList(api.actions)
 	switch {
 	case slices.Contains(api.actions, action):
 		return nil
@@ -357,21 +395,8 @@ func (p *parser) tierPeer(r *rawTierEgressPeer, path string, egress bool) ([]Pee
 	if k8sdoc.Given(&r.DomainNames) {
 		return nil, p.errf(path+".domainNames", "is not supported: a cnlab lab has no DNS, so there is no name resolution to learn the addresses of a domain from (use networks with its CIDRs)")
 	}
-	var set []string
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{{"namespaces", r.Namespaces != nil}, {"pods", r.Pods != nil}, {"nodes", r.Nodes != nil}, {"networks", r.Networks != nil}} {
-		if f.set {
-			set = append(set, f.name)
-		}
-	}
-	switch len(set) {
-	case 0:
-		return nil, p.errf(path, "needs one of %s", peerFields(egress))
-	case 1:
-	default:
-		return nil, p.errf(path, "has %s: a peer has exactly one (use one peer for each)", strings.Join(set, " and "))
+	if err := p.exactlyOne(path, "a peer has exactly one (use one peer for each)", peerFields(r, egress)...); err != nil {
+		return nil, err
 	}
 	switch {
 	case r.Namespaces != nil:
@@ -494,27 +519,9 @@ func (p *parser) protocols(rs *[]rawProtocol, path string) ([]Port, string, erro
 	var namedAt string
 	for i, r := range *rs {
 		pp := fmt.Sprintf("%s[%d]", path, i)
-		var set []string
-		var proto string
-		var pr *rawProtoPorts
-		for _, f := range []struct {
-			name, proto string
-			r           *rawProtoPorts
-		}{{"tcp", TCP, r.TCP}, {"udp", UDP, r.UDP}, {"sctp", SCTP, r.SCTP}} {
-			if f.r != nil {
-				set = append(set, f.name)
-				proto, pr = f.proto, f.r
-			}
-		}
-		if r.DestinationNamedPort != nil {
-			set = append(set, "destinationNamedPort")
-		}
-		switch len(set) {
-		case 0:
-			return nil, "", p.errf(pp, "needs one of tcp, udp, sctp or destinationNamedPort")
-		case 1:
-		default:
-			return nil, "", p.errf(pp, "has %s: an entry has exactly one (use one entry for each)", strings.Join(set, " and "))
+		if err := p.exactlyOne(pp, "an entry has exactly one (use one entry for each)", field{"tcp", r.TCP != nil}, field{"udp", r.UDP != nil},
+			field{"sctp", r.SCTP != nil}, field{"destinationNamedPort", r.DestinationNamedPort != nil}); err != nil {
+			return nil, "", err
 		}
 		if r.DestinationNamedPort != nil {
 			port, err := p.namedPort(*r.DestinationNamedPort, pp+".destinationNamedPort")
@@ -527,9 +534,14 @@ func (p *parser) protocols(rs *[]rawProtocol, path string) ([]Port, string, erro
 			out = append(out, port)
 			continue
 		}
-		port := Port{Protocol: proto}
+		port, pr := Port{Protocol: TCP}, r.TCP
+		if r.UDP != nil {
+			port, pr = Port{Protocol: UDP}, r.UDP
+		} else if r.SCTP != nil {
+			port, pr = Port{Protocol: SCTP}, r.SCTP
+		}
 		if dp := pr.DestinationPort; dp != nil {
-			dpath := pp + "." + strings.ToLower(proto) + ".destinationPort"
+			dpath := pp + "." + strings.ToLower(port.Protocol) + ".destinationPort"
 			var err error
 			switch {
 			case dp.Number != nil && dp.Range != nil:
@@ -563,21 +575,9 @@ func (p *parser) anpPorts(rs *[]rawANPPort, path string) ([]Port, string, error)
 	var namedAt string
 	for i, r := range *rs {
 		pp := fmt.Sprintf("%s[%d]", path, i)
-		var set []string
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{{"portNumber", r.PortNumber != nil}, {"namedPort", r.NamedPort != nil}, {"portRange", r.PortRange != nil}} {
-			if f.set {
-				set = append(set, f.name)
-			}
-		}
-		switch len(set) {
-		case 0:
-			return nil, "", p.errf(pp, "needs one of portNumber, namedPort or portRange")
-		case 1:
-		default:
-			return nil, "", p.errf(pp, "has %s: an entry has exactly one (use one entry for each)", strings.Join(set, " and "))
+		if err := p.exactlyOne(pp, "an entry has exactly one (use one entry for each)",
+			field{"portNumber", r.PortNumber != nil}, field{"namedPort", r.NamedPort != nil}, field{"portRange", r.PortRange != nil}); err != nil {
+			return nil, "", err
 		}
 		var port Port
 		var err error

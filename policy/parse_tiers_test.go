@@ -148,7 +148,9 @@ func rules(n int, rule string) string {
 	return "[" + strings.TrimSuffix(strings.Repeat(rule+", ", n), ", ") + "]"
 }
 
-func TestParseTiersBad(t *testing.T) {
+// tierBad are bad documents of the three kinds, one per error path, and
+// the exact error each gets.
+func tierBad() []struct{ name, yaml, want string } {
 	const cnp = cnpTierHead + "spec: {tier: Admin, priority: 1, subject: {namespaces: {}}, "
 	const anp = anpHead + "spec: {priority: 1, subject: {namespaces: {}}, "
 	const banp = banpHead + "spec: {subject: {namespaces: {}}, "
@@ -273,7 +275,11 @@ func TestParseTiersBad(t *testing.T) {
 			banpPrefix + `spec.tier: unknown field "tier" (known fields: egress, ingress, priority, subject)`},
 		{"twice", cnp + "}\n---\n" + cnp + "}\n", "f.yaml: document 2 (ClusterNetworkPolicy c): metadata.name: ClusterNetworkPolicy c is defined twice in this file (also document 1)"},
 	}
-	for _, tc := range cases {
+	return cases
+}
+
+func TestParseTiersBad(t *testing.T) {
+	for _, tc := range tierBad() {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml), "f.yaml")
 			if err == nil {
@@ -358,5 +364,13 @@ func TestParsedTiersInTheModel(t *testing.T) {
 		if v.Allowed != c.allowed || (c.rule != "" && v.Ingress.Rule != c.rule) {
 			t.Errorf("%s -> %s:%d: allowed %v by %q (%s), want %v by %q", c.from, c.to, c.port, v.Allowed, v.Ingress.Rule, v.Ingress.Reason, c.allowed, c.rule)
 		}
+	}
+}
+
+// A rule's name is limited in characters, not bytes, as the CRD counts.
+func TestRuleNameCountsCharacters(t *testing.T) {
+	doc := anpHead + "spec: {priority: 1, subject: {namespaces: {}}, ingress: [{name: " + strings.Repeat("é", 100) + ", action: Deny, from: [{namespaces: {}}]}]}\n"
+	if _, err := Parse([]byte(doc), "f.yaml"); err != nil {
+		t.Error(err)
 	}
 }

@@ -153,30 +153,30 @@ func samePriority(a, b *Policy) bool {
 }
 
 // overlapsOf groups the policies of one tier and priority (in tier order)
-// that overlap.
+// that overlap. Selections are bitsets over the identities, so a pair
+// costs one pass over len(Identities)/64 words.
 func (m *Model) overlapsOf(t Tier, pols []*Policy) []Warning {
+	words := (len(m.Identities) + 63) / 64
 	type sel struct {
-		ids      map[uint32]bool
-		in, eg   bool
-		selected []string
+		ids    []uint64
+		in, eg bool
 	}
 	sels := make([]sel, len(pols))
 	for k, p := range pols {
-		s := sel{ids: map[uint32]bool{}}
+		s := sel{ids: make([]uint64, words)}
 		for si := range p.Specs {
 			sp := &p.Specs[si]
 			s.in = s.in || len(sp.Ingress.Ordered) > 0
 			s.eg = s.eg || len(sp.Egress.Ordered) > 0
-			for _, id := range m.Identities {
-				if !s.ids[id.ID] && m.selects(p, sp, m.endpoint(id.Endpoints[0])) {
-					s.ids[id.ID] = true
+			for i, id := range m.Identities {
+				if m.selects(p, sp, m.endpoint(id.Endpoints[0])) {
+					s.ids[i/64] |= 1 << (i % 64)
 				}
 			}
 		}
 		sels[k] = s
 	}
-	// Union-find over the pairs that overlap.
-	parent := make([]int, len(pols))
+	parent := make([]int, len(pols)) // union-find over overlapping pairs
 	for k := range parent {
 		parent[k] = k
 	}
@@ -187,75 +187,68 @@ func (m *Model) overlapsOf(t Tier, pols []*Policy) []Warning {
 		}
 		return parent[k]
 	}
-	type group struct {
-		dirs   map[Dir]bool
-		shared map[uint32]bool
-	}
-	overlaps := map[[2]int]group{}
+	overlaps := false
 	for a := range pols {
 		for b := a + 1; b < len(pols); b++ {
-			sa, sb := sels[a], sels[b]
-			g := group{dirs: map[Dir]bool{}, shared: map[uint32]bool{}}
-			if sa.in && sb.in {
-				g.dirs[Ingress] = true
-			}
-			if sa.eg && sb.eg {
-				g.dirs[Egress] = true
-			}
-			if len(g.dirs) == 0 {
+			sa, sb := &sels[a], &sels[b]
+			if !(sa.in && sb.in) && !(sa.eg && sb.eg) || find(a) == find(b) {
 				continue
 			}
-			for id := range sa.ids {
-				if sb.ids[id] {
-					g.shared[id] = true
+			for w := range sa.ids {
+				if sa.ids[w]&sb.ids[w] != 0 {
+					parent[find(b)] = find(a)
+					overlaps = true
+					break
 				}
 			}
-			if len(g.shared) == 0 {
-				continue
-			}
-			overlaps[[2]int{a, b}] = g
-			parent[find(b)] = find(a)
 		}
 	}
-	if len(overlaps) == 0 {
+	if !overlaps {
 		return nil
-	}
-	byRoot := map[int]*group{}
-	for pair, g := range overlaps {
-		r := find(pair[0])
-		acc := byRoot[r]
-		if acc == nil {
-			acc = &group{dirs: map[Dir]bool{}, shared: map[uint32]bool{}}
-			byRoot[r] = acc
-		}
-		for d := range g.dirs {
-			acc.dirs[d] = true
-		}
-		for id := range g.shared {
-			acc.shared[id] = true
-		}
 	}
 	var ws []Warning
 	for k := range pols {
-		acc := byRoot[k]
-		if acc == nil || find(k) != k {
+		if find(k) != k {
 			continue
 		}
-		o := &Overlap{Tier: t.String(), Priority: pols[k].Priority}
-		for j, p := range pols {
+		var members []int
+		for j := range pols {
 			if find(j) == k {
-				o.Policies = append(o.Policies, p.Ref())
+				members = append(members, j)
 			}
 		}
-		for _, d := range []Dir{Ingress, Egress} {
-			if acc.dirs[d] {
-				o.Dirs = append(o.Dirs, d)
+		if len(members) < 2 {
+			continue
+		}
+		// Shared: the identities two members with rules in one
+		// direction both select (each such pair overlaps).
+		o := &Overlap{Tier: t.String(), Priority: pols[k].Priority}
+		in, eg := make([]int, len(m.Identities)), make([]int, len(m.Identities))
+		for _, j := range members {
+			o.Policies = append(o.Policies, pols[j].Ref())
+			for i := range m.Identities {
+				if sels[j].ids[i/64]&(1<<(i%64)) != 0 {
+					if sels[j].in {
+						in[i]++
+					}
+					if sels[j].eg {
+						eg[i]++
+					}
+				}
 			}
 		}
-		for _, id := range m.Identities {
-			if acc.shared[id.ID] {
+		var sharedIn, sharedEg bool
+		for i, id := range m.Identities {
+			if in[i] > 1 || eg[i] > 1 {
 				o.Shared = append(o.Shared, id.Endpoints...)
 			}
+			sharedIn, sharedEg = sharedIn || in[i] > 1, sharedEg || eg[i] > 1
+		}
+		if sharedIn {
+			o.Dirs = append(o.Dirs, Ingress)
+		}
+		if sharedEg {
+			o.Dirs = append(o.Dirs, Egress)
 		}
 		sort.Strings(o.Shared)
 		ws = append(ws, Warning{Overlap: o})

@@ -82,7 +82,7 @@ func TestBadInputExitsTwoAndCreatesNothing(t *testing.T) {
 		{[]string{"status", ".."}, `LAB: lab name: ".." must consist`},
 		{[]string{"policy", "frob"}, `unknown policy command "frob" (apply, delete, show, trace)`},
 		{[]string{"policy", "delete", "lab", "--all", "x/a"}, "give policy names or --all, not both"},
-		{[]string{"policy", "delete", "lab", "--kind", "Pod", "x/a"}, `--kind "Pod": NetworkPolicy or CiliumNetworkPolicy`},
+		{[]string{"policy", "delete", "lab", "--kind", "Pod", "x/a"}, `--kind "Pod": one of NetworkPolicy, CiliumNetworkPolicy, ClusterNetworkPolicy, AdminNetworkPolicy, BaselineAdminNetworkPolicy`},
 		{[]string{"policy", "apply", "lab"}, "give at least one -f FILE"},
 		{[]string{"policy", "trace", "lab", "--from", "a", "--to", "b", "--port", "http"}, `--port "http" is not a port number`},
 		{[]string{"probe", "lab", "--timeout", "0s"}, "--timeout must be positive"},

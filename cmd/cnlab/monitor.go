@@ -113,7 +113,7 @@ and host, and the time the proxy took; --type drop shows the denied ones
 					return errDone
 				}
 				return nil
-			})
+			}, m.Policies...)
 			cause := context.Cause(ctx)
 			switch {
 			case errors.Is(err, errDone):

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/k8sdoc"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/labels"
@@ -113,6 +114,7 @@ func newPolicyDeleteCmd(e *env) *cobra.Command {
 		Short: "Delete policies by name, or all of them",
 		Example: `  cnlab policy delete policy-lab y/web-from-front
   cnlab policy delete policy-lab --kind CiliumNetworkPolicy x/protect-a
+  cnlab policy delete policy-lab protect-back      # a cluster-scoped policy: its bare name
   cnlab policy delete policy-lab --all`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -122,8 +124,8 @@ func newPolicyDeleteCmd(e *env) *cobra.Command {
 			if !all && len(args) == 1 {
 				return usagef("give policy names (namespace/name) or --all")
 			}
-			if kind != "" && kind != policy.KindNetworkPolicy && kind != policy.KindCNP {
-				return usagef("--kind %q: NetworkPolicy or CiliumNetworkPolicy", kind)
+			if _, ok := k8sdoc.Policies.Lookup(kind); kind != "" && !ok {
+				return usagef("--kind %q: one of %s", kind, strings.Join(k8sdoc.Policies.Names(), ", "))
 			}
 			if err := needRoot(); err != nil {
 				return err
@@ -140,7 +142,7 @@ func newPolicyDeleteCmd(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "delete every policy of the lab")
-	cmd.Flags().StringVar(&kind, "kind", "", "only policies of this kind (NetworkPolicy, CiliumNetworkPolicy); by default a name held by both kinds deletes both")
+	cmd.Flags().StringVar(&kind, "kind", "", "only policies of this kind (NetworkPolicy, CiliumNetworkPolicy, ClusterNetworkPolicy, AdminNetworkPolicy, BaselineAdminNetworkPolicy); by default a namespace/name held by two kinds deletes both")
 	return cmd
 }
 

@@ -16,8 +16,9 @@ import (
 // to those of to: each identity's entries are the record's, patched where
 // the rules differ, so that a change of a few rules costs a few entries
 // and not the whole flattening (plan recomputes and sorts every entry).
-// An identity whose changed rules include a deny is flattened again (a
-// deny turns the allows nested in it into denies). ok is false when the
+// An identity whose rules include a deny or a cluster tier's entry is
+// flattened again where they change (a deny turns the allows nested in it
+// into denies; a tier's entries decide by precedence). ok is false when the
 // change cannot be patched: the caller then plans from scratch. It can
 // not be when L7 rules are in either set (proxyEntries depends on every
 // entry of the identity), when the peer classes differ (the ipcache), or
@@ -149,8 +150,8 @@ type touch struct {
 // diffRules compares the rules of one direction of an identity, have
 // and want (RulesFor: denies first, otherwise in the order compiled).
 // Only the rules between the longest common head and tail count as
-// changed. nil: nothing changed. full: the change touches a deny, or
-// most of the rules: flatten again.
+// changed. nil: nothing changed. full: the rules hold a deny or a
+// cluster tier's entry, or most of them changed: flatten again.
 func (p *planner) diffRules(have, want []policy.Entry) (rp *rulePatch, full bool) {
 	var eq ruleEq
 	head := 0
@@ -165,7 +166,7 @@ func (p *planner) diffRules(have, want []policy.Entry) (rp *rulePatch, full bool
 	if len(removed) == 0 && len(added) == 0 {
 		return nil, false
 	}
-	if (len(have) > 0 && have[0].Deny) || (len(want) > 0 && want[0].Deny) || 4*(len(removed)+len(added)) > len(want)+len(have) {
+	if mixed(have) || mixed(want) || 4*(len(removed)+len(added)) > len(want)+len(have) {
 		return nil, true
 	}
 	rp = &rulePatch{touched: map[entryAt]*touch{}}
@@ -222,6 +223,14 @@ func (p *planner) diffRules(have, want []policy.Entry) (rp *rulePatch, full bool
 	return rp, false
 }
 
+// mixed reports whether the rules of one direction of an identity (in
+// walking order: the Admin tier, the NetworkPolicy tier's denies, its
+// allows, the Baseline tier) hold anything but NetworkPolicy-tier allows:
+// a patch adds and removes allows only.
+func mixed(rs []policy.Entry) bool {
+	return len(rs) > 0 && (rs[0].Deny || rs[0].Tier != 0 || rs[len(rs)-1].Tier != 0)
+}
+
 // ruleEq compares rules of two compiled sets (==), remembering the last
 // two origins found equal: the rules one policy rule compiles into (one
 // per peer and protocol) share their origin string, so most origins are
@@ -234,7 +243,8 @@ type ruleEq struct {
 
 func (q *ruleEq) equal(a, b *policy.Entry) bool {
 	if a.Subject != b.Subject || a.Dir != b.Dir || a.Deny != b.Deny || a.PeerID != b.PeerID || a.PeerCIDR != b.PeerCIDR ||
-		a.Proto != b.Proto || a.PortLo != b.PortLo || a.PortHi != b.PortHi || a.L7 != b.L7 || len(a.Origin) != len(b.Origin) {
+		a.Proto != b.Proto || a.PortLo != b.PortLo || a.PortHi != b.PortHi || a.L7 != b.L7 || a.Tier != b.Tier || a.Pass != b.Pass ||
+		a.Prec != b.Prec || len(a.Origin) != len(b.Origin) {
 		return false
 	}
 	pa, pb := unsafe.StringData(a.Origin), unsafe.StringData(b.Origin)

@@ -246,6 +246,16 @@ type cnlabPeer struct {
 	Identity uint32
 }
 
+type cnlabPolicyAct uint32
+
+const (
+	cnlabPolicyActACT_NONE  cnlabPolicyAct = 0
+	cnlabPolicyActACT_ALLOW cnlabPolicyAct = 1
+	cnlabPolicyActACT_PROXY cnlabPolicyAct = 2
+	cnlabPolicyActACT_DENY  cnlabPolicyAct = 3
+	cnlabPolicyActACT_PASS  cnlabPolicyAct = 4
+)
+
 type cnlabPolicyKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -255,12 +265,25 @@ type cnlabPolicyKey struct {
 	Port      uint16
 }
 
+type cnlabPolicyPrec uint32
+
+const (
+	cnlabPolicyPrecPREC_NP_DENY  cnlabPolicyPrec = 1073741824
+	cnlabPolicyPrecPREC_NP_ALLOW cnlabPolicyPrec = 1073741825
+	cnlabPolicyPrecPREC_BASELINE cnlabPolicyPrec = 1073741826
+	cnlabPolicyPrecPREC_DEFAULT  cnlabPolicyPrec = 4294967294
+	cnlabPolicyPrecPREC_NONE     cnlabPolicyPrec = 4294967295
+)
+
 type cnlabPolicyVal struct {
-	_     structs.HostLayout
-	Deny  uint8
-	Proxy uint8
-	Pad   [2]uint8
-	Rule  uint32
+	_         structs.HostLayout
+	Prec      uint32
+	Rule      uint32
+	BelowPrec uint32
+	BelowRule uint32
+	Act       uint8
+	BelowAct  uint8
+	Pad       [2]uint8
 }
 
 type cnlabReason uint32
@@ -421,6 +444,8 @@ const (
 	cnlabVarUnusedNodeportRange = "unused_nodeport_range"
 	cnlabVarUnusedPeer          = "unused_peer"
 	cnlabVarUnusedPk            = "unused_pk"
+	cnlabVarUnusedPolicyAct     = "unused_policy_act"
+	cnlabVarUnusedPolicyPrec    = "unused_policy_prec"
 	cnlabVarUnusedPv            = "unused_pv"
 	cnlabVarUnusedReason        = "unused_reason"
 	cnlabVarUnusedRuleRef       = "unused_rule_ref"
@@ -527,6 +552,8 @@ type cnlabVariableSpecs struct {
 	UnusedNodeportRange *ebpf.VariableSpec `ebpf:"unused_nodeport_range"`
 	UnusedPeer          *ebpf.VariableSpec `ebpf:"unused_peer"`
 	UnusedPk            *ebpf.VariableSpec `ebpf:"unused_pk"`
+	UnusedPolicyAct     *ebpf.VariableSpec `ebpf:"unused_policy_act"`
+	UnusedPolicyPrec    *ebpf.VariableSpec `ebpf:"unused_policy_prec"`
 	UnusedPv            *ebpf.VariableSpec `ebpf:"unused_pv"`
 	UnusedReason        *ebpf.VariableSpec `ebpf:"unused_reason"`
 	UnusedRuleRef       *ebpf.VariableSpec `ebpf:"unused_rule_ref"`
@@ -626,6 +653,8 @@ type cnlabVariables struct {
 	UnusedNodeportRange *ebpf.Variable `ebpf:"unused_nodeport_range"`
 	UnusedPeer          *ebpf.Variable `ebpf:"unused_peer"`
 	UnusedPk            *ebpf.Variable `ebpf:"unused_pk"`
+	UnusedPolicyAct     *ebpf.Variable `ebpf:"unused_policy_act"`
+	UnusedPolicyPrec    *ebpf.Variable `ebpf:"unused_policy_prec"`
 	UnusedPv            *ebpf.Variable `ebpf:"unused_pv"`
 	UnusedReason        *ebpf.Variable `ebpf:"unused_reason"`
 	UnusedRuleRef       *ebpf.Variable `ebpf:"unused_rule_ref"`

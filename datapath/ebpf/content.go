@@ -12,6 +12,7 @@ import (
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/policy"
 )
 
 // genContent is what one generation of a host's maps holds: its ipcache,
@@ -55,9 +56,25 @@ func contentPath(lab, host string, gen uint32) string {
 	return strings.TrimSuffix(change.StatePath(lab, kind.EBPF, host), ".json") + fmt.Sprintf(".gen%d", gen)
 }
 
-const contentMagic = "cnlab-ebpf-gen 1\n"
+const contentMagic = "cnlab-ebpf-gen 2\n"
 
-const entrySize = 14 // bytes of a policy entry in a record
+// Bytes of a policy entry in a record: entrySize, and tierSize more for
+// one with a cluster tier's decision (flag entryTiers).
+const (
+	entrySize = 14
+	tierSize  = 15
+)
+
+// Flags of a policy entry in a record.
+const (
+	entryDeny  = 1
+	entryProxy = 2
+	entryPass  = 4
+	entryTiers = 8 // tier, rank and the decision below follow
+	belowSet   = 1
+	belowDeny  = 2
+	belowProxy = 4
+)
 
 // marshal encodes the record (binary: a record of 10,000 entries must
 // read and write in well under a millisecond), with a CRC at the end.
@@ -99,13 +116,37 @@ func (g *genContent) marshal() []byte {
 			b = binary.LittleEndian.AppendUint16(b, e.Port)
 			var f byte
 			if e.Deny {
-				f |= 1
+				f |= entryDeny
 			}
 			if e.Proxy {
-				f |= 2
+				f |= entryProxy
+			}
+			if e.Pass {
+				f |= entryPass
+			}
+			tiers := e.Tier != 0 || e.Prec != 0 || e.Below != polBelow{}
+			if tiers {
+				f |= entryTiers
 			}
 			b = append(b, e.Plen, f)
 			u32(e.Rule)
+			if tiers {
+				var bf byte
+				if e.Below.Set {
+					bf |= belowSet
+				}
+				if e.Below.Deny {
+					bf |= belowDeny
+				}
+				if e.Below.Proxy {
+					bf |= belowProxy
+				}
+				b = append(b, byte(e.Tier))
+				u32(e.Prec)
+				b = append(b, bf, byte(e.Below.Tier))
+				u32(e.Below.Prec)
+				u32(e.Below.Rule)
+			}
 		}
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
@@ -144,13 +185,21 @@ func unmarshalContent(b []byte) (*genContent, error) {
 		s.ExactCap = r.u32()
 		s.LPM = r.byte() == 1
 		ne := r.count(entrySize)
-		raw := r.bytes(ne * entrySize)
 		s.Entries = make([]polEntry, ne)
-		for j := range s.Entries {
-			b := raw[j*entrySize : (j+1)*entrySize]
-			s.Entries[j] = polEntry{Peer: binary.LittleEndian.Uint32(b), Dir: b[4], Proto: b[5],
-				Port: binary.LittleEndian.Uint16(b[6:]), Plen: b[8], Deny: b[9]&1 != 0, Proxy: b[9]&2 != 0,
-				Rule: binary.LittleEndian.Uint32(b[10:])}
+		for j := 0; j < ne && r.err == nil; j++ {
+			b := r.bytes(entrySize)
+			f := b[9]
+			e := polEntry{Peer: binary.LittleEndian.Uint32(b), Dir: b[4], Proto: b[5],
+				Port: binary.LittleEndian.Uint16(b[6:]), Plen: b[8], Deny: f&entryDeny != 0, Proxy: f&entryProxy != 0,
+				Pass: f&entryPass != 0, Rule: binary.LittleEndian.Uint32(b[10:])}
+			if f&entryTiers != 0 {
+				t := r.bytes(tierSize)
+				bf := t[5]
+				e.Tier, e.Prec = policy.Tier(t[0]), binary.LittleEndian.Uint32(t[1:])
+				e.Below = polBelow{Set: bf&belowSet != 0, Deny: bf&belowDeny != 0, Proxy: bf&belowProxy != 0,
+					Tier: policy.Tier(t[6]), Prec: binary.LittleEndian.Uint32(t[7:]), Rule: binary.LittleEndian.Uint32(t[11:])}
+			}
+			s.Entries[j] = e
 		}
 		g.Slots = append(g.Slots, s)
 	}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/cnlab/cnlab/policy"
 )
 
 func TestContentRoundTrip(t *testing.T) {
@@ -80,5 +82,28 @@ func TestDiffEntries(t *testing.T) {
 	}
 	if d, p := diffEntries(want, want); d != nil || p != nil {
 		t.Errorf("no change: dels %v puts %v", d, p)
+	}
+}
+
+// TestContentRoundTripTiers: entries with a cluster tier's decision, and
+// the one below it, come back as they were written, beside entries of
+// the NetworkPolicy tier.
+func TestContentRoundTripTiers(t *testing.T) {
+	es := []polEntry{
+		{Peer: 1002, Dir: 0, Proto: 6, Port: 80, Plen: 64, Rule: 7},
+		{Peer: 1002, Dir: 0, Proto: 6, Port: 80, Plen: 60, Tier: policy.TierAdmin, Pass: true, Prec: 1<<10 | 3, Rule: 9,
+			Below: polBelow{Set: true, Deny: true, Rule: 11}},
+		{Peer: 0, Dir: 0, Proto: 6, Port: 8080, Plen: 64, Tier: policy.TierAdmin, Prec: 0, Rule: 12,
+			Below: polBelow{Set: true, Tier: policy.TierBaseline, Proxy: true, Prec: 5, Rule: 13}},
+		{Peer: 0, Dir: 1, Proto: 17, Port: 0, Plen: 48, Tier: policy.TierBaseline, Deny: true, Prec: 2, Rule: 14},
+		{Peer: 1003, Dir: 1, Proto: 0, Port: 0, Plen: 40, Tier: policy.TierAdmin, Prec: 4, Rule: 15},
+	}
+	g := &genContent{Slots: []slotContent{{ID: "x/a", Identity: 1001, Entries: es}}}
+	got, err := unmarshalContent(g.marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Slots[0].Entries, es) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got.Slots[0].Entries, es)
 	}
 }

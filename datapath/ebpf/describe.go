@@ -56,7 +56,7 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 		s := cfg.Gen*cfg.MaxEp + uint32(slot)
 		var enf cnlabIsolation
 		_ = m.enforce.Lookup(s, &enf)
-		n, proxied := 0, 0
+		n, proxied, tiered := 0, 0, 0
 		for _, outer := range []*ebpf.Map{m.policy, m.exact} {
 			var id uint32
 			if outer.Lookup(s, &id) != nil {
@@ -68,8 +68,11 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 				it := pm.Iterate()
 				for it.Next(&k, &v) {
 					n++
-					if v.Proxy != 0 {
+					if v.Act == uint8(cnlabPolicyActACT_PROXY) || v.BelowAct == uint8(cnlabPolicyActACT_PROXY) {
 						proxied++
+					}
+					if v.Prec < precNPDeny || (v.Prec >= precBaseline && v.Prec < precDefault) {
+						tiered++
 					}
 				}
 				pm.Close()
@@ -88,6 +91,9 @@ func describeHost(lab *topology.Spec, h *topology.Host, m *hostMaps) (string, er
 		toProxy := ""
 		if proxied > 0 {
 			toProxy = fmt.Sprintf(" (%d to the L7 proxy)", proxied)
+		}
+		if tiered > 0 {
+			toProxy += fmt.Sprintf(" (%d decided by a cluster tier)", tiered)
 		}
 		fmt.Fprintf(&b, "endpoint %s slot %d dev %s: isolated %s, %d policy entries%s\n", ep.ID(), slot, ep.HostVeth, strings.Join(iso, "+"), n, toProxy)
 		for _, c := range counters[uint32(slot)] {

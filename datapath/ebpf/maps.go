@@ -125,12 +125,10 @@ func buildPolicy(es []polEntry, size int, typ ebpf.MapType) (*ebpf.Map, error) {
 
 func policyKV(e polEntry) (cnlabPolicyKey, cnlabPolicyVal) {
 	k := cnlabPolicyKey{Prefixlen: uint32(e.Plen), Peer: e.Peer, Dir: e.Dir, Proto: e.Proto, Port: htons(e.Port)}
-	v := cnlabPolicyVal{Rule: e.Rule}
-	if e.Deny {
-		v.Deny = 1
-	}
-	if e.Proxy {
-		v.Proxy = 1
+	f := e.first()
+	v := cnlabPolicyVal{Prec: f.global(), Rule: f.rule, Act: f.act(), BelowPrec: precNone, BelowRule: noRule}
+	if b, ok := e.below(); ok {
+		v.BelowPrec, v.BelowRule, v.BelowAct = b.global(), b.rule, b.act()
 	}
 	return k, v
 }

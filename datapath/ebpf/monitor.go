@@ -46,6 +46,13 @@ type Event struct {
 	Bytes       uint32         `json:"bytes"`
 	Rule        string         `json:"rule,omitempty"` // the policy rule that decided
 	At          string         `json:"at"`             // "tc" (a packet) or "connect" (the connect hook, before any packet)
+	// Of a rule of a cluster policy: its tier ("Admin", "Baseline"), the
+	// policy's priority (with the policies given to Monitor) and the
+	// rule's action ("Accept", "Deny", "Pass"; a Pass names the rule
+	// that handed the connection to the tiers below, where none decided).
+	Tier     string `json:"tier,omitempty"`
+	Priority *int   `json:"priority,omitempty"`
+	Action   string `json:"action,omitempty"`
 }
 
 // ErrLabGone: the lab went down while the monitor watched it.
@@ -61,8 +68,10 @@ const leaseTime = 3 * time.Second
 // One monitor runs per lab at a time (the ring buffer has one reader).
 // started, if not nil, is called once the monitor is reporting. Monitor
 // returns ErrLabGone if the lab is taken down (or down and up again)
-// meanwhile: it checks every second.
-func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []policy.Entry, started func(), fn func(Event) error) error {
+// meanwhile: it checks every second. pols, if given, are the lab's
+// policies: a cluster policy's rule is then named with its tier and
+// priority (Policy.TierRef) and its action, as traces name it.
+func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []policy.Entry, started func(), fn func(Event) error, pols ...*policy.Policy) error {
 	if len(lab.Hosts) == 0 {
 		return datapath.ErrNoHosts
 	}
@@ -118,7 +127,7 @@ func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []poli
 	if started != nil {
 		started()
 	}
-	names := newNamer(lab, rules)
+	names := newNamer(lab, rules, pols)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events := make(chan Event, 256)
@@ -230,13 +239,43 @@ type namer struct {
 	lab    *topology.Spec
 	slots  map[string][]string // host -> endpoint IDs by slot
 	byAddr map[netip.Addr]string
-	rules  map[uint32]string // RuleRef -> origin
+	rules  map[uint32]ruleName // by RuleRef
 }
 
-func newNamer(lab *topology.Spec, rules []policy.Entry) *namer {
-	n := &namer{lab: lab, slots: map[string][]string{}, byAddr: map[netip.Addr]string{}, rules: map[uint32]string{}}
+// ruleName is what an event says of the rule that decided.
+type ruleName struct {
+	rule, tier, action string
+	priority           *int
+}
+
+func newNamer(lab *topology.Spec, rules []policy.Entry, pols []*policy.Policy) *namer {
+	n := &namer{lab: lab, slots: map[string][]string{}, byAddr: map[netip.Addr]string{}, rules: map[uint32]ruleName{}}
+	byRef := map[string]*policy.Policy{}
+	for _, p := range pols {
+		if p.Cluster() {
+			byRef[p.Ref()] = p
+		}
+	}
 	for _, r := range rules {
-		n.rules[RuleRef(r.Origin)] = r.Origin
+		ref := RuleRef(r.Origin)
+		if _, ok := n.rules[ref]; ok {
+			continue
+		}
+		rn := ruleName{rule: r.Origin}
+		if r.Tier == policy.TierAdmin || r.Tier == policy.TierBaseline {
+			rn.tier, rn.action = r.Tier.String(), tierAction(r)
+			if p, path := clusterRule(byRef, r.Origin); p != nil {
+				prio := p.Priority
+				if p.Kind != policy.KindBaselineNP {
+					rn.priority = &prio
+				}
+				if a := ruleAction(p, path); a != "" {
+					rn.action = a
+				}
+				rn.rule = p.TierRef() + " " + path + " " + rn.action
+			}
+		}
+		n.rules[ref] = rn
 	}
 	for _, h := range lab.Hosts {
 		for _, ep := range change.LocalEndpoints(lab, h.Name) {
@@ -247,6 +286,44 @@ func newNamer(lab *topology.Spec, rules []policy.Entry) *namer {
 		n.byAddr[ep.IP] = ep.ID()
 	}
 	return n
+}
+
+// tierAction names a cluster-tier entry's action as the APIs do.
+func tierAction(r policy.Entry) string {
+	switch {
+	case r.Deny:
+		return policy.ActionDeny
+	case r.Pass:
+		return policy.ActionPass
+	}
+	return policy.ActionAccept
+}
+
+// clusterRule finds the cluster policy an origin ("Kind name path")
+// names, and the rule's path.
+func clusterRule(byRef map[string]*policy.Policy, origin string) (*policy.Policy, string) {
+	for i := len(origin) - 1; i > 0; i-- {
+		if origin[i] == ' ' {
+			if p := byRef[origin[:i]]; p != nil {
+				return p, origin[i+1:]
+			}
+		}
+	}
+	return nil, ""
+}
+
+// ruleAction is the action of the rule at path of a cluster policy.
+func ruleAction(p *policy.Policy, path string) string {
+	for _, sp := range p.Specs {
+		for _, d := range []policy.Direction{sp.Ingress, sp.Egress} {
+			for _, r := range d.Ordered {
+				if r.Path == path {
+					return r.Action
+				}
+			}
+		}
+	}
+	return ""
 }
 
 func (n *namer) event(h *topology.Host, e cnlabEvent, at time.Time) Event {
@@ -265,7 +342,8 @@ func (n *namer) event(h *topology.Host, e cnlabEvent, at time.Time) Event {
 		ev.Endpoint = s[e.Ep]
 	}
 	if e.Rule != uint32(cnlabRuleRefNO_RULE) {
-		ev.Rule = n.rules[e.Rule]
+		rn := n.rules[e.Rule]
+		ev.Rule, ev.Tier, ev.Priority, ev.Action = rn.rule, rn.tier, rn.priority, rn.action
 	}
 	return ev
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/scenarios"
+	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/policy/policytest"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -71,6 +72,69 @@ func BenchmarkPlanChange(b *testing.B) {
 					b.Fatal(ok, err)
 				}
 			}
+		})
+	}
+}
+
+// clusterPolicies are n Admin-tier policies selecting every pod of the
+// lab, policy i denying namespace y's db pods on TCP port first+i in
+// both directions (the first of them on port moved instead), and one
+// Baseline-tier policy.
+func clusterPolicies(n int, moved int) []*policy.Policy {
+	var pols []*policy.Policy
+	all := &policy.Selector{}
+	for i := range n {
+		port := 1000 + i
+		if i == 0 {
+			port = moved
+		}
+		rule := func(path string) policy.Rule {
+			return policy.Rule{Path: path, Action: policy.ActionDeny, Ports: []policy.Port{{Protocol: policy.TCP, Port: port}},
+				Peers: []policy.Peer{{Endpoints: &policy.EndpointSel{Namespaces: &policy.Selector{MatchLabels: map[string]string{"ns": "y"}},
+					Pods: policy.Selector{MatchLabels: map[string]string{"app": "db"}}}}}}
+		}
+		pols = append(pols, &policy.Policy{Kind: policy.KindAdminNP, Name: fmt.Sprintf("admin-%d", i), Tier: policy.TierAdmin, Priority: i % 1001,
+			Specs: []policy.Spec{{SubjectNamespaces: all, Ingress: policy.Direction{Ordered: []policy.Rule{rule("spec.ingress[0]")}},
+				Egress: policy.Direction{Ordered: []policy.Rule{rule("spec.egress[0]")}}}}})
+	}
+	return append(pols, &policy.Policy{Kind: policy.KindBaselineNP, Name: "default", Tier: policy.TierBaseline,
+		Specs: []policy.Spec{{SubjectNamespaces: all, Ingress: policy.Direction{Ordered: []policy.Rule{{Path: "spec.ingress[0]",
+			Action: policy.ActionDeny, Peers: []policy.Peer{{Endpoints: &policy.EndpointSel{Namespaces: &policy.Selector{MatchLabels: map[string]string{"ns": "z"}}}}}}}}}}})
+}
+
+// ClusterPolicies is clusterPolicies for the benchmarks of package
+// ebpf_test (which bring a lab up: package lab imports this one).
+var ClusterPolicies = clusterPolicies
+
+// BenchmarkPlanChangeTiers is BenchmarkPlanChange with cluster policies:
+// 1,000 Admin-tier policies and a Baseline one selecting every pod of the
+// scenario lab, one Admin policy moving to another port (every identity's
+// entries are flattened again: they hold cluster-tier entries).
+//
+//	go test -run '^$' -bench BenchmarkPlanChangeTiers -count 5 ./datapath/ebpf
+func BenchmarkPlanChangeTiers(b *testing.B) {
+	spec, err := topology.Parse([]byte(scenarios.Lab), "bench", topology.Overrides{Name: "bench-plan", Datapath: "ebpf"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1000} {
+		b.Run(fmt.Sprintf("admin=%d", n), func(b *testing.B) {
+			from, to := compileTiers(b, spec, clusterPolicies(n, 1000)), compileTiers(b, spec, clusterPolicies(n, 990))
+			cur := records(b, spec, from)
+			b.Run("plan", func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					if _, err := plan(spec, to); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("change", func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					if _, ok, err := planChange(spec, from, to, cur); !ok || err != nil {
+						b.Fatal(ok, err)
+					}
+				}
+			})
 		})
 	}
 }

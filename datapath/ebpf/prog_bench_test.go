@@ -3,12 +3,16 @@ package ebpf
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/scenarios"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
 )
 
 // benchPolicySize holds the largest case; the inner-map template of the
@@ -206,5 +210,103 @@ func BenchmarkFromEp(b *testing.B) {
 				benchRun(b, h, h.objs.CnlabFromEp, pkt, c.act, want)
 			})
 		}
+	}
+}
+
+// tierBenchPolicies are the policies of BenchmarkProgramTiers on the
+// scenario lab: a NetworkPolicy isolating x/a's ingress and allowing x/c
+// on TCP 80 (the measured flow), and with admin > 0, that many Admin-tier
+// policies selecting namespace x (each denying namespace y's db pods, or
+// with wildcard any peer, on a port of its own, in both directions) and
+// one Baseline policy (denying egress to namespace z on 5432): none
+// matches the measured flow.
+func tierBenchPolicies(admin int, wildcard bool) []*policy.Policy {
+	pols := []*policy.Policy{{Kind: policy.KindNetworkPolicy, Namespace: "x", Name: "web", Specs: []policy.Spec{{
+		Subject: policy.Selector{MatchLabels: map[string]string{"app": "web"}},
+		Ingress: policy.Direction{Enforce: true, Allow: []policy.Rule{{Path: "spec.ingress[0]",
+			Peers: []policy.Peer{{Endpoints: &policy.EndpointSel{Pods: policy.Selector{MatchLabels: map[string]string{"pod": "c"}}, Namespace: "x"}}},
+			Ports: []policy.Port{{Protocol: policy.TCP, Port: 80}}}}}}}}}
+	if admin == 0 {
+		return pols
+	}
+	nsX := &policy.Selector{MatchLabels: map[string]string{"ns": "x"}}
+	for i := range admin {
+		peer := policy.Rule{Peers: []policy.Peer{{Endpoints: &policy.EndpointSel{Namespaces: &policy.Selector{MatchLabels: map[string]string{"ns": "y"}},
+			Pods: policy.Selector{MatchLabels: map[string]string{"app": "db"}}}}}}
+		if wildcard {
+			peer = policy.Rule{AnyPeer: true}
+		}
+		in, out := peer, peer
+		in.Path, in.Action, in.Ports = "spec.ingress[0]", policy.ActionDeny, []policy.Port{{Protocol: policy.TCP, Port: 1000 + i}}
+		out.Path, out.Action, out.Ports = "spec.egress[0]", policy.ActionDeny, []policy.Port{{Protocol: policy.TCP, Port: 1000 + i}}
+		pols = append(pols, &policy.Policy{Kind: policy.KindAdminNP, Name: fmt.Sprintf("admin-%d", i), Tier: policy.TierAdmin, Priority: i % 1000,
+			Specs: []policy.Spec{{SubjectNamespaces: nsX, Ingress: policy.Direction{Ordered: []policy.Rule{in}}, Egress: policy.Direction{Ordered: []policy.Rule{out}}}}})
+	}
+	pols = append(pols, &policy.Policy{Kind: policy.KindBaselineNP, Name: "default", Tier: policy.TierBaseline,
+		Specs: []policy.Spec{{SubjectNamespaces: &policy.Selector{}, Egress: policy.Direction{Ordered: []policy.Rule{{Path: "spec.egress[0]", Action: policy.ActionDeny,
+			Peers: []policy.Peer{{Endpoints: &policy.EndpointSel{Namespaces: &policy.Selector{MatchLabels: map[string]string{"ns": "z"}}}}},
+			Ports: []policy.Port{{Protocol: policy.TCP, Port: 5432}}}}}}}})
+	return pols
+}
+
+// BenchmarkProgramTiers measures the per-packet cost of cluster policies
+// on cnlab_to_ep: a SYN from x/c to x/a's TCP 80 (A here, with x/a's
+// entries and isolation as plan renders them from compiled policies, and
+// the plan's ipcache), allowed by a NetworkPolicy, with no cluster policy
+// and with 100 Admin-tier policies and 1 Baseline-tier policy that do not
+// match it; "wildcard": the Admin policies' peers are any peer, so the
+// program looks the wildcard peer up too (an entry for any peer costs
+// that second lookup in any tier).
+//
+//	go test -run '^$' -bench BenchmarkProgramTiers -count 6 ./datapath/ebpf
+func BenchmarkProgramTiers(b *testing.B) {
+	spec, err := topology.Parse([]byte(scenarios.Lab), "bench", topology.Overrides{Name: "bench-tiers", Datapath: "ebpf"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name     string
+		admin    int
+		wildcard bool
+	}{{"cluster=none", 0, false}, {"cluster=100admin+1baseline", 100, false}, {"cluster=100admin+1baseline/wildcard", 100, true}} {
+		b.Run("syn/"+c.name, func(b *testing.B) {
+			m, err := policy.NewModel(spec, tierBenchPolicies(c.admin, c.wildcard))
+			if err != nil {
+				b.Fatal(err)
+			}
+			comp, err := m.Compile()
+			if err != nil {
+				b.Fatal(err)
+			}
+			plans, err := plan(spec, comp)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var pe *epPlan
+			var src netip.Addr
+			for _, hp := range plans {
+				for i := range hp.Endpoints {
+					if hp.Endpoints[i].ID == "x/a" {
+						pe = &hp.Endpoints[i]
+					}
+				}
+			}
+			for _, ep := range spec.Endpoints {
+				if ep.ID() == "x/c" {
+					src = ep.IP
+				}
+			}
+			h := newHarness(b, harnessOpts{policyMapSize: benchPolicySize})
+			ipc, err := buildIPCache(append(slices.Clone(plans[spec.Hosts[0].Name].IPCache),
+				ipEntry{Prefix: netip.PrefixFrom(epA.ip, 32), Key: epA.identity, Identity: epA.identity}))
+			h.must(err)
+			h.must(h.objs.CnlabIpcache.Put(uint32(0), ipc))
+			ipc.Close()
+			h.setEntries(0, epA, pe.Enforce&(cnlabIsolationISO_INGRESS|cnlabIsolationISO_EGRESS), pe.Entries)
+			syn := tcpPkt(src, epA.ip, 40000, 80, tcpSYN)
+			h.toEp(b, "SYN", syn, actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
+			benchRun(b, h, h.objs.CnlabToEp, syn, actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
+			b.ReportMetric(float64(len(pe.Entries)), "entries")
+		})
 	}
 }

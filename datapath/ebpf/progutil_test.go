@@ -232,8 +232,7 @@ func render(rules ...policy.Entry) []polEntry {
 	var raw []polEntry
 	for i, r := range rules {
 		for _, pp := range portPrefixes(r) {
-			raw = append(raw, polEntry{Peer: r.PeerID, Dir: uint8(r.Dir), Proto: r.Proto,
-				Port: pp.port, Plen: pp.plen, Deny: r.Deny, Rule: uint32(i)})
+			raw = append(raw, rawEntry(r, r.PeerID, pp, uint32(i)))
 		}
 	}
 	return flatten(raw)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"hash/fnv"
+	bits32 "math/bits"
 	"net/netip"
 	"slices"
 	"sort"
@@ -30,7 +31,12 @@ const (
 	keyBitsAll   = 64
 )
 
-// polEntry is one flattened policy map entry.
+// polEntry is one flattened policy map entry: its key (peer, direction,
+// protocol and port prefix) and its decision, that of the entry of lowest
+// precedence among those of its peer and direction whose prefix contains
+// its own (docs/ebpf.md, "Policy tiers"). The fields after Rule are zero
+// for a decision of the NetworkPolicy tier (the only one before cluster
+// policies).
 type polEntry struct {
 	Peer  uint32
 	Dir   uint8
@@ -39,7 +45,112 @@ type polEntry struct {
 	Plen  uint8  // 40..64
 	Deny  bool
 	Proxy bool   // an allow of an L7 port: new connections go to the L7 proxy
-	Rule  uint32 // RuleRef of the rule it comes from (for events)
+	Rule  uint32 // RuleRef of the rule it comes from (for events); NO_RULE: the default allow
+	// The decision's tier (0: NetworkPolicy), whether it is an Admin
+	// Pass, and its rank in its tier (policy.Entry's Prec).
+	Tier policy.Tier
+	Pass bool
+	Prec uint32
+	// With an Admin-tier decision, the first decision not of the Admin
+	// tier (what decides after a Pass); Set false: none. Zero otherwise
+	// (the decision is its own).
+	Below polBelow
+}
+
+// polBelow is a polEntry's decision after an Admin Pass.
+type polBelow struct {
+	Set   bool
+	Tier  policy.Tier // 0 (NetworkPolicy) or TierBaseline
+	Deny  bool
+	Proxy bool
+	Prec  uint32
+	Rule  uint32
+}
+
+// decision is one entry's verdict and its place in the order of
+// precedence: what a policy map value holds twice (policy_val).
+type decision struct {
+	tier              policy.Tier
+	deny, pass, proxy bool
+	prec              uint32 // rank in the tier
+	rule              uint32
+}
+
+// Precedences (enum policy_prec of bpf/cnlab.c): every decision of one
+// subject and direction gets a number, lower first, so that the first
+// entry that matches in policy.Compiled's walking order is the one of
+// lowest number.
+const (
+	precNPDeny   = uint32(cnlabPolicyPrecPREC_NP_DENY)
+	precNPAllow  = uint32(cnlabPolicyPrecPREC_NP_ALLOW)
+	precBaseline = uint32(cnlabPolicyPrecPREC_BASELINE)
+	precDefault  = uint32(cnlabPolicyPrecPREC_DEFAULT)
+	precNone     = uint32(cnlabPolicyPrecPREC_NONE)
+	noRule       = uint32(cnlabRuleRefNO_RULE)
+	// maxTierRank is the largest rank a cluster tier's entry may have:
+	// the Admin tier's must stay below the NetworkPolicy tier's, the
+	// Baseline tier's below the default.
+	maxTierRank = precNPDeny - 1
+)
+
+// global is the decision's precedence: an Admin entry its rank, then the
+// NetworkPolicy tier's denies, its allows, the Baseline tier by rank, and
+// last the default allow of a direction not isolated (an allow no rule
+// made: proxyEntries adds one for the L7 ports of such a direction).
+func (d decision) global() uint32 {
+	switch d.tier {
+	case policy.TierAdmin:
+		return d.prec
+	case policy.TierBaseline:
+		return precBaseline + d.prec
+	}
+	switch {
+	case d.deny:
+		return precNPDeny
+	case d.rule == noRule:
+		return precDefault
+	}
+	return precNPAllow
+}
+
+// act is the decision as the programs read it (enum policy_act).
+func (d decision) act() uint8 {
+	switch {
+	case d.deny:
+		return uint8(cnlabPolicyActACT_DENY)
+	case d.pass:
+		return uint8(cnlabPolicyActACT_PASS)
+	case d.proxy:
+		return uint8(cnlabPolicyActACT_PROXY)
+	}
+	return uint8(cnlabPolicyActACT_ALLOW)
+}
+
+// before orders two decisions: d strictly before o.
+func (d decision) before(o decision) bool { return d.global() < o.global() }
+
+// first is the entry's decision.
+func (e *polEntry) first() decision {
+	return decision{tier: e.Tier, deny: e.Deny, pass: e.Pass, proxy: e.Proxy, prec: e.Prec, rule: e.Rule}
+}
+
+// below is the entry's first decision not of the Admin tier, if any.
+func (e *polEntry) below() (decision, bool) {
+	if e.Tier != policy.TierAdmin {
+		return e.first(), true
+	}
+	b := e.Below
+	return decision{tier: b.Tier, deny: b.Deny, proxy: b.Proxy, prec: b.Prec, rule: b.Rule}, b.Set
+}
+
+// setDecisions gives the entry its decision and, with an Admin one, the
+// decision below it.
+func (e *polEntry) setDecisions(f decision, b decision, hasBelow bool) {
+	e.Deny, e.Pass, e.Proxy, e.Tier, e.Prec, e.Rule = f.deny, f.pass, f.proxy, f.tier, f.prec, f.rule
+	e.Below = polBelow{}
+	if f.tier == policy.TierAdmin && hasBelow {
+		e.Below = polBelow{Set: true, Tier: b.tier, Deny: b.deny, Proxy: b.proxy, Prec: b.prec, Rule: b.rule}
+	}
 }
 
 // ipEntry is one ipcache entry.
@@ -174,11 +285,20 @@ func (p *planner) raw(out []polEntry, r policy.Entry, ref uint32) []polEntry {
 	pps := portPrefixes(r)
 	for _, pk := range p.peers(r) {
 		for _, pp := range pps {
-			out = append(out, polEntry{Peer: pk, Dir: uint8(r.Dir), Proto: r.Proto,
-				Port: pp.port, Plen: pp.plen, Deny: r.Deny, Rule: ref})
+			out = append(out, rawEntry(r, pk, pp, ref))
 		}
 	}
 	return out
+}
+
+// rawEntry is the map entry of IR rule r for peer key peer and one of its
+// port prefixes, before flattening: the rule's own decision.
+func rawEntry(r policy.Entry, peer uint32, pp portPrefix, ref uint32) polEntry {
+	e := polEntry{Peer: peer, Dir: uint8(r.Dir), Proto: r.Proto, Port: pp.port, Plen: pp.plen, Deny: r.Deny, Rule: ref}
+	if r.Tier == policy.TierAdmin || r.Tier == policy.TierBaseline {
+		e.Tier, e.Pass, e.Prec = r.Tier, r.Pass && r.Tier == policy.TierAdmin, min(r.Prec, maxTierRank)
+	}
+	return e
 }
 
 // plan renders the maps of every host for a compiled policy (nil: no
@@ -255,15 +375,20 @@ func wildcardBits(es []polEntry) cnlabIsolation {
 }
 
 // proxyEntries marks the ingress allows that decide a connection to an
-// L7 port so that it goes to the L7 proxy (policy_val.proxy): for every
-// peer key with ingress entries, and the wildcard peer, the entry that
+// L7 port so that it goes to the L7 proxy (ACT_PROXY): for every peer key
+// with ingress entries, and the wildcard peer, the entry that
 // longest-prefix match picks for (peer, ingress, TCP, port) is looked up;
-// an allow gets an exact entry of the port with the proxy bit (the entry
-// itself when it is exact). verdict() decides with the peer's entry or
-// the wildcard's, so whichever allow wins carries the bit. Denies stay as
-// they are: flatten made every allow nested in a deny a deny. With the
-// ingress not isolated the wildcard peer gets an allow of the port, so
-// that what is allowed for want of a policy is proxied too.
+// where its decision, or the one below it (after an Admin Pass), is an
+// allow not of the Admin tier, the port gets an exact entry with the
+// proxy bit on that decision (the entry itself when it is exact). An
+// Admin-tier Accept is final and not proxied (policy.HTTPVerdict).
+// policy_verdict decides with the peer's entry or the wildcard's, so
+// whichever allow wins carries the bit. Denies stay as they are: flatten
+// gave every entry its covering prefixes' decision. With the ingress not
+// isolated, what is allowed for want of a policy is proxied too: the
+// wildcard peer gets the default allow of the port (rule NO_RULE,
+// precedence after every rule) where it has no entry, and as the decision
+// after a Pass where it has none.
 func proxyEntries(es []polEntry, ports []uint16, isolated bool) []polEntry {
 	ingress := uint8(policy.Ingress)
 	// Each peer's ingress entries, by index: one pass, not one per port.
@@ -279,6 +404,7 @@ func proxyEntries(es []polEntry, ports []uint16, isolated bool) []polEntry {
 		byPeer[e.Peer] = append(byPeer[e.Peer], i)
 	}
 	out := slices.Clone(es)
+	dflt := decision{proxy: true, rule: noRule}
 	for _, peer := range peers {
 		for _, port := range ports {
 			best := -1
@@ -287,16 +413,36 @@ func proxyEntries(es []polEntry, ports []uint16, isolated bool) []polEntry {
 					best = i
 				}
 			}
+			if best < 0 {
+				if peer == 0 && !isolated {
+					e := polEntry{Peer: 0, Dir: ingress, Proto: policy.ProtoTCP, Port: port, Plen: keyBitsAll}
+					e.setDecisions(dflt, dflt, true)
+					out = append(out, e)
+				}
+				continue
+			}
+			e := out[best]
+			f := e.first()
+			b, hasBelow := e.below()
+			if f.tier != policy.TierAdmin && !f.deny {
+				f.proxy = true
+			}
+			if f.tier == policy.TierAdmin {
+				switch {
+				case hasBelow && !b.deny:
+					b.proxy = true
+				case !hasBelow && peer == 0 && !isolated:
+					b, hasBelow = dflt, true
+				}
+			}
+			e.setDecisions(f, b, hasBelow)
 			switch {
-			case best >= 0 && out[best].Deny:
-			case best >= 0 && out[best].Plen == keyBitsAll:
-				out[best].Proxy = true
-			case best >= 0:
-				out = append(out, polEntry{Peer: peer, Dir: ingress, Proto: policy.ProtoTCP, Port: port, Plen: keyBitsAll,
-					Proxy: true, Rule: out[best].Rule})
-			case peer == 0 && !isolated:
-				out = append(out, polEntry{Peer: 0, Dir: ingress, Proto: policy.ProtoTCP, Port: port, Plen: keyBitsAll,
-					Proxy: true, Rule: uint32(cnlabRuleRefNO_RULE)})
+			case e == out[best]:
+			case e.Plen == keyBitsAll:
+				out[best] = e
+			default:
+				e.Proto, e.Port, e.Plen = policy.ProtoTCP, port, keyBitsAll
+				out = append(out, e)
 			}
 		}
 	}
@@ -364,61 +510,28 @@ func portPrefixes(r policy.Entry) []portPrefix {
 	return out
 }
 
-// flatten makes longest-prefix match give the policy's answer: an allow
-// nested inside a deny of the same peer and direction becomes a deny (deny
-// wins), and duplicates collapse (deny first, then the lowest rule index).
-// It returns the entries sorted (sortEntries).
+// flatten makes longest-prefix match give the policy's answer: each
+// entry gets the decision of lowest precedence among the entries of its
+// peer and direction whose prefix contains its own (its own included),
+// and the lowest not of the Admin tier below it. With the NetworkPolicy
+// tier alone that is "deny wins": an allow nested inside a deny becomes
+// a deny. Ties keep the longest prefix's decision, and at one prefix the
+// lowest rule; duplicates collapse. It returns the entries sorted
+// (sortEntries).
 func flatten(raw []polEntry) []polEntry {
-	type k struct {
-		peer       uint32
-		dir, proto uint8
-		port       uint16
-		plen       uint8
-	}
-	var denies map[k]uint32 // only when there are denies
-	for _, e := range raw {
-		if e.Deny {
-			if denies == nil {
-				denies = map[k]uint32{}
-			}
-			kk := k{e.Peer, e.Dir, e.Proto, e.Port, e.Plen}
-			if r, ok := denies[kk]; !ok || e.Rule < r {
-				denies[kk] = e.Rule
-			}
+	for i := range raw {
+		if raw[i].Deny || raw[i].Tier != 0 {
+			return flattenTiers(raw)
 		}
 	}
-	// coveringDeny finds a deny prefix containing e (itself included).
-	coveringDeny := func(e polEntry) (uint32, bool) {
-		bits := uint32(e.Proto)<<16 | uint32(e.Port)
-		for plen := int(e.Plen); plen >= keyBitsExact; plen-- {
-			n := plen - keyBitsExact // significant bits of the 24
-			var mask uint32
-			if n > 0 {
-				mask = ^uint32(0) << (24 - n) & 0xffffff
-			}
-			v := bits & mask
-			if r, ok := denies[k{e.Peer, e.Dir, uint8(v >> 16), uint16(v), uint8(plen)}]; ok {
-				return r, true
-			}
-		}
-		return 0, false
-	}
-	// Each entry as two words that sort as wanted: by key (peer,
-	// direction, protocol, port, then prefix length), and for one key the
-	// deny first, then the lowest rule. The first of each key is kept.
+	// Allows only: every entry keeps its own decision. Each entry as two
+	// words that sort as wanted: by key (peer, direction, protocol, port,
+	// then prefix length), and for one key the lowest rule. The first of
+	// each key is kept.
 	type sortKey struct{ hi, lo uint64 }
 	keys := make([]sortKey, len(raw))
 	for i, e := range raw {
-		if !e.Deny && denies != nil {
-			if r, ok := coveringDeny(e); ok {
-				e.Deny, e.Rule = true, r
-			}
-		}
-		allow := uint64(1)
-		if e.Deny {
-			allow = 0
-		}
-		keys[i] = sortKey{hi: entryKey(e), lo: uint64(e.Plen)<<40 | allow<<32 | uint64(e.Rule)}
+		keys[i] = sortKey{hi: entryKey(e), lo: uint64(e.Plen)<<40 | uint64(e.Rule)}
 	}
 	slices.SortFunc(keys, func(a, b sortKey) int {
 		if a.hi != b.hi {
@@ -432,8 +545,92 @@ func flatten(raw []polEntry) []polEntry {
 			continue
 		}
 		out = append(out, polEntry{Peer: uint32(k.hi >> 32), Dir: uint8(k.hi >> 24), Proto: uint8(k.hi >> 16),
-			Port: uint16(k.hi), Plen: uint8(k.lo >> 40), Deny: k.lo>>32&1 == 0, Rule: uint32(k.lo)})
+			Port: uint16(k.hi), Plen: uint8(k.lo >> 40), Rule: uint32(k.lo)})
 	}
+	return out
+}
+
+// flattenTiers is flatten with denies or cluster tiers among the entries.
+func flattenTiers(raw []polEntry) []polEntry {
+	type key struct {
+		peer       uint32
+		dir, proto uint8
+		port       uint16
+		plen       uint8
+	}
+	// One node per prefix: the decisions of the entries at it, then of
+	// those covering it.
+	type node struct {
+		at          polEntry // the key
+		first, bel  decision
+		hasBelow    bool
+		ownF, ownB  decision
+		ownHasBelow bool
+	}
+	better := func(d, o decision) bool { // d replaces o at one prefix
+		return d.before(o) || (d.global() == o.global() && d.rule < o.rule)
+	}
+	index := make(map[key]int, len(raw))
+	var nodes []node
+	for _, e := range raw {
+		k := key{e.Peer, e.Dir, e.Proto, e.Port, e.Plen}
+		f := e.first()
+		b, hb := e.below()
+		i, ok := index[k]
+		if !ok {
+			index[k] = len(nodes)
+			nodes = append(nodes, node{at: polEntry{Peer: e.Peer, Dir: e.Dir, Proto: e.Proto, Port: e.Port, Plen: e.Plen},
+				ownF: f, ownB: b, ownHasBelow: hb})
+			continue
+		}
+		n := &nodes[i]
+		if better(f, n.ownF) {
+			n.ownF = f
+		}
+		if hb && (!n.ownHasBelow || better(b, n.ownB)) {
+			n.ownB, n.ownHasBelow = b, true
+		}
+	}
+	// The prefix lengths each peer and direction has entries of: most
+	// have single ports only (/64), and nothing covers them but
+	// themselves.
+	plens := map[uint64]uint32{}
+	for i := range nodes {
+		e := &nodes[i].at
+		plens[uint64(e.Peer)<<8|uint64(e.Dir)] |= 1 << (e.Plen - keyBitsExact)
+	}
+	out := make([]polEntry, 0, len(nodes))
+	for i := range nodes {
+		n := &nodes[i]
+		f, b, hb := n.ownF, n.ownB, n.ownHasBelow
+		e := n.at
+		bits := uint32(e.Proto)<<16 | uint32(e.Port)
+		shorter := plens[uint64(e.Peer)<<8|uint64(e.Dir)] & (1<<(e.Plen-keyBitsExact) - 1)
+		for shorter != 0 {
+			plen := keyBitsExact + 31 - bits32.LeadingZeros32(shorter)
+			shorter &^= 1 << (plen - keyBitsExact)
+			nb := plen - keyBitsExact // significant bits of the 24
+			var mask uint32
+			if nb > 0 {
+				mask = ^uint32(0) << (24 - nb) & 0xffffff
+			}
+			v := bits & mask
+			j, ok := index[key{e.Peer, e.Dir, uint8(v >> 16), uint16(v), uint8(plen)}]
+			if !ok {
+				continue
+			}
+			c := &nodes[j]
+			if c.ownF.before(f) {
+				f = c.ownF
+			}
+			if c.ownHasBelow && (!hb || c.ownB.before(b)) {
+				b, hb = c.ownB, true
+			}
+		}
+		e.setDecisions(f, b, hb)
+		out = append(out, e)
+	}
+	sortEntries(out)
 	return out
 }
 

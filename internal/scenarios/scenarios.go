@@ -13,9 +13,13 @@ func cnp(ns, name, spec string) string {
 		"\n  namespace: " + ns + "\nspec:\n" + spec + "---\n"
 }
 
-// All is the scenario table: every point of Kubernetes NetworkPolicy and
-// the L3/L4 part of CiliumNetworkPolicy that cnlab enforces.
-var All = []Scenario{
+// All is the scenario table: every point of Kubernetes NetworkPolicy, the
+// L3/L4 part of CiliumNetworkPolicy and the cluster policy tiers that
+// cnlab enforces.
+var All = append(namespaced, Tiers...)
+
+// namespaced are the scenarios of NetworkPolicy and CiliumNetworkPolicy.
+var namespaced = []Scenario{
 	{Name: "no policy allows everything", Expect: []Cell{
 		allow("x/a", "y/b", "TCP", 80), allow("z/c", "x/a", "UDP", 81), allow("y/a", "y/c", "TCP", 81)}},
 

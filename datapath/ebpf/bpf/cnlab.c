@@ -36,7 +36,8 @@
 // key) and a policy lookup on peer, direction, protocol and port (a hash
 // map of exact entries, then an LPM trie of the others on a miss) with the
 // peer's key, and another with the wildcard peer where the endpoint has
-// wildcard entries, whatever the number of policies; an established flow
+// wildcard entries, whatever the number of policies and of their tiers
+// (each value carries its decision's precedence: policy_val); an established flow
 // costs one conntrack lookup. Policy maps are
 // double-buffered: user space fills generation 1-g while packets use g, and
 // one word in the config map switches every endpoint of the host at once.
@@ -96,7 +97,7 @@ enum reason {
 	R_ALLOW_PROXY = 8,      // new flow allowed at L3/L4 to an L7 port: handed to the L7 proxy
 	R_ALLOW_FROM_PROXY = 9, // sent by the host's L7 proxy (its mark), for a connection it was handed
 	R_FIRST_DROP = 16,      // is_drop: this and every reason after it
-	R_DROP_DENY = 16,       // a deny entry matched
+	R_DROP_DENY = 16,       // a deny entry decided
 	R_DROP_DEFAULT = 17,    // isolated direction, no allow entry matched
 	R_DROP_MALFORMED = 18,  // truncated or invalid headers
 	R_DROP_FRAG = 19,       // fragment whose first fragment was not seen
@@ -139,7 +140,8 @@ enum l7 {
 
 // Bits of cnlab_enforce: the isolated directions of an endpoint, and the
 // directions in which its policy has entries for any peer (key 0):
-// without them the programs skip the wildcard lookup.
+// without them the programs skip the wildcard lookup. An egress bit is
+// its ingress bit shifted by DIR_EGRESS (policy_verdict shifts by dir).
 enum isolation {
 	ISO_INGRESS = 1,
 	ISO_EGRESS = 2,
@@ -189,6 +191,25 @@ enum svc_flag {
 enum nat_dir {
 	NAT_FWD = 0, // client -> service: the tuple to write instead
 	NAT_REV = 1, // backend -> client (as it leaves the backend): the tuple the client must see
+};
+
+// What a policy map value's decision does (policy_val.act).
+enum policy_act {
+	ACT_NONE = 0,  // no decision (below_act: no non-Admin entry covers the key)
+	ACT_ALLOW = 1,
+	ACT_PROXY = 2, // allow, and new connections go to the L7 proxy (an L7 port)
+	ACT_DENY = 3,
+	ACT_PASS = 4,  // an Admin-tier Pass: the first non-Admin decision decides
+};
+
+// Precedences of the tiers' decisions (policy_val.prec): an Admin-tier
+// entry's is its rank, below PREC_NP_DENY.
+enum policy_prec {
+	PREC_NP_DENY = 1 << 30,           // a NetworkPolicy-tier deny
+	PREC_NP_ALLOW = (1 << 30) + 1,    // a NetworkPolicy-tier allow
+	PREC_BASELINE = (1 << 30) + 2,    // + rank: a Baseline-tier entry
+	PREC_DEFAULT = 0xfffffffe,        // the allow of a direction not isolated (an L7 port's, proxied)
+	PREC_NONE = 0xffffffff,
 };
 
 // The rule of a verdict no policy entry decided (event.rule).
@@ -251,11 +272,22 @@ struct policy_key {
 	__u16 port; // network order, so port ranges are prefixes
 };
 
+// A policy map value: the decision of the entries covering its key, in
+// the precedence order of the tiers (docs/ebpf.md, "Policy tiers"): the
+// entry of lowest precedence among every entry of the peer and direction
+// whose prefix contains the key's (its own and the shorter ones), and the
+// lowest among those not of the Admin tier, which decides after an Admin
+// Pass. Precedence: Admin entries their rank (below PREC_NP_DENY), then
+// the NetworkPolicy tier's denies, its allows, the Baseline tier's
+// entries in order, the default allow of a direction not isolated last.
 struct policy_val {
-	__u8 deny;
-	__u8 proxy; // an allow to an L7 port: new connections go to the L7 proxy
+	__u32 prec;       // the first decision's precedence
+	__u32 rule;       // its rule, for events
+	__u32 below_prec; // the first non-Admin decision's precedence, PREC_NONE: none
+	__u32 below_rule;
+	__u8 act;         // enum policy_act of the first decision
+	__u8 below_act;   // of the first non-Admin one
 	__u8 pad[2];
-	__u32 rule; // index into user space's rule table, for events
 };
 
 struct ct_key {
@@ -635,6 +667,8 @@ const enum svc_flag *unused_svc_flag __attribute__((unused));
 const enum nat_dir *unused_nat_dir __attribute__((unused));
 const enum nodeport_range *unused_nodeport_range __attribute__((unused));
 const enum l7 *unused_l7 __attribute__((unused));
+const enum policy_act *unused_policy_act __attribute__((unused));
+const enum policy_prec *unused_policy_prec __attribute__((unused));
 
 #define NSEC 1000000000ULL
 // Lifetimes as Linux conntrack's defaults: established 5 days, 120 s
@@ -1002,14 +1036,15 @@ static __always_inline struct policy_val *policy_lookup(void *exact, void *lpm, 
 	return v;
 }
 
-// A policy question and its answer, for policy_verdict.
+// A policy question and its answer, for policy_verdict. The question
+// begins with the key of the peer's lookup, which policy_verdict hands to
+// the maps as it is (then with the wildcard peer): no copy on its stack,
+// which the verifier's limit for the deepest chain of calls (512 bytes,
+// cnlab_from_ep -> from_ep_local -> policy_verdict) leaves no room for.
 struct query {
-	__u32 slot; // gen*max_ep + the endpoint's index
-	__u32 peer; // the remote peer's key
-	__u32 rule; // out: the deciding entry's rule, or NO_RULE
-	__u8 dir;
-	__u8 proto;
-	__u16 port;   // network order
+	struct policy_key k; // prefixlen 64, the remote peer's key, dir, proto, port (network order)
+	__u32 slot;   // gen*max_ep + the endpoint's index
+	__u32 rule;   // out: the deciding entry's rule, or NO_RULE
 	__u8 proxied; // out: an allow to an L7 port
 	__u8 pad[3];
 };
@@ -1021,50 +1056,70 @@ __attribute__((noinline)) int policy_verdict(struct query *q)
 {
 	if (!q)
 		return R_DROP_UNKNOWN;
-	__u32 slot = q->slot;
-	__u32 *enf = bpf_map_lookup_elem(&cnlab_enforce, &slot);
-	void *exact = bpf_map_lookup_elem(&cnlab_policy_exact, &slot);
-	void *lpm = bpf_map_lookup_elem(&cnlab_policy, &slot);
-	__u32 bits = enf ? *enf : 0;
+	__u32 *enf = bpf_map_lookup_elem(&cnlab_enforce, &q->slot);
+	if (!enf)
+		return R_DROP_UNKNOWN; // a slot out of range (of every per-slot map): fail closed
+	__u8 dir = q->k.dir;
+	__u32 bits = *enf >> dir; // ISO_INGRESS and WILD_INGRESS, or the egress bits, at 1 and 4
+	void *exact = bpf_map_lookup_elem(&cnlab_policy_exact, &q->slot);
+	void *lpm = bpf_map_lookup_elem(&cnlab_policy, &q->slot);
 	struct policy_val *a, *b = 0;
 	q->rule = NO_RULE;
 	q->proxied = 0;
-	struct policy_key k = {.prefixlen = 64, .peer = q->peer, .dir = q->dir, .proto = q->proto,
-			       .port = q->port};
-	a = policy_lookup(exact, lpm, &k);
-	if (bits & (q->dir == DIR_EGRESS ? WILD_EGRESS : WILD_INGRESS)) {
-		k.peer = 0;
-		b = policy_lookup(exact, lpm, &k);
+	q->k.prefixlen = 64;
+	a = policy_lookup(exact, lpm, &q->k);
+	if (bits & WILD_INGRESS) {
+		q->k.peer = 0;
+		b = policy_lookup(exact, lpm, &q->k);
 	}
-	if (a && a->deny) {
-		q->rule = a->rule;
-		return R_DROP_DENY;
-	}
-	if (b && b->deny) {
-		q->rule = b->rule;
-		return R_DROP_DENY;
-	}
-	if (!a)
-		a = b;
+	// The first decision in precedence order of the two lookups (the
+	// peer's on a tie); after an Admin Pass, the first non-Admin one.
+	__u32 prec = PREC_NONE, rule = NO_RULE;
+	__u8 act = ACT_NONE;
 	if (a) {
-		q->rule = a->rule;
-		q->proxied = q->dir == DIR_INGRESS && a->proxy;
+		prec = a->prec;
+		rule = a->rule;
+		act = a->act;
+	}
+	if (b && b->prec < prec) {
+		prec = b->prec;
+		rule = b->rule;
+		act = b->act;
+	}
+	if (act == ACT_PASS) {
+		// Nothing below: the default decides, and the event names the
+		// Pass that handed it down.
+		act = ACT_NONE;
+		prec = PREC_NONE;
+		if (a && a->below_prec < prec) {
+			prec = a->below_prec;
+			rule = a->below_rule;
+			act = a->below_act;
+		}
+		if (b && b->below_prec < prec) {
+			rule = b->below_rule;
+			act = b->below_act;
+		}
+	}
+	q->rule = rule;
+	if (act == ACT_DENY)
+		return R_DROP_DENY;
+	if (act == ACT_ALLOW || act == ACT_PROXY) {
+		q->proxied = dir == DIR_INGRESS && act == ACT_PROXY;
 		return R_ALLOW_POLICY;
 	}
-	if (!enf)
-		return R_DROP_UNKNOWN; // a slot out of range: fail closed
-	if (bits & (q->dir == DIR_EGRESS ? ISO_EGRESS : ISO_INGRESS))
+	if (bits & ISO_INGRESS)
 		return R_DROP_DEFAULT;
 	return R_ALLOW_UNENFORCED;
 }
 
 // verdict decides a new flow of endpoint index (this host's), in
-// direction dir, against the remote peer. Deny entries win; the lookups
-// are the peer's own entries and, where the endpoint has any, the
-// wildcard-peer entries. An
-// allowed ingress flow to an L7 port sets p->proxied (user space marks
-// every allow entry that decides such a port, so whichever lookup wins
-// says so).
+// direction dir, against the remote peer: the lookups are the peer's own
+// entries and, where the endpoint has any, the wildcard-peer entries, and
+// the decision of lower precedence wins (with the NetworkPolicy tier
+// alone: deny wins). An allowed ingress flow to an L7 port sets
+// p->proxied (user space marks every allow decision of such a port that
+// is not the Admin tier's, so whichever lookup wins says so).
 static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __u32 peer,
 				   struct pkt *p, __u32 *rule)
 {
@@ -1081,8 +1136,8 @@ static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __
 			return R_DROP_INVALID;
 		}
 	}
-	struct query q = {.slot = cfg->gen * cfg->max_ep + index, .peer = peer, .dir = dir,
-			  .proto = p->proto, .port = bpf_htons(p->dport)};
+	struct query q = {.k = {.peer = peer, .dir = dir, .proto = p->proto, .port = bpf_htons(p->dport)},
+			  .slot = cfg->gen * cfg->max_ep + index};
 	int r = policy_verdict(&q);
 	*rule = q.rule;
 	p->proxied = q.proxied;
