@@ -221,3 +221,13 @@ func TestTiersL7(t *testing.T) {
 	}
 	checkAgainstIR(t, lab, m, c, -1)
 }
+
+// TestTierScenarios runs the cluster tiers' scenario table
+// (scenarios.Tiers) through the interpreter of the rendered table against
+// the IR and the model.
+func TestTierScenarios(t *testing.T) {
+	for i, sc := range scenarios.Tiers {
+		lab, m, c := policytest.CompilePolicies(t, policytest.Parse(t, sc.Policies), topology.Overrides{})
+		checkAgainstIR(t, lab, m, c, i)
+	}
+}
