@@ -124,7 +124,7 @@ func udpNewFlow(b *testing.B, client, server string, ip netip.Addr) float64 {
 //	go test -run '^$' -bench 'BenchmarkTiers$' -benchtime 1x -timeout 30m ./lab
 func BenchmarkTiers(b *testing.B) {
 	testutil.RequireRoot(b)
-	const rounds, connects = 7, 500
+	const rounds, connects = 9, 500
 	type path struct {
 		name           string
 		client, server *topology.Endpoint

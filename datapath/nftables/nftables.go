@@ -90,7 +90,12 @@ func setDecls(g int) string {
 	return b.String()
 }
 
-// tierDecls declares generation g's tier maps.
+// npSets hold, in a generation with tier maps, the local endpoints with
+// NetworkPolicy-tier entries or isolation per direction: those whose
+// chain looks the NetworkPolicy tier's sets up (chainDeclsFor).
+var npSets = []string{"eg_np", "in_np"}
+
+// tierDecls declares generation g's tier maps and npSets.
 func tierDecls(g int) string {
 	var b strings.Builder
 	for _, name := range tierMaps {
@@ -99,6 +104,9 @@ func tierDecls(g int) string {
 			typ = "ipv4_addr . ipv4_addr . inet_proto"
 		}
 		fmt.Fprintf(&b, "add map %s %s_g%d { type %s : verdict; flags interval; }\n", table, name, g, typ)
+	}
+	for _, name := range npSets {
+		fmt.Fprintf(&b, "add set %s %s_g%d { type ipv4_addr; }\n", table, name, g)
 	}
 	return b.String()
 }
@@ -122,16 +130,9 @@ func tierLookups(g int, dir, tier string, tiers []string) []string {
 
 func chainDecls(g int) string { return chainDeclsFor(g, nil) }
 
-// chainDeclsFor declares generation g's chains, with lookups of the tier
-// maps in tiers.
-func chainDeclsFor(g int, tiers []string) string {
-	var b strings.Builder
-	rule := func(chain, r string) { fmt.Fprintf(&b, "add rule %s %s_g%d %s\n", table, chain, g, r) }
-	fmt.Fprintf(&b, "add chain %s egress_g%d\n", table, g)
-	for _, r := range tierLookups(g, "eg", "adm", tiers) {
-		rule("egress", r)
-	}
-	for _, r := range []string{
+// The NetworkPolicy tier's rules of each direction's chain.
+var (
+	egressNP = []string{
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_deny_x_g%d counter drop",
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_deny_g%d counter drop",
 		"ip saddr . ip daddr . meta l4proto @eg_deny_p_g%d counter drop",
@@ -139,17 +140,8 @@ func chainDeclsFor(g int, tiers []string) string {
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_allow_g%d counter return",
 		"ip saddr . ip daddr . meta l4proto @eg_allow_p_g%d counter return",
 		"ip saddr @eg_enf_g%d counter drop",
-	} {
-		rule("egress", fmt.Sprintf(r, g))
 	}
-	for _, r := range tierLookups(g, "eg", "base", tiers) {
-		rule("egress", r)
-	}
-	fmt.Fprintf(&b, "add chain %s ingress_g%d\n", table, g)
-	for _, r := range tierLookups(g, "in", "adm", tiers) {
-		rule("ingress", r)
-	}
-	for _, r := range []string{
+	ingressNP = []string{
 		"ip daddr . ip saddr . meta l4proto . th dport @in_deny_x_g%d counter drop",
 		"ip daddr . ip saddr . meta l4proto . th dport @in_deny_g%d counter drop",
 		"ip daddr . ip saddr . meta l4proto @in_deny_p_g%d counter drop",
@@ -157,11 +149,52 @@ func chainDeclsFor(g int, tiers []string) string {
 		"ip daddr . ip saddr . meta l4proto . th dport @in_allow_g%d counter accept",
 		"ip daddr . ip saddr . meta l4proto @in_allow_p_g%d counter accept",
 		"ip daddr @in_enf_g%d counter drop",
-	} {
-		rule("ingress", fmt.Sprintf(r, g))
 	}
-	for _, r := range tierLookups(g, "in", "base", tiers) {
-		rule("ingress", r)
+)
+
+// chainDeclsFor declares generation g's chains, with lookups of the tier
+// maps in tiers. Without tiers, each direction's chain is the
+// NetworkPolicy tier's lookups. With them, it is the Admin tier's
+// lookups; then an endpoint with NetworkPolicy-tier entries or isolation
+// in that direction (*_np) goes to the direction's *_np chain (goto: an
+// allow there returns to the forward chain), which is the NetworkPolicy
+// tier's lookups followed by the Baseline tier's; any other endpoint goes
+// on to the Baseline tier's lookups straight away, without looking the
+// NetworkPolicy tier's sets up.
+func chainDeclsFor(g int, tiers []string) string {
+	var b strings.Builder
+	rule := func(chain, r string) { fmt.Fprintf(&b, "add rule %s %s_g%d %s\n", table, chain, g, r) }
+	dirs := []struct {
+		dir, chain, key string
+		np              []string
+	}{{"eg", "egress", "ip saddr", egressNP}, {"in", "ingress", "ip daddr", ingressNP}}
+	if len(tiers) > 0 {
+		for _, d := range dirs {
+			fmt.Fprintf(&b, "add chain %s %s_np_g%d\n", table, d.chain, g)
+		}
+	}
+	for _, d := range dirs {
+		fmt.Fprintf(&b, "add chain %s %s_g%d\n", table, d.chain, g)
+		if len(tiers) == 0 {
+			for _, r := range d.np {
+				rule(d.chain, fmt.Sprintf(r, g))
+			}
+			continue
+		}
+		for _, r := range tierLookups(g, d.dir, "adm", tiers) {
+			rule(d.chain, r)
+		}
+		rule(d.chain, fmt.Sprintf("%s @%s_np_g%d goto %s_np_g%d", d.key, d.dir, g, d.chain, g))
+		base := tierLookups(g, d.dir, "base", tiers)
+		for _, r := range base {
+			rule(d.chain, r)
+		}
+		for _, r := range d.np {
+			rule(d.chain+"_np", fmt.Sprintf(r, g))
+		}
+		for _, r := range base {
+			rule(d.chain+"_np", r)
+		}
 	}
 	return b.String()
 }
@@ -188,12 +221,18 @@ func dropGeneration(g int) string { return dropGenerationFor(g, nil) }
 func dropGenerationFor(g int, tiers []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "delete chain %s egress_g%d\ndelete chain %s ingress_g%d\n", table, g, table, g)
+	if len(tiers) > 0 {
+		fmt.Fprintf(&b, "delete chain %s egress_np_g%d\ndelete chain %s ingress_np_g%d\n", table, g, table, g)
+	}
 	for _, name := range setNames {
 		fmt.Fprintf(&b, "delete set %s %s_g%d\n", table, name, g)
 	}
 	if len(tiers) > 0 {
 		for _, name := range tierMaps {
 			fmt.Fprintf(&b, "delete map %s %s_g%d\n", table, name, g)
+		}
+		for _, name := range npSets {
+			fmt.Fprintf(&b, "delete set %s %s_g%d\n", table, name, g)
 		}
 	}
 	return b.String()
@@ -344,7 +383,7 @@ func rebuildTiers(from int, fromTiers []string, to int, toTiers []string, sets m
 }
 
 // allSets are the sets and the tier maps, in the order scripts write them.
-var allSets = append(append([]string(nil), setNames...), tierMaps...)
+var allSets = append(append(append([]string(nil), setNames...), tierMaps...), npSets...)
 
 func elements(op, set string, elems []string) string {
 	var b strings.Builder
@@ -424,6 +463,7 @@ func toSet(list []string) map[string]bool {
 // it is tested without root.
 func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	st := hostState{Sets: map[string][]string{}}
+	np := map[string][]string{} // npSets, kept when the host has tier maps
 	for _, ep := range change.LocalEndpoints(lab, host) {
 		id := c.IdentityOfIP(ep.IP)
 		enf := c.Enforced[id]
@@ -438,6 +478,9 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 				continue
 			}
 			st.Sets[prefix+"subj"] = append(st.Sets[prefix+"subj"], ep.IP.String())
+			if enforced || slices.ContainsFunc(rules, func(r policy.Entry) bool { return r.Tier != policy.TierAdmin && r.Tier != policy.TierBaseline }) {
+				np[prefix+"np"] = append(np[prefix+"np"], ep.IP.String())
+			}
 			if enforced {
 				st.Sets[prefix+"enf"] = append(st.Sets[prefix+"enf"], ep.IP.String())
 			}
@@ -489,6 +532,12 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 		}
 	}
 	sort.Strings(st.Tiers)
+	if len(st.Tiers) > 0 {
+		for k, v := range np {
+			st.Sets[k] = v // in the order of LocalEndpoints, as *_subj
+			sort.Strings(st.Sets[k])
+		}
+	}
 	st.L7, st.L7Fwd = renderL7(lab, host, c)
 	return st
 }
