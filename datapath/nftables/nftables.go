@@ -51,18 +51,18 @@ var intervalSets = map[string]bool{"eg_deny": true, "eg_allow": true, "in_deny":
 // The cluster tiers (policy.Tier) are verdict maps, looked up only on
 // hosts whose endpoints have elements in them, and only those maps that
 // have (hostState.Tiers: another chain layout, so a host without cluster
-// policy pays nothing for them, one with Admin ingress entries alone one
-// lookup or two):
-// per direction, the Admin tier's *_adm maps before the NetworkPolicy
-// lookups and the Baseline tier's *_base maps after the isolation drop
-// (the IR has Baseline entries only where a direction is not isolated).
-// Their elements do not overlap: each holds the verdict of the entry that
-// comes first in the tier's order (Ordered), so one lookup is the tier's
-// first match, whatever the number of cluster policies. An allow returns
-// (egress: on to the destination's ingress) or accepts (ingress), a deny
-// drops; where a Pass comes first there is no element, and the chain goes
-// on to the NetworkPolicy lookups. The *_p maps are keyed without a port,
-// as the *_p sets.
+// policy pays nothing for them). Per direction, the Admin tier's *_adm
+// maps come first, the Baseline tier's *_base maps last, after the
+// NetworkPolicy tier's lookups and its isolation drop for the endpoints
+// that have any (npSets, chainDeclsFor; the IR has Baseline entries only
+// where a direction is not isolated). Their elements do not overlap:
+// each holds the verdict of the entry that comes first in the tier's
+// order (Ordered), so one lookup is the tier's first match, whatever the
+// number of cluster policies. An allow returns (egress: on to the
+// destination's ingress) or accepts (ingress), a deny drops; where a Pass
+// comes first there is no element, and the chain goes on to the
+// NetworkPolicy tier. The *_p maps are keyed without a port, as the *_p
+// sets.
 var tierMaps = []string{"eg_adm", "eg_adm_p", "in_adm", "in_adm_p", "eg_base", "eg_base_p", "in_base", "in_base_p"}
 
 // The table holds one generation of sets and lookup chains at a time,
