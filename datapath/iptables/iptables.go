@@ -5,7 +5,9 @@
 // policy gets a chain of its own for egress and one for ingress, with one
 // rule per (peer address, protocol, port range), denies before allows —
 // or, with peers: ipsets, one rule per peer term as written matching an
-// ipset of its addresses, as Calico's felix does (ipsets.go). Changes go
+// ipset of its addresses, as Calico's felix does (ipsets.go). Cluster
+// policies add an Admin-tier chain before an endpoint's chain and a
+// Baseline-tier chain after it (endpointChains). Changes go
 // through iptables-restore --noflush, one atomic commit per host,
 // rewriting only the chains that changed; sets are written before it and
 // destroyed after it. It never touches the root network namespace.

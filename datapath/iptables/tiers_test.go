@@ -257,3 +257,15 @@ func TestTieredYAML(t *testing.T) {
 		}
 	}
 }
+
+// TestTierScenarios runs the cluster tiers' scenario table
+// (scenarios.Tiers) through the interpreter of the rendered rules, with
+// and without ipsets, against the IR and the model.
+func TestTierScenarios(t *testing.T) {
+	for i, sc := range scenarios.Tiers {
+		for _, ov := range []topology.Overrides{{}, ipsetsOpt} {
+			lab, m, c := policytest.CompilePolicies(t, policytest.Parse(t, sc.Policies), ov)
+			checkAgainstIR(t, lab, m, c, i)
+		}
+	}
+}

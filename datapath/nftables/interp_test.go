@@ -176,38 +176,50 @@ func layout(tiers []string) map[string][]string {
 }
 
 // forwardChain walks the forward chain (forwardRules) and the chains it
-// jumps to.
+// goes to as nftables does: jump calls a chain, goto goes to one (its end
+// or return goes back to the caller of the chain that went), return or a
+// chain's end returns; accept ends in passed, drop in dropped.
 func forwardChain(t *testing.T, st hostState, p packet) (outcome, []string) {
 	t.Helper()
 	cs := layout(st.Tiers)
+	type frame struct {
+		chain string
+		next  int
+	}
+	stack := []frame{{"forward", 0}}
 	var trace []string
-	for _, r := range cs["forward"] {
+	for len(stack) > 0 {
+		top := &stack[len(stack)-1]
+		rules, ok := cs[top.chain]
+		if !ok {
+			t.Fatalf("chain %s not declared", top.chain)
+		}
+		if top.next >= len(rules) {
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		r := rules[top.next]
+		top.next++
 		v, hit := runRule(t, st, r, p)
 		if !hit {
 			continue
 		}
-		trace = append(trace, "forward: "+r)
-		target, ok := strings.CutPrefix(v, "jump ")
-		if !ok {
-			t.Fatalf("forward rule %q: %s", r, v)
-		}
-		target = target[:strings.LastIndex(target, "_g")]
-		for _, cr := range cs[target] {
-			v, hit := runRule(t, st, cr, p)
-			if !hit {
-				continue
+		trace = append(trace, top.chain+": "+r+" => "+v)
+		verb, target, _ := strings.Cut(v, " ")
+		switch verb {
+		case "drop":
+			return dropped, trace
+		case "accept":
+			return passed, trace
+		case "return":
+			stack = stack[:len(stack)-1]
+		case "jump", "goto":
+			if verb == "goto" {
+				stack = stack[:len(stack)-1]
 			}
-			trace = append(trace, target+": "+cr+" => "+v)
-			switch v {
-			case "drop":
-				return dropped, trace
-			case "accept":
-				return passed, trace
-			case "return":
-			default:
-				t.Fatalf("rule %q: verdict %q", cr, v)
-			}
-			break
+			stack = append(stack, frame{target[:strings.LastIndex(target, "_g")], 0})
+		default:
+			t.Fatalf("rule %q: verdict %q", r, v)
 		}
 	}
 	return passed, trace

@@ -51,18 +51,18 @@ var intervalSets = map[string]bool{"eg_deny": true, "eg_allow": true, "in_deny":
 // The cluster tiers (policy.Tier) are verdict maps, looked up only on
 // hosts whose endpoints have elements in them, and only those maps that
 // have (hostState.Tiers: another chain layout, so a host without cluster
-// policy pays nothing for them, one with Admin ingress entries alone one
-// lookup or two):
-// per direction, the Admin tier's *_adm maps before the NetworkPolicy
-// lookups and the Baseline tier's *_base maps after the isolation drop
-// (the IR has Baseline entries only where a direction is not isolated).
-// Their elements do not overlap: each holds the verdict of the entry that
-// comes first in the tier's order (Ordered), so one lookup is the tier's
-// first match, whatever the number of cluster policies. An allow returns
-// (egress: on to the destination's ingress) or accepts (ingress), a deny
-// drops; where a Pass comes first there is no element, and the chain goes
-// on to the NetworkPolicy lookups. The *_p maps are keyed without a port,
-// as the *_p sets.
+// policy pays nothing for them). Per direction, the Admin tier's *_adm
+// maps come first, the Baseline tier's *_base maps last, after the
+// NetworkPolicy tier's lookups and its isolation drop for the endpoints
+// that have any (npSets, chainDeclsFor; the IR has Baseline entries only
+// where a direction is not isolated). Their elements do not overlap:
+// each holds the verdict of the entry that comes first in the tier's
+// order (Ordered), so one lookup is the tier's first match, whatever the
+// number of cluster policies. An allow returns (egress: on to the
+// destination's ingress) or accepts (ingress), a deny drops; where a Pass
+// comes first there is no element, and the chain goes on to the
+// NetworkPolicy tier. The *_p maps are keyed without a port, as the *_p
+// sets.
 var tierMaps = []string{"eg_adm", "eg_adm_p", "in_adm", "in_adm_p", "eg_base", "eg_base_p", "in_base", "in_base_p"}
 
 // The table holds one generation of sets and lookup chains at a time,
@@ -90,7 +90,12 @@ func setDecls(g int) string {
 	return b.String()
 }
 
-// tierDecls declares generation g's tier maps.
+// npSets hold, in a generation with tier maps, the local endpoints with
+// NetworkPolicy-tier entries or isolation per direction: those whose
+// chain looks the NetworkPolicy tier's sets up (chainDeclsFor).
+var npSets = []string{"eg_np", "in_np"}
+
+// tierDecls declares generation g's tier maps and npSets.
 func tierDecls(g int) string {
 	var b strings.Builder
 	for _, name := range tierMaps {
@@ -99,6 +104,9 @@ func tierDecls(g int) string {
 			typ = "ipv4_addr . ipv4_addr . inet_proto"
 		}
 		fmt.Fprintf(&b, "add map %s %s_g%d { type %s : verdict; flags interval; }\n", table, name, g, typ)
+	}
+	for _, name := range npSets {
+		fmt.Fprintf(&b, "add set %s %s_g%d { type ipv4_addr; }\n", table, name, g)
 	}
 	return b.String()
 }
@@ -122,16 +130,9 @@ func tierLookups(g int, dir, tier string, tiers []string) []string {
 
 func chainDecls(g int) string { return chainDeclsFor(g, nil) }
 
-// chainDeclsFor declares generation g's chains, with lookups of the tier
-// maps in tiers.
-func chainDeclsFor(g int, tiers []string) string {
-	var b strings.Builder
-	rule := func(chain, r string) { fmt.Fprintf(&b, "add rule %s %s_g%d %s\n", table, chain, g, r) }
-	fmt.Fprintf(&b, "add chain %s egress_g%d\n", table, g)
-	for _, r := range tierLookups(g, "eg", "adm", tiers) {
-		rule("egress", r)
-	}
-	for _, r := range []string{
+// The NetworkPolicy tier's rules of each direction's chain.
+var (
+	egressNP = []string{
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_deny_x_g%d counter drop",
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_deny_g%d counter drop",
 		"ip saddr . ip daddr . meta l4proto @eg_deny_p_g%d counter drop",
@@ -139,17 +140,8 @@ func chainDeclsFor(g int, tiers []string) string {
 		"ip saddr . ip daddr . meta l4proto . th dport @eg_allow_g%d counter return",
 		"ip saddr . ip daddr . meta l4proto @eg_allow_p_g%d counter return",
 		"ip saddr @eg_enf_g%d counter drop",
-	} {
-		rule("egress", fmt.Sprintf(r, g))
 	}
-	for _, r := range tierLookups(g, "eg", "base", tiers) {
-		rule("egress", r)
-	}
-	fmt.Fprintf(&b, "add chain %s ingress_g%d\n", table, g)
-	for _, r := range tierLookups(g, "in", "adm", tiers) {
-		rule("ingress", r)
-	}
-	for _, r := range []string{
+	ingressNP = []string{
 		"ip daddr . ip saddr . meta l4proto . th dport @in_deny_x_g%d counter drop",
 		"ip daddr . ip saddr . meta l4proto . th dport @in_deny_g%d counter drop",
 		"ip daddr . ip saddr . meta l4proto @in_deny_p_g%d counter drop",
@@ -157,11 +149,52 @@ func chainDeclsFor(g int, tiers []string) string {
 		"ip daddr . ip saddr . meta l4proto . th dport @in_allow_g%d counter accept",
 		"ip daddr . ip saddr . meta l4proto @in_allow_p_g%d counter accept",
 		"ip daddr @in_enf_g%d counter drop",
-	} {
-		rule("ingress", fmt.Sprintf(r, g))
 	}
-	for _, r := range tierLookups(g, "in", "base", tiers) {
-		rule("ingress", r)
+)
+
+// chainDeclsFor declares generation g's chains, with lookups of the tier
+// maps in tiers. Without tiers, each direction's chain is the
+// NetworkPolicy tier's lookups. With them, it is the Admin tier's
+// lookups; then an endpoint with NetworkPolicy-tier entries or isolation
+// in that direction (*_np) goes to the direction's *_np chain (goto: an
+// allow there returns to the forward chain), which is the NetworkPolicy
+// tier's lookups followed by the Baseline tier's; any other endpoint goes
+// on to the Baseline tier's lookups straight away, without looking the
+// NetworkPolicy tier's sets up.
+func chainDeclsFor(g int, tiers []string) string {
+	var b strings.Builder
+	rule := func(chain, r string) { fmt.Fprintf(&b, "add rule %s %s_g%d %s\n", table, chain, g, r) }
+	dirs := []struct {
+		dir, chain, key string
+		np              []string
+	}{{"eg", "egress", "ip saddr", egressNP}, {"in", "ingress", "ip daddr", ingressNP}}
+	if len(tiers) > 0 {
+		for _, d := range dirs {
+			fmt.Fprintf(&b, "add chain %s %s_np_g%d\n", table, d.chain, g)
+		}
+	}
+	for _, d := range dirs {
+		fmt.Fprintf(&b, "add chain %s %s_g%d\n", table, d.chain, g)
+		if len(tiers) == 0 {
+			for _, r := range d.np {
+				rule(d.chain, fmt.Sprintf(r, g))
+			}
+			continue
+		}
+		for _, r := range tierLookups(g, d.dir, "adm", tiers) {
+			rule(d.chain, r)
+		}
+		rule(d.chain, fmt.Sprintf("%s @%s_np_g%d goto %s_np_g%d", d.key, d.dir, g, d.chain, g))
+		base := tierLookups(g, d.dir, "base", tiers)
+		for _, r := range base {
+			rule(d.chain, r)
+		}
+		for _, r := range d.np {
+			rule(d.chain+"_np", fmt.Sprintf(r, g))
+		}
+		for _, r := range base {
+			rule(d.chain+"_np", r)
+		}
 	}
 	return b.String()
 }
@@ -188,12 +221,18 @@ func dropGeneration(g int) string { return dropGenerationFor(g, nil) }
 func dropGenerationFor(g int, tiers []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "delete chain %s egress_g%d\ndelete chain %s ingress_g%d\n", table, g, table, g)
+	if len(tiers) > 0 {
+		fmt.Fprintf(&b, "delete chain %s egress_np_g%d\ndelete chain %s ingress_np_g%d\n", table, g, table, g)
+	}
 	for _, name := range setNames {
 		fmt.Fprintf(&b, "delete set %s %s_g%d\n", table, name, g)
 	}
 	if len(tiers) > 0 {
 		for _, name := range tierMaps {
 			fmt.Fprintf(&b, "delete map %s %s_g%d\n", table, name, g)
+		}
+		for _, name := range npSets {
+			fmt.Fprintf(&b, "delete set %s %s_g%d\n", table, name, g)
 		}
 	}
 	return b.String()
@@ -344,7 +383,7 @@ func rebuildTiers(from int, fromTiers []string, to int, toTiers []string, sets m
 }
 
 // allSets are the sets and the tier maps, in the order scripts write them.
-var allSets = append(append([]string(nil), setNames...), tierMaps...)
+var allSets = append(append(append([]string(nil), setNames...), tierMaps...), npSets...)
 
 func elements(op, set string, elems []string) string {
 	var b strings.Builder
@@ -424,6 +463,7 @@ func toSet(list []string) map[string]bool {
 // it is tested without root.
 func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	st := hostState{Sets: map[string][]string{}}
+	np := map[string][]string{} // npSets, kept when the host has tier maps
 	for _, ep := range change.LocalEndpoints(lab, host) {
 		id := c.IdentityOfIP(ep.IP)
 		enf := c.Enforced[id]
@@ -438,6 +478,9 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 				continue
 			}
 			st.Sets[prefix+"subj"] = append(st.Sets[prefix+"subj"], ep.IP.String())
+			if enforced || slices.ContainsFunc(rules, func(r policy.Entry) bool { return r.Tier != policy.TierAdmin && r.Tier != policy.TierBaseline }) {
+				np[prefix+"np"] = append(np[prefix+"np"], ep.IP.String())
+			}
 			if enforced {
 				st.Sets[prefix+"enf"] = append(st.Sets[prefix+"enf"], ep.IP.String())
 			}
@@ -489,6 +532,12 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 		}
 	}
 	sort.Strings(st.Tiers)
+	if len(st.Tiers) > 0 {
+		for k, v := range np {
+			st.Sets[k] = v // in the order of LocalEndpoints, as *_subj
+			sort.Strings(st.Sets[k])
+		}
+	}
 	st.L7, st.L7Fwd = renderL7(lab, host, c)
 	return st
 }
@@ -566,42 +615,72 @@ func Ordered(c *policy.Compiled, rules []policy.Entry) []VBox {
 				}
 			}
 		}
-		// first is the verdict of the first entry covering proto and
-		// every port of [lo, hi] (entries' bounds never fall inside).
-		first := func(proto uint8, lo, hi uint16) Verdict {
-			for _, r := range rs {
-				if r.Proto == policy.ProtoAny || r.Proto == proto && (r.PortLo == 0 || lo >= r.PortLo && hi <= max(r.PortLo, r.PortHi)) {
-					return verdict(r)
-				}
+		// The protocols no entry names get the first entry of any
+		// protocol.
+		anyV := none
+		for _, r := range rs {
+			if r.Proto == policy.ProtoAny {
+				anyV = verdict(r)
+				break
 			}
-			return none
 		}
-		// ports returns the port ranges of a named protocol, each with
-		// its verdict, adjacent ranges of one verdict merged.
+		// ports returns the port ranges of a named protocol between the
+		// bounds of its entries, each with the verdict of the first
+		// entry covering it, adjacent ranges of one verdict merged:
+		// each entry in order paints the ranges it covers that no entry
+		// before it did (next skips those painted).
 		ports := func(proto uint8) []VBox {
-			bounds := map[int]bool{0: true, 65536: true}
+			cuts := []int{0, 65536}
 			for _, r := range rs {
 				if r.Proto == proto && r.PortLo != 0 {
-					bounds[int(r.PortLo)] = true
-					bounds[int(max(r.PortLo, r.PortHi))+1] = true
+					cuts = append(cuts, int(r.PortLo), int(max(r.PortLo, r.PortHi))+1)
 				}
-			}
-			var cuts []int
-			for b := range bounds {
-				cuts = append(cuts, b)
 			}
 			sort.Ints(cuts)
-			var vs []VBox
-			for i := 0; i+1 < len(cuts); i++ {
-				lo, hi := uint16(cuts[i]), uint16(cuts[i+1]-1)
-				v := first(proto, lo, hi)
-				if n := len(vs); n > 0 && vs[n-1].Verdict == v {
-					vs[n-1].PortHi = hi
+			cuts = slices.Compact(cuts)
+			n := len(cuts) - 1
+			vs := make([]Verdict, n)
+			next := make([]int, n+1) // next[i]: the first range not painted at or after i (found, with path halving)
+			for i := range next {
+				next[i] = i
+			}
+			find := func(i int) int {
+				for next[i] != i {
+					next[i] = next[next[i]]
+					i = next[i]
+				}
+				return i
+			}
+			left := n
+			for _, r := range rs {
+				a, b := 0, n
+				switch {
+				case r.Proto == policy.ProtoAny, r.Proto == proto && r.PortLo == 0:
+				case r.Proto == proto:
+					a, _ = slices.BinarySearch(cuts, int(r.PortLo))
+					b, _ = slices.BinarySearch(cuts, int(max(r.PortLo, r.PortHi))+1)
+				default:
 					continue
 				}
-				vs = append(vs, VBox{Box{Peer: atom, ProtoLo: proto, ProtoHi: proto, PortLo: lo, PortHi: hi}, v})
+				for i := find(a); i < b; i = find(i) {
+					vs[i] = verdict(r)
+					next[i] = i + 1
+					left--
+				}
+				if left == 0 {
+					break
+				}
 			}
-			return vs
+			var out []VBox
+			for i, v := range vs {
+				lo, hi := uint16(cuts[i]), uint16(cuts[i+1]-1)
+				if k := len(out); k > 0 && out[k-1].Verdict == v {
+					out[k-1].PortHi = hi
+					continue
+				}
+				out = append(out, VBox{Box{Peer: atom, ProtoLo: proto, ProtoHi: proto, PortLo: lo, PortHi: hi}, v})
+			}
+			return out
 		}
 		// Walk the protocols: a run of protocols each with one verdict
 		// on every port is one box; a named protocol with several is
@@ -615,7 +694,7 @@ func Ordered(c *policy.Compiled, rules []policy.Entry) []VBox {
 		}
 		for p := 0; p <= 255; p++ {
 			proto := uint8(p)
-			v := first(proto, 0, 65535)
+			v := anyV
 			if named[proto] {
 				vs := ports(proto)
 				if len(vs) > 1 {

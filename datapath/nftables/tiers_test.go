@@ -69,14 +69,25 @@ func TestRenderTiers(t *testing.T) {
 		t.Errorf("in_base_p (z/c only, z/a is isolated): %v", got)
 	}
 	cs := chains(generationDecls(0, tierMaps))
-	in := cs["ingress"]
-	if len(in) != 11 || !strings.Contains(in[0], "vmap @in_adm_g0") || !strings.Contains(in[1], "vmap @in_adm_p_g0") ||
-		!strings.Contains(in[8], "@in_enf_g0 counter drop") || !strings.Contains(in[9], "vmap @in_base_g0") || !strings.Contains(in[10], "vmap @in_base_p_g0") {
+	in, innp := cs["ingress"], cs["ingress_np"]
+	if len(in) != 5 || !strings.Contains(in[0], "vmap @in_adm_g0") || !strings.Contains(in[1], "vmap @in_adm_p_g0") ||
+		in[2] != "ip daddr @in_np_g0 goto ingress_np_g0" || !strings.Contains(in[3], "vmap @in_base_g0") || !strings.Contains(in[4], "vmap @in_base_p_g0") {
 		t.Errorf("ingress chain with every tier map:\n%s", strings.Join(in, "\n"))
 	}
+	if len(innp) != 9 || !strings.Contains(innp[6], "@in_enf_g0 counter drop") || innp[7] != in[3] || innp[8] != in[4] {
+		t.Errorf("ingress_np chain: the NetworkPolicy tier's lookups, then the Baseline tier's:\n%s", strings.Join(innp, "\n"))
+	}
 	cs = chains(generationDecls(0, st.Tiers))
-	if eg := cs["egress"]; len(eg) != 8 || !strings.Contains(eg[0], "vmap @eg_adm_g0") {
+	if eg := cs["egress"]; len(eg) != 2 || !strings.Contains(eg[0], "vmap @eg_adm_g0") || eg[1] != "ip saddr @eg_np_g0 goto egress_np_g0" {
 		t.Errorf("flip's egress chain looks up eg_adm alone:\n%s", strings.Join(eg, "\n"))
+	}
+	if eg := cs["egress_np"]; len(eg) != 7 {
+		t.Errorf("flip's egress_np chain: %q", eg)
+	}
+	// Those with NetworkPolicy-tier entries or isolation: x/a, y/b, z/a
+	// (isolated); z/c has Baseline entries only.
+	if got := st.Sets["in_np"]; !slices.Equal(got, []string{"10.0.192.10", "10.0.192.21", "10.0.192.30"}) || !slices.Contains(st.Sets["in_subj"], "10.0.192.32") {
+		t.Errorf("in_np = %v, in_subj = %v", got, st.Sets["in_subj"])
 	}
 	if generationDecls(0, nil) != setDecls(0)+chainDecls(0) || strings.Contains(skeleton(), "vmap") {
 		t.Error("without tiers, the layout of before")
@@ -95,7 +106,8 @@ func TestRenderTiers(t *testing.T) {
 			t.Errorf("rebuild lacks %q", want)
 		}
 	}
-	if back := rebuildTiers(3, st.Tiers, 4, nil, nil); !strings.Contains(back, "delete map inet cnlab in_adm_g3") || strings.Contains(back, "vmap") {
+	if back := rebuildTiers(3, st.Tiers, 4, nil, nil); !strings.Contains(back, "delete map inet cnlab in_adm_g3") || !strings.Contains(back, "delete chain inet cnlab egress_np_g3") ||
+		!strings.Contains(back, "delete set inet cnlab in_np_g3") || strings.Contains(back, "vmap") || strings.Contains(back, "_np_g4") {
 		t.Errorf("rebuild without tiers:\n%s", back)
 	}
 	// In place, a map's element is deleted by its key.
@@ -220,4 +232,14 @@ func TestTiersL7(t *testing.T) {
 		}
 	}
 	checkAgainstIR(t, lab, m, c, -1)
+}
+
+// TestTierScenarios runs the cluster tiers' scenario table
+// (scenarios.Tiers) through the interpreter of the rendered table against
+// the IR and the model.
+func TestTierScenarios(t *testing.T) {
+	for i, sc := range scenarios.Tiers {
+		lab, m, c := policytest.CompilePolicies(t, policytest.Parse(t, sc.Policies), topology.Overrides{})
+		checkAgainstIR(t, lab, m, c, i)
+	}
 }
