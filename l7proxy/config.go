@@ -70,7 +70,18 @@ type L4Entry struct {
 	AnyProto bool         `json:"anyProto,omitempty"` // else TCP
 	PortLo   uint16       `json:"portLo,omitempty"`   // 0: any port
 	PortHi   uint16       `json:"portHi,omitempty"`
+	// Tier is the entry's cluster tier (policy.Tier: 1 Admin, 3
+	// Baseline; 0 or 2 the NetworkPolicy tier), Pass an Admin-tier Pass.
+	// Rules hold each subject's entries in the IR's walking order.
+	Tier uint8 `json:"tier,omitempty"`
+	Pass bool  `json:"pass,omitempty"`
 }
+
+// Tiers as policy numbers them (this package cannot import policy).
+const (
+	tierAdmin    = 1
+	tierBaseline = 3
+)
 
 // Allows evaluates a new TCP connection from src to dst as
 // policy.Compiled.Allows does, ids giving the identity of an endpoint
@@ -83,19 +94,45 @@ func (l *L4Policy) Allows(ids map[netip.Addr]uint32, src, dst netip.AddrPort) bo
 		l.side(ids, ids[dst.Addr()], false, src.Addr(), dst.Port())
 }
 
+// side walks one side's entries as policy.DecideSide does: the Admin
+// tier's first match decides (a Pass skips to the NetworkPolicy tier),
+// then a NetworkPolicy-tier deny drops and an allow accepts, an isolated
+// subject's other connections drop, then the Baseline tier's first match
+// decides; nothing matching allows. (TestL4AgreesWithIR checks it
+// against the IR on every scenario, the tiers' included.)
 func (l *L4Policy) side(ids map[netip.Addr]uint32, subject uint32, egress bool, remote netip.Addr, port uint16) bool {
-	allowed := false
+	enf := l.Enforced[subject]
+	enforced := (!egress && enf.Ingress) || (egress && enf.Egress)
+	allowed, passed := false, false
 	for _, r := range l.Rules {
-		if r.Subject != subject || r.Egress != egress || !r.matches(ids, remote, port) {
+		if r.Subject != subject || r.Egress != egress {
 			continue
+		}
+		if r.Tier == tierAdmin && passed {
+			continue
+		}
+		if r.Tier == tierBaseline && (allowed || enforced) {
+			break
+		}
+		if !r.matches(ids, remote, port) {
+			continue
+		}
+		switch r.Tier {
+		case tierAdmin:
+			if r.Pass {
+				passed = true
+				continue
+			}
+			return !r.Deny
+		case tierBaseline:
+			return !r.Deny
 		}
 		if r.Deny {
 			return false
 		}
 		allowed = true
 	}
-	enf := l.Enforced[subject]
-	return allowed || (!egress && !enf.Ingress) || (egress && !enf.Egress)
+	return allowed || !enforced
 }
 
 func (r L4Entry) matches(ids map[netip.Addr]uint32, remote netip.Addr, port uint16) bool {

@@ -100,12 +100,13 @@ func l4(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.L4Policy {
 			out.Enforced[id] = l7proxy.L4Enforced{Ingress: enf.Ingress, Egress: enf.Egress}
 		}
 	}
-	for _, r := range c.Rules {
+	for _, r := range c.Rules { // in walking order per subject and direction
 		if (r.Proto != policy.ProtoAny && r.Proto != policy.ProtoTCP) || (r.Dir == policy.Ingress && !local[r.Subject]) {
 			continue
 		}
 		out.Rules = append(out.Rules, l7proxy.L4Entry{Subject: r.Subject, Egress: r.Dir == policy.Egress, Deny: r.Deny,
-			PeerID: r.PeerID, PeerCIDR: r.PeerCIDR, AnyProto: r.Proto == policy.ProtoAny, PortLo: r.PortLo, PortHi: r.PortHi})
+			PeerID: r.PeerID, PeerCIDR: r.PeerCIDR, AnyProto: r.Proto == policy.ProtoAny, PortLo: r.PortLo, PortHi: r.PortHi,
+			Tier: uint8(r.Tier), Pass: r.Pass})
 	}
 	return out
 }
