@@ -129,68 +129,15 @@ func checkAgainstIR(t *testing.T, lab *topology.Spec, m *policy.Model, c *policy
 	for _, h := range lab.Hosts {
 		states[h.Name] = Render(lab, h.Name, c)
 	}
-	type target struct {
-		proto uint8
-		port  uint16
-	}
-	var targets []target
-	for _, port := range []uint16{78, 79, 80, 81, 82, 1000} {
-		targets = append(targets, target{policy.ProtoTCP, port}, target{policy.ProtoUDP, port})
-	}
-	targets = append(targets, target{policy.ProtoSCTP, 80}, target{1, 0})
-	wrong := 0
-	for i := range lab.Endpoints {
-		src := &lab.Endpoints[i]
-		for j := range lab.Endpoints {
-			dst := &lab.Endpoints[j]
-			if i == j {
-				continue
-			}
+	policytest.CheckAgainstIR(t, lab, m, c, fmt.Sprintf("round %d (ipsets %v)", round, lab.IPTables.IPSets()), policytest.Targets([]uint16{78, 79, 80, 81, 82, 1000}, 1),
+		func(src, dst *topology.Endpoint, tg policytest.Target) policytest.Crossing {
 			hosts := []hostState{states[src.Host]}
 			if dst.Host != src.Host {
 				hosts = append(hosts, states[dst.Host])
 			}
-			for _, tg := range targets {
-				p := packet{src.IP, dst.IP, tg.proto, tg.port}
-				got, trace := crossing(t, hosts, p)
-				want := c.Allows(src.IP, dst.IP, tg.proto, tg.port)
-				bad := want != (got != dropped)
-				what := "the IR allows"
-				if tg.proto == policy.ProtoTCP && len(c.L7Ports(c.IdentityOfIP(dst.IP))) > 0 {
-					v := m.HTTPVerdict(src, dst, int(tg.port), policy.Request{Method: "GET", Path: "/"})
-					if v.Allowed != want {
-						t.Errorf("round %d: %s -> %s %v: the model says %v (%s), the IR %v", round, src.ID(), dst.ID(), p, v.Allowed, v.L7, want)
-					}
-					bad = bad || (got == redirected) != (v.Allowed && v.Proxied)
-					what = "the model (allowed, proxied) says " + map[bool]string{true: "redirect", false: "no redirect"}[v.Allowed && v.Proxied] + "; the IR allows"
-				}
-				if bad {
-					wrong++
-					if wrong <= 5 {
-						t.Errorf("round %d (ipsets %v): %s -> %s %v: rules say %v, %s: %v\ntrace:\n%s\npolicies:\n%s",
-							round, lab.IPTables.IPSets(), src.ID(), dst.ID(), p, got, what, want, trace, dumpRules(c, src, dst))
-					}
-				}
-			}
-		}
-	}
-	if wrong > 5 {
-		t.Errorf("round %d: %d cells wrong in all", round, wrong)
-	}
-}
-
-func dumpRules(c *policy.Compiled, src, dst *topology.Endpoint) string {
-	var b strings.Builder
-	for _, s := range []struct {
-		id  uint32
-		dir policy.Dir
-	}{{c.IdentityOfIP(src.IP), policy.Egress}, {c.IdentityOfIP(dst.IP), policy.Ingress}} {
-		fmt.Fprintf(&b, "%s of identity %d, isolated %+v\n", s.dir, s.id, c.Enforced[s.id])
-		for _, r := range c.RulesFor(s.id, s.dir) {
-			fmt.Fprintf(&b, "  %s: %s %s %s prec %d peer %d %s\n", r.Origin, r.Tier, r.Action(), r.PortString(), r.Prec, r.PeerID, r.PeerCIDR)
-		}
-	}
-	return b.String()
+			got, trace := crossing(t, hosts, packet{src.IP, dst.IP, tg.Proto, tg.Port})
+			return policytest.Crossing{Dropped: got == dropped, Redirected: got == redirected, Trace: trace}
+		})
 }
 
 // l7PassGo is policytest.L7PassYAML built in Go.

@@ -578,22 +578,6 @@ type VBox struct {
 // bounds, every other protocol the first entry of any protocol; runs of
 // protocols with one verdict on every port are one box.
 func Ordered(c *policy.Compiled, rules []policy.Entry) []VBox {
-	type cover struct {
-		pfx netip.Prefix
-		r   policy.Entry
-	}
-	var covers []cover
-	seen := map[netip.Prefix]bool{}
-	var prefixes []netip.Prefix
-	for _, r := range rules {
-		for _, p := range c.PeerPrefixes(r) {
-			covers = append(covers, cover{p, r})
-			if !seen[p] {
-				seen[p] = true
-				prefixes = append(prefixes, p)
-			}
-		}
-	}
 	verdict := func(r policy.Entry) Verdict {
 		switch {
 		case r.Pass:
@@ -604,15 +588,12 @@ func Ordered(c *policy.Compiled, rules []policy.Entry) []VBox {
 		return Allow
 	}
 	var out []VBox
-	for _, atom := range atoms(prefixes) {
-		var rs []policy.Entry
+	for _, ac := range coveringAtoms(c, rules) {
+		atom, rs := ac.atom, ac.rules
 		named := map[uint8]bool{}
-		for _, cv := range covers {
-			if cv.pfx.Contains(atom.Addr()) && cv.pfx.Bits() <= atom.Bits() {
-				rs = append(rs, cv.r)
-				if cv.r.Proto != policy.ProtoAny {
-					named[cv.r.Proto] = true
-				}
+		for _, r := range rs {
+			if r.Proto != policy.ProtoAny {
+				named[r.Proto] = true
 			}
 		}
 		// The protocols no entry names get the first entry of any
@@ -775,11 +756,17 @@ func (b Box) element(local netip.Addr) string {
 	return fmt.Sprintf("%s . %s . %s . %s", local, b.Peer, proto, port)
 }
 
-// Disjoint turns the rules of one subject and direction into set elements
-// that do not overlap (the kernel's interval sets refuse overlapping
-// elements). Peer prefixes are split into disjoint atoms; for each atom,
-// the ports of every rule covering it are merged per protocol.
-func Disjoint(c *policy.Compiled, rules []policy.Entry) []Box {
+// atomCover is one disjoint peer atom and the rules covering it, in the
+// rules' order.
+type atomCover struct {
+	atom  netip.Prefix
+	rules []policy.Entry
+}
+
+// coveringAtoms splits the peers of rules into disjoint atoms (the
+// kernel's interval sets refuse overlapping elements) and gives each the
+// rules whose peer covers it.
+func coveringAtoms(c *policy.Compiled, rules []policy.Entry) []atomCover {
 	type cover struct {
 		pfx netip.Prefix
 		r   policy.Entry
@@ -796,23 +783,39 @@ func Disjoint(c *policy.Compiled, rules []policy.Entry) []Box {
 			}
 		}
 	}
-	var out []Box
+	var out []atomCover
 	for _, atom := range atoms(prefixes) {
+		ac := atomCover{atom: atom}
+		for _, cv := range covers {
+			if cv.pfx.Contains(atom.Addr()) && cv.pfx.Bits() <= atom.Bits() {
+				ac.rules = append(ac.rules, cv.r)
+			}
+		}
+		out = append(out, ac)
+	}
+	return out
+}
+
+// Disjoint turns the rules of one subject and direction into set elements
+// that do not overlap (the kernel's interval sets refuse overlapping
+// elements). Peer prefixes are split into disjoint atoms; for each atom,
+// the ports of every rule covering it are merged per protocol.
+func Disjoint(c *policy.Compiled, rules []policy.Entry) []Box {
+	var out []Box
+	for _, ac := range coveringAtoms(c, rules) {
+		atom := ac.atom
 		all := false
 		ports := map[uint8][][2]uint16{}
-		for _, cv := range covers {
-			if !cv.pfx.Contains(atom.Addr()) || cv.pfx.Bits() > atom.Bits() {
-				continue
-			}
-			if cv.r.Proto == policy.ProtoAny {
+		for _, r := range ac.rules {
+			if r.Proto == policy.ProtoAny {
 				all = true
 				break
 			}
-			lo, hi := cv.r.PortLo, cv.r.PortHi
+			lo, hi := r.PortLo, r.PortHi
 			if lo == 0 {
 				lo, hi = 0, 65535
 			}
-			ports[cv.r.Proto] = append(ports[cv.r.Proto], [2]uint16{lo, hi})
+			ports[r.Proto] = append(ports[r.Proto], [2]uint16{lo, hi})
 		}
 		if all {
 			out = append(out, Box{Peer: atom, ProtoLo: 0, ProtoHi: 255, PortLo: 0, PortHi: 65535})

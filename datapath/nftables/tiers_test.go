@@ -141,65 +141,15 @@ func checkAgainstIR(t *testing.T, lab *topology.Spec, m *policy.Model, c *policy
 	for _, h := range lab.Hosts {
 		states[h.Name] = Render(lab, h.Name, c)
 	}
-	type target struct {
-		proto uint8
-		port  uint16
-	}
-	var targets []target
-	for _, port := range []uint16{0, 78, 79, 80, 81, 82, 1000, 65535} {
-		targets = append(targets, target{policy.ProtoTCP, port}, target{policy.ProtoUDP, port})
-	}
-	targets = append(targets, target{policy.ProtoSCTP, 80}, target{1, 0}, target{47, 0})
-	wrong := 0
-	for i := range lab.Endpoints {
-		src := &lab.Endpoints[i]
-		for j := range lab.Endpoints {
-			dst := &lab.Endpoints[j]
-			if i == j {
-				continue
-			}
+	policytest.CheckAgainstIR(t, lab, m, c, fmt.Sprintf("round %d", round), policytest.Targets([]uint16{0, 78, 79, 80, 81, 82, 1000, 65535}, 1, 47),
+		func(src, dst *topology.Endpoint, tg policytest.Target) policytest.Crossing {
 			hosts := []hostState{states[src.Host]}
 			if dst.Host != src.Host {
 				hosts = append(hosts, states[dst.Host])
 			}
-			for _, tg := range targets {
-				p := packet{src.IP, dst.IP, tg.proto, tg.port}
-				got, trace := crossing(t, hosts, p)
-				want := c.Allows(src.IP, dst.IP, tg.proto, tg.port)
-				bad := want != (got != dropped)
-				what := "the IR allows"
-				if tg.proto == policy.ProtoTCP && len(c.L7Ports(c.IdentityOfIP(dst.IP))) > 0 {
-					v := m.HTTPVerdict(src, dst, int(tg.port), policy.Request{Method: "GET", Path: "/"})
-					bad = bad || (got == redirected) != (v.Allowed && v.Proxied)
-					what = fmt.Sprintf("the model says allowed %v proxied %v; the IR allows", v.Allowed, v.Proxied)
-				}
-				if bad {
-					wrong++
-					if wrong <= 5 {
-						t.Errorf("round %d: %s -> %s %v: the table says %v, %s: %v\ntrace:\n%s\nIR:\n%s",
-							round, src.ID(), dst.ID(), p, got, what, want, trace, dumpRules(c, src, dst))
-					}
-				}
-			}
-		}
-	}
-	if wrong > 5 {
-		t.Errorf("round %d: %d cells wrong in all", round, wrong)
-	}
-}
-
-func dumpRules(c *policy.Compiled, src, dst *topology.Endpoint) string {
-	var b strings.Builder
-	for _, s := range []struct {
-		id  uint32
-		dir policy.Dir
-	}{{c.IdentityOfIP(src.IP), policy.Egress}, {c.IdentityOfIP(dst.IP), policy.Ingress}} {
-		fmt.Fprintf(&b, "%s of identity %d, isolated %+v\n", s.dir, s.id, c.Enforced[s.id])
-		for _, r := range c.RulesFor(s.id, s.dir) {
-			fmt.Fprintf(&b, "  %s: %s %s %s prec %d peer %d %s\n", r.Origin, r.Tier, r.Action(), r.PortString(), r.Prec, r.PeerID, r.PeerCIDR)
-		}
-	}
-	return b.String()
+			got, trace := crossing(t, hosts, packet{src.IP, dst.IP, tg.Proto, tg.Port})
+			return policytest.Crossing{Dropped: got == dropped, Redirected: got == redirected, Trace: trace}
+		})
 }
 
 // TestTiersL7 is the iptables datapath's test of the same name: on x/a's
