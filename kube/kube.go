@@ -12,10 +12,14 @@
 package kube
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -84,9 +88,26 @@ func Connect(c Config) (*Client, error) {
 		return nil, fmt.Errorf("cluster client: %w", err)
 	}
 	if c.Image == "" {
-		c.Image = DefaultImage
+		c.Image = clusterImage(k)
 	}
 	return &Client{Config: c, REST: cfg, K: k, Dynamic: d, Server: cfg.Host}, nil
+}
+
+// LocalClusterConfigMap (in kube-system) names, on a cluster cnlab cluster
+// up made, the agent image it built (key agentImage): there is no
+// registry to pull DefaultImage from.
+const LocalClusterConfigMap = "cnlab-cluster"
+
+// clusterImage is the agent image of a cluster cnlab cluster up made, or
+// DefaultImage on any other.
+func clusterImage(k kubernetes.Interface) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cm, err := k.CoreV1().ConfigMaps("kube-system").Get(ctx, LocalClusterConfigMap, metav1.GetOptions{})
+	if err == nil && cm.Labels["app.kubernetes.io/managed-by"] == "cnlab" && CheckImage(cm.Data["agentImage"]) == nil {
+		return cm.Data["agentImage"]
+	}
+	return DefaultImage
 }
 
 var hostName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)

@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes control plane the kubernetes backend's integration
-# tests run against: etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler (tools/k8stest/kube) and kwok (tools/k8stest/kwok), from
-# their Go modules with the ordinary toolchain.
+# Builds the Kubernetes binaries cnlab runs on this machine, from their Go
+# modules with the ordinary toolchain: the control plane (etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler), the node (kubelet,
+# kube-proxy) and kubectl from tools/k8stest/kube, kwok (tools/k8stest/kwok)
+# for the backend's control-plane tests, and kube-router's firewall
+# (tools/k8stest/kuberouter) for `cnlab cluster up --policy kube-router`.
 #
 #   scripts/k8s-tools.sh           build if needed; print the binaries' directory
+#                                  and point $CNLAB_K8S_TOOLS/current at it
 #   scripts/k8s-tools.sh --check   print the directory if built, exit 1 if not
 #
 # The binaries go to $CNLAB_K8S_TOOLS (default /var/cache/cnlab/k8s-tools)
 # under a key made of the tool modules' go.mod and go.sum and the Go version,
 # so a clean clone on the same machine finds them built. A cold build takes
-# about 7 minutes on 2 cores and 3 GB of memory; Go's build cache makes a
+# about 20 minutes on 2 cores and 3 GB of memory; Go's build cache makes a
 # rebuild after a version change much quicker.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=${CNLAB_K8S_TOOLS:-/var/cache/cnlab/k8s-tools}
 key=$( (cat tools/k8stest/kube/go.mod tools/k8stest/kube/go.sum \
-	tools/k8stest/kwok/go.mod tools/k8stest/kwok/go.sum; go version) |
+	tools/k8stest/kwok/go.mod tools/k8stest/kwok/go.sum \
+	tools/k8stest/kuberouter/go.mod tools/k8stest/kuberouter/go.sum; go version) |
 	sha256sum | cut -c1-16)
 dir=$root/$key
-bins="etcd kube-apiserver kube-controller-manager kube-scheduler kwok"
+bins="etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kwok kube-router"
 built() {
 	local b
 	for b in $bins; do [[ -x $dir/$b ]] || return 1; done
@@ -33,15 +37,24 @@ if ! built; then
 	tmp=$dir.tmp.$$
 	trap 'rm -rf "$tmp"' EXIT
 	mkdir -p "$tmp"
-	echo "k8s-tools: building the control plane into $dir (cold: about 7 minutes)" >&2
+	echo "k8s-tools: building the control plane into $dir (cold: about 20 minutes)" >&2
 	start=$SECONDS
-	(cd tools/k8stest/kube && go build -trimpath -o "$tmp/" tool)
+	# Built from modules, the binaries would say v0.0.0-master: stamp the
+	# module's version so nodes and /version report it.
+	kv=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' tools/k8stest/kube/go.mod)
+	minor=$(echo "$kv" | cut -d. -f2)
+	vp=k8s.io/component-base/version
+	(cd tools/k8stest/kube && go build -trimpath -o "$tmp/" \
+		-ldflags "-X $vp.gitVersion=$kv -X $vp.gitMajor=1 -X $vp.gitMinor=$minor" tool)
 	mv "$tmp/v3" "$tmp/etcd" 2>/dev/null || mv "$tmp/server" "$tmp/etcd" 2>/dev/null || true
 	(cd tools/k8stest/kwok && go build -trimpath -o "$tmp/" tool)
+	(cd tools/k8stest/kuberouter && go build -trimpath -o "$tmp/" tool)
 	for b in $bins; do
 		[[ -x $tmp/$b ]] || { echo "k8s-tools: $b missing after the build" >&2; ls "$tmp" >&2; exit 1; }
 	done
 	rm -rf "$dir" && mv "$tmp" "$dir"
 	echo "k8s-tools: built in $((SECONDS - start)) s" >&2
 fi
+# `cnlab cluster up` takes its binaries from $root/current by default.
+ln -sfn "$key" "$root/current"
 echo "$dir"

@@ -163,8 +163,10 @@ func checkKubeFlags(kc *kube.Config, nodes, run string, enforceTimeout time.Dura
 			return err
 		}
 	}
-	if err := kube.CheckImage(kc.Image); err != nil {
-		return err
+	if kc.Image != "" {
+		if err := kube.CheckImage(kc.Image); err != nil {
+			return err
+		}
 	}
 	if enforceTimeout <= 0 {
 		return usagef("--enforce-timeout %v: give a positive duration (e.g. 30s)", enforceTimeout)

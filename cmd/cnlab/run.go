@@ -212,7 +212,7 @@ does.`,
 	f.StringVar(&kc.Kubeconfig, "kubeconfig", "", "kubernetes: the kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
 	f.StringVar(&kc.Context, "context", "", "kubernetes: the kubeconfig's context (default: its current one)")
 	f.StringVar(&nodes, "nodes", "", "kubernetes: topology hosts to nodes, e.g. flip=worker-1,flap=worker-2 (default: nodes labeled cnlab.io/host=HOST, then any)")
-	f.StringVar(&kc.Image, "image", kube.DefaultImage, "kubernetes: the agent pods' image (needs sh, iperf3, ping)")
+	f.StringVar(&kc.Image, "image", "", "kubernetes: the agent pods' image (needs sh, iperf3, ping; default: the cluster's own on a cnlab cluster, else "+kube.DefaultImage+")")
 	f.BoolVar(&unenforced, "unenforced", false, "kubernetes: measure points whose policies the cluster does not enforce as they say (recorded), instead of failing them")
 	f.DurationVar(&enforceTimeout, "enforce-timeout", experiment.DefaultEnforceTimeout, "kubernetes: how long to wait for the cluster to enforce a point's policies, or for its measured Service to answer")
 	return cmd
