@@ -307,11 +307,12 @@ func TestImagesContainerd(t *testing.T) {
 			t.Fatalf("ctr images import %s: %v\n%s", img.Tar, err, out)
 		}
 	}
-	runcRoot := filepath.Join(ctrd.dir, "runc")
-	out, err := ctr("run", "--rm", "--net-host", "--runc-root", runcRoot, "--cgroup", "",
+	// runc state, stdio fifos and cgroups (none: "") away from the host's.
+	runFlags := []string{"--runc-root", filepath.Join(ctrd.dir, "runc"), "--fifo-dir", filepath.Join(ctrd.dir, "fifo"), "--cgroup", ""}
+	out, err := ctr(append(append([]string{"run", "--rm", "--net-host"}, runFlags...),
 		"--mount", "type=bind,src="+cnlab+",dst=/cnlab,options=rbind:ro",
 		agent.Ref, "cnlabtest-agent", "/bin/sh", "-c",
-		"iperf3 --version && ping -c1 127.0.0.1 && head -c5 /etc/passwd && echo && cat /etc/group && kill -0 $$ && mkdir /tmp/x && /cnlab version")
+		"iperf3 --version && ping -c1 127.0.0.1 && head -c5 /etc/passwd && echo && cat /etc/group && kill -0 $$ && mkdir /tmp/x && /cnlab version")...)
 	t.Logf("agent:\n%s", out)
 	if err != nil {
 		t.Fatalf("running the agent image: %v", err)
@@ -322,10 +323,34 @@ func TestImagesContainerd(t *testing.T) {
 		}
 	}
 
-	if out, err := ctr("run", "-d", "--runc-root", runcRoot, "--cgroup", "", pause.Ref, "cnlabtest-pause"); err != nil {
+	if out, err := ctr(append(append([]string{"run", "-d"}, runFlags...), pause.Ref, "cnlabtest-pause")...); err != nil {
 		t.Fatalf("running the pause image: %v\n%s", err, out)
 	}
 	time.Sleep(300 * time.Millisecond) // let the shell set its trap
+	// As PID 1 it must reap the orphans the kernel hands it.
+	var initPID int
+	out, _ = ctr("task", "ls")
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "cnlabtest-pause" {
+			fmt.Sscanf(f[1], "%d", &initPID)
+		}
+	}
+	if initPID == 0 {
+		t.Fatalf("no pid of the pause task in:\n%s", out)
+	}
+	for i := 0; i < 10; i++ {
+		if out, err := ctr(append([]string{"task", "exec", "--exec-id", fmt.Sprintf("orphan%d", i), "--fifo-dir", filepath.Join(ctrd.dir, "fifo")},
+			"cnlabtest-pause", "/bin/sh", "-c", "sleep 0.2 & exit 0")...); err != nil {
+			t.Fatalf("ctr task exec: %v\n%s", err, out)
+		}
+	}
+	if n, _ := children(initPID); n < 2 { // the long sleep and some orphans
+		t.Errorf("the pause image's PID 1 has %d children right after 10 orphans were made, want them reparented to it", n)
+	}
+	time.Sleep(time.Second)
+	if _, zombies := children(initPID); zombies != 0 {
+		t.Errorf("the pause image's PID 1 left %d of 10 orphans unreaped after 1 s", zombies)
+	}
 	start := time.Now()
 	if out, err := ctr("task", "kill", "-s", "TERM", "cnlabtest-pause"); err != nil {
 		t.Fatalf("ctr task kill: %v\n%s", err, out)
@@ -349,6 +374,24 @@ func TestImagesContainerd(t *testing.T) {
 	if out, err := ctr("containers", "delete", "cnlabtest-pause"); err != nil {
 		t.Errorf("ctr containers delete: %v\n%s", err, out)
 	}
+}
+
+// children counts the children of a process, and those of them that are
+// zombies.
+func children(pid int) (n, zombies int) {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, _ := os.ReadFile(p)
+		// pid (comm) state ppid ...
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) >= 2 && f[1] == fmt.Sprint(pid) {
+			n++
+			if f[0] == "Z" {
+				zombies++
+			}
+		}
+	}
+	return n, zombies
 }
 
 type testContainerd struct {
@@ -448,6 +491,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 		}
 		if runDirExisted != nil { // /run/containerd is ours: remove what is empty
 			os.Remove("/run/containerd/s")
+			os.Remove("/run/containerd/fifo")
 			os.Remove("/run/containerd")
 		}
 		if t.Failed() {
