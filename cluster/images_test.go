@@ -340,16 +340,16 @@ func TestImagesContainerd(t *testing.T) {
 	}
 	for i := 0; i < 10; i++ {
 		if out, err := ctr(append([]string{"task", "exec", "--exec-id", fmt.Sprintf("orphan%d", i), "--fifo-dir", filepath.Join(ctrd.dir, "fifo")},
-			"cnlabtest-pause", "/bin/sh", "-c", "sleep 0.2 & exit 0")...); err != nil {
+			"cnlabtest-pause", "/bin/sh", "-c", "sleep 2 </dev/null >/dev/null 2>&1 & exit 0")...); err != nil {
 			t.Fatalf("ctr task exec: %v\n%s", err, out)
 		}
 	}
-	if n, _ := children(initPID); n < 2 { // the long sleep and some orphans
-		t.Errorf("the pause image's PID 1 has %d children right after 10 orphans were made, want them reparented to it", n)
+	if n, _ := children(initPID); n != 11 { // the long sleep and the orphans
+		t.Errorf("the pause image's PID 1 has %d children right after 10 orphans were made, want 11", n)
 	}
-	time.Sleep(time.Second)
-	if _, zombies := children(initPID); zombies != 0 {
-		t.Errorf("the pause image's PID 1 left %d of 10 orphans unreaped after 1 s", zombies)
+	time.Sleep(3 * time.Second)
+	if n, zombies := children(initPID); n != 1 || zombies != 0 {
+		t.Errorf("the pause image's PID 1 has %d children, %d of them zombies, 1 s after its 10 orphans exited; want 1 and 0", n, zombies)
 	}
 	start := time.Now()
 	if out, err := ctr("task", "kill", "-s", "TERM", "cnlabtest-pause"); err != nil {
