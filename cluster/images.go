@@ -35,8 +35,8 @@ const pauseScript = "trap 'exit 0' TERM INT; while :; do sleep 2147483647 & wait
 // images changes, so old cached tars are not taken for new ones.
 const imageFormat = "cnlab-image 1"
 
-// epoch is every file's mtime in the images, so the tars are reproducible.
-var epoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+// imageEpoch is every file's mtime in the images, so the tars are reproducible.
+var imageEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // imageSources are the host files the images are made of.
 type imageSources struct {
@@ -46,7 +46,7 @@ type imageSources struct {
 	ldd     string // Debian libc-bin
 }
 
-func defaultSources() (imageSources, error) {
+func defaultImageSources() (imageSources, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return imageSources{}, fmt.Errorf("images: finding cnlab's own binary: %w", err)
@@ -57,7 +57,7 @@ func defaultSources() (imageSources, error) {
 // BuildImages writes (or finds already written, keyed by content) the pause
 // image and the agent image into cacheDir and returns them.
 func BuildImages(cacheDir string) (pause, agent Image, err error) {
-	src, err := defaultSources()
+	src, err := defaultImageSources()
 	if err != nil {
 		return Image{}, Image{}, err
 	}
@@ -65,10 +65,10 @@ func BuildImages(cacheDir string) (pause, agent Image, err error) {
 }
 
 func buildImages(cacheDir string, src imageSources) (pause, agent Image, err error) {
-	if err := requireFile(src.busybox, "busybox-static"); err != nil {
+	if err := requireImageInput(src.busybox, "busybox-static"); err != nil {
 		return Image{}, Image{}, err
 	}
-	if err := requireFile(src.iperf3, "iperf3"); err != nil {
+	if err := requireImageInput(src.iperf3, "iperf3"); err != nil {
 		return Image{}, Image{}, err
 	}
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
@@ -104,7 +104,7 @@ func buildImages(cacheDir string, src imageSources) (pause, agent Image, err err
 	}
 	agentSpec.file("usr/bin/iperf3", src.iperf3)
 	for _, bin := range []string{src.iperf3, src.self} {
-		libs, err := sharedLibs(src.ldd, bin)
+		libs, err := imageSharedLibs(src.ldd, bin)
 		if err != nil {
 			return Image{}, Image{}, err
 		}
@@ -122,17 +122,17 @@ func buildImages(cacheDir string, src imageSources) (pause, agent Image, err err
 	return pause, agent, nil
 }
 
-// requireFile says which Debian package provides a missing input.
-func requireFile(file, pkg string) error {
+// requireImageInput says which Debian package provides a missing input.
+func requireImageInput(file, pkg string) error {
 	if _, err := os.Stat(file); err != nil {
 		return fmt.Errorf("images: %s is missing (install the Debian package %s): %w", file, pkg, err)
 	}
 	return nil
 }
 
-// sharedLibs lists the absolute paths ldd names for bin, the dynamic loader
+// imageSharedLibs lists the absolute paths ldd names for bin, the dynamic loader
 // included; a static binary has none.
-func sharedLibs(ldd, bin string) ([]string, error) {
+func imageSharedLibs(ldd, bin string) ([]string, error) {
 	out, err := exec.Command(ldd, bin).CombinedOutput()
 	text := string(out)
 	if strings.Contains(text, "not a dynamic executable") || strings.Contains(text, "statically linked") {
@@ -302,20 +302,20 @@ func (s *imageSpec) write(dir string) (Image, error) {
 	if st, err := os.Stat(img.Tar); err == nil && st.Mode().IsRegular() {
 		return img, nil
 	}
-	layer, err := layerTar(es)
+	layer, err := imageLayer(es)
 	if err != nil {
 		return Image{}, err
 	}
 	diffID := sha256.Sum256(layer)
 	var cfg imageConfig
-	cfg.Architecture, cfg.OS, cfg.Created = runtime.GOARCH, "linux", epoch
+	cfg.Architecture, cfg.OS, cfg.Created = runtime.GOARCH, "linux", imageEpoch
 	cfg.Config = runtimeConfig{Env: s.env, Entrypoint: s.entrypoint, Cmd: s.cmd}
 	cfg.RootFS.Type = "layers"
 	cfg.RootFS.DiffIDs = []string{fmt.Sprintf("sha256:%x", diffID)}
 	cfg.History = append(cfg.History, struct {
 		Created   time.Time `json:"created"`
 		CreatedBy string    `json:"created_by"`
-	}{epoch, "cnlab " + imageFormat})
+	}{imageEpoch, "cnlab " + imageFormat})
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
 		return Image{}, err
@@ -326,16 +326,16 @@ func (s *imageSpec) write(dir string) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	err = writeAtomic(img.Tar, func(w io.Writer) error {
+	err = writeImageAtomic(img.Tar, func(w io.Writer) error {
 		tw := tar.NewWriter(w)
-		if err := tarDir(tw, path.Dir(layerName), 0o755); err != nil {
+		if err := imageTarDir(tw, path.Dir(layerName), 0o755); err != nil {
 			return err
 		}
 		for _, f := range []struct {
 			name string
 			data []byte
 		}{{layerName, layer}, {cfgName, cfgJSON}, {"manifest.json", manifest}} {
-			if err := tarFile(tw, f.name, 0o644, f.data); err != nil {
+			if err := imageTarFile(tw, f.name, 0o644, f.data); err != nil {
 				return err
 			}
 		}
@@ -347,17 +347,17 @@ func (s *imageSpec) write(dir string) (Image, error) {
 	return img, nil
 }
 
-// layerTar is the image's one layer, uncompressed.
-func layerTar(es []imageEntry) ([]byte, error) {
+// imageLayer is the image's one layer, uncompressed.
+func imageLayer(es []imageEntry) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range es {
 		var err error
 		switch e.typ {
 		case tar.TypeDir:
-			err = tarDir(tw, e.name, e.mode)
+			err = imageTarDir(tw, e.name, e.mode)
 		case tar.TypeSymlink:
-			err = tw.WriteHeader(header(e.name, tar.TypeSymlink, e.mode, 0, e.link))
+			err = tw.WriteHeader(imageHeader(e.name, tar.TypeSymlink, e.mode, 0, e.link))
 		default:
 			data := e.data
 			if e.src != "" {
@@ -365,7 +365,7 @@ func layerTar(es []imageEntry) ([]byte, error) {
 					return nil, fmt.Errorf("images: %w", err)
 				}
 			}
-			err = tarFile(tw, e.name, e.mode, data)
+			err = imageTarFile(tw, e.name, e.mode, data)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("images: layer: %w", err)
@@ -377,26 +377,26 @@ func layerTar(es []imageEntry) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func header(name string, typ byte, mode, size int64, link string) *tar.Header {
+func imageHeader(name string, typ byte, mode, size int64, link string) *tar.Header {
 	return &tar.Header{Name: name, Typeflag: typ, Mode: mode, Size: size, Linkname: link,
-		ModTime: epoch, Uname: "root", Gname: "root", Format: tar.FormatPAX}
+		ModTime: imageEpoch, Uname: "root", Gname: "root", Format: tar.FormatPAX}
 }
 
-func tarDir(tw *tar.Writer, name string, mode int64) error {
-	return tw.WriteHeader(header(name+"/", tar.TypeDir, mode, 0, ""))
+func imageTarDir(tw *tar.Writer, name string, mode int64) error {
+	return tw.WriteHeader(imageHeader(name+"/", tar.TypeDir, mode, 0, ""))
 }
 
-func tarFile(tw *tar.Writer, name string, mode int64, data []byte) error {
-	if err := tw.WriteHeader(header(name, tar.TypeReg, mode, int64(len(data)), "")); err != nil {
+func imageTarFile(tw *tar.Writer, name string, mode int64, data []byte) error {
+	if err := tw.WriteHeader(imageHeader(name, tar.TypeReg, mode, int64(len(data)), "")); err != nil {
 		return err
 	}
 	_, err := tw.Write(data)
 	return err
 }
 
-// writeAtomic writes file through a temporary file in the same directory
+// writeImageAtomic writes file through a temporary file in the same directory
 // and a rename, so no reader ever sees half of it.
-func writeAtomic(file string, write func(io.Writer) error) error {
+func writeImageAtomic(file string, write func(io.Writer) error) error {
 	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("images: %w", err)

@@ -18,11 +18,11 @@ import (
 	"github.com/cnlab/cnlab/internal/testutil"
 )
 
-// testSources are the default sources when busybox-static and iperf3 are
+// imageTestSources are the default sources when busybox-static and iperf3 are
 // installed; the test is skipped (failed under CI) otherwise.
-func testSources(t *testing.T) imageSources {
+func imageTestSources(t *testing.T) imageSources {
 	t.Helper()
-	src, err := defaultSources()
+	src, err := defaultImageSources()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,8 +39,8 @@ func testSources(t *testing.T) imageSources {
 	return src
 }
 
-// readArchive returns the files of a docker-archive tar by name.
-func readArchive(t *testing.T, file string) map[string][]byte {
+// readImageArchive returns the files of a docker-archive tar by name.
+func readImageArchive(t *testing.T, file string) map[string][]byte {
 	t.Helper()
 	f, err := os.Open(file)
 	if err != nil {
@@ -66,11 +66,11 @@ func readArchive(t *testing.T, file string) map[string][]byte {
 	return files
 }
 
-// parsedImage checks an archive's manifest and config and returns the
+// parseImageArchive checks an archive's manifest and config and returns the
 // config and the headers of its layer by name.
-func parsedImage(t *testing.T, img Image) (imageConfig, map[string]*tar.Header) {
+func parseImageArchive(t *testing.T, img Image) (imageConfig, map[string]*tar.Header) {
 	t.Helper()
-	files := readArchive(t, img.Tar)
+	files := readImageArchive(t, img.Tar)
 	var m []archiveManifest
 	if err := json.Unmarshal(files["manifest.json"], &m); err != nil {
 		t.Fatalf("manifest.json: %v", err)
@@ -108,8 +108,8 @@ func parsedImage(t *testing.T, img Image) (imageConfig, map[string]*tar.Header) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(epoch) {
-			t.Errorf("%s: uid %d gid %d mtime %v, want 0 0 %v", h.Name, h.Uid, h.Gid, h.ModTime, epoch)
+		if h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(imageEpoch) {
+			t.Errorf("%s: uid %d gid %d mtime %v, want 0 0 %v", h.Name, h.Uid, h.Gid, h.ModTime, imageEpoch)
 		}
 		name := strings.TrimSuffix(h.Name, "/")
 		if name <= prev {
@@ -121,7 +121,7 @@ func parsedImage(t *testing.T, img Image) (imageConfig, map[string]*tar.Header) 
 	return cfg, hs
 }
 
-func wantEntry(t *testing.T, hs map[string]*tar.Header, name string, typ byte, mode int64, link string) {
+func wantImageEntry(t *testing.T, hs map[string]*tar.Header, name string, typ byte, mode int64, link string) {
 	t.Helper()
 	h, ok := hs[name]
 	if !ok {
@@ -134,7 +134,7 @@ func wantEntry(t *testing.T, hs map[string]*tar.Header, name string, typ byte, m
 }
 
 func TestImagesLayout(t *testing.T) {
-	src := testSources(t)
+	src := imageTestSources(t)
 	dir := t.TempDir()
 	pause, agent, err := buildImages(dir, src)
 	if err != nil {
@@ -146,30 +146,30 @@ func TestImagesLayout(t *testing.T) {
 		}
 	}
 
-	cfg, hs := parsedImage(t, pause)
+	cfg, hs := parseImageArchive(t, pause)
 	if got := strings.Join(cfg.Config.Entrypoint, "|"); got != "/bin/sh|-c|"+pauseScript {
 		t.Errorf("pause entrypoint %q", got)
 	}
-	wantEntry(t, hs, "bin", tar.TypeDir, 0o755, "")
-	wantEntry(t, hs, "bin/busybox", tar.TypeReg, 0o755, "")
-	wantEntry(t, hs, "bin/sh", tar.TypeSymlink, 0o777, "busybox")
-	wantEntry(t, hs, "bin/sleep", tar.TypeSymlink, 0o777, "busybox")
+	wantImageEntry(t, hs, "bin", tar.TypeDir, 0o755, "")
+	wantImageEntry(t, hs, "bin/busybox", tar.TypeReg, 0o755, "")
+	wantImageEntry(t, hs, "bin/sh", tar.TypeSymlink, 0o777, "busybox")
+	wantImageEntry(t, hs, "bin/sleep", tar.TypeSymlink, 0o777, "busybox")
 
-	cfg, hs = parsedImage(t, agent)
+	cfg, hs = parseImageArchive(t, agent)
 	if got := strings.Join(cfg.Config.Cmd, " "); got != "/bin/sleep infinity" {
 		t.Errorf("agent cmd %q", got)
 	}
 	if got := strings.Join(cfg.Config.Env, " "); got != "PATH=/bin:/usr/bin" {
 		t.Errorf("agent env %q", got)
 	}
-	wantEntry(t, hs, "tmp", tar.TypeDir, 0o1777, "")
-	wantEntry(t, hs, "etc/passwd", tar.TypeReg, 0o644, "")
-	wantEntry(t, hs, "etc/group", tar.TypeReg, 0o644, "")
-	wantEntry(t, hs, "usr/bin/iperf3", tar.TypeReg, 0o755, "")
+	wantImageEntry(t, hs, "tmp", tar.TypeDir, 0o1777, "")
+	wantImageEntry(t, hs, "etc/passwd", tar.TypeReg, 0o644, "")
+	wantImageEntry(t, hs, "etc/group", tar.TypeReg, 0o644, "")
+	wantImageEntry(t, hs, "usr/bin/iperf3", tar.TypeReg, 0o755, "")
 	for _, a := range []string{"sh", "head", "cat", "kill", "mkdir", "ping", "sleep"} {
-		wantEntry(t, hs, "bin/"+a, tar.TypeSymlink, 0o777, "busybox")
+		wantImageEntry(t, hs, "bin/"+a, tar.TypeSymlink, 0o777, "busybox")
 	}
-	libs, err := sharedLibs(src.ldd, src.iperf3)
+	libs, err := imageSharedLibs(src.ldd, src.iperf3)
 	if err != nil || len(libs) == 0 {
 		t.Fatalf("ldd %s: %v, %v", src.iperf3, libs, err)
 	}
@@ -181,9 +181,9 @@ func TestImagesLayout(t *testing.T) {
 }
 
 func TestImagesSelfLibs(t *testing.T) {
-	src := testSources(t)
+	src := imageTestSources(t)
 	src.self = "/bin/ls" // dynamically linked, like cnlab
-	libs, err := sharedLibs(src.ldd, src.self)
+	libs, err := imageSharedLibs(src.ldd, src.self)
 	if err != nil || len(libs) == 0 {
 		t.Skipf("skipping: ldd /bin/ls gives %v, %v", libs, err)
 	}
@@ -191,7 +191,7 @@ func TestImagesSelfLibs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, hs := parsedImage(t, agent)
+	_, hs := parseImageArchive(t, agent)
 	for _, l := range libs {
 		if h, ok := hs[strings.TrimPrefix(l, "/")]; !ok || h.Typeflag != tar.TypeReg {
 			t.Errorf("%s (a library of the cnlab binary) is not a regular file in the agent layer", l)
@@ -200,7 +200,7 @@ func TestImagesSelfLibs(t *testing.T) {
 }
 
 func TestImagesStableTag(t *testing.T) {
-	src := testSources(t)
+	src := imageTestSources(t)
 	d1, d2 := t.TempDir(), t.TempDir()
 	p1, a1, err := buildImages(d1, src)
 	if err != nil {
@@ -255,7 +255,7 @@ func TestImagesStableTag(t *testing.T) {
 }
 
 func TestImagesMissingInput(t *testing.T) {
-	src := testSources(t)
+	src := imageTestSources(t)
 	for _, c := range []struct {
 		set  func(*imageSources)
 		want string
@@ -282,7 +282,7 @@ func TestImagesContainerd(t *testing.T) {
 	testutil.RequireTool(t, "containerd", "containerd")
 	testutil.RequireTool(t, "ctr", "containerd")
 	testutil.RequireTool(t, "runc", "runc")
-	src := testSources(t)
+	src := imageTestSources(t)
 
 	// cnlab itself, built from this tree: its libraries must be in the image.
 	cnlab := filepath.Join(t.TempDir(), "cnlab")
@@ -295,7 +295,7 @@ func TestImagesContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctrd := startContainerd(t)
+	ctrd := startImageContainerd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ctr := func(args ...string) (string, error) {
@@ -344,11 +344,11 @@ func TestImagesContainerd(t *testing.T) {
 			t.Fatalf("ctr task exec: %v\n%s", err, out)
 		}
 	}
-	if n, _ := children(initPID); n != 11 { // the long sleep and the orphans
+	if n, _ := imageTestChildren(initPID); n != 11 { // the long sleep and the orphans
 		t.Errorf("the pause image's PID 1 has %d children right after 10 orphans were made, want 11", n)
 	}
 	time.Sleep(3 * time.Second)
-	if n, zombies := children(initPID); n != 1 || zombies != 0 {
+	if n, zombies := imageTestChildren(initPID); n != 1 || zombies != 0 {
 		t.Errorf("the pause image's PID 1 has %d children, %d of them zombies, 1 s after its 10 orphans exited; want 1 and 0", n, zombies)
 	}
 	start := time.Now()
@@ -376,9 +376,9 @@ func TestImagesContainerd(t *testing.T) {
 	}
 }
 
-// children counts the children of a process, and those of them that are
+// imageTestChildren counts the children of a process, and those of them that are
 // zombies.
-func children(pid int) (n, zombies int) {
+func imageTestChildren(pid int) (n, zombies int) {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, p := range stats {
 		b, _ := os.ReadFile(p)
@@ -394,21 +394,21 @@ func children(pid int) (n, zombies int) {
 	return n, zombies
 }
 
-type testContainerd struct {
+type imageContainerd struct {
 	dir, sock string
 }
 
-// startContainerd starts a containerd of the test's own (root, state and
+// startImageContainerd starts a containerd of the test's own (root, state and
 // socket in a directory under /run) and registers its teardown: kill its
 // shims and itself, unmount what is left under its directory, remove the
 // shim sockets it made in /run/containerd/s and the directory.
-func startContainerd(t *testing.T) testContainerd {
+func startImageContainerd(t *testing.T) imageContainerd {
 	t.Helper()
 	dir, err := os.MkdirTemp("/run", "cnlabimg-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := testContainerd{dir: dir, sock: filepath.Join(dir, "c.sock")}
+	c := imageContainerd{dir: dir, sock: filepath.Join(dir, "c.sock")}
 	shimSockets := func() map[string]bool {
 		m := map[string]bool{}
 		es, _ := os.ReadDir("/run/containerd/s")
