@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/cnlab/cnlab/internal/nsforward"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -136,7 +137,7 @@ func (l layout) nodeRun(i int) string  { return filepath.Join(l.run(), fmt.Sprin
 func (l layout) cgroup(i int) string   { return l.netns(i) }
 func (l layout) sock(i int) string     { return filepath.Join(l.nodeRun(i), "containerd.sock") }
 func (l layout) cniNetwork() string    { return "cnlab-" + l.name }
-func (l layout) forwardMarker() string { return forwardEnv + "=" + l.name }
+func (l layout) forwardMarker() string { return nsforward.Env + "=" + l.name }
 func (l layout) nodeLog(i int, n string) string {
 	return filepath.Join(l.logs(), fmt.Sprintf("node%d-%s.log", i, n))
 }

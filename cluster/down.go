@@ -36,6 +36,16 @@ func lock(name string) (func(), error) {
 // lockPath is cluster name's lock file.
 func lockPath(name string) string { return filepath.Join(RunRoot, "."+name+".lock") }
 
+// removeLock removes cluster name's lock file, still held (a racing up or
+// down waits on a file no longer linked and then finds nothing in its
+// way), and cnlab's cluster directories when they are left empty.
+func removeLock(name string) {
+	_ = os.Remove(lockPath(name))
+	for _, d := range []string{RunRoot, StateRoot, filepath.Dir(StateRoot)} {
+		_ = os.Remove(d) // only if empty
+	}
+}
+
 // Down takes cluster name down, under its lock. A cluster of which nothing
 // is left is a NotFoundError.
 func Down(name string, progress func(string)) error {
@@ -51,6 +61,7 @@ func Down(name string, progress func(string)) error {
 	}
 	defer unlock()
 	if !Exists(name) {
+		removeLock(name)
 		return &NotFoundError{Name: name}
 	}
 	return teardown(name, progress)
@@ -134,12 +145,7 @@ func teardown(name string, progress func(string)) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cluster %s: %w", name, err)
 	}
-	// The lock file goes with the cluster (still held: a racing up waits
-	// on a file no longer linked and then finds nothing in its way).
-	_ = os.Remove(lockPath(name))
-	for _, d := range []string{RunRoot, StateRoot, filepath.Dir(StateRoot)} {
-		_ = os.Remove(d) // only if empty
-	}
+	removeLock(name)
 	progress(fmt.Sprintf("cluster %s down in %.1fs", name, time.Since(start).Seconds()))
 	return nil
 }

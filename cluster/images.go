@@ -42,6 +42,8 @@ var imageEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 type imageSources struct {
 	busybox string // Debian busybox-static
 	iperf3  string // Debian iperf3
+	ping    string // Debian iputils-ping: the ping a lab's endpoints run, whose output the experiments parse
+	sh      string // Debian dash: busybox-static's sh runs its own applets before files (ping would be busybox's)
 	self    string // the cnlab binary, whose shared libraries go into the agent image
 	ldd     string // Debian libc-bin
 }
@@ -51,7 +53,7 @@ func defaultImageSources() (imageSources, error) {
 	if err != nil {
 		return imageSources{}, fmt.Errorf("images: finding cnlab's own binary: %w", err)
 	}
-	return imageSources{busybox: "/bin/busybox", iperf3: "/usr/bin/iperf3", self: self, ldd: "ldd"}, nil
+	return imageSources{busybox: "/bin/busybox", iperf3: "/usr/bin/iperf3", ping: "/bin/ping", sh: "/bin/dash", self: self, ldd: "ldd"}, nil
 }
 
 // BuildImages writes (or finds already written, keyed by content) the pause
@@ -69,6 +71,12 @@ func buildImages(cacheDir string, src imageSources) (pause, agent Image, err err
 		return Image{}, Image{}, err
 	}
 	if err := requireImageInput(src.iperf3, "iperf3"); err != nil {
+		return Image{}, Image{}, err
+	}
+	if err := requireImageInput(src.ping, "iputils-ping"); err != nil {
+		return Image{}, Image{}, err
+	}
+	if err := requireImageInput(src.sh, "dash"); err != nil {
 		return Image{}, Image{}, err
 	}
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
@@ -98,12 +106,14 @@ func buildImages(cacheDir string, src imageSources) (pause, agent Image, err err
 		return Image{}, Image{}, fmt.Errorf("images: %s --list: %w", src.busybox, err)
 	}
 	for _, a := range strings.Fields(string(applets)) {
-		if a != "busybox" && !strings.Contains(a, "/") {
+		if a != "busybox" && a != "ping" && a != "sh" && !strings.Contains(a, "/") {
 			agentSpec.symlink("bin/"+a, "busybox")
 		}
 	}
 	agentSpec.file("usr/bin/iperf3", src.iperf3)
-	for _, bin := range []string{src.iperf3, src.self} {
+	agentSpec.file("bin/ping", src.ping)
+	agentSpec.file("bin/sh", src.sh)
+	for _, bin := range []string{src.iperf3, src.ping, src.sh, src.self} {
 		libs, err := imageSharedLibs(src.ldd, bin)
 		if err != nil {
 			return Image{}, Image{}, err

@@ -26,7 +26,7 @@ func imageTestSources(t *testing.T) imageSources {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []struct{ file, pkg string }{{src.busybox, "busybox-static"}, {src.iperf3, "iperf3"}} {
+	for _, f := range []struct{ file, pkg string }{{src.busybox, "busybox-static"}, {src.iperf3, "iperf3"}, {src.ping, "iputils-ping"}, {src.sh, "dash"}} {
 		if _, err := os.Stat(f.file); err != nil {
 			msg := fmt.Sprintf("needs %s (Debian package %s)", f.file, f.pkg)
 			if testutil.InCI() {
@@ -166,7 +166,9 @@ func TestImagesLayout(t *testing.T) {
 	wantImageEntry(t, hs, "etc/passwd", tar.TypeReg, 0o644, "")
 	wantImageEntry(t, hs, "etc/group", tar.TypeReg, 0o644, "")
 	wantImageEntry(t, hs, "usr/bin/iperf3", tar.TypeReg, 0o755, "")
-	for _, a := range []string{"sh", "head", "cat", "kill", "mkdir", "ping", "sleep"} {
+	wantImageEntry(t, hs, "bin/ping", tar.TypeReg, 0o755, "") // iputils', not busybox's: its output is what experiments parse
+	wantImageEntry(t, hs, "bin/sh", tar.TypeReg, 0o755, "")   // dash: busybox's sh would run its own ping
+	for _, a := range []string{"head", "cat", "kill", "mkdir", "sleep"} {
 		wantImageEntry(t, hs, "bin/"+a, tar.TypeSymlink, 0o777, "busybox")
 	}
 	libs, err := imageSharedLibs(src.ldd, src.iperf3)
@@ -262,6 +264,8 @@ func TestImagesMissingInput(t *testing.T) {
 	}{
 		{func(s *imageSources) { s.busybox = "/nonexistent/busybox" }, "/nonexistent/busybox is missing (install the Debian package busybox-static)"},
 		{func(s *imageSources) { s.iperf3 = "/nonexistent/iperf3" }, "/nonexistent/iperf3 is missing (install the Debian package iperf3)"},
+		{func(s *imageSources) { s.ping = "/nonexistent/ping" }, "/nonexistent/ping is missing (install the Debian package iputils-ping)"},
+		{func(s *imageSources) { s.sh = "/nonexistent/dash" }, "/nonexistent/dash is missing (install the Debian package dash)"},
 		{func(s *imageSources) { s.ldd = "/nonexistent/ldd" }, "/nonexistent/ldd is missing (install the Debian package libc-bin)"},
 	} {
 		s := src
@@ -317,7 +321,7 @@ func TestImagesContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("running the agent image: %v", err)
 	}
-	for _, want := range []string{"iperf 3", "1 packets received", "root:", "root:x:0:"} {
+	for _, want := range []string{"iperf 3", "icmp_seq=1 ", "1 received", "root:", "root:x:0:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("agent output lacks %q", want)
 		}
@@ -427,7 +431,9 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   address = %q
 [ttrpc]
   address = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.sock, c.sock+".ttrpc")
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.sock, c.sock+".ttrpc", filepath.Join(dir, "opt"))
 	cfgFile := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -34,6 +34,9 @@ func daemon(log, netnsPath string, env []string, wrap []string, bin string, args
 	argv = append(argv, bin)
 	argv = append(argv, args...)
 	fmt.Fprintf(f, "# %s: %s\n", time.Now().Format(time.RFC3339), strings.Join(argv, " "))
+	// Descriptors this process inherited without close-on-exec (a lock
+	// flock(1) holds for its command) must not live on in the daemons.
+	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = env

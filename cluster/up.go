@@ -19,6 +19,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/internal/nsforward"
 )
 
 // upTimeout bounds Up from the first process to a usable cluster.
@@ -284,10 +285,19 @@ func (u *upper) up(ctx context.Context) (*Info, error) {
 	}
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: ImageConfigMap, Namespace: "kube-system", Labels: map[string]string{"app.kubernetes.io/managed-by": "cnlab"}},
-		Data:       map[string]string{"agentImage": u.agent.Ref, "pauseImage": u.pause.Ref, "cluster": o.Name},
+		Data: map[string]string{"agentImage": u.agent.Ref, "pauseImage": u.pause.Ref, "cluster": o.Name,
+			"cni": o.CNI, "proxy": o.Proxy, "policy": o.Policy},
 	}
-	if _, err := cs.CoreV1().ConfigMaps("kube-system").Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("configmap kube-system/%s: %w", ImageConfigMap, err)
+	// kube-proxy's configuration where kubeadm keeps it, so tools (and
+	// the backend's Detect) read its mode as on other clusters.
+	kp := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy", Namespace: "kube-system", Labels: map[string]string{"app.kubernetes.io/managed-by": "cnlab"}},
+		Data:       map[string]string{"config.conf": kubeProxyConfig(l, 1, o.Proxy)},
+	}
+	for _, c := range []*corev1.ConfigMap{cm, kp} {
+		if _, err := cs.CoreV1().ConfigMaps("kube-system").Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("configmap kube-system/%s: %w", c.Name, err)
+		}
 	}
 	for i := range in.Nodes {
 		in.Nodes[i].Ready = true
@@ -551,7 +561,12 @@ func (u *upper) controlPlane(port int) error {
 	); err != nil {
 		return err
 	}
-	pid, err := startForwarder(u.o.Name, filepath.Join(l.logs(), "forwarder.log"), fmt.Sprintf("127.0.0.1:%d", port), l.netns(1), apiAddr())
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	env := nsforward.Environ(u.o.Name, fmt.Sprintf("127.0.0.1:%d", port), l.netns(1), apiAddr())
+	pid, err := daemon(filepath.Join(l.logs(), "forwarder.log"), "", env, nil, self)
 	if err != nil {
 		return err
 	}

@@ -103,6 +103,15 @@ func (c *Client) Detect(ctx context.Context) (*Info, error) {
 			info.KubeProxy = "replaced by cilium"
 		}
 	}
+	// A cluster of cnlab cluster up runs its CNI and policy engine as
+	// processes of the nodes, not DaemonSets: it says which.
+	if cm, err := c.K.CoreV1().ConfigMaps("kube-system").Get(ctx, LocalClusterConfigMap, metav1.GetOptions{}); err == nil &&
+		cm.Labels["app.kubernetes.io/managed-by"] == "cnlab" && info.CNI == "unknown" && cm.Data["cni"] != "" {
+		info.CNI = cm.Data["cni"]
+		if p := cm.Data["policy"]; p != "" && p != "none" {
+			info.CNI += "+" + p
+		}
+	}
 	nodes, err := c.K.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 )
 
 // Labels and names cnlab puts on what it creates.
@@ -69,6 +71,7 @@ type Client struct {
 // Connect builds clients from the kubeconfig. It does not contact the
 // cluster.
 func Connect(c Config) (*Client, error) {
+	quietClientGo()
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if c.Kubeconfig != "" {
 		rules.ExplicitPath = c.Kubeconfig
@@ -91,6 +94,14 @@ func Connect(c Config) (*Client, error) {
 		c.Image = clusterImage(k)
 	}
 	return &Client{Config: c, REST: cfg, K: k, Dynamic: d, Server: cfg.Host}, nil
+}
+
+// quietClientGo stops client-go's own log lines (klog to stderr): the
+// exec streams' closing ("Websocket Ping failed", "Copying stdout
+// failed") is routine for cnlab, whose errors say what went wrong.
+func quietClientGo() {
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
 }
 
 // LocalClusterConfigMap (in kube-system) names, on a cluster cnlab cluster

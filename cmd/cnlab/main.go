@@ -5,7 +5,7 @@ package main
 
 import (
 	"context"
-	"github.com/cnlab/cnlab/cluster"
+	"github.com/cnlab/cnlab/internal/nsforward"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,7 +17,7 @@ func main() {
 	// cnlab runs itself again as a host's L7 proxy (l7proxy.Push).
 	l7proxy.MaybeRun()
 	// ... and as a local cluster's API forwarder (cluster up).
-	cluster.RunForwarderIfAsked()
+	nsforward.MaybeRun()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// After the first Ctrl-C the command cleans up; a second one

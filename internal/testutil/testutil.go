@@ -6,6 +6,7 @@
 package testutil
 
 import (
+	"github.com/cnlab/cnlab/internal/nsforward"
 	"github.com/cnlab/cnlab/l7proxy"
 	"time"
 
@@ -90,12 +91,18 @@ func Snapshot() string {
 	b.WriteString(strings.Join(files, "\n"))
 	b.WriteString("\n# processes a lab or a test starts\n")
 	b.WriteString(strings.Join(labProcesses(), "\n"))
+	b.WriteString("\n# what a local cluster (cnlab cluster up) may leave\n")
+	b.WriteString(clusterLeftovers())
 	return b.String()
 }
 
 // labCommands are the programs cnlab starts that outlive a command of
 // its own (daemons, traffic tools), as /proc/PID/comm names them.
-var labCommands = []string{"ovsdb-server", "ovs-vswitchd", "iperf3", "sockperf"}
+// A local cluster's (cnlab cluster up) are there too; comm is cut at 15
+// bytes.
+var labCommands = []string{"ovsdb-server", "ovs-vswitchd", "iperf3", "sockperf",
+	"etcd", "kube-apiserver", "kube-controller", "kube-scheduler", "kubelet", "kube-proxy", "kube-router",
+	"containerd", "containerd-shim", "runc"}
 
 // labProcesses lists "PID COMM" of every live process running one of
 // labCommands. Zombies are left out: the process is gone, only its exit
@@ -121,6 +128,46 @@ func labProcesses() []string {
 	}
 	sort.Strings(procs)
 	return procs
+}
+
+// clusterPaths are where a local cluster keeps its state and where
+// Kubernetes writes whatever its configuration.
+var clusterPaths = []string{"/var/lib/cnlab", "/run/cnlab-clusters", "/var/lib/kubelet", "/var/log/containers",
+	"/var/lib/cni", "/run/containerd", "/opt/containerd", "/etc/cni/net.d"}
+
+// clusterSysctls are the host's sysctls kubelet sets unless kept from
+// them (cnlab's kubelets write files mounted over them).
+var clusterSysctls = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables"}
+
+// clusterLeftovers lists the files under clusterPaths, the cgroups and
+// mounts of local clusters, and clusterSysctls' values.
+func clusterLeftovers() string {
+	var out []string
+	for _, root := range clusterPaths {
+		_ = filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
+			if err == nil {
+				out = append(out, p)
+			}
+			return nil
+		})
+	}
+	cg, _ := filepath.Glob("/sys/fs/cgroup/*/cnlabk8s.*")
+	out = append(out, cg...)
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && (strings.Contains(f[4], "cnlab") || strings.Contains(f[4], "kubelet") || strings.Contains(f[4], "containerd")) {
+				out = append(out, "mount "+f[4])
+			}
+		}
+	}
+	for _, k := range clusterSysctls {
+		v, err := os.ReadFile("/proc/sys/" + k)
+		if err == nil {
+			out = append(out, k+"="+strings.TrimSpace(string(v)))
+		}
+	}
+	return strings.Join(out, "\n") + "\n"
 }
 
 func run(name string, args ...string) string {
@@ -155,6 +202,8 @@ func Main(m *testing.M, cleanup ...func()) {
 	// A lab that enforces L7 rules starts its proxies by running this
 	// test binary again as one.
 	l7proxy.MaybeRun()
+	// A local cluster's API forwarder is this binary again too.
+	nsforward.MaybeRun()
 	before := Snapshot()
 	code := m.Run()
 	for _, f := range cleanup {

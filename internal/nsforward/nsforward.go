@@ -1,4 +1,11 @@
-package cluster
+// Package nsforward is a local cluster's API forwarder: the apiserver
+// listens in the first node's network namespace, which the host cannot
+// route to (cnlab adds no route or address to the host's). A process of
+// cnlab's own binary (or of a test binary: testutil.Main calls MaybeRun)
+// listens on the host's 127.0.0.1 and connects each client inside that
+// namespace: a socket keeps the namespace it was created in. The
+// kubeconfig handed to users names the host side.
+package nsforward
 
 import (
 	"fmt"
@@ -14,25 +21,20 @@ import (
 	"github.com/cnlab/cnlab/internal/netns"
 )
 
-// The API forwarder: the apiserver listens in the first node's network
-// namespace, which the host cannot route to (cnlab adds no route or address
-// to the host's). A small process of cnlab's own binary listens on the
-// host's 127.0.0.1 and connects each client inside that namespace: a
-// socket keeps the namespace it was created in. The kubeconfig handed to
-// users names the host side.
 const (
-	forwardEnv       = "CNLAB_CLUSTER_FORWARD" // the cluster's name: the marker down finds it by
+	// Env holds the cluster's name in the forwarder's environment: the
+	// marker cluster down finds it by.
+	Env              = "CNLAB_CLUSTER_FORWARD"
 	forwardListenEnv = "CNLAB_CLUSTER_FORWARD_LISTEN"
 	forwardNetnsEnv  = "CNLAB_CLUSTER_FORWARD_NETNS"
 	forwardToEnv     = "CNLAB_CLUSTER_FORWARD_TO"
 )
 
-// RunForwarderIfAsked turns this process into a cluster's API forwarder
-// when cluster up started it as one, and never returns then. The cnlab
-// binary's main and the TestMain of packages that bring clusters up call it
-// first.
-func RunForwarderIfAsked() {
-	name := os.Getenv(forwardEnv)
+// MaybeRun turns this process into a cluster's API forwarder when
+// cluster up started it as one, and never returns then. The cnlab
+// binary's main and testutil.Main call it first.
+func MaybeRun() {
+	name := os.Getenv(Env)
 	if name == "" {
 		return
 	}
@@ -41,19 +43,14 @@ func RunForwarderIfAsked() {
 	os.Exit(1)
 }
 
-// startForwarder starts the forwarder of cluster name: listen (host
-// side) to to inside the namespace named nsName.
-func startForwarder(name, logPath, listen, nsName, to string) (int, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return 0, err
-	}
-	env := append(os.Environ(),
-		forwardEnv+"="+name,
+// Environ returns the environment that makes this binary the forwarder of
+// cluster name: listen (host side) to to inside the namespace nsName.
+func Environ(name, listen, nsName, to string) []string {
+	return append(os.Environ(),
+		Env+"="+name,
 		forwardListenEnv+"="+listen,
 		forwardNetnsEnv+"="+nsName,
 		forwardToEnv+"="+to)
-	return daemon(logPath, "", env, nil, self)
 }
 
 func forward(listen, nsName, to string) error {
