@@ -332,7 +332,7 @@ func TestKilledUpLeavesNothing(t *testing.T) {
 	bin := cnlab(t)
 	defer os.RemoveAll(filepath.Dir(bin))
 	before := testutil.Snapshot()
-	for _, after := range []time.Duration{300 * time.Millisecond, 1500 * time.Millisecond, 3 * time.Second, 5 * time.Second, 15 * time.Second} {
+	for _, after := range []time.Duration{200 * time.Millisecond, 800 * time.Millisecond, 1500 * time.Millisecond, 2500 * time.Millisecond, 3500 * time.Millisecond, 30 * time.Second} {
 		cmd := exec.Command(bin, "cluster", "up", "--name", "t-k9", "--policy", "kube-router", "--tools", dir)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -85,8 +85,8 @@ func TestSmokeRunOnControlPlane(t *testing.T) {
 	if r.Backend != results.BackendKubernetes || r.Status != results.StatusComplete || r.Cluster == nil || len(r.Cluster.Nodes) != 2 || r.Cluster.CNI != "unknown" {
 		t.Fatalf("run: backend %q, status %q, cluster %+v; want kubernetes, complete, 2 nodes, CNI unknown (kwok has none)", r.Backend, r.Status, r.Cluster)
 	}
-	if len(r.Points) != 12 {
-		t.Errorf("%d points, want 12", len(r.Points))
+	if len(r.Points) != 10 {
+		t.Errorf("%d points, want 10", len(r.Points))
 	}
 	for _, p := range r.Points {
 		if p.Status != results.PointDone || len(p.Samples) != 1 {
