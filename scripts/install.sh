@@ -17,19 +17,26 @@ declare -A tools=(
 	[conntrack]=conntrack [python3]=python3 [make]=make [git]=git [tc]=iproute2
 	[taskset]=util-linux [chromium]=chromium [ab]=apache2-utils
 	[ovs-vswitchd]=openvswitch-switch [pgrep]=procps
+	[containerd]=containerd [runc]=runc [busybox]=busybox-static [dash]=dash
+	[nsenter]=util-linux [unshare]=util-linux
 )
 # Packages without a command of their own: headers for rebuilding the eBPF
 # programs (go generate ./datapath/ebpf, checked by the tests).
-extra=(libbpf-dev linux-libc-dev)
+# containernetworking-plugins: the bridge CNI of `cnlab cluster up`.
+extra=(libbpf-dev linux-libc-dev containernetworking-plugins)
 
-# install_ovs installs openvswitch-switch for its programs only: each lab
-# runs daemons of its own (topology/ovs.go), so the system's Open vSwitch,
-# which the package starts at once and at every boot, is not wanted. apt
+# install_quiet PKG UNIT... installs a package for its programs only:
+# each lab runs Open vSwitch daemons of its own (topology/ovs.go), each
+# local cluster its own containerd (cluster/), so the system's services,
+# which the packages start at once and at every boot, are not wanted. apt
 # is told not to start services while it installs (a policy-rc.d, unless
-# the machine has one of its own), then the service is disabled at boot
-# and stopped, should a policy of the machine's have let it start. An
-# Open vSwitch installed before this script ran is left as it is.
-install_ovs() {
+# the machine has one of its own), then the services are disabled at boot
+# and stopped, should a policy of the machine's have let them start. A
+# package installed before this script ran is left as it is.
+install_quiet() {
+	local pkg=$1
+	shift
+	local units=("$@")
 	local policy=/usr/sbin/policy-rc.d made=""
 	if [ ! -e "$policy" ]; then
 		printf '#!/bin/sh\n# cnlab scripts/install.sh: no service starts while openvswitch-switch installs\nexit 101\n' >"$policy"
@@ -37,13 +44,12 @@ install_ovs() {
 		made=1
 		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 	fi
-	echo "install.sh: installing openvswitch-switch (its system service neither started nor enabled)"
-	apt-get install -y -q --no-install-recommends openvswitch-switch
+	echo "install.sh: installing $pkg (its system service neither started nor enabled)"
+	apt-get install -y -q --no-install-recommends "$pkg"
 	if [ -n "$made" ]; then
 		rm -f "$policy"
 		trap - EXIT
 	fi
-	local units=(openvswitch-switch.service ovs-vswitchd.service ovsdb-server.service)
 	if [ -d /run/systemd/system ]; then
 		systemctl disable --now "${units[@]}" >/dev/null 2>&1 || true
 		return
@@ -53,9 +59,9 @@ install_ovs() {
 	if command -v systemctl >/dev/null 2>&1; then
 		systemctl disable "${units[@]}" >/dev/null 2>&1 || true
 	fi
-	update-rc.d openvswitch-switch disable >/dev/null 2>&1 || true
-	if [ -e /run/openvswitch/ovsdb-server.pid ]; then
-		/etc/init.d/openvswitch-switch stop >/dev/null 2>&1 || true
+	if [ -e "/etc/init.d/$pkg" ]; then
+		update-rc.d "$pkg" disable >/dev/null 2>&1 || true
+		/etc/init.d/"$pkg" stop >/dev/null 2>&1 || true
 	fi
 }
 
@@ -82,21 +88,27 @@ if [ "${#missing[@]}" -gt 0 ]; then
 			echo "install.sh: $pkg is not packaged here; skipping it" >&2
 		fi
 	done
-	# openvswitch-switch goes alone, its service kept from starting.
-	ovs=""
+	# openvswitch-switch and containerd go alone, their services kept
+	# from starting.
+	quiet=()
 	for i in "${!avail[@]}"; do
-		if [ "${avail[$i]}" = openvswitch-switch ]; then
-			ovs=1
+		case "${avail[$i]}" in
+		openvswitch-switch | containerd)
+			quiet+=("${avail[$i]}")
 			unset 'avail[i]'
-		fi
+			;;
+		esac
 	done
 	if [ "${#avail[@]}" -gt 0 ]; then
 		echo "install.sh: installing ${avail[*]}"
 		apt-get install -y -q --no-install-recommends "${avail[@]}"
 	fi
-	if [ -n "$ovs" ]; then
-		install_ovs
-	fi
+	for pkg in "${quiet[@]}"; do
+		case "$pkg" in
+		openvswitch-switch) install_quiet "$pkg" openvswitch-switch.service ovs-vswitchd.service ovsdb-server.service ;;
+		containerd) install_quiet "$pkg" containerd.service ;;
+		esac
+	done
 else
 	echo "install.sh: system packages already present"
 fi

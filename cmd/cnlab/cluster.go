@@ -105,6 +105,11 @@ func newClusterStatusCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [C] [-o json]",
 		Short: "Show the local clusters, or one: nodes, Ready, kubeconfig",
+		Long: `Show the local clusters: each node with Ready as the apiserver says now,
+its address and pod CIDR, and the kubeconfig. With -o json, one cluster
+(named, or the only one up) prints {"name":…,"kubeconfig":…,"nodes":
+[{"name":…,"ready":true,…}],"cni":…,"proxy":…,"policy":…}; otherwise
+{"clusters":[…]}.`,
 		Example: `  cnlab cluster status
   cnlab cluster status local -o json | jq -r .kubeconfig`,
 		Args: cobra.MaximumNArgs(1),
@@ -134,7 +139,9 @@ func newClusterStatusCmd(e *env) *cobra.Command {
 				}
 			}
 			if output == "json" {
-				if len(args) == 1 {
+				// One cluster (named, or the only one up): its object, as
+				// DESIGN.md's contract shows; several or none: a list.
+				if len(args) == 1 || len(names) == 1 {
 					if len(infos) == 0 {
 						return errors.Join(errs...)
 					}

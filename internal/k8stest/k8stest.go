@@ -141,7 +141,7 @@ func Start(t testing.TB, o Options) *Cluster {
 		if testutil.InCI() {
 			t.Fatalf("k8stest: Kubernetes binaries not built (%v) and CI=true: run %s", err, buildCommand)
 		}
-		t.Skipf("skipping: Kubernetes binaries not built (%v); run %s (about 7 minutes cold)", err, buildCommand)
+		t.Skipf("skipping: Kubernetes binaries not built (%v); run %s (about 20 minutes cold)", err, buildCommand)
 	}
 	if o.Nodes <= 0 {
 		o.Nodes = 2
