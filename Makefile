@@ -18,9 +18,11 @@ install: build
 # -timeout: package lab alone takes about 970 s on the 2-core VM (2026-11-28, with the
 # cluster tier scenarios on every datapath; 755 s before), past
 # go test's default of 10 minutes per package.
-# scripts/k8s-tools.sh builds the Kubernetes control plane the kubernetes
-# backend's integration test runs against (about 8 minutes once, then
-# cached: a no-op while tools/k8stest's go.sum is unchanged).
+# scripts/k8s-tools.sh builds the Kubernetes binaries the kubernetes
+# backend's integration tests and `cnlab cluster up` run (control plane,
+# kubelet, kube-proxy, kubectl, kwok, kube-router: about 20 minutes once,
+# then cached: a no-op while tools/k8stest's go.mod and go.sum are
+# unchanged).
 test:
 	$(GO) vet ./...
 	./scripts/k8s-tools.sh >/dev/null

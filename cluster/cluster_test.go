@@ -347,10 +347,10 @@ func TestKilledUpLeavesNothing(t *testing.T) {
 			<-done
 		}
 		if !Exists("t-k9") {
-			t.Errorf("after %v: nothing of the cluster exists: too early to test anything", after)
-			continue
-		}
-		if err := Down("t-k9", nil); err != nil {
+			// Killed before it made anything (a busy machine starts the
+			// binary slowly): nothing to take down, and nothing may be left.
+			t.Logf("after %v: nothing of the cluster exists yet", after)
+		} else if err := Down("t-k9", nil); err != nil {
 			t.Fatalf("after %v: down: %v", after, err)
 		}
 		after2 := testutil.Snapshot()
