@@ -74,10 +74,14 @@ type Comparison struct {
 	OnlyB     []string `json:"onlyInB,omitempty"`
 	// Missing are matched points that have samples in one run only (a
 	// point that failed, or that an interrupted run did not reach).
-	Missing     []Missing `json:"missing,omitempty"`
-	Mismatch    []string  `json:"mismatch,omitempty"` // how the two runs were measured differently
-	Regressions int       `json:"regressions"`
-	Unreachable int       `json:"unreachable"` // changes whose sample sizes cannot reach Alpha
+	Missing  []Missing `json:"missing,omitempty"`
+	Mismatch []string  `json:"mismatch,omitempty"` // how the two runs were measured differently
+	// Systems says what each run measured when they are different systems
+	// (a lab and a cluster, or clusters with another CNI or kube-proxy
+	// mode): a section of its own, before the table.
+	Systems     []SystemRow `json:"systems,omitempty"`
+	Regressions int         `json:"regressions"`
+	Unreachable int         `json:"unreachable"` // changes whose sample sizes cannot reach Alpha
 }
 
 // Missing is a matched point without samples in one of the runs.
@@ -179,30 +183,87 @@ func Compare(a, b *results.Results, threshold, minChange float64) *Comparison {
 	}
 	sort.SliceStable(c.Changes, func(i, j int) bool { return c.Changes[i].PointA < c.Changes[j].PointA })
 	c.Mismatch = mismatch(a, b)
+	c.Systems = systems(a, b)
 	return c
+}
+
+// SystemRow is one aspect of the systems two runs measured.
+type SystemRow struct {
+	What string `json:"what"`
+	A    string `json:"a"`
+	B    string `json:"b"`
+	Same bool   `json:"same"`
+}
+
+func backendOf(r *results.Results) string {
+	if r.Backend == "" {
+		return results.BackendLab
+	}
+	return r.Backend
+}
+
+// systems describes the systems of two runs side by side when they are
+// not the same system: another backend, or clusters whose CNI or
+// kube-proxy differ. Nil otherwise.
+func systems(a, b *results.Results) []SystemRow {
+	ba, bb := backendOf(a), backendOf(b)
+	if ba == bb && (ba == results.BackendLab || a.Cluster == nil || b.Cluster == nil ||
+		(a.Cluster.CNI == b.Cluster.CNI && a.Cluster.KubeProxy == b.Cluster.KubeProxy)) {
+		return nil
+	}
+	type side struct{ where, datapath, proxy, nodes, versions string }
+	describe := func(r *results.Results) side {
+		if backendOf(r) == results.BackendLab || r.Cluster == nil {
+			dps, proxies := map[string]bool{}, map[string]bool{}
+			for _, p := range r.Points {
+				if d := p.Params.Datapath.String(); d != "" {
+					dps[d] = true
+				}
+				if p.Params.ServiceProxy != "" {
+					proxies[string(p.Params.ServiceProxy)] = true
+				}
+			}
+			proxy := "none measured"
+			if len(proxies) > 0 {
+				proxy = "cnlab's " + strings.Join(keysOr(proxies), ", ")
+			}
+			return side{where: "lab: network namespaces on one machine", datapath: "cnlab's " + strings.Join(keysOr(dps), ", "), proxy: proxy,
+				nodes: "hosts are namespaces of this machine", versions: "cnlab " + r.Cnlab}
+		}
+		c := r.Cluster
+		kernels, runtimes := map[string]bool{}, map[string]bool{}
+		for _, n := range c.Nodes {
+			kernels[n.Kernel] = true
+			runtimes[n.ContainerRuntime+", kubelet "+n.Kubelet] = true
+		}
+		return side{where: "cluster " + c.Server + " (Kubernetes " + c.Version + ")", datapath: c.CNI, proxy: "kube-proxy " + c.KubeProxy,
+			nodes:    fmt.Sprintf("%s (%s)", plural.N(len(c.Nodes), "node"), strings.Join(keysOr(runtimes), "; ")),
+			versions: "kernel " + strings.Join(keysOr(kernels), ", ")}
+	}
+	sa, sb := describe(a), describe(b)
+	row := func(what, x, y string) SystemRow { return SystemRow{What: what, A: x, B: y, Same: x == y} }
+	return []SystemRow{
+		row("measured on", sa.where, sb.where),
+		row("datapath / CNI", sa.datapath, sb.datapath),
+		row("service proxy", sa.proxy, sb.proxy),
+		row("nodes", sa.nodes, sb.nodes),
+		row("versions", sa.versions, sb.versions),
+	}
+}
+
+// keysOr lists m's keys sorted, or "(default)" when it has none.
+func keysOr(m map[string]bool) []string {
+	if len(m) == 0 {
+		return []string{"(default)"}
+	}
+	return sortedKeys(m)
 }
 
 // mismatch lists how two runs were measured differently: their samples
 // are then not of the same experiment.
 func mismatch(a, b *results.Results) []string {
 	var out []string
-	backend := func(r *results.Results) string {
-		if r.Backend == "" {
-			return results.BackendLab
-		}
-		return r.Backend
-	}
-	if ba, bb := backend(a), backend(b); ba != bb {
-		out = append(out, fmt.Sprintf("backend: %s in A, %s in B (a lab's datapath and a cluster's CNI are different systems)", ba, bb))
-	}
-	if ca, cb := a.Cluster, b.Cluster; ca != nil && cb != nil {
-		if ca.CNI != cb.CNI {
-			out = append(out, fmt.Sprintf("CNI: %s in A, %s in B", ca.CNI, cb.CNI))
-		}
-		if ca.KubeProxy != cb.KubeProxy {
-			out = append(out, fmt.Sprintf("kube-proxy: %s in A, %s in B", ca.KubeProxy, cb.KubeProxy))
-		}
-	}
+	// Another backend, CNI or kube-proxy: Systems says so, as a section.
 	if a.Experiment.Quick != b.Experiment.Quick {
 		out = append(out, fmt.Sprintf("quick: %v in A, %v in B", a.Experiment.Quick, b.Experiment.Quick))
 	}
@@ -245,6 +306,22 @@ func (ch Change) deltaText() string {
 // Text writes the comparison as a table.
 func (c *Comparison) Text(w io.Writer) error {
 	fmt.Fprintf(w, "A: %s (%s)\nB: %s (%s)\n\n", c.A, c.RunA, c.B, c.RunB)
+	if len(c.Systems) > 0 {
+		fmt.Fprintln(w, "Different systems: the changes below are between them, not of one system over time.")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "\tA\tB")
+		for _, r := range c.Systems {
+			same := ""
+			if r.Same {
+				same = "  (same)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s%s\n", r.What, r.A, r.B, same)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POINT\tTOPOLOGY\tSERIES\tPARAMS\tWORKLOAD\tMETRIC\tA\tB\tCHANGE\tP\tN\tVERDICT")
 	for _, ch := range c.Changes {
@@ -342,6 +419,12 @@ tr.regression td { background: #fde8e8; }
 </style></head><body>
 <h1>cnlab compare</h1>
 <p>A: <code>{{.C.A}}</code> ({{.C.RunA}})<br>B: <code>{{.C.B}}</code> ({{.C.RunB}})</p>
+{{if .C.Systems}}<h2>Different systems</h2>
+<p>The changes below are between two systems, not of one system over time.</p>
+<table><tr><th></th><th>A</th><th>B</th></tr>
+{{range .C.Systems}}<tr><th>{{.What}}</th><td>{{.A}}</td><td>{{.B}}{{if .Same}} (same){{end}}</td></tr>
+{{end}}</table>
+<h2>Changes</h2>{{end}}
 <table>
 <tr><th>point</th><th>topology</th><th>series</th><th>parameters</th><th>workload</th><th>metric</th><th>A median</th><th>B median</th><th>change</th><th>p</th><th>n</th><th>verdict</th></tr>
 {{range .C.Changes}}<tr class="{{.Verdict}}{{if .Regression}} regression{{end}}"><td>{{.PointA}}</td><td>{{.Topology}}</td><td>{{.Series}}</td><td>{{.Params}}</td><td>{{.Workload}}</td><td>{{.Metric}}</td>

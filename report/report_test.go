@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/plural"
 )
@@ -374,5 +375,55 @@ func TestFiguresOptions(t *testing.T) {
 				t.Errorf("shaper at %v hops: %v%% of no shaper, want 50", x, v)
 			}
 		}
+	}
+}
+
+// TestCompareAcrossSystems: a lab run against a cluster run (or clusters
+// with another CNI) gets a section of its own saying what each measured,
+// in text, HTML and JSON, and no warning lines for it.
+func TestCompareAcrossSystems(t *testing.T) {
+	lab, cl := synth(4, 1), synth(4, 2)
+	for i := range lab.Points {
+		lab.Points[i].Params.Datapath = kind.IPTables
+	}
+	cl.Backend = results.BackendKubernetes
+	cl.Cluster = &results.ClusterInfo{Server: "https://127.0.0.1:6443", Version: "v1.37.2", CNI: "bridge+kube-router", KubeProxy: "iptables",
+		Nodes: []results.NodeInfo{{Name: "n1", Kernel: "6.18", ContainerRuntime: "containerd://1.6.20", Kubelet: "v1.37.2"}}}
+	c := Compare(lab, cl, 0.05, DefaultMinChange)
+	if len(c.Mismatch) != 0 {
+		t.Errorf("mismatch lines: %v; want the systems section only", c.Mismatch)
+	}
+	want := map[string][2]string{
+		"measured on":    {"lab: network namespaces on one machine", "cluster https://127.0.0.1:6443 (Kubernetes v1.37.2)"},
+		"datapath / CNI": {"cnlab's iptables", "bridge+kube-router"},
+		"service proxy":  {"none measured", "kube-proxy iptables"},
+		"nodes":          {"hosts are namespaces of this machine", "1 node (containerd://1.6.20, kubelet v1.37.2)"},
+	}
+	for _, r := range c.Systems {
+		if w, ok := want[r.What]; ok && (r.A != w[0] || r.B != w[1]) {
+			t.Errorf("%s: %q / %q, want %q / %q", r.What, r.A, r.B, w[0], w[1])
+		}
+	}
+	if len(c.Systems) != 5 {
+		t.Errorf("%d system rows, want 5: %+v", len(c.Systems), c.Systems)
+	}
+	var sb strings.Builder
+	if err := c.Text(&sb); err != nil || !strings.Contains(sb.String(), "Different systems") || strings.Contains(sb.String(), "warning: the runs were measured differently") {
+		t.Errorf("text: %v\n%s", err, sb.String())
+	}
+	page, err := c.HTML()
+	if err != nil || !strings.Contains(string(page), "<h2>Different systems</h2>") {
+		t.Errorf("html: %v", err)
+	}
+	// The same system: no section.
+	if s := Compare(lab, synth(4, 3), 0.05, DefaultMinChange).Systems; s != nil {
+		t.Errorf("two labs: %+v", s)
+	}
+	other := *cl
+	oc := *cl.Cluster
+	oc.KubeProxy = "nftables"
+	other.Cluster = &oc
+	if s := Compare(cl, &other, 0.05, DefaultMinChange).Systems; len(s) != 5 || s[2].Same {
+		t.Errorf("clusters with another kube-proxy: %+v", s)
 	}
 }
