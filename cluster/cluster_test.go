@@ -26,13 +26,7 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 func tools(t *testing.T) string {
 	t.Helper()
 	testutil.RequireRoot(t)
-	dir, err := k8stest.Bin()
-	if err != nil {
-		if testutil.InCI() {
-			t.Fatalf("Kubernetes binaries not built (%v) and CI=true: run scripts/k8s-tools.sh", err)
-		}
-		t.Skipf("skipping: Kubernetes binaries not built (%v); run scripts/k8s-tools.sh", err)
-	}
+	dir := k8stest.RequireBin(t)
 	for _, n := range needs {
 		testutil.RequireTool(t, n.bin, n.pkg)
 	}

@@ -102,12 +102,7 @@ func teardown(name string, progress func(string)) error {
 	if err != nil {
 		return err
 	}
-	var inodes []uint64
-	for _, n := range nodes {
-		if ino, err := netnsInode(netns.Path(n)); err == nil {
-			inodes = append(inodes, ino)
-		}
-	}
+	inodes := netns.Inodes(nodes)
 	var cgroups []string
 	for i := 1; i <= MaxNodes; i++ {
 		cgroups = append(cgroups, cgroupDirs(l.cgroup(i))...)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cnlab/cnlab/internal/netns"
 )
 
 // daemon starts bin detached (a session of its own, no parent to die with:
@@ -62,44 +64,29 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
 
-// netnsInode returns the inode of the namespace file at path.
-func netnsInode(path string) (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return 0, err
-	}
-	return st.Ino, nil
-}
-
-// pidsIn returns the processes to stop for a cluster: those whose network
-// namespace is one of inodes (the nodes' daemons, shims and hostNetwork
-// containers), those in a cgroup under one of cgroupDirs (every
-// container), and those whose environment carries marker (the API
-// forwarder in the host's namespace).
-func pidsIn(inodes []uint64, cgroupDirs []string, marker string) []int {
+// pidsIn returns the processes to stop for a cluster: those that hold
+// one of the nodes' namespaces (netns.Pids: the daemons, shims, hostNetwork
+// containers, the forwarder's open handle), those in a cgroup under one of
+// cgroupDirs (every container), and those whose environment carries
+// marker (the forwarder, should it hold no handle yet).
+func pidsIn(inodes map[uint64]bool, cgroupDirs []string, marker string) []int {
 	set := map[int]bool{}
 	self := os.Getpid()
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
+	if len(inodes) > 0 {
+		pids, _ := netns.Pids(inodes)
+		for _, p := range pids {
+			set[p] = true
 		}
-		if len(inodes) > 0 {
-			var st unix.Stat_t
-			if unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) == nil && slices.Contains(inodes, st.Ino) {
-				set[pid] = true
+	}
+	if marker != "" {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == self {
 				continue
 			}
-		}
-		if marker != "" {
-			if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err == nil {
-				for _, kv := range bytes.Split(env, []byte{0}) {
-					if string(kv) == marker {
-						set[pid] = true
-						break
-					}
-				}
+			if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err == nil && slices.Contains(strings.Split(string(env), "\x00"), marker) {
+				set[pid] = true
 			}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/cnlab/cnlab/internal/kpki"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/nsforward"
 )
@@ -121,7 +122,7 @@ func Up(ctx context.Context, o Options) (*Info, error) {
 type upper struct {
 	o     Options
 	l     layout
-	ca    *ca
+	ca    *kpki.CA
 	procs []proc // started daemons, for the liveness checks while waiting
 	pause Image
 	agent Image
@@ -422,24 +423,24 @@ func nodeLinks(h *netlink.Handle, i, nodes int) error {
 // keys writes the CA, the serving and client certificates and the
 // kubeconfigs the components use inside the nodes.
 func (u *upper) keys() error {
-	c, err := newCA(u.l.pki(), u.o.Name)
+	c, err := kpki.NewCA(u.l.pki(), "cnlab-cluster-"+u.o.Name+"-ca")
 	if err != nil {
 		return err
 	}
 	u.ca = c
-	specs := []certSpec{
-		{file: "apiserver", cn: "kube-apiserver", server: true,
-			ips: []net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP(nodeIP(1)), net.ParseIP("10.96.0.1")},
-			dns: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}},
-		{file: "admin", cn: "cnlab-admin", orgs: []string{"system:masters"}},
-		{file: "apiserver-kubelet", cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}},
+	specs := []kpki.Cert{
+		{File: "apiserver", CN: "kube-apiserver", Server: true,
+			IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP(nodeIP(1)), net.ParseIP("10.96.0.1")},
+			DNS: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}},
+		{File: "admin", CN: "cnlab-admin", Orgs: []string{"system:masters"}},
+		{File: "apiserver-kubelet", CN: "kube-apiserver-kubelet-client", Orgs: []string{"system:masters"}},
 	}
 	for i := 1; i <= u.o.Nodes; i++ {
-		specs = append(specs, certSpec{file: fmt.Sprintf("node%d", i), cn: "system:node:" + u.l.node(i), orgs: []string{"system:nodes"},
-			server: true, ips: []net.IP{net.ParseIP(nodeIP(i))}, dns: []string{u.l.node(i)}})
+		specs = append(specs, kpki.Cert{File: fmt.Sprintf("node%d", i), CN: "system:node:" + u.l.node(i), Orgs: []string{"system:nodes"},
+			Server: true, IPs: []net.IP{net.ParseIP(nodeIP(i))}, DNS: []string{u.l.node(i)}})
 	}
 	for _, s := range specs {
-		if err := c.issue(s); err != nil {
+		if err := c.Issue(s); err != nil {
 			return err
 		}
 	}
@@ -458,8 +459,8 @@ func (u *upper) keys() error {
 func (u *upper) writeKubeconfig(path, server, cert string) error {
 	ctxName := "cnlab-" + u.o.Name
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[ctxName] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: u.ca.path("ca.crt")}
-	cfg.AuthInfos[ctxName] = &clientcmdapi.AuthInfo{ClientCertificate: u.ca.path(cert + ".crt"), ClientKey: u.ca.path(cert + ".key")}
+	cfg.Clusters[ctxName] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: u.ca.Path("ca.crt")}
+	cfg.AuthInfos[ctxName] = &clientcmdapi.AuthInfo{ClientCertificate: u.ca.Path(cert + ".crt"), ClientKey: u.ca.Path(cert + ".key")}
 	cfg.Contexts[ctxName] = &clientcmdapi.Context{Cluster: ctxName, AuthInfo: ctxName}
 	cfg.CurrentContext = ctxName
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
@@ -524,7 +525,7 @@ func (u *upper) containerd(ctx context.Context, i int) error {
 // forwarder that makes the apiserver reachable from the host.
 func (u *upper) controlPlane(port int) error {
 	l := u.l
-	p := u.ca.path
+	p := u.ca.Path
 	if err := u.start("etcd", 1, nil, u.bin("etcd"),
 		"--name=default",
 		"--data-dir="+filepath.Join(l.dir(), "etcd"),
@@ -576,7 +577,7 @@ func (u *upper) controlPlane(port int) error {
 
 func (u *upper) startControllers() error {
 	inner := u.l.inner()
-	p := u.ca.path
+	p := u.ca.Path
 	if err := u.start("kube-controller-manager", 1, nil, u.bin("kube-controller-manager"),
 		"--kubeconfig="+inner,
 		"--leader-elect=false",
@@ -639,7 +640,7 @@ func (u *upper) kubelet(i int) error {
 	}
 	script.WriteString(`exec "$@"`)
 	cfg := filepath.Join(nd, "kubelet.yaml")
-	if err := os.WriteFile(cfg, []byte(kubeletConfig(l, i, u.ca.path)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(kubeletConfig(l, i, u.ca.Path)), 0o600); err != nil {
 		return err
 	}
 	return u.start("kubelet", i, []string{"unshare", "--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", script.String(), "kubelet"},

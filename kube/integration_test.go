@@ -85,34 +85,12 @@ func TestSmokeRunOnControlPlane(t *testing.T) {
 	if r.Backend != results.BackendKubernetes || r.Status != results.StatusComplete || r.Cluster == nil || len(r.Cluster.Nodes) != 2 || r.Cluster.CNI != "unknown" {
 		t.Fatalf("run: backend %q, status %q, cluster %+v; want kubernetes, complete, 2 nodes, CNI unknown (kwok has none)", r.Backend, r.Status, r.Cluster)
 	}
-	if len(r.Points) != 10 {
-		t.Errorf("%d points, want 10", len(r.Points))
-	}
+	checkSmokePoints(t, r)
 	for _, p := range r.Points {
-		if p.Status != results.PointDone || len(p.Samples) != 1 {
-			t.Errorf("%s %s %s: %s, %d samples (%s)", p.ID, p.Params.Text(), p.Workload.Kind, p.Status, len(p.Samples), p.Error)
+		if len(p.Samples) == 0 {
 			continue
 		}
-		same := p.Nodes["client"] == p.Nodes["server"]
-		if p.Nodes["client"] == "" || same != (p.Params.Placement == results.PlacementSameNode) {
-			t.Errorf("%s %s: nodes %v", p.ID, p.Params.Placement, p.Nodes)
-		}
-		m := p.Samples[0].Metrics
-		switch p.Workload.Kind {
-		case results.TCPRR:
-			if m["transactions_per_s"] <= 0 || m["latency_p50_us"] <= 0 {
-				t.Errorf("%s tcp-rr: %v", p.ID, m)
-			}
-		case results.TCPStream:
-			if m["throughput_gbps"] <= 0 {
-				t.Errorf("%s tcp-stream: %v", p.ID, m)
-			}
-		case results.Ping:
-			if m["first_rtt_us"] <= 0 || m["loss_pct"] != 0 {
-				t.Errorf("%s ping: %v", p.ID, m)
-			}
-		}
-		if _, ok := m["system_cpu_pct"]; !ok {
+		if _, ok := p.Samples[0].Metrics["system_cpu_pct"]; !ok {
 			t.Errorf("%s: no system_cpu_pct", p.ID)
 		}
 	}
@@ -173,6 +151,41 @@ func TestSmokeRunOnControlPlane(t *testing.T) {
 	down := exec.Command(bin, "down", "--backend", "kubernetes", "--all", "--kubeconfig", c.Kubeconfig)
 	if o, err := down.CombinedOutput(); err != nil || !strings.Contains(string(o), "nothing to do") {
 		t.Errorf("cnlab down --backend kubernetes --all: %v\n%s", err, o)
+	}
+}
+
+// checkSmokePoints checks the 10 points of k8s-smoke.yaml's quick block:
+// each done with one sample, on the nodes its placement says, with the
+// headline metrics of its workload.
+func checkSmokePoints(t *testing.T, r *results.Results) {
+	t.Helper()
+	if len(r.Points) != 10 {
+		t.Errorf("%d points, want 10", len(r.Points))
+	}
+	for _, p := range r.Points {
+		if p.Status != results.PointDone || len(p.Samples) != 1 {
+			t.Errorf("%s %s %s: %s, %d samples (%s)", p.ID, p.Params.Text(), p.Workload.Kind, p.Status, len(p.Samples), p.Error)
+			continue
+		}
+		same := p.Nodes["client"] == p.Nodes["server"]
+		if p.Nodes["client"] == "" || same != (p.Params.Placement == results.PlacementSameNode) {
+			t.Errorf("%s %s: nodes %v", p.ID, p.Params.Placement, p.Nodes)
+		}
+		m := p.Samples[0].Metrics
+		switch p.Workload.Kind {
+		case results.TCPRR:
+			if m["transactions_per_s"] <= 0 || m["latency_p50_us"] <= 0 {
+				t.Errorf("%s tcp-rr: %v", p.ID, m)
+			}
+		case results.TCPStream:
+			if m["throughput_gbps"] <= 0 {
+				t.Errorf("%s tcp-stream: %v", p.ID, m)
+			}
+		case results.Ping:
+			if m["first_rtt_us"] <= 0 || m["loss_pct"] != 0 {
+				t.Errorf("%s ping: %v", p.ID, m)
+			}
+		}
 	}
 }
 

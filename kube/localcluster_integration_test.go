@@ -28,13 +28,7 @@ import (
 func localCluster(t *testing.T, o cluster.Options) *cluster.Info {
 	t.Helper()
 	testutil.RequireRoot(t)
-	dir, err := k8stest.Bin()
-	if err != nil {
-		if testutil.InCI() {
-			t.Fatalf("Kubernetes binaries not built (%v) and CI=true: run scripts/k8s-tools.sh", err)
-		}
-		t.Skipf("skipping: Kubernetes binaries not built (%v); run scripts/k8s-tools.sh", err)
-	}
+	dir := k8stest.RequireBin(t)
 	if err := cluster.Prerequisites(cluster.Options{Tools: dir, Policy: o.Policy}); err != nil {
 		if testutil.InCI() {
 			t.Fatal(err)
@@ -87,34 +81,7 @@ func TestSmokeRunOnLocalCluster(t *testing.T) {
 		!strings.HasPrefix(r.Cluster.Nodes[0].ContainerRuntime, "containerd://") {
 		t.Fatalf("cluster recorded: %+v; want CNI bridge+kube-router, kube-proxy iptables, 2 containerd nodes", r.Cluster)
 	}
-	if len(r.Points) != 10 {
-		t.Errorf("%d points, want 10", len(r.Points))
-	}
-	for _, p := range r.Points {
-		if p.Status != results.PointDone || len(p.Samples) != 1 {
-			t.Errorf("%s %s %s: %s (%s)", p.ID, p.Params.Text(), p.Workload.Kind, p.Status, p.Error)
-			continue
-		}
-		same := p.Nodes["client"] == p.Nodes["server"]
-		if same != (p.Params.Placement == results.PlacementSameNode) {
-			t.Errorf("%s %s: nodes %v", p.ID, p.Params.Placement, p.Nodes)
-		}
-		m := p.Samples[0].Metrics
-		switch p.Workload.Kind {
-		case results.TCPRR:
-			if m["transactions_per_s"] <= 0 || m["latency_p50_us"] <= 0 {
-				t.Errorf("%s tcp-rr: %v", p.ID, m)
-			}
-		case results.TCPStream:
-			if m["throughput_gbps"] <= 0 {
-				t.Errorf("%s tcp-stream: %v", p.ID, m)
-			}
-		case results.Ping:
-			if m["first_rtt_us"] <= 0 || m["loss_pct"] != 0 {
-				t.Errorf("%s ping: %v", p.ID, m)
-			}
-		}
-	}
+	checkSmokePoints(t, r)
 	// Every apply, without policies and with 2, was seen enforced by the
 	// probe's real connections: kube-router isolates the server.
 	applies := 0

@@ -129,12 +129,10 @@ func repoRoot() (string, error) {
 	}
 }
 
-// Start brings the control plane up, or skips the test (fails it under
-// CI=true, see testutil.InCI) when the binaries are not built, naming the
-// command that builds them. It registers t.Cleanup that stops every process
-// (SIGTERM, then SIGKILL after a few seconds) and removes the directory, and
-// dumps the tail of each log when the test failed.
-func Start(t testing.TB, o Options) *Cluster {
+// RequireBin returns the directory of the built binaries, or skips the
+// test (fails it under CI=true, see testutil.InCI) naming the command that
+// builds them.
+func RequireBin(t testing.TB) string {
 	t.Helper()
 	bin, err := Bin()
 	if err != nil {
@@ -143,6 +141,17 @@ func Start(t testing.TB, o Options) *Cluster {
 		}
 		t.Skipf("skipping: Kubernetes binaries not built (%v); run %s (about 20 minutes cold)", err, buildCommand)
 	}
+	return bin
+}
+
+// Start brings the control plane up, or skips the test (fails it under
+// CI=true, see testutil.InCI) when the binaries are not built, naming the
+// command that builds them. It registers t.Cleanup that stops every process
+// (SIGTERM, then SIGKILL after a few seconds) and removes the directory, and
+// dumps the tail of each log when the test failed.
+func Start(t testing.TB, o Options) *Cluster {
+	t.Helper()
+	bin := RequireBin(t)
 	if o.Nodes <= 0 {
 		o.Nodes = 2
 	}
