@@ -1,0 +1,89 @@
+package kpshape_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cnlab/cnlab/internal/kpshape"
+)
+
+// recorded reads the listings TestFidelity kept in testdata (a run with
+// KPSHAPE_DUMPS=testdata).
+func recorded(t *testing.T, side, mode string) dumps {
+	t.Helper()
+	rd := func(ext string) string {
+		b, err := os.ReadFile(filepath.Join("testdata", side+"-"+mode+"."+ext))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if mode == "iptables" {
+		return dumps{nat: rd("nat"), filter: rd("filter")}
+	}
+	return dumps{nft: rd("nft")}
+}
+
+// TestRecorded compares the recorded listings of a TestFidelity run as
+// TestFidelity does, without root: the parsers and the known differences
+// are checked on every run of the unit tests.
+func TestRecorded(t *testing.T) {
+	for _, mode := range []string{"iptables", "nftables"} {
+		t.Run(mode, func(t *testing.T) {
+			compare(t, mode, recorded(t, "real", mode), recorded(t, "cnlab", mode))
+		})
+	}
+}
+
+// TestNewDifferenceCaught changes cnlab's recorded rules as a regression
+// of its proxies would, and requires the comparison to find each change
+// (or a known difference gone).
+func TestNewDifferenceCaught(t *testing.T) {
+	cases := []struct {
+		name, mode, ext, old, new string
+	}{
+		{"iptables probability", "iptables", "nat", "--probability 0.33333333349", "--probability 0.25000000000"},
+		{"iptables hairpin rule lost", "iptables", "nat", "-A CNLAB-SEP-CBBYGXELLMNRY3WH -s 10.244.0.21/32 -j CNLAB-MARK-MASQ\n", ""},
+		{"iptables affinity timeout", "iptables", "nat", "--seconds 30 --reap --name CNLAB-SEP-JUNDQR4DQPT3OUD7", "--seconds 20 --reap --name CNLAB-SEP-JUNDQR4DQPT3OUD7"},
+		{"iptables reject becomes drop", "iptables", "filter", "--dport 80 -m comment --comment \"default/none:http tcp/80\" -j REJECT --reject-with icmp-port-unreachable", "--dport 80 -j DROP"},
+		{"iptables mark bit", "iptables", "nat", "-A CNLAB-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000", "-A CNLAB-MARK-MASQ -j MARK --set-xmark 0x8000/0x8000"},
+		{"nftables numgen modulus", "nftables", "nft", "numgen random mod 3 vmap", "numgen random mod 2 vmap"},
+		{"nftables no-endpoint drop", "nftables", "nft", "10.96.0.14 . tcp . 80 : goto reject-chain", "10.96.0.14 . tcp . 80 : drop"},
+		{"nftables node port not masqueraded", "nftables", "nft", "chain external-6I2LJO5J-default/np/tcp/http {\n\t\tjump mark-for-masquerade\n", "chain external-6I2LJO5J-default/np/tcp/http {\n"},
+		{"nftables hairpin rule lost", "nftables", "nft", "\t\tip saddr 10.244.0.22 jump mark-for-masquerade\n", ""},
+		{"nftables affinity lost", "nftables", "nft", "\t\tip saddr @affinity-JUNDQR4D-default/aff/tcp/http__10.244.0.61/8080 goto endpoint-JUNDQR4D-default/aff/tcp/http__10.244.0.61/8080\n", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			real, mine := recorded(t, "real", c.mode), recorded(t, "cnlab", c.mode)
+			field := map[string]*string{"nat": &mine.nat, "filter": &mine.filter, "nft": &mine.nft}[c.ext]
+			if !strings.Contains(*field, c.old) {
+				t.Fatalf("testdata/cnlab-%s.%s has no %q", c.mode, c.ext, c.old)
+			}
+			*field = strings.Replace(*field, c.old, c.new, 1)
+			r, m, known, err := shapes(c.mode, real, mine)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stale, left := kpshape.Reconcile(r, m, known)
+			if len(stale) == 0 && len(left) == 0 {
+				t.Errorf("the change went unnoticed")
+			}
+			t.Logf("stale %v; left:\n%s", stale, strings.Join(left, "\n"))
+		})
+	}
+	// A known difference that is gone is reported.
+	real, mine := recorded(t, "real", "iptables"), recorded(t, "cnlab", "iptables")
+	real.nat = strings.ReplaceAll(strings.ReplaceAll(real.nat, ":KUBE-PROXY-CANARY - [0:0]\n", ""), ":KUBE-KUBELET-CANARY - [0:0]\n", "")
+	real.filter = strings.ReplaceAll(strings.ReplaceAll(real.filter, ":KUBE-PROXY-CANARY - [0:0]\n", ""), ":KUBE-KUBELET-CANARY - [0:0]\n", "")
+	r, m, known, err := shapes("iptables", real, mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stale, _ := kpshape.Reconcile(r, m, known); !slices.Equal(stale, []string{"canary chains"}) {
+		t.Errorf("canary chains removed from kube-proxy's side: stale %v, want [canary chains]", stale)
+	}
+}
