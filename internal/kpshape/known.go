@@ -89,7 +89,8 @@ var NFTKnown = []Edit{
 				if len(rules) > 0 && rules[0] == "ip saddr "+addr+" jump mark-for-masquerade" {
 					return rules[1:]
 				}
-				return rules
+				// Without it the chain stays different from kube-proxy's.
+				return append([]string{"(no hairpin rule)"}, rules...)
 			})
 			b := real.DropRules(Prefix("chain masquerading"), match(`@hairpin-connections masquerade`))
 			_, c := real["set hairpin-connections"]
