@@ -11,8 +11,8 @@ import (
 )
 
 // recorded reads the listings TestFidelity kept in testdata (a run with
-// KPSHAPE_DUMPS=testdata).
-func recorded(t *testing.T, side, mode string) dumps {
+// KPSHAPE_DUMPS=$PWD/testdata).
+func recorded(t *testing.T, side, mode string) kpshape.Listings {
 	t.Helper()
 	rd := func(ext string) string {
 		b, err := os.ReadFile(filepath.Join("testdata", side+"-"+mode+"."+ext))
@@ -22,9 +22,9 @@ func recorded(t *testing.T, side, mode string) dumps {
 		return string(b)
 	}
 	if mode == "iptables" {
-		return dumps{nat: rd("nat"), filter: rd("filter")}
+		return kpshape.Listings{NAT: rd("nat"), Filter: rd("filter")}
 	}
-	return dumps{nft: rd("nft")}
+	return kpshape.Listings{NFT: rd("nft")}
 }
 
 // TestRecorded compares the recorded listings of a TestFidelity run as
@@ -33,7 +33,22 @@ func recorded(t *testing.T, side, mode string) dumps {
 func TestRecorded(t *testing.T) {
 	for _, mode := range []string{"iptables", "nftables"} {
 		t.Run(mode, func(t *testing.T) {
-			compare(t, mode, recorded(t, "real", mode), recorded(t, "cnlab", mode))
+			res, err := kpshape.Compare(mode, recorded(t, "real", mode), recorded(t, "cnlab", mode), kpshape.FixtureFrontends)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range res.Missing {
+				t.Error(m)
+			}
+			for _, name := range res.Stale {
+				t.Errorf("known difference %q found nothing", name)
+			}
+			for _, d := range res.Left {
+				t.Errorf("a difference no known one accounts for:\n%s", d)
+			}
+			if len(res.Before) == 0 {
+				t.Error("no difference at all before the known ones: the parsers see nothing")
+			}
 		})
 	}
 }
@@ -59,31 +74,30 @@ func TestNewDifferenceCaught(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			real, mine := recorded(t, "real", c.mode), recorded(t, "cnlab", c.mode)
-			field := map[string]*string{"nat": &mine.nat, "filter": &mine.filter, "nft": &mine.nft}[c.ext]
+			field := map[string]*string{"nat": &mine.NAT, "filter": &mine.Filter, "nft": &mine.NFT}[c.ext]
 			if !strings.Contains(*field, c.old) {
 				t.Fatalf("testdata/cnlab-%s.%s has no %q", c.mode, c.ext, c.old)
 			}
 			*field = strings.Replace(*field, c.old, c.new, 1)
-			r, m, known, err := shapes(c.mode, real, mine)
+			res, err := kpshape.Compare(c.mode, real, mine, kpshape.FixtureFrontends)
 			if err != nil {
 				t.Fatal(err)
 			}
-			stale, left := kpshape.Reconcile(r, m, known)
-			if len(stale) == 0 && len(left) == 0 {
+			if res.OK() {
 				t.Errorf("the change went unnoticed")
 			}
-			t.Logf("stale %v; left:\n%s", stale, strings.Join(left, "\n"))
+			t.Logf("stale %v; left:\n%s", res.Stale, strings.Join(res.Left, "\n"))
 		})
 	}
 	// A known difference that is gone is reported.
 	real, mine := recorded(t, "real", "iptables"), recorded(t, "cnlab", "iptables")
-	real.nat = strings.ReplaceAll(strings.ReplaceAll(real.nat, ":KUBE-PROXY-CANARY - [0:0]\n", ""), ":KUBE-KUBELET-CANARY - [0:0]\n", "")
-	real.filter = strings.ReplaceAll(strings.ReplaceAll(real.filter, ":KUBE-PROXY-CANARY - [0:0]\n", ""), ":KUBE-KUBELET-CANARY - [0:0]\n", "")
-	r, m, known, err := shapes("iptables", real, mine)
+	real.NAT = strings.ReplaceAll(strings.ReplaceAll(real.NAT, ":KUBE-PROXY-CANARY - [0:0]\n", ""), ":KUBE-KUBELET-CANARY - [0:0]\n", "")
+	real.Filter = strings.ReplaceAll(strings.ReplaceAll(real.Filter, ":KUBE-PROXY-CANARY - [0:0]\n", ""), ":KUBE-KUBELET-CANARY - [0:0]\n", "")
+	res, err := kpshape.Compare("iptables", real, mine, kpshape.FixtureFrontends)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stale, _ := kpshape.Reconcile(r, m, known); !slices.Equal(stale, []string{"canary chains"}) {
-		t.Errorf("canary chains removed from kube-proxy's side: stale %v, want [canary chains]", stale)
+	if !slices.Equal(res.Stale, []string{"canary chains"}) || len(res.Left) > 0 {
+		t.Errorf("canary chains removed from kube-proxy's side: stale %v, left %v; want stale [canary chains]", res.Stale, res.Left)
 	}
 }
