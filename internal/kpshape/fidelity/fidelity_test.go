@@ -32,10 +32,6 @@ endpoints:
   - {name: c1, host: t-fid-node1, labels: {app: client}}
 `
 
-// clusterIPs are the cluster IPs of kpshape.FixtureServices: what the
-// comparison looks at (a cluster has its kubernetes Service too).
-var clusterIPs = []string{"10.96.0.11", "10.96.0.12", "10.96.0.13", "10.96.0.14", "10.96.0.15", "10.96.0.16", "10.96.0.17", "10.96.0.18", "10.96.0.19"}
-
 func run(ns string, args ...string) (string, error) {
 	out, err := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
 	if err != nil {
@@ -112,16 +108,35 @@ func realRules(t *testing.T, tools, name, mode string) kpshape.Listings {
 	return d
 }
 
-// programmed reports whether kube-proxy's rules name every Service.
+// programmed reports whether kube-proxy's rules serve every Service as
+// its slices say: a dispatch rule for each Service port with endpoints
+// (kube-proxy writes it once their slice is in), the no-endpoints reject
+// for the one without, both node ports.
 func programmed(mode string, d kpshape.Listings) bool {
-	all := d.NAT + d.Filter + d.NFT
-	for _, ip := range clusterIPs {
-		if !strings.Contains(all, ip) {
+	var s kpshape.Shape
+	var err error
+	if mode == "iptables" {
+		s, err = kpshape.ParseIPTables(d.NAT, d.Filter)
+	} else {
+		s, err = kpshape.ParseNFT(d.NFT)
+	}
+	if err != nil {
+		return false
+	}
+	for _, f := range kpshape.FixtureFrontends {
+		want := f + " dispatch"
+		if strings.HasPrefix(f, noEndpoints) {
+			want = f + " no endpoints"
+		}
+		if _, ok := s[want]; !ok {
 			return false
 		}
 	}
-	return strings.Contains(all, "30080") && strings.Contains(all, "30081")
+	return strings.Contains(d.NAT+d.NFT, "30080") && strings.Contains(d.NAT+d.NFT, "30081")
 }
+
+// noEndpoints is the cluster IP of the Service without endpoints.
+const noEndpoints = "10.96.0.14:"
 
 // labRules brings a cnlab lab up with proxy mode, applies
 // kpshape.FixtureServices and returns its host's rules.
