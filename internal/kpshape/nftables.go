@@ -28,7 +28,7 @@ func ParseNFT(text string) (Shape, error) {
 	}
 	s := Shape{}
 	tails := map[string]string{} // ns/name/proto/port -> frontend
-	for _, e := range t.maps["service-ips"].elems {
+	for _, e := range t.elems("service-ips") {
 		f, err := nftFrontend(e.key)
 		if err != nil {
 			return nil, err
@@ -37,19 +37,19 @@ func ParseNFT(text string) (Shape, error) {
 			tails[m[3]] = f
 		}
 	}
-	for _, e := range t.maps["no-endpoint-services"].elems {
+	for _, e := range t.elems("no-endpoint-services") {
 		f, err := nftFrontend(e.key)
 		if err != nil {
 			return nil, err
 		}
 		s[f+" no endpoints"] = append(s[f+" no endpoints"], "no-endpoint-services: "+normNFT(e.value))
 	}
-	for _, e := range t.maps["service-ips"].elems {
+	for _, e := range t.elems("service-ips") {
 		f, _ := nftFrontend(e.key)
 		s[f+" dispatch"] = append(s[f+" dispatch"], "service-ips: "+normNFT(e.value))
 	}
 	for _, m := range []string{"service-nodeports", "no-endpoint-nodeports"} {
-		for _, e := range t.maps[m].elems {
+		for _, e := range t.elems(m) {
 			f := ""
 			if o := objRE.FindStringSubmatch(strings.Fields(e.value + " x")[1]); o != nil {
 				f = tails[frontTail(o[3])]
@@ -206,6 +206,15 @@ type nftTable struct {
 	sets       map[string]*nftSet
 	setOrder   []string
 	maps       map[string]*nftSet
+}
+
+// elems returns map name's elements (none when the table has no such
+// map).
+func (t *nftTable) elems(name string) []nftElem {
+	if m := t.maps[name]; m != nil {
+		return m.elems
+	}
+	return nil
 }
 
 // parseNFTTable reads the output of `nft list table`.

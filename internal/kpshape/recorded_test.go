@@ -101,3 +101,19 @@ func TestNewDifferenceCaught(t *testing.T) {
 		t.Errorf("canary chains removed from kube-proxy's side: stale %v, left %v; want stale [canary chains]", res.Stale, res.Left)
 	}
 }
+
+// TestParseEmpty: a table or listing without the proxy's maps and chains
+// parses to a shape without frontends.
+func TestParseEmpty(t *testing.T) {
+	s, err := kpshape.ParseNFT("table ip kube-proxy {\n}\n")
+	if err != nil || len(s.Frontends()) != 0 {
+		t.Errorf("empty table: %v, %v", s, err)
+	}
+	if _, err := kpshape.ParseNFT(""); err == nil {
+		t.Error("no table: no error")
+	}
+	s, err = kpshape.ParseIPTables("*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n", "")
+	if err != nil || len(s.Frontends()) != 0 {
+		t.Errorf("empty nat: %v, %v", s, err)
+	}
+}
