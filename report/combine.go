@@ -103,8 +103,6 @@ func Combine(srcs []Source, out string) (*Combined, error) {
 		Experiment: first.Experiment,
 		Seed:       first.Seed,
 		Lab:        "combined",
-		Backend:    first.Backend,
-		Cluster:    first.Cluster,
 		StartedAt:  first.StartedAt,
 		FinishedAt: first.FinishedAt,
 		Status:     results.StatusComplete,
@@ -173,15 +171,33 @@ func Combine(srcs []Source, out string) (*Combined, error) {
 	if len(c.Results.Points) == 0 {
 		return nil, errors.New("the runs have no sweep in common (by name): nothing to draw together")
 	}
-	if c.Env != nil && c.Env.Cluster == nil {
-		for _, s := range srcs {
-			if s.Env != nil && s.Env.Cluster != nil {
-				env := *c.Env
-				env.Cluster = s.Env.Cluster
-				c.Env = &env
-				break
-			}
+	// Where they were measured: one backend, or "kubernetes+lab"; the
+	// environment table's cluster rows only when one cluster was measured
+	// (the notes name each run's).
+	var backends []string
+	var clusters []Source
+	for _, s := range srcs {
+		b := s.Results.Backend
+		if b == "" {
+			b = results.BackendLab
 		}
+		if !slices.Contains(backends, b) {
+			backends = append(backends, b)
+		}
+		if s.Results.Cluster != nil {
+			clusters = append(clusters, s)
+		}
+	}
+	slices.Sort(backends)
+	c.Results.Backend = strings.Join(backends, "+")
+	c.Results.Cluster = nil
+	if len(clusters) == 1 {
+		c.Results.Cluster = clusters[0].Results.Cluster
+	}
+	if c.Env != nil && (c.Env.Cluster != nil) != (c.Results.Cluster != nil) {
+		env := *c.Env
+		env.Cluster = c.Results.Cluster
+		c.Env = &env
 	}
 	return c, nil
 }

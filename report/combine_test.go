@@ -188,8 +188,11 @@ func TestCombineSeed004(t *testing.T) {
 			t.Errorf("%s: sample log %q not relative to its run", p.ID, l)
 		}
 	}
-	if rep.Env == nil || rep.Env.Hostname != "vm" {
-		t.Errorf("environment: %+v, want the lab's", rep.Env)
+	if rep.Env == nil || rep.Env.Hostname != "vm" || rep.Env.Cluster != nil {
+		t.Errorf("environment: %+v, want the lab's, without a cluster (two were measured)", rep.Env)
+	}
+	if rep.Results.Backend != "kubernetes+lab" || rep.Results.Cluster != nil {
+		t.Errorf("backend %q, cluster %+v: want kubernetes+lab and none", rep.Results.Backend, rep.Results.Cluster)
 	}
 	// Written, then read back as one run: the same lines.
 	if _, err := rep.WriteCombined(out); err != nil {
@@ -248,6 +251,9 @@ func TestCombineNames(t *testing.T) {
 	}
 	if len(got) != 2 {
 		t.Errorf("series %v, want 2", got)
+	}
+	if c.Results.Backend != results.BackendKubernetes {
+		t.Errorf("backend %q", c.Results.Backend)
 	}
 	// The same directory name twice: told apart by position.
 	if ls := sourceLabels([]Source{{Dir: "/x/run"}, {Dir: "/y/run/"}}); ls[0] != "run#1" || ls[1] != "run#2" {
