@@ -17,10 +17,10 @@ import (
 )
 
 func newReportCmd(e *env) *cobra.Command {
-	var output string
+	var output, combine string
 	var opts report.Options
 	cmd := &cobra.Command{
-		Use:   "report RUN_DIR",
+		Use:   "report RUN_DIR [RUN_DIR... --combine OUT_DIR]",
 		Short: "Draw a run's figures, fit its scaling laws and write report.html",
 		Long: `Read a results directory of cnlab run and write, next to results.json:
 report.html (self-contained: figures inline as SVG, opens with no network)
@@ -32,14 +32,28 @@ sentences each backed by the medians of named points. Points whose CV is
 above 5% are flagged, and so are samples taken under unusual noise (the
 hypervisor stealing CPU time, other tasks waiting for a CPU: recorded with
 every sample); --exclude-noisy leaves those out and says how many. The
-findings are printed; -o json prints the whole analysis.`,
+findings are printed; -o json prints the whole analysis.
+
+With --combine OUT_DIR, several runs (of the same experiment, or of files
+whose sweeps share names: a lab's and a cluster's) become one report in
+OUT_DIR: the points of the sweeps they all have, drawn together, each line
+named after where it was measured ("kube-proxy iptables (real, cluster)",
+"iptables (cnlab, lab)") and fitted on its own; their samples are never
+pooled. OUT_DIR gets the combined results.json too.`,
 		Example: `  cnlab report results/thesis-policy-scaling-20261122-101500
   cnlab report results/run-1 --exclude-noisy
-  cnlab report results/run-1 -o json | jq '.findings[].text'`,
-		Args: cobra.ExactArgs(1),
+  cnlab report results/run-1 -o json | jq '.findings[].text'
+  cnlab report results/s4-ipt results/s4-nft results/s4-lab --combine results/s4`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
+			}
+			if combine != "" {
+				return combineReport(e, args, combine, opts, output)
+			}
+			if len(args) > 1 {
+				return usagef("give one results directory, or several with --combine OUT_DIR")
 			}
 			rep, err := loadReport(args[0], opts)
 			if err != nil {
@@ -52,6 +66,7 @@ findings are printed; -o json prints the whole analysis.`,
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json: print the analysis (findings, fits, table, figures) as JSON")
+	cmd.Flags().StringVar(&combine, "combine", "", "draw several runs in one report, written to this directory (with the combined results.json)")
 	cmd.Flags().BoolVar(&opts.ExcludeNoisy, "exclude-noisy", false, "leave out samples taken under unusual noise (steal, CPU pressure: docs/methodology.md); the report says how many")
 	return cmd
 }
@@ -67,6 +82,26 @@ func loadReport(dir string, o report.Options) (*report.Report, error) {
 		return nil, usagef("%v", err)
 	}
 	return rep, nil
+}
+
+// combineReport is cnlab report RUN_DIR... --combine OUT.
+func combineReport(e *env, dirs []string, out string, o report.Options, output string) error {
+	for _, d := range dirs {
+		if err := isRunDir(d); err != nil {
+			return err
+		}
+		if filepath.Clean(d) == filepath.Clean(out) {
+			return usagef("--combine %s: is one of the runs; give a directory of its own", out)
+		}
+	}
+	rep, err := report.LoadCombined(dirs, out, o)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if _, err := rep.WriteCombined(out); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return printReport(e, rep, output)
 }
 
 // isRunDir checks that dir is a results directory.

@@ -62,6 +62,34 @@ func TestReportCLI(t *testing.T) {
 	}
 }
 
+// TestReportCombineCLI: two runs drawn in one report written to a
+// directory of its own, their lines told apart by their directories;
+// several runs without --combine, or --combine into one of them, are bad
+// input.
+func TestReportCombineCLI(t *testing.T) {
+	a, b := fixtureCopy(t), fixtureCopy(t)
+	out := filepath.Join(t.TempDir(), "both")
+	stdout, errs, code := runCLI(t, "report", a, b, "--combine", out)
+	if code != 0 || !strings.Contains(stdout, "note: Combined from 2 runs") || !strings.Contains(stdout, "report: "+filepath.Join(out, "report.html")) {
+		t.Fatalf("report --combine: exit %d\n%s\n%s", code, stdout, errs)
+	}
+	r, err := results.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := results.Load(a); len(r.Points) != 2*len(n.Points) || !strings.HasSuffix(r.Points[0].Series, "[run#1]") {
+		t.Errorf("combined: %d points, first series %q", len(r.Points), r.Points[0].Series)
+	}
+	for _, bad := range [][]string{
+		{"report", a, b},
+		{"report", a, b, "--combine", a},
+	} {
+		if _, errs, code := runCLI(t, bad...); code != 2 || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+			t.Errorf("%v: exit %d (want 2, one line)\n%s", bad, code, errs)
+		}
+	}
+}
+
 // TestCompareCLI: a run against itself is all "~" and passes the gate; a
 // copy whose point failed is a regression under --threshold (exit 1) and
 // only a listed difference without it.

@@ -256,6 +256,20 @@ func (f *Figure) layout(fs *fontSet) (*drawing, error) {
 			placement = LegendBelow
 		}
 	}
+	if placement == LegendBelow {
+		// Below the plot a name has up to half the width (two a row), not
+		// the right legend's column: long names (a combined report's
+		// "kube-proxy iptables (real, cluster), measured Service last")
+		// keep the part that tells them apart.
+		i := 0
+		for _, si := range infos {
+			if si.s.Name == "" {
+				continue
+			}
+			entries[i].name = fs.truncate(si.s.Name, legendSize, false, math.Max(maxNameW, W*0.46-sampleW-24))
+			i++
+		}
+	}
 	// Below-legend rows (flow layout, computed once: independent of plot).
 	type slot struct {
 		e    legendEntry
