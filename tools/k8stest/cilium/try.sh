@@ -89,6 +89,13 @@ P
   get() { $K exec $1 -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 $2 8080 | tail -n 1"; echo "rc=$?"; }
   ts "a -> b ($BIP) no policy"; get a $BIP
   ts "b -> a ($AIP) no policy"; get b $AIP
+  if [ -n "$SVC" ]; then
+    printf 'apiVersion: v1\nkind: Service\nmetadata: {name: svc-b}\nspec:\n  selector: {app: b}\n  ports: [{port: 8080, targetPort: 8080}]\n' | $K apply -f -
+    SIP=$($K get svc svc-b -o jsonpath='{.spec.clusterIP}'); sleep 2
+    ts "a -> svc-b ($SIP:8080)"; get a $SIP
+    curl -s --unix-socket $D/run/cilium.sock http://localhost/v1/service > $L/services.json
+    python3 -c 'import json,sys; [print("cilium service", s["spec"]["frontend-address"], [b["ip"] for b in s["spec"].get("backend-addresses") or []]) for s in json.load(open(sys.argv[1]))]' $L/services.json
+  fi
   printf 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny-b}\nspec:\n  podSelector: {matchLabels: {app: b}}\n  policyTypes: [Ingress]\n' | $K apply -f -
   tp=$(date +%s.%N)
   for i in $(seq 20); do out=$(get a $BIP); echo "$out" | grep -q hello || break; sleep 0.5; done
