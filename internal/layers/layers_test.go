@@ -25,7 +25,7 @@ const module = "github.com/cnlab/cnlab"
 var layers = [][]string{
 	{"cmd/cnlab"},
 	{"experiment"},
-	{"kube"},
+	{"kube", "cluster"},
 	{"lab"},
 	{"l7proxy/deploy"},
 	{"probe"},
@@ -45,15 +45,15 @@ var layers = [][]string{
 	{"experiment/results"},
 	{"datapath/kind"},
 	{"internal/k8sdoc"},
-	{"traffic", "stats", "report/plot", "labels"},
+	{"traffic", "stats", "report/plot", "labels", "internal/nsforward"},
 	{"internal/netns"},
 	{"internal/input", "internal/rundir", "internal/files", "internal/yamlx", "internal/bpffs",
-		"internal/plural", "internal/buildinfo", "internal/fault", "internal/layers"},
+		"internal/plural", "internal/buildinfo", "internal/fault", "internal/layers", "internal/kpki", "internal/kpshape"},
 }
 
 // testOnly are the packages only tests import: they may import any
 // package but cmd/cnlab, and no other package imports them.
-var testOnly = []string{"internal/testutil", "internal/k8stest", "internal/scenarios", "policy/policytest", "proxy/proxytest"}
+var testOnly = []string{"internal/testutil", "internal/k8stest", "internal/scenarios", "policy/policytest", "proxy/proxytest", "internal/kpshape/fidelity"}
 
 type pkg struct {
 	ImportPath string
