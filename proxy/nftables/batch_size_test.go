@@ -34,9 +34,10 @@ func many(first, n, k int) []service.Frontend {
 // kernel must take it whole (no EMSGSIZE from a batch larger than the
 // socket's send buffer) and its acknowledgements must all be read (no
 // ENOBUFS from a receive buffer too small for one per message). Before
-// the fix, 100 Services of one backend added to 50 failed with ENOBUFS
-// (as seed004-cluster-lab.yaml's point 100 -> 300 failed with EMSGSIZE);
-// the host's table is then what Apply of the new table writes.
+// the fix, with the default buffers (208 KiB), 30 Services of one
+// backend added to 15 failed with ENOBUFS (20 to 10 passed), 200 added
+// to 100 with EMSGSIZE (seed004-cluster-lab.yaml's point 100 -> 300).
+// The host's table is then what Apply of the new table writes.
 func TestApplyChangeLargeBatch(t *testing.T) {
 	testutil.RequireRoot(t)
 	ctx := context.Background()
@@ -80,8 +81,14 @@ func TestApplyChangeLargeBatch(t *testing.T) {
 			}
 		}
 	}
+	// The log is kept (not folded into the state file) so that it shows
+	// the change went through the netlink path.
+	was := *nftables.CompactLog
+	defer func() { *nftables.CompactLog = was }()
+	*nftables.CompactLog = func(int64, int64) bool { return false }
 	cases := []struct{ base, added, backends int }{
-		{50, 100, 1},  // the smallest that failed (ENOBUFS)
+		{15, 30, 1},   // the smallest of those tried that failed (ENOBUFS; 10+20 passed)
+		{50, 100, 1},  // ENOBUFS
 		{100, 200, 1}, // seed004's 100 -> 300 (EMSGSIZE)
 		{300, 600, 4},
 	}
