@@ -477,8 +477,9 @@ func (p nftables) ApplyChange(ctx context.Context, lab *topology.Spec, from, t *
 		}
 		if err != nil {
 			// The batch is one transaction: nothing of it committed, the
-			// host holds what its files say.
-			if ctx.Err() == nil {
+			// host holds what its files say; unless its acknowledgements
+			// were lost, and the host, left marked, is rebuilt next.
+			if ctx.Err() == nil && !errors.Is(err, errOutcomeUnknown) {
 				_ = change.ClearDirty(hc.path)
 			}
 			return rollback(fmt.Errorf("host %s: %w", hc.h.Name, err))

@@ -273,11 +273,30 @@ func (b *batch) setElements(mapName string, keys []string, verdicts map[string]s
 		}
 		els = append(els, e)
 	}
-	if add {
-		return b.c.SetAddElements(m, els)
+	// One message per elementsPerMessage elements: the library writes a
+	// message's elements into one nested attribute, whose length is 16
+	// bits (more than 64 KiB of them would be cut short). The messages
+	// stay in the one batch, so the change is as atomic as before.
+	for len(els) > 0 {
+		n := min(len(els), elementsPerMessage)
+		var err error
+		if add {
+			err = b.c.SetAddElements(m, els[:n])
+		} else {
+			err = b.c.SetDeleteElements(m, els[:n])
+		}
+		if err != nil {
+			return err
+		}
+		els = els[n:]
 	}
-	return b.c.SetDeleteElements(m, els)
+	return nil
 }
+
+// elementsPerMessage bounds a map's elements in one message: an element
+// (key, verdict and a chain name of at most 256 bytes) takes less than
+// 320 bytes, so 200 fit an attribute's 64 KiB.
+const elementsPerMessage = 200
 
 // messages flushes the library's buffer into b.msgs: the batch with its
 // begin and end, fixed.
@@ -330,6 +349,8 @@ func fixAnonymousKeys(msgs []netlink.Message) {
 }
 
 // send commits the batch in a namespace: nil when the kernel took it all.
+// An error wrapping errOutcomeUnknown says the kernel may have committed
+// it (its acknowledgements were lost): the host's files cannot be trusted.
 func (b *batch) send(nsName string) error {
 	msgs, err := b.messages()
 	if err != nil || len(msgs) == 0 {
@@ -345,11 +366,19 @@ func (b *batch) send(nsName string) error {
 		return err
 	}
 	defer conn.Close()
-	want := 0
+	want, size := 0, 0
 	for _, m := range msgs {
 		if m.Header.Flags&netlink.Acknowledge != 0 {
 			want++
 		}
+		size += nlmsgAlign(headerLen + len(m.Data))
+	}
+	// Acknowledgements of success carry no copy of the message.
+	if err := conn.SetOption(netlink.CapAcknowledge, true); err != nil {
+		return err
+	}
+	if err := sizeBuffers(conn, size, want); err != nil {
+		return err
 	}
 	if _, err := conn.SendMessages(msgs); err != nil {
 		return err
@@ -362,6 +391,9 @@ func (b *batch) send(nsName string) error {
 	for got := 0; got < want; {
 		replies, err := conn.Receive()
 		if err != nil {
+			if errors.Is(err, unix.ENOBUFS) {
+				return fmt.Errorf("%w: %w", errOutcomeUnknown, err)
+			}
 			return err
 		}
 		for _, r := range replies {
@@ -369,6 +401,63 @@ func (b *batch) send(nsName string) error {
 				got++
 			}
 		}
+	}
+	return nil
+}
+
+// errOutcomeUnknown: acknowledgements of a batch were lost (the receive
+// buffer overflowed), so whether the kernel committed it is unknown.
+var errOutcomeUnknown = errors.New("batch outcome unknown")
+
+const headerLen = 16 // struct nlmsghdr
+
+func nlmsgAlign(n int) int { return (n + 3) &^ 3 }
+
+// ackSize is what one acknowledgement takes of a socket's receive buffer
+// (the skb's truesize, some 700 bytes for a 36-byte message), as nft
+// counts it (mnl_batch_talk: 1,024 bytes a command).
+const ackSize = 1024
+
+// sizeBuffers makes the socket's buffers hold a batch of size bytes and
+// its acks acknowledgements. The kernel takes the whole batch in one
+// sendmsg, which fails with EMSGSIZE beyond the send buffer, and queues
+// every acknowledgement before that call returns, dropping those beyond
+// the receive buffer (recvmsg then fails with ENOBUFS): at the default
+// 208 KiB a change of about 170 Services of one backend exceeds the
+// first, of about 40 the second. As nft does, the buffers are raised
+// with SO_SNDBUFFORCE and SO_RCVBUFFORCE (root: past net.core.wmem_max
+// and rmem_max), or SO_SNDBUF and SO_RCVBUF up to those limits without
+// CAP_NET_ADMIN. The kernel doubles the value set, for its own overhead.
+func sizeBuffers(conn *netlink.Conn, size, acks int) error {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	grow := func(opt, force, need int) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			cur, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, opt)
+			if err != nil {
+				serr = err
+				return
+			}
+			if cur >= 2*need {
+				return
+			}
+			if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, force, need); errors.Is(serr, unix.EPERM) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, need)
+			}
+		})
+		if err == nil {
+			err = serr
+		}
+		return err
+	}
+	if err := grow(unix.SO_SNDBUF, unix.SO_SNDBUFFORCE, size+4096); err != nil {
+		return fmt.Errorf("send buffer for %d bytes: %w", size, err)
+	}
+	if err := grow(unix.SO_RCVBUF, unix.SO_RCVBUFFORCE, acks*ackSize); err != nil {
+		return fmt.Errorf("receive buffer for %d acknowledgements: %w", acks, err)
 	}
 	return nil
 }
