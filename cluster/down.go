@@ -109,7 +109,8 @@ func teardown(name string, progress func(string)) error {
 	}
 	progress(fmt.Sprintf("stopping cluster %s's processes", name))
 	var errs []error
-	if err := killAll(func() []int { return pidsIn(inodes, cgroups, l.forwardMarker()) }, 20*time.Second); err != nil {
+	find := func() ([]int, error) { return pidsIn(inodes, cgroups, l.forwardMarker()), nil }
+	if err := netns.KillUntilGone(find, "in cluster "+name, 20*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	shims := shimSockets(l)

@@ -117,25 +117,6 @@ func pidsIn(inodes map[uint64]bool, cgroupDirs []string, marker string) []int {
 	return out
 }
 
-// killAll sends SIGKILL to what find returns until it returns nothing (a
-// dying kubelet or containerd may start one more process), or gives up
-// after timeout and returns what is left.
-func killAll(find func() []int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		pids := find()
-		if len(pids) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("processes still running after %v: %v", timeout, pids)
-		}
-		for _, p := range pids {
-			_ = syscall.Kill(p, syscall.SIGKILL)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // cgroupMounts returns the mount points of the cgroup hierarchies (v1
 // controllers and the v2 unified one), each once.

@@ -93,9 +93,16 @@ func KillAll(inodes map[uint64]bool, timeout time.Duration) error {
 	if len(inodes) == 0 {
 		return nil
 	}
+	return KillUntilGone(func() ([]int, error) { return Pids(inodes) }, "in lab namespaces", timeout)
+}
+
+// KillUntilGone sends SIGKILL to what find returns until it returns
+// nothing (a dying daemon may start one more process), or gives up after
+// timeout naming what is left (where says where they run).
+func KillUntilGone(find func() ([]int, error), where string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		pids, err := Pids(inodes)
+		pids, err := find()
 		if err != nil {
 			return err
 		}
@@ -103,7 +110,7 @@ func KillAll(inodes map[uint64]bool, timeout time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("processes still running in lab namespaces after %v: %v", timeout, pids)
+			return fmt.Errorf("processes still running %s after %v: %v", where, timeout, pids)
 		}
 		for _, pid := range pids {
 			_ = unix.Kill(pid, unix.SIGKILL)

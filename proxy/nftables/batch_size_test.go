@@ -10,11 +10,8 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/change"
-	"github.com/cnlab/cnlab/internal/testutil"
-	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/proxy/nftables"
 	"github.com/cnlab/cnlab/service"
-	"github.com/cnlab/cnlab/topology"
 )
 
 // many is n frontends of k backends each (of four), from VIP
@@ -39,38 +36,8 @@ func many(first, n, k int) []service.Frontend {
 // to 100 with EMSGSIZE (seed004-cluster-lab.yaml's point 100 -> 300).
 // The host's table is then what Apply of the new table writes.
 func TestApplyChangeLargeBatch(t *testing.T) {
-	testutil.RequireRoot(t)
 	ctx := context.Background()
-	spec, err := topology.Parse([]byte(strings.Replace(changeLab, "t-nftinc", "t-nftbig", 1)), "nftbig lab",
-		topology.Overrides{Datapath: "iptables", Proxy: "nftables"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lab.Up(ctx, spec, lab.UpOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Down(spec.Name, nil); err != nil {
-			t.Errorf("down: %v", err)
-		}
-	})
-	p := nftables.New()
-	ca := p.(interface {
-		ApplyChange(ctx context.Context, lab *topology.Spec, from, to *service.Table) error
-	})
-	if err := p.Setup(ctx, spec); err != nil {
-		t.Fatal(err)
-	}
-	list := func() map[string]string {
-		out, err := p.Describe(ctx, spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for h, s := range out {
-			out[h] = sortBlocks(normalise(s))
-		}
-		return out
-	}
+	spec, p, ca, list := upChangeLab(t, "t-nftbig")
 	wipe := func() {
 		for _, h := range spec.Hosts {
 			path := change.StatePath(spec.Name, nftables.StateKind, h.Name)

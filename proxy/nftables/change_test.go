@@ -87,15 +87,19 @@ func normalise(s string) string {
 	return strings.Join(out, "\n")
 }
 
-// TestApplyChangeSameAsApply: every change ApplyChange makes through the
-// netlink path (Services added and removed, backends changed, one and
-// four backends, affinity, node ports, UDP, no backends) leaves each
-// host's table as a whole Apply of the new table from nothing does, and
-// Apply folds the delta logs it leaves.
-func TestApplyChangeSameAsApply(t *testing.T) {
+// changer is the nftables proxy's incremental path.
+type changer interface {
+	ApplyChange(ctx context.Context, lab *topology.Spec, from, to *service.Table) error
+}
+
+// upChangeLab brings changeLab up under name (down at the test's end) with
+// the nftables proxy set up, and returns it, the proxy, its ApplyChange
+// and a listing of every host's table (normalised, blocks sorted).
+func upChangeLab(t *testing.T, name string) (*topology.Spec, proxy.Proxy, changer, func() map[string]string) {
+	t.Helper()
 	testutil.RequireRoot(t)
 	ctx := context.Background()
-	spec, err := topology.Parse([]byte(changeLab), "nftinc lab", topology.Overrides{Datapath: "iptables", Proxy: "nftables"})
+	spec, err := topology.Parse([]byte(strings.Replace(changeLab, "t-nftinc", name, 1)), "nftinc lab", topology.Overrides{Datapath: "iptables", Proxy: "nftables"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,12 +112,30 @@ func TestApplyChangeSameAsApply(t *testing.T) {
 		}
 	})
 	p := nftables.New()
-	ca := p.(interface {
-		ApplyChange(ctx context.Context, lab *topology.Spec, from, to *service.Table) error
-	})
 	if err := p.Setup(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
+	list := func() map[string]string {
+		out, err := p.Describe(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for h, s := range out {
+			out[h] = sortBlocks(normalise(s))
+		}
+		return out
+	}
+	return spec, p, p.(changer), list
+}
+
+// TestApplyChangeSameAsApply: every change ApplyChange makes through the
+// netlink path (Services added and removed, backends changed, one and
+// four backends, affinity, node ports, UDP, no backends) leaves each
+// host's table as a whole Apply of the new table from nothing does, and
+// Apply folds the delta logs it leaves.
+func TestApplyChangeSameAsApply(t *testing.T) {
+	ctx := context.Background()
+	spec, p, ca, _ := upChangeLab(t, "t-nftinc")
 	shapes := proxytest.Table().Frontends
 	web := shapes[3]
 	web2 := web
@@ -242,38 +264,8 @@ func TestApplyChangeSameAsApply(t *testing.T) {
 // changes nothing; one killed after a host's kernel changed leaves the
 // host marked dirty, and Apply rebuilds it.
 func TestApplyChangeFaults(t *testing.T) {
-	testutil.RequireRoot(t)
 	ctx := context.Background()
-	spec, err := topology.Parse([]byte(strings.Replace(changeLab, "t-nftinc", "t-nftinc-f", 1)), "nftinc lab",
-		topology.Overrides{Datapath: "iptables", Proxy: "nftables"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lab.Up(ctx, spec, lab.UpOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Down(spec.Name, nil); err != nil {
-			t.Errorf("down: %v", err)
-		}
-	})
-	p := nftables.New()
-	ca := p.(interface {
-		ApplyChange(ctx context.Context, lab *topology.Spec, from, to *service.Table) error
-	})
-	if err := p.Setup(ctx, spec); err != nil {
-		t.Fatal(err)
-	}
-	list := func() map[string]string {
-		out, err := p.Describe(ctx, spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for h, s := range out {
-			out[h] = sortBlocks(normalise(s))
-		}
-		return out
-	}
+	spec, p, ca, list := upChangeLab(t, "t-nftinc-f")
 	// clean checks each host's files: not dirty, recording set.
 	clean := func(what, set string) {
 		t.Helper()
@@ -306,7 +298,7 @@ func TestApplyChangeFaults(t *testing.T) {
 	}
 	// Fails on flap: flip is put back.
 	hook(fault.Dirty, "flap")
-	err = ca.ApplyChange(ctx, spec, a, b)
+	err := ca.ApplyChange(ctx, spec, a, b)
 	fault.SetHook(nil)
 	if err == nil || !strings.Contains(err.Error(), "rolled back") {
 		t.Fatalf("failed on flap: %v", err)
