@@ -117,7 +117,6 @@ func pidsIn(inodes map[uint64]bool, cgroupDirs []string, marker string) []int {
 	return out
 }
 
-
 // cgroupMounts returns the mount points of the cgroup hierarchies (v1
 // controllers and the v2 unified one), each once.
 func cgroupMounts() ([]string, error) {
