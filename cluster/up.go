@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -654,13 +655,14 @@ func (u *upper) kubelet(i int) error {
 	)
 }
 
-// makeShared bind-mounts dir onto itself and makes it a shared mount.
+// makeShared bind-mounts dir onto itself and makes it a shared mount (as
+// internal/netns does for /run/netns).
 func makeShared(dir string) error {
-	if out, err := exec.Command("mount", "--bind", dir, dir).CombinedOutput(); err != nil {
-		return fmt.Errorf("bind %s: %v: %s", dir, err, out)
+	if err := unix.Mount(dir, dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", dir, err)
 	}
-	if out, err := exec.Command("mount", "--make-rshared", dir).CombinedOutput(); err != nil {
-		return fmt.Errorf("make %s shared: %v: %s", dir, err, out)
+	if err := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s shared: %w", dir, err)
 	}
 	return nil
 }
