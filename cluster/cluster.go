@@ -90,10 +90,11 @@ func CheckName(name string) error {
 type Options struct {
 	Name     string
 	Nodes    int    // 1 or 2
-	CNI      string // bridge
-	Proxy    string // iptables or nftables
-	Policy   string // none or kube-router
+	CNI      string // bridge or cilium
+	Proxy    string // iptables, nftables or cilium (Cilium's kube-proxy replacement)
+	Policy   string // none, kube-router or cilium
 	Tools    string // directory of the Kubernetes binaries (scripts/k8s-tools.sh)
+	Cilium   string // directory of the real Cilium's build (scripts/k8s-tools.sh); for --cni cilium
 	Progress func(string)
 }
 
@@ -274,6 +275,9 @@ func checkOptions(o *Options) error {
 	}
 	def(&o.CNI, "bridge")
 	def(&o.Proxy, "iptables")
+	if o.CNI == "cilium" {
+		def(&o.Policy, "cilium") // Cilium enforces NetworkPolicy as the CNI
+	}
 	def(&o.Policy, "none")
 	for _, c := range []struct {
 		flag, v string
@@ -283,8 +287,14 @@ func checkOptions(o *Options) error {
 			return fmt.Errorf("--%s %q: one of %s", c.flag, c.v, strings.Join(c.in, ", "))
 		}
 	}
-	if o.CNI == "cilium" || o.Proxy == "cilium" || o.Policy == "cilium" {
-		return errors.New("the real Cilium (--cni/--proxy/--policy cilium) is not supported yet: docs/cluster.md says what stands in the way; use --cni bridge with --policy kube-router for a real NetworkPolicy engine")
+	if o.CNI != "cilium" {
+		for _, c := range []struct{ flag, v string }{{"proxy", o.Proxy}, {"policy", o.Policy}} {
+			if c.v == "cilium" {
+				return fmt.Errorf("--%s cilium needs --cni cilium: the real Cilium runs here as the CNI, not chained after the bridge", c.flag)
+			}
+		}
+	} else if o.Policy == "kube-router" {
+		return errors.New("--policy kube-router with --cni cilium: two policy engines on one node; Cilium enforces NetworkPolicy itself (--policy cilium, the default with --cni cilium)")
 	}
 	if o.Progress == nil {
 		o.Progress = func(string) {}

@@ -152,7 +152,9 @@ func TestOptionsRefused(t *testing.T) {
 		{Options{Proxy: "ipvs"}, `--proxy "ipvs": one of iptables, nftables, cilium`},
 		{Options{CNI: "flannel"}, `--cni "flannel": one of bridge, cilium`},
 		{Options{Policy: "calico"}, `--policy "calico": one of none, kube-router, cilium`},
-		{Options{Policy: "cilium"}, "the real Cilium (--cni/--proxy/--policy cilium) is not supported yet"},
+		{Options{Policy: "cilium"}, "--policy cilium needs --cni cilium"},
+		{Options{Proxy: "cilium"}, "--proxy cilium needs --cni cilium"},
+		{Options{CNI: "cilium", Policy: "kube-router"}, "two policy engines"},
 	} {
 		_, err := Up(context.Background(), c.o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -10,7 +10,7 @@ import (
 // namespaces all in the cluster's directories; cgroupfs (no systemd here);
 // the local pause image; oom_score_adj never below the daemon's (this root
 // lacks CAP_SYS_RESOURCE).
-func containerdConfig(l layout, i int, pause string) string {
+func containerdConfig(l layout, i int, pause, cniBin string) string {
 	nd, nr := l.nodeDir(i), l.nodeRun(i)
 	return fmt.Sprintf(`version = 2
 root = %q
@@ -42,7 +42,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     conf_dir = %q
 `, filepath.Join(nd, "containerd"), filepath.Join(nr, "containerd"),
 		l.sock(i), l.sock(i)+".ttrpc", filepath.Join(nd, "opt"), pause,
-		filepath.Join(nr, "runc"), CNIBinDir, filepath.Join(nd, "net.d"))
+		filepath.Join(nr, "runc"), cniBin, filepath.Join(nd, "net.d"))
 }
 
 // cniConfig is node i's CNI network: a bridge with host-local addresses

@@ -222,6 +222,9 @@ func removeFixedPaths(l layout) error {
 				_ = os.RemoveAll(devicePlugins)
 			}
 		}
+		if err := removeCiliumRun(); err != nil {
+			errs = append(errs, err)
+		}
 		for _, d := range []string{"/var/lib/kubelet", containerLogLinks, cniResults, "/var/lib/cni", "/run/containerd/s", "/run/containerd"} {
 			_ = os.Remove(d) // only if empty
 		}

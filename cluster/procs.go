@@ -119,7 +119,39 @@ func pidsIn(inodes map[uint64]bool, cgroupDirs []string, marker string) []int {
 
 // cgroupMounts returns the mount points of the cgroup hierarchies (v1
 // controllers and the v2 unified one), each once.
-func cgroupMounts() ([]string, error) {
+func cgroupMounts() ([]string, error) { return mountsOfType("cgroup", "cgroup2") }
+
+// cgroup2Mount is where the v2 (unified) hierarchy is mounted.
+func cgroup2Mount() (string, error) {
+	m, err := mountsOfType("cgroup2")
+	if err != nil {
+		return "", err
+	}
+	if len(m) == 0 {
+		return "", errors.New("no cgroup2 hierarchy is mounted (Cilium attaches to a cgroup of it)")
+	}
+	return m[0], nil
+}
+
+// mountFS mounts a file system of type fstype at dir.
+func mountFS(fstype, source, dir string) error {
+	if err := unix.Mount(source, dir, fstype, 0, ""); err != nil {
+		return fmt.Errorf("mount %s at %s: %w", fstype, dir, err)
+	}
+	return nil
+}
+
+// bindMount bind-mounts src at dir.
+func bindMount(src, dir string) error {
+	if err := unix.Mount(src, dir, "none", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s at %s: %w", src, dir, err)
+	}
+	return nil
+}
+
+// mountsOfType returns the mount points of file systems of the types
+// given, each once.
+func mountsOfType(types ...string) ([]string, error) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
@@ -132,7 +164,7 @@ func cgroupMounts() ([]string, error) {
 			continue
 		}
 		pre, post := strings.Fields(parts[0]), strings.Fields(parts[1])
-		if len(pre) < 5 || len(post) < 1 || (post[0] != "cgroup" && post[0] != "cgroup2") {
+		if len(pre) < 5 || len(post) < 1 || !slices.Contains(types, post[0]) {
 			continue
 		}
 		if !slices.Contains(out, pre[4]) {

@@ -68,6 +68,10 @@ func Prerequisites(o Options) error {
 	if o.Policy == "kube-router" {
 		bins = append(bins, "kube-router")
 	}
+	if o.CNI == "cilium" {
+		bins = append(bins, "kubectl")
+		missing = append(missing, ciliumPrerequisites(o.Cilium)...)
+	}
 	for _, b := range bins {
 		if _, err := os.Stat(filepath.Join(o.Tools, b)); err != nil {
 			missing = append(missing, fmt.Sprintf("%s in %s (scripts/k8s-tools.sh builds it)", b, o.Tools))
@@ -158,13 +162,18 @@ func tail(path string, n int) string {
 }
 
 func (u *upper) start(name string, node int, wrap []string, bin string, args ...string) error {
+	return u.startEnv(name, node, os.Environ(), wrap, bin, args...)
+}
+
+// startEnv starts a daemon of node (0: the host's) with environment env.
+func (u *upper) startEnv(name string, node int, env, wrap []string, bin string, args ...string) error {
 	logPath := filepath.Join(u.l.logs(), name+".log")
 	ns := ""
 	if node > 0 {
 		logPath = u.l.nodeLog(node, name)
 		ns = netns.Path(u.l.netns(node))
 	}
-	pid, err := daemon(logPath, ns, os.Environ(), wrap, bin, args...)
+	pid, err := daemon(logPath, ns, env, wrap, bin, args...)
 	if err != nil {
 		return err
 	}
@@ -249,10 +258,28 @@ func (u *upper) up(ctx context.Context) (*Info, error) {
 			return nil, err
 		}
 	}
-	progress(fmt.Sprintf("kube-proxy (%s mode)%s on every node", o.Proxy, map[bool]string{true: " and kube-router's firewall", false: ""}[o.Policy == "kube-router"]))
-	for i := 1; i <= o.Nodes; i++ {
-		if err := u.nodeAgents(i); err != nil {
+	if o.CNI == "cilium" {
+		progress(fmt.Sprintf("the real Cilium on every node (kube-proxy replacement %v, policy %s)", o.Proxy == "cilium", o.Policy))
+		if err := u.ciliumCluster(ctx, cs); err != nil {
 			return nil, err
+		}
+		for i := 1; i <= o.Nodes; i++ {
+			if err := u.ciliumAgent(i); err != nil {
+				return nil, err
+			}
+		}
+		for i := 1; i <= o.Nodes; i++ {
+			if err := u.ciliumReady(ctx, i); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if o.Proxy != "cilium" {
+		progress(fmt.Sprintf("kube-proxy (%s mode)%s on every node", o.Proxy, map[bool]string{true: " and kube-router's firewall", false: ""}[o.Policy == "kube-router"]))
+		for i := 1; i <= o.Nodes; i++ {
+			if err := u.nodeAgents(i); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := u.poll(ctx, "nodes Ready", func() (bool, string) {
@@ -296,7 +323,11 @@ func (u *upper) up(ctx context.Context) (*Info, error) {
 		ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy", Namespace: "kube-system", Labels: map[string]string{"app.kubernetes.io/managed-by": "cnlab"}},
 		Data:       map[string]string{"config.conf": kubeProxyConfig(l, 1, o.Proxy)},
 	}
-	for _, c := range []*corev1.ConfigMap{cm, kp} {
+	cms := []*corev1.ConfigMap{cm, kp}
+	if o.Proxy == "cilium" {
+		cms = cms[:1] // no kube-proxy
+	}
+	for _, c := range cms {
 		if _, err := cs.CoreV1().ConfigMaps("kube-system").Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("configmap kube-system/%s: %w", c.Name, err)
 		}
@@ -497,11 +528,19 @@ func (u *upper) containerd(ctx context.Context, i int) error {
 			return err
 		}
 	}
+	binDir, conf, confName := CNIBinDir, cniConfig(l, i), "10-cnlab.conflist"
+	if u.o.CNI == "cilium" {
+		var err error
+		if binDir, err = u.ciliumCNIBin(i); err != nil {
+			return err
+		}
+		conf, confName = ciliumCNIConfig(l, i), "05-cilium.conflist"
+	}
 	cfg := filepath.Join(nd, "containerd.toml")
-	if err := os.WriteFile(cfg, []byte(containerdConfig(l, i, u.pause.Ref)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(containerdConfig(l, i, u.pause.Ref, binDir)), 0o600); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(nd, "net.d", "10-cnlab.conflist"), []byte(cniConfig(l, i)), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(nd, "net.d", confName), []byte(conf), 0o600); err != nil {
 		return err
 	}
 	if err := u.start("containerd", i, nil, "containerd", "--config", cfg); err != nil {

@@ -26,6 +26,15 @@ func defaultTools() string {
 	return filepath.Join(root, "current")
 }
 
+// defaultCilium is where scripts/k8s-tools.sh points at the real Cilium it
+// built last.
+func defaultCilium() string {
+	if d := os.Getenv("CNLAB_K8S_CILIUM_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join(filepath.Dir(defaultTools()), "cilium-current")
+}
+
 func newClusterCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cluster",
@@ -35,12 +44,16 @@ for measuring cnlab beside the systems it stands in for: etcd, the
 apiserver, controller-manager and scheduler, and per node Debian's
 containerd, kubelet and kube-proxy (iptables or nftables mode), with real
 pods on a bridge CNI and, with --policy kube-router, kube-router's firewall
-enforcing NetworkPolicy. Every node is a network namespace of its own;
+enforcing NetworkPolicy; or with --cni cilium, the real Cilium (agent and
+CNI plugin, its eBPF datapath compiled at run time by clang-19) as the CNI
+enforcing NetworkPolicy and CiliumNetworkPolicy, with --proxy cilium as
+kube-proxy's replacement too. Every node is a network namespace of its own;
 nothing is written to the host's iptables, nftables, routes or /etc, and
 cluster down removes everything, after kill -9 at any step too.
 
 The Kubernetes binaries are built from their Go modules by
-scripts/k8s-tools.sh (about 20 minutes cold, cached after); the images
+scripts/k8s-tools.sh (about 20 minutes cold, Cilium 4 to 15 more, cached
+after); the images
 (pause and the agent) are built locally: no registry is needed.`,
 		Example: `  cnlab cluster up --policy kube-router
   cnlab run experiments/k8s-smoke.yaml --backend kubernetes \
@@ -56,10 +69,11 @@ func newClusterUpCmd(e *env) *cobra.Command {
 	o := cluster.Options{}
 	var output string
 	cmd := &cobra.Command{
-		Use:   "up [--name C] [--nodes 1|2] [--cni bridge] [--proxy iptables|nftables] [--policy none|kube-router]",
+		Use:   "up [--name C] [--nodes 1|2] [--cni bridge|cilium] [--proxy iptables|nftables|cilium] [--policy none|kube-router|cilium]",
 		Short: "Bring a real Kubernetes cluster up on this machine",
 		Example: `  cnlab cluster up
   cnlab cluster up --name two --nodes 2 --proxy nftables --policy kube-router
+  cnlab cluster up --name cil --cni cilium --proxy cilium
   KUBECONFIG=$(cnlab cluster up -o json | jq -r .kubeconfig) kubectl get nodes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -72,6 +86,9 @@ func newClusterUpCmd(e *env) *cobra.Command {
 			o.Progress = e.progress
 			if o.Tools == "" {
 				o.Tools = defaultTools()
+			}
+			if o.Cilium == "" {
+				o.Cilium = defaultCilium()
 			}
 			in, err := cluster.Up(cmd.Context(), o)
 			if err != nil {
@@ -92,9 +109,10 @@ func newClusterUpCmd(e *env) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.Name, "name", cluster.DefaultName, "the cluster's name")
 	f.IntVar(&o.Nodes, "nodes", 1, "how many nodes (1 or 2; each a network namespace with its own containerd and kubelet)")
-	f.StringVar(&o.CNI, "cni", "bridge", "the CNI: bridge (containernetworking-plugins' bridge + host-local)")
-	f.StringVar(&o.Proxy, "proxy", "iptables", "kube-proxy's mode: iptables or nftables")
-	f.StringVar(&o.Policy, "policy", "none", "the NetworkPolicy engine: none or kube-router (its firewall: iptables + ipsets)")
+	f.StringVar(&o.CNI, "cni", "bridge", "the CNI: bridge (containernetworking-plugins' bridge + host-local) or cilium (the real Cilium, native routing)")
+	f.StringVar(&o.Proxy, "proxy", "iptables", "kube-proxy's mode: iptables or nftables; or cilium (no kube-proxy: Cilium's replacement; needs --cni cilium)")
+	f.StringVar(&o.Policy, "policy", "", "the NetworkPolicy engine: none, kube-router (its firewall: iptables + ipsets; bridge only) or cilium (default with --cni cilium, else none)")
+	f.StringVar(&o.Cilium, "cilium", "", "directory of the real Cilium's build (default: what scripts/k8s-tools.sh built last)")
 	f.StringVar(&o.Tools, "tools", "", "directory of the Kubernetes binaries (default: what scripts/k8s-tools.sh built last)")
 	f.StringVarP(&output, "output", "o", "", "output format: json")
 	return cmd

@@ -102,7 +102,7 @@ func Snapshot() string {
 // bytes.
 var labCommands = []string{"ovsdb-server", "ovs-vswitchd", "iperf3", "sockperf",
 	"etcd", "kube-apiserver", "kube-controller", "kube-scheduler", "kubelet", "kube-proxy", "kube-router",
-	"containerd", "containerd-shim", "runc"}
+	"containerd", "containerd-shim", "runc", "cilium-agent", "cilium-cni"}
 
 // labProcesses lists "PID COMM" of every live process running one of
 // labCommands. Zombies are left out: the process is gone, only its exit
@@ -133,12 +133,15 @@ func labProcesses() []string {
 // clusterPaths are where a local cluster keeps its state and where
 // Kubernetes writes whatever its configuration.
 var clusterPaths = []string{"/var/lib/cnlab", "/run/cnlab-clusters", "/var/lib/kubelet", "/var/log/containers",
-	"/var/lib/cni", "/run/containerd", "/opt/containerd", "/etc/cni/net.d"}
+	"/var/lib/cni", "/run/containerd", "/opt/containerd", "/etc/cni/net.d", "/run/cilium", "/var/run/cilium"}
 
 // clusterSysctls are the host's sysctls kubelet sets unless kept from
 // them (cnlab's kubelets write files mounted over them).
 var clusterSysctls = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
-	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables"}
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/ip_forward", "net/bridge/bridge-nf-call-iptables",
+	// and what the real Cilium's agent sets (unprivileged_bpf_disabled=1
+	// cannot be set back)
+	"kernel/unprivileged_bpf_disabled", "kernel/timer_migration", "net/core/bpf_jit_enable"}
 
 // clusterLeftovers lists the files under clusterPaths, the cgroups and
 // mounts of local clusters, and clusterSysctls' values.
@@ -156,7 +159,7 @@ func clusterLeftovers() string {
 	out = append(out, cg...)
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) > 4 && (strings.Contains(f[4], "cnlab") || strings.Contains(f[4], "kubelet") || strings.Contains(f[4], "containerd")) {
+			if f := strings.Fields(line); len(f) > 4 && (strings.Contains(f[4], "cnlab") || strings.Contains(f[4], "kubelet") || strings.Contains(f[4], "containerd") || strings.Contains(f[4], "cilium")) {
 				out = append(out, "mount "+f[4])
 			}
 		}
