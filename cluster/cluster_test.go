@@ -131,7 +131,7 @@ func eventually(t *testing.T, what string, f func() error) {
 func sysctls(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(kubeletSysctls)) {
+	for _, k := range append(slices.Sorted(maps.Keys(kubeletSysctls)), ciliumSysctls...) {
 		v, err := os.ReadFile("/proc/sys/" + k)
 		if err != nil {
 			t.Fatal(err)
@@ -291,6 +291,90 @@ func TestTwoNodes(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "service-") {
 			t.Errorf("node %s: no kube-proxy table with services: %v\n%.300s", n.Name, err, out)
 		}
+	}
+}
+
+// TestCilium brings two nodes up with the real Cilium as the CNI and as
+// kube-proxy's replacement, and checks with real pods on both nodes that a
+// Service answers across nodes through Cilium's eBPF (no kube-proxy runs),
+// that a NetworkPolicy and a CiliumNetworkPolicy are enforced, that the
+// host's sysctls (Cilium's three machine-wide ones too) and rules stay as
+// they were, and (with TestMain's snapshot) that down leaves nothing.
+func TestCilium(t *testing.T) {
+	dir := tools(t)
+	cil := k8stest.RequireCilium(t)
+	testutil.RequireTool(t, clangBin.bin, clangBin.pkg)
+	hostSysctls := sysctls(t)
+	hostRules := testutil.Snapshot()
+	in := up(t, Options{Name: "t-cil", Nodes: 2, CNI: "cilium", Proxy: "cilium", Tools: dir, Cilium: cil})
+	if in.CNI != "cilium" || in.Proxy != "cilium" || in.Policy != "cilium" || len(in.Nodes) != 2 {
+		t.Fatalf("cluster: %+v", in)
+	}
+	mustKubectl(t, in, workload(in, in.Nodes[0].Name, in.Nodes[1].Name), "apply", "-f", "-")
+	mustKubectl(t, in, "", "wait", "--for=condition=Ready", "pod/a", "pod/b", "--timeout=60s")
+	bIP := strings.TrimSpace(mustKubectl(t, in, "", "get", "pod", "b", "-o", "jsonpath={.status.podIP}"))
+	if !strings.HasPrefix(bIP, "10.244.1.") {
+		t.Errorf("pod b on node 2 has %s, want one of node 2's pod CIDR 10.244.1.0/24 (Cilium's IPAM from the Node)", bIP)
+	}
+	ip := strings.TrimSpace(mustKubectl(t, in, "", "get", "svc", "svc-b", "-o", "jsonpath={.spec.clusterIP}"))
+	eventually(t, "a (node 1) to svc-b (node 2) through Cilium's kube-proxy replacement", func() error {
+		out, err := get(t, in, ip+":80")
+		if err != nil || out != "hello-b" {
+			return fmt.Errorf("%q, %v", out, err)
+		}
+		return nil
+	})
+	for _, n := range in.Nodes {
+		out, _ := exec.Command("ip", "netns", "exec", n.Netns, "iptables-save").CombinedOutput()
+		if strings.Contains(string(out), "KUBE-SERVICES") {
+			t.Errorf("node %s has kube-proxy's chains: no kube-proxy should run", n.Name)
+		}
+		out, err := exec.Command("ip", "-n", n.Netns, "link", "show", "cilium_host").CombinedOutput()
+		if err != nil {
+			t.Errorf("node %s: no cilium_host: %v %s", n.Name, err, out)
+		}
+	}
+	if got := sysctls(t); got != hostSysctls {
+		t.Errorf("host sysctls changed with Cilium up:\n%s\nwas\n%s", got, hostSysctls)
+	}
+	for _, c := range []struct{ name, kind, doc string }{
+		{"deny-b", "networkpolicy", `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-b}
+spec:
+  podSelector: {matchLabels: {app: b}}
+  policyTypes: [Ingress]
+`},
+		{"deny-a-to-b", "ciliumnetworkpolicy", `apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata: {name: deny-a-to-b}
+spec:
+  endpointSelector: {matchLabels: {app: b}}
+  ingress: [{fromEntities: [all]}]
+  ingressDeny: [{fromEndpoints: [{matchLabels: {app: a}}]}]
+`},
+	} {
+		mustKubectl(t, in, c.doc, "apply", "-f", "-")
+		eventually(t, "Cilium enforcing "+c.name, func() error {
+			if out, err := get(t, in, ip+":80"); err == nil {
+				return fmt.Errorf("still answers: %q", out)
+			}
+			return nil
+		})
+		mustKubectl(t, in, "", "delete", c.kind, c.name)
+		eventually(t, "traffic back after "+c.name+" is deleted", func() error {
+			_, err := get(t, in, bIP+":8080")
+			return err
+		})
+	}
+	if s := testutil.Snapshot(); !sameHostRules(s, hostRules) {
+		t.Errorf("the host's rules changed with Cilium up:\n%s\nwas\n%s", s, hostRules)
+	}
+	if err := Down("t-cil", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ciliumRun); err == nil {
+		t.Errorf("%s left after down", ciliumRun)
 	}
 }
 

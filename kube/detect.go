@@ -108,7 +108,7 @@ func (c *Client) Detect(ctx context.Context) (*Info, error) {
 	if cm, err := c.K.CoreV1().ConfigMaps("kube-system").Get(ctx, LocalClusterConfigMap, metav1.GetOptions{}); err == nil &&
 		cm.Labels["app.kubernetes.io/managed-by"] == "cnlab" && info.CNI == "unknown" && cm.Data["cni"] != "" {
 		info.CNI = cm.Data["cni"]
-		if p := cm.Data["policy"]; p != "" && p != "none" {
+		if p := cm.Data["policy"]; p != "" && p != "none" && p != cm.Data["cni"] {
 			info.CNI += "+" + p
 		}
 	}

@@ -19,10 +19,13 @@ declare -A tools=(
 	[ovs-vswitchd]=openvswitch-switch [pgrep]=procps
 	[containerd]=containerd [runc]=runc [busybox]=busybox-static [dash]=dash
 	[nsenter]=util-linux [unshare]=util-linux
+	[clang-19]=clang-19 [llc-19]=llvm-19
 )
 # Packages without a command of their own: headers for rebuilding the eBPF
 # programs (go generate ./datapath/ebpf, checked by the tests).
 # containernetworking-plugins: the bridge CNI of `cnlab cluster up`.
+# clang-19 and llvm-19: the real Cilium of `cnlab cluster up --cni cilium`
+# compiles its datapath at run time with them (Debian 12's clang is 14).
 extra=(libbpf-dev linux-libc-dev containernetworking-plugins)
 
 # install_quiet PKG UNIT... installs a package for its programs only:

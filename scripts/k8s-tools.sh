@@ -9,6 +9,7 @@
 #   scripts/k8s-tools.sh           build if needed; print the binaries' directory
 #                                  and point $CNLAB_K8S_TOOLS/current at it
 #   scripts/k8s-tools.sh --check   print the directory if built, exit 1 if not
+#   scripts/k8s-tools.sh --check-cilium   the same for the real Cilium's
 #
 # The binaries go to $CNLAB_K8S_TOOLS (default /var/cache/cnlab/k8s-tools)
 # under a key made of the tool modules' go.mod and go.sum and the Go version,
@@ -28,6 +29,18 @@ built() {
 	local b
 	for b in $bins; do [[ -x $dir/$b ]] || return 1; done
 }
+# The real Cilium (tools/k8stest/cilium) has a key and a directory of its
+# own: see below.
+ckey=$( (cat tools/k8stest/cilium/go.mod tools/k8stest/cilium/go.sum; go version) | sha256sum | cut -c1-16)
+cdir=$root/cilium-$ckey
+cbuilt() {
+	[[ -x $cdir/bin/cilium-agent && -x $cdir/bin/cilium-cni && -d $cdir/lib/bpf && -d $cdir/crds/v2 ]]
+}
+if [[ ${1:-} == --check-cilium ]]; then
+	cbuilt || { echo "k8s-tools: the real Cilium is not built for key $ckey (run scripts/k8s-tools.sh)" >&2; exit 1; }
+	echo "$cdir"
+	exit 0
+fi
 if [[ ${1:-} == --check ]]; then
 	built || { echo "k8s-tools: not built for key $key (run scripts/k8s-tools.sh)" >&2; exit 1; }
 	echo "$dir"
@@ -64,9 +77,7 @@ ln -sfn "$key" "$root/current"
 # the agent compiles its datapath from at run time (with clang-19), and
 # the CRDs its operator would register (cnlab runs no operator). Cold: 4
 # minutes on an idle 2-core machine, 15 on a busy one.
-ckey=$( (cat tools/k8stest/cilium/go.mod tools/k8stest/cilium/go.sum; go version) | sha256sum | cut -c1-16)
-cdir=$root/cilium-$ckey
-if [[ ! -x $cdir/bin/cilium-agent || ! -x $cdir/bin/cilium-cni || ! -d $cdir/lib/bpf || ! -d $cdir/crds/v2 ]]; then
+if ! cbuilt; then
 	ctmp=$cdir.tmp.$$
 	trap 'rm -rf "$ctmp" "${tmp:-}"' EXIT
 	mkdir -p "$ctmp/bin" "$ctmp/lib" "$ctmp/crds"

@@ -87,12 +87,33 @@ type Cluster struct {
 
 // Bin returns the directory of the built binaries, or "" and the reason
 // (scripts/k8s-tools.sh --check says why).
-func Bin() (string, error) {
+func Bin() (string, error) { return check("--check") }
+
+// CiliumBin returns the directory of the real Cilium's build (agent, CNI
+// plugin, bpf/ sources, CRDs), or "" and the reason.
+func CiliumBin() (string, error) { return check("--check-cilium") }
+
+// RequireCilium returns CiliumBin's directory, or skips the test (fails it
+// under CI=true) when the real Cilium is not built.
+func RequireCilium(t testing.TB) string {
+	t.Helper()
+	dir, err := CiliumBin()
+	if err != nil {
+		if testutil.InCI() {
+			t.Fatalf("k8stest: the real Cilium not built (%v) and CI=true: run %s", err, buildCommand)
+		}
+		t.Skipf("skipping: the real Cilium not built (%v); run %s", err, buildCommand)
+	}
+	return dir
+}
+
+// check runs scripts/k8s-tools.sh with flag (--check or --check-cilium).
+func check(flag string) (string, error) {
 	root, err := repoRoot()
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("bash", filepath.Join(root, "scripts", "k8s-tools.sh"), "--check")
+	cmd := exec.Command("bash", filepath.Join(root, "scripts", "k8s-tools.sh"), flag)
 	cmd.Dir = root
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
