@@ -29,7 +29,10 @@ func localCluster(t *testing.T, o cluster.Options) *cluster.Info {
 	t.Helper()
 	testutil.RequireRoot(t)
 	dir := k8stest.RequireBin(t)
-	if err := cluster.Prerequisites(cluster.Options{Tools: dir, Policy: o.Policy}); err != nil {
+	if o.CNI == "cilium" {
+		o.Cilium = k8stest.RequireCilium(t)
+	}
+	if err := cluster.Prerequisites(cluster.Options{Tools: dir, Policy: o.Policy, CNI: o.CNI, Cilium: o.Cilium}); err != nil {
 		if testutil.InCI() {
 			t.Fatal(err)
 		}
@@ -61,6 +64,25 @@ func localCluster(t *testing.T, o cluster.Options) *cluster.Info {
 func TestSmokeRunOnLocalCluster(t *testing.T) {
 	in := localCluster(t, cluster.Options{Name: "t-smoke", Nodes: 2, Policy: "kube-router"})
 	bin := buildCnlab(t)
+	smokeRun(t, bin, in, "bridge+kube-router", "iptables")
+	killedRun(t, bin, in)
+}
+
+// TestSmokeRunOnLocalCilium runs the same quick block on two nodes with
+// the real Cilium as CNI, policy engine and kube-proxy replacement: the
+// generated NetworkPolicies enforced by Cilium's eBPF, Services through
+// its load balancer.
+func TestSmokeRunOnLocalCilium(t *testing.T) {
+	in := localCluster(t, cluster.Options{Name: "t-smokecil", Nodes: 2, CNI: "cilium", Proxy: "cilium"})
+	smokeRun(t, buildCnlab(t), in, "cilium", "replaced by cilium")
+}
+
+// smokeRun runs experiments/k8s-smoke.yaml's quick block on cluster in and
+// checks its results: the cluster recorded (CNI and kube-proxy as
+// wanted), every point measured, every policy apply seen enforced, the
+// report naming the CNI.
+func smokeRun(t *testing.T, bin string, in *cluster.Info, wantCNI, wantProxy string) {
+	t.Helper()
 	out := filepath.Join(t.TempDir(), "run")
 	cmd := exec.Command(bin, "run", "../experiments/k8s-smoke.yaml", "--quick", "--backend", "kubernetes",
 		"--kubeconfig", in.Kubeconfig, "--out", out, "--lab", "xp-real", "--report")
@@ -77,13 +99,13 @@ func TestSmokeRunOnLocalCluster(t *testing.T) {
 	if bad := r.Check(); len(bad) > 0 {
 		t.Errorf("results.json does not validate:\n%s", strings.Join(bad, "\n"))
 	}
-	if r.Cluster == nil || r.Cluster.CNI != "bridge+kube-router" || r.Cluster.KubeProxy != "iptables" || len(r.Cluster.Nodes) != 2 ||
+	if r.Cluster == nil || r.Cluster.CNI != wantCNI || r.Cluster.KubeProxy != wantProxy || len(r.Cluster.Nodes) != 2 ||
 		!strings.HasPrefix(r.Cluster.Nodes[0].ContainerRuntime, "containerd://") {
-		t.Fatalf("cluster recorded: %+v; want CNI bridge+kube-router, kube-proxy iptables, 2 containerd nodes", r.Cluster)
+		t.Fatalf("cluster recorded: %+v; want CNI %s, kube-proxy %s, 2 containerd nodes", r.Cluster, wantCNI, wantProxy)
 	}
 	checkSmokePoints(t, r)
 	// Every apply, without policies and with 2, was seen enforced by the
-	// probe's real connections: kube-router isolates the server.
+	// probe's real connections: the policy engine isolates the server.
 	applies := 0
 	for _, b := range r.Builds {
 		for _, a := range b.PolicyApply {
@@ -100,9 +122,15 @@ func TestSmokeRunOnLocalCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(stdhtml.UnescapeString(string(page)), "bridge+kube-router") {
+	if !strings.Contains(stdhtml.UnescapeString(string(page)), wantCNI) {
 		t.Error("report.html does not name the cluster's CNI")
 	}
+}
+
+// killedRun kills a run with SIGKILL in the middle and checks cnlab down
+// --backend kubernetes removes what it left.
+func killedRun(t *testing.T, bin string, in *cluster.Info) {
+	t.Helper()
 
 	// kill -9 in the middle of a run: its namespace stays until cnlab down
 	// --backend kubernetes removes it; the cluster down of the cleanup then
@@ -132,7 +160,7 @@ func TestSmokeRunOnLocalCluster(t *testing.T) {
 	if err != nil || len(l.Items) == 0 {
 		t.Fatalf("after kill -9: namespaces of the run %v, %v; want them left behind", l, err)
 	}
-	o, err = exec.Command(bin, "down", "--backend", "kubernetes", "xp-k9", "--kubeconfig", in.Kubeconfig).CombinedOutput()
+	o, err := exec.Command(bin, "down", "--backend", "kubernetes", "xp-k9", "--kubeconfig", in.Kubeconfig).CombinedOutput()
 	if err != nil || !strings.Contains(string(o), "namespace cnlab-xp-k9-default deleted") {
 		t.Errorf("cnlab down --backend kubernetes xp-k9: %v\n%s", err, o)
 	}

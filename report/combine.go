@@ -33,8 +33,9 @@ type Combined struct {
 }
 
 // SourceSeries names a point's line in a combined report: a cluster's
-// points by the cluster's kube-proxy ("kube-proxy iptables (real,
-// cluster)"), a lab's by cnlab's series ("iptables (cnlab, lab)"). A
+// points with Services by the cluster's kube-proxy ("kube-proxy iptables
+// (real, cluster)"), without by its CNI ("cilium (real, cluster)"), a
+// lab's by cnlab's series ("iptables (cnlab, lab)"). A
 // lab's iptables series without policies loses its filler mode
 // ("no-match"): with no policy there is no filler rule to place.
 func SourceSeries(r *results.Results, p *results.PointResult) string {
@@ -47,6 +48,11 @@ func SourceSeries(r *results.Results, p *results.PointResult) string {
 		if rest := strings.TrimSpace(strings.TrimPrefix(p.Series, "cluster")); rest != "" {
 			where += " " + rest // placement, host network
 		}
+		// A point without Services measures the CNI (and its policy
+		// engine), one with Services the cluster's kube-proxy.
+		if p.Params.Services == 0 && r.Cluster != nil && r.Cluster.CNI != "" && r.Cluster.CNI != "unknown" {
+			return fmt.Sprintf("%s (%s)", r.Cluster.CNI, where)
+		}
 		return fmt.Sprintf("kube-proxy %s (%s)", proxy, where)
 	}
 	s := p.Series
@@ -57,6 +63,15 @@ func SourceSeries(r *results.Results, p *results.PointResult) string {
 		s = "no datapath"
 	}
 	return s + " (cnlab, lab)"
+}
+
+// CombinedSweep is the sweep a point is drawn in when runs are combined:
+// its sweep's name up to the first '.', so that one run may bring several
+// sweeps to one figure (sweeps "terms" and "terms.ipsets" of a lab, whose
+// matrices cannot be one, beside a cluster's "terms").
+func CombinedSweep(name string) string {
+	base, _, _ := strings.Cut(name, ".")
+	return base
 }
 
 // Combine merges runs into one set of results for one report (written
@@ -77,13 +92,13 @@ func Combine(srcs []Source, out string) (*Combined, error) {
 	for _, s := range srcs {
 		seen := map[string]bool{}
 		for _, p := range s.Results.Points {
-			if !seen[p.Sweep] {
-				seen[p.Sweep] = true
-				common[p.Sweep]++
+			if sw := CombinedSweep(p.Sweep); !seen[sw] {
+				seen[sw] = true
+				common[sw]++
 			}
 		}
 	}
-	keep := func(sweep string) bool { return common[sweep] == len(srcs) }
+	keep := func(sweep string) bool { return common[CombinedSweep(sweep)] == len(srcs) }
 	// Series names, made unique across runs.
 	owner := map[string]int{}
 	clash := map[string]bool{}
@@ -142,6 +157,7 @@ func Combine(srcs []Source, out string) (*Combined, error) {
 			}
 			p.ID = labels[i] + "/" + p.ID
 			p.Series = n
+			p.Sweep = CombinedSweep(p.Sweep)
 			p.Samples = slices.Clone(p.Samples)
 			for k := range p.Samples {
 				if p.Samples[k].Log != "" {

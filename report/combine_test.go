@@ -267,3 +267,59 @@ func TestCombineNames(t *testing.T) {
 		t.Errorf("no common sweep: err %v", err)
 	}
 }
+
+// TestCombineSubSweeps draws a run's sweep "services.nft" with the other
+// runs' "services": one run may bring lines whose matrices cannot be one
+// sweep (ipsets apply to iptables only) to one figure.
+func TestCombineSubSweeps(t *testing.T) {
+	root := t.TempDir()
+	ipt := writeRun(t, filepath.Join(root, "s4-ipt"), seed004Run(1, results.BackendKubernetes, "iptables", map[string]float64{"cluster": 0.05}, false), nil)
+	lr := seed004Run(3, results.BackendLab, "", map[string]float64{"iptables no-match": 0.02, "nftables": 0.005}, false)
+	for i := range lr.Points {
+		if strings.HasPrefix(lr.Points[i].Series, "nftables") {
+			lr.Points[i].Sweep = "services.nft"
+		}
+	}
+	lab := writeRun(t, filepath.Join(root, "s4-lab"), lr, &results.Environment{Hostname: "vm"})
+	rep, err := LoadCombined([]string{ipt, lab}, filepath.Join(root, "s4"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range rep.Figures {
+		if f.Kind != "sweep" || !strings.Contains(f.ID, "first-rtt-us") {
+			continue
+		}
+		var got []string
+		for _, s := range f.Plot.Series {
+			got = append(got, s.Name)
+		}
+		for _, w := range []string{"nftables (cnlab, lab), measured Service last", "iptables (cnlab, lab), measured Service last", "kube-proxy iptables (real, cluster), measured Service last"} {
+			if !slices.Contains(got, w) {
+				t.Errorf("figure %s: no line %q; lines %q", f.ID, w, got)
+			}
+		}
+		found = true
+	}
+	if !found {
+		t.Fatal("no first_rtt_us figure")
+	}
+	if CombinedSweep("terms.ipsets") != "terms" || CombinedSweep("terms") != "terms" {
+		t.Error("CombinedSweep")
+	}
+}
+
+// TestSourceSeriesCNI names a cluster's points without Services by its CNI
+// (a policy sweep measures the policy engine), with Services by its
+// kube-proxy.
+func TestSourceSeriesCNI(t *testing.T) {
+	r := &results.Results{Backend: results.BackendKubernetes, Cluster: &results.ClusterInfo{CNI: "cilium", KubeProxy: "replaced by cilium"}}
+	p := &results.PointResult{Point: results.Point{Series: "cluster same-node", Params: results.Params{Policies: 100}}}
+	if got, want := SourceSeries(r, p), "cilium (real, cluster same-node)"; got != want {
+		t.Errorf("policy point: %q, want %q", got, want)
+	}
+	p.Params.Services = 10
+	if got, want := SourceSeries(r, p), "kube-proxy replaced by cilium (real, cluster same-node)"; got != want {
+		t.Errorf("Service point: %q, want %q", got, want)
+	}
+}
