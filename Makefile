@@ -20,9 +20,9 @@ install: build
 # go test's default of 10 minutes per package.
 # scripts/k8s-tools.sh builds the Kubernetes binaries the kubernetes
 # backend's integration tests and `cnlab cluster up` run (control plane,
-# kubelet, kube-proxy, kubectl, kwok, kube-router: about 20 minutes once,
-# then cached: a no-op while tools/k8stest's go.mod and go.sum are
-# unchanged).
+# kubelet, kube-proxy, kubectl, kwok, kube-router: about 20 minutes once;
+# the real Cilium's agent and CNI plugin: 4 to 15 more; then cached: a
+# no-op while tools/k8stest's go.mod and go.sum are unchanged).
 test:
 	$(GO) vet ./...
 	./scripts/k8s-tools.sh >/dev/null

@@ -41,8 +41,8 @@ func TestExpansionGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 		fmt.Fprintf(&b, "== %s quick=%v\n", r.file, r.quick)
-		backend := "" // a lab; k8s-*.yaml are the kubernetes backend's
-		if strings.HasPrefix(filepath.Base(r.file), "k8s-") {
+		backend := "" // a lab; k8s-*.yaml and *-cluster.yaml are the kubernetes backend's
+		if base := filepath.Base(r.file); strings.HasPrefix(base, "k8s-") || strings.HasSuffix(base, "-cluster.yaml") {
 			backend = results.BackendKubernetes
 		}
 		s, err := ParseFor(data, r.file, r.quick, backend)
