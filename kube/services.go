@@ -31,9 +31,10 @@ const sliceManagedBy = "endpointslice.kubernetes.io/managed-by"
 const AppliedAnnotation = "cnlab.io/applied"
 
 // ApplyWorkers is how many Services and EndpointSlices ApplyServices
-// applies (or deletes) at once. BENCHMARKS.md ("A real cluster on this
-// machine") has the times with 8, 16 and 32 on the local cluster.
-var ApplyWorkers = 16
+// applies (or deletes) at once. On the local cluster (2 vCPUs) the API
+// server is the limit: 16 or 32 were no faster than 8 (BENCHMARKS.md,
+// "A real cluster on this machine").
+var ApplyWorkers = 8
 
 // ApplyServices makes objs (Services and EndpointSlices, rewritten by
 // RewriteServices) the run's Services: each is applied with server-side
