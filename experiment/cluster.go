@@ -422,7 +422,7 @@ func (c *clusterBackend) services(ctx context.Context, p results.Params, b *resu
 	vip, err := c.cl.ApplyServices(ctx, text, measured)
 	a.Seconds = time.Since(t0).Seconds()
 	if err == nil && p.Services > 0 {
-		err = c.checkServiceReady(ctx, measured, vip, t0, pb, &a)
+		err = c.checkServiceReady(ctx, measured, vip, t0, time.Now(), pb, &a)
 	}
 	if err != nil {
 		a.Error = err.Error()
@@ -437,8 +437,11 @@ func (c *clusterBackend) services(ctx context.Context, p results.Params, b *resu
 }
 
 // checkServiceReady connects from the client to the measured Service's
-// cluster IP on the rr port until the connection is accepted.
-func (c *clusterBackend) checkServiceReady(ctx context.Context, name string, vip netip.Addr, t0 time.Time, pb *probe, a *results.ServiceApply) error {
+// cluster IP on the rr port until the connection is accepted: ReadySeconds
+// counts from the apply's start (t0), the timeout from its end (applied),
+// so that a long apply (thousands of Services) is not taken for a Service
+// that does not answer.
+func (c *clusterBackend) checkServiceReady(ctx context.Context, name string, vip netip.Addr, t0, applied time.Time, pb *probe, a *results.ServiceApply) error {
 	logf := pb.log
 	timeout := c.timeout()
 	for {
@@ -453,7 +456,7 @@ func (c *clusterBackend) checkServiceReady(ctx context.Context, name string, vip
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if time.Since(t0) > timeout {
+		if time.Since(applied) > timeout {
 			return fmt.Errorf("Service %s (cluster IP %s) does not answer on port %d after %v: does the cluster run kube-proxy or a replacement, and did the server get an EndpointSlice? (--enforce-timeout waits longer)", name, vip, RRPort, timeout)
 		}
 		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {

@@ -50,6 +50,10 @@ const (
 	DefaultImage = "docker.io/nicolaka/netshoot:v0.13"
 )
 
+// ClientQPS is the requests per second (twice that in a burst) a Client
+// sends at most.
+const ClientQPS = 1000
+
 // Config is where and how to reach the cluster.
 type Config struct {
 	Kubeconfig string            // "" : $KUBECONFIG, then ~/.kube/config, then in-cluster
@@ -81,7 +85,10 @@ func Connect(c Config) (*Client, error) {
 		return nil, kubeconfigError(c, err)
 	}
 	cfg.UserAgent = "cnlab"
-	cfg.QPS, cfg.Burst = 50, 100
+	// ApplyServices sends ApplyWorkers requests at once: client-go's
+	// default limit (5/s) or the 50/s cnlab had made 10,000 Services (and
+	// their EndpointSlices) minutes of waiting on this side alone.
+	cfg.QPS, cfg.Burst = ClientQPS, 2*ClientQPS
 	k, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cluster client: %w", err)
