@@ -94,9 +94,10 @@ func (s *Spec) setBackend(b string) error {
 	}
 	s.Backend = b
 	const why = "cannot apply with --backend kubernetes: "
-	if s.Pin != nil {
-		return s.errf("pin", why+"the agent pods' CPUs are the kubelet's to choose")
-	}
+	// pin runs the workloads under taskset in the agent pods, as on a
+	// lab: the CPUs are the node's, and a pod whose cpuset leaves one out
+	// (the kubelet's static CPU manager) fails the point with taskset's
+	// error.
 	if s.Profile {
 		return s.errf("profile", why+"the kernel profile needs perf on the node")
 	}

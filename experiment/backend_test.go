@@ -20,7 +20,6 @@ func TestKubernetesRefusals(t *testing.T) {
 		{base + "matrix: {offloads: [off]}\n", "x.yaml: matrix.offloads: cannot apply"},
 		{base + "matrix: {services: [1], serviceProxy: [nftables]}\n", "x.yaml: matrix.serviceProxy: cannot apply"},
 		{base + "matrix: {policies: [10], policyMode: [top-of-chain]}\n", "x.yaml: matrix.policyMode[0]: cannot apply"},
-		{base + "pin: {client: 0}\n", "x.yaml: pin: cannot apply"},
 		{base + "profile: true\n", "x.yaml: profile: cannot apply"},
 		{"workloads: [{kind: http}]\n", "x.yaml: workloads[0].kind: cannot apply with --backend kubernetes: http"},
 		{base + "sweeps: [{name: a, matrix: {link: [vxlan]}}]\n", "x.yaml: sweeps[0].matrix.link: cannot apply"},
@@ -31,6 +30,10 @@ func TestKubernetesRefusals(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want %q", c.text, err, c.want)
 		}
+	}
+	// pin is taskset in the agent pods, as on a lab.
+	if _, err := ParseFor([]byte(base+"pin: {client: 0, server: 1}\n"), "x.yaml", false, results.BackendKubernetes); err != nil {
+		t.Errorf("pin on the kubernetes backend: %v", err)
 	}
 	for _, c := range []struct{ text, want string }{
 		{base + "matrix: {placement: [same-node]}\n", "x.yaml: matrix.placement: applies with --backend kubernetes only"},

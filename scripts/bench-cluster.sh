@@ -30,10 +30,10 @@ rss_of_cluster() { # sum of VmRSS (kB) of processes in the node netns or its cgr
 ups=() downs=() mems=()
 for i in $(seq "$reps"); do
 	t0=$(date +%s.%N)
-	./cnlab cluster up --name $name "$@" >/dev/null 2>&1
+	bin/cnlab cluster up --name $name "$@" >/dev/null 2>&1
 	t1=$(date +%s.%N)
 	kc=/var/lib/cnlab/clusters/$name/kubeconfig
-	img=$(./cnlab cluster status $name -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["agentImage"])')
+	img=$(bin/cnlab cluster status $name -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["agentImage"])')
 	for p in a b; do
 		$kubectl --kubeconfig $kc run $p --image "$img" --restart=Never --command -- sleep infinity >/dev/null
 	done
@@ -41,7 +41,7 @@ for i in $(seq "$reps"); do
 	sleep 2
 	mem=$(rss_of_cluster)
 	t2=$(date +%s.%N)
-	./cnlab cluster down $name >/dev/null 2>&1
+	bin/cnlab cluster down $name >/dev/null 2>&1
 	t3=$(date +%s.%N)
 	up=$(echo "$t1 - $t0" | bc)
 	down=$(echo "$t3 - $t2" | bc)
