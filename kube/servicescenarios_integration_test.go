@@ -153,6 +153,7 @@ func serviceScenariosOnCluster(t *testing.T, mode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitNodesUsable(t, cl)
 	b := &Backend{C: cl, Run: "svs"}
 	if err := b.Deploy(ctx, spec, "", false, func(s string) { t.Log(s) }); err != nil {
 		t.Fatal(err)
@@ -221,6 +222,33 @@ func serviceScenariosOnCluster(t *testing.T, mode string) {
 		}
 	}
 	t.Logf("kube-proxy %s: %d scenarios in %v (cluster up included)", mode, len(svcscenarios.Scenarios), time.Since(begin).Round(time.Millisecond))
+}
+
+// waitNodesUsable waits until every node can take the pods: cluster up
+// returns once the nodes are Ready, and the node lifecycle controller
+// lifts a node's not-ready taint a moment later (seen once in six runs).
+func waitNodesUsable(t *testing.T, cl *Client) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l, err := cl.K.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		why := ""
+		for i := range l.Items {
+			if ok, w := usable(&l.Items[i]); !ok {
+				why = l.Items[i].Name + " is " + w
+			}
+		}
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after cluster up, %s", why)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // scenarioPods finds each endpoint's pod, checks it runs on its host's
