@@ -15,6 +15,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/internal/svcscenarios"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/probe"
@@ -22,113 +23,12 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-// svcLab is the lab of the service scenarios: backends x/w1 and x/w2 on
-// flip and x/w3 on flap (app: web; named port http is 8080 on w1 and w2,
-// 8081 on w3; dns is UDP 5353), clients y/c1 on flip and y/c2 on flap.
-const svcLab = `name: %s
-hosts:
-  - {name: flip, podCIDR: 10.0.192.0/24}
-  - {name: flap, podCIDR: 10.0.191.0/24}
-links:
-  - {between: [flip, flap], kind: %s}
-namespaces:
-  x: {labels: {team: web}}
-  y: {labels: {team: client}}
-endpoints:
-  - {name: w1, namespace: x, host: flip, labels: {app: web}, ports: [{name: http, port: 8080, protocol: TCP}, {name: dns, port: 5353, protocol: UDP}]}
-  - {name: w2, namespace: x, host: flip, labels: {app: web}, ports: [{name: http, port: 8080, protocol: TCP}, {name: dns, port: 5353, protocol: UDP}]}
-  - {name: w3, namespace: x, host: flap, labels: {app: web}, ports: [{name: http, port: 8081, protocol: TCP}, {name: dns, port: 5353, protocol: UDP}]}
-  - {name: c1, namespace: y, host: flip, labels: {app: client}}
-  - {name: c2, namespace: y, host: flap, labels: {app: client}}
-`
+// svcLab, svcDoc and sliceDoc are the service scenarios' lab and
+// documents (internal/svcscenarios: the table the local cluster's test
+// runs on the real kube-proxy too).
+const svcLab = svcscenarios.Lab
 
-func svcDoc(name, spec string) string {
-	return "apiVersion: v1\nkind: Service\nmetadata: {name: " + name + ", namespace: x}\nspec:\n" + spec + "---\n"
-}
-
-func sliceDoc(svc, endpoints string) string {
-	return "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: " + svc + "-1, namespace: x, labels: {kubernetes.io/service-name: " + svc + "}}\naddressType: IPv4\n" +
-		"ports: [{name: http, port: 8080}]\nendpoints:\n" + endpoints + "---\n"
-}
-
-// serviceScenario is a set of Services (and policies) and the frontends
-// whose probe must match the model; want checks a fact of the model, so
-// that a scenario cannot pass by expecting nothing.
-type serviceScenario struct {
-	name, services, policies string
-	probe                    []string
-	// nodes: probe the frontends' node ports on these hosts too.
-	nodes []string
-	want  func(m *service.Model) string
-}
-
-func expected(m *service.Model, from, ref string) []string {
-	f, err := m.Resolved.Frontend(ref)
-	if err != nil {
-		return []string{err.Error()}
-	}
-	ep, _ := m.Lab.Endpoint(from)
-	return m.Expect(ep, f).Expected
-}
-
-func wantExpected(from, ref string, ids ...string) func(*service.Model) string {
-	return func(m *service.Model) string {
-		if got := expected(m, from, ref); strings.Join(got, ",") != strings.Join(ids, ",") {
-			return fmt.Sprintf("model: %s -> %s expects %v, want %v", from, ref, got, ids)
-		}
-		return ""
-	}
-}
-
-func wantNodePort(from, ref, host string, ids ...string) func(*service.Model) string {
-	return func(m *service.Model) string {
-		f, err := m.Resolved.Frontend(ref)
-		if err != nil {
-			return err.Error()
-		}
-		ep, _ := m.Lab.Endpoint(from)
-		e, err := m.ExpectNodePort(ep, f, host)
-		if err != nil {
-			return err.Error()
-		}
-		if strings.Join(e.Expected, ",") != strings.Join(ids, ",") {
-			return fmt.Sprintf("model: %s -> %s node port on %s expects %v, want %v", from, ref, host, e.Expected, ids)
-		}
-		return ""
-	}
-}
-
-var serviceScenarios = []serviceScenario{
-	{name: "named target port per backend", services: svcDoc("web", "  selector: {app: web}\n  ports: [{name: http, port: 80, targetPort: http}]\n"),
-		probe: []string{"x/web"}, want: wantExpected("y/c1", "x/web", "x/w1", "x/w2", "x/w3")},
-	{name: "numeric ports, two of them", services: svcDoc("web", "  selector: {app: web}\n  ports: [{name: a, port: 80, targetPort: 8080}, {name: b, port: 81, targetPort: 8081}]\n"),
-		probe: []string{"x/web:a", "x/web:b"}, want: wantExpected("y/c2", "x/web:b", "x/w1", "x/w2", "x/w3")},
-	{name: "udp", services: svcDoc("dns", "  selector: {app: web}\n  ports: [{port: 53, targetPort: dns, protocol: UDP}]\n"),
-		probe: []string{"x/dns"}, want: wantExpected("y/c1", "x/dns", "x/w1", "x/w2", "x/w3")},
-	{name: "no endpoints", services: svcDoc("none", "  selector: {app: nothing}\n  ports: [{port: 80}]\n"),
-		probe: []string{"x/none"}, want: wantExpected("y/c1", "x/none")},
-	{name: "manual slice with conditions", services: svcDoc("man", "  ports: [{name: http, port: 80}]\n") +
-		sliceDoc("man", "  - {addresses: [10.0.192.2], nodeName: flip}\n  - {addresses: [10.0.192.3], conditions: {ready: false}}\n  - {addresses: [10.0.191.2], conditions: {ready: true}}\n"),
-		probe: []string{"x/man"}, want: wantExpected("y/c2", "x/man", "x/w1", "x/w3")},
-	{name: "terminating fallback", services: svcDoc("man", "  ports: [{name: http, port: 80}]\n") +
-		sliceDoc("man", "  - {addresses: [10.0.192.2], conditions: {ready: false, serving: false}}\n  - {addresses: [10.0.192.3], conditions: {ready: false, serving: true, terminating: true}}\n"),
-		probe: []string{"x/man"}, want: wantExpected("y/c2", "x/man", "x/w2")},
-	{name: "affinity", services: svcDoc("aff", "  selector: {app: web}\n  sessionAffinity: ClientIP\n  ports: [{port: 80, targetPort: http}]\n") +
-		svcDoc("affu", "  selector: {app: web}\n  sessionAffinity: ClientIP\n  ports: [{port: 53, targetPort: dns, protocol: UDP}]\n"),
-		probe: []string{"x/aff", "x/affu"}, want: wantExpected("y/c1", "x/aff", "x/w1", "x/w2", "x/w3")},
-	{name: "internalTrafficPolicy Local", services: svcDoc("loc", "  selector: {app: web}\n  internalTrafficPolicy: Local\n  ports: [{port: 80, targetPort: http}]\n"),
-		probe: []string{"x/loc"}, want: wantExpected("y/c2", "x/loc", "x/w3")},
-	{name: "policy judged on the target port", services: svcDoc("web", "  selector: {app: web}\n  ports: [{port: 80, targetPort: http}]\n"),
-		policies: "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: x}\nspec:\n  podSelector: {}\n  ingress: [{from: [{namespaceSelector: {matchLabels: {team: client}}}], ports: [{port: 8080}]}]\n",
-		probe:    []string{"x/web"}, want: wantExpected("y/c1", "x/web", "x/w1", "x/w2")},
-	{name: "node port, externalTrafficPolicy Cluster", services: svcDoc("np", "  type: NodePort\n  selector: {app: web}\n  ports: [{port: 80, targetPort: http}]\n"),
-		probe: []string{"x/np"}, nodes: []string{"flip", "flap"}, want: wantNodePort("y/c1", "x/np", "flap", "x/w1", "x/w2", "x/w3")},
-	{name: "node port, externalTrafficPolicy Local", services: svcDoc("npl", "  type: NodePort\n  externalTrafficPolicy: Local\n  selector: {app: web}\n  ports: [{name: http, port: 80, targetPort: http}, {name: dns, port: 53, targetPort: dns, protocol: UDP}]\n"),
-		probe: []string{"x/npl:http", "x/npl:dns"}, nodes: []string{"flip", "flap"}, want: wantNodePort("y/c1", "x/npl:dns", "flap", "x/w3")},
-	{name: "policy denying the port the Service listens on", services: svcDoc("web", "  selector: {app: web}\n  ports: [{port: 80, targetPort: http}]\n"),
-		policies: "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: x}\nspec:\n  podSelector: {}\n  ingress: [{ports: [{port: 80}]}]\n",
-		probe:    []string{"x/web"}, want: wantExpected("y/c1", "x/web")},
-}
+var svcDoc, sliceDoc = svcscenarios.ServiceDoc, svcscenarios.SliceDoc
 
 // testAlpha is the level of the probe's spread check in these tests:
 // they make about 500 checks a run, so the CLI's 10⁻³ would fail a fair
@@ -147,8 +47,8 @@ func TestServiceScenarios(t *testing.T) {
 	for _, c := range serviceLabs() {
 		t.Run(c.name, func(t *testing.T) {
 			spec := upServiceLab(t, c.name, c.dp, c.proxy, c.link, kind.Overrides{SocketLB: c.socketLB})
-			for _, sc := range serviceScenarios {
-				svcs, sls, err := service.Parse([]byte(sc.services), sc.name)
+			for _, sc := range svcscenarios.Scenarios {
+				svcs, sls, err := service.Parse([]byte(sc.Services), sc.Name)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -156,11 +56,11 @@ func TestServiceScenarios(t *testing.T) {
 					t.Fatal(err)
 				}
 				if _, err := ApplyServices(ctx, spec.Name, svcs, sls); err != nil {
-					t.Fatalf("%s: %v", sc.name, err)
+					t.Fatalf("%s: %v", sc.Name, err)
 				}
 				var pols []*policy.Policy
-				if sc.policies != "" {
-					if pols, err = policy.Parse([]byte(sc.policies), sc.name); err != nil {
+				if sc.Policies != "" {
+					if pols, err = policy.Parse([]byte(sc.Policies), sc.Name); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -171,15 +71,15 @@ func TestServiceScenarios(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if msg := sc.want(m); msg != "" {
-					t.Errorf("%s: %s", sc.name, msg)
+				if msg := sc.Want(m); msg != "" {
+					t.Errorf("%s: %s", sc.Name, msg)
 				}
-				for _, ref := range sc.probe {
+				for _, ref := range sc.Probe {
 					f, err := m.Resolved.Frontend(ref)
 					if err != nil {
 						t.Fatal(err)
 					}
-					for _, node := range append([]string{""}, sc.nodes...) {
+					for _, node := range append([]string{""}, sc.Nodes...) {
 						res, err := probe.ProbeService(ctx, m, f, probe.ServiceOptions{Timeout: 300 * time.Millisecond, NodeHost: node})
 						if err != nil {
 							t.Fatal(err)
@@ -187,7 +87,7 @@ func TestServiceScenarios(t *testing.T) {
 						probe.CheckService(f, res, 0, testAlpha)
 						for _, r := range res {
 							for _, mm := range r.Mismatches {
-								t.Errorf("%s: %s (node port on %q) from %s: %s", sc.name, ref, node, r.From, mm)
+								t.Errorf("%s: %s (node port on %q) from %s: %s", sc.Name, ref, node, r.From, mm)
 							}
 						}
 					}
