@@ -53,7 +53,7 @@ var layers = [][]string{
 
 // testOnly are the packages only tests import: they may import any
 // package but cmd/cnlab, and no other package imports them.
-var testOnly = []string{"internal/testutil", "internal/k8stest", "internal/scenarios", "policy/policytest", "proxy/proxytest", "internal/kpshape/fidelity"}
+var testOnly = []string{"internal/testutil", "internal/k8stest", "internal/scenarios", "internal/svcscenarios", "policy/policytest", "proxy/proxytest", "internal/kpshape/fidelity"}
 
 type pkg struct {
 	ImportPath string
