@@ -115,6 +115,21 @@ func get(t *testing.T, in *Info, addr string) (string, error) {
 	return out, err
 }
 
+// svcBAnswers waits until pod a gets hello-b through Service svc-b (what
+// says through which proxy) and returns svc-b's cluster IP.
+func svcBAnswers(t *testing.T, in *Info, what string) string {
+	t.Helper()
+	ip := strings.TrimSpace(mustKubectl(t, in, "", "get", "svc", "svc-b", "-o", "jsonpath={.spec.clusterIP}"))
+	eventually(t, what, func() error {
+		out, err := get(t, in, ip+":80")
+		if err != nil || out != "hello-b" {
+			return fmt.Errorf("%q, %v", out, err)
+		}
+		return nil
+	})
+	return ip
+}
+
 // eventually retries f for up to 20 s (kube-proxy and kube-router apply
 // changes within a second or two).
 func eventually(t *testing.T, what string, f func() error) {
@@ -201,14 +216,7 @@ func TestUpDown(t *testing.T) {
 	node := in.Nodes[0].Name
 	mustKubectl(t, in, workload(in, node, node), "apply", "-f", "-")
 	mustKubectl(t, in, "", "wait", "--for=condition=Ready", "pod/a", "pod/b", "--timeout=60s")
-	ip := strings.TrimSpace(mustKubectl(t, in, "", "get", "svc", "svc-b", "-o", "jsonpath={.spec.clusterIP}"))
-	eventually(t, "a to svc-b through kube-proxy", func() error {
-		out, err := get(t, in, ip+":80")
-		if err != nil || out != "hello-b" {
-			return fmt.Errorf("%q, %v", out, err)
-		}
-		return nil
-	})
+	ip := svcBAnswers(t, in, "a to svc-b through kube-proxy")
 	// kube-proxy's rules are in the node, not on the host.
 	out, err := exec.Command("ip", "netns", "exec", in.Nodes[0].Netns, "iptables-save").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "KUBE-SERVICES") {
@@ -278,14 +286,7 @@ func TestTwoNodes(t *testing.T) {
 	if !strings.HasPrefix(bIP, "10.244.1.") {
 		t.Errorf("pod b on node 2 has %s, want one of 10.244.1.0/24", bIP)
 	}
-	ip := strings.TrimSpace(mustKubectl(t, in, "", "get", "svc", "svc-b", "-o", "jsonpath={.spec.clusterIP}"))
-	eventually(t, "a (node 1) to svc-b (node 2) through kube-proxy's nftables", func() error {
-		out, err := get(t, in, ip+":80")
-		if err != nil || out != "hello-b" {
-			return fmt.Errorf("%q, %v", out, err)
-		}
-		return nil
-	})
+	svcBAnswers(t, in, "a (node 1) to svc-b (node 2) through kube-proxy's nftables")
 	for _, n := range in.Nodes {
 		out, err := exec.Command("ip", "netns", "exec", n.Netns, "nft", "list", "table", "ip", "kube-proxy").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "service-") {
@@ -316,14 +317,7 @@ func TestCilium(t *testing.T) {
 	if !strings.HasPrefix(bIP, "10.244.1.") {
 		t.Errorf("pod b on node 2 has %s, want one of node 2's pod CIDR 10.244.1.0/24 (Cilium's IPAM from the Node)", bIP)
 	}
-	ip := strings.TrimSpace(mustKubectl(t, in, "", "get", "svc", "svc-b", "-o", "jsonpath={.spec.clusterIP}"))
-	eventually(t, "a (node 1) to svc-b (node 2) through Cilium's kube-proxy replacement", func() error {
-		out, err := get(t, in, ip+":80")
-		if err != nil || out != "hello-b" {
-			return fmt.Errorf("%q, %v", out, err)
-		}
-		return nil
-	})
+	ip := svcBAnswers(t, in, "a (node 1) to svc-b (node 2) through Cilium's kube-proxy replacement")
 	for _, n := range in.Nodes {
 		out, _ := exec.Command("ip", "netns", "exec", n.Netns, "iptables-save").CombinedOutput()
 		if strings.Contains(string(out), "KUBE-SERVICES") {

@@ -97,12 +97,19 @@ func CiliumBin() (string, error) { return check("--check-cilium") }
 // under CI=true) when the real Cilium is not built.
 func RequireCilium(t testing.TB) string {
 	t.Helper()
-	dir, err := CiliumBin()
+	return require(t, CiliumBin, "the real Cilium", "")
+}
+
+// require returns find's directory, or skips the test (fails it under
+// CI=true) saying that what is not built and the command that builds it.
+func require(t testing.TB, find func() (string, error), what, cold string) string {
+	t.Helper()
+	dir, err := find()
 	if err != nil {
 		if testutil.InCI() {
-			t.Fatalf("k8stest: the real Cilium not built (%v) and CI=true: run %s", err, buildCommand)
+			t.Fatalf("k8stest: %s not built (%v) and CI=true: run %s", what, err, buildCommand)
 		}
-		t.Skipf("skipping: the real Cilium not built (%v); run %s", err, buildCommand)
+		t.Skipf("skipping: %s not built (%v); run %s%s", what, err, buildCommand, cold)
 	}
 	return dir
 }
@@ -155,14 +162,7 @@ func repoRoot() (string, error) {
 // builds them.
 func RequireBin(t testing.TB) string {
 	t.Helper()
-	bin, err := Bin()
-	if err != nil {
-		if testutil.InCI() {
-			t.Fatalf("k8stest: Kubernetes binaries not built (%v) and CI=true: run %s", err, buildCommand)
-		}
-		t.Skipf("skipping: Kubernetes binaries not built (%v); run %s (about 20 minutes cold)", err, buildCommand)
-	}
-	return bin
+	return require(t, Bin, "Kubernetes binaries", " (about 20 minutes cold)")
 }
 
 // Start brings the control plane up, or skips the test (fails it under

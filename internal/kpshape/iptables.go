@@ -32,39 +32,37 @@ func ParseIPTables(nat, filter string) (Shape, error) {
 		tables[name] = t
 	}
 	n := tables["nat"]
+	owner := map[string]string{} // chain -> frontend
+	// walk sorts the rules of the nat chain of role: a rule whose
+	// frontend gives one goes to that frontend's part (and its target
+	// chain becomes the frontend's), the others to the chain's frame.
+	walk := func(role, part string, frontend func(r iptRule, target string) string) {
+		var frame []string
+		for _, r := range n.chains[n.role(role)] {
+			target := r.opt("-j")
+			f := frontend(r, target)
+			if f == "" {
+				frame = append(frame, r.norm(n.label))
+				continue
+			}
+			s[f+" "+part] = append(s[f+" "+part], r.norm(n.label))
+			n.claim(target, f, owner)
+		}
+		if _, ok := n.chains[n.role(role)]; ok {
+			s["chain nat "+role] = frame
+		}
+	}
 	// Frontends: the nat SERVICES chain's rules with a destination and a
 	// port.
-	owner := map[string]string{} // chain -> frontend
-	var frame []string
-	for _, r := range n.chains[n.role("SERVICES")] {
-		f := frontendOf(r)
-		target := r.opt("-j")
-		if f == "" || !n.proxy(target) {
-			frame = append(frame, r.norm(n.label))
-			continue
+	walk("SERVICES", "dispatch", func(r iptRule, target string) string {
+		if !n.proxy(target) {
+			return ""
 		}
-		s[f+" dispatch"] = append(s[f+" dispatch"], r.norm(n.label))
-		n.claim(target, f, owner)
-	}
-	if _, ok := n.chains[n.role("SERVICES")]; ok {
-		s["chain nat SERVICES"] = frame
-	}
+		return frontendOf(r)
+	})
 	// Node ports: the NODEPORTS rules, owned by the frontend their chain
 	// leads to.
-	frame = nil
-	for _, r := range n.chains[n.role("NODEPORTS")] {
-		target := r.opt("-j")
-		f := n.reaches(target, owner)
-		if f == "" {
-			frame = append(frame, r.norm(n.label))
-			continue
-		}
-		s[f+" node port"] = append(s[f+" node port"], r.norm(n.label))
-		n.claim(target, f, owner)
-	}
-	if _, ok := n.chains[n.role("NODEPORTS")]; ok {
-		s["chain nat NODEPORTS"] = frame
-	}
+	walk("NODEPORTS", "node port", func(_ iptRule, target string) string { return n.reaches(target, owner) })
 	for name, rules := range n.chains {
 		if name == n.role("SERVICES") || name == n.role("NODEPORTS") {
 			continue
