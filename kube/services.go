@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -181,38 +182,17 @@ func asApplied(e metav1.Object, hash string) bool {
 // rest are not started, those running are cancelled (their context
 // ends), and the first failure is returned.
 func inParallel(ctx context.Context, workers int, jobs []func(context.Context) error) error {
-	if len(jobs) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	next := make(chan func(context.Context) error)
-	var wg sync.WaitGroup
-	for range max(1, min(workers, len(jobs))) {
-		wg.Go(func() {
-			for job := range next {
-				if err := job(ctx); err != nil {
-					cancel(err) // only the first cause is kept
-				}
-			}
-		})
-	}
-feed:
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, workers))
 	for _, job := range jobs {
-		if ctx.Err() != nil { // select picks at random when both are ready
+		if gctx.Err() != nil {
 			break
 		}
-		select {
-		case next <- job:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
+		g.Go(func() error { return job(gctx) })
 	}
 	// Stopped from outside: ctx's own error, not a job's report of it.
+	if err := g.Wait(); err != nil && (ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
+		return err
+	}
 	return ctx.Err()
 }
