@@ -57,3 +57,29 @@ type Descriptor struct {
 // ErrNoHosts is returned for labs without hosts (chains): there is nothing
 // to enforce policies on (change.ErrNoHosts, which proxies return too).
 var ErrNoHosts = change.ErrNoHosts
+
+// RuleCounter is what a datapath counted for one policy rule of one
+// endpoint and direction on one host: the packets the rule decided (new
+// flows it allowed, packets it dropped; established traffic passes by
+// conntrack, before any rule), like iptables -v.
+type RuleCounter struct {
+	Host      string `json:"host"`
+	Endpoint  string `json:"endpoint,omitempty"`  // the endpoint whose rule it is, when the datapath knows
+	Direction string `json:"direction,omitempty"` // ingress or egress
+	// Rule is the compiled entry's origin ("Kind ns/name path"), or
+	// DefaultDenyRule for an isolated endpoint's drop of what no rule
+	// allowed.
+	Rule    string `json:"rule"`
+	Verdict string `json:"verdict"` // allow, deny, pass or default-deny
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// DefaultDenyRule is RuleCounter.Rule of an isolated endpoint's default
+// deny.
+const DefaultDenyRule = "default-deny"
+
+// RuleCounterer is a datapath that counts per policy rule.
+type RuleCounterer interface {
+	RuleCounters(ctx context.Context, lab *topology.Spec) ([]RuleCounter, error)
+}

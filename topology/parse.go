@@ -29,6 +29,7 @@ type Overrides struct {
 	Options  kind.Overrides // the datapath's options (--filler, --host-routing, ...)
 	MTU      int            // the lab's MTU (0: the file's)
 	Proxy    string         // the service proxy's name (--service-proxy; "": the file's)
+	Observe  string         // --observe ("": the file's)
 }
 
 // Parse decodes a topology document strictly and resolves it. file is used

@@ -47,7 +47,7 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 	}
 	r := &resolver{file: file, raw: raw, spec: &Spec{Source: file}}
 	for _, step := range []func() error{
-		r.header, r.datapath, r.chain, r.hosts, r.namespaces, r.links, r.routes, r.endpoints, r.datapathLimits, r.services,
+		r.header, r.datapath, r.chain, r.hosts, r.namespaces, r.links, r.routes, r.endpoints, r.datapathLimits, r.services, r.observe,
 	} {
 		if err := step(); err != nil {
 			return nil, err
@@ -91,7 +91,54 @@ func applyOverrides(raw *rawFile, ov Overrides) error {
 		}
 		raw.Services.Proxy = ov.Proxy
 	}
+	if ov.Observe != "" {
+		if err := CheckObserve(ov.Observe); err != nil {
+			return &input.Error{File: "--observe", Msg: err.Error()}
+		}
+		raw.Observe = ov.Observe
+	}
 	return nil
+}
+
+// What a lab records of its flows (observe: in the file, --observe).
+const (
+	ObserveOff   = "off"   // nothing: no log rules, no recorder
+	ObserveDrops = "drops" // every denied packet (rate-limited per flow)
+	ObserveAll   = "all"   // drops, and the first packet of every new flow at each verdict point
+)
+
+// CheckObserve checks an observe level.
+func CheckObserve(level string) error {
+	switch level {
+	case ObserveOff, ObserveDrops, ObserveAll:
+		return nil
+	}
+	return fmt.Errorf("%q: give off, drops or all", level)
+}
+
+// observe resolves observe: (default off); a chain has no datapath to
+// observe.
+func (r *resolver) observe() error {
+	lvl := r.raw.Observe
+	if lvl == "" || lvl == ObserveOff {
+		return nil // off is the zero value: specs of labs without it compare equal
+	}
+	if err := CheckObserve(lvl); err != nil {
+		return r.errf("observe", "%v", err)
+	}
+	if r.spec.Chain != nil {
+		return r.errf("observe", "a chain has no policy datapath to observe: observe applies to labs with hosts")
+	}
+	r.spec.Observe = lvl
+	return nil
+}
+
+// ObserveLevel is the lab's observe level, off when unset.
+func (s *Spec) ObserveLevel() string {
+	if s.Observe == "" {
+		return ObserveOff
+	}
+	return s.Observe
 }
 
 // DefaultServiceCIDR is the range cluster IPs come from when the file

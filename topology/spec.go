@@ -21,6 +21,7 @@ type rawFile struct {
 	Endpoints   []rawEndpoint           `yaml:"endpoints"`
 	Chain       *rawChain               `yaml:"chain"`
 	Services    *rawServices            `yaml:"services"`
+	Observe     string                  `yaml:"observe"`
 	// The datapaths' sections (iptables:, ebpf:), resolved by package kind.
 	kind.RawOptions `yaml:",inline"`
 }
@@ -85,6 +86,10 @@ type Spec struct {
 	Endpoints   []Endpoint           `json:"endpoints"`
 	Chain       *Chain               `json:"chain,omitempty"`
 	Services    Services             `json:"services"`
+	// Observe is what the lab records of its flows (ObserveOff,
+	// ObserveDrops, ObserveAll; docs/observe.md): changeable on a running
+	// lab (ChangeObserve).
+	Observe string `json:"observe,omitempty"`
 	// The datapaths' options (every kind's, defaults filled in; JSON
 	// keys iptables and ebpf at this level).
 	kind.Options
