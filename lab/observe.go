@@ -282,7 +282,7 @@ type recorder struct {
 	// for conntrack's translations.
 	mu        sync.Mutex
 	frontends map[netip.AddrPort]string
-	polTime   time.Time // the stored policy set's modification time the namer has
+	polTime   time.Time     // the stored policy set's modification time the namer has
 	dropped   atomic.Uint64 // records the writer failed to write
 }
 
