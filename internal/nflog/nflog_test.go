@@ -21,9 +21,9 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 const testGroup = 7421
 
 // testNetns creates the namespace cnlab-test-nflog-NAME with lo up and a
-// dummy link dum0 holding 10.0.0.1/24 (packets sent through it are
-// dropped by the link, after netfilter's OUTPUT and POSTROUTING hooks),
-// and deletes it when the test ends.
+// veth pair v1 (10.0.0.1/24, routes 10.96.0.0/12 too) and v2 (no
+// address: what it receives for 10.0.0.2 is dropped, after v1's OUTPUT and
+// POSTROUTING hooks saw it), and deletes it when the test ends.
 func testNetns(t *testing.T, name string) (ns, path string) {
 	t.Helper()
 	testutil.RequireRoot(t)
@@ -38,7 +38,7 @@ func testNetns(t *testing.T, name string) (ns, path string) {
 		if err := vnl.LinkSetUp(lo); err != nil {
 			return err
 		}
-		d := &vnl.Dummy{LinkAttrs: vnl.LinkAttrs{Name: "dum0"}}
+		d := &vnl.Veth{LinkAttrs: vnl.LinkAttrs{Name: "v1"}, PeerName: "v2"}
 		if err := vnl.LinkAdd(d); err != nil {
 			return err
 		}
@@ -46,7 +46,18 @@ func testNetns(t *testing.T, name string) (ns, path string) {
 		if err := vnl.AddrAdd(d, addr); err != nil {
 			return err
 		}
-		if err := vnl.LinkSetUp(d); err != nil {
+		peer, err := vnl.LinkByName("v2")
+		if err != nil {
+			return err
+		}
+		for _, l := range []vnl.Link{d, peer} {
+			if err := vnl.LinkSetUp(l); err != nil {
+				return err
+			}
+		}
+		// 10.0.0.2 answers no ARP: a permanent entry sends its packets on.
+		if err := vnl.NeighAdd(&vnl.Neigh{LinkIndex: d.Attrs().Index, State: vnl.NUD_PERMANENT,
+			IP: net.IPv4(10, 0, 0, 2), HardwareAddr: peer.Attrs().HardwareAddr}); err != nil {
 			return err
 		}
 		_, svc, _ := net.ParseCIDR("10.96.0.0/12")
@@ -178,7 +189,7 @@ func groupBound(t *testing.T, ns string, group uint16) bool {
 func TestListen(t *testing.T) {
 	ns, path := testNetns(t, "listen")
 	g := fmt.Sprint(testGroup)
-	run(t, ns, "iptables", "-A", "OUTPUT", "-o", "dum0", "-p", "udp", "--dport", "9999",
+	run(t, ns, "iptables", "-A", "OUTPUT", "-o", "v1", "-p", "udp", "--dport", "9999",
 		"-j", "NFLOG", "--nflog-group", g, "--nflog-prefix", "cnlab D I 0123abcd")
 	run(t, ns, "iptables", "-A", "OUTPUT", "-o", "lo", "-p", "tcp", "--syn", "--dport", "9998",
 		"-j", "NFLOG", "--nflog-group", g, "--nflog-prefix", "cnlab F E -")
@@ -249,7 +260,7 @@ func TestListen(t *testing.T) {
 		switch p.Proto {
 		case 17:
 			want := Packet{Prefix: "cnlab D I 0123abcd", Src: netip.AddrPortFrom(netip.MustParseAddr("10.0.0.1"), local.Port()),
-				Dst: netip.MustParseAddrPort("10.0.0.2:9999"), Proto: 17, Len: 20 + 8 + max(udps, 1), OutDev: "dum0"}
+				Dst: netip.MustParseAddrPort("10.0.0.2:9999"), Proto: 17, Len: 20 + 8 + max(udps, 1), OutDev: "v1"}
 			want.Time = p.Time
 			if p != want {
 				t.Errorf("UDP packet %d:\n got %+v\nwant %+v", udps, p, want)
@@ -288,7 +299,7 @@ func TestListenBusyGroup(t *testing.T) {
 
 func TestLost(t *testing.T) {
 	ns, path := testNetns(t, "lost")
-	run(t, ns, "iptables", "-A", "OUTPUT", "-o", "dum0", "-p", "udp", "--dport", "9999",
+	run(t, ns, "iptables", "-A", "OUTPUT", "-o", "v1", "-p", "udp", "--dport", "9999",
 		"-j", "NFLOG", "--nflog-group", fmt.Sprint(testGroup), "--nflog-prefix", "cnlab D E -")
 	defer func(n int) { rcvBuf = n }(rcvBuf)
 	rcvBuf = 16 << 10
@@ -341,7 +352,7 @@ func TestListenConntrack(t *testing.T) {
 		"-j", "DNAT", "--to-destination", "10.0.0.1:8080")
 	run(t, ns, "iptables", "-t", "nat", "-A", "OUTPUT", "-d", "10.96.0.11", "-p", "udp", "--dport", "53",
 		"-j", "DNAT", "--to-destination", "10.0.0.2:5353")
-	run(t, ns, "iptables", "-t", "nat", "-A", "POSTROUTING", "-o", "dum0", "-p", "udp",
+	run(t, ns, "iptables", "-t", "nat", "-A", "POSTROUTING", "-o", "v1", "-p", "udp",
 		"-j", "SNAT", "--to-source", "10.0.0.9")
 	echo, err := testutil.ListenEcho(ns, netip.MustParseAddrPort("10.0.0.1:8080"))
 	if err != nil {
@@ -392,7 +403,7 @@ func TestListenConntrack(t *testing.T) {
 // in the log (go test -v -run TestRate).
 func TestRate(t *testing.T) {
 	ns, path := testNetns(t, "rate")
-	run(t, ns, "iptables", "-A", "OUTPUT", "-o", "dum0", "-p", "udp", "--dport", "9999",
+	run(t, ns, "iptables", "-A", "OUTPUT", "-o", "v1", "-p", "udp", "--dport", "9999",
 		"-j", "NFLOG", "--nflog-group", fmt.Sprint(testGroup), "--nflog-prefix", "cnlab F E 0123abcd")
 	var c collector
 	var delivered atomic.Int64
