@@ -20,6 +20,7 @@ package nflog
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -141,6 +142,12 @@ func (l *listener) config(family uint8, group uint16, cmd uint8, ae *netlink.Att
 	}
 	for {
 		msgs, err := l.s.c.Receive() // an error ack comes back as err
+		if errors.Is(err, unix.ENOBUFS) {
+			if l.lost != nil {
+				l.lost(0)
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}

@@ -344,7 +344,6 @@ func TestLost(t *testing.T) {
 }
 
 func TestListenConntrack(t *testing.T) {
-	testutil.RequireTool(t, "iptables", "iptables")
 	ns, path := testNetns(t, "ct")
 	// A Service frontend DNATed to a local backend, and one DNATed to a
 	// remote backend through a masquerading link.
@@ -397,14 +396,26 @@ func TestListenConntrack(t *testing.T) {
 }
 
 // TestRate measures the NFLOG path: UDP datagrams sent by a paced loop in
-// the namespace, each logged by an iptables rule (one netlink message per
-// packet, iptables' default), counted against what Listen delivers and
-// reports lost. It fails only if the two do not add up; the figures are
-// in the log (go test -v -run TestRate).
+// the namespace (rate 0: as fast as one socket sends), each logged by an
+// iptables rule, counted against what Listen delivers and reports lost.
+// It runs with the rule's default queue threshold (the listener's, 64)
+// and with --nflog-threshold 1 (one netlink message per packet, the
+// kernel's costliest case). It fails only if the counts do not add up;
+// the figures are in the log (go test -v -run TestRate).
 func TestRate(t *testing.T) {
+	for _, thresh := range []string{"", "1"} {
+		t.Run("threshold="+thresh, func(t *testing.T) { testRate(t, thresh) })
+	}
+}
+
+func testRate(t *testing.T, thresh string) {
 	ns, path := testNetns(t, "rate")
-	run(t, ns, "iptables", "-A", "OUTPUT", "-o", "v1", "-p", "udp", "--dport", "9999",
-		"-j", "NFLOG", "--nflog-group", fmt.Sprint(testGroup), "--nflog-prefix", "cnlab F E 0123abcd")
+	rule := []string{"iptables", "-A", "OUTPUT", "-o", "v1", "-p", "udp", "--dport", "9999",
+		"-j", "NFLOG", "--nflog-group", fmt.Sprint(testGroup), "--nflog-prefix", "cnlab F E 0123abcd"}
+	if thresh != "" {
+		rule = append(rule, "--nflog-threshold", thresh)
+	}
+	run(t, ns, rule...)
 	var c collector
 	var delivered atomic.Int64
 	stop := start(t, func(ctx context.Context, ready func()) error {
@@ -413,7 +424,7 @@ func TestRate(t *testing.T) {
 	counts := func() (int, uint64) { _, l, _ := c.counts(); return int(delivered.Load()), l }
 	udp := udpSender(t, ns, "10.0.0.2:9999")
 	total := 0
-	for _, rate := range []int{10000, 20000, 50000} {
+	for _, rate := range []int{10000, 20000, 50000, 0} {
 		before, lostBefore := counts()
 		sent := sendPaced(t, udp, rate, time.Second)
 		if _, err := udp.Write([]byte("end")); err != nil { // closes a trailing gap
@@ -423,7 +434,7 @@ func TestRate(t *testing.T) {
 		total += sent
 		ok := waitFor(3*time.Second, func() bool { d, l := counts(); return d+int(l) >= total })
 		d, l := counts()
-		t.Logf("%d packets/s for 1 s: sent %d, delivered %d, lost %d", rate, sent, d-before, l-lostBefore)
+		t.Logf("%5d packets/s for 1 s: sent %6d, delivered %6d, lost %d", rate, sent, d-before, l-lostBefore)
 		if !ok || d+int(l) != total {
 			t.Errorf("delivered %d + lost %d != sent %d", d, l, total)
 		}
@@ -433,19 +444,25 @@ func TestRate(t *testing.T) {
 	}
 }
 
-// sendPaced sends 1-byte datagrams at rate per second for d, in bursts
-// every millisecond, and returns how many it sent.
+// sendPaced sends 1-byte datagrams at rate per second (0: as fast as it
+// can) for d, in bursts every half millisecond, and returns how many it sent.
 func sendPaced(t *testing.T, c *net.UDPConn, rate int, d time.Duration) int {
 	t.Helper()
 	start := time.Now()
 	sent := 0
 	for el := time.Duration(0); el < d; el = time.Since(start) {
-		for due := int(float64(rate) * el.Seconds()); sent < due; sent++ {
+		due := int(float64(rate) * el.Seconds())
+		if rate == 0 {
+			due = sent + 1000
+		}
+		for ; sent < due; sent++ {
 			if _, err := c.Write([]byte("x")); err != nil {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(500 * time.Microsecond)
+		if rate != 0 {
+			time.Sleep(500 * time.Microsecond)
+		}
 	}
 	return sent
 }

@@ -90,7 +90,8 @@ func (s *sock) close() {
 }
 
 // ifname resolves an interface index of the socket's namespace, caching
-// the answer ("" when unknown).
+// the answer ("" when unknown) for the listener's life: a namespace hands
+// out ever-increasing indexes, so an index is not reused for another link.
 func (s *sock) ifname(idx uint32) string {
 	if idx == 0 || s.links == nil {
 		return ""
