@@ -14,10 +14,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// rcvBuf is the receive buffer asked for (SO_RCVBUFFORCE, else SO_RCVBUF):
-// 10,000 packets/s of per-packet messages (iptables' NFLOG flushes every
-// packet on its own, ~4 KiB of buffer each) leave the reader ~0.8 s of
-// slack. Tests shrink it to provoke losses.
+// rcvBuf is the receive buffer asked for (SO_RCVBUFFORCE, else SO_RCVBUF
+// up to net.core.rmem_max; the kernel doubles it for its bookkeeping). It
+// is charged only for messages waiting to be read, and gives a reader
+// that stalls well over a second of slack at 10,000 packets/s even when
+// every packet is its own message (a rule with queue threshold 1). Tests
+// shrink it to provoke losses.
 var rcvBuf = 32 << 20
 
 // sock is a netfilter netlink socket opened inside a network namespace,
