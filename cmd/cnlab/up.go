@@ -100,6 +100,13 @@ by default the lab's datapath's own: iptables, nftables or ebpf; none for chains
 			var already *lab.AlreadyUpError
 			if errors.As(err, &already) && already.Complete && already.SameSpec {
 				fmt.Fprintln(e.stdout, already.Error())
+				if lvl := spec.ObserveLevel(); lvl != topology.ObserveOff && !lab.RecorderRunning(spec.Name) {
+					// Its recorder died (killed): start it again.
+					if _, err := lab.SetObserve(cmd.Context(), spec.Name, lvl); err != nil {
+						return err
+					}
+					fmt.Fprintf(e.stdout, "lab %s: its recorder (observe %s) was not running: started again\n", spec.Name, lvl)
+				}
 				return nil
 			}
 			if errors.As(err, &already) && already.Complete && already.ObserveOnly {
