@@ -26,7 +26,7 @@ import (
 
 // labSpec resolves the topology a point needs, as lab name.
 func (s *Spec) labSpec(p results.Params, name string) (*topology.Spec, error) {
-	ov := topology.Overrides{Name: name, MTU: p.MTU, Proxy: string(p.ServiceProxy), Options: kind.Overrides{HostRouting: p.HostRouting, Peers: p.Peers, SocketLB: p.SocketLB}}
+	ov := topology.Overrides{Name: name, MTU: p.MTU, Proxy: string(p.ServiceProxy), Observe: p.Observe, Options: kind.Overrides{HostRouting: p.HostRouting, Peers: p.Peers, SocketLB: p.SocketLB}}
 	if p.Datapath != "" {
 		ov.Datapath = string(p.Datapath)
 	}
