@@ -170,7 +170,8 @@ func (l *labBackend) sample(pr *results.PointResult, dest netip.Addr) (sampleEnv
 		},
 		counters: func(ctx context.Context, p results.Params, log io.Writer) map[string][]results.RuleCounter {
 			return labCounters(ctx, cur, p, log)
-		}}, nil
+		},
+		policyCounters: policyCounterReader(cur)}, nil
 }
 
 func describeLab(p results.Params) string {

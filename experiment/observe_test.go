@@ -1,9 +1,14 @@
 package experiment
 
 import (
+	"context"
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -65,5 +70,62 @@ func TestObserveAxis(t *testing.T) {
 	_, err = ParseFor([]byte(base+"matrix: {observe: [off, all]}\n"), "x.yaml", false, results.BackendKubernetes)
 	if want := "x.yaml: matrix.observe: cannot apply with --backend kubernetes: flow visibility on a cluster is its CNI's"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("kubernetes: error %v, want %q", err, want)
+	}
+}
+
+// TestPolicyCounters: a point's per-rule counters are what each rule
+// counted during its samples, summed over hosts and samples; a rule
+// whose counters restarted counts from zero; a failed reading records
+// nothing for that sample.
+func TestPolicyCounters(t *testing.T) {
+	allow := func(host string, pk uint64) datapath.RuleCounter {
+		return datapath.RuleCounter{Host: host, Endpoint: "default/server", Direction: "ingress", Rule: "NetworkPolicy default/allow spec.ingress[0]", Verdict: "allow", Packets: pk, Bytes: 60 * pk}
+	}
+	deny := func(host string, pk uint64) datapath.RuleCounter {
+		return datapath.RuleCounter{Host: host, Endpoint: "default/server", Direction: "ingress", Rule: datapath.DefaultDenyRule, Verdict: "default-deny", Packets: pk, Bytes: 60 * pk}
+	}
+	readings := [][]datapath.RuleCounter{
+		{allow("h1", 10), allow("h2", 5), deny("h1", 1)},
+		{allow("h1", 30), allow("h2", 5), deny("h1", 1)}, // sample 1: 20 allowed
+		{allow("h1", 4), allow("h2", 5), deny("h1", 3)},  // applied again: 4 (h1 restarted), 2 denied
+		{allow("h1", 6), allow("h2", 5), deny("h1", 3)},  // sample 2: 2 allowed
+	}
+	n := 0
+	read := func(context.Context) ([]results.PolicyCounter, error) {
+		if n >= len(readings) {
+			return nil, errors.New("gone")
+		}
+		n++
+		return sumPolicyCounters(readings[n-1]), nil
+	}
+	pr := &results.PointResult{}
+	var log strings.Builder
+	for range 2 {
+		if err := countPolicies(context.Background(), read, pr, &log, func() error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Sample 2's "before" is reading 3 (after the restart): 2 allowed, 0 denied.
+	want := []results.PolicyCounter{
+		{Endpoint: "default/server", Direction: "ingress", Rule: "NetworkPolicy default/allow spec.ingress[0]", Verdict: "allow", Packets: 22, Bytes: 60 * 22},
+		{Endpoint: "default/server", Direction: "ingress", Rule: datapath.DefaultDenyRule, Verdict: "default-deny", Packets: 0, Bytes: 0},
+	}
+	if !reflect.DeepEqual(pr.PolicyCounters, want) {
+		t.Errorf("counters %+v, want %+v", pr.PolicyCounters, want)
+	}
+	if d := policyCounterDelta(sumPolicyCounters(readings[1]), sumPolicyCounters(readings[2])); d[0].Packets != 9 {
+		t.Errorf("after a restart: %+v, want the allow rule's 9 packets from zero", d)
+	}
+	// A reading that fails: the sample is measured, nothing is added.
+	if err := countPolicies(context.Background(), read, pr, &log, func() error { return nil }); err != nil || !reflect.DeepEqual(pr.PolicyCounters, want) || !strings.Contains(log.String(), "gone") {
+		t.Errorf("failed reading: %v %+v %q", err, pr.PolicyCounters, log.String())
+	}
+	// No reader (a datapath that does not count per rule): nothing.
+	pr = &results.PointResult{}
+	if err := countPolicies(context.Background(), nil, pr, &log, func() error { return nil }); err != nil || pr.PolicyCounters != nil {
+		t.Errorf("no reader: %v %+v", err, pr.PolicyCounters)
+	}
+	if policyCounterReader(&topology.Spec{Datapath: kind.None}) != nil {
+		t.Error("a lab without a datapath has a counter reader")
 	}
 }

@@ -448,20 +448,30 @@ func (ru *runner) measure(ctx context.Context, pr *results.PointResult, j result
 			return err
 		}
 	}
-	t0 := time.Now()
-	before, nerr := readNoise()
-	m, err := runSample(ctx, pr.Workload, e)
+	// The datapath's per-rule counters are read around the sample, out
+	// of its time and noise.
+	var sample results.Sample
+	err = countPolicies(ctx, e.policyCounters, pr, logf, func() error {
+		t0 := time.Now()
+		before, nerr := readNoise()
+		m, err := runSample(ctx, pr.Workload, e)
+		if err != nil {
+			return err
+		}
+		var noise *results.Noise
+		if after, err := readNoise(); err == nil && nerr == nil {
+			noise = noiseBetween(before, after)
+		}
+		sample = results.Sample{Repetition: j.Repetition, At: t0.UTC(), Seconds: time.Since(t0).Seconds(), Metrics: m, Log: logName, Noise: noise}
+		return nil
+	})
 	if err != nil {
 		fmt.Fprintf(logf, "error: %v\n", err)
 		return err
 	}
-	var noise *results.Noise
-	if after, err := readNoise(); err == nil && nerr == nil {
-		noise = noiseBetween(before, after)
-	}
-	pr.Samples = append(pr.Samples, results.Sample{Repetition: j.Repetition, At: t0.UTC(), Seconds: time.Since(t0).Seconds(), Metrics: m, Log: logName, Noise: noise})
+	pr.Samples = append(pr.Samples, sample)
 	pr.Summarize()
-	ru.prog.result(pr, m)
+	ru.prog.result(pr, sample.Metrics)
 	return nil
 }
 

@@ -159,6 +159,24 @@ type PointResult struct {
 	// Nodes are the cluster nodes its client and server ran on (the
 	// kubernetes backend), by endpoint ID.
 	Nodes map[string]string `json:"nodes,omitempty"`
+	// PolicyCounters are what the lab's datapath counted per policy rule
+	// during the point's measured samples (summed over its samples and
+	// its hosts), when the datapath counts per rule (none otherwise).
+	PolicyCounters []PolicyCounter `json:"policyCounters,omitempty"`
+}
+
+// PolicyCounter is one policy rule of a lab's datapath and what it
+// decided during a point's samples, like iptables -v: the new flows it
+// allowed, the packets it dropped (established traffic passes by
+// conntrack, before any rule). It is datapath.RuleCounter without the
+// host, summed over the hosts.
+type PolicyCounter struct {
+	Endpoint  string `json:"endpoint,omitempty"`  // the endpoint whose rule it is, when the datapath knows
+	Direction string `json:"direction,omitempty"` // ingress or egress
+	Rule      string `json:"rule"`                // the compiled entry's origin ("Kind ns/name path") or default-deny
+	Verdict   string `json:"verdict"`             // allow, deny, pass or default-deny
+	Packets   uint64 `json:"packets"`
+	Bytes     uint64 `json:"bytes"`
 }
 
 // Sample is one repetition's measurement.
