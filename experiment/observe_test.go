@@ -129,3 +129,25 @@ func TestPolicyCounters(t *testing.T) {
 		t.Error("a lab without a datapath has a counter reader")
 	}
 }
+
+// TestCostFigureKeys: a sweep's figures.cost names an axis whose values
+// name lines, one of its values, and a labelled range.
+func TestCostFigureKeys(t *testing.T) {
+	base := "workloads: [{kind: tcp-rr}]\nsweeps: [{name: a, matrix: {observe: [\"off\", all]}, figures: {cost: "
+	for _, c := range []struct{ cost, want string }{
+		{`{axis: colour, base: x}`, `x.yaml: sweeps[0].figures.cost.axis: "colour": an axis whose values name lines, one of`},
+		{`{axis: policies, base: "0"}`, `x.yaml: sweeps[0].figures.cost.axis: "policies": an axis whose values name lines`},
+		{`{axis: observe}`, "x.yaml: sweeps[0].figures.cost.base: the value of observe the others are measured against"},
+		{`{axis: observe, base: none}`, `x.yaml: sweeps[0].figures.cost.base: "none": give off, drops or all`},
+		{`{axis: observe, base: "off", reference: {from: 15, to: 1, label: s}}`, "x.yaml: sweeps[0].figures.cost.reference: from 15 to 1: a range"},
+		{`{axis: observe, base: "off", reference: {from: 1, to: 15}}`, "x.yaml: sweeps[0].figures.cost.reference.label: who reported the range"},
+		{`{axis: observe, base: "off", colour: red}`, "x.yaml: sweeps[0].figures.cost.colour"},
+	} {
+		if _, err := Parse([]byte(base+c.cost+"}}]\n"), "x.yaml", false); err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.cost, err, c.want)
+		}
+	}
+	if _, err := Parse([]byte(base+`{axis: observe, base: "off", reference: {from: 1, to: 15, label: "seed 003"}}}}]`+"\n"), "x.yaml", false); err != nil {
+		t.Errorf("a good cost: %v", err)
+	}
+}
