@@ -14,7 +14,7 @@ import (
 // Figure is one figure of a report with what it shows.
 type Figure struct {
 	ID      string       `json:"id"`
-	Kind    string       `json:"kind"` // sweep, baseline, profile
+	Kind    string       `json:"kind"` // sweep, baseline, profile, cost
 	Title   string       `json:"title"`
 	Caption string       `json:"caption"`
 	XLog    bool         `json:"xLog,omitempty"` // the x axis is logarithmic (logAxis)
