@@ -3,6 +3,7 @@ package experiment
 import (
 	"context"
 	"errors"
+	mrand "math/rand"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,9 +15,9 @@ import (
 )
 
 // TestObserveAxis: observe: [off, drops, all] gives each point's lab its
-// level, a lab per level (until lab.SetObserve), the level in the
-// point's words; bad values, chains and the kubernetes backend are
-// refused naming the file, the key and the value.
+// level, one lab for the levels (changed with lab.SetObserve between
+// points), the level in the point's words; bad values, chains and the
+// kubernetes backend are refused naming the file, the key and the value.
 func TestObserveAxis(t *testing.T) {
 	pts := mustPoints(t, "workloads: [{kind: tcp-crr}]\nmatrix: {datapath: [iptables, ebpf], observe: [off, drops, all]}\n", false)
 	if len(pts) != 6 {
@@ -43,13 +44,17 @@ func TestObserveAxis(t *testing.T) {
 		}
 		keys[labKey(p.Params)] = true
 	}
-	if len(keys) != 6 {
-		t.Errorf("%d labs for 6 points, want one per datapath and level", len(keys))
+	if len(keys) != 2 {
+		t.Errorf("%d labs for 6 points, want one per datapath", len(keys))
 	}
-	// Unset: the topology's own level (off for a preset).
-	pts = mustPoints(t, "workloads: [{kind: tcp-crr}]\n", false)
+	// Unset: the topology's own level (off for a preset), in a lab of
+	// its own.
+	pts = mustPoints(t, "workloads: [{kind: tcp-crr}]\nmatrix: {datapath: [iptables]}\n", false)
 	if spec, err := s.labSpec(pts[0].Params, "h-obsexp"); err != nil || spec.ObserveLevel() != topology.ObserveOff {
 		t.Errorf("no observe key: %v, %v", spec, err)
+	}
+	if keys[labKey(pts[0].Params)] {
+		t.Error("a point without observe shares a lab with points that set it")
 	}
 
 	base := "workloads: [{kind: tcp-rr}]\n"
@@ -78,8 +83,9 @@ func TestObserveAxis(t *testing.T) {
 // whose counters restarted counts from zero; a failed reading records
 // nothing for that sample.
 func TestPolicyCounters(t *testing.T) {
+	const rule = "NetworkPolicy default/allow spec.ingress[0]"
 	allow := func(host string, pk uint64) datapath.RuleCounter {
-		return datapath.RuleCounter{Host: host, Endpoint: "default/server", Direction: "ingress", Rule: "NetworkPolicy default/allow spec.ingress[0]", Verdict: "allow", Packets: pk, Bytes: 60 * pk}
+		return datapath.RuleCounter{Host: host, Endpoint: "default/server", Direction: "ingress", Rule: rule, Verdict: "allow", Packets: pk, Bytes: 60 * pk}
 	}
 	deny := func(host string, pk uint64) datapath.RuleCounter {
 		return datapath.RuleCounter{Host: host, Endpoint: "default/server", Direction: "ingress", Rule: datapath.DefaultDenyRule, Verdict: "default-deny", Packets: pk, Bytes: 60 * pk}
@@ -87,7 +93,7 @@ func TestPolicyCounters(t *testing.T) {
 	readings := [][]datapath.RuleCounter{
 		{allow("h1", 10), allow("h2", 5), deny("h1", 1)},
 		{allow("h1", 30), allow("h2", 5), deny("h1", 1)}, // sample 1: 20 allowed
-		{allow("h1", 4), allow("h2", 5), deny("h1", 3)},  // applied again: 4 (h1 restarted), 2 denied
+		{allow("h1", 4), allow("h2", 5), deny("h1", 3)},  // applied again: h1 restarted
 		{allow("h1", 6), allow("h2", 5), deny("h1", 3)},  // sample 2: 2 allowed
 	}
 	n := 0
@@ -96,7 +102,7 @@ func TestPolicyCounters(t *testing.T) {
 			return nil, errors.New("gone")
 		}
 		n++
-		return sumPolicyCounters(readings[n-1]), nil
+		return policyCountersOf(readings[n-1]), nil
 	}
 	pr := &results.PointResult{}
 	var log strings.Builder
@@ -105,15 +111,14 @@ func TestPolicyCounters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Sample 2's "before" is reading 3 (after the restart): 2 allowed, 0 denied.
 	want := []results.PolicyCounter{
-		{Endpoint: "default/server", Direction: "ingress", Rule: "NetworkPolicy default/allow spec.ingress[0]", Verdict: "allow", Packets: 22, Bytes: 60 * 22},
-		{Endpoint: "default/server", Direction: "ingress", Rule: datapath.DefaultDenyRule, Verdict: "default-deny", Packets: 0, Bytes: 0},
+		{Rule: rule, Verdict: "allow", Packets: 22, Bytes: 60 * 22},
+		{Rule: "default-deny ingress of default/server", Verdict: "default-deny", Packets: 0, Bytes: 0},
 	}
 	if !reflect.DeepEqual(pr.PolicyCounters, want) {
 		t.Errorf("counters %+v, want %+v", pr.PolicyCounters, want)
 	}
-	if d := policyCounterDelta(sumPolicyCounters(readings[1]), sumPolicyCounters(readings[2])); d[0].Packets != 9 {
+	if d := policyCounterDelta(policyCountersOf(readings[1]), policyCountersOf(readings[2])); d[0].Packets != 9 {
 		t.Errorf("after a restart: %+v, want the allow rule's 9 packets from zero", d)
 	}
 	// A reading that fails: the sample is measured, nothing is added.
@@ -149,5 +154,28 @@ func TestCostFigureKeys(t *testing.T) {
 	}
 	if _, err := Parse([]byte(base+`{axis: observe, base: "off", reference: {from: 1, to: 15, label: "seed 003"}}}}]`+"\n"), "x.yaml", false); err != nil {
 		t.Errorf("a good cost: %v", err)
+	}
+}
+
+// TestObserveSchedule: in a round, a lab's points at one observe level
+// run together, so the level changes at most twice per lab and round.
+func TestObserveSchedule(t *testing.T) {
+	pts := mustPoints(t, "workloads: [{kind: tcp-stream}, {kind: tcp-rr}, {kind: tcp-crr}]\nmatrix: {datapath: [iptables, ebpf], observe: [\"off\", drops, all]}\n", false)
+	byID := map[string]results.Point{}
+	for _, p := range pts {
+		byID[p.ID] = p
+	}
+	for seed := range int64(20) {
+		jobs := schedule(pts, 1, mrand.New(mrand.NewSource(seed)))
+		changes := 0
+		for i := 1; i < len(jobs); i++ {
+			a, b := byID[jobs[i-1].Point].Params, byID[jobs[i].Point].Params
+			if labKey(a) == labKey(b) && jobs[i-1].Repetition == jobs[i].Repetition && a.Observe != b.Observe {
+				changes++
+			}
+		}
+		if want := 2 * pts[0].Repetitions * 2; changes != want { // 2 labs, a round a repetition, 2 changes each
+			t.Errorf("seed %d: %d level changes, want %d", seed, changes, want)
+		}
 	}
 }

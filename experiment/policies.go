@@ -121,10 +121,10 @@ func labKey(p results.Params) string {
 		k.Policies, k.PolicyMode = 0, ""
 	}
 	k.ClusterPolicies, k.ClusterPolicyMatch = 0, "" // applied with lab.Replace, with the policies
-	// Observe stays in the key: a lab is built per level, up with it.
-	// TODO(issue 35): once lab.SetObserve(ctx, name, level) lands (it
-	// applies the datapath with the new level and starts or stops the
-	// lab's recorder), clear it here and have labBackend set the point's
-	// level on the lab that is up, as policies and Services are.
+	if k.Observe != "" {
+		// Set on the running lab (lab.SetObserve); a point that gives
+		// none keeps the topology's own level, in a lab of its own.
+		k.Observe = "set"
+	}
 	return fmt.Sprintf("%+v", k)
 }

@@ -11,52 +11,59 @@ import (
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/datapath/registry"
 	"github.com/cnlab/cnlab/experiment/results"
+	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/topology"
 )
 
-// readPolicyCounters reads a lab's per-rule counters, summed over its hosts.
+// readPolicyCounters reads a lab's per-rule counters, summed over its
+// hosts and endpoints as `cnlab policy show --counters` shows them
+// (lab.SumRules).
 type readPolicyCounters func(ctx context.Context) ([]results.PolicyCounter, error)
 
-// policyCounterReader is how to read lab's per-rule counters: nil when
+// policyCounterReader is how to read a lab's per-rule counters: nil when
 // it has no datapath or its datapath does not count per rule
 // (datapath.RuleCounterer).
-func policyCounterReader(lab *topology.Spec) readPolicyCounters {
-	if lab.Datapath == "" || lab.Datapath == kind.None {
+func policyCounterReader(spec *topology.Spec) readPolicyCounters {
+	if spec.Datapath == "" || spec.Datapath == kind.None {
 		return nil
 	}
-	dp, err := registry.New(lab.Datapath)
+	dp, err := registry.New(spec.Datapath)
 	if err != nil {
 		return nil
 	}
-	rc, ok := dp.(datapath.RuleCounterer)
-	if !ok {
+	if _, ok := dp.(datapath.RuleCounterer); !ok {
 		return nil
 	}
 	return func(ctx context.Context) ([]results.PolicyCounter, error) {
-		cs, err := rc.RuleCounters(ctx, lab)
+		cs, err := lab.RuleCounters(ctx, spec.Name)
 		if err != nil {
 			return nil, err
 		}
-		return sumPolicyCounters(cs), nil
+		return policyCountersOf(cs), nil
 	}
 }
 
-// policyCounterKey is a rule without its host.
-type policyCounterKey struct{ endpoint, direction, rule, verdict string }
-
-func keyOf(c results.PolicyCounter) policyCounterKey {
-	return policyCounterKey{c.Endpoint, c.Direction, c.Rule, c.Verdict}
-}
-
-// sumPolicyCounters sums each rule's counters over the hosts, sorted by
-// endpoint, direction, rule and verdict.
-func sumPolicyCounters(cs []datapath.RuleCounter) []results.PolicyCounter {
-	out := make([]results.PolicyCounter, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, results.PolicyCounter{Endpoint: c.Endpoint, Direction: c.Direction, Rule: c.Rule, Verdict: c.Verdict, Packets: c.Packets, Bytes: c.Bytes})
+// policyCountersOf sums counters per rule (lab.SumRules), sorted by rule
+// and verdict.
+func policyCountersOf(cs []datapath.RuleCounter) []results.PolicyCounter {
+	var out []results.PolicyCounter
+	for _, t := range lab.SumRules(cs) {
+		out = append(out, results.PolicyCounter{Rule: t.Rule, Verdict: t.Verdict, Packets: t.Packets, Bytes: t.Bytes})
 	}
-	return addPolicyCounters(nil, out)
+	return sortPolicyCounters(out)
 }
+
+func sortPolicyCounters(cs []results.PolicyCounter) []results.PolicyCounter {
+	slices.SortFunc(cs, func(x, y results.PolicyCounter) int {
+		return cmp.Or(cmp.Compare(x.Rule, y.Rule), cmp.Compare(x.Verdict, y.Verdict))
+	})
+	return cs
+}
+
+// policyCounterKey is a rule and its verdict.
+type policyCounterKey struct{ rule, verdict string }
+
+func keyOf(c results.PolicyCounter) policyCounterKey { return policyCounterKey{c.Rule, c.Verdict} }
 
 // addPolicyCounters adds b to a rule by rule (rules of b that a lacks are
 // added), sorted.
@@ -75,11 +82,7 @@ func addPolicyCounters(a, b []results.PolicyCounter) []results.PolicyCounter {
 		by[keyOf(c)] = len(out)
 		out = append(out, c)
 	}
-	slices.SortFunc(out, func(x, y results.PolicyCounter) int {
-		return cmp.Or(cmp.Compare(x.Endpoint, y.Endpoint), cmp.Compare(x.Direction, y.Direction),
-			cmp.Compare(x.Rule, y.Rule), cmp.Compare(x.Verdict, y.Verdict))
-	})
-	return out
+	return sortPolicyCounters(out)
 }
 
 // policyCounterDelta is what each rule counted between two readings: a

@@ -181,8 +181,11 @@ func schedule(points []results.Point, reps int, rng *mrand.Rand) []results.Job {
 			// point): 10,000 Services are installed once a round, not
 			// once a point.
 			// So do the points with the same L7 policy (10,000 rules
-			// compiled by the proxy once a round).
-			set := func(p results.Point) string { return serviceSet(p.Params) + " " + l7Set(p.Params) }
+			// compiled by the proxy once a round), and those with the
+			// same observe level (changed at most once per set).
+			set := func(p results.Point) string {
+				return serviceSet(p.Params) + " " + l7Set(p.Params) + " " + p.Params.Observe
+			}
 			first := map[string]int{}
 			for i, p := range ps {
 				if _, ok := first[set(p)]; !ok {
@@ -375,6 +378,9 @@ func (ru *runner) job(ctx context.Context, pr *results.PointResult, j results.Jo
 	dest, err := ru.be.services(ctx, pr.Params, b, ru.curBuild)
 	if err != nil {
 		return err // this point's Services only
+	}
+	if err := ru.be.observe(ctx, pr.Params, b); err != nil {
+		return err // this point's level only
 	}
 	e, err := ru.be.sample(pr, dest)
 	if err != nil {
