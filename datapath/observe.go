@@ -1,0 +1,41 @@
+package datapath
+
+import (
+	"strings"
+
+	"github.com/cnlab/cnlab/observe"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// LogSnapLen is how much of a packet the netfilter datapaths' log rules
+// copy to their NFLOG group: the headers (IPv4, TCP or UDP), not the
+// payload.
+const LogSnapLen = 128
+
+// Logs reports whether a lab's observe level (topology.ObserveOff,
+// ObserveDrops, ObserveAll) has a log rule at a verdict point that gives
+// verdict (observe.Dropped, Forwarded, Redirected): drops logs only
+// drops, all every verdict, off none.
+func Logs(level, verdict string) bool {
+	switch level {
+	case topology.ObserveDrops:
+		return verdict == observe.Dropped
+	case topology.ObserveAll:
+		return true
+	}
+	return false
+}
+
+// RuleID is the log prefix id of what decided an L7 match: the RuleID of
+// the IR entry's origin when one did, "-" when the endpoint's ingress is
+// not isolated (no rule decided).
+func (m L7Match) RuleID() string {
+	if strings.HasPrefix(m.Why, notIsolated) {
+		return "-"
+	}
+	return observe.RuleID(m.Why)
+}
+
+// notIsolated starts the Why of the L7 match that redirects what reaches
+// an endpoint whose ingress is not isolated.
+const notIsolated = "ingress of "
