@@ -33,23 +33,6 @@ const (
 
 func (o outcome) String() string { return [...]string{"passed", "dropped", "redirected"}[o] }
 
-// tokens splits a rule into words, a double-quoted string being one.
-func tokens(rule string) []string {
-	var out []string
-	for rule = strings.TrimSpace(rule); rule != ""; rule = strings.TrimSpace(rule) {
-		if rule[0] == '"' {
-			end := strings.IndexByte(rule[1:], '"') + 1
-			out = append(out, rule[1:end])
-			rule = rule[end+1:]
-			continue
-		}
-		w, rest, _ := strings.Cut(rule, " ")
-		out = append(out, w)
-		rule = rest
-	}
-	return out
-}
-
 // matches evaluates a rule's matches and returns its target words (after
 // -j or -g) and whether the target is a goto.
 func matches(t *testing.T, st hostState, rule string, p packet) (bool, []string, bool) {

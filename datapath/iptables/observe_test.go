@@ -65,13 +65,11 @@ func decidedBy(t *testing.T, c *policy.Compiled, traced string) (dir, id string,
 	if comment == l7DropComment {
 		return dir, "l7", nil
 	}
-	for k := range c.Rules {
-		if e = &c.Rules[k]; e.Origin == comment {
-			if e.Pass {
-				return dir, "-", e
-			}
-			return dir, observe.RuleID(comment), e
+	if e = entryOf(c, comment); e != nil {
+		if e.Pass {
+			return dir, "-", e
 		}
+		return dir, observe.RuleID(comment), e
 	}
 	if strings.HasPrefix(comment, "ingress of ") {
 		return dir, "-", nil
