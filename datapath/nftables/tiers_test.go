@@ -150,6 +150,9 @@ func checkAgainstIR(t *testing.T, lab *topology.Spec, m *policy.Model, c *policy
 			got, trace := crossing(t, hosts, packet{src.IP, dst.IP, tg.Proto, tg.Port})
 			return policytest.Crossing{Dropped: got == dropped, Redirected: got == redirected, Trace: trace}
 		})
+	if round%10 == 0 {
+		checkLogs(t, lab, c, fmt.Sprintf("round %d", round))
+	}
 }
 
 // TestTiersL7 is the iptables datapath's test of the same name: on x/a's

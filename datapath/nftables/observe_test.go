@@ -1,0 +1,231 @@
+package nftables
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/internal/scenarios"
+	"github.com/cnlab/cnlab/observe"
+	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/policy/policytest"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// atLevel is lab with another observe level.
+func atLevel(lab *topology.Spec, level string) *topology.Spec {
+	l := *lab
+	l.Observe = level
+	return &l
+}
+
+// traceDir is the direction of the endpoint whose chain a traced rule is
+// in ("" for the forward chain).
+func traceDir(traced string) string {
+	chain, _, _ := strings.Cut(traced, ": ")
+	switch {
+	case strings.HasPrefix(chain, "in"), strings.HasPrefix(chain, "log_in"), strings.HasPrefix(chain, "l7"):
+		return "ingress"
+	case strings.HasPrefix(chain, "eg"), strings.HasPrefix(chain, "log_eg"):
+		return "egress"
+	}
+	return ""
+}
+
+// checkLogs runs every new connection between endpoints through the
+// interpreter at each observe level: the outcome must be the one with
+// observe off; with drops, a dropped connection meets exactly one log
+// statement, in the rule that drops it, a D of the right direction, and
+// no other connection meets one; with all, every connection meets at
+// least one. Ids: "-" for the set-based points, "l7" for l7fwd's drops,
+// the RuleID of the entry that decided an l7 redirect (the rule's
+// comment), or "-" for an endpoint whose ingress is not isolated.
+func checkLogs(t *testing.T, lab *topology.Spec, c *policy.Compiled, label string) {
+	t.Helper()
+	render := func(l *topology.Spec) map[string]hostState {
+		st := map[string]hostState{}
+		for _, h := range l.Hosts {
+			st[h.Name] = Render(l, h.Name, c)
+		}
+		return st
+	}
+	off := render(atLevel(lab, topology.ObserveOff))
+	for _, level := range []string{topology.ObserveDrops, topology.ObserveAll} {
+		states := render(atLevel(lab, level))
+		for _, st := range states {
+			checkOrigins(t, c, st, label)
+		}
+		for _, src := range lab.Endpoints {
+			for _, dst := range lab.Endpoints {
+				if src.ID() == dst.ID() {
+					continue
+				}
+				for _, tg := range policytest.Targets([]uint16{79, 80, 81, 1000}, 1) {
+					hosts := func(st map[string]hostState) []hostState {
+						out := []hostState{st[src.Host]}
+						if dst.Host != src.Host {
+							out = append(out, st[dst.Host])
+						}
+						return out
+					}
+					p := packet{src.IP, dst.IP, tg.Proto, tg.Port}
+					want, _ := crossing(t, hosts(off), p)
+					got, trace := crossing(t, hosts(states), p)
+					what := fmt.Sprintf("%s, observe %s: %s -> %s %v", label, level, src.ID(), dst.ID(), p)
+					if got != want {
+						t.Fatalf("%s: %v, with observe off %v", what, got, want)
+					}
+					lines := strings.Split(trace, "\n")
+					logs := 0
+					for i, l := range lines {
+						_, prefix := unlog(t, l)
+						if prefix == "" {
+							continue
+						}
+						logs++
+						pfx, _ := observe.ParsePrefix(prefix)
+						if level == topology.ObserveDrops && (pfx.Verdict != observe.Dropped || got != dropped || i != len(lines)-1) {
+							t.Fatalf("%s: log %+v\n%s", what, pfx, trace)
+						}
+						id := "-"
+						switch {
+						case strings.HasPrefix(l, "l7fwd: "):
+							id = "l7"
+						case strings.HasPrefix(l, "l7: "):
+							_, why, _ := strings.Cut(l, " comment ")
+							why = strings.Trim(why, `"`)
+							if !strings.HasPrefix(why, "ingress of ") {
+								id = observe.RuleID(why)
+							}
+						}
+						if pfx.Direction != traceDir(l) || pfx.ID != id {
+							t.Fatalf("%s: log %+v in %q, want direction %q id %q\n%s", what, pfx, l, traceDir(l), id, trace)
+						}
+					}
+					switch {
+					case level == topology.ObserveDrops && (logs == 1) != (got == dropped):
+						t.Fatalf("%s: %d logs, %v\n%s", what, logs, got, trace)
+					case level == topology.ObserveAll && logs == 0:
+						t.Fatalf("%s: no log\n%s", what, trace)
+					}
+				}
+			}
+		}
+	}
+}
+
+// checkOrigins: every element of the allow, deny and tier sets has an
+// origin, the origin of an entry of its verdict that covers the
+// element's first flow; every element of *_enf counts for the default
+// deny.
+func checkOrigins(t *testing.T, c *policy.Compiled, st hostState, label string) {
+	t.Helper()
+	byOrigin := map[string][]policy.Entry{}
+	for _, e := range c.Rules {
+		byOrigin[e.Origin] = append(byOrigin[e.Origin], e)
+	}
+	for set, elems := range st.Sets {
+		if strings.HasSuffix(set, "_subj") || strings.HasSuffix(set, "_np") {
+			continue
+		}
+		for _, e := range elems {
+			origin, ok := st.Origins[originKey(set, e)]
+			if !ok {
+				t.Fatalf("%s: %s element %q has no origin", label, set, e)
+			}
+			if strings.HasSuffix(set, "_enf") {
+				if origin != datapath.DefaultDenyRule {
+					t.Fatalf("%s: %s element %q counts for %q", label, set, e, origin)
+				}
+				continue
+			}
+			key, verdict, _ := strings.Cut(e, " : ")
+			deny := strings.Contains(set, "deny") || verdict == "drop" || strings.HasSuffix(verdict, "_drop")
+			parts := strings.Split(key, " . ")
+			peerText := parts[1]
+			if !strings.Contains(peerText, "/") {
+				peerText += "/32"
+			}
+			peer := netip.MustParsePrefix(peerText).Addr()
+			lo := func(s string) uint64 {
+				var n uint64
+				fmt.Sscan(strings.Split(s, "-")[0], &n)
+				return n
+			}
+			proto, port := uint8(lo(parts[2])), uint16(0)
+			if len(parts) == 4 {
+				port = uint16(lo(parts[3]))
+			}
+			covered := false
+			for _, r := range byOrigin[origin] {
+				covered = covered || (r.Deny == deny && !r.Pass && ruleHas(c, r, peer, proto, port))
+			}
+			if !covered {
+				t.Fatalf("%s: %s element %q: its origin %q has no entry of verdict deny=%v covering it", label, set, e, origin, deny)
+			}
+		}
+	}
+}
+
+// TestObserveScenarios checks the log statements of every scenario, the
+// cluster tiers' and the L7 ones (checkLogs).
+func TestObserveScenarios(t *testing.T) {
+	all := append(append([]scenarios.Scenario{}, scenarios.All...), scenarios.Tiers...)
+	for _, sc := range scenarios.L7 {
+		all = append(all, scenarios.Scenario{Name: sc.Name, Policies: sc.Policies})
+	}
+	all = append(all, scenarios.Scenario{Name: "tiered", Policies: policytest.TieredYAML + policytest.TieredNP},
+		scenarios.Scenario{Name: "l7 beneath the Admin tier", Policies: scenarios.L7[0].Policies + "---\n" + policytest.L7PassYAML})
+	for _, sc := range all {
+		lab, _, c := policytest.CompilePolicies(t, policytest.Parse(t, sc.Policies), topology.Overrides{})
+		checkLogs(t, lab, c, sc.Name)
+	}
+}
+
+// TestObserveOffRendersAsBefore: with observe off (or unset) the table
+// has no log statement and no counter flag, its generation's declarations
+// are those of before; drops and all only add log statements, counters
+// and the tier maps' log chains.
+func TestObserveOffRendersAsBefore(t *testing.T) {
+	lab, _, c := policytest.CompilePolicies(t, policytest.Parse(t, policytest.TieredYAML+policytest.TieredNP+"---\n"+scenarios.L7[0].Policies), topology.Overrides{})
+	for _, h := range lab.Hosts {
+		unset := Render(atLevel(lab, ""), h.Name, c)
+		off := Render(atLevel(lab, topology.ObserveOff), h.Name, c)
+		script := skeletonFor(off.layout()) + fill(0, off.Sets) + l7Script(&hostState{}, &off, true)
+		if fmt.Sprint(unset) != fmt.Sprint(off) || off.Observe != "" || off.Origins != nil ||
+			strings.Contains(script, "log") || strings.Contains(script, "counter;") {
+			t.Fatalf("%s: observe off differs from unset or logs:\n%s", h.Name, script)
+		}
+		for _, level := range []string{topology.ObserveDrops, topology.ObserveAll} {
+			st := Render(atLevel(lab, level), h.Name, c)
+			obs := skeletonFor(st.layout()) + fill(0, st.Sets) + l7Script(&hostState{}, &st, true)
+			if !strings.Contains(obs, "log group") || !strings.Contains(obs, "counter;") {
+				t.Errorf("%s %s: no log statement or counter:\n%s", h.Name, level, obs)
+			}
+			var stripped []string
+			for _, line := range strings.Split(obs, "\n") {
+				if strings.Contains(line, " log_") && !strings.Contains(line, "element") {
+					continue // the log chains
+				}
+				line, _ = unlog(t, line)
+				line = strings.ReplaceAll(line, " counter;", "")
+				for _, v := range []string{"drop", "fwd"} {
+					for _, d := range []string{"eg", "in"} {
+						to := map[string]string{"drop": "drop", "fwdeg": "return", "fwdin": "accept"}[v+map[bool]string{true: d}[v == "fwd"]]
+						line = strings.ReplaceAll(line, "goto log_"+d+"_"+v, to)
+					}
+				}
+				stripped = append(stripped, line)
+			}
+			// The end of the forward chain logs only.
+			want := strings.Split(script, "\n")
+			got := strings.Join(stripped, "\n")
+			got = strings.Replace(got, "add rule inet cnlab forward ct state new \n", "", 1)
+			if got != strings.Join(want, "\n") {
+				t.Errorf("%s %s: without its logs and counters\n%s\nwant\n%s", h.Name, level, got, script)
+			}
+		}
+	}
+}
