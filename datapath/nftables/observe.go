@@ -31,7 +31,7 @@ import (
 //     chain's redirects to the proxy ("cnlab R I <RuleID>", "-" for an
 //     endpoint whose ingress is not isolated), and at the end of the
 //     forward chain every new flow no chain accepted or dropped ("cnlab F
-//     - -"), so every new flow is logged at least once.
+//   - -"), so every new flow is logged at least once.
 //
 // One rule (or one log chain) serves a whole verdict class of a
 // direction: the elements of its set or map stand for many IR entries,
