@@ -142,7 +142,7 @@ func unlog(t *testing.T, rule string) (string, string) {
 // "".
 func runRule(t *testing.T, st hostState, rule string, p packet) (verdict string, hit bool) {
 	rule, _ = unlog(t, strings.Replace(rule, " counter", "", 1))
-	if rule == "ct state new " {
+	if rule == "ct state new counter " || rule == "ct state new " {
 		return "", true
 	}
 	if strings.HasPrefix(rule, "ct state ") {

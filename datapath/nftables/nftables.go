@@ -220,7 +220,7 @@ func forwardRules(g int, l layout) string {
 		fmt.Sprintf("ip daddr @in_subj_g%d jump ingress_g%d", g, g),
 	}
 	if end := l.log(observe.Forwarded, false, false, "-"); end != "" {
-		rules = append(rules, "ct state new "+strings.TrimSpace(end))
+		rules = append(rules, "ct state new counter "+strings.TrimSpace(end))
 	}
 	for _, r := range rules {
 		fmt.Fprintf(&b, "add rule %s forward %s\n", table, r)
@@ -410,9 +410,7 @@ func rebuildTiers(from int, fl layout, to int, tl layout, sets map[string][]stri
 	b.WriteString(fill(to, sets))
 	b.WriteString(forwardRules(to, tl))
 	b.WriteString(dropGenerationFor(from, fl))
-	if fl.observe != "" && tl.observe == "" {
-		b.WriteString(dropLogChains())
-	}
+	b.WriteString(dropLogChains(fl.observe, tl.observe))
 	return b.String()
 }
 

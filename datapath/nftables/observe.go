@@ -94,17 +94,17 @@ func logChain(dir policy.Dir, verdict string) string {
 	return "log_" + d + "_" + v
 }
 
-// logChains declares the log chains (with observe; "" without), outside
-// the generations: the elements that go to them are the same in every
-// generation. Each logs, then gives the tier's verdict: drop, return
-// (egress: on to the destination's ingress) or accept.
+// logChains declares the log chains of the level (none when off),
+// outside the generations: the elements that go to them are the same in
+// every generation. Each logs, then gives the tier's verdict: drop,
+// return (egress: on to the destination's ingress) or accept.
 func (l layout) logChains() string {
-	if l.observe == "" {
-		return ""
-	}
 	var b strings.Builder
 	for _, dir := range []policy.Dir{policy.Egress, policy.Ingress} {
 		for _, verdict := range []string{observe.Dropped, observe.Forwarded} {
+			if !datapath.Logs(l.observe, verdict) {
+				continue
+			}
 			name := logChain(dir, verdict)
 			v := "drop"
 			switch {
@@ -121,12 +121,16 @@ func (l layout) logChains() string {
 	return b.String()
 }
 
-// dropLogChains deletes the log chains, once no element goes to them.
-func dropLogChains() string {
+// dropLogChains deletes the log chains of level from that level to
+// does not have, once no element goes to them (the generation of from
+// deleted before).
+func dropLogChains(from, to string) string {
 	var b strings.Builder
 	for _, dir := range []policy.Dir{policy.Egress, policy.Ingress} {
 		for _, verdict := range []string{observe.Dropped, observe.Forwarded} {
-			fmt.Fprintf(&b, "delete chain %s %s\n", table, logChain(dir, verdict))
+			if datapath.Logs(from, verdict) && !datapath.Logs(to, verdict) {
+				fmt.Fprintf(&b, "delete chain %s %s\n", table, logChain(dir, verdict))
+			}
 		}
 	}
 	return b.String()

@@ -222,10 +222,41 @@ func TestObserveOffRendersAsBefore(t *testing.T) {
 			// The end of the forward chain logs only.
 			want := strings.Split(script, "\n")
 			got := strings.Join(stripped, "\n")
-			got = strings.Replace(got, "add rule inet cnlab forward ct state new \n", "", 1)
+			got = strings.Replace(got, "add rule inet cnlab forward ct state new counter \n", "", 1)
 			if got != strings.Join(want, "\n") {
 				t.Errorf("%s %s: without its logs and counters\n%s\nwant\n%s", h.Name, level, got, script)
 			}
+		}
+	}
+}
+
+// TestLevelChangeRebuilds: a change of observe level is a new generation
+// whose script declares the log chains the new level has and deletes,
+// after the old generation, those it no longer has.
+func TestLevelChangeRebuilds(t *testing.T) {
+	off, drops, all := layout{}, layout{observe: topology.ObserveDrops}, layout{observe: topology.ObserveAll}
+	for _, tc := range []struct {
+		from, to      layout
+		want, without []string
+	}{
+		{off, drops, []string{"add chain inet cnlab log_in_drop", `prefix "cnlab D - invalid" drop`}, []string{"log_in_fwd", "delete chain inet cnlab log_"}},
+		{drops, all, []string{"add chain inet cnlab log_in_fwd", `ct state new counter log group 7420 snaplen 128 prefix "cnlab F - -"`}, []string{"delete chain inet cnlab log_"}},
+		{all, drops, []string{"delete chain inet cnlab log_eg_fwd", "delete chain inet cnlab log_in_fwd"}, []string{"delete chain inet cnlab log_in_drop", "add chain inet cnlab log_in_fwd"}},
+		{all, off, []string{"delete chain inet cnlab log_eg_fwd", "delete chain inet cnlab log_in_drop"}, []string{"add chain inet cnlab log_", "log group", "counter;"}},
+	} {
+		script := rebuildTiers(1, tc.from, 2, tc.to, nil)
+		for _, w := range tc.want {
+			if !strings.Contains(script, w) {
+				t.Errorf("%q -> %q: lacks %q:\n%s", tc.from.observe, tc.to.observe, w, script)
+			}
+		}
+		for _, w := range tc.without {
+			if strings.Contains(script, w) {
+				t.Errorf("%q -> %q: has %q:\n%s", tc.from.observe, tc.to.observe, w, script)
+			}
+		}
+		if i, j := strings.Index(script, "delete chain inet cnlab ingress_g1"), strings.Index(script, "delete chain inet cnlab log_"); j >= 0 && j < i {
+			t.Errorf("log chains deleted before the generation that goes to them:\n%s", script)
 		}
 	}
 }
