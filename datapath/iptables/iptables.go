@@ -421,7 +421,7 @@ func endpointChains(chains map[string][]string, dir policy.Dir, ep *topology.End
 	render := func(lines []line, pass string) []string {
 		out := make([]string, 0, len(lines)+1)
 		for _, l := range lines {
-			v, logged, id := allow, observe.Forwarded, observe.RuleID(l.r.Origin)
+			v, logged, id := allow, observe.Forwarded, ""
 			switch {
 			case l.r.Deny:
 				v, logged = "-j DROP", observe.Dropped
@@ -430,8 +430,11 @@ func endpointChains(chains map[string][]string, dir policy.Dir, ep *topology.End
 			case l.r.Pass:
 				v, logged = pass, ""
 			}
-			if t := o.target(logged, dir, true, id); logged != "" && t != "" {
-				out = append(out, rule(l.match, l.r, t))
+			if logged != "" && datapath.Logs(o.level, logged) {
+				if id == "" {
+					id = observe.RuleID(l.r.Origin)
+				}
+				out = append(out, rule(l.match, l.r, o.target(logged, dir, true, id)))
 			}
 			out = append(out, rule(l.match, l.r, v))
 		}

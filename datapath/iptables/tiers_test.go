@@ -138,7 +138,7 @@ func checkAgainstIR(t *testing.T, lab *topology.Spec, m *policy.Model, c *policy
 			got, trace := crossing(t, hosts, packet{src.IP, dst.IP, tg.Proto, tg.Port})
 			return policytest.Crossing{Dropped: got == dropped, Redirected: got == redirected, Trace: trace}
 		})
-	if round%10 == 0 {
+	if round%30 == 0 {
 		checkLogs(t, lab, c, fmt.Sprintf("round %d (ipsets %v)", round, lab.IPTables.IPSets()))
 	}
 }
