@@ -24,7 +24,7 @@ func TestCountRules(t *testing.T) {
 	pols := append(policytest.Parse(t, policytest.TieredYAML+policytest.TieredNP), policytest.Parse(t, scenarios.L7[0].Policies)...)
 	for _, ov := range []topology.Overrides{{}, ipsetsOpt} {
 		lab, _, c := policytest.CompilePolicies(t, pols, ov)
-		lab = atLevel(lab, topology.ObserveAll)
+		lab = policytest.AtLevel(lab, topology.ObserveAll)
 		for _, h := range lab.Hosts {
 			st := Render(lab, h.Name, c)
 			var b strings.Builder

@@ -13,13 +13,6 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-// atLevel is lab with another observe level.
-func atLevel(lab *topology.Spec, level string) *topology.Spec {
-	l := *lab
-	l.Observe = level
-	return &l
-}
-
 // nflogPrefix returns the prefix of a traced NFLOG rule ("" for another
 // rule).
 func nflogPrefix(t *testing.T, traced string) (observe.Prefix, bool) {
@@ -88,71 +81,47 @@ func decidedBy(t *testing.T, c *policy.Compiled, traced string) (dir, id string,
 // (an allow entry's origin), or the end of CNLAB-FWD's F - -.
 func checkLogs(t *testing.T, lab *topology.Spec, c *policy.Compiled, label string) {
 	t.Helper()
-	render := func(l *topology.Spec) map[string]hostState {
-		st := map[string]hostState{}
-		for _, h := range l.Hosts {
-			st[h.Name] = Render(l, h.Name, c)
-		}
-		return st
-	}
-	off := render(atLevel(lab, topology.ObserveOff))
-	for _, level := range []string{topology.ObserveDrops, topology.ObserveAll} {
-		states := render(atLevel(lab, level))
-		for _, src := range lab.Endpoints {
-			for _, dst := range lab.Endpoints {
-				if src.ID() == dst.ID() {
+	policytest.ObserveCrossings(lab, func(l *topology.Spec, host string) hostState { return Render(l, host, c) },
+		func(level string, src, dst *topology.Endpoint, tg policytest.Target, off, at []hostState) {
+			p := packet{src.IP, dst.IP, tg.Proto, tg.Port}
+			want, _ := crossing(t, off, p)
+			got, trace := crossing(t, at, p)
+			what := fmt.Sprintf("%s, observe %s: %s -> %s %v", label, level, src.ID(), dst.ID(), p)
+			if got != want {
+				t.Fatalf("%s: %v, with observe off %v", what, got, want)
+			}
+			lines := strings.Split(trace, "\n")
+			logs := 0
+			for i, l := range lines {
+				pfx, ok := nflogPrefix(t, l)
+				if !ok {
 					continue
 				}
-				for _, tg := range policytest.Targets([]uint16{79, 80, 81, 1000}, 1) {
-					hosts := func(st map[string]hostState) []hostState {
-						out := []hostState{st[src.Host]}
-						if dst.Host != src.Host {
-							out = append(out, st[dst.Host])
-						}
-						return out
+				logs++
+				if level == topology.ObserveDrops && (pfx.Verdict != observe.Dropped || got != dropped || i != len(lines)-2) {
+					t.Fatalf("%s: log %+v\n%s", what, pfx, trace)
+				}
+				if strings.HasPrefix(l, fwdChain+": -m conntrack --ctstate NEW ") { // the end of CNLAB-FWD
+					if pfx.Verdict != observe.Forwarded || pfx.Direction != "" || pfx.ID != "-" {
+						t.Fatalf("%s: last log %+v\n%s", what, pfx, trace)
 					}
-					p := packet{src.IP, dst.IP, tg.Proto, tg.Port}
-					want, _ := crossing(t, hosts(off), p)
-					got, trace := crossing(t, hosts(states), p)
-					what := fmt.Sprintf("%s, observe %s: %s -> %s %v", label, level, src.ID(), dst.ID(), p)
-					if got != want {
-						t.Fatalf("%s: %v, with observe off %v", what, got, want)
-					}
-					lines := strings.Split(trace, "\n")
-					logs := 0
-					for i, l := range lines {
-						pfx, ok := nflogPrefix(t, l)
-						if !ok {
-							continue
-						}
-						logs++
-						if level == topology.ObserveDrops && (pfx.Verdict != observe.Dropped || got != dropped || i != len(lines)-2) {
-							t.Fatalf("%s: log %+v\n%s", what, pfx, trace)
-						}
-						if strings.HasPrefix(l, fwdChain+": -m conntrack --ctstate NEW ") { // the end of CNLAB-FWD
-							if pfx.Verdict != observe.Forwarded || pfx.Direction != "" || pfx.ID != "-" {
-								t.Fatalf("%s: last log %+v\n%s", what, pfx, trace)
-							}
-							continue
-						}
-						dir, id, e := decidedBy(t, c, lines[i+1])
-						if pfx.Direction != dir || pfx.ID != id {
-							t.Fatalf("%s: log %+v before %q, want direction %q id %q\n%s", what, pfx, lines[i+1], dir, id, trace)
-						}
-						if e != nil && id != "-" && e.Deny != (pfx.Verdict == observe.Dropped) {
-							t.Fatalf("%s: log %+v of entry %+v", what, pfx, *e)
-						}
-					}
-					switch {
-					case level == topology.ObserveDrops && (logs == 1) != (got == dropped):
-						t.Fatalf("%s: %d logs, %v\n%s", what, logs, got, trace)
-					case level == topology.ObserveAll && logs == 0:
-						t.Fatalf("%s: no log\n%s", what, trace)
-					}
+					continue
+				}
+				dir, id, e := decidedBy(t, c, lines[i+1])
+				if pfx.Direction != dir || pfx.ID != id {
+					t.Fatalf("%s: log %+v before %q, want direction %q id %q\n%s", what, pfx, lines[i+1], dir, id, trace)
+				}
+				if e != nil && id != "-" && e.Deny != (pfx.Verdict == observe.Dropped) {
+					t.Fatalf("%s: log %+v of entry %+v", what, pfx, *e)
 				}
 			}
-		}
-	}
+			switch {
+			case level == topology.ObserveDrops && (logs == 1) != (got == dropped):
+				t.Fatalf("%s: %d logs, %v\n%s", what, logs, got, trace)
+			case level == topology.ObserveAll && logs == 0:
+				t.Fatalf("%s: no log\n%s", what, trace)
+			}
+		})
 }
 
 // TestObserveScenarios checks the log rules of every scenario, the
@@ -181,13 +150,13 @@ func TestObserveOffRendersAsBefore(t *testing.T) {
 	for _, ov := range []topology.Overrides{{}, ipsetsOpt} {
 		lab, _, c := policytest.CompilePolicies(t, pols, ov)
 		for _, h := range lab.Hosts {
-			unset := Render(atLevel(lab, ""), h.Name, c)
-			off := Render(atLevel(lab, topology.ObserveOff), h.Name, c)
+			unset := Render(policytest.AtLevel(lab, ""), h.Name, c)
+			off := Render(policytest.AtLevel(lab, topology.ObserveOff), h.Name, c)
 			if fmt.Sprint(unset) != fmt.Sprint(off) || strings.Contains(fmt.Sprint(off), "NFLOG") {
 				t.Fatalf("%s: observe off differs from unset or logs", h.Name)
 			}
 			for _, level := range []string{topology.ObserveDrops, topology.ObserveAll} {
-				st := Render(atLevel(lab, level), h.Name, c)
+				st := Render(policytest.AtLevel(lab, level), h.Name, c)
 				if !strings.Contains(fmt.Sprint(st), "NFLOG") {
 					t.Errorf("%s %s: no log rule", h.Name, level)
 				}

@@ -49,7 +49,7 @@ func listing(st hostState) string {
 func TestCountRules(t *testing.T) {
 	lab, _, c := policytest.CompilePolicies(t, policytest.Parse(t, policytest.TieredYAML+policytest.TieredNP), topology.Overrides{})
 	for _, h := range lab.Hosts {
-		st := Render(atLevel(lab, topology.ObserveDrops), h.Name, c)
+		st := Render(policytest.AtLevel(lab, topology.ObserveDrops), h.Name, c)
 		st.Gen = 3
 		got := countRules(lab, h.Name, &st, listing(st))
 		want := map[string]uint64{}

@@ -14,13 +14,6 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-// atLevel is lab with another observe level.
-func atLevel(lab *topology.Spec, level string) *topology.Spec {
-	l := *lab
-	l.Observe = level
-	return &l
-}
-
 // traceDir is the direction of the endpoint whose chain a traced rule is
 // in ("" for the forward chain).
 func traceDir(traced string) string {
@@ -44,76 +37,56 @@ func traceDir(traced string) string {
 // comment), or "-" for an endpoint whose ingress is not isolated.
 func checkLogs(t *testing.T, lab *topology.Spec, c *policy.Compiled, label string) {
 	t.Helper()
-	render := func(l *topology.Spec) map[string]hostState {
-		st := map[string]hostState{}
-		for _, h := range l.Hosts {
-			st[h.Name] = Render(l, h.Name, c)
+	render := func(l *topology.Spec, host string) hostState {
+		st := Render(l, host, c)
+		if st.Observe != "" {
+			checkOrigins(t, c, st, label)
 		}
 		return st
 	}
-	off := render(atLevel(lab, topology.ObserveOff))
-	for _, level := range []string{topology.ObserveDrops, topology.ObserveAll} {
-		states := render(atLevel(lab, level))
-		for _, st := range states {
-			checkOrigins(t, c, st, label)
-		}
-		for _, src := range lab.Endpoints {
-			for _, dst := range lab.Endpoints {
-				if src.ID() == dst.ID() {
+	policytest.ObserveCrossings(lab, render,
+		func(level string, src, dst *topology.Endpoint, tg policytest.Target, off, at []hostState) {
+			p := packet{src.IP, dst.IP, tg.Proto, tg.Port}
+			want, _ := crossing(t, off, p)
+			got, trace := crossing(t, at, p)
+			what := fmt.Sprintf("%s, observe %s: %s -> %s %v", label, level, src.ID(), dst.ID(), p)
+			if got != want {
+				t.Fatalf("%s: %v, with observe off %v", what, got, want)
+			}
+			lines := strings.Split(trace, "\n")
+			logs := 0
+			for i, l := range lines {
+				_, prefix := unlog(t, l)
+				if prefix == "" {
 					continue
 				}
-				for _, tg := range policytest.Targets([]uint16{79, 80, 81, 1000}, 1) {
-					hosts := func(st map[string]hostState) []hostState {
-						out := []hostState{st[src.Host]}
-						if dst.Host != src.Host {
-							out = append(out, st[dst.Host])
-						}
-						return out
-					}
-					p := packet{src.IP, dst.IP, tg.Proto, tg.Port}
-					want, _ := crossing(t, hosts(off), p)
-					got, trace := crossing(t, hosts(states), p)
-					what := fmt.Sprintf("%s, observe %s: %s -> %s %v", label, level, src.ID(), dst.ID(), p)
-					if got != want {
-						t.Fatalf("%s: %v, with observe off %v", what, got, want)
-					}
-					lines := strings.Split(trace, "\n")
-					logs := 0
-					for i, l := range lines {
-						_, prefix := unlog(t, l)
-						if prefix == "" {
-							continue
-						}
-						logs++
-						pfx, _ := observe.ParsePrefix(prefix)
-						if level == topology.ObserveDrops && (pfx.Verdict != observe.Dropped || got != dropped || i != len(lines)-1) {
-							t.Fatalf("%s: log %+v\n%s", what, pfx, trace)
-						}
-						id := "-"
-						switch {
-						case strings.HasPrefix(l, "l7fwd: "):
-							id = "l7"
-						case strings.HasPrefix(l, "l7: "):
-							_, why, _ := strings.Cut(l, " comment ")
-							why = strings.Trim(why, `"`)
-							if !strings.HasPrefix(why, "ingress of ") {
-								id = observe.RuleID(why)
-							}
-						}
-						if pfx.Direction != traceDir(l) || pfx.ID != id {
-							t.Fatalf("%s: log %+v in %q, want direction %q id %q\n%s", what, pfx, l, traceDir(l), id, trace)
-						}
-					}
-					switch {
-					case level == topology.ObserveDrops && (logs == 1) != (got == dropped):
-						t.Fatalf("%s: %d logs, %v\n%s", what, logs, got, trace)
-					case level == topology.ObserveAll && logs == 0:
-						t.Fatalf("%s: no log\n%s", what, trace)
+				logs++
+				pfx, _ := observe.ParsePrefix(prefix)
+				if level == topology.ObserveDrops && (pfx.Verdict != observe.Dropped || got != dropped || i != len(lines)-1) {
+					t.Fatalf("%s: log %+v\n%s", what, pfx, trace)
+				}
+				id := "-"
+				switch {
+				case strings.HasPrefix(l, "l7fwd: "):
+					id = "l7"
+				case strings.HasPrefix(l, "l7: "):
+					_, why, _ := strings.Cut(l, " comment ")
+					why = strings.Trim(why, `"`)
+					if !strings.HasPrefix(why, "ingress of ") {
+						id = observe.RuleID(why)
 					}
 				}
+				if pfx.Direction != traceDir(l) || pfx.ID != id {
+					t.Fatalf("%s: log %+v in %q, want direction %q id %q\n%s", what, pfx, l, traceDir(l), id, trace)
+				}
 			}
-		}
-	}
+			switch {
+			case level == topology.ObserveDrops && (logs == 1) != (got == dropped):
+				t.Fatalf("%s: %d logs, %v\n%s", what, logs, got, trace)
+			case level == topology.ObserveAll && logs == 0:
+				t.Fatalf("%s: no log\n%s", what, trace)
+			}
+		})
 }
 
 // checkOrigins: every element of the allow, deny and tier sets has an
@@ -191,15 +164,15 @@ func TestObserveScenarios(t *testing.T) {
 func TestObserveOffRendersAsBefore(t *testing.T) {
 	lab, _, c := policytest.CompilePolicies(t, policytest.Parse(t, policytest.TieredYAML+policytest.TieredNP+"---\n"+scenarios.L7[0].Policies), topology.Overrides{})
 	for _, h := range lab.Hosts {
-		unset := Render(atLevel(lab, ""), h.Name, c)
-		off := Render(atLevel(lab, topology.ObserveOff), h.Name, c)
+		unset := Render(policytest.AtLevel(lab, ""), h.Name, c)
+		off := Render(policytest.AtLevel(lab, topology.ObserveOff), h.Name, c)
 		script := skeletonFor(off.layout()) + fill(0, off.Sets) + l7Script(&hostState{}, &off, true)
 		if fmt.Sprint(unset) != fmt.Sprint(off) || off.Observe != "" || off.Origins != nil ||
 			strings.Contains(script, "log") || strings.Contains(script, "counter;") {
 			t.Fatalf("%s: observe off differs from unset or logs:\n%s", h.Name, script)
 		}
 		for _, level := range []string{topology.ObserveDrops, topology.ObserveAll} {
-			st := Render(atLevel(lab, level), h.Name, c)
+			st := Render(policytest.AtLevel(lab, level), h.Name, c)
 			obs := skeletonFor(st.layout()) + fill(0, st.Sets) + l7Script(&hostState{}, &st, true)
 			if !strings.Contains(obs, "log group") || !strings.Contains(obs, "counter;") {
 				t.Errorf("%s %s: no log statement or counter:\n%s", h.Name, level, obs)
