@@ -39,3 +39,29 @@ func (m L7Match) RuleID() string {
 // notIsolated starts the Why of the L7 match that redirects what reaches
 // an endpoint whose ingress is not isolated.
 const notIsolated = "ingress of "
+
+// RuleCounts sums the counts of RuleCounters that differ only in them,
+// in the order they are first added.
+type RuleCounts struct {
+	list  []RuleCounter
+	index map[RuleCounter]int
+}
+
+// Add adds packets and bytes to the sum of rc (whose own counts are
+// zero).
+func (s *RuleCounts) Add(rc RuleCounter, packets, bytes uint64) {
+	if s.index == nil {
+		s.index = map[RuleCounter]int{}
+	}
+	i, ok := s.index[rc]
+	if !ok {
+		i = len(s.list)
+		s.index[rc] = i
+		s.list = append(s.list, rc)
+	}
+	s.list[i].Packets += packets
+	s.list[i].Bytes += bytes
+}
+
+// List returns the sums.
+func (s *RuleCounts) List() []RuleCounter { return s.list }

@@ -57,8 +57,7 @@ func countRules(lab *topology.Spec, host, listing string) []datapath.RuleCounter
 			}
 		}
 	}
-	var out []datapath.RuleCounter
-	index := map[datapath.RuleCounter]int{} // by everything but the counts
+	var sums datapath.RuleCounts
 	for _, line := range strings.Split(listing, "\n") {
 		counts, rest, ok := strings.Cut(strings.TrimPrefix(line, "["), "] -A ")
 		if !ok || !strings.HasPrefix(line, "[") {
@@ -104,16 +103,9 @@ func countRules(lab *topology.Spec, host, listing string) []datapath.RuleCounter
 		default:
 			continue
 		}
-		i, ok := index[rc]
-		if !ok {
-			i = len(out)
-			index[rc] = i
-			out = append(out, rc)
-		}
-		out[i].Packets += packets
-		out[i].Bytes += bytes
+		sums.Add(rc, packets, bytes)
 	}
-	return out
+	return sums.List()
 }
 
 // tokens splits a rule into words, a double-quoted string being one.

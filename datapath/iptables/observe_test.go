@@ -81,16 +81,12 @@ func decidedBy(t *testing.T, c *policy.Compiled, traced string) (dir, id string,
 // (an allow entry's origin), or the end of CNLAB-FWD's F - -.
 func checkLogs(t *testing.T, lab *topology.Spec, c *policy.Compiled, label string) {
 	t.Helper()
-	policytest.ObserveCrossings(lab, func(l *topology.Spec, host string) hostState { return Render(l, host, c) },
-		func(level string, src, dst *topology.Endpoint, tg policytest.Target, off, at []hostState) {
-			p := packet{src.IP, dst.IP, tg.Proto, tg.Port}
-			want, _ := crossing(t, off, p)
-			got, trace := crossing(t, at, p)
-			what := fmt.Sprintf("%s, observe %s: %s -> %s %v", label, level, src.ID(), dst.ID(), p)
-			if got != want {
-				t.Fatalf("%s: %v, with observe off %v", what, got, want)
-			}
-			lines := strings.Split(trace, "\n")
+	policytest.ObserveCrossings(t, lab, label, func(l *topology.Spec, host string) hostState { return Render(l, host, c) },
+		func(hosts []hostState, src, dst *topology.Endpoint, tg policytest.Target) (outcome, string) {
+			return crossing(t, hosts, packet{src.IP, dst.IP, tg.Proto, tg.Port})
+		},
+		func(what, level string, got outcome, lines []string) {
+			trace := strings.Join(lines, "\n")
 			logs := 0
 			for i, l := range lines {
 				pfx, ok := nflogPrefix(t, l)

@@ -60,19 +60,11 @@ var counted = regexp.MustCompile(`counter packets (\d+) bytes (\d+)`)
 // countRules reads the counters of a host's listing: per element with
 // st.Observe, else per rule (RuleCounters).
 func countRules(lab *topology.Spec, host string, st *hostState, listing string) []datapath.RuleCounter {
-	var out []datapath.RuleCounter
-	index := map[datapath.RuleCounter]int{} // by everything but the counts
+	var sums datapath.RuleCounts
 	add := func(rc datapath.RuleCounter, m []string) {
 		packets, _ := strconv.ParseUint(m[1], 10, 64)
 		bytes, _ := strconv.ParseUint(m[2], 10, 64)
-		i, ok := index[rc]
-		if !ok {
-			i = len(out)
-			index[rc] = i
-			out = append(out, rc)
-		}
-		out[i].Packets += packets
-		out[i].Bytes += bytes
+		sums.Add(rc, packets, bytes)
 	}
 	suffix := fmt.Sprintf("_g%d", st.Gen)
 	if st.Observe == "" {
@@ -92,7 +84,7 @@ func countRules(lab *topology.Spec, host string, st *hostState, listing string) 
 				add(rc, m)
 			}
 		}
-		return out
+		return sums.List()
 	}
 	byIP := map[string]string{}
 	for _, ep := range change.LocalEndpoints(lab, host) {
@@ -125,6 +117,7 @@ func countRules(lab *topology.Spec, host string, st *hostState, listing string) 
 			add(rc, []string{"", e[loc[2]:loc[3]], e[loc[4]:loc[5]]})
 		}
 	}
+	out := sums.List()
 	slices.SortFunc(out, func(a, b datapath.RuleCounter) int {
 		return cmp.Or(cmp.Compare(a.Endpoint, b.Endpoint), cmp.Compare(a.Direction, b.Direction), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Verdict, b.Verdict))
 	})
