@@ -10,7 +10,10 @@
 // Baseline-tier chain after it (endpointChains). Changes go
 // through iptables-restore --noflush, one atomic commit per host,
 // rewriting only the chains that changed; sets are written before it and
-// destroyed after it. It never touches the root network namespace.
+// destroyed after it. With observe drops or all, an NFLOG rule precedes
+// each verdict point the level logs (observe.go); iptables' own counters
+// per rule are read back per policy rule (counters.go). It never touches
+// the root network namespace.
 package iptables
 
 import (

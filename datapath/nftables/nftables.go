@@ -5,8 +5,10 @@
 // range) hold the allowed and denied flows per direction; plain sets say
 // which endpoints are isolated. An update is the difference between what
 // is in the sets and what should be, sent as one nft transaction per host,
-// so it is atomic and its cost follows the size of the change. It never
-// touches the root network namespace.
+// so it is atomic and its cost follows the size of the change. With
+// observe drops or all, the rules at the verdict points carry log
+// statements and the sets count per element (observe.go, counters.go). It
+// never touches the root network namespace.
 package nftables
 
 import (
