@@ -346,14 +346,17 @@ func (d nft) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) 
 }
 
 // update brings a host from have to want: in place when that deletes few
-// elements from interval sets, else through a new generation. It records
+// elements from interval sets, else through a new generation (always when
+// the observe level changes, recreating the table when it goes off). It records
 // the generation used in want. With have nil (the state file cannot be
 // trusted: the kernel may be on another generation than it says), or when
 // the kernel refuses the new generation, it deletes and recreates the
 // table with generation 0 holding want, in one transaction:
 // established connections survive it (conntrack is not in the table).
 func update(ctx context.Context, h *topology.Host, have, want *hostState) error {
-	if have == nil {
+	// Back to observe off, the table is made anew, as generation 0: as a
+	// lab that never observed has it (the log chains go with it).
+	if have == nil || (have.Observe != "" && want.Observe == "") {
 		return recreate(ctx, h, want)
 	}
 	want.Gen = have.Gen
