@@ -114,8 +114,13 @@ func TestObserveKernel(t *testing.T) {
 				t.Helper()
 				var out []byte
 				var err error
-				if dp == "nftables" {
-					out, err = netns.Run(ctx, h.Netns, nil, "nft", "list", "ruleset")
+				if dp == "nftables" { // the tables one by one: the ruleset lists them in the order they were made
+					out, err = netns.Run(ctx, h.Netns, nil, "nft", "list", "table", "inet", "cnlab")
+					if err == nil {
+						var ports []byte
+						ports, err = netns.Run(ctx, h.Netns, nil, "nft", "list", "table", "bridge", "cnlab")
+						out = append(out, ports...)
+					}
 				} else {
 					_, save, _ := spec.IPTables.Tools()
 					out, err = netns.Run(ctx, h.Netns, nil, save, "-c")
