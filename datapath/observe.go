@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"net/netip"
 	"strings"
 
 	"github.com/cnlab/cnlab/observe"
@@ -65,3 +66,25 @@ func (s *RuleCounts) Add(rc RuleCounter, packets, bytes uint64) {
 
 // List returns the sums.
 func (s *RuleCounts) List() []RuleCounter { return s.list }
+
+// RemotePrefixes are where the endpoints of the lab's other hosts are:
+// their pod CIDRs, and the address of any endpoint outside its host's.
+// With observe all, the end of a host's forward chain logs the new flows
+// no chain decided except those to them: the destination's host logs
+// those, where its ingress is decided.
+func RemotePrefixes(lab *topology.Spec, host string) []netip.Prefix {
+	var out []netip.Prefix
+	cidr := map[string]netip.Prefix{}
+	for _, h := range lab.Hosts {
+		cidr[h.Name] = h.PodCIDR
+		if h.Name != host && h.PodCIDR.IsValid() {
+			out = append(out, h.PodCIDR)
+		}
+	}
+	for _, ep := range lab.Endpoints {
+		if ep.Host != host && !cidr[ep.Host].Contains(ep.IP) {
+			out = append(out, netip.PrefixFrom(ep.IP, ep.IP.BitLen()))
+		}
+	}
+	return out
+}

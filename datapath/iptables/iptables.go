@@ -358,7 +358,7 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	}
 	// Every egress check comes before every ingress check: a packet
 	// between two endpoints of this host needs both.
-	st.Chains[fwdChain] = append(append(fwd, jumpsIn...), o.before("-m conntrack --ctstate NEW", observe.Forwarded, 0, false, "-")...)
+	st.Chains[fwdChain] = append(append(fwd, jumpsIn...), o.end(lab, host)...)
 	if len(sets) > 0 {
 		st.Sets = sets
 	}

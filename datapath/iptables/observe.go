@@ -6,6 +6,7 @@ import (
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/observe"
 	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/topology"
 )
 
 // With observe: drops or all (topology.Spec.ObserveLevel), each verdict
@@ -25,8 +26,10 @@ import (
 //   - all: those, every allow rule ("cnlab F I|E <RuleID(origin)>"), the
 //     redirects of CNLAB-L7 to the proxy ("cnlab R I <RuleID>", "-"
 //     for an endpoint whose ingress is not isolated), and at the end of
-//     CNLAB-FWD every new flow no chain accepted or dropped ("cnlab F - -"),
-//     so every new flow is logged at least once.
+//     CNLAB-FWD every new flow no chain accepted or dropped ("cnlab F - -")
+//     but those to the endpoints of other hosts, which return first (the
+//     destination's host logs them: its ingress decides), so every new
+//     flow is logged at least once.
 //
 // With observe off nothing is added: the chains are as they always were.
 type observer struct{ level string }
@@ -53,4 +56,18 @@ func (o observer) before(match, verdict string, dir policy.Dir, dirKnown bool, i
 		return []string{t}
 	}
 	return []string{match + " " + t}
+}
+
+// end is the end of CNLAB-FWD: with observe all, the flows to other
+// hosts' endpoints return, every other new flow is logged.
+func (o observer) end(lab *topology.Spec, host string) []string {
+	log := o.before("-m conntrack --ctstate NEW", observe.Forwarded, 0, false, "-")
+	if log == nil {
+		return nil
+	}
+	var out []string
+	for _, p := range datapath.RemotePrefixes(lab, host) {
+		out = append(out, "-d "+p.String()+" -j RETURN")
+	}
+	return append(out, log...)
 }

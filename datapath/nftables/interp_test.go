@@ -142,7 +142,15 @@ func unlog(t *testing.T, rule string) (string, string) {
 // "".
 func runRule(t *testing.T, st hostState, rule string, p packet) (verdict string, hit bool) {
 	rule, _ = unlog(t, strings.Replace(rule, " counter", "", 1))
-	if rule == "ct state new counter " || rule == "ct state new " {
+	if r, ok := strings.CutPrefix(rule, "ct state new "); ok { // the end of the forward chain
+		if set, ok := strings.CutPrefix(r, "ip daddr != { "); ok {
+			set, _, _ = strings.Cut(set, " }")
+			for _, pfx := range strings.Split(set, ", ") {
+				if netip.MustParsePrefix(pfx).Contains(p.dst) {
+					return "", false
+				}
+			}
+		}
 		return "", true
 	}
 	if strings.HasPrefix(rule, "ct state ") {
@@ -194,7 +202,7 @@ func chains(script string) map[string][]string {
 var layouts = map[string]map[string][]string{}
 
 func chainsOf(l layout) map[string][]string {
-	k := strings.Join(l.tiers, ",") + " " + l.observe
+	k := strings.Join(l.tiers, ",") + " " + l.observe + " " + strings.Join(l.remote, ",")
 	if cs, ok := layouts[k]; ok {
 		return cs
 	}

@@ -222,7 +222,11 @@ func forwardRules(g int, l layout) string {
 		fmt.Sprintf("ip daddr @in_subj_g%d jump ingress_g%d", g, g),
 	}
 	if end := l.log(observe.Forwarded, false, false, "-"); end != "" {
-		rules = append(rules, "ct state new counter "+strings.TrimSpace(end))
+		remote := ""
+		if len(l.remote) > 0 {
+			remote = "ip daddr != { " + strings.Join(l.remote, ", ") + " } "
+		}
+		rules = append(rules, "ct state new "+remote+"counter "+strings.TrimSpace(end))
 	}
 	for _, r := range rules {
 		fmt.Fprintf(&b, "add rule %s forward %s\n", table, r)
@@ -329,11 +333,17 @@ type hostState struct {
 	// the allow, deny and tier sets counts for, by set and element key
 	// (originKey): RuleCounters reads the elements' counters with it.
 	Origins map[string]string `json:"origins,omitempty"`
+	// Remote, with observe all, are the prefixes of the other hosts'
+	// endpoints (datapath.RemotePrefixes), whose flows the end of the
+	// forward chain does not log.
+	Remote []string `json:"remote,omitempty"`
 }
 
 // layout is what a generation's declarations depend on besides the
 // elements: the tier maps looked up and the observe level.
-func (s *hostState) layout() layout { return layout{tiers: s.Tiers, observe: s.Observe} }
+func (s *hostState) layout() layout {
+	return layout{tiers: s.Tiers, observe: s.Observe, remote: s.Remote}
+}
 
 // Apply sends each host the difference between its sets and the wanted
 // ones in one transaction. If the kernel refuses the incremental change,
@@ -502,6 +512,11 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	st := hostState{Sets: map[string][]string{}}
 	if level := lab.ObserveLevel(); datapath.Logs(level, observe.Dropped) {
 		st.Observe, st.Origins = level, map[string]string{}
+	}
+	if datapath.Logs(st.Observe, observe.Forwarded) {
+		for _, p := range datapath.RemotePrefixes(lab, host) {
+			st.Remote = append(st.Remote, p.String())
+		}
 	}
 	np := map[string][]string{} // npSets, kept when the host has tier maps
 	for _, ep := range change.LocalEndpoints(lab, host) {

@@ -30,8 +30,10 @@ import (
 //     (log_eg_fwd, log_in_fwd: "cnlab F E -", "cnlab F I -"), the l7
 //     chain's redirects to the proxy ("cnlab R I <RuleID>", "-" for an
 //     endpoint whose ingress is not isolated), and at the end of the
-//     forward chain every new flow no chain accepted or dropped ("cnlab F
-//   - -"), so every new flow is logged at least once.
+//     forward chain every new flow no chain accepted or dropped (prefix
+//     "cnlab F - -") but those to other hosts' endpoints
+//     (hostState.Remote: the destination's host logs them, where its
+//     ingress is decided), so every new flow is logged at least once.
 //
 // One rule (or one log chain) serves a whole verdict class of a
 // direction: the elements of its set or map stand for many IR entries,
@@ -46,6 +48,7 @@ import (
 type layout struct {
 	tiers   []string // the tier maps looked up
 	observe string   // the observe level when it logs, else ""
+	remote  []string // with observe all, the prefixes of other hosts' endpoints
 }
 
 // log is the log statement of a verdict point giving verdict ("" when
