@@ -70,7 +70,7 @@ func L7Redirects(lab *topology.Spec, host string, c *policy.Compiled) []L7Match 
 				}
 			}
 			if !c.Enforced[id].Ingress {
-				out = append(out, L7Match{Dst: d.IP, Port: port, Redirect: true, Why: "ingress of " + d.ID() + " not isolated"})
+				out = append(out, L7Match{Dst: d.IP, Port: port, Redirect: true, Why: notIsolated + d.ID() + " not isolated"})
 			}
 		}
 	}

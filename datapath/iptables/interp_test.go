@@ -33,23 +33,6 @@ const (
 
 func (o outcome) String() string { return [...]string{"passed", "dropped", "redirected"}[o] }
 
-// tokens splits a rule into words, a double-quoted string being one.
-func tokens(rule string) []string {
-	var out []string
-	for rule = strings.TrimSpace(rule); rule != ""; rule = strings.TrimSpace(rule) {
-		if rule[0] == '"' {
-			end := strings.IndexByte(rule[1:], '"') + 1
-			out = append(out, rule[1:end])
-			rule = rule[end+1:]
-			continue
-		}
-		w, rest, _ := strings.Cut(rule, " ")
-		out = append(out, w)
-		rule = rest
-	}
-	return out
-}
-
 // matches evaluates a rule's matches and returns its target words (after
 // -j or -g) and whether the target is a goto.
 func matches(t *testing.T, st hostState, rule string, p packet) (bool, []string, bool) {
@@ -77,7 +60,7 @@ func matches(t *testing.T, st hostState, rule string, p packet) (bool, []string,
 			case "tcp", "udp", "sctp", "comment":
 				i++
 			case "conntrack": // a new connection: neither ESTABLISHED nor INVALID
-				ok = false
+				ok = ok && w[i+3] == "NEW"
 				i += 3
 			case "set":
 				if w[i+2] != "--match-set" {
@@ -108,6 +91,9 @@ func matches(t *testing.T, st hostState, rule string, p packet) (bool, []string,
 		case "--comment":
 			i++
 		case "-j", "-g":
+			if w[i+1] == "NFLOG" && (len(w) != i+10 || w[i+2] != "--nflog-prefix" || w[i+4] != "--nflog-group" || w[i+6] != "--nflog-size" || w[i+8] != "--nflog-threshold") {
+				t.Fatalf("rule %q: NFLOG as it is not rendered", rule)
+			}
 			return ok, w[i+1:], w[i] == "-g"
 		default:
 			t.Fatalf("rule %q: unknown word %q", rule, w[i])
@@ -169,6 +155,7 @@ func forward(t *testing.T, st hostState, p packet) (outcome, []string) {
 		}
 		trace = append(trace, top.chain+": "+r)
 		switch target[0] {
+		case "NFLOG": // not terminal
 		case "ACCEPT":
 			return passed, trace
 		case "DROP":
@@ -191,20 +178,24 @@ func forward(t *testing.T, st hostState, p packet) (outcome, []string) {
 // nat runs a new TCP connection through a host's CNLAB-L7.
 func nat(t *testing.T, st hostState, p packet) (outcome, []string) {
 	t.Helper()
+	var trace []string
 	for _, r := range st.NAT {
 		hit, target, _ := matches(t, st, r, p)
 		if !hit {
 			continue
 		}
 		switch target[0] {
+		case "NFLOG":
+			trace = append(trace, "nat: "+r)
+			continue
 		case "REDIRECT":
-			return redirected, []string{"nat: " + r}
+			return redirected, append(trace, "nat: "+r)
 		case "RETURN":
-			return passed, []string{"nat: " + r}
+			return passed, append(trace, "nat: "+r)
 		}
 		t.Fatalf("nat rule %q: unknown target", r)
 	}
-	return passed, nil
+	return passed, trace
 }
 
 // crossing runs a new connection through the hosts it crosses, each with

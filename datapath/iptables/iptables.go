@@ -10,7 +10,10 @@
 // Baseline-tier chain after it (endpointChains). Changes go
 // through iptables-restore --noflush, one atomic commit per host,
 // rewriting only the chains that changed; sets are written before it and
-// destroyed after it. It never touches the root network namespace.
+// destroyed after it. With observe drops or all, an NFLOG rule precedes
+// each verdict point the level logs (observe.go); iptables' own counters
+// per rule are read back per policy rule (counters.go). It never touches
+// the root network namespace.
 package iptables
 
 import (
@@ -26,6 +29,7 @@ import (
 	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/fault"
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/observe"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -305,6 +309,7 @@ func tierChainName(tier string, dir policy.Dir, ep *topology.Endpoint) string {
 // is pure, so it is tested without root.
 func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	st := hostState{Chains: map[string][]string{}}
+	o := observer{lab.ObserveLevel()}
 	var fwd []string
 	filler := topology.FillerRules(lab.IPTables.Filler) // shared with the chain firewall
 	if lab.IPTables.FillerMode == kind.FillerNoMatch {
@@ -314,6 +319,7 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	if lab.IPTables.FillerMode == kind.FillerTopOfChain {
 		fwd = append(fwd, filler...)
 	}
+	fwd = append(fwd, o.before("-m conntrack --ctstate INVALID", observe.Dropped, 0, false, "invalid")...)
 	fwd = append(fwd, "-m conntrack --ctstate INVALID -j DROP")
 	var jumpsIn []string
 	var sets map[string]ipset
@@ -340,9 +346,9 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 			}
 			var l7 []string
 			if dir == policy.Ingress {
-				l7 = l7Drops(c, id)
+				l7 = l7Drops(c, id, o)
 			}
-			entry := endpointChains(st.Chains, dir, ep, lines, l7, enforced)
+			entry := endpointChains(st.Chains, dir, ep, lines, l7, enforced, o)
 			if dir == policy.Egress {
 				fwd = append(fwd, fmt.Sprintf("-s %s/32 -j %s", ep.IP, entry))
 			} else {
@@ -352,11 +358,11 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	}
 	// Every egress check comes before every ingress check: a packet
 	// between two endpoints of this host needs both.
-	st.Chains[fwdChain] = append(fwd, jumpsIn...)
+	st.Chains[fwdChain] = append(append(fwd, jumpsIn...), o.end(lab, host)...)
 	if len(sets) > 0 {
 		st.Sets = sets
 	}
-	st.NAT = renderL7(lab, host, c)
+	st.NAT = renderL7(lab, host, c, o)
 	return st
 }
 
@@ -408,47 +414,60 @@ func (t *tierLines) add(m []string, r policy.Entry) {
 // new connections to L7 ports, l7Drops): an Admin allow, before them, is
 // final and reaches the endpoint without the proxy. A NetworkPolicy chain that would hold
 // nothing but its end is left out, the Admin chain ending as it would.
-func endpointChains(chains map[string][]string, dir policy.Dir, ep *topology.Endpoint, t tierLines, first []string, enforced bool) string {
+func endpointChains(chains map[string][]string, dir policy.Dir, ep *topology.Endpoint, t tierLines, first []string, enforced bool, o observer) string {
 	allow := "-j RETURN"
 	if dir == policy.Ingress {
 		allow = "-j ACCEPT"
 	}
+	// The default drop of an isolated endpoint, with its log rule.
+	drop := append(o.before("", observe.Dropped, dir, true, "-"), chainEnd(true))
 	render := func(lines []line, pass string) []string {
 		out := make([]string, 0, len(lines)+1)
 		for _, l := range lines {
-			v := allow
+			v, logged, id := allow, observe.Forwarded, ""
 			switch {
 			case l.r.Deny:
-				v = "-j DROP"
+				v, logged = "-j DROP", observe.Dropped
+			case l.r.Pass && pass == chainEnd(true):
+				v, logged, id = pass, observe.Dropped, "-" // on to the default drop
 			case l.r.Pass:
-				v = pass
+				v, logged = pass, ""
+			}
+			if logged != "" && datapath.Logs(o.level, logged) {
+				if id == "" {
+					id = observe.RuleID(l.r.Origin)
+				}
+				out = append(out, rule(l.match, l.r, o.target(logged, dir, true, id)))
 			}
 			out = append(out, rule(l.match, l.r, v))
 		}
 		return out
 	}
 	name := chainName(dir, ep)
-	end := chainEnd(enforced)
+	end := []string{chainEnd(enforced)}
+	if enforced {
+		end = drop
+	}
 	if len(t.base) > 0 {
 		base := tierChainName("B", dir, ep)
 		chains[base] = append(render(t.base, ""), "-j RETURN")
 		if !enforced {
-			end = "-g " + base
+			end = []string{"-g " + base}
 		}
 	}
-	np := append(append(first, render(t.np, "")...), end)
+	np := append(append(first, render(t.np, "")...), end...)
 	if len(t.admin) == 0 {
 		chains[name] = np
 		return name
 	}
-	next := "-g " + name
-	if len(np) == 1 {
+	next := []string{"-g " + name}
+	if len(np) == len(end) {
 		next = end
 	} else {
 		chains[name] = np
 	}
 	admin := tierChainName("A", dir, ep)
-	chains[admin] = append(render(t.admin, next), next)
+	chains[admin] = append(render(t.admin, next[len(next)-1]), next...)
 	return admin
 }
 

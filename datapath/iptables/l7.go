@@ -8,6 +8,7 @@ import (
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/l7proxy"
+	"github.com/cnlab/cnlab/observe"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -21,33 +22,41 @@ import (
 // chain drops new connections to its L7 ports.
 const l7Chain = "CNLAB-L7"
 
+// l7DropComment is the comment of an ingress chain's drop of new
+// connections to an L7 port (l7Drops).
+const l7DropComment = "L7 port: only through the proxy"
+
 // l7JumpRule hooks CNLAB-L7 into nat PREROUTING.
 var l7JumpRule = fmt.Sprintf("-I PREROUTING 1 -m comment --comment %q -j %s", comment, l7Chain)
 
 // renderL7 returns the rules of CNLAB-L7 for one host (nil when none of
 // its endpoints has an L7 port).
-func renderL7(lab *topology.Spec, host string, c *policy.Compiled) []string {
+func renderL7(lab *topology.Spec, host string, c *policy.Compiled, o observer) []string {
 	var out []string
 	for _, m := range datapath.L7Redirects(lab, host, c) {
 		r := fmt.Sprintf("-d %s/32 -p tcp -m tcp --dport %d", m.Dst, m.Port)
 		if m.Src.IsValid() {
 			r = "-s " + m.Src.String() + " " + r
 		}
+		r = fmt.Sprintf("%s -m comment --comment %s", r, quote(m.Why))
 		verdict := "RETURN"
 		if m.Redirect {
 			verdict = fmt.Sprintf("REDIRECT --to-ports %d", l7proxy.Port)
+			out = append(out, o.before(r, observe.Redirected, policy.Ingress, true, m.RuleID())...)
 		}
-		out = append(out, fmt.Sprintf("%s -m comment --comment %s -j %s", r, quote(m.Why), verdict))
+		out = append(out, r+" -j "+verdict)
 	}
 	return out
 }
 
 // l7Drops are the first rules of an endpoint's ingress chain: a new
 // connection to an L7 port reaches the endpoint only through the proxy.
-func l7Drops(c *policy.Compiled, id uint32) []string {
+func l7Drops(c *policy.Compiled, id uint32, o observer) []string {
 	var out []string
 	for _, port := range c.L7Ports(id) {
-		out = append(out, fmt.Sprintf("-p tcp -m tcp --dport %d -m comment --comment %s -j DROP", port, quote("L7 port: only through the proxy")))
+		m := fmt.Sprintf("-p tcp -m tcp --dport %d -m comment --comment %s", port, quote(l7DropComment))
+		out = append(out, o.before(m, observe.Dropped, policy.Ingress, true, "l7")...)
+		out = append(out, m+" -j DROP")
 	}
 	return out
 }

@@ -138,6 +138,9 @@ func checkAgainstIR(t *testing.T, lab *topology.Spec, m *policy.Model, c *policy
 			got, trace := crossing(t, hosts, packet{src.IP, dst.IP, tg.Proto, tg.Port})
 			return policytest.Crossing{Dropped: got == dropped, Redirected: got == redirected, Trace: trace}
 		})
+	if round%30 == 0 {
+		checkLogs(t, lab, c, fmt.Sprintf("round %d (ipsets %v)", round, lab.IPTables.IPSets()))
+	}
 }
 
 // l7PassGo is policytest.L7PassYAML built in Go.

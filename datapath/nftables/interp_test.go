@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cnlab/cnlab/observe"
 	"github.com/cnlab/cnlab/policy"
 )
 
@@ -117,11 +118,46 @@ func lookup(t *testing.T, st hostState, set string, fields []string, p packet) (
 	return value, found == 1
 }
 
+// unlog takes a rule's log statement out (cutting its prefix, "" for
+// none); a log statement as the datapath does not write it fails the
+// test.
+func unlog(t *testing.T, rule string) (string, string) {
+	before, after, ok := strings.Cut(rule, "log group ")
+	if !ok {
+		return rule, ""
+	}
+	head := fmt.Sprintf("%d snaplen 128 prefix \"", observe.NFLOGGroup)
+	if !strings.HasPrefix(after, head) {
+		t.Fatalf("rule %q: log statement", rule)
+	}
+	prefix, rest, _ := strings.Cut(after[len(head):], "\" ")
+	if _, ok := observe.ParsePrefix(prefix); !ok {
+		t.Fatalf("rule %q: prefix %q is not cnlab's", rule, prefix)
+	}
+	return before + rest, prefix
+}
+
 // runRule evaluates a rule: key fields, a set or map, a verdict (or vmap).
+// A rule that only logs (the end of the forward chain) hits with verdict
+// "".
 func runRule(t *testing.T, st hostState, rule string, p packet) (verdict string, hit bool) {
-	rule = strings.Replace(rule, " counter", "", 1)
+	rule, _ = unlog(t, strings.Replace(rule, " counter", "", 1))
+	if r, ok := strings.CutPrefix(rule, "ct state new "); ok { // the end of the forward chain
+		if set, ok := strings.CutPrefix(r, "ip daddr != { "); ok {
+			set, _, _ = strings.Cut(set, " }")
+			for _, pfx := range strings.Split(set, ", ") {
+				if netip.MustParsePrefix(pfx).Contains(p.dst) {
+					return "", false
+				}
+			}
+		}
+		return "", true
+	}
 	if strings.HasPrefix(rule, "ct state ") {
 		return "", false // a new connection: neither established, related nor invalid
+	}
+	if v, ok := strings.CutPrefix(rule, "log_only "); ok {
+		return v, true
 	}
 	keyPart, rest, ok := strings.Cut(rule, " @")
 	if !ok {
@@ -150,6 +186,10 @@ func chains(script string) map[string][]string {
 	for _, line := range strings.Split(script, "\n") {
 		if r, ok := strings.CutPrefix(line, "add rule "+table+" "); ok {
 			name, rule, _ := strings.Cut(r, " ")
+			if strings.HasPrefix(name, "log_") { // a log chain: it logs, then its verdict
+				out[name] = append(out[name], "log_only "+rule)
+				continue
+			}
 			g := strings.LastIndex(name, "_g")
 			out[name[:g]] = append(out[name[:g]], rule)
 		}
@@ -157,16 +197,17 @@ func chains(script string) map[string][]string {
 	return out
 }
 
-// layouts are the chains of a generation, per tier maps looked up.
+// layouts are the chains of a generation, per tier maps looked up and
+// observe level.
 var layouts = map[string]map[string][]string{}
 
-func layout(tiers []string) map[string][]string {
-	k := strings.Join(tiers, ",")
+func chainsOf(l layout) map[string][]string {
+	k := strings.Join(l.tiers, ",") + " " + l.observe + " " + strings.Join(l.remote, ",")
 	if cs, ok := layouts[k]; ok {
 		return cs
 	}
-	cs := chains(generationDecls(0, tiers))
-	for _, line := range strings.Split(strings.TrimSpace(forwardRules(0)), "\n") {
+	cs := chains(generationDecls(0, l))
+	for _, line := range strings.Split(strings.TrimSpace(forwardRules(0, l)), "\n") {
 		if r, ok := strings.CutPrefix(line, "add rule "+table+" forward "); ok {
 			cs["forward"] = append(cs["forward"], r)
 		}
@@ -181,7 +222,7 @@ func layout(tiers []string) map[string][]string {
 // chain's end returns; accept ends in passed, drop in dropped.
 func forwardChain(t *testing.T, st hostState, p packet) (outcome, []string) {
 	t.Helper()
-	cs := layout(st.Tiers)
+	cs := chainsOf(st.layout())
 	type frame struct {
 		chain string
 		next  int
@@ -207,6 +248,7 @@ func forwardChain(t *testing.T, st hostState, p packet) (outcome, []string) {
 		trace = append(trace, top.chain+": "+r+" => "+v)
 		verb, target, _ := strings.Cut(v, " ")
 		switch verb {
+		case "": // logged only
 		case "drop":
 			return dropped, trace
 		case "accept":
@@ -217,7 +259,10 @@ func forwardChain(t *testing.T, st hostState, p packet) (outcome, []string) {
 			if verb == "goto" {
 				stack = stack[:len(stack)-1]
 			}
-			stack = append(stack, frame{target[:strings.LastIndex(target, "_g")], 0})
+			if g := strings.LastIndex(target, "_g"); g > 0 {
+				target = target[:g]
+			}
+			stack = append(stack, frame{target, 0})
 		default:
 			t.Fatalf("rule %q: verdict %q", r, v)
 		}
@@ -229,6 +274,7 @@ func forwardChain(t *testing.T, st hostState, p packet) (outcome, []string) {
 // tcp dport, ct state new, then a verdict.
 func l7Rule(t *testing.T, rule string, p packet) (string, bool) {
 	rule, _, _ = strings.Cut(rule, " comment ")
+	rule, _ = unlog(t, rule)
 	w := strings.Fields(rule)
 	for i := 0; i < len(w); i++ {
 		switch {

@@ -7,6 +7,7 @@ import (
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/l7proxy"
+	"github.com/cnlab/cnlab/observe"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -25,6 +26,7 @@ const (
 
 // renderL7 returns the rules of the l7 and l7fwd chains of one host.
 func renderL7(lab *topology.Spec, host string, c *policy.Compiled) (nat, fwd []string) {
+	l := layout{observe: lab.ObserveLevel()}
 	for _, m := range datapath.L7Redirects(lab, host, c) {
 		r := fmt.Sprintf("ip daddr %s tcp dport %d", m.Dst, m.Port)
 		if m.Src.IsValid() {
@@ -32,7 +34,7 @@ func renderL7(lab *topology.Spec, host string, c *policy.Compiled) (nat, fwd []s
 		}
 		verdict := "return"
 		if m.Redirect {
-			verdict = fmt.Sprintf("redirect to :%d", l7proxy.Port)
+			verdict = l.log(observe.Redirected, true, true, m.RuleID()) + fmt.Sprintf("redirect to :%d", l7proxy.Port)
 		}
 		nat = append(nat, fmt.Sprintf("%s counter %s comment %q", r, verdict, comment(m.Why)))
 		if m.Admin {
@@ -43,7 +45,7 @@ func renderL7(lab *topology.Spec, host string, c *policy.Compiled) (nat, fwd []s
 	}
 	for _, ep := range change.LocalEndpoints(lab, host) {
 		for _, port := range c.L7Ports(c.IdentityOfIP(ep.IP)) {
-			fwd = append(fwd, fmt.Sprintf("ct state new ip daddr %s tcp dport %d counter drop comment %q", ep.IP, port, "L7 port: only through the proxy"))
+			fwd = append(fwd, fmt.Sprintf("ct state new ip daddr %s tcp dport %d counter %sdrop comment %q", ep.IP, port, l.log(observe.Dropped, true, true, "l7"), "L7 port: only through the proxy"))
 		}
 	}
 	return nat, fwd

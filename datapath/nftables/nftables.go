@@ -5,8 +5,10 @@
 // range) hold the allowed and denied flows per direction; plain sets say
 // which endpoints are isolated. An update is the difference between what
 // is in the sets and what should be, sent as one nft transaction per host,
-// so it is atomic and its cost follows the size of the change. It never
-// touches the root network namespace.
+// so it is atomic and its cost follows the size of the change. With
+// observe drops or all, the rules at the verdict points carry log
+// statements and the sets count per element (observe.go, counters.go). It
+// never touches the root network namespace.
 package nftables
 
 import (
@@ -21,6 +23,7 @@ import (
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/change"
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/observe"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -72,7 +75,7 @@ var tierMaps = []string{"eg_adm", "eg_adm_p", "in_adm", "in_adm_p", "eg_base", "
 // deletes generation N, all in one transaction: deleting a whole set is
 // cheap, deleting its elements one by one is not (see BENCHMARKS.md).
 
-func setDecls(g int) string {
+func setDecls(g int, l layout) string {
 	var b strings.Builder
 	for _, name := range setNames {
 		typ := "ipv4_addr . ipv4_addr . inet_proto . inet_service"
@@ -85,6 +88,9 @@ func setDecls(g int) string {
 		case intervalSets[name]:
 			flags = " flags interval;"
 		}
+		if l.observe != "" && !strings.HasSuffix(name, "_subj") {
+			flags += " counter;"
+		}
 		fmt.Fprintf(&b, "add set %s %s_g%d { type %s;%s }\n", table, name, g, typ, flags)
 	}
 	return b.String()
@@ -96,14 +102,18 @@ func setDecls(g int) string {
 var npSets = []string{"eg_np", "in_np"}
 
 // tierDecls declares generation g's tier maps and npSets.
-func tierDecls(g int) string {
+func tierDecls(g int, l layout) string {
 	var b strings.Builder
+	counter := ""
+	if l.observe != "" {
+		counter = " counter;"
+	}
 	for _, name := range tierMaps {
 		typ := "ipv4_addr . ipv4_addr . inet_proto . inet_service"
 		if strings.HasSuffix(name, "_p") {
 			typ = "ipv4_addr . ipv4_addr . inet_proto"
 		}
-		fmt.Fprintf(&b, "add map %s %s_g%d { type %s : verdict; flags interval; }\n", table, name, g, typ)
+		fmt.Fprintf(&b, "add map %s %s_g%d { type %s : verdict; flags interval;%s }\n", table, name, g, typ, counter)
 	}
 	for _, name := range npSets {
 		fmt.Fprintf(&b, "add set %s %s_g%d { type ipv4_addr; }\n", table, name, g)
@@ -128,7 +138,7 @@ func tierLookups(g int, dir, tier string, tiers []string) []string {
 	return out
 }
 
-func chainDecls(g int) string { return chainDeclsFor(g, nil) }
+func chainDecls(g int) string { return chainDeclsFor(g, layout{}) }
 
 // The NetworkPolicy tier's rules of each direction's chain.
 var (
@@ -161,7 +171,8 @@ var (
 // tier's lookups followed by the Baseline tier's; any other endpoint goes
 // on to the Baseline tier's lookups straight away, without looking the
 // NetworkPolicy tier's sets up.
-func chainDeclsFor(g int, tiers []string) string {
+func chainDeclsFor(g int, l layout) string {
+	tiers := l.tiers
 	var b strings.Builder
 	rule := func(chain, r string) { fmt.Fprintf(&b, "add rule %s %s_g%d %s\n", table, chain, g, r) }
 	dirs := []struct {
@@ -175,8 +186,9 @@ func chainDeclsFor(g int, tiers []string) string {
 	}
 	for _, d := range dirs {
 		fmt.Fprintf(&b, "add chain %s %s_g%d\n", table, d.chain, g)
+		np := l.logNP(d.np, d.dir == "in")
 		if len(tiers) == 0 {
-			for _, r := range d.np {
+			for _, r := range np {
 				rule(d.chain, fmt.Sprintf(r, g))
 			}
 			continue
@@ -189,7 +201,7 @@ func chainDeclsFor(g int, tiers []string) string {
 		for _, r := range base {
 			rule(d.chain, r)
 		}
-		for _, r := range d.np {
+		for _, r := range np {
 			rule(d.chain+"_np", fmt.Sprintf(r, g))
 		}
 		for _, r := range base {
@@ -200,25 +212,34 @@ func chainDeclsFor(g int, tiers []string) string {
 }
 
 // forwardRules (re)writes the forward chain to use generation g.
-func forwardRules(g int) string {
+func forwardRules(g int, l layout) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "flush chain %s forward\n", table)
-	for _, r := range []string{
+	rules := []string{
 		"ct state established,related accept",
-		"ct state invalid drop",
+		"ct state invalid " + l.log(observe.Dropped, false, false, "invalid") + "drop",
 		fmt.Sprintf("ip saddr @eg_subj_g%d jump egress_g%d", g, g),
 		fmt.Sprintf("ip daddr @in_subj_g%d jump ingress_g%d", g, g),
-	} {
+	}
+	if end := l.log(observe.Forwarded, false, false, "-"); end != "" {
+		remote := ""
+		if len(l.remote) > 0 {
+			remote = "ip daddr != { " + strings.Join(l.remote, ", ") + " } "
+		}
+		rules = append(rules, "ct state new "+remote+"counter "+strings.TrimSpace(end))
+	}
+	for _, r := range rules {
 		fmt.Fprintf(&b, "add rule %s forward %s\n", table, r)
 	}
 	return b.String()
 }
 
-func dropGeneration(g int) string { return dropGenerationFor(g, nil) }
+func dropGeneration(g int) string { return dropGenerationFor(g, layout{}) }
 
 // dropGenerationFor deletes generation g, with its tier maps if it has
-// any lookup (tiers).
-func dropGenerationFor(g int, tiers []string) string {
+// any lookup (l.tiers).
+func dropGenerationFor(g int, l layout) string {
+	tiers := l.tiers
 	var b strings.Builder
 	fmt.Fprintf(&b, "delete chain %s egress_g%d\ndelete chain %s ingress_g%d\n", table, g, table, g)
 	if len(tiers) > 0 {
@@ -239,22 +260,25 @@ func dropGenerationFor(g int, tiers []string) string {
 }
 
 // skeleton creates the table with generation 0, empty.
-func skeleton() string { return skeletonFor(nil) }
+func skeleton() string { return skeletonFor(layout{}) }
 
-// skeletonFor is skeleton with the tier maps and lookups of tiers.
-func skeletonFor(tiers []string) string {
+// skeletonFor is skeleton with the layout l: the tier maps and lookups
+// of l.tiers, the log statements and counters of l.observe.
+func skeletonFor(l layout) string {
 	return "add table " + table + "\ndelete table " + table + "\nadd table " + table + "\n" +
 		"add chain " + table + " forward { type filter hook forward priority filter; policy accept; }\n" +
-		generationDecls(0, tiers) + forwardRules(0)
+		generationDecls(0, l) + forwardRules(0, l)
 }
 
 // generationDecls declares generation g's sets and chains, and with
-// tiers (the tier maps looked up) every tier map.
-func generationDecls(g int, tiers []string) string {
-	if len(tiers) == 0 {
-		return setDecls(g) + chainDecls(g)
+// l.tiers (the tier maps looked up) every tier map; with l.observe, the
+// log chains the tier maps' elements go to (logChains).
+func generationDecls(g int, l layout) string {
+	decls := setDecls(g, l) + l.logChains()
+	if len(l.tiers) == 0 {
+		return decls + chainDeclsFor(g, l)
 	}
-	return setDecls(g) + tierDecls(g) + chainDeclsFor(g, tiers)
+	return decls + tierDecls(g, l) + chainDeclsFor(g, l)
 }
 
 type nft struct{}
@@ -301,6 +325,24 @@ type hostState struct {
 	// chains look up (sorted; the generation has every tier map when
 	// there is one).
 	Tiers []string `json:"tiers,omitempty"`
+	// Observe is the lab's observe level when it logs (drops, all; ""
+	// when off): the generation's rules carry log statements, its sets
+	// and maps per-element counters (observe.go).
+	Observe string `json:"observe,omitempty"`
+	// Origins, with Observe, is the IR entry's origin each element of
+	// the allow, deny and tier sets counts for, by set and element key
+	// (originKey): RuleCounters reads the elements' counters with it.
+	Origins map[string]string `json:"origins,omitempty"`
+	// Remote, with observe all, are the prefixes of the other hosts'
+	// endpoints (datapath.RemotePrefixes), whose flows the end of the
+	// forward chain does not log.
+	Remote []string `json:"remote,omitempty"`
+}
+
+// layout is what a generation's declarations depend on besides the
+// elements: the tier maps looked up and the observe level.
+func (s *hostState) layout() layout {
+	return layout{tiers: s.Tiers, observe: s.Observe, remote: s.Remote}
 }
 
 // Apply sends each host the difference between its sets and the wanted
@@ -314,22 +356,25 @@ func (d nft) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) 
 }
 
 // update brings a host from have to want: in place when that deletes few
-// elements from interval sets, else through a new generation. It records
+// elements from interval sets, else through a new generation (always when
+// the observe level changes, recreating the table when it goes off). It records
 // the generation used in want. With have nil (the state file cannot be
 // trusted: the kernel may be on another generation than it says), or when
 // the kernel refuses the new generation, it deletes and recreates the
 // table with generation 0 holding want, in one transaction:
 // established connections survive it (conntrack is not in the table).
 func update(ctx context.Context, h *topology.Host, have, want *hostState) error {
-	if have == nil {
+	// Back to observe off, the table is made anew, as generation 0: as a
+	// lab that never observed has it (the log chains go with it).
+	if have == nil || (have.Observe != "" && want.Observe == "") {
 		return recreate(ctx, h, want)
 	}
 	want.Gen = have.Gen
 	l7 := l7Script(have, want, false)
 	script, ok := diffScript(have.Gen, have.Sets, want.Sets)
-	// Tier maps filling or emptying change the chains' layout: a new
-	// generation.
-	if ok && slices.Equal(have.Tiers, want.Tiers) {
+	// Tier maps filling or emptying, or another observe level, change the
+	// chains' layout: a new generation.
+	if ok && slices.Equal(have.Tiers, want.Tiers) && have.Observe == want.Observe {
 		script = l7 + script
 		if script == "" {
 			return nil
@@ -341,7 +386,7 @@ func update(ctx context.Context, h *topology.Host, have, want *hostState) error 
 		// file says): rebuild instead.
 	}
 	want.Gen = have.Gen + 1
-	if err := change.Load(ctx, h, l7+rebuildTiers(have.Gen, have.Tiers, want.Gen, want.Tiers, want.Sets), "nft", "-f", "-"); err == nil {
+	if err := change.Load(ctx, h, l7+rebuildTiers(have.Gen, have.layout(), want.Gen, want.layout(), want.Sets), "nft", "-f", "-"); err == nil {
 		return nil
 	}
 	// The kernel is not on the generation the state file says.
@@ -351,7 +396,7 @@ func update(ctx context.Context, h *topology.Host, have, want *hostState) error 
 // recreate replaces the host's table with one holding want as generation 0.
 func recreate(ctx context.Context, h *topology.Host, want *hostState) error {
 	want.Gen = 0
-	return change.Load(ctx, h, skeletonFor(want.Tiers)+fill(0, want.Sets)+l7Script(&hostState{}, want, true), "nft", "-f", "-")
+	return change.Load(ctx, h, skeletonFor(want.layout())+fill(0, want.Sets)+l7Script(&hostState{}, want, true), "nft", "-f", "-")
 }
 
 // fill adds the elements of sets to generation g's sets.
@@ -368,17 +413,19 @@ func fill(g int, sets map[string][]string) string {
 // rebuildScript builds generation to with the given sets, switches the
 // forward chain to it and deletes generation from, in one transaction.
 func rebuildScript(from, to int, sets map[string][]string) string {
-	return rebuildTiers(from, nil, to, nil, sets)
+	return rebuildTiers(from, layout{}, to, layout{}, sets)
 }
 
-// rebuildTiers is rebuildScript from a generation that looks up the tier
-// maps fromTiers to one that looks up toTiers.
-func rebuildTiers(from int, fromTiers []string, to int, toTiers []string, sets map[string][]string) string {
+// rebuildTiers is rebuildScript from a generation of layout fl (the tier
+// maps it looks up, the observe level) to one of layout tl. The log
+// chains go once no generation's elements go to them.
+func rebuildTiers(from int, fl layout, to int, tl layout, sets map[string][]string) string {
 	var b strings.Builder
-	b.WriteString(generationDecls(to, toTiers))
+	b.WriteString(generationDecls(to, tl))
 	b.WriteString(fill(to, sets))
-	b.WriteString(forwardRules(to))
-	b.WriteString(dropGenerationFor(from, fromTiers))
+	b.WriteString(forwardRules(to, tl))
+	b.WriteString(dropGenerationFor(from, fl))
+	b.WriteString(dropLogChains(fl.observe, tl.observe))
 	return b.String()
 }
 
@@ -463,6 +510,14 @@ func toSet(list []string) map[string]bool {
 // it is tested without root.
 func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	st := hostState{Sets: map[string][]string{}}
+	if level := lab.ObserveLevel(); datapath.Logs(level, observe.Dropped) {
+		st.Observe, st.Origins = level, map[string]string{}
+	}
+	if datapath.Logs(st.Observe, observe.Forwarded) {
+		for _, p := range datapath.RemotePrefixes(lab, host) {
+			st.Remote = append(st.Remote, p.String())
+		}
+	}
 	np := map[string][]string{} // npSets, kept when the host has tier maps
 	for _, ep := range change.LocalEndpoints(lab, host) {
 		id := c.IdentityOfIP(ep.IP)
@@ -483,6 +538,7 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 			}
 			if enforced {
 				st.Sets[prefix+"enf"] = append(st.Sets[prefix+"enf"], ep.IP.String())
+				st.origin(prefix+"enf", ep.IP.String(), datapath.DefaultDenyRule)
 			}
 			var allow, deny, admin, base []policy.Entry
 			for _, r := range rules {
@@ -506,7 +562,8 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 					if b.anyPort() {
 						set += "_p"
 					}
-					st.Sets[set] = append(st.Sets[set], b.element(ep.IP)+" : "+tierVerdict(dir, b.Verdict))
+					st.Sets[set] = append(st.Sets[set], b.element(ep.IP)+" : "+tierVerdict(dir, b.Verdict, st.Observe))
+					st.originOf(c, set, ep.IP, b.Box, rs)
 				}
 			}
 			for kind, rs := range map[string][]policy.Entry{"allow": allow, "deny": deny} {
@@ -520,6 +577,7 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 							set += "_p"
 						}
 						st.Sets[set] = append(st.Sets[set], e.element(ep.IP))
+						st.originOf(c, set, ep.IP, e, rs)
 					}
 				}
 			}
@@ -542,8 +600,17 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	return st
 }
 
-// tierVerdict is the verdict of a tier map's element.
-func tierVerdict(dir policy.Dir, v Verdict) string {
+// tierVerdict is the verdict of a tier map's element; with an observe
+// level that logs it, a goto to the log chain that logs and gives it
+// (logChains).
+func tierVerdict(dir policy.Dir, v Verdict, level string) string {
+	verdict := observe.Forwarded
+	if v == Deny {
+		verdict = observe.Dropped
+	}
+	if datapath.Logs(level, verdict) {
+		return "goto " + logChain(dir, verdict)
+	}
 	switch {
 	case v == Deny:
 		return "drop"

@@ -231,7 +231,7 @@ spec:
 			t.Errorf("chains lack %q:\n%s", want, decl)
 		}
 	}
-	if !strings.Contains(setDecls(0), "add set inet cnlab in_deny_p_g0 { type ipv4_addr . ipv4_addr . inet_proto; flags interval; }") {
-		t.Errorf("sets:\n%s", setDecls(0))
+	if !strings.Contains(setDecls(0, layout{}), "add set inet cnlab in_deny_p_g0 { type ipv4_addr . ipv4_addr . inet_proto; flags interval; }") {
+		t.Errorf("sets:\n%s", setDecls(0, layout{}))
 	}
 }

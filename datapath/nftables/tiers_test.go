@@ -68,7 +68,7 @@ func TestRenderTiers(t *testing.T) {
 	if got := st.Sets["in_base_p"]; !slices.Contains(got, "10.0.192.32 . 10.0.191.11/32 . 0-255 : drop") || slices.ContainsFunc(got, func(e string) bool { return strings.HasPrefix(e, "10.0.192.30 ") }) {
 		t.Errorf("in_base_p (z/c only, z/a is isolated): %v", got)
 	}
-	cs := chains(generationDecls(0, tierMaps))
+	cs := chains(generationDecls(0, layout{tiers: tierMaps}))
 	in, innp := cs["ingress"], cs["ingress_np"]
 	if len(in) != 5 || !strings.Contains(in[0], "vmap @in_adm_g0") || !strings.Contains(in[1], "vmap @in_adm_p_g0") ||
 		in[2] != "ip daddr @in_np_g0 goto ingress_np_g0" || !strings.Contains(in[3], "vmap @in_base_g0") || !strings.Contains(in[4], "vmap @in_base_p_g0") {
@@ -77,7 +77,7 @@ func TestRenderTiers(t *testing.T) {
 	if len(innp) != 9 || !strings.Contains(innp[6], "@in_enf_g0 counter drop") || innp[7] != in[3] || innp[8] != in[4] {
 		t.Errorf("ingress_np chain: the NetworkPolicy tier's lookups, then the Baseline tier's:\n%s", strings.Join(innp, "\n"))
 	}
-	cs = chains(generationDecls(0, st.Tiers))
+	cs = chains(generationDecls(0, st.layout()))
 	if eg := cs["egress"]; len(eg) != 2 || !strings.Contains(eg[0], "vmap @eg_adm_g0") || eg[1] != "ip saddr @eg_np_g0 goto egress_np_g0" {
 		t.Errorf("flip's egress chain looks up eg_adm alone:\n%s", strings.Join(eg, "\n"))
 	}
@@ -89,7 +89,7 @@ func TestRenderTiers(t *testing.T) {
 	if got := st.Sets["in_np"]; !slices.Equal(got, []string{"10.0.192.10", "10.0.192.21", "10.0.192.30"}) || !slices.Contains(st.Sets["in_subj"], "10.0.192.32") {
 		t.Errorf("in_np = %v, in_subj = %v", got, st.Sets["in_subj"])
 	}
-	if generationDecls(0, nil) != setDecls(0)+chainDecls(0) || strings.Contains(skeleton(), "vmap") {
+	if generationDecls(0, layout{}) != setDecls(0, layout{})+chainDecls(0) || strings.Contains(skeleton(), "vmap") {
 		t.Error("without tiers, the layout of before")
 	}
 	// Flap's endpoints have no cluster policy... but y/a (flap) is
@@ -99,14 +99,14 @@ func TestRenderTiers(t *testing.T) {
 		t.Errorf("flap's endpoints have no cluster-tier entry: %v", flap.Sets)
 	}
 	// The tiers coming and going switch generations.
-	rb := rebuildTiers(2, nil, 3, st.Tiers, st.Sets)
+	rb := rebuildTiers(2, layout{}, 3, st.layout(), st.Sets)
 	for _, want := range []string{"add map inet cnlab in_adm_g3 { type ipv4_addr . ipv4_addr . inet_proto . inet_service : verdict; flags interval; }",
 		"add map inet cnlab eg_base_g3 {", "add element inet cnlab in_adm_p_g3 {", "vmap @in_base_p_g3", "delete set inet cnlab in_allow_g2"} {
 		if !strings.Contains(rb, want) {
 			t.Errorf("rebuild lacks %q", want)
 		}
 	}
-	if back := rebuildTiers(3, st.Tiers, 4, nil, nil); !strings.Contains(back, "delete map inet cnlab in_adm_g3") || !strings.Contains(back, "delete chain inet cnlab egress_np_g3") ||
+	if back := rebuildTiers(3, st.layout(), 4, layout{}, nil); !strings.Contains(back, "delete map inet cnlab in_adm_g3") || !strings.Contains(back, "delete chain inet cnlab egress_np_g3") ||
 		!strings.Contains(back, "delete set inet cnlab in_np_g3") || strings.Contains(back, "vmap") || strings.Contains(back, "_np_g4") {
 		t.Errorf("rebuild without tiers:\n%s", back)
 	}
@@ -150,6 +150,9 @@ func checkAgainstIR(t *testing.T, lab *topology.Spec, m *policy.Model, c *policy
 			got, trace := crossing(t, hosts, packet{src.IP, dst.IP, tg.Proto, tg.Port})
 			return policytest.Crossing{Dropped: got == dropped, Redirected: got == redirected, Trace: trace}
 		})
+	if round%30 == 0 {
+		checkLogs(t, lab, c, fmt.Sprintf("round %d", round))
+	}
 }
 
 // TestTiersL7 is the iptables datapath's test of the same name: on x/a's

@@ -47,35 +47,28 @@ func CheckAgainstIR(t testing.TB, lab *topology.Spec, m *policy.Model, c *policy
 	cross func(src, dst *topology.Endpoint, tg Target) Crossing) {
 	t.Helper()
 	wrong := 0
-	for i := range lab.Endpoints {
-		src := &lab.Endpoints[i]
-		for j := range lab.Endpoints {
-			dst := &lab.Endpoints[j]
-			if i == j {
-				continue
-			}
-			for _, tg := range targets {
-				got := cross(src, dst, tg)
-				want := c.Allows(src.IP, dst.IP, tg.Proto, tg.Port)
-				bad := want == got.Dropped
-				what := "the IR allows"
-				if tg.Proto == policy.ProtoTCP && len(c.L7Ports(c.IdentityOfIP(dst.IP))) > 0 {
-					v := m.HTTPVerdict(src, dst, int(tg.Port), policy.Request{Method: "GET", Path: "/"})
-					if v.Allowed != want {
-						t.Errorf("%s: %s -> %s %s/%d: the model says %v (%s), the IR %v", label, src.ID(), dst.ID(), policy.ProtoName(tg.Proto), tg.Port, v.Allowed, v.L7, want)
-					}
-					bad = bad || got.Redirected != (v.Allowed && v.Proxied)
-					what = fmt.Sprintf("the model says allowed %v proxied %v; the IR allows", v.Allowed, v.Proxied)
+	eachPair(lab, func(src, dst *topology.Endpoint) {
+		for _, tg := range targets {
+			got := cross(src, dst, tg)
+			want := c.Allows(src.IP, dst.IP, tg.Proto, tg.Port)
+			bad := want == got.Dropped
+			what := "the IR allows"
+			if tg.Proto == policy.ProtoTCP && len(c.L7Ports(c.IdentityOfIP(dst.IP))) > 0 {
+				v := m.HTTPVerdict(src, dst, int(tg.Port), policy.Request{Method: "GET", Path: "/"})
+				if v.Allowed != want {
+					t.Errorf("%s: %s -> %s %s/%d: the model says %v (%s), the IR %v", label, src.ID(), dst.ID(), policy.ProtoName(tg.Proto), tg.Port, v.Allowed, v.L7, want)
 				}
-				if bad {
-					if wrong++; wrong <= 5 {
-						t.Errorf("%s: %s -> %s %s/%d: the rules say dropped %v redirected %v, %s: %v\ntrace:\n%s\nIR:\n%s",
-							label, src.ID(), dst.ID(), policy.ProtoName(tg.Proto), tg.Port, got.Dropped, got.Redirected, what, want, got.Trace, DumpRules(c, src, dst))
-					}
+				bad = bad || got.Redirected != (v.Allowed && v.Proxied)
+				what = fmt.Sprintf("the model says allowed %v proxied %v; the IR allows", v.Allowed, v.Proxied)
+			}
+			if bad {
+				if wrong++; wrong <= 5 {
+					t.Errorf("%s: %s -> %s %s/%d: the rules say dropped %v redirected %v, %s: %v\ntrace:\n%s\nIR:\n%s",
+						label, src.ID(), dst.ID(), policy.ProtoName(tg.Proto), tg.Port, got.Dropped, got.Redirected, what, want, got.Trace, DumpRules(c, src, dst))
 				}
 			}
 		}
-	}
+	})
 	if wrong > 5 {
 		t.Errorf("%s: %d cells wrong in all", label, wrong)
 	}
