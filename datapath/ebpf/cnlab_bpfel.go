@@ -450,6 +450,7 @@ const (
 	cnlabProgCnlabSendmsg4      = "cnlab_sendmsg4"
 	cnlabProgCnlabToEp          = "cnlab_to_ep"
 	cnlabVarHostRoutingBpf      = "host_routing_bpf"
+	cnlabVarRuleCounterZero     = "rule_counter_zero"
 	cnlabVarUnusedConfigFlag    = "unused_config_flag"
 	cnlabVarUnusedCounter       = "unused_counter"
 	cnlabVarUnusedDir           = "unused_dir"
@@ -562,6 +563,7 @@ type cnlabMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type cnlabVariableSpecs struct {
 	HostRoutingBpf      *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
+	RuleCounterZero     *ebpf.VariableSpec `ebpf:"rule_counter_zero"`
 	UnusedConfigFlag    *ebpf.VariableSpec `ebpf:"unused_config_flag"`
 	UnusedCounter       *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedDir           *ebpf.VariableSpec `ebpf:"unused_dir"`
@@ -669,6 +671,7 @@ func (m *cnlabMaps) Close() error {
 // It can be passed to loadCnlabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cnlabVariables struct {
 	HostRoutingBpf      *ebpf.Variable `ebpf:"host_routing_bpf"`
+	RuleCounterZero     *ebpf.Variable `ebpf:"rule_counter_zero"`
 	UnusedConfigFlag    *ebpf.Variable `ebpf:"unused_config_flag"`
 	UnusedCounter       *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedDir           *ebpf.Variable `ebpf:"unused_dir"`

@@ -348,7 +348,9 @@ struct counter {
 
 // A key of cnlab_rule_counters: the rule (RuleRef of its origin), the
 // slot of the endpoint whose policy it is (gen*max_ep + index), the
-// direction and what the rule decided.
+// direction and what the rule decided. Laid out as struct policy_key,
+// whose place in a query it takes once the lookups are done (no stack of
+// its own in policy_verdict, on the programs' deepest chain of calls).
 struct rule_key {
 	__u32 rule;
 	__u32 slot;
@@ -801,18 +803,22 @@ static __always_inline int is_new_flow(__u8 reason)
 	return reason == R_ALLOW_POLICY || reason == R_ALLOW_UNENFORCED || reason == R_ALLOW_PROXY;
 }
 
-// rule_count counts a packet a rule decided in cnlab_rule_counters.
-static __always_inline void rule_count(__u32 rule, __u32 slot, __u8 dir, __u8 verdict, __u32 len)
+// The first value of a key of cnlab_rule_counters (no stack for it).
+volatile const struct counter rule_counter_zero = {};
+
+// rule_count counts a packet a rule decided in cnlab_rule_counters under
+// key k, filled in by the caller.
+static __always_inline void rule_count(struct rule_key *k, __u32 len)
 {
-	struct rule_key k = {.rule = rule, .slot = slot, .dir = dir, .verdict = verdict};
-	struct counter *c = bpf_map_lookup_elem(&cnlab_rule_counters, &k);
-	if (c) {
-		c->packets++;
-		c->bytes += len;
-		return;
+	struct counter *c = bpf_map_lookup_elem(&cnlab_rule_counters, k);
+	if (!c) {
+		bpf_map_update_elem(&cnlab_rule_counters, k, (void *)&rule_counter_zero, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(&cnlab_rule_counters, k);
+		if (!c)
+			return;
 	}
-	struct counter first = {.packets = 1, .bytes = len};
-	bpf_map_update_elem(&cnlab_rule_counters, &k, &first, BPF_ANY);
+	c->packets++;
+	c->bytes += len;
 }
 
 static __always_inline void emit(struct config *cfg, __u32 len, struct pkt *p, __u8 at,
@@ -1128,6 +1134,8 @@ static __always_inline struct policy_val *policy_lookup(void *exact, void *lpm, 
 // the maps as it is (then with the wildcard peer): no copy on its stack,
 // which the verifier's limit for the deepest chain of calls (512 bytes,
 // cnlab_from_ep -> from_ep_local -> policy_verdict) leaves no room for.
+_Static_assert(sizeof(struct rule_key) == sizeof(struct policy_key), "rule_key takes policy_key's place");
+
 struct query {
 	struct policy_key k; // prefixlen 64, the remote peer's key, dir, proto, port (network order)
 	__u32 slot;   // gen*max_ep + the endpoint's index
@@ -1203,8 +1211,15 @@ __attribute__((noinline)) int policy_verdict(struct query *q)
 	} else if (bits & ISO_INGRESS) {
 		r = R_DROP_DEFAULT;
 	}
-	if (rule != NO_RULE && (q->count == RC_ALL || (q->count == RC_DROPS && is_drop(r))))
-		rule_count(rule, q->slot, dir, rv, q->len);
+	if (rule != NO_RULE && (q->count == RC_ALL || (q->count == RC_DROPS && is_drop(r)))) {
+		struct rule_key *k = (struct rule_key *)&q->k; // the lookups are done
+		k->rule = rule;
+		k->slot = q->slot;
+		k->dir = dir;
+		k->verdict = rv;
+		k->pad = 0;
+		rule_count(k, q->len);
+	}
 	return r;
 }
 
@@ -2280,8 +2295,11 @@ static __always_inline int l7_from_wire(struct __sk_buff *skb, struct config *cf
 		r = verdict(cfg, dst->index, DIR_INGRESS, peer.key, p, &rule, RC_NONE);
 		if (!p->proxied)
 			return -1; // denied, or not for the proxy: the endpoint's program decides
-		if (rule != NO_RULE)
-			rule_count(rule, cfg->gen * cfg->max_ep + dst->index, DIR_INGRESS, RV_ALLOW, p->len);
+		if (rule != NO_RULE) {
+			struct rule_key k = {.rule = rule, .slot = cfg->gen * cfg->max_ep + dst->index,
+					     .dir = DIR_INGRESS, .verdict = RV_ALLOW};
+			rule_count(&k, p->len);
+		}
 		ct_create(p, scope, dst->index, now);
 		r = R_ALLOW_PROXY;
 	}
