@@ -766,7 +766,6 @@ struct pkt {
 	__u32 in_saddr, in_daddr;
 	__u16 in_sport, in_dport;
 	__u8 in_proto;
-	__u32 len; // skb->len, for cnlab_rule_counters
 };
 
 // config copies the config for one program run: every lookup of the run
@@ -945,7 +944,6 @@ static __always_inline int quoted_ports(struct __sk_buff *skb, __u32 off, __u8 p
 static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
 {
 	struct iphdr ip;
-	p->len = skb->len;
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) < 0)
 		return R_DROP_MALFORMED;
 	if (ip.version != 4 || ip.ihl < 5)
@@ -1144,6 +1142,7 @@ struct query {
 	__u8 count;   // enum rule_count_mode
 	__u8 pad[2];
 	__u32 len;    // the packet's, for cnlab_rule_counters
+	__u32 pad2;   // whole 8-byte words
 };
 
 // policy_verdict is a global function: the verifier checks it once, not
@@ -1231,7 +1230,7 @@ __attribute__((noinline)) int policy_verdict(struct query *q)
 // p->proxied (user space marks every allow decision of such a port that
 // is not the Admin tier's, so whichever lookup wins says so).
 static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __u32 peer,
-				   struct pkt *p, __u32 *rule, __u8 count)
+				   struct pkt *p, __u32 *rule, __u8 count, __u32 len)
 {
 	// A new TCP flow begins with a SYN, or with an ACK picking up a
 	// connection whose entry went; any other set of SYN, ACK, FIN and RST
@@ -1247,7 +1246,7 @@ static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __
 		}
 	}
 	struct query q = {.k = {.peer = peer, .dir = dir, .proto = p->proto, .port = bpf_htons(p->dport)},
-			  .slot = cfg->gen * cfg->max_ep + index, .count = count, .len = p->len};
+			  .slot = cfg->gen * cfg->max_ep + index, .count = count, .len = len};
 	int r = policy_verdict(&q);
 	*rule = q.rule;
 	p->proxied = q.proxied;
@@ -1278,7 +1277,7 @@ static __always_inline void first_fragment(struct pkt *p, __u8 scope, __u16 ep, 
 // side enforces one endpoint's direction for a packet (conntrack, then
 // policy for a new flow) and returns the reason.
 static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 dir, struct pkt *p,
-				__u64 now, __u32 *peer_id, __u32 *rule)
+				__u64 now, __u32 *peer_id, __u32 *rule, __u32 len)
 {
 	__u8 scope = 1 + dir, rscope = 1 + !dir;
 	__u16 idx = ep->index;
@@ -1289,7 +1288,7 @@ static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 di
 	if (!r) {
 		struct peer peer = peer_of(cfg->gen, dir == DIR_EGRESS ? p->daddr : p->saddr);
 		*peer_id = peer.identity;
-		r = verdict(cfg, ep->index, dir, peer.key, p, rule, RC_ALL);
+		r = verdict(cfg, ep->index, dir, peer.key, p, rule, RC_ALL, len);
 		if (is_drop(r))
 			return r;
 		// The verdict sends the connection to the L7 proxy, but it is
@@ -2018,7 +2017,7 @@ static __always_inline struct endpoint *legacy_l7(struct config *cfg, struct end
 	}
 	__u32 rule;
 	struct pkt q = *p;
-	verdict(cfg, dst->index, DIR_INGRESS, peer_of(cfg->gen, p->saddr).key, &q, &rule, RC_NONE);
+	verdict(cfg, dst->index, DIR_INGRESS, peer_of(cfg->gen, p->saddr).key, &q, &rule, RC_NONE, 0);
 	return q.proxied ? dst : 0;
 }
 
@@ -2054,7 +2053,7 @@ __attribute__((noinline)) int from_ep_remote(struct __sk_buff *skb, struct from_
 	struct pkt *p = &f->p;
 	struct xlate *x = &f->x;
 	__u32 rule = NO_RULE, peer_id = 0; // 0: not looked up (conntrack paths)
-	int r = side(&f->cfg, src, DIR_EGRESS, p, f->now, &peer_id, &rule);
+	int r = side(&f->cfg, src, DIR_EGRESS, p, f->now, &peer_id, &rule, skb->len);
 	__u16 mtu;
 	if (!is_drop(r) && x->kind == XL_FWD && x->snat && !p->frag && too_big(skb, x, &mtu)) {
 		// Answered here, as the host's stack would answer it, from
@@ -2092,11 +2091,11 @@ __attribute__((noinline)) int from_ep_local(struct __sk_buff *skb, struct from_e
 		if (!r) {
 			__u32 gen = cfg->gen;
 			struct peer sp = peer_of(gen, p->saddr), dp = peer_of(gen, p->daddr);
-			r = verdict(cfg, src->index, DIR_EGRESS, dp.key, p, &rule, RC_ALL);
+			r = verdict(cfg, src->index, DIR_EGRESS, dp.key, p, &rule, RC_ALL, skb->len);
 			if (is_drop(r))
 				return finish(cfg, skb, p, src->index, DIR_EGRESS, r, src->identity, dst->identity, rule);
 			count(src->index, DIR_EGRESS, r, skb->len);
-			r = verdict(cfg, dst->index, DIR_INGRESS, sp.key, p, &rule, RC_ALL);
+			r = verdict(cfg, dst->index, DIR_INGRESS, sp.key, p, &rule, RC_ALL, skb->len);
 			if (is_drop(r))
 				return finish(cfg, skb, p, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
 			ct_create(p, 0, 0, now);
@@ -2244,7 +2243,7 @@ int cnlab_to_ep(struct __sk_buff *skb)
 			ct_create(&p, 1 + DIR_INGRESS, dst->index, now);
 		r = R_ALLOW_FROM_PROXY;
 	} else {
-		r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule);
+		r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule, skb->len);
 	}
 	if (!is_drop(r) && x.kind && xlate_write(skb, &p, &x, now) < 0)
 		r = R_DROP_MALFORMED;
@@ -2292,13 +2291,13 @@ static __always_inline int l7_from_wire(struct __sk_buff *skb, struct config *cf
 		peer_id = peer.identity;
 		// A look ahead: what is not for the proxy the endpoint's
 		// program decides (and counts) again.
-		r = verdict(cfg, dst->index, DIR_INGRESS, peer.key, p, &rule, RC_NONE);
+		r = verdict(cfg, dst->index, DIR_INGRESS, peer.key, p, &rule, RC_NONE, 0);
 		if (!p->proxied)
 			return -1; // denied, or not for the proxy: the endpoint's program decides
 		if (rule != NO_RULE) {
 			struct rule_key k = {.rule = rule, .slot = cfg->gen * cfg->max_ep + dst->index,
 					     .dir = DIR_INGRESS, .verdict = RV_ALLOW};
-			rule_count(&k, p->len);
+			rule_count(&k, skb->len);
 		}
 		ct_create(p, scope, dst->index, now);
 		r = R_ALLOW_PROXY;
@@ -2345,7 +2344,7 @@ int cnlab_from_wire(struct __sk_buff *skb)
 	if (!dst)
 		return TC_ACT_OK;
 	__u32 rule = NO_RULE, peer_id = 0;
-	int r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule);
+	int r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule, skb->len);
 	if (!is_drop(r) && x.kind && xlate_write(skb, &p, &x, now) < 0)
 		r = R_DROP_MALFORMED;
 	if (r == R_ALLOW_RELATED && svc_icmp(skb, &p, now) < 0)
@@ -2466,13 +2465,13 @@ int cnlab_connect4(struct bpf_sock_addr *ctx)
 	__u32 rule = NO_RULE;
 	__u32 gen = cfg->gen;
 	struct peer dp = peer_of(gen, p.daddr);
-	int r = verdict(cfg, src->index, DIR_EGRESS, dp.key, &p, &rule, RC_DROPS);
+	int r = verdict(cfg, src->index, DIR_EGRESS, dp.key, &p, &rule, RC_DROPS, 0);
 	__u32 index = src->index;
 	__u8 dir = DIR_EGRESS;
 	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_local, &p.daddr);
 	if (!is_drop(r) && dst) {
 		struct peer sp = peer_of(gen, p.saddr);
-		r = verdict(cfg, dst->index, DIR_INGRESS, sp.key, &p, &rule, RC_DROPS);
+		r = verdict(cfg, dst->index, DIR_INGRESS, sp.key, &p, &rule, RC_DROPS, 0);
 		index = dst->index;
 		dir = DIR_INGRESS;
 	}
