@@ -87,6 +87,10 @@ var ErrLabGone = errors.New("the lab was taken down")
 // last renewal: a monitor killed with SIGKILL stops costing anything soon.
 const leaseTime = 3 * time.Second
 
+// eventPoll is how often the monitor looks into a ring buffer for events
+// that did not wake it (at most that late).
+const eventPoll = 50 * time.Millisecond
+
 // Monitor streams the verdicts of every host of a lab to fn until ctx ends
 // or fn returns an error. level is MonitorDrops or MonitorAll. rules are
 // the lab's compiled rules, to name the rule behind a verdict (nil: none).
@@ -192,7 +196,14 @@ func MonitorWith(ctx context.Context, lab *topology.Spec, o MonitorOptions, fn f
 		go func() {
 			defer wg.Done()
 			for {
+				// New flows' events do not wake the reader before a
+				// batch of them waits (bpf/cnlab.c, emit): it looks
+				// anyway at this pace.
+				r.rd.SetDeadline(time.Now().Add(eventPoll))
 				rec, err := r.rd.Read()
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					continue
+				}
 				if err != nil {
 					if !errors.Is(err, os.ErrClosed) {
 						errc <- fmt.Errorf("host %s: read events: %w", r.host.Name, err)

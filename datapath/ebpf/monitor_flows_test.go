@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -296,5 +297,74 @@ func TestRuleCounters(t *testing.T) {
 	}
 	if len(got) != 3 || got[1].Rule != fmt.Sprintf("rule %08x", RuleRef(allowR.Origin)) {
 		t.Errorf("RuleCounters: %v", got)
+	}
+}
+
+// TestMonitorFlowRate measures (CNLAB_MEASURE=1) which rate of new flows
+// MonitorWith delivers without loss to an fn that writes each event as a
+// JSON line (to /dev/null), per ring size: SYNs of distinct flows paced
+// by the millisecond for 2 s, through cnlab_to_ep with BPF_PROG_TEST_RUN.
+//
+//	CNLAB_MEASURE=1 go test -count=1 -run TestMonitorFlowRate -v ./datapath/ebpf
+func TestMonitorFlowRate(t *testing.T) {
+	if os.Getenv("CNLAB_MEASURE") == "" {
+		t.Skip("a measurement: CNLAB_MEASURE=1 to run it")
+	}
+	for _, ring := range []uint32{1 << 18, 1 << 20, 1 << 22} {
+		for _, rate := range []int{10_000, 20_000, 50_000, 100_000, 1_000_000} {
+			t.Run(fmt.Sprintf("ring=%dKiB/rate=%d", ring>>10, rate), func(t *testing.T) {
+				h := newHarness(t, harnessOpts{ringSize: ring})
+				lab := pinHarness(t, h)
+				null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer null.Close()
+				enc := json.NewEncoder(null)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				var mu sync.Mutex
+				var got, lost uint64
+				started := make(chan struct{})
+				done := make(chan error, 1)
+				go func() {
+					done <- MonitorWith(ctx, lab, MonitorOptions{Level: MonitorFlows, Started: func() { close(started) },
+						Lost: func(_ string, k uint64) { mu.Lock(); lost += k; mu.Unlock() }},
+						func(ev Event) error { mu.Lock(); got++; mu.Unlock(); return enc.Encode(ev) })
+				}()
+				<-started
+				const secs = 2
+				pkts := make([][]byte, 50_000)
+				for i := range pkts {
+					pkts[i] = tcpPkt(addrR, epA.ip, uint16(10000+i), 80, tcpSYN)
+				}
+				begin := time.Now()
+				sent := 0
+				for time.Since(begin) < secs*time.Second {
+					target := int(float64(rate) * time.Since(begin).Seconds())
+					for ; sent < target; sent++ {
+						opts := ebpf.RunOptions{Data: pkts[sent%len(pkts)], Context: skbCtx{Ifindex: testIfindex}}
+						if _, err := h.objs.CnlabToEp.Run(&opts); err != nil {
+							t.Fatal(err)
+						}
+					}
+					time.Sleep(time.Millisecond)
+				}
+				achieved := float64(sent) / time.Since(begin).Seconds()
+				deadline := time.Now().Add(5 * time.Second)
+				for time.Now().Before(deadline) {
+					mu.Lock()
+					g, l := got, lost
+					mu.Unlock()
+					if g+l >= uint64(sent) {
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				cancel()
+				<-done
+				t.Logf("ring %d KiB, asked %d flows/s, sent %.0f/s: %d delivered, %d lost (%.2f%%)", ring>>10, rate, achieved, got, lost, 100*float64(lost)/float64(sent))
+			})
+		}
 	}
 }

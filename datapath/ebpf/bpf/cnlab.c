@@ -820,6 +820,9 @@ static __always_inline void rule_count(struct rule_key *k, __u32 len)
 	c->bytes += len;
 }
 
+// New-flow events that wait before one wakes the reader (emit).
+#define EVENT_BATCH 64
+
 static __always_inline void emit(struct config *cfg, __u32 len, struct pkt *p, __u8 at,
 				 __u32 ep, __u8 dir, __u8 reason, __u32 src_id, __u32 dst_id, __u32 rule)
 {
@@ -867,7 +870,14 @@ static __always_inline void emit(struct config *cfg, __u32 len, struct pkt *p, _
 	e->dst_identity = dst_id;
 	e->len = len;
 	e->rule = rule;
-	bpf_ringbuf_submit(e, 0);
+	// A new flow's event (there may be thousands a second) wakes the
+	// reader only once a batch waits (the monitor also looks every
+	// eventPoll, monitor.go): a wakeup per event cost a microsecond a SYN. Other
+	// events are few: each wakes the reader, if it waits.
+	__u64 wake = 0;
+	if (!limit && bpf_ringbuf_query(&cnlab_events, BPF_RB_AVAIL_DATA) < EVENT_BATCH * (sizeof(*e) + 8))
+		wake = BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e, wake);
 }
 
 // parse_l4 reads the ports (and TCP flags) of the L4 header at off.
