@@ -57,9 +57,9 @@ func hostRuleCounters(lab *topology.Spec, h *topology.Host, names map[uint32]str
 		return nil, err
 	}
 	defer m.Close()
-	if err := m.open(h.Name, mapRuleCounters); err != nil {
-		return nil, err
-	}
+	// A lab set up before cnlab_rule_counters existed has its default
+	// denies only.
+	_ = m.open(h.Name, mapRuleCounters)
 	cfg, err := m.readConfig()
 	if err != nil {
 		return nil, err
@@ -88,34 +88,12 @@ func hostRuleCounters(lab *topology.Spec, h *topology.Host, names map[uint32]str
 		c.Packets += packets
 		c.Bytes += bytes
 	}
-	var k cnlabRuleKey
-	var per []cnlabCounter
-	it := m.ruleCounters.Iterate()
-	for it.Next(&k, &per) {
-		var packets, bytes uint64
-		for _, p := range per {
-			packets += p.Packets
-			bytes += p.Bytes
+	if m.ruleCounters != nil {
+		if err := readRuleCounters(m, names, cfg.MaxEp, func(slot uint32, dir, rule, verdict string, packets, bytes uint64) {
+			add(row{epName(slot), dir, rule, verdict}, packets, bytes)
+		}); err != nil {
+			return nil, err
 		}
-		if packets == 0 {
-			continue
-		}
-		rule, ok := names[k.Rule]
-		if !ok {
-			rule = fmt.Sprintf("rule %08x", k.Rule)
-		}
-		verdict, ok := ruleVerdicts[cnlabRuleVerdict(k.Verdict)]
-		if !ok {
-			verdict = fmt.Sprint(k.Verdict)
-		}
-		slot := k.Slot
-		if cfg.MaxEp > 0 {
-			slot %= cfg.MaxEp
-		}
-		add(row{epName(slot), policy.Dir(k.Dir).String(), rule, verdict}, packets, bytes)
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", mapRuleCounters, err)
 	}
 	counters, err := readCounters(m, cfg.MaxEp)
 	if err != nil {
@@ -146,4 +124,41 @@ func hostRuleCounters(lab *topology.Spec, h *topology.Host, names map[uint32]str
 		return a.Verdict < b.Verdict
 	})
 	return out, nil
+}
+
+// readRuleCounters sums cnlab_rule_counters over CPUs and hands each
+// counted key to fn: the endpoint's index (its slot in either
+// generation), the direction, the rule (by origin where names has it)
+// and the verdict.
+func readRuleCounters(m *hostMaps, names map[uint32]string, maxEp uint32, fn func(slot uint32, dir, rule, verdict string, packets, bytes uint64)) error {
+	var k cnlabRuleKey
+	var per []cnlabCounter
+	it := m.ruleCounters.Iterate()
+	for it.Next(&k, &per) {
+		var packets, bytes uint64
+		for _, p := range per {
+			packets += p.Packets
+			bytes += p.Bytes
+		}
+		if packets == 0 {
+			continue
+		}
+		rule, ok := names[k.Rule]
+		if !ok {
+			rule = fmt.Sprintf("rule %08x", k.Rule)
+		}
+		verdict, ok := ruleVerdicts[cnlabRuleVerdict(k.Verdict)]
+		if !ok {
+			verdict = fmt.Sprint(k.Verdict)
+		}
+		slot := k.Slot
+		if maxEp > 0 {
+			slot %= maxEp
+		}
+		fn(slot, policy.Dir(k.Dir).String(), rule, verdict, packets, bytes)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", mapRuleCounters, err)
+	}
+	return nil
 }
