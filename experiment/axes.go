@@ -46,6 +46,7 @@ var axisChecks = map[string]func(v string) error{
 		return nil
 	},
 	"offloads": func(v string) error { _, err := parseOffloads(v); return err },
+	"observe":  topology.CheckObserve,
 	"shaperRate": func(v string) error {
 		_, err := topology.ParseRate(v)
 		return err

@@ -36,6 +36,10 @@ type backend interface {
 	// returns where the workloads connect: the measured Service's cluster
 	// IP, or the server's address.
 	services(ctx context.Context, p results.Params, b *results.Build, bi int) (netip.Addr, error)
+	// observe makes p's observe level the one the lab records at,
+	// appending each change to b.ObserveApply (nothing when it already
+	// was, or p gives none).
+	observe(ctx context.Context, p results.Params, b *results.Build) error
 	// sample is where pr's workloads run, connecting to dest (its
 	// processes' host, endpoints, argvs), recording in pr where that is.
 	sample(pr *results.PointResult, dest netip.Addr) (sampleEnv, error)

@@ -105,6 +105,10 @@ func describeDeployment(p results.Params) string {
 // time from the apply to that is recorded. A cluster that does not (a CNI
 // without NetworkPolicy) fails the point, unless the run measures anyway
 // (Options.Unenforced): the mismatch is then recorded.
+// observe: the kubernetes backend refuses the observe key (a cluster's
+// flow visibility is its CNI's).
+func (c *clusterBackend) observe(context.Context, results.Params, *results.Build) error { return nil }
+
 func (c *clusterBackend) policies(ctx context.Context, p results.Params, b *results.Build, bi int) error {
 	text := policyText(p)
 	if c.polSet && text == c.curPol {

@@ -272,6 +272,9 @@ func (s *Spec) resolveParams(p *results.Params, path string) error {
 		if err := checkOptions(p, true, bad); err != nil {
 			return err
 		}
+		if p.Observe != "" && p.Observe != topology.ObserveOff {
+			return bad("observe", "%s: a chain has no policy datapath to observe", p.Observe)
+		}
 		switch {
 		case modeGiven:
 			return bad("policyMode", "%s: a chain has no policy datapath", p.PolicyMode)

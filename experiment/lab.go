@@ -26,7 +26,7 @@ import (
 
 // labSpec resolves the topology a point needs, as lab name.
 func (s *Spec) labSpec(p results.Params, name string) (*topology.Spec, error) {
-	ov := topology.Overrides{Name: name, MTU: p.MTU, Proxy: string(p.ServiceProxy), Options: kind.Overrides{HostRouting: p.HostRouting, Peers: p.Peers, SocketLB: p.SocketLB}}
+	ov := topology.Overrides{Name: name, MTU: p.MTU, Proxy: string(p.ServiceProxy), Observe: p.Observe, Options: kind.Overrides{HostRouting: p.HostRouting, Peers: p.Peers, SocketLB: p.SocketLB}}
 	if p.Datapath != "" {
 		ov.Datapath = string(p.Datapath)
 	}
@@ -109,6 +109,7 @@ type labBackend struct {
 	curPol string         // policy text applied to it
 	curSvc string         // Service text installed in it
 	curVIP netip.Addr     // the measured Service's cluster IP, if any
+	curObs string         // its observe level ("": not known)
 }
 
 func (l *labBackend) name() string                                           { return results.BackendLab }
@@ -145,7 +146,29 @@ func (l *labBackend) up(ctx context.Context, spec *topology.Spec, p results.Para
 		_ = lab.Down(spec.Name, nil)
 		return fmt.Errorf("build lab (%s): %w", describeLab(p), err)
 	}
-	l.cur, l.curPol, l.curSvc, l.curVIP = spec, "", "", netip.Addr{}
+	l.cur, l.curPol, l.curSvc, l.curVIP, l.curObs = spec, "", "", netip.Addr{}, spec.ObserveLevel()
+	return nil
+}
+
+// observe changes the level the lab records at to the point's, when it
+// gives one and the lab is at another.
+func (l *labBackend) observe(ctx context.Context, p results.Params, b *results.Build) error {
+	if p.Observe == "" || p.Observe == l.curObs {
+		return nil
+	}
+	t0 := time.Now()
+	_, err := lab.SetObserve(ctx, l.cur.Name, p.Observe)
+	a := results.ObserveApply{Level: p.Observe, Seconds: time.Since(t0).Seconds()}
+	if err != nil {
+		a.Error = err.Error()
+		l.curObs = "" // the next point sets its level whatever it is
+	} else {
+		l.curObs = p.Observe
+	}
+	b.ObserveApply = append(b.ObserveApply, a)
+	if err != nil {
+		return fmt.Errorf("observe %s: %w", p.Observe, err)
+	}
 	return nil
 }
 
@@ -170,7 +193,8 @@ func (l *labBackend) sample(pr *results.PointResult, dest netip.Addr) (sampleEnv
 		},
 		counters: func(ctx context.Context, p results.Params, log io.Writer) map[string][]results.RuleCounter {
 			return labCounters(ctx, cur, p, log)
-		}}, nil
+		},
+		policyCounters: policyCounterReader(cur)}, nil
 }
 
 func describeLab(p results.Params) string {

@@ -121,5 +121,10 @@ func labKey(p results.Params) string {
 		k.Policies, k.PolicyMode = 0, ""
 	}
 	k.ClusterPolicies, k.ClusterPolicyMatch = 0, "" // applied with lab.Replace, with the policies
+	if k.Observe != "" {
+		// Set on the running lab (lab.SetObserve); a point that gives
+		// none keeps the topology's own level, in a lab of its own.
+		k.Observe = "set"
+	}
 	return fmt.Sprintf("%+v", k)
 }

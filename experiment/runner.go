@@ -181,8 +181,11 @@ func schedule(points []results.Point, reps int, rng *mrand.Rand) []results.Job {
 			// point): 10,000 Services are installed once a round, not
 			// once a point.
 			// So do the points with the same L7 policy (10,000 rules
-			// compiled by the proxy once a round).
-			set := func(p results.Point) string { return serviceSet(p.Params) + " " + l7Set(p.Params) }
+			// compiled by the proxy once a round), and those with the
+			// same observe level (changed at most once per set).
+			set := func(p results.Point) string {
+				return serviceSet(p.Params) + " " + l7Set(p.Params) + " " + p.Params.Observe
+			}
 			first := map[string]int{}
 			for i, p := range ps {
 				if _, ok := first[set(p)]; !ok {
@@ -376,6 +379,9 @@ func (ru *runner) job(ctx context.Context, pr *results.PointResult, j results.Jo
 	if err != nil {
 		return err // this point's Services only
 	}
+	if err := ru.be.observe(ctx, pr.Params, b); err != nil {
+		return err // this point's level only
+	}
 	e, err := ru.be.sample(pr, dest)
 	if err != nil {
 		return err
@@ -448,20 +454,30 @@ func (ru *runner) measure(ctx context.Context, pr *results.PointResult, j result
 			return err
 		}
 	}
-	t0 := time.Now()
-	before, nerr := readNoise()
-	m, err := runSample(ctx, pr.Workload, e)
+	// The datapath's per-rule counters are read around the sample, out
+	// of its time and noise.
+	var sample results.Sample
+	err = countPolicies(ctx, e.policyCounters, pr, logf, func() error {
+		t0 := time.Now()
+		before, nerr := readNoise()
+		m, err := runSample(ctx, pr.Workload, e)
+		if err != nil {
+			return err
+		}
+		var noise *results.Noise
+		if after, err := readNoise(); err == nil && nerr == nil {
+			noise = noiseBetween(before, after)
+		}
+		sample = results.Sample{Repetition: j.Repetition, At: t0.UTC(), Seconds: time.Since(t0).Seconds(), Metrics: m, Log: logName, Noise: noise}
+		return nil
+	})
 	if err != nil {
 		fmt.Fprintf(logf, "error: %v\n", err)
 		return err
 	}
-	var noise *results.Noise
-	if after, err := readNoise(); err == nil && nerr == nil {
-		noise = noiseBetween(before, after)
-	}
-	pr.Samples = append(pr.Samples, results.Sample{Repetition: j.Repetition, At: t0.UTC(), Seconds: time.Since(t0).Seconds(), Metrics: m, Log: logName, Noise: noise})
+	pr.Samples = append(pr.Samples, sample)
 	pr.Summarize()
-	ru.prog.result(pr, m)
+	ru.prog.result(pr, sample.Metrics)
 	return nil
 }
 

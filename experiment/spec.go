@@ -62,6 +62,43 @@ func checkFigures(f *results.Figures, s *Spec, path string) error {
 			return s.errf(path+".reference."+m, "the seed's numbers in words, 1 to 1000 characters")
 		}
 	}
+	return checkCost(f.Cost, s, path+".cost")
+}
+
+// checkCost checks a figure's cost: an axis that names lines, a base
+// value the axis can take, and a band with a label.
+func checkCost(c *results.Cost, s *Spec, path string) error {
+	if c == nil {
+		return nil
+	}
+	a := results.AxisOf(c.Axis)
+	switch {
+	case a == nil || a.Show == nil || a.FigureX > 0 || a.IsInt():
+		var keys []string
+		for _, a := range results.Axes {
+			if a.Show != nil && a.FigureX == 0 && !a.IsInt() {
+				keys = append(keys, a.Key)
+			}
+		}
+		return s.errf(path+".axis", "%q: an axis whose values name lines, one of %s", c.Axis, strings.Join(keys, ", "))
+	case c.Base == "":
+		return s.errf(path+".base", "the value of %s the others are measured against", c.Axis)
+	}
+	err := a.CheckValue(c.Base)
+	if check := axisChecks[a.Key]; err == nil && check != nil {
+		err = check(c.Base)
+	}
+	if err != nil {
+		return s.errf(path+".base", "%v", err)
+	}
+	if b := c.Reference; b != nil {
+		switch {
+		case b.From > b.To || math.IsNaN(b.From) || math.IsNaN(b.To) || math.IsInf(b.From, 0) || math.IsInf(b.To, 0):
+			return s.errf(path+".reference", "from %g to %g: a range, from at most to", b.From, b.To)
+		case strings.TrimSpace(b.Label) == "" || len(b.Label) > 200:
+			return s.errf(path+".reference.label", "who reported the range, 1 to 200 characters")
+		}
+	}
 	return nil
 }
 

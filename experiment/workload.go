@@ -54,6 +54,9 @@ type sampleEnv struct {
 	// iptables rule counters a profiled run records.
 	settle   func(ctx context.Context, w results.Workload, log io.Writer) error
 	counters func(ctx context.Context, p results.Params, log io.Writer) map[string][]results.RuleCounter
+	// policyCounters, when set, reads the datapath's per-rule counters
+	// around each measured sample (PointResult.PolicyCounters).
+	policyCounters readPolicyCounters
 }
 
 // host runs a sample's processes.

@@ -334,3 +334,55 @@ func openDatapath(labName string) (*topology.Spec, datapath.Datapath, error) {
 	}
 	return spec, dp, nil
 }
+
+// RuleCounters returns what the lab's datapath counted per policy rule
+// (datapath.RuleCounterer), per host, endpoint and direction.
+func RuleCounters(ctx context.Context, labName string) ([]datapath.RuleCounter, error) {
+	spec, dp, err := openDatapath(labName)
+	if err != nil {
+		return nil, err
+	}
+	rc, ok := dp.(datapath.RuleCounterer)
+	if !ok {
+		return nil, fmt.Errorf("datapath %s does not count per rule", spec.Datapath)
+	}
+	return rc.RuleCounters(ctx, spec)
+}
+
+// RuleTotal is one rule's counters summed over the hosts and endpoints.
+type RuleTotal struct {
+	Rule    string `json:"rule"`
+	Verdict string `json:"verdict"`
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// SumRules sums counters per rule and verdict (a default deny per
+// endpoint and direction: "default-deny ingress of y/b"), most packets
+// first.
+func SumRules(cs []datapath.RuleCounter) []RuleTotal {
+	idx := map[[2]string]int{}
+	var out []RuleTotal
+	for _, c := range cs {
+		rule := c.Rule
+		if rule == datapath.DefaultDenyRule && c.Endpoint != "" {
+			rule = fmt.Sprintf("%s %s of %s", rule, c.Direction, c.Endpoint)
+		}
+		k := [2]string{rule, c.Verdict}
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, RuleTotal{Rule: rule, Verdict: c.Verdict})
+		}
+		out[i].Packets += c.Packets
+		out[i].Bytes += c.Bytes
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Packets != out[j].Packets {
+			return out[i].Packets > out[j].Packets
+		}
+		return out[i].Rule < out[j].Rule
+	})
+	return out
+}

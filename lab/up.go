@@ -26,6 +26,9 @@ type AlreadyUpError struct {
 	Complete bool
 	SameSpec bool
 	Diff     string // what differs, when !SameSpec
+	// ObserveOnly: the running lab differs from the requested one in its
+	// observe level only (SetObserve changes that).
+	ObserveOnly bool
 }
 
 func (e *AlreadyUpError) Error() string {
@@ -87,6 +90,9 @@ func Up(ctx context.Context, spec *topology.Spec, o UpOptions) error {
 		st.Phase = PhaseUp
 		err = writeState(st)
 	}
+	if err == nil && spec.ObserveLevel() != topology.ObserveOff {
+		err = startRecorder(spec)
+	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			err = errors.New("interrupted")
@@ -131,6 +137,11 @@ func checkAbsent(spec *topology.Spec) error {
 			}
 		}
 		e.SameSpec = topology.Same(st.Spec, spec)
+		if !e.SameSpec {
+			x := *st.Spec
+			x.Observe = spec.Observe
+			e.ObserveOnly = topology.Same(&x, spec)
+		}
 		e.Diff = "a different topology"
 		if st.Spec.Datapath != spec.Datapath {
 			x := *st.Spec

@@ -144,30 +144,37 @@ func decodeLine(line []byte) (Record, bool) {
 	return Record{Flow: &f}, true
 }
 
+// Pos is where Read stopped in the current file: Follow goes on from it.
+type Pos struct {
+	Off  int64
+	File os.FileInfo // the current file Read read (nil: none yet)
+}
+
 // Read calls fn with every record stored for a lab, oldest first, and
-// returns the offset of the current file it read to (for Follow). A lab
-// that recorded nothing yet has no records: no error.
-func Read(lab string, fn func(Record) error) (int64, error) {
+// returns where it stopped (for Follow). A lab that recorded nothing yet
+// has no records: no error.
+func Read(lab string, fn func(Record) error) (Pos, error) {
 	dir := Dir(lab)
-	var end int64
+	var pos Pos
 	for _, name := range []string{previousFile, currentFile} {
 		f, err := os.Open(filepath.Join(dir, name))
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return 0, err
+			return pos, err
 		}
+		fi, _ := f.Stat()
 		n, err := scan(f, fn)
 		f.Close()
 		if err != nil {
-			return 0, err
+			return pos, err
 		}
 		if name == currentFile {
-			end = n
+			pos = Pos{Off: n, File: fi}
 		}
 	}
-	return end, nil
+	return pos, nil
 }
 
 // scan calls fn with every whole line of r and returns the bytes of whole
@@ -192,11 +199,11 @@ func scan(r io.Reader, fn func(Record) error) (int64, error) {
 	}
 }
 
-// Follow calls fn with every record the lab's recorder writes from
-// offset on in its current file (Read's result), through rotations,
-// until ctx ends or fn returns an error. alive is called every poll; an
-// error from it ends Follow (the lab went down).
-func Follow(ctx context.Context, lab string, offset int64, alive func() error, fn func(Record) error) error {
+// Follow calls fn with every record the lab's recorder writes after pos
+// (Read's result), through rotations, until ctx ends or fn returns an
+// error. alive is called every poll; an error from it ends Follow (the
+// lab went down).
+func Follow(ctx context.Context, lab string, pos Pos, alive func() error, fn func(Record) error) error {
 	path := filepath.Join(Dir(lab), currentFile)
 	var f *os.File
 	var fi os.FileInfo
@@ -219,33 +226,61 @@ func Follow(ctx context.Context, lab string, offset int64, alive func() error, f
 			f = nil
 		}
 	}
-	open(offset)
-	var partial []byte
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if f != nil {
-			br := bufio.NewReaderSize(f, 256<<10)
-			for {
-				line, err := br.ReadBytes('\n')
-				if errors.Is(err, io.EOF) {
-					partial = append(partial, line...)
-					break
-				}
-				if err != nil {
-					return err
-				}
-				line = append(partial, line...)
-				partial = nil
-				if rec, ok := decodeLine(line); ok {
-					if err := fn(rec); err != nil {
+	open(pos.Off)
+	// Rotated since Read: the rest of the file Read read is the previous
+	// one now; read it, then the current one from its start.
+	if pos.File != nil && (f == nil || !os.SameFile(fi, pos.File)) {
+		if pf, err := os.Open(filepath.Join(Dir(lab), previousFile)); err == nil {
+			if pfi, err := pf.Stat(); err == nil && os.SameFile(pfi, pos.File) {
+				if _, err := pf.Seek(pos.Off, io.SeekStart); err == nil {
+					if _, err := scan(pf, fn); err != nil {
+						pf.Close()
 						return err
 					}
 				}
 			}
-			// Rotated: the file at path is another one; read it from
-			// its start (what is left in the old one was read above).
+			pf.Close()
+		}
+		if f != nil {
+			f.Close()
+		}
+		open(0)
+	}
+	var partial []byte
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	drain := func() error {
+		br := bufio.NewReaderSize(f, 256<<10)
+		for {
+			line, err := br.ReadBytes('\n')
+			if errors.Is(err, io.EOF) {
+				partial = append(partial, line...)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			line = append(partial, line...)
+			partial = nil
+			if rec, ok := decodeLine(line); ok {
+				if err := fn(rec); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for {
+		if f != nil {
+			if err := drain(); err != nil {
+				return err
+			}
+			// Rotated: the file at path is another one. The writer
+			// closed the old one when it rotated: read what it wrote
+			// there since, then the new one from its start.
 			if now, err := os.Stat(path); err == nil && !os.SameFile(now, fi) {
+				if err := drain(); err != nil {
+					return err
+				}
 				f.Close()
 				partial = nil
 				open(0)

@@ -14,7 +14,7 @@ import (
 // Figure is one figure of a report with what it shows.
 type Figure struct {
 	ID      string       `json:"id"`
-	Kind    string       `json:"kind"` // sweep, baseline, profile
+	Kind    string       `json:"kind"` // sweep, baseline, profile, cost
 	Title   string       `json:"title"`
 	Caption string       `json:"caption"`
 	XLog    bool         `json:"xLog,omitempty"` // the x axis is logarithmic (logAxis)
@@ -75,7 +75,7 @@ func sweepFigure(pn *Panel, fits []Fit) Figure {
 		s := plot.Series{Name: pn.Metric.Label}
 		for i, c := range pn.Curves {
 			f.Categories = append(f.Categories, c.Series)
-			s.Points = append(s.Points, ciPoint(pn.Metric, float64(i), c.summary(c.X[0])))
+			s.Points = append(s.Points, pn.ciPoint(float64(i), c.summary(c.X[0])))
 		}
 		f.Series = []plot.Series{s}
 		f.Legend = plot.LegendNone
@@ -111,7 +111,7 @@ func sweepFigure(pn *Panel, fits []Fit) Figure {
 			s := plot.Series{Name: c.Series, Color: col}
 			dx := (float64(i) - float64(len(pn.Curves)-1)/2) * step
 			for _, x := range c.X {
-				s.Points = append(s.Points, ciPoint(pn.Metric, u(t(x)+dx), c.summary(x)))
+				s.Points = append(s.Points, pn.ciPoint(u(t(x)+dx), c.summary(x)))
 			}
 			f.Series = append(f.Series, s)
 			for _, ft := range fits {

@@ -64,6 +64,7 @@ var seriesDims = []dim{
 		}
 		return v
 	}},
+	axisDim("observe"),
 	axisDim("link"),
 	axisDim("switchLink"),
 	axisDim("offloads"),
@@ -135,6 +136,10 @@ type Panel struct {
 	XDim     string // "" when nothing varies: a bar per series
 	XLabel   string
 	Curves   []*Curve
+	// Cost is set on a cost panel (costPanel), whose Groups give each
+	// curve's line without the cost's axis and the axis's value shown.
+	Cost   *results.Cost
+	Groups [][2]string
 }
 
 // Title describes the panel in words.
@@ -294,6 +299,15 @@ func panels(r *results.Results) []*Panel {
 					if rel := relativePanel(pn, f.RelativeTo); rel != nil {
 						rel.ID = fmt.Sprintf("fig%02d-%s", len(out)+1, slug(pn.namedSweep()+" "+pn.Topology+" "+pn.Workload+" "+m+" relative"))
 						out = append(out, rel)
+					}
+					break
+				}
+			}
+			for _, sw := range g.sweeps {
+				if f := sweepFigures(r, sw); f != nil && f.Cost != nil {
+					if cp := costPanel(pn, g.pts, sdims, f.Cost); cp != nil {
+						cp.ID = fmt.Sprintf("fig%02d-%s", len(out)+1, slug(pn.namedSweep()+" "+pn.Topology+" "+pn.Workload+" "+m+" cost of "+f.Cost.Axis))
+						out = append(out, cp)
 					}
 					break
 				}

@@ -102,6 +102,11 @@ func Build(r *results.Results, env *results.Environment) *Report {
 	rep := &Report{Results: r, Env: env}
 	pns := panels(r)
 	for _, pn := range pns {
+		if pn.Cost != nil {
+			// Its figure only: the findings are the measured panel's.
+			rep.Figures = append(rep.Figures, costFigure(pn))
+			continue
+		}
 		fits, finds := analyze(pn)
 		if pn.Metric.Name == figureMetrics(pn.Kind)[0] {
 			// The headline metric gets findings; the others (p99) only

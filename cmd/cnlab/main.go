@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"github.com/cnlab/cnlab/internal/daemon"
 	"github.com/cnlab/cnlab/internal/nsforward"
 	"os"
 	"os/signal"
@@ -18,6 +19,8 @@ func main() {
 	l7proxy.MaybeRun()
 	// ... and as a local cluster's API forwarder (cluster up).
 	nsforward.MaybeRun()
+	// ... and as a lab's flow recorder (lab.SetObserve).
+	daemon.MaybeRun()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// After the first Ctrl-C the command cleans up; a second one

@@ -36,6 +36,10 @@ nothing. Stops on Ctrl-C (exit 0), after --count events, or after
 exits 1. Exits 1 if the lab is taken down meanwhile (also if it is up
 again by then: it is another lab, with other programs).
 
+On a lab that records its flows (observe: drops or all, any datapath),
+monitor is an alias of cnlab observe LAB --follow: --type drop shows the
+dropped flows, --l7 the L7 proxies' requests, in observe's format.
+
 With --l7, print instead one line per HTTP request the lab's L7 proxies
 judge (any datapath that enforces L7 rules): time, host, verdict, status,
 source and destination endpoints with the source's identity, method, path
@@ -71,6 +75,19 @@ and host, and the time the proxy took; --type drop shows the denied ones
 				return err
 			}
 			converge(cmd.Context(), e, args[0])
+			if lab.RecorderRunning(args[0]) {
+				// The lab records its flows: monitor is observe --follow
+				// (its recorder reads the ring buffers; a second reader
+				// would split their events).
+				o := observeOpts{follow: true, count: count, duration: duration, output: output, last: 0}
+				if typ == "drop" {
+					o.verdicts = []string{"dropped"}
+				}
+				if l7 {
+					o.types = []string{"l7"}
+				}
+				return runObserve(cmd.Context(), e, args[0], &o, false)
+			}
 			spec, m, err := lab.Model(args[0], false)
 			if err != nil {
 				return err
@@ -79,7 +96,7 @@ and host, and the time the proxy took; --type drop shows the denied ones
 				return monitorL7(cmd.Context(), e, spec, typ, output, count, duration)
 			}
 			if spec.Datapath != kind.EBPF {
-				return usagef("lab %s uses the %s datapath: monitor reads the eBPF datapath's events (up a lab with --datapath %s)", spec.Name, spec.Datapath, kind.EBPF)
+				return usagef("lab %s uses the %s datapath: monitor reads the eBPF datapath's events without recording; on every datapath, record flows and follow them: cnlab up --name %s ... --observe drops; cnlab observe %s --follow", spec.Name, spec.Datapath, spec.Name, spec.Name)
 			}
 			c, err := m.Compile()
 			if err != nil {

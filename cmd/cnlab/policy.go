@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/k8sdoc"
 	"github.com/cnlab/cnlab/internal/plural"
@@ -157,6 +158,10 @@ type showView struct {
 	// HTTP are the L7 rules of the entries marked l7 (policy.HTTPEntry).
 	HTTP   []policy.HTTPEntry `json:"http,omitempty"`
 	Kernel map[string]string  `json:"kernel,omitempty"` // per host
+	// Counters, with --counters: per rule summed over hosts and
+	// endpoints, and as the datapath counted them.
+	Counters     []lab.RuleTotal        `json:"counters,omitempty"`
+	HostCounters []datapath.RuleCounter `json:"hostCounters,omitempty"`
 	// tierRefs are Policies as the text names them (with tier and
 	// priority), tiers whether any is a cluster policy.
 	tierRefs []string
@@ -165,12 +170,13 @@ type showView struct {
 
 func newPolicyShowCmd(e *env) *cobra.Command {
 	var output string
-	var kernel bool
+	var kernel, counters bool
 	cmd := &cobra.Command{
-		Use:   "show LAB [-o json] [--kernel]",
+		Use:   "show LAB [-o json] [--kernel] [--counters]",
 		Short: "Show the identities and the compiled rules of a lab",
 		Example: `  cnlab policy show policy-lab
-  cnlab policy show policy-lab --kernel     # also the datapath's own state (iptables-save, nft list)`,
+  cnlab policy show policy-lab --kernel     # also the datapath's own state (iptables-save, nft list)
+  cnlab policy show policy-lab --counters   # packets and bytes per rule`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -209,16 +215,39 @@ func newPolicyShowCmd(e *env) *cobra.Command {
 					return err
 				}
 			}
+			if counters {
+				if v.HostCounters, err = lab.RuleCounters(cmd.Context(), spec.Name); err != nil {
+					return err
+				}
+				v.Counters = lab.SumRules(v.HostCounters)
+			}
 			if output == "json" {
 				return writeJSON(e.stdout, v)
 			}
 			printShow(e.stdout, v, c)
+			if counters {
+				printCounters(e.stdout, v.Counters)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: text or json")
 	cmd.Flags().BoolVar(&kernel, "kernel", false, "also print the datapath's kernel state")
+	cmd.Flags().BoolVar(&counters, "counters", false, "also print the packets and bytes each rule decided, as the datapath counted them (like iptables -v)")
 	return cmd
+}
+
+// printCounters prints the per-rule counters.
+func printCounters(w io.Writer, rows []lab.RuleTotal) {
+	fmt.Fprintf(w, "\ncounters (packets each rule decided: new flows allowed, packets dropped; established traffic passes before any rule):\n")
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "  none")
+		return
+	}
+	fmt.Fprintf(w, "  %12s %14s  %-12s %s\n", "packets", "bytes", "verdict", "rule")
+	for _, r := range rows {
+		fmt.Fprintf(w, "  %12d %14d  %-12s %s\n", r.Packets, r.Bytes, r.Verdict, r.Rule)
+	}
 }
 
 func printShow(w io.Writer, v showView, c *policy.Compiled) {

@@ -24,6 +24,9 @@ type probeView struct {
 	Port     int          `json:"port"`
 	Protocol string       `json:"protocol"`
 	Results  []probe.Cell `json:"results"`
+	// Explain, with --explain: the flows observed for each cell that
+	// differs from the model.
+	Explain []cellFlows `json:"explain,omitempty"`
 }
 
 // spoofView is the JSON shape of `cnlab probe --spoof -o json`.
@@ -35,7 +38,7 @@ type spoofView struct {
 func newProbeCmd(e *env) *cobra.Command {
 	var port int
 	var proto, output string
-	var expect, spoof bool
+	var expect, spoof, explain bool
 	var timeout time.Duration
 	var svcRef string
 	var connections int
@@ -85,6 +88,7 @@ another address than the Service's.`,
   cnlab probe policy-lab --port 81 --protocol udp --expect
   cnlab probe policy-lab -o json | jq '.results[] | select(.allowed != .expected)'
   cnlab probe policy-lab --spoof
+  cnlab probe policy-lab --port 80 --explain   # the flows behind each cell that differs from the model
   cnlab probe policy-lab --port 80 --http "GET /public" --expect
   cnlab probe policy-lab --port 80 --http "POST /api" --header "X-Token: 1" -o json
   cnlab probe svc-lab --service default/web:http --expect
@@ -94,6 +98,9 @@ another address than the Service's.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
+			}
+			if explain && (svcRef != "" || spoof || httpReq != "") {
+				return usagef("--explain applies to the probe of every pair (--port, --protocol): see cnlab observe for Services, L7 and forged frames")
 			}
 			if svcRef != "" {
 				if spoof || cmd.Flags().Changed("port") || cmd.Flags().Changed("protocol") {
@@ -151,6 +158,14 @@ another address than the Service's.`,
 				}
 				return runHTTPProbe(cmd, e, spec, m, port, req, timeout, expect, output)
 			}
+			var x *explainer
+			if explain {
+				if x, err = startExplain(cmd.Context(), e, spec.Name); err != nil {
+					return err
+				}
+				defer x.restore()
+				expect = true
+			}
 			var st probe.Stats
 			cells, err := probe.Run(cmd.Context(), spec, []probe.Target{{Protocol: proto, Port: port}}, probe.Options{Timeout: timeout, Stats: &st})
 			if err != nil {
@@ -161,8 +176,12 @@ another address than the Service's.`,
 					st.Slowest.Round(time.Millisecond), timeout, st.Reprobed, st.RetryTimeout, st.Changed)
 			}
 			wrong := probe.Expect(spec, m, cells)
+			var explained []cellFlows
+			if x != nil {
+				explained = x.explain(wrong)
+			}
 			if output == "json" {
-				if err := writeJSON(e.stdout, probeView{Lab: spec.Name, Port: port, Protocol: proto, Results: cells}); err != nil {
+				if err := writeJSON(e.stdout, probeView{Lab: spec.Name, Port: port, Protocol: proto, Results: cells, Explain: explained}); err != nil {
 					return err
 				}
 			} else {
@@ -172,6 +191,10 @@ another address than the Service's.`,
 				fmt.Fprintf(e.stderr, "cnlab: %d of %s differ from the policy model:\n", len(wrong), plural.N(len(cells), "cell"))
 				for _, c := range wrong {
 					fmt.Fprintf(e.stderr, "  %s -> %s %s/%d: probed %s, expected %s\n", c.From, c.To, c.Protocol, c.Port, probedWord(c), word(*c.Expected))
+				}
+				if x != nil && output != "json" {
+					fmt.Fprintf(e.stderr, "flows observed for them (datapath %s, observe: %s):\n", spec.Datapath, x.level)
+					printExplain(e.stderr, spec.Name, explained)
 				}
 				return exitStatus(exitFail)
 			}
@@ -185,6 +208,7 @@ another address than the Service's.`,
 	f.IntVar(&port, "port", 80, "destination port")
 	f.StringVar(&proto, "protocol", "tcp", "tcp, udp or sctp")
 	f.BoolVar(&expect, "expect", false, "compare with the policy model; exit 1 on any difference")
+	f.BoolVar(&explain, "explain", false, "with --expect: for each cell that differs from the model, the flows observed for it (which hook and rule dropped or forwarded it; a lab that records nothing records all for the probe)")
 	f.BoolVar(&spoof, "spoof", false, "send forged and non-IPv4 frames from every endpoint; exit 1 if one arrives")
 	f.StringVarP(&output, "output", "o", "", "output format: text or json")
 	f.DurationVar(&timeout, "timeout", time.Second, "time after which an unanswered attempt counts as denied")

@@ -37,6 +37,13 @@ type statusView struct {
 	Namespaces       map[string]topology.Namespace `json:"namespaces,omitempty"`
 	Endpoints        []endpointView                `json:"endpoints"`
 	Policy           *lab.PolicyStatus             `json:"policy,omitempty"`
+	Observe          *observeView                  `json:"observe,omitempty"`
+}
+
+// observeView is what status says of a lab's flow recording.
+type observeView struct {
+	Level    string `json:"level"`           // off, drops or all
+	Recorder bool   `json:"recorderRunning"` // its recorder runs
 }
 
 // servicesView is the lab's service settings and, with a proxy, what its
@@ -83,6 +90,9 @@ func toView(s *lab.LabStatus) statusView {
 	}
 	v.Datapath, v.Source, v.MTU, v.Links, v.Namespaces = sp.Datapath, sp.Source, sp.MTU, sp.Links, sp.Namespaces
 	v.OptionsView = sp.Datapath.View(&sp.Options)
+	if sp.Chain == nil {
+		v.Observe = &observeView{Level: sp.ObserveLevel(), Recorder: lab.RecorderRunning(sp.Name)}
+	}
 	if sp.Services.CIDR.IsValid() {
 		v.Services = &servicesView{&sp.Services, lab.ServicesState(sp)}
 	}
@@ -187,6 +197,13 @@ func printLab(w io.Writer, s *lab.LabStatus) {
 		return
 	}
 	fmt.Fprintf(w, "source %s, datapath %s%s, mtu %d\n", sp.Source, sp.Datapath, datapathOptions(sp), sp.MTU)
+	if lvl := sp.ObserveLevel(); lvl != topology.ObserveOff {
+		state := "recorder running"
+		if !lab.RecorderRunning(sp.Name) {
+			state = "recorder NOT running: cnlab up --name " + sp.Name + " ... --observe " + lvl + " starts it again"
+		}
+		fmt.Fprintf(w, "observe: %s (%s; see cnlab observe %s)\n", lvl, state, sp.Name)
+	}
 	if px := sp.Services.Proxy; px != "" && px != kind.ProxyNone {
 		fmt.Fprintf(w, "services: proxy %s, cluster IPs from %s", px, sp.Services.CIDR)
 		printServicesStatus(w, s.Name, lab.ServicesState(sp))

@@ -18,6 +18,7 @@ func newUpCmd(e *env) *cobra.Command {
 	var length, workers, filler int
 	var fillerMode, hostRouting, serviceProxy string
 	var connectHook, socketLB, ipsets bool
+	var observeLevel string
 	cmd := &cobra.Command{
 		Use:   "up (-f FILE | --preset single-host|multi-host|chain|direct) [--name LAB] [--datapath D]",
 		Short: "Build a lab from a topology file or a preset",
@@ -39,7 +40,8 @@ by default the lab's datapath's own: iptables, nftables or ebpf; none for chains
   cnlab up --preset multi-host --datapath ebpf --host-routing legacy --connect-hook
   cnlab up -f examples/two-hosts-vxlan.yaml --name mylab
   cnlab up --preset multi-host --datapath iptables --service-proxy nftables
-  cnlab up --preset single-host --datapath ebpf --socket-lb   # Services translated at connect()`,
+  cnlab up --preset single-host --datapath ebpf --socket-lb   # Services translated at connect()
+  cnlab up -f examples/policy-lab.yaml --observe drops        # record denied packets (cnlab observe)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, f := range []struct {
@@ -62,7 +64,7 @@ by default the lab's datapath's own: iptables, nftables or ebpf; none for chains
 			if preset != "chain" && preset != topology.PresetDirect && link != "" && preset != "multi-host" {
 				return usagef("--link applies to the chain and direct (veth, bridge, ovs) and multi-host (wire, vxlan) presets")
 			}
-			ov := topology.Overrides{Name: name, Datapath: datapath, Proxy: serviceProxy, Options: kind.Overrides{FillerMode: fillerMode, HostRouting: hostRouting, ConnectHook: connectHook, SocketLB: socketLB}}
+			ov := topology.Overrides{Name: name, Datapath: datapath, Proxy: serviceProxy, Observe: observeLevel, Options: kind.Overrides{FillerMode: fillerMode, HostRouting: hostRouting, ConnectHook: connectHook, SocketLB: socketLB}}
 			if cmd.Flags().Changed("filler") {
 				ov.Options.Filler = &filler
 			}
@@ -98,6 +100,25 @@ by default the lab's datapath's own: iptables, nftables or ebpf; none for chains
 			var already *lab.AlreadyUpError
 			if errors.As(err, &already) && already.Complete && already.SameSpec {
 				fmt.Fprintln(e.stdout, already.Error())
+				if lvl := spec.ObserveLevel(); lvl != topology.ObserveOff && !lab.RecorderRunning(spec.Name) {
+					// Its recorder died (killed): start it again.
+					if _, err := lab.SetObserve(cmd.Context(), spec.Name, lvl); err != nil {
+						return err
+					}
+					fmt.Fprintf(e.stdout, "lab %s: its recorder (observe %s) was not running: started again\n", spec.Name, lvl)
+				}
+				return nil
+			}
+			if errors.As(err, &already) && already.Complete && already.ObserveOnly {
+				if observeLevel == "" { // the file's level, not asked for: keep the running one
+					fmt.Fprintln(e.stdout, (&lab.AlreadyUpError{Lab: spec.Name, Complete: true, SameSpec: true}).Error())
+					return nil
+				}
+				before, err := lab.SetObserve(cmd.Context(), spec.Name, spec.ObserveLevel())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "lab %s is already up; observe %s -> %s\n", spec.Name, before, spec.ObserveLevel())
 				return nil
 			}
 			if err != nil {
@@ -124,6 +145,7 @@ by default the lab's datapath's own: iptables, nftables or ebpf; none for chains
 	f.IntVar(&length, "length", 0, "chain preset: number of forwarding namespaces (default 3)")
 	f.StringVar(&link, "link", "", "chain and direct presets: veth, bridge or ovs (Open vSwitch, userspace); multi-host preset: wire or vxlan")
 	f.IntVar(&workers, "workers", 4, "endpoints built in parallel")
+	f.StringVar(&observeLevel, "observe", "", "record flows (cnlab observe): off, drops or all (observe: in the file; default off); on a running lab, changes only that")
 	f.IntVar(&filler, "filler", 0, kind.IPTables.String()+" datapath: rules that match nothing (seed 000's rule count)")
 	f.StringVar(&fillerMode, "filler-mode", "", kind.IPTables.String()+" datapath: no-match (before every rule) or top-of-chain (after the established rule)")
 	f.BoolVar(&ipsets, "ipsets", false, kind.IPTables.String()+" datapath: match each peer selector through an ipset of its addresses, one rule per selector (Calico's way; iptables: {peers: ipsets})")

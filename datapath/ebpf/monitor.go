@@ -78,6 +78,9 @@ type Event struct {
 	Tier     string `json:"tier,omitempty"`
 	Priority *int   `json:"priority,omitempty"`
 	Action   string `json:"action,omitempty"`
+	// Origin is the compiled entry's origin ("Kind ns/name path"), for
+	// observe: Rule as written before a cluster rule's naming.
+	Origin string `json:"-"`
 }
 
 // ErrLabGone: the lab went down while the monitor watched it.
@@ -327,7 +330,7 @@ type namer struct {
 
 // ruleName is what an event says of the rule that decided.
 type ruleName struct {
-	rule, tier, action string
+	rule, tier, action, origin string
 	priority           *int
 }
 
@@ -344,7 +347,7 @@ func newNamer(lab *topology.Spec, rules []policy.Entry, pols []*policy.Policy) *
 		if _, ok := n.rules[ref]; ok {
 			continue
 		}
-		rn := ruleName{rule: r.Origin}
+		rn := ruleName{rule: r.Origin, origin: r.Origin}
 		if r.Tier == policy.TierAdmin || r.Tier == policy.TierBaseline {
 			rn.tier, rn.action = r.Tier.String(), tierAction(r)
 			if p, path := clusterRule(byRef, r.Origin); p != nil {
@@ -426,7 +429,7 @@ func (n *namer) event(h *topology.Host, e cnlabEvent, at time.Time) Event {
 	}
 	if e.Rule != uint32(cnlabRuleRefNO_RULE) {
 		rn := n.rules[e.Rule]
-		ev.Rule, ev.Tier, ev.Priority, ev.Action = rn.rule, rn.tier, rn.priority, rn.action
+		ev.Rule, ev.Tier, ev.Priority, ev.Action, ev.Origin = rn.rule, rn.tier, rn.priority, rn.action, rn.origin
 	}
 	return ev
 }

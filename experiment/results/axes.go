@@ -164,6 +164,10 @@ func buildAxes() []Axis {
 		axes = append(axes, a)
 	}
 	return bind(append(axes, []Axis{
+		// Its values are checked by package experiment (topology's
+		// levels); its column is added only where a run sets it.
+		{Key: "observe", CSV: CSVWhenSet, Label: "observe", Show: prefixed("observe "),
+			Kube: "flow visibility on a cluster is its CNI's (Hubble for Cilium), not a lab's observe level"},
 		{Key: "policies", Min: 0, Max: MaxPolicies, TextFirst: true, FigureX: 1, XLabel: "number of policies", Show: func(v string) string { return v + " policies" }, Text: func(p Params) string {
 			if p.L7Mode == "" && p.ClusterPolicyMatch == "" || p.Policies > 0 {
 				return fmt.Sprintf("policies=%d", p.Policies)

@@ -67,26 +67,29 @@ func IsChain(t string) bool { return t == PresetChain || t == PresetDirect }
 // Params are the values of one point of the matrix. Zero values are the
 // defaults (the topology's own datapath, MTU and offloads).
 type Params struct {
-	Topology         string    `json:"topology"`
-	Link             string    `json:"link,omitempty"`
-	ChainLength      int       `json:"chainLength,omitempty"` // chain: forwarding hops (0: client and server on one veth pair)
-	Datapath         kind.Kind `json:"datapath,omitempty"`
-	HostRouting      string    `json:"hostRouting,omitempty"`
-	Peers            string    `json:"peers,omitempty"` // iptables: addresses ("": the default) or ipsets
-	Policies         int       `json:"policies"`
-	PolicyMode       string    `json:"policyMode,omitempty"`
-	Flows            int       `json:"flows,omitempty"`
-	Size             int       `json:"size,omitempty"`
-	MTU              int       `json:"mtu,omitempty"`
-	Offloads         string    `json:"offloads,omitempty"`
-	Zerocopy         bool      `json:"zerocopy,omitempty"`
-	FirewallRules    int       `json:"firewallRules,omitempty"`
-	FirewallStateful bool      `json:"firewallStateful,omitempty"`
-	FirewallSpread   bool      `json:"firewallSpread,omitempty"`
-	ShaperRate       string    `json:"shaperRate,omitempty"`
-	ShaperDirection  string    `json:"shaperDirection,omitempty"` // "" is the topology's default (server)
-	Switches         int       `json:"switches,omitempty"`        // link ovs: bridges in series per segment (0: the default, 1)
-	SwitchLink       string    `json:"switchLink,omitempty"`      // between them: patch or veth
+	Topology    string    `json:"topology"`
+	Link        string    `json:"link,omitempty"`
+	ChainLength int       `json:"chainLength,omitempty"` // chain: forwarding hops (0: client and server on one veth pair)
+	Datapath    kind.Kind `json:"datapath,omitempty"`
+	HostRouting string    `json:"hostRouting,omitempty"`
+	Peers       string    `json:"peers,omitempty"` // iptables: addresses ("": the default) or ipsets
+	// Observe is what the lab records of its flows (off, drops, all:
+	// topology.Spec.Observe; "": the topology's own, off for presets).
+	Observe          string `json:"observe,omitempty"`
+	Policies         int    `json:"policies"`
+	PolicyMode       string `json:"policyMode,omitempty"`
+	Flows            int    `json:"flows,omitempty"`
+	Size             int    `json:"size,omitempty"`
+	MTU              int    `json:"mtu,omitempty"`
+	Offloads         string `json:"offloads,omitempty"`
+	Zerocopy         bool   `json:"zerocopy,omitempty"`
+	FirewallRules    int    `json:"firewallRules,omitempty"`
+	FirewallStateful bool   `json:"firewallStateful,omitempty"`
+	FirewallSpread   bool   `json:"firewallSpread,omitempty"`
+	ShaperRate       string `json:"shaperRate,omitempty"`
+	ShaperDirection  string `json:"shaperDirection,omitempty"` // "" is the topology's default (server)
+	Switches         int    `json:"switches,omitempty"`        // link ovs: bridges in series per segment (0: the default, 1)
+	SwitchLink       string `json:"switchLink,omitempty"`      // between them: patch or veth
 	// Services is the number of Services installed at the point (0:
 	// none, the workloads connect to the server's own address), served by
 	// ServiceProxy; ServiceBackends is the backends of each Service but

@@ -98,6 +98,9 @@ type Build struct {
 	Error        string         `json:"error,omitempty"`
 	PolicyApply  []Apply        `json:"policyApply,omitempty"`
 	ServiceApply []ServiceApply `json:"serviceApply,omitempty"`
+	// ObserveApply are the changes of the lab's observe level between
+	// its points (lab.SetObserve).
+	ObserveApply []ObserveApply `json:"observeApply,omitempty"`
 	TeardownSecs float64        `json:"teardownSeconds"`
 	// Nodes are the cluster nodes of the endpoints (by ID), when the
 	// kubernetes backend deployed them.
@@ -105,6 +108,14 @@ type Build struct {
 	// Namespaces are the cluster namespaces cnlab created for the
 	// topology's (the kubernetes backend; policies are rewritten to them).
 	Namespaces map[string]string `json:"namespaces,omitempty"`
+}
+
+// ObserveApply is one change of a running lab's observe level: its
+// datapath applied again for the level, its recorder started or stopped.
+type ObserveApply struct {
+	Level   string  `json:"level"`
+	Seconds float64 `json:"seconds"`
+	Error   string  `json:"error,omitempty"`
 }
 
 // Apply is one policy update of a lab.
@@ -159,6 +170,24 @@ type PointResult struct {
 	// Nodes are the cluster nodes its client and server ran on (the
 	// kubernetes backend), by endpoint ID.
 	Nodes map[string]string `json:"nodes,omitempty"`
+	// PolicyCounters are what the lab's datapath counted per policy rule
+	// during the point's measured samples (summed over its samples, its
+	// hosts and endpoints), when the datapath counts per rule (none
+	// otherwise).
+	PolicyCounters []PolicyCounter `json:"policyCounters,omitempty"`
+}
+
+// PolicyCounter is one policy rule of a lab's datapath and what it
+// decided during a point's samples, like iptables -v: the new flows it
+// allowed, the packets it dropped (established traffic passes by
+// conntrack, before any rule). Rule is the compiled entry's origin
+// ("Kind ns/name path") or an endpoint's default deny ("default-deny
+// ingress of y/b"), as `cnlab policy show --counters` shows them.
+type PolicyCounter struct {
+	Rule    string `json:"rule"`
+	Verdict string `json:"verdict"` // allow, deny, pass or default-deny
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
 }
 
 // Sample is one repetition's measurement.

@@ -62,6 +62,31 @@ type Figures struct {
 	// under every figure of that metric in the sweep (the seed's own
 	// numbers beside cnlab's).
 	Reference map[string]string `yaml:"reference" json:"reference,omitempty"`
+	// Cost adds, for each figure whose lines differ in Cost.Axis, one of
+	// what each of its values costs against the same line with
+	// Cost.Base (seed 003's overhead of flow visibility: observe against
+	// off).
+	Cost *Cost `yaml:"cost" json:"cost,omitempty"`
+}
+
+// Cost is a figure of the change each value of a matrix axis makes
+// against a base value, in percent of the base line's median at the
+// same x, signed so that a positive cost is worse (less throughput,
+// more latency or CPU; the metric's Better).
+type Cost struct {
+	Axis string `yaml:"axis" json:"axis"` // a matrix key whose values name lines (observe)
+	Base string `yaml:"base" json:"base"` // its value the others are measured against (off)
+	// Reference is a range of costs someone else reported, drawn beside
+	// cnlab's as a band (seed 003: "overhead of 1-15 %").
+	Reference *Band `yaml:"reference" json:"reference,omitempty"`
+}
+
+// Band is a range of a figure's y values with its label, in the
+// figure's unit.
+type Band struct {
+	From  float64 `yaml:"from" json:"from"`
+	To    float64 `yaml:"to" json:"to"`
+	Label string  `yaml:"label" json:"label"`
 }
 
 // Quick is what --quick changes: shorter runs, fewer values.

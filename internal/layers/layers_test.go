@@ -34,7 +34,7 @@ var layers = [][]string{
 	{"datapath/registry"},
 	{"datapath/ebpf", "datapath/iptables", "datapath/nftables"},
 	{"proxy", "datapath"},
-	{"service"},
+	{"service", "observe"},
 	{"policy"},
 	{"internal/change"},
 	{"l7proxy"},
@@ -45,10 +45,10 @@ var layers = [][]string{
 	{"experiment/results"},
 	{"datapath/kind"},
 	{"internal/k8sdoc"},
-	{"traffic", "stats", "report/plot", "labels", "internal/nsforward"},
+	{"traffic", "stats", "report/plot", "labels", "internal/nsforward", "internal/nflog"},
 	{"internal/netns"},
 	{"internal/input", "internal/rundir", "internal/files", "internal/yamlx", "internal/bpffs",
-		"internal/plural", "internal/buildinfo", "internal/fault", "internal/layers", "internal/kpki", "internal/kpshape"},
+		"internal/plural", "internal/buildinfo", "internal/fault", "internal/layers", "internal/kpki", "internal/kpshape", "internal/daemon"},
 }
 
 // testOnly are the packages only tests import: they may import any

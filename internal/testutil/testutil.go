@@ -6,6 +6,7 @@
 package testutil
 
 import (
+	"github.com/cnlab/cnlab/internal/daemon"
 	"github.com/cnlab/cnlab/internal/nsforward"
 	"github.com/cnlab/cnlab/l7proxy"
 	"time"
@@ -207,6 +208,8 @@ func Main(m *testing.M, cleanup ...func()) {
 	l7proxy.MaybeRun()
 	// A local cluster's API forwarder is this binary again too.
 	nsforward.MaybeRun()
+	// A lab that records its flows runs its recorder likewise.
+	daemon.MaybeRun()
 	before := Snapshot()
 	code := m.Run()
 	for _, f := range cleanup {

@@ -85,6 +85,15 @@ type RefLine struct {
 	Label string
 }
 
+// Band is a horizontal range of y (Figure.HBands), from From to To,
+// shaded across the plot area under the data with dashed edges and its
+// label inside its top edge: a range reported elsewhere, drawn for
+// comparison.
+type Band struct {
+	From, To float64
+	Label    string
+}
+
 // Limits fixes an axis range; it is used only when Min < Max (both finite).
 type Limits struct {
 	Min, Max float64
@@ -111,6 +120,7 @@ type Figure struct {
 
 	HLines []RefLine
 	VLines []RefLine
+	HBands []Band
 
 	// YFromData fits the y axis to the data instead of starting it at zero
 	// (Bars figures always include zero).

@@ -36,6 +36,7 @@ var (
 	faintCol = mustHex("#888888")
 	barErr   = mustHex("#222222")
 	labelBg  = rgba{255, 255, 255, 204} // translucent white behind labels in the plot
+	bandCol  = rgba{119, 119, 119, 38}  // a reference band: translucent grey
 )
 
 var (
@@ -181,6 +182,10 @@ func (f *Figure) layout(fs *fontSet) (*drawing, error) {
 	hasData := yr.n > 0
 	for _, r := range f.HLines {
 		yr.add(r.Value)
+	}
+	for _, b := range f.HBands {
+		yr.add(b.From)
+		yr.add(b.To)
 	}
 	if cats == nil {
 		for _, r := range f.VLines {
@@ -441,7 +446,30 @@ func (f *Figure) layout(fs *fontSet) (*drawing, error) {
 		d.line("zero", plotL, y, plotR, y, zeroCol, 1, nil)
 	}
 
-	// Reference lines (under the data).
+	// Reference bands and lines (under the data).
+	for _, b := range f.HBands {
+		if !finite(b.From) || !finite(b.To) || b.From > b.To || b.To < ya.lo || b.From > ya.hi {
+			continue
+		}
+		yTop, yBot := crisp(ya.px(math.Min(b.To, ya.hi)), 1), crisp(ya.px(math.Max(b.From, ya.lo)), 1)
+		d.rect("refband", plotL, yTop, plotR-plotL, yBot-yTop, bandCol, rgba{}, 0)
+		for _, v := range []float64{b.From, b.To} {
+			if v >= ya.lo && v <= ya.hi {
+				y := crisp(ya.px(v), 1)
+				d.line("refband-edge", plotL, y, plotR, y, refCol, 1, dashRef)
+			}
+		}
+		if b.Label != "" {
+			lbl := fs.truncate(b.Label, refSize, false, (plotR-plotL)*0.6)
+			ty := yTop + refSize + 3
+			if yTop-refSize-4 >= plotT && yBot-yTop < refSize+6 {
+				ty = yTop - 4 // a thin band: above it
+			}
+			tw := fs.width(lbl, refSize, false)
+			d.rect("refband-label-bg", plotR-4-tw-2, ty-capHeight(refSize)-2, tw+4, capHeight(refSize)+4, labelBg, rgba{}, 0)
+			d.text("refband-label", lbl, plotR-4, ty, refSize, anchorEnd, noteCol, false, false)
+		}
+	}
 	for _, r := range f.HLines {
 		if !finite(r.Value) || r.Value < ya.lo || r.Value > ya.hi {
 			continue
