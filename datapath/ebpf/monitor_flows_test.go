@@ -290,13 +290,26 @@ func TestRuleCounters(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("RuleCountersOf:\n got %v\nwant %v", got, want)
 	}
-	// Without the rules: named by reference.
+	// Through the interface: named by the file Apply leaves, by
+	// reference where it names none.
 	got, err = (&Datapath{}).RuleCounters(context.Background(), lab)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 3 || got[1].Rule != fmt.Sprintf("rule %08x", RuleRef(allowR.Origin)) {
-		t.Errorf("RuleCounters: %v", got)
+		t.Errorf("RuleCounters without names: %v", got)
+	}
+	for range 2 { // the second time, the file names the set already
+		if err := saveRuleNames(lab.Name, &policy.Compiled{Set: "s1", Rules: rules}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err = (&Datapath{}).RuleCounters(context.Background(), lab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("RuleCounters:\n got %v\nwant %v", got, want)
 	}
 }
 

@@ -3,10 +3,15 @@ package ebpf
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"sort"
 
 	"github.com/cnlab/cnlab/datapath"
 	"github.com/cnlab/cnlab/internal/change"
+	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/internal/rundir"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -18,12 +23,46 @@ var ruleVerdicts = map[cnlabRuleVerdict]string{
 	cnlabRuleVerdictRV_PASS:  "pass",
 }
 
-// RuleCounters implements datapath.RuleCounterer: RuleCountersOf without
-// the compiled rules, so each rule is named by its reference ("rule
-// %08x", RuleRef of its origin): the pinned state keeps the references
-// the programs count by, not the origins.
+// RuleCounters implements datapath.RuleCounterer: RuleCountersOf with the
+// rules of the policies last applied, named by the file Apply leaves
+// beside its state (ruleNamesPath); a rule it does not name (none applied
+// since, or no longer applied) is named by its reference ("rule %08x",
+// RuleRef of its origin).
 func (d *Datapath) RuleCounters(ctx context.Context, lab *topology.Spec) ([]datapath.RuleCounter, error) {
-	return RuleCountersOf(ctx, lab, nil)
+	var f ruleNamesFile
+	_ = files.ReadJSON(ruleNamesPath(lab.Name), &f)
+	return ruleCounters(lab, f.Rules)
+}
+
+// ruleNamesPath is where Apply leaves the origins of the rules it
+// applied, by RuleRef, for RuleCounters (the programs count by reference).
+func ruleNamesPath(lab string) string {
+	return filepath.Join(rundir.Lab(lab), "datapath", "ebpf-rules.json")
+}
+
+type ruleNamesFile struct {
+	Set   string            `json:"set"` // first: saveRuleNames reads it alone
+	Rules map[uint32]string `json:"rules"`
+}
+
+// saveRuleNames writes ruleNamesPath for the compiled set c, unless it
+// names that set already.
+func saveRuleNames(lab string, c *policy.Compiled) error {
+	path := ruleNamesPath(lab)
+	head := fmt.Sprintf(`{"set":%q`, c.Set)
+	if f, err := os.Open(path); err == nil {
+		buf := make([]byte, len(head))
+		n, _ := io.ReadFull(f, buf)
+		f.Close()
+		if c.Set != "" && string(buf[:n]) == head {
+			return nil
+		}
+	}
+	names := ruleNamesFile{Set: c.Set, Rules: make(map[uint32]string, len(c.Rules))}
+	for _, r := range c.Rules {
+		names.Rules[RuleRef(r.Origin)] = r.Origin
+	}
+	return files.WriteJSON(path, names, false)
 }
 
 // RuleCountersOf returns, per host, endpoint, direction, rule and
@@ -39,6 +78,10 @@ func RuleCountersOf(ctx context.Context, lab *topology.Spec, rules []policy.Entr
 	for _, r := range rules {
 		names[RuleRef(r.Origin)] = r.Origin
 	}
+	return ruleCounters(lab, names)
+}
+
+func ruleCounters(lab *topology.Spec, names map[uint32]string) ([]datapath.RuleCounter, error) {
 	var out []datapath.RuleCounter
 	for i := range lab.Hosts {
 		h := &lab.Hosts[i]
