@@ -220,6 +220,7 @@ func (d *Datapath) apply(ctx context.Context, lab *topology.Spec, from, c *polic
 		_ = setIdentities(s.maps, plans[s.host.Name])
 		change.HostDone(s.host.Name)
 	}
+	_ = saveRuleNames(lab.Name, c) // for RuleCounters: the programs count by reference
 	return nil
 }
 

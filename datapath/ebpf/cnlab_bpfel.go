@@ -203,6 +203,7 @@ const (
 	cnlabMonitorLevelMONITOR_OFF   cnlabMonitorLevel = 0
 	cnlabMonitorLevelMONITOR_DROPS cnlabMonitorLevel = 1
 	cnlabMonitorLevelMONITOR_ALL   cnlabMonitorLevel = 2
+	cnlabMonitorLevelMONITOR_FLOWS cnlabMonitorLevel = 3
 )
 
 type cnlabNatDir uint32
@@ -317,10 +318,27 @@ const (
 	cnlabReasonR_MAX               cnlabReason = 32
 )
 
+type cnlabRuleKey struct {
+	_       structs.HostLayout
+	Rule    uint32
+	Slot    uint32
+	Dir     uint8
+	Verdict uint8
+	Pad     uint16
+}
+
 type cnlabRuleRef uint32
 
 const (
 	cnlabRuleRefNO_RULE cnlabRuleRef = 4294967295
+)
+
+type cnlabRuleVerdict uint32
+
+const (
+	cnlabRuleVerdictRV_ALLOW cnlabRuleVerdict = 1
+	cnlabRuleVerdictRV_DENY  cnlabRuleVerdict = 2
+	cnlabRuleVerdictRV_PASS  cnlabRuleVerdict = 3
 )
 
 type cnlabSockKey struct {
@@ -410,11 +428,13 @@ const (
 	cnlabMapCnlabFrag           = "cnlab_frag"
 	cnlabMapCnlabIpcache        = "cnlab_ipcache"
 	cnlabMapCnlabLocal          = "cnlab_local"
+	cnlabMapCnlabLost           = "cnlab_lost"
 	cnlabMapCnlabLxc            = "cnlab_lxc"
 	cnlabMapCnlabMonitor        = "cnlab_monitor"
 	cnlabMapCnlabNat            = "cnlab_nat"
 	cnlabMapCnlabPolicy         = "cnlab_policy"
 	cnlabMapCnlabPolicyExact    = "cnlab_policy_exact"
+	cnlabMapCnlabRuleCounters   = "cnlab_rule_counters"
 	cnlabMapCnlabSockFwd        = "cnlab_sock_fwd"
 	cnlabMapCnlabSockRev        = "cnlab_sock_rev"
 	cnlabMapCnlabSockRevTcp     = "cnlab_sock_rev_tcp"
@@ -430,6 +450,7 @@ const (
 	cnlabProgCnlabSendmsg4      = "cnlab_sendmsg4"
 	cnlabProgCnlabToEp          = "cnlab_to_ep"
 	cnlabVarHostRoutingBpf      = "host_routing_bpf"
+	cnlabVarRuleCounterZero     = "rule_counter_zero"
 	cnlabVarUnusedConfigFlag    = "unused_config_flag"
 	cnlabVarUnusedCounter       = "unused_counter"
 	cnlabVarUnusedDir           = "unused_dir"
@@ -448,7 +469,9 @@ const (
 	cnlabVarUnusedPolicyPrec    = "unused_policy_prec"
 	cnlabVarUnusedPv            = "unused_pv"
 	cnlabVarUnusedReason        = "unused_reason"
+	cnlabVarUnusedRuleKey       = "unused_rule_key"
 	cnlabVarUnusedRuleRef       = "unused_rule_ref"
+	cnlabVarUnusedRuleVerdict   = "unused_rule_verdict"
 	cnlabVarUnusedSvcConfigFlag = "unused_svc_config_flag"
 	cnlabVarUnusedSvcFlag       = "unused_svc_flag"
 )
@@ -508,29 +531,31 @@ type cnlabProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cnlabMapSpecs struct {
-	CnlabAffinity    *ebpf.MapSpec `ebpf:"cnlab_affinity"`
-	CnlabBackends    *ebpf.MapSpec `ebpf:"cnlab_backends"`
-	CnlabConfig      *ebpf.MapSpec `ebpf:"cnlab_config"`
-	CnlabCounters    *ebpf.MapSpec `ebpf:"cnlab_counters"`
-	CnlabCt          *ebpf.MapSpec `ebpf:"cnlab_ct"`
-	CnlabEnforce     *ebpf.MapSpec `ebpf:"cnlab_enforce"`
-	CnlabEvents      *ebpf.MapSpec `ebpf:"cnlab_events"`
-	CnlabEvlimit     *ebpf.MapSpec `ebpf:"cnlab_evlimit"`
-	CnlabFrag        *ebpf.MapSpec `ebpf:"cnlab_frag"`
-	CnlabIpcache     *ebpf.MapSpec `ebpf:"cnlab_ipcache"`
-	CnlabLocal       *ebpf.MapSpec `ebpf:"cnlab_local"`
-	CnlabLxc         *ebpf.MapSpec `ebpf:"cnlab_lxc"`
-	CnlabMonitor     *ebpf.MapSpec `ebpf:"cnlab_monitor"`
-	CnlabNat         *ebpf.MapSpec `ebpf:"cnlab_nat"`
-	CnlabPolicy      *ebpf.MapSpec `ebpf:"cnlab_policy"`
-	CnlabPolicyExact *ebpf.MapSpec `ebpf:"cnlab_policy_exact"`
-	CnlabSockFwd     *ebpf.MapSpec `ebpf:"cnlab_sock_fwd"`
-	CnlabSockRev     *ebpf.MapSpec `ebpf:"cnlab_sock_rev"`
-	CnlabSockRevTcp  *ebpf.MapSpec `ebpf:"cnlab_sock_rev_tcp"`
-	CnlabSockep      *ebpf.MapSpec `ebpf:"cnlab_sockep"`
-	CnlabSvc         *ebpf.MapSpec `ebpf:"cnlab_svc"`
-	CnlabSvcConfig   *ebpf.MapSpec `ebpf:"cnlab_svc_config"`
-	CnlabSvcFrag     *ebpf.MapSpec `ebpf:"cnlab_svc_frag"`
+	CnlabAffinity     *ebpf.MapSpec `ebpf:"cnlab_affinity"`
+	CnlabBackends     *ebpf.MapSpec `ebpf:"cnlab_backends"`
+	CnlabConfig       *ebpf.MapSpec `ebpf:"cnlab_config"`
+	CnlabCounters     *ebpf.MapSpec `ebpf:"cnlab_counters"`
+	CnlabCt           *ebpf.MapSpec `ebpf:"cnlab_ct"`
+	CnlabEnforce      *ebpf.MapSpec `ebpf:"cnlab_enforce"`
+	CnlabEvents       *ebpf.MapSpec `ebpf:"cnlab_events"`
+	CnlabEvlimit      *ebpf.MapSpec `ebpf:"cnlab_evlimit"`
+	CnlabFrag         *ebpf.MapSpec `ebpf:"cnlab_frag"`
+	CnlabIpcache      *ebpf.MapSpec `ebpf:"cnlab_ipcache"`
+	CnlabLocal        *ebpf.MapSpec `ebpf:"cnlab_local"`
+	CnlabLost         *ebpf.MapSpec `ebpf:"cnlab_lost"`
+	CnlabLxc          *ebpf.MapSpec `ebpf:"cnlab_lxc"`
+	CnlabMonitor      *ebpf.MapSpec `ebpf:"cnlab_monitor"`
+	CnlabNat          *ebpf.MapSpec `ebpf:"cnlab_nat"`
+	CnlabPolicy       *ebpf.MapSpec `ebpf:"cnlab_policy"`
+	CnlabPolicyExact  *ebpf.MapSpec `ebpf:"cnlab_policy_exact"`
+	CnlabRuleCounters *ebpf.MapSpec `ebpf:"cnlab_rule_counters"`
+	CnlabSockFwd      *ebpf.MapSpec `ebpf:"cnlab_sock_fwd"`
+	CnlabSockRev      *ebpf.MapSpec `ebpf:"cnlab_sock_rev"`
+	CnlabSockRevTcp   *ebpf.MapSpec `ebpf:"cnlab_sock_rev_tcp"`
+	CnlabSockep       *ebpf.MapSpec `ebpf:"cnlab_sockep"`
+	CnlabSvc          *ebpf.MapSpec `ebpf:"cnlab_svc"`
+	CnlabSvcConfig    *ebpf.MapSpec `ebpf:"cnlab_svc_config"`
+	CnlabSvcFrag      *ebpf.MapSpec `ebpf:"cnlab_svc_frag"`
 }
 
 // cnlabVariableSpecs contains global variables before they are loaded into the kernel.
@@ -538,6 +563,7 @@ type cnlabMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type cnlabVariableSpecs struct {
 	HostRoutingBpf      *ebpf.VariableSpec `ebpf:"host_routing_bpf"`
+	RuleCounterZero     *ebpf.VariableSpec `ebpf:"rule_counter_zero"`
 	UnusedConfigFlag    *ebpf.VariableSpec `ebpf:"unused_config_flag"`
 	UnusedCounter       *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedDir           *ebpf.VariableSpec `ebpf:"unused_dir"`
@@ -556,7 +582,9 @@ type cnlabVariableSpecs struct {
 	UnusedPolicyPrec    *ebpf.VariableSpec `ebpf:"unused_policy_prec"`
 	UnusedPv            *ebpf.VariableSpec `ebpf:"unused_pv"`
 	UnusedReason        *ebpf.VariableSpec `ebpf:"unused_reason"`
+	UnusedRuleKey       *ebpf.VariableSpec `ebpf:"unused_rule_key"`
 	UnusedRuleRef       *ebpf.VariableSpec `ebpf:"unused_rule_ref"`
+	UnusedRuleVerdict   *ebpf.VariableSpec `ebpf:"unused_rule_verdict"`
 	UnusedSvcConfigFlag *ebpf.VariableSpec `ebpf:"unused_svc_config_flag"`
 	UnusedSvcFlag       *ebpf.VariableSpec `ebpf:"unused_svc_flag"`
 }
@@ -581,29 +609,31 @@ func (o *cnlabObjects) Close() error {
 //
 // It can be passed to loadCnlabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cnlabMaps struct {
-	CnlabAffinity    *ebpf.Map `ebpf:"cnlab_affinity"`
-	CnlabBackends    *ebpf.Map `ebpf:"cnlab_backends"`
-	CnlabConfig      *ebpf.Map `ebpf:"cnlab_config"`
-	CnlabCounters    *ebpf.Map `ebpf:"cnlab_counters"`
-	CnlabCt          *ebpf.Map `ebpf:"cnlab_ct"`
-	CnlabEnforce     *ebpf.Map `ebpf:"cnlab_enforce"`
-	CnlabEvents      *ebpf.Map `ebpf:"cnlab_events"`
-	CnlabEvlimit     *ebpf.Map `ebpf:"cnlab_evlimit"`
-	CnlabFrag        *ebpf.Map `ebpf:"cnlab_frag"`
-	CnlabIpcache     *ebpf.Map `ebpf:"cnlab_ipcache"`
-	CnlabLocal       *ebpf.Map `ebpf:"cnlab_local"`
-	CnlabLxc         *ebpf.Map `ebpf:"cnlab_lxc"`
-	CnlabMonitor     *ebpf.Map `ebpf:"cnlab_monitor"`
-	CnlabNat         *ebpf.Map `ebpf:"cnlab_nat"`
-	CnlabPolicy      *ebpf.Map `ebpf:"cnlab_policy"`
-	CnlabPolicyExact *ebpf.Map `ebpf:"cnlab_policy_exact"`
-	CnlabSockFwd     *ebpf.Map `ebpf:"cnlab_sock_fwd"`
-	CnlabSockRev     *ebpf.Map `ebpf:"cnlab_sock_rev"`
-	CnlabSockRevTcp  *ebpf.Map `ebpf:"cnlab_sock_rev_tcp"`
-	CnlabSockep      *ebpf.Map `ebpf:"cnlab_sockep"`
-	CnlabSvc         *ebpf.Map `ebpf:"cnlab_svc"`
-	CnlabSvcConfig   *ebpf.Map `ebpf:"cnlab_svc_config"`
-	CnlabSvcFrag     *ebpf.Map `ebpf:"cnlab_svc_frag"`
+	CnlabAffinity     *ebpf.Map `ebpf:"cnlab_affinity"`
+	CnlabBackends     *ebpf.Map `ebpf:"cnlab_backends"`
+	CnlabConfig       *ebpf.Map `ebpf:"cnlab_config"`
+	CnlabCounters     *ebpf.Map `ebpf:"cnlab_counters"`
+	CnlabCt           *ebpf.Map `ebpf:"cnlab_ct"`
+	CnlabEnforce      *ebpf.Map `ebpf:"cnlab_enforce"`
+	CnlabEvents       *ebpf.Map `ebpf:"cnlab_events"`
+	CnlabEvlimit      *ebpf.Map `ebpf:"cnlab_evlimit"`
+	CnlabFrag         *ebpf.Map `ebpf:"cnlab_frag"`
+	CnlabIpcache      *ebpf.Map `ebpf:"cnlab_ipcache"`
+	CnlabLocal        *ebpf.Map `ebpf:"cnlab_local"`
+	CnlabLost         *ebpf.Map `ebpf:"cnlab_lost"`
+	CnlabLxc          *ebpf.Map `ebpf:"cnlab_lxc"`
+	CnlabMonitor      *ebpf.Map `ebpf:"cnlab_monitor"`
+	CnlabNat          *ebpf.Map `ebpf:"cnlab_nat"`
+	CnlabPolicy       *ebpf.Map `ebpf:"cnlab_policy"`
+	CnlabPolicyExact  *ebpf.Map `ebpf:"cnlab_policy_exact"`
+	CnlabRuleCounters *ebpf.Map `ebpf:"cnlab_rule_counters"`
+	CnlabSockFwd      *ebpf.Map `ebpf:"cnlab_sock_fwd"`
+	CnlabSockRev      *ebpf.Map `ebpf:"cnlab_sock_rev"`
+	CnlabSockRevTcp   *ebpf.Map `ebpf:"cnlab_sock_rev_tcp"`
+	CnlabSockep       *ebpf.Map `ebpf:"cnlab_sockep"`
+	CnlabSvc          *ebpf.Map `ebpf:"cnlab_svc"`
+	CnlabSvcConfig    *ebpf.Map `ebpf:"cnlab_svc_config"`
+	CnlabSvcFrag      *ebpf.Map `ebpf:"cnlab_svc_frag"`
 }
 
 func (m *cnlabMaps) Close() error {
@@ -619,11 +649,13 @@ func (m *cnlabMaps) Close() error {
 		m.CnlabFrag,
 		m.CnlabIpcache,
 		m.CnlabLocal,
+		m.CnlabLost,
 		m.CnlabLxc,
 		m.CnlabMonitor,
 		m.CnlabNat,
 		m.CnlabPolicy,
 		m.CnlabPolicyExact,
+		m.CnlabRuleCounters,
 		m.CnlabSockFwd,
 		m.CnlabSockRev,
 		m.CnlabSockRevTcp,
@@ -639,6 +671,7 @@ func (m *cnlabMaps) Close() error {
 // It can be passed to loadCnlabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cnlabVariables struct {
 	HostRoutingBpf      *ebpf.Variable `ebpf:"host_routing_bpf"`
+	RuleCounterZero     *ebpf.Variable `ebpf:"rule_counter_zero"`
 	UnusedConfigFlag    *ebpf.Variable `ebpf:"unused_config_flag"`
 	UnusedCounter       *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedDir           *ebpf.Variable `ebpf:"unused_dir"`
@@ -657,7 +690,9 @@ type cnlabVariables struct {
 	UnusedPolicyPrec    *ebpf.Variable `ebpf:"unused_policy_prec"`
 	UnusedPv            *ebpf.Variable `ebpf:"unused_pv"`
 	UnusedReason        *ebpf.Variable `ebpf:"unused_reason"`
+	UnusedRuleKey       *ebpf.Variable `ebpf:"unused_rule_key"`
 	UnusedRuleRef       *ebpf.Variable `ebpf:"unused_rule_ref"`
+	UnusedRuleVerdict   *ebpf.Variable `ebpf:"unused_rule_verdict"`
 	UnusedSvcConfigFlag *ebpf.Variable `ebpf:"unused_svc_config_flag"`
 	UnusedSvcFlag       *ebpf.Variable `ebpf:"unused_svc_flag"`
 }

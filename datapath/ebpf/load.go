@@ -70,10 +70,11 @@ type hostMaps struct {
 	dir                                                          string
 	config, monitor, lxc, local, ipcache, policy, exact, enforce *ebpf.Map
 	ct, counters, events, sockep                                 *ebpf.Map
+	lost, ruleCounters                                           *ebpf.Map // opened on demand (open)
 }
 
 func (m *hostMaps) Close() {
-	for _, x := range []*ebpf.Map{m.config, m.monitor, m.lxc, m.local, m.ipcache, m.policy, m.exact, m.enforce, m.ct, m.counters, m.events, m.sockep} {
+	for _, x := range []*ebpf.Map{m.config, m.monitor, m.lxc, m.local, m.ipcache, m.policy, m.exact, m.enforce, m.ct, m.counters, m.events, m.sockep, m.lost, m.ruleCounters} {
 		if x != nil {
 			x.Close()
 		}
@@ -104,6 +105,9 @@ const (
 	mapCounter = "cnlab_counters"
 	mapEvents  = "cnlab_events"
 	mapSockEP  = "cnlab_sockep"
+	// Not in allMaps: opened by the monitor and RuleCounters only.
+	mapLost         = "cnlab_lost"
+	mapRuleCounters = "cnlab_rule_counters"
 )
 
 var allMaps = []string{mapConfig, mapMonitor, mapLXC, mapLocal, mapIPCache, mapPolicy, mapExact,
@@ -158,6 +162,10 @@ func (m *hostMaps) field(name string) **ebpf.Map {
 		return &m.events
 	case mapSockEP:
 		return &m.sockep
+	case mapLost:
+		return &m.lost
+	case mapRuleCounters:
+		return &m.ruleCounters
 	}
 	panic("unknown map " + name)
 }

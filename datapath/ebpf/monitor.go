@@ -26,7 +26,32 @@ import (
 const (
 	MonitorDrops = uint32(cnlabMonitorLevelMONITOR_DROPS)
 	MonitorAll   = uint32(cnlabMonitorLevelMONITOR_ALL)
+	// MonitorFlows (observe: all) reports drops (rate-limited as with
+	// MonitorAll: one a second per flow and reason) and the verdict of
+	// every new flow's first packet (policy-allow, not-isolated,
+	// to-l7-proxy), each once and not rate-limited; no established,
+	// related or fragment packet.
+	MonitorFlows = uint32(cnlabMonitorLevelMONITOR_FLOWS)
 )
+
+// MonitorOptions are what MonitorWith reports and how.
+type MonitorOptions struct {
+	Level uint32         // MonitorDrops, MonitorAll or MonitorFlows
+	Rules []policy.Entry // the lab's compiled rules, to name the rule behind a verdict (nil: none)
+	// Pols, if given, are the lab's policies: a cluster policy's rule is
+	// then named with its tier and priority (Policy.TierRef) and its
+	// action, as traces name it.
+	Pols []*policy.Policy
+	// Started, if not nil, is called once the monitor is reporting.
+	Started func()
+	// Lost, if not nil, is called (from the goroutine that calls fn) with
+	// the number of events a host's programs could not report since the
+	// last call (its ring buffer was full): at most once a second per
+	// host, and once more before MonitorWith returns. Events are never
+	// dropped in user space: a slow fn holds the readers back, the ring
+	// fills and the programs count what they lose.
+	Lost func(host string, n uint64)
+}
 
 // Event is one verdict reported by the programs.
 type Event struct {
@@ -65,6 +90,10 @@ var ErrLabGone = errors.New("the lab was taken down")
 // last renewal: a monitor killed with SIGKILL stops costing anything soon.
 const leaseTime = 3 * time.Second
 
+// eventPoll is how often the monitor looks into a ring buffer for events
+// that did not wake it (at most that late).
+const eventPoll = 50 * time.Millisecond
+
 // Monitor streams the verdicts of every host of a lab to fn until ctx ends
 // or fn returns an error. level is MonitorDrops or MonitorAll. rules are
 // the lab's compiled rules, to name the rule behind a verdict (nil: none).
@@ -75,6 +104,13 @@ const leaseTime = 3 * time.Second
 // policies: a cluster policy's rule is then named with its tier and
 // priority (Policy.TierRef) and its action, as traces name it.
 func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []policy.Entry, started func(), fn func(Event) error, pols ...*policy.Policy) error {
+	return MonitorWith(ctx, lab, MonitorOptions{Level: level, Rules: rules, Pols: pols, Started: started}, fn)
+}
+
+// MonitorWith is Monitor with its options, and the events lost reported
+// (MonitorOptions.Lost).
+func MonitorWith(ctx context.Context, lab *topology.Spec, o MonitorOptions, fn func(Event) error) error {
+	level, rules, started, pols := o.Level, o.Rules, o.Started, o.Pols
 	if len(lab.Hosts) == 0 {
 		return datapath.ErrNoHosts
 	}
@@ -91,6 +127,7 @@ func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []poli
 		host *topology.Host
 		maps *hostMaps
 		rd   *ringbuf.Reader
+		lost uint64 // cnlab_lost's sum when last reported
 	}
 	var rings []hostRing
 	defer func() {
@@ -108,10 +145,30 @@ func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []poli
 		if err != nil {
 			return err
 		}
+		// A lab set up before cnlab_lost existed has none: nothing
+		// lost is reported there.
+		_ = m.open(h.Name, mapLost)
 		rd, err := ringbuf.NewReader(m.events)
-		rings = append(rings, hostRing{h, m, rd})
+		rings = append(rings, hostRing{host: h, maps: m, rd: rd})
 		if err != nil {
 			return fmt.Errorf("host %s: events: %w", h.Name, err)
+		}
+		// What was lost before this monitor is not its to report.
+		if rings[len(rings)-1].lost, err = m.readLost(); err != nil {
+			return fmt.Errorf("host %s: %w", h.Name, err)
+		}
+	}
+	reportLost := func() {
+		for i := range rings {
+			r := &rings[i]
+			n, err := r.maps.readLost()
+			if err != nil || n == r.lost {
+				continue
+			}
+			if o.Lost != nil {
+				o.Lost(r.host.Name, n-r.lost)
+			}
+			r.lost = n
 		}
 	}
 	start := now()
@@ -141,7 +198,14 @@ func Monitor(ctx context.Context, lab *topology.Spec, level uint32, rules []poli
 		go func() {
 			defer wg.Done()
 			for {
+				// New flows' events do not wake the reader before a
+				// batch of them waits (bpf/cnlab.c, emit): it looks
+				// anyway at this pace.
+				r.rd.SetDeadline(time.Now().Add(eventPoll))
 				rec, err := r.rd.Read()
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					continue
+				}
 				if err != nil {
 					if !errors.Is(err, os.ErrClosed) {
 						errc <- fmt.Errorf("host %s: read events: %w", r.host.Name, err)
@@ -180,6 +244,7 @@ loop:
 				result = err
 				break loop
 			}
+			reportLost()
 		case ev := <-events:
 			if err := fn(ev); err != nil {
 				result = err
@@ -192,7 +257,25 @@ loop:
 		r.rd.Close() // unblocks readers waiting for one
 	}
 	wg.Wait()
+	reportLost()
 	return result
+}
+
+// readLost sums the host's count of events its ring buffer could not
+// take (cnlab_lost, per CPU).
+func (m *hostMaps) readLost() (uint64, error) {
+	if m.lost == nil {
+		return 0, nil
+	}
+	var per []uint64
+	if err := m.lost.Lookup(uint32(0), &per); err != nil {
+		return 0, fmt.Errorf("read %s: %w", mapLost, err)
+	}
+	var n uint64
+	for _, v := range per {
+		n += v
+	}
+	return n, nil
 }
 
 // labIdentity is the identity (device and inode) of the lab's state

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/scenarios"
@@ -79,7 +80,7 @@ func BenchmarkProgram(b *testing.B) {
 	for _, mon := range []struct {
 		name  string
 		level uint32
-	}{{"off", 0}, {"drops", MonitorDrops}, {"all", MonitorAll}} {
+	}{{"off", 0}, {"drops", MonitorDrops}, {"all", MonitorAll}, {"flows", MonitorFlows}} {
 		b.Run("established/monitor="+mon.name, func(b *testing.B) {
 			h := newHarness(b, harnessOpts{policyMapSize: benchPolicySize})
 			h.setEntries(0, epA, cnlabIsolationISO_INGRESS, benchEntries(100))
@@ -92,6 +93,37 @@ func BenchmarkProgram(b *testing.B) {
 			h.toEp(b, "SYN", tcpPkt(addrR, epA.ip, 40000, 80, tcpSYN), actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
 			ack := tcpPkt(addrR, epA.ip, 40000, 80, tcpACK)
 			benchRun(b, h, h.objs.CnlabToEp, ack, actOK, ingress(epA, cnlabReasonR_ALLOW_CT))
+		})
+	}
+	// A new flow (the SYN judged by policy each run, allowed by entry
+	// 0, whose rule counter moves each run) with each monitor: with
+	// "flows" every run is reported (the ring is drained meanwhile, as
+	// a monitor would).
+	for _, mon := range []struct {
+		name  string
+		level uint32
+	}{{"off", 0}, {"drops", MonitorDrops}, {"flows", MonitorFlows}} {
+		b.Run("syn/monitor="+mon.name, func(b *testing.B) {
+			h := newHarness(b, harnessOpts{policyMapSize: benchPolicySize})
+			h.setEntries(0, epA, cnlabIsolationISO_INGRESS, benchEntries(100))
+			if mon.level != 0 {
+				h.lease(mon.level)
+				rd, err := ringbuf.NewReader(h.objs.CnlabEvents)
+				if err != nil {
+					b.Fatal(err)
+				}
+				go func() {
+					for {
+						if _, err := rd.Read(); err != nil {
+							return
+						}
+					}
+				}()
+				b.Cleanup(func() { rd.Close() })
+			}
+			syn := tcpPkt(addrR, epA.ip, 40000, 80, tcpSYN)
+			h.toEp(b, "SYN", syn, actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
+			benchRun(b, h, h.objs.CnlabToEp, syn, actOK, ingress(epA, cnlabReasonR_ALLOW_POLICY))
 		})
 	}
 	b.Run("established/entries=10000", func(b *testing.B) {

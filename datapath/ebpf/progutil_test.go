@@ -101,6 +101,7 @@ type harnessOpts struct {
 	hostRouting   string // kind.HostRoutingBPF or HostRoutingLegacy
 	policyMapSize int    // default 1024
 	ctMapSize     int    // default kind.DefaultCTMapSize
+	ringSize      uint32 // bytes of cnlab_events (a power of 2, from the page size on), default the program's
 }
 
 func newHarness(tb testing.TB, o harnessOpts) *harness {
@@ -126,6 +127,9 @@ func newHarness(tb testing.TB, o harnessOpts) *harness {
 	// its file descriptors.
 	for _, m := range cs.Maps {
 		m.Pinning = ebpf.PinNone
+	}
+	if o.ringSize != 0 {
+		cs.Maps[mapEvents].MaxEntries = o.ringSize
 	}
 	h := &harness{tb: tb, polSize: o.policyMapSize}
 	if err := cs.LoadAndAssign(&h.objs, nil); err != nil {

@@ -154,6 +154,10 @@ enum monitor_level {
 	MONITOR_OFF = 0,
 	MONITOR_DROPS = 1,
 	MONITOR_ALL = 2,
+	// Drops (rate-limited as MONITOR_ALL's) and every new flow's verdict
+	// (is_new_flow), each once, not rate-limited; no established,
+	// related or fragment packet.
+	MONITOR_FLOWS = 3,
 };
 
 // Where an event was decided (event.at).
@@ -215,6 +219,21 @@ enum policy_prec {
 // The rule of a verdict no policy entry decided (event.rule).
 enum rule_ref {
 	NO_RULE = 0xffffffff,
+};
+
+// What a rule decided (rule_key.verdict).
+enum rule_verdict {
+	RV_ALLOW = 1, // an allow (to the L7 proxy too)
+	RV_DENY = 2,
+	RV_PASS = 3, // an Admin Pass that nothing below decided: the default did
+};
+
+// What the programs ask policy_verdict to count in cnlab_rule_counters
+// (query.count).
+enum rule_count_mode {
+	RC_NONE = 0, // a look ahead: the packet's verdict is taken again elsewhere
+	RC_ALL = 1,
+	RC_DROPS = 2, // the connect hook: an allowed connect's SYN is counted by tc
 };
 
 struct config {
@@ -325,6 +344,19 @@ struct frag_val {
 struct counter {
 	__u64 packets;
 	__u64 bytes;
+};
+
+// A key of cnlab_rule_counters: the rule (RuleRef of its origin), the
+// slot of the endpoint whose policy it is (gen*max_ep + index), the
+// direction and what the rule decided. Laid out as struct policy_key,
+// whose place in a query it takes once the lookups are done (no stack of
+// its own in policy_verdict, on the programs' deepest chain of calls).
+struct rule_key {
+	__u32 rule;
+	__u32 slot;
+	__u8 dir;
+	__u8 verdict; // enum rule_verdict
+	__u16 pad;
 };
 
 struct event {
@@ -570,10 +602,30 @@ struct {
 	__type(value, struct counter);
 } cnlab_counters SEC(".maps");
 
+// Packets and bytes per policy rule, endpoint slot, direction and
+// verdict: counted where a policy decision is taken (a new flow's first
+// packet, a dropped packet), never for established traffic. Allocated per
+// key when first counted.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct rule_key);
+	__type(value, struct counter);
+} cnlab_rule_counters SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 18);
 } cnlab_events SEC(".maps");
+
+// Events a full cnlab_events could not take (cnlab_lost[0], per CPU).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} cnlab_lost SEC(".maps");
 
 // Last event time per flow and reason: at most one event per second each.
 struct {
@@ -662,6 +714,8 @@ const enum monitor_level *unused_monitor_level __attribute__((unused));
 const enum event_at *unused_event_at __attribute__((unused));
 const enum identity *unused_identity __attribute__((unused));
 const enum rule_ref *unused_rule_ref __attribute__((unused));
+const enum rule_verdict *unused_rule_verdict __attribute__((unused));
+const struct rule_key *unused_rule_key __attribute__((unused));
 const enum svc_config_flag *unused_svc_config_flag __attribute__((unused));
 const enum svc_flag *unused_svc_flag __attribute__((unused));
 const enum nat_dir *unused_nat_dir __attribute__((unused));
@@ -741,6 +795,34 @@ static __always_inline void count(__u32 index, __u8 dir, __u8 reason, __u32 len)
 
 static __always_inline int is_drop(__u8 reason) { return reason >= R_FIRST_DROP; }
 
+// is_new_flow: the verdict of a new flow's first packet that lets it
+// through (a drop is any packet's).
+static __always_inline int is_new_flow(__u8 reason)
+{
+	return reason == R_ALLOW_POLICY || reason == R_ALLOW_UNENFORCED || reason == R_ALLOW_PROXY;
+}
+
+// The first value of a key of cnlab_rule_counters (no stack for it).
+volatile const struct counter rule_counter_zero = {};
+
+// rule_count counts a packet a rule decided in cnlab_rule_counters under
+// key k, filled in by the caller.
+static __always_inline void rule_count(struct rule_key *k, __u32 len)
+{
+	struct counter *c = bpf_map_lookup_elem(&cnlab_rule_counters, k);
+	if (!c) {
+		bpf_map_update_elem(&cnlab_rule_counters, k, (void *)&rule_counter_zero, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(&cnlab_rule_counters, k);
+		if (!c)
+			return;
+	}
+	c->packets++;
+	c->bytes += len;
+}
+
+// New-flow events that wait before one wakes the reader (emit).
+#define EVENT_BATCH 64
+
 static __always_inline void emit(struct config *cfg, __u32 len, struct pkt *p, __u8 at,
 				 __u32 ep, __u8 dir, __u8 reason, __u32 src_id, __u32 dst_id, __u32 rule)
 {
@@ -750,18 +832,30 @@ static __always_inline void emit(struct config *cfg, __u32 len, struct pkt *p, _
 		return;
 	if (m->level == MONITOR_DROPS && !is_drop(reason))
 		return; // before reading the clock: a drops-only monitor costs allowed packets nothing more
+	int limit = 1;
+	if (m->level == MONITOR_FLOWS && !is_drop(reason)) {
+		if (!is_new_flow(reason))
+			return;
+		limit = 0; // each new flow once: its tuple is new
+	}
 	__u64 now = bpf_ktime_get_ns();
 	if (now > m->until)
 		return;
-	struct flow_key fk = {.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport,
-			      .dport = p->dport, .proto = p->proto, .reason = reason};
-	__u64 *last = bpf_map_lookup_elem(&cnlab_evlimit, &fk);
-	if (last && now - *last < NSEC)
-		return;
-	bpf_map_update_elem(&cnlab_evlimit, &fk, &now, BPF_ANY);
+	if (limit) {
+		struct flow_key fk = {.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport,
+				      .dport = p->dport, .proto = p->proto, .reason = reason};
+		__u64 *last = bpf_map_lookup_elem(&cnlab_evlimit, &fk);
+		if (last && now - *last < NSEC)
+			return;
+		bpf_map_update_elem(&cnlab_evlimit, &fk, &now, BPF_ANY);
+	}
 	struct event *e = bpf_ringbuf_reserve(&cnlab_events, sizeof(*e), 0);
-	if (!e)
+	if (!e) {
+		__u64 *lost = bpf_map_lookup_elem(&cnlab_lost, &zero);
+		if (lost)
+			*lost += 1;
 		return;
+	}
 	e->time = now;
 	e->saddr = p->saddr;
 	e->daddr = p->daddr;
@@ -776,7 +870,14 @@ static __always_inline void emit(struct config *cfg, __u32 len, struct pkt *p, _
 	e->dst_identity = dst_id;
 	e->len = len;
 	e->rule = rule;
-	bpf_ringbuf_submit(e, 0);
+	// A new flow's event (there may be thousands a second) wakes the
+	// reader only once a batch waits (the monitor also looks every
+	// eventPoll, monitor.go): a wakeup per event cost a microsecond a SYN. Other
+	// events are few: each wakes the reader, if it waits.
+	__u64 wake = 0;
+	if (!limit && bpf_ringbuf_query(&cnlab_events, BPF_RB_AVAIL_DATA) < EVENT_BATCH * (sizeof(*e) + 8))
+		wake = BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e, wake);
 }
 
 // parse_l4 reads the ports (and TCP flags) of the L4 header at off.
@@ -1041,12 +1142,17 @@ static __always_inline struct policy_val *policy_lookup(void *exact, void *lpm, 
 // the maps as it is (then with the wildcard peer): no copy on its stack,
 // which the verifier's limit for the deepest chain of calls (512 bytes,
 // cnlab_from_ep -> from_ep_local -> policy_verdict) leaves no room for.
+_Static_assert(sizeof(struct rule_key) == sizeof(struct policy_key), "rule_key takes policy_key's place");
+
 struct query {
 	struct policy_key k; // prefixlen 64, the remote peer's key, dir, proto, port (network order)
 	__u32 slot;   // gen*max_ep + the endpoint's index
 	__u32 rule;   // out: the deciding entry's rule, or NO_RULE
 	__u8 proxied; // out: an allow to an L7 port
-	__u8 pad[3];
+	__u8 count;   // enum rule_count_mode
+	__u8 pad[2];
+	__u32 len;    // the packet's, for cnlab_rule_counters
+	__u32 pad2;   // whole 8-byte words
 };
 
 // policy_verdict is a global function: the verifier checks it once, not
@@ -1102,15 +1208,28 @@ __attribute__((noinline)) int policy_verdict(struct query *q)
 		}
 	}
 	q->rule = rule;
-	if (act == ACT_DENY)
-		return R_DROP_DENY;
-	if (act == ACT_ALLOW || act == ACT_PROXY) {
+	int r = R_ALLOW_UNENFORCED;
+	__u8 rv = RV_PASS;
+	if (act == ACT_DENY) {
+		r = R_DROP_DENY;
+		rv = RV_DENY;
+	} else if (act == ACT_ALLOW || act == ACT_PROXY) {
 		q->proxied = dir == DIR_INGRESS && act == ACT_PROXY;
-		return R_ALLOW_POLICY;
+		r = R_ALLOW_POLICY;
+		rv = RV_ALLOW;
+	} else if (bits & ISO_INGRESS) {
+		r = R_DROP_DEFAULT;
 	}
-	if (bits & ISO_INGRESS)
-		return R_DROP_DEFAULT;
-	return R_ALLOW_UNENFORCED;
+	if (rule != NO_RULE && (q->count == RC_ALL || (q->count == RC_DROPS && is_drop(r)))) {
+		struct rule_key *k = (struct rule_key *)&q->k; // the lookups are done
+		k->rule = rule;
+		k->slot = q->slot;
+		k->dir = dir;
+		k->verdict = rv;
+		k->pad = 0;
+		rule_count(k, q->len);
+	}
+	return r;
 }
 
 // verdict decides a new flow of endpoint index (this host's), in
@@ -1121,7 +1240,7 @@ __attribute__((noinline)) int policy_verdict(struct query *q)
 // p->proxied (user space marks every allow decision of such a port that
 // is not the Admin tier's, so whichever lookup wins says so).
 static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __u32 peer,
-				   struct pkt *p, __u32 *rule)
+				   struct pkt *p, __u32 *rule, __u8 count, __u32 len)
 {
 	// A new TCP flow begins with a SYN, or with an ACK picking up a
 	// connection whose entry went; any other set of SYN, ACK, FIN and RST
@@ -1137,7 +1256,7 @@ static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __
 		}
 	}
 	struct query q = {.k = {.peer = peer, .dir = dir, .proto = p->proto, .port = bpf_htons(p->dport)},
-			  .slot = cfg->gen * cfg->max_ep + index};
+			  .slot = cfg->gen * cfg->max_ep + index, .count = count, .len = len};
 	int r = policy_verdict(&q);
 	*rule = q.rule;
 	p->proxied = q.proxied;
@@ -1168,7 +1287,7 @@ static __always_inline void first_fragment(struct pkt *p, __u8 scope, __u16 ep, 
 // side enforces one endpoint's direction for a packet (conntrack, then
 // policy for a new flow) and returns the reason.
 static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 dir, struct pkt *p,
-				__u64 now, __u32 *peer_id, __u32 *rule)
+				__u64 now, __u32 *peer_id, __u32 *rule, __u32 len)
 {
 	__u8 scope = 1 + dir, rscope = 1 + !dir;
 	__u16 idx = ep->index;
@@ -1179,7 +1298,7 @@ static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 di
 	if (!r) {
 		struct peer peer = peer_of(cfg->gen, dir == DIR_EGRESS ? p->daddr : p->saddr);
 		*peer_id = peer.identity;
-		r = verdict(cfg, ep->index, dir, peer.key, p, rule);
+		r = verdict(cfg, ep->index, dir, peer.key, p, rule, RC_ALL, len);
 		if (is_drop(r))
 			return r;
 		// The verdict sends the connection to the L7 proxy, but it is
@@ -1908,7 +2027,7 @@ static __always_inline struct endpoint *legacy_l7(struct config *cfg, struct end
 	}
 	__u32 rule;
 	struct pkt q = *p;
-	verdict(cfg, dst->index, DIR_INGRESS, peer_of(cfg->gen, p->saddr).key, &q, &rule);
+	verdict(cfg, dst->index, DIR_INGRESS, peer_of(cfg->gen, p->saddr).key, &q, &rule, RC_NONE, 0);
 	return q.proxied ? dst : 0;
 }
 
@@ -1944,7 +2063,7 @@ __attribute__((noinline)) int from_ep_remote(struct __sk_buff *skb, struct from_
 	struct pkt *p = &f->p;
 	struct xlate *x = &f->x;
 	__u32 rule = NO_RULE, peer_id = 0; // 0: not looked up (conntrack paths)
-	int r = side(&f->cfg, src, DIR_EGRESS, p, f->now, &peer_id, &rule);
+	int r = side(&f->cfg, src, DIR_EGRESS, p, f->now, &peer_id, &rule, skb->len);
 	__u16 mtu;
 	if (!is_drop(r) && x->kind == XL_FWD && x->snat && !p->frag && too_big(skb, x, &mtu)) {
 		// Answered here, as the host's stack would answer it, from
@@ -1982,11 +2101,11 @@ __attribute__((noinline)) int from_ep_local(struct __sk_buff *skb, struct from_e
 		if (!r) {
 			__u32 gen = cfg->gen;
 			struct peer sp = peer_of(gen, p->saddr), dp = peer_of(gen, p->daddr);
-			r = verdict(cfg, src->index, DIR_EGRESS, dp.key, p, &rule);
+			r = verdict(cfg, src->index, DIR_EGRESS, dp.key, p, &rule, RC_ALL, skb->len);
 			if (is_drop(r))
 				return finish(cfg, skb, p, src->index, DIR_EGRESS, r, src->identity, dst->identity, rule);
 			count(src->index, DIR_EGRESS, r, skb->len);
-			r = verdict(cfg, dst->index, DIR_INGRESS, sp.key, p, &rule);
+			r = verdict(cfg, dst->index, DIR_INGRESS, sp.key, p, &rule, RC_ALL, skb->len);
 			if (is_drop(r))
 				return finish(cfg, skb, p, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
 			ct_create(p, 0, 0, now);
@@ -2134,7 +2253,7 @@ int cnlab_to_ep(struct __sk_buff *skb)
 			ct_create(&p, 1 + DIR_INGRESS, dst->index, now);
 		r = R_ALLOW_FROM_PROXY;
 	} else {
-		r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule);
+		r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule, skb->len);
 	}
 	if (!is_drop(r) && x.kind && xlate_write(skb, &p, &x, now) < 0)
 		r = R_DROP_MALFORMED;
@@ -2180,9 +2299,16 @@ static __always_inline int l7_from_wire(struct __sk_buff *skb, struct config *cf
 	} else {
 		struct peer peer = peer_of(cfg->gen, p->saddr);
 		peer_id = peer.identity;
-		r = verdict(cfg, dst->index, DIR_INGRESS, peer.key, p, &rule);
+		// A look ahead: what is not for the proxy the endpoint's
+		// program decides (and counts) again.
+		r = verdict(cfg, dst->index, DIR_INGRESS, peer.key, p, &rule, RC_NONE, 0);
 		if (!p->proxied)
 			return -1; // denied, or not for the proxy: the endpoint's program decides
+		if (rule != NO_RULE) {
+			struct rule_key k = {.rule = rule, .slot = cfg->gen * cfg->max_ep + dst->index,
+					     .dir = DIR_INGRESS, .verdict = RV_ALLOW};
+			rule_count(&k, skb->len);
+		}
 		ct_create(p, scope, dst->index, now);
 		r = R_ALLOW_PROXY;
 	}
@@ -2228,7 +2354,7 @@ int cnlab_from_wire(struct __sk_buff *skb)
 	if (!dst)
 		return TC_ACT_OK;
 	__u32 rule = NO_RULE, peer_id = 0;
-	int r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule);
+	int r = side(cfg, dst, DIR_INGRESS, &p, now, &peer_id, &rule, skb->len);
 	if (!is_drop(r) && x.kind && xlate_write(skb, &p, &x, now) < 0)
 		r = R_DROP_MALFORMED;
 	if (r == R_ALLOW_RELATED && svc_icmp(skb, &p, now) < 0)
@@ -2349,13 +2475,13 @@ int cnlab_connect4(struct bpf_sock_addr *ctx)
 	__u32 rule = NO_RULE;
 	__u32 gen = cfg->gen;
 	struct peer dp = peer_of(gen, p.daddr);
-	int r = verdict(cfg, src->index, DIR_EGRESS, dp.key, &p, &rule);
+	int r = verdict(cfg, src->index, DIR_EGRESS, dp.key, &p, &rule, RC_DROPS, 0);
 	__u32 index = src->index;
 	__u8 dir = DIR_EGRESS;
 	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_local, &p.daddr);
 	if (!is_drop(r) && dst) {
 		struct peer sp = peer_of(gen, p.saddr);
-		r = verdict(cfg, dst->index, DIR_INGRESS, sp.key, &p, &rule);
+		r = verdict(cfg, dst->index, DIR_INGRESS, sp.key, &p, &rule, RC_DROPS, 0);
 		index = dst->index;
 		dir = DIR_INGRESS;
 	}
