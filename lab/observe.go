@@ -465,14 +465,20 @@ func (r *recorder) ebpf(ctx context.Context, level string, ready func()) error {
 	c := r.comp.Load()
 	lvl := ebpf.MonitorDrops
 	if level == topology.ObserveAll {
-		lvl = ebpf.MonitorAll
+		lvl = ebpf.MonitorFlows // every new flow's verdict, once, and the drops
 	}
-	return ebpf.Monitor(ctx, spec, lvl, c.Rules, ready, func(ev ebpf.Event) error {
+	o := ebpf.MonitorOptions{Level: lvl, Rules: c.Rules, Pols: m.Policies, Started: ready,
+		Lost: func(host string, n uint64) {
+			if n > 0 {
+				r.lost(host, "ebpf", n)
+			}
+		}}
+	return ebpf.MonitorWith(ctx, spec, o, func(ev ebpf.Event) error {
 		if f, ok := ebpfFlow(ev, level); ok {
 			r.emit(f)
 		}
 		return nil
-	}, m.Policies...)
+	})
 }
 
 // ebpfFlow turns an eBPF verdict into a flow; ok is false for verdicts
