@@ -172,7 +172,11 @@ func (n *Namer) fromModel(f *Flow) *PolicyRef {
 	if side.Rule != "" && (side.Allowed == (f.Verdict != Dropped)) {
 		return n.ref(side.Rule)
 	}
-	if f.Verdict == Dropped && !side.Allowed && len(side.SelectedBy) > 0 {
+	// A drop no rule of the model explains: the default deny of the
+	// isolated endpoint, named after the first policy isolating it (also
+	// when the model would allow the packet: a datapath that lacks an
+	// allow rule drops it there, which is what probe --explain shows).
+	if f.Verdict == Dropped && len(side.SelectedBy) > 0 {
 		return n.ref(side.SelectedBy[0] + " spec." + f.Direction)
 	}
 	return nil

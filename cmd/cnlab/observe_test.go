@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -134,16 +135,24 @@ func TestObserveCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var del []string
+	// By its number in its chain (the comment's quotes would need a
+	// shell to split the line).
+	var chain string
+	num, at := map[string]int{}, 0
 	for _, l := range strings.Split(string(save), "\n") {
-		if strings.HasPrefix(l, "-A CNLAB-I-") && strings.Contains(l, "-s 10.0.192.10/32") && strings.Contains(l, "-j ACCEPT") {
-			del = strings.Fields(strings.TrimPrefix(l, "-A "))
+		f := strings.Fields(l)
+		if len(f) < 2 || f[0] != "-A" {
+			continue
+		}
+		num[f[1]]++
+		if strings.HasPrefix(f[1], "CNLAB-I-") && strings.Contains(l, "-s 10.0.192.10/32") && strings.Contains(l, "-j ACCEPT") {
+			chain, at = f[1], num[f[1]]
 		}
 	}
-	if del == nil {
+	if chain == "" {
 		t.Fatalf("no rule accepting x/a in y/a's chain:\n%s", save)
 	}
-	if _, err := netns.Run(context.Background(), host.Netns, nil, "iptables-legacy", append([]string{"-w", "-D"}, del...)...); err != nil {
+	if _, err := netns.Run(context.Background(), host.Netns, nil, "iptables-legacy", "-w", "-D", chain, fmt.Sprint(at)); err != nil {
 		t.Fatal(err)
 	}
 	stdout, stderr, code = runCLI(t, "probe", name, "--port", "80", "--explain", "-o", "json")
