@@ -362,7 +362,10 @@ func record(ctx context.Context, labName string) error {
 			err := fn(ctx, func() { once.Do(func() { close(ready) }) })
 			once.Do(func() { close(ready) })
 			if err != nil && ctx.Err() == nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
+				select { // the first error ends the recorder; the others go
+				case errc <- fmt.Errorf("%s: %w", name, err):
+				default:
+				}
 			}
 		}()
 		return ready
@@ -387,7 +390,10 @@ func record(ctx context.Context, labName string) error {
 			err := r.ebpf(ectx, level, func() { once.Do(func() { close(ready) }) })
 			once.Do(func() { close(ready) })
 			if err != nil && ectx.Err() == nil {
-				errc <- fmt.Errorf("ebpf: %w", err)
+				select {
+				case errc <- fmt.Errorf("ebpf: %w", err):
+				default:
+				}
 			}
 		}()
 		return ready
@@ -485,7 +491,7 @@ func (r *recorder) ebpf(ctx context.Context, level string, ready func()) error {
 // observe does not record at this level (packets of established flows).
 func ebpfFlow(ev ebpf.Event, level string) (*observe.Flow, bool) {
 	f := &observe.Flow{Time: ev.Time.UTC(), Host: ev.Host, Direction: ev.Direction, Endpoint: ev.Endpoint,
-		Hook: ev.At, Origin: ev.Origin, Datapath: string(kind.EBPF)}
+		Hook: ev.At, Origin: ev.Origin, Datapath: string(kind.EBPF), TCPFlags: observe.TCPFlagNames(ev.TCPFlags)}
 	f.SetAddrs(ev.Src, ev.Dst, 0)
 	f.Protocol = ev.Protocol
 	f.Reason = ev.Reason

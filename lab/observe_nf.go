@@ -135,4 +135,3 @@ func (r *recorder) frontend(ap netip.AddrPort, proto uint8) string {
 	}
 	return s
 }
-

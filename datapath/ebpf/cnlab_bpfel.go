@@ -118,7 +118,8 @@ type cnlabEvent struct {
 	DstIdentity uint32
 	Len         uint32
 	Rule        uint32
-	_           [4]byte
+	Tcpflags    uint8
+	Pad         [3]uint8
 }
 
 type cnlabEventAt uint32

@@ -81,6 +81,9 @@ type Event struct {
 	// Origin is the compiled entry's origin ("Kind ns/name path"), for
 	// observe: Rule as written before a cluster rule's naming.
 	Origin string `json:"-"`
+	// TCPFlags is the TCP header's flags byte of the packet (0 for other
+	// protocols and at the connect hook).
+	TCPFlags uint8 `json:"tcpFlags,omitempty"`
 }
 
 // ErrLabGone: the lab went down while the monitor watched it.
@@ -417,7 +420,7 @@ func (n *namer) event(h *topology.Host, e cnlabEvent, at time.Time) Event {
 	ev := Event{Time: at, Host: h.Name, Direction: policy.Dir(e.Dir).String(), Reason: reasonName(cnlabReason(e.Reason)),
 		From: n.byAddr[src], To: n.byAddr[dst], SrcIdentity: e.SrcIdentity, DstIdentity: e.DstIdentity,
 		Protocol: protoName(e.Proto), Src: netip.AddrPortFrom(src, e.Sport), Dst: netip.AddrPortFrom(dst, e.Dport),
-		Bytes: e.Len, Verdict: "allowed", At: "tc"}
+		Bytes: e.Len, Verdict: "allowed", At: "tc", TCPFlags: e.Tcpflags}
 	if cnlabEventAt(e.At) == cnlabEventAtAT_CONNECT {
 		ev.At = "connect"
 	}

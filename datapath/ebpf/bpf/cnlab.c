@@ -371,6 +371,8 @@ struct event {
 	__u32 src_identity, dst_identity;
 	__u32 len;
 	__u32 rule;
+	__u8 tcpflags; // the TCP header's flags byte (0 for other protocols)
+	__u8 pad[3];
 };
 
 // The service proxy's settings for a host (cnlab_svc_config[0]).
@@ -870,6 +872,8 @@ static __always_inline void emit(struct config *cfg, __u32 len, struct pkt *p, _
 	e->dst_identity = dst_id;
 	e->len = len;
 	e->rule = rule;
+	e->tcpflags = p->proto == IPPROTO_TCP ? p->tcpflags : 0;
+	e->pad[0] = e->pad[1] = e->pad[2] = 0;
 	// A new flow's event (there may be thousands a second) wakes the
 	// reader only once a batch waits (the monitor also looks every
 	// eventPoll, monitor.go): a wakeup per event cost a microsecond a SYN. Other
