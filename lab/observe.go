@@ -353,12 +353,17 @@ func record(ctx context.Context, labName string) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	errc := make(chan error, 8)
-	run := func(name string, fn func(ctx context.Context, ready func()) error) <-chan struct{} {
+	// runIn runs a source until ctx ends; the first error of any ends the
+	// recorder. The channel it returns closes once the source reads (or
+	// has failed).
+	runIn := func(ctx context.Context, group *sync.WaitGroup, name string, fn func(ctx context.Context, ready func()) error) <-chan struct{} {
 		ready := make(chan struct{})
 		var once sync.Once
 		wg.Add(1)
+		group.Add(1)
 		go func() {
 			defer wg.Done()
+			defer group.Done()
 			err := fn(ctx, func() { once.Do(func() { close(ready) }) })
 			once.Do(func() { close(ready) })
 			if err != nil && ctx.Err() == nil {
@@ -370,40 +375,35 @@ func record(ctx context.Context, labName string) error {
 		}()
 		return ready
 	}
-	var readies []<-chan struct{}
-	// The level-dependent source (eBPF's lease) restarts on a change of
-	// level or policy; the others run for the recorder's life.
-	ebpfCancel, ebpfDone := func() {}, make(chan struct{})
-	close(ebpfDone)
-	startEBPF := func(level string) <-chan struct{} {
-		ebpfCancel()
-		<-ebpfDone // the monitor before has let go of the ring buffers
-		ectx, c := context.WithCancel(ctx)
-		done := make(chan struct{})
-		ebpfCancel, ebpfDone = c, done
-		ready := make(chan struct{})
-		var once sync.Once
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer close(done)
-			err := r.ebpf(ectx, level, func() { once.Do(func() { close(ready) }) })
-			once.Do(func() { close(ready) })
-			if err != nil && ectx.Err() == nil {
-				select {
-				case errc <- fmt.Errorf("ebpf: %w", err):
-				default:
-				}
-			}
-		}()
-		return ready
+	var life sync.WaitGroup
+	run := func(name string, fn func(ctx context.Context, ready func()) error) <-chan struct{} {
+		return runIn(ctx, &life, name, fn)
 	}
-	if spec.Datapath == kind.EBPF {
-		readies = append(readies, startEBPF(cfg.level))
-	} else {
+	// The level's sources restart on a change of level: eBPF's lease (its
+	// level is the programs'), and conntrack's events for Services, which
+	// only all records (with a listener the kernel makes an event of
+	// every new connection: no cost drops may have).
+	lvlCancel, lvlGroup := func() {}, &sync.WaitGroup{}
+	startLevel := func(level string) []<-chan struct{} {
+		lvlCancel()
+		lvlGroup.Wait() // the monitor before has let go of the ring buffers
+		lctx, c := context.WithCancel(ctx)
+		lvlCancel, lvlGroup = c, &sync.WaitGroup{}
+		var rs []<-chan struct{}
+		if spec.Datapath == kind.EBPF {
+			rs = append(rs, runIn(lctx, lvlGroup, "ebpf", func(ctx context.Context, ready func()) error { return r.ebpf(ctx, level, ready) }))
+		}
+		if level == topology.ObserveAll {
+			rs = append(rs, r.services(lctx, func(name string, fn func(context.Context, func()) error) <-chan struct{} {
+				return runIn(lctx, lvlGroup, name, fn)
+			})...)
+		}
+		return rs
+	}
+	readies := startLevel(cfg.level)
+	if spec.Datapath != kind.EBPF {
 		readies = append(readies, r.netfilter(ctx, run)...)
 	}
-	readies = append(readies, r.services(ctx, run)...)
 	readies = append(readies, run("l7", r.l7))
 	for _, rd := range readies {
 		select {
@@ -447,8 +447,10 @@ loop:
 				continue
 			}
 			r.fresh()
-			if spec.Datapath == kind.EBPF && now.level != cfg.level {
-				<-startEBPF(now.level)
+			if now.level != cfg.level {
+				for _, rd := range startLevel(now.level) {
+					<-rd
+				}
 			}
 			cfg = now
 			if err := markReady(labName, cfg.level); err != nil {
