@@ -334,7 +334,7 @@ type namer struct {
 // ruleName is what an event says of the rule that decided.
 type ruleName struct {
 	rule, tier, action, origin string
-	priority           *int
+	priority                   *int
 }
 
 func newNamer(lab *topology.Spec, rules []policy.Entry, pols []*policy.Policy) *namer {
