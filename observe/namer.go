@@ -136,23 +136,9 @@ func (n *Namer) ref(origin string) *PolicyRef {
 			prio := cp.Priority
 			p.Priority = &prio
 		}
-		p.Action = ruleAction(cp, p.Rule)
+		p.Action = cp.RuleAction(p.Rule)
 	}
 	return p
-}
-
-// ruleAction is the action of the rule at path of a cluster policy.
-func ruleAction(p *policy.Policy, path string) string {
-	for _, sp := range p.Specs {
-		for _, d := range []policy.Direction{sp.Ingress, sp.Egress} {
-			for _, r := range d.Ordered {
-				if r.Path == path {
-					return r.Action
-				}
-			}
-		}
-	}
-	return ""
 }
 
 // fromModel names the rule the compiled policy says decided f's packet

@@ -106,6 +106,21 @@ func (p *Policy) TierRef() string {
 	return p.Ref()
 }
 
+// RuleAction is the action of the rule at path of a cluster policy
+// ("Accept", "Deny", "Pass"; "" if it has none at that path).
+func (p *Policy) RuleAction(path string) string {
+	for _, sp := range p.Specs {
+		for _, d := range []Direction{sp.Ingress, sp.Egress} {
+			for _, r := range d.Ordered {
+				if r.Path == path {
+					return r.Action
+				}
+			}
+		}
+	}
+	return ""
+}
+
 // Ref names the policy in traces: "NetworkPolicy x/allow-web".
 func (p *Policy) Ref() string { return p.Kind + " " + p.Key() }
 

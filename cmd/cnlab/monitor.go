@@ -11,7 +11,6 @@ import (
 
 	"github.com/cnlab/cnlab/datapath/ebpf"
 	"github.com/cnlab/cnlab/datapath/kind"
-	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/l7proxy"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/topology"
@@ -102,15 +101,9 @@ and host, and the time the proxy took; --type drop shows the denied ones
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			errTimeUp := errors.New("--duration is up")
-			if duration > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeoutCause(ctx, duration, errTimeUp)
-				defer cancel()
-			}
-			errDone := errors.New("done")
-			seen := 0
+			lim := streamLimit{count: count, duration: duration, what: "event"}
+			ctx, cancel := lim.context(cmd.Context())
+			defer cancel()
 			started := func() {
 				if output == "json" {
 					return
@@ -125,27 +118,12 @@ and host, and the time the proxy took; --type drop shows the denied ones
 				if err := printEvent(e, output, ev, func() string { return formatEvent(ev) }); err != nil {
 					return err
 				}
-				seen++
-				if count > 0 && seen >= count {
-					return errDone
-				}
-				return nil
+				return lim.saw()
 			}, m.Policies...)
-			cause := context.Cause(ctx)
-			switch {
-			case errors.Is(err, errDone):
-				return nil
-			case errors.Is(err, ebpf.ErrLabGone):
+			if errors.Is(err, ebpf.ErrLabGone) {
 				return err
-			case err != nil && ctx.Err() == nil:
-				return err
-			case count > 0 && seen < count && errors.Is(cause, errTimeUp):
-				// --count with --duration waits for events: a script must
-				// tell "they came" from "time ran out". Ctrl-C is no
-				// failure.
-				return fmt.Errorf("%d of %s within %v", seen, plural.N(count, "event"), duration)
 			}
-			return nil
+			return lim.end(ctx, err)
 		},
 	}
 	cmd.Flags().StringVar(&typ, "type", "drop", "verdicts to show: drop or all")
@@ -206,12 +184,9 @@ func monitorL7(ctx context.Context, e *env, spec *topology.Spec, typ, output str
 		}
 		return byIP[ap.Addr().String()]
 	}
-	errTimeUp := errors.New("--duration is up")
-	if duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, duration, errTimeUp)
-		defer cancel()
-	}
+	lim := streamLimit{count: count, duration: duration, what: "request"}
+	ctx, cancel := lim.context(ctx)
+	defer cancel()
 	if output != "json" {
 		until := "Ctrl-C to stop"
 		if duration > 0 {
@@ -219,8 +194,6 @@ func monitorL7(ctx context.Context, e *env, spec *topology.Spec, typ, output str
 		}
 		fmt.Fprintf(e.stderr, "monitoring the L7 proxies of lab %s (%s); %s\n", spec.Name, map[string]string{"drop": "denied requests", "all": "every request"}[typ], until)
 	}
-	errDone := errors.New("done")
-	seen := 0
 	err := l7proxy.Follow(ctx, spec.Name, hosts, func(host string, le l7proxy.LogEntry) error {
 		if typ == "drop" && le.Verdict != "denied" {
 			return nil
@@ -240,21 +213,9 @@ func monitorL7(ctx context.Context, e *env, spec *topology.Spec, typ, output str
 		if err != nil {
 			return err
 		}
-		seen++
-		if count > 0 && seen >= count {
-			return errDone
-		}
-		return nil
+		return lim.saw()
 	})
-	switch {
-	case errors.Is(err, errDone):
-		return nil
-	case err != nil:
-		return err
-	case count > 0 && seen < count && errors.Is(context.Cause(ctx), errTimeUp):
-		return fmt.Errorf("%d of %s within %v", seen, plural.N(count, "request"), duration)
-	}
-	return nil
+	return lim.end(ctx, err)
 }
 
 // printEvent prints one event: a JSON object per line with -o json, else

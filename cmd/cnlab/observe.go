@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/observe"
 	"github.com/cnlab/cnlab/topology"
@@ -204,14 +203,9 @@ func runObserve(ctx context.Context, e *env, name string, o *observeOpts, lastSe
 		}
 		return nil
 	}
-	errTimeUp := errors.New("--duration is up")
-	if o.duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, o.duration, errTimeUp)
-		defer cancel()
-	}
-	errDone := errors.New("done")
-	seen := 0
+	lim := streamLimit{count: o.count, duration: o.duration, what: "flow"}
+	ctx, cancel := lim.context(ctx)
+	defer cancel()
 	alive := func() error {
 		s, err := lab.ReadState(name)
 		if err != nil || s.Created != st.Created {
@@ -226,23 +220,12 @@ func runObserve(ctx context.Context, e *env, name string, o *observeOpts, lastSe
 		if err := printRecord(e, o, r); err != nil {
 			return err
 		}
-		if r.Flow != nil {
-			seen++
+		if r.Flow == nil {
+			return nil
 		}
-		if o.count > 0 && seen >= o.count {
-			return errDone
-		}
-		return nil
+		return lim.saw()
 	})
-	switch {
-	case errors.Is(err, errDone):
-		return nil
-	case err != nil:
-		return err
-	case o.count > 0 && seen < o.count && errors.Is(context.Cause(ctx), errTimeUp):
-		return fmt.Errorf("%d of %s within %v", seen, plural.N(o.count, "flow"), o.duration)
-	}
-	return nil
+	return lim.end(ctx, err)
 }
 
 // printRecord prints a flow or a lost-events record.

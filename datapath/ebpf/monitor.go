@@ -358,7 +358,7 @@ func newNamer(lab *topology.Spec, rules []policy.Entry, pols []*policy.Policy) *
 				if p.Kind != policy.KindBaselineNP {
 					rn.priority = &prio
 				}
-				if a := ruleAction(p, path); a != "" {
+				if a := p.RuleAction(path); a != "" {
 					rn.action = a
 				}
 				rn.rule = p.TierRef() + " " + path + " " + rn.action
@@ -399,20 +399,6 @@ func clusterRule(byRef map[string]*policy.Policy, origin string) (*policy.Policy
 		}
 	}
 	return nil, ""
-}
-
-// ruleAction is the action of the rule at path of a cluster policy.
-func ruleAction(p *policy.Policy, path string) string {
-	for _, sp := range p.Specs {
-		for _, d := range []policy.Direction{sp.Ingress, sp.Egress} {
-			for _, r := range d.Ordered {
-				if r.Path == path {
-					return r.Action
-				}
-			}
-		}
-	}
-	return ""
 }
 
 func (n *namer) event(h *topology.Host, e cnlabEvent, at time.Time) Event {
