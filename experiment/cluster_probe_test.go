@@ -11,8 +11,8 @@ import (
 )
 
 // tierPolicies is n Admin-tier ClusterNetworkPolicies about the default
-// namespace, policy i denying TCP 40000+2i, and a Baseline one denying
-// TCP 39998: a CNI that ignores the tiers connects on those ports.
+// namespace, policy i denying TCP 61002+2i, and a Baseline one denying
+// TCP 61000: a CNI that ignores the tiers connects on those ports.
 func tierPolicies(t *testing.T, n int) []*policy.Policy {
 	t.Helper()
 	var docs []string

@@ -12,8 +12,12 @@ import (
 // no workload uses: Admin-tier policy i denies TCP clusterPort+2i (never
 // adjacent, so no datapath merges two into a range; above fillerPort's
 // ports, so they never meet the NetworkPolicies'), the Baseline policy
-// TCP clusterPort-2.
-const clusterPort = 40000
+// TCP clusterPort-2. They lie above the kernel's ephemeral range
+// (32768-60999): where pods share a host's network (the kubernetes
+// backend's test control plane runs them as host processes), the
+// enforcement probe listens on these ports, and a client's ephemeral port
+// in that range once took one of them (bind: address already in use).
+const clusterPort = 61002
 
 // clusterPoliciesUnset marks a point whose matrix gives no
 // clusterPolicies, until resolveClusterParams sets it to 0.
