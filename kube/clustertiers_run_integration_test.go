@@ -56,7 +56,7 @@ func TestClusterTiersRunOnControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The probe sees what kwok does not enforce: a Deny of the last
-	// Admin-tier policy (port 40004) or of the Baseline one (39998) that
+	// Admin-tier policy (port 61006) or of the Baseline one (61000) that
 	// the apply brings (which, depends on the order the points ran in).
 	// Where the apply only lifts a Deny, kwok agrees.
 	var unenforced int
@@ -66,7 +66,7 @@ func TestClusterTiersRunOnControlPlane(t *testing.T) {
 			case a.Error != "" || a.Enforced == nil:
 				t.Errorf("apply %+v", a)
 			case !*a.Enforced && a.ClusterPolicies == 3:
-				if !strings.Contains(a.Mismatch, "port 40004/tcp connects, the policies deny it") && !strings.Contains(a.Mismatch, "port 39998/tcp connects, the policies deny it") {
+				if !strings.Contains(a.Mismatch, "port 61006/tcp connects, the policies deny it") && !strings.Contains(a.Mismatch, "port 61000/tcp connects, the policies deny it") {
 					t.Errorf("apply %+v: want a cluster policy's Deny not enforced", a)
 				}
 				unenforced++
