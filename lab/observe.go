@@ -277,6 +277,7 @@ type recorder struct {
 	w     *observe.Writer
 	namer atomic.Pointer[observe.Namer]
 	comp  atomic.Pointer[policy.Compiled]
+	model atomic.Pointer[policy.Model] // what comp was compiled from
 	spec  *topology.Spec
 	// frontends maps a Service's VIP:port (and a node port) to its name,
 	// for conntrack's translations.
@@ -330,6 +331,7 @@ func (r *recorder) rename() error {
 	}
 	r.spec = spec
 	r.comp.Store(c)
+	r.model.Store(m)
 	r.namer.Store(observe.NewNamer(spec, m, c))
 	return nil
 }
@@ -466,11 +468,7 @@ loop:
 
 // ebpf follows the eBPF datapath's verdicts at the given level.
 func (r *recorder) ebpf(ctx context.Context, level string, ready func()) error {
-	spec, m, err := Model(r.lab, false)
-	if err != nil {
-		return err
-	}
-	c := r.comp.Load()
+	m, c := r.model.Load(), r.comp.Load()
 	lvl := ebpf.MonitorDrops
 	if level == topology.ObserveAll {
 		lvl = ebpf.MonitorFlows // every new flow's verdict, once, and the drops
@@ -481,7 +479,7 @@ func (r *recorder) ebpf(ctx context.Context, level string, ready func()) error {
 				r.lost(host, "ebpf", n)
 			}
 		}}
-	return ebpf.MonitorWith(ctx, spec, o, func(ev ebpf.Event) error {
+	return ebpf.MonitorWith(ctx, m.Lab, o, func(ev ebpf.Event) error {
 		if f, ok := ebpfFlow(ev, level); ok {
 			r.emit(f)
 		}
