@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/cnlab/cnlab/l7"
 )
@@ -53,12 +55,21 @@ func BenchmarkProxyRequest(b *testing.B) {
 		})
 	}()
 	defer func() { cancel(); <-done }()
+	benchRequests(b, "", pl.Addr().String())
+	if hp := startHAProxy(b, up); hp != "" {
+		benchRequests(b, "haproxy-", hp)
+	}
+}
+
+// benchRequests measures keep-alive requests on one connection to addr:
+// one allowed (forwarded), one denied (403).
+func benchRequests(b *testing.B, prefix, addr string) {
 	for _, c := range []struct {
 		name, path string
 		status     int
 	}{{"allowed", "/public", 200}, {"denied", "/private", 403}} {
-		b.Run(c.name, func(b *testing.B) {
-			conn, err := net.Dial("tcp4", pl.Addr().String())
+		b.Run(prefix+c.name, func(b *testing.B) {
+			conn, err := net.Dial("tcp4", addr)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -82,4 +93,55 @@ func BenchmarkProxyRequest(b *testing.B) {
 			}
 		})
 	}
+}
+
+// startHAProxy runs HAProxy (when installed) in front of up with the
+// benchmark's rule, GET /public allowed and everything else answered 403
+// as the proxy does: the reference the proxy's cost is compared with
+// (issue 36). It returns its address, or "" without HAProxy.
+func startHAProxy(b *testing.B, up netip.AddrPort) string {
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		b.Logf("no haproxy: the reference is not measured (%v)", err)
+		return ""
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := filepath.Join(b.TempDir(), "haproxy.cfg")
+	text := fmt.Sprintf(`global
+	maxconn 1000
+defaults
+	mode http
+	timeout connect 5s
+	timeout client 5m
+	timeout server 5m
+	http-reuse always
+frontend f
+	bind %s
+	http-request return status 403 content-type text/plain string "Access denied" unless { method GET } { path /public }
+	default_backend s
+backend s
+	server up %s
+`, addr, up)
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-db", "-f", cfg)
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for i := 0; i < 100; i++ {
+		if c, err := net.Dial("tcp4", addr); err == nil {
+			c.Close()
+			return addr
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.Fatal("haproxy did not start")
+	return ""
 }
