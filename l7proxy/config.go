@@ -11,6 +11,7 @@ package l7proxy
 
 import (
 	"net/netip"
+	"time"
 
 	"github.com/cnlab/cnlab/l7"
 )
@@ -40,6 +41,67 @@ type Config struct {
 	// open: it judges a connection to a port that stopped being an L7
 	// port (nil: it allows none).
 	L4 *L4Policy `json:"l4,omitempty"`
+	// Limits bound what one client connection may cost (zero fields:
+	// the defaults, DefaultLimits).
+	Limits Limits `json:"limits,omitzero"`
+}
+
+// Limits bound what the proxy spends on a client: a slow or hostile
+// client costs bounded memory and never delays another's requests
+// (docs/l7.md, "Limits").
+type Limits struct {
+	// MaxHeaderBytes bounds a request's line and header: beyond it the
+	// proxy answers 431 and closes the connection.
+	MaxHeaderBytes int `json:"maxHeaderBytes,omitempty"`
+	// MaxHeaders bounds a request's header lines (431 beyond).
+	MaxHeaders int `json:"maxHeaders,omitempty"`
+	// HeaderTimeout is the time a request's head may take to arrive from
+	// its first byte (a slowloris client): the connection closes after it.
+	HeaderTimeout time.Duration `json:"headerTimeout,omitempty"`
+	// IdleTimeout closes a keep-alive connection with no request for
+	// that long.
+	IdleTimeout time.Duration `json:"idleTimeout,omitempty"`
+	// WriteTimeout closes a connection whose client has not taken an
+	// answer for that long (a client that does not read).
+	WriteTimeout time.Duration `json:"writeTimeout,omitempty"`
+	// MaxConnections bounds the client connections open at once: one
+	// beyond it is closed as soon as it is accepted.
+	MaxConnections int `json:"maxConnections,omitempty"`
+}
+
+// DefaultLimits are the limits of a proxy whose configuration sets none:
+// Envoy's defaults for the header (60 KiB, 100 lines), Go's server's
+// 30 s for the head (the proxy's before), 5 minutes idle (before), 60 s
+// to take an answer.
+var DefaultLimits = Limits{
+	MaxHeaderBytes: 60 << 10,
+	MaxHeaders:     100,
+	HeaderTimeout:  30 * time.Second,
+	IdleTimeout:    5 * time.Minute,
+	WriteTimeout:   60 * time.Second,
+	MaxConnections: 16384,
+}
+
+// WithDefaults returns l with every zero field set to its default.
+func (l Limits) WithDefaults() Limits {
+	d := DefaultLimits
+	set := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setD := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	set(&l.MaxHeaderBytes, d.MaxHeaderBytes)
+	set(&l.MaxHeaders, d.MaxHeaders)
+	set(&l.MaxConnections, d.MaxConnections)
+	setD(&l.HeaderTimeout, d.HeaderTimeout)
+	setD(&l.IdleTimeout, d.IdleTimeout)
+	setD(&l.WriteTimeout, d.WriteTimeout)
+	return l
 }
 
 // L4Policy is the part of the policy IR (package policy: Compiled's

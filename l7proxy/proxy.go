@@ -6,12 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,6 +45,7 @@ type Stats struct {
 	Denied      uint64         `json:"denied"`
 	Upstream    uint64         `json:"upstreamErrors"` // allowed, but the server could not be reached
 	Dropped     uint64         `json:"logDropped"`     // access log lines dropped under load
+	Refused     uint64         `json:"refused"`        // connections closed at once: MaxConnections open
 	Set         string         `json:"set"`
 	ByStatus    map[int]uint64 `json:"byStatus"`
 }
@@ -86,10 +84,11 @@ type compiled struct {
 	// other, nothing passes.
 	seen map[netip.AddrPort]bool
 	l4   *L4Policy
+	lim  Limits
 }
 
 func compile(cfg *Config) (*compiled, error) {
-	c := &compiled{set: cfg.Set, ids: cfg.Identities, ports: map[netip.AddrPort]*portPolicy{}, seen: map[netip.AddrPort]bool{}, l4: cfg.L4}
+	c := &compiled{set: cfg.Set, ids: cfg.Identities, ports: map[netip.AddrPort]*portPolicy{}, seen: map[netip.AddrPort]bool{}, l4: cfg.L4, lim: cfg.Limits.WithDefaults()}
 	for _, pc := range cfg.Ports {
 		pp := &portPolicy{byID: map[uint32]*l7.Matcher{}, byAddr: map[netip.Addr]*l7.Matcher{}}
 		for _, peer := range pc.Peers {
@@ -150,24 +149,23 @@ const maxCached = 4096
 type Proxy struct {
 	dir   string
 	cur   atomic.Pointer[compiled]
-	mu    sync.Mutex // guards byStatus and reloads
+	mu    sync.Mutex // guards stats and reloads
 	stats Stats
-	log   chan LogEntry
-	// transports pool upstream connections per source identity, as
-	// Cilium's proxy does.
-	transports sync.Map // uint32 -> *http.Transport
-	rp         *httputil.ReverseProxy
+	// logMu guards the access log's entries not yet written: appended on
+	// the request's goroutine, written by writeLog a few times a second
+	// (no hand-off per request).
+	logMu   sync.Mutex
+	pending []LogEntry
+	pool    upPool
+	open    atomic.Int64 // client connections open
 	// forwarding, when set (by tests), is called with each request the
 	// proxy forwards, as it was judged.
 	forwarding func(l7.Request)
 }
 
-type ctxKey int
-
-const (
-	keyConn ctxKey = iota
-	keyUpstreamErr
-)
+// maxPending bounds the access log entries waiting to be written: beyond
+// it they are dropped (and counted).
+const maxPending = 1 << 16
 
 // connInfo is what the proxy knows of a client connection.
 type connInfo struct {
@@ -189,7 +187,15 @@ func (ci *connInfo) allowsL4(c *compiled) bool {
 }
 
 func newProxy(dir string) *Proxy {
-	return &Proxy{dir: dir, log: make(chan LogEntry, 4096), stats: Stats{Pid: os.Getpid(), ByStatus: map[int]uint64{}}}
+	return &Proxy{dir: dir, stats: Stats{Pid: os.Getpid(), ByStatus: map[int]uint64{}}}
+}
+
+// limits are the limits of the configuration in force.
+func (p *Proxy) limits() Limits {
+	if c := p.cur.Load(); c != nil {
+		return c.lim
+	}
+	return DefaultLimits
 }
 
 // Run runs a proxy from its directory (config, control socket, access
@@ -232,84 +238,75 @@ func sockopts(transparent bool) func(_, _ string, rc syscall.RawConn) error {
 // serve runs the proxy on ln; conn tells a connection's source and
 // original destination (connOf; tests give their own).
 func serve(ctx context.Context, p *Proxy, ln net.Listener, conn func(net.Conn) *connInfo) error {
-	dir := p.dir
-	ctl := filepath.Join(dir, ctlSocket)
+	ctl := filepath.Join(p.dir, ctlSocket)
 	_ = os.Remove(ctl)
 	cl, err := net.Listen("unix", ctl)
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("l7 proxy: control socket: %w", err)
 	}
-	p.rp = &httputil.ReverseProxy{
-		// ServeHTTP has made the request's URL the request-target it
-		// judged and its header the one it judged (l7.ForwardHeader): both
-		// go out as they are. ReverseProxy removed the unparsable query
-		// parameters and the X-Forwarded-* headers before Rewrite.
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
-			pr.Out.Header = pr.In.Header
-			pr.Out.Host = pr.In.Host
-		},
-		Transport: transportFunc(p.roundTrip),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if flag, ok := r.Context().Value(keyUpstreamErr).(*bool); ok {
-				*flag = true
-			}
-			// Envoy's answer when the server cannot be reached.
-			http.Error(w, "upstream connect error or disconnect/reset before headers", http.StatusServiceUnavailable)
-		},
-	}
-	srv := &http.Server{
-		Handler:           p,
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       5 * time.Minute,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			p.mu.Lock()
-			p.stats.Connections++
-			p.mu.Unlock()
-			return context.WithValue(ctx, keyConn, conn(c))
-		},
-	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); p.writeLog(ctx) }()
-	go func() { defer wg.Done(); p.control(ctx, cl) }()
-	go func() {
-		<-ctx.Done()
+	var bg, conns sync.WaitGroup
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	bg.Add(2)
+	go func() { defer bg.Done(); p.writeLog(ctx) }()
+	go func() { defer bg.Done(); p.control(ctx, cl) }()
+	stop := context.AfterFunc(ctx, func() {
 		cl.Close()
-		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	err = srv.Serve(ln)
-	wg.Wait()
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
+		ln.Close()
+	})
+	defer stop()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if ctx.Err() == nil && errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			ln.Close()
+			cl.Close()
+			// Connections still open end within a second.
+			t := time.AfterFunc(time.Second, func() {
+				mu.Lock()
+				defer mu.Unlock()
+				for c := range open {
+					c.Close()
+				}
+			})
+			conns.Wait()
+			t.Stop()
+			p.pool.closeAll()
+			if ctx.Err() != nil {
+				bg.Wait()
+				return nil
+			}
+			return fmt.Errorf("l7 proxy: accept: %w", err)
+		}
+		p.mu.Lock()
+		p.stats.Connections++
+		p.mu.Unlock()
+		if n := p.open.Add(1); n > int64(p.limits().MaxConnections) {
+			p.open.Add(-1)
+			p.mu.Lock()
+			p.stats.Refused++
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		mu.Lock()
+		open[c] = true
+		mu.Unlock()
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			p.serveConn(c, conn(c))
+			p.open.Add(-1)
+			mu.Lock()
+			delete(open, c)
+			mu.Unlock()
+		}()
 	}
-	return err
 }
-
-type transportFunc func(*http.Request) (*http.Response, error)
-
-func (f transportFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// roundTrip sends an allowed request upstream on the pool of its source's
-// identity.
-func (p *Proxy) roundTrip(r *http.Request) (*http.Response, error) {
-	id, _ := r.Context().Value(keyIdentity).(uint32)
-	t, ok := p.transports.Load(id)
-	if !ok {
-		t, _ = p.transports.LoadOrStore(id, &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, Control: sockopts(false)}).DialContext,
-			MaxIdleConnsPerHost: 64,
-			IdleConnTimeout:     time.Minute,
-			DisableCompression:  true,
-		})
-	}
-	return t.(*http.Transport).RoundTrip(r)
-}
-
-const keyIdentity ctxKey = 10
 
 // connOf finds a client connection's source and original destination:
 // the destination before REDIRECT (SO_ORIGINAL_DST) when the connection
@@ -373,100 +370,6 @@ func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(port[0])<<8|uint16(port[1])), nil
 }
 
-// ServeHTTP judges one request.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	ci := r.Context().Value(keyConn).(*connInfo)
-	cur := p.cur.Load()
-	id, known := uint32(0), false
-	var pp *portPolicy
-	if cur != nil {
-		id, known = cur.ids[ci.src.Addr()]
-		pp = cur.ports[ci.dst]
-	}
-	// The request-target as Envoy's :path (forwardable false: the proxy
-	// answers 400 to it).
-	path, forwardable := target(r)
-	if r.Host == "" {
-		// An HTTP/1.0 request without Host goes out with the
-		// destination as Host (the transport's): judged so.
-		r.Host = ci.dst.String()
-	}
-	// The header judged is the header forwarded.
-	l7.ForwardHeader(r.Header, r.Host, ci.src.Addr())
-	e := LogEntry{Time: start.UTC(), Src: ci.src.String(), Dst: ci.dst.String(), Identity: id, Method: r.Method, Path: path, Host: r.Host}
-	req := l7.Request{Method: r.Method, Path: path, Host: r.Host, Header: r.Header}
-	allowed := ci.err == nil && cur != nil
-	switch {
-	case !allowed:
-	case pp != nil:
-		m := pp.matcher(ci.src.Addr(), id, known)
-		allowed = m != nil && m.Allows(req)
-	case !cur.seen[ci.dst]:
-		// A destination that never was an L7 port (the proxy's own
-		// address, say) gets nothing.
-		allowed = false
-	case !ci.allowsL4(cur):
-		// A port that is no longer an L7 port (its policy changed while
-		// this connection was open), and L3/L4 no longer allows the
-		// connection: it ends, as the datapath would refuse it now.
-		p.closeConn(w, e, start)
-		return
-	default:
-		// A port that is no longer an L7 port, and L3/L4 still allows
-		// the connection: its requests pass, as a new connection's would.
-	}
-	var out *url.URL
-	if allowed && forwardable {
-		out = forwardURL(path, ci.dst)
-	}
-	if allowed && out == nil {
-		http.Error(w, "request-target cannot be forwarded unchanged", http.StatusBadRequest)
-		e.Verdict, e.Status = "denied", http.StatusBadRequest
-		p.done(e, start)
-		return
-	}
-	if !allowed {
-		w.Header().Set("Content-Type", "text/plain")
-		w.Header().Set("Content-Length", fmt.Sprint(len(DeniedBody)))
-		w.WriteHeader(http.StatusForbidden)
-		_, _ = io.WriteString(w, DeniedBody)
-		e.Verdict, e.Status = "denied", http.StatusForbidden
-	} else {
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		upErr := false
-		// Not cancelled when the client's side reaches EOF (Go's server
-		// cancels the request's context then): a client that shuts its
-		// sending side down after its request still gets the answer.
-		ctx := context.WithValue(context.WithValue(context.WithoutCancel(r.Context()), keyIdentity, id), keyUpstreamErr, &upErr)
-		fr := r.WithContext(ctx)
-		fr.URL = out
-		// Trailers come after the body, unjudged: not forwarded (nor
-		// their announcement, a hop-by-hop header).
-		fr.Trailer = nil
-		if p.forwarding != nil {
-			p.forwarding(req)
-		}
-		p.rp.ServeHTTP(sw, fr)
-		e.Verdict, e.Status = "allowed", sw.status
-		if upErr {
-			e.Verdict = "upstream-error"
-		}
-	}
-	p.done(e, start)
-}
-
-// closeConn ends a client connection without an answer.
-func (p *Proxy) closeConn(w http.ResponseWriter, e LogEntry, start time.Time) {
-	if hj, ok := w.(http.Hijacker); ok {
-		if c, _, err := hj.Hijack(); err == nil {
-			c.Close()
-		}
-	}
-	e.Verdict = "closed"
-	p.done(e, start)
-}
-
 // target returns the request-target as Envoy's :path (an absolute-form
 // target, http://host/path?q, by its path and query), and false when the
 // request cannot be forwarded as judged: an absolute-form target without
@@ -493,38 +396,17 @@ func target(r *http.Request) (string, bool) {
 	return path, true
 }
 
-// forwardURL returns the URL that makes the transport send exactly path
-// as request-target to dst: nil when none can (a path starting with "//"
-// that holds a byte the URL encoder escapes).
-func forwardURL(path string, dst netip.AddrPort) *url.URL {
-	u := &url.URL{Scheme: "http", Host: dst.String()}
-	opaque, query, hasQuery := strings.Cut(path, "?")
-	u.RawQuery, u.ForceQuery = query, hasQuery && query == ""
-	if !strings.HasPrefix(opaque, "//") {
-		// Sent as it is (URL.RequestURI), whatever bytes it holds.
-		u.Opaque = opaque
-		return u
-	}
-	// An opaque "//x" would be sent as "http://x": keep it in RawPath,
-	// which is sent as it is when it is a valid encoding of Path.
-	p, err := url.PathUnescape(opaque)
-	if err != nil {
-		return nil
-	}
-	u.Path, u.RawPath = p, opaque
-	if u.EscapedPath() != opaque {
-		return nil
-	}
-	return u
-}
-
 // done counts and logs a request's entry.
 func (p *Proxy) done(e LogEntry, start time.Time) {
 	e.Micros = time.Since(start).Microseconds()
 	p.count(e)
-	select {
-	case p.log <- e:
-	default:
+	p.logMu.Lock()
+	kept := len(p.pending) < maxPending
+	if kept {
+		p.pending = append(p.pending, e)
+	}
+	p.logMu.Unlock()
+	if !kept {
 		p.mu.Lock()
 		p.stats.Dropped++
 		p.mu.Unlock()
@@ -549,48 +431,41 @@ func (p *Proxy) count(e LogEntry) {
 	p.stats.ByStatus[e.Status]++
 }
 
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	s.status = code
-	s.ResponseWriter.WriteHeader(code)
-}
-
-// Flush lets the reverse proxy stream.
-func (s *statusWriter) Flush() {
-	if f, ok := s.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// writeLog appends the access log, flushing a few times a second.
+// writeLog appends the access log a few times a second, and closes the
+// upstream connections idle for too long.
 func (p *Proxy) writeLog(ctx context.Context) {
+	var enc *json.Encoder
+	var bw *bufio.Writer
 	f, err := os.OpenFile(filepath.Join(p.dir, accessLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		for {
-			select {
-			case <-p.log:
-			case <-ctx.Done():
-				return
-			}
-		}
+	if err == nil {
+		defer f.Close()
+		bw = bufio.NewWriterSize(f, 64<<10)
+		enc = json.NewEncoder(bw)
 	}
-	defer f.Close()
-	bw := bufio.NewWriterSize(f, 64<<10)
-	enc := json.NewEncoder(bw)
+	var batch []LogEntry
+	write := func() {
+		p.logMu.Lock()
+		batch, p.pending = p.pending, batch[:0]
+		p.logMu.Unlock()
+		if enc == nil {
+			return
+		}
+		for _, e := range batch {
+			_ = enc.Encode(e)
+		}
+		_ = bw.Flush()
+	}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
-	for {
+	for n := 1; ; n++ {
 		select {
-		case e := <-p.log:
-			_ = enc.Encode(e)
 		case <-tick.C:
-			_ = bw.Flush()
+			write()
+			if n%50 == 0 {
+				p.pool.sweep()
+			}
 		case <-ctx.Done():
-			_ = bw.Flush()
+			write()
 			return
 		}
 	}

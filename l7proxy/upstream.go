@@ -1,0 +1,139 @@
+package l7proxy
+
+import (
+	"bufio"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// upConn is a connection to a server, held by one client connection at a
+// time, and pooled between them per source identity and destination, as
+// Cilium's proxy pools its upstream connections per identity.
+type upConn struct {
+	key    poolKey
+	c      net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	reused bool      // it carried a request already
+	idle   time.Time // when it went back to the pool
+}
+
+type poolKey struct {
+	id  uint32
+	dst netip.AddrPort
+}
+
+// Bounds of the pool: idle connections kept per identity and
+// destination, and how long one is kept (the bounds Go's transport had
+// in the proxy before: MaxIdleConnsPerHost 64, IdleConnTimeout 1 min).
+const (
+	maxIdlePerKey = 64
+	poolIdle      = time.Minute
+)
+
+// upPool holds the idle upstream connections.
+type upPool struct {
+	mu   sync.Mutex
+	idle map[poolKey][]*upConn
+}
+
+// get returns an idle connection of key, or dials a new one.
+func (p *upPool) get(k poolKey) (*upConn, error) {
+	p.mu.Lock()
+	for l := p.idle[k]; len(l) > 0; l = p.idle[k] {
+		u := l[len(l)-1]
+		p.idle[k] = l[:len(l)-1]
+		if time.Since(u.idle) > poolIdle || !alive(u.c) {
+			u.c.Close()
+			continue
+		}
+		p.mu.Unlock()
+		return u, nil
+	}
+	p.mu.Unlock()
+	d := net.Dialer{Timeout: 5 * time.Second, Control: sockopts(false)}
+	c, err := d.Dial("tcp4", k.dst.String())
+	if err != nil {
+		return nil, err
+	}
+	return &upConn{key: k, c: c, br: bufio.NewReaderSize(c, 4<<10), bw: bufio.NewWriterSize(c, 4<<10)}, nil
+}
+
+// put returns a connection to the pool (or closes it: the pool is full,
+// or it holds bytes no request asked for).
+func (p *upPool) put(u *upConn) {
+	if u.br.Buffered() > 0 || u.bw.Buffered() > 0 {
+		u.c.Close()
+		return
+	}
+	u.idle = time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.idle == nil {
+		p.idle = map[poolKey][]*upConn{}
+	}
+	if len(p.idle[u.key]) >= maxIdlePerKey {
+		u.c.Close()
+		return
+	}
+	p.idle[u.key] = append(p.idle[u.key], u)
+}
+
+// sweep closes the connections idle for longer than the pool keeps them.
+func (p *upPool) sweep() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, l := range p.idle {
+		kept := l[:0]
+		for _, u := range l {
+			if time.Since(u.idle) > poolIdle {
+				u.c.Close()
+				continue
+			}
+			kept = append(kept, u)
+		}
+		if len(kept) == 0 {
+			delete(p.idle, k)
+		} else {
+			p.idle[k] = kept
+		}
+	}
+}
+
+// closeAll closes every idle connection.
+func (p *upPool) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.idle {
+		for _, u := range l {
+			u.c.Close()
+		}
+	}
+	p.idle = nil
+}
+
+// alive reports whether an idle connection is still open and silent: the
+// server may have closed it (or written to it) while it was idle.
+func alive(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ok = false
+	_ = rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		ok = err == unix.EAGAIN
+		return true
+	})
+	return ok
+}
