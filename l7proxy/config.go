@@ -46,33 +46,24 @@ type Config struct {
 	Limits Limits `json:"limits,omitzero"`
 }
 
-// Limits bound what the proxy spends on a client: a slow or hostile
-// client costs bounded memory and never delays another's requests
-// (docs/l7.md, "Limits").
+// Limits bound what the proxy spends on a client, so that a slow or
+// hostile client costs bounded memory and never delays another's
+// requests (docs/l7.md, "Limits"). Its fields are topology.L7Limits'
+// (the lab's l7Proxy key), which converts to it; this package cannot
+// import topology (test helpers of topology's tests import it).
 type Limits struct {
-	// MaxHeaderBytes bounds a request's line and header: beyond it the
-	// proxy answers 431 and closes the connection.
-	MaxHeaderBytes int `json:"maxHeaderBytes,omitempty"`
-	// MaxHeaders bounds a request's header lines (431 beyond).
-	MaxHeaders int `json:"maxHeaders,omitempty"`
-	// HeaderTimeout is the time a request's head may take to arrive from
-	// its first byte (a slowloris client): the connection closes after it.
-	HeaderTimeout time.Duration `json:"headerTimeout,omitempty"`
-	// IdleTimeout closes a keep-alive connection with no request for
-	// that long.
-	IdleTimeout time.Duration `json:"idleTimeout,omitempty"`
-	// WriteTimeout closes a connection whose client has not taken an
-	// answer for that long (a client that does not read).
-	WriteTimeout time.Duration `json:"writeTimeout,omitempty"`
-	// MaxConnections bounds the client connections open at once: one
-	// beyond it is closed as soon as it is accepted.
-	MaxConnections int `json:"maxConnections,omitempty"`
+	MaxHeaderBytes int           `json:"maxHeaderBytes,omitempty"` // request line and header (431 beyond)
+	MaxHeaders     int           `json:"maxHeaders,omitempty"`     // header lines (431 beyond)
+	HeaderTimeout  time.Duration `json:"headerTimeout,omitempty"`  // from a request's first byte to its head's end
+	IdleTimeout    time.Duration `json:"idleTimeout,omitempty"`    // keep-alive with no request
+	WriteTimeout   time.Duration `json:"writeTimeout,omitempty"`   // a client not taking its answer
+	MaxConnections int           `json:"maxConnections,omitempty"` // client connections open at once
 }
 
-// DefaultLimits are the limits of a proxy whose configuration sets none:
-// Envoy's defaults for the header (60 KiB, 100 lines), Go's server's
-// 30 s for the head (the proxy's before), 5 minutes idle (before), 60 s
-// to take an answer.
+// DefaultLimits are the limits a configuration leaves zero: Envoy's
+// defaults for the header (60 KiB, 100 lines), Go's server's 30 s for
+// the head (the proxy's before these limits), 5 minutes idle (before),
+// 60 s to take an answer, 16,384 connections.
 var DefaultLimits = Limits{
 	MaxHeaderBytes: 60 << 10,
 	MaxHeaders:     100,
@@ -85,22 +76,16 @@ var DefaultLimits = Limits{
 // WithDefaults returns l with every zero field set to its default.
 func (l Limits) WithDefaults() Limits {
 	d := DefaultLimits
-	set := func(v *int, def int) {
-		if *v == 0 {
-			*v = def
+	for _, f := range []struct{ v, def *int }{{&l.MaxHeaderBytes, &d.MaxHeaderBytes}, {&l.MaxHeaders, &d.MaxHeaders}, {&l.MaxConnections, &d.MaxConnections}} {
+		if *f.v == 0 {
+			*f.v = *f.def
 		}
 	}
-	setD := func(v *time.Duration, def time.Duration) {
-		if *v == 0 {
-			*v = def
+	for _, f := range []struct{ v, def *time.Duration }{{&l.HeaderTimeout, &d.HeaderTimeout}, {&l.IdleTimeout, &d.IdleTimeout}, {&l.WriteTimeout, &d.WriteTimeout}} {
+		if *f.v == 0 {
+			*f.v = *f.def
 		}
 	}
-	set(&l.MaxHeaderBytes, d.MaxHeaderBytes)
-	set(&l.MaxHeaders, d.MaxHeaders)
-	set(&l.MaxConnections, d.MaxConnections)
-	setD(&l.HeaderTimeout, d.HeaderTimeout)
-	setD(&l.IdleTimeout, d.IdleTimeout)
-	setD(&l.WriteTimeout, d.WriteTimeout)
 	return l
 }
 

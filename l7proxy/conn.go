@@ -56,9 +56,19 @@ type limitReader struct {
 	c      net.Conn
 	remain int64
 	hit    bool
+	// first is a byte read while the connection was idle with no buffer.
+	first    [1]byte
+	hasFirst bool
 }
 
 func (l *limitReader) Read(b []byte) (int, error) {
+	if l.hasFirst && len(b) > 0 {
+		b[0], l.hasFirst = l.first[0], false
+		if l.remain > 0 {
+			l.remain--
+		}
+		return 1, nil
+	}
 	if l.remain == 0 {
 		l.hit = true
 		return 0, errHeadTooLarge
@@ -75,14 +85,45 @@ func (l *limitReader) Read(b []byte) (int, error) {
 
 var errHeadTooLarge = errors.New("request head too large")
 
-var bufPool = sync.Pool{New: func() any { return make([]byte, 32<<10) }}
+// Buffers: a connection holds them only while it serves a request (an
+// idle keep-alive connection costs its goroutine and its sockets).
+var (
+	bufPool    = sync.Pool{New: func() any { return make([]byte, 32<<10) }}
+	readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
+	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
+)
+
+func getReader(r io.Reader) *bufio.Reader {
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(r)
+	return br
+}
+
+func getWriter(w io.Writer) *bufio.Writer {
+	bw := writerPool.Get().(*bufio.Writer)
+	bw.Reset(w)
+	return bw
+}
+
+// release returns a reader and a writer holding nothing to their pools
+// (nil for those that hold bytes still, or are nil).
+func release(br **bufio.Reader, bw **bufio.Writer) {
+	if *br != nil && (*br).Buffered() == 0 {
+		(*br).Reset(nil)
+		readerPool.Put(*br)
+		*br = nil
+	}
+	if *bw != nil && (*bw).Buffered() == 0 {
+		(*bw).Reset(nil)
+		writerPool.Put(*bw)
+		*bw = nil
+	}
+}
 
 // serveConn serves a client connection until it ends.
 func (p *Proxy) serveConn(c net.Conn, ci *connInfo) {
 	cc := &clientConn{p: p, c: c, ci: ci, lim: p.limits()}
 	cc.lr = &limitReader{c: c, remain: -1}
-	cc.br = bufio.NewReaderSize(cc.lr, 4<<10)
-	cc.bw = bufio.NewWriterSize(c, 4<<10)
 	defer cc.close()
 	for cc.serveOne() {
 		cc.lim = p.limits()
@@ -94,15 +135,40 @@ func (cc *clientConn) close() {
 		cc.p.pool.put(cc.up)
 		cc.up = nil
 	}
+	if cc.bw != nil && cc.bw.Buffered() > 0 {
+		// An answer the client did not take (its write timed out): reset
+		// the connection rather than keep the rest in the kernel.
+		if tc, ok := cc.c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+	}
+	release(&cc.br, &cc.bw)
 	cc.c.Close()
 }
 
 // serveOne serves one request; false ends the connection.
 func (cc *clientConn) serveOne() bool {
-	// Idle: wait for the next request's first byte.
+	// Idle: wait for the next request's first byte, with no buffer held
+	// when none holds a byte of it already.
+	release(&cc.br, &cc.bw)
+	if cc.up != nil {
+		release(&cc.up.br, &cc.up.bw)
+	}
 	_ = cc.c.SetReadDeadline(deadline(cc.lim.IdleTimeout))
-	if _, err := cc.br.Peek(1); err != nil {
+	if cc.br == nil {
+		if _, err := io.ReadFull(cc.c, cc.lr.first[:]); err != nil {
+			return false
+		}
+		cc.lr.hasFirst = true
+		cc.br = getReader(cc.lr)
+	} else if _, err := cc.br.Peek(1); err != nil {
 		return false
+	}
+	if cc.bw == nil {
+		cc.bw = getWriter(cc.c)
+	}
+	if cc.up != nil {
+		cc.up.buffers()
 	}
 	start := time.Now()
 	_ = cc.c.SetReadDeadline(deadline(cc.lim.HeaderTimeout))
@@ -510,18 +576,22 @@ func (u *upConn) roundTrip(r *http.Request, target string) (*http.Response, erro
 		return nil, err
 	}
 	bw.WriteString("\r\n")
+	var err error
 	switch {
 	case chunked:
 		cw := httputil.NewChunkedWriter(bw)
-		if _, err := io.Copy(cw, r.Body); err != nil {
-			return nil, err
+		if _, err = io.Copy(cw, r.Body); err == nil {
+			cw.Close()
+			bw.WriteString("\r\n") // no trailers: they come unjudged
 		}
-		cw.Close()
-		bw.WriteString("\r\n") // no trailers: they come unjudged
 	case r.ContentLength > 0:
-		if _, err := io.Copy(bw, r.Body); err != nil {
-			return nil, err
-		}
+		_, err = io.Copy(bw, r.Body)
+	}
+	if err != nil {
+		// The client's body ended short: the server gets what came (the
+		// request forwarded), and the connection ends.
+		_ = bw.Flush()
+		return nil, err
 	}
 	if err := bw.Flush(); err != nil {
 		if u.reused && r.ContentLength == 0 {

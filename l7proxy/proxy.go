@@ -46,6 +46,7 @@ type Stats struct {
 	Upstream    uint64         `json:"upstreamErrors"` // allowed, but the server could not be reached
 	Dropped     uint64         `json:"logDropped"`     // access log lines dropped under load
 	Refused     uint64         `json:"refused"`        // connections closed at once: MaxConnections open
+	Open        int64          `json:"open"`           // client connections open now
 	Set         string         `json:"set"`
 	ByStatus    map[int]uint64 `json:"byStatus"`
 }
@@ -540,6 +541,7 @@ func (p *Proxy) control(ctx context.Context, l net.Listener) {
 					fmt.Fprintf(c, "ok %s\n", p.cur.Load().set)
 				case "stats":
 					p.mu.Lock()
+					p.stats.Open = p.open.Load()
 					data, _ := json.Marshal(p.stats)
 					p.mu.Unlock()
 					fmt.Fprintf(c, "%s\n", data)

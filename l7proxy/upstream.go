@@ -53,6 +53,7 @@ func (p *upPool) get(k poolKey) (*upConn, error) {
 			continue
 		}
 		p.mu.Unlock()
+		u.buffers()
 		return u, nil
 	}
 	p.mu.Unlock()
@@ -61,13 +62,26 @@ func (p *upPool) get(k poolKey) (*upConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &upConn{key: k, c: c, br: bufio.NewReaderSize(c, 4<<10), bw: bufio.NewWriterSize(c, 4<<10)}, nil
+	u := &upConn{key: k, c: c}
+	u.buffers()
+	return u, nil
+}
+
+// buffers gives the connection its buffers (released while it is idle).
+func (u *upConn) buffers() {
+	if u.br == nil {
+		u.br = getReader(u.c)
+	}
+	if u.bw == nil {
+		u.bw = getWriter(u.c)
+	}
 }
 
 // put returns a connection to the pool (or closes it: the pool is full,
 // or it holds bytes no request asked for).
 func (p *upPool) put(u *upConn) {
-	if u.br.Buffered() > 0 || u.bw.Buffered() > 0 {
+	release(&u.br, &u.bw)
+	if u.br != nil || u.bw != nil {
 		u.c.Close()
 		return
 	}

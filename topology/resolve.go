@@ -47,7 +47,7 @@ func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 	}
 	r := &resolver{file: file, raw: raw, spec: &Spec{Source: file}}
 	for _, step := range []func() error{
-		r.header, r.datapath, r.chain, r.hosts, r.namespaces, r.links, r.routes, r.endpoints, r.datapathLimits, r.services, r.observe,
+		r.header, r.datapath, r.chain, r.hosts, r.namespaces, r.links, r.routes, r.endpoints, r.datapathLimits, r.services, r.observe, r.l7Proxy,
 	} {
 		if err := step(); err != nil {
 			return nil, err

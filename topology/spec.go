@@ -22,6 +22,7 @@ type rawFile struct {
 	Chain       *rawChain               `yaml:"chain"`
 	Services    *rawServices            `yaml:"services"`
 	Observe     string                  `yaml:"observe"`
+	L7Proxy     *rawL7Proxy             `yaml:"l7Proxy"`
 	// The datapaths' sections (iptables:, ebpf:), resolved by package kind.
 	kind.RawOptions `yaml:",inline"`
 }
@@ -90,6 +91,9 @@ type Spec struct {
 	// ObserveDrops, ObserveAll; docs/observe.md): changeable on a running
 	// lab (ChangeObserve).
 	Observe string `json:"observe,omitempty"`
+	// L7Proxy are the limits of the lab's L7 proxies (zero fields: the
+	// defaults, DefaultL7Limits).
+	L7Proxy L7Limits `json:"l7Proxy,omitzero"`
 	// The datapaths' options (every kind's, defaults filled in; JSON
 	// keys iptables and ebpf at this level).
 	kind.Options

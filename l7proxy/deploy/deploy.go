@@ -81,7 +81,8 @@ func identityPeers(c *policy.Compiled, subject uint32, port uint16, id uint32, a
 // empty is the configuration of a host's proxy with no L7 port: what
 // judges the connections it still holds.
 func empty(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.Config {
-	return &l7proxy.Config{Lab: lab.Name, Host: host, Set: c.Set, Identities: identities(lab, c), L4: l4(lab, host, c)}
+	return &l7proxy.Config{Lab: lab.Name, Host: host, Set: c.Set, Identities: identities(lab, c), L4: l4(lab, host, c),
+		Limits: l7proxy.Limits(lab.L7Proxy)}
 }
 
 // l4 is the L3/L4 policy of TCP connections to the host's endpoints: the
