@@ -12,6 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,4 +147,157 @@ backend s
 	}
 	b.Fatal("haproxy did not start")
 	return ""
+}
+
+// BenchmarkProxyUnderAbuse measures one keep-alive client's requests
+// through the proxy (p50 and p99 in µs) while other clients abuse it:
+// none, 200 sending their heads a line every 100 ms (slowloris), 2,000
+// idle keep-alive connections, 5 pipelining 20 requests for a 4 MiB
+// answer each and reading nothing. The limits are the defaults. In
+// process on loopback (issue 36: another client's requests are not
+// delayed by more than a millisecond).
+//
+//	go test -run '^$' -bench BenchmarkProxyUnderAbuse -benchtime 5000x -count 5 ./l7proxy
+func BenchmarkProxyUnderAbuse(b *testing.B) {
+	served := newBenchServer(b)
+	cfg := Config{Set: "s", Identities: map[netip.Addr]uint32{netip.MustParseAddr("127.0.0.1"): 300},
+		Ports: []PortConfig{{Addr: served.Addr(), Port: served.Port(), Peers: []PeerConfig{{Identity: 300,
+			Rules: []l7.Rule{{Method: "GET", Path: "/public"}, {Method: "GET", Path: "/big"}}}}}}}
+	_, addr := startProxyWith(b, served, cfg, nil)
+	for _, abuse := range []struct {
+		name  string
+		start func(b *testing.B, addr string) func()
+	}{
+		{"none", func(*testing.B, string) func() { return func() {} }},
+		{"slowloris-200", slowloris(200)},
+		{"idle-2000", idleClients(2000)},
+		{"not-reading-5", notReading(5)},
+	} {
+		b.Run(abuse.name, func(b *testing.B) {
+			stop := abuse.start(b, addr)
+			defer stop()
+			conn, err := net.Dial("tcp4", addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			br := bufio.NewReader(conn)
+			req := []byte("GET /public HTTP/1.1\r\nHost: web.example\r\n\r\n")
+			var lat []time.Duration
+			b.ResetTimer()
+			for b.Loop() {
+				start := time.Now()
+				if _, err := conn.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-us")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")
+			b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-us")
+		})
+	}
+}
+
+// newBenchServer is an HTTP server answering "ok", and /big with 4 MiB.
+func newBenchServer(b *testing.B) netip.AddrPort {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	big := strings.Repeat("x", 4<<20)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			io.WriteString(w, big)
+			return
+		}
+		io.WriteString(w, "ok")
+	})}
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	return ln.Addr().(*net.TCPAddr).AddrPort()
+}
+
+// dialAll opens n connections to addr, closed by the returned function.
+func dialAll(b *testing.B, addr string, n int) ([]net.Conn, func()) {
+	conns := make([]net.Conn, 0, n)
+	closeAll := func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	for range n {
+		c, err := net.Dial("tcp4", addr)
+		if err != nil {
+			closeAll()
+			b.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	return conns, closeAll
+}
+
+func slowloris(n int) func(*testing.B, string) func() {
+	return func(b *testing.B, addr string) func() {
+		conns, closeAll := dialAll(b, addr, n)
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, c := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = io.WriteString(c, "GET /public HTTP/1.1\r\n")
+				for i := 0; ; i++ {
+					select {
+					case <-done:
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
+					if _, err := fmt.Fprintf(c, "X-Slow-%d: 1\r\n", i); err != nil {
+						return
+					}
+				}
+			}()
+		}
+		return func() { close(done); closeAll(); wg.Wait() }
+	}
+}
+
+func idleClients(n int) func(*testing.B, string) func() {
+	return func(b *testing.B, addr string) func() {
+		conns, closeAll := dialAll(b, addr, n)
+		buf := make([]byte, 512)
+		for _, c := range conns {
+			if _, err := io.WriteString(c, "GET /public HTTP/1.1\r\nHost: web.example\r\n\r\n"); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.Read(buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return closeAll
+	}
+}
+
+func notReading(n int) func(*testing.B, string) func() {
+	return func(b *testing.B, addr string) func() {
+		conns, closeAll := dialAll(b, addr, n)
+		for _, c := range conns {
+			_ = c.(*net.TCPConn).SetReadBuffer(4096)
+			if _, err := io.WriteString(c, strings.Repeat("GET /big HTTP/1.1\r\nHost: web.example\r\n\r\n", 20)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return closeAll
+	}
 }
