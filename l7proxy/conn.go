@@ -41,6 +41,7 @@ import (
 type clientConn struct {
 	p   *Proxy
 	c   net.Conn
+	rw  io.ReadWriter // c's reads and writes (socketIO)
 	ci  *connInfo
 	lim Limits
 	lr  *limitReader
@@ -53,7 +54,7 @@ type clientConn struct {
 // request head is read (Limits.MaxHeaderBytes; -1: no limit, for
 // bodies).
 type limitReader struct {
-	c      net.Conn
+	c      io.Reader
 	remain int64
 	hit    bool
 	// first is a byte read while the connection was idle with no buffer.
@@ -122,8 +123,8 @@ func release(br **bufio.Reader, bw **bufio.Writer) {
 
 // serveConn serves a client connection until it ends.
 func (p *Proxy) serveConn(c net.Conn, ci *connInfo) {
-	cc := &clientConn{p: p, c: c, ci: ci, lim: p.limits()}
-	cc.lr = &limitReader{c: c, remain: -1}
+	cc := &clientConn{p: p, c: c, rw: socketIO(c), ci: ci, lim: p.limits()}
+	cc.lr = &limitReader{c: cc.rw, remain: -1}
 	defer cc.close()
 	for cc.serveOne() {
 		cc.lim = p.limits()
@@ -135,7 +136,7 @@ func (cc *clientConn) close() {
 		cc.p.pool.put(cc.up)
 		cc.up = nil
 	}
-	if cc.bw != nil && cc.bw.Buffered() > 0 {
+	if r, ok := cc.rw.(*rawIO); ok && r.writeFailed {
 		// An answer the client did not take (its write timed out): reset
 		// the connection rather than keep the rest in the kernel.
 		if tc, ok := cc.c.(*net.TCPConn); ok {
@@ -156,7 +157,7 @@ func (cc *clientConn) serveOne() bool {
 	}
 	_ = cc.c.SetReadDeadline(deadline(cc.lim.IdleTimeout))
 	if cc.br == nil {
-		if _, err := io.ReadFull(cc.c, cc.lr.first[:]); err != nil {
+		if _, err := io.ReadFull(cc.rw, cc.lr.first[:]); err != nil {
 			return false
 		}
 		cc.lr.hasFirst = true
@@ -165,7 +166,7 @@ func (cc *clientConn) serveOne() bool {
 		return false
 	}
 	if cc.bw == nil {
-		cc.bw = getWriter(cc.c)
+		cc.bw = getWriter(cc.rw)
 	}
 	if cc.up != nil {
 		cc.up.buffers()

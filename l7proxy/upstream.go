@@ -2,6 +2,7 @@ package l7proxy
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -17,6 +18,7 @@ import (
 type upConn struct {
 	key    poolKey
 	c      net.Conn
+	rw     io.ReadWriter // c's reads and writes (socketIO)
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	reused bool      // it carried a request already
@@ -62,7 +64,7 @@ func (p *upPool) get(k poolKey) (*upConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := &upConn{key: k, c: c}
+	u := &upConn{key: k, c: c, rw: socketIO(c)}
 	u.buffers()
 	return u, nil
 }
@@ -70,10 +72,10 @@ func (p *upPool) get(k poolKey) (*upConn, error) {
 // buffers gives the connection its buffers (released while it is idle).
 func (u *upConn) buffers() {
 	if u.br == nil {
-		u.br = getReader(u.c)
+		u.br = getReader(u.rw)
 	}
 	if u.bw == nil {
-		u.bw = getWriter(u.c)
+		u.bw = getWriter(u.rw)
 	}
 }
 
