@@ -101,7 +101,7 @@ func Render(cfg *l7proxy.Config, dir string) (Rendered, error) {
 global
     user %s
     group %s
-    maxconn 20000
+    maxconn 8000
     pidfile %s
     log stderr format short local0 err
 
@@ -117,15 +117,13 @@ defaults
 
 frontend l7
     bind 0.0.0.0:%d transparent
-    # Answers to the client carry the proxy's mark (eBPF lets them through by it).
-    http-request set-mark %#x
     http-request set-var(txn.peer) src,map_ip(%s)
     http-request set-var-fmt(txn.sd) "%%[src],%%[dst],%%[dst_port]"
     http-request set-var(txn.peer) var(txn.sd),map(%s)
     http-request set-var(txn.peer) str(c) unless { var(txn.peer) -m found }
     http-request set-var-fmt(txn.key) "%%[var(txn.peer)],%%[dst],%%[dst_port],%%[method] %%[pathq]"
     http-request allow if { var(txn.key) -m str -f %s }
-`, cfg.Lab, cfg.Host, cfg.Set, User, User, file(PidFile), Reuse, l7proxy.Port, l7proxy.Mark,
+`, cfg.Lab, cfg.Host, cfg.Set, User, User, file(PidFile), Reuse, l7proxy.Port,
 		file(peersFile), file(addrFile), file(literalsFile))
 	for _, l := range lines {
 		b.WriteString(l + "\n")

@@ -40,7 +40,6 @@ func TestRenderSmall(t *testing.T) {
 	cfg := r[ConfigFile]
 	for _, want := range []string{
 		"bind 0.0.0.0:15001 transparent",
-		"http-request set-mark 0xa00",
 		`http-request set-var(txn.peer) src,map_ip("/d/peers.map")`,
 		`http-request allow if { var(txn.key) -m str -f "/d/literals.lst" }`,
 		`http-request allow if { var(txn.peer) -m str i8 } { dst 10.0.0.2 } { dst_port 80 } { method -m reg '^(?:GET|HEAD)\z' } { pathq -m reg '^(?:/re/[0-9]+)\z' }`,

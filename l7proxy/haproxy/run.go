@@ -21,9 +21,9 @@ import (
 // Table is the nftables table that, on the eBPF datapath, gives what
 // HAProxy sends the mark of cnlab's proxy (l7proxy.Mark): HAProxy 2.6
 // sets no mark on its connections to servers, so they are marked by the
-// uid it runs as (its answers to clients carry the mark http-request
-// set-mark gives them; the SYN-ACKs of its transparent listener by the
-// socket's transparency).
+// uid it runs as, and what its transparent listener's sockets send to
+// clients (SYN-ACKs, answers) by the socket's transparency (http-request
+// set-mark would keep HAProxy from dropping root).
 const Table = "cnlab_haproxy"
 
 // Check reports whether HAProxy is installed, with an error naming the
