@@ -127,9 +127,13 @@ func nftTable() string {
 }
 
 // Stop stops a host's HAProxy, removes the nftables table (when there is
-// one) and HAProxy's files. Nothing to stop is no error.
+// one) and HAProxy's files. Nothing to stop is no error: a host without
+// HAProxy's directory (Start makes it first) costs a stat.
 func Stop(ctx context.Context, lab *topology.Spec, host string) error {
 	dir := Dir(lab.Name, host)
+	if _, err := os.Stat(dir); os.IsNotExist(err) {
+		return nil
+	}
 	var errs []error
 	if pid, err := readPid(dir); err == nil {
 		if err := stopPid(pid); err != nil {
