@@ -66,20 +66,22 @@ func Render(cfg *l7proxy.Config, dir string) (Rendered, error) {
 	for _, pc := range cfg.Ports {
 		dst := fmt.Sprintf("{ dst %s } { dst_port %d }", pc.Addr, pc.Port)
 		for _, peer := range pc.Peers {
-			var who string
+			// key is the peer's value of txn.peer ("c": no endpoint, the
+			// CIDR checked apart).
+			key := fmt.Sprintf("i%d", peer.Identity)
 			switch {
 			case peer.CIDR.IsValid():
-				who = fmt.Sprintf("{ var(txn.peer) -m str c } { src %s }", peer.CIDR)
+				key = "c"
 			case peer.Addr.IsValid():
-				key := "a" + peer.Addr.String()
+				key = "a" + peer.Addr.String()
 				addrs = append(addrs, fmt.Sprintf("%s,%s,%d %s", peer.Addr, pc.Addr, pc.Port, key))
-				who = "{ var(txn.peer) -m str " + key + " }"
-			default:
-				who = fmt.Sprintf("{ var(txn.peer) -m str i%d }", peer.Identity)
+			}
+			who := "{ var(txn.peer) -m str " + key + " }"
+			if peer.CIDR.IsValid() {
+				who += fmt.Sprintf(" { src %s }", peer.CIDR)
 			}
 			for _, r := range peer.Rules {
 				if m, p, ok := literalRule(r); ok && !peer.CIDR.IsValid() {
-					key := who[len("{ var(txn.peer) -m str ") : len(who)-2]
 					lits = append(lits, fmt.Sprintf("%s,%s,%d,%s %s", key, pc.Addr, pc.Port, m, p))
 					continue
 				}
@@ -176,12 +178,8 @@ func literal(re string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	t = t.Simplify()
-	switch {
-	case t.Op == syntax.OpLiteral && t.Flags&syntax.FoldCase == 0:
+	if t = t.Simplify(); t.Op == syntax.OpLiteral && t.Flags&syntax.FoldCase == 0 {
 		return string(t.Rune), true
-	case t.Op == syntax.OpEmptyMatch:
-		return "", false
 	}
 	return "", false
 }
@@ -224,8 +222,9 @@ func anchored(re string) string {
 }
 
 // quote puts a word in single quotes, in which HAProxy's parser keeps
-// every byte as it is; a single quote inside becomes \x27 (a regexp's
-// escape; in a literal the word is left in double quotes with escapes).
+// every byte as it is; a single quote inside closes the quotes, is given
+// in double quotes, and opens them again ('/it'"'"'s': one word, /it's;
+// checked by hand with HAProxy 2.6).
 func quote(s string) string {
 	if !strings.Contains(s, "'") {
 		return "'" + s + "'"
