@@ -213,6 +213,9 @@ func series(p results.Params) string {
 	if p.L7Mode != "" {
 		s += " " + l7Label(p)
 	}
+	if p.L7Proxy == results.L7ProxyHAProxy {
+		s += ", " + results.HAProxyLabel
+	}
 	return s
 }
 
@@ -280,7 +283,7 @@ func (s *Spec) resolveParams(p *results.Params, path string) error {
 			return bad("policyMode", "%s: a chain has no policy datapath", p.PolicyMode)
 		case p.Services != 0 || p.ServiceProxy != "" || p.ServiceBackends != 0 || p.ServicePosition != "":
 			return bad("services", "a chain has no endpoints to serve Services from")
-		case p.L7Mode != "" || p.L7Rules != 0 || p.L7Match != "":
+		case p.L7Mode != "" || p.L7Rules != 0 || p.L7Match != "" || p.L7Proxy != "":
 			return bad("l7Mode", "a chain (and topology direct, no CNI) has no policy datapath and no L7 proxy")
 		}
 		if p.Link != "" && p.Link != topology.ChainVeth && p.Link != topology.ChainBridge && p.Link != topology.ChainOVS {

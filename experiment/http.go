@@ -267,15 +267,21 @@ func runHTTPWorkload(ctx context.Context, w results.Workload, e sampleEnv) (map[
 	m["client_cpu_pct"] = cli.cpuPercent()
 	if cpu1 := proxyCPU(e.lab); cpu0 >= 0 && cpu1 >= cpu0 && wall > 0 {
 		m["proxy_cpu_pct"] = 100 * (cpu1 - cpu0).Seconds() / wall.Seconds()
+		if r.Requests > 0 {
+			m["proxy_cpu_us_per_req"] = float64((cpu1 - cpu0).Microseconds()) / float64(r.Requests)
+		}
 	}
 	return m, nil
 }
 
 // proxyCPU is the CPU time the lab's L7 proxies used so far (-1 when the
-// lab has none running).
+// lab has none running): HAProxy's, where it stands in their place.
 func proxyCPU(labName string) time.Duration {
 	if labName == "" {
 		return -1
+	}
+	if t := haproxyCPU(labName); t >= 0 {
+		return t
 	}
 	st, err := lab.ReadState(labName)
 	if err != nil || len(st.L7Proxies) == 0 {

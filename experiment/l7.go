@@ -89,8 +89,13 @@ func l7PolicyText(p results.Params) string {
 // resolveL7Params fills the L7 keys' defaults and checks them on a host
 // topology (chains refuse them earlier).
 func resolveL7Params(p *results.Params, bad func(key, format string, args ...any) error) error {
+	if p.L7Proxy == results.L7ProxyCnlab {
+		p.L7Proxy = "" // the default: the points of runs without the axis
+	}
 	if p.L7Mode == "" {
 		switch {
+		case p.L7Proxy != "":
+			return bad("l7Proxy", "%s: applies with an l7Mode that goes through the proxy (give l7Mode: [http-any] or [rules])", p.L7Proxy)
 		case p.L7Rules != 0:
 			return bad("l7Rules", "%d: applies with l7Mode rules (give l7Mode: [rules])", p.L7Rules)
 		case p.L7Match != "":
@@ -100,6 +105,11 @@ func resolveL7Params(p *results.Params, bad func(key, format string, args ...any
 	}
 	if p.Policies != 0 {
 		return bad("policies", "%d: an L7 point's policy is the one l7Mode generates (leave policies out of L7 sweeps)", p.Policies)
+	}
+	if p.L7Mode == results.L7None || p.L7Mode == results.L7L4 {
+		// No proxy: the same point whatever the proxy (the baseline the
+		// proxied points are measured against), measured once.
+		p.L7Proxy = ""
 	}
 	if p.L7Mode != results.L7Rules {
 		// The same point whatever the number and place of rules: measured

@@ -349,3 +349,102 @@ func TestRunL7(t *testing.T) {
 		t.Error("the lab is still up after the run")
 	}
 }
+
+// TestL7ProxyPoints: l7Proxy haproxy doubles the proxied points only (no
+// policy and the L4 allow have no proxy: measured once), names their line
+// "HAProxy (reference)", gives them a lab of their own, and keeps the
+// cnlab points as a run without the axis has them.
+func TestL7ProxyPoints(t *testing.T) {
+	base := "workloads: [{kind: http}]\nmatrix:\n  datapath: [ebpf]\n  l7Mode: [none, l4, http-any, rules]\n  l7Rules: [1]\n"
+	without := mustPoints(t, base, false)
+	with := mustPoints(t, base+"  l7Proxy: [cnlab, haproxy]\n", false)
+	if len(with) != len(without)+2 {
+		t.Fatalf("%d points with l7Proxy, %d without: want 2 more (http-any and rules)", len(with), len(without))
+	}
+	labs := map[string]bool{}
+	var cnlab []results.Point
+	for _, p := range with {
+		labs[labKey(p.Params)] = true
+		if p.Params.L7Proxy == "" {
+			cnlab = append(cnlab, p)
+			continue
+		}
+		if p.Params.L7Proxy != results.L7ProxyHAProxy || !strings.HasSuffix(p.Series, ", HAProxy (reference)") ||
+			!strings.Contains(p.Params.Text(), "l7proxy=haproxy") || (p.Params.L7Mode != results.L7HTTPAny && p.Params.L7Mode != results.L7Rules) {
+			t.Errorf("haproxy point %s: %+v", p.Series, p.Params)
+		}
+	}
+	if len(labs) != 2 {
+		t.Errorf("%d labs, want 2 (cnlab's proxy, HAProxy)", len(labs))
+	}
+	for i, p := range cnlab {
+		q := without[i]
+		if p.Series != q.Series || labKey(p.Params) != labKey(q.Params) || fmt.Sprintf("%+v", p.Params) != fmt.Sprintf("%+v", q.Params) {
+			t.Errorf("cnlab point %s differs from the run without l7Proxy: %+v, %+v", p.Series, p.Params, q.Params)
+		}
+	}
+	for _, c := range []struct{ src, want string }{
+		{"workloads: [{kind: http}]\nmatrix: {l7Proxy: [haproxy]}\n", "x.yaml: matrix.l7Proxy: haproxy: applies with an l7Mode that goes through the proxy"},
+		{"workloads: [{kind: http}]\nmatrix: {l7Mode: [rules], l7Rules: [1], l7Proxy: [envoy]}\n", `x.yaml: matrix.l7Proxy[0]: "envoy": cnlab or haproxy`},
+		{"workloads: [{kind: http}]\nmatrix: {topology: [chain], l7Proxy: [haproxy]}\n", "x.yaml: matrix.l7Mode: a chain (and topology direct, no CNI) has no policy datapath"},
+	} {
+		if _, err := Parse([]byte(c.src), "x.yaml", false); err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%q:\n got %v\nwant %s...", c.src, err, c.want)
+		}
+	}
+}
+
+// l7HAProxyExp puts HAProxy in the proxy's place on eBPF, with 10 rules.
+const l7HAProxyExp = `
+name: l7-haproxy
+warmup: 0s
+duration: 1s
+repetitions: 1
+seed: 3
+workloads:
+  - {kind: http}
+matrix:
+  datapath: [ebpf]
+  l7Mode: [rules]
+  l7Rules: [10]
+  l7Match: [first, absent]
+  l7Proxy: [haproxy]
+`
+
+// TestRunL7HAProxy runs l7HAProxyExp end to end: HAProxy answers every
+// request as the point expects (200, or 403 where no rule matches), its
+// CPU is the point's proxy CPU, and nothing of it is left after the run.
+func TestRunL7HAProxy(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "haproxy", "haproxy")
+	r, err := runShort(t, context.Background(), l7HAProxyExp, Options{LabName: "t-exp-hap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Points) != 2 || r.Status != results.StatusComplete {
+		t.Fatalf("%s with %d points", r.Status, len(r.Points))
+	}
+	for _, p := range r.Points {
+		if p.Status != results.PointDone || len(p.Samples) != 1 {
+			t.Errorf("%s (%s %s): %s: %s", p.ID, p.Series, p.Workload.Name(), p.Status, p.Error)
+			continue
+		}
+		m := p.Samples[0].Metrics
+		want := "status_200"
+		if p.Params.L7Match == results.MatchAbsent {
+			want = "status_403"
+		}
+		if m["requests"] <= 0 || m["unexpected"] != 0 || m["errors"] != 0 || m[want] != m["requests"] {
+			t.Errorf("%s (%s): %v", p.ID, p.Series, m)
+		}
+		if m["proxy_cpu_pct"] <= 0 || m["proxy_cpu_us_per_req"] <= 0 {
+			t.Errorf("%s: proxy CPU %v%%, %v µs a request: HAProxy's CPU not measured", p.ID, m["proxy_cpu_pct"], m["proxy_cpu_us_per_req"])
+		}
+	}
+	if labs, _ := lab.Labs(); slices.Contains(labs, "t-exp-hap") {
+		t.Error("the lab is still up after the run")
+	}
+	if _, err := os.Stat("/run/cnlab/t-exp-hap"); !os.IsNotExist(err) {
+		t.Errorf("the lab's run directory is left: %v", err)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/plural"
+	"github.com/cnlab/cnlab/l7proxy/haproxy"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
@@ -252,8 +253,14 @@ func (l *labBackend) policies(ctx context.Context, p results.Params, b *results.
 	if err != nil {
 		return err
 	}
+	// HAProxy holds the proxy's port: cnlab's proxy takes it back for
+	// the change (lab.Replace starts it where it is not running).
+	if err := haproxy.StopAll(ctx, l.cur); err != nil {
+		l.curPol = policyUnknown
+		return err
+	}
 	t0 := time.Now()
-	_, err = lab.Replace(ctx, l.cur.Name, pols)
+	ch, err := lab.Replace(ctx, l.cur.Name, pols)
 	a := results.Apply{Policies: p.Policies, PolicyMode: p.PolicyMode, L7Mode: p.L7Mode, L7Rules: p.L7Rules, L7Match: p.L7Match, Seconds: time.Since(t0).Seconds()}
 	recordCluster(&a, p)
 	if err != nil {
@@ -268,6 +275,12 @@ func (l *labBackend) policies(ctx context.Context, p results.Params, b *results.
 			return fmt.Errorf("apply the L7 policy (%s): %w", l7Label(p), err)
 		}
 		return fmt.Errorf("apply %s: %w", policiesLabel(p), err)
+	}
+	if p.L7Proxy == results.L7ProxyHAProxy {
+		if err := startHAProxy(ctx, l.cur, ch.Compiled); err != nil {
+			l.curPol = policyUnknown
+			return fmt.Errorf("apply the L7 policy (%s): %w", l7Label(p), err)
+		}
 	}
 	l.curPol = text
 	return nil
@@ -290,6 +303,9 @@ func (l *labBackend) down(b *results.Build) error {
 		return nil
 	}
 	t0 := time.Now()
+	if herr := haproxy.StopAll(context.Background(), l.cur); herr != nil && l.note != nil {
+		l.note(fmt.Sprintf("lab %s: %v (the lab's down removes what is left)", l.cur.Name, herr))
+	}
 	err := lab.Down(l.cur.Name, nil)
 	if b != nil {
 		b.TeardownSecs = time.Since(t0).Seconds()

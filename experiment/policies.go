@@ -114,6 +114,10 @@ func labKey(p results.Params) string {
 	k.Flows, k.Size, k.Zerocopy = 0, 0, false
 	k.Services, k.ServiceBackends, k.ServicePosition = 0, 0, "" // applied with lab.ReplaceServices
 	k.L7Mode, k.L7Rules, k.L7Match = "", 0, ""                  // a policy applied with lab.Replace
+	// HAProxy's points have a lab of their own: its HAProxy stays in the
+	// proxy's place for all of them (the key of the others keeps its
+	// bytes: results.json's builds).
+	k.L7Proxy = ""
 	if k.ServiceProxy == kind.DefaultProxy(k.Datapath) {
 		k.ServiceProxy = "" // a lab's default: the same lab as a point without Services
 	}
@@ -126,5 +130,9 @@ func labKey(p results.Params) string {
 		// none keeps the topology's own level, in a lab of its own.
 		k.Observe = "set"
 	}
-	return fmt.Sprintf("%+v", k)
+	key := strings.Replace(fmt.Sprintf("%+v", k), " L7Proxy:", "", 1)
+	if p.L7Proxy != "" {
+		key += " l7Proxy:" + p.L7Proxy
+	}
+	return key
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/input"
+	"github.com/cnlab/cnlab/l7proxy/haproxy"
 
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/internal/plural"
@@ -232,6 +233,9 @@ func checkTools(points []results.Point) error {
 		}
 		if p.Params.Offloads != "" {
 			need["ethtool"] = "apt-get install ethtool"
+		}
+		if p.Params.L7Proxy == results.L7ProxyHAProxy {
+			need[haproxy.Binary] = "apt-get install haproxy"
 		}
 	}
 	for _, tool := range sortedKeys(need) {

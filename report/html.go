@@ -162,6 +162,13 @@ code { font-size: .9em; }
 {{end}}</table>
 <p class="meta">Linear: ordinary least squares on every sample, slope with its 95% CI (Student's t, n−2); relative slope: per unit of x as a share of the fitted intercept. Power law: t(n) = t(1)·(1 − l)^(n−1), least squares on log t; R² of the curve against the raw samples. Bend: continuous two-segment fit, reported when its F test against a straight line gives p &lt; 0.01. Every fit is in x itself, also in a figure whose x axis is on a log scale (x all above 0 and spanning two decades or more), where a straight line in x is a curve.</p>
 {{end}}
+{{if .Rep.Proxy}}<h2 id="proxy">What the L7 proxy adds over the L3/L4 path</h2>
+<table>
+<tr><th>point</th><th>topology</th><th>series</th><th>workload</th><th>proxy</th><th>p50 (µs)</th><th>L3/L4 p50 (µs)</th><th>added (µs)</th><th>×</th><th>proxy CPU per request (µs)</th></tr>
+{{range .Rep.Proxy}}<tr><td>{{.Point}}</td><td>{{.Topology}}</td><td>{{.Series}}</td><td>{{.Workload}}</td><td>{{.Proxy}}</td><td class="n">{{num .P50Us}}</td><td class="n">{{num .BaseUs}} ({{.Base}})</td><td class="n">{{num .AddedUs}}</td><td class="n">{{printf "%.2f" .Times}}</td><td class="n">{{if .CPUUsPerReq}}{{num .CPUUsPerReq}}{{else}}—{{end}}</td></tr>
+{{end}}</table>
+<p class="meta">Each proxied point (l7Mode http-any or rules) against the l4 point (an L3/L4 allow: no proxy) of the same topology, datapath and workload: medians of the samples' p50 latency; × is their ratio. HAProxy (reference) is a comparison series, not a datapath.</p>
+{{end}}
 <h2 id="table">Points</h2>
 <table>
 <tr><th>point</th><th>topology</th><th>series</th><th>parameters</th><th>workload</th><th>metric</th><th>median</th><th>95% CI of the mean<br>(cut at the metric's range)</th><th>CV</th><th>n</th><th>status</th></tr>

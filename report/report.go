@@ -28,6 +28,9 @@ type Report struct {
 	Fits     []Fit                `json:"fits"`
 	Findings []Finding            `json:"findings"`
 	Rows     []Row                `json:"table"`
+	// Proxy is what the L7 proxy adds over the L3/L4 path, per proxied
+	// L7 point (runs with l7Mode l4 and http-any or rules).
+	Proxy []ProxyRow `json:"proxyOverhead,omitempty"`
 	Noisy    int                  `json:"noisyPoints"` // rows whose CV is above CVWarn
 	// Precision counts the points with a precision target by how they
 	// ended (results.PrecisionReached, ...).
@@ -126,6 +129,7 @@ func Build(r *results.Results, env *results.Environment) *Report {
 	}
 	rep.Figures = append(rep.Figures, profileFigures(r, len(pns)+1)...)
 	rep.table()
+	rep.proxyTable()
 	rep.precisionNote()
 	if noisy, recorded := r.CountNoisy(); noisy > 0 {
 		rep.NoisySamples = noisy

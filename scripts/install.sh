@@ -16,6 +16,7 @@ declare -A tools=(
 	[clang]=clang [llvm-strip]=llvm [bpftool]=bpftool [perf]=linux-perf
 	[conntrack]=conntrack [python3]=python3 [make]=make [git]=git [tc]=iproute2
 	[taskset]=util-linux [chromium]=chromium [ab]=apache2-utils
+	[haproxy]=haproxy
 	[ovs-vswitchd]=openvswitch-switch [pgrep]=procps
 	[containerd]=containerd [runc]=runc [busybox]=busybox-static [dash]=dash
 	[nsenter]=util-linux [unshare]=util-linux
@@ -24,6 +25,8 @@ declare -A tools=(
 # Packages without a command of their own: headers for rebuilding the eBPF
 # programs (go generate ./datapath/ebpf, checked by the tests).
 # containernetworking-plugins: the bridge CNI of `cnlab cluster up`.
+# haproxy: the L7 benchmark's reference proxy (experiment axis l7Proxy),
+# run by cnlab in a lab host's namespace, never as the system's service.
 # clang-19 and llvm-19: the real Cilium of `cnlab cluster up --cni cilium`
 # compiles its datapath at run time with them (Debian 12's clang is 14).
 extra=(libbpf-dev linux-libc-dev containernetworking-plugins)
@@ -91,12 +94,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
 			echo "install.sh: $pkg is not packaged here; skipping it" >&2
 		fi
 	done
-	# openvswitch-switch and containerd go alone, their services kept
-	# from starting.
+	# openvswitch-switch, containerd and haproxy go alone, their services
+	# kept from starting.
 	quiet=()
 	for i in "${!avail[@]}"; do
 		case "${avail[$i]}" in
-		openvswitch-switch | containerd)
+		openvswitch-switch | containerd | haproxy)
 			quiet+=("${avail[$i]}")
 			unset 'avail[i]'
 			;;
@@ -110,6 +113,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 		case "$pkg" in
 		openvswitch-switch) install_quiet "$pkg" openvswitch-switch.service ovs-vswitchd.service ovsdb-server.service ;;
 		containerd) install_quiet "$pkg" containerd.service ;;
+		haproxy) install_quiet "$pkg" haproxy.service ;;
 		esac
 	done
 else

@@ -229,6 +229,14 @@ func buildAxes() []Axis {
 			return ""
 		}},
 		{Key: "l7Match", Values: L7Matches, Kube: l7},
+		// cnlab is kept as "" (the points of runs without the axis keep
+		// their bytes); its column is added only where a run sets it.
+		{Key: "l7Proxy", Values: L7Proxies, Kube: l7, CSV: CSVWhenSet, Label: "l7proxy", Show: func(v string) string {
+			if v == L7ProxyHAProxy {
+				return HAProxyLabel
+			}
+			return ""
+		}},
 		{Key: "clusterPolicies", Min: 0, Max: MaxClusterPolicies, CSV: CSVWhenSet, TextFirst: true, FigureX: 10, XLabel: "Admin-tier cluster policies in front of the flow", Show: counted("cluster policy", "cluster policies"), Text: func(p Params) string {
 			if p.ClusterPolicies > 0 || p.ClusterPolicyMatch != "" {
 				return fmt.Sprintf("cluster-policies=%d", p.ClusterPolicies)

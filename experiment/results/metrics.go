@@ -44,6 +44,9 @@ var metricList = []Metric{
 	{Name: "unexpected", Label: "unexpected statuses and errors", Better: -1},
 	{Name: "errors", Label: "requests without a response", Better: -1},
 	{Name: "proxy_cpu_pct", Label: "L7 proxy CPU (%)", Unit: "%", Better: -1},
+	// The proxy's CPU time over the sample divided by the requests the
+	// client completed (HAProxy's at an l7Proxy haproxy point).
+	{Name: "proxy_cpu_us_per_req", Label: "L7 proxy CPU per request (µs)", Unit: "µs", Better: -1},
 }
 
 var metricsByName = func() map[string]Metric {

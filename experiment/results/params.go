@@ -53,6 +53,21 @@ const (
 // L7Matches are the places of the matching L7 rule.
 var L7Matches = []string{MatchFirst, MatchLast, MatchAbsent}
 
+// L7 proxies: what enforces a proxied L7 point's rules. cnlab's own
+// proxy is the default (a point's L7Proxy stays empty); HAProxy is a
+// comparison series, not a datapath: it stands in the proxy's place
+// behind the point's datapath (docs/l7.md, "HAProxy as the reference").
+const (
+	L7ProxyCnlab   = "cnlab"
+	L7ProxyHAProxy = "haproxy"
+)
+
+// L7Proxies are the L7 proxies.
+var L7Proxies = []string{L7ProxyCnlab, L7ProxyHAProxy}
+
+// HAProxyLabel names HAProxy's lines and rows.
+const HAProxyLabel = "HAProxy (reference)"
+
 // Chain topologies: the chain preset and the direct pair (a chain of
 // length 0); topology.PresetDirect is the same name (a test checks).
 const (
@@ -106,6 +121,9 @@ type Params struct {
 	L7Mode  string `json:"l7Mode,omitempty"`
 	L7Rules int    `json:"l7Rules,omitempty"`
 	L7Match string `json:"l7Match,omitempty"`
+	// L7Proxy is what enforces a proxied L7 point's rules: "" cnlab's
+	// proxy (l7Proxy: cnlab), L7ProxyHAProxy HAProxy in its place.
+	L7Proxy string `json:"l7Proxy,omitempty"`
 	// ClusterPolicies is the number of Admin-tier ClusterNetworkPolicies
 	// in front of the measured flow (with one Baseline one behind them
 	// when any), ClusterPolicyMatch whether none of them matches the flow
