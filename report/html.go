@@ -164,10 +164,10 @@ code { font-size: .9em; }
 {{end}}
 {{if .Rep.Proxy}}<h2 id="proxy">What the L7 proxy adds over the L3/L4 path</h2>
 <table>
-<tr><th>point</th><th>topology</th><th>series</th><th>workload</th><th>proxy</th><th>p50 (µs)</th><th>L3/L4 p50 (µs)</th><th>added (µs)</th><th>×</th><th>proxy CPU per request (µs)</th></tr>
-{{range .Rep.Proxy}}<tr><td>{{.Point}}</td><td>{{.Topology}}</td><td>{{.Series}}</td><td>{{.Workload}}</td><td>{{.Proxy}}</td><td class="n">{{num .P50Us}}</td><td class="n">{{num .BaseUs}} ({{.Base}})</td><td class="n">{{num .AddedUs}}</td><td class="n">{{printf "%.2f" .Times}}</td><td class="n">{{if .CPUUsPerReq}}{{num .CPUUsPerReq}}{{else}}—{{end}}</td></tr>
+<tr><th>point</th><th>topology</th><th>series</th><th>workload</th><th>proxy</th><th>p50 (µs)</th><th>L3/L4 p50 (µs)</th><th>added (µs)</th><th>×</th><th>proxy CPU per request (µs)</th><th>added ÷ HAProxy's</th><th>CPU ÷ HAProxy's</th></tr>
+{{range .Rep.Proxy}}<tr><td>{{.Point}}</td><td>{{.Topology}}</td><td>{{.Series}}</td><td>{{.Workload}}</td><td>{{.Proxy}}</td><td class="n">{{num .P50Us}}</td><td class="n">{{num .BaseUs}} ({{.Base}})</td><td class="n">{{num .AddedUs}}</td><td class="n">{{printf "%.2f" .Times}}</td><td class="n">{{if .CPUUsPerReq}}{{num .CPUUsPerReq}}{{else}}—{{end}}</td><td class="n">{{if .AddedVsHAProxy}}{{printf "%.2f" .AddedVsHAProxy}}{{else}}—{{end}}</td><td class="n">{{if .CPUVsHAProxy}}{{printf "%.2f" .CPUVsHAProxy}}{{else}}—{{end}}</td></tr>
 {{end}}</table>
-<p class="meta">Each proxied point (l7Mode http-any or rules) against the l4 point (an L3/L4 allow: no proxy) of the same topology, datapath and workload: medians of the samples' p50 latency; × is their ratio. HAProxy (reference) is a comparison series, not a datapath.</p>
+<p class="meta">Each proxied point (l7Mode http-any or rules) against the l4 point (an L3/L4 allow: no proxy) of the same topology, datapath and workload: medians of the samples' p50 latency; × is their ratio. The last two columns put cnlab's proxy beside HAProxy at the same point: what it adds over the L3/L4 path, and its CPU per request, each divided by HAProxy's. HAProxy (reference) is a comparison series, not a datapath.</p>
 {{end}}
 <h2 id="table">Points</h2>
 <table>

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/stats"
@@ -26,6 +27,11 @@ type ProxyRow struct {
 	Times   float64 `json:"times"` // P50Us / BaseUs
 	// CPUUsPerReq is the proxy's CPU per request (median), when measured.
 	CPUUsPerReq float64 `json:"cpuUsPerReq,omitempty"`
+	// For a cnlab row with a HAProxy point of the same parameters and
+	// workload: its added p50 and CPU per request over HAProxy's (issue
+	// 36's targets: at most 1.2 and 1.5).
+	AddedVsHAProxy float64 `json:"addedVsHAProxy,omitempty"`
+	CPUVsHAProxy   float64 `json:"cpuVsHAProxy,omitempty"`
 }
 
 // proxyNote says what HAProxy is in a run that has its points.
@@ -74,6 +80,26 @@ func (rep *Report) proxyTable() {
 			row.CPUUsPerReq = stats.Summarize(cs).Median
 		}
 		rep.Proxy = append(rep.Proxy, row)
+	}
+	// Each cnlab row beside the HAProxy row of the same parameters.
+	byKey := map[string]*ProxyRow{}
+	for i := range rep.Proxy {
+		if r := &rep.Proxy[i]; r.Proxy == results.HAProxyLabel {
+			byKey[r.Topology+"|"+r.Workload+"|"+strings.TrimSuffix(r.Series, ", "+results.HAProxyLabel)] = r
+		}
+	}
+	for i := range rep.Proxy {
+		r := &rep.Proxy[i]
+		h := byKey[r.Topology+"|"+r.Workload+"|"+r.Series]
+		if r.Proxy != "cnlab" || h == nil {
+			continue
+		}
+		if h.AddedUs > 0 {
+			r.AddedVsHAProxy = r.AddedUs / h.AddedUs
+		}
+		if h.CPUUsPerReq > 0 {
+			r.CPUVsHAProxy = r.CPUUsPerReq / h.CPUUsPerReq
+		}
 	}
 	sort.SliceStable(rep.Proxy, func(i, j int) bool { return rep.Proxy[i].Point < rep.Proxy[j].Point })
 	if haproxy {

@@ -27,7 +27,7 @@ var layers = [][]string{
 	{"experiment"},
 	{"kube", "cluster"},
 	{"lab"},
-	{"l7proxy/deploy"},
+	{"l7proxy/deploy", "l7proxy/haproxy"},
 	{"probe"},
 	{"proxy/registry"},
 	{"proxy/ebpf", "proxy/iptables", "proxy/nftables"},
