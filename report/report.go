@@ -31,7 +31,7 @@ type Report struct {
 	// Proxy is what the L7 proxy adds over the L3/L4 path, per proxied
 	// L7 point (runs with l7Mode l4 and http-any or rules).
 	Proxy []ProxyRow `json:"proxyOverhead,omitempty"`
-	Noisy    int                  `json:"noisyPoints"` // rows whose CV is above CVWarn
+	Noisy int        `json:"noisyPoints"` // rows whose CV is above CVWarn
 	// Precision counts the points with a precision target by how they
 	// ended (results.PrecisionReached, ...).
 	Precision map[string]int `json:"precision,omitempty"`
