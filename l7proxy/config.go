@@ -58,12 +58,15 @@ type Limits struct {
 	IdleTimeout    time.Duration `json:"idleTimeout,omitempty"`    // keep-alive with no request
 	WriteTimeout   time.Duration `json:"writeTimeout,omitempty"`   // a client not taking its answer
 	MaxConnections int           `json:"maxConnections,omitempty"` // client connections open at once
+	Threads        int           `json:"threads,omitempty"`        // threads running Go code at once (GOMAXPROCS)
 }
 
 // DefaultLimits are the limits a configuration leaves zero: Envoy's
 // defaults for the header (60 KiB, 100 lines), Go's server's 30 s for
 // the head (the proxy's before these limits), 5 minutes idle (before),
-// 60 s to take an answer, 16,384 connections.
+// 60 s to take an answer, 16,384 connections, one thread (measured:
+// less CPU per request than two on the 2-vCPU VM, and no slower with ten
+// clients; BENCHMARKS.md, "L7 HTTP policy").
 var DefaultLimits = Limits{
 	MaxHeaderBytes: 60 << 10,
 	MaxHeaders:     100,
@@ -71,12 +74,13 @@ var DefaultLimits = Limits{
 	IdleTimeout:    5 * time.Minute,
 	WriteTimeout:   60 * time.Second,
 	MaxConnections: 16384,
+	Threads:        1,
 }
 
 // WithDefaults returns l with every zero field set to its default.
 func (l Limits) WithDefaults() Limits {
 	d := DefaultLimits
-	for _, f := range []struct{ v, def *int }{{&l.MaxHeaderBytes, &d.MaxHeaderBytes}, {&l.MaxHeaders, &d.MaxHeaders}, {&l.MaxConnections, &d.MaxConnections}} {
+	for _, f := range []struct{ v, def *int }{{&l.MaxHeaderBytes, &d.MaxHeaderBytes}, {&l.MaxHeaders, &d.MaxHeaders}, {&l.MaxConnections, &d.MaxConnections}, {&l.Threads, &d.Threads}} {
 		if *f.v == 0 {
 			*f.v = *f.def
 		}

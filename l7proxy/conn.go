@@ -144,7 +144,7 @@ func (cc *clientConn) close() {
 		}
 	}
 	release(&cc.br, &cc.bw)
-	cc.c.Close()
+	_ = closeSocket(cc.c, cc.rw)
 }
 
 // serveOne serves one request; false ends the connection.
@@ -540,7 +540,7 @@ func (cc *clientConn) upstream(id uint32) (*upConn, error) {
 
 func (cc *clientConn) dropUpstream() {
 	if cc.up != nil {
-		cc.up.c.Close()
+		_ = closeSocket(cc.up.c, cc.up.rw)
 		cc.up = nil
 	}
 }

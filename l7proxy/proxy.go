@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -162,6 +163,9 @@ type Proxy struct {
 	// forwarding, when set (by tests), is called with each request the
 	// proxy forwards, as it was judged.
 	forwarding func(l7.Request)
+	// ownsProcess: the process is the proxy's (Run), whose threads
+	// Limits.Threads sets (not a test's).
+	ownsProcess bool
 }
 
 // maxPending bounds the access log entries waiting to be written: beyond
@@ -204,6 +208,8 @@ func (p *Proxy) limits() Limits {
 // connections on.
 func Run(ctx context.Context, dir, listen string) error {
 	p := newProxy(dir)
+	p.ownsProcess = true
+	runtime.GOMAXPROCS(DefaultLimits.Threads) // until a configuration says otherwise
 	if err := p.reload(false); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -512,6 +518,9 @@ func (p *Proxy) reload(keep bool) error {
 		}
 	}
 	p.cur.Store(c)
+	if n := c.lim.Threads; p.ownsProcess && n != runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(n)
+	}
 	p.mu.Lock()
 	p.stats.Set = c.set
 	p.mu.Unlock()

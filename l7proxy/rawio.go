@@ -91,3 +91,15 @@ func (r *rawIO) Write(b []byte) (int, error) {
 	}
 	return written, nil
 }
+
+// closeSocket closes a connection, its FIN sent first by a raw
+// shutdown(2): sending it runs the datapath, long enough for Go's
+// close(2) to hand the P away (rawIO); what close does then is short.
+func closeSocket(c net.Conn, rw io.ReadWriter) error {
+	if r, ok := rw.(*rawIO); ok && !r.writeFailed {
+		_ = r.rc.Control(func(fd uintptr) {
+			syscall.RawSyscall(syscall.SYS_SHUTDOWN, fd, syscall.SHUT_WR, 0)
+		})
+	}
+	return c.Close()
+}

@@ -51,7 +51,7 @@ func (p *upPool) get(k poolKey) (*upConn, error) {
 		u := l[len(l)-1]
 		p.idle[k] = l[:len(l)-1]
 		if time.Since(u.idle) > poolIdle || !alive(u.c) {
-			u.c.Close()
+			_ = closeSocket(u.c, u.rw)
 			continue
 		}
 		p.mu.Unlock()
@@ -84,7 +84,7 @@ func (u *upConn) buffers() {
 func (p *upPool) put(u *upConn) {
 	release(&u.br, &u.bw)
 	if u.br != nil || u.bw != nil {
-		u.c.Close()
+		_ = closeSocket(u.c, u.rw)
 		return
 	}
 	u.idle = time.Now()
@@ -94,7 +94,7 @@ func (p *upPool) put(u *upConn) {
 		p.idle = map[poolKey][]*upConn{}
 	}
 	if len(p.idle[u.key]) >= maxIdlePerKey {
-		u.c.Close()
+		_ = closeSocket(u.c, u.rw)
 		return
 	}
 	p.idle[u.key] = append(p.idle[u.key], u)
@@ -108,7 +108,7 @@ func (p *upPool) sweep() {
 		kept := l[:0]
 		for _, u := range l {
 			if time.Since(u.idle) > poolIdle {
-				u.c.Close()
+				_ = closeSocket(u.c, u.rw)
 				continue
 			}
 			kept = append(kept, u)
@@ -127,7 +127,7 @@ func (p *upPool) closeAll() {
 	defer p.mu.Unlock()
 	for _, l := range p.idle {
 		for _, u := range l {
-			u.c.Close()
+			_ = closeSocket(u.c, u.rw)
 		}
 	}
 	p.idle = nil

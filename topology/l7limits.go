@@ -28,6 +28,9 @@ type L7Limits struct {
 	// MaxConnections bounds the client connections open at once: one
 	// beyond it is closed as soon as it is accepted.
 	MaxConnections int `json:"maxConnections,omitempty"`
+	// Threads is how many threads run the proxy's Go code at once
+	// (GOMAXPROCS).
+	Threads int `json:"threads,omitempty"`
 }
 
 // rawL7Proxy is the file's l7Proxy: durations as Go writes them ("30s").
@@ -38,6 +41,7 @@ type rawL7Proxy struct {
 	IdleTimeout    string `yaml:"idleTimeout"`
 	WriteTimeout   string `yaml:"writeTimeout"`
 	MaxConnections int    `yaml:"maxConnections"`
+	Threads        int    `yaml:"threads"`
 }
 
 // Bounds of the l7Proxy fields.
@@ -64,6 +68,7 @@ func (r *resolver) l7Proxy() error {
 		{"maxHeaderBytes", raw.MaxHeaderBytes, minHeaderBytes, maxHeaderBytes, &l.MaxHeaderBytes},
 		{"maxHeaders", raw.MaxHeaders, 1, maxHeaderLines, &l.MaxHeaders},
 		{"maxConnections", raw.MaxConnections, 1, maxL7Conns, &l.MaxConnections},
+		{"threads", raw.Threads, 1, 256, &l.Threads},
 	}
 	for _, f := range ints {
 		if f.v == 0 {
