@@ -316,18 +316,7 @@ func TestRunL7(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nft", "nftables")
 	testutil.RequireTool(t, "ab", "apache2-utils")
-	r, err := runShort(t, context.Background(), l7Exp, Options{LabName: "t-exp-l7"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Points) != 4 || r.Status != results.StatusComplete {
-		t.Fatalf("%s with %d points", r.Status, len(r.Points))
-	}
-	for _, p := range r.Points {
-		if p.Status != results.PointDone || len(p.Samples) != 1 {
-			t.Errorf("%s (%s %s): %s: %s", p.ID, p.Series, p.Workload.Name(), p.Status, p.Error)
-			continue
-		}
+	for _, p := range runL7(t, l7Exp, "t-exp-l7", 4) {
 		m := p.Samples[0].Metrics
 		if m["requests_per_s"] <= 0 || m["unexpected"] != 0 || m["errors"] != 0 || m["latency_p50_us"] > m["latency_p99_us"] {
 			t.Errorf("%s (%s %s): %v", p.ID, p.Series, p.Workload.Name(), m)
@@ -348,6 +337,29 @@ func TestRunL7(t *testing.T) {
 	if labs, _ := lab.Labs(); slices.Contains(labs, "t-exp-l7") {
 		t.Error("the lab is still up after the run")
 	}
+}
+
+// runL7 runs an L7 experiment file on a lab of the given name, which must
+// complete with n points, and returns those measured (the others failed
+// the test).
+func runL7(t *testing.T, exp, name string, n int) []results.PointResult {
+	t.Helper()
+	r, err := runShort(t, context.Background(), exp, Options{LabName: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Points) != n || r.Status != results.StatusComplete {
+		t.Fatalf("%s with %d points", r.Status, len(r.Points))
+	}
+	var done []results.PointResult
+	for _, p := range r.Points {
+		if p.Status != results.PointDone || len(p.Samples) != 1 {
+			t.Errorf("%s (%s %s): %s: %s", p.ID, p.Series, p.Workload.Name(), p.Status, p.Error)
+			continue
+		}
+		done = append(done, p)
+	}
+	return done
 }
 
 // TestL7ProxyPoints: l7Proxy haproxy doubles the proxied points only (no
@@ -417,18 +429,7 @@ matrix:
 func TestRunL7HAProxy(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "haproxy", "haproxy")
-	r, err := runShort(t, context.Background(), l7HAProxyExp, Options{LabName: "t-exp-hap"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Points) != 2 || r.Status != results.StatusComplete {
-		t.Fatalf("%s with %d points", r.Status, len(r.Points))
-	}
-	for _, p := range r.Points {
-		if p.Status != results.PointDone || len(p.Samples) != 1 {
-			t.Errorf("%s (%s %s): %s: %s", p.ID, p.Series, p.Workload.Name(), p.Status, p.Error)
-			continue
-		}
+	for _, p := range runL7(t, l7HAProxyExp, "t-exp-hap", 2) {
 		m := p.Samples[0].Metrics
 		want := "status_200"
 		if p.Params.L7Match == results.MatchAbsent {

@@ -81,18 +81,7 @@ func benchRequests(b *testing.B, prefix, addr string) {
 			req := []byte(fmt.Sprintf("GET %s HTTP/1.1\r\nHost: web.example\r\nUser-Agent: bench\r\nX-Token: a\r\n\r\n", c.path))
 			b.ResetTimer()
 			for b.Loop() {
-				if _, err := conn.Write(req); err != nil {
-					b.Fatal(err)
-				}
-				resp, err := http.ReadResponse(br, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != c.status {
-					b.Fatalf("status %d", resp.StatusCode)
-				}
+				exchange(b, conn, br, req, c.status)
 			}
 		})
 	}
@@ -187,18 +176,7 @@ func BenchmarkProxyUnderAbuse(b *testing.B) {
 			b.ResetTimer()
 			for b.Loop() {
 				start := time.Now()
-				if _, err := conn.Write(req); err != nil {
-					b.Fatal(err)
-				}
-				resp, err := http.ReadResponse(br, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					b.Fatalf("status %d", resp.StatusCode)
-				}
+				exchange(b, conn, br, req, 200)
 				lat = append(lat, time.Since(start))
 			}
 			slices.Sort(lat)
@@ -299,5 +277,22 @@ func notReading(n int) func(*testing.B, string) func() {
 			}
 		}
 		return closeAll
+	}
+}
+
+// exchange sends one request on conn and reads its answer, which must
+// have the given status.
+func exchange(b *testing.B, conn net.Conn, br *bufio.Reader, req []byte, status int) {
+	if _, err := conn.Write(req); err != nil {
+		b.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != status {
+		b.Fatalf("status %d, want %d", resp.StatusCode, status)
 	}
 }
