@@ -55,7 +55,7 @@ type Limits struct {
 	MaxHeaderBytes int           `json:"maxHeaderBytes,omitempty"` // request line and header (431 beyond)
 	MaxHeaders     int           `json:"maxHeaders,omitempty"`     // header lines (431 beyond)
 	HeaderTimeout  time.Duration `json:"headerTimeout,omitempty"`  // from a request's first byte to its head's end
-	IdleTimeout    time.Duration `json:"idleTimeout,omitempty"`    // keep-alive with no request
+	IdleTimeout    time.Duration `json:"idleTimeout,omitempty"`    // keep-alive with no request, a body with nothing more
 	WriteTimeout   time.Duration `json:"writeTimeout,omitempty"`   // a client not taking its answer
 	MaxConnections int           `json:"maxConnections,omitempty"` // client connections open at once
 	Threads        int           `json:"threads,omitempty"`        // threads running Go code at once (GOMAXPROCS)

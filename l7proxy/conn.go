@@ -188,10 +188,25 @@ func (cc *clientConn) serveOne() bool {
 		cc.refuse(err, false)
 		return false
 	}
-	// The body is read with no deadline but the client's own (the write
-	// deadline bounds a client that does not read its answer).
+	// The body's bytes may each wait up to IdleTimeout (a client that
+	// stops sending its body is closed then).
 	_ = cc.c.SetReadDeadline(time.Time{})
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &idleBody{ReadCloser: r.Body, c: cc.c, idle: cc.lim.IdleTimeout}
+	}
 	return cc.handle(r, start)
+}
+
+// idleBody is a request body whose every read waits at most idle.
+type idleBody struct {
+	io.ReadCloser
+	c    net.Conn
+	idle time.Duration
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	_ = b.c.SetReadDeadline(deadline(b.idle))
+	return b.ReadCloser.Read(p)
 }
 
 func deadline(d time.Duration) time.Time {

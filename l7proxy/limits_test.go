@@ -32,7 +32,7 @@ func limitedProxy(t *testing.T, lim Limits) (dir, addr string, served *countingS
 	served = newCountingServer(t)
 	cfg := Config{Set: "s", Identities: map[netip.Addr]uint32{netip.MustParseAddr("127.0.0.1"): 300},
 		Ports: []PortConfig{{Addr: served.addr.Addr(), Port: served.addr.Port(), Peers: []PeerConfig{{Identity: 300,
-			Rules: []l7.Rule{{Method: "GET", Path: "/public"}, {Method: "GET", Path: "/big"}}}}}},
+			Rules: []l7.Rule{{Method: "GET", Path: "/public"}, {Method: "GET", Path: "/big"}, {Method: "POST", Path: "/post"}}}}}},
 		Limits: lim}
 	dir, addr = startProxy(t, served.addr, cfg)
 	return dir, addr, served
@@ -411,4 +411,24 @@ func TestProxyMaxConnections(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	keepAliveClient(t, addr, 1)
+}
+
+// TestProxyStalledBody: a client that stops sending its request's body
+// is closed after IdleTimeout, whether the proxy forwards the request or
+// reads its body away after answering 403.
+func TestProxyStalledBody(t *testing.T) {
+	_, addr, _ := limitedProxy(t, Limits{IdleTimeout: 500 * time.Millisecond})
+	for _, path := range []string{"/post", "/denied"} {
+		c, err := net.Dial("tcp4", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "POST "+path+" HTTP/1.1\r\nHost: web.example\r\nContent-Length: 100\r\n\r\n0123456789"); err != nil {
+			t.Fatal(err)
+		}
+		if err := closedWithin(c, 3*time.Second); err != nil {
+			t.Fatalf("POST %s, its body stalled at 10 of 100 bytes: %v (idleTimeout 500ms)", path, err)
+		}
+	}
 }
