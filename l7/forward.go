@@ -20,16 +20,7 @@ var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-A
 // proxy's X-Forwarded-For, -Host and -Proto in place of the client's
 // forwarding headers; User-Agent as the transport sends it.
 func ForwardHeader(h http.Header, host string, src netip.Addr) {
-	for _, v := range h["Connection"] {
-		for name := range strings.SplitSeq(v, ",") {
-			if name = textprotoTrim(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, name := range hopByHop {
-		delete(h, name)
-	}
+	RemoveHopByHop(h)
 	// Go's transport sends each value with CR and LF made spaces, and
 	// trimmed (a value folded over lines, obs-fold, may end in one).
 	for _, vs := range h {
@@ -51,6 +42,22 @@ func ForwardHeader(h http.Header, host string, src netip.Addr) {
 	h["X-Forwarded-For"] = []string{src.String()}
 	h["X-Forwarded-Host"] = []string{host}
 	h["X-Forwarded-Proto"] = []string{"http"}
+}
+
+// RemoveHopByHop removes from h the headers of one connection: the
+// hop-by-hop headers and those the Connection header names (a proxy's
+// request and answer headers both).
+func RemoveHopByHop(h http.Header) {
+	for _, v := range h["Connection"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = textprotoTrim(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopByHop {
+		delete(h, name)
+	}
 }
 
 // textprotoTrim trims the spaces and tabs around one element of a header

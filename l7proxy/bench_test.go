@@ -148,7 +148,7 @@ backend s
 //
 //	go test -run '^$' -bench BenchmarkProxyUnderAbuse -benchtime 5000x -count 5 ./l7proxy
 func BenchmarkProxyUnderAbuse(b *testing.B) {
-	served := newBenchServer(b)
+	served := newCountingServer(b).addr
 	cfg := Config{Set: "s", Identities: map[netip.Addr]uint32{netip.MustParseAddr("127.0.0.1"): 300},
 		Ports: []PortConfig{{Addr: served.Addr(), Port: served.Port(), Peers: []PeerConfig{{Identity: 300,
 			Rules: []l7.Rule{{Method: "GET", Path: "/public"}, {Method: "GET", Path: "/big"}}}}}}}
@@ -185,25 +185,6 @@ func BenchmarkProxyUnderAbuse(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-us")
 		})
 	}
-}
-
-// newBenchServer is an HTTP server answering "ok", and /big with 4 MiB.
-func newBenchServer(b *testing.B) netip.AddrPort {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	big := strings.Repeat("x", 4<<20)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/big" {
-			io.WriteString(w, big)
-			return
-		}
-		io.WriteString(w, "ok")
-	})}
-	go srv.Serve(ln)
-	b.Cleanup(func() { srv.Close() })
-	return ln.Addr().(*net.TCPAddr).AddrPort()
 }
 
 // dialAll opens n connections to addr, closed by the returned function.

@@ -24,7 +24,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
@@ -633,26 +632,13 @@ func (u *upConn) roundTrip(r *http.Request, target string) (*http.Response, erro
 	}
 }
 
-// hopByHop are the answer's header fields of one connection (those Go's
-// ReverseProxy removes).
-var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
 // writeResponse writes the server's answer to the client; false when it
 // could not be written or read whole (both connections end then). keep
 // says, in and out, whether the client connection stays.
 func (cc *clientConn) writeResponse(r *http.Request, resp *http.Response, keep *bool) bool {
 	defer resp.Body.Close()
 	h := resp.Header
-	for _, v := range h["Connection"] {
-		for name := range strings.SplitSeq(v, ",") {
-			if name = textproto.TrimString(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, name := range hopByHop {
-		delete(h, name)
-	}
+	l7.RemoveHopByHop(h)
 	bodyAllowed := r.Method != http.MethodHead && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified
 	chunked := false
 	if bodyAllowed && resp.ContentLength >= 0 {

@@ -46,7 +46,7 @@ type countingServer struct {
 	n    int
 }
 
-func newCountingServer(t *testing.T) *countingServer {
+func newCountingServer(t testing.TB) *countingServer {
 	t.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
