@@ -461,6 +461,7 @@ func (ru *runner) measure(ctx context.Context, pr *results.PointResult, j result
 	// The datapath's per-rule counters are read around the sample, out
 	// of its time and noise.
 	var sample results.Sample
+	e.series = &seriesSink{}
 	err = countPolicies(ctx, e.policyCounters, pr, logf, func() error {
 		t0 := time.Now()
 		before, nerr := readNoise()
@@ -473,6 +474,7 @@ func (ru *runner) measure(ctx context.Context, pr *results.PointResult, j result
 			noise = noiseBetween(before, after)
 		}
 		sample = results.Sample{Repetition: j.Repetition, At: t0.UTC(), Seconds: time.Since(t0).Seconds(), Metrics: m, Log: logName, Noise: noise}
+		sample.Series = e.series.save(ru.o.Out, pr.ID, j.Repetition, logf)
 		return nil
 	})
 	if err != nil {

@@ -57,6 +57,8 @@ type sampleEnv struct {
 	// policyCounters, when set, reads the datapath's per-rule counters
 	// around each measured sample (PointResult.PolicyCounters).
 	policyCounters readPolicyCounters
+	// series, when set, receives the sample's per-second series.
+	series *seriesSink
 }
 
 // host runs a sample's processes.
@@ -345,6 +347,9 @@ func runIperf3(ctx context.Context, w results.Workload, e sampleEnv) (map[string
 		if w.Zerocopy {
 			argv = append(argv, "-Z")
 		}
+		if w.Bidirectional {
+			argv = append(argv, "--bidir")
+		}
 		if w.Kind == results.UDPStream {
 			rate := w.Rate
 			if rate == "" {
@@ -388,10 +393,27 @@ func runIperf3(ctx context.Context, w results.Workload, e sampleEnv) (map[string
 	if firstErr != nil {
 		return nil, firstErr
 	}
+	if w.Bidirectional {
+		for _, r := range rs {
+			if r.Bidir == nil {
+				return nil, fmt.Errorf("%s reported one direction of a bidirectional stream: bidirectional needs iperf3 3.7 or later (--bidir)", r.IperfVersion)
+			}
+		}
+	}
+	e.series.set(iperf3Series(rs, w.Kind == results.UDPStream, w.Bidirectional))
 	m := map[string]float64{}
 	cpu.end(ctx, m)
 	var packets, lost int
 	for _, r := range rs {
+		if d := r.Bidir; d != nil && w.Bidirectional {
+			// Both directions: the totals are their sums
+			// (docs/methodology.md).
+			m["throughput_up_gbps"] += r.ReceivedBps / 1e9
+			m["throughput_down_gbps"] += d.ReceivedBps / 1e9
+			m["throughput_gbps"] += d.ReceivedBps / 1e9
+			m["sent_gbps"] += d.SentBps / 1e9
+			m["retransmits"] += float64(d.Retransmits)
+		}
 		m["throughput_gbps"] += r.ReceivedBps / 1e9
 		m["sent_gbps"] += r.SentBps / 1e9
 		m["sender_cpu_pct"] += r.SenderCPU
@@ -442,6 +464,7 @@ func runRR(ctx context.Context, w results.Workload, e sampleEnv) (map[string]flo
 	if err != nil {
 		return nil, err
 	}
+	e.series.set(rrSeries(r.Series))
 	l := r.LatencyUs
 	m := map[string]float64{
 		"transactions_per_s": r.PerSecond,

@@ -19,6 +19,10 @@ type Metric struct {
 var metricList = []Metric{
 	{Name: "throughput_gbps", Label: "throughput (Gb/s)", Unit: "Gb/s", Better: +1},
 	{Name: "sent_gbps", Label: "sent (Gb/s)", Unit: "Gb/s", Better: +1},
+	// A bidirectional tcp-stream: each direction's received throughput
+	// (client to server, server to client); throughput_gbps is their sum.
+	{Name: "throughput_up_gbps", Label: "throughput client→server (Gb/s)", Unit: "Gb/s", Better: +1},
+	{Name: "throughput_down_gbps", Label: "throughput server→client (Gb/s)", Unit: "Gb/s", Better: +1},
 	{Name: "packets_per_s", Label: "received packets per second", Unit: "/s", Better: +1},
 	{Name: "retransmits", Label: "TCP retransmits", Better: -1},
 	{Name: "loss_pct", Label: "loss (%)", Unit: "%", Better: -1, Max: 100},

@@ -161,6 +161,10 @@ type Workload struct {
 	Method      string `yaml:"method" json:"method,omitempty"`
 	Path        string `yaml:"path" json:"path,omitempty"`
 	Expect      []int  `yaml:"expect" json:"expect,omitempty"`
+	// Bidirectional (tcp-stream): both directions at once (iperf3
+	// --bidir, 3.7 and later); throughput_gbps is then their sum, with
+	// throughput_up_gbps and throughput_down_gbps each direction's.
+	Bidirectional bool `yaml:"bidirectional" json:"bidirectional,omitempty"`
 }
 
 // Name is a short label of the workload with its options, for tables.
@@ -182,6 +186,9 @@ func (w Workload) Name() string {
 		}
 		if w.Zerocopy {
 			parts = append(parts, "zc")
+		}
+		if w.Bidirectional {
+			parts = append(parts, "bidir")
 		}
 	case TCPRR, TCPCRR, UDPRR:
 		parts = append(parts, fmt.Sprintf("%d/%d", w.RequestSize, w.ResponseSize))
