@@ -162,7 +162,7 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 			// --bidir: the server→client direction.
 			SumSentReverse     *iperfSum `json:"sum_sent_bidir_reverse"`
 			SumReceivedReverse *iperfSum `json:"sum_received_bidir_reverse"`
-			CPU         struct {
+			CPU                struct {
 				HostTotal   float64 `json:"host_total"`
 				RemoteTotal float64 `json:"remote_total"`
 			} `json:"cpu_utilization_percent"`
