@@ -106,3 +106,14 @@ func rrSeries(r *traffic.RRSeries) *results.Series {
 	}
 	return s
 }
+
+// httpSeries is cnlab http's seconds as a sample's series: requests
+// completed per second (with a response or an error).
+func httpSeries(r *traffic.HTTPSeries) *results.Series {
+	if r == nil || len(r.T) == 0 || len(r.PerSecond) != len(r.T) {
+		return nil
+	}
+	return &results.Series{T: append([]float64(nil), r.T...), Values: map[string]results.Floats{
+		"requests_per_s": append(results.Floats(nil), r.PerSecond...),
+	}}
+}

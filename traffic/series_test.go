@@ -113,3 +113,16 @@ func TestRRBucketsNoAllocation(t *testing.T) {
 		t.Errorf("%g allocations per transaction", n)
 	}
 }
+
+// TestHTTPSeries adds up the workers' seconds, the last one shorter.
+func TestHTTPSeries(t *testing.T) {
+	ws := []*httpWorker{{perSec: []uint64{10, 20, 4}}, {perSec: []uint64{5}}}
+	s := httpSeries(ws, 2500*time.Millisecond)
+	if len(s.T) != 3 || s.T[2] != 2.5 || s.Requests[0] != 15 || s.Requests[2] != 4 || s.PerSecond[1] != 20 || s.PerSecond[2] != 8 {
+		t.Errorf("series: %+v", s)
+	}
+	// A request that completed at the run's very end counts in its last second.
+	if s := httpSeries([]*httpWorker{{perSec: []uint64{1, 1, 1}}}, 2*time.Second); len(s.T) != 2 || s.Requests[1] != 2 {
+		t.Errorf("end: %+v", s)
+	}
+}

@@ -202,7 +202,7 @@ type Sample struct {
 	// the results directory (series/POINT-rN.json: LoadSeries), when its
 	// workload reports seconds (streams, rr, http). Runs from before it
 	// was recorded have none.
-	Series string `json:"series,omitempty"`
+	Series string `json:"seriesFile,omitempty"`
 }
 
 // ProfileResult is what the profiled run of a point saw.
