@@ -141,3 +141,20 @@ func TestRunSeriesAndBidirectional(t *testing.T) {
 		}
 	}
 }
+
+// TestBidirectionalOnlyStreams: bidirectional on another workload than
+// tcp-stream is an error naming the file and the field.
+func TestBidirectionalOnlyStreams(t *testing.T) {
+	for _, kind := range []string{"tcp-rr", "udp-stream", "http"} {
+		src := "name: x\nworkloads:\n  - {kind: " + kind + ", bidirectional: true}\nsweeps:\n  - name: a\n    matrix: {datapath: [ebpf]}\n"
+		_, err := Parse([]byte(src), "bidir.yaml", false)
+		if err == nil || !strings.Contains(err.Error(), "bidir.yaml") || !strings.Contains(err.Error(), "workloads[0].bidirectional") || !strings.Contains(err.Error(), "tcp-stream") {
+			t.Errorf("%s: %v", kind, err)
+		}
+	}
+	src := "name: x\nworkloads:\n  - {kind: tcp-stream, bidirectional: true}\nsweeps:\n  - name: a\n    matrix: {datapath: [ebpf]}\n"
+	s, err := Parse([]byte(src), "bidir.yaml", false)
+	if err != nil || !s.Workloads[0].Bidirectional || s.Workloads[0].Name() != "tcp-stream bidir" {
+		t.Errorf("tcp-stream: %v", err)
+	}
+}
