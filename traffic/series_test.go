@@ -126,3 +126,23 @@ func TestHTTPSeries(t *testing.T) {
 		t.Errorf("end: %+v", s)
 	}
 }
+
+// BenchmarkRRRecord is what a transaction costs the sample's histogram
+// alone, and with the per-second buckets besides.
+func BenchmarkRRRecord(b *testing.B) {
+	t0 := time.Now()
+	h := NewHistogram()
+	b.Run("histogram", func(b *testing.B) {
+		for i := range b.N {
+			h.Record(time.Duration(20000 + i%1000))
+		}
+	})
+	sec := newRRBuckets(t0, time.Hour)
+	b.Run("histogram+seconds", func(b *testing.B) {
+		for i := range b.N {
+			d := time.Duration(20000 + i%1000)
+			h.Record(d)
+			sec.record(t0.Add(time.Duration(i)*20*time.Microsecond%time.Hour), d)
+		}
+	})
+}
