@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -129,7 +130,8 @@ func (ps *PointSeries) draw() {
 		f := &plot.Figure{ID: "series-" + ps.Point + "-" + strings.ReplaceAll(name, "_", "-"),
 			Title:  title,
 			XLabel: "time since the warm-up ended (s)", YLabel: m.Label,
-			Note: fmt.Sprintf("Each line is one repetition's %s, read per interval from the measuring tool (docs/methodology.md).", plural.N(len(ps.Samples), "sample"))}
+			Note: fmt.Sprintf("Each line is one repetition of the point (%s with a series), a value per interval as the measuring tool reported it, at the interval's end (docs/methodology.md).", plural.N(len(ps.Samples), "sample"))}
+		end := 0.0
 		for _, s := range ps.Samples {
 			vs, ok := s.Series.Values[name]
 			if !ok {
@@ -138,9 +140,11 @@ func (ps *PointSeries) draw() {
 			ser := plot.Series{Name: fmt.Sprintf("repetition %d", s.Repetition), Style: plot.LineMarkers}
 			for i, t := range s.Series.T {
 				ser.Points = append(ser.Points, plot.Point{X: t, Y: vs[i]})
+				end = max(end, t)
 			}
 			f.Series = append(f.Series, ser)
 		}
+		f.XLimits = plot.Limits{Min: 0, Max: max(end, math.Round(end))} // iperf3's last interval ends a little before or after its second
 		ps.Figures = append(ps.Figures, SeriesFigure{ID: f.ID, Metric: name, Plot: f})
 	}
 }
