@@ -61,7 +61,7 @@ or map entries that would change — and changes nothing: not the kernel,
 not the lab's stored policies.`,
 		Example: `  cnlab up -f examples/policy-lab.yaml
   cnlab policy apply policy-lab -f examples/policies/web-from-front.yaml
-  cnlab policy apply policy-lab -f examples/policies/ --dry-run   # every file of the directory: what would change
+  cnlab policy apply policy-lab -f my-policies/ --dry-run   # its *.yaml, *.yml, *.json: what would change
   cat policies.yaml | cnlab policy apply policy-lab -f -`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

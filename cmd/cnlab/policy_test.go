@@ -26,7 +26,29 @@ func TestPolicyAndProbeCLI(t *testing.T) {
 		t.Fatalf("up: %s", stderr)
 	}
 	t.Cleanup(func() { runCLI(t, "down", lab) })
-	stdout, stderr, code := runCLI(t, "policy", "apply", lab, "-f", filepath.Join(examples, "policies", "web-from-front.yaml"),
+	// A directory of both files (and a file apply does not read), as
+	// kubectl apply -f DIR; --dry-run says what would change and changes
+	// neither the kernel nor the stored set.
+	polDir := t.TempDir()
+	for _, f := range []string{"web-from-front.yaml", "cilium-deny.yaml"} {
+		data, err := os.ReadFile(filepath.Join(examples, "policies", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(polDir, f), data, 0o644)
+	}
+	os.WriteFile(filepath.Join(polDir, "README.md"), []byte("not a policy\n"), 0o644)
+	kernelBefore, _, _ := runCLI(t, "policy", "show", lab, "--kernel")
+	stdout, stderr, code := runCLI(t, "policy", "apply", lab, "-f", polDir, "--dry-run")
+	if code != 0 || !strings.Contains(stdout, "NetworkPolicy y/web-from-front created (dry run)\n") ||
+		!strings.Contains(stdout, "CiliumNetworkPolicy x/protect-a created (dry run)\n") ||
+		!strings.Contains(stdout, "datapath iptables would change:\n") || !strings.Contains(stdout, "    chain CNLAB-") {
+		t.Errorf("apply --dry-run: %d %s %s", code, stdout, stderr)
+	}
+	if kernelAfter, _, _ := runCLI(t, "policy", "show", lab, "--kernel"); kernelAfter != kernelBefore || !strings.Contains(kernelAfter, "no policies") {
+		t.Errorf("--dry-run changed the lab:\n%s\nthen\n%s", kernelBefore, kernelAfter)
+	}
+	stdout, stderr, code = runCLI(t, "policy", "apply", lab, "-f", filepath.Join(examples, "policies", "web-from-front.yaml"),
 		"-f", filepath.Join(examples, "policies", "cilium-deny.yaml"))
 	if code != 0 || !strings.Contains(stdout, "NetworkPolicy y/web-from-front created") {
 		t.Fatalf("apply: %d %s %s", code, stdout, stderr)
@@ -35,6 +57,28 @@ func TestPolicyAndProbeCLI(t *testing.T) {
 	stdout, _, _ = runCLI(t, "policy", "apply", lab, "-f", filepath.Join(examples, "policies", "web-from-front.yaml"))
 	if !strings.Contains(stdout, "NetworkPolicy y/web-from-front unchanged") {
 		t.Errorf("re-apply: %s", stdout)
+	}
+	// ... nor does the directory holding the same files.
+	if stdout, stderr, code = runCLI(t, "policy", "apply", lab, "-f", polDir); code != 0 || strings.Count(stdout, " unchanged\n") != 4 {
+		t.Errorf("apply -f DIR: %d %s %s", code, stdout, stderr)
+	}
+	// trace --port NAME: the destination's named port, its protocol too.
+	stdout, _, code = runCLI(t, "policy", "trace", lab, "--from", "x/a", "--to", "y/a", "--port", "serve-80-tcp")
+	if code != 0 || !strings.HasPrefix(stdout, "x/a -> y/a tcp/80 (serve-80-tcp): ALLOWED\n") || !strings.Contains(stdout, "allowed by NetworkPolicy y/web-from-front spec.ingress[0]") {
+		t.Errorf("trace a named port: %d %s", code, stdout)
+	}
+	stdout, _, code = runCLI(t, "policy", "trace", lab, "--from", "z/a", "--to", "y/a", "--port", "serve-81-udp", "-o", "json")
+	var tv struct {
+		Protocol, PortName string
+		Port               int
+		Allowed            bool
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &tv) != nil || tv.Protocol != "udp" || tv.Port != 81 || tv.PortName != "serve-81-udp" || tv.Allowed {
+		t.Errorf("trace a named udp port: %d %s", code, stdout)
+	}
+	if _, stderr, code = runCLI(t, "policy", "trace", lab, "--from", "x/a", "--to", "y/a", "--port", "http"); code != 2 ||
+		stderr != "cnlab: --port http: y/a has no port of that name (its named ports: serve-80-tcp (80/tcp), serve-81-udp (81/udp))\n" {
+		t.Errorf("trace an undeclared port name: %d %q", code, stderr)
 	}
 	// probe -o json: the documented shape, every cell as the model says.
 	stdout, stderr, code = runCLI(t, "probe", lab, "--port", "80", "--expect", "-o", "json")
