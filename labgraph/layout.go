@@ -278,6 +278,8 @@ func (g *Graph) drawHosts(c *canvas, top float64) (float64, float64) {
 		}
 		a, b := at[k][0], at[k][1]
 		c.line("link "+l.Kind, []pt{{a, bottom}, {a, ly}, {b, ly}, {b, bottom}}, col, 2, l.Kind == "vxlan")
+		lw := textW(l.Label, lineSz)
+		c.rect("", (a+b)/2-lw/2-3, ly-6-lineSz, lw+6, lineSz+4, 2, "#ffffff", "", 0, false) // a halo over crossing lines
 		c.text(l.Label, (a+b)/2, ly-6, lineSz, false, true, col)
 		right = max(right, (a+b)/2+textW(l.Label, lineSz)/2)
 	}
