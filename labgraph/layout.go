@@ -57,7 +57,9 @@ func (c *canvas) text(s string, x, y, size float64, bold, middle bool, fill stri
 // Text is Go Mono: every glyph advances 0.6 em.
 const advance = 0.6
 
-func textW(s string, size float64) float64 { return float64(utf8.RuneCountInString(s)) * advance * size }
+func textW(s string, size float64) float64 {
+	return float64(utf8.RuneCountInString(s)) * advance * size
+}
 
 func widest(size float64, ss ...string) float64 {
 	w := 0.0
