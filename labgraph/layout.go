@@ -168,7 +168,7 @@ func (g *Graph) hostBoxes() ([]hostBox, float64, float64) {
 			epLinesMax = max(epLinesMax, len(epLines(e)))
 		}
 	}
-	epH := 10 + lineH*float64(1+epLinesMax)
+	epH := 12 + lineH*float64(1+epLinesMax)
 	var boxes []hostBox
 	maxH := 0.0
 	for i, h := range g.Hosts {
@@ -243,7 +243,7 @@ func (g *Graph) drawHosts(c *canvas, top float64) (float64, float64) {
 			e := all[k]
 			r := c.rect("endpoint", ex, ey, b.epW, epH, 5, colEp, colEpLn, 1, false)
 			r.data, r.tip = e.ID, epTip(e)
-			ty := ey + 5 + lineH
+			ty := ey + 2 + lineH
 			c.text(e.ID, ex+pad, ty, epSz, true, false, colText)
 			for _, l := range epLines(e) {
 				ty += lineH
@@ -382,12 +382,12 @@ func joinLines(ls []string) string {
 // drawLoose draws endpoints on no host in a row.
 func drawLoose(c *canvas, eps []Endpoint, top float64) (float64, float64) {
 	x := margin
-	h := 10 + lineH*4
+	h := 12 + lineH*4
 	for _, e := range eps {
 		w := max(epMinW, widest(lineSz, epLines(e)...)+2*pad, textW(e.ID, epSz)+2*pad)
 		r := c.rect("endpoint", x, top, w, h, 5, colEp, colEpLn, 1, false)
 		r.data, r.tip = e.ID, epTip(e)
-		ty := top + 5 + lineH
+		ty := top + 2 + lineH
 		c.text(e.ID, x+pad, ty, epSz, true, false, colText)
 		for _, l := range epLines(e) {
 			ty += lineH
