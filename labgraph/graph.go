@@ -1,21 +1,3 @@
-// Package labgraph draws a lab's topology, as containerlab's `graph`
-// draws its labs: hosts as boxes with their endpoints inside, the links
-// between hosts (wire or vxlan) under them, a chain's client, hops and
-// server in a row with the segments between them (veth, bridge or ovs)
-// and the network functions of each hop, and the lab's datapath, service
-// proxy and L7 proxies in the header and in each host.
-//
-// Build turns a resolved topology.Spec (a running lab's ledger, or a file
-// or preset not yet up) into a Graph; the Graph renders as SVG, PNG or
-// Graphviz DOT. The SVG and the PNG come from the same list of drawing
-// primitives laid out once, in a monospace font (Go Mono, embedded) so
-// that text widths are known without measuring. More endpoints on a host
-// than Options.MaxEndpoints are summarised in one box ("… 80 more"),
-// whose tooltip lists them.
-//
-// The package does no file I/O, touches no kernel and runs no program:
-// everything it knows of the running lab (which L7 proxies run) comes in
-// Options.
 package labgraph
 
 import (
@@ -112,9 +94,9 @@ type Segment struct {
 
 // Build reduces a lab's resolved topology to a Graph.
 func Build(sp *topology.Spec, o Options) *Graph {
-	max := o.MaxEndpoints
-	if max == 0 {
-		max = DefaultMaxEndpoints
+	limit := o.MaxEndpoints
+	if limit == 0 {
+		limit = DefaultMaxEndpoints
 	}
 	g := &Graph{Name: sp.Name}
 	title := "datapath " + sp.Datapath.String()
@@ -186,7 +168,7 @@ func Build(sp *topology.Spec, o Options) *Graph {
 		ge := endpoint(ep)
 		if i, ok := hostIndex[ep.Host]; ok {
 			h := &g.Hosts[i]
-			if max < 0 || len(h.Endpoints) < max {
+			if limit < 0 || len(h.Endpoints) < limit {
 				h.Endpoints = append(h.Endpoints, ge)
 			} else {
 				h.Hidden = append(h.Hidden, ge)
@@ -197,8 +179,8 @@ func Build(sp *topology.Spec, o Options) *Graph {
 			g.Loose = append(g.Loose, ge)
 		}
 	}
-	// A host summarises from max-1 on so that the summary takes the
-	// place of one endpoint: at most max boxes in all.
+	// A host summarises from limit-1 on so that the summary takes the
+	// place of one endpoint: at most limit boxes in all.
 	for i := range g.Hosts {
 		h := &g.Hosts[i]
 		if len(h.Hidden) > 0 && len(h.Endpoints) > 1 {

@@ -178,6 +178,11 @@ func capture(ctx context.Context, e *env, r captureRun) error {
 		err = stopCapture(cmd, done)
 	}
 	if err != nil {
+		if r.out != "-" {
+			if fi, serr := os.Stat(r.out); serr == nil && fi.Size() == 0 {
+				_ = os.Remove(r.out) // tcpdump did not start: no empty file left
+			}
+		}
 		return fmt.Errorf("tcpdump -i %s in %s: %w (its message is above)", r.iface, r.netns, err)
 	}
 	if r.out != "-" {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -147,5 +148,19 @@ func TestGraphAndCapture(t *testing.T) {
 	}
 	if _, e, code := runCLI(t, "down", lab); code != 0 {
 		t.Errorf("down: %d %s", code, e)
+	}
+}
+
+// TestCaptureWithoutTcpdump: without tcpdump on PATH, capture says where
+// to get it (before it looks for the lab: nothing is touched).
+func TestCaptureWithoutTcpdump(t *testing.T) {
+	testutil.RequireRoot(t)
+	cmd := cnlab("capture", "t-no-such-lab", "client")
+	cmd.Env = append(cmd.Env, "PATH=/nonexistent")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(errb.String(), "tcpdump is not installed: sudo ./scripts/install.sh installs it") {
+		t.Errorf("capture without tcpdump: %v %q", err, errb.String())
 	}
 }
