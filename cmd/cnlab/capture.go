@@ -88,6 +88,9 @@ file is LAB-NS-NAME.pcap in the current directory unless -w names one;
 				iface = captureIface(spec, ref)
 			}
 			if out == "" {
+				if ep, err := spec.Endpoint(ref); err == nil {
+					ref = ep.ID() // a bare name: the file still says its namespace
+				}
 				out = captureFile(spec.Name, ref)
 			}
 			return capture(cmd.Context(), e, captureRun{tcpdump: tcpdump, netns: ns, iface: iface, count: count,

@@ -143,6 +143,17 @@ func TestGraphAndCapture(t *testing.T) {
 		t.Errorf("bridge pcap: link type %d", lt)
 	}
 
+	// The default file is LAB-NS-NAME.pcap in the current directory, for
+	// a bare name too; --duration stops a capture that sees nothing.
+	def := cnlab("capture", lab, "server", "udp port 9", "--duration", "300ms")
+	def.Dir = dir
+	if b, err := def.CombinedOutput(); err != nil {
+		t.Errorf("capture --duration: %v %s", err, b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "t-graph-default-server.pcap")); err != nil {
+		t.Errorf("no default pcap file: %v", err)
+	}
+
 	if _, e, code := runCLI(t, "capture", lab, "nobody", "-c", "1"); code != 2 || !strings.Contains(e, `endpoint "nobody" not found in lab t-graph`) {
 		t.Errorf("capture of an unknown endpoint: exit %d %q", code, e)
 	}
