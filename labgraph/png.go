@@ -22,7 +22,7 @@ import (
 // lab is drawn at a smaller scale instead.
 const (
 	pngScale     = 2.0
-	pngMaxPixels = 60e6
+	pngMaxPixels = 16e6
 )
 
 // PNG renders the graph as a PNG image: the SVG's primitives rasterised
