@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/input"
@@ -106,6 +107,50 @@ matrix: {datapath: [ebpf]}
 	}
 	if labs, _ := lab.Labs(); slices.Contains(labs, "t-exp-rrul") {
 		t.Error("the lab is still up after the run")
+	}
+	if left := measuring(); len(left) > 0 {
+		t.Errorf("processes left running: %v", left)
+	}
+}
+
+// TestRunUnderLoadInterrupted: Ctrl-C in the middle of a
+// tcp-rr-under-load sample stops the rr client and every load stream, and
+// takes the lab down.
+func TestRunUnderLoadInterrupted(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "iperf3", "iperf3")
+	const exp = `
+name: underload-int
+warmup: 1s
+duration: 2s
+repetitions: 1
+workloads: [{kind: tcp-rr-under-load, streams: 2}]
+matrix: {datapath: [ebpf]}
+`
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Cancel once the rr client and the load clients all run.
+	go func() {
+		for ctx.Err() == nil {
+			rr, load := 0, 0
+			for _, p := range measuring() {
+				rr += strings.Count(p, rrBinary+" rr client")
+				load += strings.Count(p, "iperf3 -c")
+			}
+			if rr == 1 && load == 2 {
+				time.Sleep(500 * time.Millisecond)
+				cancel()
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	_, err := runShort(t, ctx, exp, Options{LabName: "t-exp-rrul-int"})
+	if err != ErrInterrupted {
+		t.Fatalf("err %v, want ErrInterrupted", err)
+	}
+	if labs, _ := lab.Labs(); slices.Contains(labs, "t-exp-rrul-int") {
+		t.Error("the lab is still up after the interruption")
 	}
 	if left := measuring(); len(left) > 0 {
 		t.Errorf("processes left running: %v", left)
