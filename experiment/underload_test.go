@@ -1,9 +1,12 @@
 package experiment
 
 import (
+	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -108,7 +111,7 @@ matrix: {datapath: [ebpf]}
 	if labs, _ := lab.Labs(); slices.Contains(labs, "t-exp-rrul") {
 		t.Error("the lab is still up after the run")
 	}
-	if left := measuring(); len(left) > 0 {
+	if left := measuringOurs(); len(left) > 0 {
 		t.Errorf("processes left running: %v", left)
 	}
 }
@@ -133,7 +136,7 @@ matrix: {datapath: [ebpf]}
 	go func() {
 		for ctx.Err() == nil {
 			rr, load := 0, 0
-			for _, p := range measuring() {
+			for _, p := range measuringOurs() {
 				rr += strings.Count(p, rrBinary+" rr client")
 				load += strings.Count(p, "iperf3 -c")
 			}
@@ -152,7 +155,27 @@ matrix: {datapath: [ebpf]}
 	if labs, _ := lab.Labs(); slices.Contains(labs, "t-exp-rrul-int") {
 		t.Error("the lab is still up after the interruption")
 	}
-	if left := measuring(); len(left) > 0 {
+	if left := measuringOurs(); len(left) > 0 {
 		t.Errorf("processes left running: %v", left)
 	}
+}
+
+// measuringOurs is measuring() without the processes of other tests and
+// runs on the machine: only this test process's children.
+func measuringOurs() []string {
+	var out []string
+	for _, p := range measuring() {
+		pid, _, _ := strings.Cut(p, ":")
+		stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+		if err != nil {
+			continue // gone
+		}
+		// pid (comm) state ppid ...
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 {
+			if f := strings.Fields(string(stat[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
