@@ -224,7 +224,7 @@ func checkTools(points []results.Point) error {
 	need := map[string]string{}
 	for _, p := range points {
 		switch p.Workload.Kind {
-		case results.TCPStream, results.UDPStream:
+		case results.TCPStream, results.UDPStream, results.TCPRRUnderLoad:
 			need["iperf3"] = "apt-get install iperf3"
 		case results.Ping:
 			need["ping"] = "apt-get install iputils-ping"

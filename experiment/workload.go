@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -301,6 +302,8 @@ func runSample(ctx context.Context, w results.Workload, e sampleEnv) (map[string
 		m, err = runPing(ctx, w, e)
 	case results.HTTP, results.AB:
 		m, err = runHTTPWorkload(ctx, w, e)
+	case results.TCPRRUnderLoad:
+		m, err = runRRUnderLoad(ctx, w, e)
 	default:
 		err = fmt.Errorf("workload %q", w.Kind)
 	}
@@ -542,4 +545,102 @@ func runPing(ctx context.Context, w results.Workload, e sampleEnv) (map[string]f
 		m["rtt_us"] = stats.Median(steady)
 	}
 	return m, nil
+}
+
+// DefaultLoadStreams is how many TCP streams load the path of a
+// tcp-rr-under-load workload that does not say (flent's RRUL runs 4 each
+// way).
+const DefaultLoadStreams = 4
+
+// loadTail is how much longer the load streams of tcp-rr-under-load run
+// than the rr client: they start with it and must still be running when
+// it stops (iperf3 counts whole seconds; process start-up skews both).
+const loadTail = time.Second
+
+// checkUnderLoad validates a tcp-rr-under-load workload at YAML path p
+// and fills its defaults: DefaultLoadStreams streams, netperf's 1/1
+// transactions.
+func (s *Spec) checkUnderLoad(p string, w *results.Workload) error {
+	if w.Streams == 0 {
+		w.Streams = DefaultLoadStreams
+	}
+	if w.Streams > results.MaxFlows {
+		return s.errf(p+".streams", "%d: between 1 and %d (one iperf3 pair per stream, on ports %d to %d)", w.Streams, results.MaxFlows, IperfPort, IperfPort+results.MaxFlows-1)
+	}
+	if w.RequestSize == 0 {
+		w.RequestSize = 1
+	}
+	if w.ResponseSize == 0 {
+		w.ResponseSize = 1
+	}
+	if time.Duration(s.Warmup) < time.Second {
+		return s.errf("warmup", "%v: the tcp-rr-under-load workload (%s) needs a warm-up of at least 1s: its load streams ramp up in it before rr measures", time.Duration(s.Warmup), p)
+	}
+	return nil
+}
+
+// runRRUnderLoad measures tcp-rr latency while w.Streams TCP streams fill
+// the same path, client to server: flent's RRUL, adapted
+// (docs/methodology.md "Latency under load"). The streams are w.Streams
+// iperf3 client/server pairs of one stream each (as flent runs one
+// netperf per stream, so they are not confined to one core), started
+// with the rr client: both warm up for the warm-up, rr then measures for
+// the duration while the streams run on, and the streams stop loadTail
+// after it. Either failing stops the other; every process is stopped when
+// ctx ends. The metrics are rr's (latency_*, transactions_per_s,
+// client_cpu_pct) and the load's (throughput_gbps, sent_gbps,
+// retransmits, sender_cpu_pct, receiver_cpu_pct).
+func runRRUnderLoad(ctx context.Context, w results.Workload, e sampleEnv) (map[string]float64, error) {
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	e.log = &lockedLog{w: e.log} // both write the sample's log at once
+	le := e
+	le.duration = e.duration + loadTail
+	load := results.Workload{Kind: results.TCPStream, Flows: max(w.Streams, 1), Streams: 1}
+	rr := results.Workload{Kind: results.TCPRR, RequestSize: w.RequestSize, ResponseSize: w.ResponseSize}
+	var lm map[string]float64
+	var lerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if lm, lerr = runIperf3(ctx, load, le); lerr != nil {
+			cancel()
+		}
+	}()
+	rm, rerr := runRR(ctx, rr, e)
+	if rerr != nil {
+		cancel()
+	}
+	<-done
+	switch {
+	case parent.Err() != nil: // Ctrl-C, not one stopping the other
+		return nil, parent.Err()
+	case rerr != nil && !errors.Is(rerr, context.Canceled):
+		return nil, fmt.Errorf("rr under load: %w", rerr)
+	case lerr != nil && !errors.Is(lerr, context.Canceled):
+		return nil, fmt.Errorf("load streams: %w", lerr)
+	case rerr != nil:
+		return nil, rerr
+	case lerr != nil:
+		return nil, lerr
+	}
+	for k, v := range lm {
+		if _, ok := rm[k]; !ok { // rr's own CPU window is the measured one
+			rm[k] = v
+		}
+	}
+	return rm, nil
+}
+
+// lockedLog serializes the writes of processes that share a sample's log.
+type lockedLog struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

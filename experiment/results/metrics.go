@@ -93,6 +93,9 @@ var primary = map[string][]string{
 	Ping:      {"first_rtt_us", "rtt_us"},
 	HTTP:      {"requests_per_s", "latency_p50_us", "latency_p99_us"},
 	AB:        {"requests_per_s", "latency_p50_us", "latency_p99_us"},
+	// The rr latency under load, then what the load streams carried
+	// (docs/methodology.md "Latency under load").
+	TCPRRUnderLoad: {"latency_p50_us", "latency_p99_us", "throughput_gbps"},
 }
 
 // PrimaryMetrics are the metrics a workload kind is drawn and compared

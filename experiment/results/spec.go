@@ -133,10 +133,14 @@ const (
 	Ping      = "ping"
 	HTTP      = "http" // cnlab http server and client
 	AB        = "ab"   // ApacheBench against cnlab http server
+	// TCPRRUnderLoad is tcp-rr while Streams TCP streams run through the
+	// same path (flent's RRUL, adapted: docs/methodology.md "Latency
+	// under load").
+	TCPRRUnderLoad = "tcp-rr-under-load"
 )
 
 // WorkloadKinds are the workload kinds, in the order errors list them.
-var WorkloadKinds = []string{TCPStream, UDPStream, TCPRR, TCPCRR, UDPRR, Ping, HTTP, AB}
+var WorkloadKinds = []string{TCPStream, UDPStream, TCPRR, TCPCRR, UDPRR, Ping, HTTP, AB, TCPRRUnderLoad}
 
 // IsHTTP reports whether a workload kind sends HTTP requests (to
 // experiment.HTTPPort).
@@ -146,7 +150,7 @@ func IsHTTP(k string) bool { return k == HTTP || k == AB }
 type Workload struct {
 	Kind         string `yaml:"kind" json:"kind"`
 	Flows        int    `yaml:"flows" json:"flows,omitempty"`               // streams: iperf3 client/server pairs at once (matrix flows)
-	Streams      int    `yaml:"streams" json:"streams,omitempty"`           // streams: parallel streams of each (iperf3 -P)
+	Streams      int    `yaml:"streams" json:"streams,omitempty"`           // streams: parallel streams of each (iperf3 -P); tcp-rr-under-load: the load streams
 	Length       int    `yaml:"length" json:"length,omitempty"`             // streams: bytes per write / UDP datagram (iperf3 -l)
 	Rate         string `yaml:"rate" json:"rate,omitempty"`                 // udp-stream: target rate (iperf3 -b), e.g. 1G
 	Zerocopy     bool   `yaml:"zerocopy" json:"zerocopy,omitempty"`         // tcp-stream: iperf3 -Z
@@ -192,6 +196,8 @@ func (w Workload) Name() string {
 		}
 	case TCPRR, TCPCRR, UDPRR:
 		parts = append(parts, fmt.Sprintf("%d/%d", w.RequestSize, w.ResponseSize))
+	case TCPRRUnderLoad:
+		parts = append(parts, fmt.Sprintf("%d/%d", w.RequestSize, w.ResponseSize), fmt.Sprintf("%dstreams", w.Streams))
 	case HTTP, AB:
 		parts = append(parts, w.Mode, fmt.Sprintf("c%d", w.Concurrency))
 		if w.Method != "" && w.Method != http.MethodGet {
