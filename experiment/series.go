@@ -117,3 +117,40 @@ func httpSeries(r *traffic.HTTPSeries) *results.Series {
 		"requests_per_s": append(results.Floats(nil), r.PerSecond...),
 	}}
 }
+
+// underLoadSeries gives the rr client (e) and the load streams (le) of a
+// tcp-rr-under-load sample sinks of their own, as they run at once; the
+// function it returns, called when both are done, keeps rr's seconds
+// with the load's beside them (mergeSeries) in the sample's sink.
+func underLoadSeries(e, le *sampleEnv) func() {
+	sink := e.series
+	if sink == nil {
+		return func() {}
+	}
+	rr, load := &seriesSink{}, &seriesSink{}
+	e.series, le.series = rr, load
+	return func() { sink.set(mergeSeries(rr.s, load.s)) }
+}
+
+// mergeSeries adds extra's values to base's seconds, interval by
+// interval (both start at the end of the same warm-up): cut to base's
+// intervals, none (NaN) where extra has fewer. Values base has are kept.
+func mergeSeries(base, extra *results.Series) *results.Series {
+	if base == nil || extra == nil {
+		return base
+	}
+	for name, vs := range extra.Values {
+		if _, ok := base.Values[name]; ok {
+			continue
+		}
+		col := make(results.Floats, len(base.T))
+		for i := range col {
+			col[i] = math.NaN()
+			if i < len(vs) {
+				col[i] = vs[i]
+			}
+		}
+		base.Values[name] = col
+	}
+	return base
+}

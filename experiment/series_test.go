@@ -158,3 +158,23 @@ func TestBidirectionalOnlyStreams(t *testing.T) {
 		t.Errorf("tcp-stream: %v", err)
 	}
 }
+
+// TestMergeSeries: rr under load keeps rr's seconds with the load's
+// throughput beside them, cut or padded to rr's.
+func TestMergeSeries(t *testing.T) {
+	rr := &results.Series{T: []float64{1, 2, 3}, Values: map[string]results.Floats{"latency_p50_us": {10, 11, 12}}}
+	load := &results.Series{T: []float64{1, 2}, Values: map[string]results.Floats{"throughput_gbps": {2, 3}, "latency_p50_us": {1, 1}}}
+	m := mergeSeries(rr, load)
+	if tp := m.Values["throughput_gbps"]; len(tp) != 3 || tp[1] != 3 || !math.IsNaN(tp[2]) || m.Values["latency_p50_us"][0] != 10 || m.Check() != nil {
+		t.Errorf("merged %+v", m)
+	}
+	if mergeSeries(nil, load) != nil || mergeSeries(rr, nil) != rr {
+		t.Error("a missing side")
+	}
+	// The profiled run keeps nothing.
+	var e, le sampleEnv
+	underLoadSeries(&e, &le)()
+	if e.series != nil || le.series != nil {
+		t.Error("sinks given to a run that keeps no series")
+	}
+}

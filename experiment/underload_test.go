@@ -108,6 +108,11 @@ matrix: {datapath: [ebpf]}
 	if m["throughput_gbps"] < 0.05 || m["transactions_per_s"] < 10 || m["latency_p50_us"] <= 0 || m["latency_p50_us"] > m["latency_p99_us"] {
 		t.Errorf("implausible: %v", m)
 	}
+	// Its seconds: rr's latency with the load's throughput beside it.
+	if s, err := results.LoadSeries(out, p.Samples[0].Series); err != nil || len(s.T) != 1 ||
+		len(s.Values["latency_p99_us"]) != 1 || len(s.Values["throughput_gbps"]) != 1 || !(s.Values["throughput_gbps"][0] > 0) {
+		t.Errorf("series: %+v %v", s, err)
+	}
 	if labs, _ := lab.Labs(); slices.Contains(labs, "t-exp-rrul") {
 		t.Error("the lab is still up after the run")
 	}

@@ -597,6 +597,7 @@ func runRRUnderLoad(ctx context.Context, w results.Workload, e sampleEnv) (map[s
 	e.log = &lockedLog{w: e.log} // both write the sample's log at once
 	le := e
 	le.duration = e.duration + loadTail
+	keep := underLoadSeries(&e, &le)
 	load := results.Workload{Kind: results.TCPStream, Flows: max(w.Streams, 1), Streams: 1}
 	rr := results.Workload{Kind: results.TCPRR, RequestSize: w.RequestSize, ResponseSize: w.ResponseSize}
 	var lm map[string]float64
@@ -630,6 +631,7 @@ func runRRUnderLoad(ctx context.Context, w results.Workload, e sampleEnv) (map[s
 			rm[k] = v
 		}
 	}
+	keep()
 	return rm, nil
 }
 
