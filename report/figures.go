@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -282,4 +283,145 @@ func profileFigures(r *results.Results, first int) []Figure {
 		out = append(out, Figure{ID: id, Kind: "profile", Title: ev.Title, Caption: ev.Note, XLog: logX, Plot: ev})
 	}
 	return out
+}
+
+// seedCaption is what a caption adds when a figure carries a seed's
+// values.
+const seedCaption = " Dashed with hollow markers (outlined bars): the seed's published values (%s), in this figure's unit."
+
+// panelSeedValues are the seed values the experiment file gives for a
+// panel (figures.seedValues of any of its sweeps, once each): those of
+// its metric, topology and workload. A panel whose metric is drawn
+// otherwise than recorded (relative to a line, a cost) gets none.
+func panelSeedValues(r *results.Results, pn *Panel) []results.SeedValues {
+	if pn.Cost != nil || pn.Metric.Label != MetricInfo(pn.Metric.Name).Label {
+		return nil
+	}
+	var out []results.SeedValues
+	seen := map[string]bool{}
+	for _, sw := range strings.Split(pn.Sweep, "+") {
+		f := sweepFigures(r, sw)
+		if f == nil {
+			continue
+		}
+		for _, v := range f.SeedValues {
+			switch {
+			case v.Metric != pn.Metric.Name,
+				v.Topology != "" && !slices.Contains(strings.Split(pn.Topology, "+"), v.Topology),
+				v.Workload != "" && pn.Workload != v.Workload && !strings.HasPrefix(pn.Workload, v.Workload+" "),
+				seen[v.Label]:
+				continue
+			}
+			seen[v.Label] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// addSeedValues draws a panel's seed values on its figure (sweepFigure's
+// or, with baseline set to its x, baselineFigure's): on a line figure one
+// Reference series per seed series, in the colour of cnlab's line of the
+// same name, and a dashed horizontal line for a value without x; on a bar
+// figure one series of outlined bars per table, in the category of
+// cnlab's bar of the same name or in a category of its own.
+func addSeedValues(fig *Figure, vs []results.SeedValues, pn *Panel, baseline *float64) {
+	if len(vs) == 0 {
+		return
+	}
+	f := fig.Plot
+	var labels []string
+	drawn := false
+	if f.Kind == plot.Bars {
+		f.Series[0].Name = "cnlab (this run)"
+		f.Legend = plot.LegendAuto
+		for _, v := range vs {
+			s := plot.Series{Name: v.Label, Style: plot.Reference, Color: plot.PaletteColor(len(f.Series))}
+			for _, p := range v.Points {
+				if baseline != nil && (p.X == nil || *p.X != *baseline) {
+					continue
+				}
+				i := slices.Index(f.Categories, p.Line)
+				if p.Line == "" {
+					i = slices.Index(f.Categories, p.Series)
+				}
+				if i < 0 {
+					i = len(f.Categories)
+					f.Categories = append(f.Categories, p.Series)
+				}
+				s.Points = append(s.Points, seedPoint(float64(i), p))
+			}
+			if len(s.Points) > 0 {
+				f.Series = append(f.Series, s)
+				labels = append(labels, v.Label)
+			}
+		}
+		drawn = len(labels) > 0
+	} else {
+		colour := map[string]string{}
+		for i, c := range pn.Curves {
+			colour[c.Series] = plot.PaletteColor(i)
+		}
+		extra := len(pn.Curves)
+		for _, v := range vs {
+			var order []string
+			by := map[string]*plot.Series{}
+			for _, p := range v.Points {
+				if p.X == nil {
+					f.HLines = append(f.HLines, plot.RefLine{Value: p.Y, Label: v.Label + ": " + p.Series})
+					drawn = true
+					continue
+				}
+				s := by[p.Series]
+				if s == nil {
+					c, ok := colour[p.Series]
+					if p.Line != "" {
+						c, ok = colour[p.Line]
+					}
+					if !ok {
+						c = plot.PaletteColor(extra)
+						extra++
+					}
+					s = &plot.Series{Name: v.Label + ": " + p.Series, Style: plot.Reference, Color: c}
+					by[p.Series] = s
+					order = append(order, p.Series)
+				}
+				s.Points = append(s.Points, seedPoint(*p.X, p))
+			}
+			for _, n := range order {
+				s := by[n]
+				sort.SliceStable(s.Points, func(i, j int) bool { return s.Points[i].X < s.Points[j].X })
+				f.Series = append(f.Series, *s)
+				widen(&f.XLimits, s.Points)
+			}
+			if len(order) > 0 || drawn {
+				labels = append(labels, v.Label)
+				drawn = true
+			}
+		}
+	}
+	if drawn {
+		fig.Caption += fmt.Sprintf(seedCaption, strings.Join(labels, "; "))
+		f.Note = fig.Caption
+	}
+}
+
+// seedPoint is a published value at x, with its range as an error bar.
+func seedPoint(x float64, p results.SeedPoint) plot.Point {
+	q := plot.Point{X: x, Y: p.Y}
+	if p.Low != nil && p.High != nil {
+		q.YLow, q.YHigh = *p.Low, *p.High
+	}
+	return q
+}
+
+// widen makes fixed x limits (the dodge's) take in points drawn at their
+// own x.
+func widen(l *plot.Limits, ps []plot.Point) {
+	if !(l.Min < l.Max) {
+		return
+	}
+	for _, p := range ps {
+		l.Min, l.Max = math.Min(l.Min, p.X), math.Max(l.Max, p.X)
+	}
 }

@@ -116,11 +116,14 @@ func Build(r *results.Results, env *results.Environment) *Report {
 			// their figure and fits.
 			rep.Findings = append(rep.Findings, finds...)
 			if b, ok := baselineFigure(pn); ok {
+				x := firstX(pn)
+				addSeedValues(&b, panelSeedValues(r, pn), pn, &x)
 				rep.Figures = append(rep.Figures, b)
 			}
 		}
 		rep.Fits = append(rep.Fits, fits...)
 		f := sweepFigure(pn, fits)
+		addSeedValues(&f, panelSeedValues(r, pn), pn, nil)
 		if ref := reference(r, pn); ref != "" {
 			f.Caption += " The seed measured: " + ref
 			f.Plot.Note = f.Caption
