@@ -1,6 +1,7 @@
 package report
 
 import (
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -55,7 +56,7 @@ func TestLegendsDistinct(t *testing.T) {
 // TestSeedValuesDrawn: every figures.seedValues entry of a shipped file
 // is drawn on at least one figure of its quick run (a topology, metric
 // or workload that matches no figure would be lost silently), as a
-// Reference series or a horizontal line, and the caption names it.
+// Reference series, and the caption names it.
 func TestSeedValuesDrawn(t *testing.T) {
 	files, _ := filepath.Glob("../experiments/*.yaml")
 	total := 0
@@ -75,11 +76,6 @@ func TestSeedValuesDrawn(t *testing.T) {
 					}
 					for _, s := range f.Plot.Series {
 						if s.Style == plot.Reference && strings.HasPrefix(s.Name, v.Label) {
-							drawn = true
-						}
-					}
-					for _, h := range f.Plot.HLines {
-						if strings.HasPrefix(h.Label, v.Label) {
 							drawn = true
 						}
 					}
@@ -129,6 +125,12 @@ func TestSeedValuesOnFigure(t *testing.T) {
 				}
 				continue
 			}
+			if s.Name == "seed 9, Table 1: max" {
+				if len(s.Points) != 2 || s.Points[0].Y != 13 || s.Points[0].X != 0 || s.Points[1].X != 200 {
+					t.Errorf("a value without x: %v, want flat at 13 from x = 0 to 200", s.Points)
+				}
+				continue
+			}
 			found++
 			if f.ID != "fig01-scaling-single-host-tcp-stream-throughput-gbps" || s.Name != "seed 9, Table 1: theirs" || len(s.Points) != 2 {
 				t.Errorf("figure %s: seed series %q with %d points", f.ID, s.Name, len(s.Points))
@@ -139,9 +141,6 @@ func TestSeedValuesOnFigure(t *testing.T) {
 			if lim := f.Plot.XLimits; lim.Min < lim.Max && lim.Max < 300 {
 				t.Errorf("x limits %v leave out the seed's x = 300", lim)
 			}
-			if len(f.Plot.HLines) != 1 || f.Plot.HLines[0].Value != 13 {
-				t.Errorf("horizontal lines %v, want the seed's max at 13", f.Plot.HLines)
-			}
 			if !strings.Contains(f.Caption, "seed 9, Table 1") {
 				t.Errorf("caption %q does not name the seed", f.Caption)
 			}
@@ -149,5 +148,39 @@ func TestSeedValuesOnFigure(t *testing.T) {
 	}
 	if found != 1 {
 		t.Errorf("%d seed series drawn, want 1", found)
+	}
+}
+
+// TestSeedNormalised: a seed whose values are far from cnlab's in scale
+// (another machine) gets an extra figure of every line relative to its
+// own first x, the seed's shape beside cnlab's; a close seed does not.
+func TestSeedNormalised(t *testing.T) {
+	for _, scale := range []float64{1, 100} {
+		r := synth(2, 1)
+		x0, x200 := 0.0, 200.0
+		r.Experiment.Spec = &results.Spec{Sweeps: []results.Sweep{{Name: "scaling", Figures: &results.Figures{SeedValues: []results.SeedValues{{
+			Label: "seed 9, Fig. 2", Metric: "throughput_gbps",
+			Points: []results.SeedPoint{{Series: "theirs", X: &x0, Y: 10 * scale}, {Series: "theirs", X: &x200, Y: 7 * scale}}}}}}}}
+		var norm *Figure
+		for _, f := range Build(r, nil).Figures {
+			if f.Kind == "seed" {
+				norm = &f
+			}
+		}
+		switch {
+		case scale == 1 && norm != nil:
+			t.Errorf("seed values at cnlab's scale got a normalised figure %s", norm.ID)
+		case scale == 100 && norm == nil:
+			t.Errorf("seed values 100× cnlab's got no normalised figure")
+		case scale == 100:
+			for _, s := range norm.Plot.Series {
+				if s.Name == "seed 9, Fig. 2: theirs" && (len(s.Points) != 2 || s.Points[0].Y != 100 || math.Abs(s.Points[1].Y-70) > 1e-9) {
+					t.Errorf("the seed's shape normalised: %v, want 100%% then 70%%", s.Points)
+				}
+				if s.Name == "iptables no-match" && s.Points[0].Y != 100 {
+					t.Errorf("cnlab's line normalised starts at %v%%", s.Points[0].Y)
+				}
+			}
+		}
 	}
 }

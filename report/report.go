@@ -123,12 +123,16 @@ func Build(r *results.Results, env *results.Environment) *Report {
 		}
 		rep.Fits = append(rep.Fits, fits...)
 		f := sweepFigure(pn, fits)
-		addSeedValues(&f, panelSeedValues(r, pn), pn, nil)
+		seed := panelSeedValues(r, pn)
+		addSeedValues(&f, seed, pn, nil)
 		if ref := reference(r, pn); ref != "" {
 			f.Caption += " The seed measured: " + ref
 			f.Plot.Note = f.Caption
 		}
 		rep.Figures = append(rep.Figures, f)
+		if n, ok := seedNormalised(pn, seed); ok {
+			rep.Figures = append(rep.Figures, n)
+		}
 	}
 	rep.Figures = append(rep.Figures, profileFigures(r, len(pns)+1)...)
 	rep.table()
