@@ -15,7 +15,7 @@ import (
 // Figure is one figure of a report with what it shows.
 type Figure struct {
 	ID      string       `json:"id"`
-	Kind    string       `json:"kind"` // sweep, baseline, profile, cost
+	Kind    string       `json:"kind"` // sweep, baseline, profile, cost, seed (seedNormalised)
 	Title   string       `json:"title"`
 	Caption string       `json:"caption"`
 	XLog    bool         `json:"xLog,omitempty"` // the x axis is logarithmic (logAxis)
@@ -336,7 +336,7 @@ func addSeedValues(fig *Figure, vs []results.SeedValues, pn *Panel, baseline *fl
 		f.Series[0].Name = "cnlab (this run)"
 		f.Legend = plot.LegendAuto
 		for _, v := range vs {
-			s := plot.Series{Name: v.Label, Style: plot.Reference, Color: plot.PaletteColor(len(f.Series))}
+			s := plot.Series{Name: v.Label, Style: plot.Reference, Color: seedGrey(len(f.Series) - 1)}
 			for _, p := range v.Points {
 				if baseline != nil && (p.X == nil || *p.X != *baseline) {
 					continue
@@ -362,7 +362,7 @@ func addSeedValues(fig *Figure, vs []results.SeedValues, pn *Panel, baseline *fl
 		for i, c := range pn.Curves {
 			colour[c.Series] = plot.PaletteColor(i)
 		}
-		extra := len(pn.Curves)
+		extra := 0
 		lo, hi := math.Inf(1), math.Inf(-1)
 		for _, x := range panelXs(pn) {
 			lo, hi = math.Min(lo, x), math.Max(hi, x)
@@ -382,7 +382,7 @@ func addSeedValues(fig *Figure, vs []results.SeedValues, pn *Panel, baseline *fl
 						c, ok = colour[p.Line]
 					}
 					if !ok {
-						c = plot.PaletteColor(extra)
+						c = seedGrey(extra)
 						extra++
 					}
 					s = &plot.Series{Name: v.Label + ": " + p.Series, Style: plot.Reference, Color: c}
@@ -476,7 +476,7 @@ func seedNormalised(pn *Panel, vs []results.SeedValues) (Figure, bool) {
 		}
 		f.Series = append(f.Series, s)
 	}
-	extra, shapes := len(pn.Curves), 0
+	extra, shapes := 0, 0
 	var labels []string
 	for _, v := range vs {
 		var order []string
@@ -502,7 +502,7 @@ func seedNormalised(pn *Panel, vs []results.SeedValues) (Figure, bool) {
 			c, ok := colour[ps[0].Line]
 			if !ok {
 				if c, ok = colour[n]; !ok {
-					c = plot.PaletteColor(extra)
+					c = seedGrey(extra)
 					extra++
 				}
 			}
@@ -535,3 +535,10 @@ func scaleWords(r float64) string {
 	}
 	return fmt.Sprintf("%s× (cnlab's larger)", fmtNum(1/r))
 }
+
+// seedGreys colour the seed's series that stand beside no line of cnlab's
+// (IPVS; a seed's pod 1 and pod 2): greys, so that none is taken for the
+// partner of a cnlab line of the palette's colour.
+var seedGreys = [...]string{"#4d4d4d", "#8c8c8c", "#262626", "#a6a6a6"}
+
+func seedGrey(i int) string { return seedGreys[i%len(seedGreys)] }
