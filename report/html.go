@@ -118,7 +118,14 @@ var page = template.Must(template.New("report").Funcs(funcs).Parse(`<!DOCTYPE ht
 <title>cnlab report — {{.R.Experiment.Name}}</title>
 <style>
 {{.Fonts}}
-body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em; color: #222; }
+/* The page scrolls inside main, not the window: headless Chromium draws
+   a window scrolled to an anchor (report.html#table) blank, an element
+   scrolled to it whole. Printing lays the page out as one long sheet. */
+html, body { height: 100%; margin: 0; }
+body { overflow: hidden; font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #222; }
+main { height: 100%; overflow-y: auto; outline: none; }
+main > .content { margin: 2em auto; max-width: 1100px; padding: 0 1em; }
+@media print { html, body, main { height: auto; overflow: visible; } }
 h1 { font-size: 1.6em; margin-bottom: .2em; }
 h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 2em; }
 .meta { color: #555; }
@@ -137,6 +144,7 @@ code { font-size: .9em; }
 </style>
 </head>
 <body>
+<main id="top" tabindex="-1"><div class="content">
 <h1>{{.R.Experiment.Name}}</h1>
 <p class="meta">cnlab report of <code>{{.R.Experiment.File}}</code>{{if .R.Experiment.Quick}} (--quick){{end}} — run {{.R.Status}}, started {{.Started}}, finished {{.Finished}};
 {{len .R.Points}} points, seed {{.R.Seed}}, cnlab {{.R.Cnlab}}.</p>
@@ -184,10 +192,13 @@ code { font-size: .9em; }
 
 <h2 id="experiment">Experiment file</h2>
 <pre>{{.R.Experiment.Text}}</pre>
+</div></main>
 <script>
 // Marks the page once laid out: how many figures have a drawn SVG (a
 // check for tests and for a reader's browser alike).
 (function () {
+  // Keys (Page Down, arrows) scroll the page from the start.
+  document.querySelector("main").focus({preventScroll: true});
   var n = 0;
   document.querySelectorAll("figure.report-figure svg").forEach(function (s) {
     var b = s.getBoundingClientRect();

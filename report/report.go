@@ -116,16 +116,23 @@ func Build(r *results.Results, env *results.Environment) *Report {
 			// their figure and fits.
 			rep.Findings = append(rep.Findings, finds...)
 			if b, ok := baselineFigure(pn); ok {
+				x := firstX(pn)
+				addSeedValues(&b, panelSeedValues(r, pn), pn, &x)
 				rep.Figures = append(rep.Figures, b)
 			}
 		}
 		rep.Fits = append(rep.Fits, fits...)
 		f := sweepFigure(pn, fits)
+		seed := panelSeedValues(r, pn)
+		addSeedValues(&f, seed, pn, nil)
 		if ref := reference(r, pn); ref != "" {
 			f.Caption += " The seed measured: " + ref
 			f.Plot.Note = f.Caption
 		}
 		rep.Figures = append(rep.Figures, f)
+		if n, ok := seedNormalised(pn, seed); ok {
+			rep.Figures = append(rep.Figures, n)
+		}
 	}
 	rep.Figures = append(rep.Figures, profileFigures(r, len(pns)+1)...)
 	rep.table()
