@@ -36,6 +36,10 @@ type Choice struct {
 	// Source is the address the backend sees the connection come from,
 	// when the model knows it (node ports).
 	Source netip.Addr `json:"source,omitzero"`
+	// Proxied: the backend's port has L7 rules for this client, so the
+	// datapath hands the connection to its L7 proxy, which answers or
+	// forwards each HTTP request (and only HTTP).
+	Proxied bool `json:"proxied,omitempty"`
 }
 
 // Expectation is what a client's new connections to a frontend may do.
@@ -113,6 +117,17 @@ func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
 			if c.Hairpin && !e.HairpinLocal {
 				c.Why += "; hairpin: the backend sees its host's address, not its own"
 			}
+			if c.Reachable && !(c.Hairpin && e.HairpinLocal) && f.Protocol == "tcp" {
+				c.Proxied = m.Policy.HTTPVerdict(client, ep, int(b.Port), policy.Request{Method: "GET", Path: "/"}).Proxied
+				if why := m.l7Unreachable(client, ep, c.Hairpin, c.Proxied); why != "" {
+					c.Reachable = false
+					c.Why = why
+					e.Expected = slices.DeleteFunc(e.Expected, func(id string) bool { return id == ep.ID() })
+					e.MayFail = true
+				} else if c.Proxied {
+					c.Why += "; an L7 port: the datapath hands the connection to its L7 proxy"
+				}
+			}
 		}
 		e.Choices = append(e.Choices, c)
 	}
@@ -121,6 +136,41 @@ func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
 		e.Note = fmt.Sprintf("ClientIP affinity: all of a client's connections within %ds of its last one go to one backend", f.Affinity)
 	}
 	return e
+}
+
+// l7Limit is where the limits of a connection through a Service to an
+// L7 port are documented.
+const l7Limit = "docs/limits.md, \"L7 HTTP rules\""
+
+// l7Unreachable says why a connection through a cluster IP cannot reach
+// backend ep on an L7 port ("" when it can), as a real connection finds
+// on each datapath (TestServiceProbeHTTP, docs/l7.md):
+//   - a hairpin (the client is the backend): masqueraded to its host's
+//     address, the handshake does not complete, on every datapath;
+//   - iptables and nftables, a backend on the client's host: the redirect
+//     to the L7 proxy matches the endpoint's own address in prerouting,
+//     before the Service's DNAT on that host, and the policy then drops
+//     the translated connection, which comes around the proxy; from
+//     another host the connection arrives already translated and is
+//     redirected as a direct one;
+//   - eBPF with legacy host routing, a backend on the client's host: the
+//     translated flow is not handed to the proxy and the backend's
+//     program drops it.
+func (m *Model) l7Unreachable(client, ep *topology.Endpoint, hairpin, proxied bool) string {
+	if !proxied {
+		return ""
+	}
+	switch {
+	case hairpin:
+		return fmt.Sprintf("hairpin to an L7 port: the connection, masqueraded to its host's address, gets no connection (%s)", l7Limit)
+	case ep.Host != client.Host:
+		return ""
+	case m.Lab.Datapath == kind.IPTables || m.Lab.Datapath == kind.NFTables:
+		return fmt.Sprintf("an L7 port through a Service from the backend's own host (%s): the %s datapath redirects to its L7 proxy on the endpoint's own address, before this host's Service DNAT, and then drops the translated connection: no connection (%s)", ep.Host, m.Lab.Datapath, l7Limit)
+	case m.Lab.Datapath == kind.EBPF && m.Lab.EBPF.HostRouting == kind.HostRoutingLegacy:
+		return fmt.Sprintf("an L7 port through a Service from the backend's own host (%s) with legacy host routing: the translated connection is not handed to the L7 proxy and the backend's program drops it: no connection (%s)", ep.Host, l7Limit)
+	}
+	return ""
 }
 
 // NodeAddress is the address of a host that cnlab probes node ports on:
