@@ -38,8 +38,8 @@ type ServiceResult struct {
 	// answers came with each status, and the status the model gives each
 	// expected backend. A 403 of the L7 proxy names no backend: it counts
 	// here, not in Backends.
-	Statuses         map[string]int `json:"statuses,omitempty"`
-	ExpectedStatuses map[string]int `json:"expectedStatuses,omitempty"`
+	Statuses         map[string]int `json:"statuses,omitzero"`
+	ExpectedStatuses map[string]int `json:"expectedStatuses,omitzero"`
 	// What the checks found wrong (empty when the result matches the
 	// model): filled by CheckService.
 	Mismatches []string `json:"mismatches,omitempty"`
