@@ -119,7 +119,7 @@ func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
 			}
 			if c.Reachable && !(c.Hairpin && e.HairpinLocal) && f.Protocol == "tcp" {
 				c.Proxied = m.Policy.HTTPVerdict(client, ep, int(b.Port), policy.Request{Method: "GET", Path: "/"}).Proxied
-				if why := m.l7Unreachable(client, ep, c.Hairpin, c.Proxied); why != "" {
+				if why := m.l7Unreachable(client, ep, c.Hairpin, c.Proxied, client.Host, false); why != "" {
 					c.Reachable = false
 					c.Why = why
 					e.Expected = slices.DeleteFunc(e.Expected, func(id string) bool { return id == ep.ID() })
@@ -142,33 +142,51 @@ func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
 // L7 port are documented.
 const l7Limit = "docs/limits.md, \"L7 HTTP rules\""
 
-// l7Unreachable says why a connection through a cluster IP cannot reach
-// backend ep on an L7 port ("" when it can), as a real connection finds
-// on each datapath (TestServiceProbeHTTP, docs/l7.md):
+// l7Unreachable says why a connection through a Service cannot reach
+// backend ep on an L7 port ("" when it can), as real connections find on
+// each datapath (TestServiceProbeHTTP, docs/l7.md). node is the host a
+// netfilter proxy translates on (the client's for a cluster IP, the node
+// port's host for a node port); masqueraded: a node port under
+// externalTrafficPolicy Cluster.
 //   - a hairpin (the client is the backend): masqueraded to its host's
 //     address, the handshake does not complete, on every datapath;
-//   - iptables and nftables, a backend on the client's host: the redirect
-//     to the L7 proxy matches the endpoint's own address in prerouting,
-//     before the Service's DNAT on that host, and the policy then drops
-//     the translated connection, which comes around the proxy; from
-//     another host the connection arrives already translated and is
-//     redirected as a direct one;
-//   - eBPF with legacy host routing, a backend on the client's host: the
-//     translated flow is not handed to the proxy and the backend's
-//     program drops it.
-func (m *Model) l7Unreachable(client, ep *topology.Endpoint, hairpin, proxied bool) string {
+//   - iptables and nftables, a backend on the host that translates: the
+//     redirect to the L7 proxy matches the endpoint's own address in
+//     prerouting, before that host's Service DNAT, and the policy then
+//     drops the translated connection, which comes around the proxy; a
+//     backend on another host gets the connection already translated
+//     and redirects it as a direct one;
+//   - eBPF (which translates on the client's host), a backend on the
+//     client's host with legacy host routing (the translated flow is not
+//     handed to the proxy and the backend's program drops it), or
+//     masqueraded there (a node port under Cluster).
+func (m *Model) l7Unreachable(client, ep *topology.Endpoint, hairpin, proxied bool, node string, masqueraded bool) string {
 	if !proxied {
 		return ""
 	}
-	switch {
-	case hairpin:
-		return fmt.Sprintf("hairpin to an L7 port: the connection, masqueraded to its host's address, gets no connection (%s)", l7Limit)
-	case ep.Host != client.Host:
+	switch m.Lab.Datapath {
+	case kind.IPTables, kind.NFTables:
+		if hairpin {
+			break
+		}
+		if ep.Host == node {
+			return fmt.Sprintf("an L7 port through a Service translated on the backend's own host (%s): the %s datapath redirects to its L7 proxy on the endpoint's own address, before this host's Service DNAT, and then drops the translated connection: no connection (%s)", ep.Host, m.Lab.Datapath, l7Limit)
+		}
 		return ""
-	case m.Lab.Datapath == kind.IPTables || m.Lab.Datapath == kind.NFTables:
-		return fmt.Sprintf("an L7 port through a Service from the backend's own host (%s): the %s datapath redirects to its L7 proxy on the endpoint's own address, before this host's Service DNAT, and then drops the translated connection: no connection (%s)", ep.Host, m.Lab.Datapath, l7Limit)
-	case m.Lab.Datapath == kind.EBPF && m.Lab.EBPF.HostRouting == kind.HostRoutingLegacy:
-		return fmt.Sprintf("an L7 port through a Service from the backend's own host (%s) with legacy host routing: the translated connection is not handed to the L7 proxy and the backend's program drops it: no connection (%s)", ep.Host, l7Limit)
+	case kind.EBPF:
+		if hairpin || ep.Host != client.Host {
+			break
+		}
+		if m.Lab.EBPF.HostRouting == kind.HostRoutingLegacy {
+			return fmt.Sprintf("an L7 port through a Service from the backend's own host (%s) with legacy host routing: the translated connection is not handed to the L7 proxy and the backend's program drops it: no connection (%s)", ep.Host, l7Limit)
+		}
+		if masqueraded {
+			return fmt.Sprintf("an L7 port through a node port masqueraded to a backend of the client's own host (%s): no connection (%s)", ep.Host, l7Limit)
+		}
+		return ""
+	}
+	if hairpin {
+		return fmt.Sprintf("hairpin to an L7 port: the connection, masqueraded to its host's address, gets no connection (%s)", l7Limit)
 	}
 	return ""
 }
