@@ -48,8 +48,8 @@ type ServiceResult struct {
 	Notes []string `json:"notes,omitempty"`
 
 	exp        service.Expectation
-	badSource  []string // a backend saw another source than it should
-	badReplier []string // a UDP reply came from another address than the Service's
+	badSource  []string       // a backend saw another source than it should
+	badReplier []string       // a UDP reply came from another address than the Service's
 	errs       map[string]int // failures by cause (errorCause)
 	proxied    map[string]bool
 }

@@ -353,9 +353,9 @@ type serviceProbeView struct {
 	Port     int    `json:"port"`
 	Protocol string `json:"protocol"`
 	// With --node-port: the host, and the address and port connected to.
-	Node     string                `json:"node,omitempty"`
-	NodePort int                   `json:"nodePort,omitempty"`
-	Target string `json:"target,omitempty"`
+	Node     string `json:"node,omitempty"`
+	NodePort int    `json:"nodePort,omitempty"`
+	Target   string `json:"target,omitempty"`
 	// HTTP is the request every connection sent ("METHOD PATH"; absent
 	// when the backends spoke first); HTTPDefault: the probe chose it
 	// because a backend's port has L7 rules.
