@@ -27,6 +27,9 @@ type Report struct {
 	Figures  []Figure             `json:"figures"`
 	Fits     []Fit                `json:"fits"`
 	Findings []Finding            `json:"findings"`
+	// UnitCosts are, per curve of every sweep's headline figure, what
+	// each unit of its x costs per packet (transaction, connection).
+	UnitCosts []UnitCost `json:"unitCosts,omitempty"`
 	Rows     []Row                `json:"table"`
 	// Proxy is what the L7 proxy adds over the L3/L4 path, per proxied
 	// L7 point (runs with l7Mode l4 and http-any or rules).
@@ -120,6 +123,7 @@ func Build(r *results.Results, env *results.Environment) *Report {
 			}
 		}
 		rep.Fits = append(rep.Fits, fits...)
+		rep.UnitCosts = append(rep.UnitCosts, unitCosts(r, env, pn)...)
 		f := sweepFigure(pn, fits)
 		if ref := reference(r, pn); ref != "" {
 			f.Caption += " The seed measured: " + ref

@@ -151,6 +151,7 @@ func printReport(e *env, rep *report.Report, output string) error {
 			fmt.Fprintf(e.stdout, "- %s\n", f.Text)
 		}
 	}
+	printUnitCosts(e, rep)
 	if rep.Noisy > 0 {
 		fmt.Fprintf(e.stdout, "%d of %s of the report's table (every headline metric of every point: throughput, p50/p99 latency, rate, loss) have a CV above %.0f%% (marked ⚠).\n", rep.Noisy, plural.N(len(rep.Rows), "row"), 100*report.CVWarn)
 	}
@@ -287,4 +288,22 @@ func comparePaired(e *env, args []string, spec, output string) error {
 		return enc.Encode(c)
 	}
 	return c.Text(e.stdout)
+}
+
+// printUnitCosts lists what each unit of every sweep's axis costs per
+// packet (report.UnitCost), the seed's beside it where it published one.
+func printUnitCosts(e *env, rep *report.Report) {
+	var lines []string
+	for _, uc := range rep.UnitCosts {
+		if uc.Text != "" {
+			lines = append(lines, uc.Text)
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(e.stdout, "Costs per packet:")
+	for _, l := range lines {
+		fmt.Fprintf(e.stdout, "- %s\n", l)
+	}
 }
