@@ -27,9 +27,6 @@ type Report struct {
 	Figures  []Figure             `json:"figures"`
 	Fits     []Fit                `json:"fits"`
 	Findings []Finding            `json:"findings"`
-	// UnitCosts are, per curve of every sweep's headline figure, what
-	// each unit of its x costs per packet (transaction, connection).
-	UnitCosts []UnitCost `json:"unitCosts,omitempty"`
 	Rows     []Row                `json:"table"`
 	// Proxy is what the L7 proxy adds over the L3/L4 path, per proxied
 	// L7 point (runs with l7Mode l4 and http-any or rules).
@@ -44,6 +41,10 @@ type Report struct {
 	NoisySamples int      `json:"noisySamples"`
 	Excluded     int      `json:"excludedSamples"`
 	Notes        []string `json:"notes,omitempty"`
+
+	// UnitCosts are, per curve of every sweep's headline figure, what
+	// each unit of its x costs per packet (transaction, connection).
+	UnitCosts []UnitCost `json:"unitCosts,omitempty"`
 }
 
 // Row is one metric of one point in the table.

@@ -103,3 +103,28 @@ func TestSeedCostArithmetic(t *testing.T) {
 		}
 	}
 }
+
+func TestCompareReference(t *testing.T) {
+	env := func(gbps, us []float64, cached bool) *results.Environment {
+		return &results.Environment{Reference: &results.ReferenceSpeed{StreamGbps: gbps, RRP50Us: us, Cached: cached}}
+	}
+	same := CompareReference(env([]float64{13.0, 13.2, 12.9}, []float64{8.3, 8.2, 8.3, 8.3}, false), env([]float64{13.1, 12.8, 13.0}, []float64{8.2, 8.3, 8.3, 8.2}, false))
+	if same == nil || same.Differ || !strings.Contains(same.Text, "within their noise") {
+		t.Fatalf("same machine: %+v", same)
+	}
+	slow := CompareReference(env([]float64{13.0, 13.2, 12.9}, []float64{8.3, 8.2, 8.3, 8.3}, false), env([]float64{9.1, 9.0, 9.2}, []float64{18.2, 18.3, 18.1, 18.4}, true))
+	if slow == nil || !slow.Differ || !slow.StreamDiffers || !slow.RRDiffers || !strings.Contains(slow.Text, "differ by more than their noise") || !strings.Contains(slow.Text, "reused") {
+		t.Fatalf("slower day: %+v", slow)
+	}
+	c := &Comparison{Reference: slow}
+	var found bool
+	for _, l := range c.summary() {
+		found = found || strings.HasPrefix(l, "warning: reference speed")
+	}
+	if !found {
+		t.Errorf("summary %q: no warning about the reference speeds", c.summary())
+	}
+	if CompareReference(env([]float64{1, 2}, []float64{1, 2}, false), &results.Environment{}) != nil {
+		t.Error("a run without a reference speed: compared")
+	}
+}

@@ -221,6 +221,9 @@ Mann–Whitney p of the same samples for contrast.`,
 			}
 			c := report.Compare(runs[0], runs[1], t, minChange/100)
 			c.A, c.B = args[0], args[1]
+			envA, _ := results.LoadEnvironment(args[0])
+			envB, _ := results.LoadEnvironment(args[1])
+			c.Reference = report.CompareReference(envA, envB)
 			if len(c.Changes) == 0 && len(c.Missing) == 0 {
 				return usagef("no point of %s matches one of %s (same sweep, parameters and workload): are they runs of the same experiment?", args[0], args[1])
 			}
