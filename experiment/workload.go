@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"net/netip"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/experiment/results"
+	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/stats"
 	"github.com/cnlab/cnlab/traffic"
@@ -654,7 +656,7 @@ func (e sampleEnv) rxStart(ctx context.Context, srv *proc) *rxWindow {
 		return nil
 	}
 	w := &rxWindow{e: e, srv: srv, packets: -1, busy: -1}
-	if p, _, ok := rxCounters(ctx, srv); ok {
+	if p, _, ok := e.rxCounters(ctx, srv); ok {
 		w.packets = p
 	}
 	w.busy = e.busyJiffies(ctx)
@@ -685,7 +687,7 @@ func (w *rxWindow) delta(ctx context.Context) (secs, packets, cpuSecs float64, p
 	if w == nil {
 		return 0, 0, 0, false, false
 	}
-	p1, _, ok := rxCounters(ctx, w.srv)
+	p1, _, ok := w.e.rxCounters(ctx, w.srv)
 	b1 := w.e.busyJiffies(ctx)
 	secs = time.Since(w.t0).Seconds()
 	if ok && w.packets >= 0 && p1 > w.packets {
@@ -720,10 +722,21 @@ func (w *rxWindow) endTransactions(ctx context.Context, m map[string]float64, pe
 	m["cpu_us_per_transaction"] = 1e6 * cpuSecs / (perSecond * secs)
 }
 
-// rxCounters reads the rx packets and bytes of p's network namespace's
-// interfaces but lo (/proc/net/dev).
-func rxCounters(ctx context.Context, p *proc) (packets, bytes float64, ok bool) {
-	data, err := p.run.socketTable(ctx, "dev")
+// rxCounters reads the rx packets and bytes of the server's network
+// namespace's interfaces but lo (/proc/net/dev): here from a thread in the
+// namespace (the server may have exited: iperf3 -s -1 does with its
+// client), on a cluster by an exec in the server's endpoint.
+func (e sampleEnv) rxCounters(ctx context.Context, p *proc) (packets, bytes float64, ok bool) {
+	var data []byte
+	var err error
+	if _, local := e.host.(localHost); local {
+		err = netns.Do(e.ep.server, func() error {
+			data, err = os.ReadFile("/proc/thread-self/net/dev")
+			return err
+		})
+	} else {
+		data, err = p.run.socketTable(ctx, "dev")
+	}
 	if err != nil {
 		return 0, 0, false
 	}
