@@ -30,8 +30,8 @@ type ReferenceOptions struct {
 // QuickReference is what cnlab run measures: about 5 s in all.
 var QuickReference = ReferenceOptions{StreamSamples: 3, RRSamples: 4, RRDuration: 300 * time.Millisecond}
 
-// DoctorReference is what cnlab doctor measures: about 12 s.
-var DoctorReference = ReferenceOptions{StreamSamples: 5, RRSamples: 8, RRDuration: 500 * time.Millisecond}
+// DoctorReference is what cnlab doctor measures: about 8 s.
+var DoctorReference = ReferenceOptions{StreamSamples: 4, RRSamples: 6, RRDuration: 500 * time.Millisecond}
 
 // referenceCache is where the last reference speed of this boot is kept
 // (/run is emptied at boot), and referenceMaxAge how long a run uses it

@@ -439,7 +439,11 @@ type UnitCost struct {
 	// no counter was recorded (MSS bytes per packet, assumed).
 	Source string `json:"source"`
 	MSS    int    `json:"mss,omitempty"`
-	N      int    `json:"n"`
+	// TSOOn: bytes/MSS on points whose TSO was not off, where the stack's
+	// packets were larger than a segment (the cost per packet is then
+	// understated and the packets overstated).
+	TSOOn bool `json:"tsoNotOff,omitempty"`
+	N     int  `json:"n"`
 	// BaseNs is the fitted time per packet at x = 0, Ns the slope: ns per
 	// unit of x per packet, with its 95% interval (Student's t, n−2).
 	BaseNs float64        `json:"baseNs"`
@@ -608,6 +612,7 @@ func unitCosts(r *results.Results, env *results.Environment, pn *Panel) []UnitCo
 							mtu = env.DefaultMTU
 						}
 						uc.MSS = mssOf(mtu)
+						uc.TSOOn = uc.TSOOn || !strings.Contains(p.Params.Offloads, "tso=off")
 						rate = v * 1e9 / 8 / float64(uc.MSS)
 					}
 					xs = append(xs, x)
@@ -668,7 +673,11 @@ func sourceText(uc UnitCost) string {
 	case "packets_per_s":
 		return "datagrams iperf3 counted"
 	case "throughput_gbps/MSS":
-		return fmt.Sprintf("bytes over %d-byte segments, assumed: no packet counter in this run", uc.MSS)
+		s := fmt.Sprintf("bytes over %d-byte segments, assumed: no packet counter in this run", uc.MSS)
+		if uc.TSOOn {
+			s += "; TSO was not off, so the stack's packets were larger and fewer"
+		}
+		return s
 	}
 	return uc.Source
 }

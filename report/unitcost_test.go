@@ -65,8 +65,8 @@ func TestUnitCosts(t *testing.T) {
 		wantSrc := "skb_per_s"
 		if !counted {
 			wantSrc = "throughput_gbps/MSS"
-			if stream.MSS != 1448 {
-				t.Errorf("fallback MSS %d, want 1448", stream.MSS)
+			if stream.MSS != 1448 || !stream.TSOOn || !strings.Contains(stream.Text, "TSO was not off") {
+				t.Errorf("fallback: MSS %d, TSO not off %v (the points set no offloads): %s", stream.MSS, stream.TSOOn, stream.Text)
 			}
 		}
 		if stream.Source != wantSrc {

@@ -33,7 +33,7 @@ what the hypervisor stole and how many samples a point needs for a 95%
 interval of ±2% and ±5%. With FILE, also estimate how long that experiment
 needs for its precision target (2% where it sets none) at this spread.
 Last, the machine's reference speed: one TCP stream and tcp-rr 100/200 on a
-veth pair between two namespaces of its own, pinned to CPU 0 (about 12 s),
+veth pair between two namespaces of its own, pinned to CPU 0 (about 8 s),
 which cnlab run records in environment.json for the next 10 minutes.
 
 It refuses nothing: a noisy machine is said plainly. The labs it builds are
