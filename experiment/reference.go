@@ -145,7 +145,7 @@ func recordReference(ctx context.Context, ro Options) *results.ReferenceSpeed {
 		return ref
 	}
 	if ro.Progress != nil {
-		fmt.Fprintln(ro.Progress, "measuring this machine's reference speed (one veth pair, about 5 s; kept for 10 minutes)")
+		fmt.Fprintln(ro.Progress, "cnlab: measuring this machine's reference speed (one veth pair, about 5 s; kept for 10 minutes)")
 	}
 	o := QuickReference
 	o.RR = ro.RR

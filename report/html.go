@@ -108,6 +108,7 @@ var funcs = template.FuncMap{
 	"num":  fmtNum,
 	"pct":  func(v float64) string { return fmtNum(100*v) + "%" },
 	"join": strings.Join,
+	"sign": signed,
 }
 
 var page = template.Must(template.New("report").Funcs(funcs).Parse(`<!DOCTYPE html>
@@ -164,8 +165,8 @@ code { font-size: .9em; }
 {{end}}
 {{if .Rep.UnitCosts}}<h2 id="unit-costs">Costs per packet</h2>
 <table>
-<tr><th>figure</th><th>series</th><th>per</th><th>ns (95% CI)</th><th>ns per packet at x = 0</th><th>CPU µs per packet, first → last x</th><th>samples</th><th>packets from</th><th>the seed</th></tr>
-{{range .Rep.UnitCosts}}<tr><td><a href="#{{.Panel}}">{{.Panel}}</a></td><td>{{.Series}}</td><td>{{.Per}} per {{.Of}}</td>{{if .Note}}<td colspan="6">{{.Note}}</td>{{else}}<td class="n">{{num .Ns}} ({{num .CI.Lo}} to {{num .CI.Hi}})</td><td class="n">{{num .BaseNs}}</td><td class="n">{{if .CPUFirst}}{{num .CPUFirst}} → {{num .CPULast}}{{else}}—{{end}}</td><td class="n">{{.N}}</td><td>{{.Source}}{{if .MSS}} ({{.MSS}} B){{end}}</td>{{end}}<td>{{with .Seed}}{{num .Ns}} ns: {{.Source}}, {{num .From}} → {{num .To}} Gb/s{{else}}—{{end}}</td></tr>
+<tr><th>figure</th><th>series</th><th>per</th><th>ns (95% CI)</th><th>ns per packet at x = 0</th><th>CPU µs per packet (transaction), first → last x</th><th>samples</th><th>packets from</th><th>the seed</th></tr>
+{{range .Rep.UnitCosts}}<tr><td><a href="#{{.Panel}}">{{.Panel}}</a></td><td>{{.Series}}</td><td>{{.Per}} per {{.Of}}</td>{{if .Note}}<td colspan="6">{{.Note}}</td>{{else}}<td class="n">{{sign .Ns}} ({{sign .CI.Lo}} to {{sign .CI.Hi}})</td><td class="n">{{num .BaseNs}}</td><td class="n">{{if .CPUFirst}}{{num .CPUFirst}} → {{num .CPULast}}{{else}}—{{end}}</td><td class="n">{{.N}}</td><td>{{.Source}}{{if .MSS}} ({{.MSS}} B){{end}}</td>{{end}}<td>{{with .Seed}}{{num .Ns}} ns: {{.Source}}, {{num .From}} → {{num .To}} Gb/s{{else}}—{{end}}</td></tr>
 {{end}}</table>
 <p class="meta">The slope of the time per packet (1/rate: per transaction for rr, per connection for crr, per request for http) against x, least squares on every sample, with its 95% CI (Student's t, n−2): what each added unit of the sweep's axis costs on every packet. Unlike a relative drop, it does not depend on the machine's per-packet base cost, so two machines or two days can be compared on it. Packets are the skbs the server's interfaces received (skb_per_s) where the run counted them, otherwise bytes over an assumed segment size (said in the row). CPU per packet is the machine's busy CPU time over the packets (netperf's service demand).</p>
 {{end}}

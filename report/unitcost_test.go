@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -86,6 +88,15 @@ func TestUnitCosts(t *testing.T) {
 		if counted && (stream.CPUFirst == 0 || !strings.Contains(stream.Text, "CPU time per packet")) {
 			t.Errorf("no CPU per packet in %q", stream.Text)
 		}
+	}
+	// The page's table.
+	dir := t.TempDir()
+	if _, err := Build(costRun("thesis-policy-scaling", 2.2, true), nil).Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil || !strings.Contains(string(page), `id="unit-costs"`) || !strings.Contains(string(page), "7.36 ns: the thesis (seed 000), Fig. 7.2") {
+		t.Errorf("report.html: no table of costs per packet with the thesis's (%v)", err)
 	}
 	// Another experiment's iptables curve gets no thesis number.
 	for _, uc := range Build(costRun("mine", 2.2, true), nil).UnitCosts {
