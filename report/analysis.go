@@ -452,6 +452,10 @@ type UnitCost struct {
 	Flat   bool           `json:"flat,omitempty"` // the interval contains 0
 	// CPUFirst and CPULast are the medians of the CPU time per packet
 	// (per transaction) at the first and last x, in µs, where recorded.
+	// Outliers counts the samples whose time per packet is more than 5×
+	// the curve's median: a stalled sample's 1/rate is huge, and weighs
+	// on the least squares as much as it is far.
+	Outliers int     `json:"outliers,omitempty"`
 	CPUFirst float64 `json:"cpuUsFirst,omitempty"`
 	CPULast  float64 `json:"cpuUsLast,omitempty"`
 	// Seed is the seed's own cost, computed from its published values,
@@ -629,6 +633,14 @@ func unitCosts(r *results.Results, env *results.Environment, pn *Panel) []UnitCo
 		if v := cpuAt[c.X[len(c.X)-1]]; len(v) > 0 {
 			uc.CPULast = stats.Median(v)
 		}
+		if len(ts) > 0 {
+			med := stats.Median(ts)
+			for _, t := range ts {
+				if t > 5*med {
+					uc.Outliers++
+				}
+			}
+		}
 		lin, err := stats.LinearFit(xs, ts)
 		if err != nil {
 			uc.Note = fitNote(err)
@@ -694,6 +706,9 @@ func unitCostText(pn *Panel, uc UnitCost, many string) string {
 		fmt.Fprintf(&s, "%s ns per %s per %s (95%% CI %s to %s)", signed(uc.Ns), uc.Per, uc.Of, signed(uc.CI.Lo), signed(uc.CI.Hi))
 	}
 	fmt.Fprintf(&s, ", on %s ns per %s at 0 %s (fitted; %s, %s)", fmtNum(uc.BaseNs), uc.Of, many, sourceText(uc), plural.N(uc.N, "sample"))
+	if uc.Outliers > 0 {
+		fmt.Fprintf(&s, "; %s more than 5× the median time per %s (a stalled sample: it weighs on the fit as much as it is far; cnlab report --exclude-noisy may leave it out)", plural.N(uc.Outliers, "sample"), uc.Of)
+	}
 	if uc.CPUFirst > 0 && uc.CPULast > 0 {
 		fmt.Fprintf(&s, "; CPU time per %s %s → %s µs", uc.Of, fmtNum(uc.CPUFirst), fmtNum(uc.CPULast))
 	}
