@@ -310,6 +310,12 @@ func runSample(ctx context.Context, w results.Workload, e sampleEnv) (map[string
 	if err != nil {
 		return nil, err
 	}
+	if w.Kind == results.TCPRRUnderLoad {
+		// The machine's CPU served the rr and the load streams at once:
+		// no service demand of either (skb_per_s is the load's).
+		delete(m, "cpu_us_per_packet")
+		delete(m, "cpu_us_per_transaction")
+	}
 	if !e.nodeCPU && t0 > 0 {
 		if b1, t1 := e.cpuTimes(ctx, e.ep.client); t1 > t0 {
 			m["system_cpu_pct"] = 100 * (b1 - b0) / (t1 - t0)
