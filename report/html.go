@@ -108,6 +108,7 @@ var funcs = template.FuncMap{
 	"num":  fmtNum,
 	"pct":  func(v float64) string { return fmtNum(100*v) + "%" },
 	"join": strings.Join,
+	"sign": signed,
 }
 
 var page = template.Must(template.New("report").Funcs(funcs).Parse(`<!DOCTYPE html>
@@ -169,6 +170,13 @@ code { font-size: .9em; }
 {{range .Rep.Fits}}<tr><td><a href="#{{.Panel}}">{{.Panel}}</a></td><td>{{.Series}}</td><td>{{.Kind}}</td><td class="n">{{.N}}</td><td>{{if .Note}}{{.Note}}{{else}}{{.Text}}{{end}}</td></tr>
 {{end}}</table>
 <p class="meta">Linear: ordinary least squares on every sample, slope with its 95% CI (Student's t, n−2); relative slope: per unit of x as a share of the fitted intercept. Power law: t(n) = t(1)·(1 − l)^(n−1), least squares on log t; R² of the curve against the raw samples. Bend: continuous two-segment fit, reported when its F test against a straight line gives p &lt; 0.01. Every fit is in x itself, also in a figure whose x axis is on a log scale (x all above 0 and spanning two decades or more), where a straight line in x is a curve.</p>
+{{end}}
+{{if .Rep.UnitCosts}}<h2 id="unit-costs">Costs per packet</h2>
+<table>
+<tr><th>figure</th><th>series</th><th>per</th><th>ns (95% CI)</th><th>ns per packet at x = 0</th><th>CPU µs per packet (transaction), first → last x</th><th>samples</th><th>packets from</th><th>the seed</th></tr>
+{{range .Rep.UnitCosts}}<tr><td><a href="#{{.Panel}}">{{.Panel}}</a></td><td>{{.Series}}</td><td>{{.Per}} per {{.Of}}</td>{{if .Note}}<td colspan="6">{{.Note}}</td>{{else}}<td class="n">{{sign .Ns}} ({{sign .CI.Lo}} to {{sign .CI.Hi}})</td><td class="n">{{num .BaseNs}}</td><td class="n">{{if .CPUFirst}}{{num .CPUFirst}} → {{num .CPULast}}{{else}}—{{end}}</td><td class="n">{{.N}}</td><td>{{.Source}}{{if .MSS}} ({{.MSS}} B){{end}}</td>{{end}}<td>{{with .Seed}}{{num .Ns}} ns: {{.Source}}, {{num .From}} → {{num .To}} Gb/s{{else}}—{{end}}</td></tr>
+{{end}}</table>
+<p class="meta">The slope of the time per packet (1/rate: per transaction for rr, per connection for crr, per request for http) against x, least squares on every sample, with its 95% CI (Student's t, n−2): what each added unit of the sweep's axis costs on every packet. Unlike a relative drop, it does not depend on the machine's per-packet base cost, so two machines or two days can be compared on it. Packets are the skbs the server's interfaces received (skb_per_s) where the run counted them, otherwise bytes over an assumed segment size (said in the row). CPU per packet is the machine's busy CPU time over the packets (netperf's service demand).</p>
 {{end}}
 {{if .Rep.Proxy}}<h2 id="proxy">What the L7 proxy adds over the L3/L4 path</h2>
 <table>

@@ -41,6 +41,10 @@ type Report struct {
 	NoisySamples int      `json:"noisySamples"`
 	Excluded     int      `json:"excludedSamples"`
 	Notes        []string `json:"notes,omitempty"`
+
+	// UnitCosts are, per curve of every sweep's headline figure, what
+	// each unit of its x costs per packet (transaction, connection).
+	UnitCosts []UnitCost `json:"unitCosts,omitempty"`
 }
 
 // Row is one metric of one point in the table.
@@ -122,6 +126,7 @@ func Build(r *results.Results, env *results.Environment) *Report {
 			}
 		}
 		rep.Fits = append(rep.Fits, fits...)
+		rep.UnitCosts = append(rep.UnitCosts, unitCosts(r, env, pn)...)
 		f := sweepFigure(pn, fits)
 		seed := panelSeedValues(r, pn)
 		addSeedValues(&f, seed, pn, nil)
