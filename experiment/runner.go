@@ -44,6 +44,9 @@ type Options struct {
 	// failing it; EnforceTimeout bounds the wait (0: the default).
 	Unenforced     bool
 	EnforceTimeout time.Duration
+	// NoReference: do not measure (or look up) the machine's reference
+	// speed (cnlab doctor's own runs measure it themselves).
+	NoReference bool
 }
 
 // Run runs an experiment and writes its results directory. text is the
@@ -92,6 +95,9 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*results.Results
 	env := CaptureEnvironment()
 	var prog *progress
 	be := newBackend(o, env, func(msg string) { prog.note(msg) })
+	if be.name() == results.BackendLab && !o.NoReference {
+		env.Reference = recordReference(ctx, o)
+	}
 	if env.Cluster, err = be.describe(ctx); err != nil {
 		return nil, err
 	}

@@ -307,6 +307,11 @@ func (s *Spec) validate() error {
 		if err := checkMatrix(m, s, path+".matrix"); err != nil {
 			return err
 		}
+		if f := sw.Figures; f != nil {
+			if err := checkSeedValues(f.SeedValues, m, s, path+".figures.seedValues"); err != nil {
+				return err
+			}
+		}
 		wl := sw.Workloads
 		if len(wl) == 0 {
 			wl = s.Workloads

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"net/netip"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/experiment/results"
+	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/stats"
 	"github.com/cnlab/cnlab/traffic"
@@ -310,6 +312,12 @@ func runSample(ctx context.Context, w results.Workload, e sampleEnv) (map[string
 	if err != nil {
 		return nil, err
 	}
+	if w.Kind == results.TCPRRUnderLoad {
+		// The machine's CPU served the rr and the load streams at once:
+		// no service demand of either (skb_per_s is the load's).
+		delete(m, "cpu_us_per_packet")
+		delete(m, "cpu_us_per_transaction")
+	}
 	if !e.nodeCPU && t0 > 0 {
 		if b1, t1 := e.cpuTimes(ctx, e.ep.client); t1 > t0 {
 			m["system_cpu_pct"] = 100 * (b1 - b0) / (t1 - t0)
@@ -329,6 +337,7 @@ func secs(d time.Duration) int { return int(math.Ceil(d.Seconds())) }
 func runIperf3(ctx context.Context, w results.Workload, e sampleEnv) (map[string]float64, error) {
 	flows := max(w.Flows, 1)
 	var clients []*proc
+	var first *proc // a server: its namespace's packet counters
 	for i := 0; i < flows; i++ {
 		port := IperfPort + i
 		srv, err := e.start(ctx, e.ep.server, e.pin.ServerCPU(), "iperf3", "-s", "-1", "-p", strconv.Itoa(port))
@@ -339,7 +348,11 @@ func runIperf3(ctx context.Context, w results.Workload, e sampleEnv) (map[string
 		if err := e.waitListening(ctx, srv, port, false); err != nil {
 			return nil, err
 		}
+		if first == nil {
+			first = srv
+		}
 	}
+	rx := e.rxStart(ctx, first)
 	cpu := e.clientCPU(ctx)
 	for i := 0; i < flows; i++ {
 		argv := []string{"iperf3", "-c", e.ep.dest.String(), "-p", strconv.Itoa(IperfPort + i), "-J",
@@ -406,6 +419,7 @@ func runIperf3(ctx context.Context, w results.Workload, e sampleEnv) (map[string
 	e.series.set(iperf3Series(rs, w.Kind == results.UDPStream, w.Bidirectional))
 	m := map[string]float64{}
 	cpu.end(ctx, m)
+	rx.endStream(ctx, m)
 	var packets, lost int
 	for _, r := range rs {
 		if d := r.Bidir; d != nil && w.Bidirectional {
@@ -451,6 +465,7 @@ func runRR(ctx context.Context, w results.Workload, e sampleEnv) (map[string]flo
 	}
 	cliArgv := append(append(append([]string{}, e.rr...), "client", "-o", "json", "--to", fmt.Sprintf("%s:%d", e.ep.dest, RRPort),
 		"--duration", e.duration.String(), "--warmup", e.warmup.String()), sizes...)
+	rx := e.rxStart(ctx, srv)
 	cpu := e.clientCPU(ctx)
 	cli, err := e.start(ctx, e.ep.client, e.pin.ClientCPU(), cliArgv...)
 	if err != nil {
@@ -481,6 +496,7 @@ func runRR(ctx context.Context, w results.Workload, e sampleEnv) (map[string]flo
 		m["client_cpu_pct"] = cli.cpuPercent()
 	}
 	cpu.end(ctx, m)
+	rx.endTransactions(ctx, m, r.PerSecond)
 	if w.Kind == results.UDPRR {
 		m["timeouts"] = float64(r.Timeouts)
 	}
@@ -645,4 +661,139 @@ func (l *lockedLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// rxWindow is what the server's network namespace received (its
+// interfaces' rx counters, lo left out) and the busy CPU time of the
+// endpoints' machines between two readings that bracket a sample's
+// clients. The packets counted are the skbs the datapath handled (one
+// per GRO/GSO packet, what netfilter and eBPF traverse): skb_per_s, and
+// the CPU time per packet or per transaction (netperf's service demand,
+// docs/methodology.md "Costs per packet").
+type rxWindow struct {
+	e       sampleEnv
+	srv     *proc
+	t0      time.Time
+	packets float64 // rx packets at t0; <0: not read
+	busy    float64 // busy jiffies at t0, summed over the nodes; <0: not read
+}
+
+// userHz is /proc/stat's jiffies per second (USER_HZ, 100 on Linux).
+const userHz = 100
+
+// rxStart reads the counters before the clients start (nil when srv is).
+func (e sampleEnv) rxStart(ctx context.Context, srv *proc) *rxWindow {
+	if srv == nil {
+		return nil
+	}
+	w := &rxWindow{e: e, srv: srv, packets: -1, busy: -1}
+	if p, _, ok := e.rxCounters(ctx, srv); ok {
+		w.packets = p
+	}
+	w.busy = e.busyJiffies(ctx)
+	w.t0 = time.Now()
+	return w
+}
+
+// busyJiffies sums the busy jiffies of the client's machine and, when the
+// server is on another node, the server's (-1 when unreadable).
+func (e sampleEnv) busyJiffies(ctx context.Context) float64 {
+	b, t := e.cpuTimes(ctx, e.ep.client)
+	if t == 0 {
+		return -1
+	}
+	if e.splitNodes {
+		b1, t1 := e.cpuTimes(ctx, e.ep.server)
+		if t1 == 0 {
+			return -1
+		}
+		b += b1
+	}
+	return b
+}
+
+// delta is the window's seconds, packets and busy CPU seconds (ok false
+// when a counter could not be read or did not move).
+func (w *rxWindow) delta(ctx context.Context) (secs, packets, cpuSecs float64, pOK, cOK bool) {
+	if w == nil {
+		return 0, 0, 0, false, false
+	}
+	p1, _, ok := w.e.rxCounters(ctx, w.srv)
+	b1 := w.e.busyJiffies(ctx)
+	secs = time.Since(w.t0).Seconds()
+	if ok && w.packets >= 0 && p1 > w.packets {
+		packets, pOK = p1-w.packets, true
+	}
+	if w.busy >= 0 && b1 >= w.busy {
+		cpuSecs, cOK = (b1-w.busy)/userHz, true
+	}
+	return secs, packets, cpuSecs, pOK, cOK && secs > 0
+}
+
+// endStream adds skb_per_s and cpu_us_per_packet to a stream's metrics.
+func (w *rxWindow) endStream(ctx context.Context, m map[string]float64) {
+	secs, packets, cpuSecs, pOK, cOK := w.delta(ctx)
+	if !pOK || secs <= 0 {
+		return
+	}
+	m["skb_per_s"] = packets / secs
+	if cOK {
+		m["cpu_us_per_packet"] = 1e6 * cpuSecs / packets
+	}
+}
+
+// endTransactions adds cpu_us_per_transaction to an rr's metrics: the
+// window's busy CPU time over the transactions at the measured rate
+// (the window also holds the warm-up, at about the same rate).
+func (w *rxWindow) endTransactions(ctx context.Context, m map[string]float64, perSecond float64) {
+	secs, _, cpuSecs, _, cOK := w.delta(ctx)
+	if !cOK || perSecond <= 0 {
+		return
+	}
+	m["cpu_us_per_transaction"] = 1e6 * cpuSecs / (perSecond * secs)
+}
+
+// rxCounters reads the rx packets and bytes of the server's network
+// namespace's interfaces but lo (/proc/net/dev): here from a thread in the
+// namespace (the server may have exited: iperf3 -s -1 does with its
+// client), on a cluster by an exec in the server's endpoint.
+func (e sampleEnv) rxCounters(ctx context.Context, p *proc) (packets, bytes float64, ok bool) {
+	var data []byte
+	var err error
+	if _, local := e.host.(localHost); local {
+		err = netns.Do(e.ep.server, func() error {
+			data, err = os.ReadFile("/proc/thread-self/net/dev")
+			return err
+		})
+	} else {
+		data, err = p.run.socketTable(ctx, "dev")
+	}
+	if err != nil {
+		return 0, 0, false
+	}
+	return parseNetDev(data)
+}
+
+// parseNetDev sums /proc/net/dev's rx packets and bytes over the
+// interfaces but lo.
+func parseNetDev(data []byte) (packets, bytes float64, ok bool) {
+	for _, line := range strings.Split(string(data), "\n") {
+		name, rest, found := strings.Cut(line, ":")
+		if !found || strings.TrimSpace(name) == "lo" {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) < 2 {
+			continue
+		}
+		b, err1 := strconv.ParseFloat(f[0], 64)
+		n, err2 := strconv.ParseFloat(f[1], 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		bytes += b
+		packets += n
+		ok = true
+	}
+	return packets, bytes, ok
 }

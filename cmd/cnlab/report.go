@@ -198,6 +198,7 @@ func printReport(e *env, rep *report.Report, output string) error {
 			fmt.Fprintf(e.stdout, "- %s\n", f.Text)
 		}
 	}
+	printUnitCosts(e, rep)
 	if rep.Noisy > 0 {
 		fmt.Fprintf(e.stdout, "%d of %s of the report's table (every headline metric of every point: throughput, p50/p99 latency, rate, loss) have a CV above %.0f%% (marked ⚠).\n", rep.Noisy, plural.N(len(rep.Rows), "row"), 100*report.CVWarn)
 	}
@@ -267,6 +268,9 @@ Mann–Whitney p of the same samples for contrast.`,
 			}
 			c := report.Compare(runs[0], runs[1], t, minChange/100)
 			c.A, c.B = args[0], args[1]
+			envA, _ := results.LoadEnvironment(args[0])
+			envB, _ := results.LoadEnvironment(args[1])
+			c.Reference = report.CompareReference(envA, envB)
 			if len(c.Changes) == 0 && len(c.Missing) == 0 {
 				return usagef("no point of %s matches one of %s (same sweep, parameters and workload): are they runs of the same experiment?", args[0], args[1])
 			}
@@ -334,4 +338,22 @@ func comparePaired(e *env, args []string, spec, output string) error {
 		return enc.Encode(c)
 	}
 	return c.Text(e.stdout)
+}
+
+// printUnitCosts lists what each unit of every sweep's axis costs per
+// packet (report.UnitCost), the seed's beside it where it published one.
+func printUnitCosts(e *env, rep *report.Report) {
+	var lines []string
+	for _, uc := range rep.UnitCosts {
+		if uc.Text != "" {
+			lines = append(lines, uc.Text)
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(e.stdout, "Costs per packet:")
+	for _, l := range lines {
+		fmt.Fprintf(e.stdout, "- %s\n", l)
+	}
 }
