@@ -152,7 +152,11 @@ func TestBidirectionalOnlyStreams(t *testing.T) {
 			t.Errorf("%s: %v", kind, err)
 		}
 	}
-	src := "name: x\nworkloads:\n  - {kind: tcp-stream, bidirectional: true}\nsweeps:\n  - name: a\n    matrix: {datapath: [ebpf]}\n"
+	src := "name: x\nwarmup: 1s\nworkloads:\n  - {kind: tcp-rr-under-load, bidirectional: true}\nsweeps:\n  - name: a\n    matrix: {datapath: [ebpf]}\n"
+	if s, err := Parse([]byte(src), "bidir.yaml", false); err != nil || s.Workloads[0].Name() != "tcp-rr-under-load 1/1 4streams bidir" {
+		t.Errorf("tcp-rr-under-load: %v", err)
+	}
+	src = "name: x\nworkloads:\n  - {kind: tcp-stream, bidirectional: true}\nsweeps:\n  - name: a\n    matrix: {datapath: [ebpf]}\n"
 	s, err := Parse([]byte(src), "bidir.yaml", false)
 	if err != nil || !s.Workloads[0].Bidirectional || s.Workloads[0].Name() != "tcp-stream bidir" {
 		t.Errorf("tcp-stream: %v", err)

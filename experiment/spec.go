@@ -378,7 +378,7 @@ func (s *Spec) checkWorkloads(path string, wl []results.Workload, required bool)
 			bad("length", w.Length != 0 && !stream, "tcp-stream and udp-stream"),
 			bad("rate", w.Rate != "" && w.Kind != results.UDPStream, "udp-stream"),
 			bad("zerocopy", w.Zerocopy && w.Kind != results.TCPStream, "tcp-stream"),
-			bad("bidirectional", w.Bidirectional && w.Kind != results.TCPStream, "tcp-stream"),
+			bad("bidirectional", w.Bidirectional && w.Kind != results.TCPStream && !underLoad, "tcp-stream and tcp-rr-under-load (its load streams)"),
 			bad("requestSize", w.RequestSize != 0 && !rr && !underLoad, "tcp-rr, tcp-crr, udp-rr and tcp-rr-under-load"),
 			bad("responseSize", w.ResponseSize != 0 && !rr && !underLoad, "tcp-rr, tcp-crr, udp-rr and tcp-rr-under-load"),
 			bad("count", w.Count != 0 && w.Kind != results.Ping, "ping"),

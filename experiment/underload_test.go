@@ -84,7 +84,7 @@ name: underload
 warmup: 1s
 duration: 1s
 repetitions: 1
-workloads: [{kind: tcp-rr-under-load, streams: 1}]
+workloads: [{kind: tcp-rr-under-load, streams: 1, bidirectional: true}]
 matrix: {datapath: [ebpf]}
 `
 	out := filepath.Join(t.TempDir(), "run")
@@ -100,7 +100,8 @@ matrix: {datapath: [ebpf]}
 		t.Fatalf("%s: %s with %d samples: %s", p.ID, p.Status, len(p.Samples), p.Error)
 	}
 	m := p.Samples[0].Metrics
-	for _, k := range []string{"latency_p50_us", "latency_p99_us", "latency_mean_us", "transactions_per_s", "throughput_gbps", "retransmits"} {
+	// The load runs both ways (bidirectional: RRUL's streams up and down).
+	for _, k := range []string{"latency_p50_us", "latency_p99_us", "latency_mean_us", "transactions_per_s", "throughput_gbps", "retransmits", "throughput_up_gbps", "throughput_down_gbps"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("no %s in %v", k, m)
 		}

@@ -602,7 +602,8 @@ func (s *Spec) checkUnderLoad(p string, w *results.Workload) error {
 // netperf per stream, so they are not confined to one core), started
 // with the rr client: both warm up for the warm-up, rr then measures for
 // the duration while the streams run on, and the streams stop loadTail
-// after it. Either failing stops the other; every process is stopped when
+// after it. With w.Bidirectional each pair runs both ways (iperf3
+// --bidir): streams up and down at once, as RRUL's. Either failing stops the other; every process is stopped when
 // ctx ends. The metrics are rr's (latency_*, transactions_per_s,
 // client_cpu_pct) and the load's (throughput_gbps, sent_gbps,
 // retransmits, sender_cpu_pct, receiver_cpu_pct).
@@ -614,7 +615,7 @@ func runRRUnderLoad(ctx context.Context, w results.Workload, e sampleEnv) (map[s
 	le := e
 	le.duration = e.duration + loadTail
 	keep := underLoadSeries(&e, &le)
-	load := results.Workload{Kind: results.TCPStream, Flows: max(w.Streams, 1), Streams: 1}
+	load := results.Workload{Kind: results.TCPStream, Flows: max(w.Streams, 1), Streams: 1, Bidirectional: w.Bidirectional}
 	rr := results.Workload{Kind: results.TCPRR, RequestSize: w.RequestSize, ResponseSize: w.ResponseSize}
 	var lm map[string]float64
 	var lerr error

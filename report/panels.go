@@ -75,6 +75,9 @@ var seriesDims = []dim{
 	// its lines are the same series under load, the tcp-rr's idle.
 	{"load", func(p *results.PointResult) string {
 		if p.Workload.Kind == results.TCPRRUnderLoad {
+			if p.Workload.Bidirectional {
+				return num(p.Workload.Streams) + " each way"
+			}
 			return num(p.Workload.Streams)
 		}
 		return ""
@@ -82,10 +85,14 @@ var seriesDims = []dim{
 		if v == "" {
 			return "idle"
 		}
-		if v == "1" {
-			return "under load (1 stream)"
+		n, way, _ := strings.Cut(v, " ")
+		if way != "" {
+			way = " " + way
 		}
-		return "under load (" + v + " streams)"
+		if n == "1" {
+			return "under load (1 stream" + way + ")"
+		}
+		return "under load (" + n + " streams" + way + ")"
 	}},
 	{"streams", func(p *results.PointResult) string {
 		if p.Workload.Kind == results.TCPRRUnderLoad {

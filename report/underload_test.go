@@ -44,8 +44,8 @@ func TestUnderLoadBesideIdle(t *testing.T) {
 		r.Points = append(r.Points, pr)
 	}
 	rep := Build(r, nil)
-	want := []string{"ebpf, idle", "ebpf, under load (4 streams)", "iptables no-match, idle", "iptables no-match, under load (4 streams)",
-		"nftables, idle", "nftables, under load (4 streams)"}
+	want := []string{"ebpf, idle", "ebpf, under load (4 streams each way)", "iptables no-match, idle", "iptables no-match, under load (4 streams each way)",
+		"nftables, idle", "nftables, under load (4 streams each way)"}
 	seen := map[string]bool{}
 	for _, f := range rep.Figures {
 		if f.Kind != "sweep" {
@@ -61,7 +61,7 @@ func TestUnderLoadBesideIdle(t *testing.T) {
 				t.Errorf("%s: lines %q, want %q", f.ID, names, want)
 			}
 		case strings.Contains(f.ID, "throughput-gbps"):
-			if len(names) != 3 || !strings.HasSuffix(names[0], "under load (4 streams)") {
+			if len(names) != 3 || !strings.HasSuffix(names[0], "under load (4 streams each way)") {
 				t.Errorf("%s: lines %q, want the three datapaths under load", f.ID, names)
 			}
 		default:

@@ -208,7 +208,9 @@ type Workload struct {
 	Expect      []int  `yaml:"expect" json:"expect,omitempty"`
 	// Bidirectional (tcp-stream): both directions at once (iperf3
 	// --bidir, 3.7 and later); throughput_gbps is then their sum, with
-	// throughput_up_gbps and throughput_down_gbps each direction's.
+	// throughput_up_gbps and throughput_down_gbps each direction's. On
+	// tcp-rr-under-load, its load streams run both ways (RRUL's up and
+	// down streams).
 	Bidirectional bool `yaml:"bidirectional" json:"bidirectional,omitempty"`
 }
 
@@ -239,6 +241,9 @@ func (w Workload) Name() string {
 		parts = append(parts, fmt.Sprintf("%d/%d", w.RequestSize, w.ResponseSize))
 	case TCPRRUnderLoad:
 		parts = append(parts, fmt.Sprintf("%d/%d", w.RequestSize, w.ResponseSize), fmt.Sprintf("%dstreams", w.Streams))
+		if w.Bidirectional {
+			parts = append(parts, "bidir")
+		}
 	case HTTP, AB:
 		parts = append(parts, w.Mode, fmt.Sprintf("c%d", w.Concurrency))
 		if w.Method != "" && w.Method != http.MethodGet {
