@@ -163,6 +163,9 @@ func Combine(srcs []Source, out string) (*Combined, error) {
 				if p.Samples[k].Log != "" {
 					p.Samples[k].Log = filepath.Join(rel, p.Samples[k].Log)
 				}
+				if p.Samples[k].Series != "" { // read from its run's directory, as the log
+					p.Samples[k].Series = filepath.Join(rel, p.Samples[k].Series)
+				}
 			}
 			c.Results.Points = append(c.Results.Points, p)
 		}

@@ -45,7 +45,7 @@ func seed004Run(seed uint64, backend, proxy string, series map[string]float64, e
 			for k, v := range m {
 				s[k] = v * (1 + 0.01*rng.NormFloat64())
 			}
-			pr.Samples = append(pr.Samples, results.Sample{Repetition: i + 1, Metrics: s, Log: "logs/" + id + ".log"})
+			pr.Samples = append(pr.Samples, results.Sample{Repetition: i + 1, Metrics: s, Log: "logs/" + id + ".log", Series: "series/" + id + "-r1.json"})
 			r.Order = append(r.Order, results.Job{Point: id, Repetition: i + 1})
 		}
 		pr.Summarize()
@@ -186,6 +186,9 @@ func TestCombineSeed004(t *testing.T) {
 		}
 		if l := p.Samples[0].Log; !strings.HasPrefix(l, "../s4-") {
 			t.Errorf("%s: sample log %q not relative to its run", p.ID, l)
+		}
+		if l := p.Samples[0].Series; !strings.HasPrefix(l, "../s4-") || !strings.HasSuffix(l, "/series/"+strings.Split(p.ID, "/")[1]+"-r1.json") {
+			t.Errorf("%s: sample series %q not relative to its run", p.ID, l)
 		}
 	}
 	if rep.Env == nil || rep.Env.Hostname != "vm" || rep.Env.Cluster != nil {

@@ -127,7 +127,7 @@ func (ps *PointSeries) draw() {
 		if ps.Series != "" {
 			title += " (" + ps.Series + ")"
 		}
-		f := &plot.Figure{ID: "series-" + ps.Point + "-" + strings.ReplaceAll(name, "_", "-"),
+		f := &plot.Figure{ID: "series-" + strings.ReplaceAll(ps.Point, "/", "-") + "-" + strings.ReplaceAll(name, "_", "-"),
 			Title:  title,
 			XLabel: "time since the warm-up ended (s)", YLabel: m.Label,
 			Note: fmt.Sprintf("Each line is one repetition of the point (%s with a series), a value per interval as the measuring tool reported it, at the interval's end (docs/methodology.md).", plural.N(len(ps.Samples), "sample"))}
