@@ -1,6 +1,7 @@
 package report
 
 import (
+	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"math"
@@ -282,6 +283,17 @@ func TestComparePaired(t *testing.T) {
 	}
 	if !found || len(c.Changes) != 12 {
 		t.Errorf("%d changes, p0008/p0002 p50 found: %v", len(c.Changes), found)
+	}
+	// 3 pairs: the p comes with how weak it is, in the text and in JSON.
+	var b strings.Builder
+	if err := c.Text(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "(3 pairs: weak*)") || !strings.Contains(b.String(), "* 3 pairs: a paired t-test with 2 degrees of freedom") {
+		t.Errorf("text does not say 3 pairs are weak:\n%s", b.String())
+	}
+	if data, _ := json.Marshal(c.Changes[0]); !strings.Contains(string(data), `"fewPairs":"3 pairs: `) {
+		t.Errorf("JSON has no fewPairs: %s", data)
 	}
 	for _, bad := range [][3]string{{"datapath", "iptables", "ovs"}, {"colour", "a", "b"}} {
 		if _, err := ComparePaired(r, bad[0], bad[1], bad[2]); err == nil {
