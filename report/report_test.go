@@ -439,3 +439,45 @@ func TestCompareAcrossSystems(t *testing.T) {
 		t.Errorf("clusters with another kube-proxy: %+v", s)
 	}
 }
+
+// ab's latency percentiles are whole milliseconds: a p50 below 1 ms (0 in
+// runs before that was known, absent since) is "below ab's 1 ms
+// resolution", never "0 → 0" nor a change (issue 37).
+func TestCompareABBelowResolution(t *testing.T) {
+	run := func(p50 *float64) *results.Results {
+		r := &results.Results{Schema: results.Schema, Status: results.StatusComplete,
+			Experiment: results.ExperimentInfo{Name: "ab", File: "ab.yaml", Text: "name: ab\n"}}
+		p := results.PointResult{Point: results.Point{ID: "p0001", Params: results.Params{Topology: "single-host", Datapath: "iptables"},
+			Workload: results.Workload{Kind: results.AB}, Repetitions: 3}, Status: results.PointDone}
+		for i := range 3 {
+			m := map[string]float64{"requests_per_s": 10000 + float64(i), "latency_p99_us": 2000}
+			if p50 != nil {
+				m["latency_p50_us"] = *p50
+			}
+			p.Samples = append(p.Samples, results.Sample{Repetition: i + 1, Metrics: m})
+		}
+		r.Points = append(r.Points, p)
+		return r
+	}
+	zero := 0.0
+	c := Compare(run(&zero), run(nil), 0.05, DefaultMinChange)
+	var b strings.Builder
+	if err := c.Text(&b); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ch := range c.Changes {
+		if ch.Metric == "latency_p50_us" {
+			found = true
+			if !ch.BelowResolution || ch.Regression || ch.Verdict != "~" {
+				t.Errorf("p50: %+v", ch)
+			}
+		}
+		if ch.Metric == "latency_p99_us" && ch.BelowResolution {
+			t.Errorf("p99 of 2 ms is measured: %+v", ch)
+		}
+	}
+	if !found || !strings.Contains(b.String(), "<1 ms") || !strings.Contains(b.String(), "below ab's 1 ms resolution") || strings.Contains(b.String(), "0 → 0") {
+		t.Errorf("text:\n%s", b.String())
+	}
+}
