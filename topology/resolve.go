@@ -112,10 +112,11 @@ next:
 			}
 		}
 		before := len(r.errs)
-		if err := st.run(); err != nil {
+		err := st.run()
+		if err != nil && err != errSkip {
 			r.add(err)
 		}
-		failed[st.name] = len(r.errs) > before
+		failed[st.name] = err == errSkip || len(r.errs) > before
 	}
 	if err := input.Join(r.errs); err != nil {
 		return nil, err

@@ -13,6 +13,12 @@ func (r *resolver) hosts() error {
 		return nil
 	}
 	if len(r.raw.Hosts) == 0 {
+		if len(r.errs) > 0 {
+			// A fragment with a problem already said (as tests and
+			// users write to try one field): its missing hosts are said
+			// once the rest is right.
+			return errSkip
+		}
 		return r.errf("hosts", "at least one host is required (or a chain:)")
 	}
 	seen := map[string]int{}
