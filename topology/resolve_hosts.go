@@ -24,8 +24,8 @@ func (r *resolver) hosts() error {
 	seen := map[string]int{}
 	r.each(len(r.raw.Hosts), func(i int) error {
 		err := r.host(i, seen)
-		if err != nil {
-			r.badHosts[r.raw.Hosts[i].Name] = true
+		if name := r.raw.Hosts[i].Name; err != nil && r.spec.Host(name) == nil {
+			r.badHosts[name] = true // not a duplicate of a good one
 		}
 		return err
 	})
