@@ -33,8 +33,8 @@ func fewPairs(n int) string {
 	if n >= MinPairs {
 		return ""
 	}
-	return fmt.Sprintf("%d pairs: a paired t-test with %d degree%s of freedom, its spread estimated from %d values; its 95%% interval is ±%.3g standard errors wide: weak evidence either way (give %d or more repetitions)",
-		n, n-1, map[bool]string{true: "", false: "s"}[n == 2], n, TQuantile975(n-1), MinPairs)
+	return fmt.Sprintf("%d pairs: a paired t-test with %d degree%s of freedom: the spread is estimated from %d values, the p rests on their being normal, which so few cannot show, and the 95%% interval spans ±%.3g standard errors (±%.3g with %d pairs); give %d or more repetitions",
+		n, n-1, map[bool]string{true: "", false: "s"}[n == 2], n, TQuantile975(n-1), TQuantile975(MinPairs-1), MinPairs, MinPairs)
 }
 
 // Paired computes PairedRatio. It needs two pairs at least, and positive
