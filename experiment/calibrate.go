@@ -99,7 +99,7 @@ func Calibrate(ctx context.Context, o CalibrateOptions) (*Calibration, error) {
 		if o.Progress != nil {
 			o.Progress(fmt.Sprintf("calibrating %s: %d samples of tcp-rr and tcp-stream", name, o.Samples))
 		}
-		r, err := Run(ctx, s, []byte(text), Options{Out: filepath.Join(out, name), RR: o.RR})
+		r, err := Run(ctx, s, []byte(text), Options{Out: filepath.Join(out, name), RR: o.RR, NoReference: true})
 		if err != nil {
 			return nil, err
 		}

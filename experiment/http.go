@@ -269,6 +269,7 @@ func runHTTPWorkload(ctx context.Context, w results.Workload, e sampleEnv) (map[
 	if werr != nil && w.Kind == results.AB {
 		return nil, fmt.Errorf("ab: %v: %s", werr, lastLine(cli.errb.String()))
 	}
+	e.series.set(httpSeries(r.Series))
 	m := httpMetrics(r)
 	if w.Kind == results.AB {
 		m["status_2xx"], m["status_non2xx"] = float64(ab.ok), float64(ab.non2xx)

@@ -122,8 +122,12 @@ func TestRunEndToEnd(t *testing.T) {
 			if s := sum["throughput_gbps"]; s.N != 2 || s.Median < 0.1 || s.CILow > s.Median || s.CIHigh < s.Median {
 				t.Errorf("%s: throughput %+v", p.ID, s)
 			}
+			// Packets counted at the server, and the CPU time per packet.
+			if sum["skb_per_s"].N != 2 || sum["skb_per_s"].Median < 1000 || sum["cpu_us_per_packet"].Median <= 0 {
+				t.Errorf("%s: skb_per_s %+v, cpu_us_per_packet %+v", p.ID, sum["skb_per_s"], sum["cpu_us_per_packet"])
+			}
 		case results.TCPRR, results.UDPRR:
-			if sum["transactions_per_s"].Median < 100 || sum["latency_p50_us"].Median > sum["latency_p99_us"].Median {
+			if sum["transactions_per_s"].Median < 100 || sum["latency_p50_us"].Median > sum["latency_p99_us"].Median || sum["cpu_us_per_transaction"].Median <= 0 {
 				t.Errorf("%s: rr %+v", p.ID, sum)
 			}
 		case results.Ping:
@@ -171,6 +175,11 @@ func TestRunEndToEnd(t *testing.T) {
 	if err := files.ReadJSON(filepath.Join(out, "environment.json"), &env); err != nil || env.Kernel == "" || env.Cores < 1 ||
 		env.MemoryBytes == 0 || env.Tools["iperf3"] == "" || env.Offloads["tso"] == "" {
 		t.Errorf("environment.json: %+v %v", env, err)
+	}
+	if ref := env.Reference; ref == nil || ref.Error != "" || len(ref.StreamGbps) < 2 || len(ref.RRP50Us) < 2 || ref.StreamGbps[0] <= 0 || ref.RRP50Us[0] <= 0 {
+		t.Errorf("environment.json: reference speed %+v", ref)
+	} else if !ref.Cached && ref.Seconds > 8 {
+		t.Errorf("the reference speed took %.1f s, want about 5", ref.Seconds)
 	}
 	// The lab builds were recorded, with the policy updates' times.
 	applied := false

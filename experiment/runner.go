@@ -44,6 +44,9 @@ type Options struct {
 	// failing it; EnforceTimeout bounds the wait (0: the default).
 	Unenforced     bool
 	EnforceTimeout time.Duration
+	// NoReference: do not measure (or look up) the machine's reference
+	// speed (cnlab doctor's own runs measure it themselves).
+	NoReference bool
 }
 
 // Run runs an experiment and writes its results directory. text is the
@@ -92,6 +95,9 @@ func Run(ctx context.Context, s *Spec, text []byte, o Options) (*results.Results
 	env := CaptureEnvironment()
 	var prog *progress
 	be := newBackend(o, env, func(msg string) { prog.note(msg) })
+	if be.name() == results.BackendLab && !o.NoReference {
+		env.Reference = recordReference(ctx, o)
+	}
 	if env.Cluster, err = be.describe(ctx); err != nil {
 		return nil, err
 	}
@@ -224,7 +230,7 @@ func checkTools(points []results.Point) error {
 	need := map[string]string{}
 	for _, p := range points {
 		switch p.Workload.Kind {
-		case results.TCPStream, results.UDPStream:
+		case results.TCPStream, results.UDPStream, results.TCPRRUnderLoad:
 			need["iperf3"] = "apt-get install iperf3"
 		case results.Ping:
 			need["ping"] = "apt-get install iputils-ping"
@@ -461,6 +467,7 @@ func (ru *runner) measure(ctx context.Context, pr *results.PointResult, j result
 	// The datapath's per-rule counters are read around the sample, out
 	// of its time and noise.
 	var sample results.Sample
+	e.series = &seriesSink{}
 	err = countPolicies(ctx, e.policyCounters, pr, logf, func() error {
 		t0 := time.Now()
 		before, nerr := readNoise()
@@ -473,6 +480,7 @@ func (ru *runner) measure(ctx context.Context, pr *results.PointResult, j result
 			noise = noiseBetween(before, after)
 		}
 		sample = results.Sample{Repetition: j.Repetition, At: t0.UTC(), Seconds: time.Since(t0).Seconds(), Metrics: m, Log: logName, Noise: noise}
+		sample.Series = e.series.save(ru.o.Out, pr.ID, j.Repetition, logf)
 		return nil
 	})
 	if err != nil {

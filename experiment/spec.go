@@ -307,6 +307,11 @@ func (s *Spec) validate() error {
 		if err := checkMatrix(m, s, path+".matrix"); err != nil {
 			return err
 		}
+		if f := sw.Figures; f != nil {
+			if err := checkSeedValues(f.SeedValues, m, s, path+".figures.seedValues"); err != nil {
+				return err
+			}
+		}
 		wl := sw.Workloads
 		if len(wl) == 0 {
 			wl = s.Workloads
@@ -330,7 +335,7 @@ func (s *Spec) validate() error {
 		if p.Workload.Kind == results.AB && time.Duration(s.Warmup)%time.Second != 0 {
 			return s.errf("warmup", "%v: ab (the ab workload) warms up for whole seconds (-t)", time.Duration(s.Warmup))
 		}
-		if p.Workload.Kind != results.TCPStream && p.Workload.Kind != results.UDPStream {
+		if p.Workload.Kind != results.TCPStream && p.Workload.Kind != results.UDPStream && p.Workload.Kind != results.TCPRRUnderLoad {
 			continue
 		}
 		if time.Duration(s.Duration)%time.Second != 0 {
@@ -358,20 +363,24 @@ func (s *Spec) checkWorkloads(path string, wl []results.Workload, required bool)
 		}
 		stream := w.Kind == results.TCPStream || w.Kind == results.UDPStream
 		rr := w.Kind == results.TCPRR || w.Kind == results.TCPCRR || w.Kind == results.UDPRR
+		underLoad := w.Kind == results.TCPRRUnderLoad
 		bad := func(field string, set bool, what string) error {
 			if set {
 				return s.errf(p+"."+field, "applies to %s workloads only", what)
 			}
 			return nil
 		}
+		if w.Streams != 0 && !stream && !underLoad {
+			return s.errf(p+".streams", "applies to tcp-stream and udp-stream workloads only, and to tcp-rr-under-load (its load streams)")
+		}
 		for _, e := range []error{
-			bad("streams", w.Streams != 0 && !stream, "tcp-stream and udp-stream"),
 			bad("flows", w.Flows != 0 && !stream, "tcp-stream and udp-stream"),
 			bad("length", w.Length != 0 && !stream, "tcp-stream and udp-stream"),
 			bad("rate", w.Rate != "" && w.Kind != results.UDPStream, "udp-stream"),
 			bad("zerocopy", w.Zerocopy && w.Kind != results.TCPStream, "tcp-stream"),
-			bad("requestSize", w.RequestSize != 0 && !rr, "tcp-rr, tcp-crr and udp-rr"),
-			bad("responseSize", w.ResponseSize != 0 && !rr, "tcp-rr, tcp-crr and udp-rr"),
+			bad("bidirectional", w.Bidirectional && w.Kind != results.TCPStream, "tcp-stream"),
+			bad("requestSize", w.RequestSize != 0 && !rr && !underLoad, "tcp-rr, tcp-crr, udp-rr and tcp-rr-under-load"),
+			bad("responseSize", w.ResponseSize != 0 && !rr && !underLoad, "tcp-rr, tcp-crr, udp-rr and tcp-rr-under-load"),
 			bad("count", w.Count != 0 && w.Kind != results.Ping, "ping"),
 			bad("mode", w.Mode != "" && !results.IsHTTP(w.Kind), "http and ab"),
 			bad("concurrency", w.Concurrency != 0 && !results.IsHTTP(w.Kind), "http and ab"),
@@ -420,6 +429,11 @@ func (s *Spec) checkWorkloads(path string, wl []results.Workload, required bool)
 		}
 		if w.Kind == results.Ping && w.Count < 2 {
 			return s.errf(p+".count", "%d: at least 2 (the first reply and the steady ones)", w.Count)
+		}
+		if underLoad {
+			if err := s.checkUnderLoad(p, w); err != nil {
+				return err
+			}
 		}
 		if results.IsHTTP(w.Kind) {
 			if err := s.checkHTTPWorkload(p, w); err != nil {

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/netip"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/experiment/results"
+	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/stats"
 	"github.com/cnlab/cnlab/traffic"
@@ -57,6 +60,8 @@ type sampleEnv struct {
 	// policyCounters, when set, reads the datapath's per-rule counters
 	// around each measured sample (PointResult.PolicyCounters).
 	policyCounters readPolicyCounters
+	// series, when set, receives the sample's per-second series.
+	series *seriesSink
 }
 
 // host runs a sample's processes.
@@ -299,11 +304,19 @@ func runSample(ctx context.Context, w results.Workload, e sampleEnv) (map[string
 		m, err = runPing(ctx, w, e)
 	case results.HTTP, results.AB:
 		m, err = runHTTPWorkload(ctx, w, e)
+	case results.TCPRRUnderLoad:
+		m, err = runRRUnderLoad(ctx, w, e)
 	default:
 		err = fmt.Errorf("workload %q", w.Kind)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if w.Kind == results.TCPRRUnderLoad {
+		// The machine's CPU served the rr and the load streams at once:
+		// no service demand of either (skb_per_s is the load's).
+		delete(m, "cpu_us_per_packet")
+		delete(m, "cpu_us_per_transaction")
 	}
 	if !e.nodeCPU && t0 > 0 {
 		if b1, t1 := e.cpuTimes(ctx, e.ep.client); t1 > t0 {
@@ -324,6 +337,7 @@ func secs(d time.Duration) int { return int(math.Ceil(d.Seconds())) }
 func runIperf3(ctx context.Context, w results.Workload, e sampleEnv) (map[string]float64, error) {
 	flows := max(w.Flows, 1)
 	var clients []*proc
+	var first *proc // a server: its namespace's packet counters
 	for i := 0; i < flows; i++ {
 		port := IperfPort + i
 		srv, err := e.start(ctx, e.ep.server, e.pin.ServerCPU(), "iperf3", "-s", "-1", "-p", strconv.Itoa(port))
@@ -334,7 +348,11 @@ func runIperf3(ctx context.Context, w results.Workload, e sampleEnv) (map[string
 		if err := e.waitListening(ctx, srv, port, false); err != nil {
 			return nil, err
 		}
+		if first == nil {
+			first = srv
+		}
 	}
+	rx := e.rxStart(ctx, first)
 	cpu := e.clientCPU(ctx)
 	for i := 0; i < flows; i++ {
 		argv := []string{"iperf3", "-c", e.ep.dest.String(), "-p", strconv.Itoa(IperfPort + i), "-J",
@@ -344,6 +362,9 @@ func runIperf3(ctx context.Context, w results.Workload, e sampleEnv) (map[string
 		}
 		if w.Zerocopy {
 			argv = append(argv, "-Z")
+		}
+		if w.Bidirectional {
+			argv = append(argv, "--bidir")
 		}
 		if w.Kind == results.UDPStream {
 			rate := w.Rate
@@ -388,10 +409,28 @@ func runIperf3(ctx context.Context, w results.Workload, e sampleEnv) (map[string
 	if firstErr != nil {
 		return nil, firstErr
 	}
+	if w.Bidirectional {
+		for _, r := range rs {
+			if r.Bidir == nil {
+				return nil, fmt.Errorf("%s reported one direction of a bidirectional stream: bidirectional needs iperf3 3.7 or later (--bidir)", r.IperfVersion)
+			}
+		}
+	}
+	e.series.set(iperf3Series(rs, w.Kind == results.UDPStream, w.Bidirectional))
 	m := map[string]float64{}
 	cpu.end(ctx, m)
+	rx.endStream(ctx, m)
 	var packets, lost int
 	for _, r := range rs {
+		if d := r.Bidir; d != nil && w.Bidirectional {
+			// Both directions: the totals are their sums
+			// (docs/methodology.md).
+			m["throughput_up_gbps"] += r.ReceivedBps / 1e9
+			m["throughput_down_gbps"] += d.ReceivedBps / 1e9
+			m["throughput_gbps"] += d.ReceivedBps / 1e9
+			m["sent_gbps"] += d.SentBps / 1e9
+			m["retransmits"] += float64(d.Retransmits)
+		}
 		m["throughput_gbps"] += r.ReceivedBps / 1e9
 		m["sent_gbps"] += r.SentBps / 1e9
 		m["sender_cpu_pct"] += r.SenderCPU
@@ -426,6 +465,7 @@ func runRR(ctx context.Context, w results.Workload, e sampleEnv) (map[string]flo
 	}
 	cliArgv := append(append(append([]string{}, e.rr...), "client", "-o", "json", "--to", fmt.Sprintf("%s:%d", e.ep.dest, RRPort),
 		"--duration", e.duration.String(), "--warmup", e.warmup.String()), sizes...)
+	rx := e.rxStart(ctx, srv)
 	cpu := e.clientCPU(ctx)
 	cli, err := e.start(ctx, e.ep.client, e.pin.ClientCPU(), cliArgv...)
 	if err != nil {
@@ -442,6 +482,7 @@ func runRR(ctx context.Context, w results.Workload, e sampleEnv) (map[string]flo
 	if err != nil {
 		return nil, err
 	}
+	e.series.set(rrSeries(r.Series))
 	l := r.LatencyUs
 	m := map[string]float64{
 		"transactions_per_s": r.PerSecond,
@@ -455,6 +496,7 @@ func runRR(ctx context.Context, w results.Workload, e sampleEnv) (map[string]flo
 		m["client_cpu_pct"] = cli.cpuPercent()
 	}
 	cpu.end(ctx, m)
+	rx.endTransactions(ctx, m, r.PerSecond)
 	if w.Kind == results.UDPRR {
 		m["timeouts"] = float64(r.Timeouts)
 	}
@@ -519,4 +561,239 @@ func runPing(ctx context.Context, w results.Workload, e sampleEnv) (map[string]f
 		m["rtt_us"] = stats.Median(steady)
 	}
 	return m, nil
+}
+
+// DefaultLoadStreams is how many TCP streams load the path of a
+// tcp-rr-under-load workload that does not say (flent's RRUL runs 4 each
+// way).
+const DefaultLoadStreams = 4
+
+// loadTail is how much longer the load streams of tcp-rr-under-load run
+// than the rr client: they start with it and must still be running when
+// it stops (iperf3 counts whole seconds; process start-up skews both).
+const loadTail = time.Second
+
+// checkUnderLoad validates a tcp-rr-under-load workload at YAML path p
+// and fills its defaults: DefaultLoadStreams streams, netperf's 1/1
+// transactions.
+func (s *Spec) checkUnderLoad(p string, w *results.Workload) error {
+	if w.Streams == 0 {
+		w.Streams = DefaultLoadStreams
+	}
+	if w.Streams > results.MaxFlows {
+		return s.errf(p+".streams", "%d: between 1 and %d (one iperf3 pair per stream, on ports %d to %d)", w.Streams, results.MaxFlows, IperfPort, IperfPort+results.MaxFlows-1)
+	}
+	if w.RequestSize == 0 {
+		w.RequestSize = 1
+	}
+	if w.ResponseSize == 0 {
+		w.ResponseSize = 1
+	}
+	if time.Duration(s.Warmup) < time.Second {
+		return s.errf("warmup", "%v: the tcp-rr-under-load workload (%s) needs a warm-up of at least 1s: its load streams ramp up in it before rr measures", time.Duration(s.Warmup), p)
+	}
+	return nil
+}
+
+// runRRUnderLoad measures tcp-rr latency while w.Streams TCP streams fill
+// the same path, client to server: flent's RRUL, adapted
+// (docs/methodology.md "Latency under load"). The streams are w.Streams
+// iperf3 client/server pairs of one stream each (as flent runs one
+// netperf per stream, so they are not confined to one core), started
+// with the rr client: both warm up for the warm-up, rr then measures for
+// the duration while the streams run on, and the streams stop loadTail
+// after it. Either failing stops the other; every process is stopped when
+// ctx ends. The metrics are rr's (latency_*, transactions_per_s,
+// client_cpu_pct) and the load's (throughput_gbps, sent_gbps,
+// retransmits, sender_cpu_pct, receiver_cpu_pct).
+func runRRUnderLoad(ctx context.Context, w results.Workload, e sampleEnv) (map[string]float64, error) {
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	e.log = &lockedLog{w: e.log} // both write the sample's log at once
+	le := e
+	le.duration = e.duration + loadTail
+	keep := underLoadSeries(&e, &le)
+	load := results.Workload{Kind: results.TCPStream, Flows: max(w.Streams, 1), Streams: 1}
+	rr := results.Workload{Kind: results.TCPRR, RequestSize: w.RequestSize, ResponseSize: w.ResponseSize}
+	var lm map[string]float64
+	var lerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if lm, lerr = runIperf3(ctx, load, le); lerr != nil {
+			cancel()
+		}
+	}()
+	rm, rerr := runRR(ctx, rr, e)
+	if rerr != nil {
+		cancel()
+	}
+	<-done
+	switch {
+	case parent.Err() != nil: // Ctrl-C, not one stopping the other
+		return nil, parent.Err()
+	case rerr != nil && !errors.Is(rerr, context.Canceled):
+		return nil, fmt.Errorf("rr under load: %w", rerr)
+	case lerr != nil && !errors.Is(lerr, context.Canceled):
+		return nil, fmt.Errorf("load streams: %w", lerr)
+	case rerr != nil:
+		return nil, rerr
+	case lerr != nil:
+		return nil, lerr
+	}
+	for k, v := range lm {
+		if _, ok := rm[k]; !ok { // rr's own CPU window is the measured one
+			rm[k] = v
+		}
+	}
+	keep()
+	return rm, nil
+}
+
+// lockedLog serializes the writes of processes that share a sample's log.
+type lockedLog struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// rxWindow is what the server's network namespace received (its
+// interfaces' rx counters, lo left out) and the busy CPU time of the
+// endpoints' machines between two readings that bracket a sample's
+// clients. The packets counted are the skbs the datapath handled (one
+// per GRO/GSO packet, what netfilter and eBPF traverse): skb_per_s, and
+// the CPU time per packet or per transaction (netperf's service demand,
+// docs/methodology.md "Costs per packet").
+type rxWindow struct {
+	e       sampleEnv
+	srv     *proc
+	t0      time.Time
+	packets float64 // rx packets at t0; <0: not read
+	busy    float64 // busy jiffies at t0, summed over the nodes; <0: not read
+}
+
+// userHz is /proc/stat's jiffies per second (USER_HZ, 100 on Linux).
+const userHz = 100
+
+// rxStart reads the counters before the clients start (nil when srv is).
+func (e sampleEnv) rxStart(ctx context.Context, srv *proc) *rxWindow {
+	if srv == nil {
+		return nil
+	}
+	w := &rxWindow{e: e, srv: srv, packets: -1, busy: -1}
+	if p, _, ok := e.rxCounters(ctx, srv); ok {
+		w.packets = p
+	}
+	w.busy = e.busyJiffies(ctx)
+	w.t0 = time.Now()
+	return w
+}
+
+// busyJiffies sums the busy jiffies of the client's machine and, when the
+// server is on another node, the server's (-1 when unreadable).
+func (e sampleEnv) busyJiffies(ctx context.Context) float64 {
+	b, t := e.cpuTimes(ctx, e.ep.client)
+	if t == 0 {
+		return -1
+	}
+	if e.splitNodes {
+		b1, t1 := e.cpuTimes(ctx, e.ep.server)
+		if t1 == 0 {
+			return -1
+		}
+		b += b1
+	}
+	return b
+}
+
+// delta is the window's seconds, packets and busy CPU seconds (ok false
+// when a counter could not be read or did not move).
+func (w *rxWindow) delta(ctx context.Context) (secs, packets, cpuSecs float64, pOK, cOK bool) {
+	if w == nil {
+		return 0, 0, 0, false, false
+	}
+	p1, _, ok := w.e.rxCounters(ctx, w.srv)
+	b1 := w.e.busyJiffies(ctx)
+	secs = time.Since(w.t0).Seconds()
+	if ok && w.packets >= 0 && p1 > w.packets {
+		packets, pOK = p1-w.packets, true
+	}
+	if w.busy >= 0 && b1 >= w.busy {
+		cpuSecs, cOK = (b1-w.busy)/userHz, true
+	}
+	return secs, packets, cpuSecs, pOK, cOK && secs > 0
+}
+
+// endStream adds skb_per_s and cpu_us_per_packet to a stream's metrics.
+func (w *rxWindow) endStream(ctx context.Context, m map[string]float64) {
+	secs, packets, cpuSecs, pOK, cOK := w.delta(ctx)
+	if !pOK || secs <= 0 {
+		return
+	}
+	m["skb_per_s"] = packets / secs
+	if cOK {
+		m["cpu_us_per_packet"] = 1e6 * cpuSecs / packets
+	}
+}
+
+// endTransactions adds cpu_us_per_transaction to an rr's metrics: the
+// window's busy CPU time over the transactions at the measured rate
+// (the window also holds the warm-up, at about the same rate).
+func (w *rxWindow) endTransactions(ctx context.Context, m map[string]float64, perSecond float64) {
+	secs, _, cpuSecs, _, cOK := w.delta(ctx)
+	if !cOK || perSecond <= 0 {
+		return
+	}
+	m["cpu_us_per_transaction"] = 1e6 * cpuSecs / (perSecond * secs)
+}
+
+// rxCounters reads the rx packets and bytes of the server's network
+// namespace's interfaces but lo (/proc/net/dev): here from a thread in the
+// namespace (the server may have exited: iperf3 -s -1 does with its
+// client), on a cluster by an exec in the server's endpoint.
+func (e sampleEnv) rxCounters(ctx context.Context, p *proc) (packets, bytes float64, ok bool) {
+	var data []byte
+	var err error
+	if _, local := e.host.(localHost); local {
+		err = netns.Do(e.ep.server, func() error {
+			data, err = os.ReadFile("/proc/thread-self/net/dev")
+			return err
+		})
+	} else {
+		data, err = p.run.socketTable(ctx, "dev")
+	}
+	if err != nil {
+		return 0, 0, false
+	}
+	return parseNetDev(data)
+}
+
+// parseNetDev sums /proc/net/dev's rx packets and bytes over the
+// interfaces but lo.
+func parseNetDev(data []byte) (packets, bytes float64, ok bool) {
+	for _, line := range strings.Split(string(data), "\n") {
+		name, rest, found := strings.Cut(line, ":")
+		if !found || strings.TrimSpace(name) == "lo" {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) < 2 {
+			continue
+		}
+		b, err1 := strconv.ParseFloat(f[0], 64)
+		n, err2 := strconv.ParseFloat(f[1], 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		bytes += b
+		packets += n
+		ok = true
+	}
+	return packets, bytes, ok
 }

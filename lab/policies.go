@@ -53,7 +53,48 @@ type Change struct {
 // and makes the datapath enforce the new set. Nothing is stored unless the
 // datapath took it.
 func Apply(ctx context.Context, labName string, pols []*policy.Policy) (*Change, error) {
-	return modify(ctx, labName, "apply", false, func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
+	return modify(ctx, labName, "apply", false, applyTo(pols))
+}
+
+// Plan is what an apply would do, worked out without changing anything:
+// the change (Change.Compiled is the set that would be enforced), the
+// set enforced now and the lab it is for.
+type Plan struct {
+	Change *Change
+	Before *policy.Compiled
+	Spec   *topology.Spec
+}
+
+// PlanApply is Apply without its effects (policy apply --dry-run): it
+// compiles the lab's policies with pols added or replaced, and the
+// stored ones, and touches neither the kernel nor the stored set.
+func PlanApply(labName string, pols []*policy.Policy) (*Plan, error) {
+	spec, _, err := openDatapath(labName)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := Policies(labName)
+	if err != nil {
+		return nil, err
+	}
+	pl := &Plan{Change: &Change{}, Spec: spec}
+	next, err := applyTo(pols)(cur, pl.Change)
+	if err != nil {
+		return nil, err
+	}
+	if pl.Change.Compiled, err = compile(spec, next); err != nil {
+		return nil, err
+	}
+	if pl.Before, err = compile(spec, cur); err != nil {
+		return nil, err
+	}
+	return pl, nil
+}
+
+// applyTo is Apply's change: pols added to the set, or replacing the
+// policies of their kind, namespace and name.
+func applyTo(pols []*policy.Policy) func([]*policy.Policy, *Change) ([]*policy.Policy, error) {
+	return func(cur []*policy.Policy, ch *Change) ([]*policy.Policy, error) {
 		idx := map[string]int{}
 		for i, p := range cur {
 			idx[key(p)] = i
@@ -74,7 +115,7 @@ func Apply(ctx context.Context, labName string, pols []*policy.Policy) (*Change,
 			ch.Created = append(ch.Created, p.Ref())
 		}
 		return out, nil
-	})
+	}
 }
 
 // Replace makes pols the lab's whole policy set in one datapath update:

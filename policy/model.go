@@ -274,6 +274,58 @@ func unresolvedNames(r Rule, proto string, dst *topology.Endpoint) []string {
 	return names
 }
 
+// exceptNotes explains why an allow rule of policy p whose ports match
+// did not match the remote address: one of its CIDR peers covers the
+// address but leaves it out, by its except list or (a
+// CiliumNetworkPolicy) because it is one of the lab's own addresses.
+func (m *Model) exceptNotes(p *Policy, r Rule, remoteIP netip.Addr, proto string, port int, dst *topology.Endpoint, egress bool) []string {
+	if r.AnyPeer || !remoteIP.IsValid() {
+		return nil
+	}
+	portsMatch := len(r.Ports) == 0
+	for _, pr := range r.Ports {
+		portsMatch = portsMatch || portMatches(pr, proto, port, dst)
+	}
+	if !portsMatch {
+		return nil
+	}
+	var notes []string
+	for j, pe := range r.Peers {
+		if pe.Endpoints != nil || pe.Nodes != nil || !pe.CIDR.IsValid() || !pe.CIDR.Contains(remoteIP) {
+			continue
+		}
+		// A NetworkPolicy has one peer per from/to entry, so the peer's
+		// own path is known; a CiliumNetworkPolicy's peers mix its
+		// selector lists, so its CIDR is named by value.
+		what := fmt.Sprintf("%s %s: CIDR %s", p.Ref(), r.Path, pe.CIDR)
+		if p.Kind == KindNetworkPolicy {
+			field := "from"
+			if egress {
+				field = "to"
+			}
+			what = fmt.Sprintf("%s %s.%s[%d].ipBlock: cidr %s", p.Ref(), r.Path, field, j, pe.CIDR)
+		}
+		excluded := false
+		for _, x := range pe.Except {
+			if x.Contains(remoteIP) {
+				notes = append(notes, fmt.Sprintf("%s matches %s, but its except entry %s leaves it out", what, remoteIP, x))
+				excluded = true
+				break
+			}
+		}
+		if excluded || p.Kind != KindCNP {
+			continue
+		}
+		for _, x := range m.internal {
+			if x.Contains(remoteIP) {
+				notes = append(notes, fmt.Sprintf("%s matches %s, but a CiliumNetworkPolicy's CIDR never selects the lab's own addresses (%s): select endpoints by labels", what, remoteIP, x))
+				break
+			}
+		}
+	}
+	return notes
+}
+
 // Side is the verdict of one end of a connection: the source's egress or
 // the destination's ingress.
 type Side struct {
@@ -284,7 +336,10 @@ type Side struct {
 	Reason     string   `json:"reason"`
 	Rule       string   `json:"rule,omitempty"` // the rule that decided, if any
 	// Notes explain a denial further: the allow rules whose peers match
-	// but whose named port resolves to nothing on the destination.
+	// but whose named port resolves to nothing on the destination, and
+	// those whose ports match and whose CIDR covers the remote address
+	// but leaves it out (an ipBlock's except, a CiliumNetworkPolicy's
+	// lab addresses).
 	Notes []string `json:"notes,omitempty"`
 	// Tier is the tier whose rule decided ("Admin", "Baseline"; "" for
 	// the NetworkPolicy tier or no rule), and Passed the Admin-tier Pass
@@ -299,6 +354,9 @@ type Verdict struct {
 	To       string `json:"to"`
 	Protocol string `json:"protocol"`
 	Port     int    `json:"port"`
+	// PortName is the destination's port name the port was given by
+	// (policy trace --port NAME), if it was.
+	PortName string `json:"portName,omitempty"`
 	Allowed  bool   `json:"allowed"`
 	Egress   Side   `json:"egress"`
 	Ingress  Side   `json:"ingress"`
@@ -415,6 +473,7 @@ func (m *Model) npSide(subject, remote *topology.Endpoint, remoteIP netip.Addr, 
 						notes = append(notes, fmt.Sprintf("%s %s: named port %q resolves to nothing for %s (not in its ports:)", p.Ref(), r.Path, name, dst.ID()))
 					}
 				}
+				notes = append(notes, m.exceptNotes(p, r, remoteIP, proto, port, dst, egress)...)
 			}
 		}
 	}

@@ -3,10 +3,15 @@ package probe
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"math"
 	"net"
+	"net/http"
 	"net/netip"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -14,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/service"
 	"github.com/cnlab/cnlab/stats"
 	"github.com/cnlab/cnlab/topology"
@@ -28,6 +34,12 @@ type ServiceResult struct {
 	Backends map[string]int `json:"backends"`
 	Failed   int            `json:"failed"`
 	Expected []string       `json:"expected"`
+	// With an HTTP request (--http, or a port with L7 rules): how many
+	// answers came with each status, and the status the model gives each
+	// expected backend. A 403 of the L7 proxy names no backend: it counts
+	// here, not in Backends.
+	Statuses         map[string]int `json:"statuses,omitzero"`
+	ExpectedStatuses map[string]int `json:"expectedStatuses,omitzero"`
 	// What the checks found wrong (empty when the result matches the
 	// model): filled by CheckService.
 	Mismatches []string `json:"mismatches,omitempty"`
@@ -36,9 +48,10 @@ type ServiceResult struct {
 	Notes []string `json:"notes,omitempty"`
 
 	exp        service.Expectation
-	badSource  []string // a backend saw another source than it should
-	badReplier []string // a UDP reply came from another address than the Service's
-	errs       map[string]int
+	badSource  []string       // a backend saw another source than it should
+	badReplier []string       // a UDP reply came from another address than the Service's
+	errs       map[string]int // failures by cause (errorCause)
+	proxied    map[string]bool
 }
 
 // ServiceOptions tune a service probe.
@@ -56,6 +69,55 @@ type ServiceOptions struct {
 	// NodeHost, when set, probes the frontend's node port on that host
 	// (at service.NodeAddress) instead of its cluster IP.
 	NodeHost string
+	// HTTP, when set (a TCP frontend only), makes each connection send
+	// this request: every backend's listener speaks HTTP/1.1 and answers
+	// with its name and the source it saw (NeedsHTTP says when a probe
+	// must, and DefaultServiceRequest is what it sends then).
+	HTTP *HTTPRequest
+}
+
+// DefaultServiceRequest is the request a service probe sends when the
+// frontend reaches a backend whose port has L7 rules and no --http was
+// given: an L7 proxy waits for a request, so the backend-speaks-first
+// exchange would get no answer.
+var DefaultServiceRequest = HTTPRequest{Method: "GET", Path: "/"}
+
+// NeedsHTTP reports whether probing f from any client reaches a backend
+// whose port has L7 rules for it (a proxied choice of the model).
+func NeedsHTTP(m *service.Model, f *service.Frontend, from []string) bool {
+	if f.Protocol != "tcp" {
+		return false
+	}
+	clients, err := serviceClients(m.Lab, from)
+	if err != nil {
+		return false
+	}
+	for _, c := range clients {
+		for _, ch := range m.Expect(c, f).Choices {
+			if ch.Proxied {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func serviceClients(lab *topology.Spec, from []string) ([]*topology.Endpoint, error) {
+	var clients []*topology.Endpoint
+	if from == nil {
+		for i := range lab.Endpoints {
+			clients = append(clients, &lab.Endpoints[i])
+		}
+		return clients, nil
+	}
+	for _, ref := range from {
+		ep, err := lab.Endpoint(ref)
+		if err != nil {
+			return nil, err
+		}
+		clients = append(clients, ep)
+	}
+	return clients, nil
 }
 
 // missProbability is the chance, with DefaultConnections, that a client
@@ -90,19 +152,12 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 	if o.Parallel <= 0 {
 		o.Parallel = 16
 	}
-	var clients []*topology.Endpoint
-	if o.From == nil {
-		for i := range lab.Endpoints {
-			clients = append(clients, &lab.Endpoints[i])
-		}
-	} else {
-		for _, ref := range o.From {
-			ep, err := lab.Endpoint(ref)
-			if err != nil {
-				return nil, err
-			}
-			clients = append(clients, ep)
-		}
+	if o.HTTP != nil && f.Protocol != "tcp" {
+		return nil, fmt.Errorf("%s is %s: an HTTP request needs TCP", f.Key(), f.Protocol)
+	}
+	clients, err := serviceClients(lab, o.From)
+	if err != nil {
+		return nil, err
 	}
 	srv := &servers{}
 	defer srv.close()
@@ -115,7 +170,12 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 		if err != nil {
 			return nil, err
 		}
-		if err := srv.identify(ep, f.Protocol, b.Port); err != nil {
+		if o.HTTP != nil {
+			err = srv.identifyHTTP(ep, b.Port)
+		} else {
+			err = srv.identify(ep, f.Protocol, b.Port)
+		}
+		if err != nil {
 			return nil, err
 		}
 		listening[b.AddrPort()] = true
@@ -138,7 +198,24 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 			k = DefaultConnections(len(e.Expected))
 		}
 		r := &out[i]
-		*r = ServiceResult{From: c.ID(), Backends: map[string]int{}, Expected: e.Expected, exp: e, errs: map[string]int{}}
+		*r = ServiceResult{From: c.ID(), Backends: map[string]int{}, Expected: e.Expected, exp: e, errs: map[string]int{}, proxied: map[string]bool{}}
+		if o.HTTP != nil {
+			r.Statuses, r.ExpectedStatuses = map[string]int{}, map[string]int{}
+			for _, ch := range e.Choices {
+				if !ch.Reachable || ch.Backend.Endpoint == "" {
+					continue
+				}
+				ep, _ := lab.Endpoint(ch.Backend.Endpoint)
+				host := target.String()
+				if ch.Hairpin && e.HairpinLocal {
+					// over loopback, straight to the backend: no proxy
+					r.ExpectedStatuses[ep.ID()] = 200
+					continue
+				}
+				r.ExpectedStatuses[ep.ID()] = m.Policy.HTTPVerdict(c, ep, int(ch.Backend.Port), o.HTTP.Model(host)).Status
+				r.proxied[ep.ID()] = ch.Proxied
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -158,20 +235,36 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 				go func() {
 					defer cw.Done()
 					defer func() { <-sem }()
-					id, saw, replier, local, err := identify(ctx, c.Netns, target, f.Protocol, o.Timeout)
+					var id string
+					var saw netip.Addr
+					var replier, local netip.AddrPort
+					var err error
+					status := 0
+					if o.HTTP != nil {
+						id, saw, status, err = identifyHTTP(ctx, c.Netns, target, *o.HTTP, o.Timeout)
+					} else {
+						id, saw, replier, local, err = identify(ctx, c.Netns, target, f.Protocol, o.Timeout)
+					}
 					mu.Lock()
 					defer mu.Unlock()
 					if local.IsValid() {
 						udpFlows = append(udpFlows, netip.AddrPortFrom(c.IP, local.Port()))
 					}
-					if err != nil || id == "" {
+					if status != 0 {
+						r.Statuses[fmt.Sprint(status)]++
+					}
+					if err != nil || (id == "" && status == 0) {
 						r.Failed++
-						if err != nil {
-							r.errs[err.Error()]++
-						}
+						r.errs[errorCause(err, o.Timeout)]++
 						return
 					}
+					if id == "" {
+						return // the L7 proxy answered (403): no backend named
+					}
 					r.Backends[id]++
+					if r.proxied[id] {
+						return // the proxy's own connection: another source
+					}
 					masq := e.Masqueraded || (id == c.ID() && !e.HairpinLocal) // a hairpin is masqueraded, but over loopback
 					want := sourceOf(e, id)
 					switch {
@@ -254,15 +347,27 @@ func CheckService(f *service.Frontend, results []ServiceResult, connections int,
 				r.Notes = append(r.Notes, fmt.Sprintf("every backend answering was not checked: %d connections are too few for %d backends (%d make a miss improbable)", k, len(e.Expected), DefaultConnections(len(e.Expected))))
 				break
 			}
-			for _, id := range e.Expected {
-				if r.Backends[id] == 0 && answered >= k/2 {
+			// With HTTP, a backend the model gives 403 is answered by the
+			// L7 proxy, which names no backend: the 2xx backends are
+			// judged by name (their share of the 2xx answers is even
+			// still), the 403 ones by the 403 answers (checkStatuses).
+			named, namedAnswers := e.Expected, answered
+			if r.Statuses != nil {
+				named = slices.DeleteFunc(slices.Clone(e.Expected), func(id string) bool { return !ok2xx(r.ExpectedStatuses[id]) })
+				namedAnswers = 0
+				for _, id := range named {
+					namedAnswers += r.Backends[id]
+				}
+			}
+			for _, id := range named {
+				if r.Backends[id] == 0 && k-r.Failed >= k/2 {
 					r.Mismatches = append(r.Mismatches, fmt.Sprintf("%s never answered in %d connections (a miss has probability below %g if the proxy picks evenly)", id, k, missProbability))
 				}
 			}
-			if n := len(e.Expected); n > 1 && answered >= 5*n {
+			if n := len(named); n > 1 && namedAnswers >= 5*n {
 				chi := 0.0
-				want := float64(answered) / float64(n)
-				for _, id := range e.Expected {
+				want := float64(namedAnswers) / float64(n)
+				for _, id := range named {
 					d := float64(r.Backends[id]) - want
 					chi += d * d / want
 				}
@@ -270,6 +375,9 @@ func CheckService(f *service.Frontend, results []ServiceResult, connections int,
 					r.Mismatches = append(r.Mismatches, fmt.Sprintf("uneven spread over %d backends: χ² = %.1f > %.1f (α = %g)", n, chi, crit, alpha))
 				}
 			}
+		}
+		if r.Statuses != nil && !e.Refused {
+			r.Mismatches = append(r.Mismatches, checkStatuses(r, k, f.Affinity > 0)...)
 		}
 		if r.Failed > 0 && !e.MayFail && !e.Refused {
 			r.Mismatches = append(r.Mismatches, fmt.Sprintf("%d of %d connections failed although the model allows every backend%s", r.Failed, k, errorSummary(r.errs)))
@@ -286,6 +394,42 @@ func CheckService(f *service.Frontend, results []ServiceResult, connections int,
 	return bad
 }
 
+func ok2xx(status int) bool { return status >= 200 && status < 300 }
+
+// checkStatuses judges the statuses of an HTTP service probe against the
+// model's status for each expected backend: a backend named in a 2xx
+// answer must be one the model gives 2xx; 403s (the L7 proxy's, naming no
+// backend) only when the model gives some expected backend 403, and then
+// at least one in k connections without affinity (missing every such backend is as
+// improbable as missing any one backend); no other status.
+func checkStatuses(r *ServiceResult, k int, affinity bool) []string {
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(r.Backends)) {
+		if want, ok := r.ExpectedStatuses[id]; ok && !ok2xx(want) {
+			out = append(out, fmt.Sprintf("%s answered %d requests with 200, but the model says %d for it", id, r.Backends[id], want))
+		}
+	}
+	var denied []string
+	for _, id := range r.Expected {
+		if r.ExpectedStatuses[id] == 403 {
+			denied = append(denied, id)
+		}
+	}
+	for _, st := range slices.Sorted(maps.Keys(r.Statuses)) {
+		n := r.Statuses[st]
+		switch {
+		case st == "403" && len(denied) == 0:
+			out = append(out, fmt.Sprintf("%d requests got 403, but the model allows the request on every backend it may reach (%s)", n, setString(r.Expected)))
+		case st != "403" && !strings.HasPrefix(st, "2"):
+			out = append(out, fmt.Sprintf("%d requests got status %s, which the model never gives", n, st))
+		}
+	}
+	if len(denied) > 0 && !affinity && r.Statuses["403"] == 0 && k-r.Failed >= k/2 && k >= DefaultConnections(len(r.Expected)) {
+		out = append(out, fmt.Sprintf("no request got 403 in %d connections, but the model says %s for %s", k, "403", strings.Join(denied, ", ")))
+	}
+	return out
+}
+
 func setString(ids []string) string {
 	if len(ids) == 0 {
 		return "none"
@@ -293,21 +437,74 @@ func setString(ids []string) string {
 	return strings.Join(ids, ", ")
 }
 
+// errorSummary names each cause of the failed connections once, with
+// its count, the most frequent first: " (30 connections: no answer within
+// 1s (i/o timeout))".
 func errorSummary(errs map[string]int) string {
 	if len(errs) == 0 {
-		return " (timed out)"
+		return ""
 	}
-	var parts []string
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range errs {
-			if !yield(k) {
-				return
-			}
+	causes := slices.Collect(maps.Keys(errs))
+	slices.SortFunc(causes, func(a, b string) int {
+		if errs[a] != errs[b] {
+			return errs[b] - errs[a]
 		}
-	}) {
-		parts = append(parts, fmt.Sprintf("%d %s", errs[k], k))
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, c := range causes {
+		parts = append(parts, plural.N(errs[c], "connection")+": "+c)
 	}
-	return " (" + strings.Join(parts, ", ") + ")"
+	return " (" + strings.Join(parts, "; ") + ")"
+}
+
+// connError is a failed connection and the stage it failed at.
+type connError struct {
+	stage string // "no connection", "connected, but no answer"
+	err   error
+}
+
+func (e *connError) Error() string { return e.stage + ": " + e.err.Error() }
+func (e *connError) Unwrap() error { return e.err }
+
+// errorCause is what made a connection fail, without what differs from
+// one connection to the next (addresses, ports), so that the failures of
+// a client add up to a few causes: "no answer within 1s (i/o timeout)",
+// "no connection: connection refused". nil is a timeout with no error
+// (a UDP probe's tries all unanswered).
+func errorCause(err error, timeout time.Duration) string {
+	stage := ""
+	var ce *connError
+	if errors.As(err, &ce) {
+		stage = ce.stage
+	}
+	if err == nil || isTimeout(err) {
+		switch stage {
+		case "", "connected, but no answer":
+			return fmt.Sprintf("no answer within %v (i/o timeout)", timeout)
+		}
+		return fmt.Sprintf("%s within %v (i/o timeout)", stage, timeout)
+	}
+	msg := ""
+	var oe *net.OpError
+	var se *os.SyscallError
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		msg = "closed without an answer (EOF)"
+	case errors.As(err, &se):
+		msg = se.Err.Error()
+	case errors.As(err, &oe):
+		msg = oe.Err.Error()
+	default:
+		msg = err.Error()
+		if ce != nil {
+			msg = ce.err.Error()
+		}
+	}
+	if stage != "" {
+		return stage + ": " + msg
+	}
+	return msg
 }
 
 // firstOf keeps a list of the same complaint short: the first, and how
@@ -337,13 +534,16 @@ func identify(ctx context.Context, ns string, dst netip.AddrPort, proto string, 
 			return err
 		})
 		if err != nil {
-			return "", saw, replier, local, classify(err)
+			if e := classify(err); e != nil {
+				err = e
+			}
+			return "", saw, replier, local, &connError{"no connection", err}
 		}
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(timeout))
 		line, err = bufio.NewReader(c).ReadString('\n')
 		if err != nil {
-			return "", saw, replier, local, fmt.Errorf("connected, but no answer: %w", err)
+			return "", saw, replier, local, &connError{"connected, but no answer", err}
 		}
 	} else {
 		var pc net.PacketConn
@@ -381,15 +581,83 @@ func identify(ctx context.Context, ns string, dst netip.AddrPort, proto string, 
 			return "", saw, replier, local, nil // timed out
 		}
 	}
+	id, saw, err = parseAnswer(line)
+	return id, saw, replier, local, err
+}
+
+// parseAnswer reads a backend's answer "NAMESPACE/NAME SRC:PORT\n".
+func parseAnswer(line string) (id string, saw netip.Addr, err error) {
 	f := strings.Fields(line)
 	if len(f) != 2 {
-		return "", saw, replier, local, fmt.Errorf("unexpected answer %q", line)
+		return "", saw, fmt.Errorf("unexpected answer %q", line)
 	}
 	ap, perr := netip.ParseAddrPort(f[1])
 	if perr != nil {
-		return "", saw, replier, local, fmt.Errorf("unexpected answer %q", line)
+		return "", saw, fmt.Errorf("unexpected answer %q", line)
 	}
-	return f[0], ap.Addr().Unmap(), replier, local, nil
+	return f[0], ap.Addr().Unmap(), nil
+}
+
+// identifyHTTP sends req on one fresh connection from inside ns to the
+// Service address and reads the answer: its status, and for an answer of
+// a backend (its listener's body) the backend's name and the source
+// address it saw. An L7 proxy's own answer (403 "Access denied") names no
+// backend: id "".
+func identifyHTTP(ctx context.Context, ns string, dst netip.AddrPort, req HTTPRequest, timeout time.Duration) (id string, saw netip.Addr, status int, err error) {
+	c, err := dialTCP(ctx, ns, dst, timeout)
+	if err != nil {
+		if e := classify(err); e != nil {
+			err = e
+		}
+		return "", saw, 0, &connError{"no connection", err}
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	res, err := roundTrip(c, bufio.NewReader(c), dst, req, Nonce())
+	if err != nil {
+		if res.Status == 0 {
+			return "", saw, 0, &connError{"connected, but no answer", err}
+		}
+		return "", saw, res.Status, err
+	}
+	if !strings.HasPrefix(res.Body, backendPrefix) {
+		if res.Status >= 200 && res.Status < 300 {
+			return "", saw, res.Status, fmt.Errorf("unexpected answer %d %q", res.Status, res.Body)
+		}
+		return "", saw, res.Status, nil
+	}
+	id, saw, err = parseAnswer(strings.TrimPrefix(res.Body, backendPrefix))
+	return id, saw, res.Status, err
+}
+
+// backendPrefix starts the body of a service probe's HTTP listener, so
+// that no other answer (an L7 proxy's) is taken for a backend's.
+const backendPrefix = "cnlab-backend "
+
+// identifyHTTP makes ep listen on TCP port on every address, speak
+// HTTP/1.1 and answer every request 200 with "cnlab-backend
+// NAMESPACE/NAME SRC:PORT\n" (and the name in the header
+// X-Cnlab-Backend).
+func (s *servers) identifyHTTP(ep *topology.Endpoint, port uint16) error {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		from, _ := netip.ParseAddrPort(r.RemoteAddr)
+		w.Header().Set("X-Cnlab-Backend", ep.ID())
+		fmt.Fprintf(w, "%s%s %s\n", backendPrefix, ep.ID(), netip.AddrPortFrom(from.Addr().Unmap(), from.Port()))
+	}), ReadHeaderTimeout: 10 * time.Second}
+	var ln net.Listener
+	addr := fmt.Sprintf(":%d", port)
+	err := netns.Do(ep.Netns, func() error {
+		var err error
+		ln, err = net.Listen("tcp4", addr)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("listen on tcp %s in %s: %w (is something else using the port?)", addr, ep.ID(), err)
+	}
+	s.add(func() { srv.Close() })
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); _ = srv.Serve(ln) }()
+	return nil
 }
 
 // identify makes ep listen on proto/port on every address and answer each

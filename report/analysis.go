@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/stats"
 )
@@ -419,4 +420,301 @@ func unitSuffix(unit string) string {
 		return ""
 	}
 	return " " + unit
+}
+
+// UnitCost is what each added unit of a sweep's axis costs per packet
+// (streams), per transaction (rr), per connection (crr) or per request
+// (http, ab): the slope of the time per packet, 1/rate, against x, fitted
+// on every sample, with its 95% interval. A throughput's relative drop
+// depends on the machine's per-packet base cost; this cost carries across
+// machines and days (docs/methodology.md, "Costs per packet").
+type UnitCost struct {
+	Panel  string `json:"panel"`
+	Series string `json:"series"`
+	Per    string `json:"per"` // one unit of x: policy, rule, hop
+	Of     string `json:"of"`  // packet, transaction, connection, request
+	// Source is the metric the rate is: skb_per_s (the server's rx
+	// packet counter), packets_per_s (iperf3's datagrams),
+	// transactions_per_s, requests_per_s; or "throughput_gbps/MSS" where
+	// no counter was recorded (MSS bytes per packet, assumed).
+	Source string `json:"source"`
+	MSS    int    `json:"mss,omitempty"`
+	// TSOOn: bytes/MSS on points whose TSO was not off, where the stack's
+	// packets were larger than a segment (the cost per packet is then
+	// understated and the packets overstated).
+	TSOOn bool `json:"tsoNotOff,omitempty"`
+	N     int  `json:"n"`
+	// BaseNs is the fitted time per packet at x = 0, Ns the slope: ns per
+	// unit of x per packet, with its 95% interval (Student's t, n−2).
+	BaseNs float64        `json:"baseNs"`
+	Ns     float64        `json:"ns"`
+	CI     stats.Interval `json:"ci95"`
+	Flat   bool           `json:"flat,omitempty"` // the interval contains 0
+	// CPUFirst and CPULast are the medians of the CPU time per packet
+	// (per transaction) at the first and last x, in µs, where recorded.
+	// Outliers counts the samples whose time per packet is more than 5×
+	// the curve's median: a stalled sample's 1/rate is huge, and weighs
+	// on the least squares as much as it is far.
+	Outliers int     `json:"outliers,omitempty"`
+	CPUFirst float64 `json:"cpuUsFirst,omitempty"`
+	CPULast  float64 `json:"cpuUsLast,omitempty"`
+	// Seed is the seed's own cost, computed from its published values,
+	// where it published enough (seedCosts).
+	Seed *SeedCost `json:"seed,omitempty"`
+	Text string    `json:"text"`
+	Note string    `json:"note,omitempty"` // why no cost was fitted
+}
+
+// SeedCost is a seed's per-unit cost per packet, from two published
+// throughputs at two x and the segment size it sent.
+type SeedCost struct {
+	Source string  `json:"source"` // "the thesis (seed 000), Fig. 7.2"
+	From   float64 `json:"fromGbps"`
+	To     float64 `json:"toGbps"`
+	X0     float64 `json:"x0"`
+	X1     float64 `json:"x1"`
+	MSS    int     `json:"mss"`
+	Ns     float64 `json:"ns"`
+}
+
+// seedCost is one published comparison: which curve it belongs to.
+type seedCost struct {
+	experimentPrefix string // the experiment's name starts with it
+	kind, xdim, topo string
+	datapath, mode   string
+	cost             SeedCost
+}
+
+// seedCosts are the seeds' published throughputs that give a cost per
+// packet (docs/methodology.md, "Costs per packet"): the thesis, chapter
+// 7, Fig. 7.2 (single host, iptables with no matching rule, one iperf3
+// TCP stream, MTU 1500, TSO off as its §8.1.3 found): 3.17 Gb/s with no
+// policy, 2.26 Gb/s with 200 ("a performance loss of 29%"). Its
+// multi-host Fig. 7.4 gives no value at 200 policies, its latency
+// figures none past the baselines, and its TSO-on test of §8.1.3 (19.97
+// → 17.10 Gb/s, 1 and 200 rules) no packet size.
+var seedCosts = []seedCost{
+	{experimentPrefix: "thesis-", kind: results.TCPStream, xdim: "policies", topo: "single-host", datapath: "iptables", mode: "no-match",
+		cost: SeedCost{Source: "the thesis (seed 000), Fig. 7.2", From: 3.17, To: 2.26, X0: 0, X1: 200, MSS: 1448}},
+}
+
+func init() {
+	for i := range seedCosts {
+		c := &seedCosts[i].cost
+		c.Ns = perPacketNs(c.From, c.To, c.X0, c.X1, c.MSS)
+	}
+}
+
+// perPacketNs is the cost per unit of x per packet between two
+// throughputs (Gb/s) of mss-byte packets at x0 and x1.
+func perPacketNs(from, to, x0, x1 float64, mss int) float64 {
+	bits := float64(mss) * 8
+	return (bits/to - bits/from) / (x1 - x0) // bits / (Gb/s) = ns
+}
+
+// mssOf is a TCP segment's payload at MTU 1500 with timestamps
+// (1500 − 20 IP − 20 TCP − 12 options: 1448 bytes), the fallback's
+// packet size.
+func mssOf(mtu int) int {
+	if mtu <= 0 {
+		mtu = 1500
+	}
+	return mtu - 52
+}
+
+// rateSource picks what a curve's time per packet is computed from: the
+// first of the candidates every sample of the curve has.
+func rateSource(kind string) (of string, candidates []string) {
+	switch kind {
+	case results.TCPStream:
+		return "packet", []string{"skb_per_s", "throughput_gbps"}
+	case results.UDPStream:
+		return "packet", []string{"skb_per_s", "packets_per_s"}
+	case results.TCPRR, results.UDPRR:
+		return "transaction", []string{"transactions_per_s"}
+	case results.TCPCRR:
+		return "connection", []string{"transactions_per_s"}
+	case results.HTTP, results.AB:
+		return "request", []string{"requests_per_s"}
+	}
+	return "", nil
+}
+
+// unitCosts derives, for every curve of a headline panel with an x axis,
+// the cost per packet (transaction, connection, request) of each unit of
+// x.
+func unitCosts(r *results.Results, env *results.Environment, pn *Panel) []UnitCost {
+	if pn.XDim == "" || pn.Cost != nil || pn.Metric != MetricInfo(pn.Metric.Name) || pn.Metric.Name != figureMetrics(pn.Kind)[0] {
+		return nil
+	}
+	of, cands := rateSource(pn.Kind)
+	if of == "" {
+		return nil
+	}
+	byID := map[string]*results.PointResult{}
+	for i := range r.Points {
+		byID[r.Points[i].ID] = &r.Points[i]
+	}
+	one, many := unitOf(pn)
+	var out []UnitCost
+	for _, c := range pn.Curves {
+		if len(c.X) < 2 {
+			continue
+		}
+		uc := UnitCost{Panel: pn.ID, Series: c.Series, Per: one, Of: of}
+		var pts []*results.PointResult
+		for _, x := range c.X {
+			for _, id := range c.Points[x] {
+				if p := byID[id]; p != nil {
+					pts = append(pts, p)
+				}
+			}
+		}
+		for _, m := range cands {
+			all := true
+			for _, p := range pts {
+				if len(samplesOf(p, m)) != len(p.Samples) || len(p.Samples) == 0 {
+					all = false
+				}
+			}
+			if all {
+				uc.Source = m
+				break
+			}
+		}
+		if uc.Source == "" {
+			uc.Note = "not every sample has " + strings.Join(cands, " or ")
+			out = append(out, uc)
+			continue
+		}
+		metric := uc.Source
+		if uc.Source == "throughput_gbps" {
+			uc.Source = "throughput_gbps/MSS"
+			metric = "throughput_gbps"
+		}
+		cpuMetric := "cpu_us_per_transaction"
+		if of == "packet" {
+			cpuMetric = "cpu_us_per_packet"
+		}
+		var xs, ts []float64
+		cpuAt := map[float64][]float64{}
+		for _, x := range c.X {
+			for _, id := range c.Points[x] {
+				p := byID[id]
+				if p == nil {
+					continue
+				}
+				for _, s := range p.Samples {
+					v, ok := s.Metrics[metric]
+					if !ok || v <= 0 {
+						continue
+					}
+					rate := v
+					if metric == "throughput_gbps" {
+						mtu := p.Params.MTU
+						if mtu == 0 && env != nil {
+							mtu = env.DefaultMTU
+						}
+						uc.MSS = mssOf(mtu)
+						uc.TSOOn = uc.TSOOn || !strings.Contains(p.Params.Offloads, "tso=off")
+						rate = v * 1e9 / 8 / float64(uc.MSS)
+					}
+					xs = append(xs, x)
+					ts = append(ts, 1e9/rate)
+					if cv, ok := s.Metrics[cpuMetric]; ok {
+						cpuAt[x] = append(cpuAt[x], cv)
+					}
+				}
+			}
+		}
+		if v := cpuAt[c.X[0]]; len(v) > 0 {
+			uc.CPUFirst = stats.Median(v)
+		}
+		if v := cpuAt[c.X[len(c.X)-1]]; len(v) > 0 {
+			uc.CPULast = stats.Median(v)
+		}
+		if len(ts) > 0 {
+			med := stats.Median(ts)
+			for _, t := range ts {
+				if t > 5*med {
+					uc.Outliers++
+				}
+			}
+		}
+		lin, err := stats.LinearFit(xs, ts)
+		if err != nil {
+			uc.Note = fitNote(err)
+			out = append(out, uc)
+			continue
+		}
+		uc.N, uc.BaseNs, uc.Ns, uc.CI = lin.N, lin.Intercept, lin.Slope, lin.SlopeCI
+		uc.Flat = lin.SlopeCI.Contains(0)
+		uc.Seed = seedCostFor(r, pn, pts)
+		uc.Text = unitCostText(pn, uc, many)
+		out = append(out, uc)
+	}
+	return out
+}
+
+// seedCostFor is the seed's published cost for a curve's points (nil if
+// none applies).
+func seedCostFor(r *results.Results, pn *Panel, pts []*results.PointResult) *SeedCost {
+	for _, sc := range seedCosts {
+		if !strings.HasPrefix(r.Experiment.Name, sc.experimentPrefix) || pn.Kind != sc.kind || pn.XDim != sc.xdim {
+			continue
+		}
+		ok := len(pts) > 0
+		for _, p := range pts {
+			if p.Params.Topology != sc.topo || string(p.Params.Datapath) != sc.datapath || p.Params.PolicyMode != sc.mode {
+				ok = false
+			}
+		}
+		if ok {
+			c := sc.cost
+			return &c
+		}
+	}
+	return nil
+}
+
+// sourceText says where a unit cost's packets come from.
+func sourceText(uc UnitCost) string {
+	switch uc.Source {
+	case "skb_per_s":
+		return "packets counted at the server's interfaces"
+	case "packets_per_s":
+		return "datagrams iperf3 counted"
+	case "throughput_gbps/MSS":
+		s := fmt.Sprintf("bytes over %d-byte segments, assumed: no packet counter in this run", uc.MSS)
+		if uc.TSOOn {
+			s += "; TSO was not off, so the stack's packets were larger and fewer"
+		}
+		return s
+	}
+	return uc.Source
+}
+
+// unitCostText is a unit cost as a sentence: "iptables no-match
+// (tcp-stream, single-host): +2.2 ns per policy per packet (95% CI +1.6
+// to +2.8) ...".
+func unitCostText(pn *Panel, uc UnitCost, many string) string {
+	var s strings.Builder
+	fmt.Fprintf(&s, "%s (%s): ", uc.Series, pn.ctx())
+	if uc.Flat {
+		fmt.Fprintf(&s, "no cost per %s per %s different from 0 (%s ns, 95%% CI %s to %s)", uc.Per, uc.Of, signed(uc.Ns), signed(uc.CI.Lo), signed(uc.CI.Hi))
+	} else {
+		fmt.Fprintf(&s, "%s ns per %s per %s (95%% CI %s to %s)", signed(uc.Ns), uc.Per, uc.Of, signed(uc.CI.Lo), signed(uc.CI.Hi))
+	}
+	fmt.Fprintf(&s, ", on %s ns per %s at 0 %s (fitted; %s, %s)", fmtNum(uc.BaseNs), uc.Of, many, sourceText(uc), plural.N(uc.N, "sample"))
+	if uc.Outliers > 0 {
+		fmt.Fprintf(&s, "; %s more than 5× the median time per %s (a stalled sample: it weighs on the fit as much as it is far; cnlab report --exclude-noisy may leave it out)", plural.N(uc.Outliers, "sample"), uc.Of)
+	}
+	if uc.CPUFirst > 0 && uc.CPULast > 0 {
+		fmt.Fprintf(&s, "; CPU time per %s %s → %s µs", uc.Of, fmtNum(uc.CPUFirst), fmtNum(uc.CPULast))
+	}
+	if sc := uc.Seed; sc != nil {
+		fmt.Fprintf(&s, "; %s: %s ns (%s → %s Gb/s from %s to %s %s, %d-byte segments)", sc.Source, fmtNum(sc.Ns), fmtNum(sc.From), fmtNum(sc.To), fmtX(sc.X0), fmtX(sc.X1), many, sc.MSS)
+	}
+	s.WriteString(".")
+	return s.String()
 }

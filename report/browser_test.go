@@ -75,7 +75,56 @@ func TestReportInChromium(t *testing.T) {
 		t.Errorf("the page loads something: %q", m)
 	}
 
-	url := "file://" + filepath.Join(dir, "report.html")
+	checkPage(t, dir, "report.html", len(rep.Figures), os.Getenv("CNLAB_REPORT_SCREENSHOT"))
+	// Every section as a link opens it: #table once rendered blank in
+	// headless Chromium (the window scrolled to it was not drawn).
+	checkPage(t, dir, "report.html#table", len(rep.Figures), "")
+}
+
+// TestSeedReportsInChromium renders the report of a quick run of seed
+// 004's file, whose figures carry the seed's values (synthetic samples),
+// and checks every figure is drawn, no text runs out of it, and the page
+// logs nothing.
+func TestSeedReportsInChromium(t *testing.T) {
+	testutil.RequireTool(t, "chromium", "chromium")
+	for _, file := range []string{"seed004-services.yaml"} { // the longest legends, and seed values flat and at x
+		dir := t.TempDir()
+		r := quickResults(t, filepath.Join("../experiments", file))
+		rep := Build(r, nil)
+		if _, err := rep.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+		checkPage(t, dir, "report.html", len(rep.Figures), "")
+	}
+}
+
+// TestComparePageInChromium renders cnlab compare's page of the fixture
+// against itself and checks it is drawn and logs nothing.
+func TestComparePageInChromium(t *testing.T) {
+	testutil.RequireTool(t, "chromium", "chromium")
+	a, err := results.Load(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := Compare(a, a, 0.05, 0.01).HTML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "compare.html"), page, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	checkPage(t, dir, "compare.html", 0, "")
+}
+
+// checkPage opens dir/page (a file, with an #anchor or not) in headless
+// Chromium: the page logs nothing to the console; a report page
+// (figures > 0) draws every one of its figures with no text out of
+// them; and a screenshot of the window (saved to save, if set) is not
+// blank.
+func checkPage(t *testing.T, dir, page string, figures int, save string) {
+	t.Helper()
+	url := "file://" + filepath.Join(dir, page)
 	run := func(args ...string) (stdout, stderr string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -90,31 +139,28 @@ func TestReportInChromium(t *testing.T) {
 		return o.String(), e.String()
 	}
 	dom, logs := run("--dump-dom", "--virtual-time-budget=5000", url)
-	want := regexp.MustCompile(`data-figures-drawn="(\d+)"`).FindStringSubmatch(dom)
-	all := regexp.MustCompile(`data-figures="(\d+)"`).FindStringSubmatch(dom)
-	n := strings.Count(dom, `class="report-figure"`)
-	if want == nil || all == nil || want[1] != all[1] || n != len(rep.Figures) || all[1] != strconv.Itoa(len(rep.Figures)) {
-		t.Errorf("figures: %v drawn of %v on the page (%d figure elements), report has %d", want, all, n, len(rep.Figures))
+	if c := consoleLine.FindAllString(logs, -1); len(c) > 0 {
+		t.Errorf("%s logged to the console:\n%s", page, strings.Join(c, "\n"))
 	}
-	// No text runs out of its figure, as the browser draws it.
-	over := regexp.MustCompile(`data-text-overflow="(\d+)"`).FindStringSubmatch(dom)
-	if over == nil || over[1] != "0" {
-		list := regexp.MustCompile(`data-text-overflow-list="([^"]*)"`).FindStringSubmatch(dom)
-		t.Errorf("text out of its figure in Chromium: %v %v", over, list)
-	}
-	for _, f := range rep.Figures {
-		if !strings.Contains(dom, `data-figure-id="`+f.ID+`"`) {
-			t.Errorf("figure %s is not in the page", f.ID)
+	if figures > 0 {
+		want := regexp.MustCompile(`data-figures-drawn="(\d+)"`).FindStringSubmatch(dom)
+		all := regexp.MustCompile(`data-figures="(\d+)"`).FindStringSubmatch(dom)
+		n := strings.Count(dom, `class="report-figure"`)
+		if want == nil || all == nil || want[1] != all[1] || n != figures || all[1] != strconv.Itoa(figures) {
+			t.Errorf("%s: %v figures drawn of %v on the page (%d figure elements), report has %d", page, want, all, n, figures)
+		}
+		// No text runs out of its figure, as the browser draws it.
+		over := regexp.MustCompile(`data-text-overflow="(\d+)"`).FindStringSubmatch(dom)
+		if over == nil || over[1] != "0" {
+			list := regexp.MustCompile(`data-text-overflow-list="([^"]*)"`).FindStringSubmatch(dom)
+			t.Errorf("%s: text out of its figure in Chromium: %v %v", page, over, list)
 		}
 	}
-	if c := consoleLine.FindAllString(logs, -1); len(c) > 0 {
-		t.Errorf("the page logged to the console:\n%s", strings.Join(c, "\n"))
-	}
 
-	shot := filepath.Join(dir, "screenshot.png")
+	shot := filepath.Join(t.TempDir(), "screenshot.png")
 	_, logs = run("--screenshot="+shot, "--window-size=1280,2400", "--hide-scrollbars", url)
 	if c := consoleLine.FindAllString(logs, -1); len(c) > 0 {
-		t.Errorf("the page logged to the console:\n%s", strings.Join(c, "\n"))
+		t.Errorf("%s logged to the console:\n%s", page, strings.Join(c, "\n"))
 	}
 	f, err := os.Open(shot)
 	if err != nil {
@@ -123,7 +169,7 @@ func TestReportInChromium(t *testing.T) {
 	defer f.Close()
 	img, err := png.Decode(f)
 	if err != nil {
-		t.Fatalf("screenshot: %v", err)
+		t.Fatalf("screenshot of %s: %v", page, err)
 	}
 	// Not blank: a fair share of the pixels are not the white background.
 	b := img.Bounds()
@@ -136,12 +182,18 @@ func TestReportInChromium(t *testing.T) {
 			}
 		}
 	}
-	if total := (b.Dx() / 4) * (b.Dy() / 4); ink < total/50 {
-		t.Errorf("screenshot %dx%d is nearly blank: %d of %d sampled pixels inked", b.Dx(), b.Dy(), ink, total)
+	// A page of figures inks 1 in 50 sampled pixels and more; a page of
+	// text (compare) or the window at a table, 1 in 200.
+	share := 200
+	if page == "report.html" {
+		share = 50
 	}
-	if out := os.Getenv("CNLAB_REPORT_SCREENSHOT"); out != "" {
+	if total := (b.Dx() / 4) * (b.Dy() / 4); ink < total/share {
+		t.Errorf("screenshot of %s, %dx%d, is nearly blank: %d of %d sampled pixels inked", page, b.Dx(), b.Dy(), ink, total)
+	}
+	if save != "" {
 		data, _ := os.ReadFile(shot)
-		_ = os.WriteFile(out, data, 0o644)
+		_ = os.WriteFile(save, data, 0o644)
 	}
 }
 

@@ -87,6 +87,9 @@ type Comparison struct {
 	Systems     []SystemRow `json:"systems,omitempty"`
 	Regressions int         `json:"regressions"`
 	Unreachable int         `json:"unreachable"` // changes whose sample sizes cannot reach Alpha
+	// Reference compares the runs' reference speeds, when both recorded
+	// one (CompareReference).
+	Reference *ReferenceComparison `json:"referenceSpeed,omitempty"`
 }
 
 // Missing is a matched point without samples in one of the runs.
@@ -432,6 +435,13 @@ func (c *Comparison) summary() []string {
 	for _, m := range c.Mismatch {
 		out = append(out, "warning: the runs were measured differently: "+m)
 	}
+	if rc := c.Reference; rc != nil {
+		line := rc.Text + "."
+		if rc.Differ {
+			line = "warning: " + line
+		}
+		out = append(out, line)
+	}
 	if len(c.OnlyA) > 0 {
 		out = append(out, fmt.Sprintf("%s only in A (not compared): %s", plural.N(len(c.OnlyA), "point"), firstFew(c.OnlyA)))
 	}
@@ -496,4 +506,72 @@ func pinText(p *results.Pin) string {
 		return "unpinned"
 	}
 	return "client " + cpu(p.Client) + ", server " + cpu(p.Server)
+}
+
+// ReferenceComparison is the two runs' reference speeds
+// (results.ReferenceSpeed): whether the machines (or days) they were
+// measured on differ by more than the reference's own noise.
+type ReferenceComparison struct {
+	StreamA, StreamB stats.Summary `json:"-"`
+	RRA, RRB         stats.Summary `json:"-"`
+	// Medians and 95% CIs of the mean, per run.
+	StreamGbpsA   float64        `json:"streamGbpsA"`
+	StreamGbpsB   float64        `json:"streamGbpsB"`
+	StreamCIA     stats.Interval `json:"streamCI95A"`
+	StreamCIB     stats.Interval `json:"streamCI95B"`
+	RRP50UsA      float64        `json:"rrP50UsA"`
+	RRP50UsB      float64        `json:"rrP50UsB"`
+	RRCIA         stats.Interval `json:"rrCI95A"`
+	RRCIB         stats.Interval `json:"rrCI95B"`
+	StreamDiffers bool           `json:"streamDiffers"`
+	RRDiffers     bool           `json:"rrDiffers"`
+	// Differ: either differs, their 95% intervals apart.
+	Differ bool   `json:"differ"`
+	Text   string `json:"text"`
+}
+
+// CompareReference compares the reference speeds in two runs'
+// environments; nil when either has none (a run from before cnlab
+// measured it, a cluster run, a failed measurement).
+func CompareReference(a, b *results.Environment) *ReferenceComparison {
+	if a == nil || b == nil || a.Reference == nil || b.Reference == nil {
+		return nil
+	}
+	ra, rb := a.Reference, b.Reference
+	if len(ra.StreamGbps) < 2 || len(rb.StreamGbps) < 2 || len(ra.RRP50Us) < 2 || len(rb.RRP50Us) < 2 {
+		return nil
+	}
+	rc := &ReferenceComparison{StreamA: stats.Summarize(ra.StreamGbps), StreamB: stats.Summarize(rb.StreamGbps),
+		RRA: stats.Summarize(ra.RRP50Us), RRB: stats.Summarize(rb.RRP50Us)}
+	rc.StreamGbpsA, rc.StreamGbpsB, rc.StreamCIA, rc.StreamCIB = rc.StreamA.Median, rc.StreamB.Median, rc.StreamA.MeanCI, rc.StreamB.MeanCI
+	rc.RRP50UsA, rc.RRP50UsB, rc.RRCIA, rc.RRCIB = rc.RRA.Median, rc.RRB.Median, rc.RRA.MeanCI, rc.RRB.MeanCI
+	apart := func(x, y stats.Interval) bool { return x.Hi < y.Lo || y.Hi < x.Lo }
+	rc.StreamDiffers, rc.RRDiffers = apart(rc.StreamCIA, rc.StreamCIB), apart(rc.RRCIA, rc.RRCIB)
+	rc.Differ = rc.StreamDiffers || rc.RRDiffers
+	rel := func(a, b float64) string {
+		if a == 0 {
+			return "n/a"
+		}
+		return signed(100*(b-a)/a) + "%"
+	}
+	var s strings.Builder
+	fmt.Fprintf(&s, "reference speed (one veth pair, pinned): stream %s → %s Gb/s (%s), tcp-rr p50 %s → %s µs (%s): ",
+		fmtNum(rc.StreamGbpsA), fmtNum(rc.StreamGbpsB), rel(rc.StreamGbpsA, rc.StreamGbpsB), fmtNum(rc.RRP50UsA), fmtNum(rc.RRP50UsB), rel(rc.RRP50UsA, rc.RRP50UsB))
+	if rc.Differ {
+		var what []string
+		if rc.StreamDiffers {
+			what = append(what, "stream")
+		}
+		if rc.RRDiffers {
+			what = append(what, "rr")
+		}
+		fmt.Fprintf(&s, "the machines (or days) differ by more than their noise (%s: 95%% intervals apart), so raw throughput and latency differ for that reason too; compare costs per packet (cnlab report) instead", strings.Join(what, " and "))
+	} else {
+		s.WriteString("within their noise (95% intervals overlap)")
+	}
+	if ra.Cached || rb.Cached {
+		s.WriteString("; one was measured earlier on the same boot and reused (environment.json, referenceSpeed.measuredAt)")
+	}
+	rc.Text = s.String()
+	return rc
 }

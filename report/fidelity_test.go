@@ -88,11 +88,22 @@ func trim(s string) string { return strings.TrimSpace(s) }
 // point samples of the metrics its workload records, then draws it.
 func quickPanels(t *testing.T, path string) []*Panel {
 	t.Helper()
+	return panels(quickResults(t, path))
+}
+
+// quickResults are the results of an experiment file's quick run, every
+// point given samples of the metrics its workload records.
+func quickResults(t *testing.T, path string) *results.Results {
+	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, err := experiment.Parse(data, path, true)
+	if err != nil && strings.Contains(err.Error(), "--backend "+results.BackendKubernetes+" only") {
+		// A file for a cluster (k8s-smoke.yaml): expanded as a cluster run.
+		s, err = experiment.ParseFor(data, path, true, results.BackendKubernetes)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +124,7 @@ func quickPanels(t *testing.T, path string) []*Panel {
 		}
 		r.Points = append(r.Points, pr)
 	}
-	return panels(r)
+	return r
 }
 
 // TestFigureXKnown: the x axes an experiment file may ask for are the

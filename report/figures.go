@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -14,7 +15,7 @@ import (
 // Figure is one figure of a report with what it shows.
 type Figure struct {
 	ID      string       `json:"id"`
-	Kind    string       `json:"kind"` // sweep, baseline, profile, cost
+	Kind    string       `json:"kind"` // sweep, baseline, profile, cost, seed (seedNormalised)
 	Title   string       `json:"title"`
 	Caption string       `json:"caption"`
 	XLog    bool         `json:"xLog,omitempty"` // the x axis is logarithmic (logAxis)
@@ -283,3 +284,261 @@ func profileFigures(r *results.Results, first int) []Figure {
 	}
 	return out
 }
+
+// seedCaption is what a caption adds when a figure carries a seed's
+// values.
+const seedCaption = " Dashed with hollow markers (outlined bars): the seed's published values (%s), in this figure's unit; flat across the figure where the seed stated no x."
+
+// panelSeedValues are the seed values the experiment file gives for a
+// panel (figures.seedValues of any of its sweeps, once each): those of
+// its metric, topology and workload. A panel whose metric is drawn
+// otherwise than recorded (relative to a line, a cost) gets none.
+func panelSeedValues(r *results.Results, pn *Panel) []results.SeedValues {
+	if pn.Cost != nil || pn.Metric.Label != MetricInfo(pn.Metric.Name).Label {
+		return nil
+	}
+	var out []results.SeedValues
+	seen := map[string]bool{}
+	for _, sw := range strings.Split(pn.Sweep, "+") {
+		f := sweepFigures(r, sw)
+		if f == nil {
+			continue
+		}
+		for _, v := range f.SeedValues {
+			switch {
+			case v.Metric != pn.Metric.Name,
+				v.Topology != "" && !slices.Contains(strings.Split(pn.Topology, "+"), v.Topology),
+				v.Workload != "" && pn.Workload != v.Workload && !strings.HasPrefix(pn.Workload, v.Workload+" "),
+				seen[v.Label]:
+				continue
+			}
+			seen[v.Label] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// addSeedValues draws a panel's seed values on its figure (sweepFigure's
+// or, with baseline set to its x, baselineFigure's): on a line figure one
+// Reference series per seed series, in the colour of cnlab's line of the
+// same name (a value without x: flat across the figure); on a bar
+// figure one series of outlined bars per table, in the category of
+// cnlab's bar of the same name or in a category of its own.
+func addSeedValues(fig *Figure, vs []results.SeedValues, pn *Panel, baseline *float64) {
+	if len(vs) == 0 {
+		return
+	}
+	f := fig.Plot
+	var labels []string
+	drawn := false
+	if f.Kind == plot.Bars {
+		f.Series[0].Name = "cnlab (this run)"
+		f.Legend = plot.LegendAuto
+		for _, v := range vs {
+			s := plot.Series{Name: v.Label, Style: plot.Reference, Color: seedGrey(len(f.Series) - 1)}
+			for _, p := range v.Points {
+				if baseline != nil && (p.X == nil || *p.X != *baseline) {
+					continue
+				}
+				i := slices.Index(f.Categories, p.Line)
+				if p.Line == "" {
+					i = slices.Index(f.Categories, p.Series)
+				}
+				if i < 0 {
+					i = len(f.Categories)
+					f.Categories = append(f.Categories, p.Series)
+				}
+				s.Points = append(s.Points, seedPoint(float64(i), p))
+			}
+			if len(s.Points) > 0 {
+				f.Series = append(f.Series, s)
+				labels = append(labels, v.Label)
+			}
+		}
+		drawn = len(labels) > 0
+	} else {
+		colour := map[string]string{}
+		for i, c := range pn.Curves {
+			colour[c.Series] = plot.PaletteColor(i)
+		}
+		extra := 0
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, x := range panelXs(pn) {
+			lo, hi = math.Min(lo, x), math.Max(hi, x)
+		}
+		for _, v := range vs {
+			var order []string
+			by := map[string]*plot.Series{}
+			for _, p := range v.Points {
+				xs := []float64{lo, hi} // a value at no stated x: across the figure
+				if p.X != nil {
+					xs = []float64{*p.X}
+				}
+				s := by[p.Series]
+				if s == nil {
+					c, ok := colour[p.Series]
+					if p.Line != "" {
+						c, ok = colour[p.Line]
+					}
+					if !ok {
+						c = seedGrey(extra)
+						extra++
+					}
+					s = &plot.Series{Name: v.Label + ": " + p.Series, Style: plot.Reference, Color: c}
+					by[p.Series] = s
+					order = append(order, p.Series)
+				}
+				for _, x := range xs {
+					s.Points = append(s.Points, seedPoint(x, p))
+				}
+			}
+			for _, n := range order {
+				s := by[n]
+				sort.SliceStable(s.Points, func(i, j int) bool { return s.Points[i].X < s.Points[j].X })
+				f.Series = append(f.Series, *s)
+				widen(&f.XLimits, s.Points)
+			}
+			if len(order) > 0 {
+				labels = append(labels, v.Label)
+				drawn = true
+			}
+		}
+	}
+	if drawn {
+		fig.Caption += fmt.Sprintf(seedCaption, strings.Join(labels, "; "))
+		f.Note = fig.Caption
+	}
+}
+
+// seedPoint is a published value at x, with its range as an error bar.
+func seedPoint(x float64, p results.SeedPoint) plot.Point {
+	q := plot.Point{X: x, Y: p.Y}
+	if p.Low != nil && p.High != nil {
+		q.YLow, q.YHigh = *p.Low, *p.High
+	}
+	return q
+}
+
+// widen makes fixed x limits (the dodge's) take in points drawn at their
+// own x.
+func widen(l *plot.Limits, ps []plot.Point) {
+	if !(l.Min < l.Max) {
+		return
+	}
+	for _, p := range ps {
+		l.Min, l.Max = math.Min(l.Min, p.X), math.Max(l.Max, p.X)
+	}
+}
+
+// seedScale is how far apart (a factor) the seed's values and cnlab's may
+// be on one figure before a normalised figure is drawn as well: beyond
+// it, the smaller of the two lies flat along the axis.
+const seedScale = 4
+
+// seedNormalised is, for a line figure whose seed values are far from
+// cnlab's (seedScale), the same lines each divided by its own value at
+// its first x, in percent, the seed's series (those with two values or
+// more) likewise: the shapes side by side where the scales differ
+// (seed 001's 155 Gb/s on an 8-core machine). ok is false when the
+// scales are close or no seed series has a shape.
+func seedNormalised(pn *Panel, vs []results.SeedValues) (Figure, bool) {
+	if pn.XDim == "" || len(vs) == 0 {
+		return Figure{}, false
+	}
+	ours, theirs := 0.0, 0.0
+	for _, c := range pn.Curves {
+		for _, x := range c.X {
+			ours = math.Max(ours, math.Abs(c.summary(x).Median))
+		}
+	}
+	for _, v := range vs {
+		for _, p := range v.Points {
+			theirs = math.Max(theirs, math.Abs(p.Y))
+		}
+	}
+	if ours == 0 || theirs == 0 || (theirs/ours < seedScale && ours/theirs < seedScale) {
+		return Figure{}, false
+	}
+	id := pn.ID + "-seed-normalised"
+	f := &plot.Figure{ID: id, Title: pn.Metric.Label + ", % of each line's first x, with the seed's — " + pn.ctx(),
+		XLabel: pn.XLabel, YLabel: "% of the line's value at its first x", YFromData: true, Scale: 2}
+	colour := map[string]string{}
+	for i, c := range pn.Curves {
+		colour[c.Series] = plot.PaletteColor(i)
+		base := c.summary(c.X[0]).Median
+		if base == 0 {
+			continue
+		}
+		s := plot.Series{Name: c.Series, Color: plot.PaletteColor(i)}
+		for _, x := range c.X {
+			s.Points = append(s.Points, plot.Point{X: x, Y: 100 * c.summary(x).Median / base})
+		}
+		f.Series = append(f.Series, s)
+	}
+	extra, shapes := 0, 0
+	var labels []string
+	for _, v := range vs {
+		var order []string
+		by := map[string][]results.SeedPoint{}
+		for _, p := range v.Points {
+			if p.X == nil {
+				continue
+			}
+			if by[p.Series] == nil {
+				order = append(order, p.Series)
+			}
+			by[p.Series] = append(by[p.Series], p)
+		}
+		for _, n := range order {
+			ps := by[n]
+			if len(ps) < 2 {
+				continue
+			}
+			sort.SliceStable(ps, func(i, j int) bool { return *ps[i].X < *ps[j].X })
+			if ps[0].Y == 0 {
+				continue
+			}
+			c, ok := colour[ps[0].Line]
+			if !ok {
+				if c, ok = colour[n]; !ok {
+					c = seedGrey(extra)
+					extra++
+				}
+			}
+			s := plot.Series{Name: v.Label + ": " + n, Style: plot.Reference, Color: c}
+			for _, p := range ps {
+				s.Points = append(s.Points, plot.Point{X: *p.X, Y: 100 * p.Y / ps[0].Y})
+			}
+			f.Series = append(f.Series, s)
+			shapes++
+			if !slices.Contains(labels, v.Label) {
+				labels = append(labels, v.Label)
+			}
+		}
+	}
+	if shapes == 0 {
+		return Figure{}, false
+	}
+	if logAxis(panelXs(pn)) {
+		f.XLog, f.XLabel = true, logLabel(f.XLabel)
+	}
+	f.Note = fmt.Sprintf("The seed's values (%s) and cnlab's medians are %s apart in scale (another machine): each line here is divided by its own value at its first x, the seed's dashed with hollow markers, so that their shapes compare.",
+		strings.Join(labels, "; "), scaleWords(theirs/ours))
+	return Figure{ID: id, Kind: "seed", Title: f.Title, Caption: f.Note, XLog: f.XLog, Plot: f}, true
+}
+
+// scaleWords says how far apart two scales are: "12× the seed's larger".
+func scaleWords(r float64) string {
+	if r >= 1 {
+		return fmt.Sprintf("%s× (the seed's larger)", fmtNum(r))
+	}
+	return fmt.Sprintf("%s× (cnlab's larger)", fmtNum(1/r))
+}
+
+// seedGreys colour the seed's series that stand beside no line of cnlab's
+// (IPVS; a seed's pod 1 and pod 2): greys, so that none is taken for the
+// partner of a cnlab line of the palette's colour.
+var seedGreys = [...]string{"#4d4d4d", "#8c8c8c", "#262626", "#a6a6a6"}
+
+func seedGrey(i int) string { return seedGreys[i%len(seedGreys)] }

@@ -108,6 +108,7 @@ var funcs = template.FuncMap{
 	"num":  fmtNum,
 	"pct":  func(v float64) string { return fmtNum(100*v) + "%" },
 	"join": strings.Join,
+	"sign": signed,
 }
 
 var page = template.Must(template.New("report").Funcs(funcs).Parse(`<!DOCTYPE html>
@@ -118,7 +119,14 @@ var page = template.Must(template.New("report").Funcs(funcs).Parse(`<!DOCTYPE ht
 <title>cnlab report — {{.R.Experiment.Name}}</title>
 <style>
 {{.Fonts}}
-body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em; color: #222; }
+/* The page scrolls inside main, not the window: headless Chromium draws
+   a window scrolled to an anchor (report.html#table) blank, an element
+   scrolled to it whole. Printing lays the page out as one long sheet. */
+html, body { height: 100%; margin: 0; }
+body { overflow: hidden; font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #222; }
+main { height: 100%; overflow-y: auto; outline: none; }
+main > .content { margin: 2em auto; max-width: 1100px; padding: 0 1em; }
+@media print { html, body, main { height: auto; overflow: visible; } }
 h1 { font-size: 1.6em; margin-bottom: .2em; }
 h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 2em; }
 .meta { color: #555; }
@@ -137,6 +145,7 @@ code { font-size: .9em; }
 </style>
 </head>
 <body>
+<main id="top" tabindex="-1"><div class="content">
 <h1>{{.R.Experiment.Name}}</h1>
 <p class="meta">cnlab report of <code>{{.R.Experiment.File}}</code>{{if .R.Experiment.Quick}} (--quick){{end}} — run {{.R.Status}}, started {{.Started}}, finished {{.Finished}};
 {{len .R.Points}} points, seed {{.R.Seed}}, cnlab {{.R.Cnlab}}.</p>
@@ -162,6 +171,13 @@ code { font-size: .9em; }
 {{end}}</table>
 <p class="meta">Linear: ordinary least squares on every sample, slope with its 95% CI (Student's t, n−2); relative slope: per unit of x as a share of the fitted intercept. Power law: t(n) = t(1)·(1 − l)^(n−1), least squares on log t; R² of the curve against the raw samples. Bend: continuous two-segment fit, reported when its F test against a straight line gives p &lt; 0.01. Every fit is in x itself, also in a figure whose x axis is on a log scale (x all above 0 and spanning two decades or more), where a straight line in x is a curve.</p>
 {{end}}
+{{if .Rep.UnitCosts}}<h2 id="unit-costs">Costs per packet</h2>
+<table>
+<tr><th>figure</th><th>series</th><th>per</th><th>ns (95% CI)</th><th>ns per packet at x = 0</th><th>CPU µs per packet (transaction), first → last x</th><th>samples</th><th>packets from</th><th>the seed</th></tr>
+{{range .Rep.UnitCosts}}<tr><td><a href="#{{.Panel}}">{{.Panel}}</a></td><td>{{.Series}}</td><td>{{.Per}} per {{.Of}}</td>{{if .Note}}<td colspan="6">{{.Note}}</td>{{else}}<td class="n">{{sign .Ns}} ({{sign .CI.Lo}} to {{sign .CI.Hi}})</td><td class="n">{{num .BaseNs}}</td><td class="n">{{if .CPUFirst}}{{num .CPUFirst}} → {{num .CPULast}}{{else}}—{{end}}</td><td class="n">{{.N}}</td><td>{{.Source}}{{if .MSS}} ({{.MSS}} B){{end}}</td>{{end}}<td>{{with .Seed}}{{num .Ns}} ns: {{.Source}}, {{num .From}} → {{num .To}} Gb/s{{else}}—{{end}}</td></tr>
+{{end}}</table>
+<p class="meta">The slope of the time per packet (1/rate: per transaction for rr, per connection for crr, per request for http) against x, least squares on every sample, with its 95% CI (Student's t, n−2): what each added unit of the sweep's axis costs on every packet. Unlike a relative drop, it does not depend on the machine's per-packet base cost, so two machines or two days can be compared on it. Packets are the skbs the server's interfaces received (skb_per_s) where the run counted them, otherwise bytes over an assumed segment size (said in the row). CPU per packet is the machine's busy CPU time over the packets (netperf's service demand).</p>
+{{end}}
 {{if .Rep.Proxy}}<h2 id="proxy">What the L7 proxy adds over the L3/L4 path</h2>
 <table>
 <tr><th>point</th><th>topology</th><th>series</th><th>workload</th><th>proxy</th><th>p50 (µs)</th><th>L3/L4 p50 (µs)</th><th>added (µs)</th><th>×</th><th>proxy CPU per request (µs)</th><th>added ÷ HAProxy's</th><th>CPU ÷ HAProxy's</th></tr>
@@ -184,10 +200,13 @@ code { font-size: .9em; }
 
 <h2 id="experiment">Experiment file</h2>
 <pre>{{.R.Experiment.Text}}</pre>
+</div></main>
 <script>
 // Marks the page once laid out: how many figures have a drawn SVG (a
 // check for tests and for a reader's browser alike).
 (function () {
+  // Keys (Page Down, arrows) scroll the page from the start.
+  document.querySelector("main").focus({preventScroll: true});
   var n = 0;
   document.querySelectorAll("figure.report-figure svg").forEach(function (s) {
     var b = s.getBoundingClientRect();

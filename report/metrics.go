@@ -19,6 +19,8 @@ func figureMetrics(kind string) []string {
 	switch kind {
 	case results.TCPRR, results.UDPRR:
 		return []string{"latency_p50_us", "latency_p99_us"}
+	case results.TCPRRUnderLoad: // the same figures as tcp-rr (one panel), and the load's
+		return []string{"latency_p50_us", "latency_p99_us", "throughput_gbps"}
 	}
 	return PrimaryMetrics(kind)
 }

@@ -71,7 +71,28 @@ var seriesDims = []dim{
 	axisDim("zerocopy"),
 	axisDim("firewallStateful"),
 	axisDim("firewallSpread"),
-	{"streams", func(p *results.PointResult) string { return num(p.Workload.Streams) }, func(v string) string {
+	// tcp-rr-under-load is drawn with the tcp-rr of its sizes (workloadKey):
+	// its lines are the same series under load, the tcp-rr's idle.
+	{"load", func(p *results.PointResult) string {
+		if p.Workload.Kind == results.TCPRRUnderLoad {
+			return num(p.Workload.Streams)
+		}
+		return ""
+	}, func(v string) string {
+		if v == "" {
+			return "idle"
+		}
+		if v == "1" {
+			return "under load (1 stream)"
+		}
+		return "under load (" + v + " streams)"
+	}},
+	{"streams", func(p *results.PointResult) string {
+		if p.Workload.Kind == results.TCPRRUnderLoad {
+			return "0" // the load dimension names them
+		}
+		return num(p.Workload.Streams)
+	}, func(v string) string {
 		if v == "0" || v == "1" {
 			return "1 stream"
 		}
@@ -157,6 +178,8 @@ func workloadKey(w results.Workload) string {
 	switch w.Kind {
 	case results.TCPRR, results.TCPCRR, results.UDPRR:
 		return fmt.Sprintf("%s %d/%d", w.Kind, w.RequestSize, w.ResponseSize)
+	case results.TCPRRUnderLoad: // on tcp-rr's figures: loaded beside idle
+		return fmt.Sprintf("%s %d/%d", results.TCPRR, w.RequestSize, w.ResponseSize)
 	case results.HTTP, results.AB:
 		return w.Name()
 	case results.UDPStream:
@@ -195,6 +218,9 @@ func panels(r *results.Results) []*Panel {
 				gs = append(gs, g)
 			}
 			g.pts = append(g.pts, p)
+			if p.Workload.Kind == results.TCPRRUnderLoad {
+				g.kind = p.Workload.Kind // tcp-rr drawn with it: its figures too
+			}
 			if !slices.Contains(g.sweeps, p.Sweep) {
 				g.sweeps = append(g.sweeps, p.Sweep)
 			}

@@ -41,6 +41,10 @@ type Report struct {
 	NoisySamples int      `json:"noisySamples"`
 	Excluded     int      `json:"excludedSamples"`
 	Notes        []string `json:"notes,omitempty"`
+
+	// UnitCosts are, per curve of every sweep's headline figure, what
+	// each unit of its x costs per packet (transaction, connection).
+	UnitCosts []UnitCost `json:"unitCosts,omitempty"`
 }
 
 // Row is one metric of one point in the table.
@@ -116,16 +120,24 @@ func Build(r *results.Results, env *results.Environment) *Report {
 			// their figure and fits.
 			rep.Findings = append(rep.Findings, finds...)
 			if b, ok := baselineFigure(pn); ok {
+				x := firstX(pn)
+				addSeedValues(&b, panelSeedValues(r, pn), pn, &x)
 				rep.Figures = append(rep.Figures, b)
 			}
 		}
 		rep.Fits = append(rep.Fits, fits...)
+		rep.UnitCosts = append(rep.UnitCosts, unitCosts(r, env, pn)...)
 		f := sweepFigure(pn, fits)
+		seed := panelSeedValues(r, pn)
+		addSeedValues(&f, seed, pn, nil)
 		if ref := reference(r, pn); ref != "" {
 			f.Caption += " The seed measured: " + ref
 			f.Plot.Note = f.Caption
 		}
 		rep.Figures = append(rep.Figures, f)
+		if n, ok := seedNormalised(pn, seed); ok {
+			rep.Figures = append(rep.Figures, n)
+		}
 	}
 	rep.Figures = append(rep.Figures, profileFigures(r, len(pns)+1)...)
 	rep.table()

@@ -16,7 +16,7 @@ declare -A tools=(
 	[clang]=clang [llvm-strip]=llvm [bpftool]=bpftool [perf]=linux-perf
 	[conntrack]=conntrack [python3]=python3 [make]=make [git]=git [tc]=iproute2
 	[taskset]=util-linux [chromium]=chromium [ab]=apache2-utils
-	[haproxy]=haproxy
+	[haproxy]=haproxy [tcpdump]=tcpdump
 	[ovs-vswitchd]=openvswitch-switch [pgrep]=procps
 	[containerd]=containerd [runc]=runc [busybox]=busybox-static [dash]=dash
 	[nsenter]=util-linux [unshare]=util-linux

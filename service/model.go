@@ -36,6 +36,10 @@ type Choice struct {
 	// Source is the address the backend sees the connection come from,
 	// when the model knows it (node ports).
 	Source netip.Addr `json:"source,omitzero"`
+	// Proxied: the backend's port has L7 rules for this client, so the
+	// datapath hands the connection to its L7 proxy, which answers or
+	// forwards each HTTP request (and only HTTP).
+	Proxied bool `json:"proxied,omitempty"`
 }
 
 // Expectation is what a client's new connections to a frontend may do.
@@ -113,6 +117,17 @@ func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
 			if c.Hairpin && !e.HairpinLocal {
 				c.Why += "; hairpin: the backend sees its host's address, not its own"
 			}
+			if c.Reachable && !(c.Hairpin && e.HairpinLocal) && f.Protocol == "tcp" {
+				c.Proxied = m.Policy.HTTPVerdict(client, ep, int(b.Port), policy.Request{Method: "GET", Path: "/"}).Proxied
+				if why := m.l7Unreachable(client, ep, c.Hairpin, c.Proxied, client.Host, false); why != "" {
+					c.Reachable = false
+					c.Why = why
+					e.Expected = slices.DeleteFunc(e.Expected, func(id string) bool { return id == ep.ID() })
+					e.MayFail = true
+				} else if c.Proxied {
+					c.Why += "; an L7 port: the datapath hands the connection to its L7 proxy"
+				}
+			}
 		}
 		e.Choices = append(e.Choices, c)
 	}
@@ -121,6 +136,59 @@ func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
 		e.Note = fmt.Sprintf("ClientIP affinity: all of a client's connections within %ds of its last one go to one backend", f.Affinity)
 	}
 	return e
+}
+
+// l7Limit is where the limits of a connection through a Service to an
+// L7 port are documented.
+const l7Limit = "docs/limits.md, \"L7 HTTP rules\""
+
+// l7Unreachable says why a connection through a Service cannot reach
+// backend ep on an L7 port ("" when it can), as real connections find on
+// each datapath (TestServiceProbeHTTP, docs/l7.md). node is the host a
+// netfilter proxy translates on (the client's for a cluster IP, the node
+// port's host for a node port); masqueraded: a node port under
+// externalTrafficPolicy Cluster.
+//   - a hairpin (the client is the backend): masqueraded to its host's
+//     address, the handshake does not complete, on every datapath;
+//   - iptables and nftables, a backend on the host that translates: the
+//     redirect to the L7 proxy matches the endpoint's own address in
+//     prerouting, before that host's Service DNAT, and the policy then
+//     drops the translated connection, which comes around the proxy; a
+//     backend on another host gets the connection already translated
+//     and redirects it as a direct one;
+//   - eBPF (which translates on the client's host), a backend on the
+//     client's host with legacy host routing (the translated flow is not
+//     handed to the proxy and the backend's program drops it), or
+//     masqueraded there (a node port under Cluster).
+func (m *Model) l7Unreachable(client, ep *topology.Endpoint, hairpin, proxied bool, node string, masqueraded bool) string {
+	if !proxied {
+		return ""
+	}
+	switch m.Lab.Datapath {
+	case kind.IPTables, kind.NFTables:
+		if hairpin {
+			break
+		}
+		if ep.Host == node {
+			return fmt.Sprintf("an L7 port through a Service translated on the backend's own host (%s): the %s datapath redirects to its L7 proxy on the endpoint's own address, before this host's Service DNAT, and then drops the translated connection: no connection (%s)", ep.Host, m.Lab.Datapath, l7Limit)
+		}
+		return ""
+	case kind.EBPF:
+		if hairpin || ep.Host != client.Host {
+			break
+		}
+		if m.Lab.EBPF.HostRouting == kind.HostRoutingLegacy {
+			return fmt.Sprintf("an L7 port through a Service from the backend's own host (%s) with legacy host routing: the translated connection is not handed to the L7 proxy and the backend's program drops it: no connection (%s)", ep.Host, l7Limit)
+		}
+		if masqueraded {
+			return fmt.Sprintf("an L7 port through a node port masqueraded to a backend of the client's own host (%s): no connection (%s)", ep.Host, l7Limit)
+		}
+		return ""
+	}
+	if hairpin {
+		return fmt.Sprintf("hairpin to an L7 port: the connection, masqueraded to its host's address, gets no connection (%s)", l7Limit)
+	}
+	return ""
 }
 
 // NodeAddress is the address of a host that cnlab probes node ports on:

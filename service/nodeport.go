@@ -193,8 +193,18 @@ func (m *Model) ExpectNodePort(client *topology.Endpoint, f *Frontend, host stri
 			c.Source = hop.seen
 			judged := fmt.Sprintf("egress judged on %s %s/%d%s, ingress on %s%s", hop.egressTo.ID(), strings.ToUpper(f.Protocol), hop.egressPort, paren(hop.egressWhat),
 				hop.ingressFrom.ID(), paren(hop.ingressWhat))
-			if v.Allowed {
+			if v.Allowed && f.Protocol == "tcp" {
+				c.Proxied = m.Policy.HTTPVerdict(client, ep, int(b.Port), policy.Request{Method: "GET", Path: "/"}).Proxied
+			}
+			if why := m.l7Unreachable(client, ep, c.Hairpin, c.Proxied, host, !f.ExternalLocal); v.Allowed && why != "" {
+				c.Reachable = false
+				c.Why = why
+				e.MayFail = true
+			} else if v.Allowed {
 				c.Why = fmt.Sprintf("policy allows it (%s); %s sees %s", judged, ep.ID(), hop.seen)
+				if c.Proxied {
+					c.Why += "; an L7 port: the datapath hands the connection to its L7 proxy"
+				}
 				e.Expected = append(e.Expected, ep.ID())
 			} else {
 				c.Why = fmt.Sprintf("policy denies it (%s): %s", judged, denial(v))

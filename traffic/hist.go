@@ -64,6 +64,12 @@ func (h *Histogram) Record(d time.Duration) {
 	h.max = max(h.max, v)
 }
 
+// Reset empties the histogram, keeping its memory.
+func (h *Histogram) Reset() {
+	clear(h.counts)
+	h.n, h.sum, h.min, h.max = 0, 0, math.MaxInt64, 0
+}
+
 // Merge adds another histogram's observations.
 func (h *Histogram) Merge(o *Histogram) {
 	for i, c := range o.counts {

@@ -244,6 +244,39 @@ type HTTPResult struct {
 	// client reports them rounded (ab: whole milliseconds, 1000); 0 when
 	// exact. A percentile below it was not measured: it reads 0.
 	ResolutionUs float64 `json:"resolutionUs,omitempty"`
+	// Series is the run second by second (cnlab http only).
+	Series *HTTPSeries `json:"series,omitempty"`
+}
+
+// HTTPSeries is an HTTP run cut into seconds: each request counts in the
+// second in which it completed (with a response or an error). The last
+// second is shorter when the run is not whole seconds.
+type HTTPSeries struct {
+	T         []float64 `json:"t"`        // end of each second, from the run's start
+	Requests  []uint64  `json:"requests"` // completed in that second
+	PerSecond []float64 `json:"requestsPerSecond"`
+}
+
+// httpSeries adds up the workers' per-second counts over elapsed.
+func httpSeries(workers []*httpWorker, elapsed time.Duration) *HTTPSeries {
+	n := max(int((elapsed+time.Second-1)/time.Second), 1)
+	s := &HTTPSeries{Requests: make([]uint64, n)}
+	for _, w := range workers {
+		for i, c := range w.perSec {
+			s.Requests[min(i, n-1)] += c
+		}
+	}
+	for i, c := range s.Requests {
+		end := min(time.Duration(i+1)*time.Second, elapsed)
+		length := (end - time.Duration(i)*time.Second).Seconds()
+		s.T = append(s.T, end.Seconds())
+		if length > 0 {
+			s.PerSecond = append(s.PerSecond, float64(c)/length)
+		} else {
+			s.PerSecond = append(s.PerSecond, 0)
+		}
+	}
+	return s
 }
 
 // httpWorker is one worker of a run: its own client and its own counts.
@@ -260,6 +293,9 @@ type httpWorker struct {
 	statuses map[int]uint64
 	last     time.Time // end of its last counted request
 	firstErr error
+	// perSec counts its requests by the second of the run they completed
+	// in (grown once a second, not per request).
+	perSec []uint64
 }
 
 func newHTTPWorker(c HTTPConfig) *httpWorker {
@@ -381,6 +417,11 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPResult, error) {
 					return // the run ended with the request in flight
 				}
 				w.last = time.Now()
+				k := int(w.last.Sub(start) / time.Second)
+				for len(w.perSec) <= k {
+					w.perSec = append(w.perSec, 0)
+				}
+				w.perSec[k]++
 				if err == nil {
 					w.h.Record(took)
 				} else if w.firstErr == nil {
@@ -436,6 +477,7 @@ func RunHTTP(ctx context.Context, c HTTPConfig) (*HTTPResult, error) {
 		l := latency(connect)
 		r.ConnectUs = &l
 	}
+	r.Series = httpSeries(workers, elapsed)
 	return r, nil
 }
 

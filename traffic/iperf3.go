@@ -48,6 +48,62 @@ type Iperf3Result struct {
 	// Note says what cnlab inferred or clamped reading the report (a
 	// missing receiver section, late datagrams), empty when nothing.
 	Note string `json:"note,omitempty"`
+	// Bidir is the server→client direction of a --bidir test (iperf3
+	// 3.7 and later); the fields above are then the client→server
+	// direction's (CPU: SenderCPU is the client's, ReceiverCPU the
+	// server's, each of which both sends and receives).
+	Bidir *Iperf3Direction `json:"bidir,omitempty"`
+	// Intervals are the client's per-second reports (-i 1, iperf3's
+	// default), summed over its streams, the omitted ones (-O) included.
+	Intervals []Iperf3Interval `json:"intervals,omitempty"`
+}
+
+// Iperf3Direction is one direction's totals of a --bidir test.
+type Iperf3Direction struct {
+	SentBps     float64 `json:"sentBitsPerSecond"`
+	ReceivedBps float64 `json:"receivedBitsPerSecond"`
+	Retransmits int     `json:"retransmits"` // TCP, counted by its sender
+}
+
+// Iperf3Interval is one of the client's per-second reports, summed over
+// its streams. The client sees its own side only: Bps is what it sent
+// (what it received with -R), Retransmits its own (TCP, when it sends);
+// ReverseBps, with --bidir, is what it received from the server.
+type Iperf3Interval struct {
+	Start       float64 `json:"start"` // seconds from the test's start, omitted seconds included
+	End         float64 `json:"end"`
+	Bps         float64 `json:"bitsPerSecond"`
+	Retransmits int     `json:"retransmits,omitempty"`
+	ReverseBps  float64 `json:"reverseBitsPerSecond,omitempty"`
+	Omitted     bool    `json:"omitted,omitempty"` // a -O warm-up second, not measured
+}
+
+// Measured returns the intervals after the omitted ones, their times
+// moved to start at 0 (the start of the measured time).
+func (r *Iperf3Result) Measured() []Iperf3Interval {
+	var out []Iperf3Interval
+	for _, iv := range r.Intervals {
+		if iv.Omitted {
+			continue
+		}
+		out = append(out, iv)
+	}
+	if len(out) > 0 {
+		t0 := out[0].Start
+		for i := range out {
+			out[i].Start -= t0
+			out[i].End -= t0
+		}
+	}
+	return out
+}
+
+type iperfInterval struct {
+	Start         float64 `json:"start"`
+	End           float64 `json:"end"`
+	BitsPerSecond float64 `json:"bits_per_second"`
+	Retransmits   int     `json:"retransmits"`
+	Omitted       bool    `json:"omitted"`
 }
 
 type iperfSum struct {
@@ -95,11 +151,18 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 				Reverse    int    `json:"reverse"`
 			} `json:"test_start"`
 		} `json:"start"`
+		Intervals []struct {
+			Sum             iperfInterval  `json:"sum"`
+			SumBidirReverse *iperfInterval `json:"sum_bidir_reverse"`
+		} `json:"intervals"`
 		End struct {
 			Sum         *iperfSum `json:"sum"`
 			SumSent     *iperfSum `json:"sum_sent"`
 			SumReceived *iperfSum `json:"sum_received"`
-			CPU         struct {
+			// --bidir: the server→client direction.
+			SumSentReverse     *iperfSum `json:"sum_sent_bidir_reverse"`
+			SumReceivedReverse *iperfSum `json:"sum_received_bidir_reverse"`
+			CPU                struct {
 				HostTotal   float64 `json:"host_total"`
 				RemoteTotal float64 `json:"remote_total"`
 			} `json:"cpu_utilization_percent"`
@@ -135,6 +198,9 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 		r.SentBps = sent.BitsPerSecond
 		r.ReceivedBps = received.BitsPerSecond
 		r.Retransmits = sent.Retransmits
+		if rs, rr := raw.End.SumSentReverse, raw.End.SumReceivedReverse; rs != nil && rr != nil {
+			r.Bidir = &Iperf3Direction{SentBps: rs.BitsPerSecond, ReceivedBps: rr.BitsPerSecond, Retransmits: rs.Retransmits}
+		}
 	case "UDP":
 		if sent != nil {
 			udpTotals(r, sent, received, raw.Start.TestStart.Blksize)
@@ -162,6 +228,14 @@ func ParseIperf3(data []byte) (*Iperf3Result, error) {
 	}
 	if r.Seconds <= 0 {
 		return nil, errors.New("iperf3 report: no measured time")
+	}
+	for _, iv := range raw.Intervals {
+		s := iv.Sum
+		out := Iperf3Interval{Start: s.Start, End: s.End, Bps: s.BitsPerSecond, Retransmits: s.Retransmits, Omitted: s.Omitted}
+		if b := iv.SumBidirReverse; b != nil {
+			out.ReverseBps = b.BitsPerSecond
+		}
+		r.Intervals = append(r.Intervals, out)
 	}
 	return r, nil
 }

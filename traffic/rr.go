@@ -101,6 +101,72 @@ type RRResult struct {
 	// connection established (the SYN-ACK back), per transaction.
 	ConnectUs *Latency `json:"connectUs,omitempty"`
 	Timeouts  uint64   `json:"timeouts,omitempty"` // udp-rr: lost request or response, after the warm-up
+	// Series is the measured time second by second.
+	Series *RRSeries `json:"series,omitempty"`
+}
+
+// RRSeries is a run's measured time cut into seconds: each transaction
+// counts in the second in which it completed (one that completed after
+// the measured time, in the last). The arrays are aligned, one entry per
+// second; the last second is shorter when the duration is not whole
+// seconds. A second in which no transaction completed has 0 transactions
+// and latencies of 0 (no latency was measured in it).
+type RRSeries struct {
+	T            []float64 `json:"t"`            // end of each second, from the start of the measured time
+	Transactions []uint64  `json:"transactions"` // completed in that second
+	PerSecond    []float64 `json:"transactionsPerSecond"`
+	P50Us        []float64 `json:"p50Us"`
+	P99Us        []float64 `json:"p99Us"`
+}
+
+// rrBuckets cuts a run's transactions into seconds: one histogram,
+// emptied at each second's end, so a transaction costs a Record and no
+// allocation (a second's summary appends to the series once per second).
+type rrBuckets struct {
+	from     time.Time     // start of the measured time
+	duration time.Duration // of the measured time
+	cur      int           // the second being filled
+	h        *Histogram
+	s        RRSeries
+}
+
+func newRRBuckets(from time.Time, duration time.Duration) *rrBuckets {
+	return &rrBuckets{from: from, duration: duration, h: NewHistogram()}
+}
+
+// seconds is how many buckets the measured time has.
+func (b *rrBuckets) seconds() int { return max(int((b.duration+time.Second-1)/time.Second), 1) }
+
+// record counts a transaction of latency d that completed at t (a
+// measured one: not before from).
+func (b *rrBuckets) record(t time.Time, d time.Duration) {
+	k := min(int(t.Sub(b.from)/time.Second), b.seconds()-1)
+	for b.cur < k {
+		b.flush()
+	}
+	b.h.Record(d)
+}
+
+// flush closes the current second.
+func (b *rrBuckets) flush() {
+	end := min(time.Duration(b.cur+1)*time.Second, b.duration)
+	length := (end - time.Duration(b.cur)*time.Second).Seconds()
+	n := b.h.Count()
+	b.s.T = append(b.s.T, end.Seconds())
+	b.s.Transactions = append(b.s.Transactions, n)
+	b.s.PerSecond = append(b.s.PerSecond, float64(n)/length)
+	b.s.P50Us = append(b.s.P50Us, us(b.h.Quantile(0.5)))
+	b.s.P99Us = append(b.s.P99Us, us(b.h.Quantile(0.99)))
+	b.h.Reset()
+	b.cur++
+}
+
+// series closes the remaining seconds and returns the series.
+func (b *rrBuckets) series() *RRSeries {
+	for b.cur < b.seconds() {
+		b.flush()
+	}
+	return &b.s
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }

@@ -292,6 +292,7 @@ type rrClient struct {
 	req, resp        []byte
 	h                *Histogram
 	connect          *Histogram // tcp-crr: connect() to established
+	secs             *rrBuckets // h, second by second
 	measureFrom, end time.Time
 	last             time.Time // completion of the last counted transaction
 	timeouts         uint64
@@ -323,6 +324,7 @@ func RRRun(ctx context.Context, c RRConfig) (*RRResult, error) {
 		h: NewHistogram(), connect: NewHistogram(), start: time.Now()}
 	r.measureFrom = r.start.Add(c.Warmup)
 	r.end = r.measureFrom.Add(c.Duration)
+	r.secs = newRRBuckets(r.measureFrom, c.Duration)
 	switch c.Mode {
 	case TCPRR:
 		err = r.tcp()
@@ -341,7 +343,9 @@ func RRRun(ctx context.Context, c RRConfig) (*RRResult, error) {
 	if r.end.Before(stop) {
 		stop = r.end
 	}
-	return summarize(c, r.h, r.connect, stop.Sub(r.measureFrom), r.timeouts), nil
+	res := summarize(c, r.h, r.connect, stop.Sub(r.measureFrom), r.timeouts)
+	res.Series = r.secs.series()
+	return res, nil
 }
 
 // measured reports whether a transaction started at t0 counts.
@@ -352,7 +356,9 @@ func (r *rrClient) done(t0 time.Time) {
 	r.completed++
 	if r.measured(t0) {
 		r.last = time.Now()
-		r.h.Record(r.last.Sub(t0))
+		d := r.last.Sub(t0)
+		r.h.Record(d)
+		r.secs.record(r.last, d)
 	}
 }
 

@@ -29,6 +29,16 @@ func TestApplyGivenTheOtherCommandsKind(t *testing.T) {
 	slice := write("slice.yaml", "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, namespace: x, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints: [{addresses: [10.0.0.1]}]\n")
 	mixed := write("mixed.yaml", np+"---\n"+svc)
 	cnp := write("cnp.yaml", "apiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\nmetadata: {name: c, namespace: x}\nspecs: [{endpointSelector: {}, ingress: [{}]}]\n")
+	// A directory is read as kubectl reads one: its files in name order
+	// (the first document refused is in the directory's file).
+	sub := filepath.Join(dir, "svcs")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inDir := filepath.Join(sub, "a.yaml")
+	if err := os.WriteFile(inDir, []byte(np), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	const lab = "t-kind-nolab"
 	for _, c := range []struct {
 		args  []string
@@ -43,6 +53,8 @@ func TestApplyGivenTheOtherCommandsKind(t *testing.T) {
 			mixed + `: document 1: kind: "NetworkPolicy" is not supported (Service, EndpointSlice): apply NetworkPolicy documents with cnlab policy apply`},
 		{[]string{"service", "apply", lab, "-f", "-"}, svc + "---\n" + np,
 			`<stdin>: document 2: kind: "NetworkPolicy" is not supported (Service, EndpointSlice): apply NetworkPolicy documents with cnlab policy apply`},
+		{[]string{"service", "apply", lab, "-f", sub}, "",
+			inDir + `: document 1: kind: "NetworkPolicy" is not supported (Service, EndpointSlice): apply NetworkPolicy documents with cnlab policy apply`},
 		{[]string{"service", "apply", lab, "-f", cnp}, "",
 			cnp + `: document 1: kind: "CiliumNetworkPolicy" is not supported (Service, EndpointSlice): apply CiliumNetworkPolicy documents with cnlab policy apply`},
 	} {

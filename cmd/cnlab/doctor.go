@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,8 +12,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cnlab/cnlab/experiment"
+	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/files"
 	"github.com/cnlab/cnlab/lab"
+	"github.com/cnlab/cnlab/stats"
 )
 
 // doctorLab is doctor --lab LAB.
@@ -61,6 +64,9 @@ each (about 40 s in all by default), and say how much the samples spread
 what the hypervisor stole and how many samples a point needs for a 95%
 interval of ±2% and ±5%. With FILE, also estimate how long that experiment
 needs for its precision target (2% where it sets none) at this spread.
+Last, the machine's reference speed: one TCP stream and tcp-rr 100/200 on a
+veth pair between two namespaces of its own, pinned to CPU 0 (about 8 s),
+which cnlab run records in environment.json for the next 10 minutes.
 
 It refuses nothing: a noisy machine is said plainly. The labs it builds are
 taken down, also on Ctrl-C.
@@ -115,6 +121,7 @@ says what is wrong, one line a check, and exits 1 when anything is.`,
 			if err != nil {
 				return err
 			}
+			ref, refErr := doctorReference(cmd.Context(), e)
 			var est map[string]any
 			if spec != nil {
 				total, unknown, err := c.EstimateFor(spec)
@@ -126,7 +133,7 @@ says what is wrong, one line a check, and exits 1 when anything is.`,
 			if output == "json" {
 				enc := json.NewEncoder(e.stdout)
 				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"calibration": c, "estimate": est})
+				return enc.Encode(map[string]any{"calibration": c, "estimate": est, "referenceSpeed": ref})
 			}
 			tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "WORKLOAD\tPINNED\tMETRIC\tSAMPLES\tMEDIAN\tCV\tFOR ±2%\tFOR ±5%")
@@ -151,6 +158,7 @@ says what is wrong, one line a check, and exits 1 when anything is.`,
 				fmt.Fprintf(e.stdout, "idle vCPUs halt at once (haltpoll, %s = 0): a wakeup from another CPU is slow, which unpinned rr pays on every transaction; polling 200 µs first (echo 200000 > %s, as root, until reboot) cut unpinned tcp-rr p50 from 69 to 16 µs on the development VM (docs/methodology.md)\n",
 					experiment.HaltPollPath, experiment.HaltPollPath)
 			}
+			printReference(e, ref, refErr)
 			if spec != nil {
 				total := time.Duration(est["measuredSeconds"].(float64) * float64(time.Second))
 				fmt.Fprintf(e.stdout, "%s: about %s of measurement to reach its precision target at this spread (plus lab builds)\n", spec.Name, total.Round(time.Second))
@@ -166,4 +174,28 @@ says what is wrong, one line a check, and exits 1 when anything is.`,
 	f.Bool("quick", false, "with FILE: estimate its quick: variant")
 	f.StringVar(&labName, "lab", "", "check this lab instead of measuring the machine: namespaces, devices, datapath objects, recorder, changes, L7 proxies")
 	return cmd
+}
+
+// doctorReference measures the machine's reference speed (a pinned
+// stream and tcp-rr on one veth pair, experiment.DoctorReference), which
+// the runs of the next minutes record in their environment.json. A
+// failure is said, not fatal, and recorded in the JSON.
+func doctorReference(ctx context.Context, e *env) (*results.ReferenceSpeed, error) {
+	e.progress("measuring the reference speed: one veth pair between two namespaces, client and server on CPU 0")
+	ref, err := experiment.MeasureReference(ctx, experiment.DoctorReference)
+	if err != nil {
+		return &results.ReferenceSpeed{MeasuredAt: time.Now().UTC(), Error: err.Error()}, err
+	}
+	return ref, nil
+}
+
+// printReference says the reference speed in doctor's text output.
+func printReference(e *env, ref *results.ReferenceSpeed, err error) {
+	if err != nil {
+		fmt.Fprintf(e.stdout, "reference speed: not measured: %v\n", err)
+		return
+	}
+	st, rr := stats.Summarize(ref.StreamGbps), stats.Summarize(ref.RRP50Us)
+	fmt.Fprintf(e.stdout, "reference speed (one veth pair, pinned to CPU 0): one TCP stream %.3g Gb/s (CV %.1f%%, %d × %gs), tcp-rr 100/200 p50 %.3g µs (CV %.1f%%, %d × %gs); cnlab run records it for the next 10 minutes, cnlab compare says when two runs' differ\n",
+		st.Median, 100*st.CV, st.N, ref.StreamSeconds, rr.Median, 100*rr.CV, rr.N, ref.RRSeconds)
 }

@@ -33,6 +33,11 @@ func TestDoctor(t *testing.T) {
 			Experiment      string
 			MeasuredSeconds float64
 		}
+		Reference struct {
+			StreamGbps []float64 `json:"streamGbps"`
+			RRP50Us    []float64 `json:"rrP50Us"`
+			Error      string    `json:"error"`
+		} `json:"referenceSpeed"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
 		t.Fatalf("%v: %s", err, stdout)
@@ -47,6 +52,11 @@ func TestDoctor(t *testing.T) {
 	}
 	if out.Estimate.Experiment != "thesis-policy-scaling" || out.Estimate.MeasuredSeconds <= 0 {
 		t.Errorf("estimate %+v", out.Estimate)
+	}
+	// The reference speed, on a veth pair of its own (removed: TestMain
+	// checks that no namespace is left).
+	if r := out.Reference; r.Error != "" || len(r.StreamGbps) < 2 || len(r.RRP50Us) < 2 || r.StreamGbps[0] <= 0 || r.RRP50Us[0] <= 0 {
+		t.Errorf("reference speed %+v", r)
 	}
 	if _, stderr, code := runCLI(t, "doctor", "--samples", "2"); code != 2 || !strings.Contains(stderr, "--samples 2: between 3 and 100") {
 		t.Errorf("--samples 2: exit %d: %s", code, stderr)

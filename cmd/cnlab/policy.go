@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +18,7 @@ import (
 	"github.com/cnlab/cnlab/labels"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/probe"
+	"github.com/cnlab/cnlab/topology"
 	"github.com/spf13/cobra"
 )
 
@@ -40,11 +43,25 @@ The lab's datapath enforces them; changes are incremental and atomic.`,
 
 func newPolicyApplyCmd(e *env) *cobra.Command {
 	var files []string
+	var dryRun bool
 	cmd := &cobra.Command{
-		Use:   "apply LAB -f FILE...",
+		Use:   "apply LAB -f FILE|DIR... [--dry-run]",
 		Short: "Add or replace policies (matched by kind, namespace and name)",
+		Long: `Add or replace policies (matched by kind, namespace and name) and make the
+lab's datapath enforce the new set, in one atomic change per host.
+
+-f takes a file, - (standard input) or a directory: as kubectl apply -f DIR,
+its *.yaml, *.yml and *.json files in name order (not its subdirectories).
+An error names the file and the document it is in; nothing is applied then.
+
+--dry-run parses, checks and compiles the new set against the lab and
+prints what would change — the policies created, updated or unchanged, the
+compiled rules added and removed, and per host the datapath's chains, sets
+or map entries that would change — and changes nothing: not the kernel,
+not the lab's stored policies.`,
 		Example: `  cnlab up -f examples/policy-lab.yaml
   cnlab policy apply policy-lab -f examples/policies/web-from-front.yaml
+  cnlab policy apply policy-lab -f my-policies/ --dry-run   # its *.yaml, *.yml, *.json: what would change
   cat policies.yaml | cnlab policy apply policy-lab -f -`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -54,8 +71,12 @@ func newPolicyApplyCmd(e *env) *cobra.Command {
 			if err := needRoot(); err != nil {
 				return err
 			}
+			paths, err := expandFiles(files)
+			if err != nil {
+				return err
+			}
 			var sets [][]*policy.Policy
-			for _, f := range files {
+			for _, f := range paths {
 				var ps []*policy.Policy
 				var err error
 				if f == "-" {
@@ -76,11 +97,22 @@ func newPolicyApplyCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ch, err := lab.Apply(cmd.Context(), args[0], pols)
-			if err != nil {
-				return err
+			var ch *lab.Change
+			if dryRun {
+				pl, err := lab.PlanApply(args[0], pols)
+				if err != nil {
+					return err
+				}
+				if err := printApplyPlan(e.stdout, pl); err != nil {
+					return err
+				}
+				ch = pl.Change
+			} else {
+				if ch, err = lab.Apply(cmd.Context(), args[0], pols); err != nil {
+					return err
+				}
+				printChange(e.stdout, ch)
 			}
-			printChange(e.stdout, ch)
 			if ch.Compiled != nil {
 				for _, w := range ch.Compiled.Warnings {
 					fmt.Fprintf(e.stderr, "cnlab: warning: %s\n", w)
@@ -89,8 +121,45 @@ func newPolicyApplyCmd(e *env) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "policy file (multi-document YAML); - reads standard input; repeatable")
+	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "policy file (multi-document YAML), or a directory of them (its *.yaml, *.yml, *.json); - reads standard input; repeatable")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "check and compile, print what would change, and change nothing")
 	return cmd
+}
+
+// expandFiles replaces each directory among the -f arguments by its
+// *.yaml, *.yml and *.json files in name order, as kubectl apply -f DIR
+// reads a directory (without -R: not its subdirectories). A directory
+// without such a file is an error, as kubectl's is.
+func expandFiles(args []string) ([]string, error) {
+	var out []string
+	for _, f := range args {
+		if f == "-" {
+			out = append(out, f)
+			continue
+		}
+		st, err := os.Stat(f)
+		if err != nil || !st.IsDir() {
+			out = append(out, f) // the parser says what is wrong with it
+			continue
+		}
+		ents, err := os.ReadDir(f) // sorted by name
+		if err != nil {
+			return nil, err
+		}
+		n := len(out)
+		for _, de := range ents {
+			switch filepath.Ext(de.Name()) {
+			case ".yaml", ".yml", ".json":
+				if !de.IsDir() {
+					out = append(out, filepath.Join(f, de.Name()))
+				}
+			}
+		}
+		if len(out) == n {
+			return nil, usagef("%s: a directory without *.yaml, *.yml or *.json files (subdirectories are not read)", f)
+		}
+	}
+	return out, nil
 }
 
 func printChange(w io.Writer, ch *lab.Change) {
@@ -289,16 +358,7 @@ func printShow(w io.Writer, v showView, c *policy.Compiled) {
 		if v.tiers {
 			verdict = r.Tier.String() + "\t" + verdict
 		}
-		peer := "any"
-		switch {
-		case r.PeerCIDR.IsValid():
-			peer = r.PeerCIDR.String()
-		case r.PeerID != 0:
-			peer = fmt.Sprint(r.PeerID)
-			if id := c.Identity(r.PeerID); id != nil {
-				peer = fmt.Sprintf("%d (%s)", r.PeerID, strings.Join(id.Endpoints, ","))
-			}
-		}
+		peer := peerString(c, r)
 		ports := r.PortString()
 		if r.L7 {
 			ports += " L7" // judged request by request by the host's L7 proxy
@@ -332,9 +392,15 @@ source's egress and the destination's ingress, and the rule that decided
 each. With --http, the verdict on one HTTP request on that connection:
 no connection (denied at L3/L4), 403 (the destination's L7 rules do not
 allow it: its host's proxy answers "Access denied") or 200 (passed to the
-server), and the L7 rules it was judged by.`,
+server), and the L7 rules it was judged by.
+
+--port takes a number or a port name: a name is looked up in the
+destination endpoint's ports: (the topology's container ports), as
+Kubernetes resolves a NetworkPolicy's named port on the destination pod,
+and gives the port and its protocol.`,
 		Example: `  cnlab policy trace policy-lab --from y/a --to x/a --port 80
   cnlab policy trace policy-lab --from x/b --to x/a --port 81 --protocol udp -o json
+  cnlab policy trace policy-lab --from y/a --to x/a --port serve-80-tcp   # a named port of x/a
   cnlab policy trace policy-lab --from x/c --to x/a --port 80 --http "GET /private"`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -345,8 +411,9 @@ server), and the L7 rules it was judged by.`,
 				return usagef("--from, --to and --port are required")
 			}
 			port, perr := strconv.Atoi(portArg)
-			if perr != nil || port < 1 || port > 65535 {
-				return usagef("--port %q is not a port number (1-65535)", portArg)
+			badNumber := perr == nil && (port < 1 || port > 65535)
+			if badNumber || perr != nil && labels.CheckPortName(portArg) != nil {
+				return usagef("--port %q is not a port number (1-65535) nor a port name (lower case letters, digits and '-', at most 15)", portArg)
 			}
 			p := strings.ToUpper(proto)
 			if p != policy.TCP && p != policy.UDP && p != policy.SCTP {
@@ -367,9 +434,19 @@ server), and the L7 rules it was judged by.`,
 			if err != nil {
 				return err
 			}
+			portName := ""
+			if perr != nil {
+				portName = portArg
+				if port, p, err = namedPort(dst, portArg, p, cmd.Flags().Changed("protocol")); err != nil {
+					return err
+				}
+			}
 			v := m.Verdict(src, dst, p, port)
 			var hv *policy.HTTPVerdict
 			if httpReq != "" {
+				if p != policy.TCP && portName != "" {
+					return usagef("--http speaks HTTP over TCP: %s's port %s is %s", dst.ID(), portName, strings.ToLower(p))
+				}
 				if p != policy.TCP {
 					return usagef("--http speaks HTTP over TCP: drop --protocol %s", proto)
 				}
@@ -383,6 +460,11 @@ server), and the L7 rules it was judged by.`,
 				return usagef("--header needs --http")
 			}
 			v.Protocol = strings.ToLower(v.Protocol) // as probe -o json writes it
+			v.PortName = portName
+			portText := strconv.Itoa(port)
+			if portName != "" {
+				portText += " (" + portName + ")"
+			}
 			if output == "json" {
 				if hv != nil {
 					hv.Verdict = v
@@ -403,10 +485,10 @@ server), and the L7 rules it was judged by.`,
 				default:
 					verdict = "200 passed to the server"
 				}
-				fmt.Fprintf(e.stdout, "%s -> %s tcp/%d %s: %s\n", v.From, v.To, port, httpReq, verdict)
+				fmt.Fprintf(e.stdout, "%s -> %s tcp/%s %s: %s\n", v.From, v.To, portText, httpReq, verdict)
 				fmt.Fprintf(e.stdout, "  L7: %s\n", hv.L7)
 			} else {
-				fmt.Fprintf(e.stdout, "%s -> %s %s/%d: %s\n", v.From, v.To, strings.ToLower(p), port, verdict)
+				fmt.Fprintf(e.stdout, "%s -> %s %s/%s: %s\n", v.From, v.To, strings.ToLower(p), portText, verdict)
 			}
 			for _, side := range []struct {
 				dir, ep string
@@ -423,10 +505,34 @@ server), and the L7 rules it was judged by.`,
 	f := cmd.Flags()
 	f.StringVar(&from, "from", "", "source endpoint (ns/name or a unique name)")
 	f.StringVar(&to, "to", "", "destination endpoint")
-	f.StringVar(&portArg, "port", "", "destination port (a number)")
+	f.StringVar(&portArg, "port", "", "destination port: a number, or a name of the destination's ports: (resolved as Kubernetes resolves a named port; its protocol unless --protocol is given)")
 	f.StringVar(&proto, "protocol", "tcp", "tcp, udp or sctp")
 	f.StringVar(&httpReq, "http", "", `explain one HTTP request ("METHOD PATH") on the connection`)
 	f.StringArrayVar(&headers, "header", nil, `with --http: a request header "Name: value" (repeatable; "Host: h" sets the Host)`)
 	f.StringVarP(&output, "output", "o", "", "output format: text or json")
 	return cmd
+}
+
+// namedPort resolves a port name on the destination endpoint as
+// Kubernetes resolves a named port: among its declared container ports
+// (ports: in the topology). The port's protocol is the declared one;
+// protoGiven (--protocol) must agree with it.
+func namedPort(dst *topology.Endpoint, name, proto string, protoGiven bool) (int, string, error) {
+	var have []string
+	for _, cp := range dst.Ports {
+		if cp.Name == name {
+			if protoGiven && cp.Protocol != proto {
+				return 0, "", usagef("--port %s: %s's port %q is %d/%s, not %s: drop --protocol or give --protocol %s",
+					name, dst.ID(), name, cp.Port, strings.ToLower(cp.Protocol), strings.ToLower(proto), strings.ToLower(cp.Protocol))
+			}
+			return cp.Port, cp.Protocol, nil
+		}
+		if cp.Name != "" {
+			have = append(have, fmt.Sprintf("%s (%d/%s)", cp.Name, cp.Port, strings.ToLower(cp.Protocol)))
+		}
+	}
+	if len(have) == 0 {
+		return 0, "", usagef("--port %s: %s has no port of that name: it declares no named ports (ports: in the topology); give a number", name, dst.ID())
+	}
+	return 0, "", usagef("--port %s: %s has no port of that name (its named ports: %s)", name, dst.ID(), strings.Join(have, ", "))
 }

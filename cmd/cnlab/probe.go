@@ -48,7 +48,7 @@ func newProbeCmd(e *env) *cobra.Command {
 	var httpReq string
 	var headers []string
 	cmd := &cobra.Command{
-		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--expect] [--spoof] [-o json]\n  cnlab probe LAB --port P --http \"METHOD PATH\" [--header \"Name: value\"]... [--expect] [-o json]\n  cnlab probe LAB --service NS/NAME[:PORTNAME] [--connections K] [--from NS/NAME]... [--expect] [-o json]",
+		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--expect] [--spoof] [-o json]\n  cnlab probe LAB --port P --http \"METHOD PATH\" [--header \"Name: value\"]... [--expect] [-o json]\n  cnlab probe LAB --service NS/NAME[:PORTNAME] [--connections K] [--from NS/NAME]... [--http \"METHOD PATH\" [--header \"Name: value\"]...] [--expect] [-o json]",
 		Short: "Test connectivity between every ordered pair of endpoints with real packets",
 		Long: `Start listeners on every endpoint, then connect (TCP) or send a request and
 wait for the reply (UDP) from every endpoint to every other one, in
@@ -83,7 +83,15 @@ a miss is improbable), the spread is uneven (χ² at --alpha, default
 10⁻³: a fair proxy fails one client's check in a thousand), affinity
 did not hold, a connection failed although every backend is allowed, a
 backend saw another source than the client's, or a UDP reply came from
-another address than the Service's.`,
+another address than the Service's.
+
+With --service and --http (and --header), each connection sends that
+request instead: the backends' listeners speak HTTP/1.1 and answer with
+their name; the table adds the statuses received, and --expect judges each
+backend's answers against the model, L7 rules included (a 403 of the L7
+proxy names no backend: it counts in the statuses only). A Service whose
+backends' port has L7 rules gets HTTP without --http (GET /), since an L7
+proxy waits for a request; the probe says so.`,
 		Example: `  cnlab probe policy-lab --port 80
   cnlab probe policy-lab --port 81 --protocol udp --expect
   cnlab probe policy-lab -o json | jq '.results[] | select(.allowed != .expected)'
@@ -92,6 +100,7 @@ another address than the Service's.`,
   cnlab probe policy-lab --port 80 --http "GET /public" --expect
   cnlab probe policy-lab --port 80 --http "POST /api" --header "X-Token: 1" -o json
   cnlab probe svc-lab --service default/web:http --expect
+  cnlab probe policy-lab --service x/web --http "GET /public" --expect -o json
   cnlab probe svc-lab --service default/web-udp --from default/client-1 --connections 200 -o json
   cnlab probe svc-lab --service default/web-np --node-port flap --expect`,
 		Args: cobra.ExactArgs(1),
@@ -115,11 +124,22 @@ another address than the Service's.`,
 				if !(alpha > 0 && alpha < 0.5) {
 					return usagef("--alpha %g is out of range (above 0, below 0.5; e.g. 1e-6 for a script making many checks)", alpha)
 				}
+				o := probe.ServiceOptions{Connections: connections, Timeout: timeout, From: from, NodeHost: nodePort}
+				if httpReq == "" && len(headers) > 0 {
+					return usagef("--header needs --http")
+				}
+				if httpReq != "" {
+					req, err := probe.ParseHTTPRequest(httpReq, headers)
+					if err != nil {
+						return usagef("%v", err)
+					}
+					o.HTTP = &req
+				}
 				if err := needRoot(); err != nil {
 					return err
 				}
 				converge(cmd.Context(), e, args[0])
-				return runServiceProbe(cmd, e, args[0], svcRef, probe.ServiceOptions{Connections: connections, Timeout: timeout, From: from, NodeHost: nodePort}, alpha, expect, output)
+				return runServiceProbe(cmd, e, args[0], svcRef, o, alpha, expect, output)
 			}
 			if httpReq == "" && len(headers) > 0 {
 				return usagef("--header needs --http")
@@ -216,7 +236,7 @@ another address than the Service's.`,
 	f.IntVar(&connections, "connections", 0, "with --service: fresh connections per client (default: enough to reach every backend)")
 	f.Float64Var(&alpha, "alpha", probe.DefaultAlpha, "with --service --expect: significance level of the χ² test of an even spread")
 	f.StringArrayVar(&from, "from", nil, "with --service: the client endpoint (repeatable; default every endpoint)")
-	f.StringVar(&httpReq, "http", "", `send one HTTP request per cell ("METHOD PATH", e.g. "GET /public")`)
+	f.StringVar(&httpReq, "http", "", `send one HTTP request per cell, or per connection with --service ("METHOD PATH", e.g. "GET /public")`)
 	f.StringArrayVar(&headers, "header", nil, `with --http: a request header "Name: value" (repeatable; "Host: h" sets the Host)`)
 	f.StringVar(&nodePort, "node-port", "", "with --service: connect to the Service's node port on this host (its bridge address) instead of the cluster IP")
 	return cmd
@@ -333,10 +353,15 @@ type serviceProbeView struct {
 	Port     int    `json:"port"`
 	Protocol string `json:"protocol"`
 	// With --node-port: the host, and the address and port connected to.
-	Node     string                `json:"node,omitempty"`
-	NodePort int                   `json:"nodePort,omitempty"`
-	Target   string                `json:"target,omitempty"`
-	Results  []probe.ServiceResult `json:"results"`
+	Node     string `json:"node,omitempty"`
+	NodePort int    `json:"nodePort,omitempty"`
+	Target   string `json:"target,omitempty"`
+	// HTTP is the request every connection sent ("METHOD PATH"; absent
+	// when the backends spoke first); HTTPDefault: the probe chose it
+	// because a backend's port has L7 rules.
+	HTTP        string                `json:"http,omitempty"`
+	HTTPDefault bool                  `json:"httpDefault,omitempty"`
+	Results     []probe.ServiceResult `json:"results"`
 }
 
 // runServiceProbe is `probe --service`.
@@ -348,6 +373,14 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.Se
 	f, err := m.Resolved.Frontend(ref)
 	if err != nil {
 		return err
+	}
+	if o.HTTP != nil && f.Protocol != "tcp" {
+		return usagef("--http speaks HTTP over TCP: %s is %s", f.Key(), f.Protocol)
+	}
+	auto := o.HTTP == nil && probe.NeedsHTTP(m, f, o.From)
+	if auto {
+		req := probe.DefaultServiceRequest
+		o.HTTP = &req
 	}
 	res, err := probe.ProbeService(cmd.Context(), m, f, o)
 	if err != nil {
@@ -364,7 +397,10 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.Se
 		}
 	}
 	if output == "json" {
-		v := serviceProbeView{Lab: labName, Service: f.Service, VIP: f.VIP.String(), Port: int(f.Port), Protocol: f.Protocol, Results: res}
+		v := serviceProbeView{Lab: labName, Service: f.Service, VIP: f.VIP.String(), Port: int(f.Port), Protocol: f.Protocol, Results: res, HTTPDefault: auto}
+		if o.HTTP != nil {
+			v.HTTP = o.HTTP.Method + " " + o.HTTP.Path
+		}
 		if o.NodeHost != "" {
 			v.Node, v.NodePort = o.NodeHost, int(f.NodePort)
 			v.Target = fmt.Sprintf("%s:%d", service.NodeAddress(m.Lab.Host(o.NodeHost)), f.NodePort)
@@ -378,25 +414,73 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.Se
 		} else {
 			fmt.Fprintf(e.stdout, "%s (%s:%d/%s)\n", f.Key(), f.VIP, f.Port, f.Protocol)
 		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "FROM\tBACKENDS (answers)\tFAILED\tEXPECTED\tMATCHES MODEL")
-		for _, r := range res {
-			var parts []string
-			for _, id := range slices.Sorted(maps.Keys(r.Backends)) {
-				parts = append(parts, fmt.Sprintf("%s %d", id, r.Backends[id]))
-			}
-			exp := strings.Join(r.Expected, ", ")
-			if exp == "" {
-				exp = "none"
-			}
-			ok := "yes"
-			if len(r.Mismatches) > 0 {
-				ok = "NO"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.From, strings.Join(parts, ", "), r.Failed, exp, ok)
+		if auto {
+			fmt.Fprintf(e.stdout, "each connection sends GET / (HTTP/1.1): a backend's port has L7 rules, and the L7 proxy waits for a request (--http sets another)\n")
+		} else if o.HTTP != nil {
+			fmt.Fprintf(e.stdout, "each connection sends %s %s (HTTP/1.1)\n", o.HTTP.Method, o.HTTP.Path)
 		}
-		tw.Flush()
+		if o.HTTP != nil {
+			printServiceHTTP(e.stdout, res)
+		} else {
+			printService(e.stdout, res)
+		}
 	}
+	return judgeService(e, res, expect, expiry, expiryNote, bad)
+}
+
+// printService prints the table of a service probe: per client, the
+// answers of each backend, the failures, the backends the model expects.
+func printService(w io.Writer, res []probe.ServiceResult) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FROM\tBACKENDS (answers)\tFAILED\tEXPECTED\tMATCHES MODEL")
+	for _, r := range res {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.From, counts(r.Backends), r.Failed, expectedSet(r.Expected), matchWord(r))
+	}
+	tw.Flush()
+}
+
+// printServiceHTTP is printService with the statuses of an HTTP probe:
+// the statuses received, and per expected backend the model's status.
+func printServiceHTTP(w io.Writer, res []probe.ServiceResult) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FROM\tBACKENDS (200 answers)\tSTATUSES\tFAILED\tEXPECTED (status)\tMATCHES MODEL")
+	for _, r := range res {
+		var exp []string
+		for _, id := range r.Expected {
+			exp = append(exp, fmt.Sprintf("%s %d", id, r.ExpectedStatuses[id]))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.From, counts(r.Backends), counts(r.Statuses), r.Failed, expectedSet(exp), matchWord(r))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "a 403 of the L7 proxy names no backend: it counts in STATUSES only")
+}
+
+// counts is "a 3, b 2", sorted by key.
+func counts(m map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func expectedSet(ids []string) string {
+	if len(ids) == 0 {
+		return "none"
+	}
+	return strings.Join(ids, ", ")
+}
+
+func matchWord(r probe.ServiceResult) string {
+	if len(r.Mismatches) > 0 {
+		return "NO"
+	}
+	return "yes"
+}
+
+// judgeService prints a service probe's notes and, with --expect, what
+// differs from the model (exit 1) or that nothing does.
+func judgeService(e *env, res []probe.ServiceResult, expect bool, expiry, expiryNote string, bad int) error {
 	for _, r := range res {
 		for _, n := range r.Notes {
 			fmt.Fprintf(e.stderr, "cnlab: note: %s: %s\n", r.From, n)

@@ -17,10 +17,10 @@ import (
 )
 
 func newReportCmd(e *env) *cobra.Command {
-	var output, combine string
+	var output, combine, series string
 	var opts report.Options
 	cmd := &cobra.Command{
-		Use:   "report RUN_DIR [RUN_DIR... --combine OUT_DIR]",
+		Use:   "report RUN_DIR [RUN_DIR... --combine OUT_DIR] [--series POINT]",
 		Short: "Draw a run's figures, fit its scaling laws and write report.html",
 		Long: `Read a results directory of cnlab run and write, next to results.json:
 report.html (self-contained: figures inline as SVG, opens with no network)
@@ -39,15 +39,28 @@ whose sweeps share names: a lab's and a cluster's) become one report in
 OUT_DIR: the points of the sweeps they all have, drawn together, each line
 named after where it was measured ("kube-proxy iptables (real, cluster)",
 "iptables (cnlab, lab)") and fitted on its own; their samples are never
-pooled. OUT_DIR gets the combined results.json too.`,
+pooled. OUT_DIR gets the combined results.json too.
+
+With --series POINT (a point ID, as in results.csv: p0001), the report
+draws that point's per-second series instead (throughput and retransmits
+of streams, transactions and p50/p99 latency of rr, requests of http; one
+figure per metric, every repetition overlaid) into figures/series-*.svg
+and prints where; -o json prints the series themselves.`,
 		Example: `  cnlab report results/thesis-policy-scaling-20261122-101500
   cnlab report results/run-1 --exclude-noisy
   cnlab report results/run-1 -o json | jq '.findings[].text'
-  cnlab report results/s4-ipt results/s4-nft results/s4-lab --combine results/s4`,
+  cnlab report results/s4-ipt results/s4-nft results/s4-lab --combine results/s4
+  cnlab report results/run-1 --series p0003`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
+			}
+			if series != "" {
+				if combine != "" || len(args) > 1 {
+					return usagef("--series draws a point of one results directory: give one, without --combine")
+				}
+				return seriesReport(e, args[0], series, output)
 			}
 			if combine != "" {
 				return combineReport(e, args, combine, opts, output)
@@ -67,8 +80,42 @@ pooled. OUT_DIR gets the combined results.json too.`,
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json: print the analysis (findings, fits, table, figures) as JSON")
 	cmd.Flags().StringVar(&combine, "combine", "", "draw several runs in one report, written to this directory (with the combined results.json)")
+	cmd.Flags().StringVar(&series, "series", "", "draw this point's per-second series (a point ID: p0001) as figures/series-*.svg instead of the report")
+	cmd.Flags().StringVar(&series, "timeseries", "", "the same as --series")
+	_ = cmd.Flags().MarkHidden("timeseries")
 	cmd.Flags().BoolVar(&opts.ExcludeNoisy, "exclude-noisy", false, "leave out samples taken under unusual noise (steal, CPU pressure: docs/methodology.md); the report says how many")
 	return cmd
+}
+
+// seriesReport is cnlab report DIR --series POINT.
+func seriesReport(e *env, dir, point, output string) error {
+	if err := isRunDir(dir); err != nil {
+		return err
+	}
+	r, err := results.Load(dir)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	ps, err := report.LoadPointSeries(dir, r, point)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if _, err := ps.Write(dir); err != nil {
+		return fmt.Errorf("write series: %w", err)
+	}
+	if output == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(ps)
+	}
+	fmt.Fprintf(e.stdout, "point %s, %s: %s with a series\n", ps.Point, ps.Workload, plural.N(len(ps.Samples), "sample"))
+	if len(ps.Missing) > 0 {
+		fmt.Fprintf(e.stdout, "note: %s without one (repetitions %s)\n", plural.N(len(ps.Missing), "sample"), results.JoinInts(ps.Missing))
+	}
+	for _, f := range ps.Figures {
+		fmt.Fprintf(e.stdout, "%s: %s\n", f.Metric, f.SVG)
+	}
+	return nil
 }
 
 // loadReport reads a run directory; a directory that is not a run is bad
@@ -151,6 +198,7 @@ func printReport(e *env, rep *report.Report, output string) error {
 			fmt.Fprintf(e.stdout, "- %s\n", f.Text)
 		}
 	}
+	printUnitCosts(e, rep)
 	if rep.Noisy > 0 {
 		fmt.Fprintf(e.stdout, "%d of %s of the report's table (every headline metric of every point: throughput, p50/p99 latency, rate, loss) have a CV above %.0f%% (marked ⚠).\n", rep.Noisy, plural.N(len(rep.Rows), "row"), 100*report.CVWarn)
 	}
@@ -220,6 +268,9 @@ Mann–Whitney p of the same samples for contrast.`,
 			}
 			c := report.Compare(runs[0], runs[1], t, minChange/100)
 			c.A, c.B = args[0], args[1]
+			envA, _ := results.LoadEnvironment(args[0])
+			envB, _ := results.LoadEnvironment(args[1])
+			c.Reference = report.CompareReference(envA, envB)
 			if len(c.Changes) == 0 && len(c.Missing) == 0 {
 				return usagef("no point of %s matches one of %s (same sweep, parameters and workload): are they runs of the same experiment?", args[0], args[1])
 			}
@@ -287,4 +338,22 @@ func comparePaired(e *env, args []string, spec, output string) error {
 		return enc.Encode(c)
 	}
 	return c.Text(e.stdout)
+}
+
+// printUnitCosts lists what each unit of every sweep's axis costs per
+// packet (report.UnitCost), the seed's beside it where it published one.
+func printUnitCosts(e *env, rep *report.Report) {
+	var lines []string
+	for _, uc := range rep.UnitCosts {
+		if uc.Text != "" {
+			lines = append(lines, uc.Text)
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(e.stdout, "Costs per packet:")
+	for _, l := range lines {
+		fmt.Fprintf(e.stdout, "- %s\n", l)
+	}
 }

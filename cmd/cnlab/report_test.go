@@ -131,6 +131,28 @@ func TestCompareCLI(t *testing.T) {
 	if page, err := os.ReadFile(html); err != nil || !strings.Contains(string(page), "</html>") {
 		t.Errorf("compare --html: %v", err)
 	}
+	// Reference speeds apart: said in text and JSON.
+	for i, dir := range []string{a, b} {
+		env, err := results.LoadEnvironment(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := float64(1 + i)
+		env.Reference = &results.ReferenceSpeed{StreamGbps: []float64{13 / k, 13.1 / k, 12.9 / k}, RRP50Us: []float64{8.3 * k, 8.2 * k, 8.3 * k}}
+		if err := env.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, errs, code := runCLI(t, "compare", a, b); code != 0 || !strings.Contains(out, "warning: reference speed") || !strings.Contains(out, "differ by more than their noise") {
+		t.Errorf("compare of runs on machines apart: exit %d\n%s\n%s", code, out, errs)
+	}
+	out, _, _ = runCLI(t, "compare", a, b, "-o", "json")
+	var rj struct {
+		Reference struct{ Differ bool } `json:"referenceSpeed"`
+	}
+	if json.Unmarshal([]byte(out), &rj) != nil || !rj.Reference.Differ {
+		t.Errorf("compare -o json: no referenceSpeed.differ: %s", out)
+	}
 }
 
 // TestCompareJSONPercent: every relative value `compare -o json` writes

@@ -90,7 +90,7 @@ root.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see `%s --help`)", err, c.CommandPath())}
 	})
-	root.AddCommand(newUpCmd(e), newDownCmd(e), newStatusCmd(e), newExecCmd(e), newPolicyCmd(e), newServiceCmd(e), newProbeCmd(e), newMonitorCmd(e), newObserveCmd(e), newRRCmd(e), newHTTPCmd(e), newRunCmd(e), newDoctorCmd(e), newReportCmd(e), newCompareCmd(e), newVersionCmd(e), newAgentCmd(e), newClusterCmd(e))
+	root.AddCommand(newUpCmd(e), newDownCmd(e), newStatusCmd(e), newExecCmd(e), newPolicyCmd(e), newServiceCmd(e), newProbeCmd(e), newMonitorCmd(e), newObserveCmd(e), newRRCmd(e), newHTTPCmd(e), newRunCmd(e), newDoctorCmd(e), newReportCmd(e), newCompareCmd(e), newVersionCmd(e), newAgentCmd(e), newClusterCmd(e), newGraphCmd(e), newCaptureCmd(e))
 	err := root.ExecuteContext(ctx)
 	if err != nil && isCobraUsage(err) {
 		return usageError{err}

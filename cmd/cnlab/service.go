@@ -52,9 +52,13 @@ func newServiceApplyCmd(e *env) *cobra.Command {
 			if err := needRoot(); err != nil {
 				return err
 			}
+			paths, err := expandFiles(files)
+			if err != nil {
+				return err
+			}
 			var svcs []*service.Service
 			var sls []*service.Slice
-			for _, f := range files {
+			for _, f := range paths {
 				var s []*service.Service
 				var l []*service.Slice
 				var err error
@@ -83,7 +87,7 @@ func newServiceApplyCmd(e *env) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "Service/EndpointSlice file (multi-document YAML); - reads standard input; repeatable")
+	cmd.Flags().StringArrayVarP(&files, "file", "f", nil, "Service/EndpointSlice file (multi-document YAML), or a directory of them (its *.yaml, *.yml, *.json); - reads standard input; repeatable")
 	return cmd
 }
 

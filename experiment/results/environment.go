@@ -31,8 +31,33 @@ type Environment struct {
 	// Cluster describes the cluster a kubernetes run measured (its CNI,
 	// kube-proxy mode and nodes' system info); the rest of this file is
 	// then the machine cnlab ran on.
-	Cluster    *ClusterInfo `json:"cluster,omitempty"`
-	CapturedAt time.Time    `json:"capturedAt"`
+	Cluster *ClusterInfo `json:"cluster,omitempty"`
+	// Reference is this machine's speed on a fixed path when the run
+	// began (nil: not measured, as before cnlab measured it, or on a
+	// cluster).
+	Reference  *ReferenceSpeed `json:"referenceSpeed,omitempty"`
+	CapturedAt time.Time       `json:"capturedAt"`
+}
+
+// ReferenceSpeed is a machine's speed on one fixed path: one TCP stream
+// (iperf3) and tcp-rr 100/200 (cnlab rr) between two network namespaces
+// joined by one veth pair, nothing else on the path, client and server on
+// CPU 0, in short samples (cnlab doctor; cnlab run, docs/methodology.md
+// "Reference speed"). Two runs whose reference speeds differ by more
+// than their samples' spread were measured on machines (or days) that
+// differ.
+type ReferenceSpeed struct {
+	StreamGbps    []float64 `json:"streamGbps"` // per sample
+	RRP50Us       []float64 `json:"rrP50Us"`    // per sample
+	StreamSeconds float64   `json:"streamSampleSeconds"`
+	RRSeconds     float64   `json:"rrSampleSeconds"`
+	// Seconds is how long the measurement took, namespaces included.
+	Seconds    float64   `json:"seconds"`
+	MeasuredAt time.Time `json:"measuredAt"`
+	// Cached: measured by an earlier run or cnlab doctor on this boot,
+	// at MeasuredAt, not for this run.
+	Cached bool   `json:"cached,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // LoadEnvironment reads a results directory's environment.json.

@@ -19,7 +19,15 @@ type Metric struct {
 var metricList = []Metric{
 	{Name: "throughput_gbps", Label: "throughput (Gb/s)", Unit: "Gb/s", Better: +1},
 	{Name: "sent_gbps", Label: "sent (Gb/s)", Unit: "Gb/s", Better: +1},
+	// A bidirectional tcp-stream: each direction's received throughput
+	// (client to server, server to client); throughput_gbps is their sum.
+	{Name: "throughput_up_gbps", Label: "throughput client→server (Gb/s)", Unit: "Gb/s", Better: +1},
+	{Name: "throughput_down_gbps", Label: "throughput server→client (Gb/s)", Unit: "Gb/s", Better: +1},
 	{Name: "packets_per_s", Label: "received packets per second", Unit: "/s", Better: +1},
+	// What the server's namespace received over the sample, counted by
+	// its interfaces (skbs: one per GRO/GSO packet, the packets netfilter
+	// and eBPF traverse), per second of the window around the clients.
+	{Name: "skb_per_s", Label: "packets per second at the server (skbs)", Unit: "/s", Better: +1},
 	{Name: "retransmits", Label: "TCP retransmits", Better: -1},
 	{Name: "loss_pct", Label: "loss (%)", Unit: "%", Better: -1, Max: 100},
 	{Name: "jitter_ms", Label: "jitter (ms)", Unit: "ms", Better: -1},
@@ -40,6 +48,12 @@ var metricList = []Metric{
 	{Name: "system_cpu_pct", Label: "machine CPU (%)", Unit: "%", Better: -1},
 	// On a cluster: system_cpu_pct is the client's node, this the server's.
 	{Name: "server_system_cpu_pct", Label: "server node CPU (%)", Unit: "%", Better: -1},
+	// Service demand (netperf's): the machine's busy CPU time (every
+	// core; both nodes on a cluster) over the clients' window, divided by
+	// the skbs the server received (streams) or the transactions
+	// completed (rr, crr: a crr transaction is a connection).
+	{Name: "cpu_us_per_packet", Label: "CPU time per packet (µs)", Unit: "µs", Better: -1},
+	{Name: "cpu_us_per_transaction", Label: "CPU time per transaction (µs)", Unit: "µs", Better: -1},
 	{Name: "requests_per_s", Label: "HTTP requests per second", Unit: "/s", Better: +1},
 	{Name: "unexpected", Label: "unexpected statuses and errors", Better: -1},
 	{Name: "errors", Label: "requests without a response", Better: -1},
@@ -89,6 +103,9 @@ var primary = map[string][]string{
 	Ping:      {"first_rtt_us", "rtt_us"},
 	HTTP:      {"requests_per_s", "latency_p50_us", "latency_p99_us"},
 	AB:        {"requests_per_s", "latency_p50_us", "latency_p99_us"},
+	// The rr latency under load, then what the load streams carried
+	// (docs/methodology.md "Latency under load").
+	TCPRRUnderLoad: {"latency_p50_us", "latency_p99_us", "throughput_gbps"},
 }
 
 // PrimaryMetrics are the metrics a workload kind is drawn and compared

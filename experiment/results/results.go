@@ -198,6 +198,11 @@ type Sample struct {
 	Metrics    map[string]float64 `json:"metrics"`
 	Log        string             `json:"log"`             // relative to the results directory
 	Noise      *Noise             `json:"noise,omitempty"` // what else the machine did meanwhile
+	// Series is the file of the sample's per-second series, relative to
+	// the results directory (series/POINT-rN.json: LoadSeries), when its
+	// workload reports seconds (streams, rr, http). Runs from before it
+	// was recorded have none.
+	Series string `json:"seriesFile,omitempty"`
 }
 
 // ProfileResult is what the profiled run of a point saw.

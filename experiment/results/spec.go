@@ -62,6 +62,11 @@ type Figures struct {
 	// under every figure of that metric in the sweep (the seed's own
 	// numbers beside cnlab's).
 	Reference map[string]string `yaml:"reference" json:"reference,omitempty"`
+	// SeedValues are the numbers a seed study published for this sweep's
+	// figures, drawn on the figures of their metric as a second, visibly
+	// different series beside cnlab's (the quoted Reference stays in the
+	// caption).
+	SeedValues []SeedValues `yaml:"seedValues" json:"seedValues,omitempty"`
 	// Cost adds, for each figure whose lines differ in Cost.Axis, one of
 	// what each of its values costs against the same line with
 	// Cost.Base (seed 003's overhead of flow visibility: observe against
@@ -79,6 +84,42 @@ type Cost struct {
 	// Reference is a range of costs someone else reported, drawn beside
 	// cnlab's as a band (seed 003: "overhead of 1-15 %").
 	Reference *Band `yaml:"reference" json:"reference,omitempty"`
+}
+
+// SeedValues are one table's or figure's published values of one metric,
+// in the metric's unit (the file's comment says how the seed's own unit
+// was converted), drawn as dashed lines with hollow markers (bars in a
+// figure with nothing on its x axis), one per seed series, each named
+// "Label: Series" in the legend.
+type SeedValues struct {
+	// Label names the seed and where it published the numbers: "seed 000
+	// thesis, Fig. 7.2".
+	Label  string `yaml:"label" json:"label"`
+	Metric string `yaml:"metric" json:"metric"`
+	// Topology and Workload, when set, keep the values to the figures of
+	// that topology (single-host) and workload ("tcp-rr 100/200", "ab new
+	// c10": the figure's workload as its title names it, or the kind
+	// alone); unset, every figure of the metric in the sweep gets them.
+	Topology string `yaml:"topology" json:"topology,omitempty"`
+	Workload string `yaml:"workload" json:"workload,omitempty"`
+	// Points are the published values. A point without x is drawn across
+	// the figure as a dashed horizontal line (a value the seed gave for
+	// no particular x: "the maximum"), or as a bar in a figure without x.
+	Points []SeedPoint `yaml:"points" json:"points"`
+}
+
+// SeedPoint is one published value: Y (Low to High, when the seed gave a
+// range, drawn as an error bar) of Series at X.
+type SeedPoint struct {
+	Series string `yaml:"series" json:"series"`
+	// Line is cnlab's line (or bar) that stands for the seed's series,
+	// drawn in its colour (its category, in a bar figure): "ebpf
+	// legacy-routing" for the thesis's eBPF. Unset: the series' own name.
+	Line string   `yaml:"line" json:"line,omitempty"`
+	X    *float64 `yaml:"x" json:"x,omitempty"`
+	Y    float64  `yaml:"y" json:"y"`
+	Low  *float64 `yaml:"low" json:"low,omitempty"`
+	High *float64 `yaml:"high" json:"high,omitempty"`
 }
 
 // Band is a range of a figure's y values with its label, in the
@@ -133,10 +174,14 @@ const (
 	Ping      = "ping"
 	HTTP      = "http" // cnlab http server and client
 	AB        = "ab"   // ApacheBench against cnlab http server
+	// TCPRRUnderLoad is tcp-rr while Streams TCP streams run through the
+	// same path (flent's RRUL, adapted: docs/methodology.md "Latency
+	// under load").
+	TCPRRUnderLoad = "tcp-rr-under-load"
 )
 
 // WorkloadKinds are the workload kinds, in the order errors list them.
-var WorkloadKinds = []string{TCPStream, UDPStream, TCPRR, TCPCRR, UDPRR, Ping, HTTP, AB}
+var WorkloadKinds = []string{TCPStream, UDPStream, TCPRR, TCPCRR, UDPRR, Ping, HTTP, AB, TCPRRUnderLoad}
 
 // IsHTTP reports whether a workload kind sends HTTP requests (to
 // experiment.HTTPPort).
@@ -146,7 +191,7 @@ func IsHTTP(k string) bool { return k == HTTP || k == AB }
 type Workload struct {
 	Kind         string `yaml:"kind" json:"kind"`
 	Flows        int    `yaml:"flows" json:"flows,omitempty"`               // streams: iperf3 client/server pairs at once (matrix flows)
-	Streams      int    `yaml:"streams" json:"streams,omitempty"`           // streams: parallel streams of each (iperf3 -P)
+	Streams      int    `yaml:"streams" json:"streams,omitempty"`           // streams: parallel streams of each (iperf3 -P); tcp-rr-under-load: the load streams
 	Length       int    `yaml:"length" json:"length,omitempty"`             // streams: bytes per write / UDP datagram (iperf3 -l)
 	Rate         string `yaml:"rate" json:"rate,omitempty"`                 // udp-stream: target rate (iperf3 -b), e.g. 1G
 	Zerocopy     bool   `yaml:"zerocopy" json:"zerocopy,omitempty"`         // tcp-stream: iperf3 -Z
@@ -161,6 +206,10 @@ type Workload struct {
 	Method      string `yaml:"method" json:"method,omitempty"`
 	Path        string `yaml:"path" json:"path,omitempty"`
 	Expect      []int  `yaml:"expect" json:"expect,omitempty"`
+	// Bidirectional (tcp-stream): both directions at once (iperf3
+	// --bidir, 3.7 and later); throughput_gbps is then their sum, with
+	// throughput_up_gbps and throughput_down_gbps each direction's.
+	Bidirectional bool `yaml:"bidirectional" json:"bidirectional,omitempty"`
 }
 
 // Name is a short label of the workload with its options, for tables.
@@ -183,8 +232,13 @@ func (w Workload) Name() string {
 		if w.Zerocopy {
 			parts = append(parts, "zc")
 		}
+		if w.Bidirectional {
+			parts = append(parts, "bidir")
+		}
 	case TCPRR, TCPCRR, UDPRR:
 		parts = append(parts, fmt.Sprintf("%d/%d", w.RequestSize, w.ResponseSize))
+	case TCPRRUnderLoad:
+		parts = append(parts, fmt.Sprintf("%d/%d", w.RequestSize, w.ResponseSize), fmt.Sprintf("%dstreams", w.Streams))
 	case HTTP, AB:
 		parts = append(parts, w.Mode, fmt.Sprintf("c%d", w.Concurrency))
 		if w.Method != "" && w.Method != http.MethodGet {

@@ -39,6 +39,7 @@ var layers = [][]string{
 	{"internal/change"},
 	{"l7proxy"},
 	{"l7"},
+	{"labgraph"},
 	{"topology"},
 	{"profile"},
 	{"report"},

@@ -180,7 +180,12 @@ func (iptables) Describe(ctx context.Context, lab *topology.Spec) (map[string]st
 // or jumps to a chain of the proxy.
 func mine(table, line string) bool {
 	if table == natTable {
-		return strings.Contains(line, "CNLAB-")
+		for _, f := range strings.Fields(line) {
+			if ownNATChain(strings.TrimPrefix(f, ":")) {
+				return true
+			}
+		}
+		return false
 	}
 	return strings.Contains(line, rejectChain)
 }

@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -9,9 +10,9 @@ import (
 	"github.com/cnlab/cnlab/service"
 )
 
-// The chains cnlab's iptables proxy owns. In the nat table every CNLAB-
-// chain is the proxy's (the policy datapaths write only the filter
-// table); in the filter table only rejectChain is, named apart from
+// The chains cnlab's iptables proxy owns. In the nat table its base
+// chains and its hashed ones (ownNATChain: the iptables policy datapath
+// has CNLAB-L7 there, for L7 ports); in the filter table only rejectChain is, named apart from
 // CNLAB-: the iptables policy datapath takes every CNLAB- chain of filter
 // for its own and deletes those it does not want when it rebuilds a host.
 const (
@@ -259,9 +260,25 @@ func ownChains(table, listing string) []string {
 			continue
 		}
 		name = strings.Fields(name)[0]
-		if table == natTable && strings.HasPrefix(name, "CNLAB-") || table == filterTable && name == rejectChain {
+		if table == natTable && ownNATChain(name) || table == filterTable && name == rejectChain {
 			out = append(out, name)
 		}
 	}
 	return out
+}
+
+// ownNATChain reports whether a nat chain is the proxy's: one of its base
+// chains or a hashed one. The policy datapath has chains of the same
+// prefix in the same table (iptables' CNLAB-L7, which redirects L7 ports
+// to the proxy): a rebuild must neither flush nor delete them.
+func ownNATChain(name string) bool {
+	if slices.Contains(baseChains[natTable], name) {
+		return true
+	}
+	for _, p := range []string{"CNLAB-SVC-", "CNLAB-SVL-", "CNLAB-EXT-", "CNLAB-SEP-"} {
+		if strings.HasPrefix(name, p) && len(name) == len(p)+16 {
+			return true
+		}
+	}
+	return false
 }

@@ -105,8 +105,16 @@ const (
 // marker appends a marker of the given shape centred at (x, y) with a
 // nominal radius r.
 func (d *drawing) marker(class string, shape markerShape, x, y, r float64, fill rgba) {
-	edge := rgba{255, 255, 255, 255}
-	const ew = 0.8
+	d.markerEdged(class, shape, x, y, r, fill, rgba{255, 255, 255, 255}, 0.8)
+}
+
+// hollowMarker is a marker white inside with an edge of colour c (a
+// Reference series').
+func (d *drawing) hollowMarker(class string, shape markerShape, x, y, r float64, c rgba) {
+	d.markerEdged(class, shape, x, y, r, rgba{255, 255, 255, 255}, c, 1.8)
+}
+
+func (d *drawing) markerEdged(class string, shape markerShape, x, y, r float64, fill, edge rgba, ew float64) {
 	if shape == markCircle {
 		d.add(prim{kind: primCircle, class: class, x: x, y: y, r: r, fill: fill, stroke: edge, sw: ew})
 		return

@@ -31,6 +31,11 @@ const (
 	DashedLine
 	// LineOnly joins the points with a solid line and no markers.
 	LineOnly
+	// Reference joins the points with a dashed line and marks each with a
+	// hollow marker (white inside, its colour as the edge); in a Bars
+	// figure its bars are outlined, white inside: values published
+	// elsewhere (a seed study's), drawn beside measured ones.
+	Reference
 )
 
 // LegendPlacement says where the legend goes. The legend is always drawn
@@ -236,7 +241,7 @@ func (f *Figure) check() error {
 				return fmt.Errorf("plot: series %d (%q): colour %q is not #rrggbb", i, s.Name, s.Color)
 			}
 		}
-		if s.Style < LineMarkers || s.Style > LineOnly {
+		if s.Style < LineMarkers || s.Style > Reference {
 			return fmt.Errorf("plot: series %d (%q): unknown style %d", i, s.Name, s.Style)
 		}
 	}

@@ -212,11 +212,16 @@ func (f *Figure) layout(fs *fontSet) (*drawing, error) {
 	// Legend entries.
 	var entries []legendEntry
 	maxNameW := math.Min(220, W*0.28)
+	var names []string
 	for _, si := range infos {
 		if si.s.Name == "" {
 			continue
 		}
-		entries = append(entries, legendEntry{name: fs.truncate(si.s.Name, legendSize, false, maxNameW), si: si})
+		names = append(names, si.s.Name)
+		entries = append(entries, legendEntry{si: si})
+	}
+	for i, n := range legendNames(fs, names, maxNameW) {
+		entries[i].name = n
 	}
 	sampleW := legendLineW
 	if bars {
@@ -266,13 +271,8 @@ func (f *Figure) layout(fs *fontSet) (*drawing, error) {
 		// the right legend's column: long names (a combined report's
 		// "kube-proxy iptables (real, cluster), measured Service last")
 		// keep the part that tells them apart.
-		i := 0
-		for _, si := range infos {
-			if si.s.Name == "" {
-				continue
-			}
-			entries[i].name = fs.truncate(si.s.Name, legendSize, false, math.Max(maxNameW, W*0.46-sampleW-24))
-			i++
+		for i, n := range legendNames(fs, names, math.Max(maxNameW, W*0.46-sampleW-24)) {
+			entries[i].name = n
 		}
 	}
 	// Below-legend rows (flow layout, computed once: independent of plot).
@@ -577,7 +577,10 @@ func (f *Figure) layout(fs *fontSet) (*drawing, error) {
 					if y1 < y0 {
 						y0, y1 = y1, y0
 					}
-					if y1-y0 > 0 {
+					switch {
+					case y1-y0 > 0 && si.s.Style == Reference:
+						d.rect("bar", x0+inset+1, y0, barW-2*inset-2, y1-y0, white, si.color, 2)
+					case y1-y0 > 0:
 						d.rect("bar", x0+inset, y0, barW-2*inset, y1-y0, si.color, rgba{}, 0)
 					}
 				}
@@ -605,15 +608,19 @@ func (f *Figure) layout(fs *fontSet) (*drawing, error) {
 			if style != MarkersOnly && len(line) > 1 {
 				dash := []float64(nil)
 				w := lineWidth
-				if style == DashedLine {
+				if style == DashedLine || style == Reference {
 					dash, w = dashSeries, 1.8
 				}
 				d.path("series-line", clipPolyline(line, clipX0, clipY0, clipX1, clipY1), si.color, w, dash)
 			}
-			showMarkers := style == LineMarkers || style == MarkersOnly || len(line) == 1
+			showMarkers := style == LineMarkers || style == MarkersOnly || style == Reference || len(line) == 1
 			if showMarkers {
 				for _, q := range line {
-					if inPlot(q) {
+					switch {
+					case !inPlot(q):
+					case style == Reference:
+						d.hollowMarker("marker", si.shape, q.x, q.y, markerR+0.5, si.color)
+					default:
 						d.marker("marker", si.shape, q.x, q.y, markerR, si.color)
 					}
 				}
@@ -669,20 +676,26 @@ func (f *Figure) layout(fs *fontSet) (*drawing, error) {
 	// Legend.
 	drawEntry := func(e legendEntry, x, cy float64) {
 		si := e.si
-		if bars {
+		switch {
+		case bars && si.s.Style == Reference:
+			d.rect("legend-swatch", x+1, cy-legendBoxW/2+1, legendBoxW-2, legendBoxW-2, white, si.color, 2)
+		case bars:
 			d.rect("legend-swatch", x, cy-legendBoxW/2, legendBoxW, legendBoxW, si.color, rgba{}, 0)
-		} else {
+		default:
 			style := si.s.Style
 			if style != MarkersOnly {
 				var dash []float64
 				w := lineWidth
-				if style == DashedLine {
+				if style == DashedLine || style == Reference {
 					dash, w = dashSeries, 1.8
 				}
 				d.line("legend-line", x, cy, x+legendLineW, cy, si.color, w, dash)
 			}
-			if style == LineMarkers || style == MarkersOnly {
+			switch style {
+			case LineMarkers, MarkersOnly:
 				d.marker("legend-marker", si.shape, x+legendLineW/2, cy, markerR, si.color)
+			case Reference:
+				d.hollowMarker("legend-marker", si.shape, x+legendLineW/2, cy, markerR+0.5, si.color)
 			}
 		}
 		d.text("legend", e.name, x+sampleW+6, cy+capHeight(legendSize)/2, legendSize, anchorStart, textCol, false, false)
