@@ -131,6 +131,15 @@ func httpMetrics(r *traffic.HTTPResult) map[string]float64 {
 		"errors":          float64(r.Errors),
 		"unexpected":      float64(r.Unexpected),
 	}
+	if r.ResolutionUs > 0 {
+		// ab's percentiles are whole milliseconds: one that reads below
+		// that step was not measured (traffic.ParseAB).
+		for _, k := range []string{"latency_p50_us", "latency_p90_us", "latency_p99_us"} {
+			if m[k] < r.ResolutionUs {
+				delete(m, k)
+			}
+		}
+	}
 	for st, n := range r.Statuses {
 		if st != 0 {
 			m[fmt.Sprintf("status_%d", st)] = float64(n)

@@ -244,6 +244,13 @@ func TestHTTPResultJudged(t *testing.T) {
 	if m["requests_per_s"] != 100 || m["status_403"] != 5 || m["unexpected"] != 0 {
 		t.Errorf("metrics %v", m)
 	}
+	// ab's percentiles are whole milliseconds: one that reads 0 is left
+	// out, not recorded as 0 µs; the mean (with decimals) stays (issue 37).
+	m = httpMetrics(&traffic.HTTPResult{Mode: "ab", ResolutionUs: traffic.ABResolutionUs, Requests: 5,
+		LatencyUs: traffic.Latency{Mean: 83, P50: 0, P90: 1000, P99: 2000}})
+	if _, ok := m["latency_p50_us"]; ok || m["latency_p90_us"] != 1000 || m["latency_p99_us"] != 2000 || m["latency_mean_us"] != 83 {
+		t.Errorf("ab metrics %v", m)
+	}
 	for _, c := range []struct {
 		file   string
 		expect []int

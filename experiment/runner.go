@@ -518,10 +518,7 @@ func pickLabName(o *Options) error {
 		return fmt.Errorf("list labs: %w", err)
 	}
 	if o.LabName != "" {
-		if slices.Contains(labs, o.LabName) {
-			return &input.Error{File: "--lab", Msg: fmt.Sprintf("lab %s is already up: a run builds and tears down its own lab, so give a name no lab has (or take it down with cnlab down %s)", o.LabName, o.LabName)}
-		}
-		return nil
+		return checkLabFree(o.LabName, labs)
 	}
 	for range 100 {
 		var b [2]byte

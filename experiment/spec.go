@@ -13,7 +13,6 @@
 package experiment
 
 import (
-	"errors"
 	"fmt"
 	"github.com/cnlab/cnlab/experiment/results"
 	"math"
@@ -134,12 +133,13 @@ func ParseFor(data []byte, file string, quick bool, backend string) (*Spec, erro
 		return nil, &input.Error{File: file, Msg: "an experiment must be a mapping (name:, workloads:, matrix:, ...)"}
 	}
 	s := &Spec{File: file, Dir: filepath.Dir(file), c: &specCache{topologies: map[string]topologyFile{}}, Spec: results.Spec{Warmup: unsetDuration, Duration: unsetDuration, Repetitions: unsetInt}}
-	if err := yamlx.Decode(docs[0], s, ""); err != nil {
-		var ye *yamlx.Error
-		if errors.As(err, &ye) {
-			return nil, &input.Error{File: file, Path: ye.Path, Msg: ye.Msg}
-		}
-		return nil, &input.Error{File: file, Msg: err.Error()}
+	// Every unknown field and value of the wrong kind at once.
+	var errs []*input.Error
+	for _, ye := range yamlx.DecodeAll(docs[0], s, "") {
+		errs = append(errs, &input.Error{File: file, Path: ye.Path, Msg: ye.Msg})
+	}
+	if err := input.Join(errs); err != nil {
+		return nil, err
 	}
 	if quick {
 		s.applyQuick()

@@ -480,3 +480,18 @@ func parsePoints(t *testing.T, text, file string) []results.Point {
 	}
 	return pts
 }
+
+// A typo's known fields are the file's keys only (not the internal
+// allSkipped), and every unknown field of a file is reported at once
+// (issue 37).
+func TestUnknownFieldsAllAtOnce(t *testing.T) {
+	_, err := Parse([]byte("name: t\nrepetiions: 3\nworkloads: [{kind: ping, cout: 2}]\n"), "typo.yaml", false)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msg := err.Error()
+	if strings.Contains(strings.ToLower(msg), "allskipped") || !strings.Contains(msg, `typo.yaml: repetiions: unknown field "repetiions"`) ||
+		!strings.Contains(msg, "\ntypo.yaml: workloads[0].cout: unknown field") {
+		t.Errorf("got %q", msg)
+	}
+}

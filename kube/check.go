@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -58,6 +59,8 @@ func kubeconfigError(c Config, err error) error {
 	}
 	msg := err.Error()
 	switch {
+	case clientcmd.IsEmptyConfig(err) && noneExists(where):
+		msg = fmt.Sprintf("no cluster to run on: %s does not exist (give --kubeconfig FILE, or set $KUBECONFIG to one; cnlab cluster up makes a local cluster and prints its kubeconfig)", where)
 	case clientcmd.IsEmptyConfig(err):
 		msg = fmt.Sprintf("no cluster to run on: %s has no usable configuration (give --kubeconfig FILE, or set $KUBECONFIG)", where)
 	case c.Context != "" && strings.Contains(msg, `"`+c.Context+`"`):
@@ -68,6 +71,17 @@ func kubeconfigError(c Config, err error) error {
 		msg = where + ": " + msg
 	}
 	return &input.Error{File: flag, Msg: msg}
+}
+
+// noneExists reports whether no file of a kubeconfig path list (as
+// $KUBECONFIG gives, colon-separated) exists.
+func noneExists(list string) bool {
+	for _, f := range filepath.SplitList(list) {
+		if _, err := os.Stat(f); err == nil || !errors.Is(err, os.ErrNotExist) {
+			return false
+		}
+	}
+	return true
 }
 
 // Preflight checks, before a run creates anything, what would otherwise

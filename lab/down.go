@@ -39,6 +39,12 @@ func DownAll(progress topology.Progress) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return DownEach(labs, progress)
+}
+
+// DownEach takes the labs down one after the other, as DownAll does, and
+// returns those it took down; a lab already gone is skipped.
+func DownEach(labs []string, progress topology.Progress) ([]string, error) {
 	var errs []error
 	var done []string
 	for _, lab := range labs {

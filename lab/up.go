@@ -36,7 +36,7 @@ func (e *AlreadyUpError) Error() string {
 	case !e.Complete:
 		return fmt.Sprintf("lab %s exists but is incomplete or orphaned (an interrupted up?); nothing changed: run `cnlab down %s` first", e.Lab, e.Lab)
 	case !e.SameSpec:
-		return fmt.Sprintf("lab %s is already up with %s; nothing changed: run `cnlab down %s` first", e.Lab, e.Diff, e.Lab)
+		return fmt.Sprintf("lab %s is already up with %s; nothing changed: run `cnlab down %s` first, or choose another name (--name)", e.Lab, e.Diff, e.Lab)
 	}
 	return fmt.Sprintf("lab %s is already up; nothing changed", e.Lab)
 }
@@ -142,14 +142,7 @@ func checkAbsent(spec *topology.Spec) error {
 			x.Observe = spec.Observe
 			e.ObserveOnly = topology.Same(&x, spec)
 		}
-		e.Diff = "a different topology"
-		if st.Spec.Datapath != spec.Datapath {
-			x := *st.Spec
-			x.Datapath = spec.Datapath
-			if topology.Same(&x, spec) {
-				e.Diff = fmt.Sprintf("datapath %s (you asked for %s)", st.Spec.Datapath, spec.Datapath)
-			}
-		}
+		e.Diff = topology.DescribeDiff(st.Spec, spec, 3)
 	}
 	return e
 }

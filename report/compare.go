@@ -15,6 +15,7 @@ import (
 	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/stats"
+	"github.com/cnlab/cnlab/traffic"
 )
 
 // Alpha is the significance level of compare.
@@ -57,6 +58,10 @@ type Change struct {
 	// Regression is a significant change for the worse beyond the
 	// threshold.
 	Regression bool `json:"regression,omitempty"`
+	// BelowResolution: a side's median is below the client's resolution
+	// (ab's percentiles are whole milliseconds, and one below 1 ms is not
+	// measured): no change is claimed, and that side prints "<1 ms".
+	BelowResolution bool `json:"belowResolution,omitempty"`
 }
 
 // Comparison is `cnlab compare`'s result.
@@ -148,6 +153,19 @@ func Compare(a, b *results.Results, threshold, minChange float64) *Comparison {
 		}
 		for _, m := range PrimaryMetrics(pa.Workload.Kind) {
 			xa, xb := samplesOf(pa, m), samplesOf(pb, m)
+			if res := resolutionOf(pa.Workload.Kind, m); res > 0 && (len(xa) == 0 || len(xb) == 0 ||
+				stats.Median(xa) < res || stats.Median(xb) < res) {
+				ch := Change{Key: k, PointA: pa.ID, PointB: pb.ID, Topology: pa.Params.Topology, Series: pa.Series, Params: pa.Params.Text(),
+					Workload: pa.Workload.Name(), Metric: m, NA: len(xa), NB: len(xb), P: 1, MinP: 0, Verdict: "~", BelowResolution: true}
+				if len(xa) > 0 {
+					ch.MedianA = stats.Median(xa)
+				}
+				if len(xb) > 0 {
+					ch.MedianB = stats.Median(xb)
+				}
+				c.Changes = append(c.Changes, ch)
+				continue
+			}
 			if len(xa) == 0 || len(xb) == 0 {
 				continue
 			}
@@ -283,6 +301,16 @@ func mismatch(a, b *results.Results) []string {
 	return out
 }
 
+// resolutionOf is the step below which a client's metric was not
+// measured: ab's latency percentiles are whole milliseconds (results
+// before that was known recorded them as 0). 0 for every other metric.
+func resolutionOf(kind, metric string) float64 {
+	if kind == results.AB && strings.HasPrefix(metric, "latency_p") {
+		return traffic.ABResolutionUs
+	}
+	return 0
+}
+
 func samplesOf(p *results.PointResult, metric string) []float64 {
 	var xs []float64
 	for _, s := range p.Samples {
@@ -296,6 +324,9 @@ func samplesOf(p *results.PointResult, metric string) []float64 {
 // deltaText is a change as printed: "~" when not significant, as
 // benchstat does.
 func (ch Change) deltaText() string {
+	if ch.BelowResolution {
+		return "below ab's 1 ms resolution"
+	}
 	d := "n/a"
 	if ch.DeltaDefined {
 		d = signed(100*ch.Delta) + "%"
@@ -331,6 +362,17 @@ func (c *Comparison) Text(w io.Writer) error {
 		v := ch.Verdict
 		if ch.Regression {
 			v = "REGRESSION"
+		}
+		if ch.BelowResolution {
+			side := func(x float64) string {
+				if x < resolutionOf(results.AB, ch.Metric) {
+					return "<1 ms"
+				}
+				return fmtNum(x)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t-\t%d+%d\t%s\n", ch.PointA, ch.Topology, ch.Series, ch.Params, ch.Workload, ch.Metric,
+				side(ch.MedianA), side(ch.MedianB), ch.deltaText(), ch.NA, ch.NB, v)
+			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3g\t%d+%d\t%s\n", ch.PointA, ch.Topology, ch.Series, ch.Params, ch.Workload, ch.Metric,
 			fmtNum(ch.MedianA), fmtNum(ch.MedianB), ch.deltaText(), ch.P, ch.NA, ch.NB, v)

@@ -125,13 +125,23 @@ func (c *PairedComparison) Text(w io.Writer) error {
 	fmt.Fprintf(w, "%s: %s=%s (A) vs %s=%s (B), paired by round (geometric mean of B/A, 95%% CI; paired t-test on the log ratios)\n", c.Run, c.Param, c.A, c.Param, c.B)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POINTS\tPARAMS\tWORKLOAD\tMETRIC\tPAIRS\tB vs A\t95% CI\tP\tUNPAIRED P")
+	weak := ""
 	for _, ch := range c.Changes {
 		d := signed(100*(ch.Ratio-1)) + "%"
 		if !ch.Significant {
 			d = "~ (" + d + ")"
 		}
-		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%d\t%s\t%s to %s%%\t%.3g\t%.3g\n", ch.PointA, ch.PointB, ch.Params, ch.Workload, ch.Metric, ch.N, d,
-			signed(100*(ch.CI.Lo-1)), signed(100*(ch.CI.Hi-1)), ch.P, ch.UnpairedP)
+		p := fmt.Sprintf("%.3g", ch.P)
+		if ch.FewPairs != "" {
+			p += fmt.Sprintf(" (%d pairs: weak*)", ch.N)
+			weak = ch.FewPairs
+		}
+		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%d\t%s\t%s to %s%%\t%s\t%.3g\n", ch.PointA, ch.PointB, ch.Params, ch.Workload, ch.Metric, ch.N, d,
+			signed(100*(ch.CI.Lo-1)), signed(100*(ch.CI.Hi-1)), p, ch.UnpairedP)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil || weak == "" {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "* %s\n", weak)
+	return err
 }

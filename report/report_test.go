@@ -1,6 +1,7 @@
 package report
 
 import (
+	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"math"
@@ -283,6 +284,17 @@ func TestComparePaired(t *testing.T) {
 	if !found || len(c.Changes) != 12 {
 		t.Errorf("%d changes, p0008/p0002 p50 found: %v", len(c.Changes), found)
 	}
+	// 3 pairs: the p comes with how weak it is, in the text and in JSON.
+	var b strings.Builder
+	if err := c.Text(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "(3 pairs: weak*)") || !strings.Contains(b.String(), "* 3 pairs: a paired t-test with 2 degrees of freedom") {
+		t.Errorf("text does not say 3 pairs are weak:\n%s", b.String())
+	}
+	if data, _ := json.Marshal(c.Changes[0]); !strings.Contains(string(data), `"fewPairs":"3 pairs: `) {
+		t.Errorf("JSON has no fewPairs: %s", data)
+	}
 	for _, bad := range [][3]string{{"datapath", "iptables", "ovs"}, {"colour", "a", "b"}} {
 		if _, err := ComparePaired(r, bad[0], bad[1], bad[2]); err == nil {
 			t.Errorf("%v: no error", bad)
@@ -425,5 +437,47 @@ func TestCompareAcrossSystems(t *testing.T) {
 	other.Cluster = &oc
 	if s := Compare(cl, &other, 0.05, DefaultMinChange).Systems; len(s) != 5 || s[2].Same {
 		t.Errorf("clusters with another kube-proxy: %+v", s)
+	}
+}
+
+// ab's latency percentiles are whole milliseconds: a p50 below 1 ms (0 in
+// runs before that was known, absent since) is "below ab's 1 ms
+// resolution", never "0 → 0" nor a change (issue 37).
+func TestCompareABBelowResolution(t *testing.T) {
+	run := func(p50 *float64) *results.Results {
+		r := &results.Results{Schema: results.Schema, Status: results.StatusComplete,
+			Experiment: results.ExperimentInfo{Name: "ab", File: "ab.yaml", Text: "name: ab\n"}}
+		p := results.PointResult{Point: results.Point{ID: "p0001", Params: results.Params{Topology: "single-host", Datapath: "iptables"},
+			Workload: results.Workload{Kind: results.AB}, Repetitions: 3}, Status: results.PointDone}
+		for i := range 3 {
+			m := map[string]float64{"requests_per_s": 10000 + float64(i), "latency_p99_us": 2000}
+			if p50 != nil {
+				m["latency_p50_us"] = *p50
+			}
+			p.Samples = append(p.Samples, results.Sample{Repetition: i + 1, Metrics: m})
+		}
+		r.Points = append(r.Points, p)
+		return r
+	}
+	zero := 0.0
+	c := Compare(run(&zero), run(nil), 0.05, DefaultMinChange)
+	var b strings.Builder
+	if err := c.Text(&b); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ch := range c.Changes {
+		if ch.Metric == "latency_p50_us" {
+			found = true
+			if !ch.BelowResolution || ch.Regression || ch.Verdict != "~" {
+				t.Errorf("p50: %+v", ch)
+			}
+		}
+		if ch.Metric == "latency_p99_us" && ch.BelowResolution {
+			t.Errorf("p99 of 2 ms is measured: %+v", ch)
+		}
+	}
+	if !found || !strings.Contains(b.String(), "<1 ms") || !strings.Contains(b.String(), "below ab's 1 ms resolution") || strings.Contains(b.String(), "0 → 0") {
+		t.Errorf("text:\n%s", b.String())
 	}
 }

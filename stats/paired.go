@@ -2,6 +2,7 @@ package stats
 
 import (
 	"errors"
+	"fmt"
 	"math"
 )
 
@@ -15,6 +16,25 @@ type PairedRatio struct {
 	Ratio float64  `json:"ratio"`
 	CI    Interval `json:"ci95"`
 	P     float64  `json:"p"`
+	// FewPairs says, with fewer than MinPairs pairs, how little the test
+	// can tell (empty otherwise).
+	FewPairs string `json:"fewPairs,omitempty"`
+}
+
+// MinPairs is the number of pairs below which Paired's p and interval
+// come with a warning: the t-test estimates the spread of the log ratios
+// from the pairs themselves, and with 2 to 4 of them (1 to 3 degrees of
+// freedom) that estimate is so loose that the interval spans ±12.7
+// (2 pairs), ±4.3 (3) or ±3.2 (4) standard errors, against ±2.8 at 5.
+const MinPairs = 5
+
+// fewPairs is the warning of n pairs.
+func fewPairs(n int) string {
+	if n >= MinPairs {
+		return ""
+	}
+	return fmt.Sprintf("%d pairs: a paired t-test with %d degree%s of freedom: the spread is estimated from %d values, the p rests on their being normal, which so few cannot show, and the 95%% interval spans ±%.3g standard errors (±%.3g with %d pairs); give %d or more repetitions",
+		n, n-1, map[bool]string{true: "", false: "s"}[n == 2], n, TQuantile975(n-1), TQuantile975(MinPairs-1), MinPairs, MinPairs)
 }
 
 // Paired computes PairedRatio. It needs two pairs at least, and positive
@@ -41,7 +61,7 @@ func Paired(a, b []float64) (PairedRatio, error) {
 	}
 	se := math.Sqrt(ss/float64(n-1)) / math.Sqrt(float64(n))
 	half := TQuantile975(n-1) * se
-	r := PairedRatio{N: n, Ratio: math.Exp(m), CI: Interval{Lo: math.Exp(m - half), Hi: math.Exp(m + half)}, P: 1}
+	r := PairedRatio{N: n, Ratio: math.Exp(m), CI: Interval{Lo: math.Exp(m - half), Hi: math.Exp(m + half)}, P: 1, FewPairs: fewPairs(n)}
 	switch {
 	case se > 0:
 		r.P = math.Min(1, 2*(1-TCDF(math.Abs(m)/se, float64(n-1))))

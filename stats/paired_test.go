@@ -2,6 +2,7 @@ package stats
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -35,5 +36,21 @@ func TestPaired(t *testing.T) {
 		if _, err := Paired(bad[0], bad[1]); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
+	}
+}
+
+// Fewer than MinPairs pairs come with a warning saying how weak the test
+// is; MinPairs and more do not (issue 37).
+func TestPairedFewPairs(t *testing.T) {
+	r, err := Paired([]float64{1, 1}, []float64{1.1, 1.2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(r.FewPairs, "2 pairs: a paired t-test with 1 degree of freedom") || !strings.Contains(r.FewPairs, "±12.7 standard errors") {
+		t.Errorf("2 pairs: %q", r.FewPairs)
+	}
+	r, _ = Paired([]float64{1, 1, 1, 1, 1}, []float64{1.1, 1.2, 1.1, 1.3, 1.2})
+	if r.FewPairs != "" {
+		t.Errorf("5 pairs: %q", r.FewPairs)
 	}
 }

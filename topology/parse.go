@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/cnlab/cnlab/datapath/kind"
@@ -58,12 +57,12 @@ func decodeStrict(data []byte, file string) (*rawFile, error) {
 		return nil, &input.Error{File: file, Msg: "a topology must be a mapping (name:, hosts:, endpoints:, ...)"}
 	}
 	var raw rawFile
-	if err := yamlx.Decode(docs[0], &raw, ""); err != nil {
-		var ye *yamlx.Error
-		if errors.As(err, &ye) {
-			return nil, &input.Error{File: file, Path: ye.Path, Msg: ye.Msg}
-		}
-		return nil, &input.Error{File: file, Msg: err.Error()}
+	var errs []*input.Error
+	for _, ye := range yamlx.DecodeAll(docs[0], &raw, "") {
+		errs = append(errs, &input.Error{File: file, Path: ye.Path, Msg: ye.Msg})
+	}
+	if err := input.Join(errs); err != nil {
+		return nil, err
 	}
 	return &raw, nil
 }

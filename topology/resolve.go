@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -32,26 +33,93 @@ type resolver struct {
 	file string
 	raw  *rawFile
 	spec *Spec
+	errs []*input.Error // every problem found, in the order of the steps
+	// Hosts and namespaces the file declares wrongly: what names them is
+	// not checked again, so one mistake is reported once.
+	badHosts, badNamespaces map[string]bool
 }
 
 func (r *resolver) errf(path, format string, args ...any) error {
 	return &input.Error{File: r.file, Path: path, Msg: fmt.Sprintf(format, args...)}
 }
 
+// add records a problem and goes on.
+func (r *resolver) add(err error) {
+	var l input.Errors
+	var ie *input.Error
+	switch {
+	case errors.As(err, &l):
+		r.errs = append(r.errs, l...)
+	case errors.As(err, &ie):
+		r.errs = append(r.errs, ie)
+	default:
+		r.errs = append(r.errs, &input.Error{File: r.file, Msg: err.Error()})
+	}
+}
+
+// errSkip is an item not checked further because what it names was
+// declared wrongly (already reported).
+var errSkip = errors.New("skipped")
+
+// each runs check on items 0..n-1, recording every item's first problem
+// and going on with the next, as a compiler does.
+func (r *resolver) each(n int, check func(i int) error) {
+	for i := range n {
+		if err := check(i); err != nil && err != errSkip {
+			r.add(err)
+		}
+	}
+}
+
 // resolve turns a decoded file into a Spec: the command line's overrides
 // first, then one named step per part of the file, in an order where each
-// step only reads what the steps before it resolved.
+// step only reads what the steps before it resolved. It reports every
+// problem of the file at once (input.Errors when there are several): a
+// step runs unless a step it reads failed, and the hosts, namespaces,
+// links and endpoints steps check every item.
 func resolve(raw *rawFile, file string, ov Overrides) (*Spec, error) {
 	if err := applyOverrides(raw, ov); err != nil {
 		return nil, err
 	}
-	r := &resolver{file: file, raw: raw, spec: &Spec{Source: file}}
-	for _, step := range []func() error{
-		r.header, r.datapath, r.chain, r.hosts, r.namespaces, r.links, r.routes, r.endpoints, r.datapathLimits, r.services, r.observe, r.l7Proxy,
-	} {
-		if err := step(); err != nil {
-			return nil, err
+	r := &resolver{file: file, raw: raw, spec: &Spec{Source: file, Namespaces: map[string]Namespace{}},
+		badHosts: map[string]bool{}, badNamespaces: map[string]bool{}}
+	type step struct {
+		name  string
+		run   func() error
+		after []string // the steps whose results it reads
+	}
+	steps := []step{
+		{"header", r.header, nil},
+		{"datapath", r.datapath, nil},
+		{"chain", r.chain, []string{"header"}},
+		{"hosts", r.hosts, []string{"chain"}},
+		{"namespaces", r.namespaces, nil},
+		{"links", r.links, []string{"header", "chain"}},
+		{"routes", r.routes, []string{"hosts", "links"}},
+		{"endpoints", r.endpoints, []string{"chain"}},
+		{"datapathLimits", r.datapathLimits, []string{"datapath", "hosts", "endpoints"}},
+		{"services", r.services, []string{"header", "datapath", "chain", "hosts"}},
+		{"observe", r.observe, []string{"chain"}},
+		{"l7Proxy", r.l7Proxy, nil},
+	}
+	failed := map[string]bool{}
+next:
+	for _, st := range steps {
+		for _, a := range st.after {
+			if failed[a] {
+				failed[st.name] = true
+				continue next
+			}
 		}
+		before := len(r.errs)
+		err := st.run()
+		if err != nil && err != errSkip {
+			r.add(err)
+		}
+		failed[st.name] = err == errSkip || len(r.errs) > before
+	}
+	if err := input.Join(r.errs); err != nil {
+		return nil, err
 	}
 	return r.spec, nil
 }
@@ -231,7 +299,6 @@ func (r *resolver) header() error {
 		return r.errf("transitCIDR", "%v", err)
 	}
 	s.TransitCIDR = p
-	s.Namespaces = map[string]Namespace{}
 	return nil
 }
 

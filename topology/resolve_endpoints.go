@@ -18,67 +18,10 @@ func (r *resolver) endpoints() error {
 	seen := map[string]int{}
 	taken := map[netip.Addr]string{}
 	vethTaken := map[string]bool{}
-	for i, raw := range r.raw.Endpoints {
-		path := fmt.Sprintf("endpoints[%d]", i)
-		if err := labels.CheckDNSLabel(raw.Name, 63); err != nil {
-			return r.errf(path+".name", "%v", err)
-		}
-		ns := raw.Namespace
-		if ns == "" {
-			ns = DefaultNamespace
-		}
-		if _, ok := s.Namespaces[ns]; !ok {
-			return r.errf(path+".namespace", "unknown namespace %q (declare it under namespaces:)", ns)
-		}
-		id := ns + "/" + raw.Name
-		if j, dup := seen[id]; dup {
-			return r.errf(path+".name", "duplicate endpoint %s (also endpoints[%d])", id, j)
-		}
-		seen[id] = i
-		hostName := raw.Host
-		if hostName == "" {
-			if len(s.Hosts) != 1 {
-				return r.errf(path+".host", "is required when the lab has several hosts (%s)", strings.Join(r.hostNames(), ", "))
-			}
-			hostName = s.Hosts[0].Name
-		}
-		host := s.Host(hostName)
-		if host == nil {
-			return r.errf(path+".host", "unknown host %q (hosts: %s)", hostName, strings.Join(r.hostNames(), ", "))
-		}
-		ls := map[string]string{}
-		for k, v := range raw.Labels {
-			ls[k] = v
-		}
-		if err := labels.CheckSet(ls); err != nil {
-			return r.errf(path+".labels", "%v", err)
-		}
-		ports, err := r.ports(path, raw.Ports)
-		if err != nil {
-			return err
-		}
-		ep := Endpoint{
-			Name: raw.Name, Namespace: ns, Host: hostName,
-			Prefix: host.PodCIDR.Bits(), Gateway: host.Gateway,
-			Labels: ls, Ports: ports,
-			Netns:    EndpointNetns(s.Name, ns, raw.Name),
-			HostVeth: hostVethName(id, vethTaken),
-		}
-		if raw.IP != "" {
-			ip, err := netip.ParseAddr(raw.IP)
-			if err != nil || !ip.Is4() {
-				return r.errf(path+".ip", "%q is not an IPv4 address", raw.IP)
-			}
-			if !usable(host.PodCIDR, ip) {
-				return r.errf(path+".ip", "%s is not a usable address of host %s's podCIDR %s (the first address is the bridge, the last is broadcast)", ip, hostName, host.PodCIDR)
-			}
-			if other, dup := taken[ip]; dup {
-				return r.errf(path+".ip", "%s is already taken by %s", ip, other)
-			}
-			taken[ip] = id
-			ep.IP = ip
-		}
-		s.Endpoints = append(s.Endpoints, ep)
+	before := len(r.errs)
+	r.each(len(r.raw.Endpoints), func(i int) error { return r.endpoint(i, seen, taken, vethTaken) })
+	if len(r.errs) > before {
+		return nil // the file is refused: no addresses to allocate
 	}
 	// Allocate the remaining addresses in file order, after every fixed one
 	// is known.
@@ -105,6 +48,78 @@ func (r *resolver) endpoints() error {
 		next[host.Name] = a.Next()
 	}
 	r.bridges()
+	return nil
+}
+
+// endpoint resolves endpoints[i]; seen maps the IDs before it to their
+// index, taken the fixed addresses to their endpoint, vethTaken the host
+// veths' names.
+func (r *resolver) endpoint(i int, seen map[string]int, taken map[netip.Addr]string, vethTaken map[string]bool) error {
+	raw := r.raw.Endpoints[i]
+	s := r.spec
+	if r.badHosts[raw.Host] || r.badNamespaces[raw.Namespace] {
+		return errSkip // declared wrongly: said already
+	}
+	path := fmt.Sprintf("endpoints[%d]", i)
+	if err := labels.CheckDNSLabel(raw.Name, 63); err != nil {
+		return r.errf(path+".name", "%v", err)
+	}
+	ns := raw.Namespace
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	if _, ok := s.Namespaces[ns]; !ok {
+		return r.errf(path+".namespace", "unknown namespace %q (declare it under namespaces:)", ns)
+	}
+	id := ns + "/" + raw.Name
+	if j, dup := seen[id]; dup {
+		return r.errf(path+".name", "duplicate endpoint %s (also endpoints[%d])", id, j)
+	}
+	seen[id] = i
+	hostName := raw.Host
+	if hostName == "" {
+		if len(s.Hosts) != 1 {
+			return r.errf(path+".host", "is required when the lab has several hosts (%s)", strings.Join(r.hostNames(), ", "))
+		}
+		hostName = s.Hosts[0].Name
+	}
+	host := s.Host(hostName)
+	if host == nil {
+		return r.errf(path+".host", "unknown host %q (hosts: %s)", hostName, strings.Join(r.hostNames(), ", "))
+	}
+	ls := map[string]string{}
+	for k, v := range raw.Labels {
+		ls[k] = v
+	}
+	if err := labels.CheckSet(ls); err != nil {
+		return r.errf(path+".labels", "%v", err)
+	}
+	ports, err := r.ports(path, raw.Ports)
+	if err != nil {
+		return err
+	}
+	ep := Endpoint{
+		Name: raw.Name, Namespace: ns, Host: hostName,
+		Prefix: host.PodCIDR.Bits(), Gateway: host.Gateway,
+		Labels: ls, Ports: ports,
+		Netns:    EndpointNetns(s.Name, ns, raw.Name),
+		HostVeth: hostVethName(id, vethTaken),
+	}
+	if raw.IP != "" {
+		ip, err := netip.ParseAddr(raw.IP)
+		if err != nil || !ip.Is4() {
+			return r.errf(path+".ip", "%q is not an IPv4 address", raw.IP)
+		}
+		if !usable(host.PodCIDR, ip) {
+			return r.errf(path+".ip", "%s is not a usable address of host %s's podCIDR %s (the first address is the bridge, the last is broadcast)", ip, hostName, host.PodCIDR)
+		}
+		if other, dup := taken[ip]; dup {
+			return r.errf(path+".ip", "%s is already taken by %s", ip, other)
+		}
+		taken[ip] = id
+		ep.IP = ip
+	}
+	s.Endpoints = append(s.Endpoints, ep)
 	return nil
 }
 

@@ -13,59 +13,76 @@ func (r *resolver) hosts() error {
 		return nil
 	}
 	if len(r.raw.Hosts) == 0 {
+		if len(r.errs) > 0 {
+			// A fragment with a problem already said (as tests and
+			// users write to try one field): its missing hosts are said
+			// once the rest is right.
+			return errSkip
+		}
 		return r.errf("hosts", "at least one host is required (or a chain:)")
 	}
 	seen := map[string]int{}
-	for i, h := range r.raw.Hosts {
-		path := fmt.Sprintf("hosts[%d]", i)
-		if err := labels.CheckDNSLabel(h.Name, 63); err != nil {
-			return r.errf(path+".name", "%v", err)
+	r.each(len(r.raw.Hosts), func(i int) error {
+		err := r.host(i, seen)
+		if name := r.raw.Hosts[i].Name; err != nil && r.spec.Host(name) == nil {
+			r.badHosts[name] = true // not a duplicate of a good one
 		}
-		if j, dup := seen[h.Name]; dup {
-			return r.errf(path+".name", "duplicate host name %q (also hosts[%d])", h.Name, j)
-		}
-		seen[h.Name] = i
-		if h.PodCIDR == "" {
-			return r.errf(path+".podCIDR", "is required (e.g. podCIDR: 10.0.192.0/24)")
-		}
-		p, err := parsePrefix(h.PodCIDR)
-		if err != nil {
-			return r.errf(path+".podCIDR", "%v", err)
-		}
-		if p.Bits() > 30 {
-			return r.errf(path+".podCIDR", "%s is too small: a host needs at least a /30", p)
-		}
-		if err := unicastRange(p); err != nil {
-			return r.errf(path+".podCIDR", "%v", err)
-		}
-		for j, o := range r.spec.Hosts {
-			if p.Overlaps(o.PodCIDR) {
-				return r.errf(path+".podCIDR", "%s overlaps hosts[%d].podCIDR %s", p, j, o.PodCIDR)
-			}
-		}
-		if p.Overlaps(r.spec.TransitCIDR) {
-			return r.errf(path+".podCIDR", "%s overlaps transitCIDR %s (set transitCIDR: to another range)", p, r.spec.TransitCIDR)
-		}
-		ls := map[string]string{}
-		for k, v := range h.Labels {
-			ls[k] = v
-		}
-		if err := labels.CheckSet(ls); err != nil {
-			return r.errf(path+".labels", "%v", err)
-		}
-		if v, ok := ls[HostnameLabel]; ok && v != h.Name {
-			return r.errf(path+".labels", "%s is always the host's own name (%q), not %q", HostnameLabel, h.Name, v)
-		}
-		ls[HostnameLabel] = h.Name
-		r.spec.Hosts = append(r.spec.Hosts, Host{
-			Labels:  ls,
-			Name:    h.Name,
-			PodCIDR: p,
-			Gateway: p.Addr().Next(),
-			Netns:   HostNetns(r.spec.Name, h.Name),
-			Bridge:  HostBridge,
-		})
+		return err
+	})
+	return nil
+}
+
+// host resolves hosts[i]; seen maps the names before it to their index.
+func (r *resolver) host(i int, seen map[string]int) error {
+	h := r.raw.Hosts[i]
+	path := fmt.Sprintf("hosts[%d]", i)
+	if err := labels.CheckDNSLabel(h.Name, 63); err != nil {
+		return r.errf(path+".name", "%v", err)
 	}
+	if j, dup := seen[h.Name]; dup {
+		return r.errf(path+".name", "duplicate host name %q (also hosts[%d])", h.Name, j)
+	}
+	seen[h.Name] = i
+	if h.PodCIDR == "" {
+		return r.errf(path+".podCIDR", "is required (e.g. podCIDR: 10.0.192.0/24)")
+	}
+	p, err := parsePrefix(h.PodCIDR)
+	if err != nil {
+		return r.errf(path+".podCIDR", "%v", err)
+	}
+	if p.Bits() > 30 {
+		return r.errf(path+".podCIDR", "%s is too small: a host needs at least a /30", p)
+	}
+	if err := unicastRange(p); err != nil {
+		return r.errf(path+".podCIDR", "%v", err)
+	}
+	for j, o := range r.spec.Hosts {
+		if p.Overlaps(o.PodCIDR) {
+			return r.errf(path+".podCIDR", "%s overlaps hosts[%d].podCIDR %s", p, j, o.PodCIDR)
+		}
+	}
+	if p.Overlaps(r.spec.TransitCIDR) {
+		return r.errf(path+".podCIDR", "%s overlaps transitCIDR %s (set transitCIDR: to another range)", p, r.spec.TransitCIDR)
+	}
+	ls := map[string]string{}
+	for k, v := range h.Labels {
+		ls[k] = v
+	}
+	if err := labels.CheckSet(ls); err != nil {
+		return r.errf(path+".labels", "%v", err)
+	}
+	if v, ok := ls[HostnameLabel]; ok && v != h.Name {
+		return r.errf(path+".labels", "%s is always the host's own name (%q), not %q", HostnameLabel, h.Name, v)
+	}
+	ls[HostnameLabel] = h.Name
+	r.spec.Hosts = append(r.spec.Hosts, Host{
+		Labels:  ls,
+		Name:    h.Name,
+		PodCIDR: p,
+		Gateway: p.Addr().Next(),
+		Netns:   HostNetns(r.spec.Name, h.Name),
+		Bridge:  HostBridge,
+	})
 	return nil
 }
 
@@ -75,83 +92,104 @@ func (r *resolver) namespaces() error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, n := range names {
+	r.each(len(names), func(i int) error {
+		n := names[i]
 		path := "namespaces." + n
-		if err := labels.CheckDNSLabel(n, 63); err != nil {
-			return r.errf(path, "namespace name: %v", err)
+		err := r.namespace(n, path)
+		if err != nil {
+			r.badNamespaces[n] = true
 		}
-		if reservedNamespaces[n] {
-			return r.errf(path, "namespace name %q is reserved (cnlab exec uses host/NAME, hop/N and sw/N)", n)
-		}
-		ls := map[string]string{}
-		for k, v := range r.raw.Namespaces[n].Labels {
-			ls[k] = v
-		}
-		if err := labels.CheckSet(ls); err != nil {
-			return r.errf(path+".labels", "%v", err)
-		}
-		if v, ok := ls[MetadataNameLabel]; ok && v != n {
-			return r.errf(path+".labels", "%s is always the namespace's own name (%q), not %q", MetadataNameLabel, n, v)
-		}
-		ls[MetadataNameLabel] = n
-		r.spec.Namespaces[n] = Namespace{Labels: ls}
-	}
+		return err
+	})
 	if _, ok := r.spec.Namespaces[DefaultNamespace]; !ok {
 		r.spec.Namespaces[DefaultNamespace] = Namespace{Labels: map[string]string{MetadataNameLabel: DefaultNamespace}}
 	}
 	return nil
 }
 
-func (r *resolver) links() error {
-	s := r.spec
-	pairs := map[[2]string]int{}
-	for i, l := range r.raw.Links {
-		path := fmt.Sprintf("links[%d]", i)
-		if len(l.Between) != 2 {
-			return r.errf(path+".between", "must name exactly two hosts, e.g. between: [flip, flap]")
-		}
-		for k, h := range l.Between {
-			if s.Host(h) == nil {
-				return r.errf(fmt.Sprintf("%s.between[%d]", path, k), "unknown host %q (hosts: %s)", h, strings.Join(r.hostNames(), ", "))
-			}
-		}
-		a, b := l.Between[0], l.Between[1]
-		if a == b {
-			return r.errf(path+".between", "a link joins two different hosts, got %q twice", a)
-		}
-		key := [2]string{min(a, b), max(a, b)}
-		if j, dup := pairs[key]; dup {
-			return r.errf(path+".between", "hosts %s and %s are already linked by links[%d]", a, b, j)
-		}
-		pairs[key] = i
-		kind := l.Kind
-		if kind == "" {
-			kind = LinkWire
-		}
-		if kind != LinkWire && kind != LinkVXLAN {
-			return r.errf(path+".kind", "unknown link kind %q (supported: wire, vxlan)", kind)
-		}
-		wire, ok1 := nthSubnet(s.TransitCIDR, 30, 2*i)
-		over, ok2 := nthSubnet(s.TransitCIDR, 30, 2*i+1)
-		if !ok1 || !ok2 {
-			return r.errf(path, "transitCIDR %s has no room for link %d (each link takes 8 addresses)", s.TransitCIDR, i)
-		}
-		link := Link{Index: i, Kind: kind, Wire: wire, MTU: s.MTU}
-		dev := fmt.Sprintf("wire%d", i)
-		for k, h := range []string{a, b} {
-			link.Ends[k] = LinkEnd{Host: h, WireDev: dev, WireAddr: nthAddr(wire, k+1)}
-		}
-		if kind == LinkVXLAN {
-			link.Over = over
-			link.VNI = 100 + i
-			link.MTU = s.MTU + vxlanOverhead
-			for k := range link.Ends {
-				link.Ends[k].OverDev = fmt.Sprintf("vxlan%d", i)
-				link.Ends[k].OverAddr = nthAddr(over, k+1)
-			}
-		}
-		s.Links = append(s.Links, link)
+// namespace resolves namespaces.NAME.
+func (r *resolver) namespace(n, path string) error {
+
+	if err := labels.CheckDNSLabel(n, 63); err != nil {
+		return r.errf(path, "namespace name: %v", err)
 	}
+	if reservedNamespaces[n] {
+		return r.errf(path, "namespace name %q is reserved (cnlab exec uses host/NAME, hop/N and sw/N)", n)
+	}
+	ls := map[string]string{}
+	for k, v := range r.raw.Namespaces[n].Labels {
+		ls[k] = v
+	}
+	if err := labels.CheckSet(ls); err != nil {
+		return r.errf(path+".labels", "%v", err)
+	}
+	if v, ok := ls[MetadataNameLabel]; ok && v != n {
+		return r.errf(path+".labels", "%s is always the namespace's own name (%q), not %q", MetadataNameLabel, n, v)
+	}
+	ls[MetadataNameLabel] = n
+	r.spec.Namespaces[n] = Namespace{Labels: ls}
+	return nil
+}
+
+func (r *resolver) links() error {
+	pairs := map[[2]string]int{}
+	r.each(len(r.raw.Links), func(i int) error { return r.link(i, pairs) })
+	return nil
+}
+
+// link resolves links[i]; pairs maps the host pairs before it to their link.
+func (r *resolver) link(i int, pairs map[[2]string]int) error {
+	l, s := r.raw.Links[i], r.spec
+	path := fmt.Sprintf("links[%d]", i)
+	if len(l.Between) != 2 {
+		return r.errf(path+".between", "must name exactly two hosts, e.g. between: [flip, flap]")
+	}
+	bad := false // it names a host declared wrongly: said already
+	for k, h := range l.Between {
+		bad = bad || r.badHosts[h]
+		if s.Host(h) == nil && !r.badHosts[h] {
+			return r.errf(fmt.Sprintf("%s.between[%d]", path, k), "unknown host %q (hosts: %s)", h, strings.Join(r.hostNames(), ", "))
+		}
+	}
+	a, b := l.Between[0], l.Between[1]
+	if a == b {
+		return r.errf(path+".between", "a link joins two different hosts, got %q twice", a)
+	}
+	key := [2]string{min(a, b), max(a, b)}
+	if j, dup := pairs[key]; dup {
+		return r.errf(path+".between", "hosts %s and %s are already linked by links[%d]", a, b, j)
+	}
+	pairs[key] = i
+	kind := l.Kind
+	if kind == "" {
+		kind = LinkWire
+	}
+	if kind != LinkWire && kind != LinkVXLAN {
+		return r.errf(path+".kind", "unknown link kind %q (supported: wire, vxlan)", kind)
+	}
+	if bad {
+		return errSkip
+	}
+	wire, ok1 := nthSubnet(s.TransitCIDR, 30, 2*i)
+	over, ok2 := nthSubnet(s.TransitCIDR, 30, 2*i+1)
+	if !ok1 || !ok2 {
+		return r.errf(path, "transitCIDR %s has no room for link %d (each link takes 8 addresses)", s.TransitCIDR, i)
+	}
+	link := Link{Index: i, Kind: kind, Wire: wire, MTU: s.MTU}
+	dev := fmt.Sprintf("wire%d", i)
+	for k, h := range []string{a, b} {
+		link.Ends[k] = LinkEnd{Host: h, WireDev: dev, WireAddr: nthAddr(wire, k+1)}
+	}
+	if kind == LinkVXLAN {
+		link.Over = over
+		link.VNI = 100 + i
+		link.MTU = s.MTU + vxlanOverhead
+		for k := range link.Ends {
+			link.Ends[k].OverDev = fmt.Sprintf("vxlan%d", i)
+			link.Ends[k].OverAddr = nthAddr(over, k+1)
+		}
+	}
+	s.Links = append(s.Links, link)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -371,5 +372,60 @@ func TestLeafBridges(t *testing.T) {
 		if w, ok := want[ep.Name]; ok && ep.Bridge != w {
 			t.Errorf("%s: bridge %q, want %q", ep.ID(), ep.Bridge, w)
 		}
+	}
+}
+
+// A file with several mistakes gets them all in one run, one line each
+// naming the file and the field, as a compiler reports: a host declared
+// wrongly is reported once, not again by what names it (issue 37).
+func TestResolveReportsEveryError(t *testing.T) {
+	const bad = `
+name: three
+hosts:
+  - {name: flip, podCIDR: 10.0.192.0/33}
+  - {name: flap, podCIDR: 10.0.191.0/24}
+links:
+  - {between: [flip, flap], kind: wirre}
+namespaces:
+  host: {}
+endpoints:
+  - {name: a, host: flip}
+  - {name: b, host: flop}
+  - {name: c, host: flap, ip: 10.0.5.5}
+  - {name: d, namespace: host, host: flap}
+`
+	_, err := Parse([]byte(bad), "three.yaml", Overrides{})
+	var l input.Errors
+	if !errors.As(err, &l) {
+		t.Fatalf("got %v (%T), want input.Errors", err, err)
+	}
+	var got []string
+	for _, e := range l {
+		if e.File != "three.yaml" {
+			t.Errorf("%v: file %q", e, e.File)
+		}
+		got = append(got, e.Path)
+	}
+	want := []string{"hosts[0].podCIDR", "namespaces.host", "links[0].kind", "endpoints[1].host", "endpoints[2].ip"}
+	if !slices.Equal(got, want) {
+		t.Errorf("paths %v, want %v\n%v", got, want, err)
+	}
+	// The first line is what a single error printed before.
+	if first, _, _ := strings.Cut(err.Error(), "\n"); first != l[0].Error() || !strings.HasPrefix(first, "three.yaml: hosts[0].podCIDR: ") {
+		t.Errorf("first line %q", first)
+	}
+	if !input.Is(err) {
+		t.Error("not bad input (exit 2)")
+	}
+	// Unknown fields: every one.
+	_, err = Parse([]byte("name: x\nhosts: [{name: a, podcidr: 1, lables: {}}]\nendpoints: [{nme: a}]\n"), "keys.yaml", Overrides{})
+	if !errors.As(err, &l) || len(l) != 3 {
+		t.Errorf("unknown fields: got %v, want three", err)
+	}
+	// One mistake is a single *input.Error, as before.
+	_, err = Parse([]byte("name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/33}]\n"), "one.yaml", Overrides{})
+	var ie *input.Error
+	if errors.As(err, &l) || !errors.As(err, &ie) {
+		t.Errorf("one mistake: got %v (%T)", err, err)
 	}
 }

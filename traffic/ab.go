@@ -18,6 +18,10 @@ var (
 	abBreakdown = regexp.MustCompile(`\(Connect: ([0-9]+), Receive: ([0-9]+), Length: ([0-9]+), Exceptions: ([0-9]+)\)`)
 )
 
+// ABResolutionUs is the step of ab's percentile table: whole
+// milliseconds.
+const ABResolutionUs = 1000
+
 // ParseAB reads the output of ApacheBench (ab, from apache2-utils) into an
 // HTTPResult of Mode "ab", for comparing with cnlab's own client:
 //
@@ -27,8 +31,11 @@ var (
 //   - LatencyUs.Mean is ab's "Time per request" (mean, the first line: one
 //     request's time as its client saw it), Min the "Total:" row's min, and
 //     P50, P90, P99 and Max its percentile table's 50%, 90%, 99% and 100%
-//     rows. ab prints whole milliseconds there, so below 1 ms they read 0;
-//     it has no p99.9 (P999 stays 0);
+//     rows. ab prints whole milliseconds there (rounded), so a percentile
+//     below 1 ms reads 0, which is no measurement: ResolutionUs is
+//     ABResolutionUs and the metrics leave such percentiles out
+//     (docs/methodology.md); the mean, from "Time per request", has
+//     decimals. ab has no p99.9 (P999 stays 0);
 //   - Errors are ab's Connect and Receive failures: requests without a
 //     response. ab's "Failed requests" is not used, as it counts one reset
 //     connection up to three times (Receive, Length and Exceptions; see
@@ -37,7 +44,7 @@ var (
 //   - ab tells only 2xx from the rest: Statuses stays nil, and Unexpected
 //     is its "Non-2xx responses" plus Errors. Connections is not known (0).
 func ParseAB(out []byte) (*HTTPResult, error) {
-	r := &HTTPResult{Mode: "ab"}
+	r := &HTTPResult{Mode: "ab", ResolutionUs: ABResolutionUs}
 	var seen struct{ complete, rate, taken, table bool }
 	var non2xx uint64
 	sc := bufio.NewScanner(bytes.NewReader(out))

@@ -240,6 +240,10 @@ type HTTPResult struct {
 	Errors     uint64         `json:"errors"`               // requests without a response
 	Unexpected uint64         `json:"unexpected"`           // requests whose status is not expected, errors included
 	FirstError string         `json:"firstError,omitempty"` // the text of one error, to tell why
+	// ResolutionUs is the step of LatencyUs's percentiles when the
+	// client reports them rounded (ab: whole milliseconds, 1000); 0 when
+	// exact. A percentile below it was not measured: it reads 0.
+	ResolutionUs float64 `json:"resolutionUs,omitempty"`
 	// Series is the run second by second (cnlab http only).
 	Series *HTTPSeries `json:"series,omitempty"`
 }

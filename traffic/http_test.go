@@ -306,15 +306,15 @@ func TestParseAB(t *testing.T) {
 		file string
 		want HTTPResult
 	}{
-		{"ab-keepalive-200.txt", HTTPResult{Mode: "ab", Concurrency: 4, Seconds: 0.104, Requests: 5000, PerSecond: 48060.29,
+		{"ab-keepalive-200.txt", HTTPResult{Mode: "ab", ResolutionUs: ABResolutionUs, Concurrency: 4, Seconds: 0.104, Requests: 5000, PerSecond: 48060.29,
 			LatencyUs: Latency{Mean: 83, Max: 4000}}},
-		{"ab-keepalive-403.txt", HTTPResult{Mode: "ab", Concurrency: 2, Seconds: 0.134, Requests: 3000, PerSecond: 22339.55,
+		{"ab-keepalive-403.txt", HTTPResult{Mode: "ab", ResolutionUs: ABResolutionUs, Concurrency: 2, Seconds: 0.134, Requests: 3000, PerSecond: 22339.55,
 			LatencyUs: Latency{Mean: 90, Max: 2000}, Unexpected: 3000}},
-		{"ab-new-200.txt", HTTPResult{Mode: "ab", Concurrency: 4, Seconds: 0.174, Requests: 2000, PerSecond: 11491.15,
+		{"ab-new-200.txt", HTTPResult{Mode: "ab", ResolutionUs: ABResolutionUs, Concurrency: 4, Seconds: 0.174, Requests: 2000, PerSecond: 11491.15,
 			LatencyUs: Latency{Mean: 348, P90: 1000, P99: 1000, Max: 3000}}},
-		{"ab-length-404.txt", HTTPResult{Mode: "ab", Concurrency: 2, Seconds: 0.136, Requests: 300, PerSecond: 2198.69,
+		{"ab-length-404.txt", HTTPResult{Mode: "ab", ResolutionUs: ABResolutionUs, Concurrency: 2, Seconds: 0.136, Requests: 300, PerSecond: 2198.69,
 			LatencyUs: Latency{Mean: 910, P50: 1000, P90: 1000, P99: 2000, Max: 3000}, Unexpected: 60}},
-		{"ab-reset.txt", HTTPResult{Mode: "ab", Concurrency: 2, Seconds: 0.068, Requests: 300, PerSecond: 4387.31,
+		{"ab-reset.txt", HTTPResult{Mode: "ab", ResolutionUs: ABResolutionUs, Concurrency: 2, Seconds: 0.068, Requests: 300, PerSecond: 4387.31,
 			LatencyUs: Latency{Mean: 456, P90: 1000, P99: 1000, Max: 1000}, Errors: 43, Unexpected: 43}},
 	} {
 		data, err := os.ReadFile("testdata/" + tc.file)

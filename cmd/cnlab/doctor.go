@@ -14,15 +14,47 @@ import (
 	"github.com/cnlab/cnlab/experiment"
 	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/stats"
 )
 
+// doctorLab is doctor --lab LAB.
+func doctorLab(e *env, cmd *cobra.Command, name, output string) error {
+	if err := lab.CheckName(name); err != nil {
+		return err
+	}
+	if err := needRoot(); err != nil {
+		return err
+	}
+	checks, err := checkLab(cmd.Context(), name)
+	if err != nil {
+		return err
+	}
+	bad := 0
+	for _, c := range checks {
+		if !c.OK {
+			bad++
+		}
+	}
+	if output == "json" {
+		if err := writeJSON(e.stdout, map[string]any{"lab": name, "ok": bad == 0, "checks": checks}); err != nil {
+			return err
+		}
+	} else {
+		printLabChecks(e.stdout, name, checks)
+	}
+	if bad > 0 {
+		return exitStatus(exitFail)
+	}
+	return nil
+}
+
 func newDoctorCmd(e *env) *cobra.Command {
-	var output, out string
+	var output, out, labName string
 	var samples int
 	var duration time.Duration
 	cmd := &cobra.Command{
-		Use:   "doctor [FILE] [--samples N] [--duration D] [-o json]",
+		Use:   "doctor [FILE] [--samples N] [--duration D] [-o json]  |  doctor --lab LAB [-o json]",
 		Short: "Measure how noisy this machine is now, and what precision a run can reach in what time",
 		Long: `Calibrate: run tcp-rr and one tcp-stream between two endpoints of a
 single-host lab (the default datapath, no policy), pinned (client and server
@@ -37,14 +69,32 @@ veth pair between two namespaces of its own, pinned to CPU 0 (about 8 s),
 which cnlab run records in environment.json for the next 10 minutes.
 
 It refuses nothing: a noisy machine is said plainly. The labs it builds are
-taken down, also on Ctrl-C.`,
+taken down, also on Ctrl-C.
+
+With --lab LAB it measures nothing and checks that lab instead, against
+its ledger: its phase and namespaces, the devices of its hosts, links and
+endpoints (present and up), its datapath's objects on every host, its flow
+recorder, unfinished policy or Service changes, and its L7 proxies. It
+says what is wrong, one line a check, and exits 1 when anything is.`,
 		Example: `  cnlab doctor
   cnlab doctor experiments/thesis-policy-scaling.yaml --quick
-  cnlab doctor --samples 16 -o json`,
+  cnlab doctor --samples 16 -o json
+  cnlab doctor --lab multi-host`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
+			}
+			if labName != "" {
+				for _, f := range []string{"samples", "duration", "out", "quick"} {
+					if cmd.Flags().Changed(f) {
+						return usagef("--%s measures this machine: it does not apply with --lab", f)
+					}
+				}
+				if len(args) > 0 {
+					return usagef("--lab checks a lab: give no experiment FILE with it")
+				}
+				return doctorLab(e, cmd, labName, output)
 			}
 			var spec *experiment.Spec
 			if len(args) == 1 {
@@ -122,6 +172,7 @@ taken down, also on Ctrl-C.`,
 	f.DurationVar(&duration, "duration", time.Second, "measured time of each sample (whole seconds)")
 	f.StringVar(&out, "out", "", "keep the calibration's results directories here (default: not kept)")
 	f.Bool("quick", false, "with FILE: estimate its quick: variant")
+	f.StringVar(&labName, "lab", "", "check this lab instead of measuring the machine: namespaces, devices, datapath objects, recorder, changes, L7 proxies")
 	return cmd
 }
 

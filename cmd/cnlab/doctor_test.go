@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -59,5 +60,59 @@ func TestDoctor(t *testing.T) {
 	}
 	if _, stderr, code := runCLI(t, "doctor", "--samples", "2"); code != 2 || !strings.Contains(stderr, "--samples 2: between 3 and 100") {
 		t.Errorf("--samples 2: exit %d: %s", code, stderr)
+	}
+}
+
+// TestDoctorLab: doctor --lab finds nothing wrong in a fresh lab, and
+// names a host's bridge set down and an endpoint's veth deleted, exit 1.
+func TestDoctorLab(t *testing.T) {
+	testutil.RequireRoot(t)
+	name := "t-cli-doctor"
+	if _, stderr, code := runCLI(t, "up", "--preset", "single-host", "--name", name, "--datapath", "iptables"); code != 0 {
+		t.Fatalf("up: %s", stderr)
+	}
+	t.Cleanup(func() { runCLI(t, "down", name) })
+	stdout, stderr, code := runCLI(t, "doctor", "--lab", name)
+	if code != 0 || !strings.Contains(stdout, "nothing wrong found") {
+		t.Fatalf("fresh lab: exit %d: %s%s", code, stdout, stderr)
+	}
+	st, _, _ := runCLI(t, "status", name, "-o", "json")
+	var v struct {
+		Hosts     []struct{ Name, Netns string }
+		Endpoints []struct{ HostVeth string }
+	}
+	if err := json.Unmarshal([]byte(st), &v); err != nil || len(v.Hosts) == 0 || len(v.Endpoints) == 0 {
+		t.Fatalf("status: %v %s", err, st)
+	}
+	hostNS := v.Hosts[0].Netns
+	veth := v.Endpoints[0].HostVeth
+	for _, args := range [][]string{{"-n", hostNS, "link", "set", "br0", "down"}, {"-n", hostNS, "link", "del", veth}} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v %s", args, err, out)
+		}
+	}
+	stdout, _, code = runCLI(t, "doctor", "--lab", name, "-o", "json")
+	var out struct {
+		OK     bool
+		Checks []struct {
+			Check  string
+			OK     bool
+			Detail string
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil || code != 1 || out.OK {
+		t.Fatalf("broken lab: exit %d, %v: %s", code, err, stdout)
+	}
+	found := false
+	for _, c := range out.Checks {
+		if c.Check == "devices" {
+			found = true
+			if c.OK || !strings.Contains(c.Detail, "down: br0") || !strings.Contains(c.Detail, "missing: "+veth) {
+				t.Errorf("devices: %+v", c)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no devices check: %s", stdout)
 	}
 }

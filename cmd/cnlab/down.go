@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"time"
+
+	"github.com/cnlab/cnlab/internal/plural"
 
 	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/kube"
@@ -13,7 +18,7 @@ import (
 )
 
 func newDownCmd(e *env) *cobra.Command {
-	var all bool
+	var all, yes bool
 	var backend string
 	var kc kube.Config
 	cmd := &cobra.Command{
@@ -30,9 +35,14 @@ With --backend kubernetes it deletes what a run on a cluster created (cnlab
 run --backend kubernetes): the namespaces labeled with the run's name
 (cnlab.io/run), or with --all every namespace cnlab created there, and
 waits until they are gone. Namespaces without cnlab's labels are never
-touched.`,
+touched.
+
+--all lists the labs it takes down on stderr; when standard input is a
+terminal it asks first (--yes skips the question). Scripts, with no
+terminal, are not asked.`,
 		Example: `  cnlab down multi-host
-  cnlab down --all    # every lab on this machine, other users' too
+  cnlab down --all    # every lab on this machine, other users' too: asks first on a terminal
+  cnlab down --all -y # without asking
   cnlab down --backend kubernetes xp-1a2b --context my-cluster
   cnlab down --backend kubernetes --all`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -64,7 +74,16 @@ touched.`,
 			}
 			start := time.Now()
 			if all {
-				labs, err := lab.DownAll(e.progress)
+				labs, err := lab.Labs()
+				if err != nil {
+					return err
+				}
+				if len(labs) > 0 {
+					if ok, err := confirmDownAll(e, labs, isTerminal(cmd.InOrStdin()) && !yes, cmd.InOrStdin()); err != nil || !ok {
+						return err
+					}
+				}
+				labs, err = lab.DownEach(labs, e.progress)
 				for _, l := range labs {
 					fmt.Fprintf(e.stdout, "lab %s is down\n", l)
 				}
@@ -89,10 +108,30 @@ touched.`,
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "tear down every cnlab lab on this machine (with --backend kubernetes: everything cnlab created on the cluster)")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "with --all: do not ask for confirmation on a terminal")
 	cmd.Flags().StringVar(&backend, "backend", results.BackendLab, "lab, or kubernetes: what cnlab run --backend kubernetes created on a cluster")
 	cmd.Flags().StringVar(&kc.Kubeconfig, "kubeconfig", "", "kubernetes: the kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
 	cmd.Flags().StringVar(&kc.Context, "context", "", "kubernetes: the kubeconfig's context (default: its current one)")
 	return cmd
+}
+
+// confirmDownAll lists the labs down --all would take down, on stderr,
+// and, when ask (standard input is a terminal and no --yes), asks on
+// stderr and reads the answer from in: only y or yes goes on. Without a
+// terminal it only lists them, and goes on, as scripts expect.
+func confirmDownAll(e *env, labs []string, ask bool, in io.Reader) (bool, error) {
+	e.progress(fmt.Sprintf("down --all: %s on this machine: %s", plural.N(len(labs), "lab"), strings.Join(labs, ", ")))
+	if !ask {
+		return true, nil
+	}
+	fmt.Fprintf(e.stderr, "take down every one of them, other users' too? [y/N] ")
+	answer, _ := bufio.NewReader(in).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(answer)) {
+	case "y", "yes":
+		return true, nil
+	}
+	fmt.Fprintln(e.stderr, "cnlab: nothing taken down (cnlab down LAB takes one down; --yes skips this question)")
+	return false, exitStatus(exitFail)
 }
 
 // downCluster deletes a run's cluster-scoped policies and namespaces (or

@@ -137,6 +137,12 @@ func TestUpStatusExecDown(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "already up; nothing changed") {
 		t.Errorf("second up: exit %d, %q", code, stdout)
 	}
+	// With another datapath: refused, naming what differs (issue 37).
+	_, stderr, code = runCLI(t, "up", "--preset", "multi-host", "--name", lab, "--datapath", "nftables")
+	if code == 0 || !strings.Contains(stderr, "lab t-cli is already up with datapath iptables (you asked for nftables)") ||
+		!strings.Contains(stderr, "or choose another name") {
+		t.Errorf("up with another datapath: exit %d, %q", code, stderr)
+	}
 	stdout, _, code = runCLI(t, "status", lab, "-o", "json")
 	var st struct {
 		Name, Phase string

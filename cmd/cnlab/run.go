@@ -144,6 +144,11 @@ does.`,
 				}
 			} else if err := needRoot(); err != nil {
 				return err
+			} else if labName != "" {
+				// Refuse a busy lab before saying "running ...".
+				if err := experiment.CheckLabFree(labName); err != nil {
+					return err
+				}
 			}
 			if out == "" {
 				out = filepath.Join("results", fmt.Sprintf("%s-%s", s.Name, time.Now().Format("20060102-150405")))

@@ -116,6 +116,9 @@ func TestRunRefusesATakenLab(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "--lab: lab t-cli-taken is already up") {
 		t.Errorf("exit %d, want 2: %s", code, stderr)
 	}
+	if strings.Contains(stderr, "running") || strings.Contains(stderr, "results in") {
+		t.Errorf("said it runs before refusing: %s", stderr)
+	}
 	if _, err := os.Stat(filepath.Join(out, "results.json")); err == nil {
 		t.Error("the run started")
 	}

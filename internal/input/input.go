@@ -6,6 +6,7 @@ package input
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -38,4 +39,49 @@ func (e *Error) Error() string {
 func Is(err error) bool {
 	var ie *Error
 	return errors.As(err, &ie)
+}
+
+// Errors is every problem found in one input, in file order, as a compiler
+// lists them: one line each. Its first line is the first problem's, as a
+// single *Error would print it, so what matched that line still does.
+type Errors []*Error
+
+// MaxErrors is how many problems Errors prints before saying how many more
+// there are.
+const MaxErrors = 20
+
+func (l Errors) Error() string {
+	var b strings.Builder
+	for i, e := range l {
+		if i == MaxErrors {
+			fmt.Fprintf(&b, "\n... and %d more", len(l)-MaxErrors)
+			break
+		}
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}
+
+// Unwrap lets errors.As find the first problem (and Is tell bad input).
+func (l Errors) Unwrap() []error {
+	out := make([]error, len(l))
+	for i, e := range l {
+		out[i] = e
+	}
+	return out
+}
+
+// Join returns nil for no problem, the problem itself for one, and Errors
+// for several.
+func Join(errs []*Error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return Errors(errs)
 }

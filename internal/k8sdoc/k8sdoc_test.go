@@ -1,6 +1,7 @@
 package k8sdoc
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -292,5 +293,24 @@ func TestClusterScopedKind(t *testing.T) {
 		if _, err := r.Read([]byte(c.yaml), "f.yaml"); err == nil || err.Error() != c.want {
 			t.Errorf("got  %v\nwant %s", err, c.want)
 		}
+	}
+}
+
+// Every document of a file is checked: two bad documents give two lines,
+// the first as a single error would be (issue 37).
+func TestReadReportsEveryDocument(t *testing.T) {
+	bad := strings.Replace(ball, "size: 3", "size: -1", 1) + "---\napiVersion: v1\nkind: Drum\n---\n" + strings.Replace(ball, "red", "blue", 1)
+	_, err := toyReader().Read([]byte(bad), "f.yaml")
+	var l input.Errors
+	if !errors.As(err, &l) || len(l) != 2 {
+		t.Fatalf("got %v (%T), want two problems", err, err)
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "f.yaml: document 1 (Ball x/red): spec.size: -1 is negative") ||
+		!strings.HasPrefix(lines[1], `f.yaml: document 2: kind: "Drum" is not supported`) {
+		t.Errorf("got %q", lines)
+	}
+	if !input.Is(err) {
+		t.Error("not bad input")
 	}
 }

@@ -69,7 +69,8 @@ type Origin struct {
 // it in errors. Empty documents are skipped; a file with none, a document
 // that is not a mapping, of a kind the family does not have, or given
 // twice (same kind, namespace and name) is refused. Every error is an
-// *input.Error.
+// *input.Error, or input.Errors (one per document) when several documents
+// are refused.
 func (r *Reader[R, T]) Read(data []byte, file string) ([]Item[T], error) {
 	docs, err := yamlx.Documents(data)
 	if err != nil {
@@ -80,21 +81,38 @@ func (r *Reader[R, T]) Read(data []byte, file string) ([]Item[T], error) {
 	}
 	out := make([]Item[T], 0, len(docs))
 	seen := map[string]int{}
+	// Every document is checked, and the first problem of each reported
+	// (input.Errors when several documents have one), as a compiler
+	// lists every error of a file.
+	var errs []*input.Error
+	fail := func(err error) {
+		var ie *input.Error
+		if !errors.As(err, &ie) {
+			ie = &input.Error{File: file, Msg: err.Error()}
+		}
+		errs = append(errs, ie)
+	}
 	for i, node := range docs {
 		d := &Doc{File: file, Index: i + 1}
 		v, err := r.document(d, node)
 		if err != nil {
-			return nil, err
+			fail(err)
+			continue
 		}
 		raw, err := encode(node)
 		if err != nil {
-			return nil, d.Errorf("", "cannot encode the document again: %v", err)
+			fail(d.Errorf("", "cannot encode the document again: %v", err))
+			continue
 		}
 		if j, dup := seen[d.ref]; dup {
-			return nil, d.Errorf("metadata.name", "%s is defined twice in this file (also document %d)", d.ref, j)
+			fail(d.Errorf("metadata.name", "%s is defined twice in this file (also document %d)", d.ref, j))
+			continue
 		}
 		seen[d.ref] = i + 1
 		out = append(out, Item[T]{Value: v, Origin: Origin{Source: fmt.Sprintf("%s#%d", file, i+1), File: file, Index: i + 1, Raw: raw, Ref: d.ref}})
+	}
+	if err := input.Join(errs); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -89,15 +89,31 @@ func noAliases(n *yaml.Node, path string) error {
 // every mapping key exists in the target type. base prefixes the paths in
 // errors.
 func Decode(node *yaml.Node, out any, base string) error {
-	if err := checkKnown(node, reflect.TypeOf(out).Elem(), base); err != nil {
-		return err
+	if errs := DecodeAll(node, out, base); len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// DecodeAll is Decode returning every problem it finds, in document
+// order, as a compiler lists every error of a file: every unknown field
+// and value of the wrong kind, or, when there are none, every value the
+// decoder refuses. out is filled only when there are none.
+func DecodeAll(node *yaml.Node, out any, base string) []*Error {
+	var errs []*Error
+	checkKnown(node, reflect.TypeOf(out).Elem(), base, &errs)
+	if len(errs) > 0 {
+		return errs
 	}
 	if err := node.Decode(out); err != nil {
 		var te *yaml.TypeError
 		if errors.As(err, &te) && len(te.Errors) > 0 {
-			return explain(te.Errors[0], node, base)
+			for _, msg := range te.Errors {
+				errs = append(errs, explain(msg, node, base))
+			}
+			return errs
 		}
-		return &Error{Path: base, Msg: err.Error()}
+		return []*Error{{Path: base, Msg: err.Error()}}
 	}
 	return nil
 }
@@ -112,7 +128,7 @@ var unmarshalerType = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()
 var shapedType = reflect.TypeOf((*Shaped)(nil)).Elem()
 var nodeType = reflect.TypeOf(yaml.Node{})
 
-func checkKnown(n *yaml.Node, t reflect.Type, path string) error {
+func checkKnown(n *yaml.Node, t reflect.Type, path string, errs *[]*Error) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -120,29 +136,33 @@ func checkKnown(n *yaml.Node, t reflect.Type, path string) error {
 		t = reflect.Zero(t).Interface().(Shaped).YAMLType()
 	}
 	if t == nodeType || reflect.PointerTo(t).Implements(unmarshalerType) {
-		return nil
+		return
 	}
 	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		if n.Kind == yaml.ScalarNode && n.ShortTag() != "!!int" && n.ShortTag() != "!!null" {
-			return &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected an integer, got %q", n.Value)}
+			*errs = append(*errs, &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected an integer, got %q", n.Value)})
+			return
 		}
 	case reflect.String:
 		if n.Kind != yaml.ScalarNode {
-			return &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected a string, got %s", kindName(n))}
+			*errs = append(*errs, &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected a string, got %s", kindName(n))})
+			return
 		}
 		// As the Kubernetes API does: 1, true or 1.5 are not strings
 		// (quote them), so "version: 1" fails here as it would there.
 		if tag := n.ShortTag(); tag == "!!int" || tag == "!!bool" || tag == "!!float" {
-			return &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected a string, got %s %s (quote it: %q)", strings.TrimPrefix(tag, "!!"), n.Value, n.Value)}
+			*errs = append(*errs, &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected a string, got %s %s (quote it: %q)", strings.TrimPrefix(tag, "!!"), n.Value, n.Value)})
+			return
 		}
 	case reflect.Struct:
 		if n.Kind != yaml.MappingNode {
 			if n.ShortTag() == "!!null" {
-				return nil
+				return
 			}
-			return &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected a mapping, got %s", kindName(n))}
+			*errs = append(*errs, &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected a mapping, got %s", kindName(n))})
+			return
 		}
 		fields := fieldsOf(t)
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -150,38 +170,34 @@ func checkKnown(n *yaml.Node, t reflect.Type, path string) error {
 			p := join(path, k.Value)
 			ft, ok := fields[k.Value]
 			if !ok {
-				return &Error{Path: p, Line: k.Line, Msg: fmt.Sprintf("unknown field %q (known fields: %s)", k.Value, strings.Join(FieldNames(t), ", "))}
+				*errs = append(*errs, &Error{Path: p, Line: k.Line, Msg: fmt.Sprintf("unknown field %q (known fields: %s)", k.Value, strings.Join(FieldNames(t), ", "))})
+				continue
 			}
-			if err := checkKnown(v, ft, p); err != nil {
-				return err
-			}
+			checkKnown(v, ft, p, errs)
 		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			if n.ShortTag() == "!!null" {
-				return nil
+				return
 			}
-			return &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected a list, got %s", kindName(n))}
+			*errs = append(*errs, &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected a list, got %s", kindName(n))})
+			return
 		}
 		for i, c := range n.Content {
-			if err := checkKnown(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
+			checkKnown(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i), errs)
 		}
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
 			if n.ShortTag() == "!!null" {
-				return nil
+				return
 			}
-			return &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected a mapping, got %s", kindName(n))}
+			*errs = append(*errs, &Error{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected a mapping, got %s", kindName(n))})
+			return
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			if err := checkKnown(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value)); err != nil {
-				return err
-			}
+			checkKnown(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value), errs)
 		}
 	}
-	return nil
 }
 
 func kindName(n *yaml.Node) string {
@@ -199,8 +215,8 @@ func fieldsOf(t reflect.Type) map[string]reflect.Type {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		tag := strings.Split(f.Tag.Get("yaml"), ",")
-		if tag[0] == "-" {
-			continue
+		if tag[0] == "-" || (!f.IsExported() && !f.Anonymous) {
+			continue // yaml.v3 never fills an unexported field: not a key
 		}
 		if len(tag) > 1 && tag[1] == "inline" {
 			for k, v := range fieldsOf(f.Type) {
@@ -241,7 +257,7 @@ var (
 
 // explain turns yaml.v3's "line N: cannot unmarshal" into a path error by
 // finding the value node on that line.
-func explain(msg string, root *yaml.Node, base string) error {
+func explain(msg string, root *yaml.Node, base string) *Error {
 	m := reMismatch.FindStringSubmatch(msg)
 	if m == nil {
 		if lm := reLine.FindStringSubmatch(msg); lm != nil {

@@ -1,6 +1,8 @@
 package yamlx
 
 import (
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -53,5 +55,46 @@ func TestDecodeGood(t *testing.T) {
 	}
 	if _, err := Documents([]byte("a: [")); err == nil {
 		t.Error("syntax error not reported")
+	}
+}
+
+// An unexported field is no key: it is neither accepted nor listed among
+// the known fields (experiment.Spec's allSkipped was, issue 37).
+func TestUnexportedFieldsAreNoKeys(t *testing.T) {
+	type withPrivate struct {
+		Name    string `yaml:"name"`
+		private bool
+	}
+	_ = withPrivate{}.private
+	if got := FieldNames(reflect.TypeOf(withPrivate{})); !slices.Equal(got, []string{"name"}) {
+		t.Errorf("FieldNames = %v, want [name]", got)
+	}
+	docs, err := Documents([]byte("private: true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out withPrivate
+	if err := Decode(docs[0], &out, ""); err == nil || !strings.Contains(err.Error(), `unknown field "private" (known fields: name)`) {
+		t.Errorf("got %v, want private refused and only name known", err)
+	}
+}
+
+// DecodeAll lists every problem of a document, in document order.
+func TestDecodeAllListsEveryProblem(t *testing.T) {
+	docs, err := Documents([]byte("items: [{port: x, nme: a}, {extra: 1}]\ntags: [a]\nsub: {port: 1}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out outer
+	errs := DecodeAll(docs[0], &out, "")
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Path)
+	}
+	if want := []string{"items[0].port", "items[0].nme", "items[1].extra", "tags"}; !slices.Equal(got, want) {
+		t.Errorf("paths = %v, want %v (%v)", got, want, errs)
+	}
+	if err := Decode(docs[0], &out, ""); err == nil || err.Error() != errs[0].Error() {
+		t.Errorf("Decode = %v, want the first of DecodeAll's, %v", err, errs[0])
 	}
 }
