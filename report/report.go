@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -106,6 +108,7 @@ func LoadWith(dir string, o Options) (*Report, error) {
 
 // Build analyses results: panels, figures, fits, findings, table.
 func Build(r *results.Results, env *results.Environment) *Report {
+	r = withoutUnresolved(r)
 	rep := &Report{Results: r, Env: env}
 	pns := panels(r)
 	for _, pn := range pns {
@@ -382,4 +385,45 @@ func enforcementTimes(r *results.Results) string {
 		return ""
 	}
 	return "On the cluster: " + strings.Join(parts, ". ") + " (builds[].policyApply and serviceApply in results.json)."
+}
+
+// withoutUnresolved is r without the values no client measured: ab's
+// latency percentiles below its 1 ms resolution, which runs before that
+// was known recorded as 0 µs (new runs leave them out). r itself is left
+// as it is; a point losing a value is summarized again.
+func withoutUnresolved(r *results.Results) *results.Results {
+	var cp *results.Results
+	for i := range r.Points {
+		p := &r.Points[i]
+		if p.Workload.Kind != results.AB {
+			continue
+		}
+		var samples []results.Sample
+		for j, s := range p.Samples {
+			kept := maps.Clone(s.Metrics)
+			maps.DeleteFunc(kept, func(m string, v float64) bool { return v < resolutionOf(p.Workload.Kind, m) })
+			if len(kept) == len(s.Metrics) {
+				continue
+			}
+			if samples == nil {
+				samples = slices.Clone(p.Samples)
+			}
+			samples[j].Metrics = kept
+		}
+		if samples == nil {
+			continue
+		}
+		if cp == nil {
+			c := *r
+			c.Points = slices.Clone(r.Points)
+			cp = &c
+		}
+		q := &cp.Points[i]
+		q.Samples = samples
+		q.Summarize()
+	}
+	if cp == nil {
+		return r
+	}
+	return cp
 }

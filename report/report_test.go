@@ -440,25 +440,28 @@ func TestCompareAcrossSystems(t *testing.T) {
 	}
 }
 
+// abRun is a run of one ab point, its p50 p50 (none when nil).
+func abRun(p50 *float64) *results.Results {
+	r := &results.Results{Schema: results.Schema, Status: results.StatusComplete,
+		Experiment: results.ExperimentInfo{Name: "ab", File: "ab.yaml", Text: "name: ab\n"}}
+	p := results.PointResult{Point: results.Point{ID: "p0001", Params: results.Params{Topology: "single-host", Datapath: "iptables"},
+		Workload: results.Workload{Kind: results.AB}, Repetitions: 3}, Status: results.PointDone}
+	for i := range 3 {
+		m := map[string]float64{"requests_per_s": 10000 + float64(i), "latency_p99_us": 2000}
+		if p50 != nil {
+			m["latency_p50_us"] = *p50
+		}
+		p.Samples = append(p.Samples, results.Sample{Repetition: i + 1, Metrics: m})
+	}
+	r.Points = append(r.Points, p)
+	return r
+}
+
 // ab's latency percentiles are whole milliseconds: a p50 below 1 ms (0 in
 // runs before that was known, absent since) is "below ab's 1 ms
 // resolution", never "0 → 0" nor a change (issue 37).
 func TestCompareABBelowResolution(t *testing.T) {
-	run := func(p50 *float64) *results.Results {
-		r := &results.Results{Schema: results.Schema, Status: results.StatusComplete,
-			Experiment: results.ExperimentInfo{Name: "ab", File: "ab.yaml", Text: "name: ab\n"}}
-		p := results.PointResult{Point: results.Point{ID: "p0001", Params: results.Params{Topology: "single-host", Datapath: "iptables"},
-			Workload: results.Workload{Kind: results.AB}, Repetitions: 3}, Status: results.PointDone}
-		for i := range 3 {
-			m := map[string]float64{"requests_per_s": 10000 + float64(i), "latency_p99_us": 2000}
-			if p50 != nil {
-				m["latency_p50_us"] = *p50
-			}
-			p.Samples = append(p.Samples, results.Sample{Repetition: i + 1, Metrics: m})
-		}
-		r.Points = append(r.Points, p)
-		return r
-	}
+	run := abRun
 	zero := 0.0
 	c := Compare(run(&zero), run(nil), 0.05, DefaultMinChange)
 	var b strings.Builder
@@ -479,5 +482,28 @@ func TestCompareABBelowResolution(t *testing.T) {
 	}
 	if !found || !strings.Contains(b.String(), "<1 ms") || !strings.Contains(b.String(), "below ab's 1 ms resolution") || strings.Contains(b.String(), "0 → 0") {
 		t.Errorf("text:\n%s", b.String())
+	}
+}
+
+// The report of a run that recorded ab's p50 as 0 µs (before its 1 ms
+// resolution was known) has no p50 row: no client measured it. The
+// caller's results keep their samples.
+func TestReportABBelowResolution(t *testing.T) {
+	zero := 0.0
+	r := abRun(&zero)
+	r.Points[0].Summarize()
+	rep := Build(r, nil)
+	metrics := map[string]bool{}
+	for _, row := range rep.Rows {
+		metrics[row.Metric] = true
+	}
+	if metrics["latency_p50_us"] || !metrics["latency_p99_us"] || !metrics["requests_per_s"] {
+		t.Errorf("table metrics %v: want p99 and requests, no p50", metrics)
+	}
+	if _, ok := r.Points[0].Samples[0].Metrics["latency_p50_us"]; !ok {
+		t.Error("Build changed its caller's samples")
+	}
+	if _, ok := r.Points[0].Summary["latency_p50_us"]; !ok {
+		t.Error("Build changed its caller's summary")
 	}
 }
