@@ -439,6 +439,9 @@ type UnitCost struct {
 	// no counter was recorded (MSS bytes per packet, assumed).
 	Source string `json:"source"`
 	MSS    int    `json:"mss,omitempty"`
+	// MSSMax is the largest segment size of the fallback's samples when
+	// they differ (MSS is then the smallest).
+	MSSMax int `json:"mssMax,omitempty"`
 	// TSOOn: bytes/MSS on points whose TSO was not off, where the stack's
 	// packets were larger than a segment (the cost per packet is then
 	// understated and the packets overstated).
@@ -482,6 +485,8 @@ type seedCost struct {
 	experimentPrefix string // the experiment's name starts with it
 	kind, xdim, topo string
 	datapath, mode   string
+	mtu              int  // the seed's MTU (the points' own or the machine's default)
+	tsoOff           bool // the seed ran with TSO off
 	cost             SeedCost
 }
 
@@ -495,7 +500,26 @@ type seedCost struct {
 // → 17.10 Gb/s, 1 and 200 rules) no packet size.
 var seedCosts = []seedCost{
 	{experimentPrefix: "thesis-", kind: results.TCPStream, xdim: "policies", topo: "single-host", datapath: "iptables", mode: "no-match",
+		mtu: 1500, tsoOff: true,
 		cost: SeedCost{Source: "the thesis (seed 000), Fig. 7.2", From: 3.17, To: 2.26, X0: 0, X1: 200, MSS: 1448}},
+}
+
+// packetSizeAxes are the x axes that change the packet or message itself:
+// no cost per unit of them per packet is derived.
+var packetSizeAxes = map[string]bool{"mtu": true, "size": true, "offloads": true}
+
+// tsoOff reports whether an offloads setting turns TSO off: "off" (every
+// offload) or a "tso=off" among its comma-separated entries.
+func tsoOff(offloads string) bool {
+	if offloads == "off" {
+		return true
+	}
+	for _, e := range strings.Split(offloads, ",") {
+		if strings.TrimSpace(e) == "tso=off" {
+			return true
+		}
+	}
+	return false
 }
 
 func init() {
@@ -554,6 +578,11 @@ func unitCosts(r *results.Results, env *results.Environment, pn *Panel) []UnitCo
 	byID := map[string]*results.PointResult{}
 	for i := range r.Points {
 		byID[r.Points[i].ID] = &r.Points[i]
+	}
+	if packetSizeAxes[pn.XDim] {
+		// x changes the packet (or the message) itself: a cost per unit
+		// of it per packet compares packets of different sizes.
+		return nil
 	}
 	one, many := unitOf(pn)
 	var out []UnitCost
@@ -615,9 +644,13 @@ func unitCosts(r *results.Results, env *results.Environment, pn *Panel) []UnitCo
 						if mtu == 0 && env != nil {
 							mtu = env.DefaultMTU
 						}
-						uc.MSS = mssOf(mtu)
-						uc.TSOOn = uc.TSOOn || !strings.Contains(p.Params.Offloads, "tso=off")
-						rate = v * 1e9 / 8 / float64(uc.MSS)
+						mss := mssOf(mtu)
+						if uc.MSS == 0 || mss < uc.MSS {
+							uc.MSS = mss
+						}
+						uc.MSSMax = max(uc.MSSMax, mss)
+						uc.TSOOn = uc.TSOOn || !tsoOff(p.Params.Offloads)
+						rate = v * 1e9 / 8 / float64(mss)
 					}
 					xs = append(xs, x)
 					ts = append(ts, 1e9/rate)
@@ -649,7 +682,10 @@ func unitCosts(r *results.Results, env *results.Environment, pn *Panel) []UnitCo
 		}
 		uc.N, uc.BaseNs, uc.Ns, uc.CI = lin.N, lin.Intercept, lin.Slope, lin.SlopeCI
 		uc.Flat = lin.SlopeCI.Contains(0)
-		uc.Seed = seedCostFor(r, pn, pts)
+		if uc.MSSMax == uc.MSS {
+			uc.MSSMax = 0
+		}
+		uc.Seed = seedCostFor(r, env, pn, pts)
 		uc.Text = unitCostText(pn, uc, many)
 		out = append(out, uc)
 	}
@@ -658,14 +694,24 @@ func unitCosts(r *results.Results, env *results.Environment, pn *Panel) []UnitCo
 
 // seedCostFor is the seed's published cost for a curve's points (nil if
 // none applies).
-func seedCostFor(r *results.Results, pn *Panel, pts []*results.PointResult) *SeedCost {
+func seedCostFor(r *results.Results, env *results.Environment, pn *Panel, pts []*results.PointResult) *SeedCost {
 	for _, sc := range seedCosts {
 		if !strings.HasPrefix(r.Experiment.Name, sc.experimentPrefix) || pn.Kind != sc.kind || pn.XDim != sc.xdim {
 			continue
 		}
 		ok := len(pts) > 0
 		for _, p := range pts {
-			if p.Params.Topology != sc.topo || string(p.Params.Datapath) != sc.datapath || p.Params.PolicyMode != sc.mode {
+			mtu := p.Params.MTU
+			if mtu == 0 && env != nil {
+				mtu = env.DefaultMTU
+			}
+			if mtu == 0 {
+				mtu = 1500 // a lab's default
+			}
+			// The seed's conditions: the same packets (MTU, TSO off) on
+			// the same path.
+			if p.Params.Topology != sc.topo || string(p.Params.Datapath) != sc.datapath || p.Params.PolicyMode != sc.mode ||
+				mtu != sc.mtu || tsoOff(p.Params.Offloads) != sc.tsoOff {
 				ok = false
 			}
 		}
@@ -685,7 +731,11 @@ func sourceText(uc UnitCost) string {
 	case "packets_per_s":
 		return "datagrams iperf3 counted"
 	case "throughput_gbps/MSS":
-		s := fmt.Sprintf("bytes over %d-byte segments, assumed: no packet counter in this run", uc.MSS)
+		seg := fmt.Sprintf("%d-byte", uc.MSS)
+		if uc.MSSMax > uc.MSS {
+			seg = fmt.Sprintf("%d- to %d-byte", uc.MSS, uc.MSSMax)
+		}
+		s := fmt.Sprintf("bytes over %s segments, assumed: no packet counter in this run", seg)
 		if uc.TSOOn {
 			s += "; TSO was not off, so the stack's packets were larger and fewer"
 		}

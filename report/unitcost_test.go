@@ -15,8 +15,13 @@ import (
 // costRun is a thesis-like run: one tcp-stream per policy count whose
 // time per packet grows by nsPer ns per policy from 4000 ns, with the
 // server's packet counter (skb_per_s) when counted, and a tcp-rr whose
-// transaction grows by 10 ns per policy.
+// transaction grows by 10 ns per policy. Its points have TSO off, as the
+// thesis's; withOffloads changes them.
 func costRun(name string, nsPer float64, counted bool) *results.Results {
+	return costRunWith(name, nsPer, counted, func(p *results.Params) { p.Offloads = "tso=off" })
+}
+
+func costRunWith(name string, nsPer float64, counted bool, set func(*results.Params)) *results.Results {
 	rng := rand.New(rand.NewPCG(5, 7))
 	r := &results.Results{Schema: results.Schema, Status: results.StatusComplete,
 		Experiment: results.ExperimentInfo{Name: name, File: name + ".yaml", Text: "name: " + name + "\n"}}
@@ -25,6 +30,7 @@ func costRun(name string, nsPer float64, counted bool) *results.Results {
 			pr := results.PointResult{Point: results.Point{ID: fmt.Sprintf("p%04d", len(r.Points)+1), Sweep: "iptables",
 				Params:   results.Params{Topology: "single-host", Datapath: "iptables", Policies: n, PolicyMode: "no-match"},
 				Workload: w, Series: "iptables no-match", Repetitions: 5}, Status: results.PointDone}
+			set(&pr.Params)
 			for i := 0; i < 5; i++ {
 				m := map[string]float64{}
 				if w.Kind == results.TCPStream {
@@ -67,8 +73,8 @@ func TestUnitCosts(t *testing.T) {
 		wantSrc := "skb_per_s"
 		if !counted {
 			wantSrc = "throughput_gbps/MSS"
-			if stream.MSS != 1448 || !stream.TSOOn || !strings.Contains(stream.Text, "TSO was not off") {
-				t.Errorf("fallback: MSS %d, TSO not off %v (the points set no offloads): %s", stream.MSS, stream.TSOOn, stream.Text)
+			if stream.MSS != 1448 || stream.TSOOn || strings.Contains(stream.Text, "TSO was not off") || !strings.Contains(stream.Text, "1448-byte segments") {
+				t.Errorf("fallback: MSS %d, TSO not off %v (the points have tso=off): %s", stream.MSS, stream.TSOOn, stream.Text)
 			}
 		}
 		if stream.Source != wantSrc {
@@ -137,5 +143,57 @@ func TestCompareReference(t *testing.T) {
 	}
 	if CompareReference(env([]float64{1, 2}, []float64{1, 2}, false), &results.Environment{}) != nil {
 		t.Error("a run without a reference speed: compared")
+	}
+}
+
+// The thesis's cost stands beside a curve measured as the thesis measured
+// it only: TSO off ("off" turns every offload off, TSO included) at MTU
+// 1500. TSO on, or MTU 9000, gets none; the fallback says TSO was not off
+// only when it was not; an x axis that changes the packet (MTU) gets no
+// cost per packet at all.
+func TestUnitCostsSeedConditions(t *testing.T) {
+	streamOf := func(r *results.Results, env *results.Environment) *UnitCost {
+		for _, uc := range Build(r, env).UnitCosts {
+			if uc.Of == "packet" {
+				return &uc
+			}
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		name     string
+		set      func(*results.Params)
+		env      *results.Environment
+		seed     bool
+		tsoNotOn bool
+	}{
+		{"offloads off", func(p *results.Params) { p.Offloads = "off" }, nil, true, false},
+		{"tso and gso off", func(p *results.Params) { p.Offloads = "tso=off,gso=off" }, nil, true, false},
+		{"offloads on", func(p *results.Params) { p.Offloads = "on" }, nil, false, true},
+		{"no offloads set", func(p *results.Params) {}, nil, false, true},
+		{"MTU 9000", func(p *results.Params) { p.Offloads, p.MTU = "tso=off", 9000 }, nil, false, false},
+		{"machine's MTU 9000", func(p *results.Params) { p.Offloads = "tso=off" }, &results.Environment{DefaultMTU: 9000}, false, false},
+		{"machine's MTU 1500", func(p *results.Params) { p.Offloads = "tso=off" }, &results.Environment{DefaultMTU: 1500}, true, false},
+	} {
+		uc := streamOf(costRunWith("thesis-offloads", 2.2, false, c.set), c.env)
+		if uc == nil {
+			t.Fatalf("%s: no cost per packet", c.name)
+		}
+		if (uc.Seed != nil) != c.seed {
+			t.Errorf("%s: seed cost %+v, want one: %v", c.name, uc.Seed, c.seed)
+		}
+		if uc.TSOOn != c.tsoNotOn {
+			t.Errorf("%s: TSO not off %v, want %v", c.name, uc.TSOOn, c.tsoNotOn)
+		}
+	}
+	// An MTU sweep: no cost per byte of MTU per packet.
+	r := costRunWith("thesis-offloads", 2.2, false, func(p *results.Params) { p.Offloads = "off" })
+	for i := range r.Points {
+		p := &r.Points[i]
+		p.Params.MTU = []int{1500, 4000, 9000}[p.Params.Policies/100]
+		p.Params.Policies = 0
+	}
+	for _, uc := range Build(r, nil).UnitCosts {
+		t.Errorf("MTU sweep: a cost per packet %+v", uc)
 	}
 }
