@@ -419,7 +419,11 @@ func runIperf3(ctx context.Context, w results.Workload, e sampleEnv) (map[string
 	e.series.set(iperf3Series(rs, w.Kind == results.UDPStream, w.Bidirectional))
 	m := map[string]float64{}
 	cpu.end(ctx, m)
-	rx.endStream(ctx, m)
+	if !w.Bidirectional {
+		// Both ways, the server's rx counts one direction's data and
+		// the other's ACKs: per packet of neither (docs/methodology.md).
+		rx.endStream(ctx, m, float64(secs(e.warmup)+secs(e.duration)))
+	}
 	var packets, lost int
 	for _, r := range rs {
 		if d := r.Bidir; d != nil && w.Bidirectional {
@@ -732,12 +736,16 @@ func (w *rxWindow) delta(ctx context.Context) (secs, packets, cpuSecs float64, p
 }
 
 // endStream adds skb_per_s and cpu_us_per_packet to a stream's metrics.
-func (w *rxWindow) endStream(ctx context.Context, m map[string]float64) {
-	secs, packets, cpuSecs, pOK, cOK := w.delta(ctx)
-	if !pOK || secs <= 0 {
+// The packets flowed for flowSecs, iperf3's omitted and measured seconds:
+// the window's wall time also holds the clients' start, iperf3's end of
+// test and the counters' reads, which would lower the rate by a share
+// that depends on the sample's length.
+func (w *rxWindow) endStream(ctx context.Context, m map[string]float64, flowSecs float64) {
+	_, packets, cpuSecs, pOK, cOK := w.delta(ctx)
+	if !pOK || flowSecs <= 0 {
 		return
 	}
-	m["skb_per_s"] = packets / secs
+	m["skb_per_s"] = packets / flowSecs
 	if cOK {
 		m["cpu_us_per_packet"] = 1e6 * cpuSecs / packets
 	}
