@@ -153,8 +153,7 @@ func Compare(a, b *results.Results, threshold, minChange float64) *Comparison {
 		}
 		for _, m := range PrimaryMetrics(pa.Workload.Kind) {
 			xa, xb := samplesOf(pa, m), samplesOf(pb, m)
-			if res := resolutionOf(pa.Workload.Kind, m); res > 0 && (len(xa) == 0 || len(xb) == 0 ||
-				stats.Median(xa) < res || stats.Median(xb) < res) {
+			if res := resolutionOf(pa.Workload.Kind, m); res > 0 && (censored(pa, m) > 0 || censored(pb, m) > 0) {
 				ch := Change{Key: k, PointA: pa.ID, PointB: pb.ID, Topology: pa.Params.Topology, Series: pa.Series, Params: pa.Params.Text(),
 					Workload: pa.Workload.Name(), Metric: m, NA: len(xa), NB: len(xb), P: 1, MinP: 0, Verdict: "~", BelowResolution: true}
 				if len(xa) > 0 {
@@ -309,6 +308,23 @@ func resolutionOf(kind, metric string) float64 {
 		return traffic.ABResolutionUs
 	}
 	return 0
+}
+
+// censored is how many of p's samples have metric below its client's
+// resolution: absent (left out when recorded) or below the step (0 in
+// runs from before); 0 for a metric every client measures.
+func censored(p *results.PointResult, metric string) int {
+	res := resolutionOf(p.Workload.Kind, metric)
+	if res <= 0 {
+		return 0
+	}
+	n := 0
+	for _, s := range p.Samples {
+		if v, ok := s.Metrics[metric]; !ok || v < res {
+			n++
+		}
+	}
+	return n
 }
 
 func samplesOf(p *results.PointResult, metric string) []float64 {

@@ -388,29 +388,23 @@ func enforcementTimes(r *results.Results) string {
 }
 
 // withoutUnresolved is r without the values no client measured: ab's
-// latency percentiles below its 1 ms resolution, which runs before that
-// was known recorded as 0 µs (new runs leave them out). r itself is left
-// as it is; a point losing a value is summarized again.
+// latency percentiles below its 1 ms resolution (recorded as 0 µs by runs
+// before that was known, left out since). A point with any sample below
+// it loses the metric in every sample: a median of only the samples that
+// reached 1 ms would be biased up, as those below are below all of them.
+// r itself is left as it is; a point that loses a metric is summarized
+// again.
 func withoutUnresolved(r *results.Results) *results.Results {
 	var cp *results.Results
 	for i := range r.Points {
 		p := &r.Points[i]
-		if p.Workload.Kind != results.AB {
-			continue
-		}
-		var samples []results.Sample
-		for j, s := range p.Samples {
-			kept := maps.Clone(s.Metrics)
-			maps.DeleteFunc(kept, func(m string, v float64) bool { return v < resolutionOf(p.Workload.Kind, m) })
-			if len(kept) == len(s.Metrics) {
-				continue
+		var drop []string
+		for _, m := range []string{"latency_p50_us", "latency_p90_us", "latency_p99_us"} {
+			if resolutionOf(p.Workload.Kind, m) > 0 && censored(p, m) > 0 && len(samplesOf(p, m)) > 0 {
+				drop = append(drop, m)
 			}
-			if samples == nil {
-				samples = slices.Clone(p.Samples)
-			}
-			samples[j].Metrics = kept
 		}
-		if samples == nil {
+		if len(drop) == 0 {
 			continue
 		}
 		if cp == nil {
@@ -419,7 +413,13 @@ func withoutUnresolved(r *results.Results) *results.Results {
 			cp = &c
 		}
 		q := &cp.Points[i]
-		q.Samples = samples
+		q.Samples = slices.Clone(p.Samples)
+		for j := range q.Samples {
+			q.Samples[j].Metrics = maps.Clone(q.Samples[j].Metrics)
+			for _, m := range drop {
+				delete(q.Samples[j].Metrics, m)
+			}
+		}
 		q.Summarize()
 	}
 	if cp == nil {

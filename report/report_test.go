@@ -507,3 +507,27 @@ func TestReportABBelowResolution(t *testing.T) {
 		t.Error("Build changed its caller's summary")
 	}
 }
+
+// One ab sample below 1 ms among measured ones: the point's p50 is not
+// the median of the others (biased up), in the report as in compare.
+func TestABPartlyBelowResolution(t *testing.T) {
+	r := abRun(nil)
+	for i, v := range []float64{1000, 2000} {
+		r.Points[0].Samples[i+1].Metrics["latency_p50_us"] = v
+	}
+	r.Points[0].Summarize()
+	for _, row := range Build(r, nil).Rows {
+		if row.Metric == "latency_p50_us" {
+			t.Errorf("a p50 row from the samples that reached 1 ms: %+v", row)
+		}
+	}
+	full := abRun(nil)
+	for i := range full.Points[0].Samples {
+		full.Points[0].Samples[i].Metrics["latency_p50_us"] = 2000
+	}
+	for _, ch := range Compare(full, r, 0.05, DefaultMinChange).Changes {
+		if ch.Metric == "latency_p50_us" && !ch.BelowResolution {
+			t.Errorf("p50 with a sample below 1 ms compared as measured: %+v", ch)
+		}
+	}
+}
