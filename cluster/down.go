@@ -23,15 +23,29 @@ func lock(name string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
+	// A cnlab killed a moment ago may still hold it through a child
+	// between fork and exec: wait a little before calling it busy.
+	for deadline := time.Now().Add(lockWait); ; {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, err
+		}
+		if time.Now().After(deadline) {
+			f.Close()
 			return nil, fmt.Errorf("cluster %s is busy: another cnlab is bringing it up or down", name)
 		}
-		return nil, err
+		time.Sleep(50 * time.Millisecond)
 	}
 	return func() { f.Close() }, nil
 }
+
+// lockWait is how long lock waits for a cluster's lock before calling it
+// busy.
+const lockWait = 3 * time.Second
 
 // lockPath is cluster name's lock file.
 func lockPath(name string) string { return filepath.Join(RunRoot, "."+name+".lock") }
