@@ -162,6 +162,9 @@ func capture(ctx context.Context, e *env, r captureRun) error {
 	// tcpdump once; it dies with cnlab.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := netns.Start(r.netns, cmd); err != nil {
+		if r.out != "-" {
+			_ = os.Remove(r.out) // nothing captured: no empty file left
+		}
 		return fmt.Errorf("tcpdump in %s: %w", r.netns, err)
 	}
 	done := make(chan error, 1)
