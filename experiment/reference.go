@@ -44,6 +44,35 @@ const referenceMaxAge = 10 * time.Minute
 // reference pair: a /30 of their own namespaces, seen by nothing else.
 var referenceAddrs = [2]string{"10.254.254.1/30", "10.254.254.2/30"}
 
+// removeStaleReference removes the reference pairs of cnlab processes
+// that died measuring (killed before their deferred removal ran): the
+// namespaces cnlab-ref-PID-* whose PID runs no more, with what runs in
+// them.
+func removeStaleReference() {
+	names, err := netns.List("cnlab-ref-")
+	if err != nil {
+		return
+	}
+	var stale []string
+	for _, n := range names {
+		pid, _, ok := strings.Cut(strings.TrimPrefix(n, "cnlab-ref-"), "-")
+		if !ok {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pid); err == nil {
+			continue // its cnlab still measures
+		}
+		stale = append(stale, n)
+	}
+	if len(stale) == 0 {
+		return
+	}
+	_ = netns.KillAll(netns.Inodes(stale), 3*time.Second)
+	for _, n := range stale {
+		_ = netns.Delete(n)
+	}
+}
+
 // MeasureReference measures the reference speed on a veth pair between
 // two namespaces of its own (cnlab-ref-PID-c and -s, removed after), and
 // keeps it for the runs of the next minutes (CachedReference).
@@ -59,6 +88,7 @@ func MeasureReference(ctx context.Context, o ReferenceOptions) (*results.Referen
 		}
 		o.RR = []string{exe, "rr"}
 	}
+	removeStaleReference()
 	pfx := fmt.Sprintf("cnlab-ref-%d-", os.Getpid())
 	names := [2]string{pfx + "c", pfx + "s"}
 	defer func() {
