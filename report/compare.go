@@ -541,7 +541,11 @@ type ReferenceComparison struct {
 	RRCIB         stats.Interval `json:"rrCI95B"`
 	StreamDiffers bool           `json:"streamDiffers"`
 	RRDiffers     bool           `json:"rrDiffers"`
-	// Differ: either differs, their 95% intervals apart.
+	// StreamP and RRP are Welch's t-test's two-sided p of each
+	// difference (both sides have two samples or more).
+	StreamP float64 `json:"streamP"`
+	RRP     float64 `json:"rrP"`
+	// Differ: either differs, Welch's p below Alpha.
 	Differ bool   `json:"differ"`
 	Text   string `json:"text"`
 }
@@ -561,8 +565,11 @@ func CompareReference(a, b *results.Environment) *ReferenceComparison {
 		RRA: stats.Summarize(ra.RRP50Us), RRB: stats.Summarize(rb.RRP50Us)}
 	rc.StreamGbpsA, rc.StreamGbpsB, rc.StreamCIA, rc.StreamCIB = rc.StreamA.Median, rc.StreamB.Median, rc.StreamA.MeanCI, rc.StreamB.MeanCI
 	rc.RRP50UsA, rc.RRP50UsB, rc.RRCIA, rc.RRCIB = rc.RRA.Median, rc.RRB.Median, rc.RRA.MeanCI, rc.RRB.MeanCI
-	apart := func(x, y stats.Interval) bool { return x.Hi < y.Lo || y.Hi < x.Lo }
-	rc.StreamDiffers, rc.RRDiffers = apart(rc.StreamCIA, rc.StreamCIB), apart(rc.RRCIA, rc.RRCIB)
+	// Welch's t-test at compare's level: two 95% intervals apart would
+	// be a test at about 0.005, with little power for 3 or 4 samples.
+	_, _, rc.StreamP = stats.Welch(ra.StreamGbps, rb.StreamGbps)
+	_, _, rc.RRP = stats.Welch(ra.RRP50Us, rb.RRP50Us)
+	rc.StreamDiffers, rc.RRDiffers = rc.StreamP < Alpha, rc.RRP < Alpha
 	rc.Differ = rc.StreamDiffers || rc.RRDiffers
 	rel := func(a, b float64) string {
 		if a == 0 {
@@ -581,9 +588,9 @@ func CompareReference(a, b *results.Environment) *ReferenceComparison {
 		if rc.RRDiffers {
 			what = append(what, "rr")
 		}
-		fmt.Fprintf(&s, "the machines (or days) differ by more than their noise (%s: 95%% intervals apart), so raw throughput and latency differ for that reason too; compare costs per packet (cnlab report) instead", strings.Join(what, " and "))
+		fmt.Fprintf(&s, "the machines (or days) differ by more than their noise (%s: Welch's t-test, p < %g), so raw throughput and latency differ for that reason too; compare costs per packet (cnlab report) instead", strings.Join(what, " and "), Alpha)
 	} else {
-		s.WriteString("within their noise (95% intervals overlap)")
+		fmt.Fprintf(&s, "within their noise (Welch's t-test: stream p = %.2g, rr p = %.2g)", rc.StreamP, rc.RRP)
 	}
 	if ra.Cached || rb.Cached {
 		s.WriteString("; one was measured earlier on the same boot and reused (environment.json, referenceSpeed.measuredAt)")
