@@ -406,6 +406,15 @@ func TestKilledUpLeavesNothing(t *testing.T) {
 	bin := cnlab(t)
 	defer os.RemoveAll(filepath.Dir(bin))
 	before := testutil.Snapshot()
+	// A failure below must not leave the cluster to the next packages'
+	// kernel checks.
+	t.Cleanup(func() {
+		if Exists("t-k9") {
+			if err := Down("t-k9", nil); err != nil {
+				t.Errorf("cleanup: down t-k9: %v", err)
+			}
+		}
+	})
 	for _, after := range []time.Duration{200 * time.Millisecond, 800 * time.Millisecond, 1500 * time.Millisecond, 2500 * time.Millisecond, 3500 * time.Millisecond, 30 * time.Second} {
 		cmd := exec.Command(bin, "cluster", "up", "--name", "t-k9", "--policy", "kube-router", "--tools", dir)
 		if err := cmd.Start(); err != nil {
@@ -425,7 +434,10 @@ func TestKilledUpLeavesNothing(t *testing.T) {
 			// binary slowly): nothing to take down, and nothing may be left.
 			t.Logf("after %v: nothing of the cluster exists yet", after)
 		} else if err := Down("t-k9", nil); err != nil {
-			t.Fatalf("after %v: down: %v", after, err)
+			locks, _ := os.ReadFile("/proc/locks")
+			var st syscall.Stat_t
+			_ = syscall.Stat(lockPath("t-k9"), &st)
+			t.Fatalf("after %v: down: %v\n(lock file inode %d; /proc/locks:\n%s)", after, err, st.Ino, locks)
 		}
 		after2 := testutil.Snapshot()
 		for try := 0; try < 20 && after2 != before; try++ {
