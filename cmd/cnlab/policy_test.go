@@ -14,6 +14,7 @@ import (
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/lab"
 	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/policy/policytest"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -243,23 +244,7 @@ func TestApplyPlanOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compile := func(yaml string) *policy.Compiled {
-		var pols []*policy.Policy
-		if yaml != "" {
-			if pols, err = policy.Parse([]byte(yaml), "p.yaml"); err != nil {
-				t.Fatal(err)
-			}
-		}
-		m, err := policy.NewModel(spec, pols)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := m.Compile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	compile := func(yaml string) *policy.Compiled { return policytest.CompileOn(t, spec, yaml) }
 	before := compile("")
 	after := compile("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: web, namespace: x}\n" +
 		"spec:\n  podSelector: {matchLabels: {pod: a}}\n  ingress:\n  - from: [{podSelector: {matchLabels: {pod: b}}}]\n    ports: [{port: 80}]\n")
