@@ -500,7 +500,7 @@ func runRR(ctx context.Context, w results.Workload, e sampleEnv) (map[string]flo
 		m["client_cpu_pct"] = cli.cpuPercent()
 	}
 	cpu.end(ctx, m)
-	rx.endTransactions(ctx, m, r.PerSecond)
+	rx.endTransactions(ctx, m, r.PerSecond, (e.warmup + e.duration).Seconds())
 	if w.Kind == results.UDPRR {
 		m["timeouts"] = float64(r.Timeouts)
 	}
@@ -752,14 +752,15 @@ func (w *rxWindow) endStream(ctx context.Context, m map[string]float64, flowSecs
 }
 
 // endTransactions adds cpu_us_per_transaction to an rr's metrics: the
-// window's busy CPU time over the transactions at the measured rate
-// (the window also holds the warm-up, at about the same rate).
-func (w *rxWindow) endTransactions(ctx context.Context, m map[string]float64, perSecond float64) {
-	secs, _, cpuSecs, _, cOK := w.delta(ctx)
-	if !cOK || perSecond <= 0 {
+// window's busy CPU time over the transactions of its warm-up and
+// measured seconds (runSecs), at the measured rate. The window's wall time
+// also holds the client's start and exit, with no transactions in them.
+func (w *rxWindow) endTransactions(ctx context.Context, m map[string]float64, perSecond, runSecs float64) {
+	_, _, cpuSecs, _, cOK := w.delta(ctx)
+	if !cOK || perSecond <= 0 || runSecs <= 0 {
 		return
 	}
-	m["cpu_us_per_transaction"] = 1e6 * cpuSecs / (perSecond * secs)
+	m["cpu_us_per_transaction"] = 1e6 * cpuSecs / (perSecond * runSecs)
 }
 
 // rxCounters reads the rx packets and bytes of the server's network
