@@ -20,8 +20,10 @@
 //     sysctls it insists on (vm.overcommit_memory, kernel.panic, ...) are
 //     files, so the host's stay as they are.
 //
-// What Kubernetes still writes outside (paths fixed in kubelet, containerd
-// and libcni: /var/lib/kubelet/device-plugins, /var/log/containers,
+// kubelet's fixed /var/lib/kubelet/device-plugins is the node's own,
+// mounted over it in kubelet's mount namespace (the host keeps an empty
+// mount point). What Kubernetes still writes outside (paths fixed in
+// kubelet, containerd and libcni: /var/log/containers,
 // /var/lib/cni/results, /run/containerd/s) is removed by Down, which finds
 // what to delete from the kernel's and the file system's state, so a
 // cluster left half-built by kill -9 at any step goes too.

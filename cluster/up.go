@@ -658,7 +658,8 @@ func (u *upper) kubelet(i int) error {
 	nd := l.nodeDir(i)
 	root := filepath.Join(nd, "kubelet")
 	sys := filepath.Join(nd, "sysctl")
-	for _, d := range []string{root, sys, filepath.Join(nd, "pod-logs"), filepath.Join(nd, "volume-plugins")} {
+	plugins := filepath.Join(nd, "device-plugins")
+	for _, d := range []string{root, sys, plugins, filepath.Join(nd, "pod-logs"), filepath.Join(nd, "volume-plugins")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}
@@ -671,6 +672,14 @@ func (u *upper) kubelet(i int) error {
 	}
 	var script strings.Builder
 	script.WriteString("set -e; mount --make-rprivate /proc; ")
+	// kubelet's device-plugin directory is a fixed path: the nodes'
+	// kubelets, started at once, each empty it and listen on
+	// kubelet.sock there, and one lost the race ("bind: address already
+	// in use"). Each gets the node's own, mounted over it in this mount
+	// namespace (its root made private first, so the mount stays here
+	// where the host's root is shared; the kubelet root below is a mount
+	// of its own and stays shared).
+	fmt.Fprintf(&script, "mount --make-private /; mkdir -p %s; mount --bind %s %s; ", devicePlugins, plugins, devicePlugins)
 	for k, v := range kubeletSysctls {
 		f := filepath.Join(sys, strings.ReplaceAll(k, "/", "."))
 		if err := os.WriteFile(f, []byte(v+"\n"), 0o644); err != nil {
