@@ -36,7 +36,7 @@ var DoctorReference = ReferenceOptions{StreamSamples: 4, RRSamples: 6, RRDuratio
 // referenceCache is where the last reference speed of this boot is kept
 // (/run is emptied at boot), and referenceMaxAge how long a run uses it
 // instead of measuring again.
-var referenceCache = filepath.Join(rundir.Dir, "reference-speed.json")
+var referenceCache = rundir.ReferenceSpeed()
 
 const referenceMaxAge = 10 * time.Minute
 

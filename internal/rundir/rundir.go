@@ -10,3 +10,7 @@ var Dir = "/run/cnlab"
 
 // Lab returns the directory of a lab.
 func Lab(lab string) string { return filepath.Join(Dir, lab) }
+
+// ReferenceSpeed is where the last reference speed of this boot is kept
+// (experiment.MeasureReference; /run is emptied at boot).
+func ReferenceSpeed() string { return filepath.Join(Dir, "reference-speed.json") }

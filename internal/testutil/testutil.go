@@ -8,6 +8,7 @@ package testutil
 import (
 	"github.com/cnlab/cnlab/internal/daemon"
 	"github.com/cnlab/cnlab/internal/nsforward"
+	"github.com/cnlab/cnlab/internal/rundir"
 	"github.com/cnlab/cnlab/l7proxy"
 	"time"
 
@@ -211,9 +212,22 @@ func Main(m *testing.M, cleanup ...func()) {
 	// A lab that records its flows runs its recorder likewise.
 	daemon.MaybeRun()
 	before := Snapshot()
+	// A run's reference speed is kept for the next runs of this boot: one
+	// the tests measured goes with them, with cnlab's run directory if
+	// they made it.
+	_, err := os.Stat(rundir.Dir)
+	hadDir := err == nil
+	_, err = os.Stat(rundir.ReferenceSpeed())
+	hadRef := err == nil
 	code := m.Run()
 	for _, f := range cleanup {
 		f()
+	}
+	if !hadRef {
+		_ = os.Remove(rundir.ReferenceSpeed())
+	}
+	if !hadDir {
+		_ = os.Remove(rundir.Dir) // only if empty
 	}
 	after := Snapshot()
 	// The kernel frees some objects (BPF programs, namespaces) a moment
