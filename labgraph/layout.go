@@ -240,15 +240,7 @@ func (g *Graph) drawHosts(c *canvas, top float64) (float64, float64) {
 				c.text(fmt.Sprintf("… %d more", len(h.Hidden)), ex+b.epW/2, ey+epH/2+4, epSz, true, true, colGrey)
 				continue
 			}
-			e := all[k]
-			r := c.rect("endpoint", ex, ey, b.epW, epH, 5, colEp, colEpLn, 1, false)
-			r.data, r.tip = e.ID, epTip(e)
-			ty := ey + 2 + lineH
-			c.text(e.ID, ex+pad, ty, epSz, true, false, colText)
-			for _, l := range epLines(e) {
-				ty += lineH
-				c.text(l, ex+pad, ty, lineSz, false, false, colGrey)
-			}
+			drawEndpoint(c, all[k], ex, ey, b.epW, epH)
 		}
 		x += b.w + gapX
 	}
@@ -380,19 +372,24 @@ func joinLines(ls []string) string {
 }
 
 // drawLoose draws endpoints on no host in a row.
+// drawEndpoint draws an endpoint's box at x, y: its name, then its lines.
+func drawEndpoint(c *canvas, e Endpoint, x, y, w, h float64) {
+	r := c.rect("endpoint", x, y, w, h, 5, colEp, colEpLn, 1, false)
+	r.data, r.tip = e.ID, epTip(e)
+	ty := y + 2 + lineH
+	c.text(e.ID, x+pad, ty, epSz, true, false, colText)
+	for _, l := range epLines(e) {
+		ty += lineH
+		c.text(l, x+pad, ty, lineSz, false, false, colGrey)
+	}
+}
+
 func drawLoose(c *canvas, eps []Endpoint, top float64) (float64, float64) {
 	x := margin
 	h := 12 + lineH*4
 	for _, e := range eps {
 		w := max(epMinW, widest(lineSz, epLines(e)...)+2*pad, textW(e.ID, epSz)+2*pad)
-		r := c.rect("endpoint", x, top, w, h, 5, colEp, colEpLn, 1, false)
-		r.data, r.tip = e.ID, epTip(e)
-		ty := top + 2 + lineH
-		c.text(e.ID, x+pad, ty, epSz, true, false, colText)
-		for _, l := range epLines(e) {
-			ty += lineH
-			c.text(l, x+pad, ty, lineSz, false, false, colGrey)
-		}
+		drawEndpoint(c, e, x, top, w, h)
 		x += w + epGap
 	}
 	return top + h + 16, x - epGap
