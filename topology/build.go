@@ -15,6 +15,7 @@ import (
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/vishvananda/netlink"
 	vns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Progress receives one short line per step of a long operation.
@@ -84,8 +85,37 @@ func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
+// addrOf is an address to add; IPv6 ones skip duplicate address
+// detection (the lab allocated them), so they are usable at once.
 func addrOf(a netip.Addr, bits int) *netlink.Addr {
-	return &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}}
+	ad := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, a.BitLen())}}
+	if a.Is6() {
+		ad.Flags = unix.IFA_F_NODAD
+	}
+	return ad
+}
+
+// newHostNetns creates a host's namespace: IPv6 stays off unless the lab
+// has it, and then no device gets a link-local address (addr_gen_mode
+// none), so the host sends no router solicitation, DAD or MLD of its own,
+// and it forwards IPv6.
+func newHostNetns(name string, v6 bool) error {
+	if !v6 {
+		return newNetns(name, true)
+	}
+	return netns.Create(name, func() error {
+		for _, kv := range [][2]string{
+			{"net/ipv6/conf/default/addr_gen_mode", "1"},
+			{"net/ipv6/conf/all/forwarding", "1"},
+			{"net/ipv6/conf/default/accept_ra", "0"},
+			{"net/ipv4/ip_forward", "1"},
+		} {
+			if err := netns.SetSysctl(kv[0], kv[1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // newNetns creates a lab namespace with IPv6 off (so no router
@@ -109,7 +139,7 @@ func newNetns(name string, forward bool) error {
 }
 
 func (b *builder) buildHost(h *Host) error {
-	if err := newNetns(h.Netns, true); err != nil {
+	if err := newHostNetns(h.Netns, b.spec.HasFamily(6)); err != nil {
 		return fmt.Errorf("host %s: %w", h.Name, err)
 	}
 	nh, err := netns.Handle(h.Netns)
@@ -124,8 +154,10 @@ func (b *builder) buildHost(h *Host) error {
 	if err := nh.LinkAdd(br); err != nil {
 		return fmt.Errorf("host %s: add bridge %s: %w", h.Name, h.Bridge, err)
 	}
-	if err := nh.AddrAdd(br, addrOf(h.Gateway, h.PodCIDR.Bits())); err != nil {
-		return fmt.Errorf("host %s: address %s: %w", h.Name, h.Bridge, err)
+	for k, gw := range h.Gateways {
+		if err := nh.AddrAdd(br, addrOf(gw, h.PodCIDRs[k].Bits())); err != nil {
+			return fmt.Errorf("host %s: address %s on %s: %w", h.Name, gw, h.Bridge, err)
+		}
 	}
 	if err := nh.LinkSetUp(br); err != nil {
 		return fmt.Errorf("host %s: up %s: %w", h.Name, h.Bridge, err)
@@ -158,11 +190,29 @@ func (b *builder) buildLeaves(nh *netlink.Handle, h *Host) error {
 			return fmt.Errorf("up %s: %w", name, err)
 		}
 	}
+	if gw, ok := h.GatewayOf(6); ok {
+		bridges := map[string]int{}
+		for _, name := range append([]string{h.Bridge}, h.Leaves...) {
+			l, err := nh.LinkByName(name)
+			if err != nil {
+				return fmt.Errorf("find %s: %w", name, err)
+			}
+			bridges[name] = l.Attrs().Index
+		}
+		if err := proxyNeigh(nh, gw, bridges, h.Bridge); err != nil {
+			return err
+		}
+	}
+	v6 := b.spec.HasFamily(6)
 	return netns.Do(h.Netns, func() error {
 		for _, dev := range append([]string{h.Bridge}, h.Leaves...) {
 			kvs := [][2]string{
 				{"net/ipv4/conf/" + dev + "/proxy_arp", "1"},
 				{"net/ipv4/neigh/" + dev + "/proxy_delay", "0"},
+			}
+			if v6 {
+				kvs = append(kvs, [2]string{"net/ipv6/conf/" + dev + "/proxy_ndp", "1"},
+					[2]string{"net/ipv6/neigh/" + dev + "/proxy_delay", "0"})
 			}
 			if dev != h.Bridge {
 				kvs = append(kvs, [2]string{"net/ipv4/conf/" + dev + "/send_redirects", "0"})
@@ -263,16 +313,25 @@ func (b *builder) buildLink(l Link) error {
 		if err := hs[k].AddrAdd(dev, addrOf(end.WireAddr, l.Wire.Bits())); err != nil {
 			return fmt.Errorf("link %s-%s: address %s on %s: %w", a.Host, z.Host, end.WireAddr, end.Host, err)
 		}
+		if end.WireAddr6.IsValid() {
+			if err := hs[k].AddrAdd(dev, addrOf(end.WireAddr6, l.Wire6.Bits())); err != nil {
+				return fmt.Errorf("link %s-%s: address %s on %s: %w", a.Host, z.Host, end.WireAddr6, end.Host, err)
+			}
+		}
 		if l.Kind != LinkVXLAN {
 			continue
 		}
 		peer := l.Ends[1-k]
+		src, dst := end.WireAddr, peer.WireAddr
+		if !b.spec.HasFamily(4) { // an IPv6-only lab's overlay runs over IPv6
+			src, dst = end.WireAddr6, peer.WireAddr6
+		}
 		vx := &netlink.Vxlan{
 			LinkAttrs:    netlink.LinkAttrs{Name: end.OverDev, MTU: b.spec.MTU},
 			VxlanId:      l.VNI,
 			VtepDevIndex: dev.Attrs().Index,
-			SrcAddr:      end.WireAddr.AsSlice(),
-			Group:        peer.WireAddr.AsSlice(), // a unicast group is the fixed remote
+			SrcAddr:      src.AsSlice(),
+			Group:        dst.AsSlice(), // a unicast group is the fixed remote
 			Port:         4789,
 			Learning:     true,
 		}
@@ -281,6 +340,11 @@ func (b *builder) buildLink(l Link) error {
 		}
 		if err := hs[k].AddrAdd(vx, addrOf(end.OverAddr, l.Over.Bits())); err != nil {
 			return fmt.Errorf("link %s-%s: vxlan address on %s: %w", a.Host, z.Host, end.Host, err)
+		}
+		if end.OverAddr6.IsValid() {
+			if err := hs[k].AddrAdd(vx, addrOf(end.OverAddr6, l.Over6.Bits())); err != nil {
+				return fmt.Errorf("link %s-%s: vxlan address on %s: %w", a.Host, z.Host, end.Host, err)
+			}
 		}
 		if err := hs[k].LinkSetUp(vx); err != nil {
 			return fmt.Errorf("link %s-%s: up vxlan on %s: %w", a.Host, z.Host, end.Host, err)
@@ -382,6 +446,7 @@ feed:
 }
 
 type hostCtx struct {
+	host    *Host
 	h       *netlink.Handle
 	bridges map[string]int // ifindex of each bridge, by name
 	main    string         // the host's own bridge
@@ -392,7 +457,7 @@ func openHost(host *Host) (*hostCtx, error) {
 	if err != nil {
 		return nil, err
 	}
-	hc := &hostCtx{h: h, bridges: map[string]int{}, main: host.Bridge}
+	hc := &hostCtx{host: host, h: h, bridges: map[string]int{}, main: host.Bridge}
 	for _, name := range append([]string{host.Bridge}, host.Leaves...) {
 		br, err := h.LinkByName(name)
 		if err != nil {
@@ -440,19 +505,43 @@ func (b *builder) buildEndpoint(hc *hostCtx, ep *Endpoint) error {
 	if hv, err := hc.h.LinkByName(ep.HostVeth); err == nil {
 		_ = hc.h.LinkSetAlias(hv, ep.ID()) // for `ip link` readers; not relied on
 	}
-	if ep.Bridge != "" {
-		// `ip route add IP/32 dev LEAF scope link` in the host.
-		rt := &netlink.Route{Dst: ipNet(netip.PrefixFrom(ep.IP, 32)), LinkIndex: hc.bridges[br], Scope: netlink.SCOPE_LINK}
-		if err := hc.h.RouteAdd(rt); err != nil {
-			return fmt.Errorf("route %s dev %s: %w", ep.IP, br, err)
+	for _, ip := range ep.Addrs() {
+		if ep.Bridge != "" {
+			// `ip route add IP/32 dev LEAF scope link` in the host.
+			rt := &netlink.Route{Dst: ipNet(netip.PrefixFrom(ip, ip.BitLen())), LinkIndex: hc.bridges[br], Scope: netlink.SCOPE_LINK}
+			if err := hc.h.RouteAdd(rt); err != nil {
+				return fmt.Errorf("route %s dev %s: %w", ip, br, err)
+			}
+		}
+		if ip.Is6() && len(hc.bridges) > 1 {
+			if err := proxyNeigh(hc.h, ip, hc.bridges, br); err != nil {
+				return err
+			}
 		}
 	}
-	return configureEndpoint(eh, ep)
+	return configureEndpoint(eh, ep, hc.host)
 }
 
-// configureEndpoint gives an endpoint its loopback, address and default
-// route (its eth0 already exists and is up).
-func configureEndpoint(eh *netlink.Handle, ep *Endpoint) error {
+// proxyNeigh makes the host answer neighbour solicitations for ip on every
+// bridge but the one it is on (`ip -6 neigh add proxy IP dev BR`): IPv6
+// has no proxy_arp, and a host with leaf bridges routes between them.
+func proxyNeigh(h *netlink.Handle, ip netip.Addr, bridges map[string]int, on string) error {
+	for name, idx := range bridges {
+		if name == on {
+			continue
+		}
+		n := &netlink.Neigh{LinkIndex: idx, Family: unix.AF_INET6, Flags: netlink.NTF_PROXY, IP: ip.AsSlice()}
+		if err := h.NeighAdd(n); err != nil {
+			return fmt.Errorf("proxy neighbour %s dev %s: %w", ip, name, err)
+		}
+	}
+	return nil
+}
+
+// configureEndpoint gives an endpoint its loopback, addresses and default
+// routes (its eth0 already exists and is up), one of each per family of
+// its host.
+func configureEndpoint(eh *netlink.Handle, ep *Endpoint, host *Host) error {
 	if err := linkUp(eh, "lo"); err != nil {
 		return err
 	}
@@ -460,12 +549,18 @@ func configureEndpoint(eh *netlink.Handle, ep *Endpoint) error {
 	if err != nil {
 		return fmt.Errorf("find eth0: %w", err)
 	}
-	if err := eh.AddrAdd(eth0, addrOf(ep.IP, ep.Prefix)); err != nil {
-		return fmt.Errorf("address %s: %w", ep.IP, err)
+	if host == nil || len(host.PodCIDRs) == 0 { // a chain's end
+		host = &Host{PodCIDRs: []netip.Prefix{netip.PrefixFrom(ep.IP, ep.Prefix)}, Gateways: []netip.Addr{ep.Gateway}}
 	}
-	def := &netlink.Route{Gw: ep.Gateway.AsSlice(), LinkIndex: eth0.Attrs().Index}
-	if err := eh.RouteAdd(def); err != nil {
-		return fmt.Errorf("default route via %s: %w", ep.Gateway, err)
+	for k, ip := range ep.Addrs() {
+		if err := eh.AddrAdd(eth0, addrOf(ip, host.PodCIDRs[k].Bits())); err != nil {
+			return fmt.Errorf("address %s: %w", ip, err)
+		}
+		gw := host.Gateways[k]
+		def := &netlink.Route{Gw: gw.AsSlice(), LinkIndex: eth0.Attrs().Index}
+		if err := eh.RouteAdd(def); err != nil {
+			return fmt.Errorf("default route via %s: %w", gw, err)
+		}
 	}
 	return nil
 }

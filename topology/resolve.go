@@ -22,6 +22,15 @@ const (
 	MetadataNameLabel  = "kubernetes.io/metadata.name"
 )
 
+// TransitCIDR6 holds the IPv6 addresses of the links between hosts in a
+// lab with IPv6: each is the link's IPv4 address (from transitCIDR) in its
+// last 32 bits, so a wire's two families read alike.
+var TransitCIDR6 = netip.MustParsePrefix("fd00:ffff::/96")
+
+// vxlanOverhead6 is the VXLAN header over an IPv6 underlay (a lab
+// without IPv4).
+const vxlanOverhead6 = 70
+
 // reservedNamespaces cannot be Kubernetes namespaces of a lab: their names
 // address hosts and chain nodes in `cnlab exec`.
 var reservedNamespaces = map[string]bool{"host": true, "hop": true, "sw": true}
@@ -224,7 +233,7 @@ func (r *resolver) services() error {
 	if cidr == "" {
 		cidr = DefaultServiceCIDR
 	}
-	p, err := parsePrefix(cidr)
+	p, err := parsePrefix4(cidr)
 	if err == nil {
 		err = unicastRange(p)
 	}
@@ -291,7 +300,7 @@ func (r *resolver) header() error {
 	if tc == "" {
 		tc = DefaultTransitCIDR
 	}
-	p, err := parsePrefix(tc)
+	p, err := parsePrefix4(tc)
 	if err == nil {
 		err = unicastRange(p)
 	}

@@ -62,7 +62,7 @@ func (r *resolver) chain() error {
 	if cidr == "" {
 		cidr = DefaultChainCIDR
 	}
-	p, err := parsePrefix(cidr)
+	p, err := parsePrefix4(cidr)
 	if err == nil {
 		err = unicastRange(p)
 	}

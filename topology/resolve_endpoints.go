@@ -28,24 +28,28 @@ func (r *resolver) endpoints() error {
 	next := map[string]netip.Addr{}
 	for i := range s.Endpoints {
 		ep := &s.Endpoints[i]
-		if ep.IP.IsValid() {
-			continue
-		}
 		host := s.Host(ep.Host)
-		a, ok := next[host.Name]
-		if !ok {
-			a = host.Gateway.Next()
+		for k, c := range host.PodCIDRs {
+			if ep.IPs[k].IsValid() {
+				continue
+			}
+			key := fmt.Sprintf("%s/%d", host.Name, k)
+			a, ok := next[key]
+			if !ok {
+				a = host.Gateways[k].Next()
+			}
+			for usable(c, a) && taken[a] != "" {
+				a = a.Next()
+			}
+			if !usable(c, a) {
+				return r.errf(fmt.Sprintf("endpoints[%d]", i), "host %s's podCIDR %s has no free address left (%d usable, %s on it)",
+					host.Name, c, usableCount(c), plural.N(r.countOn(host.Name), "endpoint"))
+			}
+			ep.IPs[k] = a
+			taken[a] = ep.ID()
+			next[key] = a.Next()
 		}
-		for usable(host.PodCIDR, a) && taken[a] != "" {
-			a = a.Next()
-		}
-		if !usable(host.PodCIDR, a) {
-			return r.errf(fmt.Sprintf("endpoints[%d]", i), "host %s's podCIDR %s has no free address left (%d usable, %s on it)",
-				host.Name, host.PodCIDR, usableCount(host.PodCIDR), plural.N(r.countOn(host.Name), "endpoint"))
-		}
-		ep.IP = a
-		taken[a] = ep.ID()
-		next[host.Name] = a.Next()
+		ep.IP = ep.IPs[0]
 	}
 	r.bridges()
 	return nil
@@ -105,19 +109,42 @@ func (r *resolver) endpoint(i int, seen map[string]int, taken map[netip.Addr]str
 		Netns:    EndpointNetns(s.Name, ns, raw.Name),
 		HostVeth: hostVethName(id, vethTaken),
 	}
-	if raw.IP != "" {
-		ip, err := netip.ParseAddr(raw.IP)
-		if err != nil || !ip.Is4() {
-			return r.errf(path+".ip", "%q is not an IPv4 address", raw.IP)
+	ep.IPs = make([]netip.Addr, len(host.PodCIDRs))
+	if len(raw.IP) > len(host.PodCIDRs) {
+		return r.errf(path+".ip", "has %d addresses but host %s has %d podCIDR(s): give at most one address per family", len(raw.IP), hostName, len(host.PodCIDRs))
+	}
+	for k, s := range raw.IP {
+		at := path + ".ip"
+		if len(raw.IP) > 1 {
+			at = fmt.Sprintf("%s[%d]", at, k)
 		}
-		if !usable(host.PodCIDR, ip) {
-			return r.errf(path+".ip", "%s is not a usable address of host %s's podCIDR %s (the first address is the bridge, the last is broadcast)", ip, hostName, host.PodCIDR)
+		ip, err := netip.ParseAddr(s)
+		if err != nil || ip.Zone() != "" || ip.Is4In6() {
+			return r.errf(at, "%q is not an IP address", s)
+		}
+		c, ok := host.CIDR(Family(ip))
+		if !ok {
+			return r.errf(at, "%s is IPv%d but host %s's podCIDRs are %s", ip, Family(ip), hostName, familiesOf(host.PodCIDRs))
+		}
+		what := "the first address is the bridge, the last is broadcast"
+		if ip.Is6() {
+			what = "the first address is the subnet's, the second the bridge's"
+		}
+		if !usable(c, ip) {
+			return r.errf(at, "%s is not a usable address of host %s's podCIDR %s (%s)", ip, hostName, c, what)
 		}
 		if other, dup := taken[ip]; dup {
-			return r.errf(path+".ip", "%s is already taken by %s", ip, other)
+			return r.errf(at, "%s is already taken by %s", ip, other)
+		}
+		for j, pc := range host.PodCIDRs {
+			if pc == c {
+				if ep.IPs[j].IsValid() {
+					return r.errf(at, "two IPv%d addresses: give one per family", Family(ip))
+				}
+				ep.IPs[j] = ip
+			}
 		}
 		taken[ip] = id
-		ep.IP = ip
 	}
 	s.Endpoints = append(s.Endpoints, ep)
 	return nil

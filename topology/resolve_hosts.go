@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 
@@ -43,26 +44,30 @@ func (r *resolver) host(i int, seen map[string]int) error {
 		return r.errf(path+".name", "duplicate host name %q (also hosts[%d])", h.Name, j)
 	}
 	seen[h.Name] = i
-	if h.PodCIDR == "" {
-		return r.errf(path+".podCIDR", "is required (e.g. podCIDR: 10.0.192.0/24)")
+	var cidrs []netip.Prefix
+	var err error
+	switch {
+	case h.PodCIDR != "" && len(h.PodCIDRs) > 0:
+		return r.errf(path+".podCIDRs", "give podCIDR or podCIDRs, not both")
+	case h.PodCIDR != "":
+		cidrs, err = r.podCIDRs(path+".podCIDR", []string{h.PodCIDR})
+	case len(h.PodCIDRs) > 0:
+		cidrs, err = r.podCIDRs(path+".podCIDRs", h.PodCIDRs)
+	default:
+		return r.errf(path+".podCIDR", "is required (e.g. podCIDR: 10.0.192.0/24, or podCIDRs: [10.0.192.0/24, fd00:0:192::/64] for dual-stack)")
 	}
-	p, err := parsePrefix(h.PodCIDR)
 	if err != nil {
-		return r.errf(path+".podCIDR", "%v", err)
+		return err
 	}
-	if p.Bits() > 30 {
-		return r.errf(path+".podCIDR", "%s is too small: a host needs at least a /30", p)
-	}
-	if err := unicastRange(p); err != nil {
-		return r.errf(path+".podCIDR", "%v", err)
-	}
-	for j, o := range r.spec.Hosts {
-		if p.Overlaps(o.PodCIDR) {
-			return r.errf(path+".podCIDR", "%s overlaps hosts[%d].podCIDR %s", p, j, o.PodCIDR)
+	if len(r.spec.Hosts) > 0 {
+		if want, got := familiesOf(r.spec.Hosts[0].PodCIDRs), familiesOf(cidrs); want != got {
+			return r.errf(path+".podCIDRs", "%s, but hosts[0] (%s) has %s: every host of a lab has the same families, in the same order", got, r.spec.Hosts[0].Name, want)
 		}
 	}
-	if p.Overlaps(r.spec.TransitCIDR) {
-		return r.errf(path+".podCIDR", "%s overlaps transitCIDR %s (set transitCIDR: to another range)", p, r.spec.TransitCIDR)
+	p := cidrs[0]
+	var gws []netip.Addr
+	for _, c := range cidrs {
+		gws = append(gws, c.Addr().Next())
 	}
 	ls := map[string]string{}
 	for k, v := range h.Labels {
@@ -78,12 +83,74 @@ func (r *resolver) host(i int, seen map[string]int) error {
 	r.spec.Hosts = append(r.spec.Hosts, Host{
 		Labels:  ls,
 		Name:    h.Name,
-		PodCIDR: p,
-		Gateway: p.Addr().Next(),
+		PodCIDR:  p,
+		Gateway:  gws[0],
+		PodCIDRs: cidrs,
+		Gateways: gws,
 		Netns:   HostNetns(r.spec.Name, h.Name),
 		Bridge:  HostBridge,
 	})
 	return nil
+}
+
+// podCIDRs resolves a host's pod prefixes: one or two, at most one per
+// family, none overlapping another host's or the transit range.
+func (r *resolver) podCIDRs(path string, raw []string) ([]netip.Prefix, error) {
+	if len(raw) > 2 {
+		return nil, r.errf(path, "has %d prefixes: give one per family, at most one IPv4 and one IPv6", len(raw))
+	}
+	var out []netip.Prefix
+	for k, c := range raw {
+		at := path
+		if strings.HasSuffix(path, "podCIDRs") {
+			at = fmt.Sprintf("%s[%d]", path, k)
+		}
+		p, err := parsePrefix(c)
+		if err != nil {
+			return nil, r.errf(at, "%v", err)
+		}
+		if p.Addr().Is4() {
+			if p.Bits() > 30 {
+				return nil, r.errf(at, "%s is too small: a host needs at least a /30", p)
+			}
+			err = unicastRange(p)
+		} else {
+			if p.Bits() > 120 || p.Bits() < 64 {
+				return nil, r.errf(at, "%s: an IPv6 podCIDR is a /64 to a /120 (e.g. fd00:0:192::/64)", p)
+			}
+			err = unicastRange6(p)
+		}
+		if err != nil {
+			return nil, r.errf(at, "%v", err)
+		}
+		for _, o := range out {
+			if Family(o.Addr()) == Family(p.Addr()) {
+				return nil, r.errf(at, "%s: a host has one prefix per family (already %s)", p, o)
+			}
+		}
+		for j, o := range r.spec.Hosts {
+			for _, oc := range o.PodCIDRs {
+				if p.Overlaps(oc) {
+					return nil, r.errf(at, "%s overlaps hosts[%d].podCIDR %s", p, j, oc)
+				}
+			}
+		}
+		if p.Overlaps(r.spec.TransitCIDR) || p.Overlaps(TransitCIDR6) {
+			return nil, r.errf(at, "%s overlaps the transit range %s (set transitCIDR: to another range)", p, r.spec.TransitCIDR)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// familiesOf names the families of prefixes ("IPv4", "IPv6", "IPv4 and
+// IPv6", "IPv6 and IPv4").
+func familiesOf(ps []netip.Prefix) string {
+	var names []string
+	for _, p := range ps {
+		names = append(names, fmt.Sprintf("IPv%d", Family(p.Addr())))
+	}
+	return strings.Join(names, " and ")
 }
 
 func (r *resolver) namespaces() error {
@@ -176,17 +243,33 @@ func (r *resolver) link(i int, pairs map[[2]string]int) error {
 		return r.errf(path, "transitCIDR %s has no room for link %d (each link takes 8 addresses)", s.TransitCIDR, i)
 	}
 	link := Link{Index: i, Kind: kind, Wire: wire, MTU: s.MTU}
+	v6 := s.HasFamily(6)
+	if v6 {
+		link.Wire6 = netip.PrefixFrom(embed6(TransitCIDR6, wire.Addr()), 96+wire.Bits())
+	}
 	dev := fmt.Sprintf("wire%d", i)
 	for k, h := range []string{a, b} {
 		link.Ends[k] = LinkEnd{Host: h, WireDev: dev, WireAddr: nthAddr(wire, k+1)}
+		if v6 {
+			link.Ends[k].WireAddr6 = nthAddr(link.Wire6, k+1)
+		}
 	}
 	if kind == LinkVXLAN {
 		link.Over = over
 		link.VNI = 100 + i
 		link.MTU = s.MTU + vxlanOverhead
+		if !s.HasFamily(4) {
+			link.MTU = s.MTU + vxlanOverhead6
+		}
+		if v6 {
+			link.Over6 = netip.PrefixFrom(embed6(TransitCIDR6, over.Addr()), 96+over.Bits())
+		}
 		for k := range link.Ends {
 			link.Ends[k].OverDev = fmt.Sprintf("vxlan%d", i)
 			link.Ends[k].OverAddr = nthAddr(over, k+1)
+			if v6 {
+				link.Ends[k].OverAddr6 = nthAddr(link.Over6, k+1)
+			}
 		}
 	}
 	s.Links = append(s.Links, link)
@@ -248,11 +331,19 @@ func (r *resolver) routes() error {
 					src.Name, dst.Name, src.Name, dst.Name)
 			}
 			me, peer := h.link.Ends[h.end], h.link.Ends[1-h.end]
-			rt := Route{Dst: dst.PodCIDR, Via: peer.WireAddr, Dev: me.WireDev}
-			if h.link.Kind == LinkVXLAN {
-				rt = Route{Dst: dst.PodCIDR, Via: peer.OverAddr, Dev: me.OverDev}
+			for _, c := range dst.PodCIDRs {
+				rt := Route{Dst: c, Via: peer.WireAddr, Dev: me.WireDev}
+				if h.link.Kind == LinkVXLAN {
+					rt = Route{Dst: c, Via: peer.OverAddr, Dev: me.OverDev}
+				}
+				if c.Addr().Is6() {
+					rt.Via = peer.WireAddr6
+					if h.link.Kind == LinkVXLAN {
+						rt.Via = peer.OverAddr6
+					}
+				}
+				src.Routes = append(src.Routes, rt)
 			}
-			src.Routes = append(src.Routes, rt)
 		}
 	}
 	return nil

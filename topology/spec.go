@@ -33,8 +33,9 @@ type rawServices struct {
 }
 
 type rawHost struct {
-	Name    string            `yaml:"name"`
-	PodCIDR string            `yaml:"podCIDR"`
+	Name     string            `yaml:"name"`
+	PodCIDR  string            `yaml:"podCIDR"`
+	PodCIDRs []string          `yaml:"podCIDRs"`
 	Labels  map[string]string `yaml:"labels"`
 }
 
@@ -51,9 +52,32 @@ type rawEndpoint struct {
 	Name      string            `yaml:"name"`
 	Namespace string            `yaml:"namespace"`
 	Host      string            `yaml:"host"`
-	IP        string            `yaml:"ip"`
+	IP        stringList        `yaml:"ip"`
 	Labels    map[string]string `yaml:"labels"`
 	Ports     []rawPort         `yaml:"ports"`
+}
+
+// stringList is a YAML scalar or a list of scalars (an endpoint's ip: one
+// address, or one per family).
+type stringList []string
+
+func (l *stringList) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		var s string
+		if err := n.Decode(&s); err != nil {
+			return err
+		}
+		if s != "" {
+			*l = stringList{s}
+		}
+		return nil
+	}
+	var xs []string
+	if err := n.Decode(&xs); err != nil {
+		return err
+	}
+	*l = xs
+	return nil
 }
 
 type rawPort struct {
@@ -109,8 +133,13 @@ type Services struct {
 // Host is a node: a network namespace with a Linux bridge for its endpoints.
 type Host struct {
 	Name    string       `json:"name"`
-	PodCIDR netip.Prefix `json:"podCIDR"`
+	PodCIDR netip.Prefix `json:"podCIDR"` // the primary family's (the first of PodCIDRs)
 	Gateway netip.Addr   `json:"gateway"` // the bridge's address, first of the CIDR
+	// PodCIDRs and Gateways are the host's prefixes and bridge
+	// addresses, one per family the lab has, in the file's order
+	// (dual-stack labs: docs/topology.md).
+	PodCIDRs []netip.Prefix `json:"podCIDRs,omitempty"`
+	Gateways []netip.Addr   `json:"gateways,omitempty"`
 	Netns   string       `json:"netns"`
 	Bridge  string       `json:"bridge"`
 	Routes  []Route      `json:"routes,omitempty"` // to other hosts' pod CIDRs
@@ -148,6 +177,10 @@ type Link struct {
 	Ends  [2]LinkEnd   `json:"ends"`
 	Wire  netip.Prefix `json:"wire"`             // the /30 of the cable
 	Over  netip.Prefix `json:"overlay,omitzero"` // the /30 of the overlay (vxlan)
+	// Wire6 and Over6 are their IPv6 counterparts in a lab with IPv6
+	// (Wire's address embedded in TransitCIDR6, a /126).
+	Wire6 netip.Prefix `json:"wire6,omitzero"`
+	Over6 netip.Prefix `json:"overlay6,omitzero"`
 	VNI   int          `json:"vni,omitempty"`    // vxlan network identifier
 	MTU   int          `json:"wireMTU"`          // cable MTU (room for the vxlan header)
 }
@@ -159,6 +192,9 @@ type LinkEnd struct {
 	WireAddr netip.Addr `json:"wireAddr"`
 	OverDev  string     `json:"overlayDev,omitempty"`
 	OverAddr netip.Addr `json:"overlayAddr,omitzero"`
+	// WireAddr6 and OverAddr6: the IPv6 addresses of a lab with IPv6.
+	WireAddr6 netip.Addr `json:"wireAddr6,omitzero"`
+	OverAddr6 netip.Addr `json:"overlayAddr6,omitzero"`
 }
 
 // Namespace is a Kubernetes namespace with its labels (including
@@ -173,9 +209,12 @@ type Endpoint struct {
 	Name      string            `json:"name"`
 	Namespace string            `json:"namespace"`
 	Host      string            `json:"host,omitempty"`
-	IP        netip.Addr        `json:"ip"`
+	IP        netip.Addr        `json:"ip"` // the primary family's address
 	Prefix    int               `json:"prefixLen"`
 	Gateway   netip.Addr        `json:"gateway"`
+	// IPs are the endpoint's addresses, one per family of the lab, IP
+	// first (Addr, Addrs).
+	IPs []netip.Addr `json:"ips,omitempty"`
 	Labels    map[string]string `json:"labels"`
 	Ports     []Port            `json:"ports,omitempty"`
 	Netns     string            `json:"netns"`
@@ -183,6 +222,93 @@ type Endpoint struct {
 	// Bridge is the leaf bridge whose port HostVeth is, when it is not
 	// the host's own bridge (Host.Leaves).
 	Bridge string `json:"bridge,omitempty"`
+}
+
+// Family is 4 for an IPv4 (or IPv4-mapped) address, 6 for IPv6.
+func Family(a netip.Addr) int {
+	if a.Unmap().Is4() {
+		return 4
+	}
+	return 6
+}
+
+// Addrs returns the endpoint's addresses, one per family, primary first.
+func (e Endpoint) Addrs() []netip.Addr {
+	if len(e.IPs) > 0 {
+		return e.IPs
+	}
+	if e.IP.IsValid() {
+		return []netip.Addr{e.IP}
+	}
+	return nil
+}
+
+// Addr returns the endpoint's address of family fam (4 or 6).
+func (e Endpoint) Addr(fam int) (netip.Addr, bool) {
+	for _, a := range e.Addrs() {
+		if Family(a) == fam {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// CIDR returns the host's pod prefix of family fam (4 or 6).
+func (h Host) CIDR(fam int) (netip.Prefix, bool) {
+	for _, p := range h.cidrs() {
+		if Family(p.Addr()) == fam {
+			return p, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+// GatewayOf returns the host's bridge address of family fam.
+func (h Host) GatewayOf(fam int) (netip.Addr, bool) {
+	gws := h.Gateways
+	if len(gws) == 0 && h.Gateway.IsValid() {
+		gws = []netip.Addr{h.Gateway}
+	}
+	for _, a := range gws {
+		if Family(a) == fam {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+func (h Host) cidrs() []netip.Prefix {
+	if len(h.PodCIDRs) > 0 {
+		return h.PodCIDRs
+	}
+	if h.PodCIDR.IsValid() {
+		return []netip.Prefix{h.PodCIDR}
+	}
+	return nil
+}
+
+// Families returns the address families of the lab's pod network, 4
+// and/or 6, in the order of the hosts' podCIDRs (every host has the same);
+// [4] for a chain.
+func (s *Spec) Families() []int {
+	if len(s.Hosts) == 0 {
+		return []int{4}
+	}
+	var out []int
+	for _, p := range s.Hosts[0].cidrs() {
+		out = append(out, Family(p.Addr()))
+	}
+	return out
+}
+
+// HasFamily reports whether the lab's pod network has family fam.
+func (s *Spec) HasFamily(fam int) bool {
+	for _, f := range s.Families() {
+		if f == fam {
+			return true
+		}
+	}
+	return false
 }
 
 // ID is the endpoint's name as shown everywhere: "namespace/name".
