@@ -81,14 +81,14 @@ func (r *resolver) host(i int, seen map[string]int) error {
 	}
 	ls[HostnameLabel] = h.Name
 	r.spec.Hosts = append(r.spec.Hosts, Host{
-		Labels:  ls,
-		Name:    h.Name,
+		Labels:   ls,
+		Name:     h.Name,
 		PodCIDR:  p,
 		Gateway:  gws[0],
 		PodCIDRs: cidrs,
 		Gateways: gws,
-		Netns:   HostNetns(r.spec.Name, h.Name),
-		Bridge:  HostBridge,
+		Netns:    HostNetns(r.spec.Name, h.Name),
+		Bridge:   HostBridge,
 	})
 	return nil
 }

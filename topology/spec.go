@@ -36,7 +36,7 @@ type rawHost struct {
 	Name     string            `yaml:"name"`
 	PodCIDR  string            `yaml:"podCIDR"`
 	PodCIDRs []string          `yaml:"podCIDRs"`
-	Labels  map[string]string `yaml:"labels"`
+	Labels   map[string]string `yaml:"labels"`
 }
 
 type rawLink struct {
@@ -140,9 +140,9 @@ type Host struct {
 	// (dual-stack labs: docs/topology.md).
 	PodCIDRs []netip.Prefix `json:"podCIDRs,omitempty"`
 	Gateways []netip.Addr   `json:"gateways,omitempty"`
-	Netns   string       `json:"netns"`
-	Bridge  string       `json:"bridge"`
-	Routes  []Route      `json:"routes,omitempty"` // to other hosts' pod CIDRs
+	Netns    string         `json:"netns"`
+	Bridge   string         `json:"bridge"`
+	Routes   []Route        `json:"routes,omitempty"` // to other hosts' pod CIDRs
 	// Leaves are the host's further bridges (br1, br2, ...) when it has
 	// more endpoints than one bridge takes (EndpointsPerBridge): the
 	// host routes to their endpoints (docs/topology.md).
@@ -181,8 +181,8 @@ type Link struct {
 	// (Wire's address embedded in TransitCIDR6, a /126).
 	Wire6 netip.Prefix `json:"wire6,omitzero"`
 	Over6 netip.Prefix `json:"overlay6,omitzero"`
-	VNI   int          `json:"vni,omitempty"`    // vxlan network identifier
-	MTU   int          `json:"wireMTU"`          // cable MTU (room for the vxlan header)
+	VNI   int          `json:"vni,omitempty"` // vxlan network identifier
+	MTU   int          `json:"wireMTU"`       // cable MTU (room for the vxlan header)
 }
 
 // LinkEnd is one host's side of a link.
@@ -206,19 +206,19 @@ type Namespace struct {
 // Endpoint is a "container": a network namespace with eth0 plugged into its
 // host (or, in a chain, into the first or last hop).
 type Endpoint struct {
-	Name      string            `json:"name"`
-	Namespace string            `json:"namespace"`
-	Host      string            `json:"host,omitempty"`
-	IP        netip.Addr        `json:"ip"` // the primary family's address
-	Prefix    int               `json:"prefixLen"`
-	Gateway   netip.Addr        `json:"gateway"`
+	Name      string     `json:"name"`
+	Namespace string     `json:"namespace"`
+	Host      string     `json:"host,omitempty"`
+	IP        netip.Addr `json:"ip"` // the primary family's address
+	Prefix    int        `json:"prefixLen"`
+	Gateway   netip.Addr `json:"gateway"`
 	// IPs are the endpoint's addresses, one per family of the lab, IP
 	// first (Addr, Addrs).
-	IPs []netip.Addr `json:"ips,omitempty"`
-	Labels    map[string]string `json:"labels"`
-	Ports     []Port            `json:"ports,omitempty"`
-	Netns     string            `json:"netns"`
-	HostVeth  string            `json:"hostVeth,omitempty"` // host-side veth name
+	IPs      []netip.Addr      `json:"ips,omitempty"`
+	Labels   map[string]string `json:"labels"`
+	Ports    []Port            `json:"ports,omitempty"`
+	Netns    string            `json:"netns"`
+	HostVeth string            `json:"hostVeth,omitempty"` // host-side veth name
 	// Bridge is the leaf bridge whose port HostVeth is, when it is not
 	// the host's own bridge (Host.Leaves).
 	Bridge string `json:"bridge,omitempty"`
