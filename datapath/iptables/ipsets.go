@@ -42,7 +42,7 @@ const (
 type ipset struct {
 	Type    string   `json:"type"`
 	Members []string `json:"members"`
-	Term    string   `json:"term"` // what it holds (policy.PeerSet.Key), for people
+	Term    string   `json:"term"`             // what it holds (policy.PeerSet.Key), for people
 	Family  int      `json:"family,omitempty"` // 6: IPv6 (family inet6); IPv4 otherwise
 }
 
