@@ -101,7 +101,13 @@ func (v famView) peerPrefixes(c *policy.Compiled, r policy.Entry) []netip.Prefix
 	}
 	var out []netip.Prefix
 	for _, p := range all {
-		if topology.Family(p.Addr()) == v.fam {
+		if topology.Family(p.Addr()) != v.fam {
+			continue
+		}
+		if r.PeerID != 0 { // an address (the policy package made /32s of IPv6 too)
+			p = netip.PrefixFrom(p.Addr(), p.Addr().BitLen())
+		}
+		if !slices.Contains(out, p) {
 			out = append(out, p)
 		}
 	}

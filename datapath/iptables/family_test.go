@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/internal/scenarios"
 	"github.com/cnlab/cnlab/policy/policytest"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -127,7 +128,7 @@ func TestRenderIPv6Only(t *testing.T) {
 		t.Errorf("IPv4 table of an IPv6-only lab: %v", st.Chains)
 	}
 	in6 := strings.Join(chainWith(st.Chains6, "CNLAB-I-"), "\n")
-	if !strings.Contains(in6, "-s fd00:0:191::11/128 -p tcp") || strings.Contains(in6, "192.0.2.0") || !strings.HasSuffix(in6, "-j DROP") {
+	if !strings.Contains(in6, "-s fd00:0:191::11/128 -p tcp") || strings.Contains(in6, "/32 ") || strings.Contains(in6, "192.0.2.0") || !strings.HasSuffix(in6, "-j DROP") {
 		t.Errorf("IPv6 ingress chain:\n%s", in6)
 	}
 }
@@ -136,5 +137,21 @@ func TestRenderIPv4OnlyHasNoIPv6(t *testing.T) {
 	lab, c := compiled(t, pol, topology.Overrides{})
 	if st := Render(lab, "flip", c); st.Chains6 != nil {
 		t.Errorf("IPv6 chains in an IPv4 lab: %v", st.Chains6)
+	}
+}
+
+// The L7 redirect is IPv4's: in an IPv6-only lab CNLAB-L7 has no rule
+// (iptables would refuse an IPv6 address), the ingress chain drops new
+// connections to the L7 port.
+func TestRenderIPv6OnlyL7(t *testing.T) {
+	lab := labFile(t, "ipv6-only.yaml", topology.Overrides{})
+	c := policytest.CompileOn(t, lab, scenarios.L7[0].Policies)
+	for _, h := range lab.Hosts {
+		st := Render(lab, h.Name, c)
+		for _, r := range st.NAT {
+			if strings.Contains(r, ":") && !strings.Contains(r, "--comment") || strings.Contains(r, "fd00") {
+				t.Errorf("%s: IPv6 in CNLAB-L7: %s", h.Name, r)
+			}
+		}
 	}
 }
