@@ -33,6 +33,23 @@ const (
 	ProtoSCTP uint8 = 132
 )
 
+// ICMP's protocol numbers. No rule names them: cnlab has no ICMP rules
+// (CiliumNetworkPolicy icmps and protocol ICMP are refused), so ICMP and
+// ICMPv6 are covered by the entries of any protocol (ProtoAny) only, in
+// either family. Tests and probes send them as protocols of their own.
+const (
+	ProtoICMP   uint8 = 1
+	ProtoICMPv6 uint8 = 58
+)
+
+// ProtoICMPOf is ICMP's protocol number in address family fam (4 or 6).
+func ProtoICMPOf(fam int) uint8 {
+	if fam == 6 {
+		return ProtoICMPv6
+	}
+	return ProtoICMP
+}
+
 // ProtoNumber maps TCP/UDP/SCTP to their IP protocol numbers.
 func ProtoNumber(p string) uint8 {
 	switch strings.ToUpper(p) {

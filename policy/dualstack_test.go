@@ -438,3 +438,35 @@ func TestParseIPv6CIDRs(t *testing.T) {
 		t.Errorf("networks without a prefix length: %v", err)
 	}
 }
+
+// ICMP and ICMPv6: no rule names them; the rules of any protocol cover
+// them in either family, in the model, the IR and the terms alike.
+func TestICMPBothFamilies(t *testing.T) {
+	lab := labOf(t, 4, 6)
+	xa, _ := lab.Endpoint("x/a")
+	yb, _ := lab.Endpoint("y/b")
+	for _, tc := range []struct {
+		scenario string
+		allowed  bool // y/b -> x/a
+	}{{"no policy allows everything", true}, {"allow all ingress with an empty rule", true}, {"one TCP port", false}, {"deny all ingress in x", false}} {
+		m := modelFor(t, lab, byName(t, tc.scenario))
+		c, err := m.Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fam := range []int{4, 6} {
+			name := map[int]string{4: "ICMP", 6: "ICMPV6"}[fam]
+			v, _ := m.VerdictFamily(yb, xa, fam, name, 0)
+			sa, _ := yb.Addr(fam)
+			da, _ := xa.Addr(fam)
+			ir := c.Allows(sa, da, ProtoICMPOf(fam), 0)
+			terms := termsAllow(c, sa, da, ProtoICMPOf(fam), 0)
+			if v.Allowed != tc.allowed || ir != tc.allowed || terms != tc.allowed {
+				t.Errorf("%s: y/b -> x/a %s: model %v, IR %v, terms %v, want %v", tc.scenario, name, v.Allowed, ir, terms, tc.allowed)
+			}
+		}
+	}
+	if ProtoICMPOf(4) != 1 || ProtoICMPOf(6) != 58 {
+		t.Error("ICMP protocol numbers")
+	}
+}

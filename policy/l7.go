@@ -122,7 +122,9 @@ func (m *Model) HTTPVerdictFamily(src, dst *topology.Endpoint, fam, port int, re
 	if !ok1 || !ok2 {
 		return HTTPVerdict{}, false
 	}
-	return m.httpVerdict(s, d, port, req), true
+	v = m.httpVerdict(s, d, port, req)
+	v.Family = fam
+	return v, true
 }
 
 func (m *Model) httpVerdict(srcP, dstP Party, port int, req Request) HTTPVerdict {

@@ -371,9 +371,13 @@ type Verdict struct {
 	// PortName is the destination's port name the port was given by
 	// (policy trace --port NAME), if it was.
 	PortName string `json:"portName,omitempty"`
-	Allowed  bool   `json:"allowed"`
-	Egress   Side   `json:"egress"`
-	Ingress  Side   `json:"ingress"`
+	// Family is the address family the verdict is over (4 or 6), when
+	// it was asked for one (VerdictFamily); 0: the endpoints' primary
+	// addresses (Verdict) or the parties' (VerdictOf).
+	Family  int  `json:"family,omitempty"`
+	Allowed bool `json:"allowed"`
+	Egress  Side `json:"egress"`
+	Ingress Side `json:"ingress"`
 }
 
 // Verdict decides a new connection from endpoint src to endpoint dst on
@@ -414,7 +418,9 @@ func (m *Model) VerdictFamily(src, dst *topology.Endpoint, fam int, proto string
 	if !ok1 || !ok2 {
 		return Verdict{}, false
 	}
-	return m.VerdictOf(s, d, proto, port), true
+	v = m.VerdictOf(s, d, proto, port)
+	v.Family = fam
+	return v, true
 }
 
 // AddrParty is an address as a party: the endpoint that has it, if any.

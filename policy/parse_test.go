@@ -165,13 +165,17 @@ func TestParseDefaults(t *testing.T) {
 	}
 }
 
-// FuzzParse feeds the parser mutations of every scenario's policies: it
-// must never panic, and what it accepts must compile on the scenario lab.
+// FuzzParse feeds the parser mutations of every scenario's policies (IPv6
+// CIDRs among them): it must never panic, and what it accepts must compile
+// on the scenario lab and on its dual-stack twin, where the IR must agree
+// with the model over both families on a few connections.
 func FuzzParse(f *testing.F) {
 	for _, sc := range scenarios.All {
 		f.Add([]byte(sc.Policies))
 	}
-	lab := scenarioLab(f)
+	f.Add([]byte(npHead + "spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 'fd00:0:191::/64', except: ['fd00:0:191::20/126']}}, {ipBlock: {cidr: 10.0.0.0/8}}]}]}\n"))
+	f.Add([]byte(cnpHead + "spec: {endpointSelector: {}, egress: [{toCIDRSet: [{cidr: '::/0', except: ['fd00::/8']}]}, {toCIDR: ['2001:db8::1']}]}\n"))
+	lab, dual := scenarioLab(f), labOf(f, 4, 6)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		pols, err := Parse(data, "fuzz.yaml")
 		if err != nil {
@@ -185,6 +189,25 @@ func FuzzParse(f *testing.F) {
 			return // e.g. a namespace the lab does not have
 		}
 		_, _ = m.Compile()
+		md, err := NewModel(dual, pols)
+		if err != nil {
+			t.Fatalf("the IPv4 lab takes the policies, the dual-stack one: %v", err)
+		}
+		c, err := md.Compile()
+		if err != nil {
+			return
+		}
+		for _, pair := range [][2]int{{0, 1}, {3, 0}, {4, 8}} {
+			src, dst := &dual.Endpoints[pair[0]], &dual.Endpoints[pair[1]]
+			for _, fam := range []int{4, 6} {
+				v, _ := md.VerdictFamily(src, dst, fam, TCP, 80)
+				sa, _ := src.Addr(fam)
+				da, _ := dst.Addr(fam)
+				if got := c.Allows(sa, da, ProtoTCP, 80); got != v.Allowed {
+					t.Fatalf("%s -> %s tcp/80 over IPv%d: IR %v, model %v (%s; %s)", src.ID(), dst.ID(), fam, got, v.Allowed, v.Egress.Reason, v.Ingress.Reason)
+				}
+			}
+		}
 	})
 }
 
