@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -402,12 +403,15 @@ and gives the port and its protocol.
 --family 4 or 6 judges the connection between the endpoints' addresses
 of that family (a dual-stack lab's endpoints have one of each; the
 default is the lab's primary family): selectors match every address of
-a pod, a CIDR (ipBlock, toCIDR, networks) only those of its family.`,
+a pod, a CIDR (ipBlock, toCIDR, networks) only those of its family.
+--from and --to also take an endpoint's address, of either family,
+which sets the family.`,
 		Example: `  cnlab policy trace policy-lab --from y/a --to x/a --port 80
   cnlab policy trace policy-lab --from x/b --to x/a --port 81 --protocol udp -o json
   cnlab policy trace policy-lab --from y/a --to x/a --port serve-80-tcp   # a named port of x/a
   cnlab policy trace policy-lab --from x/c --to x/a --port 80 --http "GET /private"
-  cnlab policy trace dual-stack --from y/a --to x/a --port 80 --family 6`,
+  cnlab policy trace dual-stack --from y/a --to x/a --port 80 --family 6
+  cnlab policy trace dual-stack --from fd00:0:191::20 --to x/a --port 80`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -435,13 +439,22 @@ a pod, a CIDR (ipBlock, toCIDR, networks) only those of its family.`,
 			if err != nil {
 				return err
 			}
-			src, err := spec.Endpoint(from)
+			src, srcFam, err := traceEndpoint(spec, from)
 			if err != nil {
 				return err
 			}
-			dst, err := spec.Endpoint(to)
+			dst, dstFam, err := traceEndpoint(spec, to)
 			if err != nil {
 				return err
+			}
+			for _, f := range []int{srcFam, dstFam} {
+				switch {
+				case f == 0:
+				case family == "":
+					family = strconv.Itoa(f)
+				case family != strconv.Itoa(f):
+					return usagef("--from %s and --to %s: addresses of one family (a connection is within one), and --family %s agrees", from, to, family)
+				}
 			}
 			portName := ""
 			if perr != nil {
@@ -528,7 +541,7 @@ a pod, a CIDR (ipBlock, toCIDR, networks) only those of its family.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&from, "from", "", "source endpoint (ns/name or a unique name)")
+	f.StringVar(&from, "from", "", "source endpoint (ns/name, a unique name, or one of its addresses)")
 	f.StringVar(&to, "to", "", "destination endpoint")
 	f.StringVar(&portArg, "port", "", "destination port: a number, or a name of the destination's ports: (resolved as Kubernetes resolves a named port; its protocol unless --protocol is given)")
 	f.StringVar(&proto, "protocol", "tcp", "tcp, udp or sctp")
@@ -570,4 +583,22 @@ func joinInts(ns []int) string {
 		s[i] = strconv.Itoa(n)
 	}
 	return strings.Join(s, ", ")
+}
+
+// traceEndpoint finds an endpoint of policy trace's --from or --to: by
+// name, or by one of its addresses (of either family), which gives the
+// family (0 for a name).
+func traceEndpoint(spec *topology.Spec, ref string) (*topology.Endpoint, int, error) {
+	a, err := netip.ParseAddr(ref)
+	if err != nil {
+		ep, err := spec.Endpoint(ref)
+		return ep, 0, err
+	}
+	a = a.Unmap()
+	for i := range spec.Endpoints {
+		if slices.Contains(spec.Endpoints[i].Addrs(), a) {
+			return &spec.Endpoints[i], topology.Family(a), nil
+		}
+	}
+	return nil, 0, usagef("%s is no endpoint's address in lab %s", a, spec.Name)
 }
