@@ -27,19 +27,16 @@ import (
 // famView renders one family's table.
 type famView struct {
 	fam int
-	// byID are the IPv6 host prefixes of each identity's endpoints, and
-	// v6of each endpoint address's IPv6 address, while the policy's
-	// peers name the endpoints' primary addresses only.
-	byID map[uint32][]netip.Prefix
+	// v6of maps each endpoint address to the endpoint's IPv6 address
+	// (a selector's set members may name any of its addresses).
 	v6of map[netip.Addr]netip.Addr
 }
 
-func newFamView(lab *topology.Spec, c *policy.Compiled, fam int) famView {
+func newFamView(lab *topology.Spec, fam int) famView {
 	v := famView{fam: fam}
 	if fam != 6 {
 		return v
 	}
-	v.byID = map[uint32][]netip.Prefix{}
 	v.v6of = map[netip.Addr]netip.Addr{}
 	for _, ep := range lab.Endpoints {
 		a6, ok := ep.Addr(6)
@@ -48,9 +45,6 @@ func newFamView(lab *topology.Spec, c *policy.Compiled, fam int) famView {
 		}
 		for _, a := range ep.Addrs() {
 			v.v6of[a] = a6
-		}
-		if id := c.IdentityOfIP(ep.IP); id != 0 {
-			v.byID[id] = append(v.byID[id], netip.PrefixFrom(a6, 128))
 		}
 	}
 	return v
@@ -88,37 +82,12 @@ func (st *hostState) chainsOf(fam int) map[string][]string {
 	return st.Chains
 }
 
-// peerPrefixes are the prefixes of a rule's peer in this family: an
-// identity's endpoints' addresses, a CIDR of the family, or for any peer
-// one prefix of no bits (no match).
+// peerPrefixes are the prefixes of a rule's peer in this family
+// (policy.Compiled.PeerPrefixesOf): an identity's endpoints' addresses,
+// a CIDR of the family (none for the other's), or for any peer the
+// family's /0 (no match).
 func (v famView) peerPrefixes(c *policy.Compiled, r policy.Entry) []netip.Prefix {
-	all := c.PeerPrefixes(r)
-	if !r.PeerCIDR.IsValid() && r.PeerID == 0 {
-		if v.fam == 6 {
-			return []netip.Prefix{netip.PrefixFrom(netip.IPv6Unspecified(), 0)}
-		}
-		return all[:min(len(all), 1)]
-	}
-	var out []netip.Prefix
-	for _, p := range all {
-		if topology.Family(p.Addr()) != v.fam {
-			continue
-		}
-		if r.PeerID != 0 { // an address (the policy package made /32s of IPv6 too)
-			p = netip.PrefixFrom(p.Addr(), p.Addr().BitLen())
-		}
-		if !slices.Contains(out, p) {
-			out = append(out, p)
-		}
-	}
-	if v.fam == 6 && r.PeerID != 0 {
-		for _, p := range v.byID[r.PeerID] {
-			if !slices.Contains(out, p) {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
+	return c.PeerPrefixesOf(r, v.fam)
 }
 
 // setName names the kernel set of a peer set in this family: IPv6's

@@ -76,7 +76,8 @@ func renderSet(ps *policy.PeerSet) ipset {
 	}
 	for _, p := range ps.Members {
 		switch {
-		case !p.Addr().Unmap().Is4(): // IPv6's set (famView.renderSet)
+		case !p.Addr().Is4(): // a set of family inet: IPv4 members only (IPv6's: famView.renderSet)
+			continue
 		case s.Type == hashIP:
 			s.Members = append(s.Members, p.Addr().String())
 		case p.Bits() == 0:

@@ -346,9 +346,9 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	if lab.IPTables.IPSets() {
 		sets = map[string]ipset{}
 	}
-	st.Chains = renderChains(lab, host, c, newFamView(lab, c, 4), sets, o)
+	st.Chains = renderChains(lab, host, c, newFamView(lab, 4), sets, o)
 	if hasIPv6(lab) {
-		st.Chains6 = renderChains(lab, host, c, newFamView(lab, c, 6), sets, o)
+		st.Chains6 = renderChains(lab, host, c, newFamView(lab, 6), sets, o)
 	}
 	if len(sets) > 0 {
 		st.Sets = sets
