@@ -72,6 +72,12 @@ func familyTools(lab *topology.Spec, fam int) (restore, save, bin string) {
 	return restore, save, bin
 }
 
+// ipv6Tools are the programs the IPv6 table needs.
+func ipv6Tools(lab *topology.Spec) []string {
+	restore, save, bin := familyTools(lab, 6)
+	return []string{restore, save, bin}
+}
+
 func to6(tool string) string { return strings.Replace(tool, "iptables", "ip6tables", 1) }
 
 // chainsOf returns a state's chains of one family.

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -59,6 +60,13 @@ func tools(lab *topology.Spec) (restore, save, bin string) { return lab.IPTables
 func (d iptables) Setup(ctx context.Context, lab *topology.Spec) error {
 	if len(lab.Hosts) == 0 {
 		return datapath.ErrNoHosts
+	}
+	if hasIPv6(lab) {
+		for _, tool := range ipv6Tools(lab) {
+			if _, err := exec.LookPath(tool); err != nil {
+				return fmt.Errorf("%s is not installed (Debian package iptables): a lab with IPv6 needs it", tool)
+			}
+		}
 	}
 	for _, h := range lab.Hosts {
 		if err := change.EnableBridgeNetfilter(h.Netns); err != nil {
