@@ -118,6 +118,12 @@ func TestNFTablesDualStackKernel(t *testing.T) {
 			if _, err := lab.Apply(ctx, spec.Name, parse(t, dualStackPolicy)); err != nil {
 				t.Fatal(err)
 			}
+			// Neighbour discovery again, under the policy.
+			for _, e := range spec.Endpoints {
+				if _, err := netns.Run(ctx, e.Netns, nil, "ip", "-6", "neigh", "flush", "all"); err != nil {
+					t.Fatal(err)
+				}
+			}
 			run("applied", []check{
 				{"x/b", "x/a", 8080, both(true)},                      // identity peer, both families
 				{"x/c", "x/a", 8080, both(true)},                      // same host: ND under x/c's egress isolation
