@@ -1,11 +1,15 @@
 package nftables
 
 import (
+	"math/rand"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/cnlab/cnlab/internal/scenarios"
 	"github.com/cnlab/cnlab/policy"
+	"github.com/cnlab/cnlab/policy/policytest"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -165,4 +169,44 @@ func TestRenderIPv6Only(t *testing.T) {
 	}
 	st := Render(lab, lab.Endpoints[0].Host, c)
 	t.Logf("%v", st.Sets)
+}
+
+// TestTiersAgainstIRFamilies is TestTiersAgainstIR on the scenario lab
+// dual-stack and IPv6-only: the interpreter reads ip6 and ip expressions
+// per family. policytest.CheckAgainstIR probes the endpoints' primary
+// addresses (IPv4 in the dual-stack lab, IPv6 in the IPv6-only one).
+// Rounds with L7 ports are left out: the table drops new IPv6
+// connections to them (the proxy is IPv4 only), where the IR proxies.
+func TestTiersAgainstIRFamilies(t *testing.T) {
+	rng := rand.New(rand.NewSource(38))
+	n := 100
+	if testing.Short() {
+		n = 20
+	}
+	for _, fams := range []string{"dual", "6"} {
+		lab, err := topology.Parse([]byte(scenarios.LabFor(fams)), "scenario lab", topology.Overrides{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked := 0
+		for i := 0; i < n; i++ {
+			m, err := policy.NewModel(lab, policytest.RandomTiered(t, rng))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := m.Compile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.ContainsFunc(lab.Endpoints, func(ep topology.Endpoint) bool { return len(c.L7Ports(c.IdentityOfIP(ep.IP))) > 0 }) {
+				continue
+			}
+			checkAgainstIR(t, lab, m, c, i)
+			checked++
+		}
+		if checked < n/4 {
+			t.Errorf("%s: only %d rounds of %d without L7", fams, checked, n)
+		}
+		t.Logf("%s: %d rounds", fams, checked)
+	}
 }
