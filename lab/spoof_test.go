@@ -113,8 +113,18 @@ func checkSpoofing(t *testing.T, spec *topology.Spec, dp string) {
 		}
 		for _, r := range res {
 			// Genuine neighbour discovery (ARP, NS, NA) crosses a
-			// bridge whatever the policy.
-			want := r.Check.NDP() && !r.Check.Forged() && to.Host == xc.Host && bridged
+			// bridge whatever the policy. A genuine NS or NA to an
+			// address the sender reaches through a router (another
+			// host, or eBPF's routed endpoints) is an ICMPv6 packet
+			// like any other, which a datapath may forward (NDP is not
+			// policy-controlled) and the target discards (its hop
+			// limit is no longer 255): either is right.
+			local := to.Host == xc.Host && bridged
+			genuineNDP := r.Check.NDP() && !r.Check.Forged()
+			if genuineNDP && !local && r.Check.Family() == 6 {
+				continue
+			}
+			want := genuineNDP && local
 			if r.Arrived != want {
 				t.Errorf("%s -> %s %s: arrived=%v, want %v", r.From, r.To, r.Check, r.Arrived, want)
 			}
