@@ -66,9 +66,12 @@ its "family".
 With --spoof, send hand-built frames instead from every endpoint to another
 one of its host: its own IPv4 and ARP, then IPv4 from a forged source (an
 unused address, another endpoint's IP, with its MAC too), a foreign MAC,
-ARP with a forged sender IP or MAC, IPv6, ethertype 0x88b5 and a
-VLAN-tagged frame; print one line per endpoint and check, and exit 1 when
-a forged frame arrived.
+ARP with a forged sender IP or MAC, link-local IPv6, ethertype 0x88b5 and
+a VLAN-tagged frame; in a lab with IPv6 also its own IPv6 UDP, neighbour
+solicitation and advertisement, then IPv6 from another endpoint's address
+or one outside the lab, from a foreign MAC, and a neighbour advertisement
+for another endpoint's address; print one line per endpoint and check,
+and exit 1 when a forged frame arrived.
 
 With --http, every endpoint's listener speaks HTTP/1.1 and each cell is one
 request on a fresh connection: the matrix shows the status received (200,
@@ -249,7 +252,7 @@ proxy waits for a request; the probe says so.`,
 	f.StringVar(&family, "family", "", "address family to probe: 4, 6 or both (default: every family the lab has)")
 	f.BoolVar(&expect, "expect", false, "compare with the policy model; exit 1 on any difference")
 	f.BoolVar(&explain, "explain", false, "with --expect: for each cell that differs from the model, the flows observed for it (which hook and rule dropped or forwarded it; a lab that records nothing records all for the probe)")
-	f.BoolVar(&spoof, "spoof", false, "send forged and non-IPv4 frames from every endpoint; exit 1 if one arrives")
+	f.BoolVar(&spoof, "spoof", false, "send forged frames (and frames of other protocols) from every endpoint; exit 1 if one arrives")
 	f.StringVarP(&output, "output", "o", "", "output format: text or json")
 	f.DurationVar(&timeout, "timeout", time.Second, "time after which an unanswered attempt counts as denied")
 	f.StringVar(&svcRef, "service", "", "probe a Service port (NS/NAME[:PORTNAME]) instead of every pair")
@@ -295,10 +298,10 @@ func runSpoof(cmd *cobra.Command, e *env, spec *topology.Spec, output string) er
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.From, r.To, r.Check, mark)
 		}
 		tw.Flush()
-		fmt.Fprintln(e.stdout, "* a forged or non-IPv4 frame reached the target")
+		fmt.Fprintln(e.stdout, "* a forged frame (or one of another protocol) reached the target")
 	}
 	if leaked > 0 {
-		fmt.Fprintf(e.stderr, "cnlab: %d of %s forged or non-IPv4 frames reached their target\n", leaked, plural.N(len(res), "check"))
+		fmt.Fprintf(e.stderr, "cnlab: %d of %s: forged frames (or of another protocol) reached their target\n", leaked, plural.N(len(res), "check"))
 		return exitStatus(exitFail)
 	}
 	return nil
