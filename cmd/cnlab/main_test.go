@@ -96,7 +96,7 @@ func TestBadInputExitsTwoAndCreatesNothing(t *testing.T) {
 		{[]string{"up", "--preset", "single-host", "--datapath", "ebpf", "--host-routing", "fast"}, `--host-routing: unknown mode "fast" (bpf, legacy)`},
 		{[]string{"monitor"}, "give the lab to monitor: cnlab monitor LAB"},
 		{[]string{"rr", "bogus"}, "give server or client: cnlab rr server|client [flags]"},
-		{[]string{"rr", "client", "--to", "somewhere"}, `--to "somewhere": IPv4:port of the server`},
+		{[]string{"rr", "client", "--to", "somewhere"}, `--to "somewhere": IPv4:port or [IPv6]:port of the server`},
 		{[]string{"rr", "client", "--to", "10.0.0.1:80", "--mode", "tcp-stream"}, `mode "tcp-stream": one of tcp-rr, tcp-crr, udp-rr`},
 		{[]string{"rr", "server", "--request-size", "0"}, "request size 0: 1 to 65000 bytes"},
 		{[]string{"monitor", "lab", "--type", "some"}, `--type "some": drop or all`},
