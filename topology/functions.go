@@ -421,7 +421,22 @@ func splitNumber(s string) (num, unit string) {
 // benchmarking range 198.18.0.0/15 (131,072 addresses, more than
 // MaxFiller) towards TEST-NET-3 203.0.113.1, which no lab uses. The
 // iptables datapath's filler and the chain firewall both use them.
-func FillerRules(n int) []string {
+func FillerRules(n int) []string { return FillerRulesOf(n, 4) }
+
+// FillerRulesOf is FillerRules for the table of family fam: for IPv6
+// (ip6tables) the same rules between addresses of the documentation range
+// 2001:db8::/32 that embed the IPv4 ones, so that they match nothing
+// either and cost the same per packet.
+func FillerRulesOf(n, fam int) []string {
+	if fam == 6 {
+		out := make([]string, n)
+		for i := 0; i < n; i++ {
+			v := 198<<24 | 18<<16 + uint32(i)
+			out[i] = fmt.Sprintf("-s 2001:db8::%x:%x/128 -d 2001:db8::cb00:7101/128 -p tcp -m tcp --dport %d -j ACCEPT",
+				v>>16, v&0xffff, 1024+i%60000)
+		}
+		return out
+	}
 	out := make([]string, n)
 	for i := 0; i < n; i++ {
 		v := 198<<24 | 18<<16 + uint32(i)

@@ -145,8 +145,11 @@ func (v famView) ndp() []string {
 		return nil
 	}
 	return []string{
-		"-p ipv6-icmp -m icmp6 --icmpv6-type 135 -j ACCEPT", // neighbour solicitation
-		"-p ipv6-icmp -m icmp6 --icmpv6-type 136 -j ACCEPT", // neighbour advertisement
+		// Bridged on one link only: a routed packet has lost hop limit
+		// 255 by the time it is forwarded, so NDP cannot carry data past
+		// the policy to another host's endpoint.
+		"-p ipv6-icmp -m hl --hl-eq 255 -m icmp6 --icmpv6-type 135 -j ACCEPT", // neighbour solicitation
+		"-p ipv6-icmp -m hl --hl-eq 255 -m icmp6 --icmpv6-type 136 -j ACCEPT", // neighbour advertisement
 	}
 }
 

@@ -372,7 +372,7 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 func renderChains(lab *topology.Spec, host string, c *policy.Compiled, v famView, sets map[string]ipset, o observer) map[string][]string {
 	chains := map[string][]string{}
 	var fwd []string
-	filler := topology.FillerRules(lab.IPTables.Filler) // shared with the chain firewall
+	filler := topology.FillerRulesOf(lab.IPTables.Filler, v.fam) // shared with the chain firewall
 	if lab.IPTables.FillerMode == kind.FillerNoMatch {
 		fwd = append(fwd, filler...)
 	}

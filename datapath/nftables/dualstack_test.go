@@ -127,7 +127,7 @@ func TestRenderDualStack(t *testing.T) {
 		"add rule inet cnlab ingress_g0 ip6 daddr @in_enf6_g0 counter drop",
 		"add rule inet cnlab ingress_g0 ip daddr @in_enf_g0 counter drop",
 		"add rule inet cnlab forward ip6 saddr @eg_subj6_g0 jump egress_g0",
-		"add rule inet cnlab forward icmpv6 type " + ndpTypes + " accept",
+		"add rule inet cnlab forward ip6 hoplimit 255 icmpv6 type " + ndpTypes + " accept",
 	} {
 		if !strings.Contains(skel, w) {
 			t.Errorf("skeleton lacks %q:\n%s", w, skel)

@@ -151,7 +151,14 @@ func famRule(r string, fam int) string {
 // accepts before conntrack's invalid drop and the policy: neighbour
 // discovery (133-136) and multicast listener discovery, which bridged
 // endpoints exchange and conntrack does not track.
-const ndpTypes = "{ mld-listener-query, mld-listener-report, mld-listener-done, nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, mld2-listener-report }"
+// Each only at the hop limit it is sent with (255, MLD's 1): a packet the
+// host routes reaches the forward chain with one less, so neither can
+// carry data past the policy to another host's endpoint; bridged ones
+// keep theirs.
+const (
+	ndpTypes = "{ nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert }"
+	mldTypes = "{ mld-listener-query, mld-listener-report, mld-listener-done, mld2-listener-report }"
+)
 
 // npSets hold, in a generation with tier maps, the local endpoints with
 // NetworkPolicy-tier entries or isolation per direction: those whose
@@ -287,7 +294,7 @@ func forwardRules(g int, l layout) string {
 	rules := []string{"ct state established,related accept"}
 	fams := l.families()
 	if slices.Contains(fams, 6) {
-		rules = append(rules, "icmpv6 type "+ndpTypes+" accept")
+		rules = append(rules, "ip6 hoplimit 255 icmpv6 type "+ndpTypes+" accept", "ip6 hoplimit 1 icmpv6 type "+mldTypes+" accept")
 	}
 	rules = append(rules, "ct state invalid "+l.log(observe.Dropped, false, false, "invalid")+"drop")
 	for _, fam := range fams {
