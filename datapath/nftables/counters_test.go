@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/internal/scenarios"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/policy/policytest"
 	"github.com/cnlab/cnlab/topology"
@@ -48,9 +49,9 @@ func listing(st hostState) string {
 // the host, and the isolation elements as the default deny; without,
 // per verdict class.
 func TestCountRules(t *testing.T) {
-	for _, fams := range []string{"4", "dual", "6"} {
-		t.Run(fams, func(t *testing.T) {
-			lab, err := topology.Parse([]byte(labFor(fams)), "scenario lab", topology.Overrides{})
+	for _, fams := range [][]int{{4}, {4, 6}, {6}} {
+		t.Run(fmt.Sprint(fams), func(t *testing.T) {
+			lab, err := topology.Parse([]byte(scenarios.LabFor(fams...)), "scenario lab", topology.Overrides{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -183,8 +183,8 @@ func TestTiersAgainstIRFamilies(t *testing.T) {
 	if testing.Short() {
 		n = 20
 	}
-	for _, fams := range []string{"dual", "6"} {
-		lab, err := topology.Parse([]byte(labFor(fams)), "scenario lab", topology.Overrides{})
+	for _, fams := range [][]int{{4, 6}, {6}} {
+		lab, err := topology.Parse([]byte(scenarios.LabFor(fams...)), "scenario lab", topology.Overrides{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,19 +205,8 @@ func TestTiersAgainstIRFamilies(t *testing.T) {
 			checked++
 		}
 		if checked < n/4 {
-			t.Errorf("%s: only %d rounds of %d without L7", fams, checked, n)
+			t.Errorf("%v: only %d rounds of %d without L7", fams, checked, n)
 		}
-		t.Logf("%s: %d rounds", fams, checked)
+		t.Logf("%v: %d rounds", fams, checked)
 	}
-}
-
-// labFor is scenarios.LabFor by name: "4", "dual" or "6".
-func labFor(fams string) string {
-	switch fams {
-	case "dual":
-		return scenarios.LabFor(4, 6)
-	case "6":
-		return scenarios.LabFor(6)
-	}
-	return scenarios.LabFor(4)
 }

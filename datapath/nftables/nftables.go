@@ -107,7 +107,8 @@ func setDecls(g int, l layout) string {
 // ones read "ip saddr"/"ip daddr": a packet meets only its family's
 // lookups (the ip and ip6 expressions match only packets of their
 // family). An endpoint's addresses go to the sets of their families; its
-// peers' prefixes are split by family (peers), so an identity peer
+// peers' prefixes (policy.Compiled.PeerPrefixes, every family) go to the
+// sets of their family, so an identity peer
 // matches the peer's address of the packet's family, a CIDR only its
 // family, and "any" both. A lab with IPv6 also accepts ICMPv6 neighbour
 // discovery and MLD (ndpTypes) at the top of the forward chain: the
@@ -647,7 +648,6 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 			st.Remote = append(st.Remote, p.String())
 		}
 	}
-	pp := newPeers(lab, c)
 	np := map[string][]string{} // npSets, kept when the host has tier maps
 	for _, ep := range change.LocalEndpoints(lab, host) {
 		id := c.IdentityOfIP(ep.IP)
@@ -701,7 +701,7 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 				if len(rs) == 0 {
 					continue
 				}
-				for _, b := range ordered(pp.prefixes, rs) {
+				for _, b := range ordered(c.PeerPrefixes, rs) {
 					fam := topology.Family(b.Peer.Addr())
 					local, ok := locals[fam]
 					if !ok {
@@ -713,11 +713,11 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 					}
 					set = famName(set, fam)
 					st.Sets[set] = append(st.Sets[set], b.element(local)+" : "+tierVerdict(dir, b.Verdict, st.Observe))
-					st.originOf(pp.prefixes, set, local, b.Box, rs)
+					st.originOf(c.PeerPrefixes, set, local, b.Box, rs)
 				}
 			}
 			for kind, rs := range map[string][]policy.Entry{"allow": allow, "deny": deny} {
-				for _, b := range disjoint(pp.prefixes, rs) {
+				for _, b := range disjoint(c.PeerPrefixes, rs) {
 					fam := topology.Family(b.Peer.Addr())
 					local, ok := locals[fam]
 					if !ok {
@@ -733,7 +733,7 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 						}
 						set = famName(set, fam)
 						st.Sets[set] = append(st.Sets[set], e.element(local))
-						st.originOf(pp.prefixes, set, local, e, rs)
+						st.originOf(c.PeerPrefixes, set, local, e, rs)
 					}
 				}
 			}
@@ -799,9 +799,10 @@ type VBox struct {
 // none covers, there is no box. Per peer atom (as Disjoint), each
 // protocol an entry names gets the port ranges between the entries'
 // bounds, every other protocol the first entry of any protocol; runs of
-// protocols with one verdict on every port are one box.
+// protocols with one verdict on every port are one box. Its peers are
+// the IPv4 ones (Render takes both families).
 func Ordered(c *policy.Compiled, rules []policy.Entry) []VBox {
-	return ordered(c.PeerPrefixes, rules)
+	return ordered(func(r policy.Entry) []netip.Prefix { return c.PeerPrefixesOf(r, 4) }, rules)
 }
 
 // ordered is Ordered with the peers' prefixes given by peerPrefixes.
@@ -1027,9 +1028,10 @@ func coveringAtoms(peerPrefixes func(policy.Entry) []netip.Prefix, rules []polic
 // Disjoint turns the rules of one subject and direction into set elements
 // that do not overlap (the kernel's interval sets refuse overlapping
 // elements). Peer prefixes are split into disjoint atoms; for each atom,
-// the ports of every rule covering it are merged per protocol.
+// the ports of every rule covering it are merged per protocol. Its peers
+// are the IPv4 ones (Render takes both families).
 func Disjoint(c *policy.Compiled, rules []policy.Entry) []Box {
-	return disjoint(c.PeerPrefixes, rules)
+	return disjoint(func(r policy.Entry) []netip.Prefix { return c.PeerPrefixesOf(r, 4) }, rules)
 }
 
 // disjoint is Disjoint with the peers' prefixes given by peerPrefixes.
@@ -1120,50 +1122,6 @@ func (nft) Describe(ctx context.Context, lab *topology.Spec) (map[string]string,
 		out[h.Name] = string(text) + ports
 	}
 	return out, nil
-}
-
-// peers gives the prefixes of rules' peers in every family of the lab,
-// whether or not the compiled policy does: an identity peer's endpoints'
-// addresses of each family (as single-address prefixes), a CIDR as it
-// is, "any" 0.0.0.0/0 and ::/0. Render splits them by family.
-type peers struct {
-	c     *policy.Compiled
-	addrs map[netip.Addr][]netip.Addr // an endpoint's address -> all its addresses
-}
-
-func newPeers(lab *topology.Spec, c *policy.Compiled) peers {
-	p := peers{c: c, addrs: map[netip.Addr][]netip.Addr{}}
-	for _, ep := range lab.Endpoints {
-		for _, a := range ep.Addrs() {
-			p.addrs[a] = ep.Addrs()
-		}
-	}
-	return p
-}
-
-var anyPrefixes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
-
-func (p peers) prefixes(r policy.Entry) []netip.Prefix {
-	raw := p.c.PeerPrefixes(r)
-	switch {
-	case r.PeerCIDR.IsValid():
-		return raw
-	case r.PeerID == 0:
-		return anyPrefixes
-	}
-	var out []netip.Prefix
-	for _, q := range raw {
-		addrs := p.addrs[q.Addr()]
-		if addrs == nil {
-			addrs = []netip.Addr{q.Addr()}
-		}
-		for _, a := range addrs {
-			if pfx := netip.PrefixFrom(a, a.BitLen()); !slices.Contains(out, pfx) {
-				out = append(out, pfx)
-			}
-		}
-	}
-	return out
 }
 
 // remotePrefixes is datapath.RemotePrefixes in every family: the pod

@@ -93,7 +93,6 @@ func checkLogs(t *testing.T, lab *topology.Spec, c *policy.Compiled, label strin
 // deny.
 func checkOrigins(t *testing.T, lab *topology.Spec, c *policy.Compiled, st hostState, label string) {
 	t.Helper()
-	pp := newPeers(lab, c)
 	byOrigin := map[string][]policy.Entry{}
 	for _, e := range c.Rules {
 		byOrigin[e.Origin] = append(byOrigin[e.Origin], e)
@@ -131,7 +130,7 @@ func checkOrigins(t *testing.T, lab *topology.Spec, c *policy.Compiled, st hostS
 			}
 			covered := false
 			for _, r := range byOrigin[origin] {
-				covered = covered || (r.Deny == deny && !r.Pass && ruleHasWith(pp.prefixes, r, peer, proto, port))
+				covered = covered || (r.Deny == deny && !r.Pass && ruleHasWith(c.PeerPrefixes, r, peer, proto, port))
 			}
 			if !covered {
 				t.Fatalf("%s: %s element %q: its origin %q has no entry of verdict deny=%v covering it", label, set, e, origin, deny)
