@@ -40,11 +40,16 @@ func L7Redirects(lab *topology.Spec, host string, c *policy.Compiled) []L7Match 
 	var out []L7Match
 	locals := change.LocalEndpoints(lab, host)
 	for _, d := range locals {
-		id := c.IdentityOfIP(d.IP)
+		dIP, ok := d.Addr(4) // the L7 proxy serves IPv4 only (policy.NoL7Proxy6)
+		if !ok {
+			continue
+		}
+		id := c.IdentityOfIP(dIP)
 		for _, port := range c.L7Ports(id) {
 			for _, s := range locals {
-				if s.IP != d.IP && !c.SideAllows(c.IdentityOfIP(s.IP), policy.Egress, d.IP, policy.ProtoTCP, port) {
-					out = append(out, L7Match{Src: netip.PrefixFrom(s.IP, 32), Dst: d.IP, Port: port, Why: "egress of " + s.ID()})
+				sIP, ok := s.Addr(4)
+				if ok && sIP != dIP && !c.SideAllows(c.IdentityOfIP(sIP), policy.Egress, dIP, policy.ProtoTCP, port) {
+					out = append(out, L7Match{Src: netip.PrefixFrom(sIP, 32), Dst: dIP, Port: port, Why: "egress of " + s.ID()})
 				}
 			}
 			var passed []netip.Prefix                          // sources an Admin Pass handed down
@@ -62,7 +67,7 @@ func L7Redirects(lab *topology.Spec, host string, c *policy.Compiled) []L7Match 
 					pfxs = subtractAll(pfxs, passed)
 				}
 				for _, pfx := range pfxs {
-					m := L7Match{Dst: d.IP, Port: port, Redirect: !r.Deny && !admin, Admin: admin && !r.Deny, Why: r.Origin}
+					m := L7Match{Dst: dIP, Port: port, Redirect: !r.Deny && !admin, Admin: admin && !r.Deny, Why: r.Origin}
 					if pfx.Bits() > 0 {
 						m.Src = pfx
 					}
@@ -70,7 +75,7 @@ func L7Redirects(lab *topology.Spec, host string, c *policy.Compiled) []L7Match 
 				}
 			}
 			if !c.Enforced[id].Ingress {
-				out = append(out, L7Match{Dst: d.IP, Port: port, Redirect: true, Why: notIsolated + d.ID() + " not isolated"})
+				out = append(out, L7Match{Dst: dIP, Port: port, Redirect: true, Why: notIsolated + d.ID() + " not isolated"})
 			}
 		}
 	}

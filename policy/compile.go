@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -549,6 +550,9 @@ func (c *Compiled) PeerPrefixesOf(r Entry, fam int) []netip.Prefix {
 // addresses (of one family, either), the way a datapath does. Tests
 // compare it with the model.
 func (c *Compiled) Allows(src, dst netip.Addr, proto uint8, port uint16) bool {
+	if dst.Is6() && proto == ProtoTCP && slices.Contains(c.L7Ports(c.identityOfIP[dst]), port) {
+		return false // NoL7Proxy6
+	}
 	return c.sideAllows(c.identityOfIP[src], Egress, dst, proto, port) &&
 		c.sideAllows(c.identityOfIP[dst], Ingress, src, proto, port)
 }

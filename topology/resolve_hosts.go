@@ -30,6 +30,9 @@ func (r *resolver) hosts() error {
 		}
 		return err
 	})
+	if r.spec.HasFamily(6) && r.spec.MTU < 1280 {
+		return r.errf("mtu", "%d is below IPv6's minimum of 1280, and the lab has IPv6 podCIDRs", r.spec.MTU)
+	}
 	return nil
 }
 
