@@ -2,7 +2,6 @@ package lab
 
 import (
 	"context"
-	"regexp"
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/scenarios"
@@ -59,8 +58,8 @@ func TestSpoofing(t *testing.T) {
 // dropped (the endpoints have no link-local address).
 func TestSpoofing6(t *testing.T) {
 	for _, v := range []struct{ name, short, yaml string }{
-		{"dual-stack", "d", dualStackLab(scenarios.Lab)},
-		{"ipv6-only", "6", ipv6OnlyLab(scenarios.Lab)},
+		{"dual-stack", "d", scenarios.LabFor(4, 6)},
+		{"ipv6-only", "6", scenarios.LabFor(6)},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			for _, dp := range datapaths() {
@@ -70,25 +69,6 @@ func TestSpoofing6(t *testing.T) {
 			}
 		})
 	}
-}
-
-var (
-	labCIDR4 = regexp.MustCompile(`podCIDR: 10\.0\.(\d+)\.0/24`)
-	labIP4   = regexp.MustCompile(`ip: 10\.0\.(\d+)\.(\d+)`)
-)
-
-// dualStackLab gives every host of a lab file with 10.0.N.0/24 pod
-// prefixes the IPv6 prefix fd00:0:N::/64 too, and every endpoint with an
-// address 10.0.N.M the address fd00:0:N::M.
-func dualStackLab(yaml string) string {
-	yaml = labCIDR4.ReplaceAllString(yaml, "podCIDRs: [10.0.$1.0/24, fd00:0:$1::/64]")
-	return labIP4.ReplaceAllString(yaml, "ip: [10.0.$1.$2, fd00:0:$1::$2]")
-}
-
-// ipv6OnlyLab is dualStackLab without the IPv4 addresses.
-func ipv6OnlyLab(yaml string) string {
-	yaml = labCIDR4.ReplaceAllString(yaml, "podCIDRs: [fd00:0:$1::/64]")
-	return labIP4.ReplaceAllString(yaml, "ip: fd00:0:$1::$2")
 }
 
 // checkSpoofing runs the spoof checks of TestSpoofing on a scenario lab.

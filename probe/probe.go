@@ -65,24 +65,17 @@ func Expect(lab *topology.Spec, m *policy.Model, cells []Cell) []Cell {
 	for i := range cells {
 		src, _ := lab.Endpoint(cells[i].From)
 		dst, _ := lab.Endpoint(cells[i].To)
-		exp := m.VerdictOf(party(src, cells[i].Family), party(dst, cells[i].Family), cells[i].Protocol, cells[i].Port).Allowed
+		v, ok := m.VerdictFamily(src, dst, cells[i].Family, cells[i].Protocol, cells[i].Port)
+		if !ok { // no family given (or an endpoint without it): the primary addresses
+			v = m.Verdict(src, dst, cells[i].Protocol, cells[i].Port)
+		}
+		exp := v.Allowed
 		cells[i].Expected = &exp
 		if !cells[i].Matches() {
 			wrong = append(wrong, cells[i])
 		}
 	}
 	return wrong
-}
-
-// party is an endpoint as the model judges it over family fam: its
-// address of that family (its primary address when fam is 0 or it has
-// none of that family).
-func party(ep *topology.Endpoint, fam int) policy.Party {
-	p := policy.EndpointParty(ep)
-	if a, ok := ep.Addr(fam); ok {
-		p.Addr = a
-	}
-	return p
 }
 
 // Matches reports whether the probe saw what the model expects: allowed
