@@ -305,7 +305,7 @@ func openStaged(lab *topology.Spec, h *topology.Host) (*staged, error) {
 	if s.cfg, err = m.readConfig(); err != nil {
 		return s, err
 	}
-	s.ids = outerIDs{PolicyID: mapID(m.policy), ExactID: mapID(m.exact), IPCacheID: mapID(m.ipcache)}
+	s.ids = outerIDs{PolicyID: mapID(m.policy), ExactID: mapID(m.exact), IPCacheID: mapID(m.ipcache), IPCache6ID: mapID(m.ipcache6)}
 	return s, nil
 }
 
@@ -478,16 +478,76 @@ func unpin(path string) {
 	}
 }
 
+// ipcache writes the generation's ipcaches: the IPv4 entries into
+// cnlab_ipcache, the IPv6 ones into cnlab_ipcache6.
 func (w *genWriter) ipcache(want []ipEntry) error {
-	key := w.gen
 	if !w.fresh() && slices.Equal(w.have.IPCache, want) {
-		return nil // the record describes the generation's ipcache
+		return nil // the record describes the generation's ipcaches
+	}
+	have4, have6 := byFamily(w.have.IPCache)
+	want4, want6 := byFamily(want)
+	if err := w.ipcache4(have4, want4); err != nil {
+		return err
+	}
+	return w.ipcache6(have6, want6)
+}
+
+func (w *genWriter) ipcache6(have, want []ipEntry) error {
+	key := w.gen
+	if !w.fresh() && slices.Equal(have, want) {
+		return nil
+	}
+	if !w.fresh() {
+		inner, err := openInner(w.m.ipcache6, key)
+		if err == nil {
+			defer inner.Close()
+			return editIPCache6(inner, have, want)
+		}
+	}
+	m, err := buildIPCache6(want)
+	if err != nil {
+		return err
+	}
+	w.batch(w.m.ipcache6).put(key, m)
+	return pin(m, filepath.Join(w.m.dir, genDir(w.gen), "ipcache6"))
+}
+
+// editIPCache6 brings an IPv6 ipcache map from have to want.
+func editIPCache6(m *ebpf.Map, have, want []ipEntry) error {
+	old := make(map[netip.Prefix]ipEntry, len(have))
+	for _, e := range have {
+		old[e.Prefix] = e
+	}
+	var puts []ipEntry
+	for _, e := range want {
+		if o, ok := old[e.Prefix]; !ok || o != e {
+			puts = append(puts, e)
+		}
+		delete(old, e.Prefix)
+	}
+	for p := range old {
+		if err := m.Delete(ipcacheKey6(p)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	for _, e := range puts {
+		if err := m.Put(ipcacheKey6(e.Prefix), cnlabPeer{Key: e.Key, Identity: e.Identity}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *genWriter) ipcache4(have, want []ipEntry) error {
+	key := w.gen
+	if !w.fresh() && slices.Equal(have, want) {
+		return nil
 	}
 	if !w.fresh() {
 		inner, err := openInner(w.m.ipcache, key)
 		if err == nil {
 			defer inner.Close()
-			return editIPCache(inner, w.have.IPCache, want)
+			return editIPCache(inner, have, want)
 		}
 	}
 	m, err := buildIPCache(want)
@@ -703,7 +763,7 @@ func editPolicy(m *ebpf.Map, dels, puts []polEntry) error {
 // pins of generation gen (a link is replaced atomically).
 func linkActive(dir string, gen uint32) error {
 	var errs []error
-	for _, name := range []string{"policy", "policy_exact", "ipcache"} {
+	for _, name := range []string{"policy", "policy_exact", "ipcache", "ipcache6"} {
 		path := filepath.Join(dir, name)
 		tmp := path + "_new"
 		_ = os.Remove(tmp)

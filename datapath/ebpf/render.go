@@ -193,29 +193,33 @@ func peerClasses(lab *topology.Spec, c *policy.Compiled) (keyOf map[netip.Addr]u
 	containing = map[uint32][]netip.Prefix{}
 	group := map[string]uint32{}
 	next := uint32(firstSplitKey)
+	// Per address: an endpoint's IPv4 and IPv6 addresses are apart in
+	// the CIDR rules that contain them (a prefix is of one family).
 	for _, ep := range lab.Endpoints {
 		id := c.IdentityOfIP(ep.IP)
-		var in []netip.Prefix
-		var b strings.Builder
-		fmt.Fprint(&b, id)
-		for _, p := range cidrs {
-			if p.Contains(ep.IP) {
-				in = append(in, p)
-				b.WriteString(" " + p.String())
+		for _, a := range ep.Addrs() {
+			var in []netip.Prefix
+			var b strings.Builder
+			fmt.Fprint(&b, id)
+			for _, p := range cidrs {
+				if p.Contains(a) {
+					in = append(in, p)
+					b.WriteString(" " + p.String())
+				}
 			}
-		}
-		k, ok := group[b.String()]
-		if !ok {
-			k = id
-			if len(keysOfIdentity[id]) > 0 {
-				k = next
-				next++
+			k, ok := group[b.String()]
+			if !ok {
+				k = id
+				if len(keysOfIdentity[id]) > 0 {
+					k = next
+					next++
+				}
+				group[b.String()] = k
+				keysOfIdentity[id] = append(keysOfIdentity[id], k)
+				containing[k] = in
 			}
-			group[b.String()] = k
-			keysOfIdentity[id] = append(keysOfIdentity[id], k)
-			containing[k] = in
+			keyOf[a] = k
 		}
-		keyOf[ep.IP] = k
 	}
 	return keyOf, keysOfIdentity, containing
 }
@@ -240,9 +244,11 @@ func newPlanner(lab *topology.Spec, c *policy.Compiled) *planner {
 	var keyOf map[netip.Addr]uint32
 	keyOf, p.keysOfIdentity, p.containing = peerClasses(lab, c)
 	for _, ep := range lab.Endpoints {
-		pfx := netip.PrefixFrom(ep.IP, 32)
-		p.epAddr[pfx] = true
-		p.ipc = append(p.ipc, ipEntry{Prefix: pfx, Key: keyOf[ep.IP], Identity: c.IdentityOfIP(ep.IP)})
+		for _, a := range ep.Addrs() {
+			pfx := netip.PrefixFrom(a, a.BitLen())
+			p.epAddr[pfx] = true
+			p.ipc = append(p.ipc, ipEntry{Prefix: pfx, Key: keyOf[a], Identity: c.IdentityOfIP(ep.IP)})
+		}
 	}
 	for q := range c.CIDRIdentities {
 		p.cidrs = append(p.cidrs, q)
