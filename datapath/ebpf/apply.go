@@ -216,7 +216,7 @@ func (d *Datapath) apply(ctx context.Context, lab *topology.Spec, from, c *polic
 			_ = writeRecord(contentPath(lab.Name, s.host.Name, gen), s.next)
 		}
 		_ = linkActive(s.maps.dir, gen)
-		_ = s.maps.open(s.host.Name, mapLXC, mapLocal, mapSockEP) // a map that does not open is skipped
+		_ = s.maps.open(s.host.Name, mapLXC, mapLocal, mapLocal6, mapSockEP) // a map that does not open is skipped
 		_ = setIdentities(s.maps, plans[s.host.Name])
 		change.HostDone(s.host.Name)
 	}
@@ -256,7 +256,7 @@ func setIdentities(m *hostMaps, hp *hostPlan) error {
 		ident[ep.Slot] = ep.Identity
 	}
 	var errs []error
-	for _, mp := range []*ebpf.Map{m.lxc, m.local, m.sockep} {
+	for _, mp := range []*ebpf.Map{m.lxc, m.local, m.sockep, m.local6} {
 		if mp == nil {
 			continue
 		}
@@ -268,8 +268,16 @@ func setIdentities(m *hostMaps, hp *hostPlan) error {
 		var e cnlabEndpoint
 		var k32 uint32
 		var k64 uint64
+		var k6 cnlabIpcache6Key
 		it := mp.Iterate()
-		if mp == m.sockep {
+		if mp == m.local6 {
+			for it.Next(&k6, &e) {
+				if id, ok := ident[e.Index]; ok && e.Identity != id {
+					e.Identity = id
+					upd = append(upd, kv{k6, e})
+				}
+			}
+		} else if mp == m.sockep {
 			for it.Next(&k64, &e) {
 				if id, ok := ident[e.Index]; ok && e.Identity != id {
 					e.Identity = id
