@@ -52,6 +52,12 @@ var axisChecks = map[string]func(v string) error{
 		return err
 	},
 	"serviceProxy": func(v string) error { _, err := kind.ParseProxy(v); return err },
+	"ipFamily": func(v string) error {
+		if v != "4" && v != "6" {
+			return fmt.Errorf("%s: 4 or 6", v)
+		}
+		return nil
+	},
 	"switchLink": func(v string) error {
 		if v != topology.SwitchPatch && v != topology.SwitchVeth {
 			return fmt.Errorf("%q: patch or veth", v)

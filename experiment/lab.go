@@ -17,6 +17,7 @@ import (
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/internal/files"
+	"github.com/cnlab/cnlab/internal/input"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/plural"
 	"github.com/cnlab/cnlab/l7proxy/haproxy"
@@ -39,10 +40,23 @@ func (s *Spec) labSpec(p results.Params, name string) (*topology.Spec, error) {
 	case results.IsChain(p.Topology):
 		return topology.Parse([]byte(chainYAML(p)), s.File+" (the chain preset with this point's functions)", ov)
 	case isPreset(p.Topology):
-		return topology.Preset(p.Topology, topology.PresetOptions{Link: p.Link}, ov)
-	default:
-		return s.loadTopology(p.Topology, ov)
+		return topology.Preset(p.Topology, topology.PresetOptions{Link: p.Link, DualStack: p.IPFamily != 0}, ov)
 	}
+	spec, err := s.loadTopology(p.Topology, ov)
+	if err == nil && p.IPFamily != 0 && !spec.HasFamily(p.IPFamily) {
+		return nil, &input.Error{File: s.File, Path: "ipFamily", Msg: fmt.Sprintf("%d: topology %s has no IPv%d pod prefix (give its hosts podCIDRs of both families, as examples/dual-stack.yaml does)", p.IPFamily, p.Topology, p.IPFamily)}
+	}
+	return spec, err
+}
+
+// serverAddr is the address the workloads connect to at a point: the
+// server's address of the point's family (its primary one when the point
+// sets none).
+func serverAddr(sv *topology.Endpoint, p results.Params) netip.Addr {
+	if a, ok := sv.Addr(p.IPFamily); ok {
+		return a
+	}
+	return sv.IP
 }
 
 // chainYAML is the chain preset as a topology file, with the point's
@@ -184,7 +198,7 @@ func (l *labBackend) sample(pr *results.PointResult, dest netip.Addr) (sampleEnv
 		return sampleEnv{}, err
 	}
 	cur := l.cur
-	return sampleEnv{ep: endpoints{client: cl.Netns, server: sv.Netns, serverIP: sv.IP, dest: dest}, rr: l.rr, cnlab: cnlabArgv(l.rr), lab: cur.Name,
+	return sampleEnv{ep: endpoints{client: cl.Netns, server: sv.Netns, serverIP: serverAddr(sv, pr.Params), dest: dest}, rr: l.rr, cnlab: cnlabArgv(l.rr), lab: cur.Name,
 		host: localHost{}, listenWait: 5 * time.Second,
 		settle: func(ctx context.Context, w results.Workload, log io.Writer) error {
 			if w.Kind != results.UDPStream {

@@ -130,9 +130,16 @@ func labKey(p results.Params) string {
 		// none keeps the topology's own level, in a lab of its own.
 		k.Observe = "set"
 	}
+	// Points of either family share the lab (dual-stack with a preset):
+	// the key of a point without the axis keeps its bytes.
+	k.IPFamily = 0
 	key := strings.Replace(fmt.Sprintf("%+v", k), " L7Proxy:", "", 1)
+	key = strings.Replace(key, " IPFamily:0", "", 1)
 	if p.L7Proxy != "" {
 		key += " l7Proxy:" + p.L7Proxy
+	}
+	if p.IPFamily != 0 {
+		key += " dual-stack"
 	}
 	return key
 }

@@ -114,7 +114,7 @@ func (l *labBackend) services(ctx context.Context, p results.Params, b *results.
 	}
 	text := serviceText(p)
 	if text == l.curSvc {
-		return dest(l.curVIP, sv.IP), nil
+		return dest(l.curVIP, serverAddr(sv, p)), nil
 	}
 	a := results.ServiceApply{Services: p.Services, Backends: p.ServiceBackends}
 	var ch *lab.ServiceChange
@@ -145,7 +145,7 @@ func (l *labBackend) services(ctx context.Context, p results.Params, b *results.
 		}
 		l.curVIP = vip
 	}
-	return dest(l.curVIP, sv.IP), nil
+	return dest(l.curVIP, serverAddr(sv, p)), nil
 }
 
 // dest is where the workloads connect: the measured Service, if any.

@@ -459,6 +459,9 @@ func runIperf3(ctx context.Context, w results.Workload, e sampleEnv) (map[string
 func runRR(ctx context.Context, w results.Workload, e sampleEnv) (map[string]float64, error) {
 	sizes := []string{"--mode", w.Kind, "--request-size", strconv.Itoa(w.RequestSize), "--response-size", strconv.Itoa(w.ResponseSize)}
 	srvArgv := append(append(append([]string{}, e.rr...), "server", "--port", strconv.Itoa(RRPort)), sizes...)
+	if e.ep.dest.Is6() {
+		srvArgv = append(srvArgv, "--bind", "::") // IPv6 (and IPv4)
+	}
 	srv, err := e.start(ctx, e.ep.server, e.pin.ServerCPU(), srvArgv...)
 	if err != nil {
 		return nil, err
@@ -467,7 +470,7 @@ func runRR(ctx context.Context, w results.Workload, e sampleEnv) (map[string]flo
 	if err := e.waitListening(ctx, srv, RRPort, w.Kind == results.UDPRR); err != nil {
 		return nil, err
 	}
-	cliArgv := append(append(append([]string{}, e.rr...), "client", "-o", "json", "--to", fmt.Sprintf("%s:%d", e.ep.dest, RRPort),
+	cliArgv := append(append(append([]string{}, e.rr...), "client", "-o", "json", "--to", netip.AddrPortFrom(e.ep.dest, RRPort).String(),
 		"--duration", e.duration.String(), "--warmup", e.warmup.String()), sizes...)
 	rx := e.rxStart(ctx, srv)
 	cpu := e.clientCPU(ctx)

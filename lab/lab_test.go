@@ -37,10 +37,15 @@ var short = map[string]string{"iptables": "ipt", "iptables-ipsets": "ips", "nfta
 
 func scenarioLab(t testing.TB, name, dp, link string) *topology.Spec {
 	t.Helper()
+	return scenarioLabYAML(t, name, dp, strings.Replace(scenarios.Lab, "kind: wire", "kind: "+link, 1))
+}
+
+// scenarioLabYAML is scenarioLab with the lab's topology file given.
+func scenarioLabYAML(t testing.TB, name, dp, yaml string) *topology.Spec {
+	t.Helper()
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
 	testutil.RequireTool(t, "nft", "nftables")
-	yaml := strings.Replace(scenarios.Lab, "kind: wire", "kind: "+link, 1)
 	ov := topology.Overrides{Name: name, Datapath: dp}
 	switch dp {
 	case "iptables-ipsets":

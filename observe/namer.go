@@ -29,7 +29,9 @@ func NewNamer(spec *topology.Spec, m *policy.Model, c *policy.Compiled) *Namer {
 	n := &Namer{Datapath: string(spec.Datapath), byIP: map[netip.Addr]*topology.Endpoint{}, model: m,
 		origins: map[string]string{}, cluster: map[string]*policy.Policy{}}
 	for i := range spec.Endpoints {
-		n.byIP[spec.Endpoints[i].IP] = &spec.Endpoints[i]
+		for _, a := range spec.Endpoints[i].Addrs() { // every family's
+			n.byIP[a] = &spec.Endpoints[i]
+		}
 	}
 	if c != nil {
 		for _, r := range c.Rules {

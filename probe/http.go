@@ -206,7 +206,8 @@ func roundTrip(c net.Conn, br *bufio.Reader, dst netip.AddrPort, r HTTPRequest, 
 }
 
 // RunHTTP probes every ordered pair of distinct endpoints with one HTTP
-// request on a fresh connection to port: each cell gets the status (0: no
+// request on a fresh connection to port, over the lab's primary address
+// family (o.Family is not used): each cell gets the status (0: no
 // connection) and whether the server received the request.
 func RunHTTP(ctx context.Context, lab *topology.Spec, port int, req HTTPRequest, o Options) ([]Cell, error) {
 	if o.Timeout <= 0 {
@@ -228,7 +229,7 @@ func RunHTTP(ctx context.Context, lab *topology.Spec, port int, req HTTPRequest,
 		for j := range lab.Endpoints {
 			if i != j {
 				cells = append(cells, Cell{From: lab.Endpoints[i].ID(), To: lab.Endpoints[j].ID(), Protocol: "tcp", Port: port,
-					Method: req.Method, Path: req.Path})
+					Family: topology.Family(lab.Endpoints[j].IP), Method: req.Method, Path: req.Path})
 			}
 		}
 	}

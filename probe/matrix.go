@@ -48,6 +48,10 @@ const maxTimeout = 30 * time.Second
 type job struct {
 	src, dst *topology.Endpoint
 	t        Target
+	// fam is the address family probed; srcIP and dstIP the endpoints'
+	// addresses of that family.
+	fam          int
+	srcIP, dstIP netip.Addr
 }
 
 // outcome is what one attempt saw.
@@ -100,15 +104,16 @@ func probeAll(ctx context.Context, jobs []job, timeout time.Duration, parallel i
 		src   *topology.Endpoint
 		proto string
 		port  int
+		fam   int
 		idx   []int
 	}
 	var groups []*group
-	at := map[[2]any]*group{}
+	at := map[[3]any]*group{}
 	for i, jb := range jobs {
-		k := [2]any{jb.src, jb.t}
+		k := [3]any{jb.src, jb.t, jb.fam}
 		g := at[k]
 		if g == nil {
-			g = &group{src: jb.src, proto: jb.t.Protocol, port: jb.t.Port}
+			g = &group{src: jb.src, proto: jb.t.Protocol, port: jb.t.Port, fam: jb.fam}
 			at[k] = g
 			groups = append(groups, g)
 		}
@@ -144,7 +149,7 @@ func probeAll(ctx context.Context, jobs []job, timeout time.Duration, parallel i
 					go func() {
 						defer wg.Done()
 						defer release()
-						udpGroup(ctx, g.src, g.port, jobs, g.idx, out, timeout)
+						udpGroup(ctx, g.src, g.port, g.fam, jobs, g.idx, out, timeout)
 					}()
 					continue
 				}
@@ -153,7 +158,7 @@ func probeAll(ctx context.Context, jobs []job, timeout time.Duration, parallel i
 					chunk := g.idx[:n]
 					g.idx = g.idx[n:]
 					acquire(n)
-					tcpChunk(ctx, g.src, jobs, chunk, out, timeout, &wg, release)
+					tcpChunk(ctx, g.src, g.fam, jobs, chunk, out, timeout, &wg, release)
 				}
 			}
 		}()
@@ -177,18 +182,24 @@ func probeAll(ctx context.Context, jobs []job, timeout time.Duration, parallel i
 // tcpChunk opens one TCP socket per job in src's namespace, then connects
 // each and waits for it on its own goroutine (counted in wg; release is
 // called once per job when its socket is closed).
-func tcpChunk(ctx context.Context, src *topology.Endpoint, jobs []job, idx []int, out []outcome, timeout time.Duration, wg *sync.WaitGroup, release func()) {
+func tcpChunk(ctx context.Context, src *topology.Endpoint, fam int, jobs []job, idx []int, out []outcome, timeout time.Duration, wg *sync.WaitGroup, release func()) {
 	fds := make([]int, len(idx))
 	for i := range fds {
 		fds[i] = -1
 	}
 	err := netns.Do(src.Netns, func() error {
-		for i := range idx {
-			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		for i, k := range idx {
+			fd, err := unix.Socket(afOf(fam), unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 			if err != nil {
 				return fmt.Errorf("open a tcp socket in %s: %w", src.ID(), err)
 			}
 			fds[i] = fd
+			if fam == 6 {
+				// The source's own address of the family, as UDP does.
+				if err := unix.Bind(fd, sockaddr(jobs[k].srcIP, 0)); err != nil {
+					return fmt.Errorf("bind a tcp socket in %s to %s: %w", src.ID(), jobs[k].srcIP, err)
+				}
+			}
 		}
 		return nil
 	})
@@ -205,7 +216,7 @@ func tcpChunk(ctx context.Context, src *topology.Endpoint, jobs []job, idx []int
 		go func() {
 			defer wg.Done()
 			defer release()
-			out[k] = connectTCP(ctx, fds[i], netip.AddrPortFrom(jobs[k].dst.IP, uint16(jobs[k].t.Port)), timeout)
+			out[k] = connectTCP(ctx, fds[i], netip.AddrPortFrom(jobs[k].dstIP, uint16(jobs[k].t.Port)), timeout)
 		}()
 	}
 }
@@ -213,9 +224,8 @@ func tcpChunk(ctx context.Context, src *topology.Endpoint, jobs []job, idx []int
 // connectTCP connects the non-blocking socket fd to dst and waits for the
 // handshake until the timeout, counted from the SYN. It closes fd.
 func connectTCP(ctx context.Context, fd int, dst netip.AddrPort, timeout time.Duration) outcome {
-	a := dst.Addr().As4()
 	start := time.Now()
-	err := unix.Connect(fd, &unix.SockaddrInet4{Port: int(dst.Port()), Addr: a})
+	err := unix.Connect(fd, sockaddr(dst.Addr(), int(dst.Port())))
 	if err == nil {
 		unix.Close(fd)
 		return outcome{allowed: true, rtt: time.Since(start)}
@@ -275,7 +285,7 @@ func connectTCP(ctx context.Context, fd int, dst netip.AddrPort, timeout time.Du
 // probe's UDP listener of every job's destination and waits for the
 // echoes; an unanswered datagram is sent again after a third of the
 // timeout, three tries in all.
-func udpGroup(ctx context.Context, src *topology.Endpoint, port int, jobs []job, idx []int, out []outcome, timeout time.Duration) {
+func udpGroup(ctx context.Context, src *topology.Endpoint, port, fam int, jobs []job, idx []int, out []outcome, timeout time.Duration) {
 	fail := func(err error) {
 		for _, k := range idx {
 			out[k].err = err
@@ -284,14 +294,14 @@ func udpGroup(ctx context.Context, src *topology.Endpoint, port int, jobs []job,
 	var fd = -1
 	err := netns.Do(src.Netns, func() error {
 		var err error
-		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		fd, err = unix.Socket(afOf(fam), unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("open a udp socket in %s: %w", src.ID(), err)
 		}
 		// Room for every echo at once: a lost echo would be a false
 		// "denied".
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
-		if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: src.IP.As4()}); err != nil {
+		if err := unix.Bind(fd, sockaddr(jobs[idx[0]].srcIP, 0)); err != nil {
 			unix.Close(fd)
 			return fmt.Errorf("bind a udp socket in %s: %w", src.ID(), err)
 		}
@@ -315,7 +325,7 @@ func udpGroup(ctx context.Context, src *topology.Endpoint, port int, jobs []job,
 	msgs := make(map[netip.AddrPort]int, len(idx)) // destination -> job
 	payload := make([]string, len(idx))
 	for i, k := range idx {
-		dst := netip.AddrPortFrom(jobs[k].dst.IP, uint16(port))
+		dst := netip.AddrPortFrom(jobs[k].dstIP, uint16(port))
 		msgs[dst] = i
 		nonce := make([]byte, 8)
 		_, _ = rand.Read(nonce)
@@ -374,7 +384,7 @@ func udpGroup(ctx context.Context, src *topology.Endpoint, port int, jobs []job,
 			if skip {
 				continue
 			}
-			dst := &net.UDPAddr{IP: jobs[k].dst.IP.AsSlice(), Port: port}
+			dst := &net.UDPAddr{IP: jobs[k].dstIP.AsSlice(), Port: port}
 			if _, err := pc.WriteTo([]byte(payload[i]), dst); err != nil {
 				mu.Lock()
 				if out[k].err == nil && !answered[i] {
@@ -403,4 +413,20 @@ func udpGroup(ctx context.Context, src *topology.Endpoint, port int, jobs []job,
 			out[k].err = nil // a send error on an earlier try, answered since
 		}
 	}
+}
+
+// afOf is the socket address family of IP family fam (4 or 6).
+func afOf(fam int) int {
+	if fam == 6 {
+		return unix.AF_INET6
+	}
+	return unix.AF_INET
+}
+
+// sockaddr is a's socket address with port.
+func sockaddr(a netip.Addr, port int) unix.Sockaddr {
+	if a.Is4() || a.Is4In6() {
+		return &unix.SockaddrInet4{Port: port, Addr: a.Unmap().As4()}
+	}
+	return &unix.SockaddrInet6{Port: port, Addr: a.As16()}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -40,6 +41,9 @@ type Cell struct {
 	To       string `json:"to"`
 	Protocol string `json:"protocol"`
 	Port     int    `json:"port"`
+	// Family is the address family probed, 4 or 6: the cell connects
+	// the source's address of that family to the destination's.
+	Family   int    `json:"family,omitempty"`
 	Allowed  bool   `json:"allowed"`
 	Expected *bool  `json:"expected,omitempty"`
 	Error    string `json:"error,omitempty"` // neither allowed nor a clean timeout
@@ -61,13 +65,24 @@ func Expect(lab *topology.Spec, m *policy.Model, cells []Cell) []Cell {
 	for i := range cells {
 		src, _ := lab.Endpoint(cells[i].From)
 		dst, _ := lab.Endpoint(cells[i].To)
-		exp := m.Verdict(src, dst, cells[i].Protocol, cells[i].Port).Allowed
+		exp := m.VerdictOf(party(src, cells[i].Family), party(dst, cells[i].Family), cells[i].Protocol, cells[i].Port).Allowed
 		cells[i].Expected = &exp
 		if !cells[i].Matches() {
 			wrong = append(wrong, cells[i])
 		}
 	}
 	return wrong
+}
+
+// party is an endpoint as the model judges it over family fam: its
+// address of that family (its primary address when fam is 0 or it has
+// none of that family).
+func party(ep *topology.Endpoint, fam int) policy.Party {
+	p := policy.EndpointParty(ep)
+	if a, ok := ep.Addr(fam); ok {
+		p.Addr = a
+	}
+	return p
 }
 
 // Matches reports whether the probe saw what the model expects: allowed
@@ -92,6 +107,25 @@ type Options struct {
 	Parallel int
 	// Stats, when set, receives how Run probed.
 	Stats *Stats
+	// Family is the address family to probe, 4 or 6; 0 probes every
+	// family the lab has (topology.Spec.Families), each pair once per
+	// family.
+	Family int
+}
+
+// Families returns the families a probe with family fam (0: all) covers
+// in lab, or an error naming the lab's when it has not that one.
+func Families(lab *topology.Spec, fam int) ([]int, error) {
+	switch fam {
+	case 0:
+		return lab.Families(), nil
+	case 4, 6:
+		if !lab.HasFamily(fam) {
+			return nil, fmt.Errorf("lab %s has no IPv%d addresses (its families: %v)", lab.Name, fam, lab.Families())
+		}
+		return []int{fam}, nil
+	}
+	return nil, fmt.Errorf("address family %d: 4 or 6", fam)
 }
 
 // ErrUnsupported says the kernel cannot do a protocol (SCTP here).
@@ -128,7 +162,11 @@ func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) (
 			return nil, fmt.Errorf("port %d is not a port number (1-65535)", t.Port)
 		}
 	}
-	if limit, ok := neighbourLimit(); ok {
+	fams, err := Families(lab, o.Family)
+	if err != nil {
+		return nil, err
+	}
+	if limit, ok := neighbourLimit(); ok && slices.Contains(fams, 4) && lab.Families()[0] == 4 {
 		if need := neighboursNeeded(lab); need > limit {
 			return nil, fmt.Errorf("%w: probing %s's %d endpoints needs about %d ARP entries at once, and the kernel keeps at most net.ipv4.neigh.default.gc_thresh3 = %d for all namespaces together (past it, packets are dropped and would read as denied): %s",
 				ErrNeighbourTable, lab.Name, len(lab.Endpoints), need, limit, neighbourAdvice(need))
@@ -136,19 +174,34 @@ func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) (
 	}
 	srv := &servers{}
 	defer srv.close()
-	for i := range lab.Endpoints {
-		for _, t := range targets {
-			if err := srv.listen(&lab.Endpoints[i], t); err != nil {
-				return nil, err
+	for _, fam := range fams {
+		for i := range lab.Endpoints {
+			a, ok := lab.Endpoints[i].Addr(fam)
+			if !ok {
+				continue
+			}
+			for _, t := range targets {
+				if err := srv.listen(&lab.Endpoints[i], a, t); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
 	var jobs []job
-	for i := range lab.Endpoints {
-		for _, t := range targets {
-			for j := range lab.Endpoints {
-				if i != j {
-					jobs = append(jobs, job{&lab.Endpoints[i], &lab.Endpoints[j], t})
+	for _, fam := range fams {
+		for i := range lab.Endpoints {
+			src := &lab.Endpoints[i]
+			sa, ok := src.Addr(fam)
+			if !ok {
+				continue
+			}
+			for _, t := range targets {
+				for j := range lab.Endpoints {
+					dst := &lab.Endpoints[j]
+					da, ok := dst.Addr(fam)
+					if i != j && ok {
+						jobs = append(jobs, job{src: src, dst: dst, t: t, fam: fam, srcIP: sa, dstIP: da})
+					}
 				}
 			}
 		}
@@ -209,7 +262,7 @@ func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) (
 	}
 	for i, jb := range jobs {
 		r := outs[i]
-		c := Cell{From: jb.src.ID(), To: jb.dst.ID(), Protocol: jb.t.Protocol, Port: jb.t.Port, Allowed: r.allowed}
+		c := Cell{From: jb.src.ID(), To: jb.dst.ID(), Protocol: jb.t.Protocol, Port: jb.t.Port, Family: jb.fam, Allowed: r.allowed}
 		err := r.err
 		if errors.Is(err, errRefused) && lab.EBPF.ConnectHook && jb.t.Protocol == "tcp" {
 			err = nil // the eBPF connect hook refuses denied connects at once
@@ -243,6 +296,9 @@ func Run(ctx context.Context, lab *topology.Spec, targets []Target, o Options) (
 		a, b := cells[i], cells[j]
 		if a.Protocol != b.Protocol || a.Port != b.Port {
 			return a.Protocol < b.Protocol || (a.Protocol == b.Protocol && a.Port < b.Port)
+		}
+		if a.Family != b.Family {
+			return a.Family < b.Family
 		}
 		if a.From != b.From {
 			return a.From < b.From
@@ -282,7 +338,7 @@ func dialTCP(ctx context.Context, ns string, dst netip.AddrPort, timeout time.Du
 // source port would pass whatever the policy says by then. Only the
 // probe's flows are touched.
 func forgetUDP(ctx context.Context, lab *topology.Spec, flows []netip.AddrPort) error {
-	var filters []netlink.CustomConntrackFilter
+	filters := map[netlink.InetFamily][]netlink.CustomConntrackFilter{}
 	for _, f := range flows {
 		if !f.IsValid() {
 			continue
@@ -291,7 +347,11 @@ func forgetUDP(ctx context.Context, lab *topology.Spec, flows []netip.AddrPort) 
 		_ = cf.AddProtocol(17)
 		_ = cf.AddIP(netlink.ConntrackOrigSrcIP, f.Addr().AsSlice())
 		_ = cf.AddPort(netlink.ConntrackOrigSrcPort, f.Port())
-		filters = append(filters, cf)
+		af := netlink.InetFamily(unix.AF_INET)
+		if f.Addr().Unmap().Is6() {
+			af = unix.AF_INET6
+		}
+		filters[af] = append(filters[af], cf)
 	}
 	if len(filters) == 0 {
 		return nil
@@ -301,11 +361,17 @@ func forgetUDP(ctx context.Context, lab *topology.Spec, flows []netip.AddrPort) 
 		if err != nil {
 			return err
 		}
-		_, err = nh.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, filters...)
-		nh.Close()
-		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EPROTONOSUPPORT) {
-			return fmt.Errorf("host %s: forget probe flows in conntrack: %w", h.Name, err)
+		for _, af := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
+			if len(filters[af]) == 0 {
+				continue
+			}
+			_, err = nh.ConntrackDeleteFilters(netlink.ConntrackTable, af, filters[af]...)
+			if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EPROTONOSUPPORT) {
+				nh.Close()
+				return fmt.Errorf("host %s: forget probe flows in conntrack: %w", h.Name, err)
+			}
 		}
+		nh.Close()
 	}
 	// A datapath with its own connection tracking forgets them too.
 	if dp, err := registry.New(lab.Datapath); err == nil {
@@ -349,8 +415,8 @@ type servers struct {
 	wg      sync.WaitGroup
 }
 
-func (s *servers) listen(ep *topology.Endpoint, t Target) error {
-	addr := netip.AddrPortFrom(ep.IP, uint16(t.Port)).String()
+func (s *servers) listen(ep *topology.Endpoint, ip netip.Addr, t Target) error {
+	addr := netip.AddrPortFrom(ip, uint16(t.Port)).String()
 	if t.Protocol == "tcp" {
 		return s.serveTCP(ep, "tcp", addr, func(c net.Conn) { c.Close() })
 	}

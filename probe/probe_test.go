@@ -73,3 +73,40 @@ func TestExpectErrorIsNotDenied(t *testing.T) {
 		t.Error("a clean denial does not match the model")
 	}
 }
+
+// Expect judges a cell over the addresses of its family: an ipBlock of
+// one family allows that family only.
+func TestExpectFamily(t *testing.T) {
+	lab, err := topology.Parse([]byte(`name: t-fam
+hosts:
+  - {name: h, podCIDRs: [10.0.192.0/24, fd00:0:192::/64]}
+endpoints:
+  - {name: a, ip: [10.0.192.10, fd00:0:192::10], labels: {app: a}}
+  - {name: b, ip: [10.0.192.11, fd00:0:192::11], labels: {app: b}}
+`), "t.yaml", topology.Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols, err := policy.Parse([]byte(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: b-from-v4, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: b}}
+  ingress:
+  - from: [{ipBlock: {cidr: 10.0.192.0/24}}]
+`), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := policy.NewModel(lab, pols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells := []Cell{
+		{From: "default/a", To: "default/b", Protocol: "tcp", Port: 80, Family: 4, Allowed: true},
+		{From: "default/a", To: "default/b", Protocol: "tcp", Port: 80, Family: 6, Allowed: false},
+	}
+	if wrong := Expect(lab, m, cells); len(wrong) != 0 {
+		t.Errorf("cells differing from the model: %+v", wrong)
+	}
+}

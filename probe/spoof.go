@@ -50,16 +50,62 @@ const (
 	ARPForeignMAC  SpoofCheck = "arp-foreign-mac"  // ARP request with the sender's IP and a foreign MAC
 	IPv6Frame      SpoofCheck = "ipv6"             // an IPv6 UDP packet
 	OtherEthertype SpoofCheck = "ethertype-0x88b5" // a frame of ethertype 0x88b5
-	VLANTaggedUDP  SpoofCheck = "udp-vlan-tagged"  // IPv4 UDP with the sender's own IP and MAC, tagged VLAN 5
+	VLANTaggedUDP  SpoofCheck = "udp-vlan-tagged"  // UDP (IPv4, or IPv6 in an IPv6-only lab) with the sender's own IP and MAC, tagged VLAN 5
+
+	// The IPv6 checks, run when the lab has IPv6 addresses.
+	Genuine6       SpoofCheck = "udp6-genuine"         // IPv6 UDP with the sender's own IPv6 address and MAC
+	Forged6Peer    SpoofCheck = "udp6-peer-ip"         // IPv6 UDP from another endpoint's IPv6 address (sender's MAC)
+	Forged6Outside SpoofCheck = "udp6-outside-ip"      // IPv6 UDP from an address outside the lab (2001:db8::1)
+	Foreign6MAC    SpoofCheck = "udp6-foreign-mac"     // IPv6 UDP with the sender's IPv6 address and a foreign source MAC
+	GenuineNS      SpoofCheck = "ndp-ns-genuine"       // neighbour solicitation from the sender's own address and MAC
+	GenuineNA      SpoofCheck = "ndp-na-genuine"       // neighbour advertisement of the sender's own address
+	NAForgedTarget SpoofCheck = "ndp-na-forged-target" // neighbour advertisement claiming another endpoint's address
 )
 
-// SpoofChecks lists every check in the order Spoof runs them.
+// SpoofChecks lists every check in the order Spoof runs them. Spoof runs
+// the IPv4 and ARP checks when the lab has IPv4, the IPv6 ones (Genuine6
+// to NAForgedTarget) when it has IPv6, and the rest always.
 var SpoofChecks = []SpoofCheck{Genuine, ForgedUnused, ForgedPeer, ForgedPeerMAC, ForeignMAC,
-	GenuineARP, ARPForgedIP, ARPForeignMAC, IPv6Frame, OtherEthertype, VLANTaggedUDP}
+	GenuineARP, ARPForgedIP, ARPForeignMAC, IPv6Frame, OtherEthertype, VLANTaggedUDP,
+	Genuine6, Forged6Peer, Forged6Outside, Foreign6MAC, GenuineNS, GenuineNA, NAForgedTarget}
 
-// Forged reports whether a check sends anything but the sender's own IPv4
-// or ARP: a port bound to its endpoint drops it whatever the policy.
-func (c SpoofCheck) Forged() bool { return c != Genuine && c != GenuineARP }
+// Forged reports whether a check sends anything but the sender's own
+// IPv4, IPv6, ARP or neighbour discovery: a port bound to its endpoint
+// drops it whatever the policy.
+func (c SpoofCheck) Forged() bool {
+	switch c {
+	case Genuine, GenuineARP, Genuine6, GenuineNS, GenuineNA:
+		return false
+	}
+	return true
+}
+
+// Family is the address family a check needs the lab to have (4 or 6),
+// or 0 when it runs in every lab.
+func (c SpoofCheck) Family() int {
+	switch c {
+	case Genuine, ForgedUnused, ForgedPeer, ForgedPeerMAC, ForeignMAC, GenuineARP, ARPForgedIP, ARPForeignMAC:
+		return 4
+	case Genuine6, Forged6Peer, Forged6Outside, Foreign6MAC, GenuineNS, GenuineNA, NAForgedTarget:
+		return 6
+	}
+	return 0
+}
+
+// NDP reports whether a check is neighbour discovery (ARP or ICMPv6
+// NS/NA): not policy-controlled, so its genuine form arrives whatever the
+// policy where the two endpoints share a link.
+func (c SpoofCheck) NDP() bool {
+	switch c {
+	case GenuineARP, ARPForgedIP, ARPForeignMAC, GenuineNS, GenuineNA, NAForgedTarget:
+		return true
+	}
+	return false
+}
+
+// outsideAddr6 is the forged source of Forged6Outside: a documentation
+// address, outside every lab.
+var outsideAddr6 = netip.MustParseAddr("2001:db8::1")
 
 // SpoofResult is what the target saw of one check.
 type SpoofResult struct {
@@ -97,9 +143,18 @@ func Spoof(ctx context.Context, lab *topology.Spec, from, to, peer *topology.End
 	if o.Port == 0 {
 		o.Port = 81
 	}
-	if !o.Unused.IsValid() {
+	has4, has6 := lab.HasFamily(4), lab.HasFamily(6)
+	if !o.Unused.IsValid() && has4 {
 		o.Unused = unusedAddr(lab, from)
 	}
+	// The endpoints' addresses of each family (invalid when the lab has
+	// not the family).
+	from4, _ := from.Addr(4)
+	to4, _ := to.Addr(4)
+	peer4, _ := peer.Addr(4)
+	from6, _ := from.Addr(6)
+	to6, _ := to.Addr(6)
+	peer6, _ := peer.Addr(6)
 	srcMAC, err := EndpointMAC(from)
 	if err != nil {
 		return nil, err
@@ -122,40 +177,64 @@ func Spoof(ctx context.Context, lab *topology.Spec, from, to, peer *topology.End
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if f := c.Family(); f == 4 && !has4 || f == 6 && !has6 {
+			continue
+		}
 		nonce := make([]byte, 16)
 		_, _ = rand.Read(nonce)
 		udp := func(mac net.HardwareAddr, src netip.Addr) []byte {
-			return UDPFrame(mac, dstMAC, netip.AddrPortFrom(src, 40000), netip.AddrPortFrom(to.IP, o.Port), nonce)
+			return UDPFrame(mac, dstMAC, netip.AddrPortFrom(src, 40000), netip.AddrPortFrom(to4, o.Port), nonce)
+		}
+		udp6 := func(mac net.HardwareAddr, src netip.Addr) []byte {
+			return UDP6Frame(mac, dstMAC, netip.AddrPortFrom(src, 40000), netip.AddrPortFrom(to6, o.Port), nonce)
 		}
 		var frame []byte
 		match := func(f []byte) bool { return bytes.Contains(f, nonce) }
 		switch c {
 		case Genuine:
-			frame = udp(srcMAC, from.IP)
+			frame = udp(srcMAC, from4)
 		case ForgedUnused:
 			frame = udp(srcMAC, o.Unused)
 		case ForgedPeer:
-			frame = udp(srcMAC, peer.IP)
+			frame = udp(srcMAC, peer4)
 		case ForgedPeerMAC:
-			frame = udp(peerMAC, peer.IP)
+			frame = udp(peerMAC, peer4)
 		case ForeignMAC:
-			frame = udp(foreignMAC, from.IP)
+			frame = udp(foreignMAC, from4)
 		case GenuineARP, ARPForgedIP, ARPForeignMAC:
-			mac, ip := srcMAC, from.IP
+			mac, ip := srcMAC, from4
 			switch c {
 			case ARPForgedIP:
-				ip = peer.IP
+				ip = peer4
 			case ARPForeignMAC:
 				mac = foreignMAC
 			}
-			frame = ARPRequest(mac, ip, to.IP, nonce)
-			match = func(f []byte) bool { return isARPFrom(f, mac, ip, to.IP) && bytes.Contains(f, nonce) }
+			frame = ARPRequest(mac, ip, to4, nonce)
+			match = func(f []byte) bool { return isARPFrom(f, mac, ip, to4) && bytes.Contains(f, nonce) }
 		case IPv6Frame:
 			frame = IPv6UDPFrame(srcMAC, dstMAC, nonce)
 		case OtherEthertype:
 			frame = EtherFrame(srcMAC, dstMAC, EtherOther, nonce)
 		case VLANTaggedUDP:
-			frame = VLANTagged(udp(srcMAC, from.IP), 0x8100, 5)
+			if has4 {
+				frame = VLANTagged(udp(srcMAC, from4), 0x8100, 5)
+			} else {
+				frame = VLANTagged(udp6(srcMAC, from6), 0x8100, 5)
+			}
+		case Genuine6:
+			frame = udp6(srcMAC, from6)
+		case Forged6Peer:
+			frame = udp6(srcMAC, peer6)
+		case Forged6Outside:
+			frame = udp6(srcMAC, outsideAddr6)
+		case Foreign6MAC:
+			frame = udp6(foreignMAC, from6)
+		case GenuineNS:
+			frame = NeighbourSolicitation(srcMAC, dstMAC, from6, to6, to6, nonce)
+		case GenuineNA:
+			frame = NeighbourAdvertisement(srcMAC, dstMAC, from6, to6, from6, nonce)
+		case NAForgedTarget:
+			frame = NeighbourAdvertisement(srcMAC, dstMAC, from6, to6, peer6, nonce)
 		}
 		arrived, err := sn.Expect(from.Netns, match, o.Wait, frame)
 		if err != nil {
@@ -169,10 +248,19 @@ func Spoof(ctx context.Context, lab *topology.Spec, from, to, peer *topology.End
 // unusedAddr is the highest address of the sender's subnet below the
 // broadcast that no endpoint of the lab has.
 func unusedAddr(lab *topology.Spec, from *topology.Endpoint) netip.Addr {
-	pfx := netip.PrefixFrom(from.IP, from.Prefix).Masked()
+	ip4, _ := from.Addr(4)
+	bits := from.Prefix
+	if h := lab.Host(from.Host); h != nil {
+		if p, ok := h.CIDR(4); ok {
+			bits = p.Bits()
+		}
+	}
+	pfx := netip.PrefixFrom(ip4, bits).Masked()
 	taken := map[netip.Addr]bool{from.Gateway: true}
 	for _, ep := range lab.Endpoints {
-		taken[ep.IP] = true
+		for _, a := range ep.Addrs() {
+			taken[a] = true
+		}
 	}
 	a := pfx.Addr().As4()
 	last := binary.BigEndian.Uint32(a[:]) | (1<<(32-pfx.Bits()) - 1)
@@ -336,6 +424,106 @@ func IPv6UDPFrame(srcMAC, dstMAC net.HardwareAddr, payload []byte) []byte {
 	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
 	copy(udp[8:], payload)
 	return pad(append(ethHeader(srcMAC, dstMAC, EtherIPv6), ip...))
+}
+
+// IPv6 is the header of an IPv6 packet the frame builders write.
+type IPv6 struct {
+	Src, Dst netip.Addr
+	Next     uint8 // the next header: the payload's protocol
+	HopLimit uint8 // 64 when 0
+}
+
+// Frame is the packet, with payload after the header, in an Ethernet
+// frame.
+func (h IPv6) Frame(srcMAC, dstMAC net.HardwareAddr, payload []byte) []byte {
+	ip := make([]byte, 40, 40+len(payload))
+	ip[0] = 0x60
+	binary.BigEndian.PutUint16(ip[4:], uint16(len(payload)))
+	ip[6] = h.Next
+	ip[7] = h.HopLimit
+	if ip[7] == 0 {
+		ip[7] = 64
+	}
+	s, d := h.Src.As16(), h.Dst.As16()
+	copy(ip[8:24], s[:])
+	copy(ip[24:40], d[:])
+	return pad(append(append(ethHeader(srcMAC, dstMAC, EtherIPv6), ip...), payload...))
+}
+
+// checksum6 is the checksum of an upper-layer packet over IPv6 (RFC 8200
+// 8.1): its pseudo-header, then the packet (whose checksum field is 0).
+func checksum6(src, dst netip.Addr, next uint8, pkt []byte) uint16 {
+	s, d := src.As16(), dst.As16()
+	ph := make([]byte, 0, 40+len(pkt))
+	ph = append(append(ph, s[:]...), d[:]...)
+	ph = binary.BigEndian.AppendUint32(ph, uint32(len(pkt)))
+	ph = append(append(ph, 0, 0, 0, next), pkt...)
+	if len(ph)%2 == 1 {
+		ph = append(ph, 0)
+	}
+	return Checksum(ph)
+}
+
+// UDP6Frame is an IPv6 UDP packet in an Ethernet frame, with any source
+// and a correct checksum (IPv6 requires one).
+func UDP6Frame(srcMAC, dstMAC net.HardwareAddr, src, dst netip.AddrPort, payload []byte) []byte {
+	u := UDP(src.Port(), dst.Port(), payload)
+	sum := checksum6(src.Addr(), dst.Addr(), unix.IPPROTO_UDP, u)
+	if sum == 0 {
+		sum = 0xffff
+	}
+	binary.BigEndian.PutUint16(u[6:], sum)
+	return IPv6{Src: src.Addr(), Dst: dst.Addr(), Next: unix.IPPROTO_UDP}.Frame(srcMAC, dstMAC, u)
+}
+
+// ICMPv6 neighbour discovery (RFC 4861).
+const (
+	icmp6NS        = 135
+	icmp6NA        = 136
+	ndOptSourceLL  = 1
+	ndOptTargetLL  = 2
+	ndOptNonce     = 14 // RFC 3971: carries the probe's nonce, ignored where unknown
+	naFlagOverride = 0x20
+)
+
+// ndp is a neighbour discovery message of type typ (NS or NA) about
+// target, from src to dst with hop limit 255, with a link-layer address
+// option (source for NS, target for NA) of mac and a nonce option
+// carrying nonce (so a sniffer can tell the frame from others).
+func ndp(typ uint8, flags byte, srcMAC, dstMAC net.HardwareAddr, src, dst, target netip.Addr, nonce []byte) []byte {
+	m := make([]byte, 24, 64+len(nonce))
+	m[0] = typ
+	m[4] = flags
+	t := target.As16()
+	copy(m[8:24], t[:])
+	opt := byte(ndOptSourceLL)
+	if typ == icmp6NA {
+		opt = ndOptTargetLL
+	}
+	m = append(m, opt, 1)
+	m = append(m, srcMAC...)
+	n := append([]byte{ndOptNonce, 0}, nonce...)
+	for len(n)%8 != 0 {
+		n = append(n, 0)
+	}
+	n[1] = byte(len(n) / 8)
+	m = append(m, n...)
+	binary.BigEndian.PutUint16(m[2:], checksum6(src, dst, unix.IPPROTO_ICMPV6, m))
+	return IPv6{Src: src, Dst: dst, Next: unix.IPPROTO_ICMPV6, HopLimit: 255}.Frame(srcMAC, dstMAC, m)
+}
+
+// NeighbourSolicitation is an ICMPv6 neighbour solicitation for target
+// from src (its link-layer address srcMAC) to dst, unicast to dstMAC (as
+// neighbour unreachability detection sends it).
+func NeighbourSolicitation(srcMAC, dstMAC net.HardwareAddr, src, dst, target netip.Addr, nonce []byte) []byte {
+	return ndp(icmp6NS, 0, srcMAC, dstMAC, src, dst, target, nonce)
+}
+
+// NeighbourAdvertisement is an unsolicited ICMPv6 neighbour
+// advertisement (override set) saying that target is at srcMAC, from src
+// to dst, unicast to dstMAC.
+func NeighbourAdvertisement(srcMAC, dstMAC net.HardwareAddr, src, dst, target netip.Addr, nonce []byte) []byte {
+	return ndp(icmp6NA, naFlagOverride, srcMAC, dstMAC, src, dst, target, nonce)
 }
 
 var broadcast = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}

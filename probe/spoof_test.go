@@ -1,12 +1,14 @@
 package probe
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net"
 	"net/netip"
 	"testing"
 
 	"github.com/cnlab/cnlab/topology"
+	"golang.org/x/sys/unix"
 )
 
 func TestFrames(t *testing.T) {
@@ -49,5 +51,44 @@ func TestUnusedAndPick(t *testing.T) {
 	peer := pickOther(lab, a.Host, a, to)
 	if to.Name != "c" || peer.Name != "d" {
 		t.Errorf("picked %s and %s, want c and d (same host)", to.Name, peer.Name)
+	}
+}
+
+// The IPv6 frames carry correct upper-layer checksums (the pseudo-header
+// sum over a packet with its checksum verifies to 0), NDP goes out with
+// hop limit 255 and names its target, and the nonce is in the frame.
+func TestFrames6(t *testing.T) {
+	src, _ := net.ParseMAC("02:00:00:00:00:01")
+	dst, _ := net.ParseMAC("02:00:00:00:00:02")
+	a, b, c := netip.MustParseAddr("fd00::a"), netip.MustParseAddr("fd00::b"), netip.MustParseAddr("fd00::c")
+	nonce := []byte("0123456789abcdef")
+	verify := func(name string, f []byte, next uint8) []byte {
+		t.Helper()
+		if binary.BigEndian.Uint16(f[12:]) != EtherIPv6 || f[14]>>4 != 6 || f[20] != next {
+			t.Fatalf("%s: not IPv6/%d: % x", name, next, f[:40])
+		}
+		plen := int(binary.BigEndian.Uint16(f[18:]))
+		pkt := f[54 : 54+plen]
+		if sum := checksum6(netip.AddrFrom16([16]byte(f[22:38])), netip.AddrFrom16([16]byte(f[38:54])), next, pkt); sum != 0 {
+			t.Errorf("%s: checksum does not verify (%#x)", name, sum)
+		}
+		if !bytes.Contains(f, nonce) {
+			t.Errorf("%s: no nonce", name)
+		}
+		return pkt
+	}
+	verify("udp6", UDP6Frame(src, dst, netip.AddrPortFrom(a, 40000), netip.AddrPortFrom(b, 81), nonce), unix.IPPROTO_UDP)
+	ns := NeighbourSolicitation(src, dst, a, b, b, nonce)
+	if m := verify("ns", ns, unix.IPPROTO_ICMPV6); m[0] != icmp6NS || netip.AddrFrom16([16]byte(m[8:24])) != b || ns[21] != 255 {
+		t.Errorf("ns: % x", m)
+	}
+	na := NeighbourAdvertisement(src, dst, a, b, c, nonce)
+	if m := verify("na", na, unix.IPPROTO_ICMPV6); m[0] != icmp6NA || netip.AddrFrom16([16]byte(m[8:24])) != c || m[24] != ndOptTargetLL || !bytes.Equal(m[26:32], src) {
+		t.Errorf("na: % x", m)
+	}
+	for _, ck := range SpoofChecks {
+		if ck.Family() == 6 && ck.Forged() != (ck == Forged6Peer || ck == Forged6Outside || ck == Foreign6MAC || ck == NAForgedTarget) {
+			t.Errorf("%s: forged=%v", ck, ck.Forged())
+		}
 	}
 }

@@ -65,6 +65,7 @@ var seriesDims = []dim{
 		return v
 	}},
 	axisDim("observe"),
+	axisDim("ipFamily"),
 	axisDim("link"),
 	axisDim("switchLink"),
 	axisDim("offloads"),

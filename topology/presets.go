@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 
@@ -15,6 +16,9 @@ type PresetOptions struct {
 	// Functions go in every hop of the chain preset (validated as the
 	// file's chain.functions are; Shaper.Rate from ParseRate).
 	Functions []Function
+	// DualStack gives the hosts of single-host and multi-host an IPv6
+	// prefix too: fd00:0:N::/64 beside 10.0.N.0/24 (chains stay IPv4).
+	DualStack bool
 }
 
 // PresetDirect names the preset of two endpoints on one veth pair.
@@ -93,6 +97,17 @@ func Preset(preset string, o PresetOptions, ov Overrides) (*Spec, error) {
 		return nil, &input.Error{File: "--preset", Msg: fmt.Sprintf("unknown preset %q (presets: %s)", preset, strings.Join(Presets(), ", "))}
 	}
 	raw := mk(o)
+	if o.DualStack {
+		if raw.Chain != nil {
+			return nil, &input.Error{File: file, Path: "ipFamily", Msg: "the chain presets are IPv4 only"}
+		}
+		for i := range raw.Hosts {
+			h := &raw.Hosts[i]
+			p := netip.MustParsePrefix(h.PodCIDR)
+			h.PodCIDRs = []string{h.PodCIDR, fmt.Sprintf("fd00:0:%d::/64", p.Addr().As4()[2])}
+			h.PodCIDR = ""
+		}
+	}
 	if o.Length != 0 && (raw.Chain == nil || preset == PresetDirect) {
 		return nil, &input.Error{File: file, Path: "--length", Msg: "applies to the chain preset only (direct is a chain of length 0)"}
 	}

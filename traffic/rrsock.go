@@ -28,17 +28,31 @@ import (
 
 func sockaddr(addr string) (unix.Sockaddr, error) {
 	ap, err := netip.ParseAddrPort(addr)
-	if err != nil || !ap.Addr().Is4() {
-		return nil, fmt.Errorf("address %q: want IPv4:port", addr)
+	if err != nil {
+		return nil, fmt.Errorf("address %q: want IPv4:port or [IPv6]:port", addr)
 	}
-	return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}, nil
+	if a := ap.Addr().Unmap(); a.Is4() {
+		return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}, nil
+	}
+	if ap.Addr().Zone() != "" {
+		return nil, fmt.Errorf("address %q: an IPv6 address with a zone is not supported", addr)
+	}
+	return &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}, nil
 }
 
-// socket opens a socket with the rr options: TCP_NODELAY for TCP, and
-// the timeout (if not 0) on blocking reads and writes. flags are added to
-// the type (SOCK_NONBLOCK for a connect with a timeout).
-func socket(typ, flags int, timeout time.Duration) (int, error) {
-	fd, err := unix.Socket(unix.AF_INET, typ|flags|unix.SOCK_CLOEXEC, 0)
+// domain is the socket domain of a socket address: AF_INET or AF_INET6.
+func domain(sa unix.Sockaddr) int {
+	if _, ok := sa.(*unix.SockaddrInet6); ok {
+		return unix.AF_INET6
+	}
+	return unix.AF_INET
+}
+
+// socket opens a socket of domain with the rr options: TCP_NODELAY for
+// TCP, and the timeout (if not 0) on blocking reads and writes. flags are
+// added to the type (SOCK_NONBLOCK for a connect with a timeout).
+func socket(domain, typ, flags int, timeout time.Duration) (int, error) {
+	fd, err := unix.Socket(domain, typ|flags|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
@@ -194,7 +208,7 @@ func RRServe(ctx context.Context, c RRConfig, ready chan<- struct{}) error {
 	if c.Mode == UDPRR {
 		typ = unix.SOCK_DGRAM
 	}
-	fd, err := socket(typ, 0, 0)
+	fd, err := socket(domain(sa), typ, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -391,7 +405,7 @@ func (r *rrClient) closeWait(stalls int) error {
 // dial opens a blocking socket connected to the server. A TCP connect
 // waits at most ConnectTimeout, checking ctx every Timeout.
 func (r *rrClient) dial(typ int) (int, error) {
-	fd, err := socket(typ, unix.SOCK_NONBLOCK, r.c.Timeout)
+	fd, err := socket(domain(r.sa), typ, unix.SOCK_NONBLOCK, r.c.Timeout)
 	if err != nil {
 		return -1, err
 	}
@@ -427,9 +441,18 @@ func (r *rrClient) dial(typ int) (int, error) {
 // peer's.
 func selfConnected(fd int, peer unix.Sockaddr) bool {
 	local, err := unix.Getsockname(fd)
-	l, ok1 := local.(*unix.SockaddrInet4)
-	p, ok2 := peer.(*unix.SockaddrInet4)
-	return err == nil && ok1 && ok2 && l.Addr == p.Addr && l.Port == p.Port
+	if err != nil {
+		return false
+	}
+	switch p := peer.(type) {
+	case *unix.SockaddrInet4:
+		l, ok := local.(*unix.SockaddrInet4)
+		return ok && l.Addr == p.Addr && l.Port == p.Port
+	case *unix.SockaddrInet6:
+		l, ok := local.(*unix.SockaddrInet6)
+		return ok && l.Addr == p.Addr && l.Port == p.Port
+	}
+	return false
 }
 
 // connected waits for a non-blocking connect to complete.

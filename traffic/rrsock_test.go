@@ -405,3 +405,30 @@ func TestSelfConnect(t *testing.T) {
 		t.Error("a connection to a server is seen as a self-connection")
 	}
 }
+
+// TestRRIPv6 runs every mode over IPv6 (loopback ::1).
+func TestRRIPv6(t *testing.T) {
+	l, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	l.Close()
+	for _, mode := range []string{TCPRR, TCPCRR, UDPRR} {
+		t.Run(mode, func(t *testing.T) {
+			proto := "tcp"
+			if mode == UDPRR {
+				proto = "udp"
+			}
+			port := freePort(t, proto)
+			c := RRConfig{Mode: mode, Addr: fmt.Sprintf("[::1]:%d", port), RequestSize: 100, ResponseSize: 200, Duration: 200 * time.Millisecond}
+			serve(t, c)
+			r, err := RRRun(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Transactions < 10 {
+				t.Errorf("%d transactions over IPv6", r.Transactions)
+			}
+		})
+	}
+}

@@ -47,8 +47,9 @@ func newProbeCmd(e *env) *cobra.Command {
 	var nodePort string
 	var httpReq string
 	var headers []string
+	var family string
 	cmd := &cobra.Command{
-		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--expect] [--spoof] [-o json]\n  cnlab probe LAB --port P --http \"METHOD PATH\" [--header \"Name: value\"]... [--expect] [-o json]\n  cnlab probe LAB --service NS/NAME[:PORTNAME] [--connections K] [--from NS/NAME]... [--http \"METHOD PATH\" [--header \"Name: value\"]...] [--expect] [-o json]",
+		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--family 4|6|both] [--expect] [--spoof] [-o json]\n  cnlab probe LAB --port P --http \"METHOD PATH\" [--header \"Name: value\"]... [--expect] [-o json]\n  cnlab probe LAB --service NS/NAME[:PORTNAME] [--connections K] [--from NS/NAME]... [--http \"METHOD PATH\" [--header \"Name: value\"]...] [--expect] [-o json]",
 		Short: "Test connectivity between every ordered pair of endpoints with real packets",
 		Long: `Start listeners on every endpoint, then connect (TCP) or send a request and
 wait for the reply (UDP) from every endpoint to every other one, in
@@ -56,12 +57,21 @@ parallel. The text matrix has a row per sender (from) and a column per
 receiver (to). With --expect, compare every cell with the policy model and exit
 1 listing the cells that differ.
 
+In a dual-stack lab every pair is probed over each family (--family 4, 6
+or both; default: every family the lab has): the source's address of the
+family connects to the destination's, the model judges those addresses,
+the text output prints one matrix per family, and each JSON result says
+its "family".
+
 With --spoof, send hand-built frames instead from every endpoint to another
 one of its host: its own IPv4 and ARP, then IPv4 from a forged source (an
 unused address, another endpoint's IP, with its MAC too), a foreign MAC,
-ARP with a forged sender IP or MAC, IPv6, ethertype 0x88b5 and a
-VLAN-tagged frame; print one line per endpoint and check, and exit 1 when
-a forged frame arrived.
+ARP with a forged sender IP or MAC, link-local IPv6, ethertype 0x88b5 and
+a VLAN-tagged frame; in a lab with IPv6 also its own IPv6 UDP, neighbour
+solicitation and advertisement, then IPv6 from another endpoint's address
+or one outside the lab, from a foreign MAC, and a neighbour advertisement
+for another endpoint's address; print one line per endpoint and check,
+and exit 1 when a forged frame arrived.
 
 With --http, every endpoint's listener speaks HTTP/1.1 and each cell is one
 request on a fresh connection: the matrix shows the status received (200,
@@ -96,6 +106,7 @@ proxy waits for a request; the probe says so.`,
   cnlab probe policy-lab --port 81 --protocol udp --expect
   cnlab probe policy-lab -o json | jq '.results[] | select(.allowed != .expected)'
   cnlab probe policy-lab --spoof
+  cnlab probe dual-stack --port 80 --family 6 --expect
   cnlab probe policy-lab --port 80 --explain   # the flows behind each cell that differs from the model
   cnlab probe policy-lab --port 80 --http "GET /public" --expect
   cnlab probe policy-lab --port 80 --http "POST /api" --header "X-Token: 1" -o json
@@ -110,6 +121,13 @@ proxy waits for a request; the probe says so.`,
 			}
 			if explain && (svcRef != "" || spoof || httpReq != "") {
 				return usagef("--explain applies to the probe of every pair (--port, --protocol): see cnlab observe for Services, L7 and forged frames")
+			}
+			fam, err := parseFamily(family)
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("family") && (svcRef != "" || spoof || httpReq != "") {
+				return usagef("--family applies to the probe of every pair (--port, --protocol)")
 			}
 			if svcRef != "" {
 				if spoof || cmd.Flags().Changed("port") || cmd.Flags().Changed("protocol") {
@@ -187,10 +205,14 @@ proxy waits for a request; the probe says so.`,
 				expect = true
 			}
 			var st probe.Stats
-			cells, err := probe.Run(cmd.Context(), spec, []probe.Target{{Protocol: proto, Port: port}}, probe.Options{Timeout: timeout, Stats: &st})
+			if _, err := probe.Families(spec, fam); err != nil {
+				return usagef("--family %s: %v", family, err)
+			}
+			cells, err := probe.Run(cmd.Context(), spec, []probe.Target{{Protocol: proto, Port: port}}, probe.Options{Timeout: timeout, Stats: &st, Family: fam})
 			if err != nil {
 				return err
 			}
+			twoFamilies := len(spec.Families()) > 1
 			if st.Reprobed > 0 {
 				fmt.Fprintf(e.stderr, "cnlab: note: the slowest answer took %v, more than a quarter of --timeout %v: %d denied cells were probed again with a %v timeout, and %d of them were answered then (slow, not denied)\n",
 					st.Slowest.Round(time.Millisecond), timeout, st.Reprobed, st.RetryTimeout, st.Changed)
@@ -210,7 +232,7 @@ proxy waits for a request; the probe says so.`,
 			if expect && len(wrong) > 0 {
 				fmt.Fprintf(e.stderr, "cnlab: %d of %s differ from the policy model:\n", len(wrong), plural.N(len(cells), "cell"))
 				for _, c := range wrong {
-					fmt.Fprintf(e.stderr, "  %s -> %s %s/%d: probed %s, expected %s\n", c.From, c.To, c.Protocol, c.Port, probedWord(c), word(*c.Expected))
+					fmt.Fprintf(e.stderr, "  %s -> %s %s/%d%s: probed %s, expected %s\n", c.From, c.To, c.Protocol, c.Port, familyNote(c, twoFamilies), probedWord(c), word(*c.Expected))
 				}
 				if x != nil && output != "json" {
 					fmt.Fprintf(e.stderr, "flows observed for them (datapath %s, observe: %s):\n", spec.Datapath, x.level)
@@ -227,9 +249,10 @@ proxy waits for a request; the probe says so.`,
 	f := cmd.Flags()
 	f.IntVar(&port, "port", 80, "destination port")
 	f.StringVar(&proto, "protocol", "tcp", "tcp, udp or sctp")
+	f.StringVar(&family, "family", "", "address family to probe: 4, 6 or both (default: every family the lab has)")
 	f.BoolVar(&expect, "expect", false, "compare with the policy model; exit 1 on any difference")
 	f.BoolVar(&explain, "explain", false, "with --expect: for each cell that differs from the model, the flows observed for it (which hook and rule dropped or forwarded it; a lab that records nothing records all for the probe)")
-	f.BoolVar(&spoof, "spoof", false, "send forged and non-IPv4 frames from every endpoint; exit 1 if one arrives")
+	f.BoolVar(&spoof, "spoof", false, "send forged frames (and frames of other protocols) from every endpoint; exit 1 if one arrives")
 	f.StringVarP(&output, "output", "o", "", "output format: text or json")
 	f.DurationVar(&timeout, "timeout", time.Second, "time after which an unanswered attempt counts as denied")
 	f.StringVar(&svcRef, "service", "", "probe a Service port (NS/NAME[:PORTNAME]) instead of every pair")
@@ -275,10 +298,10 @@ func runSpoof(cmd *cobra.Command, e *env, spec *topology.Spec, output string) er
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.From, r.To, r.Check, mark)
 		}
 		tw.Flush()
-		fmt.Fprintln(e.stdout, "* a forged or non-IPv4 frame reached the target")
+		fmt.Fprintln(e.stdout, "* a forged frame (or one of another protocol) reached the target")
 	}
 	if leaked > 0 {
-		fmt.Fprintf(e.stderr, "cnlab: %d of %s forged or non-IPv4 frames reached their target\n", leaked, plural.N(len(res), "check"))
+		fmt.Fprintf(e.stderr, "cnlab: %d of %s: forged frames (or of another protocol) reached their target\n", leaked, plural.N(len(res), "check"))
 		return exitStatus(exitFail)
 	}
 	return nil
@@ -303,18 +326,66 @@ func word(allowed bool) string {
 // printMatrix prints rows (from: the sender) by columns (to: the
 // receiver): ✓ allowed, ✗ denied, and a * after a cell that differs from
 // the model. The header's first cell and the legend say which is which.
+// A lab with two families gets one matrix per family probed, titled
+// with it.
 func printMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, proto string, port int) {
-	printGrid(w, spec, cells, fmt.Sprintf("%s/%d", proto, port), func(c probe.Cell) string {
-		mark := "✗"
-		if c.Allowed {
-			mark = "✓"
+	var fams []int
+	for _, c := range cells {
+		if !slices.Contains(fams, c.Family) {
+			fams = append(fams, c.Family)
 		}
-		if !c.Matches() {
-			mark += "*"
+	}
+	if len(fams) == 0 {
+		fams = []int{0}
+	}
+	for i, fam := range fams {
+		title := fmt.Sprintf("%s/%d", proto, port)
+		if len(spec.Families()) > 1 {
+			title = fmt.Sprintf("IPv%d %s", fam, title)
 		}
-		return mark
-	})
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		var of []probe.Cell
+		for _, c := range cells {
+			if c.Family == fam {
+				of = append(of, c)
+			}
+		}
+		printGrid(w, spec, of, title, func(c probe.Cell) string {
+			mark := "✗"
+			if c.Allowed {
+				mark = "✓"
+			}
+			if !c.Matches() {
+				mark += "*"
+			}
+			return mark
+		})
+	}
 	fmt.Fprintln(w, "rows: from (sender), columns: to (receiver); ✓ allowed  ✗ denied  * differs from the policy model")
+}
+
+// parseFamily reads --family: "" or "both" is 0 (every family of the
+// lab), else 4 or 6.
+func parseFamily(s string) (int, error) {
+	switch strings.ToLower(s) {
+	case "", "both", "all":
+		return 0, nil
+	case "4", "ipv4", "v4":
+		return 4, nil
+	case "6", "ipv6", "v6":
+		return 6, nil
+	}
+	return 0, usagef("--family %q: 4, 6 or both", s)
+}
+
+// familyNote is " (IPv6)" for a cell of a lab with two families.
+func familyNote(c probe.Cell, two bool) string {
+	if !two || c.Family == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (IPv%d)", c.Family)
 }
 
 // printGrid prints a row per sender and a column per receiver, each cell

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net/netip"
 	"testing"
 
 	"github.com/cnlab/cnlab/probe"
@@ -26,5 +27,44 @@ rows: from (sender), columns: to (receiver); ✓ allowed  ✗ denied  * differs 
 `
 	if b.String() != want {
 		t.Errorf("matrix:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+// A lab with two families prints one matrix per family, titled with it.
+func TestPrintMatrixPerFamily(t *testing.T) {
+	spec := &topology.Spec{
+		Hosts:     []topology.Host{{Name: "h", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/64")}}},
+		Endpoints: []topology.Endpoint{{Namespace: "x", Name: "a"}, {Namespace: "x", Name: "b"}},
+	}
+	cells := []probe.Cell{
+		{From: "x/a", To: "x/b", Family: 4, Allowed: true},
+		{From: "x/b", To: "x/a", Family: 4, Allowed: true},
+		{From: "x/a", To: "x/b", Family: 6, Allowed: false},
+		{From: "x/b", To: "x/a", Family: 6, Allowed: true},
+	}
+	var b bytes.Buffer
+	printMatrix(&b, spec, cells, "tcp", 80)
+	want := `IPv4 tcp/80 from\to x/a x/b
+x/a                 .   ✓
+x/b                 ✓   .
+
+IPv6 tcp/80 from\to x/a x/b
+x/a                 .   ✗
+x/b                 ✓   .
+rows: from (sender), columns: to (receiver); ✓ allowed  ✗ denied  * differs from the policy model
+`
+	if b.String() != want {
+		t.Errorf("matrix:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+func TestParseFamily(t *testing.T) {
+	for in, want := range map[string]int{"": 0, "both": 0, "4": 4, "6": 6} {
+		if got, err := parseFamily(in); err != nil || got != want {
+			t.Errorf("parseFamily(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	if _, err := parseFamily("5"); err == nil {
+		t.Error("parseFamily(5) did not fail")
 	}
 }

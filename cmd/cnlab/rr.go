@@ -35,7 +35,9 @@ multi-host; server 10.0.192.2), with cnlab on the PATH (make install).`,
   cnlab exec multi-host server -- cnlab rr server --mode tcp-crr --port 12866 &
   cnlab exec multi-host client -- cnlab rr client --mode tcp-crr --to 10.0.192.2:12866 -o json
   cnlab exec multi-host server -- cnlab rr server --mode udp-rr --port 12867 &
-  cnlab exec multi-host client -- cnlab rr client --mode udp-rr --to 10.0.192.2:12867 --duration 3s`,
+  cnlab exec multi-host client -- cnlab rr client --mode udp-rr --to 10.0.192.2:12867 --duration 3s
+  cnlab exec dual-stack x/a -- cnlab rr server --bind :: &
+  cnlab exec dual-stack x/b -- cnlab rr client --to [fd00:0:192::10]:12865`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 || (args[0] != "server" && args[0] != "client") {
 				return usagef("give server or client: cnlab rr server|client [flags]")
@@ -51,8 +53,8 @@ multi-host; server 10.0.192.2), with cnlab on the PATH (make install).`,
 					return usagef("--port %d is not a port number", port)
 				}
 				ip, err := netip.ParseAddr(bind)
-				if err != nil || !ip.Is4() {
-					return usagef("--bind %q: an IPv4 address", bind)
+				if err != nil || ip.Zone() != "" {
+					return usagef("--bind %q: an IPv4 or IPv6 address (:: listens on both)", bind)
 				}
 				c.Addr = netip.AddrPortFrom(ip, uint16(port)).String()
 				if c.Duration == 0 {
@@ -65,7 +67,7 @@ multi-host; server 10.0.192.2), with cnlab on the PATH (make install).`,
 				return traffic.RRServe(cmd.Context(), c, nil)
 			}
 			if _, err := netip.ParseAddrPort(to); err != nil {
-				return usagef("--to %q: IPv4:port of the server", to)
+				return usagef("--to %q: IPv4:port or [IPv6]:port of the server", to)
 			}
 			c.Addr = to
 			if err := c.Check(); err != nil {
@@ -98,9 +100,9 @@ multi-host; server 10.0.192.2), with cnlab on the PATH (make install).`,
 	f.DurationVar(&c.Duration, "duration", 10*time.Second, "client: measured time")
 	f.DurationVar(&c.Warmup, "warmup", time.Second, "client: time before measuring")
 	f.DurationVar(&c.Timeout, "timeout", time.Second, "client: per transaction (udp-rr: a lost datagram)")
-	f.StringVar(&to, "to", "", "client: server address, IPv4:port")
+	f.StringVar(&to, "to", "", "client: server address, IPv4:port or [IPv6]:port")
 	f.IntVar(&port, "port", 12865, "server: port to listen on")
-	f.StringVar(&bind, "bind", "0.0.0.0", "server: address to listen on")
+	f.StringVar(&bind, "bind", "0.0.0.0", "server: address to listen on (:: for IPv6, and IPv4 too)")
 	f.StringVarP(&output, "output", "o", "", "client output: json")
 	return cmd
 }

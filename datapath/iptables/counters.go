@@ -30,12 +30,17 @@ import (
 // An Admin Pass whose next step is the default drop is counted as a deny
 // of the Pass rule's origin: its target is the drop itself.
 func (d iptables) RuleCounters(ctx context.Context, lab *topology.Spec) ([]datapath.RuleCounter, error) {
-	_, save, _ := tools(lab)
 	var out []datapath.RuleCounter
 	for _, h := range lab.Hosts {
-		listing, err := netns.Run(ctx, h.Netns, nil, save, "-c", "-t", "filter")
-		if err != nil {
-			return nil, fmt.Errorf("host %s: %w", h.Name, err)
+		// Both families' tables, summed: a rule counts IPv4 and IPv6.
+		var listing []byte
+		for _, fam := range families(lab) {
+			_, save, _ := familyTools(lab, fam)
+			text, err := netns.Run(ctx, h.Netns, nil, save, "-c", "-t", "filter")
+			if err != nil {
+				return nil, fmt.Errorf("host %s: %w", h.Name, err)
+			}
+			listing = append(listing, text...)
 		}
 		out = append(out, countRules(lab, h.Name, string(listing))...)
 	}

@@ -42,10 +42,13 @@ const (
 type ipset struct {
 	Type    string   `json:"type"`
 	Members []string `json:"members"`
-	Term    string   `json:"term"` // what it holds (policy.PeerSet.Key), for people
+	Term    string   `json:"term"`             // what it holds (policy.PeerSet.Key), for people
+	Family  int      `json:"family,omitempty"` // 6: IPv6 (family inet6); IPv4 otherwise
 }
 
-func (s ipset) equal(o ipset) bool { return s.Type == o.Type && slices.Equal(s.Members, o.Members) }
+func (s ipset) equal(o ipset) bool {
+	return s.Type == o.Type && s.Family == o.Family && slices.Equal(s.Members, o.Members)
+}
 
 // setName names the kernel set of a peer set: cnlab-s- (selector,
 // hash:ip) or cnlab-n- (CIDR, hash:net) and 16 hex digits of a hash of its
@@ -73,6 +76,8 @@ func renderSet(ps *policy.PeerSet) ipset {
 	}
 	for _, p := range ps.Members {
 		switch {
+		case !p.Addr().Is4(): // a set of family inet: IPv4 members only (IPv6's: famView.renderSet)
+			continue
 		case s.Type == hashIP:
 			s.Members = append(s.Members, p.Addr().String())
 		case p.Bits() == 0:
@@ -99,7 +104,11 @@ func setsScript(have, want map[string]ipset, exists func(string) bool) string {
 			continue
 		}
 		tmp := tmpName(name)
-		opts := fmt.Sprintf("%s family inet maxelem %d", s.Type, maxElem(len(s.Members)))
+		family := "inet"
+		if s.Family == 6 {
+			family = "inet6"
+		}
+		opts := fmt.Sprintf("%s family %s maxelem %d", s.Type, family, maxElem(len(s.Members)))
 		fmt.Fprintf(&b, "create %s %s\nflush %s\n", tmp, opts, tmp)
 		for _, m := range s.Members {
 			fmt.Fprintf(&b, "add %s %s\n", tmp, m)

@@ -20,6 +20,8 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"net/netip"
+	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -59,17 +61,31 @@ func (d iptables) Setup(ctx context.Context, lab *topology.Spec) error {
 	if len(lab.Hosts) == 0 {
 		return datapath.ErrNoHosts
 	}
-	_, _, bin := tools(lab)
+	if hasIPv6(lab) {
+		for _, tool := range ipv6Tools(lab) {
+			if _, err := exec.LookPath(tool); err != nil {
+				return fmt.Errorf("%s is not installed (Debian package iptables): a lab with IPv6 needs it", tool)
+			}
+		}
+	}
 	for _, h := range lab.Hosts {
 		if err := change.EnableBridgeNetfilter(h.Netns); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
-		if _, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-N", fwdChain); err != nil && !strings.Contains(err.Error(), "Chain already exists") {
-			return fmt.Errorf("host %s: %w", h.Name, err)
-		}
-		if _, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain); err != nil {
-			if _, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-I", "FORWARD", "1", "-m", "comment", "--comment", comment, "-j", fwdChain); err != nil {
+		if hasIPv6(lab) {
+			if err := netns.Do(h.Netns, func() error { return netns.SetSysctl("net/bridge/bridge-nf-call-ip6tables", "1") }); err != nil {
 				return fmt.Errorf("host %s: %w", h.Name, err)
+			}
+		}
+		for _, fam := range families(lab) {
+			_, _, bin := familyTools(lab, fam)
+			if _, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-N", fwdChain); err != nil && !strings.Contains(err.Error(), "Chain already exists") {
+				return fmt.Errorf("host %s: %w", h.Name, err)
+			}
+			if _, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain); err != nil {
+				if _, err := netns.Run(ctx, h.Netns, nil, bin, "-w", "-I", "FORWARD", "1", "-m", "comment", "--comment", comment, "-j", fwdChain); err != nil {
+					return fmt.Errorf("host %s: %w", h.Name, err)
+				}
 			}
 		}
 	}
@@ -84,6 +100,10 @@ type hostState struct {
 	// NAT are the rules of CNLAB-L7 in the nat table (l7.go); the chain
 	// and its jump exist once a host has had an L7 port.
 	NAT []string `json:"nat,omitempty"`
+	// Chains6 are the chains of the IPv6 filter table (ip6tables), the
+	// same chains rendered for the endpoints' IPv6 addresses, in a lab
+	// with IPv6 (family.go); Chains are the IPv4 table's.
+	Chains6 map[string][]string `json:"chains6,omitempty"`
 }
 
 // Apply writes each host's chains, rewriting only those that changed and
@@ -95,7 +115,7 @@ type hostState struct {
 // destroyed after it (a rebuild writes every wanted set and destroys
 // every other cnlab set of the host).
 func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
-	restore, save, bin := tools(lab)
+	_, _, bin := tools(lab)
 	ipsets := lab.IPTables.IPSets()
 	rebuild := func(ctx context.Context, h *topology.Host, want *hostState) error {
 		var existing []string
@@ -122,19 +142,24 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 				return err
 			}
 		}
-		listing, err := netns.Run(ctx, h.Netns, nil, save, "-t", "filter")
-		if err != nil {
-			return err
-		}
-		script := rebuildScript(ownChains(string(listing)), want.Chains)
-		if !hasJump(string(listing)) {
-			script = strings.TrimSuffix(script, "COMMIT\n") + jumpRule + "\nCOMMIT\n"
-		}
-		if jumped := natJumped(ctx, h, bin); len(want.NAT) > 0 || jumped {
-			script = natScript(nil, want.NAT, true, !jumped) + script
-		}
-		if err := change.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
-			return err
+		for _, fam := range families(lab) {
+			restore, save, _ := familyTools(lab, fam)
+			listing, err := netns.Run(ctx, h.Netns, nil, save, "-t", "filter")
+			if err != nil {
+				return err
+			}
+			script := rebuildScript(ownChains(string(listing)), want.chainsOf(fam))
+			if !hasJump(string(listing)) {
+				script = strings.TrimSuffix(script, "COMMIT\n") + jumpRule + "\nCOMMIT\n"
+			}
+			if fam == 4 {
+				if jumped := natJumped(ctx, h, bin); len(want.NAT) > 0 || jumped {
+					script = natScript(nil, want.NAT, true, !jumped) + script
+				}
+			}
+			if err := change.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
+				return err
+			}
 		}
 		var gone []string
 		for _, n := range existing {
@@ -150,9 +175,14 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 		func(ctx context.Context, h *topology.Host, have, want *hostState) error {
 			// Without the jump from FORWARD (removed by hand) no
 			// chain of cnlab's is seen: put it back with the rest.
-			_, jumpErr := netns.Run(ctx, h.Netns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain)
-			if have == nil || jumpErr != nil {
+			if have == nil {
 				return rebuild(ctx, h, want)
+			}
+			for _, fam := range families(lab) {
+				_, _, bin := familyTools(lab, fam)
+				if _, jumpErr := netns.Run(ctx, h.Netns, nil, bin, "-w", "-C", "FORWARD", "-m", "comment", "--comment", comment, "-j", fwdChain); jumpErr != nil {
+					return rebuild(ctx, h, want)
+				}
 			}
 			inHave := func(n string) bool { _, ok := have.Sets[n]; return ok }
 			if err := writeSets(ctx, h.Netns, have.Sets, want.Sets, inHave); err != nil {
@@ -174,11 +204,21 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 			} else {
 				steps = []string{diffScript(have.Chains, want.Chains)}
 			}
+			restore, _, _ := tools(lab)
+			type load struct{ script, restore string }
+			var loads []load
 			for _, script := range steps {
-				if script == "" {
+				loads = append(loads, load{script, restore})
+			}
+			if hasIPv6(lab) { // then IPv6's chains, in a commit of their own
+				restore6, _, _ := familyTools(lab, 6)
+				loads = append(loads, load{diffScript(have.Chains6, want.Chains6), restore6})
+			}
+			for _, l := range loads {
+				if l.script == "" {
 					continue
 				}
-				if err := change.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
+				if err := change.Load(ctx, h, l.script, l.restore, "-w", "--noflush"); err != nil {
 					// The kernel may not hold what the state file says (a
 					// hand edit): rebuild from what it holds.
 					return rebuild(ctx, h, want)
@@ -308,8 +348,29 @@ func tierChainName(tier string, dir policy.Dir, ep *topology.Endpoint) string {
 // isolated, with the cluster tiers' chains around it (endpointChains). It
 // is pure, so it is tested without root.
 func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
-	st := hostState{Chains: map[string][]string{}}
+	st := hostState{}
 	o := observer{lab.ObserveLevel()}
+	var sets map[string]ipset
+	if lab.IPTables.IPSets() {
+		sets = map[string]ipset{}
+	}
+	st.Chains = renderChains(lab, host, c, newFamView(lab, 4), sets, o)
+	if hasIPv6(lab) {
+		st.Chains6 = renderChains(lab, host, c, newFamView(lab, 6), sets, o)
+	}
+	if len(sets) > 0 {
+		st.Sets = sets
+	}
+	st.NAT = renderL7(lab, host, c, o)
+	return st
+}
+
+// renderChains renders the chains of one family's filter table (4:
+// iptables, 6: ip6tables) for the endpoints that have an address of
+// that family. With peers: ipsets, the sets the rules match are added to
+// sets (those of IPv6 are sets of their own, setName6).
+func renderChains(lab *topology.Spec, host string, c *policy.Compiled, v famView, sets map[string]ipset, o observer) map[string][]string {
+	chains := map[string][]string{}
 	var fwd []string
 	filler := topology.FillerRules(lab.IPTables.Filler) // shared with the chain firewall
 	if lab.IPTables.FillerMode == kind.FillerNoMatch {
@@ -319,14 +380,16 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	if lab.IPTables.FillerMode == kind.FillerTopOfChain {
 		fwd = append(fwd, filler...)
 	}
+	fwd = append(fwd, v.ndp()...)
 	fwd = append(fwd, o.before("-m conntrack --ctstate INVALID", observe.Dropped, 0, false, "invalid")...)
 	fwd = append(fwd, "-m conntrack --ctstate INVALID -j DROP")
 	var jumpsIn []string
-	var sets map[string]ipset
-	if lab.IPTables.IPSets() {
-		sets = map[string]ipset{}
-	}
 	for _, ep := range change.LocalEndpoints(lab, host) {
+		addr, ok := ep.Addr(v.fam)
+		if !ok {
+			continue
+		}
+		self := netip.PrefixFrom(addr, addr.BitLen())
 		id := c.IdentityOfIP(ep.IP)
 		enf := c.Enforced[id]
 		for _, dir := range []policy.Dir{policy.Egress, policy.Ingress} {
@@ -340,30 +403,26 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 			}
 			var lines tierLines
 			if sets != nil {
-				lines = termLines(c, dir, c.TermsFor(id, dir), sets)
+				lines = termLines(c, dir, c.TermsFor(id, dir), sets, v)
 			} else {
-				lines = entryLines(c, dir, rules)
+				lines = entryLines(c, dir, rules, v)
 			}
 			var l7 []string
 			if dir == policy.Ingress {
 				l7 = l7Drops(c, id, o)
 			}
-			entry := endpointChains(st.Chains, dir, ep, lines, l7, enforced, o)
+			entry := endpointChains(chains, dir, ep, lines, l7, enforced, o)
 			if dir == policy.Egress {
-				fwd = append(fwd, fmt.Sprintf("-s %s/32 -j %s", ep.IP, entry))
+				fwd = append(fwd, fmt.Sprintf("-s %s -j %s", self, entry))
 			} else {
-				jumpsIn = append(jumpsIn, fmt.Sprintf("-d %s/32 -j %s", ep.IP, entry))
+				jumpsIn = append(jumpsIn, fmt.Sprintf("-d %s -j %s", self, entry))
 			}
 		}
 	}
 	// Every egress check comes before every ingress check: a packet
 	// between two endpoints of this host needs both.
-	st.Chains[fwdChain] = append(append(fwd, jumpsIn...), o.end(lab, host)...)
-	if len(sets) > 0 {
-		st.Sets = sets
-	}
-	st.NAT = renderL7(lab, host, c, o)
-	return st
+	chains[fwdChain] = append(append(fwd, jumpsIn...), o.end(lab, host, v.fam)...)
+	return chains
 }
 
 // A rule line of an endpoint chain waits for its verdict until the chains
@@ -473,14 +532,14 @@ func endpointChains(chains map[string][]string, dir policy.Dir, ep *topology.End
 
 // entryLines are the rules of an endpoint and direction, one per peer
 // prefix of each IR entry.
-func entryLines(c *policy.Compiled, dir policy.Dir, rules []policy.Entry) tierLines {
+func entryLines(c *policy.Compiled, dir policy.Dir, rules []policy.Entry, v famView) tierLines {
 	var out tierLines
 	peerFlag := "-d"
 	if dir == policy.Ingress {
 		peerFlag = "-s"
 	}
 	for _, r := range rules { // in walking order (RulesFor)
-		for _, pfx := range c.PeerPrefixes(r) {
+		for _, pfx := range v.peerPrefixes(c, r) {
 			var m []string
 			if pfx.Bits() > 0 {
 				m = append(m, peerFlag, pfx.String())
@@ -493,14 +552,18 @@ func entryLines(c *policy.Compiled, dir policy.Dir, rules []policy.Entry) tierLi
 
 // termLines is entryLines with peers: ipsets: a rule per term, its peers
 // in a set (added to sets) unless it allows any peer.
-func termLines(c *policy.Compiled, dir policy.Dir, terms []policy.Term, sets map[string]ipset) tierLines {
+func termLines(c *policy.Compiled, dir policy.Dir, terms []policy.Term, sets map[string]ipset, v famView) tierLines {
 	var out tierLines
 	for _, t := range terms { // in walking order (TermsFor)
 		var m []string
 		if t.Set != "" {
 			ps := c.PeerSets[t.Set]
-			name := setName(ps)
-			sets[name] = renderSet(ps)
+			s := v.renderSet(ps)
+			if ps.Net && len(ps.Members) > 0 && len(s.Members) == 0 {
+				continue // a CIDR term of the other family
+			}
+			name := v.setName(ps)
+			sets[name] = s
 			m = setMatch(name, dir)
 		}
 		out.add(m, t.Entry())
@@ -559,6 +622,14 @@ func (d iptables) Describe(ctx context.Context, lab *topology.Spec) (map[string]
 		text, err := netns.Run(ctx, h.Netns, nil, save, "-t", "filter")
 		if err != nil {
 			return nil, err
+		}
+		if hasIPv6(lab) {
+			_, save6, _ := familyTools(lab, 6)
+			text6, err := netns.Run(ctx, h.Netns, nil, save6, "-t", "filter")
+			if err != nil {
+				return nil, err
+			}
+			text = append(text, text6...)
 		}
 		if nat, err := netns.Run(ctx, h.Netns, nil, save, "-t", "nat"); err == nil && strings.Contains(string(nat), ":"+l7Chain+" ") {
 			text = append(text, nat...)

@@ -34,6 +34,9 @@ var l7JumpRule = fmt.Sprintf("-I PREROUTING 1 -m comment --comment %q -j %s", co
 func renderL7(lab *topology.Spec, host string, c *policy.Compiled, o observer) []string {
 	var out []string
 	for _, m := range datapath.L7Redirects(lab, host, c) {
+		if !m.Dst.Is4() || (m.Src.IsValid() && !m.Src.Addr().Is4()) {
+			continue // the redirect is IPv4's (family.go)
+		}
 		r := fmt.Sprintf("-d %s/32 -p tcp -m tcp --dport %d", m.Dst, m.Port)
 		if m.Src.IsValid() {
 			r = "-s " + m.Src.String() + " " + r

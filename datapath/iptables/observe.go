@@ -60,13 +60,13 @@ func (o observer) before(match, verdict string, dir policy.Dir, dirKnown bool, i
 
 // end is the end of CNLAB-FWD: with observe all, the flows to other
 // hosts' endpoints return, every other new flow is logged.
-func (o observer) end(lab *topology.Spec, host string) []string {
+func (o observer) end(lab *topology.Spec, host string, fam int) []string {
 	log := o.before("-m conntrack --ctstate NEW", observe.Forwarded, 0, false, "-")
 	if log == nil {
 		return nil
 	}
 	var out []string
-	for _, p := range datapath.RemotePrefixes(lab, host) {
+	for _, p := range remotePrefixes(lab, host, fam) {
 		out = append(out, "-d "+p.String()+" -j RETURN")
 	}
 	return append(out, log...)

@@ -94,6 +94,13 @@ var descriptors = []Descriptor{
 			{"iptables-legacy-save", "iptables", nil},
 			{"iptables-nft-restore", "iptables", nil},
 			{"iptables-nft-save", "iptables", nil},
+			// A lab with IPv6: the same chains in ip6tables (same package).
+			{"ip6tables-legacy-restore", "iptables", nil},
+			{"ip6tables-legacy-save", "iptables", nil},
+			{"ip6tables-legacy", "iptables", nil},
+			{"ip6tables-nft-restore", "iptables", nil},
+			{"ip6tables-nft-save", "iptables", nil},
+			{"ip6tables-nft", "iptables", nil},
 			{"iptables-nft", "iptables", nil},
 			{"iptables", "iptables", []string{"--version"}},
 			{"iptables-legacy", "iptables", []string{"--version"}},

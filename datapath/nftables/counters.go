@@ -88,7 +88,9 @@ func countRules(lab *topology.Spec, host string, st *hostState, listing string) 
 	}
 	byIP := map[string]string{}
 	for _, ep := range change.LocalEndpoints(lab, host) {
-		byIP[ep.IP.String()] = ep.ID()
+		for _, a := range ep.Addrs() {
+			byIP[a.String()] = ep.ID()
+		}
 	}
 	for set, elems := range setElements(listing) {
 		set, ok := strings.CutSuffix(set, suffix)
@@ -127,6 +129,7 @@ func countRules(lab *topology.Spec, host string, st *hostState, listing string) 
 // classOf is the verdict class of a set or map of a generation (allow,
 // deny, default-deny, tier; "" for the others) and its direction.
 func classOf(set string) (class, dir string) {
+	set = unfam(set)
 	dir = "ingress"
 	if strings.HasPrefix(set, "eg_") {
 		dir = "egress"

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/datapath"
+	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/policy/policytest"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -22,7 +23,7 @@ func listing(st hostState) string {
 		fmt.Fprintf(&b, "\tset %s_g%d {\n\t\ttype ipv4_addr\n\t\tcounter\n\t\telements = { ", set, st.Gen)
 		for i, e := range st.Sets[set] {
 			key, verdict, isMap := strings.Cut(e, " : ")
-			e = strings.ReplaceAll(key, "/32", "") + " counter packets 1 bytes 10"
+			e = strings.TrimPrefix(originKey("", key), " ") + " counter packets 1 bytes 10"
 			if isMap {
 				e += " : " + verdict
 			}
@@ -47,7 +48,27 @@ func listing(st hostState) string {
 // the host, and the isolation elements as the default deny; without,
 // per verdict class.
 func TestCountRules(t *testing.T) {
-	lab, _, c := policytest.CompilePolicies(t, policytest.Parse(t, policytest.TieredYAML+policytest.TieredNP), topology.Overrides{})
+	for _, fams := range []string{"4", "dual", "6"} {
+		t.Run(fams, func(t *testing.T) {
+			lab, err := topology.Parse([]byte(labFor(fams)), "scenario lab", topology.Overrides{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := policy.NewModel(lab, policytest.Parse(t, policytest.TieredYAML+policytest.TieredNP))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := m.Compile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkCountRules(t, lab, c)
+		})
+	}
+}
+
+func checkCountRules(t *testing.T, lab *topology.Spec, c *policy.Compiled) {
+	v6 := 0 // elements of IPv6 sets counted
 	for _, h := range lab.Hosts {
 		st := Render(policytest.AtLevel(lab, topology.ObserveDrops), h.Name, c)
 		st.Gen = 3
@@ -55,6 +76,9 @@ func TestCountRules(t *testing.T) {
 		want := map[string]uint64{}
 		for set, elems := range st.Sets {
 			if class, _ := classOf(set); class != "" {
+				if strings.HasSuffix(set, "6") {
+					v6 += len(elems)
+				}
 				for _, e := range elems {
 					want[st.Origins[originKey(set, e)]]++
 				}
@@ -88,5 +112,8 @@ func TestCountRules(t *testing.T) {
 				t.Errorf("%s off: no class %q: %v", h.Name, c, got)
 			}
 		}
+	}
+	if lab.HasFamily(6) && v6 == 0 {
+		t.Error("no IPv6 element counted")
 	}
 }

@@ -39,37 +39,40 @@ const (
 
 func (o outcome) String() string { return [...]string{"passed", "dropped", "redirected"}[o] }
 
-// field is one value of a packet an expression reads.
-func field(t *testing.T, p packet, name string) (uint64, bool) {
+// value is what an expression reads: an address or a number.
+type value struct {
+	a netip.Addr
+	n uint64
+}
+
+// field is one value of a packet an expression reads; "ip" and "ip6"
+// read nothing (match nothing) in a packet of the other family.
+func field(t *testing.T, p packet, name string) (value, bool) {
 	switch name {
-	case "ip saddr":
-		return uint64(addr32(p.src)), true
-	case "ip daddr":
-		return uint64(addr32(p.dst)), true
+	case "ip saddr", "ip6 saddr":
+		return value{a: p.src}, strings.HasPrefix(name, "ip6") == p.src.Is6()
+	case "ip daddr", "ip6 daddr":
+		return value{a: p.dst}, strings.HasPrefix(name, "ip6") == p.dst.Is6()
 	case "meta l4proto":
-		return uint64(p.proto), true
+		return value{n: uint64(p.proto)}, true
 	case "th dport":
 		// Only TCP, UDP and SCTP elements have ports; another
 		// protocol's header has none to read here.
-		return uint64(p.port), p.proto == policy.ProtoTCP || p.proto == policy.ProtoUDP || p.proto == policy.ProtoSCTP
+		return value{n: uint64(p.port)}, p.proto == policy.ProtoTCP || p.proto == policy.ProtoUDP || p.proto == policy.ProtoSCTP
 	}
 	t.Fatalf("unknown field %q", name)
-	return 0, false
-}
-
-func addr32(a netip.Addr) uint32 {
-	b := a.As4()
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	return value{}, false
 }
 
 // within reports whether v is in an element's part: an address, a
 // prefix, a number or a range lo-hi.
-func within(t *testing.T, part string, v uint64, isAddr bool) bool {
+func within(t *testing.T, part string, val value, isAddr bool) bool {
+	v := val.n
 	if isAddr {
 		if strings.Contains(part, "/") {
-			return netip.MustParsePrefix(part).Contains(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}))
+			return netip.MustParsePrefix(part).Contains(val.a)
 		}
-		return uint64(addr32(netip.MustParseAddr(part))) == v
+		return netip.MustParseAddr(part) == val.a
 	}
 	lo, hi, isRange := strings.Cut(part, "-")
 	l, err := strconv.ParseUint(lo, 10, 32)
@@ -88,7 +91,7 @@ func within(t *testing.T, part string, v uint64, isAddr bool) bool {
 // lookup returns the value (a map's verdict, "" for a set) of the one
 // element of set that the key fields of p match.
 func lookup(t *testing.T, st hostState, set string, fields []string, p packet) (string, bool) {
-	var vals []uint64
+	var vals []value
 	for _, f := range fields {
 		v, ok := field(t, p, f)
 		if !ok {
@@ -105,7 +108,7 @@ func lookup(t *testing.T, st hostState, set string, fields []string, p packet) (
 		}
 		hit := true
 		for i, part := range parts {
-			hit = hit && within(t, part, vals[i], strings.HasPrefix(fields[i], "ip "))
+			hit = hit && within(t, part, vals[i], strings.HasPrefix(fields[i], "ip"))
 		}
 		if hit {
 			found++
@@ -142,8 +145,21 @@ func unlog(t *testing.T, rule string) (string, string) {
 // "".
 func runRule(t *testing.T, st hostState, rule string, p packet) (verdict string, hit bool) {
 	rule, _ = unlog(t, strings.Replace(rule, " counter", "", 1))
+	if strings.HasPrefix(rule, "icmpv6 type ") {
+		return "", false // neighbour discovery: not a new connection
+	}
 	if r, ok := strings.CutPrefix(rule, "ct state new "); ok { // the end of the forward chain
-		if set, ok := strings.CutPrefix(r, "ip daddr != { "); ok {
+		if fam, ok := strings.CutPrefix(r, "meta nfproto ipv"); ok && (fam[0] == '6') != p.dst.Is6() {
+			return "", false
+		}
+		for expr, v6 := range map[string]bool{"ip daddr != { ": false, "ip6 daddr != { ": true} {
+			set, ok := strings.CutPrefix(r, expr)
+			if !ok {
+				continue
+			}
+			if v6 != p.dst.Is6() {
+				return "", false
+			}
 			set, _, _ = strings.Cut(set, " }")
 			for _, pfx := range strings.Split(set, ", ") {
 				if netip.MustParsePrefix(pfx).Contains(p.dst) {
@@ -202,7 +218,7 @@ func chains(script string) map[string][]string {
 var layouts = map[string]map[string][]string{}
 
 func chainsOf(l layout) map[string][]string {
-	k := strings.Join(l.tiers, ",") + " " + l.observe + " " + strings.Join(l.remote, ",")
+	k := strings.Join(l.tiers, ",") + " " + l.observe + " " + strings.Join(l.remote, ",") + " " + fmt.Sprint(l.fams)
 	if cs, ok := layouts[k]; ok {
 		return cs
 	}
@@ -280,14 +296,17 @@ func l7Rule(t *testing.T, rule string, p packet) (string, bool) {
 		switch {
 		case w[i] == "ct" && w[i+1] == "state" && w[i+2] == "new":
 			i += 2
-		case w[i] == "ip" && (w[i+1] == "saddr" || w[i+1] == "daddr"):
+		case (w[i] == "ip" || w[i] == "ip6") && (w[i+1] == "saddr" || w[i+1] == "daddr"):
 			a := p.src
 			if w[i+1] == "daddr" {
 				a = p.dst
 			}
+			if (w[i] == "ip6") != a.Is6() {
+				return "", false
+			}
 			v := w[i+2]
 			if !strings.Contains(v, "/") {
-				v += "/32"
+				v += "/" + fmt.Sprint(a.BitLen())
 			}
 			if !netip.MustParsePrefix(v).Contains(a) {
 				return "", false

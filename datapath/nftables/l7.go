@@ -28,6 +28,9 @@ const (
 func renderL7(lab *topology.Spec, host string, c *policy.Compiled) (nat, fwd []string) {
 	l := layout{observe: lab.ObserveLevel()}
 	for _, m := range datapath.L7Redirects(lab, host, c) {
+		if topology.Family(m.Dst) != 4 || (m.Src.IsValid() && topology.Family(m.Src.Addr()) != 4) {
+			continue // the L7 proxy is IPv4 only: see below
+		}
 		r := fmt.Sprintf("ip daddr %s tcp dport %d", m.Dst, m.Port)
 		if m.Src.IsValid() {
 			r = fmt.Sprintf("ip saddr %s %s", m.Src, r)
@@ -43,9 +46,21 @@ func renderL7(lab *topology.Spec, host string, c *policy.Compiled) (nat, fwd []s
 			fwd = append(fwd, fmt.Sprintf("ct state new %s counter accept comment %q", r, comment(m.Why)))
 		}
 	}
+	// The L7 proxy listens and dials on IPv4 only: new IPv6 connections
+	// to an L7 port are dropped (closed rather than let around the L7
+	// rules).
 	for _, ep := range change.LocalEndpoints(lab, host) {
 		for _, port := range c.L7Ports(c.IdentityOfIP(ep.IP)) {
-			fwd = append(fwd, fmt.Sprintf("ct state new ip daddr %s tcp dport %d counter %sdrop comment %q", ep.IP, port, l.log(observe.Dropped, true, true, "l7"), "L7 port: only through the proxy"))
+			for _, a := range ep.Addrs() {
+				if !lab.HasFamily(topology.Family(a)) {
+					continue
+				}
+				expr, why := "ip", "L7 port: only through the proxy"
+				if topology.Family(a) == 6 {
+					expr, why = "ip6", "L7 port: no IPv6 proxy"
+				}
+				fwd = append(fwd, fmt.Sprintf("ct state new %s daddr %s tcp dport %d counter %sdrop comment %q", expr, a, port, l.log(observe.Dropped, true, true, "l7"), why))
+			}
 		}
 	}
 	return nat, fwd

@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -77,24 +78,80 @@ var tierMaps = []string{"eg_adm", "eg_adm_p", "in_adm", "in_adm_p", "eg_base", "
 
 func setDecls(g int, l layout) string {
 	var b strings.Builder
-	for _, name := range setNames {
-		typ := "ipv4_addr . ipv4_addr . inet_proto . inet_service"
-		flags := ""
-		switch {
-		case strings.HasSuffix(name, "_subj"), strings.HasSuffix(name, "_enf"):
-			typ = "ipv4_addr"
-		case strings.HasSuffix(name, "_p"):
-			typ, flags = "ipv4_addr . ipv4_addr . inet_proto", " flags interval;"
-		case intervalSets[name]:
-			flags = " flags interval;"
+	for _, fam := range l.families() {
+		for _, name := range setNames {
+			typ := "ipv4_addr . ipv4_addr . inet_proto . inet_service"
+			flags := ""
+			switch {
+			case strings.HasSuffix(name, "_subj"), strings.HasSuffix(name, "_enf"):
+				typ = "ipv4_addr"
+			case strings.HasSuffix(name, "_p"):
+				typ, flags = "ipv4_addr . ipv4_addr . inet_proto", " flags interval;"
+			case intervalSets[name]:
+				flags = " flags interval;"
+			}
+			if l.observe != "" && !strings.HasSuffix(name, "_subj") {
+				flags += " counter;"
+			}
+			fmt.Fprintf(&b, "add set %s %s_g%d { type %s;%s }\n", table, famName(name, fam), g, addrType(typ, fam), flags)
 		}
-		if l.observe != "" && !strings.HasSuffix(name, "_subj") {
-			flags += " counter;"
-		}
-		fmt.Fprintf(&b, "add set %s %s_g%d { type %s;%s }\n", table, name, g, typ, flags)
 	}
 	return b.String()
 }
+
+// Families. The table is of the inet family: one ruleset for IPv4 and
+// IPv6. Each set and map exists once per family the lab has (layout.fams):
+// the IPv4 ones under the names above, the IPv6 ones with a "6" after the
+// name (eg_subj6, in_allow_x6, eg_adm_p6, ...), keyed by ipv6_addr, and
+// looked up by rules that read "ip6 saddr"/"ip6 daddr" where the IPv4
+// ones read "ip saddr"/"ip daddr": a packet meets only its family's
+// lookups (the ip and ip6 expressions match only packets of their
+// family). An endpoint's addresses go to the sets of their families; its
+// peers' prefixes are split by family (peers), so an identity peer
+// matches the peer's address of the packet's family, a CIDR only its
+// family, and "any" both. A lab with IPv6 also accepts ICMPv6 neighbour
+// discovery and MLD (ndpTypes) at the top of the forward chain: the
+// policy never drops them (they are not tracked by conntrack, so the
+// invalid drop would). An IPv4-only lab's table is as it always was.
+
+// famName is the name of set or map name for family fam.
+func famName(name string, fam int) string {
+	if fam == 6 {
+		return name + "6"
+	}
+	return name
+}
+
+// unfam is the family-less name of a set or map (famName's inverse).
+func unfam(name string) string { return strings.TrimSuffix(name, "6") }
+
+// addrType is an IPv4 set type written for family fam.
+func addrType(typ string, fam int) string {
+	if fam == 6 {
+		return strings.ReplaceAll(typ, "ipv4_addr", "ipv6_addr")
+	}
+	return typ
+}
+
+// famSetRef matches a reference to a generation's set or map in a rule.
+var famSetRef = regexp.MustCompile(`@([a-z_]+)_g`)
+
+// famRule is an IPv4 rule (of the generation's chains or the forward
+// chain) written for family fam: its address expressions and the sets it
+// looks up.
+func famRule(r string, fam int) string {
+	if fam != 6 {
+		return r
+	}
+	r = strings.NewReplacer("ip saddr", "ip6 saddr", "ip daddr", "ip6 daddr").Replace(r)
+	return famSetRef.ReplaceAllString(r, "@${1}6_g")
+}
+
+// ndpTypes are the ICMPv6 types the forward chain of a lab with IPv6
+// accepts before conntrack's invalid drop and the policy: neighbour
+// discovery (133-136) and multicast listener discovery, which bridged
+// endpoints exchange and conntrack does not track.
+const ndpTypes = "{ mld-listener-query, mld-listener-report, mld-listener-done, nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, mld2-listener-report }"
 
 // npSets hold, in a generation with tier maps, the local endpoints with
 // NetworkPolicy-tier entries or isolation per direction: those whose
@@ -108,32 +165,37 @@ func tierDecls(g int, l layout) string {
 	if l.observe != "" {
 		counter = " counter;"
 	}
-	for _, name := range tierMaps {
-		typ := "ipv4_addr . ipv4_addr . inet_proto . inet_service"
-		if strings.HasSuffix(name, "_p") {
-			typ = "ipv4_addr . ipv4_addr . inet_proto"
+	for _, fam := range l.families() {
+		for _, name := range tierMaps {
+			typ := "ipv4_addr . ipv4_addr . inet_proto . inet_service"
+			if strings.HasSuffix(name, "_p") {
+				typ = "ipv4_addr . ipv4_addr . inet_proto"
+			}
+			fmt.Fprintf(&b, "add map %s %s_g%d { type %s : verdict; flags interval;%s }\n", table, famName(name, fam), g, addrType(typ, fam), counter)
 		}
-		fmt.Fprintf(&b, "add map %s %s_g%d { type %s : verdict; flags interval;%s }\n", table, name, g, typ, counter)
-	}
-	for _, name := range npSets {
-		fmt.Fprintf(&b, "add set %s %s_g%d { type ipv4_addr; }\n", table, name, g)
+		for _, name := range npSets {
+			fmt.Fprintf(&b, "add set %s %s_g%d { type %s; }\n", table, famName(name, fam), g, addrType("ipv4_addr", fam))
+		}
 	}
 	return b.String()
 }
 
 // tierLookups are the rules of a direction's chain that look a tier up
-// (dir "eg" or "in", tier "adm" or "base"), for the maps in tiers.
-func tierLookups(g int, dir, tier string, tiers []string) []string {
+// (dir "eg" or "in", tier "adm" or "base"), for the maps in tiers, of
+// each family of fams.
+func tierLookups(g int, dir, tier string, tiers []string, fams []int) []string {
 	key := "ip saddr . ip daddr"
 	if dir == "in" {
 		key = "ip daddr . ip saddr"
 	}
 	var out []string
-	if m := dir + "_" + tier; slices.Contains(tiers, m) {
-		out = append(out, fmt.Sprintf("%s . meta l4proto . th dport vmap @%s_g%d", key, m, g))
-	}
-	if m := dir + "_" + tier + "_p"; slices.Contains(tiers, m) {
-		out = append(out, fmt.Sprintf("%s . meta l4proto vmap @%s_g%d", key, m, g))
+	for _, fam := range fams {
+		if m := dir + "_" + tier; slices.Contains(tiers, famName(m, fam)) {
+			out = append(out, famRule(fmt.Sprintf("%s . meta l4proto . th dport vmap @%s_g%d", key, m, g), fam))
+		}
+		if m := dir + "_" + tier + "_p"; slices.Contains(tiers, famName(m, fam)) {
+			out = append(out, famRule(fmt.Sprintf("%s . meta l4proto vmap @%s_g%d", key, m, g), fam))
+		}
 	}
 	return out
 }
@@ -186,18 +248,25 @@ func chainDeclsFor(g int, l layout) string {
 	}
 	for _, d := range dirs {
 		fmt.Fprintf(&b, "add chain %s %s_g%d\n", table, d.chain, g)
-		np := l.logNP(d.np, d.dir == "in")
+		var np []string
+		for _, fam := range l.families() {
+			for _, r := range l.logNP(d.np, d.dir == "in") {
+				np = append(np, famRule(r, fam))
+			}
+		}
 		if len(tiers) == 0 {
 			for _, r := range np {
 				rule(d.chain, fmt.Sprintf(r, g))
 			}
 			continue
 		}
-		for _, r := range tierLookups(g, d.dir, "adm", tiers) {
+		for _, r := range tierLookups(g, d.dir, "adm", tiers, l.families()) {
 			rule(d.chain, r)
 		}
-		rule(d.chain, fmt.Sprintf("%s @%s_np_g%d goto %s_np_g%d", d.key, d.dir, g, d.chain, g))
-		base := tierLookups(g, d.dir, "base", tiers)
+		for _, fam := range l.families() {
+			rule(d.chain, famRule(fmt.Sprintf("%s @%s_np_g%d goto %s_np_g%d", d.key, d.dir, g, d.chain, g), fam))
+		}
+		base := tierLookups(g, d.dir, "base", tiers, l.families())
 		for _, r := range base {
 			rule(d.chain, r)
 		}
@@ -215,18 +284,34 @@ func chainDeclsFor(g int, l layout) string {
 func forwardRules(g int, l layout) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "flush chain %s forward\n", table)
-	rules := []string{
-		"ct state established,related accept",
-		"ct state invalid " + l.log(observe.Dropped, false, false, "invalid") + "drop",
-		fmt.Sprintf("ip saddr @eg_subj_g%d jump egress_g%d", g, g),
-		fmt.Sprintf("ip daddr @in_subj_g%d jump ingress_g%d", g, g),
+	rules := []string{"ct state established,related accept"}
+	fams := l.families()
+	if slices.Contains(fams, 6) {
+		rules = append(rules, "icmpv6 type "+ndpTypes+" accept")
+	}
+	rules = append(rules, "ct state invalid "+l.log(observe.Dropped, false, false, "invalid")+"drop")
+	for _, fam := range fams {
+		rules = append(rules,
+			famRule(fmt.Sprintf("ip saddr @eg_subj_g%d jump egress_g%d", g, g), fam),
+			famRule(fmt.Sprintf("ip daddr @in_subj_g%d jump ingress_g%d", g, g), fam))
 	}
 	if end := l.log(observe.Forwarded, false, false, "-"); end != "" {
-		remote := ""
-		if len(l.remote) > 0 {
-			remote = "ip daddr != { " + strings.Join(l.remote, ", ") + " } "
+		for _, fam := range fams {
+			var remote []string
+			for _, p := range l.remote {
+				if topology.Family(netip.MustParsePrefix(p).Addr()) == fam {
+					remote = append(remote, p)
+				}
+			}
+			match := ""
+			switch {
+			case len(remote) > 0:
+				match = famRule("ip daddr != { "+strings.Join(remote, ", ")+" } ", fam)
+			case len(fams) > 1:
+				match = map[int]string{4: "meta nfproto ipv4 ", 6: "meta nfproto ipv6 "}[fam]
+			}
+			rules = append(rules, "ct state new "+match+"counter "+strings.TrimSpace(end))
 		}
-		rules = append(rules, "ct state new "+remote+"counter "+strings.TrimSpace(end))
 	}
 	for _, r := range rules {
 		fmt.Fprintf(&b, "add rule %s forward %s\n", table, r)
@@ -245,15 +330,17 @@ func dropGenerationFor(g int, l layout) string {
 	if len(tiers) > 0 {
 		fmt.Fprintf(&b, "delete chain %s egress_np_g%d\ndelete chain %s ingress_np_g%d\n", table, g, table, g)
 	}
-	for _, name := range setNames {
-		fmt.Fprintf(&b, "delete set %s %s_g%d\n", table, name, g)
-	}
-	if len(tiers) > 0 {
-		for _, name := range tierMaps {
-			fmt.Fprintf(&b, "delete map %s %s_g%d\n", table, name, g)
+	for _, fam := range l.families() {
+		for _, name := range setNames {
+			fmt.Fprintf(&b, "delete set %s %s_g%d\n", table, famName(name, fam), g)
 		}
-		for _, name := range npSets {
-			fmt.Fprintf(&b, "delete set %s %s_g%d\n", table, name, g)
+		if len(tiers) > 0 {
+			for _, name := range tierMaps {
+				fmt.Fprintf(&b, "delete map %s %s_g%d\n", table, famName(name, fam), g)
+			}
+			for _, name := range npSets {
+				fmt.Fprintf(&b, "delete set %s %s_g%d\n", table, famName(name, fam), g)
+			}
 		}
 	}
 	return b.String()
@@ -287,23 +374,31 @@ type nft struct{}
 func New() datapath.Datapath { return nft{} }
 
 // Setup creates the table in every host (replacing any left from before),
-// turns br_netfilter on so that bridged traffic meets the forward chain,
+// turns br_netfilter on so that bridged traffic meets the forward chain
+// (IPv6 too in a lab with IPv6),
 // and binds each endpoint's bridge port to its addresses in a second
 // table, "bridge cnlab" (datapath.BindPorts).
 func (nft) Setup(ctx context.Context, lab *topology.Spec) error {
 	if len(lab.Hosts) == 0 {
 		return datapath.ErrNoHosts
 	}
-	script := skeleton()
+	fams := families(lab)
+	script := skeletonFor(layout{fams: fams})
 	for _, h := range lab.Hosts {
 		if err := change.EnableBridgeNetfilter(h.Netns); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
+		}
+		if lab.HasFamily(6) {
+			// Bridged IPv6 meets the forward chain too.
+			if err := netns.Do(h.Netns, func() error { return netns.SetSysctl("net/bridge/bridge-nf-call-ip6tables", "1") }); err != nil {
+				return fmt.Errorf("host %s: %w", h.Name, err)
+			}
 		}
 		if _, err := netns.Run(ctx, h.Netns, []byte(script), "nft", "-f", "-"); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
 		path := change.StatePath(lab.Name, kind.NFTables, h.Name)
-		if err := change.SaveState(path, hostState{}); err != nil {
+		if err := change.SaveState(path, hostState{Families: fams}); err != nil {
 			return err
 		}
 		if err := change.ClearDirty(path); err != nil {
@@ -337,12 +432,26 @@ type hostState struct {
 	// endpoints (datapath.RemotePrefixes), whose flows the end of the
 	// forward chain does not log.
 	Remote []string `json:"remote,omitempty"`
+	// Families are the lab's address families (sorted) when it has
+	// IPv6 ([6] or [4 6]; nil for IPv4 only): the generation has sets,
+	// maps and rules for each.
+	Families []int `json:"families,omitempty"`
+}
+
+// families is what hostState.Families is for a lab.
+func families(lab *topology.Spec) []int {
+	fams := slices.Clone(lab.Families())
+	slices.Sort(fams)
+	if slices.Equal(fams, []int{4}) {
+		return nil
+	}
+	return fams
 }
 
 // layout is what a generation's declarations depend on besides the
 // elements: the tier maps looked up and the observe level.
 func (s *hostState) layout() layout {
-	return layout{tiers: s.Tiers, observe: s.Observe, remote: s.Remote}
+	return layout{tiers: s.Tiers, observe: s.Observe, remote: s.Remote, fams: s.Families}
 }
 
 // Apply sends each host the difference between its sets and the wanted
@@ -372,9 +481,9 @@ func update(ctx context.Context, h *topology.Host, have, want *hostState) error 
 	want.Gen = have.Gen
 	l7 := l7Script(have, want, false)
 	script, ok := diffScript(have.Gen, have.Sets, want.Sets)
-	// Tier maps filling or emptying, or another observe level, change the
-	// chains' layout: a new generation.
-	if ok && slices.Equal(have.Tiers, want.Tiers) && have.Observe == want.Observe {
+	// Tier maps filling or emptying, another observe level or other
+	// families change the chains' layout: a new generation.
+	if ok && slices.Equal(have.Tiers, want.Tiers) && have.Observe == want.Observe && slices.Equal(have.Families, want.Families) {
 		script = l7 + script
 		if script == "" {
 			return nil
@@ -429,8 +538,19 @@ func rebuildTiers(from int, fl layout, to int, tl layout, sets map[string][]stri
 	return b.String()
 }
 
-// allSets are the sets and the tier maps, in the order scripts write them.
-var allSets = append(append(append([]string(nil), setNames...), tierMaps...), npSets...)
+// allSets are the sets and the tier maps of both families, in the order
+// scripts write them.
+var allSets = func() []string {
+	var out []string
+	for _, fam := range []int{4, 6} {
+		for _, names := range [][]string{setNames, tierMaps, npSets} {
+			for _, name := range names {
+				out = append(out, famName(name, fam))
+			}
+		}
+	}
+	return out
+}()
 
 func elements(op, set string, elems []string) string {
 	var b strings.Builder
@@ -461,7 +581,7 @@ func diffScript(g int, have, want map[string][]string) (script string, ok bool) 
 				add = append(add, e)
 			}
 		}
-		if (intervalSets[set] || isTierMap(set)) && len(del) > maxDeletes {
+		if (intervalSets[unfam(set)] || isTierMap(set)) && len(del) > maxDeletes {
 			return "", false
 		}
 		dels += len(del)
@@ -513,14 +633,24 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	if level := lab.ObserveLevel(); datapath.Logs(level, observe.Dropped) {
 		st.Observe, st.Origins = level, map[string]string{}
 	}
+	st.Families = families(lab)
+	fams := st.layout().families()
 	if datapath.Logs(st.Observe, observe.Forwarded) {
-		for _, p := range datapath.RemotePrefixes(lab, host) {
+		for _, p := range remotePrefixes(lab, host) {
 			st.Remote = append(st.Remote, p.String())
 		}
 	}
+	pp := newPeers(lab, c)
 	np := map[string][]string{} // npSets, kept when the host has tier maps
 	for _, ep := range change.LocalEndpoints(lab, host) {
 		id := c.IdentityOfIP(ep.IP)
+		// locals are the endpoint's addresses of the lab's families.
+		locals := map[int]netip.Addr{}
+		for _, fam := range fams {
+			if a, ok := ep.Addr(fam); ok {
+				locals[fam] = a
+			}
+		}
 		enf := c.Enforced[id]
 		for _, dir := range []policy.Dir{policy.Egress, policy.Ingress} {
 			prefix := "in_"
@@ -532,13 +662,20 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 			if len(rules) == 0 && !enforced {
 				continue
 			}
-			st.Sets[prefix+"subj"] = append(st.Sets[prefix+"subj"], ep.IP.String())
-			if enforced || slices.ContainsFunc(rules, func(r policy.Entry) bool { return r.Tier != policy.TierAdmin && r.Tier != policy.TierBaseline }) {
-				np[prefix+"np"] = append(np[prefix+"np"], ep.IP.String())
-			}
-			if enforced {
-				st.Sets[prefix+"enf"] = append(st.Sets[prefix+"enf"], ep.IP.String())
-				st.origin(prefix+"enf", ep.IP.String(), datapath.DefaultDenyRule)
+			for _, fam := range fams {
+				local, ok := locals[fam]
+				if !ok {
+					continue
+				}
+				subj, npSet, enf := famName(prefix+"subj", fam), famName(prefix+"np", fam), famName(prefix+"enf", fam)
+				st.Sets[subj] = append(st.Sets[subj], local.String())
+				if enforced || slices.ContainsFunc(rules, func(r policy.Entry) bool { return r.Tier != policy.TierAdmin && r.Tier != policy.TierBaseline }) {
+					np[npSet] = append(np[npSet], local.String())
+				}
+				if enforced {
+					st.Sets[enf] = append(st.Sets[enf], local.String())
+					st.origin(enf, local.String(), datapath.DefaultDenyRule)
+				}
 			}
 			var allow, deny, admin, base []policy.Entry
 			for _, r := range rules {
@@ -557,17 +694,28 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 				if len(rs) == 0 {
 					continue
 				}
-				for _, b := range Ordered(c, rs) {
+				for _, b := range ordered(pp.prefixes, rs) {
+					fam := topology.Family(b.Peer.Addr())
+					local, ok := locals[fam]
+					if !ok {
+						continue
+					}
 					set := prefix + tier
 					if b.anyPort() {
 						set += "_p"
 					}
-					st.Sets[set] = append(st.Sets[set], b.element(ep.IP)+" : "+tierVerdict(dir, b.Verdict, st.Observe))
-					st.originOf(c, set, ep.IP, b.Box, rs)
+					set = famName(set, fam)
+					st.Sets[set] = append(st.Sets[set], b.element(local)+" : "+tierVerdict(dir, b.Verdict, st.Observe))
+					st.originOf(pp.prefixes, set, local, b.Box, rs)
 				}
 			}
 			for kind, rs := range map[string][]policy.Entry{"allow": allow, "deny": deny} {
-				for _, b := range Disjoint(c, rs) {
+				for _, b := range disjoint(pp.prefixes, rs) {
+					fam := topology.Family(b.Peer.Addr())
+					local, ok := locals[fam]
+					if !ok {
+						continue
+					}
 					for _, e := range b.split() {
 						set := prefix + kind
 						switch {
@@ -576,8 +724,9 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 						case e.anyPort():
 							set += "_p"
 						}
-						st.Sets[set] = append(st.Sets[set], e.element(ep.IP))
-						st.originOf(c, set, ep.IP, e, rs)
+						set = famName(set, fam)
+						st.Sets[set] = append(st.Sets[set], e.element(local))
+						st.originOf(pp.prefixes, set, local, e, rs)
 					}
 				}
 			}
@@ -645,6 +794,11 @@ type VBox struct {
 // bounds, every other protocol the first entry of any protocol; runs of
 // protocols with one verdict on every port are one box.
 func Ordered(c *policy.Compiled, rules []policy.Entry) []VBox {
+	return ordered(c.PeerPrefixes, rules)
+}
+
+// ordered is Ordered with the peers' prefixes given by peerPrefixes.
+func ordered(peerPrefixes func(policy.Entry) []netip.Prefix, rules []policy.Entry) []VBox {
 	verdict := func(r policy.Entry) Verdict {
 		switch {
 		case r.Pass:
@@ -655,7 +809,7 @@ func Ordered(c *policy.Compiled, rules []policy.Entry) []VBox {
 		return Allow
 	}
 	var out []VBox
-	for _, ac := range coveringAtoms(c, rules) {
+	for _, ac := range coveringAtoms(peerPrefixes, rules) {
 		atom, rs := ac.atom, ac.rules
 		named := map[uint8]bool{}
 		for _, r := range rs {
@@ -783,7 +937,7 @@ const maxExpand = 16
 // split turns a narrow port range towards one address into exact flows:
 // hash-set elements cost far less to add and remove than interval ones.
 func (b Box) split() []Box {
-	if b.Peer.Bits() != 32 || b.ProtoLo != b.ProtoHi || b.ProtoLo == 0 || int(b.PortHi)-int(b.PortLo) >= maxExpand {
+	if !b.Peer.IsSingleIP() || b.ProtoLo != b.ProtoHi || b.ProtoLo == 0 || int(b.PortHi)-int(b.PortLo) >= maxExpand {
 		return []Box{b}
 	}
 	var out []Box
@@ -798,7 +952,7 @@ func (b Box) split() []Box {
 // exact reports whether the box is a single flow: one peer address, one
 // protocol, one port. Exact boxes go to hash sets.
 func (b Box) exact() bool {
-	return b.Peer.Bits() == 32 && b.ProtoLo == b.ProtoHi && b.PortLo == b.PortHi
+	return b.Peer.IsSingleIP() && b.ProtoLo == b.ProtoHi && b.PortLo == b.PortHi
 }
 
 // anyPort reports whether the box covers every port: its set is keyed
@@ -833,7 +987,7 @@ type atomCover struct {
 // coveringAtoms splits the peers of rules into disjoint atoms (the
 // kernel's interval sets refuse overlapping elements) and gives each the
 // rules whose peer covers it.
-func coveringAtoms(c *policy.Compiled, rules []policy.Entry) []atomCover {
+func coveringAtoms(peerPrefixes func(policy.Entry) []netip.Prefix, rules []policy.Entry) []atomCover {
 	type cover struct {
 		pfx netip.Prefix
 		r   policy.Entry
@@ -842,7 +996,7 @@ func coveringAtoms(c *policy.Compiled, rules []policy.Entry) []atomCover {
 	seen := map[netip.Prefix]bool{}
 	var prefixes []netip.Prefix
 	for _, r := range rules {
-		for _, p := range c.PeerPrefixes(r) {
+		for _, p := range peerPrefixes(r) {
 			covers = append(covers, cover{p, r})
 			if !seen[p] {
 				seen[p] = true
@@ -868,8 +1022,13 @@ func coveringAtoms(c *policy.Compiled, rules []policy.Entry) []atomCover {
 // elements). Peer prefixes are split into disjoint atoms; for each atom,
 // the ports of every rule covering it are merged per protocol.
 func Disjoint(c *policy.Compiled, rules []policy.Entry) []Box {
+	return disjoint(c.PeerPrefixes, rules)
+}
+
+// disjoint is Disjoint with the peers' prefixes given by peerPrefixes.
+func disjoint(peerPrefixes func(policy.Entry) []netip.Prefix, rules []policy.Entry) []Box {
 	var out []Box
-	for _, ac := range coveringAtoms(c, rules) {
+	for _, ac := range coveringAtoms(peerPrefixes, rules) {
 		atom := ac.atom
 		all := false
 		ports := map[uint8][][2]uint16{}
@@ -954,4 +1113,80 @@ func (nft) Describe(ctx context.Context, lab *topology.Spec) (map[string]string,
 		out[h.Name] = string(text) + ports
 	}
 	return out, nil
+}
+
+// peers gives the prefixes of rules' peers in every family of the lab,
+// whether or not the compiled policy does: an identity peer's endpoints'
+// addresses of each family (as single-address prefixes), a CIDR as it
+// is, "any" 0.0.0.0/0 and ::/0. Render splits them by family.
+type peers struct {
+	c     *policy.Compiled
+	addrs map[netip.Addr][]netip.Addr // an endpoint's address -> all its addresses
+}
+
+func newPeers(lab *topology.Spec, c *policy.Compiled) peers {
+	p := peers{c: c, addrs: map[netip.Addr][]netip.Addr{}}
+	for _, ep := range lab.Endpoints {
+		for _, a := range ep.Addrs() {
+			p.addrs[a] = ep.Addrs()
+		}
+	}
+	return p
+}
+
+var anyPrefixes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
+
+func (p peers) prefixes(r policy.Entry) []netip.Prefix {
+	raw := p.c.PeerPrefixes(r)
+	switch {
+	case r.PeerCIDR.IsValid():
+		return raw
+	case r.PeerID == 0:
+		return anyPrefixes
+	}
+	var out []netip.Prefix
+	for _, q := range raw {
+		addrs := p.addrs[q.Addr()]
+		if addrs == nil {
+			addrs = []netip.Addr{q.Addr()}
+		}
+		for _, a := range addrs {
+			if pfx := netip.PrefixFrom(a, a.BitLen()); !slices.Contains(out, pfx) {
+				out = append(out, pfx)
+			}
+		}
+	}
+	return out
+}
+
+// remotePrefixes is datapath.RemotePrefixes in every family: the pod
+// prefixes of the other hosts and the addresses of their endpoints
+// outside them.
+func remotePrefixes(lab *topology.Spec, host string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, h := range lab.Hosts {
+		if h.Name == host {
+			continue
+		}
+		for _, fam := range lab.Families() {
+			if p, ok := h.CIDR(fam); ok && p.IsValid() {
+				out = append(out, p)
+			}
+		}
+	}
+	hosts := map[string]topology.Host{}
+	for _, h := range lab.Hosts {
+		hosts[h.Name] = h
+	}
+	for _, ep := range lab.Endpoints {
+		if ep.Host == host {
+			continue
+		}
+		for _, a := range ep.Addrs() {
+			if p, ok := hosts[ep.Host].CIDR(topology.Family(a)); !ok || !p.Contains(a) {
+				out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			}
+		}
+	}
+	return out
 }

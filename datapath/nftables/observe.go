@@ -49,6 +49,15 @@ type layout struct {
 	tiers   []string // the tier maps looked up
 	observe string   // the observe level when it logs, else ""
 	remote  []string // with observe all, the prefixes of other hosts' endpoints
+	fams    []int    // the lab's families when it has IPv6 (hostState.Families); nil: IPv4
+}
+
+// families are the address families whose sets and rules the table has.
+func (l layout) families() []int {
+	if len(l.fams) == 0 {
+		return []int{4}
+	}
+	return l.fams
 }
 
 // log is the log statement of a verdict point giving verdict ("" when
@@ -140,11 +149,17 @@ func dropLogChains(from, to string) string {
 }
 
 // originKey is the key of Origins for an element of a set: the set and
-// the element's key (a map's without its verdict), /32 prefixes written
-// as addresses, as nft lists them.
+// the element's key (a map's without its verdict), /32 and /128 prefixes
+// written as addresses, as nft lists them.
 func originKey(set, element string) string {
 	key, _, _ := strings.Cut(element, " : ")
-	return set + " " + strings.ReplaceAll(key, "/32", "")
+	parts := strings.Split(key, " . ")
+	for i, part := range parts {
+		if p, err := netip.ParsePrefix(part); err == nil && p.IsSingleIP() {
+			parts[i] = p.Addr().String()
+		}
+	}
+	return set + " " + strings.Join(parts, " . ")
 }
 
 // origin records what an element counts for (with observe).
@@ -158,7 +173,7 @@ func (s *hostState) origin(set, element, origin string) {
 // that covers the first flow of box b, the element of local in set: the
 // entry that decides that flow (rules in the order the IR walks them).
 // An element that merges several entries' ports counts for the first.
-func (s *hostState) originOf(c *policy.Compiled, set string, local netip.Addr, b Box, rules []policy.Entry) {
+func (s *hostState) originOf(peerPrefixes func(policy.Entry) []netip.Prefix, set string, local netip.Addr, b Box, rules []policy.Entry) {
 	if s.Origins == nil {
 		return
 	}
@@ -166,7 +181,7 @@ func (s *hostState) originOf(c *policy.Compiled, set string, local netip.Addr, b
 		if r.Proto != policy.ProtoAny && (r.Proto != b.ProtoLo || (r.PortLo != 0 && (b.PortLo < r.PortLo || b.PortLo > max(r.PortLo, r.PortHi)))) {
 			continue
 		}
-		for _, p := range c.PeerPrefixes(r) {
+		for _, p := range peerPrefixes(r) {
 			if p.Contains(b.Peer.Addr()) && p.Bits() <= b.Peer.Bits() {
 				s.origin(set, b.element(local), r.Origin)
 				return

@@ -40,7 +40,7 @@ func checkLogs(t *testing.T, lab *topology.Spec, c *policy.Compiled, label strin
 	render := func(l *topology.Spec, host string) hostState {
 		st := Render(l, host, c)
 		if st.Observe != "" {
-			checkOrigins(t, c, st, label)
+			checkOrigins(t, l, c, st, label)
 		}
 		return st
 	}
@@ -91,14 +91,15 @@ func checkLogs(t *testing.T, lab *topology.Spec, c *policy.Compiled, label strin
 // origin, the origin of an entry of its verdict that covers the
 // element's first flow; every element of *_enf counts for the default
 // deny.
-func checkOrigins(t *testing.T, c *policy.Compiled, st hostState, label string) {
+func checkOrigins(t *testing.T, lab *topology.Spec, c *policy.Compiled, st hostState, label string) {
 	t.Helper()
+	pp := newPeers(lab, c)
 	byOrigin := map[string][]policy.Entry{}
 	for _, e := range c.Rules {
 		byOrigin[e.Origin] = append(byOrigin[e.Origin], e)
 	}
 	for set, elems := range st.Sets {
-		if strings.HasSuffix(set, "_subj") || strings.HasSuffix(set, "_np") {
+		if strings.HasSuffix(unfam(set), "_subj") || strings.HasSuffix(unfam(set), "_np") {
 			continue
 		}
 		for _, e := range elems {
@@ -106,7 +107,7 @@ func checkOrigins(t *testing.T, c *policy.Compiled, st hostState, label string) 
 			if !ok {
 				t.Fatalf("%s: %s element %q has no origin", label, set, e)
 			}
-			if strings.HasSuffix(set, "_enf") {
+			if strings.HasSuffix(unfam(set), "_enf") {
 				if origin != datapath.DefaultDenyRule {
 					t.Fatalf("%s: %s element %q counts for %q", label, set, e, origin)
 				}
@@ -115,11 +116,10 @@ func checkOrigins(t *testing.T, c *policy.Compiled, st hostState, label string) 
 			key, verdict, _ := strings.Cut(e, " : ")
 			deny := strings.Contains(set, "deny") || verdict == "drop" || strings.HasSuffix(verdict, "_drop")
 			parts := strings.Split(key, " . ")
-			peerText := parts[1]
-			if !strings.Contains(peerText, "/") {
-				peerText += "/32"
+			peer, err := netip.ParseAddr(parts[1])
+			if err != nil {
+				peer = netip.MustParsePrefix(parts[1]).Addr()
 			}
-			peer := netip.MustParsePrefix(peerText).Addr()
 			lo := func(s string) uint64 {
 				var n uint64
 				fmt.Sscan(strings.Split(s, "-")[0], &n)
@@ -131,7 +131,7 @@ func checkOrigins(t *testing.T, c *policy.Compiled, st hostState, label string) 
 			}
 			covered := false
 			for _, r := range byOrigin[origin] {
-				covered = covered || (r.Deny == deny && !r.Pass && ruleHas(c, r, peer, proto, port))
+				covered = covered || (r.Deny == deny && !r.Pass && ruleHasWith(pp.prefixes, r, peer, proto, port))
 			}
 			if !covered {
 				t.Fatalf("%s: %s element %q: its origin %q has no entry of verdict deny=%v covering it", label, set, e, origin, deny)

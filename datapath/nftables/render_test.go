@@ -96,8 +96,13 @@ spec:
 
 // ruleHas mirrors the IR's own matching on an address.
 func ruleHas(c *policy.Compiled, r policy.Entry, ip netip.Addr, proto uint8, port uint16) bool {
+	return ruleHasWith(c.PeerPrefixes, r, ip, proto, port)
+}
+
+// ruleHasWith is ruleHas with the peers' prefixes given by peerPrefixes.
+func ruleHasWith(peerPrefixes func(policy.Entry) []netip.Prefix, r policy.Entry, ip netip.Addr, proto uint8, port uint16) bool {
 	in := false
-	for _, p := range c.PeerPrefixes(r) {
+	for _, p := range peerPrefixes(r) {
 		if p.Contains(ip) {
 			in = true
 		}

@@ -147,7 +147,8 @@ func checkAgainstIR(t *testing.T, lab *topology.Spec, m *policy.Model, c *policy
 			if dst.Host != src.Host {
 				hosts = append(hosts, states[dst.Host])
 			}
-			got, trace := crossing(t, hosts, packet{src.IP, dst.IP, tg.Proto, tg.Port})
+			s, d := policytest.Addrs(src, dst, tg)
+			got, trace := crossing(t, hosts, packet{s, d, tg.Proto, tg.Port})
 			return policytest.Crossing{Dropped: got == dropped, Redirected: got == redirected, Trace: trace}
 		})
 	if round%30 == 0 {

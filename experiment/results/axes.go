@@ -259,6 +259,13 @@ func buildAxes() []Axis {
 		}},
 		{Key: "placement", Values: []string{PlacementSameNode, PlacementCrossNode}, CSV: CSVLast, Text: func(p Params) string { return p.Placement }},
 		{Key: "network", Values: []string{NetworkPod, NetworkHost}, CSV: CSVLast, Label: "network"},
+		// Its column is added only where a run sets it.
+		{Key: "ipFamily", Min: 4, Max: 6, CSV: CSVWhenSet, Label: "ipFamily", Show: func(v string) string {
+			if v == "0" || v == "" {
+				return ""
+			}
+			return "IPv" + v
+		}, Kube: "not yet: the kubernetes backend connects to the pods' primary address"},
 	}...))
 }
 

@@ -134,6 +134,12 @@ type Params struct {
 	// kubernetes backend's axes ("": as the topology places them, pod).
 	Placement string `json:"placement,omitempty"`
 	Network   string `json:"network,omitempty"`
+	// IPFamily is the address family the workloads use, 4 or 6 (0: the
+	// lab's primary family). With it a preset lab is built dual-stack
+	// (topology.PresetOptions.DualStack), a topology file must give the
+	// hosts a prefix of the family, and the workloads connect to the
+	// server's address of the family.
+	IPFamily int `json:"ipFamily,omitempty"`
 }
 
 // Point is one measurement of the experiment: parameters and a workload.
