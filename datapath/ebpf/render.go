@@ -185,9 +185,7 @@ type epPlan struct {
 func peerClasses(lab *topology.Spec, c *policy.Compiled) (keyOf map[netip.Addr]uint32, keysOfIdentity map[uint32][]uint32, containing map[uint32][]netip.Prefix) {
 	var cidrs []netip.Prefix
 	for p := range c.CIDRIdentities {
-		if p.Addr().Is4() { // the maps are IPv4's: an IPv6 CIDR covers nothing here
-			cidrs = append(cidrs, p)
-		}
+		cidrs = append(cidrs, p) // either family: the ipcaches hold both
 	}
 	sort.Slice(cidrs, func(i, j int) bool { return cidrs[i].String() < cidrs[j].String() })
 	keyOf = map[netip.Addr]uint32{}
@@ -253,9 +251,7 @@ func newPlanner(lab *topology.Spec, c *policy.Compiled) *planner {
 		}
 	}
 	for q := range c.CIDRIdentities {
-		if q.Addr().Is4() { // as in peerClasses
-			p.cidrs = append(p.cidrs, q)
-		}
+		p.cidrs = append(p.cidrs, q)
 	}
 	sort.Slice(p.cidrs, func(i, j int) bool { return p.cidrs[i].String() < p.cidrs[j].String() })
 	for _, q := range p.cidrs {
