@@ -5,6 +5,7 @@ package ebpf
 // headers, fragments, anti-spoofing and neighbour discovery.
 
 import (
+	"context"
 	"encoding/binary"
 	"net/netip"
 	"testing"
@@ -287,4 +288,22 @@ func (h *harness) ct6Has(src, dst netip.Addr, sport, dport uint16, proto, scope 
 	k := cnlabCt6Key{Saddr: ip6(src), Daddr: ip6(dst), Sport: sport, Dport: dport, Proto: proto, Scope: scope, Ep: uint16(ep)}
 	var v cnlabCtVal
 	return h.objs.CnlabCt6.Lookup(k, &v) == nil
+}
+
+// TestIPv6ForgetFlows: the probe's ForgetFlows deletes IPv6 conntrack
+// entries of the given sources, and only those.
+func TestIPv6ForgetFlows(t *testing.T) {
+	h, a, _ := harness6(t, kind.HostRoutingBPF)
+	h.fromEp(t, "A to R:80", tcp6(addrA6, addrR6, 40000, 80, tcpSYN), actOK, egress(a, cnlabReasonR_ALLOW_UNENFORCED))
+	h.fromEp(t, "A to R:81", tcp6(addrA6, addrR6, 40001, 81, tcpSYN), actOK, egress(a, cnlabReasonR_ALLOW_UNENFORCED))
+	lab := pinHarness(t, h)
+	if err := (&Datapath{}).ForgetFlows(context.Background(), lab, protoTCP, []netip.AddrPort{netip.AddrPortFrom(addrA6, 40000)}); err != nil {
+		t.Fatal(err)
+	}
+	if h.ct6Has(addrA6, addrR6, 40000, 80, protoTCP, 1+dirOut, a.index) {
+		t.Error("the flow from A:40000 is still tracked")
+	}
+	if !h.ct6Has(addrA6, addrR6, 40001, 81, protoTCP, 1+dirOut, a.index) {
+		t.Error("the flow from A:40001 was forgotten too")
+	}
 }
