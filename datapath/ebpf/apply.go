@@ -216,7 +216,7 @@ func (d *Datapath) apply(ctx context.Context, lab *topology.Spec, from, c *polic
 			_ = writeRecord(contentPath(lab.Name, s.host.Name, gen), s.next)
 		}
 		_ = linkActive(s.maps.dir, gen)
-		_ = s.maps.open(s.host.Name, mapLXC, mapLocal, mapSockEP) // a map that does not open is skipped
+		_ = s.maps.open(s.host.Name, mapLXC, mapLocal, mapLocal6, mapSockEP) // a map that does not open is skipped
 		_ = setIdentities(s.maps, plans[s.host.Name])
 		change.HostDone(s.host.Name)
 	}
@@ -256,7 +256,7 @@ func setIdentities(m *hostMaps, hp *hostPlan) error {
 		ident[ep.Slot] = ep.Identity
 	}
 	var errs []error
-	for _, mp := range []*ebpf.Map{m.lxc, m.local, m.sockep} {
+	for _, mp := range []*ebpf.Map{m.lxc, m.local, m.sockep, m.local6} {
 		if mp == nil {
 			continue
 		}
@@ -268,8 +268,16 @@ func setIdentities(m *hostMaps, hp *hostPlan) error {
 		var e cnlabEndpoint
 		var k32 uint32
 		var k64 uint64
+		var k6 cnlabIpcache6Key
 		it := mp.Iterate()
-		if mp == m.sockep {
+		if mp == m.local6 {
+			for it.Next(&k6, &e) {
+				if id, ok := ident[e.Index]; ok && e.Identity != id {
+					e.Identity = id
+					upd = append(upd, kv{k6, e})
+				}
+			}
+		} else if mp == m.sockep {
 			for it.Next(&k64, &e) {
 				if id, ok := ident[e.Index]; ok && e.Identity != id {
 					e.Identity = id
@@ -305,7 +313,7 @@ func openStaged(lab *topology.Spec, h *topology.Host) (*staged, error) {
 	if s.cfg, err = m.readConfig(); err != nil {
 		return s, err
 	}
-	s.ids = outerIDs{PolicyID: mapID(m.policy), ExactID: mapID(m.exact), IPCacheID: mapID(m.ipcache)}
+	s.ids = outerIDs{PolicyID: mapID(m.policy), ExactID: mapID(m.exact), IPCacheID: mapID(m.ipcache), IPCache6ID: mapID(m.ipcache6)}
 	return s, nil
 }
 
@@ -478,16 +486,76 @@ func unpin(path string) {
 	}
 }
 
+// ipcache writes the generation's ipcaches: the IPv4 entries into
+// cnlab_ipcache, the IPv6 ones into cnlab_ipcache6.
 func (w *genWriter) ipcache(want []ipEntry) error {
-	key := w.gen
 	if !w.fresh() && slices.Equal(w.have.IPCache, want) {
-		return nil // the record describes the generation's ipcache
+		return nil // the record describes the generation's ipcaches
+	}
+	have4, have6 := byFamily(w.have.IPCache)
+	want4, want6 := byFamily(want)
+	if err := w.ipcache4(have4, want4); err != nil {
+		return err
+	}
+	return w.ipcache6(have6, want6)
+}
+
+func (w *genWriter) ipcache6(have, want []ipEntry) error {
+	key := w.gen
+	if !w.fresh() && slices.Equal(have, want) {
+		return nil
+	}
+	if !w.fresh() {
+		inner, err := openInner(w.m.ipcache6, key)
+		if err == nil {
+			defer inner.Close()
+			return editIPCache6(inner, have, want)
+		}
+	}
+	m, err := buildIPCache6(want)
+	if err != nil {
+		return err
+	}
+	w.batch(w.m.ipcache6).put(key, m)
+	return pin(m, filepath.Join(w.m.dir, genDir(w.gen), "ipcache6"))
+}
+
+// editIPCache6 brings an IPv6 ipcache map from have to want.
+func editIPCache6(m *ebpf.Map, have, want []ipEntry) error {
+	old := make(map[netip.Prefix]ipEntry, len(have))
+	for _, e := range have {
+		old[e.Prefix] = e
+	}
+	var puts []ipEntry
+	for _, e := range want {
+		if o, ok := old[e.Prefix]; !ok || o != e {
+			puts = append(puts, e)
+		}
+		delete(old, e.Prefix)
+	}
+	for p := range old {
+		if err := m.Delete(ipcacheKey6(p)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	for _, e := range puts {
+		if err := m.Put(ipcacheKey6(e.Prefix), cnlabPeer{Key: e.Key, Identity: e.Identity}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *genWriter) ipcache4(have, want []ipEntry) error {
+	key := w.gen
+	if !w.fresh() && slices.Equal(have, want) {
+		return nil
 	}
 	if !w.fresh() {
 		inner, err := openInner(w.m.ipcache, key)
 		if err == nil {
 			defer inner.Close()
-			return editIPCache(inner, w.have.IPCache, want)
+			return editIPCache(inner, have, want)
 		}
 	}
 	m, err := buildIPCache(want)
@@ -703,7 +771,7 @@ func editPolicy(m *ebpf.Map, dels, puts []polEntry) error {
 // pins of generation gen (a link is replaced atomically).
 func linkActive(dir string, gen uint32) error {
 	var errs []error
-	for _, name := range []string{"policy", "policy_exact", "ipcache"} {
+	for _, name := range []string{"policy", "policy_exact", "ipcache", "ipcache6"} {
 		path := filepath.Join(dir, name)
 		tmp := path + "_new"
 		_ = os.Remove(tmp)

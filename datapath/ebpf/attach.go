@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -246,7 +247,15 @@ func attach(lab *topology.Spec, h *topology.Host, ep *topology.Endpoint, slot ui
 	if err != nil {
 		return fmt.Errorf("find eth0: %w", err)
 	}
-	e := cnlabEndpoint{Index: slot, Ip: ip4(ep.IP), Ifindex: uint32(lxc.Attrs().Index)}
+	e := cnlabEndpoint{Index: slot, Ip: noIPv4, Ifindex: uint32(lxc.Attrs().Index)}
+	a4, has4 := ep.Addr(4)
+	if has4 {
+		e.Ip = ip4(a4)
+	}
+	a6, has6 := ep.Addr(6)
+	if has6 {
+		e.Ip6 = ip6(a6)
+	}
 	copy(e.Mac[:], eth0.Attrs().HardwareAddr)
 	copy(e.LxcMac[:], lxc.Attrs().HardwareAddr)
 	var old cnlabEndpoint
@@ -256,8 +265,15 @@ func attach(lab *topology.Spec, h *topology.Host, ep *topology.Endpoint, slot ui
 	if err := objs.CnlabLxc.Put(e.Ifindex, e); err != nil {
 		return fmt.Errorf("endpoint map: %w", err)
 	}
-	if err := objs.CnlabLocal.Put(e.Ip, e); err != nil {
-		return fmt.Errorf("local endpoint map: %w", err)
+	if has4 {
+		if err := objs.CnlabLocal.Put(e.Ip, e); err != nil {
+			return fmt.Errorf("local endpoint map: %w", err)
+		}
+	}
+	if has6 {
+		if err := objs.CnlabLocal6.Put(ipcacheKey6(netip.PrefixFrom(a6, 128)), e); err != nil {
+			return fmt.Errorf("local endpoint map (IPv6): %w", err)
+		}
 	}
 	if lab.EBPF.ConnectHook || lab.EBPF.SocketLB {
 		cookie, err := netnsCookie(ep.Netns)
@@ -277,15 +293,23 @@ func attach(lab *topology.Spec, h *topology.Host, ep *topology.Endpoint, slot ui
 				return fmt.Errorf("take %s off the bridge: %w", ep.HostVeth, err)
 			}
 		}
-		rt := &netlink.Route{Dst: &net.IPNet{IP: ep.IP.AsSlice(), Mask: net.CIDRMask(32, 32)},
-			LinkIndex: lxc.Attrs().Index, Scope: netlink.SCOPE_LINK}
-		if err := nh.RouteReplace(rt); err != nil {
-			return fmt.Errorf("route to %s: %w", ep.IP, err)
-		}
-		n := &netlink.Neigh{LinkIndex: lxc.Attrs().Index, IP: ep.IP.AsSlice(), HardwareAddr: eth0.Attrs().HardwareAddr,
-			State: netlink.NUD_PERMANENT, Family: unix.AF_INET}
-		if err := nh.NeighSet(n); err != nil {
-			return fmt.Errorf("neighbour %s: %w", ep.IP, err)
+		// The same for each of its addresses (/128 for IPv6); the
+		// program answers its neighbour solicitations.
+		for _, a := range ep.Addrs() {
+			bits, fam := 32, unix.AF_INET
+			if !a.Is4() {
+				bits, fam = 128, unix.AF_INET6
+			}
+			rt := &netlink.Route{Dst: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, bits)},
+				LinkIndex: lxc.Attrs().Index, Scope: netlink.SCOPE_LINK}
+			if err := nh.RouteReplace(rt); err != nil {
+				return fmt.Errorf("route to %s: %w", a, err)
+			}
+			n := &netlink.Neigh{LinkIndex: lxc.Attrs().Index, IP: a.AsSlice(), HardwareAddr: eth0.Attrs().HardwareAddr,
+				State: netlink.NUD_PERMANENT, Family: fam}
+			if err := nh.NeighSet(n); err != nil {
+				return fmt.Errorf("neighbour %s: %w", a, err)
+			}
 		}
 	}
 	if err := attachTCX(lab, h, ep.HostVeth, "ingress", objs.CnlabFromEp, ebpf.AttachTCXIngress); err != nil {

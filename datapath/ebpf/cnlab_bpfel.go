@@ -67,6 +67,17 @@ type cnlabCounter struct {
 	Bytes   uint64
 }
 
+type cnlabCt6Key struct {
+	_     structs.HostLayout
+	Saddr [4]uint32
+	Daddr [4]uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Scope uint8
+	Ep    uint16
+}
+
 type cnlabCtKey struct {
 	_     structs.HostLayout
 	Saddr uint32
@@ -100,6 +111,7 @@ type cnlabEndpoint struct {
 	Ifindex  uint32
 	Mac      [6]uint8
 	LxcMac   [6]uint8
+	Ip6      [4]uint32
 }
 
 type cnlabEvent struct {
@@ -122,12 +134,30 @@ type cnlabEvent struct {
 	Pad         [3]uint8
 }
 
+type cnlabEvent6 struct {
+	_     structs.HostLayout
+	E     cnlabEvent
+	Saddr [4]uint32
+	Daddr [4]uint32
+}
+
 type cnlabEventAt uint32
 
 const (
 	cnlabEventAtAT_TC      cnlabEventAt = 0
 	cnlabEventAtAT_CONNECT cnlabEventAt = 1
 )
+
+type cnlabFlow6Key struct {
+	_      structs.HostLayout
+	Saddr  [4]uint32
+	Daddr  [4]uint32
+	Sport  uint16
+	Dport  uint16
+	Proto  uint8
+	Reason uint8
+	Pad    uint16
+}
 
 type cnlabFlowKey struct {
 	_      structs.HostLayout
@@ -138,6 +168,16 @@ type cnlabFlowKey struct {
 	Proto  uint8
 	Reason uint8
 	Pad    uint16
+}
+
+type cnlabFrag6Key struct {
+	_     structs.HostLayout
+	Saddr [4]uint32
+	Daddr [4]uint32
+	Id    uint32
+	Proto uint8
+	Scope uint8
+	Ep    uint16
 }
 
 type cnlabFragKey struct {
@@ -165,6 +205,12 @@ const (
 	cnlabIdentityWORLD_IDENTITY      cnlabIdentity = 2
 	cnlabIdentityFIRST_CIDR_IDENTITY cnlabIdentity = 16777216
 )
+
+type cnlabIpcache6Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Ip        [4]uint32
+}
 
 type cnlabIpcacheKey struct {
 	_         structs.HostLayout
@@ -342,6 +388,54 @@ const (
 	cnlabRuleVerdictRV_PASS  cnlabRuleVerdict = 3
 )
 
+type cnlabScratch6 struct {
+	_   structs.HostLayout
+	Cfg cnlabConfig
+	P   struct {
+		_        structs.HostLayout
+		Saddr    [4]uint32
+		Daddr    [4]uint32
+		Sport    uint16
+		Dport    uint16
+		Proto    uint8
+		Tcpflags uint8
+		Frag     uint8
+		IcmpErr  uint8
+		Fragid   uint32
+		Icmp     uint8
+		Type     uint8
+		Proxied  uint8
+		Pad      uint8
+		L4       uint32
+		InSaddr  [4]uint32
+		InDaddr  [4]uint32
+		InSport  uint16
+		InDport  uint16
+		InProto  uint8
+		Pad2     [3]uint8
+	}
+	Ct   cnlabCt6Key
+	Frag cnlabFrag6Key
+	Flow cnlabFlow6Key
+	Ipk  cnlabIpcache6Key
+	Na   struct {
+		_  structs.HostLayout
+		Ip struct {
+			_     structs.HostLayout
+			Vtc   uint8
+			Flow  [3]uint8
+			Plen  uint16
+			Nxt   uint8
+			Hlim  uint8
+			Saddr [4]uint32
+			Daddr [4]uint32
+		}
+		Icmp   [8]uint8
+		Target [4]uint32
+		Opt    [8]uint8
+	}
+}
+
 type cnlabSockKey struct {
 	_      structs.HostLayout
 	Cookie uint64
@@ -423,12 +517,17 @@ const (
 	cnlabMapCnlabConfig         = "cnlab_config"
 	cnlabMapCnlabCounters       = "cnlab_counters"
 	cnlabMapCnlabCt             = "cnlab_ct"
+	cnlabMapCnlabCt6            = "cnlab_ct6"
 	cnlabMapCnlabEnforce        = "cnlab_enforce"
 	cnlabMapCnlabEvents         = "cnlab_events"
 	cnlabMapCnlabEvlimit        = "cnlab_evlimit"
+	cnlabMapCnlabEvlimit6       = "cnlab_evlimit6"
 	cnlabMapCnlabFrag           = "cnlab_frag"
+	cnlabMapCnlabFrag6          = "cnlab_frag6"
 	cnlabMapCnlabIpcache        = "cnlab_ipcache"
+	cnlabMapCnlabIpcache6       = "cnlab_ipcache6"
 	cnlabMapCnlabLocal          = "cnlab_local"
+	cnlabMapCnlabLocal6         = "cnlab_local6"
 	cnlabMapCnlabLost           = "cnlab_lost"
 	cnlabMapCnlabLxc            = "cnlab_lxc"
 	cnlabMapCnlabMonitor        = "cnlab_monitor"
@@ -436,6 +535,7 @@ const (
 	cnlabMapCnlabPolicy         = "cnlab_policy"
 	cnlabMapCnlabPolicyExact    = "cnlab_policy_exact"
 	cnlabMapCnlabRuleCounters   = "cnlab_rule_counters"
+	cnlabMapCnlabScratch6       = "cnlab_scratch6"
 	cnlabMapCnlabSockFwd        = "cnlab_sock_fwd"
 	cnlabMapCnlabSockRev        = "cnlab_sock_rev"
 	cnlabMapCnlabSockRevTcp     = "cnlab_sock_rev_tcp"
@@ -454,11 +554,14 @@ const (
 	cnlabVarRuleCounterZero     = "rule_counter_zero"
 	cnlabVarUnusedConfigFlag    = "unused_config_flag"
 	cnlabVarUnusedCounter       = "unused_counter"
+	cnlabVarUnusedCt6           = "unused_ct6"
 	cnlabVarUnusedDir           = "unused_dir"
 	cnlabVarUnusedEvent         = "unused_event"
+	cnlabVarUnusedEvent6        = "unused_event6"
 	cnlabVarUnusedEventAt       = "unused_event_at"
 	cnlabVarUnusedIdentity      = "unused_identity"
 	cnlabVarUnusedIpk           = "unused_ipk"
+	cnlabVarUnusedIpk6          = "unused_ipk6"
 	cnlabVarUnusedIsolation     = "unused_isolation"
 	cnlabVarUnusedL7            = "unused_l7"
 	cnlabVarUnusedMonitorLevel  = "unused_monitor_level"
@@ -537,12 +640,17 @@ type cnlabMapSpecs struct {
 	CnlabConfig       *ebpf.MapSpec `ebpf:"cnlab_config"`
 	CnlabCounters     *ebpf.MapSpec `ebpf:"cnlab_counters"`
 	CnlabCt           *ebpf.MapSpec `ebpf:"cnlab_ct"`
+	CnlabCt6          *ebpf.MapSpec `ebpf:"cnlab_ct6"`
 	CnlabEnforce      *ebpf.MapSpec `ebpf:"cnlab_enforce"`
 	CnlabEvents       *ebpf.MapSpec `ebpf:"cnlab_events"`
 	CnlabEvlimit      *ebpf.MapSpec `ebpf:"cnlab_evlimit"`
+	CnlabEvlimit6     *ebpf.MapSpec `ebpf:"cnlab_evlimit6"`
 	CnlabFrag         *ebpf.MapSpec `ebpf:"cnlab_frag"`
+	CnlabFrag6        *ebpf.MapSpec `ebpf:"cnlab_frag6"`
 	CnlabIpcache      *ebpf.MapSpec `ebpf:"cnlab_ipcache"`
+	CnlabIpcache6     *ebpf.MapSpec `ebpf:"cnlab_ipcache6"`
 	CnlabLocal        *ebpf.MapSpec `ebpf:"cnlab_local"`
+	CnlabLocal6       *ebpf.MapSpec `ebpf:"cnlab_local6"`
 	CnlabLost         *ebpf.MapSpec `ebpf:"cnlab_lost"`
 	CnlabLxc          *ebpf.MapSpec `ebpf:"cnlab_lxc"`
 	CnlabMonitor      *ebpf.MapSpec `ebpf:"cnlab_monitor"`
@@ -550,6 +658,7 @@ type cnlabMapSpecs struct {
 	CnlabPolicy       *ebpf.MapSpec `ebpf:"cnlab_policy"`
 	CnlabPolicyExact  *ebpf.MapSpec `ebpf:"cnlab_policy_exact"`
 	CnlabRuleCounters *ebpf.MapSpec `ebpf:"cnlab_rule_counters"`
+	CnlabScratch6     *ebpf.MapSpec `ebpf:"cnlab_scratch6"`
 	CnlabSockFwd      *ebpf.MapSpec `ebpf:"cnlab_sock_fwd"`
 	CnlabSockRev      *ebpf.MapSpec `ebpf:"cnlab_sock_rev"`
 	CnlabSockRevTcp   *ebpf.MapSpec `ebpf:"cnlab_sock_rev_tcp"`
@@ -567,11 +676,14 @@ type cnlabVariableSpecs struct {
 	RuleCounterZero     *ebpf.VariableSpec `ebpf:"rule_counter_zero"`
 	UnusedConfigFlag    *ebpf.VariableSpec `ebpf:"unused_config_flag"`
 	UnusedCounter       *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedCt6           *ebpf.VariableSpec `ebpf:"unused_ct6"`
 	UnusedDir           *ebpf.VariableSpec `ebpf:"unused_dir"`
 	UnusedEvent         *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedEvent6        *ebpf.VariableSpec `ebpf:"unused_event6"`
 	UnusedEventAt       *ebpf.VariableSpec `ebpf:"unused_event_at"`
 	UnusedIdentity      *ebpf.VariableSpec `ebpf:"unused_identity"`
 	UnusedIpk           *ebpf.VariableSpec `ebpf:"unused_ipk"`
+	UnusedIpk6          *ebpf.VariableSpec `ebpf:"unused_ipk6"`
 	UnusedIsolation     *ebpf.VariableSpec `ebpf:"unused_isolation"`
 	UnusedL7            *ebpf.VariableSpec `ebpf:"unused_l7"`
 	UnusedMonitorLevel  *ebpf.VariableSpec `ebpf:"unused_monitor_level"`
@@ -615,12 +727,17 @@ type cnlabMaps struct {
 	CnlabConfig       *ebpf.Map `ebpf:"cnlab_config"`
 	CnlabCounters     *ebpf.Map `ebpf:"cnlab_counters"`
 	CnlabCt           *ebpf.Map `ebpf:"cnlab_ct"`
+	CnlabCt6          *ebpf.Map `ebpf:"cnlab_ct6"`
 	CnlabEnforce      *ebpf.Map `ebpf:"cnlab_enforce"`
 	CnlabEvents       *ebpf.Map `ebpf:"cnlab_events"`
 	CnlabEvlimit      *ebpf.Map `ebpf:"cnlab_evlimit"`
+	CnlabEvlimit6     *ebpf.Map `ebpf:"cnlab_evlimit6"`
 	CnlabFrag         *ebpf.Map `ebpf:"cnlab_frag"`
+	CnlabFrag6        *ebpf.Map `ebpf:"cnlab_frag6"`
 	CnlabIpcache      *ebpf.Map `ebpf:"cnlab_ipcache"`
+	CnlabIpcache6     *ebpf.Map `ebpf:"cnlab_ipcache6"`
 	CnlabLocal        *ebpf.Map `ebpf:"cnlab_local"`
+	CnlabLocal6       *ebpf.Map `ebpf:"cnlab_local6"`
 	CnlabLost         *ebpf.Map `ebpf:"cnlab_lost"`
 	CnlabLxc          *ebpf.Map `ebpf:"cnlab_lxc"`
 	CnlabMonitor      *ebpf.Map `ebpf:"cnlab_monitor"`
@@ -628,6 +745,7 @@ type cnlabMaps struct {
 	CnlabPolicy       *ebpf.Map `ebpf:"cnlab_policy"`
 	CnlabPolicyExact  *ebpf.Map `ebpf:"cnlab_policy_exact"`
 	CnlabRuleCounters *ebpf.Map `ebpf:"cnlab_rule_counters"`
+	CnlabScratch6     *ebpf.Map `ebpf:"cnlab_scratch6"`
 	CnlabSockFwd      *ebpf.Map `ebpf:"cnlab_sock_fwd"`
 	CnlabSockRev      *ebpf.Map `ebpf:"cnlab_sock_rev"`
 	CnlabSockRevTcp   *ebpf.Map `ebpf:"cnlab_sock_rev_tcp"`
@@ -644,12 +762,17 @@ func (m *cnlabMaps) Close() error {
 		m.CnlabConfig,
 		m.CnlabCounters,
 		m.CnlabCt,
+		m.CnlabCt6,
 		m.CnlabEnforce,
 		m.CnlabEvents,
 		m.CnlabEvlimit,
+		m.CnlabEvlimit6,
 		m.CnlabFrag,
+		m.CnlabFrag6,
 		m.CnlabIpcache,
+		m.CnlabIpcache6,
 		m.CnlabLocal,
+		m.CnlabLocal6,
 		m.CnlabLost,
 		m.CnlabLxc,
 		m.CnlabMonitor,
@@ -657,6 +780,7 @@ func (m *cnlabMaps) Close() error {
 		m.CnlabPolicy,
 		m.CnlabPolicyExact,
 		m.CnlabRuleCounters,
+		m.CnlabScratch6,
 		m.CnlabSockFwd,
 		m.CnlabSockRev,
 		m.CnlabSockRevTcp,
@@ -675,11 +799,14 @@ type cnlabVariables struct {
 	RuleCounterZero     *ebpf.Variable `ebpf:"rule_counter_zero"`
 	UnusedConfigFlag    *ebpf.Variable `ebpf:"unused_config_flag"`
 	UnusedCounter       *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedCt6           *ebpf.Variable `ebpf:"unused_ct6"`
 	UnusedDir           *ebpf.Variable `ebpf:"unused_dir"`
 	UnusedEvent         *ebpf.Variable `ebpf:"unused_event"`
+	UnusedEvent6        *ebpf.Variable `ebpf:"unused_event6"`
 	UnusedEventAt       *ebpf.Variable `ebpf:"unused_event_at"`
 	UnusedIdentity      *ebpf.Variable `ebpf:"unused_identity"`
 	UnusedIpk           *ebpf.Variable `ebpf:"unused_ipk"`
+	UnusedIpk6          *ebpf.Variable `ebpf:"unused_ipk6"`
 	UnusedIsolation     *ebpf.Variable `ebpf:"unused_isolation"`
 	UnusedL7            *ebpf.Variable `ebpf:"unused_l7"`
 	UnusedMonitorLevel  *ebpf.Variable `ebpf:"unused_monitor_level"`

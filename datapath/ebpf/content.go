@@ -31,7 +31,7 @@ type genContent struct {
 // outerIDs are the outer maps a record's inner maps are in, by map ID: a
 // lab whose maps were made again since is not described by it.
 type outerIDs struct {
-	PolicyID, ExactID, IPCacheID uint32
+	PolicyID, ExactID, IPCacheID, IPCache6ID uint32
 }
 
 type slotContent struct {
@@ -56,7 +56,7 @@ func contentPath(lab, host string, gen uint32) string {
 	return strings.TrimSuffix(change.StatePath(lab, kind.EBPF, host), ".json") + fmt.Sprintf(".gen%d", gen)
 }
 
-const contentMagic = "cnlab-ebpf-gen 2\n"
+const contentMagic = "cnlab-ebpf-gen 3\n"
 
 // Bytes of a policy entry in a record: entrySize, and tierSize more for
 // one with a cluster tier's decision (flag entryTiers).
@@ -89,10 +89,13 @@ func (g *genContent) marshal() []byte {
 	u32(g.PolicyID)
 	u32(g.ExactID)
 	u32(g.IPCacheID)
+	u32(g.IPCache6ID)
 	u32(uint32(len(g.IPCache)))
 	for _, e := range g.IPCache {
-		a := e.Prefix.Addr().As4()
-		b = append(b, a[:]...)
+		// An address's length first: 4 or 16 bytes.
+		a := e.Prefix.Addr().AsSlice()
+		b = append(b, byte(len(a)))
+		b = append(b, a...)
 		b = append(b, byte(e.Prefix.Bits()))
 		u32(e.Key)
 		u32(e.Identity)
@@ -163,15 +166,21 @@ func unmarshalContent(b []byte) (*genContent, error) {
 		return nil, errContent
 	}
 	r := reader{b: body[len(contentMagic):]}
-	g := &genContent{outerIDs: outerIDs{PolicyID: r.u32(), ExactID: r.u32(), IPCacheID: r.u32()}}
-	n := r.count(13)
+	g := &genContent{outerIDs: outerIDs{PolicyID: r.u32(), ExactID: r.u32(), IPCacheID: r.u32(), IPCache6ID: r.u32()}}
+	n := r.count(14)
 	g.IPCache = make([]ipEntry, 0, n)
 	for i := 0; i < n && r.err == nil; i++ {
-		a := r.bytes(4)
+		al := int(r.byte())
+		if al != 4 && al != 16 {
+			r.err = errContent
+			break
+		}
+		a := r.bytes(al)
 		bits := r.byte()
 		e := ipEntry{Key: r.u32(), Identity: r.u32()}
 		if r.err == nil {
-			e.Prefix = netip.PrefixFrom(netip.AddrFrom4([4]byte(a)), int(bits))
+			addr, _ := netip.AddrFromSlice(a)
+			e.Prefix = netip.PrefixFrom(addr, int(bits))
 		}
 		g.IPCache = append(g.IPCache, e)
 	}

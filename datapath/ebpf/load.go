@@ -31,12 +31,14 @@ func collectionSpec(lab *topology.Spec) (*ebpf.CollectionSpec, error) {
 	sizes := map[string]uint32{
 		"cnlab_lxc":          uint32(o.MaxEndpoints),
 		"cnlab_local":        uint32(o.MaxEndpoints),
+		"cnlab_local6":       uint32(o.MaxEndpoints),
 		"cnlab_sockep":       uint32(o.MaxEndpoints),
 		"cnlab_policy":       uint32(2 * o.MaxEndpoints),
 		"cnlab_policy_exact": uint32(2 * o.MaxEndpoints),
 		"cnlab_enforce":      uint32(2 * o.MaxEndpoints),
 		"cnlab_counters":     uint32(o.MaxEndpoints) * 2 * uint32(cnlabReasonR_MAX),
 		"cnlab_ct":           uint32(o.CTMapSize),
+		"cnlab_ct6":          uint32(o.CTMapSize),
 		"cnlab_nat":          uint32(o.CTMapSize),
 	}
 	for name, m := range cs.Maps {
@@ -52,6 +54,7 @@ func collectionSpec(lab *topology.Spec) (*ebpf.CollectionSpec, error) {
 	// bound costs nothing until used.
 	cs.Maps["cnlab_policy"].InnerMap.MaxEntries = uint32(o.PolicyMapSize)
 	cs.Maps["cnlab_ipcache"].InnerMap.MaxEntries = ipcacheSize
+	cs.Maps["cnlab_ipcache6"].InnerMap.MaxEntries = ipcacheSize
 	// The host routing is fixed for a lab's life (Setup refuses to
 	// change it under pinned maps): a constant of the programs, which
 	// the verifier folds, not a flag read per packet.
@@ -70,11 +73,12 @@ type hostMaps struct {
 	dir                                                          string
 	config, monitor, lxc, local, ipcache, policy, exact, enforce *ebpf.Map
 	ct, counters, events, sockep                                 *ebpf.Map
+	ipcache6, local6, ct6                                        *ebpf.Map // the IPv6 path's
 	lost, ruleCounters                                           *ebpf.Map // opened on demand (open)
 }
 
 func (m *hostMaps) Close() {
-	for _, x := range []*ebpf.Map{m.config, m.monitor, m.lxc, m.local, m.ipcache, m.policy, m.exact, m.enforce, m.ct, m.counters, m.events, m.sockep, m.lost, m.ruleCounters} {
+	for _, x := range []*ebpf.Map{m.config, m.monitor, m.lxc, m.local, m.ipcache, m.policy, m.exact, m.enforce, m.ct, m.counters, m.events, m.sockep, m.lost, m.ruleCounters, m.ipcache6, m.local6, m.ct6} {
 		if x != nil {
 			x.Close()
 		}
@@ -105,17 +109,21 @@ const (
 	mapCounter = "cnlab_counters"
 	mapEvents  = "cnlab_events"
 	mapSockEP  = "cnlab_sockep"
+	// The IPv6 path's ipcache, endpoints by address and conntrack.
+	mapIPCache6 = "cnlab_ipcache6"
+	mapLocal6   = "cnlab_local6"
+	mapCT6      = "cnlab_ct6"
 	// Not in allMaps: opened by the monitor and RuleCounters only.
 	mapLost         = "cnlab_lost"
 	mapRuleCounters = "cnlab_rule_counters"
 )
 
 var allMaps = []string{mapConfig, mapMonitor, mapLXC, mapLocal, mapIPCache, mapPolicy, mapExact,
-	mapEnforce, mapCT, mapCounter, mapEvents, mapSockEP}
+	mapEnforce, mapCT, mapCounter, mapEvents, mapSockEP, mapIPCache6, mapLocal6, mapCT6}
 
 // stageMaps are the maps an apply needs up to the switch (each map
 // opened costs tens of microseconds; see openStaged).
-var stageMaps = []string{mapConfig, mapIPCache, mapPolicy, mapExact, mapEnforce}
+var stageMaps = []string{mapConfig, mapIPCache, mapIPCache6, mapPolicy, mapExact, mapEnforce}
 
 // open opens the named pinned maps of the host that are not open yet.
 func (m *hostMaps) open(host string, names ...string) error {
@@ -162,6 +170,12 @@ func (m *hostMaps) field(name string) **ebpf.Map {
 		return &m.events
 	case mapSockEP:
 		return &m.sockep
+	case mapIPCache6:
+		return &m.ipcache6
+	case mapLocal6:
+		return &m.local6
+	case mapCT6:
+		return &m.ct6
 	case mapLost:
 		return &m.lost
 	case mapRuleCounters:

@@ -12,7 +12,81 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func ip4(a netip.Addr) uint32 { b := a.As4(); return binary.LittleEndian.Uint32(b[:]) }
+// noIPv4 is the IPv4 address of an endpoint that has none (an IPv6-only
+// lab): 255.255.255.255, never a packet's source.
+const noIPv4 = 0xffffffff
+
+// ip4 is an IPv4 address as the programs hold it (network order); 0 for
+// an address that is not IPv4 (the IPv4 maps have no place for one).
+func ip4(a netip.Addr) uint32 {
+	if a = a.Unmap(); !a.Is4() {
+		return 0
+	}
+	b := a.As4()
+	return binary.LittleEndian.Uint32(b[:])
+}
+
+// ip6 is an IPv6 address as the programs hold it (four words in network
+// order); the zero address for an invalid one.
+func ip6(a netip.Addr) [4]uint32 {
+	var out [4]uint32
+	if !a.IsValid() {
+		return out
+	}
+	b := a.As16()
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint32(b[4*i:])
+	}
+	return out
+}
+
+func addrOf6(x [4]uint32) netip.Addr {
+	var b [16]byte
+	for i, w := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], w)
+	}
+	return netip.AddrFrom16(b)
+}
+
+// byFamily parts ipcache entries into IPv4 and IPv6 ones (order kept).
+func byFamily(es []ipEntry) (v4, v6 []ipEntry) {
+	for _, e := range es {
+		if e.Prefix.Addr().Is4() {
+			v4 = append(v4, e)
+		} else {
+			v6 = append(v6, e)
+		}
+	}
+	return v4, v6
+}
+
+func ipcacheKey6(p netip.Prefix) cnlabIpcache6Key {
+	return cnlabIpcache6Key{Prefixlen: uint32(p.Bits()), Ip: ip6(p.Addr())}
+}
+
+// buildIPCache6 is buildIPCache for the IPv6 entries (cnlab_ipcache6).
+func buildIPCache6(es []ipEntry) (*ebpf.Map, error) {
+	if len(es) > ipcacheSize {
+		return nil, fmt.Errorf("%d IPv6 addresses and CIDR prefixes, the ipcache holds %d", len(es), ipcacheSize)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "cnlab_ipc6", Type: ebpf.LPMTrie,
+		KeySize: uint32(unsafe.Sizeof(cnlabIpcache6Key{})), ValueSize: uint32(unsafe.Sizeof(cnlabPeer{})),
+		MaxEntries: ipcacheSize, Flags: unix.BPF_F_NO_PREALLOC})
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]cnlabIpcache6Key, len(es))
+	vals := make([]cnlabPeer, len(es))
+	for i, e := range es {
+		keys[i] = ipcacheKey6(e.Prefix)
+		vals[i] = cnlabPeer{Key: e.Key, Identity: e.Identity}
+	}
+	if err := batchPut(m, keys, vals); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
 
 func addrOf(x uint32) netip.Addr {
 	var b [4]byte

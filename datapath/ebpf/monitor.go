@@ -215,12 +215,12 @@ func MonitorWith(ctx context.Context, lab *topology.Spec, o MonitorOptions, fn f
 					}
 					return
 				}
-				ev, ok := decode(rec.RawSample)
+				ev, src, dst, ok := decodeAddrs(rec.RawSample)
 				if !ok || time.Duration(ev.Time) < start {
 					continue // a record left over from an earlier monitor
 				}
 				select {
-				case events <- names.event(r.host, ev, wallStart.Add(time.Duration(ev.Time)-start)):
+				case events <- names.eventFrom(r.host, ev, src, dst, wallStart.Add(time.Duration(ev.Time)-start)):
 				case <-ctx.Done():
 					return
 				}
@@ -323,6 +323,22 @@ func decode(b []byte) (cnlabEvent, bool) {
 	return e, err == nil
 }
 
+// decodeAddrs decodes an event of either path with its addresses: a
+// record of the size of an event6 is the IPv6 path's (bpf/cnlab.c, emit6).
+func decodeAddrs(b []byte) (e cnlabEvent, src, dst netip.Addr, ok bool) {
+	var e6 cnlabEvent6
+	if len(b) >= binary.Size(e6) {
+		if _, err := binary.Decode(b, binary.NativeEndian, &e6); err != nil {
+			return e, src, dst, false
+		}
+		return e6.E, addrOf6(e6.Saddr), addrOf6(e6.Daddr), true
+	}
+	if e, ok = decode(b); !ok {
+		return e, src, dst, false
+	}
+	return e, addrOf(e.Saddr), addrOf(e.Daddr), true
+}
+
 // namer turns slots, addresses and rule indexes into names.
 type namer struct {
 	lab    *topology.Spec
@@ -372,7 +388,9 @@ func newNamer(lab *topology.Spec, rules []policy.Entry, pols []*policy.Policy) *
 		}
 	}
 	for _, ep := range lab.Endpoints {
-		n.byAddr[ep.IP] = ep.ID()
+		for _, a := range ep.Addrs() {
+			n.byAddr[a] = ep.ID()
+		}
 	}
 	return n
 }
@@ -402,7 +420,11 @@ func clusterRule(byRef map[string]*policy.Policy, origin string) (*policy.Policy
 }
 
 func (n *namer) event(h *topology.Host, e cnlabEvent, at time.Time) Event {
-	src, dst := addrOf(e.Saddr), addrOf(e.Daddr)
+	return n.eventFrom(h, e, addrOf(e.Saddr), addrOf(e.Daddr), at)
+}
+
+// eventFrom is event with the packet's addresses (of either family).
+func (n *namer) eventFrom(h *topology.Host, e cnlabEvent, src, dst netip.Addr, at time.Time) Event {
 	ev := Event{Time: at, Host: h.Name, Direction: policy.Dir(e.Dir).String(), Reason: reasonName(cnlabReason(e.Reason)),
 		From: n.byAddr[src], To: n.byAddr[dst], SrcIdentity: e.SrcIdentity, DstIdentity: e.DstIdentity,
 		Protocol: protoName(e.Proto), Src: netip.AddrPortFrom(src, e.Sport), Dst: netip.AddrPortFrom(dst, e.Dport),
@@ -427,6 +449,8 @@ func protoName(p uint8) string {
 	switch p {
 	case 1:
 		return "icmp"
+	case 58:
+		return "icmpv6"
 	case 6, 17, 132:
 		return policy.ProtoName(p)
 	}

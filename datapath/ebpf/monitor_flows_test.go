@@ -173,7 +173,8 @@ func pinHarness(t *testing.T, h *harness) *topology.Spec {
 	maps := map[string]*ebpf.Map{mapConfig: h.objs.CnlabConfig, mapMonitor: h.objs.CnlabMonitor, mapLXC: h.objs.CnlabLxc,
 		mapLocal: h.objs.CnlabLocal, mapIPCache: h.objs.CnlabIpcache, mapPolicy: h.objs.CnlabPolicy, mapExact: h.objs.CnlabPolicyExact,
 		mapEnforce: h.objs.CnlabEnforce, mapCT: h.objs.CnlabCt, mapCounter: h.objs.CnlabCounters, mapEvents: h.objs.CnlabEvents,
-		mapSockEP: h.objs.CnlabSockep, mapLost: h.objs.CnlabLost, mapRuleCounters: h.objs.CnlabRuleCounters}
+		mapSockEP: h.objs.CnlabSockep, mapLost: h.objs.CnlabLost, mapRuleCounters: h.objs.CnlabRuleCounters,
+		mapIPCache6: h.objs.CnlabIpcache6, mapLocal6: h.objs.CnlabLocal6, mapCT6: h.objs.CnlabCt6}
 	for name, m := range maps {
 		if err := m.Pin(filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)

@@ -56,12 +56,14 @@ type tep struct {
 	index    uint32
 	identity uint32
 	ip       netip.Addr
+	ip6      netip.Addr // none: an IPv4-only endpoint
 	mac, lxc [6]byte
 	ifindex  uint32 // host-side veth in the endpoint map (fake for all but the one run as)
 }
 
 func (e *tep) entry() cnlabEndpoint {
-	return cnlabEndpoint{Index: e.index, Identity: e.identity, Ip: ip4(e.ip), Ifindex: e.ifindex, Mac: e.mac, LxcMac: e.lxc}
+	return cnlabEndpoint{Index: e.index, Identity: e.identity, Ip: ip4(e.ip), Ifindex: e.ifindex, Mac: e.mac, LxcMac: e.lxc,
+		Ip6: ip6(e.ip6)}
 }
 
 // The test world: endpoints A and B on the host under test, R and R2

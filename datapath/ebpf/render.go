@@ -185,9 +185,7 @@ type epPlan struct {
 func peerClasses(lab *topology.Spec, c *policy.Compiled) (keyOf map[netip.Addr]uint32, keysOfIdentity map[uint32][]uint32, containing map[uint32][]netip.Prefix) {
 	var cidrs []netip.Prefix
 	for p := range c.CIDRIdentities {
-		if p.Addr().Is4() { // the maps are IPv4's: an IPv6 CIDR covers nothing here
-			cidrs = append(cidrs, p)
-		}
+		cidrs = append(cidrs, p) // either family: the ipcaches hold both
 	}
 	sort.Slice(cidrs, func(i, j int) bool { return cidrs[i].String() < cidrs[j].String() })
 	keyOf = map[netip.Addr]uint32{}
@@ -195,29 +193,33 @@ func peerClasses(lab *topology.Spec, c *policy.Compiled) (keyOf map[netip.Addr]u
 	containing = map[uint32][]netip.Prefix{}
 	group := map[string]uint32{}
 	next := uint32(firstSplitKey)
+	// Per address: an endpoint's IPv4 and IPv6 addresses are apart in
+	// the CIDR rules that contain them (a prefix is of one family).
 	for _, ep := range lab.Endpoints {
 		id := c.IdentityOfIP(ep.IP)
-		var in []netip.Prefix
-		var b strings.Builder
-		fmt.Fprint(&b, id)
-		for _, p := range cidrs {
-			if p.Contains(ep.IP) {
-				in = append(in, p)
-				b.WriteString(" " + p.String())
+		for _, a := range ep.Addrs() {
+			var in []netip.Prefix
+			var b strings.Builder
+			fmt.Fprint(&b, id)
+			for _, p := range cidrs {
+				if p.Contains(a) {
+					in = append(in, p)
+					b.WriteString(" " + p.String())
+				}
 			}
-		}
-		k, ok := group[b.String()]
-		if !ok {
-			k = id
-			if len(keysOfIdentity[id]) > 0 {
-				k = next
-				next++
+			k, ok := group[b.String()]
+			if !ok {
+				k = id
+				if len(keysOfIdentity[id]) > 0 {
+					k = next
+					next++
+				}
+				group[b.String()] = k
+				keysOfIdentity[id] = append(keysOfIdentity[id], k)
+				containing[k] = in
 			}
-			group[b.String()] = k
-			keysOfIdentity[id] = append(keysOfIdentity[id], k)
-			containing[k] = in
+			keyOf[a] = k
 		}
-		keyOf[ep.IP] = k
 	}
 	return keyOf, keysOfIdentity, containing
 }
@@ -242,14 +244,14 @@ func newPlanner(lab *topology.Spec, c *policy.Compiled) *planner {
 	var keyOf map[netip.Addr]uint32
 	keyOf, p.keysOfIdentity, p.containing = peerClasses(lab, c)
 	for _, ep := range lab.Endpoints {
-		pfx := netip.PrefixFrom(ep.IP, 32)
-		p.epAddr[pfx] = true
-		p.ipc = append(p.ipc, ipEntry{Prefix: pfx, Key: keyOf[ep.IP], Identity: c.IdentityOfIP(ep.IP)})
+		for _, a := range ep.Addrs() {
+			pfx := netip.PrefixFrom(a, a.BitLen())
+			p.epAddr[pfx] = true
+			p.ipc = append(p.ipc, ipEntry{Prefix: pfx, Key: keyOf[a], Identity: c.IdentityOfIP(ep.IP)})
+		}
 	}
 	for q := range c.CIDRIdentities {
-		if q.Addr().Is4() { // as in peerClasses
-			p.cidrs = append(p.cidrs, q)
-		}
+		p.cidrs = append(p.cidrs, q)
 	}
 	sort.Slice(p.cidrs, func(i, j int) bool { return p.cidrs[i].String() < p.cidrs[j].String() })
 	for _, q := range p.cidrs {

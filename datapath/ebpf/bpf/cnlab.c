@@ -45,9 +45,11 @@
 // The rules for what is not an IPv4 policy decision are explicit and
 // documented in docs/ebpf.md: ARP must name the endpoint as its sender,
 // and is then answered (bpf host routing) or passed to the bridge
-// (legacy); IPv6 and other L3 protocols are dropped, malformed headers
-// are dropped, a non-first fragment passes only if its first fragment
-// passed at the same enforcement point.
+// (legacy); IPv6 is judged as IPv4 is, on a path of its own (from_ep6,
+// to_ep6: its own ipcache, conntrack and fragment maps, the same policy
+// maps), its neighbour discovery checked as ARP is; other L3 protocols
+// are dropped, malformed headers are dropped, a non-first fragment
+// passes only if its first fragment passed at the same enforcement point.
 
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
@@ -101,7 +103,7 @@ enum reason {
 	R_DROP_DEFAULT = 17,    // isolated direction, no allow entry matched
 	R_DROP_MALFORMED = 18,  // truncated or invalid headers
 	R_DROP_FRAG = 19,       // fragment whose first fragment was not seen
-	R_DROP_IPV6 = 20,       // IPv6 (labs are IPv4-only)
+	R_DROP_IPV6 = 20,       // IPv6 of an endpoint without an IPv6 address, or that the program cannot parse (AH, too many extension headers)
 	R_DROP_L3 = 21,         // other ethertypes, other ARP
 	R_DROP_SPOOF = 22,      // source address is not the endpoint's
 	R_DROP_UNKNOWN = 23,    // interface or destination unknown to the maps
@@ -267,15 +269,21 @@ struct monitor {
 struct endpoint {
 	__u32 index;    // slot in the per-endpoint arrays
 	__u32 identity; // security identity
-	__u32 ip;       // network order
+	__u32 ip;       // network order (255.255.255.255: none, an IPv6-only lab)
 	__u32 ifindex;  // host-side veth
 	__u8 mac[6];    // endpoint's eth0
 	__u8 lxc_mac[6];// host-side veth
+	__u32 ip6[4];   // its IPv6 address, all zero: none
 };
 
 struct ipcache_key {
 	__u32 prefixlen;
 	__u32 ip; // network order
+};
+
+struct ipcache6_key {
+	__u32 prefixlen;
+	__u32 ip[4];
 };
 
 struct peer {
@@ -327,6 +335,24 @@ struct ct_val {
 #define CT_FIN 2     // FIN seen
 #define CT_PROXY 4   // the flow goes to the L7 proxy
 
+// The IPv6 path's conntrack and fragment keys (cnlab_ct6, cnlab_frag6):
+// IPv4's with 16-byte addresses (and the fragment header's 32-bit id).
+struct ct6_key {
+	__u32 saddr[4], daddr[4];
+	__u16 sport, dport;
+	__u8 proto;
+	__u8 scope;
+	__u16 ep;
+};
+
+struct frag6_key {
+	__u32 saddr[4], daddr[4];
+	__u32 id;
+	__u8 proto;
+	__u8 scope;
+	__u16 ep;
+};
+
 struct frag_key {
 	__u32 saddr, daddr;
 	__u16 id;
@@ -373,6 +399,20 @@ struct event {
 	__u32 rule;
 	__u8 tcpflags; // the TCP header's flags byte (0 for other protocols)
 	__u8 pad[3];
+};
+
+// An event of the IPv6 path: e's addresses are 0, these are the
+// packet's (a record of this size in cnlab_events is an event6).
+struct event6 {
+	struct event e;
+	__u32 saddr[4], daddr[4];
+};
+
+struct flow6_key {
+	__u32 saddr[4], daddr[4];
+	__u16 sport, dport;
+	__u8 proto, reason;
+	__u16 pad;
 };
 
 // The service proxy's settings for a host (cnlab_svc_config[0]).
@@ -525,6 +565,28 @@ struct {
 	});
 } cnlab_ipcache SEC(".maps");
 
+// The IPv6 ipcache per generation (values as cnlab_ipcache's).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+		__uint(max_entries, 1);
+		__uint(map_flags, BPF_F_NO_PREALLOC);
+		__uint(key_size, sizeof(struct ipcache6_key));
+		__uint(value_size, sizeof(struct peer));
+	});
+} cnlab_ipcache6 SEC(".maps");
+
+// Endpoints of this host by IPv6 address.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct ipcache6_key); // prefixlen 128
+	__type(value, struct endpoint);
+} cnlab_local6 SEC(".maps");
+
 // Policy map of each endpoint, per generation: slot gen*max_ep + index.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
@@ -587,6 +649,27 @@ struct {
 	__type(key, struct frag_key);
 	__type(value, struct frag_val);
 } cnlab_frag SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct ct6_key);
+	__type(value, struct ct_val);
+} cnlab_ct6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct frag6_key);
+	__type(value, struct frag_val);
+} cnlab_frag6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct flow6_key);
+	__type(value, __u64);
+} cnlab_evlimit6 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -703,6 +786,9 @@ struct {
 
 // Keep the types user space reads in BTF, for bpf2go.
 const struct event *unused_event __attribute__((unused));
+const struct event6 *unused_event6 __attribute__((unused));
+const struct ipcache6_key *unused_ipk6 __attribute__((unused));
+const struct ct6_key *unused_ct6 __attribute__((unused));
 const struct counter *unused_counter __attribute__((unused));
 const struct ipcache_key *unused_ipk __attribute__((unused));
 const struct policy_key *unused_pk __attribute__((unused));
@@ -1243,28 +1329,34 @@ __attribute__((noinline)) int policy_verdict(struct query *q)
 // alone: deny wins). An allowed ingress flow to an L7 port sets
 // p->proxied (user space marks every allow decision of such a port that
 // is not the Admin tier's, so whichever lookup wins says so).
-static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __u32 peer,
-				   struct pkt *p, __u32 *rule, __u8 count, __u32 len)
+static __always_inline int verdict_of(struct config *cfg, __u32 index, __u8 dir, __u32 peer, __u8 proto,
+				      __u8 tcpflags, __u16 dport, __u8 *proxied, __u32 *rule, __u8 count, __u32 len)
 {
 	// A new TCP flow begins with a SYN, or with an ACK picking up a
 	// connection whose entry went; any other set of SYN, ACK, FIN and RST
 	// (SYN+FIN, a RST or a FIN without a connection, no flag at all) is
 	// dropped before policy, as netfilter's conntrack finds it invalid, so
 	// that every datapath gives such a packet the same verdict.
-	if (p->proto == IPPROTO_TCP) {
-		__u8 f = p->tcpflags & (TCP_SYN | TCP_ACK | TCP_FIN | TCP_RST);
+	if (proto == IPPROTO_TCP) {
+		__u8 f = tcpflags & (TCP_SYN | TCP_ACK | TCP_FIN | TCP_RST);
 		if (f != TCP_SYN && f != TCP_ACK) {
 			*rule = NO_RULE;
-			p->proxied = 0;
+			*proxied = 0;
 			return R_DROP_INVALID;
 		}
 	}
-	struct query q = {.k = {.peer = peer, .dir = dir, .proto = p->proto, .port = bpf_htons(p->dport)},
+	struct query q = {.k = {.peer = peer, .dir = dir, .proto = proto, .port = bpf_htons(dport)},
 			  .slot = cfg->gen * cfg->max_ep + index, .count = count, .len = len};
 	int r = policy_verdict(&q);
 	*rule = q.rule;
-	p->proxied = q.proxied;
+	*proxied = q.proxied;
 	return r;
+}
+
+static __always_inline int verdict(struct config *cfg, __u32 index, __u8 dir, __u32 peer,
+				   struct pkt *p, __u32 *rule, __u8 count, __u32 len)
+{
+	return verdict_of(cfg, index, dir, peer, p->proto, p->tcpflags, p->dport, &p->proxied, rule, count, len);
 }
 
 // fragment handles a later fragment: it passes where the first passed.
@@ -1326,15 +1418,20 @@ static __always_inline int side(struct config *cfg, struct endpoint *ep, __u8 di
 // deliver hands an IPv4 packet straight to an endpoint of this host: its
 // Ethernet header as the host-side veth would send it, then into the
 // endpoint's namespace with bpf_redirect_peer (from a tc ingress hook).
-static __always_inline int deliver(struct __sk_buff *skb, struct endpoint *ep)
+static __always_inline int deliver_as(struct __sk_buff *skb, struct endpoint *ep, __u16 proto)
 {
 	struct ethhdr eth;
 	__builtin_memcpy(eth.h_dest, ep->mac, 6);
 	__builtin_memcpy(eth.h_source, ep->lxc_mac, 6);
-	eth.h_proto = bpf_htons(ETH_P_IP);
+	eth.h_proto = bpf_htons(proto);
 	if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0)
 		return TC_ACT_SHOT;
 	return bpf_redirect_peer(ep->ifindex, 0);
+}
+
+static __always_inline int deliver(struct __sk_buff *skb, struct endpoint *ep)
+{
+	return deliver_as(skb, ep, ETH_P_IP);
 }
 
 // enum tcp_state (include/net/tcp_states.h)
@@ -1980,7 +2077,11 @@ static __always_inline int arp(struct __sk_buff *skb, struct endpoint *ep, struc
 	return bpf_redirect(skb->ifindex, 0);
 }
 
-// l3 sorts out what is not IPv4: it returns -1 for IPv4, else the tc action.
+int from_ep6(struct __sk_buff *skb, struct endpoint *src);
+int to_ep6(struct __sk_buff *skb, struct endpoint *dst);
+
+// l3 sorts out what is not IPv4: it returns -1 for IPv4, else the tc
+// action (IPv6 takes its own path, from_ep6 or to_ep6).
 static __always_inline int l3(struct __sk_buff *skb, struct endpoint *ep, struct config *cfg, __u8 dir)
 {
 	__u16 proto = skb->protocol;
@@ -1998,7 +2099,9 @@ static __always_inline int l3(struct __sk_buff *skb, struct endpoint *ep, struct
 		count(ep->index, dir, R_ARP_PASSED, skb->len);
 		return TC_ACT_OK; // ARP from the host or the bridge to the endpoint
 	}
-	count(ep->index, dir, proto == bpf_htons(ETH_P_IPV6) ? R_DROP_IPV6 : R_DROP_L3, skb->len);
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return dir == DIR_EGRESS ? from_ep6(skb, ep) : to_ep6(skb, ep);
+	count(ep->index, dir, R_DROP_L3, skb->len);
 	return TC_ACT_SHOT;
 }
 
@@ -2033,6 +2136,640 @@ static __always_inline struct endpoint *legacy_l7(struct config *cfg, struct end
 	struct pkt q = *p;
 	verdict(cfg, dst->index, DIR_INGRESS, peer_of(cfg->gen, p->saddr).key, &q, &rule, RC_NONE, 0);
 	return q.proxied ? dst : 0;
+}
+
+// ---- IPv6 ----
+//
+// IPv6 takes a path of its own after the ethertype check (l3): from_ep6
+// and to_ep6, global functions the verifier checks on their own, so the
+// IPv4 path is what it was, instruction for instruction. The path keeps
+// its own ipcache (cnlab_ipcache6), endpoints by address (cnlab_local6),
+// conntrack (cnlab_ct6), fragments (cnlab_frag6) and event rate limit
+// (cnlab_evlimit6), and asks the same policy maps (policy_verdict): a
+// policy key names a peer, whatever its family. Not on this path: the
+// service proxy (an IPv6 packet is never translated), the L7 proxy (a
+// connection to an L7 port is dropped, l7-port-not-proxied or
+// l7-proxy-not-listening), the connect hook, the ICMPv6 answers the IPv4
+// path sends (no packet is rejected on it).
+
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_FRAGMENT 44
+#define NEXTHDR_AUTH 51
+#define NEXTHDR_DEST 60
+#define IPPROTO_ICMP6 58
+#define EXTHDR_MAX 4 // extension headers skipped before the upper layer
+
+// ICMPv6 types (RFC 4443, 4861, 2710, 3810).
+#define ICMP6_DST_UNREACH 1
+#define ICMP6_PKT_TOOBIG 2
+#define ICMP6_TIME_EXCEEDED 3
+#define ICMP6_PARAM_PROB 4
+#define ICMP6_ECHO_REQUEST 128
+#define ICMP6_ECHO_REPLY 129
+#define ICMP6_MLD_QUERY 130
+#define ICMP6_MLD_REPORT 131
+#define ICMP6_MLD_DONE 132
+#define ND_ROUTER_SOLICIT 133
+#define ND_ROUTER_ADVERT 134
+#define ND_NEIGHBOR_SOLICIT 135
+#define ND_NEIGHBOR_ADVERT 136
+#define ND_REDIRECT 137
+#define ICMP6_MLD2_REPORT 143
+
+struct ip6h {
+	__u8 vtc; // version and the traffic class's high bits
+	__u8 flow[3];
+	__be16 plen;
+	__u8 nxt;
+	__u8 hlim;
+	__u32 saddr[4], daddr[4];
+};
+
+struct pkt6 {
+	__u32 saddr[4], daddr[4];
+	__u16 sport, dport; // host order
+	__u8 proto;
+	__u8 tcpflags;
+	__u8 frag;     // 0 whole, 1 first fragment, 2 later fragment
+	__u8 icmp_err; // an ICMPv6 error carrying the tuple below
+	__u32 fragid;
+	__u8 icmp;     // enum icmp_role
+	__u8 type;     // the ICMPv6 type
+	__u8 proxied;
+	__u8 pad;
+	__u32 l4;      // offset of the upper-layer header
+	__u32 in_saddr[4], in_daddr[4];
+	__u16 in_sport, in_dport;
+	__u8 in_proto;
+	__u8 pad2[3];
+};
+
+// The IPv6 path's working memory, one per CPU (cnlab_scratch6): called
+// from cnlab_from_ep and cnlab_to_ep, whose frames the verifier counts
+// with theirs against the 512 bytes of a chain of calls, from_ep6 and
+// to_ep6 keep their packet and map keys here rather than on the stack.
+// A tc program runs to its end on its CPU (tc ingress in softirq, egress
+// with bottom halves off), so no other run shares it meanwhile.
+struct scratch6 {
+	struct config cfg;
+	struct pkt6 p;
+	struct ct6_key ct;
+	struct frag6_key frag;
+	struct flow6_key flow;
+	struct ipcache6_key ipk;
+	struct {
+		struct ip6h ip;
+		__u8 icmp[8];
+		__u32 target[4];
+		__u8 opt[8]; // target link-layer address
+	} na;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch6);
+} cnlab_scratch6 SEC(".maps");
+
+static __always_inline int ip6_eq(const __u32 *a, const __u32 *b)
+{
+	return ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3])) == 0;
+}
+
+static __always_inline int ip6_zero(const __u32 *a) { return (a[0] | a[1] | a[2] | a[3]) == 0; }
+
+static __always_inline void ip6_cp(__u32 *d, const __u32 *s)
+{
+	d[0] = s[0];
+	d[1] = s[1];
+	d[2] = s[2];
+	d[3] = s[3];
+}
+
+// quoted_ports6 reads the ports (or echo id) of the packet an ICMPv6
+// error quotes (its fixed header only: a quote with extension headers
+// is taken for what it says its next header is, without ports).
+static __always_inline int quoted_ports6(struct __sk_buff *skb, __u32 off, __u8 proto, __u16 *sport, __u16 *dport)
+{
+	__u8 h[8];
+	*sport = 0;
+	*dport = 0;
+	switch (proto) {
+	case IPPROTO_TCP:
+	case IPPROTO_UDP:
+	case IPPROTO_SCTP:
+		if (bpf_skb_load_bytes(skb, off, h, 4) < 0)
+			return -1;
+		*sport = (h[0] << 8) | h[1];
+		*dport = (h[2] << 8) | h[3];
+		return 0;
+	case IPPROTO_ICMP6:
+		if (bpf_skb_load_bytes(skb, off, h, 8) < 0)
+			return -1;
+		if (h[0] == ICMP6_ECHO_REQUEST || h[0] == ICMP6_ECHO_REPLY) {
+			*sport = (h[4] << 8) | h[5];
+			*dport = *sport;
+		}
+		return 0;
+	}
+	return 0;
+}
+
+// parse6 reads an IPv6 packet's tuple past the usual extension headers
+// (hop-by-hop, routing, fragment, destination options; at most
+// EXTHDR_MAX of them); it returns 0 or a drop reason.
+static __always_inline int parse6(struct __sk_buff *skb, struct pkt6 *p)
+{
+	struct ip6h ip;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) < 0)
+		return R_DROP_MALFORMED;
+	if ((ip.vtc >> 4) != 6)
+		return R_DROP_MALFORMED;
+	ip6_cp(p->saddr, ip.saddr);
+	ip6_cp(p->daddr, ip.daddr);
+	__u8 nxt = ip.nxt;
+	__u32 off = ETH_HLEN + sizeof(ip);
+#pragma unroll
+	for (int i = 0; i < EXTHDR_MAX; i++) {
+		if (nxt != NEXTHDR_HOP && nxt != NEXTHDR_ROUTING && nxt != NEXTHDR_FRAGMENT && nxt != NEXTHDR_DEST)
+			break;
+		__u8 h[8];
+		if (bpf_skb_load_bytes(skb, off, h, sizeof(h)) < 0)
+			return R_DROP_MALFORMED;
+		if (nxt == NEXTHDR_FRAGMENT) {
+			__u16 fo = ((h[2] << 8) | h[3]) & 0xfff8;
+			p->fragid = (h[4] << 24) | (h[5] << 16) | (h[6] << 8) | h[7];
+			if (fo) {
+				p->proto = h[0];
+				p->frag = 2; // no upper-layer header here: ports come from the first fragment
+				return 0;
+			}
+			if (h[3] & 1)
+				p->frag = 1;
+			off += 8;
+		} else {
+			off += (h[1] + 1) * 8;
+		}
+		nxt = h[0];
+	}
+	if (nxt == NEXTHDR_HOP || nxt == NEXTHDR_ROUTING || nxt == NEXTHDR_FRAGMENT || nxt == NEXTHDR_DEST ||
+	    nxt == NEXTHDR_AUTH)
+		return R_DROP_IPV6; // more extension headers than the program reads, or AH
+	p->proto = nxt;
+	p->l4 = off;
+	if (parse_l4(skb, off, nxt, &p->sport, &p->dport, &p->tcpflags) < 0)
+		return R_DROP_MALFORMED;
+	if (nxt == IPPROTO_ICMP6) {
+		__u8 h[8];
+		if (bpf_skb_load_bytes(skb, off, h, sizeof(h)) < 0)
+			return R_DROP_MALFORMED;
+		__u8 type = h[0];
+		p->type = type;
+		p->icmp = ICMP_OTHER;
+		if (type == ICMP6_ECHO_REQUEST || type == ICMP6_ECHO_REPLY) {
+			__u16 id = (h[4] << 8) | h[5];
+			p->sport = id;
+			p->dport = id;
+			p->icmp = type == ICMP6_ECHO_REQUEST ? ICMP_REQUEST : ICMP_REPLY;
+		} else if (type >= ICMP6_DST_UNREACH && type <= ICMP6_PARAM_PROB) {
+			struct ip6h in;
+			if (bpf_skb_load_bytes(skb, off + 8, &in, sizeof(in)) == 0 && (in.vtc >> 4) == 6 &&
+			    quoted_ports6(skb, off + 8 + sizeof(in), in.nxt, &p->in_sport, &p->in_dport) == 0) {
+				p->icmp_err = 1;
+				ip6_cp(p->in_saddr, in.saddr);
+				ip6_cp(p->in_daddr, in.daddr);
+				p->in_proto = in.nxt;
+			}
+		}
+	}
+	return 0;
+}
+
+static __always_inline struct peer peer_of6(__u32 gen, const __u32 *ip, struct ipcache6_key *k)
+{
+	struct peer out = {.key = WORLD_IDENTITY, .identity = WORLD_IDENTITY};
+	void *ipc = bpf_map_lookup_elem(&cnlab_ipcache6, &gen);
+	if (!ipc)
+		return out;
+	k->prefixlen = 128;
+	ip6_cp(k->ip, ip);
+	struct peer *v = bpf_map_lookup_elem(ipc, k);
+	if (v)
+		out = *v;
+	return out;
+}
+
+// related_path6 is related_path for IPv6.
+static __always_inline int related_path6(__u32 gen, struct pkt6 *p, struct ipcache6_key *ik)
+{
+	if (!ip6_eq(p->daddr, p->in_saddr))
+		return 0;
+	if (ip6_eq(p->saddr, p->in_daddr))
+		return 1;
+	__u32 id = peer_of6(gen, p->saddr, ik).identity;
+	return id == WORLD_IDENTITY || id >= FIRST_CIDR_IDENTITY;
+}
+
+static __always_inline struct ct_val *ct6_get(struct ct6_key *k, __u64 now)
+{
+	struct ct_val *v = bpf_map_lookup_elem(&cnlab_ct6, k);
+	if (v && v->expires < now) {
+		bpf_map_delete_elem(&cnlab_ct6, k);
+		return 0;
+	}
+	return v;
+}
+
+static __always_inline void ct6_fill(struct ct6_key *k, const __u32 *s, const __u32 *d, __u16 sport, __u16 dport,
+				     __u8 proto, __u8 scope, __u16 ep)
+{
+	ip6_cp(k->saddr, s);
+	ip6_cp(k->daddr, d);
+	k->sport = sport;
+	k->dport = dport;
+	k->proto = proto;
+	k->scope = scope;
+	k->ep = ep;
+}
+
+// ct_lookup6 is ct_lookup for IPv6.
+static __always_inline int ct_lookup6(__u32 gen, struct scratch6 *s, __u8 scope, __u8 rscope, __u16 ep, __u64 now)
+{
+	struct pkt6 *p = &s->p;
+	struct ct6_key *k = &s->ct;
+	struct ct_val *v;
+	int syn = p->proto == IPPROTO_TCP && (p->tcpflags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+	int fwd = p->icmp == ICMP_NONE || p->icmp == ICMP_REQUEST;
+	int rev = p->icmp == ICMP_NONE || p->icmp == ICMP_REPLY;
+	if (!syn && fwd) {
+		ct6_fill(k, p->saddr, p->daddr, p->sport, p->dport, p->proto, scope, ep);
+		v = ct6_get(k, now);
+		if (v) {
+			ct_touch(v, p->proto, p->tcpflags, now);
+			p->proxied = (v->flags & CT_PROXY) != 0;
+			return R_ALLOW_CT;
+		}
+	}
+	if (!syn && rev) {
+		ct6_fill(k, p->daddr, p->saddr, p->dport, p->sport, p->proto, rscope, ep);
+		v = ct6_get(k, now);
+		if (v && !(v->flags & CT_PROXY)) {
+			ct_touch(v, p->proto, p->tcpflags, now);
+			return R_ALLOW_CT;
+		}
+	}
+	if (p->icmp_err && related_path6(gen, p, &s->ipk)) {
+		ct6_fill(k, p->in_saddr, p->in_daddr, p->in_sport, p->in_dport, p->in_proto, rscope, ep);
+		if (ct6_get(k, now))
+			return R_ALLOW_RELATED;
+		ct6_fill(k, p->in_daddr, p->in_saddr, p->in_dport, p->in_sport, p->in_proto, scope, ep);
+		if (ct6_get(k, now))
+			return R_ALLOW_RELATED;
+	}
+	return 0;
+}
+
+static __always_inline void ct_create6(struct scratch6 *s, __u8 scope, __u16 ep, __u64 now)
+{
+	struct pkt6 *p = &s->p;
+	if (p->icmp != ICMP_NONE && p->icmp != ICMP_REQUEST)
+		return;
+	ct6_fill(&s->ct, p->saddr, p->daddr, p->sport, p->dport, p->proto, scope, ep);
+	struct ct_val v = {.flags = p->proxied ? CT_PROXY : 0};
+	ct_touch(&v, p->proto, p->tcpflags, now);
+	bpf_map_update_elem(&cnlab_ct6, &s->ct, &v, BPF_ANY);
+}
+
+static __always_inline void frag6_fill(struct frag6_key *k, struct pkt6 *p, __u8 scope, __u16 ep)
+{
+	ip6_cp(k->saddr, p->saddr);
+	ip6_cp(k->daddr, p->daddr);
+	k->id = p->fragid;
+	k->proto = p->proto;
+	k->scope = scope;
+	k->ep = ep;
+}
+
+static __always_inline int fragment6(struct scratch6 *s, __u8 scope, __u16 ep, __u64 now)
+{
+	struct pkt6 *p = &s->p;
+	frag6_fill(&s->frag, p, scope, ep);
+	struct frag_val *fv = bpf_map_lookup_elem(&cnlab_frag6, &s->frag);
+	if (!fv || fv->expires < now)
+		return R_DROP_FRAG;
+	p->sport = fv->sport;
+	p->dport = fv->dport;
+	return R_ALLOW_FRAG;
+}
+
+static __always_inline void first_fragment6(struct scratch6 *s, __u8 scope, __u16 ep, __u64 now)
+{
+	struct pkt6 *p = &s->p;
+	frag6_fill(&s->frag, p, scope, ep);
+	struct frag_val fv = {.sport = p->sport, .dport = p->dport, .expires = now + LIFE_FRAG};
+	bpf_map_update_elem(&cnlab_frag6, &s->frag, &fv, BPF_ANY);
+}
+
+static __always_inline void emit6(struct scratch6 *s, __u32 len, __u32 ep, __u8 dir, __u8 reason,
+				  __u32 src_id, __u32 dst_id, __u32 rule)
+{
+	struct pkt6 *p = &s->p;
+	__u32 zero = 0;
+	struct monitor *m = bpf_map_lookup_elem(&cnlab_monitor, &zero);
+	if (!m || m->level == MONITOR_OFF)
+		return;
+	if (m->level == MONITOR_DROPS && !is_drop(reason))
+		return;
+	int limit = 1;
+	if (m->level == MONITOR_FLOWS && !is_drop(reason)) {
+		if (!is_new_flow(reason))
+			return;
+		limit = 0;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	if (now > m->until)
+		return;
+	if (limit) {
+		struct flow6_key *fk = &s->flow;
+		fk->sport = p->sport;
+		fk->dport = p->dport;
+		fk->proto = p->proto;
+		fk->reason = reason;
+		fk->pad = 0;
+		ip6_cp(fk->saddr, p->saddr);
+		ip6_cp(fk->daddr, p->daddr);
+		__u64 *last = bpf_map_lookup_elem(&cnlab_evlimit6, fk);
+		if (last && now - *last < NSEC)
+			return;
+		bpf_map_update_elem(&cnlab_evlimit6, fk, &now, BPF_ANY);
+	}
+	struct event6 *e6 = bpf_ringbuf_reserve(&cnlab_events, sizeof(*e6), 0);
+	if (!e6) {
+		__u64 *lost = bpf_map_lookup_elem(&cnlab_lost, &zero);
+		if (lost)
+			*lost += 1;
+		return;
+	}
+	struct event *e = &e6->e;
+	e->time = now;
+	e->saddr = 0;
+	e->daddr = 0;
+	e->sport = p->sport;
+	e->dport = p->dport;
+	e->proto = p->proto;
+	e->dir = dir;
+	e->reason = reason;
+	e->at = AT_TC;
+	e->ep = ep;
+	e->src_identity = src_id;
+	e->dst_identity = dst_id;
+	e->len = len;
+	e->rule = rule;
+	e->tcpflags = p->proto == IPPROTO_TCP ? p->tcpflags : 0;
+	e->pad[0] = e->pad[1] = e->pad[2] = 0;
+	ip6_cp(e6->saddr, p->saddr);
+	ip6_cp(e6->daddr, p->daddr);
+	__u64 wake = 0;
+	if (!limit && bpf_ringbuf_query(&cnlab_events, BPF_RB_AVAIL_DATA) < EVENT_BATCH * (sizeof(*e6) + 8))
+		wake = BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e6, wake);
+}
+
+static __always_inline int finish6(struct scratch6 *s, struct __sk_buff *skb, __u32 index,
+				   __u8 dir, int r, __u32 src_id, __u32 dst_id, __u32 rule)
+{
+	count(index, dir, r, skb->len);
+	emit6(s, skb->len, index, dir, r, src_id, dst_id, rule);
+	return is_drop(r) ? TC_ACT_SHOT : TC_ACT_OK;
+}
+
+// side6 is side for IPv6: one endpoint's direction, conntrack then policy.
+static __always_inline int side6(struct scratch6 *s, struct endpoint *ep, __u8 dir, __u64 now,
+				 __u32 *peer_id, __u32 *rule, __u32 len)
+{
+	struct config *cfg = &s->cfg;
+	struct pkt6 *p = &s->p;
+	__u8 scope = 1 + dir, rscope = 1 + !dir;
+	__u16 idx = ep->index;
+	*rule = NO_RULE;
+	if (p->frag == 2)
+		return fragment6(s, scope, idx, now);
+	int r = ct_lookup6(cfg->gen, s, scope, rscope, idx, now);
+	if (!r) {
+		struct peer peer = peer_of6(cfg->gen, dir == DIR_EGRESS ? p->daddr : p->saddr, &s->ipk);
+		*peer_id = peer.identity;
+		r = verdict_of(cfg, ep->index, dir, peer.key, p->proto, p->tcpflags, p->dport, &p->proxied, rule,
+			       RC_ALL, len);
+		if (is_drop(r))
+			return r;
+		// An L7 port: the L7 proxy takes IPv4 only.
+		if (dir == DIR_INGRESS && p->proxied)
+			return R_DROP_NOT_PROXIED;
+		ct_create6(s, scope, idx, now);
+	} else if (dir == DIR_INGRESS && p->proxied) {
+		return R_DROP_NOT_PROXIED;
+	}
+	if (p->frag == 1)
+		first_fragment6(s, scope, idx, now);
+	return r;
+}
+
+// is_ndp: neighbour and router discovery and multicast listener
+// messages, which policy does not judge (as ARP).
+static __always_inline int is_ndp(struct pkt6 *p)
+{
+	if (p->proto != IPPROTO_ICMP6 || p->frag)
+		return 0;
+	__u8 t = p->type;
+	return (t >= ICMP6_MLD_QUERY && t <= ND_REDIRECT) || t == ICMP6_MLD2_REPORT;
+}
+
+// ndp_answer answers an endpoint's neighbour solicitation with the
+// host-side MAC (bpf host routing: every destination is routed through
+// the host, as for ARP): a solicited neighbour advertisement for the
+// target, with its target link-layer address, sent back out of the
+// host-side veth. The packet becomes the answer.
+__attribute__((noinline)) int ndp_answer(struct __sk_buff *skb, struct endpoint *ep)
+{
+	__u32 zero = 0;
+	struct scratch6 *s = bpf_map_lookup_elem(&cnlab_scratch6, &zero);
+	if (!ep || !s)
+		return TC_ACT_SHOT;
+	__builtin_memset(&s->na, 0, sizeof(s->na));
+	typeof(s->na) *rp = &s->na;
+#define r (*rp)
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + sizeof(struct ip6h) + 8, r.target, 16) < 0 ||
+	    bpf_skb_load_bytes(skb, ETH_HLEN + 8, r.ip.daddr, 16) < 0) // the solicitation's source
+		return TC_ACT_SHOT;
+	r.ip.vtc = 0x60;
+	r.ip.plen = bpf_htons(32);
+	r.ip.nxt = IPPROTO_ICMP6;
+	r.ip.hlim = 255;
+	ip6_cp(r.ip.saddr, r.target);
+	r.icmp[0] = ND_NEIGHBOR_ADVERT;
+	r.icmp[4] = 0xe0; // router, solicited, override
+	r.opt[0] = 2;     // target link-layer address
+	r.opt[1] = 1;
+	__builtin_memcpy(&r.opt[2], ep->lxc_mac, 6);
+	__u32 pseudo[2] = {bpf_htonl(32), bpf_htonl(IPPROTO_ICMP6)};
+	__s64 c = bpf_csum_diff(0, 0, r.ip.saddr, 32, 0);
+	c = bpf_csum_diff(0, 0, pseudo, sizeof(pseudo), c);
+	c = bpf_csum_diff(0, 0, (__be32 *)r.icmp, 32, c);
+	__u16 ck = csum_fold(c);
+	__builtin_memcpy(&r.icmp[2], &ck, 2);
+	struct ethhdr eth;
+	__builtin_memcpy(eth.h_dest, ep->mac, 6);
+	__builtin_memcpy(eth.h_source, ep->lxc_mac, 6);
+	eth.h_proto = bpf_htons(ETH_P_IPV6);
+	if (bpf_skb_change_tail(skb, ETH_HLEN + sizeof(r), 0) < 0 || bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN, &r, sizeof(r), 0) < 0)
+		return TC_ACT_SHOT;
+#undef r
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+// ndp checks an endpoint's neighbour discovery as arp checks its ARP:
+// the source is the endpoint's address (or :: for duplicate address
+// detection and router or multicast listener messages), an advertisement
+// names the endpoint's own address as its target, and a link-layer
+// address option the endpoint's MAC. Router advertisements and redirects
+// are a router's: an endpoint is none (dropped as spoofed). With bpf
+// host routing a solicitation is answered by the program (ndp_answer),
+// but for the endpoint's own address (duplicate address detection:
+// dropped, so the address stays the endpoint's); with legacy host
+// routing the checked message goes on to the bridge.
+static __always_inline int ndp(struct __sk_buff *skb, struct endpoint *ep, struct pkt6 *p)
+{
+	__u8 t = p->type;
+	int from_none = ip6_zero(p->saddr);
+	int reason = R_ARP_PASSED;
+	if (!from_none && !ip6_eq(p->saddr, ep->ip6))
+		reason = R_DROP_SPOOF;
+	else if (t == ND_ROUTER_ADVERT || t == ND_REDIRECT)
+		reason = R_DROP_SPOOF;
+	else if (t == ND_NEIGHBOR_SOLICIT || t == ND_NEIGHBOR_ADVERT) {
+		struct {
+			__u32 target[4];
+			__u8 opt[8];
+		} m;
+		__u32 tl = skb->len - p->l4 >= 32 ? 24 : 16; // the first option, if any
+		if (p->l4 != ETH_HLEN + sizeof(struct ip6h) || // no extension header before NDP
+		    bpf_skb_load_bytes(skb, p->l4 + 8, &m, sizeof(m.target)) < 0 ||
+		    (tl == 24 && bpf_skb_load_bytes(skb, p->l4 + 24, m.opt, sizeof(m.opt)) < 0))
+			reason = R_DROP_MALFORMED;
+		else if (tl == 24 && (m.opt[0] == 1 || m.opt[0] == 2) && (from_none || !mac_eq(&m.opt[2], ep->mac)))
+			reason = R_DROP_SPOOF; // a link-layer address not the endpoint's (none from ::)
+		else if (t == ND_NEIGHBOR_ADVERT && (from_none || !ip6_eq(m.target, ep->ip6)))
+			reason = R_DROP_SPOOF; // advertising another's address
+		else if (t == ND_NEIGHBOR_SOLICIT && host_routing_bpf) {
+			if (from_none || ip6_eq(m.target, ep->ip6))
+				reason = R_DROP_L3; // duplicate address detection: no one else has it
+			else
+				reason = R_ARP_REPLIED;
+		}
+	}
+	count(ep->index, DIR_EGRESS, reason, skb->len);
+	if (reason == R_ARP_REPLIED)
+		return ndp_answer(skb, ep);
+	return is_drop(reason) ? TC_ACT_SHOT : TC_ACT_OK;
+}
+
+// from_ep6 is cnlab_from_ep for an IPv6 packet: source checks, then the
+// sender's egress for a remote destination, or (bpf host routing) both
+// sides for an endpoint of this host, delivered with bpf_redirect_peer.
+__attribute__((noinline)) int from_ep6(struct __sk_buff *skb, struct endpoint *src)
+{
+	__u32 zero = 0;
+	struct scratch6 *s = bpf_map_lookup_elem(&cnlab_scratch6, &zero);
+	if (!src || !s || config(&s->cfg))
+		return TC_ACT_SHOT;
+	struct config *cfg = &s->cfg;
+	struct pkt6 *p = &s->p;
+	__builtin_memset(p, 0, sizeof(*p));
+	__u32 rule = NO_RULE, peer_id = 0;
+	int r = ip6_zero(src->ip6) ? R_DROP_IPV6 : parse6(skb, p);
+	if (r)
+		return finish6(s, skb, src->index, DIR_EGRESS, r, src->identity, 0, NO_RULE);
+	__u8 mac[8];
+	if (bpf_skb_load_bytes(skb, 6, mac, 6) < 0 || !mac_eq(mac, src->mac))
+		return finish6(s, skb, src->index, DIR_EGRESS, R_DROP_SPOOF, src->identity, 0, NO_RULE);
+	if (is_ndp(p))
+		return ndp(skb, src, p);
+	if (!ip6_eq(p->saddr, src->ip6))
+		return finish6(s, skb, src->index, DIR_EGRESS, R_DROP_SPOOF, src->identity, 0, NO_RULE);
+	__u64 now = bpf_ktime_get_ns();
+	struct endpoint *dst = 0;
+	if (host_routing_bpf) {
+		s->ipk.prefixlen = 128;
+		ip6_cp(s->ipk.ip, p->daddr);
+		dst = bpf_map_lookup_elem(&cnlab_local6, &s->ipk);
+	}
+	if (!dst) {
+		r = side6(s, src, DIR_EGRESS, now, &peer_id, &rule, skb->len);
+		return finish6(s, skb, src->index, DIR_EGRESS, r, src->identity, peer_id, rule);
+	}
+	// Host-local: both sides here, one conntrack entry (scope 0).
+	if (p->frag == 2) {
+		r = fragment6(s, 0, 0, now);
+	} else {
+		r = ct_lookup6(cfg->gen, s, 0, 0, 0, now);
+		if (!r) {
+			__u32 gen = cfg->gen;
+			__u32 dkey = peer_of6(gen, p->daddr, &s->ipk).key;
+			r = verdict_of(cfg, src->index, DIR_EGRESS, dkey, p->proto, p->tcpflags, p->dport, &p->proxied,
+				       &rule, RC_ALL, skb->len);
+			if (is_drop(r))
+				return finish6(s, skb, src->index, DIR_EGRESS, r, src->identity, dst->identity, rule);
+			count(src->index, DIR_EGRESS, r, skb->len);
+			__u32 skey = peer_of6(gen, p->saddr, &s->ipk).key;
+			r = verdict_of(cfg, dst->index, DIR_INGRESS, skey, p->proto, p->tcpflags, p->dport, &p->proxied,
+				       &rule, RC_ALL, skb->len);
+			if (!is_drop(r) && p->proxied)
+				r = R_DROP_NOT_PROXIED; // the L7 proxy takes IPv4 only
+			if (is_drop(r))
+				return finish6(s, skb, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
+			ct_create6(s, 0, 0, now);
+			if (p->frag == 1)
+				first_fragment6(s, 0, 0, now);
+			finish6(s, skb, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
+			return deliver_as(skb, dst, ETH_P_IPV6);
+		}
+		if (p->frag == 1)
+			first_fragment6(s, 0, 0, now);
+	}
+	if (is_drop(r))
+		return finish6(s, skb, src->index, DIR_EGRESS, r, src->identity, dst->identity, rule);
+	count(src->index, DIR_EGRESS, r, skb->len);
+	finish6(s, skb, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
+	return deliver_as(skb, dst, ETH_P_IPV6);
+}
+
+// to_ep6 is cnlab_to_ep for an IPv6 packet: neighbour discovery passes
+// (the sender's program checked it, or the host sent it), anything else
+// must be for the endpoint's own address and is judged at its ingress.
+__attribute__((noinline)) int to_ep6(struct __sk_buff *skb, struct endpoint *dst)
+{
+	__u32 zero = 0;
+	struct scratch6 *s = bpf_map_lookup_elem(&cnlab_scratch6, &zero);
+	if (!dst || !s || config(&s->cfg))
+		return TC_ACT_SHOT;
+	struct pkt6 *p = &s->p;
+	__builtin_memset(p, 0, sizeof(*p));
+	__u32 rule = NO_RULE, peer_id = 0;
+	int r = ip6_zero(dst->ip6) ? R_DROP_IPV6 : parse6(skb, p);
+	if (r)
+		return finish6(s, skb, dst->index, DIR_INGRESS, r, 0, dst->identity, rule);
+	if (is_ndp(p)) {
+		count(dst->index, DIR_INGRESS, R_ARP_PASSED, skb->len);
+		return TC_ACT_OK;
+	}
+	if (!ip6_eq(p->daddr, dst->ip6))
+		return finish6(s, skb, dst->index, DIR_INGRESS, R_DROP_UNKNOWN, 0, dst->identity, rule);
+	__u64 now = bpf_ktime_get_ns();
+	r = side6(s, dst, DIR_INGRESS, now, &peer_id, &rule, skb->len);
+	return finish6(s, skb, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule);
 }
 
 // ---- cnlab_from_ep ----
