@@ -78,7 +78,47 @@ func (b *builder) build(ctx context.Context) error {
 	if len(s.Endpoints) >= 50 {
 		b.progress(fmt.Sprintf("hosts and links up; creating %s", plural.N(len(s.Endpoints), "endpoint")))
 	}
-	return b.parallelEndpoints(ctx)
+	if err := b.parallelEndpoints(ctx); err != nil {
+		return err
+	}
+	return b.proxyNeighbours()
+}
+
+// proxyNeighbours makes each host with leaf bridges answer neighbour
+// solicitations for the IPv6 addresses that are not on the bridge asked
+// (its endpoints' on other bridges, and the gateway on the leaves): IPv6
+// has no proxy_arp. It runs once every endpoint is plugged in, since the
+// kernel forgets a device's proxy entries when its carrier goes down, as
+// a leaf's does until its first endpoint.
+func (b *builder) proxyNeighbours() error {
+	for i := range b.spec.Hosts {
+		h := &b.spec.Hosts[i]
+		gw, ok := h.GatewayOf(6)
+		if !ok || len(h.Leaves) == 0 {
+			continue
+		}
+		hc, err := openHost(h)
+		if err != nil {
+			return err
+		}
+		err = proxyNeigh(hc.h, gw, hc.bridges, h.Bridge)
+		for _, ep := range b.spec.Endpoints {
+			ip, ok := ep.Addr(6)
+			if err != nil || ep.Host != h.Name || !ok {
+				continue
+			}
+			on := h.Bridge
+			if ep.Bridge != "" {
+				on = ep.Bridge
+			}
+			err = proxyNeigh(hc.h, ip, hc.bridges, on)
+		}
+		hc.close()
+		if err != nil {
+			return fmt.Errorf("host %s: %w", h.Name, err)
+		}
+	}
+	return nil
 }
 
 func ipNet(p netip.Prefix) *net.IPNet {
@@ -93,6 +133,26 @@ func addrOf(a netip.Addr, bits int) *netlink.Addr {
 		ad.Flags = unix.IFA_F_NODAD
 	}
 	return ad
+}
+
+// linkLocal is the link-local address (fe80::/64) a host gives a device
+// beside the global a: the kernel sends neighbour solicitations for
+// traffic it forwards from a link-local source only, and the lab's hosts
+// generate none themselves (addr_gen_mode none, so that the endpoints'
+// veths stay silent). Its interface ID is a's, unique on the link.
+func linkLocal(a netip.Addr) *netlink.Addr {
+	b := a.As16()
+	ll := [16]byte{0: 0xfe, 1: 0x80}
+	copy(ll[8:], b[8:])
+	return addrOf(netip.AddrFrom16(ll), 64)
+}
+
+// addAddr6 gives a host's device its IPv6 address and a link-local one.
+func addAddr6(h *netlink.Handle, dev netlink.Link, a netip.Addr, bits int) error {
+	if err := h.AddrAdd(dev, addrOf(a, bits)); err != nil {
+		return err
+	}
+	return h.AddrAdd(dev, linkLocal(a))
 }
 
 // newHostNetns creates a host's namespace: IPv6 stays off unless the lab
@@ -155,7 +215,11 @@ func (b *builder) buildHost(h *Host) error {
 		return fmt.Errorf("host %s: add bridge %s: %w", h.Name, h.Bridge, err)
 	}
 	for k, gw := range h.Gateways {
-		if err := nh.AddrAdd(br, addrOf(gw, h.PodCIDRs[k].Bits())); err != nil {
+		add := nh.AddrAdd
+		if gw.Is6() {
+			add = func(l netlink.Link, a *netlink.Addr) error { return addAddr6(nh, l, gw, h.PodCIDRs[k].Bits()) }
+		}
+		if err := add(br, addrOf(gw, h.PodCIDRs[k].Bits())); err != nil {
 			return fmt.Errorf("host %s: address %s on %s: %w", h.Name, gw, h.Bridge, err)
 		}
 	}
@@ -189,18 +253,10 @@ func (b *builder) buildLeaves(nh *netlink.Handle, h *Host) error {
 		if err := nh.LinkSetUp(br); err != nil {
 			return fmt.Errorf("up %s: %w", name, err)
 		}
-	}
-	if gw, ok := h.GatewayOf(6); ok {
-		bridges := map[string]int{}
-		for _, name := range append([]string{h.Bridge}, h.Leaves...) {
-			l, err := nh.LinkByName(name)
-			if err != nil {
-				return fmt.Errorf("find %s: %w", name, err)
+		if gw, ok := h.GatewayOf(6); ok {
+			if err := nh.AddrAdd(br, linkLocal(gw)); err != nil {
+				return fmt.Errorf("link-local address on %s: %w", name, err)
 			}
-			bridges[name] = l.Attrs().Index
-		}
-		if err := proxyNeigh(nh, gw, bridges, h.Bridge); err != nil {
-			return err
 		}
 	}
 	v6 := b.spec.HasFamily(6)
@@ -314,7 +370,7 @@ func (b *builder) buildLink(l Link) error {
 			return fmt.Errorf("link %s-%s: address %s on %s: %w", a.Host, z.Host, end.WireAddr, end.Host, err)
 		}
 		if end.WireAddr6.IsValid() {
-			if err := hs[k].AddrAdd(dev, addrOf(end.WireAddr6, l.Wire6.Bits())); err != nil {
+			if err := addAddr6(hs[k], dev, end.WireAddr6, l.Wire6.Bits()); err != nil {
 				return fmt.Errorf("link %s-%s: address %s on %s: %w", a.Host, z.Host, end.WireAddr6, end.Host, err)
 			}
 		}
@@ -342,7 +398,7 @@ func (b *builder) buildLink(l Link) error {
 			return fmt.Errorf("link %s-%s: vxlan address on %s: %w", a.Host, z.Host, end.Host, err)
 		}
 		if end.OverAddr6.IsValid() {
-			if err := hs[k].AddrAdd(vx, addrOf(end.OverAddr6, l.Over6.Bits())); err != nil {
+			if err := addAddr6(hs[k], vx, end.OverAddr6, l.Over6.Bits()); err != nil {
 				return fmt.Errorf("link %s-%s: vxlan address on %s: %w", a.Host, z.Host, end.Host, err)
 			}
 		}
@@ -511,11 +567,6 @@ func (b *builder) buildEndpoint(hc *hostCtx, ep *Endpoint) error {
 			rt := &netlink.Route{Dst: ipNet(netip.PrefixFrom(ip, ip.BitLen())), LinkIndex: hc.bridges[br], Scope: netlink.SCOPE_LINK}
 			if err := hc.h.RouteAdd(rt); err != nil {
 				return fmt.Errorf("route %s dev %s: %w", ip, br, err)
-			}
-		}
-		if ip.Is6() && len(hc.bridges) > 1 {
-			if err := proxyNeigh(hc.h, ip, hc.bridges, br); err != nil {
-				return err
 			}
 		}
 	}

@@ -33,14 +33,52 @@ func upForTest(t *testing.T, s *Spec) {
 	})
 }
 
-// checkAllPairs has every endpoint exchange TCP data with every other one.
+// checkAllPairs has every endpoint exchange TCP data with every other
+// one, over each family of the lab.
 func checkAllPairs(t *testing.T, s *Spec) {
 	t.Helper()
-	var peers []testutil.Peer
-	for _, ep := range s.Endpoints {
-		peers = append(peers, testutil.Peer{ID: ep.ID(), Netns: ep.Netns, IP: ep.IP})
+	for _, fam := range s.Families() {
+		var peers []testutil.Peer
+		for _, ep := range s.Endpoints {
+			ip, ok := ep.Addr(fam)
+			if !ok {
+				t.Fatalf("endpoint %s has no IPv%d address", ep.ID(), fam)
+			}
+			peers = append(peers, testutil.Peer{ID: ep.ID(), Netns: ep.Netns, IP: ip})
+		}
+		testutil.CheckAllPairs(t, peers)
 	}
-	testutil.CheckAllPairs(t, peers)
+}
+
+// TestDualStackCarriesTCPBetweenEveryPair builds dual-stack and
+// IPv6-only labs over a wire, a VXLAN overlay and leaf bridges, and has
+// every endpoint talk to every other over each family.
+func TestDualStackCarriesTCPBetweenEveryPair(t *testing.T) {
+	old := bridgeEndpoints
+	bridgeEndpoints = 3
+	t.Cleanup(func() { bridgeEndpoints = old })
+	for _, tc := range []struct{ name, cidrs, link string }{
+		{"dual-wire", "[10.64.0.0/24, 'fd00:64::/64']|[10.65.0.0/24, 'fd00:65::/64']", "wire"},
+		{"dual-vxlan", "[10.64.0.0/24, 'fd00:64::/64']|[10.65.0.0/24, 'fd00:65::/64']", "vxlan"},
+		{"v6-wire", "['fd00:64::/64']|['fd00:65::/64']", "wire"},
+		{"v6-vxlan", "['fd00:64::/120']|['fd00:65::/120']", "vxlan"},
+		{"v6-first", "['fd00:64::/64', 10.64.0.0/24]|['fd00:65::/64', 10.65.0.0/24]", "wire"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := strings.Split(tc.cidrs, "|")
+			y := fmt.Sprintf("name: t-ds-%s\nhosts: [{name: h, podCIDRs: %s}, {name: g, podCIDRs: %s}]\nlinks: [{between: [h, g], kind: %s}]\nendpoints:\n", tc.name, c[0], c[1], tc.link)
+			for i := 0; i < 5; i++ { // two leaf bridges on h
+				y += fmt.Sprintf("  - {name: e%d, host: h}\n", i)
+			}
+			y += "  - {name: far, host: g}\n"
+			s, err := Parse([]byte(y), "ds.yaml", Overrides{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			upForTest(t, s)
+			checkAllPairs(t, s)
+		})
+	}
 }
 
 func TestPresetsCarryTCPBetweenEveryPair(t *testing.T) {

@@ -120,7 +120,7 @@ func (r *resolver) endpoint(i int, seen map[string]int, taken map[netip.Addr]str
 		}
 		ip, err := netip.ParseAddr(s)
 		if err != nil || ip.Zone() != "" || ip.Is4In6() {
-			return r.errf(at, "%q is not an IP address", s)
+			return r.errf(at, "%q is not an IPv4 or IPv6 address", s)
 		}
 		c, ok := host.CIDR(Family(ip))
 		if !ok {

@@ -61,7 +61,11 @@ func (r *resolver) host(i int, seen map[string]int) error {
 	}
 	if len(r.spec.Hosts) > 0 {
 		if want, got := familiesOf(r.spec.Hosts[0].PodCIDRs), familiesOf(cidrs); want != got {
-			return r.errf(path+".podCIDRs", "%s, but hosts[0] (%s) has %s: every host of a lab has the same families, in the same order", got, r.spec.Hosts[0].Name, want)
+			key := ".podCIDRs"
+			if h.PodCIDR != "" {
+				key = ".podCIDR"
+			}
+			return r.errf(path+key, "%s, but hosts[0] (%s) has %s: every host of a lab has the same families, in the same order", got, r.spec.Hosts[0].Name, want)
 		}
 	}
 	p := cidrs[0]
@@ -135,8 +139,11 @@ func (r *resolver) podCIDRs(path string, raw []string) ([]netip.Prefix, error) {
 				}
 			}
 		}
-		if p.Overlaps(r.spec.TransitCIDR) || p.Overlaps(TransitCIDR6) {
-			return nil, r.errf(at, "%s overlaps the transit range %s (set transitCIDR: to another range)", p, r.spec.TransitCIDR)
+		if p.Overlaps(r.spec.TransitCIDR) {
+			return nil, r.errf(at, "%s overlaps transitCIDR %s (set transitCIDR: to another range)", p, r.spec.TransitCIDR)
+		}
+		if p.Overlaps(TransitCIDR6) {
+			return nil, r.errf(at, "%s overlaps %s, which holds the links' IPv6 addresses", p, TransitCIDR6)
 		}
 		out = append(out, p)
 	}

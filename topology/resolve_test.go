@@ -148,7 +148,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown l7Proxy field", "name: x\nl7Proxy: {maxBody: 1}\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\n", `l7Proxy`},
 		{"bad observe level", "name: x\nobserve: verbose\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\n", `bad.yaml: observe: "verbose": give off, drops or all`},
 		{"observe on a chain", "name: x\nobserve: drops\nchain: {length: 2}\n", `bad.yaml: observe: a chain has no policy datapath to observe`},
-		{"unknown nested field", "name: x\nhosts:\n  - name: a\n    podCidr: 10.0.0.0/24\n", `bad.yaml: hosts[0].podCidr: unknown field "podCidr" (known fields: labels, name, podCIDR)`},
+		{"unknown nested field", "name: x\nhosts:\n  - name: a\n    podCidr: 10.0.0.0/24\n", `bad.yaml: hosts[0].podCidr: unknown field "podCidr" (known fields: labels, name, podCIDR, podCIDRs)`},
 		{"wrong type", "name: x\nmtu: big\n", `bad.yaml: mtu: expected an integer, got "big"`},
 		{"two documents", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\n---\nname: y\n", "more than one YAML document"},
 		{"missing name", "hosts: [{name: a, podCIDR: 10.0.0.0/24}]\n", "bad.yaml: name: is required"},
@@ -159,7 +159,15 @@ func TestBadInput(t *testing.T) {
 		{"no hosts", "name: x\n", "bad.yaml: hosts: at least one host is required"},
 		{"bad cidr", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/33}]\n", `bad.yaml: hosts[0].podCIDR: "10.0.0.0/33" is not a CIDR`},
 		{"host bits", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.5/24}]\n", "hosts[0].podCIDR: 10.0.0.5/24 has host bits set (did you mean 10.0.0.0/24?)"},
-		{"ipv6", "name: x\nhosts: [{name: a, podCIDR: 'fd00::/64'}]\n", "only IPv4 is supported"},
+		{"ipv6 too large", "name: x\nhosts: [{name: a, podCIDR: 'fd00::/48'}]\n", "an IPv6 podCIDR is a /64 to a /120"},
+		{"ipv6 link-local", "name: x\nhosts: [{name: a, podCIDRs: ['fe80::/64']}]\n", "hosts[0].podCIDRs[0]: fe80::/64 overlaps the link-local"},
+		{"two ipv4", "name: x\nhosts: [{name: a, podCIDRs: [10.0.1.0/24, 10.0.2.0/24]}]\n", "hosts[0].podCIDRs[1]: 10.0.2.0/24: a host has one prefix per family"},
+		{"three prefixes", "name: x\nhosts: [{name: a, podCIDRs: [10.0.1.0/24, 'fd00::/64', 10.0.2.0/24]}]\n", "give one per family"},
+		{"both keys", "name: x\nhosts: [{name: a, podCIDR: 10.0.1.0/24, podCIDRs: [10.0.1.0/24]}]\n", "give podCIDR or podCIDRs, not both"},
+		{"families differ", "name: x\nhosts: [{name: a, podCIDRs: [10.0.1.0/24, 'fd00:1::/64']}, {name: b, podCIDR: 10.0.2.0/24}]\n", "hosts[1].podCIDR: IPv4, but hosts[0] (a) has IPv4 and IPv6"},
+		{"v6 ip on v4 host", "name: x\nhosts: [{name: a, podCIDR: 10.0.1.0/24}]\nendpoints: [{name: e, ip: 'fd00::5'}]\n", "endpoints[0].ip: fd00::5 is IPv6 but host a's podCIDRs are IPv4"},
+		{"two v4 ips", "name: x\nhosts: [{name: a, podCIDRs: [10.0.1.0/24, 'fd00:1::/64']}]\nendpoints: [{name: e, ip: [10.0.1.5, 10.0.1.6]}]\n", "endpoints[0].ip[1]: two IPv4 addresses"},
+		{"v6 gateway ip", "name: x\nhosts: [{name: a, podCIDRs: [10.0.1.0/24, 'fd00:1::/64']}]\nendpoints: [{name: e, ip: [10.0.1.5, 'fd00:1::1']}]\n", "endpoints[0].ip[1]: fd00:1::1 is not a usable address"},
 		{"overlapping cidrs", "name: x\nhosts:\n  - {name: a, podCIDR: 10.0.0.0/16}\n  - {name: b, podCIDR: 10.0.5.0/24}\n", "bad.yaml: hosts[1].podCIDR: 10.0.5.0/24 overlaps hosts[0].podCIDR 10.0.0.0/16"},
 		{"overlaps transit", "name: x\nhosts: [{name: a, podCIDR: 100.64.1.0/24}]\n", "overlaps transitCIDR 100.64.0.0/16"},
 		{"services cidr overlaps pods", "name: x\nhosts: [{name: a, podCIDR: 10.96.1.0/24}]\n", "bad.yaml: services.cidr: 10.96.0.0/16 overlaps hosts[0].podCIDR 10.96.1.0/24"},
@@ -188,7 +196,7 @@ func TestBadInput(t *testing.T) {
 		{"bad endpoint name", "name: x\n" + linked + "endpoints: [{name: A.b, host: flip}]\n", `bad.yaml: endpoints[0].name: "A.b" must consist`},
 		{"ip outside cidr", "name: x\n" + linked + "endpoints: [{name: a, host: flip, ip: 10.0.191.5}]\n", "bad.yaml: endpoints[0].ip: 10.0.191.5 is not a usable address of host flip's podCIDR 10.0.192.0/24"},
 		{"ip is gateway", "name: x\n" + linked + "endpoints: [{name: a, host: flip, ip: 10.0.192.1}]\n", "the first address is the bridge"},
-		{"ip not an ip", "name: x\n" + linked + "endpoints: [{name: a, host: flip, ip: 10.0.192}]\n", `bad.yaml: endpoints[0].ip: "10.0.192" is not an IPv4 address`},
+		{"ip not an ip", "name: x\n" + linked + "endpoints: [{name: a, host: flip, ip: 10.0.192}]\n", `bad.yaml: endpoints[0].ip: "10.0.192" is not an IPv4 or IPv6 address`},
 		{"ip taken twice", "name: x\n" + linked + "endpoints: [{name: a, host: flip, ip: 10.0.192.9}, {name: b, host: flip, ip: 10.0.192.9}]\n", "bad.yaml: endpoints[1].ip: 10.0.192.9 is already taken by default/a"},
 		{"too many endpoints", many, "bad.yaml: endpoints[5]: host h's podCIDR 10.0.0.0/29 has no free address left (5 usable, 6 endpoints on it)"},
 		{"label key", "name: x\n" + linked + "endpoints: [{name: a, host: flip, labels: {'bad key': v}}]\n", `bad.yaml: endpoints[0].labels: label key "bad key"`},
@@ -455,5 +463,55 @@ func TestServicesCIDRsPerFamily(t *testing.T) {
 		if sp.Services.CIDR != sp.Services.CIDRs[0] {
 			t.Errorf("%s: CIDR %s is not the first of CIDRs", c.name, sp.Services.CIDR)
 		}
+	}
+}
+
+func TestDualStackResolve(t *testing.T) {
+	s, err := Parse([]byte(`name: ds
+hosts:
+  - {name: h, podCIDRs: [10.1.0.0/24, 'fd00:1::/64']}
+  - {name: g, podCIDRs: [10.2.0.0/24, 'fd00:2::/64']}
+links: [{between: [h, g], kind: vxlan}]
+endpoints:
+  - {name: a, host: h, ip: ['fd00:1::10']}
+  - {name: b, host: h}
+  - {name: c, host: g, ip: [10.2.0.9, 'fd00:2::9']}
+`), "ds.yaml", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Families(); len(got) != 2 || got[0] != 4 || got[1] != 6 {
+		t.Fatalf("families %v", got)
+	}
+	want := map[string]string{"default/a": "10.1.0.2 fd00:1::10", "default/b": "10.1.0.3 fd00:1::2", "default/c": "10.2.0.9 fd00:2::9"}
+	for _, ep := range s.Endpoints {
+		got := fmt.Sprint(ep.Addrs()[0], " ", ep.Addrs()[1])
+		if got != want[ep.ID()] || ep.IP != ep.IPs[0] {
+			t.Errorf("%s: %s (ip %s), want %s", ep.ID(), got, ep.IP, want[ep.ID()])
+		}
+		if a, ok := ep.Addr(6); !ok || !a.Is6() {
+			t.Errorf("%s: Addr(6) = %v %v", ep.ID(), a, ok)
+		}
+	}
+	h := s.Host("h")
+	if fmt.Sprint(h.Gateways) != "[10.1.0.1 fd00:1::1]" {
+		t.Errorf("gateways %v", h.Gateways)
+	}
+	if fmt.Sprint(h.Routes) != "[{10.2.0.0/24 100.64.0.6 vxlan0} {fd00:2::/64 fd00:ffff::6440:6 vxlan0}]" {
+		t.Errorf("routes %v", h.Routes)
+	}
+	if l := s.Links[0]; l.Wire6.String() != "fd00:ffff::6440:0/126" || l.MTU != 1550 {
+		t.Errorf("link: wire6 %s, mtu %d", l.Wire6, l.MTU)
+	}
+	v6, err := Parse([]byte("name: v6\nhosts: [{name: h, podCIDR: 'fd00:1::/120'}, {name: g, podCIDR: 'fd00:2::/120'}]\nlinks: [{between: [h, g], kind: vxlan}]\nendpoints: [{name: a, host: g}]\n"), "v6.yaml", Overrides{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v6.Endpoints[0].IP.String() != "fd00:2::2" || !v6.HasFamily(6) || v6.HasFamily(4) || v6.Links[0].MTU != 1570 {
+		t.Errorf("IPv6-only: ip %s, families %v, link MTU %d", v6.Endpoints[0].IP, v6.Families(), v6.Links[0].MTU)
+	}
+	full := "name: full\nhosts: [{name: h, podCIDRs: [10.1.0.0/30, 'fd00:1::/120']}]\nendpoints: [{name: a}, {name: b}]\n"
+	if _, err := Parse([]byte(full), "full.yaml", Overrides{}); err == nil || !strings.Contains(err.Error(), "10.1.0.0/30 has no free address left") {
+		t.Errorf("full v4 prefix: %v", err)
 	}
 }
