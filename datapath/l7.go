@@ -52,7 +52,7 @@ func L7Redirects(lab *topology.Spec, host string, c *policy.Compiled) []L7Match 
 				if !r.Covers(policy.ProtoTCP, port) {
 					continue
 				}
-				pfxs := c.PeerPrefixes(r)
+				pfxs := c.PeerPrefixesOf(r, 4) // IPv4: the datapaths render IPv4 (issue 38 adds IPv6)
 				admin := r.Tier == policy.TierAdmin
 				if admin {
 					if r.Pass {

@@ -33,6 +33,23 @@ const (
 	ProtoSCTP uint8 = 132
 )
 
+// ICMP's protocol numbers. No rule names them: cnlab has no ICMP rules
+// (CiliumNetworkPolicy icmps and protocol ICMP are refused), so ICMP and
+// ICMPv6 are covered by the entries of any protocol (ProtoAny) only, in
+// either family. Tests and probes send them as protocols of their own.
+const (
+	ProtoICMP   uint8 = 1
+	ProtoICMPv6 uint8 = 58
+)
+
+// ProtoICMPOf is ICMP's protocol number in address family fam (4 or 6).
+func ProtoICMPOf(fam int) uint8 {
+	if fam == 6 {
+		return ProtoICMPv6
+	}
+	return ProtoICMP
+}
+
 // ProtoNumber maps TCP/UDP/SCTP to their IP protocol numbers.
 func ProtoNumber(p string) uint8 {
 	switch strings.ToUpper(p) {
@@ -169,8 +186,10 @@ func (m *Model) Compile() (*Compiled, error) {
 		named: map[namedRef]*namedUse{}, endpointIPs: map[uint32][]netip.Addr{}, identityOfIP: map[netip.Addr]uint32{}}
 	for _, ep := range m.Lab.Endpoints {
 		id := m.byEndpoint[ep.ID()].ID
-		c.endpointIPs[id] = append(c.endpointIPs[id], ep.IP)
-		c.identityOfIP[ep.IP] = id
+		for _, a := range ep.Addrs() { // every family's
+			c.endpointIPs[id] = append(c.endpointIPs[id], a)
+			c.identityOfIP[a] = id
+		}
 	}
 	seen := map[string]bool{}
 	add := func(r Entry) {
@@ -332,7 +351,7 @@ func (m *Model) compileTierRule(c *Compiled, p *Policy, base Entry, subj *Identi
 				if m.endpointSelMatches(pe.Endpoints, m.endpoint(id.Endpoints[0])) {
 					peers = append(peers, irPeer{id: id.ID, ids: []*Identity{id}, term: t})
 					for _, ip := range c.endpointIPs[id.ID] {
-						pt.members = append(pt.members, netip.PrefixFrom(ip, 32))
+						pt.members = append(pt.members, netip.PrefixFrom(ip, ip.BitLen()))
 					}
 				}
 			}
@@ -356,8 +375,10 @@ func (m *Model) compileTierRule(c *Compiled, p *Policy, base Entry, subj *Identi
 		for _, pr := range Subtract(pe.CIDR, m.cidrExcept(p, pe)) {
 			ip := irPeer{cidr: pr, term: t}
 			for _, ep := range m.Lab.Endpoints {
-				if pr.Contains(ep.IP) {
-					ip.ips = append(ip.ips, ep.IP)
+				for _, a := range ep.Addrs() {
+					if pr.Contains(a) {
+						ip.ips = append(ip.ips, a)
+					}
 				}
 			}
 			peers = append(peers, ip)
@@ -444,7 +465,7 @@ func (m *Model) namedPort(subj *Identity, dir Dir, pe irPeer, port Port, base En
 		// The named port exists only on endpoints inside the CIDR.
 		for _, ip := range pe.ips {
 			id := m.byEndpoint[m.byIP[ip].ID()]
-			if err := emit(0, netip.PrefixFrom(ip, 32), id); err != nil {
+			if err := emit(0, netip.PrefixFrom(ip, ip.BitLen()), id); err != nil {
 				return err
 			}
 		}
@@ -482,24 +503,51 @@ func (m *Model) resolveName(id *Identity, port Port) ([]topology.Port, error) {
 // IdentityOfIP returns the identity of an endpoint address (0 if none).
 func (c *Compiled) IdentityOfIP(ip netip.Addr) uint32 { return c.identityOfIP[ip] }
 
-// PeerPrefixes returns the address prefixes a rule's peer covers: the /32s
-// of its identity's endpoints, its CIDR, or 0.0.0.0/0 for any peer.
+// PeerPrefixes returns the address prefixes a rule's peer covers, of
+// every family: the /32s and /128s of its identity's endpoints (each
+// endpoint's address of each family the lab has), its CIDR (of one
+// family), or for any peer both 0.0.0.0/0 and ::/0. A datapath that
+// renders one family at a time wants PeerPrefixesOf.
 func (c *Compiled) PeerPrefixes(r Entry) []netip.Prefix {
+	return c.PeerPrefixesOf(r, 0)
+}
+
+// Any peer, per family.
+var (
+	anyPeer4 = netip.MustParsePrefix("0.0.0.0/0")
+	anyPeer6 = netip.MustParsePrefix("::/0")
+)
+
+// PeerPrefixesOf is PeerPrefixes of one family: fam 4 gives the IPv4
+// prefixes only (what PeerPrefixes gave before labs had IPv6: /32s, an
+// IPv4 CIDR, 0.0.0.0/0), fam 6 the IPv6 ones (/128s, an IPv6 CIDR, ::/0),
+// fam 0 both. A rule whose CIDR is of the other family covers nothing of
+// fam: the result is empty, and the rule is left out of that family's
+// rules (as a rule whose selector selects nobody).
+func (c *Compiled) PeerPrefixesOf(r Entry, fam int) []netip.Prefix {
+	var out []netip.Prefix
+	add := func(p netip.Prefix) {
+		if fam == 0 || family(p) == fam {
+			out = append(out, p)
+		}
+	}
 	switch {
 	case r.PeerCIDR.IsValid():
-		return []netip.Prefix{r.PeerCIDR}
+		add(r.PeerCIDR)
 	case r.PeerID != 0:
-		var out []netip.Prefix
 		for _, ip := range c.endpointIPs[r.PeerID] {
-			out = append(out, netip.PrefixFrom(ip, 32))
+			add(netip.PrefixFrom(ip, ip.BitLen()))
 		}
-		return out
+	default:
+		add(anyPeer4)
+		add(anyPeer6)
 	}
-	return []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+	return out
 }
 
 // Allows evaluates the IR for a new connection between two endpoint
-// addresses, the way a datapath does. Tests compare it with the model.
+// addresses (of one family, either), the way a datapath does. Tests
+// compare it with the model.
 func (c *Compiled) Allows(src, dst netip.Addr, proto uint8, port uint16) bool {
 	return c.sideAllows(c.identityOfIP[src], Egress, dst, proto, port) &&
 		c.sideAllows(c.identityOfIP[dst], Ingress, src, proto, port)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/internal/input"
+	"github.com/cnlab/cnlab/topology"
 )
 
 // FuzzParseClusterPolicy feeds the parser mutations of the cluster tiers'
@@ -21,7 +22,9 @@ func FuzzParseClusterPolicy(f *testing.F) {
 	}
 	f.Add([]byte(cnpTierHead + "spec: {tier: Baseline, priority: 3, subject: {pods: {podSelector: {}}}, egress: [{action: Deny, to: [{networks: [10.0.0.0/8, '::/0']}], protocols: [{udp: {destinationPort: {range: {start: 1, end: 9}}}}]}]}\n---\n" +
 		anpHead + "spec: {priority: 3, subject: {namespaces: {}}, ingress: [{action: Pass, from: [{pods: {namespaceSelector: {}, podSelector: {}}}], ports: [{namedPort: serve-80-tcp}]}]}\n"))
+	f.Add([]byte(anpHead + "spec: {priority: 7, subject: {namespaces: {}}, egress: [{action: Deny, to: [{networks: ['fd00:0:191::/64', 'fd00:0:192::30/127']}]}, {action: Allow, to: [{networks: ['::/0', 0.0.0.0/0]}]}]}\n"))
 	lab := scenarioLab(f)
+	dual := labOf(f, 4, 6)
 	actions := map[string][]string{KindClusterNP: clusterNPAPI.actions, KindAdminNP: adminNPAPI.actions, KindBaselineNP: baselineNPAPI.actions}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		pols, err := Parse(data, "fuzz.yaml")
@@ -63,12 +66,14 @@ func FuzzParseClusterPolicy(f *testing.F) {
 			}
 		}
 		checkRoundTrip(t, data)
-		m, err := NewModel(lab, pols)
-		if err != nil {
-			return // e.g. a NetworkPolicy's namespace the lab does not have
-		}
-		if _, err := m.Compile(); err != nil && !input.Is(err) {
-			t.Fatalf("compile: %v", err)
+		for _, l := range []*topology.Spec{lab, dual} {
+			m, err := NewModel(l, pols)
+			if err != nil {
+				return // e.g. a NetworkPolicy's namespace the lab does not have
+			}
+			if _, err := m.Compile(); err != nil && !input.Is(err) {
+				t.Fatalf("compile on %v: %v", l.Families(), err)
+			}
 		}
 	})
 }

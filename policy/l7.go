@@ -108,9 +108,28 @@ type HTTPVerdict struct {
 	L7      string `json:"l7,omitempty"` // why the proxy allows or denies it
 }
 
-// HTTPVerdict decides one HTTP request from src to dst:port.
+// HTTPVerdict decides one HTTP request from src to dst:port, over their
+// primary addresses.
 func (m *Model) HTTPVerdict(src, dst *topology.Endpoint, port int, req Request) HTTPVerdict {
-	v := HTTPVerdict{Verdict: m.Verdict(src, dst, TCP, port)}
+	return m.httpVerdict(EndpointParty(src), EndpointParty(dst), port, req)
+}
+
+// HTTPVerdictFamily is HTTPVerdict over the endpoints' addresses of
+// family fam (4 or 6); ok is false if either has none.
+func (m *Model) HTTPVerdictFamily(src, dst *topology.Endpoint, fam, port int, req Request) (v HTTPVerdict, ok bool) {
+	s, ok1 := EndpointPartyOf(src, fam)
+	d, ok2 := EndpointPartyOf(dst, fam)
+	if !ok1 || !ok2 {
+		return HTTPVerdict{}, false
+	}
+	v = m.httpVerdict(s, d, port, req)
+	v.Family = fam
+	return v, true
+}
+
+func (m *Model) httpVerdict(srcP, dstP Party, port int, req Request) HTTPVerdict {
+	src, dst := srcP.Endpoint, dstP.Endpoint
+	v := HTTPVerdict{Verdict: m.VerdictOf(srcP, dstP, TCP, port)}
 	if !v.Allowed {
 		v.L7 = "no connection: denied at L3/L4"
 		return v
@@ -122,7 +141,7 @@ func (m *Model) HTTPVerdict(src, dst *topology.Endpoint, port int, req Request) 
 		v.L7 = "not proxied: accepted by the Admin tier (" + v.Ingress.Reason + ")"
 		return v
 	}
-	rules, origins, proxied := m.httpRules(src, dst, port)
+	rules, origins, proxied := m.httpRules(src, srcP.Addr, dst, port)
 	v.Proxied = proxied
 	if !proxied {
 		v.Status = 200
@@ -135,7 +154,7 @@ func (m *Model) HTTPVerdict(src, dst *topology.Endpoint, port int, req Request) 
 	for k, vs := range req.Header {
 		hdr[k] = slices.Clone(vs)
 	}
-	l7.ForwardHeader(hdr, req.Host, src.IP)
+	l7.ForwardHeader(hdr, req.Host, srcP.Addr)
 	mt, err := l7.Compile(rules)
 	if err == nil && mt.Allows(l7.Request{Method: req.Method, Path: req.Path, Host: req.Host, Header: hdr}) {
 		v.Status = 200
@@ -149,7 +168,7 @@ func (m *Model) HTTPVerdict(src, dst *topology.Endpoint, port int, req Request) 
 
 // httpRules returns the HTTP rules src gets on dst's ingress port, the
 // rules they come from, and whether that port goes through the proxy.
-func (m *Model) httpRules(src, dst *topology.Endpoint, port int) ([]l7.Rule, []string, bool) {
+func (m *Model) httpRules(src *topology.Endpoint, srcIP netip.Addr, dst *topology.Endpoint, port int) ([]l7.Rule, []string, bool) {
 	var rules []l7.Rule
 	var origins []string
 	proxied, l4 := false, ""
@@ -168,12 +187,12 @@ func (m *Model) httpRules(src, dst *topology.Endpoint, port int) ([]l7.Rule, []s
 						continue
 					}
 					proxied = true
-					if m.peersMatch(p, r, src, src.IP) {
+					if m.peersMatch(p, r, src, srcIP) {
 						rules = append(rules, pr.HTTP...)
 						origins = append(origins, p.Ref()+" "+r.Path)
 					}
 				}
-				if l4 == "" && m.peersMatch(p, r, src, src.IP) && l4Allows(r, port, dst) {
+				if l4 == "" && m.peersMatch(p, r, src, srcIP) && l4Allows(r, port, dst) {
 					l4 = p.Ref() + " " + r.Path
 				}
 			}

@@ -59,15 +59,27 @@ type Model struct {
 // endpoints and hosts included (Kubernetes leaves ipBlock for
 // cluster-internal traffic to the implementation; kube-proxy's
 // masqueraded node-port traffic is matched by it).
+//
+// A lab with IPv6 has them in both families: every pod CIDR of each host,
+// and with links the IPv6 transit range (topology.TransitCIDR6) too.
 func LabPrefixes(lab *topology.Spec) []netip.Prefix {
 	var out []netip.Prefix
 	for _, h := range lab.Hosts {
-		if h.PodCIDR.IsValid() {
-			out = append(out, h.PodCIDR.Masked())
+		cidrs := h.PodCIDRs
+		if len(cidrs) == 0 {
+			cidrs = []netip.Prefix{h.PodCIDR}
+		}
+		for _, p := range cidrs {
+			if p.IsValid() {
+				out = append(out, p.Masked())
+			}
 		}
 	}
 	if len(lab.Links) > 0 && lab.TransitCIDR.IsValid() {
 		out = append(out, lab.TransitCIDR.Masked())
+	}
+	if len(lab.Links) > 0 && lab.HasFamily(6) {
+		out = append(out, topology.TransitCIDR6)
 	}
 	return out
 }
@@ -102,7 +114,9 @@ func NewModel(lab *topology.Spec, pols []*Policy) (*Model, error) {
 	var keys []string
 	for i := range lab.Endpoints {
 		ep := &lab.Endpoints[i]
-		m.byIP[ep.IP] = ep
+		for _, a := range ep.Addrs() { // every family's: selectors apply to all of a pod's addresses
+			m.byIP[a] = ep
+		}
 		m.byID[ep.ID()] = ep
 		key := ep.Namespace + "\x00" + labels.String(ep.Labels)
 		id, ok := byKey[key]
@@ -357,9 +371,13 @@ type Verdict struct {
 	// PortName is the destination's port name the port was given by
 	// (policy trace --port NAME), if it was.
 	PortName string `json:"portName,omitempty"`
-	Allowed  bool   `json:"allowed"`
-	Egress   Side   `json:"egress"`
-	Ingress  Side   `json:"ingress"`
+	// Family is the address family the verdict is over (4 or 6), when
+	// it was asked for one (VerdictFamily); 0: the endpoints' primary
+	// addresses (Verdict) or the parties' (VerdictOf).
+	Family  int  `json:"family,omitempty"`
+	Allowed bool `json:"allowed"`
+	Egress  Side `json:"egress"`
+	Ingress Side `json:"ingress"`
 }
 
 // Verdict decides a new connection from endpoint src to endpoint dst on
@@ -377,8 +395,33 @@ type Party struct {
 	Addr     netip.Addr
 }
 
-// EndpointParty is an endpoint as a party.
+// EndpointParty is an endpoint as a party, by its primary address
+// (topology.Endpoint.IP).
 func EndpointParty(ep *topology.Endpoint) Party { return Party{Endpoint: ep, Addr: ep.IP} }
+
+// EndpointPartyOf is an endpoint as a party by its address of family fam
+// (4 or 6); ok is false if the endpoint has none (the lab lacks the
+// family).
+func EndpointPartyOf(ep *topology.Endpoint, fam int) (p Party, ok bool) {
+	a, ok := ep.Addr(fam)
+	return Party{Endpoint: ep, Addr: a}, ok
+}
+
+// VerdictFamily is Verdict over the endpoints' addresses of family fam
+// (4 or 6): a connection is always within one family, and CIDR rules
+// (ipBlock, toCIDR, networks) match the addresses of their own family
+// only, while selectors match every address of a pod. ok is false if
+// either endpoint has no address of that family.
+func (m *Model) VerdictFamily(src, dst *topology.Endpoint, fam int, proto string, port int) (v Verdict, ok bool) {
+	s, ok1 := EndpointPartyOf(src, fam)
+	d, ok2 := EndpointPartyOf(dst, fam)
+	if !ok1 || !ok2 {
+		return Verdict{}, false
+	}
+	v = m.VerdictOf(s, d, proto, port)
+	v.Family = fam
+	return v, true
+}
 
 // AddrParty is an address as a party: the endpoint that has it, if any.
 func (m *Model) AddrParty(a netip.Addr) Party { return Party{Endpoint: m.byIP[a], Addr: a} }

@@ -334,7 +334,7 @@ func (p *parser) npPort(r rawNPPort, path string) (Port, error) {
 
 func (p *parser) cidrExcept(cidr string, except []string, path string) (netip.Prefix, []netip.Prefix, error) {
 	if cidr != "" && !strings.Contains(cidr, "/") {
-		return netip.Prefix{}, nil, p.errf(path+".cidr", "%q needs a prefix length (e.g. %s/32)", cidr, cidr)
+		return netip.Prefix{}, nil, p.errf(path+".cidr", "%q needs a prefix length (e.g. %s/%d)", cidr, cidr, hostBitsOf(cidr))
 	}
 	c, err := parseCIDR(cidr)
 	if err != nil {
@@ -346,6 +346,9 @@ func (p *parser) cidrExcept(cidr string, except []string, path string) (netip.Pr
 		if err != nil {
 			return c, nil, p.errf(fmt.Sprintf("%s.except[%d]", path, i), "%v", err)
 		}
+		if fx, fc := family(x), family(c); fx != fc {
+			return c, nil, p.errf(fmt.Sprintf("%s.except[%d]", path, i), "%s is IPv%d but cidr %s is IPv%d: an except entry must be of its cidr's family (write the IPv%d exception in a peer of its own)", x, fx, c, fc, fx)
+		}
 		if !c.Contains(x.Addr()) || x.Bits() <= c.Bits() {
 			return c, nil, p.errf(fmt.Sprintf("%s.except[%d]", path, i), "%s is not strictly inside %s", x, c)
 		}
@@ -354,7 +357,26 @@ func (p *parser) cidrExcept(cidr string, except []string, path string) (netip.Pr
 	return c, out, nil
 }
 
-// parseCIDR accepts an IPv4 CIDR (or a bare address as a /32).
+// family is 4 or 6, the address family of a prefix.
+func family(p netip.Prefix) int {
+	if p.Addr().Is4() {
+		return 4
+	}
+	return 6
+}
+
+// hostBitsOf is the prefix length of one address written like s: 128
+// for what looks like IPv6, 32 otherwise (for messages).
+func hostBitsOf(s string) int {
+	if strings.Contains(s, ":") {
+		return 128
+	}
+	return 32
+}
+
+// parseCIDR accepts a CIDR of either family (or a bare address as a /32
+// or /128). An IPv4-mapped IPv6 prefix (::ffff:10.0.0.0/104) is refused:
+// a packet is either family, never both, so the IPv4 CIDR is meant.
 func parseCIDR(s string) (netip.Prefix, error) {
 	if s == "" {
 		return netip.Prefix{}, fmt.Errorf("is required (e.g. 10.0.0.0/8)")
@@ -368,13 +390,22 @@ func parseCIDR(s string) (netip.Prefix, error) {
 		a, err = netip.ParseAddr(s)
 		pr = netip.PrefixFrom(a, a.BitLen())
 	}
-	if err != nil {
+	if err != nil || pr.Addr().Zone() != "" {
 		return pr, fmt.Errorf("%q is not a CIDR (e.g. 10.0.0.0/8)", s)
 	}
-	if !pr.Addr().Is4() {
-		return pr, fmt.Errorf("%s: only IPv4 is supported (labs are IPv4)", s)
+	if pr.Addr().Is4In6() {
+		return pr, fmt.Errorf("%s is an IPv4-mapped IPv6 prefix: write the IPv4 CIDR (%s)", s, ipv4Of(pr))
 	}
 	return pr.Masked(), nil
+}
+
+// ipv4Of is the IPv4 prefix an IPv4-mapped IPv6 prefix stands for (for
+// messages; "?" if it has fewer than 96 bits).
+func ipv4Of(p netip.Prefix) string {
+	if p.Bits() < 96 {
+		return "?"
+	}
+	return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96).Masked().String()
 }
 
 // --- CiliumNetworkPolicy

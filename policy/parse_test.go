@@ -40,7 +40,15 @@ func TestParseBadInput(t *testing.T) {
 		{"empty peer", npHead + "spec: {podSelector: {}, ingress: [{from: [{}]}]}\n", "spec.ingress[0].from[0]: a peer needs podSelector, namespaceSelector or ipBlock"},
 		{"ipBlock and selector", npHead + "spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8}, podSelector: {}}]}]}\n", "spec.ingress[0].from[0]: ipBlock cannot be combined"},
 		{"bad cidr", npHead + "spec: {podSelector: {}, egress: [{to: [{ipBlock: {cidr: 10.0.0.0/40}}]}]}\n", `spec.egress[0].to[0].ipBlock.cidr: "10.0.0.0/40" is not a CIDR`},
-		{"ipv6 cidr", npHead + "spec: {podSelector: {}, egress: [{to: [{ipBlock: {cidr: 'fd00::/8'}}]}]}\n", "only IPv4 is supported"},
+		{"ipv6 cidr without length", npHead + "spec: {podSelector: {}, egress: [{to: [{ipBlock: {cidr: 'fd00::1'}}]}]}\n", `spec.egress[0].to[0].ipBlock.cidr: "fd00::1" needs a prefix length (e.g. fd00::1/128)`},
+		{"ipv6 bad cidr", npHead + "spec: {podSelector: {}, egress: [{to: [{ipBlock: {cidr: 'fd00::/129'}}]}]}\n", `spec.egress[0].to[0].ipBlock.cidr: "fd00::/129" is not a CIDR`},
+		{"ipv4-mapped cidr", npHead + "spec: {podSelector: {}, egress: [{to: [{ipBlock: {cidr: '::ffff:10.0.0.0/104'}}]}]}\n", "spec.egress[0].to[0].ipBlock.cidr: ::ffff:10.0.0.0/104 is an IPv4-mapped IPv6 prefix: write the IPv4 CIDR (10.0.0.0/8)"},
+		{"ipv6 except of ipv4 cidr", npHead + "spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8, except: ['fd00::/64']}}]}]}\n", "f.yaml: document 1 (NetworkPolicy x/p): spec.ingress[0].from[0].ipBlock.except[0]: fd00::/64 is IPv6 but cidr 10.0.0.0/8 is IPv4: an except entry must be of its cidr's family"},
+		{"ipv4 except of ipv6 cidr", npHead + "spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 'fd00::/16', except: [10.0.0.0/8]}}]}]}\n", "spec.ingress[0].from[0].ipBlock.except[0]: 10.0.0.0/8 is IPv4 but cidr fd00::/16 is IPv6"},
+		{"ipv6 except outside", npHead + "spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 'fd00:0:191::/64', except: ['fd00:0:192::/80']}}]}]}\n", "spec.ingress[0].from[0].ipBlock.except[0]: fd00:0:192::/80 is not strictly inside fd00:0:191::/64"},
+		{"ipv6 except not strictly inside", npHead + "spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 'fd00::/64', except: ['fd00::/64']}}]}]}\n", "except[0]: fd00::/64 is not strictly inside fd00::/64"},
+		{"cnp cidrset ipv6 except of ipv4", cnpHead + "spec: {endpointSelector: {}, egress: [{toCIDRSet: [{cidr: 10.0.0.0/8, except: ['fd00::1']}]}]}\n", "spec.egress[0].toCIDRSet[0].except[0]: fd00::1/128 is IPv6 but cidr 10.0.0.0/8 is IPv4"},
+		{"cnp bad ipv6 toCIDR", cnpHead + "spec: {endpointSelector: {}, egress: [{toCIDR: ['fd00::/200']}]}\n", `spec.egress[0].toCIDR[0]: "fd00::/200" is not a CIDR`},
 		{"except outside", npHead + "spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/16, except: [10.1.0.0/24]}}]}]}\n", "spec.ingress[0].from[0].ipBlock.except[0]: 10.1.0.0/24 is not strictly inside 10.0.0.0/16"},
 		{"bad protocol", npHead + "spec: {podSelector: {}, ingress: [{ports: [{protocol: ICMP}]}]}\n", `spec.ingress[0].ports[0].protocol: unknown protocol "ICMP" (TCP, UDP, SCTP)`},
 		{"lower-case protocol", npHead + "spec: {podSelector: {}, ingress: [{ports: [{protocol: tcp, port: 80}]}]}\n", `unknown protocol "tcp"`},
@@ -157,13 +165,17 @@ func TestParseDefaults(t *testing.T) {
 	}
 }
 
-// FuzzParse feeds the parser mutations of every scenario's policies: it
-// must never panic, and what it accepts must compile on the scenario lab.
+// FuzzParse feeds the parser mutations of every scenario's policies (IPv6
+// CIDRs among them): it must never panic, and what it accepts must compile
+// on the scenario lab and on its dual-stack twin, where the IR must agree
+// with the model over both families on a few connections.
 func FuzzParse(f *testing.F) {
 	for _, sc := range scenarios.All {
 		f.Add([]byte(sc.Policies))
 	}
-	lab := scenarioLab(f)
+	f.Add([]byte(npHead + "spec: {podSelector: {}, ingress: [{from: [{ipBlock: {cidr: 'fd00:0:191::/64', except: ['fd00:0:191::20/126']}}, {ipBlock: {cidr: 10.0.0.0/8}}]}]}\n"))
+	f.Add([]byte(cnpHead + "spec: {endpointSelector: {}, egress: [{toCIDRSet: [{cidr: '::/0', except: ['fd00::/8']}]}, {toCIDR: ['2001:db8::1']}]}\n"))
+	lab, dual := scenarioLab(f), labOf(f, 4, 6)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		pols, err := Parse(data, "fuzz.yaml")
 		if err != nil {
@@ -177,6 +189,25 @@ func FuzzParse(f *testing.F) {
 			return // e.g. a namespace the lab does not have
 		}
 		_, _ = m.Compile()
+		md, err := NewModel(dual, pols)
+		if err != nil {
+			t.Fatalf("the IPv4 lab takes the policies, the dual-stack one: %v", err)
+		}
+		c, err := md.Compile()
+		if err != nil {
+			return
+		}
+		for _, pair := range [][2]int{{0, 1}, {3, 0}, {4, 8}} {
+			src, dst := &dual.Endpoints[pair[0]], &dual.Endpoints[pair[1]]
+			for _, fam := range []int{4, 6} {
+				v, _ := md.VerdictFamily(src, dst, fam, TCP, 80)
+				sa, _ := src.Addr(fam)
+				da, _ := dst.Addr(fam)
+				if got := c.Allows(sa, da, ProtoTCP, 80); got != v.Allowed {
+					t.Fatalf("%s -> %s tcp/80 over IPv%d: IR %v, model %v (%s; %s)", src.ID(), dst.ID(), fam, got, v.Allowed, v.Egress.Reason, v.Ingress.Reason)
+				}
+			}
+		}
 	})
 }
 

@@ -425,10 +425,10 @@ func (p *parser) tierPeer(r *rawTierEgressPeer, path string, egress bool) ([]Pee
 }
 
 // networks reads a networks peer's CIDRs: each a CIDR with its prefix
-// length (no bare address, as upstream's isCIDR), a Peer per IPv4 CIDR.
-// An IPv6 CIDR is accepted and matches nothing: a lab is IPv4, and
-// upstream's own examples pair 0.0.0.0/0 with ::/0, so refusing it would
-// refuse the documents a cluster takes.
+// length (no bare address, as upstream's isCIDR), of either family, a
+// Peer per CIDR. An IPv6 CIDR matches the IPv6 addresses of a lab that
+// has them, and nothing in an IPv4-only lab (upstream's own examples pair
+// 0.0.0.0/0 with ::/0).
 func (p *parser) networks(cidrs []string, path string) ([]Peer, error) {
 	if len(cidrs) == 0 {
 		return nil, p.errf(path, "must not be empty")
@@ -441,14 +441,7 @@ func (p *parser) networks(cidrs []string, path string) ([]Peer, error) {
 	for i, c := range cidrs {
 		cp := fmt.Sprintf("%s[%d]", path, i)
 		if c != "" && !strings.Contains(c, "/") {
-			return nil, p.errf(cp, "%q needs a prefix length (e.g. %s/32)", c, c)
-		}
-		if v6, err := netip.ParsePrefix(c); err == nil && v6.Addr().Is6() && !v6.Addr().Is4In6() {
-			if seen[v6.Masked()] {
-				return nil, p.errf(cp, "%s is listed twice", v6.Masked())
-			}
-			seen[v6.Masked()] = true
-			continue
+			return nil, p.errf(cp, "%q needs a prefix length (e.g. %s/%d)", c, c, hostBitsOf(c))
 		}
 		pr, err := parseCIDR(c)
 		if err != nil {

@@ -64,7 +64,7 @@ var tierGood = []struct {
 		Egress: Direction{Ordered: []Rule{
 			{Path: "spec.egress[0]", Name: "to-nodes-and-out", Action: ActionPass, Peers: []Peer{
 				{Nodes: &Selector{MatchLabels: map[string]string{"kubernetes.io/hostname": "h1"}}},
-				{CIDR: mustPrefix("10.0.0.0/8")}, {CIDR: mustPrefix("192.168.1.7/32")},
+				{CIDR: mustPrefix("10.0.0.0/8")}, {CIDR: mustPrefix("192.168.1.7/32")}, {CIDR: mustPrefix("::/0")},
 			}, Ports: []Port{{Protocol: TCP, Port: 1, EndPort: 65535}}},
 		}},
 	}}}},

@@ -7,7 +7,9 @@ import (
 
 // Subtract returns prefix p minus the excepted prefixes, as a minimal list
 // of disjoint prefixes (sorted). ipBlock's except and CIDR sets compile to
-// it, so that datapaths only ever see plain prefixes.
+// it, so that datapaths only ever see plain prefixes. p may be of either
+// family; excepted prefixes of the other family are ignored (they cover
+// none of p).
 func Subtract(p netip.Prefix, except []netip.Prefix) []netip.Prefix {
 	var out []netip.Prefix
 	var walk func(q netip.Prefix)
@@ -34,13 +36,11 @@ func Subtract(p netip.Prefix, except []netip.Prefix) []netip.Prefix {
 	return out
 }
 
-// halves splits a prefix into its two halves.
+// halves splits a prefix of either family into its two halves.
 func halves(q netip.Prefix) (netip.Prefix, netip.Prefix) {
 	bits := q.Bits() + 1
-	lo := netip.PrefixFrom(q.Addr(), bits)
-	a := q.Addr().As4()
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
-	v |= 1 << (32 - bits)
-	hi := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), bits)
-	return lo, hi
+	b := q.Addr().AsSlice() // 4 bytes for IPv4, 16 for IPv6
+	b[q.Bits()/8] |= 0x80 >> (q.Bits() % 8)
+	hi, _ := netip.AddrFromSlice(b)
+	return netip.PrefixFrom(q.Addr(), bits), netip.PrefixFrom(hi, bits)
 }

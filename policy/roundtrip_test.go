@@ -69,5 +69,7 @@ func FuzzPolicyRoundTrip(f *testing.F) {
 		f.Add([]byte(in))
 	}
 	f.Add([]byte(npHead + "spec: {podSelector: {matchLabels: {app: web}}, ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8, except: [10.1.0.0/16]}}], ports: [{port: 80, endPort: 90}]}]}\n"))
+	f.Add([]byte(npHead + "spec: {podSelector: {}, egress: [{to: [{ipBlock: {cidr: 'fd00::/16', except: ['fd00:1::/32', 'fd00:2::9']}}]}]}\n"))
+	f.Add([]byte(cnpHead + "spec: {endpointSelector: {}, ingress: [{fromCIDR: ['2001:db8::1', '::/0']}, {fromCIDRSet: [{cidr: '2001:db8::/32', except: ['2001:db8::/64']}]}]}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) { checkRoundTrip(t, data) })
 }

@@ -18,7 +18,8 @@ type PeerSet struct {
 	// equal members (a lab's endpoints and labels are fixed at up).
 	Key string `json:"key"`
 	// Net says the members are prefixes from a CIDR term; otherwise they
-	// are endpoint addresses (/32).
+	// are endpoint addresses (/32, and /128 in a lab with IPv6: a set has
+	// the members of every family, sorted IPv4 first).
 	Net     bool           `json:"net,omitempty"`
 	Members []netip.Prefix `json:"members"`
 }

@@ -64,7 +64,8 @@ func tierPrec(rank, i int) uint32 { return uint32(rank)<<precRuleBits | uint32(i
 
 // NodeAddrs returns the addresses of the lab's hosts whose labels the
 // selector matches: each host's bridge address and its ends of the links
-// (wire and overlay), as a node's addresses.
+// (wire and overlay), as a node's addresses; in a lab with IPv6, the
+// IPv6 ones too.
 func (m *Model) NodeAddrs(sel Selector) []netip.Addr {
 	var out []netip.Addr
 	for _, h := range m.Lab.Hosts {
@@ -74,12 +75,13 @@ func (m *Model) NodeAddrs(sel Selector) []netip.Addr {
 		if h.Gateway.IsValid() {
 			out = append(out, h.Gateway)
 		}
+		out = append(out, h.Gateways...) // every family's (the primary's again: compacted below)
 		for _, l := range m.Lab.Links {
 			for _, e := range l.Ends {
 				if e.Host != h.Name {
 					continue
 				}
-				for _, a := range []netip.Addr{e.WireAddr, e.OverAddr} {
+				for _, a := range []netip.Addr{e.WireAddr, e.OverAddr, e.WireAddr6, e.OverAddr6} {
 					if a.IsValid() {
 						out = append(out, a)
 					}

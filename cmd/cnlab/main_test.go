@@ -86,6 +86,7 @@ func TestBadInputExitsTwoAndCreatesNothing(t *testing.T) {
 		{[]string{"policy", "apply", "lab"}, "give at least one -f FILE"},
 		{[]string{"policy", "trace", "lab", "--from", "a", "--to", "b", "--port", "Http"}, `--port "Http" is not a port number (1-65535) nor a port name`},
 		{[]string{"policy", "trace", "lab", "--from", "a", "--to", "b", "--port", "70000"}, `--port "70000" is not a port number (1-65535)`},
+		{[]string{"policy", "trace", "lab", "--from", "a", "--to", "b", "--port", "80", "--family", "5"}, `--family "5": 4 or 6`},
 		{[]string{"probe", "lab", "--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"probe", "lab", "--protocol", "icmp"}, `--protocol "icmp": tcp, udp or sctp`},
 		{[]string{"up", "--preset", "single-host", "--datapath", "nftables", "--filler", "10"}, "--filler: filler rules are for the iptables datapath, but the lab's datapath is nftables"},

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -382,10 +383,10 @@ func printShow(w io.Writer, v showView, c *policy.Compiled) {
 }
 
 func newPolicyTraceCmd(e *env) *cobra.Command {
-	var from, to, proto, output, portArg, httpReq string
+	var from, to, proto, output, portArg, httpReq, family string
 	var headers []string
 	cmd := &cobra.Command{
-		Use:   "trace LAB --from A --to B --port P [--protocol tcp|udp|sctp] [--http \"METHOD PATH\" [--header \"K: v\"]...] [-o json]",
+		Use:   "trace LAB --from A --to B --port P [--protocol tcp|udp|sctp] [--family 4|6] [--http \"METHOD PATH\" [--header \"K: v\"]...] [-o json]",
 		Short: "Explain whether a connection (or an HTTP request) is allowed, and by which rule",
 		Long: `Explain the policy model's verdict on a new connection from A to B: the
 source's egress and the destination's ingress, and the rule that decided
@@ -397,11 +398,20 @@ server), and the L7 rules it was judged by.
 --port takes a number or a port name: a name is looked up in the
 destination endpoint's ports: (the topology's container ports), as
 Kubernetes resolves a NetworkPolicy's named port on the destination pod,
-and gives the port and its protocol.`,
+and gives the port and its protocol.
+
+--family 4 or 6 judges the connection between the endpoints' addresses
+of that family (a dual-stack lab's endpoints have one of each; the
+default is the lab's primary family): selectors match every address of
+a pod, a CIDR (ipBlock, toCIDR, networks) only those of its family.
+--from and --to also take an endpoint's address, of either family,
+which sets the family.`,
 		Example: `  cnlab policy trace policy-lab --from y/a --to x/a --port 80
   cnlab policy trace policy-lab --from x/b --to x/a --port 81 --protocol udp -o json
   cnlab policy trace policy-lab --from y/a --to x/a --port serve-80-tcp   # a named port of x/a
-  cnlab policy trace policy-lab --from x/c --to x/a --port 80 --http "GET /private"`,
+  cnlab policy trace policy-lab --from x/c --to x/a --port 80 --http "GET /private"
+  cnlab policy trace dual-stack --from y/a --to x/a --port 80 --family 6
+  cnlab policy trace dual-stack --from fd00:0:191::20 --to x/a --port 80`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
@@ -419,6 +429,9 @@ and gives the port and its protocol.`,
 			if p != policy.TCP && p != policy.UDP && p != policy.SCTP {
 				return usagef("--protocol %q: tcp, udp or sctp", proto)
 			}
+			if family != "" && family != "4" && family != "6" {
+				return usagef("--family %q: 4 or 6", family)
+			}
 			if err := needRoot(); err != nil {
 				return err
 			}
@@ -426,13 +439,22 @@ and gives the port and its protocol.`,
 			if err != nil {
 				return err
 			}
-			src, err := spec.Endpoint(from)
+			src, srcFam, err := traceEndpoint(spec, from)
 			if err != nil {
 				return err
 			}
-			dst, err := spec.Endpoint(to)
+			dst, dstFam, err := traceEndpoint(spec, to)
 			if err != nil {
 				return err
+			}
+			for _, f := range []int{srcFam, dstFam} {
+				switch {
+				case f == 0:
+				case family == "":
+					family = strconv.Itoa(f)
+				case family != strconv.Itoa(f):
+					return usagef("--from %s and --to %s: addresses of one family (a connection is within one), and --family %s agrees", from, to, family)
+				}
 			}
 			portName := ""
 			if perr != nil {
@@ -441,7 +463,18 @@ and gives the port and its protocol.`,
 					return err
 				}
 			}
-			v := m.Verdict(src, dst, p, port)
+			fams := spec.Families()
+			fam := fams[0]
+			if family != "" {
+				fam, _ = strconv.Atoi(family)
+			}
+			if _, ok := dst.Addr(fam); !ok {
+				return usagef("--family %d: lab %s has no IPv%d addresses (its families: %s)", fam, spec.Name, fam, joinInts(fams))
+			}
+			v, _ := m.VerdictFamily(src, dst, fam, p, port)
+			if family == "" && len(fams) == 1 {
+				v.Family = 0 // as before labs had IPv6: the one family
+			}
 			var hv *policy.HTTPVerdict
 			if httpReq != "" {
 				if p != policy.TCP && portName != "" {
@@ -454,7 +487,9 @@ and gives the port and its protocol.`,
 				if err != nil {
 					return usagef("%v", err)
 				}
-				x := m.HTTPVerdict(src, dst, port, req.Model(netip.AddrPortFrom(dst.IP, uint16(port)).String()))
+				da, _ := dst.Addr(fam)
+				x, _ := m.HTTPVerdictFamily(src, dst, fam, port, req.Model(netip.AddrPortFrom(da, uint16(port)).String()))
+				x.Family = v.Family
 				hv, v = &x, x.Verdict
 			} else if len(headers) > 0 {
 				return usagef("--header needs --http")
@@ -464,6 +499,9 @@ and gives the port and its protocol.`,
 			portText := strconv.Itoa(port)
 			if portName != "" {
 				portText += " (" + portName + ")"
+			}
+			if len(fams) > 1 || family != "" {
+				portText += fmt.Sprintf(" over IPv%d", fam)
 			}
 			if output == "json" {
 				if hv != nil {
@@ -503,10 +541,11 @@ and gives the port and its protocol.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&from, "from", "", "source endpoint (ns/name or a unique name)")
+	f.StringVar(&from, "from", "", "source endpoint (ns/name, a unique name, or one of its addresses)")
 	f.StringVar(&to, "to", "", "destination endpoint")
 	f.StringVar(&portArg, "port", "", "destination port: a number, or a name of the destination's ports: (resolved as Kubernetes resolves a named port; its protocol unless --protocol is given)")
 	f.StringVar(&proto, "protocol", "tcp", "tcp, udp or sctp")
+	f.StringVar(&family, "family", "", "address family, 4 or 6 (default: the lab's primary family)")
 	f.StringVar(&httpReq, "http", "", `explain one HTTP request ("METHOD PATH") on the connection`)
 	f.StringArrayVar(&headers, "header", nil, `with --http: a request header "Name: value" (repeatable; "Host: h" sets the Host)`)
 	f.StringVarP(&output, "output", "o", "", "output format: text or json")
@@ -535,4 +574,31 @@ func namedPort(dst *topology.Endpoint, name, proto string, protoGiven bool) (int
 		return 0, "", usagef("--port %s: %s has no port of that name: it declares no named ports (ports: in the topology); give a number", name, dst.ID())
 	}
 	return 0, "", usagef("--port %s: %s has no port of that name (its named ports: %s)", name, dst.ID(), strings.Join(have, ", "))
+}
+
+// joinInts writes numbers as "4, 6".
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ", ")
+}
+
+// traceEndpoint finds an endpoint of policy trace's --from or --to: by
+// name, or by one of its addresses (of either family), which gives the
+// family (0 for a name).
+func traceEndpoint(spec *topology.Spec, ref string) (*topology.Endpoint, int, error) {
+	a, err := netip.ParseAddr(ref)
+	if err != nil {
+		ep, err := spec.Endpoint(ref)
+		return ep, 0, err
+	}
+	a = a.Unmap()
+	for i := range spec.Endpoints {
+		if slices.Contains(spec.Endpoints[i].Addrs(), a) {
+			return &spec.Endpoints[i], topology.Family(a), nil
+		}
+	}
+	return nil, 0, usagef("%s is no endpoint's address in lab %s", a, spec.Name)
 }

@@ -185,7 +185,9 @@ type epPlan struct {
 func peerClasses(lab *topology.Spec, c *policy.Compiled) (keyOf map[netip.Addr]uint32, keysOfIdentity map[uint32][]uint32, containing map[uint32][]netip.Prefix) {
 	var cidrs []netip.Prefix
 	for p := range c.CIDRIdentities {
-		cidrs = append(cidrs, p)
+		if p.Addr().Is4() { // the maps are IPv4's: an IPv6 CIDR covers nothing here
+			cidrs = append(cidrs, p)
+		}
 	}
 	sort.Slice(cidrs, func(i, j int) bool { return cidrs[i].String() < cidrs[j].String() })
 	keyOf = map[netip.Addr]uint32{}
@@ -245,7 +247,9 @@ func newPlanner(lab *topology.Spec, c *policy.Compiled) *planner {
 		p.ipc = append(p.ipc, ipEntry{Prefix: pfx, Key: keyOf[ep.IP], Identity: c.IdentityOfIP(ep.IP)})
 	}
 	for q := range c.CIDRIdentities {
-		p.cidrs = append(p.cidrs, q)
+		if q.Addr().Is4() { // as in peerClasses
+			p.cidrs = append(p.cidrs, q)
+		}
 	}
 	sort.Slice(p.cidrs, func(i, j int) bool { return p.cidrs[i].String() < p.cidrs[j].String() })
 	for _, q := range p.cidrs {

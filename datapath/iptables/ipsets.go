@@ -73,6 +73,8 @@ func renderSet(ps *policy.PeerSet) ipset {
 	}
 	for _, p := range ps.Members {
 		switch {
+		case !p.Addr().Is4(): // a set of family inet: IPv4 members only
+			continue
 		case s.Type == hashIP:
 			s.Members = append(s.Members, p.Addr().String())
 		case p.Bits() == 0:

@@ -480,7 +480,7 @@ func entryLines(c *policy.Compiled, dir policy.Dir, rules []policy.Entry) tierLi
 		peerFlag = "-s"
 	}
 	for _, r := range rules { // in walking order (RulesFor)
-		for _, pfx := range c.PeerPrefixes(r) {
+		for _, pfx := range c.PeerPrefixesOf(r, 4) {
 			var m []string
 			if pfx.Bits() > 0 {
 				m = append(m, peerFlag, pfx.String())

@@ -842,7 +842,7 @@ func coveringAtoms(c *policy.Compiled, rules []policy.Entry) []atomCover {
 	seen := map[netip.Prefix]bool{}
 	var prefixes []netip.Prefix
 	for _, r := range rules {
-		for _, p := range c.PeerPrefixes(r) {
+		for _, p := range c.PeerPrefixesOf(r, 4) {
 			covers = append(covers, cover{p, r})
 			if !seen[p] {
 				seen[p] = true

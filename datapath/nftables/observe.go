@@ -166,7 +166,7 @@ func (s *hostState) originOf(c *policy.Compiled, set string, local netip.Addr, b
 		if r.Proto != policy.ProtoAny && (r.Proto != b.ProtoLo || (r.PortLo != 0 && (b.PortLo < r.PortLo || b.PortLo > max(r.PortLo, r.PortHi)))) {
 			continue
 		}
-		for _, p := range c.PeerPrefixes(r) {
+		for _, p := range c.PeerPrefixesOf(r, 4) {
 			if p.Contains(b.Peer.Addr()) && p.Bits() <= b.Peer.Bits() {
 				s.origin(set, b.element(local), r.Origin)
 				return

@@ -111,6 +111,22 @@ var namespaced = []Scenario{
 	{Name: "egress to an ipBlock", Policies: np("y", "egress-cidr", "  podSelector: {}\n  policyTypes: [Egress]\n  egress:\n  - to:\n    - ipBlock: {cidr: 10.0.192.0/24}\n"),
 		Expect: []Cell{allow("y/a", "x/a", "TCP", 80), allow("y/c", "z/a", "TCP", 80), deny("y/a", "x/b", "TCP", 80), deny("y/b", "y/a", "UDP", 81)}},
 
+	// IPv6 ipBlocks (dual-stack labs: LabFor). A CIDR matches the
+	// addresses of its own family only, while selectors match every
+	// address of a pod: on an IPv4-only lab an IPv6 ipBlock matches
+	// nothing, and an IPv4 ipBlock allows nothing over IPv6.
+	{Name: "ipBlock IPv4 only leaves IPv6 denied", Policies: np("x", "cidr-v4-only", "  podSelector: {}\n  ingress:\n  - from:\n    - ipBlock: {cidr: 10.0.0.0/8}\n"),
+		Expect: []Cell{allow("y/a", "x/a", "TCP", 80), allow("x/b", "x/a", "UDP", 81), deny6("y/a", "x/a", "TCP", 80), deny6("x/b", "x/a", "UDP", 81), allow6("x/a", "y/a", "TCP", 80)}},
+
+	{Name: "IPv6 ipBlock with except", Policies: np("x", "cidr6-except", "  podSelector: {}\n  ingress:\n  - from:\n    - ipBlock:\n        cidr: fd00:0:191::/64\n        except: [fd00:0:191::20/127]\n"),
+		Expect: []Cell{deny("x/b", "x/a", "TCP", 80), deny("y/c", "x/a", "TCP", 80), allow6("x/b", "x/a", "TCP", 80), allow6("y/c", "x/a", "UDP", 81), deny6("y/a", "x/a", "TCP", 80), deny6("z/a", "x/a", "TCP", 80), deny6("x/c", "x/a", "TCP", 80)}},
+
+	{Name: "ipBlocks of both families", Policies: np("x", "cidr-both", "  podSelector: {}\n  ingress:\n  - from:\n    - ipBlock: {cidr: 10.0.191.0/24}\n    - ipBlock: {cidr: 'fd00:0:191::/64'}\n"),
+		Expect: []Cell{allow("y/a", "x/a", "TCP", 80), allow6("y/a", "x/a", "TCP", 80), deny("x/c", "x/a", "TCP", 80), deny6("x/c", "x/a", "TCP", 80), allow6("x/b", "x/c", "UDP", 81)}},
+
+	{Name: "egress to an IPv6 ipBlock", Policies: np("y", "egress-cidr6", "  podSelector: {}\n  policyTypes: [Egress]\n  egress:\n  - to:\n    - ipBlock: {cidr: 'fd00:0:192::/64'}\n"),
+		Expect: []Cell{deny("y/a", "x/a", "TCP", 80), allow6("y/a", "x/a", "TCP", 80), allow6("y/c", "z/a", "UDP", 81), deny6("y/a", "x/b", "TCP", 80), allow("x/a", "y/a", "TCP", 80)}},
+
 	{Name: "egress to a namespace", Policies: np("x", "egress-y", "  podSelector: {}\n  policyTypes: [Egress]\n  egress:\n  - to:\n    - namespaceSelector:\n        matchLabels: {ns: y}\n"),
 		Expect: []Cell{allow("x/a", "y/c", "TCP", 80), deny("x/a", "x/b", "TCP", 80), deny("x/a", "z/a", "UDP", 81), allow("z/a", "x/a", "TCP", 80)}},
 
@@ -179,6 +195,9 @@ var namespaced = []Scenario{
 
 	{Name: "cilium: toCIDRSet with except", Policies: cnp("x", "cidrset", "  endpointSelector:\n    matchLabels: {pod: a}\n  egress:\n  - toCIDRSet:\n    - cidr: 10.0.191.0/24\n      except: [10.0.191.20/30]\n"),
 		Expect: []Cell{deny("x/a", "x/b", "TCP", 80), deny("x/a", "y/a", "TCP", 80), deny("x/a", "y/c", "TCP", 80), deny("x/a", "z/b", "TCP", 80), deny("x/a", "x/c", "TCP", 80)}},
+
+	{Name: "cilium: toCIDRSet IPv6 never selects the lab's pods", Policies: cnp("x", "cidrset6", "  endpointSelector:\n    matchLabels: {pod: a}\n  egress:\n  - toCIDRSet:\n    - cidr: 'fd00::/8'\n      except: ['fd00:0:191::20/128']\n  - toCIDR: ['::/0']\n"),
+		Expect: []Cell{deny("x/a", "x/b", "TCP", 80), deny6("x/a", "x/b", "TCP", 80), deny6("x/a", "y/c", "UDP", 81), allow6("x/b", "x/a", "TCP", 80)}},
 
 	{Name: "cilium: specs list and toPorts with a port range", Policies: "apiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\nmetadata:\n  name: specs\n  namespace: z\nspecs:\n- endpointSelector:\n    matchLabels: {pod: a}\n  ingress:\n  - toPorts:\n    - ports:\n      - {port: \"80\", endPort: 81, protocol: UDP}\n- endpointSelector:\n    matchLabels: {pod: b}\n  ingress:\n  - fromEndpoints:\n    - matchLabels: {pod: c}\n",
 		Expect: []Cell{allow("x/a", "z/a", "UDP", 80), allow("x/a", "z/a", "UDP", 81), deny("x/a", "z/a", "TCP", 80), allow("z/c", "z/b", "TCP", 80), deny("x/c", "z/b", "TCP", 80), allow("x/a", "z/c", "TCP", 80)}},

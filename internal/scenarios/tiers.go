@@ -133,4 +133,8 @@ var Tiers = []Scenario{
 
 	{Name: "v1alpha2: a Baseline Pass allows", Policies: cnp2("pass-then-deny", "Baseline", 1, subjY+"  ingress:\n  - action: Pass\n    from:\n    - namespaces:\n        matchLabels: {ns: x}\n  - action: Deny\n    from:\n    - namespaces: {}\n"),
 		Expect: []Cell{allow("x/a", "y/a", "TCP", 80), deny("z/a", "y/a", "TCP", 80)}},
+
+	{Name: "admin: Deny to networks ::/0 leaves IPv4 alone", Policies: anp("no-v6-out-of-x", 10, subjX+
+		"  egress:\n  - action: Deny\n    to:\n    - networks: ['::/0']\n"),
+		Expect: []Cell{allow("x/a", "y/a", "TCP", 80), allow("x/b", "z/c", "UDP", 81), deny6("x/a", "y/a", "TCP", 80), deny6("x/b", "x/a", "UDP", 81), allow6("y/a", "x/a", "TCP", 80)}},
 }

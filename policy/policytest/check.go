@@ -2,6 +2,7 @@ package policytest
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -9,10 +10,47 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
-// Target is a protocol and destination port a differential test sends.
+// Target is a protocol and destination port a differential test sends,
+// over one address family.
 type Target struct {
 	Proto uint8
 	Port  uint16
+	// Family is the address family of the connection, 4 or 6; 0: the
+	// endpoints' primary addresses (topology.Endpoint.IP). Addrs gives
+	// the addresses.
+	Family int
+}
+
+// Addrs are the source's and destination's addresses of the target's
+// family (their primary ones for Family 0).
+func Addrs(src, dst *topology.Endpoint, tg Target) (netip.Addr, netip.Addr) {
+	if tg.Family == 0 {
+		return src.IP, dst.IP
+	}
+	s, _ := src.Addr(tg.Family)
+	d, _ := dst.Addr(tg.Family)
+	return s, d
+}
+
+// ForFamilies returns the targets once per family of the lab when it has
+// more than one (Family set, ICMP's protocol number the family's), and
+// as they are (Family 0, the primary addresses) on a single-family lab.
+func ForFamilies(lab *topology.Spec, targets []Target) []Target {
+	fams := lab.Families()
+	if len(fams) < 2 {
+		return targets
+	}
+	var out []Target
+	for _, fam := range fams {
+		for _, tg := range targets {
+			tg.Family = fam
+			if tg.Proto == policy.ProtoICMP || tg.Proto == policy.ProtoICMPv6 {
+				tg.Proto = policy.ProtoICMPOf(fam)
+			}
+			out = append(out, tg)
+		}
+	}
+	return out
 }
 
 // Targets are TCP and UDP on each port, then SCTP on port 80 and the
@@ -20,11 +58,11 @@ type Target struct {
 func Targets(ports []uint16, protos ...uint8) []Target {
 	var out []Target
 	for _, p := range ports {
-		out = append(out, Target{policy.ProtoTCP, p}, Target{policy.ProtoUDP, p})
+		out = append(out, Target{Proto: policy.ProtoTCP, Port: p}, Target{Proto: policy.ProtoUDP, Port: p})
 	}
-	out = append(out, Target{policy.ProtoSCTP, 80})
+	out = append(out, Target{Proto: policy.ProtoSCTP, Port: 80})
 	for _, p := range protos {
-		out = append(out, Target{p, 0})
+		out = append(out, Target{Proto: p})
 	}
 	return out
 }
@@ -38,7 +76,9 @@ type Crossing struct {
 }
 
 // CheckAgainstIR sends every target between every pair of endpoints
-// through cross (a datapath's interpreter): a connection must be dropped
+// through cross (a datapath's interpreter), over each family of a
+// dual-stack lab (ForFamilies: cross must use the target's addresses,
+// Addrs): a connection must be dropped
 // exactly when the IR (policy.Compiled.Allows) denies it, and a TCP one to
 // an L7 port redirected exactly when the model (policy.HTTPVerdict) says
 // it is allowed and proxied (and the model must allow what the IR does).
@@ -47,14 +87,19 @@ func CheckAgainstIR(t testing.TB, lab *topology.Spec, m *policy.Model, c *policy
 	cross func(src, dst *topology.Endpoint, tg Target) Crossing) {
 	t.Helper()
 	wrong := 0
+	targets = ForFamilies(lab, targets)
 	eachPair(lab, func(src, dst *topology.Endpoint) {
 		for _, tg := range targets {
 			got := cross(src, dst, tg)
-			want := c.Allows(src.IP, dst.IP, tg.Proto, tg.Port)
+			sa, da := Addrs(src, dst, tg)
+			want := c.Allows(sa, da, tg.Proto, tg.Port)
 			bad := want == got.Dropped
 			what := "the IR allows"
 			if tg.Proto == policy.ProtoTCP && len(c.L7Ports(c.IdentityOfIP(dst.IP))) > 0 {
 				v := m.HTTPVerdict(src, dst, int(tg.Port), policy.Request{Method: "GET", Path: "/"})
+				if tg.Family != 0 {
+					v, _ = m.HTTPVerdictFamily(src, dst, tg.Family, int(tg.Port), policy.Request{Method: "GET", Path: "/"})
+				}
 				if v.Allowed != want {
 					t.Errorf("%s: %s -> %s %s/%d: the model says %v (%s), the IR %v", label, src.ID(), dst.ID(), policy.ProtoName(tg.Proto), tg.Port, v.Allowed, v.L7, want)
 				}
@@ -63,8 +108,8 @@ func CheckAgainstIR(t testing.TB, lab *topology.Spec, m *policy.Model, c *policy
 			}
 			if bad {
 				if wrong++; wrong <= 5 {
-					t.Errorf("%s: %s -> %s %s/%d: the rules say dropped %v redirected %v, %s: %v\ntrace:\n%s\nIR:\n%s",
-						label, src.ID(), dst.ID(), policy.ProtoName(tg.Proto), tg.Port, got.Dropped, got.Redirected, what, want, got.Trace, DumpRules(c, src, dst))
+					t.Errorf("%s: %s -> %s %s/%d%s: the rules say dropped %v redirected %v, %s: %v\ntrace:\n%s\nIR:\n%s",
+						label, src.ID(), dst.ID(), policy.ProtoName(tg.Proto), tg.Port, familyText(tg), got.Dropped, got.Redirected, what, want, got.Trace, DumpRules(c, src, dst))
 				}
 			}
 		}
@@ -88,4 +133,12 @@ func DumpRules(c *policy.Compiled, src, dst *topology.Endpoint) string {
 		}
 	}
 	return b.String()
+}
+
+// familyText names a target's family in messages ("" for the primary).
+func familyText(tg Target) string {
+	if tg.Family == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" over IPv%d", tg.Family)
 }

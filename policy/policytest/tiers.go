@@ -176,7 +176,10 @@ func RandomTiered(t testing.TB, rng *rand.Rand) []*policy.Policy {
 		}
 		return L("app", []string{"web", "db"}[rng.Intn(2)])
 	}
-	cidrs := []string{"10.0.191.0/24", "10.0.192.0/25", "10.0.192.8/29", "10.0.191.20/32", "0.0.0.0/0", "10.0.0.0/8"}
+	// IPv6 CIDRs too: they match the IPv6 addresses of a dual-stack lab
+	// (scenarios.LabFor) and nothing on an IPv4 one.
+	cidrs := []string{"10.0.191.0/24", "10.0.192.0/25", "10.0.192.8/29", "10.0.191.20/32", "0.0.0.0/0", "10.0.0.0/8",
+		"fd00:0:191::/64", "fd00:0:192::8/125", "::/0"}
 	rules := func(n int, baseline bool) []policy.Rule {
 		var out []policy.Rule
 		for i := 0; i < n; i++ {
