@@ -19,11 +19,28 @@ import (
 const PortTable = "bridge cnlab"
 
 // Port is an endpoint's bridge port (its host-side veth) and the
-// addresses allowed to enter the bridge through it.
+// addresses allowed to enter the bridge through it: IP, or all of the
+// endpoint's addresses (one per family) in Addrs when set.
 type Port struct {
-	Dev string
-	MAC net.HardwareAddr
-	IP  netip.Addr
+	Dev   string
+	MAC   net.HardwareAddr
+	IP    netip.Addr
+	Addrs []netip.Addr
+}
+
+// addrs returns the port's addresses of family fam (4 or 6).
+func (p Port) addrs(fam int) []netip.Addr {
+	all := p.Addrs
+	if len(all) == 0 && p.IP.IsValid() {
+		all = []netip.Addr{p.IP}
+	}
+	var out []netip.Addr
+	for _, a := range all {
+		if a.IsValid() && topology.Family(a) == fam {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // PortScript renders the port table for a host, replacing any table left
@@ -31,7 +48,7 @@ type Port struct {
 // endpoint's port passes only if it is IPv4 from the endpoint's MAC and
 // IP, or ARP whose Ethernet source and sender MAC are the endpoint's and
 // whose sender IP is the endpoint's; everything else from that port
-// (forged sources, IPv6, other ethertypes, VLAN-tagged frames) is dropped. Frames
+// (forged sources, other ethertypes, VLAN-tagged frames) is dropped. Frames
 // from other ports (a VXLAN device) are not looked at. A frame the bridge
 // forwards to an endpoint's port that holds IPv4 passes only if the
 // packet is addressed to that endpoint: broadcast (the subnet's or
@@ -41,9 +58,28 @@ type Port struct {
 // The cost is one hash lookup for every bridged frame and one more for
 // endpoints' frames, on the way in and on the way out. It is pure, so it
 // is tested without root.
+//
+// When an endpoint has an IPv6 address (dual-stack and IPv6-only labs),
+// IPv6 is bound the same way: a packet from its port passes only with
+// its MAC and one of its IPv6 addresses as source (neighbour
+// solicitations and advertisements included: the lab gives endpoints no
+// link-local addresses, so they come from the endpoint's own address),
+// a neighbour advertisement whose target is not one of the endpoint's
+// addresses (a forged one, as forged ARP) and router advertisements and
+// redirects are dropped; out of its port, IPv6 passes only if addressed
+// to the endpoint, or a neighbour solicitation or advertisement to
+// all-nodes (ff02::1) or a solicited-node group (ff02::1:ff00:0/104).
+// Without IPv6 addresses the script is the IPv4 one, and every IPv6
+// frame from an endpoint is dropped.
 func PortScript(ports []Port) string {
 	ports = append([]Port(nil), ports...)
 	sort.Slice(ports, func(i, j int) bool { return ports[i].Dev < ports[j].Dev })
+	v6 := false
+	for _, p := range ports {
+		if len(p.addrs(6)) > 0 {
+			v6 = true
+		}
+	}
 	var b strings.Builder
 	t := PortTable
 	fmt.Fprintf(&b, "add table %s\ndelete table %s\nadd table %s\n", t, t, t)
@@ -51,6 +87,14 @@ func PortScript(ports []Port) string {
 	fmt.Fprintf(&b, "add set %s ip4 { type ifname . ether_addr . ipv4_addr; }\n", t)
 	fmt.Fprintf(&b, "add set %s arp4 { type ifname . ether_addr . ether_addr . ipv4_addr; }\n", t)
 	fmt.Fprintf(&b, "add set %s dst4 { type ifname . ipv4_addr; }\n", t)
+	if v6 {
+		fmt.Fprintf(&b, "add set %s src6 { type ifname . ether_addr . ipv6_addr; }\n", t)
+		fmt.Fprintf(&b, "add set %s dst6 { type ifname . ipv6_addr; }\n", t)
+		// The endpoint's own IPv6 addresses again, as the 128-bit
+		// integers the target field of a neighbour advertisement is
+		// read as (this nft has no `icmpv6 taddr`).
+		fmt.Fprintf(&b, "add set %s nd6 { typeof iifname . @th,64,128; }\n", t)
+	}
 	fmt.Fprintf(&b, "add chain %s prerouting { type filter hook prerouting priority filter; policy accept; }\n", t)
 	fmt.Fprintf(&b, "add chain %s port\n", t)
 	fmt.Fprintf(&b, "add rule %s prerouting iifname @ports jump port\n", t)
@@ -61,25 +105,48 @@ func PortScript(ports []Port) string {
 	fmt.Fprintf(&b, "add rule %s port ether type { 8021q, 8021ad } counter drop\n", t)
 	fmt.Fprintf(&b, "add rule %s port iifname . ether saddr . ip saddr @ip4 accept\n", t)
 	fmt.Fprintf(&b, "add rule %s port iifname . ether saddr . arp saddr ether . arp saddr ip @arp4 accept\n", t)
+	if v6 {
+		// An endpoint is no router: no advertisements, no redirects.
+		fmt.Fprintf(&b, "add rule %s port icmpv6 type { nd-router-advert, nd-redirect } counter drop\n", t)
+		// The target of a neighbour advertisement (the field after
+		// the reserved word) must be the endpoint's own address.
+		fmt.Fprintf(&b, "add rule %s port icmpv6 type nd-neighbor-advert iifname . @th,64,128 != @nd6 counter drop\n", t)
+		fmt.Fprintf(&b, "add rule %s port iifname . ether saddr . ip6 saddr @src6 accept\n", t)
+	}
 	fmt.Fprintf(&b, "add rule %s port counter drop\n", t)
 	// Before br_netfilter (priority 0) shows the frame to the policy's
 	// forward chains, once for each port a flooded frame goes out of.
 	fmt.Fprintf(&b, "add chain %s forward { type filter hook forward priority filter; policy accept; }\n", t)
 	fmt.Fprintf(&b, "add rule %s forward oifname @ports oifname . ip daddr != @dst4 counter drop\n", t)
+	if v6 {
+		fmt.Fprintf(&b, "add rule %s forward oifname @ports ip6 daddr { ff02::1, ff02::1:ff00:0/104 } icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept\n", t)
+		fmt.Fprintf(&b, "add rule %s forward oifname @ports oifname . ip6 daddr != @dst6 counter drop\n", t)
+	}
 	if len(ports) == 0 {
 		return b.String()
 	}
-	var devs, ip4, arp4, dst4 []string
+	var devs, ip4, arp4, dst4, src6, dst6, nd6 []string
 	for _, p := range ports {
 		devs = append(devs, fmt.Sprintf("%q", p.Dev))
-		ip4 = append(ip4, fmt.Sprintf("%q . %s . %s", p.Dev, p.MAC, p.IP))
-		arp4 = append(arp4, fmt.Sprintf("%q . %s . %s . %s", p.Dev, p.MAC, p.MAC, p.IP))
-		dst4 = append(dst4, fmt.Sprintf("%q . %s", p.Dev, p.IP))
+		for _, a := range p.addrs(4) {
+			ip4 = append(ip4, fmt.Sprintf("%q . %s . %s", p.Dev, p.MAC, a))
+			arp4 = append(arp4, fmt.Sprintf("%q . %s . %s . %s", p.Dev, p.MAC, p.MAC, a))
+			dst4 = append(dst4, fmt.Sprintf("%q . %s", p.Dev, a))
+		}
+		for _, a := range p.addrs(6) {
+			src6 = append(src6, fmt.Sprintf("%q . %s . %s", p.Dev, p.MAC, a))
+			dst6 = append(dst6, fmt.Sprintf("%q . %s", p.Dev, a))
+			a16 := a.As16()
+			nd6 = append(nd6, fmt.Sprintf("%q . 0x%x", p.Dev, a16[:]))
+		}
 	}
 	for _, s := range []struct {
 		name  string
 		elems []string
-	}{{"ports", devs}, {"ip4", ip4}, {"arp4", arp4}, {"dst4", dst4}} {
+	}{{"ports", devs}, {"ip4", ip4}, {"arp4", arp4}, {"dst4", dst4}, {"src6", src6}, {"dst6", dst6}, {"nd6", nd6}} {
+		if len(s.elems) == 0 {
+			continue
+		}
 		fmt.Fprintf(&b, "add element %s %s { %s }\n", t, s.name, strings.Join(s.elems, ", "))
 	}
 	return b.String()
@@ -98,7 +165,7 @@ func BindPorts(ctx context.Context, lab *topology.Spec) error {
 			if err != nil {
 				return fmt.Errorf("host %s: endpoint %s: %w", h.Name, ep.ID(), err)
 			}
-			ports = append(ports, Port{Dev: ep.HostVeth, MAC: mac, IP: ep.IP})
+			ports = append(ports, Port{Dev: ep.HostVeth, MAC: mac, IP: ep.IP, Addrs: ep.Addrs()})
 		}
 		if _, err := netns.Run(ctx, h.Netns, []byte(PortScript(ports)), "nft", "-f", "-"); err != nil {
 			return fmt.Errorf("host %s: bind endpoint ports: %w", h.Name, err)
