@@ -111,7 +111,7 @@ func ensureBase(ctx context.Context, lab *topology.Spec, h *topology.Host, fam i
 				lines = append(lines, ":"+c+" - [0:0]")
 			}
 		}
-		for _, j := range baseJumps[table] {
+		for _, j := range baseJumpsOf(fam)[table] {
 			if !strings.Contains(ls[table], "-A "+j[0]+" "+j[1]+"\n") {
 				lines = append(lines, "-I "+j[0]+" 1 "+j[1])
 			}
@@ -185,7 +185,7 @@ func applyFamily(ctx context.Context, lab *topology.Spec, h *topology.Host, fam 
 		if err != nil {
 			return err
 		}
-		return change.Load(ctx, h, rebuildScript(ls, want), restore, "-w", "--noflush")
+		return change.Load(ctx, h, rebuildFamily(ls, want, fam), restore, "-w", "--noflush")
 	}
 	if have == nil {
 		return rebuild()

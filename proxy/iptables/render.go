@@ -66,6 +66,26 @@ var baseJumps = map[string][][2]string{
 	},
 }
 
+// baseJumpsOf are baseJumps for family fam: IPv6 adds a rule dropping
+// the host's ICMPv6 redirects (type 137, as ip6tables-save writes it),
+// the counterpart of send_redirects=0, which IPv6 lacks: a connection to
+// a cluster IP leaves by the bridge it came in by, and a redirect would
+// tell the client that an untranslated cluster IP (a Service without
+// backends) is on-link, so that its next connection would look for it
+// there and never get the reject.
+func baseJumpsOf(fam int) map[string][][2]string {
+	if fam != 6 {
+		return baseJumps
+	}
+	out := map[string][][2]string{}
+	for t, js := range baseJumps {
+		out[t] = js
+	}
+	out[filterTable] = append(slices.Clone(baseJumps[filterTable]),
+		[2]string{"OUTPUT", fmt.Sprintf("-p ipv6-icmp -m icmp6 --icmpv6-type 137 -m comment --comment %q -j DROP", comment)})
+	return out
+}
+
 // baseChains are the chains that exist whatever the table holds.
 var baseChains = map[string][]string{
 	natTable:    {servicesChain, nodePortsChain, markChain, postChain},
@@ -259,6 +279,11 @@ func diffScript(have, want map[string]map[string][]string) string {
 // the proxy the listings (iptables-save per table) show, and inserts the
 // base jumps they lack.
 func rebuildScript(listings map[string]string, want map[string]map[string][]string) string {
+	return rebuildFamily(listings, want, 4)
+}
+
+// rebuildFamily is rebuildScript for family fam's tables.
+func rebuildFamily(listings map[string]string, want map[string]map[string][]string, fam int) string {
 	changed, gone := map[string][]string{}, map[string][]string{}
 	jumps := map[string][][2]string{}
 	for table, chains := range want {
@@ -270,7 +295,7 @@ func rebuildScript(listings map[string]string, want map[string]map[string][]stri
 				gone[table] = append(gone[table], name)
 			}
 		}
-		for _, j := range baseJumps[table] {
+		for _, j := range baseJumpsOf(fam)[table] {
 			if !strings.Contains(listings[table], "-A "+j[0]+" "+j[1]+"\n") {
 				jumps[table] = append(jumps[table], j)
 			}

@@ -85,7 +85,7 @@ func TestRenderDualStack(t *testing.T) {
 	if v4.Tables6 != nil {
 		t.Errorf("an IPv4 table rendered ip6tables chains")
 	}
-	script := rebuildScript(map[string]string{}, st.Tables6)
+	script := rebuildFamily(map[string]string{}, st.Tables6, 6)
 	golden(t, "flip6.rules", script)
 	for _, bad := range []string{"/32", "255.255.255.255", "icmp-port-unreachable", "10."} {
 		if strings.Contains(script, bad) {

@@ -238,6 +238,11 @@ func fullFamily(want *hostState, nf nfam) string {
 	for _, c := range baseChains {
 		fmt.Fprintf(&b, "add rule %s %s %s\n", Table, c.name, c.rule)
 	}
+	if nf == fam6 {
+		// IPv6 has no send_redirects=0: the host's redirects are dropped
+		// instead (proxy/iptables' baseJumpsOf says why).
+		fmt.Fprintf(&b, "add rule %s filter-output icmpv6 type nd-redirect drop\n", Table)
+	}
 	for _, name := range names {
 		for _, r := range want.Chains[name] {
 			fmt.Fprintf(&b, "add rule %s %s %s\n", Table, name, r)
