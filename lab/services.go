@@ -219,6 +219,9 @@ func modifyServicesLocked(ctx context.Context, labName, op string, f func([]*ser
 	if ch.Resolved, err = service.Resolve(spec, nsvcs, nsls, alloc); err != nil {
 		return nil, err
 	}
+	if err := proxyregistry.CheckFamilies(spec.Services.Proxy, ch.Resolved.Table); err != nil {
+		return nil, err
+	}
 	allocs, err := json.Marshal(ch.Resolved.Allocations)
 	if err != nil {
 		return nil, err

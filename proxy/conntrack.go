@@ -23,7 +23,9 @@ func FlushUDP(ns string, flows []StaleFlow) (uint, error) {
 		return 0, err
 	}
 	defer h.Close()
-	var filters []netlink.CustomConntrackFilter
+	// One dump per family: IPv4 flows (and those naming no address), then
+	// IPv6 ones (a dual-stack lab's).
+	byFam := map[bool][]netlink.CustomConntrackFilter{}
 	for _, f := range flows {
 		cf := &netlink.ConntrackFilter{}
 		if err := cf.AddProtocol(unix.IPPROTO_UDP); err != nil {
@@ -42,11 +44,23 @@ func FlushUDP(ns string, flows []StaleFlow) (uint, error) {
 				return 0, err
 			}
 		}
-		filters = append(filters, cf)
+		v6 := f.Dst.Is6() && !f.Dst.Is4In6() || f.Backend.Is6() && !f.Backend.Is4In6()
+		byFam[v6] = append(byFam[v6], cf)
 	}
-	n, err := h.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, filters...)
-	if err != nil {
-		return n, fmt.Errorf("delete stale UDP conntrack entries in %s: %w", ns, err)
+	var total uint
+	for _, v6 := range []bool{false, true} {
+		if len(byFam[v6]) == 0 {
+			continue
+		}
+		af := unix.AF_INET
+		if v6 {
+			af = unix.AF_INET6
+		}
+		n, err := h.ConntrackDeleteFilters(netlink.ConntrackTable, netlink.InetFamily(af), byFam[v6]...)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("delete stale UDP conntrack entries in %s: %w", ns, err)
+		}
 	}
-	return n, nil
+	return total, nil
 }

@@ -26,18 +26,31 @@ import (
 // which would make the host send a redirect for every new one, and the
 // redirect would use up the ICMP rate limit's token for the client, so
 // that the port-unreachable rejecting a frontend without backends would
-// not be sent. Idempotent.
+// not be sent. A lab with IPv6 gets the same for IPv6 (its service range
+// routed, bridge-nf-call-ip6tables on, no ICMPv6 rate limit). Idempotent.
 func PrepareHost(lab *topology.Spec, h *topology.Host) error {
 	if err := change.EnableBridgeNetfilter(h.Netns); err != nil {
 		return err
 	}
+	v6 := lab.HasFamily(6)
 	err := netns.Do(h.Netns, func() error {
 		for _, dev := range []string{"all", h.Bridge} {
 			if err := netns.SetSysctl("net/ipv4/conf/"+dev+"/send_redirects", "0"); err != nil {
 				return err
 			}
 		}
-		return nil
+		if !v6 {
+			return nil
+		}
+		// IPv6: bridged frames meet ip6tables/nftables' ip6 hooks too (the
+		// reply un-DNATed), and, as IPv6 has no knob against redirects,
+		// no ICMPv6 rate limit in the host, so that the redirects a
+		// connection to a cluster IP makes never use up the token of the
+		// port-unreachable rejecting a frontend without backends.
+		if err := netns.SetSysctl("net/bridge/bridge-nf-call-ip6tables", "1"); err != nil {
+			return err
+		}
+		return netns.SetSysctl("net/ipv6/icmp/ratelimit", "0")
 	})
 	if err != nil {
 		return err
@@ -59,17 +72,19 @@ func PrepareHost(lab *topology.Spec, h *topology.Host) error {
 			return fmt.Errorf("endpoint %s: hairpin on %s: %w", ep.ID(), ep.HostVeth, err)
 		}
 	}
-	if !lab.Services.CIDR.IsValid() {
+	if len(lab.Services.All()) == 0 {
 		return nil
 	}
 	br, err := nh.LinkByName(h.Bridge)
 	if err != nil {
 		return fmt.Errorf("bridge %s: %w", h.Bridge, err)
 	}
-	cidr := lab.Services.CIDR.Masked()
-	dst := &net.IPNet{IP: cidr.Addr().AsSlice(), Mask: net.CIDRMask(cidr.Bits(), 32)}
-	if err := nh.RouteReplace(&netlink.Route{Dst: dst, LinkIndex: br.Attrs().Index, Scope: netlink.SCOPE_LINK}); err != nil {
-		return fmt.Errorf("route %s dev %s: %w", cidr, h.Bridge, err)
+	for _, cidr := range lab.Services.All() {
+		cidr = cidr.Masked()
+		dst := &net.IPNet{IP: cidr.Addr().AsSlice(), Mask: net.CIDRMask(cidr.Bits(), cidr.Addr().BitLen())}
+		if err := nh.RouteReplace(&netlink.Route{Dst: dst, LinkIndex: br.Attrs().Index, Scope: netlink.SCOPE_LINK}); err != nil {
+			return fmt.Errorf("route %s dev %s: %w", cidr, h.Bridge, err)
+		}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/service"
@@ -37,4 +38,21 @@ type Descriptor struct {
 	// StateKind names the proxy's per-host state files
 	// (change.StatePath), apart from any policy datapath's.
 	StateKind kind.Kind
+	// IPv4Only: the proxy serves IPv4 cluster IPs only; a Service with an
+	// IPv6 family is refused (CheckFamilies) rather than left unserved.
+	IPv4Only bool
+}
+
+// CheckFamilies refuses a table with an IPv6 frontend for a proxy that
+// serves IPv4 only, naming the first such Service.
+func CheckFamilies(d Descriptor, t *service.Table) error {
+	if !d.IPv4Only || t == nil {
+		return nil
+	}
+	for _, f := range t.Frontends {
+		if f.Family() == 6 {
+			return fmt.Errorf("Service %s has an IPv6 cluster IP (%s), but the %s service proxy serves IPv4 only: give the Service ipFamilies: [IPv4] and ipFamilyPolicy: SingleStack (the default on a lab whose primary family is IPv4)", f.Service, f.VIP, d.Kind)
+		}
+	}
+	return nil
 }

@@ -196,6 +196,13 @@ func (m *Model) l7Unreachable(client, ep *topology.Endpoint, hairpin, proxied bo
 // lab can route to; a node port answers on every address of the host.
 func NodeAddress(h *topology.Host) netip.Addr { return h.Gateway }
 
+// NodeAddressOf is NodeAddress of family fam (4 or 6): the host's bridge
+// address of that family (invalid when the lab has none).
+func NodeAddressOf(h *topology.Host, fam int) netip.Addr {
+	a, _ := h.GatewayOf(fam)
+	return a
+}
+
 func denial(v policy.Verdict) string {
 	if !v.Egress.Allowed {
 		return v.Egress.Reason
@@ -207,7 +214,7 @@ func denial(v policy.Verdict) string {
 // `cnlab service trace` prints them.
 func (m *Model) Trace(client *topology.Endpoint, f *Frontend) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s -> %s (%s:%d/%s", client.ID(), f.Key(), f.VIP, f.Port, f.Protocol)
+	fmt.Fprintf(&b, "%s -> %s (%s/%s", client.ID(), f.Key(), netip.AddrPortFrom(f.VIP, f.Port), f.Protocol)
 	if f.NodePort != 0 {
 		fmt.Fprintf(&b, ", node port %d", f.NodePort)
 	}
@@ -274,6 +281,35 @@ func traceChoices(b *strings.Builder, e Expectation) {
 	}
 }
 
+// FrontendOf returns the frontend of a Service port of family fam (4 or
+// 6): Frontend's, or its counterpart of the other family of a dual-stack
+// Service; an error names the families the Service has.
+func (r *Resolved) FrontendOf(ref string, fam int) (*Frontend, error) {
+	f, err := r.Frontend(ref)
+	if err != nil || f.Family() == fam {
+		return f, err
+	}
+	for _, g := range r.FamiliesOf(f) {
+		if g.Family() == fam {
+			return g, nil
+		}
+	}
+	return nil, fmt.Errorf("Service %s has no IPv%d cluster IP (its families: %s; set spec.ipFamilyPolicy: PreferDualStack on a dual-stack lab)", f.Service, fam, famNames(r.Families[f.Service]))
+}
+
+// FamiliesOf returns the frontends of f's Service port, one per family
+// of the Service (the primary first).
+func (r *Resolved) FamiliesOf(f *Frontend) []*Frontend {
+	var out []*Frontend
+	for i := range r.Table.Frontends {
+		g := &r.Table.Frontends[i]
+		if g.Service == f.Service && g.PortName == f.PortName && g.Protocol == f.Protocol {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
 // Frontend returns the frontend of a Service port: ref is
 // "namespace/name" (or "name" in namespace default) with an optional
 // ":portname"; a Service with several ports needs the port name.
@@ -286,6 +322,9 @@ func (r *Resolved) Frontend(ref string) (*Frontend, error) {
 	for i := range r.Table.Frontends {
 		f := &r.Table.Frontends[i]
 		if f.Service == svc && (port == "" || f.PortName == port) {
+			if len(matched) > 0 && matched[len(matched)-1].PortName == f.PortName {
+				continue // a dual-stack Service's second family: the primary's comes first
+			}
 			matched = append(matched, f)
 		}
 	}

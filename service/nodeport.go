@@ -65,30 +65,45 @@ func MasqAddress(lab *topology.Spec, h *topology.Host) (netip.Addr, error) {
 // the device the route leaves by): its bridge's address towards itself,
 // else its end of the wire, or of the overlay with a vxlan link.
 func SourceTowards(lab *topology.Spec, from, to string) (netip.Addr, error) {
+	return SourceTowardsOf(lab, from, to, 4)
+}
+
+// SourceTowardsOf is SourceTowards for a connection of family fam (4 or
+// 6): the addresses of that family.
+func SourceTowardsOf(lab *topology.Spec, from, to string, fam int) (netip.Addr, error) {
 	src, dst := lab.Host(from), lab.Host(to)
 	if src == nil || dst == nil {
 		return netip.Addr{}, fmt.Errorf("no host %q or %q", from, to)
 	}
-	if from == to {
-		return src.Gateway, nil
+	if fam == 4 && !lab.HasFamily(4) {
+		fam = 6 // an IPv6-only lab's
 	}
+	if from == to {
+		a, _ := src.GatewayOf(fam)
+		return a, nil
+	}
+	dstCIDR, _ := dst.CIDR(fam)
 	for _, rt := range src.Routes {
-		if rt.Dst != dst.PodCIDR {
+		if rt.Dst != dstCIDR {
 			continue
 		}
 		for _, l := range lab.Links {
 			for _, end := range l.Ends {
+				wire, over := end.WireAddr, end.OverAddr
+				if fam == 6 {
+					wire, over = end.WireAddr6, end.OverAddr6
+				}
 				switch {
 				case end.Host != from:
 				case end.WireDev == rt.Dev:
-					return end.WireAddr, nil
+					return wire, nil
 				case end.OverDev != "" && end.OverDev == rt.Dev:
-					return end.OverAddr, nil
+					return over, nil
 				}
 			}
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("host %s has no route to host %s's pod CIDR %s", from, to, dst.PodCIDR)
+	return netip.Addr{}, fmt.Errorf("host %s has no route to host %s's pod CIDR %s", from, to, dstCIDR)
 }
 
 // nodePortHop is how the datapath judges a connection from client through
@@ -104,7 +119,12 @@ type nodePortHop struct {
 }
 
 func (m *Model) nodePortHop(client, ep *topology.Endpoint, f *Frontend, b Backend, node string) (nodePortHop, error) {
-	h := nodePortHop{egressTo: policy.EndpointParty(ep), egressPort: int(b.Port), ingressFrom: policy.EndpointParty(client), seen: client.IP}
+	fam := f.Family()
+	seen, ok := client.Addr(fam)
+	if !ok {
+		seen = client.IP
+	}
+	h := nodePortHop{egressTo: policy.EndpointParty(ep), egressPort: int(b.Port), ingressFrom: policy.EndpointParty(client), seen: seen}
 	if m.Lab.Services.Proxy == kind.ProxyEBPF {
 		ch := m.Lab.Host(client.Host)
 		switch {
@@ -125,7 +145,7 @@ func (m *Model) nodePortHop(client, ep *topology.Endpoint, f *Frontend, b Backen
 		return h, nil
 	}
 	if node != client.Host {
-		h.egressTo = m.Policy.AddrParty(NodeAddress(m.Lab.Host(node)))
+		h.egressTo = m.Policy.AddrParty(NodeAddressOf(m.Lab.Host(node), fam))
 		h.egressPort = int(f.NodePort)
 		h.egressWhat = fmt.Sprintf("host %s's address, untranslated", node)
 	}
@@ -134,7 +154,7 @@ func (m *Model) nodePortHop(client, ep *topology.Endpoint, f *Frontend, b Backen
 	}
 	// Masqueraded (a hairpin is, under Local too): the source is node's
 	// address on the way to the backend's host.
-	src, err := SourceTowards(m.Lab, node, ep.Host)
+	src, err := SourceTowardsOf(m.Lab, node, ep.Host, fam)
 	if err != nil {
 		return h, err
 	}
@@ -165,7 +185,7 @@ func (m *Model) ExpectNodePort(client *topology.Endpoint, f *Frontend, host stri
 		return Expectation{}, fmt.Errorf("%s is not a NodePort Service", f.Key())
 	}
 	e := Expectation{From: client.ID(), Frontend: f.Key() + " node port", Expected: []string{},
-		Target: netip.AddrPortFrom(NodeAddress(h), f.NodePort), Masqueraded: !f.ExternalLocal}
+		Target: netip.AddrPortFrom(NodeAddressOf(h, f.Family()), f.NodePort), Masqueraded: !f.ExternalLocal}
 	for _, b := range f.Backends {
 		c := Choice{Backend: b}
 		switch {

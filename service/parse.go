@@ -32,6 +32,10 @@ const (
 	// default (3 hours), and MaxAffinity its maximum (a day).
 	DefaultAffinity = 10800
 	MaxAffinity     = 86400
+	// IP family policies (spec.ipFamilyPolicy).
+	SingleStack      = "SingleStack"
+	PreferDualStack  = "PreferDualStack"
+	RequireDualStack = "RequireDualStack"
 	// The node port range (the API server's default).
 	MinNodePort = 30000
 	MaxNodePort = 32767
@@ -46,7 +50,14 @@ type Service struct {
 	// ClusterIP is the address the file gives, "" to allocate one, or
 	// Headless.
 	ClusterIP string `json:"clusterIP,omitempty"`
-	Ports     []Port `json:"ports"`
+	// ClusterIPs are the addresses the file gives (clusterIPs, or
+	// clusterIP alone), one per family, ClusterIP first; nil to allocate.
+	ClusterIPs []string `json:"clusterIPs,omitempty"`
+	// IPFamilies are spec.ipFamilies as given (4 or 6), nil when absent;
+	// FamilyPolicy spec.ipFamilyPolicy (SingleStack when absent).
+	IPFamilies   []int  `json:"ipFamilies,omitempty"`
+	FamilyPolicy string `json:"ipFamilyPolicy,omitempty"`
+	Ports        []Port `json:"ports"`
 	// Affinity is sessionAffinity ClientIP's timeout in seconds, 0 for
 	// sessionAffinity None.
 	Affinity        int  `json:"affinitySeconds,omitempty"`
@@ -68,9 +79,12 @@ type Port struct {
 
 // Slice is one validated discovery.k8s.io/v1 EndpointSlice.
 type Slice struct {
-	Namespace string          `json:"namespace"`
-	Name      string          `json:"name"`
-	Service   string          `json:"service"` // its kubernetes.io/service-name
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Service   string `json:"service"` // its kubernetes.io/service-name
+	// Family is addressType's: 4 (IPv4) or 6 (IPv6). kube-proxy serves
+	// a Service's cluster IP of a family from the slices of that family.
+	Family    int             `json:"family"`
 	Ports     []SlicePort     `json:"ports"`
 	Endpoints []SliceEndpoint `json:"endpoints"`
 	Doc
@@ -309,17 +323,27 @@ func (p *parser) service(spec *yaml.Node) (*Service, error) {
 			return nil, p.errf(f.path, "%s", f.why)
 		}
 	}
-	for i, fam := range rs.IPFamilies {
-		if fam != "IPv4" {
-			return nil, p.errf(fmt.Sprintf("spec.ipFamilies[%d]", i), "%q is not supported: cnlab's labs are IPv4 only", fam)
+	seen := map[int]int{}
+	for i, name := range rs.IPFamilies {
+		path := fmt.Sprintf("spec.ipFamilies[%d]", i)
+		fam := familyOf(name)
+		if fam == 0 {
+			return nil, p.errf(path, "%q is not an IP family (IPv4, IPv6)", name)
 		}
+		if j, dup := seen[fam]; dup {
+			return nil, p.errf(path, "%s is also spec.ipFamilies[%d]", name, j)
+		}
+		seen[fam] = i
+		svc.IPFamilies = append(svc.IPFamilies, fam)
 	}
 	switch rs.IPFamilyPolicy {
-	case "", "SingleStack":
-	case "PreferDualStack", "RequireDualStack":
-		return nil, p.errf("spec.ipFamilyPolicy", "%s is not supported: cnlab's labs are IPv4 only (SingleStack)", rs.IPFamilyPolicy)
+	case "", SingleStack, PreferDualStack, RequireDualStack:
+		svc.FamilyPolicy = rs.IPFamilyPolicy
 	default:
-		return nil, p.errf("spec.ipFamilyPolicy", "%q is not an IP family policy (SingleStack)", rs.IPFamilyPolicy)
+		return nil, p.errf("spec.ipFamilyPolicy", "%q is not an IP family policy (SingleStack, PreferDualStack, RequireDualStack)", rs.IPFamilyPolicy)
+	}
+	if len(svc.IPFamilies) > 1 && svc.Policy() == SingleStack {
+		return nil, p.errf("spec.ipFamilies", "gives two families, but ipFamilyPolicy is SingleStack: give ipFamilyPolicy PreferDualStack or RequireDualStack, or one family")
 	}
 	if len(rs.Selector) > 0 {
 		if err := labels.CheckSet(rs.Selector); err != nil {
@@ -373,32 +397,79 @@ func (p *parser) service(spec *yaml.Node) (*Service, error) {
 
 func (p *parser) clusterIP(svc *Service, rs *rawServiceSpec) error {
 	ip := rs.ClusterIP
-	if len(rs.ClusterIPs) > 1 {
-		return p.errf("spec.clusterIPs", "gives %d addresses: cnlab's labs are IPv4 only (one address)", len(rs.ClusterIPs))
+	ips := rs.ClusterIPs
+	if len(ips) > 2 {
+		return p.errf("spec.clusterIPs", "gives %d addresses: at most two, one per family", len(ips))
 	}
-	if len(rs.ClusterIPs) == 1 {
-		if ip != "" && ip != rs.ClusterIPs[0] {
-			return p.errf("spec.clusterIPs[0]", "%q differs from spec.clusterIP %q (they must be the same)", rs.ClusterIPs[0], ip)
+	if len(ips) > 0 {
+		if ip != "" && ip != ips[0] {
+			return p.errf("spec.clusterIPs[0]", "%q differs from spec.clusterIP %q (they must be the same)", ips[0], ip)
 		}
-		ip = rs.ClusterIPs[0]
+		ip = ips[0]
+	} else if ip != "" {
+		ips = []string{ip}
 	}
-	switch {
-	case ip == "" || ip == Headless:
-	default:
-		a, err := netip.ParseAddr(ip)
-		if err != nil || !a.Is4() {
-			path := "spec.clusterIP"
-			if rs.ClusterIP == "" {
-				path = "spec.clusterIPs[0]"
+	fams := map[int]int{}
+	for i, a := range ips {
+		path := fmt.Sprintf("spec.clusterIPs[%d]", i)
+		if i == 0 && rs.ClusterIP != "" {
+			path = "spec.clusterIP"
+		}
+		if a == "" {
+			return p.errf(path, "is empty (give an address, or leave clusterIPs out to allocate)")
+		}
+		if a == Headless {
+			if len(ips) > 1 {
+				return p.errf(path, "a headless Service (None) has no other cluster IP")
 			}
-			return p.errf(path, "%q is not an IPv4 address (or None, for a headless Service)", ip)
+			continue
 		}
+		addr, err := netip.ParseAddr(a)
+		if err != nil || addr.Is4In6() || addr.Zone() != "" {
+			return p.errf(path, "%q is not an IPv4 or IPv6 address (or None, for a headless Service)", a)
+		}
+		fam := 4
+		if addr.Is6() {
+			fam = 6
+		}
+		if j, dup := fams[fam]; dup {
+			return p.errf(path, "%s is a second IPv%d address (spec.clusterIPs[%d] is one): one address per family", a, fam, j)
+		}
+		fams[fam] = i
+		if i < len(svc.IPFamilies) && svc.IPFamilies[i] != fam {
+			return p.errf(path, "%s is an IPv%d address, but spec.ipFamilies[%d] is IPv%d (they must be in the same order)", a, fam, i, svc.IPFamilies[i])
+		}
+	}
+	if len(ips) == 2 && svc.Policy() == SingleStack {
+		return p.errf("spec.clusterIPs", "gives two addresses, but ipFamilyPolicy is SingleStack: give ipFamilyPolicy PreferDualStack or RequireDualStack, or one address")
 	}
 	svc.ClusterIP = ip
+	if len(ips) > 0 && ip != Headless {
+		svc.ClusterIPs = ips
+	}
 	if ip == Headless && svc.Type == TypeNodePort {
 		return p.errf("spec.clusterIP", "a NodePort Service cannot be headless (None)")
 	}
 	return nil
+}
+
+// familyOf reads an IP family's name: 4, 6, or 0 for neither.
+func familyOf(name string) int {
+	switch name {
+	case "IPv4":
+		return 4
+	case "IPv6":
+		return 6
+	}
+	return 0
+}
+
+// Policy is the Service's ipFamilyPolicy, SingleStack when absent.
+func (s *Service) Policy() string {
+	if s.FamilyPolicy == "" {
+		return SingleStack
+	}
+	return s.FamilyPolicy
 }
 
 func (p *parser) ports(svc *Service, rs *rawServiceSpec) error {
@@ -471,16 +542,17 @@ func (p *parser) ports(svc *Service, rs *rawServiceSpec) error {
 }
 
 func (p *parser) slice(obj *rawObject) (*Slice, error) {
-	switch obj.AddressType {
-	case "IPv4":
-	case "":
-		return nil, p.errf("addressType", "is required (IPv4)")
-	case "IPv6", "FQDN":
-		return nil, p.errf("addressType", "%s is not supported: cnlab's labs are IPv4 only", obj.AddressType)
+	fam := familyOf(obj.AddressType)
+	switch {
+	case fam != 0:
+	case obj.AddressType == "":
+		return nil, p.errf("addressType", "is required (IPv4, IPv6)")
+	case obj.AddressType == "FQDN":
+		return nil, p.errf("addressType", "FQDN is not supported (kube-proxy ignores FQDN slices): IPv4, IPv6")
 	default:
-		return nil, p.errf("addressType", "%q is not an address type (IPv4)", obj.AddressType)
+		return nil, p.errf("addressType", "%q is not an address type (IPv4, IPv6)", obj.AddressType)
 	}
-	sl := &Slice{}
+	sl := &Slice{Family: fam}
 	var eps []rawSliceEndpoint
 	if present(obj.Endpoints) {
 		if err := p.Decode(&obj.Endpoints, &eps, "endpoints"); err != nil {
@@ -493,8 +565,8 @@ func (p *parser) slice(obj *rawObject) (*Slice, error) {
 			return nil, p.errf(path+".addresses", "must hold exactly one address (it holds %d)", len(e.Addresses))
 		}
 		a, err := netip.ParseAddr(e.Addresses[0])
-		if err != nil || !a.Is4() {
-			return nil, p.errf(path+".addresses[0]", "%q is not an IPv4 address", e.Addresses[0])
+		if err != nil || (fam == 4) != a.Is4() || a.Is4In6() || a.Zone() != "" {
+			return nil, p.errf(path+".addresses[0]", "%q is not an IPv%d address (addressType %s)", e.Addresses[0], fam, obj.AddressType)
 		}
 		if present(e.Hints) {
 			return nil, p.errf(path+".hints", "topology hints are not supported (a lab has no zones)")

@@ -13,8 +13,20 @@ import (
 // Allocations are the cluster IPs and node ports a lab's Services hold,
 // kept from one apply to the next so that a Service keeps its address.
 type Allocations struct {
-	ClusterIPs map[string]netip.Addr `json:"clusterIPs"` // by "namespace/name"
-	NodePorts  map[string]int        `json:"nodePorts"`  // by "namespace/name/port/protocol"
+	ClusterIPs map[string]netip.Addr `json:"clusterIPs"` // by "namespace/name": its primary family's
+	// SecondaryClusterIPs are dual-stack Services' second addresses.
+	SecondaryClusterIPs map[string]netip.Addr `json:"secondaryClusterIPs,omitempty"`
+	NodePorts           map[string]int        `json:"nodePorts"` // by "namespace/name/port/protocol"
+}
+
+// held returns the address of family fam a Service held, if any.
+func (a *Allocations) held(key string, fam int) (netip.Addr, bool) {
+	for _, m := range []map[string]netip.Addr{a.ClusterIPs, a.SecondaryClusterIPs} {
+		if x, ok := m[key]; ok && topology.Family(x) == fam {
+			return x, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // Resolved is a set of Services resolved against a lab.
@@ -23,8 +35,15 @@ type Resolved struct {
 	Slices      []*Slice    `json:"slices"`   // user-written, then synthesized, per Service
 	Table       *Table      `json:"table"`
 	Allocations Allocations `json:"allocations"`
-	// VIP gives each proxied Service's cluster IP.
-	VIP map[string]netip.Addr `json:"-"`
+	// VIP gives each proxied Service's cluster IP (its primary
+	// family's), VIPs all of them, in the order of its families.
+	VIP  map[string]netip.Addr         `json:"-"`
+	VIPs map[string][]netip.Addr       `json:"-"`
+	vip  map[int]map[string]netip.Addr // while allocating: per family, by Service
+
+	// Families gives each Service's IP families (4, 6), the primary
+	// first, as its ipFamilies and ipFamilyPolicy choose them on the lab.
+	Families map[string][]int `json:"-"`
 }
 
 func nodePortKey(s *Service, p Port) string {
@@ -46,20 +65,56 @@ func Resolve(lab *topology.Spec, svcs []*Service, userSlices []*Slice, prev *All
 	if prev == nil {
 		prev = &Allocations{}
 	}
-	cidr := lab.Services.CIDR
-	if !cidr.IsValid() {
-		cidr = netip.MustParsePrefix(DefaultCIDR)
+	cidrs := map[int]netip.Prefix{}
+	for _, fam := range lab.Families() {
+		if c, ok := lab.Services.CIDROf(fam); ok {
+			cidrs[fam] = c
+		}
 	}
-	r := &Resolved{Services: slices.Clone(svcs), VIP: map[string]netip.Addr{},
+	if _, ok := cidrs[4]; !ok && lab.HasFamily(4) {
+		cidrs[4] = netip.MustParsePrefix(DefaultCIDR)
+	}
+	if _, ok := cidrs[6]; !ok && lab.HasFamily(6) {
+		cidrs[6] = netip.MustParsePrefix(DefaultCIDR6)
+	}
+	r := &Resolved{Services: slices.Clone(svcs), VIP: map[string]netip.Addr{}, VIPs: map[string][]netip.Addr{}, Families: map[string][]int{},
 		Allocations: Allocations{ClusterIPs: map[string]netip.Addr{}, NodePorts: map[string]int{}}}
 	slices.SortFunc(r.Services, func(a, b *Service) int { return strings.Compare(a.Key(), b.Key()) })
 	byKey := map[string]*Service{}
 	for _, s := range r.Services {
 		byKey[s.Key()] = s
+		fams, err := families(lab, s)
+		if err != nil {
+			return nil, err
+		}
+		r.Families[s.Key()] = fams
 	}
-	if err := r.allocateIPs(cidr, prev); err != nil {
-		return nil, err
+	for _, fam := range []int{4, 6} {
+		if c, ok := cidrs[fam]; ok {
+			if err := r.allocateIPs(fam, c, prev); err != nil {
+				return nil, err
+			}
+		}
 	}
+	for _, s := range r.Services {
+		if s.ClusterIP == Headless {
+			continue
+		}
+		for i, fam := range r.Families[s.Key()] {
+			a := r.vip[fam][s.Key()]
+			r.VIPs[s.Key()] = append(r.VIPs[s.Key()], a)
+			if i == 0 {
+				r.VIP[s.Key()] = a
+				r.Allocations.ClusterIPs[s.Key()] = a
+			} else {
+				if r.Allocations.SecondaryClusterIPs == nil {
+					r.Allocations.SecondaryClusterIPs = map[string]netip.Addr{}
+				}
+				r.Allocations.SecondaryClusterIPs[s.Key()] = a
+			}
+		}
+	}
+	r.vip = nil
 	if err := r.allocateNodePorts(prev); err != nil {
 		return nil, err
 	}
@@ -68,7 +123,7 @@ func Resolve(lab *topology.Spec, svcs []*Service, userSlices []*Slice, prev *All
 			return nil, sl.errorAt(sl.Ref(), "metadata.labels", fmt.Sprintf("%s %q names no Service in namespace %s (apply the Service too)", ServiceNameLabel, sl.Service, sl.Namespace))
 		}
 		for i, e := range sl.Endpoints {
-			if cidr.Contains(e.Address) {
+			if cidr, ok := cidrs[topology.Family(e.Address)]; ok && cidr.Contains(e.Address) {
 				return nil, sl.errorAt(sl.Ref(), fmt.Sprintf("endpoints[%d].addresses[0]", i), fmt.Sprintf("%s is in the lab's service CIDR %s: a backend must be a pod's address", e.Address, cidr))
 			}
 		}
@@ -84,62 +139,165 @@ func Resolve(lab *topology.Spec, svcs []*Service, userSlices []*Slice, prev *All
 			}
 		}
 		if s.Selector != nil {
-			mine = append(mine, synthesize(lab, s)...)
+			mine = append(mine, synthesize(lab, s, r.Families[s.Key()])...)
 		}
 		r.Slices = append(r.Slices, mine...)
-		vip, ok := r.VIP[s.Key()]
-		if !ok {
-			continue // headless
-		}
-		for _, p := range s.Ports {
-			f := Frontend{Service: s.Key(), PortName: p.Name, Protocol: strings.ToLower(p.Protocol), VIP: vip,
-				Port: uint16(p.Port), Affinity: s.Affinity, InternalLocal: s.InternalLocal, ExternalLocal: s.ExternalLocal}
-			if s.Type == TypeNodePort {
-				f.NodePort = uint16(r.Allocations.NodePorts[nodePortKey(s, p)])
+		for i, vip := range r.VIPs[s.Key()] { // none when headless
+			fam := r.Families[s.Key()][i]
+			for _, p := range s.Ports {
+				f := Frontend{Service: s.Key(), PortName: p.Name, Protocol: strings.ToLower(p.Protocol), VIP: vip,
+					Port: uint16(p.Port), Affinity: s.Affinity, InternalLocal: s.InternalLocal, ExternalLocal: s.ExternalLocal}
+				if s.Type == TypeNodePort {
+					f.NodePort = uint16(r.Allocations.NodePorts[nodePortKey(s, p)])
+				}
+				f.Backends = backends(lab, p, mine, fam)
+				r.Table.Frontends = append(r.Table.Frontends, f)
 			}
-			f.Backends = backends(lab, p, mine)
-			r.Table.Frontends = append(r.Table.Frontends, f)
 		}
 	}
+	// Stable: a dual-stack Service's frontends of one port stay in the
+	// order of its families, the primary first.
 	slices.SortStableFunc(r.Table.Frontends, func(a, b Frontend) int {
 		return cmp.Or(strings.Compare(a.Service, b.Service), strings.Compare(a.PortName, b.PortName), strings.Compare(a.Protocol, b.Protocol))
 	})
 	return r, nil
 }
 
-func (r *Resolved) allocateIPs(cidr netip.Prefix, prev *Allocations) error {
+// families returns the IP families a Service gets on a lab, the primary
+// first, as the API server chooses them: SingleStack the first of
+// ipFamilies (or of the given cluster IPs, or the lab's primary family);
+// PreferDualStack that one and the lab's other family if it has one;
+// RequireDualStack both, or an error on a single-stack lab.
+func families(lab *topology.Spec, s *Service) ([]int, error) {
+	labFams := lab.Families()
+	have := func(fam int) bool { return slices.Contains(labFams, fam) }
+	first, path := labFams[0], ""
+	given := map[int]int{} // family -> index in ClusterIPs
+	for i, a := range s.given() {
+		if x, err := netip.ParseAddr(a); err == nil {
+			given[topology.Family(x)] = i
+		}
+	}
+	switch {
+	case len(s.IPFamilies) > 0:
+		first, path = s.IPFamilies[0], "spec.ipFamilies[0]"
+	case len(s.given()) > 0:
+		x := netip.MustParseAddr(s.given()[0])
+		first, path = topology.Family(x), "spec.clusterIP"
+	}
+	labName := fmt.Sprintf("lab %s has %s only", lab.Name, famNames(labFams))
+	if !have(first) {
+		return nil, s.errorAt(s.Ref(), path, fmt.Sprintf("IPv%d, but %s (its hosts' podCIDRs)", first, labName))
+	}
+	out := []int{first}
+	other := 10 - first
+	switch s.Policy() {
+	case SingleStack:
+	case PreferDualStack:
+		if have(other) {
+			out = append(out, other)
+		}
+	case RequireDualStack:
+		if !have(other) {
+			return nil, s.errorAt(s.Ref(), "spec.ipFamilyPolicy", fmt.Sprintf("RequireDualStack, but %s: give PreferDualStack or SingleStack, or give the lab's hosts podCIDRs of both families", labName))
+		}
+		out = append(out, other)
+	}
+	for fam, i := range given {
+		if !slices.Contains(out, fam) {
+			return nil, s.errorAt(s.Ref(), fmt.Sprintf("spec.clusterIPs[%d]", i), fmt.Sprintf("%s is an IPv%d address, but the Service has no IPv%d cluster IP on this lab (%s)", s.given()[i], fam, fam, labName))
+		}
+	}
+	return out, nil
+}
+
+func famNames(fams []int) string {
+	var names []string
+	for _, f := range fams {
+		names = append(names, fmt.Sprintf("IPv%d", f))
+	}
+	return strings.Join(names, " and ")
+}
+
+// given returns the addresses the file gives, ClusterIP first (nil for
+// none, or headless).
+func (s *Service) given() []string {
+	if s.ClusterIP == "" || s.ClusterIP == Headless {
+		return nil
+	}
+	if len(s.ClusterIPs) == 0 {
+		return []string{s.ClusterIP}
+	}
+	if s.ClusterIPs[0] != s.ClusterIP {
+		return append([]string{s.ClusterIP}, s.ClusterIPs[1:]...)
+	}
+	return s.ClusterIPs
+}
+
+// givenIP returns the address of family fam the Service's file gives and
+// the path of its field, if any.
+func (s *Service) givenIP(fam int) (netip.Addr, string, bool) {
+	for i, a := range s.given() {
+		x, err := netip.ParseAddr(a)
+		if err != nil || topology.Family(x) != fam {
+			continue
+		}
+		path := fmt.Sprintf("spec.clusterIPs[%d]", i)
+		if i == 0 {
+			path = "spec.clusterIP"
+		}
+		return x, path, true
+	}
+	return netip.Addr{}, "", false
+}
+
+// allocateIPs gives every Service with family fam its address of that
+// family from cidr: the one it held, else the one its file gives, else
+// the lowest free.
+func (r *Resolved) allocateIPs(fam int, cidr netip.Prefix, prev *Allocations) error {
+	if r.vip == nil {
+		r.vip = map[int]map[string]netip.Addr{}
+	}
+	got := map[string]netip.Addr{}
+	r.vip[fam] = got
+	wants := func(s *Service) bool {
+		return s.ClusterIP != Headless && slices.Contains(r.Families[s.Key()], fam)
+	}
 	taken := map[netip.Addr]string{}
 	take := func(s *Service, a netip.Addr) {
 		taken[a] = s.Key()
-		r.VIP[s.Key()] = a
-		r.Allocations.ClusterIPs[s.Key()] = a
+		got[s.Key()] = a
 	}
-	path := "spec.clusterIP"
 	// First the addresses Services already hold (a Service whose file now
 	// gives another address gives its old one up), so that a new Service
 	// asking for a held address is the one refused.
 	for _, s := range r.Services {
-		if s.ClusterIP == Headless {
+		if !wants(s) {
 			continue
 		}
-		a, ok := prev.ClusterIPs[s.Key()]
-		if ok && cidr.Contains(a) && (s.ClusterIP == "" || s.ClusterIP == a.String()) {
+		a, ok := prev.held(s.Key(), fam)
+		g, _, given := s.givenIP(fam)
+		if ok && cidr.Contains(a) && (!given || g == a) {
 			take(s, a)
 		}
 	}
 	for _, s := range r.Services { // given in the file
-		if s.ClusterIP == "" || s.ClusterIP == Headless {
+		a, path, given := s.givenIP(fam)
+		if !wants(s) || !given {
 			continue
 		}
-		if _, done := r.VIP[s.Key()]; done {
+		if _, done := got[s.Key()]; done {
 			continue
 		}
-		a := netip.MustParseAddr(s.ClusterIP)
 		if !cidr.Contains(a) {
 			return s.errorAt(s.Ref(), path, fmt.Sprintf("%s is outside the lab's service CIDR %s", a, cidr))
 		}
 		if a == cidr.Masked().Addr() || !cidr.Contains(a.Next()) {
-			return s.errorAt(s.Ref(), path, fmt.Sprintf("%s is the network or broadcast address of the service CIDR %s", a, cidr))
+			what := "network or broadcast address"
+			if fam == 6 {
+				what = "first or last address"
+			}
+			return s.errorAt(s.Ref(), path, fmt.Sprintf("%s is the %s of the service CIDR %s", a, what, cidr))
 		}
 		if other, dup := taken[a]; dup {
 			return s.errorAt(s.Ref(), path, fmt.Sprintf("%s is already the cluster IP of Service %s", a, other))
@@ -148,10 +306,10 @@ func (r *Resolved) allocateIPs(cidr netip.Prefix, prev *Allocations) error {
 	}
 	next := cidr.Masked().Addr().Next().Next() // the first is the kubernetes Service's
 	for _, s := range r.Services {
-		if s.ClusterIP != "" {
+		if !wants(s) {
 			continue
 		}
-		if _, ok := r.VIP[s.Key()]; ok {
+		if _, ok := got[s.Key()]; ok {
 			continue
 		}
 		for {
@@ -232,26 +390,36 @@ func (r *Resolved) allocateNodePorts(prev *Allocations) error {
 // endpoint is no backend of that Service port). The controller groups
 // endpoints with the same resolved ports in one slice; cnlab makes one
 // slice per endpoint, which merges to the same backends.
-func synthesize(lab *topology.Spec, s *Service) []*Slice {
+func synthesize(lab *topology.Spec, s *Service, fams []int) []*Slice {
 	var out []*Slice
-	for i := range lab.Endpoints {
-		ep := &lab.Endpoints[i]
-		if ep.Namespace != s.Namespace || !matches(s.Selector, ep.Labels) {
-			continue
-		}
-		sl := &Slice{Namespace: s.Namespace, Name: s.Name + "-" + ep.Name, Service: s.Name,
-			Doc:       Doc{Source: "synthesized from " + s.Ref()},
-			Endpoints: []SliceEndpoint{{Address: ep.IP, Ready: true, Serving: true, NodeName: ep.Host}}}
-		for _, p := range s.Ports {
-			port := p.TargetPort
-			if p.TargetName != "" {
-				port = namedPort(ep, p.TargetName, p.Protocol)
+	for fi, fam := range fams {
+		for i := range lab.Endpoints {
+			ep := &lab.Endpoints[i]
+			if ep.Namespace != s.Namespace || !matches(s.Selector, ep.Labels) {
+				continue
 			}
-			if port != 0 {
-				sl.Ports = append(sl.Ports, SlicePort{Name: p.Name, Protocol: p.Protocol, Port: port})
+			addr, ok := ep.Addr(fam)
+			if !ok {
+				continue
 			}
+			name := s.Name + "-" + ep.Name
+			if fi > 0 { // a dual-stack Service's second family: a slice of its own, as the controller makes
+				name += fmt.Sprintf("-ipv%d", fam)
+			}
+			sl := &Slice{Namespace: s.Namespace, Name: name, Service: s.Name, Family: fam,
+				Doc:       Doc{Source: "synthesized from " + s.Ref()},
+				Endpoints: []SliceEndpoint{{Address: addr, Ready: true, Serving: true, NodeName: ep.Host}}}
+			for _, p := range s.Ports {
+				port := p.TargetPort
+				if p.TargetName != "" {
+					port = namedPort(ep, p.TargetName, p.Protocol)
+				}
+				if port != 0 {
+					sl.Ports = append(sl.Ports, SlicePort{Name: p.Name, Protocol: p.Protocol, Port: port})
+				}
+			}
+			out = append(out, sl)
 		}
-		out = append(out, sl)
 	}
 	return out
 }
@@ -268,7 +436,7 @@ func matches(sel, set map[string]string) bool {
 // endpointAt returns the lab endpoint with that address, if any.
 func endpointAt(lab *topology.Spec, a netip.Addr) *topology.Endpoint {
 	for i := range lab.Endpoints {
-		if lab.Endpoints[i].IP == a {
+		if slices.Contains(lab.Endpoints[i].Addrs(), a) {
 			return &lab.Endpoints[i]
 		}
 	}
@@ -294,7 +462,7 @@ func namedPort(ep *topology.Endpoint, name, proto string) int {
 // named like the Service port (same protocol), deduplicated by address
 // and port (the first slice by name wins); then the ready ones, or when
 // none is ready the serving ones (terminating included).
-func backends(lab *topology.Spec, p Port, sls []*Slice) []Backend {
+func backends(lab *topology.Spec, p Port, sls []*Slice, fam int) []Backend {
 	type cand struct {
 		b              Backend
 		ready, serving bool
@@ -302,6 +470,9 @@ func backends(lab *topology.Spec, p Port, sls []*Slice) []Backend {
 	var cands []cand
 	seen := map[netip.AddrPort]bool{}
 	for _, sl := range sls {
+		if sl.family() != fam {
+			continue // kube-proxy serves a family's cluster IP from that family's slices
+		}
 		for _, sp := range sl.Ports {
 			if sp.Name != p.Name || sp.Protocol != p.Protocol {
 				continue
@@ -337,4 +508,12 @@ func backends(lab *topology.Spec, p Port, sls []*Slice) []Backend {
 		return cmp.Or(a.IP.Compare(b.IP), cmp.Compare(a.Port, b.Port))
 	})
 	return out
+}
+
+// family is the slice's address family (4 for a slice made without one).
+func (s *Slice) family() int {
+	if s.Family == 0 {
+		return 4
+	}
+	return s.Family
 }

@@ -14,6 +14,10 @@ import (
 // kubeadm's default.
 const DefaultCIDR = "10.96.0.0/16"
 
+// DefaultCIDR6 is the IPv6 service CIDR of a lab with IPv6 whose file
+// names none (topology.DefaultServiceCIDR6).
+const DefaultCIDR6 = "fd00:96::/108"
+
 // Table is what the service proxies render: every proxied frontend of a
 // lab, with the backends each may send a new connection to. It is the IR
 // between the service model and the kernel, as policy.Compiled is for
@@ -70,6 +74,14 @@ type Backend struct {
 	Host     string     `json:"host,omitempty"` // the endpoint's host (the slice's nodeName otherwise)
 	IP       netip.Addr `json:"ip"`
 	Port     uint16     `json:"port"` // the target port, resolved for this backend
+}
+
+// Family is the frontend's IP family, its cluster IP's: 4 or 6.
+func (f *Frontend) Family() int {
+	if f.VIP.Is6() {
+		return 6
+	}
+	return 4
 }
 
 // AddrPort is the backend's translated destination.

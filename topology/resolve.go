@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/input"
@@ -222,49 +224,116 @@ func (s *Spec) ObserveLevel() string {
 // names none (kubeadm's default).
 const DefaultServiceCIDR = "10.96.0.0/16"
 
-// services resolves the services: section: its CIDR (which no other range
-// of the lab may overlap) and its proxy, checked against the datapath.
+// DefaultServiceCIDR6 is the IPv6 range cluster IPs come from in a lab
+// with IPv6 whose file names none: a /108, the largest range the
+// Kubernetes API server allocates from, outside the pod ranges and
+// TransitCIDR6.
+const DefaultServiceCIDR6 = "fd00:96::/108"
+
+// services resolves the services: section: its CIDRs, one per family of
+// the lab (which no other range of the lab may overlap), and its proxy,
+// checked against the datapath.
 func (r *resolver) services() error {
 	s, raw := r.spec, r.raw.Services
 	if raw == nil {
 		raw = &rawServices{}
 	}
-	cidr := raw.CIDR
-	if cidr == "" {
-		cidr = DefaultServiceCIDR
+	fams := s.Families()
+	var given []string
+	path := "services.cidr"
+	switch {
+	case raw.CIDR != "" && len(raw.CIDRs) > 0:
+		return r.errf("services.cidrs", "give cidr or cidrs, not both")
+	case raw.CIDR != "":
+		given = []string{raw.CIDR}
+	case len(raw.CIDRs) > 0:
+		given, path = raw.CIDRs, "services.cidrs"
 	}
-	p, err := parsePrefix4(cidr)
-	if err == nil {
-		err = unicastRange(p)
+	byFam := map[int]netip.Prefix{}
+	for i, c := range given {
+		at := path
+		if path == "services.cidrs" {
+			at = fmt.Sprintf("services.cidrs[%d]", i)
+		}
+		p, err := parsePrefix(c)
+		if err == nil {
+			if p.Addr().Is4() {
+				err = unicastRange(p)
+			} else {
+				err = unicastRange6(p)
+			}
+		}
+		if err != nil {
+			return r.errf(at, "%v", err)
+		}
+		fam := Family(p.Addr())
+		if _, dup := byFam[fam]; dup {
+			return r.errf(at, "%s is a second IPv%d range: give one range per family", p, fam)
+		}
+		if !s.HasFamily(fam) {
+			return r.errf(at, "%s is an IPv%d range, but the lab's pods have %s only (hosts' podCIDRs)", p, fam, familyNames(fams))
+		}
+		if fam == 4 && p.Bits() > 28 {
+			return r.errf(at, "%s is too small: give at least a /28", p)
+		}
+		if fam == 6 && p.Bits() > 124 {
+			return r.errf(at, "%s is too small: give at least a /124", p)
+		}
+		byFam[fam] = p
 	}
-	if err != nil {
-		return r.errf("services.cidr", "%v", err)
+	if len(given) > 0 && len(byFam) < len(fams) {
+		var missing []string
+		for _, f := range fams {
+			if _, ok := byFam[f]; !ok {
+				missing = append(missing, fmt.Sprintf("IPv%d", f))
+			}
+		}
+		return r.errf(path, "gives no %s range, but the lab's pods have %s: give one range per family (cidrs: [IPv4, IPv6]), or none for the defaults %s and %s", strings.Join(missing, " and "), familyNames(fams), DefaultServiceCIDR, DefaultServiceCIDR6)
 	}
-	if p.Bits() > 28 {
-		return r.errf("services.cidr", "%s is too small: give at least a /28", p)
+	for _, f := range fams {
+		if _, ok := byFam[f]; ok {
+			continue
+		}
+		d := DefaultServiceCIDR
+		if f == 6 {
+			d = DefaultServiceCIDR6
+		}
+		byFam[f] = netip.MustParsePrefix(d)
 	}
-	ranges := []struct {
+	type named struct {
 		name string
 		p    netip.Prefix
-	}{{"transitCIDR", s.TransitCIDR}}
+	}
+	ranges := []named{{"transitCIDR", s.TransitCIDR}}
+	if s.HasFamily(6) {
+		ranges = append(ranges, named{"the IPv6 transit range", TransitCIDR6})
+	}
 	for i, h := range s.Hosts {
-		ranges = append(ranges, struct {
-			name string
-			p    netip.Prefix
-		}{fmt.Sprintf("hosts[%d].podCIDR", i), h.PodCIDR})
-	}
-	if s.Chain != nil {
-		ranges = append(ranges, struct {
-			name string
-			p    netip.Prefix
-		}{"chain.cidr", s.Chain.CIDR})
-	}
-	for _, o := range ranges {
-		if o.p.IsValid() && p.Overlaps(o.p) {
-			return r.errf("services.cidr", "%s overlaps %s %s", p, o.name, o.p)
+		for _, c := range h.PodCIDRs {
+			ranges = append(ranges, named{fmt.Sprintf("hosts[%d].podCIDR", i), c})
+		}
+		if len(h.PodCIDRs) == 0 {
+			ranges = append(ranges, named{fmt.Sprintf("hosts[%d].podCIDR", i), h.PodCIDR})
 		}
 	}
-	s.Services.CIDR = p
+	if s.Chain != nil {
+		ranges = append(ranges, named{"chain.cidr", s.Chain.CIDR})
+	}
+	s.Services.CIDRs = nil
+	for _, f := range fams {
+		p := byFam[f]
+		at := path
+		if path == "services.cidrs" {
+			at = fmt.Sprintf("services.cidrs[%d]", slices.IndexFunc(given, func(c string) bool { q, _ := parsePrefix(c); return q == p }))
+		}
+		for _, o := range ranges {
+			if o.p.IsValid() && p.Overlaps(o.p) {
+				return r.errf(at, "%s overlaps %s %s", p, o.name, o.p)
+			}
+		}
+		s.Services.CIDRs = append(s.Services.CIDRs, p)
+	}
+	s.Services.CIDR = s.Services.CIDRs[0]
 	s.Services.Proxy = kind.DefaultProxy(s.Datapath)
 	if raw.Proxy != "" {
 		px, err := kind.ParseProxy(raw.Proxy)
@@ -337,4 +406,13 @@ func (r *resolver) datapathLimits() error {
 		per[ep.Host]++
 	}
 	return kind.CheckEndpoints(r.file, r.spec.Datapath, &r.spec.Options, r.hostNames(), per)
+}
+
+// familyNames names families: "IPv4", "IPv6", "IPv4 and IPv6".
+func familyNames(fams []int) string {
+	var names []string
+	for _, f := range fams {
+		names = append(names, fmt.Sprintf("IPv%d", f))
+	}
+	return strings.Join(names, " and ")
 }

@@ -174,10 +174,16 @@ func TestBadInput(t *testing.T) {
 		{"services cidr overlaps pods", "name: x\nhosts: [{name: a, podCIDR: 10.96.1.0/24}]\n", "bad.yaml: services.cidr: 10.96.0.0/16 overlaps hosts[0].podCIDR 10.96.1.0/24"},
 		{"services cidr bad", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {cidr: 10.96.0.0/40}\n", `bad.yaml: services.cidr: "10.96.0.0/40" is not a CIDR`},
 		{"services cidr small", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {cidr: 10.96.0.0/30}\n", "bad.yaml: services.cidr: 10.96.0.0/30 is too small"},
+		{"services cidrs v6 on a v4 lab", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {cidrs: [10.96.0.0/16, 'fd00:96::/108']}\n", "bad.yaml: services.cidrs[1]: fd00:96::/108 is an IPv6 range, but the lab's pods have IPv4 only"},
+		{"services cidrs missing v6", "name: x\nhosts: [{name: a, podCIDRs: [10.0.0.0/24, 'fd00:0:1::/64']}]\nservices: {cidrs: [10.96.0.0/16]}\n", "bad.yaml: services.cidrs: gives no IPv6 range, but the lab's pods have IPv4 and IPv6"},
+		{"services cidrs two v4", "name: x\nhosts: [{name: a, podCIDRs: [10.0.0.0/24, 'fd00:0:1::/64']}]\nservices: {cidrs: [10.96.0.0/16, 10.97.0.0/16]}\n", "bad.yaml: services.cidrs[1]: 10.97.0.0/16 is a second IPv4 range"},
+		{"services cidr and cidrs", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {cidr: 10.96.0.0/16, cidrs: [10.96.0.0/16]}\n", "bad.yaml: services.cidrs: give cidr or cidrs, not both"},
+		{"services cidrs v6 overlaps transit", "name: x\nhosts: [{name: a, podCIDRs: [10.0.0.0/24, 'fd00:0:1::/64']}]\nservices: {cidrs: [10.96.0.0/16, 'fd00:ffff::/108']}\n", "bad.yaml: services.cidrs[1]: fd00:ffff::/108 overlaps the IPv6 transit range fd00:ffff::/96"},
+		{"services cidrs v6 small", "name: x\nhosts: [{name: a, podCIDRs: [10.0.0.0/24, 'fd00:0:1::/64']}]\nservices: {cidrs: [10.96.0.0/16, 'fd00:96::/126']}\n", "bad.yaml: services.cidrs[1]: fd00:96::/126 is too small: give at least a /124"},
 		{"services proxy ipvs", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {proxy: ipvs}\n", `bad.yaml: services.proxy: service proxy "ipvs" is not available: this kernel has no IPVS`},
 		{"services proxy unknown", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {proxy: kube}\n", `bad.yaml: services.proxy: unknown service proxy "kube" (supported: iptables, nftables, ebpf, none)`},
 		{"services proxy on ebpf", "name: x\ndatapath: ebpf\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {proxy: nftables}\n", "bad.yaml: services.proxy: the nftables service proxy translates in netfilter's PREROUTING"},
-		{"services unknown field", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {proxi: nftables}\n", `bad.yaml: services.proxi: unknown field "proxi" (known fields: cidr, proxy)`},
+		{"services unknown field", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\nservices: {proxi: nftables}\n", `bad.yaml: services.proxi: unknown field "proxi" (known fields: cidr, cidrs, proxy)`},
 		{"duplicate host", "name: x\nhosts:\n  - {name: a, podCIDR: 10.0.0.0/24}\n  - {name: a, podCIDR: 10.0.1.0/24}\n", `bad.yaml: hosts[1].name: duplicate host name "a" (also hosts[0])`},
 		{"link unknown host", "name: x\n" + hosts2 + "links: [{between: [flip, flop]}]\n", `bad.yaml: links[0].between[1]: unknown host "flop" (hosts: flip, flap)`},
 		{"link one host", "name: x\n" + hosts2 + "links: [{between: [flip]}]\n", "bad.yaml: links[0].between: must name exactly two hosts"},
@@ -436,6 +442,28 @@ endpoints:
 	var ie *input.Error
 	if errors.As(err, &l) || !errors.As(err, &ie) {
 		t.Errorf("one mistake: got %v (%T)", err, err)
+	}
+}
+
+func TestServicesCIDRsPerFamily(t *testing.T) {
+	for _, c := range []struct{ name, yaml, want string }{
+		{"v4 default", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/24}]\n", "[10.96.0.0/16]"},
+		{"dual default", "name: x\nhosts: [{name: a, podCIDRs: [10.0.0.0/24, 'fd00:0:1::/64']}]\n", "[10.96.0.0/16 fd00:96::/108]"},
+		{"v6 first", "name: x\nhosts: [{name: a, podCIDRs: ['fd00:0:1::/64', 10.0.0.0/24]}]\n", "[fd00:96::/108 10.96.0.0/16]"},
+		{"v6 only", "name: x\nhosts: [{name: a, podCIDRs: ['fd00:0:1::/64']}]\n", "[fd00:96::/108]"},
+		{"given in any order", "name: x\nhosts: [{name: a, podCIDRs: [10.0.0.0/24, 'fd00:0:1::/64']}]\nservices: {cidrs: ['fd00:97::/112', 10.97.0.0/16]}\n", "[10.97.0.0/16 fd00:97::/112]"},
+		{"v6 cidr on a v6 lab", "name: x\nhosts: [{name: a, podCIDRs: ['fd00:0:1::/64']}]\nservices: {cidr: 'fd00:97::/112'}\n", "[fd00:97::/112]"},
+	} {
+		sp, err := Parse([]byte(c.yaml), "x.yaml", Overrides{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := fmt.Sprint(sp.Services.CIDRs); got != c.want {
+			t.Errorf("%s: CIDRs %s, want %s", c.name, got, c.want)
+		}
+		if sp.Services.CIDR != sp.Services.CIDRs[0] {
+			t.Errorf("%s: CIDR %s is not the first of CIDRs", c.name, sp.Services.CIDR)
+		}
 	}
 }
 

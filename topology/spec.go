@@ -28,8 +28,9 @@ type rawFile struct {
 }
 
 type rawServices struct {
-	CIDR  string `yaml:"cidr"`
-	Proxy string `yaml:"proxy"`
+	CIDR  string   `yaml:"cidr"`
+	CIDRs []string `yaml:"cidrs"`
+	Proxy string   `yaml:"proxy"`
 }
 
 type rawHost struct {
@@ -126,8 +127,38 @@ type Spec struct {
 // Services says how a lab serves Kubernetes Services: the range cluster
 // IPs are allocated from, and the proxy that translates them.
 type Services struct {
-	CIDR  netip.Prefix `json:"cidr"`
-	Proxy kind.Proxy   `json:"proxy"`
+	CIDR netip.Prefix `json:"cidr"` // the primary family's (the first of CIDRs)
+	// CIDRs are the service ranges, one per family the lab has, in the
+	// order of the lab's families (Spec.Families): dual-stack Services
+	// (docs/topology.md, docs/services.md).
+	CIDRs []netip.Prefix `json:"cidrs,omitempty"`
+	Proxy kind.Proxy     `json:"proxy"`
+}
+
+// CIDROf returns the service range of family fam (4 or 6); ok is false
+// when the lab has none of that family.
+func (s *Services) CIDROf(fam int) (netip.Prefix, bool) {
+	for _, p := range s.CIDRs {
+		if Family(p.Addr()) == fam {
+			return p, true
+		}
+	}
+	if len(s.CIDRs) == 0 && s.CIDR.IsValid() && Family(s.CIDR.Addr()) == fam {
+		return s.CIDR, true
+	}
+	return netip.Prefix{}, false
+}
+
+// All returns every service range: CIDRs, or CIDR alone in a Spec
+// written before CIDRs existed.
+func (s *Services) All() []netip.Prefix {
+	if len(s.CIDRs) > 0 {
+		return s.CIDRs
+	}
+	if s.CIDR.IsValid() {
+		return []netip.Prefix{s.CIDR}
+	}
+	return nil
 }
 
 // Host is a node: a network namespace with a Linux bridge for its endpoints.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -171,7 +172,13 @@ func newServiceShowCmd(e *env) *cobra.Command {
 				return err
 			}
 			if output == "json" {
-				return writeJSON(e.stdout, serviceShowView{Lab: spec.Name, Proxy: string(spec.Services.Proxy), CIDR: spec.Services.CIDR.String(), Frontends: r.Table.Frontends})
+				v := serviceShowView{Lab: spec.Name, Proxy: string(spec.Services.Proxy), CIDR: spec.Services.CIDR.String(), Frontends: r.Table.Frontends}
+				if all := spec.Services.All(); len(all) > 1 {
+					for _, p := range all {
+						v.CIDRs = append(v.CIDRs, p.String())
+					}
+				}
+				return writeJSON(e.stdout, v)
 			}
 			printFrontends(e.stdout, r.Table)
 			return nil
@@ -187,6 +194,7 @@ type serviceShowView struct {
 	Lab       string             `json:"lab"`
 	Proxy     string             `json:"proxy"`
 	CIDR      string             `json:"cidr"`
+	CIDRs     []string           `json:"cidrs,omitempty"` // a dual-stack lab's ranges, the primary first
 	Frontends []service.Frontend `json:"frontends"`
 }
 
@@ -213,13 +221,13 @@ func printFrontends(w io.Writer, t *service.Table) {
 		if len(bs) == 0 {
 			bs = []string{"(none: connections refused)"}
 		}
-		fmt.Fprintf(tw, "%s\t%s:%d/%s\t%s\t%s\n", f.Key(), f.VIP, f.Port, f.Protocol, np, strings.Join(bs, ", "))
+		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\n", f.Key(), netip.AddrPortFrom(f.VIP, f.Port), f.Protocol, np, strings.Join(bs, ", "))
 	}
 	tw.Flush()
 }
 
 func newServiceTraceCmd(e *env) *cobra.Command {
-	var from, output, nodeHost string
+	var from, output, nodeHost, family string
 	cmd := &cobra.Command{
 		Use:   "trace LAB --from A NAMESPACE/NAME[:PORTNAME] [--node-port HOST] [-o json]",
 		Short: "Explain which backends a client's new connections to a Service may reach, and why",
@@ -249,30 +257,65 @@ func newServiceTraceCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if nodeHost != "" {
-				if output == "json" {
-					x, err := m.ExpectNodePort(client, f, nodeHost)
-					if err != nil {
-						return err
-					}
-					return writeJSON(e.stdout, x)
-				}
-				s, err := m.TraceNodePort(client, f, nodeHost)
+			// The frontends traced: the Service's every family (text) or
+			// its primary one (-o json, as before dual-stack), unless
+			// --family names one or both.
+			fs := m.Resolved.FamiliesOf(f)
+			if output == "json" {
+				fs = fs[:1]
+			}
+			switch family {
+			case "":
+			case "4", "6":
+				g, err := m.Resolved.FrontendOf(args[1], int(family[0]-'0'))
 				if err != nil {
 					return err
 				}
-				fmt.Fprint(e.stdout, s)
+				fs = []*service.Frontend{g}
+			case "both":
+				fs = m.Resolved.FamiliesOf(f)
+			default:
+				return usagef("--family %q: give 4, 6 or both", family)
+			}
+			var xs []service.Expectation
+			for i, f := range fs {
+				if i > 0 && output != "json" {
+					fmt.Fprintln(e.stdout)
+				}
+				if nodeHost != "" {
+					if output == "json" {
+						x, err := m.ExpectNodePort(client, f, nodeHost)
+						if err != nil {
+							return err
+						}
+						xs = append(xs, x)
+						continue
+					}
+					s, err := m.TraceNodePort(client, f, nodeHost)
+					if err != nil {
+						return err
+					}
+					fmt.Fprint(e.stdout, s)
+					continue
+				}
+				if output == "json" {
+					xs = append(xs, m.Expect(client, f))
+					continue
+				}
+				fmt.Fprint(e.stdout, m.Trace(client, f))
+			}
+			if output != "json" {
 				return nil
 			}
-			if output == "json" {
-				return writeJSON(e.stdout, m.Expect(client, f))
+			if family == "both" {
+				return writeJSON(e.stdout, xs)
 			}
-			fmt.Fprint(e.stdout, m.Trace(client, f))
-			return nil
+			return writeJSON(e.stdout, xs[0])
 		},
 	}
 	cmd.Flags().StringVar(&from, "from", "", "client endpoint (ns/name or a unique name)")
 	cmd.Flags().StringVar(&nodeHost, "node-port", "", "trace the Service's node port on this host (its bridge address) instead of the cluster IP")
+	cmd.Flags().StringVar(&family, "family", "", "a dual-stack Service's family to trace: 4, 6 or both (default: every family in text, the primary in JSON; both: a JSON array)")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: text or json")
 	return cmd
 }

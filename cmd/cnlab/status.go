@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -205,7 +206,7 @@ func printLab(w io.Writer, s *lab.LabStatus) {
 		fmt.Fprintf(w, "observe: %s (%s; see cnlab observe %s)\n", lvl, state, sp.Name)
 	}
 	if px := sp.Services.Proxy; px != "" && px != kind.ProxyNone {
-		fmt.Fprintf(w, "services: proxy %s, cluster IPs from %s", px, sp.Services.CIDR)
+		fmt.Fprintf(w, "services: proxy %s, cluster IPs from %s", px, joinPrefixes(sp.Services.All()))
 		printServicesStatus(w, s.Name, lab.ServicesState(sp))
 	}
 	var proxies []string
@@ -504,4 +505,13 @@ func converge(ctx context.Context, e *env, name string) {
 	if err != nil {
 		fmt.Fprintf(e.stderr, "cnlab: warning: %v\n", err)
 	}
+}
+
+// joinPrefixes writes prefixes as "10.96.0.0/16 and fd00:96::/108".
+func joinPrefixes(ps []netip.Prefix) string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return strings.Join(out, " and ")
 }

@@ -11,7 +11,9 @@ import (
 )
 
 // Descriptor binds the ebpf proxy kind to its implementation.
-var Descriptor = proxy.Descriptor{Kind: kind.ProxyEBPF, New: New, StateKind: ebpf.ServiceStateKind}
+// IPv4Only until the eBPF programs translate IPv6 (a Service with an IPv6
+// family is refused with the reason, never left unserved).
+var Descriptor = proxy.Descriptor{Kind: kind.ProxyEBPF, New: New, StateKind: ebpf.ServiceStateKind, IPv4Only: true}
 
 // New returns the eBPF service proxy.
 func New() proxy.Proxy { return ebpf.ServiceProxy{} }

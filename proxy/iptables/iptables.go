@@ -51,16 +51,40 @@ func (iptables) Setup(ctx context.Context, lab *topology.Spec) error {
 		if err := proxy.PrepareHost(lab, h); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
-		if err := ensureBase(ctx, lab, h); err != nil {
-			return fmt.Errorf("host %s: %w", h.Name, err)
+		for _, fam := range labFamilies(lab) {
+			if err := ensureBase(ctx, lab, h, fam); err != nil {
+				return fmt.Errorf("host %s: %w", h.Name, err)
+			}
 		}
 	}
 	return nil
 }
 
-// listings returns iptables-save of the nat and filter tables of a host.
-func listings(ctx context.Context, lab *topology.Spec, h *topology.Host) (map[string]string, error) {
-	_, save, _ := lab.IPTables.Tools()
+// labFamilies are the families the proxy writes rules for: IPv4 always
+// (as before dual-stack: its chains exist on every lab), IPv6 in a lab
+// with IPv6.
+func labFamilies(lab *topology.Spec) []int {
+	if lab.HasFamily(6) {
+		return []int{4, 6}
+	}
+	return []int{4}
+}
+
+// tools returns iptables-restore and iptables-save of the lab's backend
+// for family fam (ip6tables-restore, ip6tables-save for 6).
+func tools(lab *topology.Spec, fam int) (restore, save string) {
+	restore, save, _ = lab.IPTables.Tools()
+	if fam == 6 {
+		restore = strings.Replace(restore, "iptables", "ip6tables", 1)
+		save = strings.Replace(save, "iptables", "ip6tables", 1)
+	}
+	return restore, save
+}
+
+// listings returns iptables-save (ip6tables-save) of the nat and filter
+// tables of a host.
+func listings(ctx context.Context, lab *topology.Spec, h *topology.Host, fam int) (map[string]string, error) {
+	_, save := tools(lab, fam)
 	out := map[string]string{}
 	for _, table := range []string{natTable, filterTable} {
 		text, err := netns.Run(ctx, h.Netns, nil, save, "-t", table)
@@ -74,8 +98,8 @@ func listings(ctx context.Context, lab *topology.Spec, h *topology.Host) (map[st
 
 // ensureBase creates the base chains and jumps a host lacks, in one
 // commit.
-func ensureBase(ctx context.Context, lab *topology.Spec, h *topology.Host) error {
-	ls, err := listings(ctx, lab, h)
+func ensureBase(ctx context.Context, lab *topology.Spec, h *topology.Host, fam int) error {
+	ls, err := listings(ctx, lab, h, fam)
 	if err != nil {
 		return err
 	}
@@ -87,7 +111,7 @@ func ensureBase(ctx context.Context, lab *topology.Spec, h *topology.Host) error
 				lines = append(lines, ":"+c+" - [0:0]")
 			}
 		}
-		for _, j := range baseJumps[table] {
+		for _, j := range baseJumpsOf(fam)[table] {
 			if !strings.Contains(ls[table], "-A "+j[0]+" "+j[1]+"\n") {
 				lines = append(lines, "-I "+j[0]+" 1 "+j[1])
 			}
@@ -99,49 +123,49 @@ func ensureBase(ctx context.Context, lab *topology.Spec, h *topology.Host) error
 	if b.Len() == 0 {
 		return nil
 	}
-	restore, _, _ := lab.IPTables.Tools()
+	restore, _ := tools(lab, fam)
 	_, err = netns.Run(ctx, h.Netns, []byte(b.String()), restore, "-w", "--noflush")
 	return err
 }
 
 // Apply writes each host's chains, rewriting only those that changed and
 // deleting those no longer needed, in one iptables-restore commit per
-// host. A host whose recorded state cannot be trusted is rebuilt from what
+// host (and one ip6tables-restore commit in a lab with IPv6, after it). A
+// host whose recorded state cannot be trusted is rebuilt from what
 // iptables-save shows: every wanted chain rewritten, every other chain of
 // the proxy deleted, missing jumps inserted, in one commit too. UDP
 // conntrack entries left pointing at a removed backend are deleted after
 // the commit.
 func (iptables) Apply(ctx context.Context, lab *topology.Spec, t *service.Table) error {
-	restore, _, _ := lab.IPTables.Tools()
+	v6 := lab.HasFamily(6)
 	return change.ApplyHosts(ctx, lab, StateKind, proxy.Digest(t),
-		func(host string) hostState { return Render(t, host) },
+		func(host string) hostState {
+			st := Render(t, host)
+			if v6 && st.Tables6 == nil {
+				st.Tables6 = renderFamily(nil, 6)
+			}
+			return st
+		},
 		func(ctx context.Context, h *topology.Host, have, want *hostState) error {
 			var haveUDP []proxy.UDPFrontend
-			script := ""
 			if have != nil {
 				haveUDP = have.UDP
-				script = diffScript(have.Tables, want.Tables)
 			}
-			rebuild := func() error {
-				ls, err := listings(ctx, lab, h)
-				if err != nil {
+			for _, fam := range labFamilies(lab) {
+				var haveT, wantT map[string]map[string][]string
+				if have != nil {
+					haveT = have.Tables
+					if fam == 6 {
+						haveT = have.Tables6
+					}
+				}
+				wantT = want.Tables
+				if fam == 6 {
+					wantT = want.Tables6
+				}
+				if err := applyFamily(ctx, lab, h, fam, haveT, wantT); err != nil {
 					return err
 				}
-				return change.Load(ctx, h, rebuildScript(ls, want.Tables), restore, "-w", "--noflush")
-			}
-			var err error
-			switch {
-			case have == nil:
-				err = rebuild()
-			case script != "":
-				if err = change.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
-					// The kernel may not hold what the state says (a hand
-					// edit): rebuild from what it holds.
-					err = rebuild()
-				}
-			}
-			if err != nil {
-				return err
 			}
 			// With what the host translated before unknown (haveUDP
 			// nil), every UDP flow to a frontend of the table goes.
@@ -152,22 +176,53 @@ func (iptables) Apply(ctx context.Context, lab *topology.Spec, t *service.Table)
 		})
 }
 
+// applyFamily turns a host's chains of one family from have (nil:
+// unknown) into want, in one commit.
+func applyFamily(ctx context.Context, lab *topology.Spec, h *topology.Host, fam int, have, want map[string]map[string][]string) error {
+	restore, _ := tools(lab, fam)
+	rebuild := func() error {
+		ls, err := listings(ctx, lab, h, fam)
+		if err != nil {
+			return err
+		}
+		return change.Load(ctx, h, rebuildFamily(ls, want, fam), restore, "-w", "--noflush")
+	}
+	if have == nil {
+		return rebuild()
+	}
+	script := diffScript(have, want)
+	if script == "" {
+		return nil
+	}
+	if err := change.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
+		// The kernel may not hold what the state says (a hand edit):
+		// rebuild from what it holds.
+		return rebuild()
+	}
+	return nil
+}
+
 // Describe returns, per host, iptables-save of the proxy's chains in the
 // nat and filter tables (and the built-in chains' jumps to them).
 func (iptables) Describe(ctx context.Context, lab *topology.Spec) (map[string]string, error) {
 	out := map[string]string{}
 	for i := range lab.Hosts {
 		h := &lab.Hosts[i]
-		ls, err := listings(ctx, lab, h)
-		if err != nil {
-			return nil, err
-		}
 		var b strings.Builder
-		for _, table := range []string{natTable, filterTable} {
-			fmt.Fprintf(&b, "*%s\n", table)
-			for _, line := range strings.Split(ls[table], "\n") {
-				if mine(table, line) {
-					b.WriteString(line + "\n")
+		for _, fam := range labFamilies(lab) {
+			ls, err := listings(ctx, lab, h, fam)
+			if err != nil {
+				return nil, err
+			}
+			if fam == 6 {
+				b.WriteString("# ip6tables\n")
+			}
+			for _, table := range []string{natTable, filterTable} {
+				fmt.Fprintf(&b, "*%s\n", table)
+				for _, line := range strings.Split(ls[table], "\n") {
+					if mine(table, line) {
+						b.WriteString(line + "\n")
+					}
 				}
 			}
 		}

@@ -34,7 +34,20 @@ const (
 // the proxy, per table, and the UDP frontends (for conntrack cleanup).
 type hostState struct {
 	Tables map[string]map[string][]string `json:"tables"`
-	UDP    []proxy.UDPFrontend            `json:"udp,omitempty"`
+	// Tables6 are the ip6tables counterparts, for the IPv6 frontends: nil
+	// in a lab without IPv6.
+	Tables6 map[string]map[string][]string `json:"tables6,omitempty"`
+	UDP     []proxy.UDPFrontend            `json:"udp,omitempty"`
+}
+
+// family is what differs between iptables and ip6tables rules.
+type family struct {
+	host, mask, reject string
+}
+
+var families = map[int]family{
+	4: {"/32", "255.255.255.255", "icmp-port-unreachable"},
+	6: {"/128", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "icmp6-port-unreachable"},
 }
 
 // baseJumps are the rules hooking the proxy's chains into the built-in
@@ -53,6 +66,26 @@ var baseJumps = map[string][][2]string{
 	},
 }
 
+// baseJumpsOf are baseJumps for family fam: IPv6 adds a rule dropping
+// the host's ICMPv6 redirects (type 137, as ip6tables-save writes it),
+// the counterpart of send_redirects=0, which IPv6 lacks: a connection to
+// a cluster IP leaves by the bridge it came in by, and a redirect would
+// tell the client that an untranslated cluster IP (a Service without
+// backends) is on-link, so that its next connection would look for it
+// there and never get the reject.
+func baseJumpsOf(fam int) map[string][][2]string {
+	if fam != 6 {
+		return baseJumps
+	}
+	out := map[string][][2]string{}
+	for t, js := range baseJumps {
+		out[t] = js
+	}
+	out[filterTable] = append(slices.Clone(baseJumps[filterTable]),
+		[2]string{"OUTPUT", fmt.Sprintf("-p ipv6-icmp -m icmp6 --icmpv6-type 137 -m comment --comment %q -j DROP", comment)})
+	return out
+}
+
 // baseChains are the chains that exist whatever the table holds.
 var baseChains = map[string][]string{
 	natTable:    {servicesChain, nodePortsChain, markChain, postChain},
@@ -69,6 +102,25 @@ func chainName(prefix, id string) string { return prefix + proxy.Hash(id, 16) }
 // CNLAB-SERVICES (the linear walk a new connection makes).
 func Render(t *service.Table, host string) hostState {
 	plan := proxy.Plan(t, host)
+	var p4, p6 []proxy.HostFrontend
+	for _, f := range plan {
+		if f.Family() == 6 {
+			p6 = append(p6, f)
+		} else {
+			p4 = append(p4, f)
+		}
+	}
+	st := hostState{Tables: renderFamily(p4, 4), UDP: proxy.UDPFrontends(plan)}
+	if len(p6) > 0 {
+		st.Tables6 = renderFamily(p6, 6)
+	}
+	return st
+}
+
+// renderFamily renders the frontends of one family (4: iptables, 6:
+// ip6tables), in the plan's order.
+func renderFamily(plan []proxy.HostFrontend, fam int) map[string]map[string][]string {
+	fm := families[fam]
 	nat := map[string][]string{}
 	filter := map[string][]string{}
 	var services, nodePorts, rejects []string
@@ -76,26 +128,26 @@ func Render(t *service.Table, host string) hostState {
 		f := &plan[i]
 		match := fmt.Sprintf("-p %s -m %s", f.Protocol, f.Protocol)
 		cmt := fmt.Sprintf("-m comment --comment %q", f.Key()+" "+f.Protocol+"/"+fmt.Sprint(f.Port))
-		dst := fmt.Sprintf("-d %s/32 %s --dport %d %s", f.VIP, match, f.Port, cmt)
+		dst := fmt.Sprintf("-d %s%s %s --dport %d %s", f.VIP, fm.host, match, f.Port, cmt)
 		svc := chainName("CNLAB-SVC-", f.ID)
 		if len(f.Cluster) > 0 {
 			services = append(services, dst+" -j "+svc)
-			balance(nat, svc, f, f.Cluster)
+			balance(nat, svc, f, f.Cluster, fm)
 		} else {
-			rejects = append(rejects, dst+" -j "+empty(f.Frontend))
+			rejects = append(rejects, dst+" -j "+empty(f.Frontend, fm))
 		}
 		if f.NodePort == 0 {
 			continue
 		}
 		np := fmt.Sprintf("%s --dport %d %s", match, f.NodePort, cmt)
 		if len(f.External) == 0 {
-			rejects = append(rejects, "-m addrtype --dst-type LOCAL "+np+" -j "+empty(f.Frontend))
+			rejects = append(rejects, "-m addrtype --dst-type LOCAL "+np+" -j "+empty(f.Frontend, fm))
 			continue
 		}
 		target := svc
 		if !f.SameSets() {
 			target = chainName("CNLAB-SVL-", f.ID)
-			balance(nat, target, f, f.External)
+			balance(nat, target, f, f.External, fm)
 		}
 		if f.ExternalLocal {
 			// Local backends only, and the client's address kept.
@@ -116,18 +168,15 @@ func Render(t *service.Table, host string) hostState {
 		fmt.Sprintf("-m comment --comment %q -j MASQUERADE --random-fully", "masquerade marked connections"),
 	}
 	filter[rejectChain] = rejects
-	return hostState{
-		Tables: map[string]map[string][]string{natTable: nat, filterTable: filter},
-		UDP:    proxy.UDPFrontends(plan),
-	}
+	return map[string]map[string][]string{natTable: nat, filterTable: filter}
 }
 
 // empty is the verdict for a new connection to a frontend with no backend
 // for it: rejected when the service has none at all, dropped when it has
 // some but none on this host (traffic policy Local), as kube-proxy does.
-func empty(f *service.Frontend) string {
+func empty(f *service.Frontend, fm family) string {
 	if len(f.Backends) == 0 {
-		return "REJECT --reject-with icmp-port-unreachable"
+		return "REJECT --reject-with " + fm.reject
 	}
 	return "DROP"
 }
@@ -135,17 +184,17 @@ func empty(f *service.Frontend) string {
 // balance writes a service chain name that picks one of backends for a new
 // connection (the one its client's last connection went to, with
 // affinity, else at random), and the backends' endpoint chains.
-func balance(nat map[string][]string, name string, f *proxy.HostFrontend, backends []service.Backend) {
+func balance(nat map[string][]string, name string, f *proxy.HostFrontend, backends []service.Backend, fm family) {
 	var rules []string
 	seps := make([]string, len(backends))
 	for i, b := range backends {
 		seps[i] = chainName("CNLAB-SEP-", f.ID+"/"+b.AddrPort().String())
-		nat[seps[i]] = endpointChain(f, seps[i], b)
+		nat[seps[i]] = endpointChain(f, seps[i], b, fm)
 	}
 	if f.Affinity > 0 {
 		for i, b := range backends {
-			rules = append(rules, fmt.Sprintf("-m comment --comment %q -m recent --name %s --mask 255.255.255.255 --rsource --rcheck --seconds %d --reap -j %s",
-				b.AddrPort().String(), seps[i], f.Affinity, seps[i]))
+			rules = append(rules, fmt.Sprintf("-m comment --comment %q -m recent --name %s --mask %s --rsource --rcheck --seconds %d --reap -j %s",
+				b.AddrPort().String(), seps[i], fm.mask, f.Affinity, seps[i]))
 		}
 	}
 	n := len(backends)
@@ -164,10 +213,10 @@ func balance(nat map[string][]string, name string, f *proxy.HostFrontend, backen
 // endpointChain translates to one backend: a connection from the backend
 // itself (a hairpin) is marked for masquerade, or its reply would not come
 // back through the host; with affinity the client is recorded.
-func endpointChain(f *proxy.HostFrontend, name string, b service.Backend) []string {
-	rules := []string{fmt.Sprintf("-s %s/32 -j %s", b.IP, markChain)}
+func endpointChain(f *proxy.HostFrontend, name string, b service.Backend, fm family) []string {
+	rules := []string{fmt.Sprintf("-s %s%s -j %s", b.IP, fm.host, markChain)}
 	if f.Affinity > 0 {
-		rules = append(rules, fmt.Sprintf("-m recent --name %s --mask 255.255.255.255 --rsource --set", name))
+		rules = append(rules, fmt.Sprintf("-m recent --name %s --mask %s --rsource --set", name, fm.mask))
 	}
 	return append(rules, fmt.Sprintf("-p %s -m %s -j DNAT --to-destination %s", f.Protocol, f.Protocol, b.AddrPort()))
 }
@@ -230,6 +279,11 @@ func diffScript(have, want map[string]map[string][]string) string {
 // the proxy the listings (iptables-save per table) show, and inserts the
 // base jumps they lack.
 func rebuildScript(listings map[string]string, want map[string]map[string][]string) string {
+	return rebuildFamily(listings, want, 4)
+}
+
+// rebuildFamily is rebuildScript for family fam's tables.
+func rebuildFamily(listings map[string]string, want map[string]map[string][]string, fam int) string {
 	changed, gone := map[string][]string{}, map[string][]string{}
 	jumps := map[string][][2]string{}
 	for table, chains := range want {
@@ -241,7 +295,7 @@ func rebuildScript(listings map[string]string, want map[string]map[string][]stri
 				gone[table] = append(gone[table], name)
 			}
 		}
-		for _, j := range baseJumps[table] {
+		for _, j := range baseJumpsOf(fam)[table] {
 			if !strings.Contains(listings[table], "-A "+j[0]+" "+j[1]+"\n") {
 				jumps[table] = append(jumps[table], j)
 			}

@@ -73,3 +73,26 @@ func TestChainNames(t *testing.T) {
 		}
 	}
 }
+
+// A dual-stack table: the IPv4 chains are Table's own, unchanged; the
+// IPv6 frontends render into ip6tables' tables, their counterparts.
+func TestRenderDualStack(t *testing.T) {
+	v4 := Render(proxytest.Table(), "flip")
+	st := Render(proxytest.DualTable(), "flip")
+	if s := diffScript(v4.Tables, st.Tables); s != "" {
+		t.Errorf("the IPv4 chains changed with IPv6 frontends beside them:\n%s", s)
+	}
+	if v4.Tables6 != nil {
+		t.Errorf("an IPv4 table rendered ip6tables chains")
+	}
+	script := rebuildFamily(map[string]string{}, st.Tables6, 6)
+	golden(t, "flip6.rules", script)
+	for _, bad := range []string{"/32", "255.255.255.255", "icmp-port-unreachable", "10."} {
+		if strings.Contains(script, bad) {
+			t.Errorf("ip6tables rules hold %q", bad)
+		}
+	}
+	if len(st.UDP) != 2 {
+		t.Errorf("UDP frontends %v, want both families'", st.UDP)
+	}
+}

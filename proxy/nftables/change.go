@@ -340,7 +340,9 @@ func (p nftables) ApplyChange(ctx context.Context, lab *topology.Spec, from, t *
 		return change.ErrNoHosts
 	}
 	m := takeMemo(lab.Name)
-	ok := m != nil && from != nil && m.table == from
+	// The netlink path writes the ip table only: a lab with IPv6 takes
+	// Apply (both tables, one nft -f transaction per host).
+	ok := m != nil && from != nil && m.table == from && !lab.HasFamily(6)
 	for i := 0; ok && i < len(lab.Hosts); i++ {
 		h := lab.Hosts[i].Name
 		ok = m.hosts[h].unchanged(change.StatePath(lab.Name, StateKind, h), m.set)

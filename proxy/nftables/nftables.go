@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/cnlab/cnlab/datapath/kind"
@@ -53,15 +54,26 @@ func (nftables) Setup(ctx context.Context, lab *topology.Spec) error {
 		if err := proxy.PrepareHost(lab, h); err != nil {
 			return fmt.Errorf("host %s: %w", h.Name, err)
 		}
-		if _, err := netns.Run(ctx, h.Netns, nil, "nft", "list", "table", "ip", "cnlab-svc"); err == nil {
-			continue
-		}
-		empty := Render(&service.Table{}, h.Name)
-		if _, err := netns.Run(ctx, h.Netns, []byte(fullScript(&empty)), "nft", "-f", "-"); err != nil {
-			return fmt.Errorf("host %s: %w", h.Name, err)
+		for _, nf := range labFamilies(lab) {
+			if _, err := netns.Run(ctx, h.Netns, nil, "nft", append([]string{"list", "table"}, strings.Fields(nf.table)...)...); err == nil {
+				continue
+			}
+			empty := renderFamily(nil, nf)
+			if _, err := netns.Run(ctx, h.Netns, []byte(fullFamily(&empty, nf)), "nft", "-f", "-"); err != nil {
+				return fmt.Errorf("host %s: %w", h.Name, err)
+			}
 		}
 	}
 	return nil
+}
+
+// labFamilies are the tables the proxy keeps: ip cnlab-svc always (as
+// before dual-stack), ip6 cnlab-svc in a lab with IPv6.
+func labFamilies(lab *topology.Spec) []nfam {
+	if lab.HasFamily(6) {
+		return []nfam{fam4, fam6}
+	}
+	return []nfam{fam4}
 }
 
 // Apply sends each host the difference between what it last applied and
@@ -78,11 +90,16 @@ func (nftables) Apply(ctx context.Context, lab *topology.Spec, t *service.Table)
 		}
 	}
 	set := proxy.Digest(t)
+	v6 := lab.HasFamily(6)
 	var mu sync.Mutex
 	wants := map[string]*hostState{}
 	err := change.ApplyHosts(ctx, lab, StateKind, set,
 		func(host string) hostState {
 			st := Render(t, host)
+			if v6 && st.V6 == nil {
+				empty := renderFamily(nil, fam6)
+				st.V6 = &empty
+			}
 			mu.Lock()
 			wants[host] = &st
 			mu.Unlock()
@@ -117,16 +134,21 @@ func (nftables) Apply(ctx context.Context, lab *topology.Spec, t *service.Table)
 	return err
 }
 
-// Describe returns `nft list table ip cnlab-svc` of each host.
+// Describe returns `nft list table ip cnlab-svc` of each host (and `nft
+// list table ip6 cnlab-svc` after it in a lab with IPv6).
 func (nftables) Describe(ctx context.Context, lab *topology.Spec) (map[string]string, error) {
 	out := map[string]string{}
 	for i := range lab.Hosts {
 		h := &lab.Hosts[i]
-		text, err := netns.Run(ctx, h.Netns, nil, "nft", "list", "table", "ip", "cnlab-svc")
-		if err != nil {
-			return nil, fmt.Errorf("host %s: %w", h.Name, err)
+		var all []byte
+		for _, nf := range labFamilies(lab) {
+			text, err := netns.Run(ctx, h.Netns, nil, "nft", append([]string{"list", "table"}, strings.Fields(nf.table)...)...)
+			if err != nil {
+				return nil, fmt.Errorf("host %s: %w", h.Name, err)
+			}
+			all = append(all, text...)
 		}
-		out[h.Name] = string(text)
+		out[h.Name] = string(all)
 	}
 	return out, nil
 }

@@ -9,8 +9,26 @@ import (
 	"github.com/cnlab/cnlab/service"
 )
 
-// Table is the proxy's table in each host.
-const Table = "ip cnlab-svc"
+// Table is the proxy's table in each host; Table6 its IPv6 counterpart,
+// in a lab with IPv6 (as kube-proxy has ip kube-proxy and ip6
+// kube-proxy).
+const (
+	Table  = "ip cnlab-svc"
+	Table6 = "ip6 cnlab-svc"
+)
+
+// nfam is what differs between the two tables' rules.
+type nfam struct {
+	table, addrType, kw string
+}
+
+var (
+	fam4 = nfam{Table, "ipv4_addr", "ip"}
+	fam6 = nfam{Table6, "ipv6_addr", "ip6"}
+)
+
+// typ is a map's type in the family's table.
+func (nf nfam) typ(t string) string { return strings.ReplaceAll(t, "ipv4_addr", nf.addrType) }
 
 // The maps the proxy fills, with their types.
 var maps = []struct{ name, typ string }{
@@ -42,6 +60,9 @@ type hostState struct {
 	Maps   map[string]map[string]string `json:"maps"`
 	Sets   []string                     `json:"sets,omitempty"`
 	UDP    []proxy.UDPFrontend          `json:"udp,omitempty"`
+	// V6 is the ip6 table's state, for the IPv6 frontends: nil in a lab
+	// without IPv6. Its UDP is empty (UDP above holds both families').
+	V6 *hostState `json:"v6,omitempty"`
 }
 
 // names returns the suffix of a frontend's chain names, as kube-proxy
@@ -60,23 +81,44 @@ func endpointSuffix(f *proxy.HostFrontend, b service.Backend) string {
 		port = fmt.Sprint(f.Port)
 	}
 	id := f.ID + "/" + b.AddrPort().String()
-	return proxy.Hash(id, 8) + "-" + f.Service + "/" + f.Protocol + "/" + port + "__" + b.IP.String() + "/" + fmt.Sprint(b.Port)
+	// nft takes no colon in a name: an IPv6 address's become dots, as
+	// kube-proxy writes them.
+	return proxy.Hash(id, 8) + "-" + f.Service + "/" + f.Protocol + "/" + port + "__" + strings.ReplaceAll(b.IP.String(), ":", ".") + "/" + fmt.Sprint(b.Port)
 }
 
 // Render computes the proxy's table on one host for t: pure, so it is
 // tested without root.
 func Render(t *service.Table, host string) hostState {
 	plan := proxy.Plan(t, host)
+	var p4, p6 []proxy.HostFrontend
+	for _, f := range plan {
+		if f.Family() == 6 {
+			p6 = append(p6, f)
+		} else {
+			p4 = append(p4, f)
+		}
+	}
+	st := renderFamily(p4, fam4)
+	st.UDP = proxy.UDPFrontends(plan)
+	if len(p6) > 0 {
+		v6 := renderFamily(p6, fam6)
+		st.V6 = &v6
+	}
+	return st
+}
+
+// renderFamily renders one family's frontends into its table's state.
+func renderFamily(plan []proxy.HostFrontend, nf nfam) hostState {
 	st := hostState{Chains: map[string][]string{}, Maps: map[string]map[string]string{}}
 	for _, m := range maps {
 		st.Maps[m.name] = map[string]string{}
 	}
 	st.Chains["services"] = []string{
-		"ip daddr . meta l4proto . th dport vmap @service-ips",
+		nf.kw + " daddr . meta l4proto . th dport vmap @service-ips",
 		"fib daddr type local meta l4proto . th dport vmap @service-nodeports",
 	}
 	st.Chains["endpoints-check"] = []string{
-		"ip daddr . meta l4proto . th dport vmap @no-endpoint-services",
+		nf.kw + " daddr . meta l4proto . th dport vmap @no-endpoint-services",
 		"fib daddr type local meta l4proto . th dport vmap @no-endpoint-nodeports",
 	}
 	st.Chains["reject-chain"] = []string{"reject"}
@@ -93,7 +135,7 @@ func Render(t *service.Table, host string) hostState {
 		svc := "service-" + suffix(f)
 		if len(f.Cluster) > 0 {
 			st.Maps["service-ips"][key] = "goto " + svc
-			balance(&st, sets, svc, f, f.Cluster)
+			balance(&st, sets, svc, f, f.Cluster, nf)
 		} else {
 			st.Maps["no-endpoint-services"][key] = empty(f.Frontend)
 		}
@@ -108,7 +150,7 @@ func Render(t *service.Table, host string) hostState {
 		target := svc
 		if !f.SameSets() {
 			target = "service-local-" + suffix(f)
-			balance(&st, sets, target, f, f.External)
+			balance(&st, sets, target, f, f.External, nf)
 		}
 		if f.ExternalLocal {
 			st.Maps["service-nodeports"][npKey] = "goto " + target
@@ -122,7 +164,6 @@ func Render(t *service.Table, host string) hostState {
 		st.Sets = append(st.Sets, s)
 	}
 	sort.Strings(st.Sets)
-	st.UDP = proxy.UDPFrontends(plan)
 	return st
 }
 
@@ -139,19 +180,19 @@ func empty(f *service.Frontend) string {
 // balance writes a service chain that picks one of backends for a new
 // connection (the one its client's last connection went to, with
 // affinity, else at random), and the backends' endpoint chains.
-func balance(st *hostState, sets map[string]bool, name string, f *proxy.HostFrontend, backends []service.Backend) {
+func balance(st *hostState, sets map[string]bool, name string, f *proxy.HostFrontend, backends []service.Backend, nf nfam) {
 	var rules, vmap []string
 	eps := make([]string, len(backends))
 	for i, b := range backends {
 		s := endpointSuffix(f, b)
 		eps[i] = "endpoint-" + s
 		var ep []string
-		ep = append(ep, fmt.Sprintf("ip saddr %s jump mark-for-masquerade", b.IP))
+		ep = append(ep, fmt.Sprintf("%s saddr %s jump mark-for-masquerade", nf.kw, b.IP))
 		if f.Affinity > 0 {
 			set := "affinity-" + s
 			sets[set] = true
-			rules = append(rules, fmt.Sprintf("ip saddr @%s goto %s", set, eps[i]))
-			ep = append(ep, fmt.Sprintf("update @%s { ip saddr timeout %ds }", set, f.Affinity))
+			rules = append(rules, fmt.Sprintf("%s saddr @%s goto %s", nf.kw, set, eps[i]))
+			ep = append(ep, fmt.Sprintf("update @%s { %s saddr timeout %ds }", set, nf.kw, f.Affinity))
 		}
 		ep = append(ep, fmt.Sprintf("meta l4proto %s dnat to %s", f.Protocol, b.AddrPort()))
 		st.Chains[eps[i]] = ep
@@ -169,13 +210,23 @@ func balance(st *hostState, sets map[string]bool, name string, f *proxy.HostFron
 // the host held (nothing, or a table cnlab can no longer trust) is
 // deleted first.
 func fullScript(want *hostState) string {
+	script := fullFamily(want, fam4)
+	if want.V6 != nil {
+		script += fullFamily(want.V6, fam6)
+	}
+	return script
+}
+
+// fullFamily is fullScript for one family's table.
+func fullFamily(want *hostState, nf nfam) string {
+	Table := nf.table
 	var b strings.Builder
 	fmt.Fprintf(&b, "add table %s\ndelete table %s\nadd table %s { comment \"cnlab services\"; }\n", Table, Table, Table)
 	for _, m := range maps {
-		fmt.Fprintf(&b, "add map %s %s { type %s; }\n", Table, m.name, m.typ)
+		fmt.Fprintf(&b, "add map %s %s { type %s; }\n", Table, m.name, nf.typ(m.typ))
 	}
 	for _, s := range want.Sets {
-		fmt.Fprintf(&b, "add set %s %s { type ipv4_addr; flags dynamic,timeout; }\n", Table, s)
+		fmt.Fprintf(&b, "add set %s %s { type %s; flags dynamic,timeout; }\n", Table, s, nf.addrType)
 	}
 	for _, c := range baseChains {
 		fmt.Fprintf(&b, "add chain %s %s { %s }\n", Table, c.name, c.spec)
@@ -186,6 +237,11 @@ func fullScript(want *hostState) string {
 	}
 	for _, c := range baseChains {
 		fmt.Fprintf(&b, "add rule %s %s %s\n", Table, c.name, c.rule)
+	}
+	if nf == fam6 {
+		// IPv6 has no send_redirects=0: the host's redirects are dropped
+		// instead (proxy/iptables' baseJumpsOf says why).
+		fmt.Fprintf(&b, "add rule %s filter-output icmpv6 type nd-redirect drop\n", Table)
 	}
 	for _, name := range names {
 		for _, r := range want.Chains[name] {
@@ -206,10 +262,25 @@ func fullScript(want *hostState) string {
 // nothing refers to any more flushed and deleted. "" when nothing
 // changes.
 func diffScript(have, want *hostState) string {
+	script := diffFamily(have, want, fam4)
+	switch {
+	case want.V6 != nil && have.V6 == nil:
+		script += fullFamily(want.V6, fam6)
+	case want.V6 != nil:
+		script += diffFamily(have.V6, want.V6, fam6)
+	case have.V6 != nil:
+		script += fmt.Sprintf("delete table %s\n", Table6)
+	}
+	return script
+}
+
+// diffFamily is diffScript for one family's table.
+func diffFamily(have, want *hostState, nf nfam) string {
+	Table := nf.table
 	var b strings.Builder
 	for _, s := range want.Sets {
 		if !contains(have.Sets, s) {
-			fmt.Fprintf(&b, "add set %s %s { type ipv4_addr; flags dynamic,timeout; }\n", Table, s)
+			fmt.Fprintf(&b, "add set %s %s { type %s; flags dynamic,timeout; }\n", Table, s, nf.addrType)
 		}
 	}
 	var changed []string

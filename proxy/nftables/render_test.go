@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cnlab/cnlab/proxy/proxytest"
@@ -53,4 +54,31 @@ func TestDiff(t *testing.T) {
 	tb.Frontends = tb.Frontends[:1]
 	d := Render(tb, "flip")
 	golden(t, "flip-remove-services.nft", diffScript(&c, &d))
+}
+
+// A dual-stack table: the ip table is Table's own, unchanged; the IPv6
+// frontends render into the ip6 table, their counterparts; a diff from
+// an IPv4-only state creates the ip6 table whole.
+func TestRenderDualStack(t *testing.T) {
+	v4 := Render(proxytest.Table(), "flip")
+	st := Render(proxytest.DualTable(), "flip")
+	if st.V6 == nil || v4.V6 != nil {
+		t.Fatalf("V6: %v for the dual table, %v for the IPv4 one", st.V6, v4.V6)
+	}
+	if s := diffFamily(&v4, &st, fam4); s != "" {
+		t.Errorf("the ip table changed with IPv6 frontends beside it:\n%s", s)
+	}
+	script := fullFamily(st.V6, fam6)
+	golden(t, "flip6.nft", script)
+	for _, bad := range []string{"ipv4_addr", "ip daddr", "ip saddr", "10.", "add table ip cnlab-svc"} {
+		if strings.Contains(script, bad) {
+			t.Errorf("the ip6 table's script holds %q", bad)
+		}
+	}
+	if d := diffScript(&v4, &st); !strings.HasPrefix(d, "add table ip6 cnlab-svc\ndelete table ip6 cnlab-svc\n") {
+		t.Errorf("diff from IPv4 only:\n%s", d)
+	}
+	if d := diffScript(&st, &st); d != "" {
+		t.Errorf("identical dual-stack states differ:\n%s", d)
+	}
 }

@@ -27,3 +27,22 @@ func Table() *service.Table {
 			Backends: []service.Backend{be("x/a", "flip", "10.0.192.10", 8080), be("x/b", "flap", "10.0.191.11", 8080)}},
 	}}
 }
+
+// DualTable is Table with every frontend's IPv6 counterpart after it, as
+// a dual-stack lab resolves PreferDualStack Services: cluster IPs from
+// fd00:96::/108, backends' IPv6 addresses.
+func DualTable() *service.Table {
+	t := Table()
+	var out []service.Frontend
+	for _, f := range t.Frontends {
+		g := f
+		g.VIP = netip.MustParseAddr("fd00:96::" + f.VIP.String()[len("10.96.0."):])
+		g.Backends = nil
+		for _, b := range f.Backends {
+			b.IP = netip.MustParseAddr("fd00:0:" + map[string]string{"flip": "192", "flap": "191"}[b.Host] + "::" + b.IP.String()[len("10.0.19x."):])
+			g.Backends = append(g.Backends, b)
+		}
+		out = append(out, f, g)
+	}
+	return &service.Table{Frontends: out}
+}

@@ -14,6 +14,7 @@ import (
 	proxyebpf "github.com/cnlab/cnlab/proxy/ebpf"
 	"github.com/cnlab/cnlab/proxy/iptables"
 	"github.com/cnlab/cnlab/proxy/nftables"
+	"github.com/cnlab/cnlab/service"
 )
 
 // ErrNone is returned for proxy none: the lab serves no Services.
@@ -35,6 +36,17 @@ func New(p kind.Proxy) (proxy.Proxy, error) {
 		return nil, ErrNone
 	}
 	return nil, fmt.Errorf("unknown service proxy %q (supported: %s)", p, kind.ProxyNames())
+}
+
+// CheckFamilies refuses a table proxy p cannot serve: an IPv6 frontend
+// for a proxy that serves IPv4 only (proxy.CheckFamilies).
+func CheckFamilies(p kind.Proxy, t *service.Table) error {
+	for _, d := range descriptors() {
+		if d.Kind == p {
+			return proxy.CheckFamilies(d, t)
+		}
+	}
+	return nil
 }
 
 // StateKind returns the name of proxy p's per-host state files

@@ -2,10 +2,13 @@ package registry
 
 import (
 	"errors"
+	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cnlab/cnlab/datapath/kind"
+	"github.com/cnlab/cnlab/service"
 )
 
 // Every proxy kind but none has exactly one implementation, in
@@ -39,5 +42,22 @@ func TestEveryProxyHasOneImplementation(t *testing.T) {
 	}
 	if _, err := New("bogus"); err == nil {
 		t.Error("New(bogus) succeeded")
+	}
+}
+
+func TestEBPFRefusesIPv6(t *testing.T) {
+	v4 := &service.Table{Frontends: []service.Frontend{{Service: "x/web", VIP: netip.MustParseAddr("10.96.0.2")}}}
+	v6 := &service.Table{Frontends: []service.Frontend{{Service: "x/web", VIP: netip.MustParseAddr("10.96.0.2")}, {Service: "x/web", VIP: netip.MustParseAddr("fd00:96::2")}}}
+	if err := CheckFamilies(kind.ProxyEBPF, v4); err != nil {
+		t.Error(err)
+	}
+	err := CheckFamilies(kind.ProxyEBPF, v6)
+	if err == nil || !strings.Contains(err.Error(), "Service x/web has an IPv6 cluster IP (fd00:96::2), but the ebpf service proxy serves IPv4 only") {
+		t.Errorf("ebpf: %v", err)
+	}
+	for _, p := range []kind.Proxy{kind.ProxyIPTables, kind.ProxyNFTables} {
+		if err := CheckFamilies(p, v6); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
 	}
 }

@@ -1,0 +1,299 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cnlab/cnlab/internal/netns"
+	"github.com/cnlab/cnlab/internal/testutil"
+	"github.com/cnlab/cnlab/service"
+	"github.com/cnlab/cnlab/topology"
+)
+
+// dsLab is a two-host lab of families %s (podCIDRs), with two web
+// backends (one per host) and a client on each host.
+const dsLab = `name: %s
+hosts:
+  - {name: flip, podCIDRs: [%s]}
+  - {name: flap, podCIDRs: [%s]}
+links:
+  - {between: [flip, flap], kind: wire}
+namespaces:
+  x: {labels: {ns: x}}
+  y: {labels: {ns: y}}
+endpoints:
+  - {name: w1, namespace: x, host: flip, ip: [%s], labels: {app: web}}
+  - {name: w2, namespace: x, host: flap, ip: [%s], labels: {app: web}}
+  - {name: c, namespace: y, host: flip, ip: [%s]}
+  - {name: d, namespace: y, host: flap, ip: [%s]}
+`
+
+func upDualStackLab(t *testing.T, name, proxy string, dual bool) *topology.Spec {
+	t.Helper()
+	text := fmt.Sprintf(dsLab, name, "10.0.192.0/24, 'fd00:0:192::/64'", "10.0.191.0/24, 'fd00:0:191::/64'",
+		"10.0.192.2, 'fd00:0:192::2'", "10.0.191.2, 'fd00:0:191::2'", "10.0.192.3, 'fd00:0:192::3'", "10.0.191.3, 'fd00:0:191::3'")
+	if !dual {
+		text = fmt.Sprintf(dsLab, name, "'fd00:0:192::/64'", "'fd00:0:191::/64'",
+			"'fd00:0:192::2'", "'fd00:0:191::2'", "'fd00:0:192::3'", "'fd00:0:191::3'")
+	}
+	dp := proxy // each netfilter proxy on its own datapath
+	spec, err := topology.Parse([]byte(text), "dual-stack service lab", topology.Overrides{Datapath: dp, Proxy: proxy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Up(context.Background(), spec, UpOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Down(spec.Name, nil); err != nil {
+			var nf *topology.NotFoundError
+			if !errors.As(err, &nf) {
+				t.Errorf("down: %v", err)
+			}
+		}
+	})
+	return spec
+}
+
+// whoServers makes every x/w endpoint listen on port (both families, one
+// socket) and answer each connection with "NAME SOURCE\n".
+func whoServers(t *testing.T, spec *topology.Spec, port int) {
+	t.Helper()
+	for _, id := range []string{"x/w1", "x/w2"} {
+		ep, _ := spec.Endpoint(id)
+		var ln net.Listener
+		if err := netns.Do(ep.Netns, func() (err error) { ln, err = net.Listen("tcp", fmt.Sprintf("[::]:%d", port)); return }); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+				fmt.Fprintf(c, "%s %s\n", id, src.Addr().Unmap())
+				c.Close()
+			}
+		}()
+	}
+}
+
+// who connects from an endpoint to target and returns the backend's
+// answer: its name and the source it saw.
+func who(ep *topology.Endpoint, target netip.AddrPort) (string, netip.Addr, error) {
+	var c net.Conn
+	if err := netns.Do(ep.Netns, func() (err error) { c, err = net.DialTimeout("tcp", target.String(), time.Second); return }); err != nil {
+		return "", netip.Addr{}, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", netip.Addr{}, err
+	}
+	name, src, _ := strings.Cut(strings.TrimSpace(line), " ")
+	a, err := netip.ParseAddr(src)
+	return name, a, err
+}
+
+const dsServices = `apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: x}
+spec:
+  type: NodePort
+  ipFamilyPolicy: %s
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: sticky, namespace: x}
+spec:
+  ipFamilyPolicy: %s
+  selector: {app: web}
+  sessionAffinity: ClientIP
+  ports: [{port: 81, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: empty, namespace: x}
+spec:
+  ipFamilyPolicy: %s
+  selector: {app: nothing}
+  ports: [{port: 82}]
+`
+
+// checkServices connects through every family's frontend of the lab's
+// Services: the cluster IP reaches both backends with the client's own
+// address; ClientIP affinity pins a client; a hairpin is masqueraded; a
+// node port answers on a host's address of the family, masqueraded; a
+// Service without backends refuses at once.
+func checkServices(t *testing.T, spec *topology.Spec, fams []int) {
+	t.Helper()
+	m, err := ServiceModel(spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := spec.Endpoint("y/c")
+	w1, _ := spec.Endpoint("x/w1")
+	flap := spec.Host("flap")
+	for _, fam := range fams {
+		web, err := m.Resolved.FrontendOf("x/web", fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if web.Family() != fam || len(web.Backends) != 2 {
+			t.Fatalf("IPv%d frontend %+v", fam, web)
+		}
+		cAddr, _ := c.Addr(fam)
+		seen := map[string]int{}
+		for i := 0; i < 30; i++ {
+			name, src, err := who(c, netip.AddrPortFrom(web.VIP, web.Port))
+			if err != nil {
+				t.Fatalf("IPv%d cluster IP %s: connection %d: %v", fam, web.VIP, i, err)
+			}
+			if src != cAddr {
+				t.Errorf("IPv%d cluster IP: %s saw %s, want the client's %s", fam, name, src, cAddr)
+			}
+			seen[name]++
+		}
+		if len(seen) != 2 {
+			t.Errorf("IPv%d cluster IP %s: backends reached %v, want both", fam, web.VIP, seen)
+		}
+		// Hairpin: w1 through its own Service, masqueraded when it
+		// reaches itself.
+		w1Addr, _ := w1.Addr(fam)
+		for i := 0; i < 10; i++ {
+			name, src, err := who(w1, netip.AddrPortFrom(web.VIP, web.Port))
+			if err != nil {
+				t.Fatalf("IPv%d hairpin: %v", fam, err)
+			}
+			if name == "x/w1" && src == w1Addr {
+				t.Errorf("IPv%d hairpin not masqueraded: x/w1 saw itself", fam)
+			}
+		}
+		// Node port on flap's bridge address of the family, from c on
+		// flip: masqueraded (externalTrafficPolicy Cluster).
+		np := netip.AddrPortFrom(service.NodeAddressOf(flap, fam), web.NodePort)
+		for i := 0; i < 10; i++ {
+			name, src, err := who(c, np)
+			if err != nil {
+				t.Fatalf("IPv%d node port %s: %v", fam, np, err)
+			}
+			if src == cAddr || topology.Family(src) != fam {
+				t.Errorf("IPv%d node port %s: %s saw %s (want a masqueraded IPv%d address)", fam, np, name, src, fam)
+			}
+		}
+		sticky, err := m.Resolved.FrontendOf("x/sticky", fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := ""
+		for i := 0; i < 10; i++ {
+			name, _, err := who(c, netip.AddrPortFrom(sticky.VIP, sticky.Port))
+			if err != nil {
+				t.Fatalf("IPv%d affinity: %v", fam, err)
+			}
+			if first == "" {
+				first = name
+			} else if name != first {
+				t.Errorf("IPv%d ClientIP affinity: %s then %s", fam, first, name)
+			}
+		}
+		empty, err := m.Resolved.FrontendOf("x/empty", fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Refused. IPv6: not always at once (known problem, see
+		// /work/reports/h6svc.md: the first SYN's port-unreachable is
+		// sometimes not sent, the retransmitted one's is), so within the
+		// first retransmission.
+		start := time.Now()
+		var conn net.Conn
+		err = netns.Do(c.Netns, func() (err error) {
+			conn, err = net.DialTimeout("tcp", netip.AddrPortFrom(empty.VIP, empty.Port).String(), 3500*time.Millisecond)
+			return
+		})
+		if conn != nil {
+			conn.Close()
+		}
+		took := time.Since(start)
+		switch {
+		case !errors.Is(err, syscall.ECONNREFUSED):
+			t.Errorf("IPv%d Service without backends %s: %v after %s, want connection refused", fam, empty.VIP, err, took)
+		case fam == 4 && took > 500*time.Millisecond:
+			t.Errorf("IPv4 Service without backends %s: refused after %s, want at once", empty.VIP, took)
+		case took > 500*time.Millisecond:
+			t.Logf("IPv6 Service without backends %s: refused after %s (the first SYN's reject was not sent)", empty.VIP, took)
+		}
+	}
+}
+
+// TestDualStackServices: on a dual-stack lab, PreferDualStack Services
+// answer on their IPv4 and their IPv6 cluster IPs (and node ports) through
+// each netfilter proxy, with real connections.
+func TestDualStackServices(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
+	testutil.RequireTool(t, "ip6tables-legacy-restore", "iptables")
+	testutil.RequireTool(t, "nft", "nftables")
+	ctx := context.Background()
+	for _, proxy := range []string{"iptables", "nftables"} {
+		t.Run(proxy, func(t *testing.T) {
+			spec := upDualStackLab(t, "h6s-ds-"+proxy[:3], proxy, true)
+			whoServers(t, spec, 8080)
+			p := "PreferDualStack"
+			svcs, sls, err := service.Parse([]byte(fmt.Sprintf(dsServices, p, p, p)), "dual-stack services")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ApplyServices(ctx, spec.Name, svcs, sls); err != nil {
+				t.Fatal(err)
+			}
+			checkServices(t, spec, []int{4, 6})
+			// Applied again: nothing changes, everything still answers.
+			if _, err := ApplyServices(ctx, spec.Name, svcs, sls); err != nil {
+				t.Fatal(err)
+			}
+			checkServices(t, spec, []int{6})
+		})
+	}
+}
+
+// TestIPv6OnlyServices: on an IPv6-only lab, SingleStack Services (the
+// default) get IPv6 cluster IPs and answer through each netfilter proxy.
+func TestIPv6OnlyServices(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "ip6tables-legacy-restore", "iptables")
+	testutil.RequireTool(t, "nft", "nftables")
+	ctx := context.Background()
+	for _, proxy := range []string{"iptables", "nftables"} {
+		t.Run(proxy, func(t *testing.T) {
+			spec := upDualStackLab(t, "h6s-v6-"+proxy[:3], proxy, false)
+			whoServers(t, spec, 8080)
+			p := "SingleStack"
+			svcs, sls, err := service.Parse([]byte(fmt.Sprintf(dsServices, p, p, p)), "IPv6 services")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch, err := ApplyServices(ctx, spec.Name, svcs, sls)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if vip := ch.Resolved.VIP["x/web"]; !vip.Is6() {
+				t.Fatalf("x/web's cluster IP %s is not IPv6", vip)
+			}
+			checkServices(t, spec, []int{6})
+		})
+	}
+}
