@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cnlab/cnlab/experiment/results"
+	"github.com/cnlab/cnlab/service"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -74,5 +75,26 @@ func TestIPFamilyAxis(t *testing.T) {
 	}
 	if _, err := ParseFor([]byte("workloads: [{kind: tcp-rr}]\nmatrix: {ipFamily: [6]}\n"), "x.yaml", false, results.BackendKubernetes); err == nil || !strings.Contains(err.Error(), "ipFamily") {
 		t.Errorf("kubernetes backend: %v", err)
+	}
+}
+
+// An IPv6 point's Services are IPv6 ones, fillers included, so that it
+// measures the proxies' IPv6 tables; an IPv4 point's are as before.
+func TestServiceTextFamily(t *testing.T) {
+	p := results.Params{Services: 3, ServiceBackends: 2, IPFamily: 6}
+	text := serviceText(p)
+	svcs, sls, err := service.Parse([]byte(text), "generated")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	if len(svcs) != 3 || len(sls) != 2 {
+		t.Fatalf("%d Services, %d slices", len(svcs), len(sls))
+	}
+	if strings.Count(text, "ipFamilies: [IPv6]") != 3 || strings.Count(text, "addressType: IPv6") != 2 || strings.Contains(text, "198.18.") {
+		t.Errorf("IPv6 point's Services:\n%s", text)
+	}
+	p.IPFamily = 4
+	if v4 := serviceText(p); strings.Contains(v4, "IPv6") || v4 != serviceText(results.Params{Services: 3, ServiceBackends: 2}) {
+		t.Errorf("IPv4 point's Services changed:\n%s", v4)
 	}
 }

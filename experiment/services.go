@@ -20,6 +20,10 @@ import (
 // Services of B backends each.
 var fillerBackends = netip.MustParseAddr("198.18.0.1")
 
+// fillerBackends6 are those of a point with ipFamily 6: IPv6's
+// benchmarking range (RFC 5180).
+var fillerBackends6 = netip.MustParseAddr("2001:2::1")
+
 // resolveServiceParams fills the service keys' defaults and checks them.
 func resolveServiceParams(p *results.Params, bad func(key, format string, args ...any) error) error {
 	// Without Services, backends and position change nothing: the point
@@ -78,7 +82,10 @@ func serviceText(p results.Params) string {
 	var b strings.Builder
 	measured := measuredService(p)
 	var eps []string
-	addr := fillerBackends
+	addr, family, addrType := fillerBackends, "", "IPv4"
+	if p.IPFamily == 6 { // every Service an IPv6 one: the point measures IPv6's tables
+		addr, family, addrType = fillerBackends6, "  ipFamilies: [IPv6]\n", "IPv6"
+	}
 	for range p.ServiceBackends {
 		eps = append(eps, fmt.Sprintf("{addresses: [%s]}", addr))
 		addr = addr.Next()
@@ -87,7 +94,7 @@ func serviceText(p results.Params) string {
 	for i := range p.Services {
 		name := serviceName(i)
 		if name == measured {
-			fmt.Fprintf(&b, "apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n  selector: {app: server}\n  ports:\n", name, topology.DefaultNamespace)
+			fmt.Fprintf(&b, "apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n%s  selector: {app: server}\n  ports:\n", name, topology.DefaultNamespace, family)
 			for f := range results.MaxFlows {
 				for _, proto := range []string{"TCP", "UDP"} {
 					fmt.Fprintf(&b, "  - {name: %s%d, port: %d, protocol: %s}\n", strings.ToLower(proto[:1]), IperfPort+f, IperfPort+f, proto)
@@ -96,9 +103,9 @@ func serviceText(p results.Params) string {
 			fmt.Fprintf(&b, "  - {name: rr-tcp, port: %d, protocol: TCP}\n  - {name: rr-udp, port: %d, protocol: UDP}\n---\n", RRPort, RRPort)
 			continue
 		}
-		fmt.Fprintf(&b, "apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n  ports: [{port: 80, targetPort: 8080}]\n---\n", name, topology.DefaultNamespace)
-		fmt.Fprintf(&b, "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: %s-1, namespace: %s, labels: {kubernetes.io/service-name: %s}}\naddressType: IPv4\nports: [{port: 8080}]\nendpoints: [%s]\n---\n",
-			name, topology.DefaultNamespace, name, endpoints)
+		fmt.Fprintf(&b, "apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec:\n%s  ports: [{port: 80, targetPort: 8080}]\n---\n", name, topology.DefaultNamespace, family)
+		fmt.Fprintf(&b, "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: %s-1, namespace: %s, labels: {kubernetes.io/service-name: %s}}\naddressType: %s\nports: [{port: 8080}]\nendpoints: [%s]\n---\n",
+			name, topology.DefaultNamespace, name, addrType, endpoints)
 	}
 	return b.String()
 }
@@ -140,6 +147,14 @@ func (l *labBackend) services(ctx context.Context, p results.Params, b *results.
 	if p.Services > 0 {
 		key := topology.DefaultNamespace + "/" + measuredService(p)
 		vip, ok := ch.Resolved.VIP[key]
+		if p.IPFamily != 0 {
+			ok = false
+			for _, a := range ch.Resolved.VIPs[key] {
+				if topology.Family(a) == p.IPFamily {
+					vip, ok = a, true
+				}
+			}
+		}
 		if !ok {
 			return netip.Addr{}, fmt.Errorf("install %d Services: %s got no cluster IP", p.Services, key)
 		}
