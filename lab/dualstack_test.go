@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/scenarios"
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/policy"
@@ -36,26 +35,13 @@ func TestScenariosDualStack(t *testing.T) {
 		}{{"ds", []int{4, 6}}, {"v6", []int{6}}} {
 			t.Run(dp+"-"+lab.name, func(t *testing.T) {
 				spec := familyLab(t, "t-fam-"+shortName(dp)+"-"+lab.name, dp, lab.fams...)
-				ctx := context.Background()
 				for i, sc := range scenarios.All {
 					if i%3 != 0 && !strings.Contains(sc.Name, "IPv6") {
 						continue
 					}
-					if _, err := Delete(ctx, spec.Name, nil, true, ""); err != nil {
-						t.Fatalf("%s: delete: %v", sc.Name, err)
-					}
-					var pols []*policy.Policy
-					if sc.Policies != "" {
-						var err error
-						if pols, err = policy.Parse([]byte(sc.Policies), sc.Name); err != nil {
-							t.Fatalf("%s: %v", sc.Name, err)
-						}
-						if _, err := Apply(ctx, spec.Name, pols); err != nil {
-							if kind.Get(kindOf(dp)).MayRefuse {
-								continue
-							}
-							t.Fatalf("%s: apply: %v", sc.Name, err)
-						}
+					pols, err := applyScenario(t, spec, sc)
+					if err != nil {
+						t.Fatalf("%s: apply: %v", sc.Name, err)
 					}
 					checkMatrixFamilies(t, sc.Name, spec, pols)
 				}

@@ -99,43 +99,53 @@ func TestScenarios(t *testing.T) {
 		for _, link := range []string{"wire", "vxlan"} {
 			t.Run(dp+"-"+link, func(t *testing.T) {
 				spec := scenarioLab(t, "t-scen-"+shortName(dp)+"-"+link[:2], dp, link)
-				ctx := context.Background()
 				refusals := 0
 				for i, sc := range scenarios.All {
 					if link == "vxlan" && i%3 != 0 {
 						continue // the overlay only changes the path: a third of the table
 					}
-					if _, err := Delete(ctx, spec.Name, nil, true, ""); err != nil {
-						t.Fatalf("%s: delete: %v", sc.Name, err)
-					}
-					var pols []*policy.Policy
-					if sc.Policies != "" {
-						var err error
-						if pols, err = policy.Parse([]byte(sc.Policies), sc.Name); err != nil {
-							t.Fatalf("%s: %v", sc.Name, err)
+					pols, err := applyScenario(t, spec, sc)
+					if err != nil {
+						if !mayRefuse {
+							t.Fatalf("%s: apply: %v", sc.Name, err)
 						}
-						if _, err := Apply(ctx, spec.Name, pols); err != nil {
-							if !mayRefuse {
-								t.Fatalf("%s: apply: %v", sc.Name, err)
-							}
-							// Refused: the lab keeps what it enforced,
-							// no policy since the delete above. The
-							// probe checks that once per lab: a refusal
-							// leaves the kernel as the last one did.
-							if stored, serr := Policies(spec.Name); serr != nil || len(stored) != 0 {
-								t.Fatalf("%s: refused, but the lab stores %d policies (%v)", sc.Name, len(stored), serr)
-							}
-							if refusals++; refusals > 1 {
-								continue
-							}
-							pols = nil
+						// Refused: the lab keeps what it enforced,
+						// no policy since the delete. The probe
+						// checks that once per lab: a refusal
+						// leaves the kernel as the last one did.
+						if stored, serr := Policies(spec.Name); serr != nil || len(stored) != 0 {
+							t.Fatalf("%s: refused, but the lab stores %d policies (%v)", sc.Name, len(stored), serr)
 						}
+						if refusals++; refusals > 1 {
+							continue
+						}
+						pols = nil
 					}
 					checkMatrix(t, sc.Name, spec, pols)
 				}
 			})
 		}
 	}
+}
+
+// applyScenario replaces the lab's policies with the scenario's: it
+// deletes every policy, then applies the scenario's, and returns them
+// with the apply's error (a datapath may refuse).
+func applyScenario(t *testing.T, spec *topology.Spec, sc scenarios.Scenario) ([]*policy.Policy, error) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := Delete(ctx, spec.Name, nil, true, ""); err != nil {
+		t.Fatalf("%s: delete: %v", sc.Name, err)
+	}
+	if sc.Policies == "" {
+		return nil, nil
+	}
+	pols, err := policy.Parse([]byte(sc.Policies), sc.Name)
+	if err != nil {
+		t.Fatalf("%s: %v", sc.Name, err)
+	}
+	_, err = Apply(ctx, spec.Name, pols)
+	return pols, err
 }
 
 func checkMatrix(t *testing.T, name string, spec *topology.Spec, pols []*policy.Policy) {

@@ -500,74 +500,49 @@ func (w *genWriter) ipcache(want []ipEntry) error {
 	return w.ipcache6(have6, want6)
 }
 
-func (w *genWriter) ipcache6(have, want []ipEntry) error {
-	key := w.gen
-	if !w.fresh() && slices.Equal(have, want) {
-		return nil
-	}
-	if !w.fresh() {
-		inner, err := openInner(w.m.ipcache6, key)
-		if err == nil {
-			defer inner.Close()
-			return editIPCache6(inner, have, want)
-		}
-	}
-	m, err := buildIPCache6(want)
-	if err != nil {
-		return err
-	}
-	w.batch(w.m.ipcache6).put(key, m)
-	return pin(m, filepath.Join(w.m.dir, genDir(w.gen), "ipcache6"))
-}
-
-// editIPCache6 brings an IPv6 ipcache map from have to want.
-func editIPCache6(m *ebpf.Map, have, want []ipEntry) error {
-	old := make(map[netip.Prefix]ipEntry, len(have))
-	for _, e := range have {
-		old[e.Prefix] = e
-	}
-	var puts []ipEntry
-	for _, e := range want {
-		if o, ok := old[e.Prefix]; !ok || o != e {
-			puts = append(puts, e)
-		}
-		delete(old, e.Prefix)
-	}
-	for p := range old {
-		if err := m.Delete(ipcacheKey6(p)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
-		}
-	}
-	for _, e := range puts {
-		if err := m.Put(ipcacheKey6(e.Prefix), cnlabPeer{Key: e.Key, Identity: e.Identity}); err != nil {
-			return err
-		}
-	}
-	return nil
+// ipcacheFamily is one family's ipcache: its outer map, how its keys are
+// made, how a new one is built, and its pin's name.
+type ipcacheFamily struct {
+	outer *ebpf.Map
+	key   func(netip.Prefix) any
+	build func([]ipEntry) (*ebpf.Map, error)
+	name  string
 }
 
 func (w *genWriter) ipcache4(have, want []ipEntry) error {
+	return w.ipcacheOf(ipcacheFamily{w.m.ipcache, func(p netip.Prefix) any {
+		return cnlabIpcacheKey{Prefixlen: uint32(p.Bits()), Ip: ip4(p.Addr())}
+	}, buildIPCache, "ipcache"}, have, want)
+}
+
+func (w *genWriter) ipcache6(have, want []ipEntry) error {
+	return w.ipcacheOf(ipcacheFamily{w.m.ipcache6, func(p netip.Prefix) any { return ipcacheKey6(p) }, buildIPCache6, "ipcache6"}, have, want)
+}
+
+// ipcacheOf brings the generation's ipcache of one family from have to
+// want: edited in place, or built new when the generation is.
+func (w *genWriter) ipcacheOf(f ipcacheFamily, have, want []ipEntry) error {
 	key := w.gen
 	if !w.fresh() && slices.Equal(have, want) {
 		return nil
 	}
 	if !w.fresh() {
-		inner, err := openInner(w.m.ipcache, key)
+		inner, err := openInner(f.outer, key)
 		if err == nil {
 			defer inner.Close()
-			return editIPCache(inner, have, want)
+			return editIPCache(inner, f.key, have, want)
 		}
 	}
-	m, err := buildIPCache(want)
+	m, err := f.build(want)
 	if err != nil {
 		return err
 	}
-	w.batch(w.m.ipcache).put(key, m)
-	return pin(m, filepath.Join(w.m.dir, genDir(w.gen), "ipcache"))
+	w.batch(f.outer).put(key, m)
+	return pin(m, filepath.Join(w.m.dir, genDir(w.gen), f.name))
 }
 
 // editIPCache brings an ipcache map from have to want.
-func editIPCache(m *ebpf.Map, have, want []ipEntry) error {
+func editIPCache(m *ebpf.Map, keyOf func(netip.Prefix) any, have, want []ipEntry) error {
 	old := make(map[netip.Prefix]ipEntry, len(have))
 	for _, e := range have {
 		old[e.Prefix] = e
@@ -580,14 +555,12 @@ func editIPCache(m *ebpf.Map, have, want []ipEntry) error {
 		delete(old, e.Prefix)
 	}
 	for p := range old {
-		k := cnlabIpcacheKey{Prefixlen: uint32(p.Bits()), Ip: ip4(p.Addr())}
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := m.Delete(keyOf(p)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return err
 		}
 	}
 	for _, e := range puts {
-		k := cnlabIpcacheKey{Prefixlen: uint32(e.Prefix.Bits()), Ip: ip4(e.Prefix.Addr())}
-		if err := m.Put(k, cnlabPeer{Key: e.Key, Identity: e.Identity}); err != nil {
+		if err := m.Put(keyOf(e.Prefix), cnlabPeer{Key: e.Key, Identity: e.Identity}); err != nil {
 			return err
 		}
 	}
