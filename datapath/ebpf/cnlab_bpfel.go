@@ -405,7 +405,7 @@ type cnlabScratch6 struct {
 		Icmp     uint8
 		Type     uint8
 		Proxied  uint8
-		Pad      uint8
+		Hlim     uint8
 		L4       uint32
 		InSaddr  [4]uint32
 		InDaddr  [4]uint32

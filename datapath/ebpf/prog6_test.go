@@ -64,6 +64,7 @@ type ip6Hdr struct {
 	src, dst netip.Addr
 	nxt      uint8
 	ext      []byte // extension headers, as on the wire (their own next headers set)
+	hlim     uint8  // hop limit (0: 64)
 }
 
 func (h ip6Hdr) bytes(payload []byte) []byte {
@@ -72,6 +73,9 @@ func (h ip6Hdr) bytes(payload []byte) []byte {
 	binary.BigEndian.PutUint16(b[4:], uint16(len(h.ext)+len(payload)))
 	b[6] = h.nxt
 	b[7] = 64
+	if h.hlim != 0 {
+		b[7] = h.hlim
+	}
 	s, d := h.src.As16(), h.dst.As16()
 	copy(b[8:], s[:])
 	copy(b[24:], d[:])
@@ -97,10 +101,23 @@ func icmp6Sum(src, dst netip.Addr, msg []byte) uint16 {
 	return csum(append(ph, msg...))
 }
 
+// icmp6 is an ICMPv6 message at the hop limit its type is sent with on
+// a link (neighbour discovery 255, MLD 1, others 64).
 func icmp6(src, dst netip.Addr, typ uint8, body []byte) []byte {
+	hlim := uint8(64)
+	switch {
+	case typ >= 133 && typ <= 137:
+		hlim = 255
+	case typ >= 130 && typ <= 132 || typ == 143:
+		hlim = 1
+	}
+	return icmp6Hlim(src, dst, typ, body, hlim)
+}
+
+func icmp6Hlim(src, dst netip.Addr, typ uint8, body []byte, hlim uint8) []byte {
 	msg := append([]byte{typ, 0, 0, 0}, body...)
 	binary.BigEndian.PutUint16(msg[2:], icmp6Sum(src, dst, msg))
-	return frame(ethIPv6, ip6Hdr{src: src, dst: dst, nxt: protoICMP6}.bytes(msg))
+	return frame(ethIPv6, ip6Hdr{src: src, dst: dst, nxt: protoICMP6, hlim: hlim}.bytes(msg))
 }
 
 // nd is a neighbour solicitation (135) or advertisement (136) for target
@@ -255,6 +272,17 @@ func TestIPv6NeighbourDiscovery(t *testing.T) {
 				ingress(a, cnlabReasonR_ARP_PASSED))
 			h.toEp(t, "NA from the host", nd(136, addrGw6, addrA6, addrGw6, 2, a.lxc), actOK, ingress(a, cnlabReasonR_ARP_PASSED))
 			h.toEp(t, "but not TCP", tcp6(addrR6, addrA6, 1, 80, tcpSYN), actShot, ingress(a, cnlabReasonR_DROP_DEFAULT))
+			// Neighbour discovery only on its link, at its hop limit:
+			// anything else meets the policy (a routed NS has 254; an
+			// NS to a remote address is no neighbour's; MLD has 1).
+			routed := nd(135, addrR6, addrA6, addrA6, 1, a.lxc)
+			routed[14+7] = 254 // the IPv6 header's hop limit, after Ethernet's 14 bytes
+			h.toEp(t, "routed NS", routed, actShot, ingress(a, cnlabReasonR_DROP_DEFAULT))
+			h.fromEp(t, "NS to a remote address", nd(135, addrA6, addrR6, addrR6, 1, a.mac), actShot, egress(a, cnlabReasonR_DROP_DEFAULT))
+			h.fromEp(t, "MLD report at hop limit 255", icmp6Hlim(addrA6, netip.MustParseAddr("ff02::16"), 143, make([]byte, 4), 255), actShot,
+				egress(a, cnlabReasonR_DROP_DEFAULT))
+			h.fromEp(t, "router solicitation to a remote address", icmp6(addrA6, addrR6, 133, make([]byte, 4)), actShot,
+				egress(a, cnlabReasonR_DROP_DEFAULT))
 		})
 	}
 }

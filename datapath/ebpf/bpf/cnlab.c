@@ -2091,6 +2091,10 @@ static __always_inline int l3(struct __sk_buff *skb, struct endpoint *ep, struct
 		count(ep->index, dir, R_DROP_L3, skb->len);
 		return TC_ACT_SHOT;
 	}
+	if ((proto == bpf_htons(ETH_P_IP) || proto == bpf_htons(ETH_P_ARP)) && ep->ip == 0xffffffff) {
+		count(ep->index, dir, R_DROP_L3, skb->len); // an IPv6-only endpoint
+		return TC_ACT_SHOT;
+	}
 	if (proto == bpf_htons(ETH_P_IP))
 		return -1;
 	if (proto == bpf_htons(ETH_P_ARP)) {
@@ -2197,7 +2201,7 @@ struct pkt6 {
 	__u8 icmp;     // enum icmp_role
 	__u8 type;     // the ICMPv6 type
 	__u8 proxied;
-	__u8 pad;
+	__u8 hlim;     // the hop limit
 	__u32 l4;      // offset of the upper-layer header
 	__u32 in_saddr[4], in_daddr[4];
 	__u16 in_sport, in_dport;
@@ -2289,6 +2293,7 @@ static __always_inline int parse6(struct __sk_buff *skb, struct pkt6 *p)
 		return R_DROP_MALFORMED;
 	ip6_cp(p->saddr, ip.saddr);
 	ip6_cp(p->daddr, ip.daddr);
+	p->hlim = ip.hlim;
 	__u8 nxt = ip.nxt;
 	__u32 off = ETH_HLEN + sizeof(ip);
 #pragma unroll
@@ -2577,13 +2582,30 @@ static __always_inline int side6(struct scratch6 *s, struct endpoint *ep, __u8 d
 }
 
 // is_ndp: neighbour and router discovery and multicast listener
-// messages, which policy does not judge (as ARP).
+// messages, which policy does not judge (as ARP): only at the hop limit
+// they are sent with on their link (255; MLD's 1), which a packet a host
+// routed no longer has, so none carries data past the policy from or to
+// another host.
 static __always_inline int is_ndp(struct pkt6 *p)
 {
 	if (p->proto != IPPROTO_ICMP6 || p->frag)
 		return 0;
 	__u8 t = p->type;
-	return (t >= ICMP6_MLD_QUERY && t <= ND_REDIRECT) || t == ICMP6_MLD2_REPORT;
+	if (t >= ND_ROUTER_SOLICIT && t <= ND_REDIRECT)
+		return p->hlim == 255;
+	return (t >= ICMP6_MLD_QUERY && t <= ICMP6_MLD_DONE) || t == ICMP6_MLD2_REPORT ? p->hlim == 1 : 0;
+}
+
+// on_link: an endpoint's neighbour discovery goes to a link-scope
+// multicast group (ff02::/16) or an address of its own /64 (its host's
+// pod prefix: the gateway, the host's endpoints). The hop limit alone
+// does not tell at the sender, where the host has not routed the packet
+// yet: elsewhere it meets the egress policy.
+static __always_inline int on_link(struct pkt6 *p, struct endpoint *ep)
+{
+	if ((bpf_ntohl(p->daddr[0]) >> 16) == 0xff02)
+		return 1;
+	return p->daddr[0] == ep->ip6[0] && p->daddr[1] == ep->ip6[1];
 }
 
 // ndp_answer answers an endpoint's neighbour solicitation with the
@@ -2695,7 +2717,7 @@ __attribute__((noinline)) int from_ep6(struct __sk_buff *skb, struct endpoint *s
 	__u8 mac[8];
 	if (bpf_skb_load_bytes(skb, 6, mac, 6) < 0 || !mac_eq(mac, src->mac))
 		return finish6(s, skb, src->index, DIR_EGRESS, R_DROP_SPOOF, src->identity, 0, NO_RULE);
-	if (is_ndp(p))
+	if (is_ndp(p) && on_link(p, src))
 		return ndp(skb, src, p);
 	if (!ip6_eq(p->saddr, src->ip6))
 		return finish6(s, skb, src->index, DIR_EGRESS, R_DROP_SPOOF, src->identity, 0, NO_RULE);
