@@ -44,30 +44,7 @@ func TestIPv6PolicyEBPF(t *testing.T) {
 				if spec.EBPF.HostRouting != routing {
 					t.Fatalf("host routing %q, want %q", spec.EBPF.HostRouting, routing)
 				}
-				ctx := context.Background()
-				a := endpoint(t, spec, "x/a")
-				listen(t, a, port)
-				check := func(what string, policy bool) {
-					t.Helper()
-					for _, fam := range spec.Families() {
-						dst, _ := a.Addr(fam)
-						for _, from := range []string{"x/c", "x/b", "y/b", "y/a"} {
-							want := !policy || from[0] == 'x'
-							if got := connects(t, endpoint(t, spec, from), dst, port); got != want {
-								t.Errorf("%s: %s -> x/a %s: connected=%v, want %v", what, from, dst, got, want)
-							}
-						}
-					}
-				}
-				check("no policy", false)
-				if _, err := lab.Apply(ctx, spec.Name, parse(t, v6Policy)); err != nil {
-					t.Fatal(err)
-				}
-				check("policy applied", true)
-				if _, err := lab.Delete(ctx, spec.Name, nil, true, ""); err != nil {
-					t.Fatal(err)
-				}
-				check("policy deleted", false)
+				checkPolicyBothFamilies(t, spec, port)
 			})
 		}
 	}

@@ -123,32 +123,40 @@ func TestIPv6PolicyIPTables(t *testing.T) {
 		for _, dp := range []string{"iptables", "iptables-ipsets"} {
 			t.Run(tc.short+"/"+dp, func(t *testing.T) {
 				spec := upFile(t, tc.file, "t-h6i-"+tc.short+map[string]string{"iptables": "ipt", "iptables-ipsets": "ips"}[dp], dp)
-				ctx := context.Background()
-				a := endpoint(t, spec, "x/a")
-				listen(t, a, port)
-				// x/c and y/b share x/a's host, x/b and y/a are on the other.
-				check := func(what string, policy bool) {
-					t.Helper()
-					for _, fam := range spec.Families() {
-						dst, _ := a.Addr(fam)
-						for _, from := range []string{"x/c", "x/b", "y/b", "y/a"} {
-							want := !policy || from[0] == 'x'
-							if got := connects(t, endpoint(t, spec, from), dst, port); got != want {
-								t.Errorf("%s: %s -> x/a %s: connected=%v, want %v", what, from, dst, got, want)
-							}
-						}
-					}
-				}
-				check("no policy", false)
-				if _, err := lab.Apply(ctx, spec.Name, parse(t, v6Policy)); err != nil {
-					t.Fatal(err)
-				}
-				check("policy applied", true)
-				if _, err := lab.Delete(ctx, spec.Name, nil, true, ""); err != nil {
-					t.Fatal(err)
-				}
-				check("policy deleted", false)
+				checkPolicyBothFamilies(t, spec, port)
 			})
 		}
 	}
+}
+
+// checkPolicyBothFamilies has x/c, y/b (x/a's host) and x/b, y/a (the
+// other host) connect to x/a's port over each family of the lab: all
+// connect with no policy, only x's with v6Policy, all again once it is
+// deleted.
+func checkPolicyBothFamilies(t *testing.T, spec *topology.Spec, port int) {
+	t.Helper()
+	ctx := context.Background()
+	a := endpoint(t, spec, "x/a")
+	listen(t, a, port)
+	check := func(what string, policy bool) {
+		t.Helper()
+		for _, fam := range spec.Families() {
+			dst, _ := a.Addr(fam)
+			for _, from := range []string{"x/c", "x/b", "y/b", "y/a"} {
+				want := !policy || from[0] == 'x'
+				if got := connects(t, endpoint(t, spec, from), dst, port); got != want {
+					t.Errorf("%s: %s -> x/a %s: connected=%v, want %v", what, from, dst, got, want)
+				}
+			}
+		}
+	}
+	check("no policy", false)
+	if _, err := lab.Apply(ctx, spec.Name, parse(t, v6Policy)); err != nil {
+		t.Fatal(err)
+	}
+	check("policy applied", true)
+	if _, err := lab.Delete(ctx, spec.Name, nil, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	check("policy deleted", false)
 }
