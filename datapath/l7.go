@@ -37,19 +37,26 @@ type L7Match struct {
 // then (when its ingress is not isolated) everything else. Nil when no
 // local endpoint has an L7 port.
 func L7Redirects(lab *topology.Spec, host string, c *policy.Compiled) []L7Match {
+	return L7RedirectsOf(lab, host, c, 4) // the L7 proxy serves IPv4 only (policy.NoL7Proxy6)
+}
+
+// L7RedirectsOf is L7Redirects over the addresses of family fam: over
+// IPv6, whose connections to an L7 port no proxy takes, only its Admin
+// entries mean anything (an Admin allow is final, as over IPv4).
+func L7RedirectsOf(lab *topology.Spec, host string, c *policy.Compiled, fam int) []L7Match {
 	var out []L7Match
 	locals := change.LocalEndpoints(lab, host)
 	for _, d := range locals {
-		dIP, ok := d.Addr(4) // the L7 proxy serves IPv4 only (policy.NoL7Proxy6)
+		dIP, ok := d.Addr(fam)
 		if !ok {
 			continue
 		}
 		id := c.IdentityOfIP(dIP)
 		for _, port := range c.L7Ports(id) {
 			for _, s := range locals {
-				sIP, ok := s.Addr(4)
+				sIP, ok := s.Addr(fam)
 				if ok && sIP != dIP && !c.SideAllows(c.IdentityOfIP(sIP), policy.Egress, dIP, policy.ProtoTCP, port) {
-					out = append(out, L7Match{Src: netip.PrefixFrom(sIP, 32), Dst: dIP, Port: port, Why: "egress of " + s.ID()})
+					out = append(out, L7Match{Src: netip.PrefixFrom(sIP, sIP.BitLen()), Dst: dIP, Port: port, Why: "egress of " + s.ID()})
 				}
 			}
 			var passed []netip.Prefix                          // sources an Admin Pass handed down
@@ -57,7 +64,7 @@ func L7Redirects(lab *topology.Spec, host string, c *policy.Compiled) []L7Match 
 				if !r.Covers(policy.ProtoTCP, port) {
 					continue
 				}
-				pfxs := c.PeerPrefixesOf(r, 4) // IPv4: the datapaths render IPv4 (issue 38 adds IPv6)
+				pfxs := c.PeerPrefixesOf(r, fam)
 				admin := r.Tier == policy.TierAdmin
 				if admin {
 					if r.Pass {

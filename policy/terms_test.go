@@ -24,7 +24,7 @@ func termsAllow(c *Compiled, src, dst netip.Addr, proto uint8, port uint16) bool
 			return (t.Set == "" || setHas(c.PeerSets[t.Set], remote)) && c.ruleMatches(t.Entry(), remote, proto, port)
 		}, enforced)
 	}
-	if dst.Is6() && proto == ProtoTCP && slices.Contains(c.L7Ports(c.IdentityOfIP(dst)), port) {
+	if dst.Is6() && proto == ProtoTCP && slices.Contains(c.L7Ports(c.IdentityOfIP(dst)), port) && !c.AdminAllows(c.IdentityOfIP(dst), src, port) {
 		return false // NoL7Proxy6, as Allows
 	}
 	return side(c.IdentityOfIP(src), Egress, dst) && side(c.IdentityOfIP(dst), Ingress, src)

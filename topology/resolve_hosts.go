@@ -140,6 +140,11 @@ func (r *resolver) podCIDRs(path string, raw []string) ([]netip.Prefix, error) {
 				if p.Overlaps(oc) {
 					return nil, r.errf(at, "%s overlaps hosts[%d].podCIDR %s", p, j, oc)
 				}
+				// A host's IPv6 link is its /64: neighbour discovery
+				// within it is not policy's (docs/topology.md).
+				if p.Addr().Is6() && oc.Addr().Is6() && netip.PrefixFrom(p.Addr(), 64).Masked() == netip.PrefixFrom(oc.Addr(), 64).Masked() {
+					return nil, r.errf(at, "%s shares its /64 with hosts[%d].podCIDR %s: give each host an IPv6 prefix in a /64 of its own", p, j, oc)
+				}
 			}
 		}
 		if p.Overlaps(r.spec.TransitCIDR) {

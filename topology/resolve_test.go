@@ -160,6 +160,7 @@ func TestBadInput(t *testing.T) {
 		{"bad cidr", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.0/33}]\n", `bad.yaml: hosts[0].podCIDR: "10.0.0.0/33" is not a CIDR`},
 		{"host bits", "name: x\nhosts: [{name: a, podCIDR: 10.0.0.5/24}]\n", "hosts[0].podCIDR: 10.0.0.5/24 has host bits set (did you mean 10.0.0.0/24?)"},
 		{"ipv6 small mtu", "name: x\nmtu: 1200\nhosts: [{name: a, podCIDR: 'fd00::/64'}]\n", "bad.yaml: mtu: 1200 is below IPv6's minimum of 1280"},
+		{"ipv6 shared /64", "name: x\nhosts: [{name: a, podCIDR: 'fd00::/120'}, {name: b, podCIDR: 'fd00::100/120'}]\n", "hosts[1].podCIDR: fd00::100/120 shares its /64 with hosts[0].podCIDR fd00::/120"},
 		{"ipv6 too large", "name: x\nhosts: [{name: a, podCIDR: 'fd00::/48'}]\n", "an IPv6 podCIDR is a /64 to a /120"},
 		{"ipv6 link-local", "name: x\nhosts: [{name: a, podCIDRs: ['fe80::/64']}]\n", "hosts[0].podCIDRs[0]: fe80::/64 overlaps the link-local"},
 		{"two ipv4", "name: x\nhosts: [{name: a, podCIDRs: [10.0.1.0/24, 10.0.2.0/24]}]\n", "hosts[0].podCIDRs[1]: 10.0.2.0/24: a host has one prefix per family"},

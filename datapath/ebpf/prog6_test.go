@@ -264,6 +264,8 @@ func TestIPv6NeighbourDiscovery(t *testing.T) {
 				h.fromEp(t, "NS for the gateway", ns, actOK, egress(a, cnlabReasonR_ARP_PASSED))
 			}
 			h.fromEp(t, "NA for itself", nd(136, addrA6, addrGw6, addrA6, 2, a.mac), actOK, egress(a, cnlabReasonR_ARP_PASSED))
+			h.fromEp(t, "NA to the host's link-local address", nd(136, addrA6, netip.MustParseAddr("fe80::1"), addrA6, 2, a.mac), actOK,
+				egress(a, cnlabReasonR_ARP_PASSED))
 			h.fromEp(t, "NA to all nodes", nd(136, addrA6, netip.MustParseAddr("ff02::1"), addrA6, 2, a.mac), actOK,
 				egress(a, cnlabReasonR_ARP_PASSED))
 			h.fromEp(t, "router solicitation", icmp6(addrA6, netip.MustParseAddr("ff02::2"), 133, make([]byte, 4)), actOK,

@@ -48,7 +48,20 @@ func renderL7(lab *topology.Spec, host string, c *policy.Compiled) (nat, fwd []s
 	}
 	// The L7 proxy listens and dials on IPv4 only: new IPv6 connections
 	// to an L7 port are dropped (closed rather than let around the L7
-	// rules).
+	// rules), but those an Admin-tier allow decided, final as over IPv4
+	// (policy.NoL7Proxy6).
+	if lab.HasFamily(6) {
+		for _, m := range datapath.L7RedirectsOf(lab, host, c, 6) {
+			if !m.Admin {
+				continue
+			}
+			r := fmt.Sprintf("ip6 daddr %s tcp dport %d", m.Dst, m.Port)
+			if m.Src.IsValid() {
+				r = fmt.Sprintf("ip6 saddr %s %s", m.Src, r)
+			}
+			fwd = append(fwd, fmt.Sprintf("ct state new %s counter accept comment %q", r, comment(m.Why)))
+		}
+	}
 	for _, ep := range change.LocalEndpoints(lab, host) {
 		for _, port := range c.L7Ports(c.IdentityOfIP(ep.IP)) {
 			for _, a := range ep.Addrs() {

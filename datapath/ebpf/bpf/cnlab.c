@@ -2597,13 +2597,16 @@ static __always_inline int is_ndp(struct pkt6 *p)
 }
 
 // on_link: an endpoint's neighbour discovery goes to a link-scope
-// multicast group (ff02::/16) or an address of its own /64 (its host's
-// pod prefix: the gateway, the host's endpoints). The hop limit alone
-// does not tell at the sender, where the host has not routed the packet
-// yet: elsewhere it meets the egress policy.
+// multicast group (ff02::/16), a link-local address (fe80::/10: the host
+// solicits from its bridge's) or an address of its own /64 (its host's
+// pod prefix, which no other host's shares: the gateway, the host's
+// endpoints). The hop limit alone does not tell at the sender, where the
+// host has not routed the packet yet: elsewhere it meets the egress
+// policy.
 static __always_inline int on_link(struct pkt6 *p, struct endpoint *ep)
 {
-	if ((bpf_ntohl(p->daddr[0]) >> 16) == 0xff02)
+	__u32 w = bpf_ntohl(p->daddr[0]);
+	if ((w >> 16) == 0xff02 || (w & 0xffc00000) == 0xfe800000)
 		return 1;
 	return p->daddr[0] == ep->ip6[0] && p->daddr[1] == ep->ip6[1];
 }
