@@ -60,6 +60,12 @@ func scenarioLabYAML(t testing.TB, name, dp, yaml string) *topology.Spec {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return upForTest(t, spec)
+}
+
+// upForTest brings spec up and takes it down when the test ends.
+func upForTest(t testing.TB, spec *topology.Spec) *topology.Spec {
+	t.Helper()
 	if err := Up(context.Background(), spec, UpOptions{}); err != nil {
 		t.Fatal(err)
 	}

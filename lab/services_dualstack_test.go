@@ -49,18 +49,7 @@ func upDualStackLab(t *testing.T, name, proxy string, dual bool) *topology.Spec 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Up(context.Background(), spec, UpOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := Down(spec.Name, nil); err != nil {
-			var nf *topology.NotFoundError
-			if !errors.As(err, &nf) {
-				t.Errorf("down: %v", err)
-			}
-		}
-	})
-	return spec
+	return upForTest(t, spec)
 }
 
 // whoServers makes every x/w endpoint listen on port (both families, one
