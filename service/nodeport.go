@@ -1,7 +1,6 @@
 package service
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -40,17 +39,32 @@ import (
 // stack would take the replies for its own) yet routed to it by every
 // other host.
 func MasqAddress(lab *topology.Spec, h *topology.Host) (netip.Addr, error) {
-	used := map[netip.Addr]bool{h.Gateway: true}
-	for _, ep := range lab.Endpoints {
-		used[ep.IP] = true
+	return MasqAddressOf(lab, h, topology.Family(h.PodCIDR.Addr()))
+}
+
+// MasqAddressOf is MasqAddress of family fam (4 or 6): the highest
+// address of the host's pod CIDR of that family that is not its gateway
+// or an endpoint's (an IPv6 /64's last address).
+func MasqAddressOf(lab *topology.Spec, h *topology.Host, fam int) (netip.Addr, error) {
+	p, ok := h.CIDR(fam)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("host %s has no IPv%d pod CIDR", h.Name, fam)
 	}
-	p := h.PodCIDR.Masked()
-	a := p.Addr()
-	for i := 0; i < 32-p.Bits(); i++ { // the broadcast address
-		b := a.As4()
-		v := binary.BigEndian.Uint32(b[:]) | 1<<i
-		binary.BigEndian.PutUint32(b[:], v)
-		a = netip.AddrFrom4(b)
+	gw, _ := h.GatewayOf(fam)
+	used := map[netip.Addr]bool{gw: true}
+	for _, ep := range lab.Endpoints {
+		for _, a := range ep.Addrs() {
+			used[a] = true
+		}
+	}
+	p = p.Masked()
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ { // the last address
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	if fam == 6 {
+		a = a.Next() // an IPv6 prefix has no broadcast address: its last is taken below
 	}
 	for a = a.Prev(); p.Contains(a) && a != p.Addr(); a = a.Prev() {
 		if !used[a] {
@@ -129,10 +143,10 @@ func (m *Model) nodePortHop(client, ep *topology.Endpoint, f *Frontend, b Backen
 		ch := m.Lab.Host(client.Host)
 		switch {
 		case ep.ID() == client.ID():
-			h.seen = ch.Gateway // a hairpin, judged on the real tuple
+			h.seen = NodeAddressOf(ch, fam) // a hairpin, judged on the real tuple
 		case f.ExternalLocal:
 		default:
-			masq, err := MasqAddress(m.Lab, ch)
+			masq, err := MasqAddressOf(m.Lab, ch, fam)
 			if err != nil {
 				return h, err
 			}

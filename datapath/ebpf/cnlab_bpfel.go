@@ -13,6 +13,21 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type cnlabAffinity6Key struct {
+	_      structs.HostLayout
+	Client [4]uint32
+	Id     uint32
+}
+
+type cnlabAffinity6Val struct {
+	_    structs.HostLayout
+	Last uint64
+	B    cnlabBackend6
+	Slot uint32
+	Pad  uint32
+	_    [4]byte
+}
+
 type cnlabAffinityKey struct {
 	_      structs.HostLayout
 	Client uint32
@@ -30,6 +45,13 @@ type cnlabAffinityVal struct {
 type cnlabBackend struct {
 	_    structs.HostLayout
 	Ip   uint32
+	Port uint16
+	Pad  uint16
+}
+
+type cnlabBackend6 struct {
+	_    structs.HostLayout
+	Ip   [4]uint32
 	Port uint16
 	Pad  uint16
 }
@@ -253,6 +275,27 @@ const (
 	cnlabMonitorLevelMONITOR_FLOWS cnlabMonitorLevel = 3
 )
 
+type cnlabNat6Key struct {
+	_     structs.HostLayout
+	Saddr [4]uint32
+	Daddr [4]uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Dir   uint8
+	Pad   uint16
+}
+
+type cnlabNat6Val struct {
+	_     structs.HostLayout
+	Ct    cnlabCtVal
+	Saddr [4]uint32
+	Daddr [4]uint32
+	Sport uint16
+	Dport uint16
+	Pad   uint32
+}
+
 type cnlabNatDir uint32
 
 const (
@@ -445,6 +488,111 @@ type cnlabSockKey struct {
 	Pad    uint8
 }
 
+type cnlabSvc6Config struct {
+	_       structs.HostLayout
+	Flags   uint32
+	Pad     uint32
+	Hairpin [4]uint32
+	Net     [4]uint32
+	Mask    [4]uint32
+	Masq    [4]uint32
+}
+
+type cnlabSvc6Key struct {
+	_     structs.HostLayout
+	Vip   [4]uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type cnlabSvc6Scratch struct {
+	_ structs.HostLayout
+	X struct {
+		_        structs.HostLayout
+		Kind     uint8
+		Fresh    uint8
+		Hairpin  uint8
+		Snat     uint8
+		Id       uint32
+		Affinity uint32
+		Slot     uint32
+		O_saddr  [4]uint32
+		O_daddr  [4]uint32
+		O_sport  uint16
+		O_dport  uint16
+		Saddr    [4]uint32
+		Daddr    [4]uint32
+		Sport    uint16
+		Dport    uint16
+	}
+	K  cnlabNat6Key
+	K2 cnlabNat6Key
+	V  cnlabNat6Val
+	Sk cnlabSvc6Key
+	Ak cnlabAffinity6Key
+	Av cnlabAffinity6Val
+	Fk cnlabSvcFrag6Key
+	Fv cnlabSvcFrag6Val
+	B  cnlabBackend6
+	R  struct {
+		_  structs.HostLayout
+		Ip struct {
+			_     structs.HostLayout
+			Vtc   uint8
+			Flow  [3]uint8
+			Plen  uint16
+			Nxt   uint8
+			Hlim  uint8
+			Saddr [4]uint32
+			Daddr [4]uint32
+		}
+		Icmp  [8]uint8
+		Quote [48]uint8
+	}
+	Q struct {
+		_  structs.HostLayout
+		Ip struct {
+			_     structs.HostLayout
+			Vtc   uint8
+			Flow  [3]uint8
+			Plen  uint16
+			Nxt   uint8
+			Hlim  uint8
+			Saddr [4]uint32
+			Daddr [4]uint32
+		}
+		Ports [2]uint16
+	}
+	Nq struct {
+		_  structs.HostLayout
+		Ip struct {
+			_     structs.HostLayout
+			Vtc   uint8
+			Flow  [3]uint8
+			Plen  uint16
+			Nxt   uint8
+			Hlim  uint8
+			Saddr [4]uint32
+			Daddr [4]uint32
+		}
+		Ports [2]uint16
+	}
+	O struct {
+		_ structs.HostLayout
+		S [4]uint32
+		D [4]uint32
+	}
+	No struct {
+		_ structs.HostLayout
+		S [4]uint32
+		D [4]uint32
+	}
+	In     uint32
+	PeerId uint32
+	Rule   uint32
+}
+
 type cnlabSvcConfig struct {
 	_       structs.HostLayout
 	Flags   uint32
@@ -469,6 +617,26 @@ const (
 	cnlabSvcFlagSVC_DROP cnlabSvcFlag = 1
 	cnlabSvcFlagSVC_MASQ cnlabSvcFlag = 2
 )
+
+type cnlabSvcFrag6Key struct {
+	_     structs.HostLayout
+	Saddr [4]uint32
+	Daddr [4]uint32
+	Id    uint32
+	Proto uint8
+	Pad   [3]uint8
+}
+
+type cnlabSvcFrag6Val struct {
+	_       structs.HostLayout
+	Expires uint64
+	Saddr   [4]uint32
+	Daddr   [4]uint32
+	Kind    uint8
+	Hairpin uint8
+	Snat    uint8
+	Pad     [5]uint8
+}
 
 type cnlabSvcFragKey struct {
 	_     structs.HostLayout
@@ -513,7 +681,9 @@ type cnlabSvcVal struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	cnlabMapCnlabAffinity       = "cnlab_affinity"
+	cnlabMapCnlabAffinity6      = "cnlab_affinity6"
 	cnlabMapCnlabBackends       = "cnlab_backends"
+	cnlabMapCnlabBackends6      = "cnlab_backends6"
 	cnlabMapCnlabConfig         = "cnlab_config"
 	cnlabMapCnlabCounters       = "cnlab_counters"
 	cnlabMapCnlabCt             = "cnlab_ct"
@@ -532,6 +702,7 @@ const (
 	cnlabMapCnlabLxc            = "cnlab_lxc"
 	cnlabMapCnlabMonitor        = "cnlab_monitor"
 	cnlabMapCnlabNat            = "cnlab_nat"
+	cnlabMapCnlabNat6           = "cnlab_nat6"
 	cnlabMapCnlabPolicy         = "cnlab_policy"
 	cnlabMapCnlabPolicyExact    = "cnlab_policy_exact"
 	cnlabMapCnlabRuleCounters   = "cnlab_rule_counters"
@@ -541,8 +712,12 @@ const (
 	cnlabMapCnlabSockRevTcp     = "cnlab_sock_rev_tcp"
 	cnlabMapCnlabSockep         = "cnlab_sockep"
 	cnlabMapCnlabSvc            = "cnlab_svc"
+	cnlabMapCnlabSvc6           = "cnlab_svc6"
+	cnlabMapCnlabSvc6Config     = "cnlab_svc6_config"
+	cnlabMapCnlabSvc6Scratch    = "cnlab_svc6_scratch"
 	cnlabMapCnlabSvcConfig      = "cnlab_svc_config"
 	cnlabMapCnlabSvcFrag        = "cnlab_svc_frag"
+	cnlabMapCnlabSvcFrag6       = "cnlab_svc_frag6"
 	cnlabProgCnlabConnect4      = "cnlab_connect4"
 	cnlabProgCnlabFromEp        = "cnlab_from_ep"
 	cnlabProgCnlabFromWire      = "cnlab_from_wire"
@@ -636,7 +811,9 @@ type cnlabProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type cnlabMapSpecs struct {
 	CnlabAffinity     *ebpf.MapSpec `ebpf:"cnlab_affinity"`
+	CnlabAffinity6    *ebpf.MapSpec `ebpf:"cnlab_affinity6"`
 	CnlabBackends     *ebpf.MapSpec `ebpf:"cnlab_backends"`
+	CnlabBackends6    *ebpf.MapSpec `ebpf:"cnlab_backends6"`
 	CnlabConfig       *ebpf.MapSpec `ebpf:"cnlab_config"`
 	CnlabCounters     *ebpf.MapSpec `ebpf:"cnlab_counters"`
 	CnlabCt           *ebpf.MapSpec `ebpf:"cnlab_ct"`
@@ -655,6 +832,7 @@ type cnlabMapSpecs struct {
 	CnlabLxc          *ebpf.MapSpec `ebpf:"cnlab_lxc"`
 	CnlabMonitor      *ebpf.MapSpec `ebpf:"cnlab_monitor"`
 	CnlabNat          *ebpf.MapSpec `ebpf:"cnlab_nat"`
+	CnlabNat6         *ebpf.MapSpec `ebpf:"cnlab_nat6"`
 	CnlabPolicy       *ebpf.MapSpec `ebpf:"cnlab_policy"`
 	CnlabPolicyExact  *ebpf.MapSpec `ebpf:"cnlab_policy_exact"`
 	CnlabRuleCounters *ebpf.MapSpec `ebpf:"cnlab_rule_counters"`
@@ -664,8 +842,12 @@ type cnlabMapSpecs struct {
 	CnlabSockRevTcp   *ebpf.MapSpec `ebpf:"cnlab_sock_rev_tcp"`
 	CnlabSockep       *ebpf.MapSpec `ebpf:"cnlab_sockep"`
 	CnlabSvc          *ebpf.MapSpec `ebpf:"cnlab_svc"`
+	CnlabSvc6         *ebpf.MapSpec `ebpf:"cnlab_svc6"`
+	CnlabSvc6Config   *ebpf.MapSpec `ebpf:"cnlab_svc6_config"`
+	CnlabSvc6Scratch  *ebpf.MapSpec `ebpf:"cnlab_svc6_scratch"`
 	CnlabSvcConfig    *ebpf.MapSpec `ebpf:"cnlab_svc_config"`
 	CnlabSvcFrag      *ebpf.MapSpec `ebpf:"cnlab_svc_frag"`
+	CnlabSvcFrag6     *ebpf.MapSpec `ebpf:"cnlab_svc_frag6"`
 }
 
 // cnlabVariableSpecs contains global variables before they are loaded into the kernel.
@@ -723,7 +905,9 @@ func (o *cnlabObjects) Close() error {
 // It can be passed to loadCnlabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cnlabMaps struct {
 	CnlabAffinity     *ebpf.Map `ebpf:"cnlab_affinity"`
+	CnlabAffinity6    *ebpf.Map `ebpf:"cnlab_affinity6"`
 	CnlabBackends     *ebpf.Map `ebpf:"cnlab_backends"`
+	CnlabBackends6    *ebpf.Map `ebpf:"cnlab_backends6"`
 	CnlabConfig       *ebpf.Map `ebpf:"cnlab_config"`
 	CnlabCounters     *ebpf.Map `ebpf:"cnlab_counters"`
 	CnlabCt           *ebpf.Map `ebpf:"cnlab_ct"`
@@ -742,6 +926,7 @@ type cnlabMaps struct {
 	CnlabLxc          *ebpf.Map `ebpf:"cnlab_lxc"`
 	CnlabMonitor      *ebpf.Map `ebpf:"cnlab_monitor"`
 	CnlabNat          *ebpf.Map `ebpf:"cnlab_nat"`
+	CnlabNat6         *ebpf.Map `ebpf:"cnlab_nat6"`
 	CnlabPolicy       *ebpf.Map `ebpf:"cnlab_policy"`
 	CnlabPolicyExact  *ebpf.Map `ebpf:"cnlab_policy_exact"`
 	CnlabRuleCounters *ebpf.Map `ebpf:"cnlab_rule_counters"`
@@ -751,14 +936,20 @@ type cnlabMaps struct {
 	CnlabSockRevTcp   *ebpf.Map `ebpf:"cnlab_sock_rev_tcp"`
 	CnlabSockep       *ebpf.Map `ebpf:"cnlab_sockep"`
 	CnlabSvc          *ebpf.Map `ebpf:"cnlab_svc"`
+	CnlabSvc6         *ebpf.Map `ebpf:"cnlab_svc6"`
+	CnlabSvc6Config   *ebpf.Map `ebpf:"cnlab_svc6_config"`
+	CnlabSvc6Scratch  *ebpf.Map `ebpf:"cnlab_svc6_scratch"`
 	CnlabSvcConfig    *ebpf.Map `ebpf:"cnlab_svc_config"`
 	CnlabSvcFrag      *ebpf.Map `ebpf:"cnlab_svc_frag"`
+	CnlabSvcFrag6     *ebpf.Map `ebpf:"cnlab_svc_frag6"`
 }
 
 func (m *cnlabMaps) Close() error {
 	return _CnlabClose(
 		m.CnlabAffinity,
+		m.CnlabAffinity6,
 		m.CnlabBackends,
+		m.CnlabBackends6,
 		m.CnlabConfig,
 		m.CnlabCounters,
 		m.CnlabCt,
@@ -777,6 +968,7 @@ func (m *cnlabMaps) Close() error {
 		m.CnlabLxc,
 		m.CnlabMonitor,
 		m.CnlabNat,
+		m.CnlabNat6,
 		m.CnlabPolicy,
 		m.CnlabPolicyExact,
 		m.CnlabRuleCounters,
@@ -786,8 +978,12 @@ func (m *cnlabMaps) Close() error {
 		m.CnlabSockRevTcp,
 		m.CnlabSockep,
 		m.CnlabSvc,
+		m.CnlabSvc6,
+		m.CnlabSvc6Config,
+		m.CnlabSvc6Scratch,
 		m.CnlabSvcConfig,
 		m.CnlabSvcFrag,
+		m.CnlabSvcFrag6,
 	)
 }
 

@@ -40,6 +40,7 @@ func collectionSpec(lab *topology.Spec) (*ebpf.CollectionSpec, error) {
 		"cnlab_ct":           uint32(o.CTMapSize),
 		"cnlab_ct6":          uint32(o.CTMapSize),
 		"cnlab_nat":          uint32(o.CTMapSize),
+		"cnlab_nat6":         uint32(o.CTMapSize),
 	}
 	for name, m := range cs.Maps {
 		if n, ok := sizes[name]; ok {

@@ -68,6 +68,8 @@ func (e *svcEntry) same(o *svcEntry) bool {
 type svcState struct {
 	Frontends svcFrontends        `json:"frontends"`
 	UDP       []proxy.UDPFrontend `json:"udp,omitempty"`
+	// The IPv6 frontends (cnlab_svc6), with their own numbers.
+	Frontends6 svcFrontends6 `json:"frontends6,omitempty"`
 }
 
 // svcFrontends are a host's frontends by map key. In JSON they are one
@@ -133,10 +135,13 @@ func nodeAddresses(lab *topology.Spec) map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
 	for _, h := range lab.Hosts {
 		out[h.Name] = append(out[h.Name], service.NodeAddress(&h))
+		if a := service.NodeAddressOf(&h, 6); a.IsValid() && a != service.NodeAddress(&h) {
+			out[h.Name] = append(out[h.Name], a) // a dual-stack lab's
+		}
 	}
 	for _, l := range lab.Links {
 		for _, e := range l.Ends {
-			for _, a := range []netip.Addr{e.WireAddr, e.OverAddr} {
+			for _, a := range []netip.Addr{e.WireAddr, e.OverAddr, e.WireAddr6, e.OverAddr6} {
 				if a.IsValid() && !slices.Contains(out[e.Host], a) {
 					out[e.Host] = append(out[e.Host], a)
 				}
@@ -162,6 +167,12 @@ func renderServices(t *service.Table, host string, nodes map[string][]netip.Addr
 		sum := uint64(14695981039346656037) // FNV-1a over address and port
 		for j, b := range bs {
 			e.Backends[j] = b.AddrPort()
+			if b.IP.Is6() {
+				for _, c := range b.IP.As16() {
+					sum ^= uint64(c)
+					sum *= 1099511628211
+				}
+			}
 			x := uint64(ip4(b.IP))<<16 | uint64(b.Port)
 			for k := 0; k < 6; k++ {
 				sum ^= x & 0xff
@@ -173,7 +184,14 @@ func renderServices(t *service.Table, host string, nodes map[string][]netip.Addr
 			sum = ^sum
 		}
 		e.Sum = sum
-		st.Frontends[cnlabSvcKey{Vip: ip4(vip), Port: htons(port), Proto: protoNumber(proto)}] = e
+		if vip.Is6() {
+			if st.Frontends6 == nil {
+				st.Frontends6 = svcFrontends6{}
+			}
+			st.Frontends6[cnlabSvc6Key{Vip: ip6(vip), Port: htons(port), Proto: protoNumber(proto)}] = e
+		} else {
+			st.Frontends[cnlabSvcKey{Vip: ip4(vip), Port: htons(port), Proto: protoNumber(proto)}] = e
+		}
 		if proto == "udp" {
 			u := proxy.UDPFrontend{VIP: vip, Port: port}
 			for _, b := range e.Backends {
@@ -203,6 +221,9 @@ func renderServices(t *service.Table, host string, nodes map[string][]netip.Addr
 				}
 			}
 			for _, a := range nodes[h] {
+				if a.Is6() != f.VIP.Is6() {
+					continue // the frontend's family's node addresses
+				}
 				add(a, f.NodePort, f.Protocol, ext, &svcEntry{Affinity: uint32(f.Affinity), Masq: !f.ExternalLocal,
 					Drop: f.ExternalLocal && len(ext) == 0})
 			}
@@ -215,10 +236,12 @@ func renderServices(t *service.Table, host string, nodes map[string][]netip.Addr
 // svcMaps are the service proxy's maps of a host.
 type svcMaps struct {
 	config, svc, backends, nat, affinity, sockFwd, sockRev *ebpf.Map
+	config6, svc6, backends6, nat6                         *ebpf.Map
 }
 
 func (m *svcMaps) Close() {
-	for _, x := range []*ebpf.Map{m.config, m.svc, m.backends, m.nat, m.affinity, m.sockFwd, m.sockRev} {
+	for _, x := range []*ebpf.Map{m.config, m.svc, m.backends, m.nat, m.affinity, m.sockFwd, m.sockRev,
+		m.config6, m.svc6, m.backends6, m.nat6} {
 		if x != nil {
 			x.Close()
 		}
@@ -230,7 +253,8 @@ func openSvcMaps(lab, host string) (*svcMaps, error) {
 	dir := HostDir(lab, host)
 	for name, dst := range map[string]**ebpf.Map{"cnlab_svc_config": &m.config, "cnlab_svc": &m.svc,
 		"cnlab_backends": &m.backends, "cnlab_nat": &m.nat, "cnlab_affinity": &m.affinity,
-		"cnlab_sock_fwd": &m.sockFwd, "cnlab_sock_rev": &m.sockRev} {
+		"cnlab_sock_fwd": &m.sockFwd, "cnlab_sock_rev": &m.sockRev,
+		"cnlab_svc6_config": &m.config6, "cnlab_svc6": &m.svc6, "cnlab_backends6": &m.backends6, "cnlab_nat6": &m.nat6} {
 		x, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if err != nil {
 			m.Close()
@@ -326,24 +350,34 @@ func (ServiceProxy) Apply(ctx context.Context, lab *topology.Spec, t *service.Ta
 // checkTable refuses, before any host changes, a table the maps cannot
 // hold (a node port is a frontend per node address).
 func checkTable(t *service.Table, nodes map[string][]netip.Addr) error {
-	addrs := 0
-	for _, as := range nodes {
-		addrs += len(as)
-	}
-	fronts, slots := 0, 0
-	for _, f := range t.Frontends {
-		n := 1
-		if f.NodePort != 0 {
-			n += addrs
+	// Per family: IPv6 frontends have maps of their own.
+	for _, six := range []bool{false, true} {
+		addrs := 0
+		for _, as := range nodes {
+			for _, a := range as {
+				if a.Is6() == six {
+					addrs++
+				}
+			}
 		}
-		fronts += n
-		slots += 2 * n * len(f.Backends)
-	}
-	if fronts > maxFrontends {
-		return fmt.Errorf("%d frontends (Service ports, and node ports on each node address), the eBPF service map holds %d", fronts, maxFrontends)
-	}
-	if slots > maxBackendSlot {
-		return fmt.Errorf("%d backends over all frontends, the eBPF backend map holds %d (two slots each)", slots/2, maxBackendSlot/2)
+		fronts, slots := 0, 0
+		for _, f := range t.Frontends {
+			if f.VIP.Is6() != six {
+				continue
+			}
+			n := 1
+			if f.NodePort != 0 {
+				n += addrs
+			}
+			fronts += n
+			slots += 2 * n * len(f.Backends)
+		}
+		if fronts > maxFrontends {
+			return fmt.Errorf("%d frontends (Service ports, and node ports on each node address), the eBPF service map holds %d", fronts, maxFrontends)
+		}
+		if slots > maxBackendSlot {
+			return fmt.Errorf("%d backends over all frontends, the eBPF backend map holds %d (two slots each)", slots/2, maxBackendSlot/2)
+		}
 	}
 	return nil
 }
@@ -394,12 +428,11 @@ func writeServices(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want 
 			return fmt.Errorf("frontend %s: its backends are not known (a recorded state cannot be written back)", svcKeyString(key))
 		}
 	}
-	masq, err := service.MasqAddress(lab, h)
+	cfg, err := svcConfig4(lab, h)
 	if err != nil {
 		return err
 	}
-	cfg := cnlabSvcConfig{Hairpin: ip4(h.Gateway), Masq: ip4(masq)}
-	if cidr := lab.Services.CIDR; cidr.IsValid() {
+	if cidr, ok := lab.Services.CIDROf(4); ok {
 		cfg.Net = ip4(cidr.Masked().Addr())
 		var b [4]byte
 		binary.BigEndian.PutUint32(b[:], ^uint32(0)<<(32-cidr.Bits()))
@@ -411,7 +444,7 @@ func writeServices(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want 
 			cfg.Flags |= uint32(cnlabSvcConfigFlagSVC_SOCKET)
 		}
 		for k := range want.Frontends {
-			if cidr := lab.Services.CIDR; !cidr.IsValid() || !cidr.Contains(addrOf(k.Vip)) {
+			if cidr, ok := lab.Services.CIDROf(4); !ok || !cidr.Contains(addrOf(k.Vip)) {
 				cfg.Flags |= uint32(cnlabSvcConfigFlagSVC_NODEPORTS) // a node address
 				break
 			}
@@ -486,10 +519,32 @@ func writeServices(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want 
 			return fmt.Errorf("service config: %w", err)
 		}
 	}
-	if err := forgetUDP(m, proxy.StaleUDP(have.UDP, want.UDP)); err != nil {
+	stale := proxy.StaleUDP(have.UDP, want.UDP)
+	if err := forgetUDP(m, flowsOf(stale, false)); err != nil {
 		return fmt.Errorf("stale UDP flows: %w", err)
 	}
+	if err := writeServices6(lab, h, m, have, want); err != nil {
+		return err
+	}
+	if err := forgetUDP6(m, flowsOf(stale, true)); err != nil {
+		return fmt.Errorf("stale IPv6 UDP flows: %w", err)
+	}
 	return nil
+}
+
+// svcConfig4 is a host's IPv4 service settings but the service range:
+// its bridge address (hairpins) and masquerade address, none on a lab
+// without IPv4.
+func svcConfig4(lab *topology.Spec, h *topology.Host) (cnlabSvcConfig, error) {
+	if _, ok := h.CIDR(4); !ok {
+		return cnlabSvcConfig{}, nil
+	}
+	masq, err := service.MasqAddressOf(lab, h, 4)
+	if err != nil {
+		return cnlabSvcConfig{}, err
+	}
+	gw, _ := h.GatewayOf(4)
+	return cnlabSvcConfig{Hairpin: ip4(gw), Masq: ip4(masq)}, nil
 }
 
 // switchFrontend writes w's backends into its half, then its value (the
@@ -616,6 +671,11 @@ func (ServiceProxy) Describe(ctx context.Context, lab *topology.Spec) (map[strin
 			return nil, err
 		}
 		text, err := describeServices(m)
+		if err == nil {
+			var text6 string
+			text6, err = describeServices6(m)
+			text += text6
+		}
 		m.Close()
 		if err != nil {
 			return nil, fmt.Errorf("host %s: %w", h.Name, err)

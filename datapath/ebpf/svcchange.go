@@ -269,6 +269,10 @@ func (p ServiceProxy) ApplyChange(ctx context.Context, lab *topology.Spec, from,
 	if len(lab.Hosts) == 0 {
 		return datapath.ErrNoHosts
 	}
+	if lab.HasFamily(6) {
+		// IPv6 frontends are written by the whole apply only.
+		return p.Apply(ctx, lab, t)
+	}
 	memo := takeMemo(lab.Name)
 	nodes := nodeAddresses(lab)
 	ok := memo != nil && from != nil && memo.table == from && maps.EqualFunc(memo.nodes, nodes, slices.Equal[[]netip.Addr])

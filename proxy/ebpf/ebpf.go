@@ -10,10 +10,9 @@ import (
 	"github.com/cnlab/cnlab/proxy"
 )
 
-// Descriptor binds the ebpf proxy kind to its implementation.
-// IPv4Only until the eBPF programs translate IPv6 (a Service with an IPv6
-// family is refused with the reason, never left unserved).
-var Descriptor = proxy.Descriptor{Kind: kind.ProxyEBPF, New: New, StateKind: ebpf.ServiceStateKind, IPv4Only: true}
+// Descriptor binds the ebpf proxy kind to its implementation. It serves
+// both families (IPv6 frontends have maps of their own).
+var Descriptor = proxy.Descriptor{Kind: kind.ProxyEBPF, New: New, StateKind: ebpf.ServiceStateKind}
 
 // New returns the eBPF service proxy.
 func New() proxy.Proxy { return ebpf.ServiceProxy{} }

@@ -2581,6 +2581,712 @@ static __always_inline int side6(struct scratch6 *s, struct endpoint *ep, __u8 d
 	return r;
 }
 
+// ---- IPv6 Services (the ebpf service proxy over IPv6) ----
+//
+// The IPv4 service proxy's design on the IPv6 path, with maps of its own
+// (cnlab_svc6_config, cnlab_svc6, cnlab_backends6, cnlab_nat6,
+// cnlab_affinity6, cnlab_svc_frag6): from_ep6 translates a new connection
+// to a frontend before policy (which judges the real tuple), replies are
+// translated back where they first meet a program that knows the flow
+// (from_ep6 of a backend on the client's host, to_ep6 of the client, or
+// from_wire6 for a masqueraded node port's reply from another host). A
+// frontend's number is unique among the host's IPv6 frontends; its values
+// are struct svc_val as IPv4's. The work is done in global functions
+// (svc6_front, svc6_out, svc6_in, reject6, from_wire6), each verified on
+// its own, with its keys in a per-CPU scratch (cnlab_svc6_scratch).
+
+// The service proxy's IPv6 settings for a host (cnlab_svc6_config[0]).
+struct svc6_config {
+	__u32 flags;      // enum svc_config_flag
+	__u32 pad;
+	__u32 hairpin[4]; // the host's IPv6 bridge address
+	__u32 net[4];     // the IPv6 service CIDR and its mask
+	__u32 mask[4];
+	__u32 masq[4];    // masquerade source: an unused address of the host's IPv6 pod prefix
+};
+
+struct svc6_key {
+	__u32 vip[4];
+	__u16 port; // network order
+	__u8 proto;
+	__u8 pad;
+};
+
+struct backend6 {
+	__u32 ip[4];
+	__u16 port; // network order
+	__u16 pad;
+};
+
+struct affinity6_key {
+	__u32 client[4];
+	__u32 id;
+};
+
+struct affinity6_val {
+	__u64 last;
+	struct backend6 b;
+	__u32 slot;
+	__u32 pad;
+};
+
+struct nat6_key {
+	__u32 saddr[4], daddr[4];
+	__u16 sport, dport;
+	__u8 proto;
+	__u8 dir; // enum nat_dir
+	__u16 pad;
+};
+
+struct nat6_val {
+	struct ct_val ct;
+	__u32 saddr[4], daddr[4];
+	__u16 sport, dport;
+	__u32 pad;
+};
+
+struct svc_frag6_key {
+	__u32 saddr[4], daddr[4];
+	__u32 id;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct svc_frag6_val {
+	__u64 expires;
+	__u32 saddr[4], daddr[4];
+	__u8 kind, hairpin, snat;
+	__u8 pad[5];
+};
+
+struct xlate6 {
+	__u8 kind, fresh, hairpin, snat;
+	__u32 id, affinity, slot;
+	__u32 o_saddr[4], o_daddr[4];
+	__u16 o_sport, o_dport;
+	__u32 saddr[4], daddr[4];
+	__u16 sport, dport;
+};
+
+struct svc6_scratch {
+	struct xlate6 x;
+	struct nat6_key k;
+	struct nat6_key k2;
+	struct nat6_val v;
+	struct svc6_key sk;
+	struct affinity6_key ak;
+	struct affinity6_val av;
+	struct svc_frag6_key fk;
+	struct svc_frag6_val fv;
+	struct backend6 b;
+	struct {
+		struct ip6h ip;
+		__u8 icmp[8];
+		__u8 quote[48]; // the packet's IPv6 header and 8 bytes of what follows
+	} r;
+	// svc_icmp6: an ICMPv6 error's quote (IPv6 header and ports) and
+	// outer addresses, as they came and as they leave; the quote's offset.
+	struct {
+		struct ip6h ip;
+		__u16 ports[2];
+	} q, nq;
+	struct {
+		__u32 s[4], d[4];
+	} o, no;
+	__u32 in;
+	__u32 peer_id, rule; // from_wire6's verdict, for from_wire6_out
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct svc6_config);
+} cnlab_svc6_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct svc6_key);
+	__type(value, struct svc_val);
+} cnlab_svc6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 20);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct backend_key);
+	__type(value, struct backend6);
+} cnlab_backends6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct affinity6_key);
+	__type(value, struct affinity6_val);
+} cnlab_affinity6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nat6_key);
+	__type(value, struct nat6_val);
+} cnlab_nat6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct svc_frag6_key);
+	__type(value, struct svc_frag6_val);
+} cnlab_svc_frag6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct svc6_scratch);
+} cnlab_svc6_scratch SEC(".maps");
+
+static __always_inline struct svc6_config *svc6_config(void)
+{
+	__u32 zero = 0;
+	struct svc6_config *sc = bpf_map_lookup_elem(&cnlab_svc6_config, &zero);
+	return sc && (sc->flags & SVC_ON) ? sc : 0;
+}
+
+static __always_inline struct svc6_scratch *svc6_scratch(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&cnlab_svc6_scratch, &zero);
+}
+
+static __always_inline struct nat6_val *nat6_get(struct nat6_key *k, __u64 now)
+{
+	struct nat6_val *v = bpf_map_lookup_elem(&cnlab_nat6, k);
+	if (v && v->ct.expires < now) {
+		bpf_map_delete_elem(&cnlab_nat6, k);
+		return 0;
+	}
+	return v;
+}
+
+static __always_inline void nat6_fill(struct nat6_key *k, const __u32 *s, const __u32 *d, __u16 sport, __u16 dport,
+				      __u8 proto, __u8 dir)
+{
+	ip6_cp(k->saddr, s);
+	ip6_cp(k->daddr, d);
+	k->sport = sport;
+	k->dport = dport;
+	k->proto = proto;
+	k->dir = dir;
+	k->pad = 0;
+}
+
+static __always_inline int in_net6(struct svc6_config *sc, const __u32 *a)
+{
+	return (((a[0] & sc->mask[0]) ^ sc->net[0]) | ((a[1] & sc->mask[1]) ^ sc->net[1]) |
+		((a[2] & sc->mask[2]) ^ sc->net[2]) | ((a[3] & sc->mask[3]) ^ sc->net[3])) == 0;
+}
+
+// pick6 is pick for IPv6: the backend goes to ss->b.
+static __always_inline int pick6(struct svc6_scratch *ss, struct svc_val *s, const __u32 *client, __u64 now,
+				 __u32 *slot)
+{
+	struct backend_key bk = {.id = s->id, .half = s->half};
+	struct backend6 *b;
+	if (s->affinity) {
+		ip6_cp(ss->ak.client, client);
+		ss->ak.id = s->id;
+		struct affinity6_val *a = bpf_map_lookup_elem(&cnlab_affinity6, &ss->ak);
+		if (a && now - a->last < (__u64)s->affinity * NSEC && a->slot < s->count) {
+			bk.slot = a->slot;
+			b = bpf_map_lookup_elem(&cnlab_backends6, &bk);
+			if (b && ip6_eq(b->ip, a->b.ip) && b->port == a->b.port) {
+				ss->b = *b;
+				*slot = bk.slot;
+				return 0;
+			}
+		}
+	}
+	bk.slot = bpf_get_prandom_u32() % s->count;
+	b = bpf_map_lookup_elem(&cnlab_backends6, &bk);
+	if (!b)
+		return -1;
+	ss->b = *b;
+	*slot = bk.slot;
+	return 0;
+}
+
+static __always_inline void xl6_set(struct xlate6 *x, struct nat6_val *v)
+{
+	ip6_cp(x->saddr, v->saddr);
+	ip6_cp(x->daddr, v->daddr);
+	x->sport = v->sport;
+	x->dport = v->dport;
+}
+
+// svc_reply6 is svc_reply for IPv6.
+static __always_inline struct nat6_val *svc_reply6(struct svc6_scratch *ss, struct pkt6 *p, __u64 now)
+{
+	struct xlate6 *x = &ss->x;
+	ip6_cp(x->o_saddr, p->saddr);
+	ip6_cp(x->o_daddr, p->daddr);
+	x->o_sport = bpf_htons(p->sport);
+	x->o_dport = bpf_htons(p->dport);
+	nat6_fill(&ss->k, p->saddr, p->daddr, x->o_sport, x->o_dport, p->proto, NAT_REV);
+	struct nat6_val *v = nat6_get(&ss->k, now);
+	if (!v)
+		return 0;
+	__u64 was = v->ct.expires;
+	ct_touch(&v->ct, p->proto, p->tcpflags, now);
+	x->kind = XL_REV;
+	xl6_set(x, v);
+	if (v->ct.expires != was) {
+		nat6_fill(&ss->k2, v->daddr, v->saddr, v->dport, v->sport, p->proto, NAT_FWD);
+		struct nat6_val *f = bpf_map_lookup_elem(&cnlab_nat6, &ss->k2);
+		if (f && f->ct.expires < v->ct.expires)
+			f->ct.expires = v->ct.expires;
+	}
+	return v;
+}
+
+static __always_inline int translatable6(struct pkt6 *p)
+{
+	return (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) && p->frag != 2;
+}
+
+// svc_frag6 is svc_frag for IPv6 (by the Fragment header's id).
+static __always_inline void svc_frag6(struct svc6_scratch *ss, struct pkt6 *p, __u64 now)
+{
+	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
+		return;
+	struct xlate6 *x = &ss->x;
+	ip6_cp(ss->fk.saddr, p->saddr);
+	ip6_cp(ss->fk.daddr, p->daddr);
+	ss->fk.id = p->fragid;
+	ss->fk.proto = p->proto;
+	ss->fk.pad[0] = ss->fk.pad[1] = ss->fk.pad[2] = 0;
+	struct svc_frag6_val *v = bpf_map_lookup_elem(&cnlab_svc_frag6, &ss->fk);
+	if (!v || v->expires < now)
+		return;
+	x->kind = v->kind;
+	x->hairpin = v->hairpin;
+	x->snat = v->snat;
+	ip6_cp(x->o_saddr, p->saddr);
+	ip6_cp(x->o_daddr, p->daddr);
+	ip6_cp(x->saddr, v->saddr);
+	ip6_cp(x->daddr, v->daddr);
+	ip6_cp(p->daddr, v->daddr);
+}
+
+// svc_icmp_unmasq6 is svc_icmp_unmasq for IPv6.
+static __always_inline int svc_icmp_unmasq6(struct svc6_config *sc, struct svc6_scratch *ss, struct pkt6 *p, __u64 now)
+{
+	if (!p->icmp_err || (!ip6_eq(p->daddr, sc->masq) && !ip6_eq(p->daddr, sc->hairpin)) ||
+	    !ip6_eq(p->daddr, p->in_saddr) || (p->in_proto != IPPROTO_TCP && p->in_proto != IPPROTO_UDP))
+		return 0;
+	nat6_fill(&ss->k, p->in_daddr, p->in_saddr, bpf_htons(p->in_dport), bpf_htons(p->in_sport), p->in_proto,
+		  NAT_REV);
+	struct nat6_val *v = nat6_get(&ss->k, now);
+	if (!v || ip6_eq(v->daddr, p->in_saddr))
+		return 0;
+	ip6_cp(p->daddr, v->daddr);
+	ip6_cp(p->in_saddr, v->daddr);
+	p->in_sport = bpf_ntohs(v->dport);
+	return 1;
+}
+
+// svc_from_ep6 is svc_from_ep for IPv6: p becomes the real tuple, ss->x
+// what is written on the wire.
+static __always_inline int svc_from_ep6(struct svc6_config *sc, struct svc6_scratch *ss, struct pkt6 *p, __u64 now)
+{
+	struct xlate6 *x = &ss->x;
+	if (p->frag == 2) {
+		svc_frag6(ss, p, now);
+		return 0;
+	}
+	if (!translatable6(p))
+		return 0;
+	struct nat6_val *v = svc_reply6(ss, p, now);
+	if (v) {
+		x->hairpin = ip6_eq(v->daddr, p->saddr);
+		x->snat = !ip6_eq(v->daddr, p->daddr);
+		ip6_cp(p->daddr, v->daddr);
+		p->dport = bpf_ntohs(v->dport);
+		return 0;
+	}
+	if (!in_net6(sc, p->daddr) &&
+	    !((sc->flags & SVC_NODEPORTS) && p->dport >= NODEPORT_MIN && p->dport <= NODEPORT_MAX))
+		return 0;
+	ip6_cp(ss->sk.vip, p->daddr);
+	ss->sk.port = x->o_dport;
+	ss->sk.proto = p->proto;
+	ss->sk.pad = 0;
+	struct svc_val *s = bpf_map_lookup_elem(&cnlab_svc6, &ss->sk);
+	if (!s)
+		return 0;
+	nat6_fill(&ss->k, p->saddr, p->daddr, x->o_sport, x->o_dport, p->proto, NAT_FWD);
+	v = nat6_get(&ss->k, now);
+	int syn = p->proto == IPPROTO_TCP && (p->tcpflags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+	if (v && !(syn && (v->ct.flags & (CT_CLOSING | CT_FIN)))) {
+		__u64 was = v->ct.expires;
+		ct_touch(&v->ct, p->proto, p->tcpflags, now);
+		xl6_set(x, v);
+		if (v->ct.expires != was) {
+			nat6_fill(&ss->k2, v->daddr, v->saddr, v->dport, v->sport, p->proto, NAT_REV);
+			struct nat6_val *r = bpf_map_lookup_elem(&cnlab_nat6, &ss->k2);
+			if (r && r->ct.expires < v->ct.expires)
+				r->ct.expires = v->ct.expires;
+		}
+	} else {
+		if (!s->count)
+			return s->flags & SVC_DROP ? R_DROP_SVC_NO_LOCAL : R_DROP_SVC_REJECT;
+		if (pick6(ss, s, p->saddr, now, &x->slot) < 0) {
+			s = bpf_map_lookup_elem(&cnlab_svc6, &ss->sk);
+			if (!s || !s->count)
+				return s && (s->flags & SVC_DROP) ? R_DROP_SVC_NO_LOCAL : R_DROP_SVC_REJECT;
+			if (pick6(ss, s, p->saddr, now, &x->slot) < 0)
+				return R_DROP_UNKNOWN;
+		}
+		x->fresh = 1;
+		x->id = s->id;
+		x->affinity = s->affinity;
+		ip6_cp(x->daddr, ss->b.ip);
+		x->dport = ss->b.port;
+		x->sport = x->o_sport;
+		ip6_cp(x->saddr, p->saddr);
+		if (ip6_eq(ss->b.ip, p->saddr)) {
+			ip6_cp(x->saddr, sc->hairpin);
+		} else if (s->flags & SVC_MASQ) {
+			ip6_cp(x->saddr, sc->masq);
+			nat6_fill(&ss->k2, ss->b.ip, sc->masq, ss->b.port, x->o_sport, p->proto, NAT_REV);
+			int free = 0;
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				struct nat6_val *o = bpf_map_lookup_elem(&cnlab_nat6, &ss->k2);
+				if (!o || o->ct.expires < now) {
+					free = 1;
+					break;
+				}
+				ss->k2.dport = bpf_htons(32768 + bpf_get_prandom_u32() % 28232);
+			}
+			if (!free)
+				return R_DROP_SVC_NO_PORT;
+			x->sport = ss->k2.dport;
+		}
+	}
+	x->kind = XL_FWD;
+	x->hairpin = ip6_eq(x->daddr, p->saddr);
+	x->snat = !ip6_eq(x->saddr, p->saddr);
+	ip6_cp(p->daddr, x->daddr);
+	p->dport = bpf_ntohs(x->dport);
+	return 0;
+}
+
+// svc6_front looks up what a packet an endpoint sends is to the IPv6
+// service proxy (svc_from_ep6, then an ICMPv6 error to a masquerade
+// address): 0, or a reason to stop it. ss->x must be zero.
+__attribute__((noinline)) int svc6_front(struct scratch6 *s, struct svc6_scratch *ss)
+{
+	struct svc6_config *sc = svc6_config();
+	if (!s || !ss || !sc)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	int r = svc_from_ep6(sc, ss, &s->p, now);
+	if (r)
+		return r;
+	if (!ss->x.kind && svc_icmp_unmasq6(sc, ss, &s->p, now))
+		ss->x.snat = 1;
+	return 0;
+}
+
+// svc_commit6 is svc_commit for IPv6.
+static __always_inline void svc_commit6(struct svc6_scratch *ss, struct pkt6 *p, __u64 now)
+{
+	struct xlate6 *x = &ss->x;
+	struct nat6_val *v = &ss->v;
+	__builtin_memset(v, 0, sizeof(*v));
+	ct_touch(&v->ct, p->proto, p->tcpflags, now);
+	nat6_fill(&ss->k, x->daddr, x->saddr, x->dport, x->sport, p->proto, NAT_REV);
+	ip6_cp(v->saddr, x->o_daddr);
+	ip6_cp(v->daddr, x->o_saddr);
+	v->sport = x->o_dport;
+	v->dport = x->o_sport;
+	bpf_map_update_elem(&cnlab_nat6, &ss->k, v, BPF_ANY);
+	nat6_fill(&ss->k, x->o_saddr, x->o_daddr, x->o_sport, x->o_dport, p->proto, NAT_FWD);
+	ip6_cp(v->saddr, x->saddr);
+	ip6_cp(v->daddr, x->daddr);
+	v->sport = x->sport;
+	v->dport = x->dport;
+	bpf_map_update_elem(&cnlab_nat6, &ss->k, v, BPF_ANY);
+	if (x->affinity) {
+		ip6_cp(ss->ak.client, x->o_saddr);
+		ss->ak.id = x->id;
+		__builtin_memset(&ss->av, 0, sizeof(ss->av));
+		ss->av.last = now;
+		ip6_cp(ss->av.b.ip, x->daddr);
+		ss->av.b.port = x->dport;
+		ss->av.slot = x->slot;
+		bpf_map_update_elem(&cnlab_affinity6, &ss->ak, &ss->av, BPF_ANY);
+	}
+}
+
+// set_addr6 rewrites an IPv6 address at off and, with csum, the checksum
+// there (flags f: BPF_F_PSEUDO_HDR when its pseudo-header covers the
+// address, as a TCP/UDP or ICMPv6 checksum the outer addresses).
+static __always_inline int set_addr6(struct __sk_buff *skb, __u32 csum, __u32 off, __u32 *from, __u32 *to, __u64 f)
+{
+	if (ip6_eq(from, to))
+		return 0;
+	if (csum) {
+		__s64 d = bpf_csum_diff(from, 16, to, 16, 0);
+		if (bpf_l4_csum_replace(skb, csum, 0, d, f) < 0)
+			return -1;
+	}
+	return bpf_skb_store_bytes(skb, off, to, 16, 0);
+}
+
+// xlate_write6 is xlate_write for IPv6 (no IP header checksum; the
+// TCP/UDP checksum's pseudo-header covers both addresses).
+static __always_inline int xlate_write6(struct __sk_buff *skb, struct svc6_scratch *ss, struct pkt6 *p, __u64 now)
+{
+	struct xlate6 *x = &ss->x;
+	if (p->frag == 2)
+		return set_addr6(skb, 0, ETH_HLEN + 8, x->o_saddr, x->saddr, 0) < 0 ||
+		       set_addr6(skb, 0, ETH_HLEN + 24, x->o_daddr, x->daddr, 0) < 0 ? -1 : 0;
+	if (p->frag == 1) {
+		ip6_cp(ss->fk.saddr, x->o_saddr);
+		ip6_cp(ss->fk.daddr, x->o_daddr);
+		ss->fk.id = p->fragid;
+		ss->fk.proto = p->proto;
+		ss->fk.pad[0] = ss->fk.pad[1] = ss->fk.pad[2] = 0;
+		__builtin_memset(&ss->fv, 0, sizeof(ss->fv));
+		ss->fv.expires = now + LIFE_FRAG;
+		ip6_cp(ss->fv.saddr, x->saddr);
+		ip6_cp(ss->fv.daddr, x->daddr);
+		ss->fv.kind = x->kind;
+		ss->fv.hairpin = x->hairpin;
+		ss->fv.snat = x->snat;
+		bpf_map_update_elem(&cnlab_svc_frag6, &ss->fk, &ss->fv, BPF_ANY);
+	}
+	__u32 l4 = p->l4;
+	__u32 csum = l4 + (p->proto == IPPROTO_TCP ? 16 : 6);
+	__u64 f = p->proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+	if (set_addr6(skb, csum, ETH_HLEN + 8, x->o_saddr, x->saddr, f | BPF_F_PSEUDO_HDR) < 0 ||
+	    set_addr6(skb, csum, ETH_HLEN + 24, x->o_daddr, x->daddr, f | BPF_F_PSEUDO_HDR) < 0 ||
+	    set_port(skb, csum, l4, x->o_sport, x->sport, f) < 0 ||
+	    set_port(skb, csum, l4 + 2, x->o_dport, x->dport, f) < 0)
+		return -1;
+	return 0;
+}
+
+// svc6_out writes a translated packet policy allowed: a new flow's
+// entries first (svc_commit6), then its tuple. 0, or -1 (drop).
+__attribute__((noinline)) int svc6_out(struct __sk_buff *skb, struct scratch6 *s, struct svc6_scratch *ss)
+{
+	if (!s || !ss)
+		return -1;
+	__u64 now = bpf_ktime_get_ns();
+	if (ss->x.kind == XL_FWD && ss->x.fresh)
+		svc_commit6(ss, &s->p, now);
+	return xlate_write6(skb, ss, &s->p, now);
+}
+
+// svc6_in finds a reply of a translated flow delivered to its client
+// (to_ep6, from_wire6): ss->x is set to write it.
+__attribute__((noinline)) int svc6_in(struct scratch6 *s, struct svc6_scratch *ss)
+{
+	if (!s || !ss)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	struct pkt6 *p = &s->p;
+	if (p->frag == 2)
+		svc_frag6(ss, p, now);
+	else if (translatable6(p))
+		svc_reply6(ss, p, now);
+	return 0;
+}
+
+// svc_icmp6 is svc_icmp for IPv6: an ICMPv6 error about a translated
+// flow, on its way to the flow's client, quotes what the client sent (its
+// address and port, the Service's address and port), goes to the client
+// and, when the backend sent it, comes from the Service's address. The
+// ICMPv6 checksum covers the quote and, through its pseudo-header, the
+// outer addresses. The quote must follow the fixed header at once (no
+// extension header), as parse6 reads it.
+__attribute__((noinline)) int svc_icmp6(struct __sk_buff *skb, struct scratch6 *s, struct svc6_scratch *ss)
+{
+	if (!s || !ss)
+		return -1;
+	struct pkt6 *p = &s->p;
+	if (!p->icmp_err || !ip6_eq(p->daddr, p->in_saddr) ||
+	    (p->in_proto != IPPROTO_TCP && p->in_proto != IPPROTO_UDP))
+		return 0;
+	// Whole headers are read, changed in ss and written back, with one
+	// checksum difference each: few values live across calls (the
+	// verifier's stack of three frames).
+	ss->in = p->l4 + 8;
+	if (bpf_skb_load_bytes(skb, ss->in, &ss->q, sizeof(ss->q)) < 0 ||
+	    bpf_skb_load_bytes(skb, ETH_HLEN + 8, &ss->o, sizeof(ss->o)) < 0)
+		return -1;
+	nat6_fill(&ss->k, ss->q.ip.daddr, ss->q.ip.saddr, ss->q.ports[1], ss->q.ports[0], p->in_proto, NAT_REV);
+	struct nat6_val *v = nat6_get(&ss->k, bpf_ktime_get_ns());
+	if (!v || !ip6_eq(v->daddr, p->daddr))
+		return 0;
+	// The flow as its client has it: client:cport to vip:vport; to the
+	// client, and from the Service when the backend sent it.
+	ss->nq = ss->q;
+	ip6_cp(ss->nq.ip.saddr, v->daddr);
+	ip6_cp(ss->nq.ip.daddr, v->saddr);
+	ss->nq.ports[0] = v->dport;
+	ss->nq.ports[1] = v->sport;
+	ss->no = ss->o;
+	ip6_cp(ss->no.d, v->daddr);
+	if (ip6_eq(ss->o.s, ss->q.ip.daddr))
+		ip6_cp(ss->no.s, v->saddr);
+	__s64 d = bpf_csum_diff((__be32 *)&ss->q, sizeof(ss->q), (__be32 *)&ss->nq, sizeof(ss->nq), 0);
+	if (bpf_l4_csum_replace(skb, ss->in - 6, 0, d, 0) < 0)
+		return -1;
+	d = bpf_csum_diff((__be32 *)&ss->o, sizeof(ss->o), (__be32 *)&ss->no, sizeof(ss->no), 0);
+	if (bpf_l4_csum_replace(skb, ss->in - 6, 0, d, BPF_F_PSEUDO_HDR) < 0 ||
+	    bpf_skb_store_bytes(skb, ss->in, &ss->nq, sizeof(ss->nq), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 8, &ss->no, sizeof(ss->no), 0) < 0)
+		return -1;
+	return 0;
+}
+
+// reject6 answers a new connection to an IPv6 Service without backends
+// with an ICMPv6 port unreachable from the Service's address, sent
+// straight back into the sender's namespace (reject for IPv6). The
+// packet becomes the answer: it quotes its IPv6 header and 8 bytes.
+__attribute__((noinline)) int reject6(struct __sk_buff *skb, struct endpoint *ep, struct svc6_scratch *ss)
+{
+	if (!ep || !ss)
+		return TC_ACT_SHOT;
+	__builtin_memset(&ss->r, 0, sizeof(ss->r));
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, ss->r.quote, sizeof(ss->r.quote)) < 0)
+		return TC_ACT_SHOT;
+	ss->r.ip.vtc = 0x60;
+	ss->r.ip.plen = bpf_htons(8 + sizeof(ss->r.quote));
+	ss->r.ip.nxt = IPPROTO_ICMP6;
+	ss->r.ip.hlim = 64;
+	__builtin_memcpy(ss->r.ip.saddr, &ss->r.quote[24], 16); // the Service
+	__builtin_memcpy(ss->r.ip.daddr, &ss->r.quote[8], 16);  // the sender
+	ss->r.icmp[0] = ICMP6_DST_UNREACH;
+	ss->r.icmp[1] = 4; // port unreachable
+	__u32 pseudo[2] = {bpf_htonl(8 + sizeof(ss->r.quote)), bpf_htonl(IPPROTO_ICMP6)};
+	__s64 c = bpf_csum_diff(0, 0, ss->r.ip.saddr, 32, 0);
+	c = bpf_csum_diff(0, 0, pseudo, sizeof(pseudo), c);
+	c = bpf_csum_diff(0, 0, (__be32 *)ss->r.icmp, 8 + sizeof(ss->r.quote), c);
+	__u16 ck = csum_fold(c);
+	__builtin_memcpy(&ss->r.icmp[2], &ck, 2);
+	if (bpf_skb_change_tail(skb, ETH_HLEN + sizeof(ss->r), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN, &ss->r, sizeof(ss->r), 0) < 0)
+		return TC_ACT_SHOT;
+	return deliver_as(skb, ep, ETH_P_IPV6);
+}
+
+// svc6_masq reports whether a is the host's IPv6 masquerade address (with
+// node ports): legacy host routing answers a solicitation for it (arp).
+static __always_inline int svc6_masq(const __u32 *a)
+{
+	struct svc6_config *sc = svc6_config();
+	return sc && (sc->flags & SVC_NODEPORTS) && ip6_eq(a, sc->masq);
+}
+
+static __always_inline struct svc6_scratch *svc6_on(void)
+{
+	return svc6_config() ? svc6_scratch() : 0;
+}
+
+// svc6_write writes a packet of a translated flow that policy allowed
+// (nothing for others): 0, or -1 (drop).
+static __always_inline int svc6_write(struct __sk_buff *skb, struct scratch6 *s)
+{
+	struct svc6_scratch *ss = svc6_on();
+	return ss && ss->x.kind ? svc6_out(skb, s, ss) : 0;
+}
+
+// svc6_deliver writes a packet of a translated flow (and an ICMPv6 error
+// about one) that both sides allowed on the host-local path, and puts it
+// into the destination's namespace.
+static __always_inline int svc6_deliver(struct __sk_buff *skb, struct scratch6 *s, struct endpoint *dst, int r)
+{
+	if (svc6_write(skb, s) < 0)
+		return TC_ACT_SHOT;
+	struct svc6_scratch *ss = svc6_on();
+	if (ss && r == R_ALLOW_RELATED && svc_icmp6(skb, s, ss) < 0)
+		return TC_ACT_SHOT;
+	return deliver_as(skb, dst, ETH_P_IPV6);
+}
+
+// from_wire6 is cnlab_from_wire for IPv6: the answers of masqueraded
+// IPv6 node-port connections (to the host's IPv6 masquerade address) are
+// translated back (from_wire6), judged at the client's ingress and handed
+// to it (from_wire6_out). It returns -1 for a packet that passes
+// untouched, else the reason; the scratch holds the rest. Two functions,
+// so that svc_icmp6 is called from a small frame.
+__attribute__((noinline)) int from_wire6(struct __sk_buff *skb)
+{
+	struct svc6_config *sc = svc6_config();
+	if (!sc || !(sc->flags & SVC_NODEPORTS))
+		return -1;
+	__u32 zero = 0;
+	struct scratch6 *s = bpf_map_lookup_elem(&cnlab_scratch6, &zero);
+	struct svc6_scratch *ss = svc6_scratch();
+	if (!s || !ss || config(&s->cfg))
+		return -1;
+	struct pkt6 *p = &s->p;
+	__builtin_memset(p, 0, sizeof(*p));
+	if (parse6(skb, p) || !ip6_eq(p->daddr, sc->masq))
+		return -1;
+	__builtin_memset(&ss->x, 0, sizeof(ss->x));
+	__u64 now = bpf_ktime_get_ns();
+	if (p->frag == 2) {
+		svc_frag6(ss, p, now);
+	} else if (translatable6(p)) {
+		if (svc_reply6(ss, p, now)) {
+			ip6_cp(p->daddr, ss->x.daddr);
+			p->dport = bpf_ntohs(ss->x.dport);
+		}
+	} else {
+		svc_icmp_unmasq6(sc, ss, p, now);
+	}
+	if (ip6_eq(p->daddr, sc->masq))
+		return -1;
+	s->ipk.prefixlen = 128;
+	ip6_cp(s->ipk.ip, p->daddr);
+	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_local6, &s->ipk);
+	if (!dst)
+		return -1;
+	ss->peer_id = 0;
+	ss->rule = NO_RULE;
+	int r = side6(s, dst, DIR_INGRESS, now, &ss->peer_id, &ss->rule, skb->len);
+	if (!is_drop(r) && ss->x.kind && xlate_write6(skb, ss, p, now) < 0)
+		r = R_DROP_MALFORMED;
+	return r;
+}
+
+__attribute__((noinline)) int from_wire6_out(struct __sk_buff *skb, int r)
+{
+	__u32 zero = 0;
+	struct scratch6 *s = bpf_map_lookup_elem(&cnlab_scratch6, &zero);
+	struct svc6_scratch *ss = svc6_scratch();
+	if (!s || !ss)
+		return TC_ACT_SHOT;
+	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_local6, &s->ipk);
+	if (!dst)
+		return TC_ACT_SHOT;
+	if (r == R_ALLOW_RELATED && svc_icmp6(skb, s, ss) < 0)
+		r = R_DROP_MALFORMED;
+	if (!ss->x.kind && r != R_ALLOW_RELATED && !is_drop(r))
+		r = R_DROP_UNKNOWN; // an error policy let in that no flow here is about
+	if (finish6(s, skb, dst->index, DIR_INGRESS, r, ss->peer_id, dst->identity, ss->rule) != TC_ACT_OK)
+		return TC_ACT_SHOT;
+	return deliver_as(skb, dst, ETH_P_IPV6);
+}
+
 // is_ndp: neighbour and router discovery and multicast listener
 // messages, which policy does not judge (as ARP): only at the hop limit
 // they are sent with on their link (255; MLD's 1), which a packet a host
@@ -2688,7 +3394,7 @@ static __always_inline int ndp(struct __sk_buff *skb, struct endpoint *ep, struc
 			reason = R_DROP_SPOOF; // a link-layer address not the endpoint's (none from ::)
 		else if (t == ND_NEIGHBOR_ADVERT && (from_none || !ip6_eq(m.target, ep->ip6)))
 			reason = R_DROP_SPOOF; // advertising another's address
-		else if (t == ND_NEIGHBOR_SOLICIT && host_routing_bpf) {
+		else if (t == ND_NEIGHBOR_SOLICIT && (host_routing_bpf || svc6_masq(m.target))) {
 			if (from_none || ip6_eq(m.target, ep->ip6))
 				reason = R_DROP_L3; // duplicate address detection: no one else has it
 			else
@@ -2725,14 +3431,34 @@ __attribute__((noinline)) int from_ep6(struct __sk_buff *skb, struct endpoint *s
 	if (!ip6_eq(p->saddr, src->ip6))
 		return finish6(s, skb, src->index, DIR_EGRESS, R_DROP_SPOOF, src->identity, 0, NO_RULE);
 	__u64 now = bpf_ktime_get_ns();
-	struct endpoint *dst = 0;
-	if (host_routing_bpf) {
-		s->ipk.prefixlen = 128;
-		ip6_cp(s->ipk.ip, p->daddr);
-		dst = bpf_map_lookup_elem(&cnlab_local6, &s->ipk);
+	// The service proxy's scratch is looked up again where it is used
+	// (svc6_on), rather than kept: the verifier's stack of three frames.
+	struct svc6_scratch *ss = svc6_on();
+	if (ss) {
+		__builtin_memset(&ss->x, 0, sizeof(ss->x));
+		r = svc6_front(s, ss);
+		if (r == R_DROP_SVC_REJECT) {
+			count(src->index, DIR_EGRESS, r, skb->len);
+			emit6(s, skb->len, src->index, DIR_EGRESS, r, src->identity, 0, NO_RULE);
+			return reject6(skb, src, svc6_scratch());
+		}
+		if (r)
+			return finish6(s, skb, src->index, DIR_EGRESS, r, src->identity, 0, NO_RULE);
 	}
+	struct endpoint *dst = 0;
+	// As the IPv4 front: a masqueraded flow goes straight to a local
+	// destination in either host routing; with legacy host routing a
+	// reply bridged to a client of this host is translated by its to_ep6.
+	s->ipk.prefixlen = 128;
+	ip6_cp(s->ipk.ip, p->daddr);
+	if (host_routing_bpf || (ss && (ss->x.hairpin || ss->x.snat)))
+		dst = bpf_map_lookup_elem(&cnlab_local6, &s->ipk);
+	else if (ss && ss->x.kind == XL_REV && bpf_map_lookup_elem(&cnlab_local6, &s->ipk))
+		ss->x.kind = 0;
 	if (!dst) {
 		r = side6(s, src, DIR_EGRESS, now, &peer_id, &rule, skb->len);
+		if (!is_drop(r) && svc6_write(skb, s) < 0)
+			r = R_DROP_MALFORMED;
 		return finish6(s, skb, src->index, DIR_EGRESS, r, src->identity, peer_id, rule);
 	}
 	// Host-local: both sides here, one conntrack entry (scope 0).
@@ -2759,7 +3485,7 @@ __attribute__((noinline)) int from_ep6(struct __sk_buff *skb, struct endpoint *s
 			if (p->frag == 1)
 				first_fragment6(s, 0, 0, now);
 			finish6(s, skb, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
-			return deliver_as(skb, dst, ETH_P_IPV6);
+			return svc6_deliver(skb, s, dst, r);
 		}
 		if (p->frag == 1)
 			first_fragment6(s, 0, 0, now);
@@ -2768,7 +3494,7 @@ __attribute__((noinline)) int from_ep6(struct __sk_buff *skb, struct endpoint *s
 		return finish6(s, skb, src->index, DIR_EGRESS, r, src->identity, dst->identity, rule);
 	count(src->index, DIR_EGRESS, r, skb->len);
 	finish6(s, skb, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
-	return deliver_as(skb, dst, ETH_P_IPV6);
+	return svc6_deliver(skb, s, dst, r);
 }
 
 // to_ep6 is cnlab_to_ep for an IPv6 packet: neighbour discovery passes
@@ -2793,7 +3519,17 @@ __attribute__((noinline)) int to_ep6(struct __sk_buff *skb, struct endpoint *dst
 	if (!ip6_eq(p->daddr, dst->ip6))
 		return finish6(s, skb, dst->index, DIR_INGRESS, R_DROP_UNKNOWN, 0, dst->identity, rule);
 	__u64 now = bpf_ktime_get_ns();
+	struct svc6_scratch *ss = svc6_on();
+	if (ss) {
+		__builtin_memset(&ss->x, 0, sizeof(ss->x));
+		svc6_in(s, ss);
+	}
 	r = side6(s, dst, DIR_INGRESS, now, &peer_id, &rule, skb->len);
+	if (!is_drop(r) && svc6_write(skb, s) < 0)
+		r = R_DROP_MALFORMED;
+	ss = svc6_on();
+	if (r == R_ALLOW_RELATED && ss && svc_icmp6(skb, s, ss) < 0)
+		r = R_DROP_MALFORMED;
 	return finish6(s, skb, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule);
 }
 
@@ -3090,6 +3826,10 @@ int cnlab_from_wire(struct __sk_buff *skb)
 	struct config snap, *cfg = &snap;
 	struct svc_config *sc = svc_config();
 	int nodeports = sc && (sc->flags & SVC_NODEPORTS);
+	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		int r6 = from_wire6(skb);
+		return r6 < 0 ? TC_ACT_OK : from_wire6_out(skb, r6);
+	}
 	if (skb->protocol != bpf_htons(ETH_P_IP) || config(cfg) || (!nodeports && !(cfg->flags & FLAG_L7)))
 		return TC_ACT_OK;
 	struct pkt p = {};
