@@ -171,9 +171,9 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 			return nil, err
 		}
 		if o.HTTP != nil {
-			err = srv.identifyHTTP(ep, b.Port)
+			err = srv.identifyHTTP(ep, b.Port, b.IP.Is6())
 		} else {
-			err = srv.identify(ep, f.Protocol, b.Port)
+			err = srv.identify(ep, f.Protocol, b.Port, b.IP.Is6())
 		}
 		if err != nil {
 			return nil, err
@@ -549,7 +549,7 @@ func identify(ctx context.Context, ns string, dst netip.AddrPort, proto string, 
 		var pc net.PacketConn
 		err = netns.Do(ns, func() error {
 			var err error
-			pc, err = net.ListenPacket("udp4", ":0")
+			pc, err = net.ListenPacket(netOf("udp", dst.Addr().Is6()), ":0")
 			return err
 		})
 		if err != nil {
@@ -638,7 +638,7 @@ const backendPrefix = "cnlab-backend "
 // HTTP/1.1 and answer every request 200 with "cnlab-backend
 // NAMESPACE/NAME SRC:PORT\n" (and the name in the header
 // X-Cnlab-Backend).
-func (s *servers) identifyHTTP(ep *topology.Endpoint, port uint16) error {
+func (s *servers) identifyHTTP(ep *topology.Endpoint, port uint16, six bool) error {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		from, _ := netip.ParseAddrPort(r.RemoteAddr)
 		w.Header().Set("X-Cnlab-Backend", ep.ID())
@@ -648,7 +648,7 @@ func (s *servers) identifyHTTP(ep *topology.Endpoint, port uint16) error {
 	addr := fmt.Sprintf(":%d", port)
 	err := netns.Do(ep.Netns, func() error {
 		var err error
-		ln, err = net.Listen("tcp4", addr)
+		ln, err = net.Listen(netOf("tcp", six), addr)
 		return err
 	})
 	if err != nil {
@@ -660,20 +660,30 @@ func (s *servers) identifyHTTP(ep *topology.Endpoint, port uint16) error {
 	return nil
 }
 
-// identify makes ep listen on proto/port on every address and answer each
-// connection or datagram with "NAMESPACE/NAME SRC:PORT\n".
-func (s *servers) identify(ep *topology.Endpoint, proto string, port uint16) error {
+// netOf is the network of proto ("tcp", "udp") for one family (six:
+// IPv6): a backend listens on the family of its address in the slice.
+func netOf(proto string, six bool) string {
+	if six {
+		return proto + "6"
+	}
+	return proto + "4"
+}
+
+// identify makes ep listen on proto/port on every address of a family
+// (six: IPv6) and answer each connection or datagram with
+// "NAMESPACE/NAME SRC:PORT\n".
+func (s *servers) identify(ep *topology.Endpoint, proto string, port uint16, six bool) error {
 	addr := fmt.Sprintf(":%d", port)
 	answer := func(from netip.AddrPort) []byte {
 		return []byte(fmt.Sprintf("%s %s\n", ep.ID(), netip.AddrPortFrom(from.Addr().Unmap(), from.Port())))
 	}
 	if proto == "tcp" {
-		return s.serveTCP(ep, "tcp4", addr, func(c net.Conn) {
+		return s.serveTCP(ep, netOf("tcp", six), addr, func(c net.Conn) {
 			_, _ = c.Write(answer(c.RemoteAddr().(*net.TCPAddr).AddrPort()))
 			c.Close()
 		})
 	}
-	return s.serveUDP(ep, "udp4", addr, func(pc net.PacketConn, _ []byte, from net.Addr) {
+	return s.serveUDP(ep, netOf("udp", six), addr, func(pc net.PacketConn, _ []byte, from net.Addr) {
 		_, _ = pc.WriteTo(answer(from.(*net.UDPAddr).AddrPort()), from)
 	})
 }
