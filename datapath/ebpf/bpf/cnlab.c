@@ -2150,11 +2150,12 @@ static __always_inline struct endpoint *legacy_l7(struct config *cfg, struct end
 // its own ipcache (cnlab_ipcache6), endpoints by address (cnlab_local6),
 // conntrack (cnlab_ct6), fragments (cnlab_frag6) and event rate limit
 // (cnlab_evlimit6), and asks the same policy maps (policy_verdict): a
-// policy key names a peer, whatever its family. Not on this path: the
-// service proxy (an IPv6 packet is never translated), the L7 proxy (a
-// connection to an L7 port is dropped, l7-port-not-proxied or
-// l7-proxy-not-listening), the connect hook, the ICMPv6 answers the IPv4
-// path sends (no packet is rejected on it).
+// policy key names a peer, whatever its family. The service proxy's IPv6
+// frontends are translated on it ("IPv6 Services" below). Not on this
+// path: the L7 proxy (a connection to an L7 port is dropped,
+// l7-port-not-proxied or l7-proxy-not-listening), the connect hook and
+// socket LB, the IPv4 path's "fragmentation needed" for masqueraded
+// packets.
 
 #define NEXTHDR_HOP 0
 #define NEXTHDR_ROUTING 43
