@@ -34,8 +34,8 @@ func to6Addr(s string) string {
 
 // TestServiceScenarios6 runs every service scenario on an IPv6-only lab
 // with the ebpf proxy (bpf host routing over VXLAN, legacy host routing
-// over a wire), the probe matching the model for every client and
-// frontend, as TestServiceScenarios does over IPv4.
+// over a wire, socket-level translation), the probe matching the model
+// for every client and frontend, as TestServiceScenarios does over IPv4.
 func TestServiceScenarios6(t *testing.T) {
 	testutil.RequireRoot(t)
 	ctx := context.Background()
@@ -45,6 +45,7 @@ func TestServiceScenarios6(t *testing.T) {
 	}{
 		{"h7s-sv6-eb", "vxlan", kind.Overrides{}},
 		{"h7s-sv6-el", "wire", kind.Overrides{HostRouting: kind.HostRoutingLegacy}},
+		{"h7s-sv6-es", "wire", kind.Overrides{SocketLB: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			text := to6.Replace(fmt.Sprintf(svcscenarios.Lab, c.name, c.link))

@@ -47,8 +47,7 @@ func upDualStackLab(t *testing.T, name, proxy string, dual bool) *topology.Spec 
 	}
 	ov := topology.Overrides{Datapath: proxy, Proxy: proxy} // each proxy on its own datapath
 	if proxy == "ebpf-legacy" {
-		// Legacy host routing, with socket-level translation (IPv4's
-		// only: IPv6 is translated per packet).
+		// Legacy host routing, with socket-level translation.
 		ov.Datapath, ov.Proxy = "ebpf", "ebpf"
 		ov.Options = kind.Overrides{HostRouting: kind.HostRoutingLegacy, SocketLB: true}
 	}

@@ -70,14 +70,13 @@ type Expectation struct {
 	// ebpf.socketLB) a client that is a backend of the frontend connects
 	// to itself over loopback: no packet reaches the datapath, so policy
 	// does not judge it and the backend sees the client's own address.
-	// IPv4 only: IPv6 connections are translated per packet.
 	HairpinLocal bool `json:"hairpinLocal,omitempty"`
 }
 
 // Expect decides a client's new connections to a frontend.
 func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
 	e := Expectation{From: client.ID(), Frontend: f.Key(), Expected: []string{}, Target: netip.AddrPortFrom(f.VIP, f.Port),
-		HairpinLocal: m.Lab.Services.Proxy == kind.ProxyEBPF && m.Lab.EBPF.SocketLB && f.Family() == 4}
+		HairpinLocal: m.Lab.Services.Proxy == kind.ProxyEBPF && m.Lab.EBPF.SocketLB}
 	usable := f.For(client.Host)
 	switch {
 	case len(f.Backends) == 0:

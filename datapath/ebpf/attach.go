@@ -155,6 +155,11 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 			{"sendmsg4", ebpf.AttachCGroupUDP4Sendmsg, objs.CnlabSendmsg4},
 			{"recvmsg4", ebpf.AttachCGroupUDP4Recvmsg, objs.CnlabRecvmsg4},
 			{"getpeername4", ebpf.AttachCgroupInet4GetPeername, objs.CnlabGetpeername4},
+			// IPv6 frontends (socket LB only: the connect hook is IPv4's).
+			{"connect6", ebpf.AttachCGroupInet6Connect, objs.CnlabConnect6},
+			{"sendmsg6", ebpf.AttachCGroupUDP6Sendmsg, objs.CnlabSendmsg6},
+			{"recvmsg6", ebpf.AttachCGroupUDP6Recvmsg, objs.CnlabRecvmsg6},
+			{"getpeername6", ebpf.AttachCgroupInet6GetPeername, objs.CnlabGetpeername6},
 		} {
 			if err := attachCgroup(dir, h.name, h.typ, h.prog); err != nil {
 				return err

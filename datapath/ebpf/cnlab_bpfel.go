@@ -479,6 +479,16 @@ type cnlabScratch6 struct {
 	}
 }
 
+type cnlabSock6Key struct {
+	_      structs.HostLayout
+	Cookie uint64
+	Addr   [4]uint32
+	Port   uint16
+	Proto  uint8
+	Pad    uint8
+	Pad2   uint32
+}
+
 type cnlabSockKey struct {
 	_      structs.HostLayout
 	Cookie uint64
@@ -707,6 +717,9 @@ const (
 	cnlabMapCnlabPolicyExact    = "cnlab_policy_exact"
 	cnlabMapCnlabRuleCounters   = "cnlab_rule_counters"
 	cnlabMapCnlabScratch6       = "cnlab_scratch6"
+	cnlabMapCnlabSock6Fwd       = "cnlab_sock6_fwd"
+	cnlabMapCnlabSock6Rev       = "cnlab_sock6_rev"
+	cnlabMapCnlabSock6RevTcp    = "cnlab_sock6_rev_tcp"
 	cnlabMapCnlabSockFwd        = "cnlab_sock_fwd"
 	cnlabMapCnlabSockRev        = "cnlab_sock_rev"
 	cnlabMapCnlabSockRevTcp     = "cnlab_sock_rev_tcp"
@@ -719,11 +732,15 @@ const (
 	cnlabMapCnlabSvcFrag        = "cnlab_svc_frag"
 	cnlabMapCnlabSvcFrag6       = "cnlab_svc_frag6"
 	cnlabProgCnlabConnect4      = "cnlab_connect4"
+	cnlabProgCnlabConnect6      = "cnlab_connect6"
 	cnlabProgCnlabFromEp        = "cnlab_from_ep"
 	cnlabProgCnlabFromWire      = "cnlab_from_wire"
 	cnlabProgCnlabGetpeername4  = "cnlab_getpeername4"
+	cnlabProgCnlabGetpeername6  = "cnlab_getpeername6"
 	cnlabProgCnlabRecvmsg4      = "cnlab_recvmsg4"
+	cnlabProgCnlabRecvmsg6      = "cnlab_recvmsg6"
 	cnlabProgCnlabSendmsg4      = "cnlab_sendmsg4"
+	cnlabProgCnlabSendmsg6      = "cnlab_sendmsg6"
 	cnlabProgCnlabToEp          = "cnlab_to_ep"
 	cnlabVarHostRoutingBpf      = "host_routing_bpf"
 	cnlabVarRuleCounterZero     = "rule_counter_zero"
@@ -798,11 +815,15 @@ type cnlabSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type cnlabProgramSpecs struct {
 	CnlabConnect4     *ebpf.ProgramSpec `ebpf:"cnlab_connect4"`
+	CnlabConnect6     *ebpf.ProgramSpec `ebpf:"cnlab_connect6"`
 	CnlabFromEp       *ebpf.ProgramSpec `ebpf:"cnlab_from_ep"`
 	CnlabFromWire     *ebpf.ProgramSpec `ebpf:"cnlab_from_wire"`
 	CnlabGetpeername4 *ebpf.ProgramSpec `ebpf:"cnlab_getpeername4"`
+	CnlabGetpeername6 *ebpf.ProgramSpec `ebpf:"cnlab_getpeername6"`
 	CnlabRecvmsg4     *ebpf.ProgramSpec `ebpf:"cnlab_recvmsg4"`
+	CnlabRecvmsg6     *ebpf.ProgramSpec `ebpf:"cnlab_recvmsg6"`
 	CnlabSendmsg4     *ebpf.ProgramSpec `ebpf:"cnlab_sendmsg4"`
+	CnlabSendmsg6     *ebpf.ProgramSpec `ebpf:"cnlab_sendmsg6"`
 	CnlabToEp         *ebpf.ProgramSpec `ebpf:"cnlab_to_ep"`
 }
 
@@ -837,6 +858,9 @@ type cnlabMapSpecs struct {
 	CnlabPolicyExact  *ebpf.MapSpec `ebpf:"cnlab_policy_exact"`
 	CnlabRuleCounters *ebpf.MapSpec `ebpf:"cnlab_rule_counters"`
 	CnlabScratch6     *ebpf.MapSpec `ebpf:"cnlab_scratch6"`
+	CnlabSock6Fwd     *ebpf.MapSpec `ebpf:"cnlab_sock6_fwd"`
+	CnlabSock6Rev     *ebpf.MapSpec `ebpf:"cnlab_sock6_rev"`
+	CnlabSock6RevTcp  *ebpf.MapSpec `ebpf:"cnlab_sock6_rev_tcp"`
 	CnlabSockFwd      *ebpf.MapSpec `ebpf:"cnlab_sock_fwd"`
 	CnlabSockRev      *ebpf.MapSpec `ebpf:"cnlab_sock_rev"`
 	CnlabSockRevTcp   *ebpf.MapSpec `ebpf:"cnlab_sock_rev_tcp"`
@@ -931,6 +955,9 @@ type cnlabMaps struct {
 	CnlabPolicyExact  *ebpf.Map `ebpf:"cnlab_policy_exact"`
 	CnlabRuleCounters *ebpf.Map `ebpf:"cnlab_rule_counters"`
 	CnlabScratch6     *ebpf.Map `ebpf:"cnlab_scratch6"`
+	CnlabSock6Fwd     *ebpf.Map `ebpf:"cnlab_sock6_fwd"`
+	CnlabSock6Rev     *ebpf.Map `ebpf:"cnlab_sock6_rev"`
+	CnlabSock6RevTcp  *ebpf.Map `ebpf:"cnlab_sock6_rev_tcp"`
 	CnlabSockFwd      *ebpf.Map `ebpf:"cnlab_sock_fwd"`
 	CnlabSockRev      *ebpf.Map `ebpf:"cnlab_sock_rev"`
 	CnlabSockRevTcp   *ebpf.Map `ebpf:"cnlab_sock_rev_tcp"`
@@ -973,6 +1000,9 @@ func (m *cnlabMaps) Close() error {
 		m.CnlabPolicyExact,
 		m.CnlabRuleCounters,
 		m.CnlabScratch6,
+		m.CnlabSock6Fwd,
+		m.CnlabSock6Rev,
+		m.CnlabSock6RevTcp,
 		m.CnlabSockFwd,
 		m.CnlabSockRev,
 		m.CnlabSockRevTcp,
@@ -1026,22 +1056,30 @@ type cnlabVariables struct {
 // It can be passed to loadCnlabObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cnlabPrograms struct {
 	CnlabConnect4     *ebpf.Program `ebpf:"cnlab_connect4"`
+	CnlabConnect6     *ebpf.Program `ebpf:"cnlab_connect6"`
 	CnlabFromEp       *ebpf.Program `ebpf:"cnlab_from_ep"`
 	CnlabFromWire     *ebpf.Program `ebpf:"cnlab_from_wire"`
 	CnlabGetpeername4 *ebpf.Program `ebpf:"cnlab_getpeername4"`
+	CnlabGetpeername6 *ebpf.Program `ebpf:"cnlab_getpeername6"`
 	CnlabRecvmsg4     *ebpf.Program `ebpf:"cnlab_recvmsg4"`
+	CnlabRecvmsg6     *ebpf.Program `ebpf:"cnlab_recvmsg6"`
 	CnlabSendmsg4     *ebpf.Program `ebpf:"cnlab_sendmsg4"`
+	CnlabSendmsg6     *ebpf.Program `ebpf:"cnlab_sendmsg6"`
 	CnlabToEp         *ebpf.Program `ebpf:"cnlab_to_ep"`
 }
 
 func (p *cnlabPrograms) Close() error {
 	return _CnlabClose(
 		p.CnlabConnect4,
+		p.CnlabConnect6,
 		p.CnlabFromEp,
 		p.CnlabFromWire,
 		p.CnlabGetpeername4,
+		p.CnlabGetpeername6,
 		p.CnlabRecvmsg4,
+		p.CnlabRecvmsg6,
 		p.CnlabSendmsg4,
+		p.CnlabSendmsg6,
 		p.CnlabToEp,
 	)
 }

@@ -236,12 +236,12 @@ func renderServices(t *service.Table, host string, nodes map[string][]netip.Addr
 // svcMaps are the service proxy's maps of a host.
 type svcMaps struct {
 	config, svc, backends, nat, affinity, sockFwd, sockRev *ebpf.Map
-	config6, svc6, backends6, nat6                         *ebpf.Map
+	config6, svc6, backends6, nat6, sock6Fwd, sock6Rev     *ebpf.Map
 }
 
 func (m *svcMaps) Close() {
 	for _, x := range []*ebpf.Map{m.config, m.svc, m.backends, m.nat, m.affinity, m.sockFwd, m.sockRev,
-		m.config6, m.svc6, m.backends6, m.nat6} {
+		m.config6, m.svc6, m.backends6, m.nat6, m.sock6Fwd, m.sock6Rev} {
 		if x != nil {
 			x.Close()
 		}
@@ -254,7 +254,8 @@ func openSvcMaps(lab, host string) (*svcMaps, error) {
 	for name, dst := range map[string]**ebpf.Map{"cnlab_svc_config": &m.config, "cnlab_svc": &m.svc,
 		"cnlab_backends": &m.backends, "cnlab_nat": &m.nat, "cnlab_affinity": &m.affinity,
 		"cnlab_sock_fwd": &m.sockFwd, "cnlab_sock_rev": &m.sockRev,
-		"cnlab_svc6_config": &m.config6, "cnlab_svc6": &m.svc6, "cnlab_backends6": &m.backends6, "cnlab_nat6": &m.nat6} {
+		"cnlab_svc6_config": &m.config6, "cnlab_svc6": &m.svc6, "cnlab_backends6": &m.backends6, "cnlab_nat6": &m.nat6,
+		"cnlab_sock6_fwd": &m.sock6Fwd, "cnlab_sock6_rev": &m.sock6Rev} {
 		x, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if err != nil {
 			m.Close()

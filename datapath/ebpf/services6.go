@@ -116,6 +116,9 @@ func svcConfig6(lab *topology.Spec, h *topology.Host, want svcFrontends6) (cnlab
 		cfg.Mask = ip6(netip.AddrFrom16(m))
 	}
 	cfg.Flags = uint32(cnlabSvcConfigFlagSVC_ON)
+	if lab.EBPF.SocketLB {
+		cfg.Flags |= uint32(cnlabSvcConfigFlagSVC_SOCKET)
+	}
 	for k := range want {
 		if !hasCIDR || !cidr.Contains(addrOf6(k.Vip)) {
 			cfg.Flags |= uint32(cnlabSvcConfigFlagSVC_NODEPORTS) // a node address
@@ -126,8 +129,7 @@ func svcConfig6(lab *topology.Spec, h *topology.Host, want svcFrontends6) (cnlab
 }
 
 // writeServices6 is writeServices for the IPv6 frontends (have nil:
-// rebuild). Socket-level translation is IPv4's only: IPv6 connections are
-// translated per packet (docs/ebpf.md, "Services").
+// rebuild).
 func writeServices6(lab *topology.Spec, h *topology.Host, m *svcMaps, have, want *svcState) error {
 	for key, w := range want.Frontends6 {
 		if int(w.Count) != len(w.Backends) {
@@ -263,7 +265,7 @@ func flowsOf(flows []proxy.StaleFlow, six bool) []proxy.StaleFlow {
 	return out
 }
 
-// forgetUDP6 is forgetUDP for IPv6 flows (per packet only).
+// forgetUDP6 is forgetUDP for IPv6 flows.
 func forgetUDP6(m *svcMaps, flows []proxy.StaleFlow) error {
 	if len(flows) == 0 {
 		return nil
@@ -275,6 +277,27 @@ func forgetUDP6(m *svcMaps, flows []proxy.StaleFlow) error {
 			}
 		}
 		return false
+	}
+	var sdel []cnlabSock6Key
+	var sk cnlabSock6Key
+	var sb cnlabBackend6
+	sit := m.sock6Fwd.Iterate()
+	for sit.Next(&sk, &sb) {
+		if sk.Proto == 17 && selects(sk.Addr, sk.Port, sb.Ip) {
+			sdel = append(sdel, sk, cnlabSock6Key{Cookie: sk.Cookie, Addr: sb.Ip, Port: sb.Port, Proto: 17})
+		}
+	}
+	if err := sit.Err(); err != nil {
+		return err
+	}
+	for i, k := range sdel {
+		mp := m.sock6Fwd
+		if i%2 == 1 {
+			mp = m.sock6Rev
+		}
+		if err := mp.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
 	}
 	var del []cnlabNat6Key
 	var k cnlabNat6Key

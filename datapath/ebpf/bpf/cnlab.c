@@ -2790,21 +2790,22 @@ static __always_inline int in_net6(struct svc6_config *sc, const __u32 *a)
 		((a[2] & sc->mask[2]) ^ sc->net[2]) | ((a[3] & sc->mask[3]) ^ sc->net[3])) == 0;
 }
 
-// pick6 is pick for IPv6: the backend goes to ss->b.
-static __always_inline int pick6(struct svc6_scratch *ss, struct svc_val *s, const __u32 *client, __u64 now,
-				 __u32 *slot)
+// pick6 is pick for IPv6: the backend goes to out (ak: room for the
+// affinity key).
+static __always_inline int pick6(struct affinity6_key *ak, struct backend6 *out, struct svc_val *s,
+				 const __u32 *client, __u64 now, __u32 *slot)
 {
 	struct backend_key bk = {.id = s->id, .half = s->half};
 	struct backend6 *b;
 	if (s->affinity) {
-		ip6_cp(ss->ak.client, client);
-		ss->ak.id = s->id;
-		struct affinity6_val *a = bpf_map_lookup_elem(&cnlab_affinity6, &ss->ak);
+		ip6_cp(ak->client, client);
+		ak->id = s->id;
+		struct affinity6_val *a = bpf_map_lookup_elem(&cnlab_affinity6, ak);
 		if (a && now - a->last < (__u64)s->affinity * NSEC && a->slot < s->count) {
 			bk.slot = a->slot;
 			b = bpf_map_lookup_elem(&cnlab_backends6, &bk);
 			if (b && ip6_eq(b->ip, a->b.ip) && b->port == a->b.port) {
-				ss->b = *b;
+				*out = *b;
 				*slot = bk.slot;
 				return 0;
 			}
@@ -2814,7 +2815,7 @@ static __always_inline int pick6(struct svc6_scratch *ss, struct svc_val *s, con
 	b = bpf_map_lookup_elem(&cnlab_backends6, &bk);
 	if (!b)
 		return -1;
-	ss->b = *b;
+	*out = *b;
 	*slot = bk.slot;
 	return 0;
 }
@@ -2943,11 +2944,11 @@ static __always_inline int svc_from_ep6(struct svc6_config *sc, struct svc6_scra
 	} else {
 		if (!s->count)
 			return s->flags & SVC_DROP ? R_DROP_SVC_NO_LOCAL : R_DROP_SVC_REJECT;
-		if (pick6(ss, s, p->saddr, now, &x->slot) < 0) {
+		if (pick6(&ss->ak, &ss->b, s, p->saddr, now, &x->slot) < 0) {
 			s = bpf_map_lookup_elem(&cnlab_svc6, &ss->sk);
 			if (!s || !s->count)
 				return s && (s->flags & SVC_DROP) ? R_DROP_SVC_NO_LOCAL : R_DROP_SVC_REJECT;
-			if (pick6(ss, s, p->saddr, now, &x->slot) < 0)
+			if (pick6(&ss->ak, &ss->b, s, p->saddr, now, &x->slot) < 0)
 				return R_DROP_UNKNOWN;
 		}
 		x->fresh = 1;
@@ -4049,5 +4050,166 @@ SEC("cgroup/getpeername4")
 int cnlab_getpeername4(struct bpf_sock_addr *ctx)
 {
 	restore(ctx, ctx->protocol);
+	return 1;
+}
+
+// ---- Socket-level translation over IPv6 ----
+//
+// connect6, sendmsg6, recvmsg6 and getpeername6 are connect4's and the
+// others' for IPv6 frontends (socket LB only: the connect hook's policy
+// decision is IPv4's). Their keys live on the stack, not in
+// cnlab_svc6_scratch: a tc program may run on this CPU in the middle of a
+// socket hook (a softirq) and use the scratch.
+
+struct sock6_key {
+	__u64 cookie;
+	__u32 addr[4];
+	__u16 port;
+	__u8 proto;
+	__u8 pad;
+	__u32 pad2;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct sock6_key);
+	__type(value, struct backend6);
+} cnlab_sock6_fwd SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct sock6_key);
+	__type(value, struct backend6);
+} cnlab_sock6_rev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct sock6_key);
+	__type(value, struct backend6);
+} cnlab_sock6_rev_tcp SEC(".maps");
+
+// sock_xlate6 is sock_xlate for an IPv6 socket.
+static __always_inline int sock_xlate6(struct bpf_sock_addr *ctx, struct endpoint *src, __u8 proto)
+{
+	struct svc6_config *sc = svc6_config();
+	if (!sc || !(sc->flags & SVC_SOCKET))
+		return 0;
+	struct svc6_key sk = {.port = (__u16)ctx->user_port, .proto = proto};
+	sk.vip[0] = ctx->user_ip6[0];
+	sk.vip[1] = ctx->user_ip6[1];
+	sk.vip[2] = ctx->user_ip6[2];
+	sk.vip[3] = ctx->user_ip6[3];
+	if (!in_net6(sc, sk.vip))
+		return 0;
+	struct svc_val *s = bpf_map_lookup_elem(&cnlab_svc6, &sk);
+	if (!s)
+		return 0;
+	__u64 cookie = bpf_get_socket_cookie(ctx);
+	struct sock6_key fk = {.cookie = cookie, .port = sk.port, .proto = proto};
+	ip6_cp(fk.addr, sk.vip);
+	struct backend6 b = {};
+	struct backend6 *have = 0;
+	if (proto == IPPROTO_UDP)
+		have = bpf_map_lookup_elem(&cnlab_sock6_fwd, &fk);
+	if (have) {
+		b = *have;
+	} else {
+		if (!s->count)
+			return -1;
+		__u64 now = bpf_ktime_get_ns();
+		__u32 slot;
+		struct affinity6_key ak = {};
+		if (pick6(&ak, &b, s, src->ip6, now, &slot) < 0)
+			return -1;
+		if (s->affinity) {
+			struct affinity6_val av = {.last = now, .b = b, .slot = slot};
+			bpf_map_update_elem(&cnlab_affinity6, &ak, &av, BPF_ANY);
+		}
+		if (proto == IPPROTO_UDP)
+			bpf_map_update_elem(&cnlab_sock6_fwd, &fk, &b, BPF_ANY);
+	}
+	struct sock6_key rk = {.cookie = cookie, .port = b.port, .proto = proto};
+	ip6_cp(rk.addr, b.ip);
+	struct backend6 orig = {.port = sk.port};
+	ip6_cp(orig.ip, sk.vip);
+	bpf_map_update_elem(proto == IPPROTO_TCP ? (void *)&cnlab_sock6_rev_tcp : (void *)&cnlab_sock6_rev, &rk, &orig, BPF_ANY);
+	ctx->user_ip6[0] = b.ip[0];
+	ctx->user_ip6[1] = b.ip[1];
+	ctx->user_ip6[2] = b.ip[2];
+	ctx->user_ip6[3] = b.ip[3];
+	ctx->user_port = b.port;
+	return 0;
+}
+
+// cnlab_connect6: socket-level translation of an IPv6 connect() to a
+// frontend (refused with ECONNREFUSED when it has no backends).
+SEC("cgroup/connect6")
+int cnlab_connect6(struct bpf_sock_addr *ctx)
+{
+	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
+		return 1;
+	struct endpoint *src = sock_endpoint(ctx);
+	if (!src || ip6_zero(src->ip6))
+		return 1;
+	if (sock_xlate6(ctx, src, ctx->protocol) < 0) {
+		count(src->index, DIR_EGRESS, R_DROP_SVC_REJECT, 0);
+		bpf_set_retval(-ECONNREFUSED);
+		return 0;
+	}
+	return 1;
+}
+
+// cnlab_sendmsg6: an unconnected IPv6 UDP socket's datagram to a frontend.
+SEC("cgroup/sendmsg6")
+int cnlab_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	if (ctx->protocol != IPPROTO_UDP)
+		return 1;
+	struct endpoint *src = sock_endpoint(ctx);
+	if (!src || ip6_zero(src->ip6))
+		return 1;
+	if (sock_xlate6(ctx, src, IPPROTO_UDP) < 0) {
+		count(src->index, DIR_EGRESS, R_DROP_SVC_REJECT, 0);
+		bpf_set_retval(-ECONNREFUSED);
+		return 0;
+	}
+	return 1;
+}
+
+// restore6 is restore for an IPv6 socket.
+static __always_inline void restore6(struct bpf_sock_addr *ctx, __u8 proto)
+{
+	struct svc6_config *sc = svc6_config();
+	if (!sc || !(sc->flags & SVC_SOCKET))
+		return;
+	struct sock6_key rk = {.cookie = bpf_get_socket_cookie(ctx), .port = (__u16)ctx->user_port, .proto = proto};
+	rk.addr[0] = ctx->user_ip6[0];
+	rk.addr[1] = ctx->user_ip6[1];
+	rk.addr[2] = ctx->user_ip6[2];
+	rk.addr[3] = ctx->user_ip6[3];
+	struct backend6 *o = bpf_map_lookup_elem(proto == IPPROTO_TCP ? (void *)&cnlab_sock6_rev_tcp : (void *)&cnlab_sock6_rev, &rk);
+	if (o) {
+		ctx->user_ip6[0] = o->ip[0];
+		ctx->user_ip6[1] = o->ip[1];
+		ctx->user_ip6[2] = o->ip[2];
+		ctx->user_ip6[3] = o->ip[3];
+		ctx->user_port = o->port;
+	}
+}
+
+SEC("cgroup/recvmsg6")
+int cnlab_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	restore6(ctx, IPPROTO_UDP);
+	return 1;
+}
+
+SEC("cgroup/getpeername6")
+int cnlab_getpeername6(struct bpf_sock_addr *ctx)
+{
+	restore6(ctx, ctx->protocol);
 	return 1;
 }
