@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -134,13 +135,23 @@ spec:
   ipFamilyPolicy: %s
   selector: {app: nothing}
   ports: [{port: 82}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: closed, namespace: x}
+spec:
+  type: NodePort
+  ipFamilyPolicy: %s
+  selector: {app: web}
+  ports: [{port: 54, targetPort: 9999, protocol: UDP}]
 `
 
 // checkServices connects through every family's frontend of the lab's
 // Services: the cluster IP reaches both backends with the client's own
 // address; ClientIP affinity pins a client; a hairpin is masqueraded; a
 // node port answers on a host's address of the family, masqueraded; a
-// Service without backends refuses at once.
+// Service without backends refuses at once; a backend's port unreachable
+// reaches a UDP client through a cluster IP and a node port.
 func checkServices(t *testing.T, spec *topology.Spec, fams []int) {
 	t.Helper()
 	m, err := ServiceModel(spec.Name)
@@ -241,6 +252,32 @@ func checkServices(t *testing.T, spec *topology.Spec, fams []int) {
 		case took > 500*time.Millisecond:
 			t.Logf("IPv6 Service without backends %s: refused after %s (the first SYN's reject was not sent)", empty.VIP, took)
 		}
+		// A backend's port unreachable reaches the client's UDP socket
+		// translated back: through the cluster IP, and through flap's
+		// node port (masqueraded). No ICMP rate limit in the way.
+		closed, err := m.Resolved.FrontendOf("x/closed", fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"x/w1", "x/w2"} {
+			ep, _ := spec.Endpoint(id)
+			sysctl := "/proc/sys/net/ipv4/icmp_ratelimit"
+			if fam == 6 {
+				sysctl = "/proc/sys/net/ipv6/icmp/ratelimit"
+			}
+			if err := netns.Do(ep.Netns, func() error { return os.WriteFile(sysctl, []byte("0"), 0o644) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, to := range []netip.AddrPort{netip.AddrPortFrom(closed.VIP, closed.Port),
+			netip.AddrPortFrom(service.NodeAddressOf(flap, fam), closed.NodePort)} {
+			for try := 1; try <= 4; try++ {
+				if err := refusedUDP(spec, "y/c", to); err != nil {
+					t.Errorf("IPv%d UDP to %s (closed backend port), datagram %d: %v", fam, to, try, err)
+					break
+				}
+			}
+		}
 	}
 }
 
@@ -259,7 +296,7 @@ func TestDualStackServices(t *testing.T) {
 			spec := upDualStackLab(t, "h6s-ds-"+labSuffix(proxy), proxy, true)
 			whoServers(t, spec, 8080)
 			p := "PreferDualStack"
-			svcs, sls, err := service.Parse([]byte(fmt.Sprintf(dsServices, p, p, p)), "dual-stack services")
+			svcs, sls, err := service.Parse([]byte(fmt.Sprintf(dsServices, p, p, p, p)), "dual-stack services")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -288,7 +325,7 @@ func TestIPv6OnlyServices(t *testing.T) {
 			spec := upDualStackLab(t, "h6s-v6-"+labSuffix(proxy), proxy, false)
 			whoServers(t, spec, 8080)
 			p := "SingleStack"
-			svcs, sls, err := service.Parse([]byte(fmt.Sprintf(dsServices, p, p, p)), "IPv6 services")
+			svcs, sls, err := service.Parse([]byte(fmt.Sprintf(dsServices, p, p, p, p)), "IPv6 services")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -108,7 +108,7 @@ func dialUDP(spec *topology.Spec, from string, dst netip.AddrPort) (*net.UDPConn
 	}
 	var c *net.UDPConn
 	err = netns.Do(ep.Netns, func() (err error) {
-		c, err = net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(dst))
+		c, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst)) // an IPv4 socket for an IPv4 dst
 		return err
 	})
 	return c, err
