@@ -333,8 +333,19 @@ func TestIPv6OnlyServices(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if vip := ch.Resolved.VIP["x/web"]; !vip.Is6() {
+			vip := ch.Resolved.VIP["x/web"]
+			if !vip.Is6() {
 				t.Fatalf("x/web's cluster IP %s is not IPv6", vip)
+			}
+			if strings.HasPrefix(proxy, "ebpf") {
+				// service show --kernel lists the IPv6 frontends.
+				desc, err := DescribeServices(ctx, spec.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := desc["flip"]; !strings.Contains(d, "IPv6 services on") || !strings.Contains(d, "["+vip.String()+"]:80/tcp") {
+					t.Errorf("flip's kernel state does not list %s:\n%s", vip, d)
+				}
 			}
 			checkServices(t, spec, []int{6})
 		})
