@@ -75,13 +75,14 @@ func (l *oddLab6) allows(from *topology.Endpoint, proto string, port int) bool {
 // TestOddPackets6 is TestOddPackets over IPv6 (extension headers,
 // fragments, truncated headers, unknown next headers: oddCases6), with
 // forged and genuine ICMPv6 errors (checkICMPv6Errors), on a dual-stack
-// lab per enforcing datapath, the packets sent from the endpoints'
-// namespaces through raw IPv6 sockets. x/a receives UDP and TCP on port
+// lab per datapath (as TestOddPackets: every enforcing kind, eBPF's
+// legacy host routing and iptables' ipsets included), the packets sent
+// from the endpoints' namespaces through raw IPv6 sockets. x/a receives UDP and TCP on port
 // 81 from z/a (aFromZaPort81) and anything from z/c (aFromZc); the
 // senders are z/a and z/c, y/b (same host, denied) and y/a (the other
 // host, denied).
 func TestOddPackets6(t *testing.T) {
-	for _, dp := range enforcingKinds() {
+	for _, dp := range datapaths() {
 		t.Run(dp, func(t *testing.T) {
 			spec := familyLab(t, "t-od6-"+shortName(dp), dp, 4, 6)
 			pols := mustParse(t, aFromZaPort81+"---\n"+aFromZc)
@@ -457,7 +458,7 @@ func checkICMPv6Errors(t *testing.T, l *oddLab6) {
 		name   string
 		from   *topology.Endpoint
 		arrive bool   // must arrive (else must not)
-		only   string // the datapath the verdict is asserted on ("": every one)
+		only   string // the kind of datapath the verdict is asserted on ("": every one)
 		pre    []byte // a packet the sender sends first (a denied attempt)
 		typ    uint8
 		quoted probe.IPv6 // the quoted packet's header (Next: TCP or UDP)
@@ -536,7 +537,7 @@ func checkICMPv6Errors(t *testing.T, l *oddLab6) {
 		seen := l.sn.Saw(func(b []byte) bool { return bytes.Contains(b, c.nonce) })
 		what := c.from.ID() + " -> x/a " + types[c.typ] + " " + c.name
 		switch {
-		case c.only != "" && c.only != l.dp:
+		case c.only != "" && c.only != string(kindOf(l.dp)):
 			t.Logf("%s: arrived=%v (not asserted on %s)", what, seen, l.dp)
 		case c.arrive && !seen:
 			t.Errorf("%s: did not arrive", what)
