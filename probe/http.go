@@ -97,19 +97,24 @@ func ListenHTTP(lab *topology.Spec, port int) (*HTTPServers, error) {
 			}
 			fmt.Fprintf(w, "%s %s %s\n", ep.ID(), r.Method, r.RequestURI)
 		}), ReadHeaderTimeout: 10 * time.Second}
-		var ln net.Listener
-		err := netns.Do(ep.Netns, func() error {
-			var err error
-			ln, err = net.Listen("tcp", netip.AddrPortFrom(ep.IP, uint16(port)).String())
-			return err
-		})
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("listen on tcp %s:%d in %s: %w (is something else using the port?)", ep.IP, port, ep.ID(), err)
+		// On every address of the endpoint: each family's (a dual-stack
+		// lab's L7 ports are proxied over both).
+		for _, a := range ep.Addrs() {
+			var ln net.Listener
+			err := netns.Do(ep.Netns, func() error {
+				var err error
+				ln, err = net.Listen("tcp", netip.AddrPortFrom(a, uint16(port)).String())
+				return err
+			})
+			if err != nil {
+				s.Close()
+				return nil, fmt.Errorf("listen on tcp %s in %s: %w (is something else using the port?)", netip.AddrPortFrom(a, uint16(port)), ep.ID(), err)
+			}
+			s.add(func() { ln.Close() })
+			s.wg.Add(1)
+			go func() { defer s.wg.Done(); _ = srv.Serve(ln) }()
 		}
 		s.add(func() { srv.Close() })
-		s.wg.Add(1)
-		go func() { defer s.wg.Done(); _ = srv.Serve(ln) }()
 	}
 	return s, nil
 }
