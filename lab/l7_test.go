@@ -126,7 +126,7 @@ func TestL7ScenariosDualStack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer srv.Close()
+			defer func() { srv.Close() }() // srv is started again below
 			for _, sc := range scenarios.L7 {
 				if _, err := Delete(ctx, spec.Name, nil, true, ""); err != nil {
 					t.Fatalf("%s: delete: %v", sc.Name, err)
@@ -146,8 +146,39 @@ func TestL7ScenariosDualStack(t *testing.T) {
 				for _, fam := range run.send {
 					checkL7(t, sc, spec, m, ch.Compiled, srv, fam)
 				}
+				if sc.Name == scenarios.L7[0].Name {
+					srv.Close() // the probe's servers take the port
+					checkProbeHTTPFamilies(t, spec, m)
+					if srv, err = probe.ListenHTTP(spec, scenarios.L7Port); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 		})
+	}
+}
+
+// checkProbeHTTPFamilies runs probe --http over every family of the lab:
+// one cell per pair and family, each the model's over its family.
+func checkProbeHTTPFamilies(t *testing.T, spec *topology.Spec, m *policy.Model) {
+	t.Helper()
+	req := probe.HTTPRequest{Method: "GET", Path: "/public"}
+	cells, err := probe.RunHTTP(context.Background(), spec, scenarios.L7Port, req, probe.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(spec.Endpoints) * (len(spec.Endpoints) - 1)
+	seen := map[int]int{}
+	for _, c := range cells {
+		seen[c.Family]++
+	}
+	for _, fam := range spec.Families() {
+		if seen[fam] != n {
+			t.Errorf("probe --http: %d IPv%d cells, want %d", seen[fam], fam, n)
+		}
+	}
+	for _, c := range probe.ExpectHTTP(spec, m, cells, req) {
+		t.Errorf("probe --http: IPv%d %s -> %s: status %d, expected %d (reached %v)", c.Family, c.From, c.To, *c.Status, *c.ExpectedStatus, c.Reached)
 	}
 }
 
