@@ -108,7 +108,7 @@ func TestL7Scenarios(t *testing.T) {
 // IPv6, as TestL7Scenarios checks IPv4's (the same path, from the
 // destination's host and from the other). An IPv6-only lab on eBPF with
 // legacy host routing (its own hand-over through the bridge) runs them
-// too. About 35 s.
+// too, and probe --http over both families once per lab. About 40 s.
 func TestL7ScenariosDualStack(t *testing.T) {
 	for _, run := range []struct {
 		dp   string
