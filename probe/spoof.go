@@ -371,9 +371,10 @@ const (
 	TCPUrg = 0x20
 )
 
-// TCP is a TCP segment from src to dst with the given flags and payload:
-// sequence number 0x1000, acknowledgment 0x2000 when ACK is set, no
-// options, and a correct checksum (conntrack finds a wrong one invalid).
+// TCP is a TCP segment from src to dst (IPv4 or IPv6) with the given
+// flags and payload: sequence number 0x1000, acknowledgment 0x2000 when
+// ACK is set, no options, and a correct checksum (conntrack finds a wrong
+// one invalid).
 func TCP(src, dst netip.AddrPort, flags uint8, payload []byte) []byte {
 	b := make([]byte, 20, 20+len(payload))
 	binary.BigEndian.PutUint16(b[0:], src.Port())
@@ -386,6 +387,10 @@ func TCP(src, dst netip.AddrPort, flags uint8, payload []byte) []byte {
 	b[13] = flags
 	binary.BigEndian.PutUint16(b[14:], 65535)
 	b = append(b, payload...)
+	if src.Addr().Is6() {
+		binary.BigEndian.PutUint16(b[16:], checksum6(src.Addr(), dst.Addr(), unix.IPPROTO_TCP, b))
+		return b
+	}
 	s, d := src.Addr().As4(), dst.Addr().As4()
 	ph := append(append(append(make([]byte, 0, 12+len(b)), s[:]...), d[:]...), 0, unix.IPPROTO_TCP, byte(len(b)>>8), byte(len(b)))
 	binary.BigEndian.PutUint16(b[16:], Checksum(append(ph, b...)))
@@ -436,6 +441,12 @@ type IPv6 struct {
 // Frame is the packet, with payload after the header, in an Ethernet
 // frame.
 func (h IPv6) Frame(srcMAC, dstMAC net.HardwareAddr, payload []byte) []byte {
+	return pad(append(ethHeader(srcMAC, dstMAC, EtherIPv6), h.Packet(payload)...))
+}
+
+// Packet is the packet without a frame: the header, then payload (as an
+// ICMPv6 error quotes one).
+func (h IPv6) Packet(payload []byte) []byte {
 	ip := make([]byte, 40, 40+len(payload))
 	ip[0] = 0x60
 	binary.BigEndian.PutUint16(ip[4:], uint16(len(payload)))
@@ -447,7 +458,7 @@ func (h IPv6) Frame(srcMAC, dstMAC net.HardwareAddr, payload []byte) []byte {
 	s, d := h.Src.As16(), h.Dst.As16()
 	copy(ip[8:24], s[:])
 	copy(ip[24:40], d[:])
-	return pad(append(append(ethHeader(srcMAC, dstMAC, EtherIPv6), ip...), payload...))
+	return append(ip, payload...)
 }
 
 // checksum6 is the checksum of an upper-layer packet over IPv6 (RFC 8200
@@ -467,13 +478,7 @@ func checksum6(src, dst netip.Addr, next uint8, pkt []byte) uint16 {
 // UDP6Frame is an IPv6 UDP packet in an Ethernet frame, with any source
 // and a correct checksum (IPv6 requires one).
 func UDP6Frame(srcMAC, dstMAC net.HardwareAddr, src, dst netip.AddrPort, payload []byte) []byte {
-	u := UDP(src.Port(), dst.Port(), payload)
-	sum := checksum6(src.Addr(), dst.Addr(), unix.IPPROTO_UDP, u)
-	if sum == 0 {
-		sum = 0xffff
-	}
-	binary.BigEndian.PutUint16(u[6:], sum)
-	return IPv6{Src: src.Addr(), Dst: dst.Addr(), Next: unix.IPPROTO_UDP}.Frame(srcMAC, dstMAC, u)
+	return IPv6{Src: src.Addr(), Dst: dst.Addr(), Next: unix.IPPROTO_UDP}.Frame(srcMAC, dstMAC, UDP6(src, dst, payload))
 }
 
 // ICMPv6 neighbour discovery (RFC 4861).

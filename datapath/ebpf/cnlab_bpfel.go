@@ -412,7 +412,8 @@ type cnlabScratch6 struct {
 		InSport  uint16
 		InDport  uint16
 		InProto  uint8
-		Pad2     [3]uint8
+		FragNxt  uint8
+		Pad2     [2]uint8
 	}
 	Ct    cnlabCt6Key
 	Frag  cnlabFrag6Key

@@ -18,6 +18,7 @@ const (
 	protoICMP6 = 58
 	nhHop      = 0
 	nhFrag     = 44
+	nhDest     = 60
 )
 
 // The IPv6 world: A and B (dual-stack) on the host under test, R remote,
@@ -223,6 +224,19 @@ func TestIPv6ExtensionHeadersAndFragments(t *testing.T) {
 	h.fromEp(t, "first fragment", first, actOK, egress(a, cnlabReasonR_ALLOW_POLICY))
 	h.fromEp(t, "later fragment", later, actOK, egress(a, cnlabReasonR_ALLOW_FRAG))
 	h.fromEp(t, "later fragment without a first", stray, actShot, egress(a, cnlabReasonR_DROP_FRAG))
+	// Destination options after the fragment header, in the fragmentable
+	// part: the later fragment's header names them as its next header,
+	// the first fragment's upper layer is UDP; the two are one datagram.
+	dopt := append([]byte{protoUDP, 0, 1, 4, 0, 0, 0, 0}, udpHdr(5355, 53, make([]byte, 32))...)
+	fragDst := func(off uint16, more bool) []byte {
+		b := fragHdr(off, more, 79)
+		b[0] = nhDest
+		return b
+	}
+	first = frame(ethIPv6, ip6Hdr{src: addrA6, dst: addrR6, nxt: nhFrag, ext: fragDst(0, true)}.bytes(dopt[:24]))
+	later = frame(ethIPv6, ip6Hdr{src: addrA6, dst: addrR6, nxt: nhFrag, ext: fragDst(24, false)}.bytes(dopt[24:]))
+	h.fromEp(t, "first fragment, destination options after the fragment header", first, actOK, egress(a, cnlabReasonR_ALLOW_POLICY))
+	h.fromEp(t, "its later fragment", later, actOK, egress(a, cnlabReasonR_ALLOW_FRAG))
 }
 
 func TestIPv6Spoofing(t *testing.T) {

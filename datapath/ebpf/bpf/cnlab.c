@@ -2206,7 +2206,8 @@ struct pkt6 {
 	__u32 in_saddr[4], in_daddr[4];
 	__u16 in_sport, in_dport;
 	__u8 in_proto;
-	__u8 pad2[3];
+	__u8 frag_nxt; // the fragment header's next header: the same in every fragment of a datagram
+	__u8 pad2[2];
 };
 
 // The IPv6 path's working memory, one per CPU (cnlab_scratch6): called
@@ -2307,6 +2308,7 @@ static __always_inline int parse6(struct __sk_buff *skb, struct pkt6 *p)
 		if (nxt == NEXTHDR_FRAGMENT) {
 			__u16 fo = ((h[2] << 8) | h[3]) & 0xfff8;
 			p->fragid = (h[4] << 24) | (h[5] << 16) | (h[6] << 8) | h[7];
+			p->frag_nxt = h[0];
 			if (fo) {
 				p->proto = h[0];
 				p->frag = 2; // no upper-layer header here: ports come from the first fragment
@@ -2453,7 +2455,10 @@ static __always_inline void frag6_fill(struct frag6_key *k, struct pkt6 *p, __u8
 	ip6_cp(k->saddr, p->saddr);
 	ip6_cp(k->daddr, p->daddr);
 	k->id = p->fragid;
-	k->proto = p->proto;
+	// Not p->proto: a first fragment's is its upper layer's, past any
+	// extension header after the fragment header (destination options,
+	// routing), which a later fragment cannot see.
+	k->proto = p->frag_nxt;
 	k->scope = scope;
 	k->ep = ep;
 }
