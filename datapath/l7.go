@@ -35,14 +35,19 @@ type L7Match struct {
 // Admin Pass taking its sources out of the Admin entries after it; the
 // NetworkPolicy tier's denies, then its allows; the Baseline tier's;
 // then (when its ingress is not isolated) everything else. Nil when no
-// local endpoint has an L7 port.
+// local endpoint has an L7 port. It covers every family of the lab, each
+// family's matches over its own addresses (L7RedirectsOf), IPv4's first.
 func L7Redirects(lab *topology.Spec, host string, c *policy.Compiled) []L7Match {
-	return L7RedirectsOf(lab, host, c, 4) // the L7 proxy serves IPv4 only (policy.NoL7Proxy6)
+	var out []L7Match
+	for _, fam := range []int{4, 6} {
+		if lab.HasFamily(fam) {
+			out = append(out, L7RedirectsOf(lab, host, c, fam)...)
+		}
+	}
+	return out
 }
 
-// L7RedirectsOf is L7Redirects over the addresses of family fam: over
-// IPv6, whose connections to an L7 port no proxy takes, only its Admin
-// entries mean anything (an Admin allow is final, as over IPv4).
+// L7RedirectsOf is L7Redirects over the addresses of family fam (4 or 6).
 func L7RedirectsOf(lab *topology.Spec, host string, c *policy.Compiled, fam int) []L7Match {
 	var out []L7Match
 	locals := change.LocalEndpoints(lab, host)

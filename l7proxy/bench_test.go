@@ -53,7 +53,7 @@ func BenchmarkProxyRequest(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, p, pl, func(c net.Conn) *connInfo {
+		done <- serve(ctx, p, []net.Listener{pl}, func(c net.Conn) *connInfo {
 			return &connInfo{src: c.RemoteAddr().(*net.TCPAddr).AddrPort(), dst: up}
 		})
 	}()

@@ -20,6 +20,7 @@ import (
 	"unsafe"
 
 	"golang.org/x/net/http/httpguts"
+	"golang.org/x/sys/unix"
 
 	"github.com/cnlab/cnlab/l7"
 )
@@ -204,8 +205,9 @@ func (p *Proxy) limits() Limits {
 }
 
 // Run runs a proxy from its directory (config, control socket, access
-// log) until ctx ends. listen is the address it accepts redirected
-// connections on.
+// log) until ctx ends. listen is the IPv4 address it accepts redirected
+// connections on; it accepts IPv6 ones on the same port of [::] too
+// (when the host has IPv6 at all).
 func Run(ctx context.Context, dir, listen string) error {
 	p := newProxy(dir)
 	p.ownsProcess = true
@@ -213,26 +215,40 @@ func Run(ctx context.Context, dir, listen string) error {
 	if err := p.reload(false); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	// IP_TRANSPARENT: connections assigned by eBPF (sk_assign) keep
-	// their original destination as local address.
+	// IP_TRANSPARENT (IPV6_TRANSPARENT): connections assigned by eBPF
+	// (sk_assign) keep their original destination as local address.
 	lc := net.ListenConfig{Control: sockopts(true)}
 	ln, err := lc.Listen(ctx, "tcp4", listen)
 	if err != nil {
 		return fmt.Errorf("l7 proxy: listen %s: %w", listen, err)
 	}
-
-	return serve(ctx, p, ln, connOf)
+	lns := []net.Listener{ln}
+	// IPv6 on a listener of its own (IPV6_V6ONLY, as Go sets it for
+	// "tcp6"): IPv4 connections keep the listener they always had.
+	_, port, _ := net.SplitHostPort(listen)
+	if ln6, err := lc.Listen(ctx, "tcp6", net.JoinHostPort("::", port)); err == nil {
+		lns = append(lns, ln6)
+	} else if !errors.Is(err, syscall.EAFNOSUPPORT) && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		ln.Close()
+		return fmt.Errorf("l7 proxy: listen [::]:%s: %w", port, err)
+	}
+	return serve(ctx, p, lns, connOf)
 }
 
-// sockopts sets the proxy's mark (and IP_TRANSPARENT) on a socket before
-// it binds or connects.
-func sockopts(transparent bool) func(_, _ string, rc syscall.RawConn) error {
-	return func(_, _ string, rc syscall.RawConn) error {
+// sockopts sets the proxy's mark (and IP_TRANSPARENT, or
+// IPV6_TRANSPARENT on an IPv6 socket) on a socket before it binds or
+// connects.
+func sockopts(transparent bool) func(network, _ string, rc syscall.RawConn) error {
+	return func(network, _ string, rc syscall.RawConn) error {
 		var serr error
 		err := rc.Control(func(fd uintptr) {
 			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_MARK, Mark)
 			if serr == nil && transparent {
-				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_TRANSPARENT, 1)
+				if strings.HasSuffix(network, "6") {
+					serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IPV6, unix.IPV6_TRANSPARENT, 1)
+				} else {
+					serr = syscall.SetsockoptInt(int(fd), syscall.SOL_IP, syscall.IP_TRANSPARENT, 1)
+				}
 			}
 		})
 		if err != nil {
@@ -242,14 +258,20 @@ func sockopts(transparent bool) func(_, _ string, rc syscall.RawConn) error {
 	}
 }
 
-// serve runs the proxy on ln; conn tells a connection's source and
-// original destination (connOf; tests give their own).
-func serve(ctx context.Context, p *Proxy, ln net.Listener, conn func(net.Conn) *connInfo) error {
+// serve runs the proxy on its listeners (IPv4's, and IPv6's); conn tells
+// a connection's source and original destination (connOf; tests give
+// their own).
+func serve(ctx context.Context, p *Proxy, lns []net.Listener, conn func(net.Conn) *connInfo) error {
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
 	ctl := filepath.Join(p.dir, ctlSocket)
 	_ = os.Remove(ctl)
 	cl, err := net.Listen("unix", ctl)
 	if err != nil {
-		ln.Close()
+		closeAll()
 		return fmt.Errorf("l7 proxy: control socket: %w", err)
 	}
 	var bg, conns sync.WaitGroup
@@ -260,59 +282,72 @@ func serve(ctx context.Context, p *Proxy, ln net.Listener, conn func(net.Conn) *
 	go func() { defer bg.Done(); p.control(ctx, cl) }()
 	stop := context.AfterFunc(ctx, func() {
 		cl.Close()
-		ln.Close()
+		closeAll()
 	})
 	defer stop()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			var ne net.Error
-			if ctx.Err() == nil && errors.As(err, &ne) && ne.Timeout() {
+	// Each listener has its accept loop; the first to fail (or to be
+	// closed as ctx ends) ends them all.
+	accept := func(ln net.Listener) error {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				var ne net.Error
+				if ctx.Err() == nil && errors.As(err, &ne) && ne.Timeout() {
+					continue
+				}
+				return err
+			}
+			p.mu.Lock()
+			p.stats.Connections++
+			p.mu.Unlock()
+			if n := p.open.Add(1); n > int64(p.limits().MaxConnections) {
+				p.open.Add(-1)
+				p.mu.Lock()
+				p.stats.Refused++
+				p.mu.Unlock()
+				c.Close()
 				continue
 			}
-			ln.Close()
-			cl.Close()
-			// Connections still open end within a second.
-			t := time.AfterFunc(time.Second, func() {
-				mu.Lock()
-				defer mu.Unlock()
-				for c := range open {
-					c.Close()
-				}
-			})
-			conns.Wait()
-			t.Stop()
-			p.pool.closeAll()
-			if ctx.Err() != nil {
-				bg.Wait()
-				return nil
-			}
-			return fmt.Errorf("l7 proxy: accept: %w", err)
-		}
-		p.mu.Lock()
-		p.stats.Connections++
-		p.mu.Unlock()
-		if n := p.open.Add(1); n > int64(p.limits().MaxConnections) {
-			p.open.Add(-1)
-			p.mu.Lock()
-			p.stats.Refused++
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		mu.Lock()
-		open[c] = true
-		mu.Unlock()
-		conns.Add(1)
-		go func() {
-			defer conns.Done()
-			p.serveConn(c, conn(c))
-			p.open.Add(-1)
 			mu.Lock()
-			delete(open, c)
+			open[c] = true
 			mu.Unlock()
-		}()
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				p.serveConn(c, conn(c))
+				p.open.Add(-1)
+				mu.Lock()
+				delete(open, c)
+				mu.Unlock()
+			}()
+		}
 	}
+	errs := make(chan error, len(lns))
+	for _, ln := range lns[1:] {
+		go func() { errs <- accept(ln) }()
+	}
+	err = accept(lns[0])
+	closeAll()
+	cl.Close()
+	for range lns[1:] {
+		<-errs
+	}
+	// Connections still open end within a second.
+	t := time.AfterFunc(time.Second, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for c := range open {
+			c.Close()
+		}
+	})
+	conns.Wait()
+	t.Stop()
+	p.pool.closeAll()
+	if ctx.Err() != nil {
+		bg.Wait()
+		return nil
+	}
+	return fmt.Errorf("l7 proxy: accept: %w", err)
 }
 
 // connOf finds a client connection's source and original destination:
@@ -331,7 +366,7 @@ func connOf(c net.Conn) *connInfo {
 	ci.dst = netip.AddrPortFrom(addr4(la.IP), uint16(la.Port))
 	if la.Port == Port {
 		if tc, ok := c.(*net.TCPConn); ok {
-			if od, err := originalDst(tc); err == nil {
+			if od, err := originalDst(tc, ci.dst.Addr().Is6()); err == nil {
 				ci.dst = od
 			} else {
 				ci.err = err
@@ -346,23 +381,29 @@ func addr4(ip net.IP) netip.Addr {
 	return a.Unmap()
 }
 
-// soOriginalDst is SO_ORIGINAL_DST of <linux/netfilter_ipv4.h> (not in
-// x/sys).
+// soOriginalDst is SO_ORIGINAL_DST of <linux/netfilter_ipv4.h> (at
+// SOL_IP), and IP6T_SO_ORIGINAL_DST of <linux/netfilter_ipv6/ip6_tables.h>
+// (the same number, at SOL_IPV6); neither is in x/sys.
 const soOriginalDst = 80
 
-// originalDst reads the destination a connection had before nat
-// REDIRECT changed it.
-func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
+// originalDst reads the destination a connection (IPv6 when v6) had
+// before nat REDIRECT changed it.
+func originalDst(c *net.TCPConn, v6 bool) (netip.AddrPort, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
 	var sa syscall.RawSockaddrInet4
+	var sa6 syscall.RawSockaddrInet6
+	level, ptr, size := syscall.SOL_IP, unsafe.Pointer(&sa), unsafe.Sizeof(sa)
+	if v6 {
+		level, ptr, size = syscall.SOL_IPV6, unsafe.Pointer(&sa6), unsafe.Sizeof(sa6)
+	}
 	var serr error
 	err = rc.Control(func(fd uintptr) {
-		l := uint32(unsafe.Sizeof(sa))
-		_, _, e := syscall.Syscall6(syscall.SYS_GETSOCKOPT, fd, syscall.SOL_IP, soOriginalDst,
-			uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&l)), 0)
+		l := uint32(size)
+		_, _, e := syscall.Syscall6(syscall.SYS_GETSOCKOPT, fd, uintptr(level), soOriginalDst,
+			uintptr(ptr), uintptr(unsafe.Pointer(&l)), 0)
 		if e != 0 {
 			serr = e
 		}
@@ -371,7 +412,14 @@ func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
 		err = serr
 	}
 	if err != nil {
+		if v6 {
+			return netip.AddrPort{}, fmt.Errorf("IP6T_SO_ORIGINAL_DST: %w", err)
+		}
 		return netip.AddrPort{}, fmt.Errorf("SO_ORIGINAL_DST: %w", err)
+	}
+	if v6 {
+		port := (*[2]byte)(unsafe.Pointer(&sa6.Port))
+		return netip.AddrPortFrom(netip.AddrFrom16(sa6.Addr), uint16(port[0])<<8|uint16(port[1])), nil
 	}
 	port := (*[2]byte)(unsafe.Pointer(&sa.Port))
 	return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(port[0])<<8|uint16(port[1])), nil

@@ -44,7 +44,7 @@ func startProxyWith(t testing.TB, upstream netip.AddrPort, cfg Config, forwardin
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, p, ln, func(c net.Conn) *connInfo {
+		done <- serve(ctx, p, []net.Listener{ln}, func(c net.Conn) *connInfo {
 			return &connInfo{src: c.RemoteAddr().(*net.TCPAddr).AddrPort(), dst: upstream}
 		})
 	}()
@@ -244,5 +244,74 @@ func TestProxyPerAddressPeers(t *testing.T) {
 	got := send(t, addr, "GET /a", "GET /b")
 	if !strings.HasPrefix(got[0], "403 ") || !strings.HasPrefix(got[1], "200 ") {
 		t.Errorf("got %q", got)
+	}
+}
+
+// TestProxyBothFamilies: one proxy with an IPv4 and an IPv6 listener (as
+// Run has) judges each connection by its source's identity in its own
+// family and dials the server in that family.
+func TestProxyBothFamilies(t *testing.T) {
+	ln6, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	up4, received4 := upstream(t)
+	var from6 atomic.Value
+	srv6 := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		from6.Store(r.RemoteAddr)
+		fmt.Fprintf(w, "server6 %s %s\n", r.Method, r.RequestURI)
+	})}
+	go srv6.Serve(ln6)
+	t.Cleanup(func() { srv6.Close() })
+	up6 := ln6.Addr().(*net.TCPAddr).AddrPort()
+	rules := []PeerConfig{{Identity: 300, Rules: []l7.Rule{{Method: "GET", Path: "/public"}}}}
+	cfg := Config{Set: "s", Identities: map[netip.Addr]uint32{netip.MustParseAddr("127.0.0.1"): 300, netip.MustParseAddr("::1"): 300},
+		Ports: []PortConfig{{Endpoint: "x/a", Addr: up4.Addr(), Port: up4.Port(), Peers: rules},
+			{Endpoint: "x/a", Addr: up6.Addr(), Port: up6.Port(), Peers: rules}}}
+	dir := t.TempDir()
+	writeConfig(t, dir, cfg)
+	p := newProxy(dir)
+	if err := p.reload(false); err != nil {
+		t.Fatal(err)
+	}
+	pl4, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl6, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, p, []net.Listener{pl4, pl6}, func(c net.Conn) *connInfo {
+			src := c.RemoteAddr().(*net.TCPAddr).AddrPort()
+			dst := up4
+			if src.Addr().Is6() {
+				dst = up6
+			}
+			return &connInfo{src: src, dst: dst}
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("proxy: %v", err)
+		}
+	}()
+	for _, tc := range []struct {
+		addr, server string
+	}{{pl4.Addr().String(), "server"}, {pl6.Addr().String(), "server6"}} {
+		got := send(t, tc.addr, "GET /public", "GET /private")
+		if !strings.HasPrefix(got[0], "200 "+tc.server+" GET /public") || got[1] != "403 "+DeniedBody {
+			t.Errorf("through %s: %q", tc.addr, got)
+		}
+	}
+	if n := received4.Load(); n != 1 {
+		t.Errorf("the IPv4 server received %d requests, want 1", n)
+	}
+	if a, _ := from6.Load().(string); !strings.HasPrefix(a, "[::1]:") {
+		t.Errorf("the IPv6 server's request came from %q, want [::1]", a)
 	}
 }

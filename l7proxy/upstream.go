@@ -60,7 +60,11 @@ func (p *upPool) get(k poolKey) (*upConn, error) {
 	}
 	p.mu.Unlock()
 	d := net.Dialer{Timeout: 5 * time.Second, Control: sockopts(false)}
-	c, err := d.Dial("tcp4", k.dst.String())
+	network := "tcp4"
+	if k.dst.Addr().Is6() {
+		network = "tcp6" // the connection's own family: an IPv6 client's server is dialled over IPv6
+	}
+	c, err := d.Dial(network, k.dst.String())
 	if err != nil {
 		return nil, err
 	}

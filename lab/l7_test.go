@@ -72,7 +72,7 @@ func TestL7Scenarios(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				checkL7(t, sc, spec, m, ch.Compiled, srv)
+				checkL7(t, sc, spec, m, ch.Compiled, srv, 0)
 			}
 			if ebpf && !proxyRule(t, spec) {
 				t.Error("no host has the L7 proxy's ip rule after L7 policies")
@@ -102,6 +102,93 @@ func TestL7Scenarios(t *testing.T) {
 	}
 }
 
+// TestL7ScenariosDualStack runs the L7 scenarios over IPv6 on a
+// dual-stack lab (a wire) on iptables, nftables and eBPF: every request
+// sent to the endpoints' IPv6 addresses must get the model's verdict over
+// IPv6, as TestL7Scenarios checks IPv4's (the same path, from the
+// destination's host and from the other). An IPv6-only lab on eBPF with
+// legacy host routing (its own hand-over through the bridge) runs them
+// too, and probe --http over both families once per lab. About 40 s.
+func TestL7ScenariosDualStack(t *testing.T) {
+	for _, run := range []struct {
+		dp   string
+		fams []int // the lab's
+		send []int // the families the requests go over
+	}{{"iptables", []int{4, 6}, []int{6}}, {"nftables", []int{4, 6}, []int{6}}, {"ebpf", []int{4, 6}, []int{6}}, {"ebpf-legacy", []int{6}, []int{6}}} {
+		name := "ds"
+		if len(run.fams) == 1 {
+			name = "v6"
+		}
+		t.Run(run.dp+"-"+name, func(t *testing.T) {
+			spec := familyLab(t, "t-l7-"+shortName(run.dp)+"-"+name, run.dp, run.fams...)
+			ctx := context.Background()
+			srv, err := probe.ListenHTTP(spec, scenarios.L7Port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { srv.Close() }() // srv is started again below
+			for _, sc := range scenarios.L7 {
+				if _, err := Delete(ctx, spec.Name, nil, true, ""); err != nil {
+					t.Fatalf("%s: delete: %v", sc.Name, err)
+				}
+				pols, err := policy.Parse([]byte(sc.Policies), sc.Name)
+				if err != nil {
+					t.Fatalf("%s: %v", sc.Name, err)
+				}
+				ch, err := Apply(ctx, spec.Name, pols)
+				if err != nil {
+					t.Fatalf("%s: apply: %v", sc.Name, err)
+				}
+				m, err := policy.NewModel(spec, pols)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, fam := range run.send {
+					checkL7(t, sc, spec, m, ch.Compiled, srv, fam)
+				}
+				if sc.Name == scenarios.L7[0].Name {
+					srv.Close() // the probe's servers take the port
+					checkProbeHTTPFamilies(t, spec, m)
+					if srv, err = probe.ListenHTTP(spec, scenarios.L7Port); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// checkProbeHTTPFamilies runs probe --http over every family of the lab:
+// one cell per pair and family, each the model's over its family.
+func checkProbeHTTPFamilies(t *testing.T, spec *topology.Spec, m *policy.Model) {
+	t.Helper()
+	req := probe.HTTPRequest{Method: "GET", Path: "/public"}
+	cells, err := probe.RunHTTP(context.Background(), spec, scenarios.L7Port, req, probe.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(spec.Endpoints) * (len(spec.Endpoints) - 1)
+	seen := map[int]int{}
+	for _, c := range cells {
+		seen[c.Family]++
+	}
+	for _, fam := range spec.Families() {
+		if seen[fam] != n {
+			t.Errorf("probe --http: %d IPv%d cells, want %d", seen[fam], fam, n)
+		}
+	}
+	for _, c := range probe.ExpectHTTP(spec, m, cells, req) {
+		t.Errorf("probe --http: IPv%d %s -> %s: status %d, expected %d (reached %v)", c.Family, c.From, c.To, *c.Status, *c.ExpectedStatus, c.Reached)
+	}
+}
+
+func famText(fam int) string {
+	if fam == 0 {
+		return ""
+	}
+	return fmt.Sprintf("IPv%d ", fam)
+}
+
 // proxyRule reports whether a host of the lab has the eBPF datapath's
 // rule for what it hands to the L7 proxy (table 2004).
 func proxyRule(t *testing.T, spec *topology.Spec) bool {
@@ -118,7 +205,10 @@ func proxyRule(t *testing.T, spec *topology.Spec) bool {
 	return false
 }
 
-func checkL7(t *testing.T, sc scenarios.L7Scenario, spec *topology.Spec, m *policy.Model, c *policy.Compiled, srv *probe.HTTPServers) {
+// checkL7 sends the scenario's requests over family fam (4 or 6; 0: the
+// endpoints' primary addresses) and checks each against the model's
+// verdict over that family.
+func checkL7(t *testing.T, sc scenarios.L7Scenario, spec *topology.Spec, m *policy.Model, c *policy.Compiled, srv *probe.HTTPServers, fam int) {
 	t.Helper()
 	var rules []l7.Rule
 	for _, h := range c.HTTP {
@@ -161,7 +251,11 @@ func checkL7(t *testing.T, sc scenarios.L7Scenario, spec *topology.Spec, m *poli
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			dst := netip.AddrPortFrom(s.dst.IP, scenarios.L7Port)
+			dstIP := s.dst.IP
+			if fam != 0 {
+				dstIP, _ = s.dst.Addr(fam)
+			}
+			dst := netip.AddrPortFrom(dstIP, scenarios.L7Port)
 			nonces := make([]string, len(s.reqs))
 			for i := range nonces {
 				nonces[i] = probe.Nonce()
@@ -169,6 +263,10 @@ func checkL7(t *testing.T, sc scenarios.L7Scenario, spec *topology.Spec, m *poli
 			res := probe.SendHTTP(context.Background(), s.src.Netns, dst, s.reqs, nonces, time.Second)
 			for i, r := range s.reqs {
 				want := m.HTTPVerdict(s.src, s.dst, scenarios.L7Port, r.Model(dst.String())).Status
+				if fam != 0 {
+					v, _ := m.HTTPVerdictFamily(s.src, s.dst, fam, scenarios.L7Port, r.Model(dst.String()))
+					want = v.Status
+				}
 				got, reached := res[i].Status, srv.Received(nonces[i])
 				var why []string
 				if got != want {
@@ -185,7 +283,7 @@ func checkL7(t *testing.T, sc scenarios.L7Scenario, spec *topology.Spec, m *poli
 				}
 				if len(why) > 0 {
 					mu.Lock()
-					bad = append(bad, fmt.Sprintf("%s -> %s request %d/%d %s %s %v: %s", s.src.ID(), s.dst.ID(), i+1, len(s.reqs), r.Method, r.Path, r.Header, strings.Join(why, "; ")))
+					bad = append(bad, fmt.Sprintf("%s%s -> %s request %d/%d %s %s %v: %s", famText(fam), s.src.ID(), s.dst.ID(), i+1, len(s.reqs), r.Method, r.Path, r.Header, strings.Join(why, "; ")))
 					mu.Unlock()
 				}
 			}

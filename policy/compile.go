@@ -3,7 +3,6 @@ package policy
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"sort"
 	"strings"
 
@@ -550,26 +549,8 @@ func (c *Compiled) PeerPrefixesOf(r Entry, fam int) []netip.Prefix {
 // addresses (of one family, either), the way a datapath does. Tests
 // compare it with the model.
 func (c *Compiled) Allows(src, dst netip.Addr, proto uint8, port uint16) bool {
-	if dst.Is6() && proto == ProtoTCP && slices.Contains(c.L7Ports(c.identityOfIP[dst]), port) && !c.AdminAllows(c.identityOfIP[dst], src, port) {
-		return false // NoL7Proxy6
-	}
 	return c.sideAllows(c.identityOfIP[src], Egress, dst, proto, port) &&
 		c.sideAllows(c.identityOfIP[dst], Ingress, src, proto, port)
-}
-
-// AdminAllows reports whether the Admin tier of subject's ingress accepts
-// a TCP connection from remote to port: its first matching entry is an
-// allow (not a Pass), which is final.
-func (c *Compiled) AdminAllows(subject uint32, remote netip.Addr, port uint16) bool {
-	for _, r := range c.RulesFor(subject, Ingress) {
-		if r.Tier.order() != TierAdmin {
-			return false
-		}
-		if c.ruleMatches(r, remote, ProtoTCP, port) {
-			return !r.Pass && !r.Deny
-		}
-	}
-	return false
 }
 
 func (c *Compiled) sideAllows(subject uint32, dir Dir, remote netip.Addr, proto uint8, port uint16) bool {

@@ -350,10 +350,8 @@ func TestNodeAddrsFamilies(t *testing.T) {
 	}
 }
 
-// HTTPVerdictFamily judges the request over the family's addresses: over
-// IPv6 a connection the proxy would take is denied (the proxy serves IPv4
-// only, and the datapaths drop it: NoL7Proxy6), anything else is as over
-// IPv4.
+// HTTPVerdictFamily judges the request over the family's addresses as
+// over IPv4: the L7 proxy serves both families.
 func TestHTTPVerdictFamily(t *testing.T) {
 	lab := labOf(t, 4, 6)
 	statuses := map[int]int{}
@@ -369,18 +367,12 @@ func TestHTTPVerdictFamily(t *testing.T) {
 			want := m.HTTPVerdict(src, dst, scenarios.L7Port, req)
 			got, ok := m.HTTPVerdictFamily(src, dst, 6, scenarios.L7Port, req)
 			statuses[got.Status]++
-			if want.Proxied {
-				if !ok || got.Allowed || got.Status != 0 || got.Ingress.Reason != NoL7Proxy6 {
-					t.Errorf("%s: %s -> %s %s %s over IPv6: %d (%s), want no connection: %s", sc.Name, hc.From, hc.To, hc.Method, hc.Path, got.Status, got.Ingress.Reason, NoL7Proxy6)
-				}
-				continue
-			}
 			if !ok || got.Status != want.Status || got.Proxied != want.Proxied {
 				t.Errorf("%s: %s -> %s %s %s over IPv6: %d, over IPv4 %d", sc.Name, hc.From, hc.To, hc.Method, hc.Path, got.Status, want.Status)
 			}
 		}
 	}
-	if statuses[0] == 0 || statuses[200] == 0 {
+	if statuses[0] == 0 || statuses[200] == 0 || statuses[403] == 0 {
 		t.Errorf("statuses over IPv6: %v", statuses)
 	}
 	if _, ok := modelFor(t, labOf(t, 4), "").HTTPVerdictFamily(&lab.Endpoints[0], &labOf(t, 4).Endpoints[1], 6, 80, Request{}); ok {

@@ -453,20 +453,8 @@ func (m *Model) VerdictOf(src, dst Party, proto string, port int) Verdict {
 		v.Ingress = Side{Allowed: true, Reason: fmt.Sprintf("%s is no endpoint: no ingress policy", dst.Addr)}
 	}
 	v.Allowed = v.Egress.Allowed && v.Ingress.Allowed
-	if v.Allowed && proto == TCP && dst.Endpoint != nil && dst.Addr.Is6() && v.Ingress.Tier != TierAdmin.String() {
-		if _, _, proxied := m.httpRules(src.Endpoint, src.Addr, dst.Endpoint, port); proxied {
-			v.Allowed, v.Ingress.Allowed = false, false
-			v.Ingress.Reason = NoL7Proxy6
-		}
-	}
 	return v
 }
-
-// NoL7Proxy6 is why a new IPv6 connection to an L7 port is denied: cnlab's
-// L7 proxy serves IPv4 only, and every datapath drops such a connection
-// rather than let it around the L7 rules (docs/limits.md), but one an
-// Admin-tier rule accepts (final, never proxied, as over IPv4).
-const NoL7Proxy6 = "the L7 proxy serves IPv4 only: new IPv6 connections to an L7 port are dropped (docs/limits.md)"
 
 func (m *Model) side(subject, remote *topology.Endpoint, remoteIP netip.Addr, proto string, port int, dst *topology.Endpoint, egress bool) Side {
 	if len(m.admin)+len(m.baseline) > 0 {

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"net/netip"
-	"slices"
 	"strings"
 	"testing"
 
@@ -23,9 +22,6 @@ func termsAllow(c *Compiled, src, dst netip.Addr, proto uint8, port uint16) bool
 		return DecideSide(c.TermsFor(subject, dir), Term.Entry, func(t Term) bool {
 			return (t.Set == "" || setHas(c.PeerSets[t.Set], remote)) && c.ruleMatches(t.Entry(), remote, proto, port)
 		}, enforced)
-	}
-	if dst.Is6() && proto == ProtoTCP && slices.Contains(c.L7Ports(c.IdentityOfIP(dst)), port) && !c.AdminAllows(c.IdentityOfIP(dst), src, port) {
-		return false // NoL7Proxy6, as Allows
 	}
 	return side(c.IdentityOfIP(src), Egress, dst) && side(c.IdentityOfIP(dst), Ingress, src)
 }

@@ -97,19 +97,24 @@ func ListenHTTP(lab *topology.Spec, port int) (*HTTPServers, error) {
 			}
 			fmt.Fprintf(w, "%s %s %s\n", ep.ID(), r.Method, r.RequestURI)
 		}), ReadHeaderTimeout: 10 * time.Second}
-		var ln net.Listener
-		err := netns.Do(ep.Netns, func() error {
-			var err error
-			ln, err = net.Listen("tcp", netip.AddrPortFrom(ep.IP, uint16(port)).String())
-			return err
-		})
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("listen on tcp %s:%d in %s: %w (is something else using the port?)", ep.IP, port, ep.ID(), err)
+		// On every address of the endpoint: each family's (a dual-stack
+		// lab's L7 ports are proxied over both).
+		for _, a := range ep.Addrs() {
+			var ln net.Listener
+			err := netns.Do(ep.Netns, func() error {
+				var err error
+				ln, err = net.Listen("tcp", netip.AddrPortFrom(a, uint16(port)).String())
+				return err
+			})
+			if err != nil {
+				s.Close()
+				return nil, fmt.Errorf("listen on tcp %s in %s: %w (is something else using the port?)", netip.AddrPortFrom(a, uint16(port)), ep.ID(), err)
+			}
+			s.add(func() { ln.Close() })
+			s.wg.Add(1)
+			go func() { defer s.wg.Done(); _ = srv.Serve(ln) }()
 		}
 		s.add(func() { srv.Close() })
-		s.wg.Add(1)
-		go func() { defer s.wg.Done(); _ = srv.Serve(ln) }()
 	}
 	return s, nil
 }
@@ -206,9 +211,10 @@ func roundTrip(c net.Conn, br *bufio.Reader, dst netip.AddrPort, r HTTPRequest, 
 }
 
 // RunHTTP probes every ordered pair of distinct endpoints with one HTTP
-// request on a fresh connection to port, over the lab's primary address
-// family (o.Family is not used): each cell gets the status (0: no
-// connection) and whether the server received the request.
+// request on a fresh connection to port, over address family o.Family
+// (0: every family the lab has, each pair once per family, as Run): each
+// cell gets the status (0: no connection) and whether the server received
+// the request.
 func RunHTTP(ctx context.Context, lab *topology.Spec, port int, req HTTPRequest, o Options) ([]Cell, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
@@ -219,17 +225,23 @@ func RunHTTP(ctx context.Context, lab *topology.Spec, port int, req HTTPRequest,
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("port %d is not a port number (1-65535)", port)
 	}
+	fams, err := Families(lab, o.Family)
+	if err != nil {
+		return nil, err
+	}
 	srv, err := ListenHTTP(lab, port)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.Close()
 	var cells []Cell
-	for i := range lab.Endpoints {
-		for j := range lab.Endpoints {
-			if i != j {
-				cells = append(cells, Cell{From: lab.Endpoints[i].ID(), To: lab.Endpoints[j].ID(), Protocol: "tcp", Port: port,
-					Family: topology.Family(lab.Endpoints[j].IP), Method: req.Method, Path: req.Path})
+	for _, fam := range fams {
+		for i := range lab.Endpoints {
+			for j := range lab.Endpoints {
+				if i != j {
+					cells = append(cells, Cell{From: lab.Endpoints[i].ID(), To: lab.Endpoints[j].ID(), Protocol: "tcp", Port: port,
+						Family: fam, Method: req.Method, Path: req.Path})
+				}
 			}
 		}
 	}
@@ -245,7 +257,7 @@ func RunHTTP(ctx context.Context, lab *topology.Spec, port int, req HTTPRequest,
 			src, _ := lab.Endpoint(c.From)
 			dst, _ := lab.Endpoint(c.To)
 			nonce := Nonce()
-			res := SendHTTP(ctx, src.Netns, netip.AddrPortFrom(dst.IP, uint16(port)), []HTTPRequest{req}, []string{nonce}, o.Timeout)[0]
+			res := SendHTTP(ctx, src.Netns, netip.AddrPortFrom(httpAddr(dst, c.Family), uint16(port)), []HTTPRequest{req}, []string{nonce}, o.Timeout)[0]
 			st := res.Status
 			c.Status = &st
 			c.Allowed = st >= 200 && st < 300
@@ -271,6 +283,15 @@ func RunHTTP(ctx context.Context, lab *topology.Spec, port int, req HTTPRequest,
 	return cells, nil
 }
 
+// httpAddr is an endpoint's address of family fam (0, or one it lacks:
+// its primary address).
+func httpAddr(ep *topology.Endpoint, fam int) netip.Addr {
+	if a, ok := ep.Addr(fam); ok {
+		return a
+	}
+	return ep.IP
+}
+
 func isTimeoutErr(err error) bool { return err != nil && isTimeout(err) }
 
 // ExpectHTTP sets every cell's ExpectedStatus (and Expected) from the
@@ -283,7 +304,11 @@ func ExpectHTTP(lab *topology.Spec, m *policy.Model, cells []Cell, req HTTPReque
 		c := &cells[i]
 		src, _ := lab.Endpoint(c.From)
 		dst, _ := lab.Endpoint(c.To)
-		v := m.HTTPVerdict(src, dst, c.Port, req.Model(netip.AddrPortFrom(dst.IP, uint16(c.Port)).String()))
+		host := netip.AddrPortFrom(httpAddr(dst, c.Family), uint16(c.Port)).String()
+		v := m.HTTPVerdict(src, dst, c.Port, req.Model(host))
+		if c.Family != 0 {
+			v, _ = m.HTTPVerdictFamily(src, dst, c.Family, c.Port, req.Model(host))
+		}
 		st := v.Status
 		exp := st >= 200 && st < 300
 		c.ExpectedStatus, c.Expected = &st, &exp

@@ -49,7 +49,7 @@ func newProbeCmd(e *env) *cobra.Command {
 	var headers []string
 	var family string
 	cmd := &cobra.Command{
-		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--family 4|6|both] [--expect] [--spoof] [-o json]\n  cnlab probe LAB --port P --http \"METHOD PATH\" [--header \"Name: value\"]... [--expect] [-o json]\n  cnlab probe LAB --service NS/NAME[:PORTNAME] [--connections K] [--from NS/NAME]... [--http \"METHOD PATH\" [--header \"Name: value\"]...] [--expect] [-o json]",
+		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--family 4|6|both] [--expect] [--spoof] [-o json]\n  cnlab probe LAB --port P --http \"METHOD PATH\" [--header \"Name: value\"]... [--family 4|6|both] [--expect] [-o json]\n  cnlab probe LAB --service NS/NAME[:PORTNAME] [--connections K] [--from NS/NAME]... [--http \"METHOD PATH\" [--header \"Name: value\"]...] [--expect] [-o json]",
 		Short: "Test connectivity between every ordered pair of endpoints with real packets",
 		Long: `Start listeners on every endpoint, then connect (TCP) or send a request and
 wait for the reply (UDP) from every endpoint to every other one, in
@@ -75,7 +75,8 @@ and exit 1 when a forged frame arrived.
 
 With --http, every endpoint's listener speaks HTTP/1.1 and each cell is one
 request on a fresh connection: the matrix shows the status received (200,
-403 from an L7 proxy's "Access denied", - for no connection). With
+403 from an L7 proxy's "Access denied", - for no connection), over each
+family as above. With
 --expect, a cell differs when its status is not the one the model expects
 (0 when L3/L4 denies the connection, 403 when the L7 rules deny the
 request, 200 otherwise), or when the server received a request it should
@@ -126,8 +127,8 @@ proxy waits for a request; the probe says so.`,
 			if err != nil {
 				return err
 			}
-			if cmd.Flags().Changed("family") && (svcRef != "" || spoof || httpReq != "") {
-				return usagef("--family applies to the probe of every pair (--port, --protocol)")
+			if cmd.Flags().Changed("family") && (svcRef != "" || spoof) {
+				return usagef("--family applies to the probe of every pair (--port, --protocol, --http)")
 			}
 			if svcRef != "" {
 				if spoof || cmd.Flags().Changed("port") || cmd.Flags().Changed("protocol") {
@@ -194,7 +195,7 @@ proxy waits for a request; the probe says so.`,
 				if err != nil {
 					return usagef("%v", err)
 				}
-				return runHTTPProbe(cmd, e, spec, m, port, req, timeout, expect, output)
+				return runHTTPProbe(cmd, e, spec, m, port, req, fam, timeout, expect, output)
 			}
 			var x *explainer
 			if explain {
@@ -580,8 +581,8 @@ func judgeService(e *env, res []probe.ServiceResult, expect bool, expiry, expiry
 }
 
 // runHTTPProbe is `probe --http`.
-func runHTTPProbe(cmd *cobra.Command, e *env, spec *topology.Spec, m *policy.Model, port int, req probe.HTTPRequest, timeout time.Duration, expect bool, output string) error {
-	cells, err := probe.RunHTTP(cmd.Context(), spec, port, req, probe.Options{Timeout: timeout})
+func runHTTPProbe(cmd *cobra.Command, e *env, spec *topology.Spec, m *policy.Model, port int, req probe.HTTPRequest, fam int, timeout time.Duration, expect bool, output string) error {
+	cells, err := probe.RunHTTP(cmd.Context(), spec, port, req, probe.Options{Timeout: timeout, Family: fam})
 	if err != nil {
 		return err
 	}
@@ -596,7 +597,7 @@ func runHTTPProbe(cmd *cobra.Command, e *env, spec *topology.Spec, m *policy.Mod
 	if expect && len(wrong) > 0 {
 		fmt.Fprintf(e.stderr, "cnlab: %d of %s differ from the policy model:\n", len(wrong), plural.N(len(cells), "cell"))
 		for _, c := range wrong {
-			fmt.Fprintf(e.stderr, "  %s -> %s %s %s: status %d, expected %d%s\n", c.From, c.To, c.Method, c.Path, *c.Status, *c.ExpectedStatus, httpNote(c))
+			fmt.Fprintf(e.stderr, "  %s -> %s %s %s%s: status %d, expected %d%s\n", c.From, c.To, c.Method, c.Path, familyNote(c, len(spec.Families()) > 1), *c.Status, *c.ExpectedStatus, httpNote(c))
 		}
 		return exitStatus(exitFail)
 	}
@@ -626,16 +627,39 @@ func httpNote(c probe.Cell) string {
 
 // printHTTPMatrix prints the status of each cell (- for no connection),
 // with a * after a cell that differs from the model.
+// A lab with two families gets one matrix per family probed, as
+// printMatrix.
 func printHTTPMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, req probe.HTTPRequest, port int) {
-	printGrid(w, spec, cells, fmt.Sprintf("%s %s :%d", req.Method, req.Path, port), func(c probe.Cell) string {
-		mark := "-"
-		if *c.Status != 0 {
-			mark = fmt.Sprint(*c.Status)
+	var fams []int
+	for _, c := range cells {
+		if !slices.Contains(fams, c.Family) {
+			fams = append(fams, c.Family)
 		}
-		if c.ExpectedStatus != nil && (*c.ExpectedStatus != *c.Status || c.Reached != *c.Expected) {
-			mark += "*"
+	}
+	for i, fam := range fams {
+		title := fmt.Sprintf("%s %s :%d", req.Method, req.Path, port)
+		if len(spec.Families()) > 1 {
+			title = fmt.Sprintf("IPv%d %s", fam, title)
 		}
-		return mark
-	})
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		var of []probe.Cell
+		for _, c := range cells {
+			if c.Family == fam {
+				of = append(of, c)
+			}
+		}
+		printGrid(w, spec, of, title, func(c probe.Cell) string {
+			mark := "-"
+			if *c.Status != 0 {
+				mark = fmt.Sprint(*c.Status)
+			}
+			if c.ExpectedStatus != nil && (*c.ExpectedStatus != *c.Status || c.Reached != *c.Expected) {
+				mark += "*"
+			}
+			return mark
+		})
+	}
 	fmt.Fprintln(w, "rows: from (sender), columns: to (receiver); status received, - no connection, * differs from the policy model")
 }

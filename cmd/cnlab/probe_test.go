@@ -58,6 +58,35 @@ rows: from (sender), columns: to (receiver); ✓ allowed  ✗ denied  * differs 
 	}
 }
 
+// probe --http prints one matrix per family too.
+func TestPrintHTTPMatrixPerFamily(t *testing.T) {
+	spec := &topology.Spec{
+		Hosts:     []topology.Host{{Name: "h", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("fd00::/64")}}},
+		Endpoints: []topology.Endpoint{{Namespace: "x", Name: "a"}, {Namespace: "x", Name: "b"}},
+	}
+	st := func(n int) *int { return &n }
+	cells := []probe.Cell{
+		{From: "x/a", To: "x/b", Family: 4, Status: st(200)},
+		{From: "x/b", To: "x/a", Family: 4, Status: st(403)},
+		{From: "x/a", To: "x/b", Family: 6, Status: st(0)},
+		{From: "x/b", To: "x/a", Family: 6, Status: st(403)},
+	}
+	var b bytes.Buffer
+	printHTTPMatrix(&b, spec, cells, probe.HTTPRequest{Method: "GET", Path: "/p"}, 80)
+	want := `IPv4 GET /p :80 from\to x/a x/b
+x/a                     .   200
+x/b                     403 .
+
+IPv6 GET /p :80 from\to x/a x/b
+x/a                     .   -
+x/b                     403 .
+rows: from (sender), columns: to (receiver); status received, - no connection, * differs from the policy model
+`
+	if b.String() != want {
+		t.Errorf("matrix:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
 func TestParseFamily(t *testing.T) {
 	for in, want := range map[string]int{"": 0, "both": 0, "4": 4, "6": 6} {
 		if got, err := parseFamily(in); err != nil || got != want {

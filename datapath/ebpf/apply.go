@@ -130,7 +130,7 @@ func (d *Datapath) apply(ctx context.Context, lab *topology.Spec, from, c *polic
 		// it was set up. Routing only: nothing goes there before the
 		// switch.
 		if err == nil && plans[h.Name].L7 && s.cfg.Flags&uint32(cnlabConfigFlagFLAG_L7) == 0 {
-			err = proxyRouting(h)
+			err = proxyRouting(lab, h)
 		}
 		if err == nil {
 			err = fault.At(fault.EBPFStaged, h.Name)

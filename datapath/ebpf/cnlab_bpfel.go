@@ -458,11 +458,22 @@ type cnlabScratch6 struct {
 		FragNxt  uint8
 		Pad2     [2]uint8
 	}
-	Ct   cnlabCt6Key
-	Frag cnlabFrag6Key
-	Flow cnlabFlow6Key
-	Ipk  cnlabIpcache6Key
-	Na   struct {
+	Ct    cnlabCt6Key
+	Frag  cnlabFrag6Key
+	Flow  cnlabFlow6Key
+	Ipk   cnlabIpcache6Key
+	Tuple struct {
+		_    structs.HostLayout
+		Ipv4 struct {
+			_     structs.HostLayout
+			Saddr uint32
+			Daddr uint32
+			Sport uint16
+			Dport uint16
+		}
+		_ [24]byte
+	}
+	Na struct {
 		_  structs.HostLayout
 		Ip struct {
 			_     structs.HostLayout

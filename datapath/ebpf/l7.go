@@ -24,35 +24,47 @@ import (
 // route of the host through its rules, a cost a lab without L7 rules
 // should not measure. It stays until the lab goes down, with the host's
 // namespace.
-func proxyRouting(h *topology.Host) error {
+//
+// Each family the lab has gets its rule and route (IPv6: ip -6 rule
+// fwmark ... lookup L7_TABLE; local ::/0 dev lo in L7_TABLE).
+func proxyRouting(lab *topology.Spec, h *topology.Host) error {
 	nh, err := netns.Handle(h.Netns)
 	if err != nil {
 		return err
 	}
 	defer nh.Close()
-	mask := uint32(cnlabL7MARK_MASK)
-	rule := netlink.NewRule()
-	rule.Family = unix.AF_INET
-	rule.Mark = uint32(cnlabL7MARK_TO_PROXY)
-	rule.Mask = &mask
-	rule.Table = int(cnlabL7L7TABLE)
-	rules, err := nh.RuleListFiltered(unix.AF_INET, rule, netlink.RT_FILTER_MARK|netlink.RT_FILTER_MASK|netlink.RT_FILTER_TABLE)
-	if err != nil {
-		return fmt.Errorf("list ip rules: %w", err)
-	}
-	if len(rules) == 0 {
-		if err := nh.RuleAdd(rule); err != nil {
-			return fmt.Errorf("ip rule fwmark %#x/%#x lookup %d: %w", rule.Mark, mask, rule.Table, err)
-		}
-	}
 	lo, err := nh.LinkByName("lo")
 	if err != nil {
 		return err
 	}
-	rt := &netlink.Route{Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, LinkIndex: lo.Attrs().Index,
-		Table: int(cnlabL7L7TABLE), Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST}
-	if err := nh.RouteReplace(rt); err != nil {
-		return fmt.Errorf("route local 0.0.0.0/0 dev lo table %d: %w", rt.Table, err)
+	for _, fam := range []int{4, 6} {
+		if fam == 6 && !lab.HasFamily(6) {
+			continue
+		}
+		af, all, name := unix.AF_INET, &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, "0.0.0.0/0"
+		if fam == 6 {
+			af, all, name = unix.AF_INET6, &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}, "::/0"
+		}
+		mask := uint32(cnlabL7MARK_MASK)
+		rule := netlink.NewRule()
+		rule.Family = af
+		rule.Mark = uint32(cnlabL7MARK_TO_PROXY)
+		rule.Mask = &mask
+		rule.Table = int(cnlabL7L7TABLE)
+		rules, err := nh.RuleListFiltered(af, rule, netlink.RT_FILTER_MARK|netlink.RT_FILTER_MASK|netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return fmt.Errorf("list ip rules (IPv%d): %w", fam, err)
+		}
+		if len(rules) == 0 {
+			if err := nh.RuleAdd(rule); err != nil {
+				return fmt.Errorf("ip -%d rule fwmark %#x/%#x lookup %d: %w", fam, rule.Mark, mask, rule.Table, err)
+			}
+		}
+		rt := &netlink.Route{Dst: all, LinkIndex: lo.Attrs().Index,
+			Table: int(cnlabL7L7TABLE), Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST}
+		if err := nh.RouteReplace(rt); err != nil {
+			return fmt.Errorf("route local %s dev lo table %d: %w", name, rt.Table, err)
+		}
 	}
 	// No TIME_WAIT sockets in the host's namespace, where only the proxy
 	// (and no measured workload) has TCP sockets: a client reusing the

@@ -21,8 +21,9 @@ import (
 // solicitations and advertisements bridged between a host's endpoints
 // (conntrack tracks neither: they would be INVALID); the bridge port
 // table (datapath.BindPorts) has already checked they are the
-// endpoint's own. The L7 redirect (nat table, l7.go) is IPv4's alone: a
-// new IPv6 connection to an L7 port is dropped by the ingress chain.
+// endpoint's own. The L7 redirect (CNLAB-L7, l7.go) is in each family's
+// nat table, over that family's addresses, and each family's ingress
+// chains drop new connections to L7 ports not redirected.
 
 // famView renders one family's table.
 type famView struct {

@@ -140,18 +140,28 @@ func TestRenderIPv4OnlyHasNoIPv6(t *testing.T) {
 	}
 }
 
-// The L7 redirect is IPv4's: in an IPv6-only lab CNLAB-L7 has no rule
-// (iptables would refuse an IPv6 address), the ingress chain drops new
-// connections to the L7 port.
+// The L7 redirect of an IPv6-only lab is in the IPv6 nat table alone:
+// CNLAB-L7 of ip6tables redirects to the proxy over the endpoints' IPv6
+// addresses, iptables' has no rule.
 func TestRenderIPv6OnlyL7(t *testing.T) {
 	lab := labFile(t, "ipv6-only.yaml", topology.Overrides{})
 	c := policytest.CompileOn(t, lab, scenarios.L7[0].Policies)
+	redirects := 0
 	for _, h := range lab.Hosts {
 		st := Render(lab, h.Name, c)
-		for _, r := range st.NAT {
-			if strings.Contains(r, ":") && !strings.Contains(r, "--comment") || strings.Contains(r, "fd00") {
-				t.Errorf("%s: IPv6 in CNLAB-L7: %s", h.Name, r)
+		if len(st.NAT) != 0 {
+			t.Errorf("%s: IPv4 CNLAB-L7 in an IPv6-only lab: %q", h.Name, st.NAT)
+		}
+		for _, r := range st.NAT6 {
+			if !strings.Contains(r, "/128 -p tcp") || strings.Contains(r, ".") && !strings.Contains(r, "--comment") {
+				t.Errorf("%s: not IPv6 in the IPv6 CNLAB-L7: %s", h.Name, r)
+			}
+			if strings.Contains(r, "REDIRECT --to-ports 15001") {
+				redirects++
 			}
 		}
+	}
+	if redirects == 0 {
+		t.Errorf("no IPv6 redirect")
 	}
 }

@@ -179,7 +179,11 @@ func forward(t *testing.T, st hostState, p packet) (outcome, []string) {
 func nat(t *testing.T, st hostState, p packet) (outcome, []string) {
 	t.Helper()
 	var trace []string
-	for _, r := range st.NAT {
+	rules := st.NAT
+	if p.dst.Is6() {
+		rules = st.NAT6
+	}
+	for _, r := range rules {
 		hit, target, _ := matches(t, st, r, p)
 		if !hit {
 			continue

@@ -100,6 +100,9 @@ type hostState struct {
 	// NAT are the rules of CNLAB-L7 in the nat table (l7.go); the chain
 	// and its jump exist once a host has had an L7 port.
 	NAT []string `json:"nat,omitempty"`
+	// NAT6 are the rules of CNLAB-L7 in the IPv6 nat table (ip6tables),
+	// in a lab with IPv6.
+	NAT6 []string `json:"nat6,omitempty"`
 	// Chains6 are the chains of the IPv6 filter table (ip6tables), the
 	// same chains rendered for the endpoints' IPv6 addresses, in a lab
 	// with IPv6 (family.go); Chains are the IPv4 table's.
@@ -116,6 +119,7 @@ type hostState struct {
 // every other cnlab set of the host).
 func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compiled) error {
 	_, _, bin := tools(lab)
+	_, _, bin6 := familyTools(lab, 6)
 	ipsets := lab.IPTables.IPSets()
 	rebuild := func(ctx context.Context, h *topology.Host, want *hostState) error {
 		var existing []string
@@ -156,6 +160,8 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 				if jumped := natJumped(ctx, h, bin); len(want.NAT) > 0 || jumped {
 					script = natScript(nil, want.NAT, true, !jumped) + script
 				}
+			} else if jumped := natJumped(ctx, h, bin6); len(want.NAT6) > 0 || jumped {
+				script = natScript(nil, want.NAT6, true, !jumped) + script
 			}
 			if err := change.Load(ctx, h, script, restore, "-w", "--noflush"); err != nil {
 				return err
@@ -210,9 +216,15 @@ func (d iptables) Apply(ctx context.Context, lab *topology.Spec, c *policy.Compi
 			for _, script := range steps {
 				loads = append(loads, load{script, restore})
 			}
-			if hasIPv6(lab) { // then IPv6's chains, in a commit of their own
+			if hasIPv6(lab) { // then IPv6's chains, in commits of their own, ordered as IPv4's
 				restore6, _, _ := familyTools(lab, 6)
-				loads = append(loads, load{diffScript(have.Chains6, want.Chains6), restore6})
+				steps6 := []string{diffScript(have.Chains6, want.Chains6)}
+				if len(want.NAT6) > 0 || len(have.NAT6) > 0 {
+					steps6 = natSteps(have.NAT6, want.NAT6, steps6[0], !natJumped(ctx, h, bin6))
+				}
+				for _, script := range steps6 {
+					loads = append(loads, load{script, restore6})
+				}
 			}
 			for _, l := range loads {
 				if l.script == "" {
@@ -361,7 +373,8 @@ func Render(lab *topology.Spec, host string, c *policy.Compiled) hostState {
 	if len(sets) > 0 {
 		st.Sets = sets
 	}
-	st.NAT = renderL7(lab, host, c, o)
+	st.NAT = renderL7(lab, host, c, 4, o)
+	st.NAT6 = renderL7(lab, host, c, 6, o)
 	return st
 }
 
@@ -633,6 +646,12 @@ func (d iptables) Describe(ctx context.Context, lab *topology.Spec) (map[string]
 		}
 		if nat, err := netns.Run(ctx, h.Netns, nil, save, "-t", "nat"); err == nil && strings.Contains(string(nat), ":"+l7Chain+" ") {
 			text = append(text, nat...)
+		}
+		if hasIPv6(lab) {
+			_, save6, _ := familyTools(lab, 6)
+			if nat, err := netns.Run(ctx, h.Netns, nil, save6, "-t", "nat"); err == nil && strings.Contains(string(nat), ":"+l7Chain+" ") {
+				text = append(text, nat...)
+			}
 		}
 		if lab.IPTables.IPSets() {
 			sets, err := netns.Run(ctx, h.Netns, nil, "ipset", "save")

@@ -29,15 +29,16 @@ const l7DropComment = "L7 port: only through the proxy"
 // l7JumpRule hooks CNLAB-L7 into nat PREROUTING.
 var l7JumpRule = fmt.Sprintf("-I PREROUTING 1 -m comment --comment %q -j %s", comment, l7Chain)
 
-// renderL7 returns the rules of CNLAB-L7 for one host (nil when none of
-// its endpoints has an L7 port).
-func renderL7(lab *topology.Spec, host string, c *policy.Compiled, o observer) []string {
+// renderL7 returns the rules of CNLAB-L7 for one host in the nat table of
+// family fam (4: iptables, 6: ip6tables; nil when none of its endpoints
+// has an L7 port).
+func renderL7(lab *topology.Spec, host string, c *policy.Compiled, fam int, o observer) []string {
 	var out []string
-	for _, m := range datapath.L7Redirects(lab, host, c) {
-		if !m.Dst.Is4() || (m.Src.IsValid() && !m.Src.Addr().Is4()) {
-			continue // the redirect is IPv4's (family.go)
-		}
-		r := fmt.Sprintf("-d %s/32 -p tcp -m tcp --dport %d", m.Dst, m.Port)
+	if !lab.HasFamily(fam) {
+		return nil
+	}
+	for _, m := range datapath.L7RedirectsOf(lab, host, c, fam) {
+		r := fmt.Sprintf("-d %s/%d -p tcp -m tcp --dport %d", m.Dst, m.Dst.BitLen(), m.Port)
 		if m.Src.IsValid() {
 			r = "-s " + m.Src.String() + " " + r
 		}

@@ -173,8 +173,8 @@ func TestRenderIPv6Only(t *testing.T) {
 // TestTiersAgainstIRFamilies is TestTiersAgainstIR on the scenario lab
 // dual-stack and IPv6-only: the interpreter reads ip6 and ip expressions
 // per family, each family's cells against the IR (CheckAgainstIR), L7
-// ports included: over IPv6 the table drops new connections to them but
-// those the Admin tier accepts, as the IR says (policy.NoL7Proxy6).
+// ports included: over IPv6 as over IPv4, the l7 chain redirects what the
+// model proxies.
 func TestTiersAgainstIRFamilies(t *testing.T) {
 	rng := rand.New(rand.NewSource(38))
 	n := 100

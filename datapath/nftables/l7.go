@@ -28,12 +28,13 @@ const (
 func renderL7(lab *topology.Spec, host string, c *policy.Compiled) (nat, fwd []string) {
 	l := layout{observe: lab.ObserveLevel()}
 	for _, m := range datapath.L7Redirects(lab, host, c) {
-		if topology.Family(m.Dst) != 4 || (m.Src.IsValid() && topology.Family(m.Src.Addr()) != 4) {
-			continue // the L7 proxy is IPv4 only: see below
+		ip := "ip"
+		if topology.Family(m.Dst) == 6 {
+			ip = "ip6"
 		}
-		r := fmt.Sprintf("ip daddr %s tcp dport %d", m.Dst, m.Port)
+		r := fmt.Sprintf("%s daddr %s tcp dport %d", ip, m.Dst, m.Port)
 		if m.Src.IsValid() {
-			r = fmt.Sprintf("ip saddr %s %s", m.Src, r)
+			r = fmt.Sprintf("%s saddr %s %s", ip, m.Src, r)
 		}
 		verdict := "return"
 		if m.Redirect {
@@ -46,33 +47,17 @@ func renderL7(lab *topology.Spec, host string, c *policy.Compiled) (nat, fwd []s
 			fwd = append(fwd, fmt.Sprintf("ct state new %s counter accept comment %q", r, comment(m.Why)))
 		}
 	}
-	// The L7 proxy listens and dials on IPv4 only: new IPv6 connections
-	// to an L7 port are dropped (closed rather than let around the L7
-	// rules), but those an Admin-tier allow decided, final as over IPv4
-	// (policy.NoL7Proxy6).
-	if lab.HasFamily(6) {
-		for _, m := range datapath.L7RedirectsOf(lab, host, c, 6) {
-			if !m.Admin {
-				continue
-			}
-			r := fmt.Sprintf("ip6 daddr %s tcp dport %d", m.Dst, m.Port)
-			if m.Src.IsValid() {
-				r = fmt.Sprintf("ip6 saddr %s %s", m.Src, r)
-			}
-			fwd = append(fwd, fmt.Sprintf("ct state new %s counter accept comment %q", r, comment(m.Why)))
-		}
-	}
 	for _, ep := range change.LocalEndpoints(lab, host) {
 		for _, port := range c.L7Ports(c.IdentityOfIP(ep.IP)) {
 			for _, a := range ep.Addrs() {
 				if !lab.HasFamily(topology.Family(a)) {
 					continue
 				}
-				expr, why := "ip", "L7 port: only through the proxy"
+				expr := "ip"
 				if topology.Family(a) == 6 {
-					expr, why = "ip6", "L7 port: no IPv6 proxy"
+					expr = "ip6"
 				}
-				fwd = append(fwd, fmt.Sprintf("ct state new %s daddr %s tcp dport %d counter %sdrop comment %q", expr, a, port, l.log(observe.Dropped, true, true, "l7"), why))
+				fwd = append(fwd, fmt.Sprintf("ct state new %s daddr %s tcp dport %d counter %sdrop comment %q", expr, a, port, l.log(observe.Dropped, true, true, "l7"), "L7 port: only through the proxy"))
 			}
 		}
 	}

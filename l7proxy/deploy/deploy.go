@@ -32,10 +32,10 @@ import (
 // of its endpoints has an L7 port.
 func Build(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.Config {
 	cfg := empty(lab, host, c)
-	ips := map[uint32][]netip.Addr{} // each identity's addresses
+	ips := map[uint32][]netip.Addr{} // each identity's addresses, of every family
 	for _, ep := range lab.Endpoints {
 		id := c.IdentityOfIP(ep.IP)
-		ips[id] = append(ips[id], ep.IP)
+		ips[id] = append(ips[id], ep.Addrs()...)
 	}
 	for _, ep := range lab.Endpoints {
 		if ep.Host != host {
@@ -43,12 +43,16 @@ func Build(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.Config 
 		}
 		subject := c.IdentityOfIP(ep.IP)
 		for _, port := range c.L7Ports(subject) {
-			pc := l7proxy.PortConfig{Endpoint: ep.ID(), Addr: ep.IP, Port: port}
-			for _, id := range c.Identities {
-				pc.Peers = append(pc.Peers, identityPeers(c, subject, port, id.ID, ips[id.ID])...)
+			// One port per address of the endpoint (IPv4 and IPv6 in a
+			// dual-stack lab): the proxy serves both families.
+			for _, addr := range ep.Addrs() {
+				pc := l7proxy.PortConfig{Endpoint: ep.ID(), Addr: addr, Port: port}
+				for _, id := range c.Identities {
+					pc.Peers = append(pc.Peers, identityPeers(c, subject, port, id.ID, ips[id.ID])...)
+				}
+				pc.Peers = append(pc.Peers, cidrPeers(c, subject, port, lab.Families())...)
+				cfg.Ports = append(cfg.Ports, pc)
 			}
-			pc.Peers = append(pc.Peers, cidrPeers(c, subject, port)...)
-			cfg.Ports = append(cfg.Ports, pc)
 		}
 	}
 	if len(cfg.Ports) == 0 {
@@ -116,40 +120,54 @@ func l4(lab *topology.Spec, host string, c *policy.Compiled) *l7proxy.L4Policy {
 func identities(lab *topology.Spec, c *policy.Compiled) map[netip.Addr]uint32 {
 	out := map[netip.Addr]uint32{}
 	for _, ep := range lab.Endpoints {
-		out[ep.IP] = c.IdentityOfIP(ep.IP)
+		for _, a := range ep.Addrs() {
+			out[a] = c.IdentityOfIP(ep.IP)
+		}
 	}
 	return out
 }
 
 // cidrPeers returns the rules of sources that are no endpoint: those of
 // L7 entries whose peer is a CIDR or any peer, and every request for the
-// CIDRs (or any peer) an L3/L4 allow admits on the port.
-func cidrPeers(c *policy.Compiled, subject uint32, port uint16) []l7proxy.PeerConfig {
-	all := netip.MustParsePrefix("0.0.0.0/0")
+// CIDRs (or any peer) an L3/L4 allow admits on the port. Any peer is the
+// /0 of each of the lab's families (fams).
+func cidrPeers(c *policy.Compiled, subject uint32, port uint16, fams []int) []l7proxy.PeerConfig {
+	var all []netip.Prefix
+	for _, fam := range fams {
+		if fam == 6 {
+			all = append(all, netip.MustParsePrefix("::/0"))
+		} else {
+			all = append(all, netip.MustParsePrefix("0.0.0.0/0"))
+		}
+	}
 	var out []l7proxy.PeerConfig
 	for _, h := range c.HTTP {
 		if h.Subject != subject || h.Port != port || h.PeerID != 0 {
 			continue
 		}
-		p := h.PeerCIDR
-		if !p.IsValid() {
-			p = all
+		for _, p := range prefixesOr(h.PeerCIDR, all) {
+			out = append(out, l7proxy.PeerConfig{CIDR: p, Rules: h.Rules})
 		}
-		out = append(out, l7proxy.PeerConfig{CIDR: p, Rules: h.Rules})
 	}
 	for _, r := range c.RulesFor(subject, policy.Ingress) {
 		if r.Deny || r.L7 || r.PeerID != 0 || (r.Proto != policy.ProtoAny && r.Proto != policy.ProtoTCP) ||
 			(r.PortLo != 0 && (port < r.PortLo || port > max(r.PortLo, r.PortHi))) {
 			continue
 		}
-		p := r.PeerCIDR
-		if !p.IsValid() {
-			p = all
+		for _, p := range prefixesOr(r.PeerCIDR, all) {
+			out = append(out, l7proxy.PeerConfig{CIDR: p, Rules: []l7.Rule{{}}})
 		}
-		out = append(out, l7proxy.PeerConfig{CIDR: p, Rules: []l7.Rule{{}}})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CIDR.String() < out[j].CIDR.String() })
 	return out
+}
+
+// prefixesOr is p alone, or all when p is not valid (any peer).
+func prefixesOr(p netip.Prefix, all []netip.Prefix) []netip.Prefix {
+	if p.IsValid() {
+		return []netip.Prefix{p}
+	}
+	return all
 }
 
 // Push gives each host's proxy its part of c, starting the proxy of a

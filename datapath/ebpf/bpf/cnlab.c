@@ -2151,11 +2151,10 @@ static __always_inline struct endpoint *legacy_l7(struct config *cfg, struct end
 // conntrack (cnlab_ct6), fragments (cnlab_frag6) and event rate limit
 // (cnlab_evlimit6), and asks the same policy maps (policy_verdict): a
 // policy key names a peer, whatever its family. The service proxy's IPv6
-// frontends are translated on it ("IPv6 Services" below). Not on this
-// path: the L7 proxy (a connection to an L7 port is dropped,
-// l7-port-not-proxied or l7-proxy-not-listening), the connect hook and
-// socket LB, the IPv4 path's "fragmentation needed" for masqueraded
-// packets.
+// frontends are translated on it ("IPv6 Services" below), and the L7
+// proxy takes IPv6 connections as IPv4 ones (to_proxy6, on the proxy's
+// IPv6 listener). Not on this path: the connect hook's policy decision,
+// the IPv4 path's "fragmentation needed" for masqueraded packets.
 
 #define NEXTHDR_HOP 0
 #define NEXTHDR_ROUTING 43
@@ -2224,6 +2223,7 @@ struct scratch6 {
 	struct frag6_key frag;
 	struct flow6_key flow;
 	struct ipcache6_key ipk;
+	struct bpf_sock_tuple tuple; // to_proxy6's lookups
 	struct {
 		struct ip6h ip;
 		__u8 icmp[8];
@@ -2575,7 +2575,8 @@ static __always_inline int side6(struct scratch6 *s, struct endpoint *ep, __u8 d
 			       RC_ALL, len);
 		if (is_drop(r))
 			return r;
-		// An L7 port: the L7 proxy takes IPv4 only.
+		// For the L7 proxy, but here instead: it came around the
+		// proxy (as side).
 		if (dir == DIR_INGRESS && p->proxied)
 			return R_DROP_NOT_PROXIED;
 		ct_create6(s, scope, idx, now);
@@ -3215,17 +3216,18 @@ static __always_inline int svc6_write(struct __sk_buff *skb, struct scratch6 *s)
 	return ss && ss->x.kind ? svc6_out(skb, s, ss) : 0;
 }
 
-// svc6_deliver writes a packet of a translated flow (and an ICMPv6 error
-// about one) that both sides allowed on the host-local path, and puts it
-// into the destination's namespace.
-static __always_inline int svc6_deliver(struct __sk_buff *skb, struct scratch6 *s, struct endpoint *dst, int r)
+// svc6_local writes a packet of a translated flow (and an ICMPv6 error
+// about one) that both sides allowed on the host-local path, before it is
+// put into the destination's namespace (or handed to the L7 proxy): 0, or
+// -1 (drop).
+static __always_inline int svc6_local(struct __sk_buff *skb, struct scratch6 *s, int r)
 {
 	if (svc6_write(skb, s) < 0)
-		return TC_ACT_SHOT;
+		return -1;
 	struct svc6_scratch *ss = svc6_on();
 	if (ss && r == R_ALLOW_RELATED && svc_icmp6(skb, s, ss) < 0)
-		return TC_ACT_SHOT;
-	return deliver_as(skb, dst, ETH_P_IPV6);
+		return -1;
+	return 0;
 }
 
 // from_wire6 is cnlab_from_wire for IPv6: the answers of masqueraded
@@ -3414,6 +3416,165 @@ static __always_inline int ndp(struct __sk_buff *skb, struct endpoint *ep, struc
 	return is_drop(reason) ? TC_ACT_SHOT : TC_ACT_OK;
 }
 
+// ---- The L7 proxy over IPv6 ----
+//
+// As over IPv4 (to_proxy, legacy_l7, cnlab_to_ep's MARK_FROM_PROXY,
+// l7_from_wire): a connection to an L7 port is assigned to the proxy's
+// IPv6 socket and marked MARK_TO_PROXY (ip -6 rule fwmark ... lookup
+// L7_TABLE; local ::/0 dev lo in L7_TABLE); what the proxy sends carries
+// MARK_FROM_PROXY. The socket tuple is in the scratch: the stack of the
+// IPv6 path's chain of calls has no room for it.
+
+// to_proxy6 is to_proxy for the IPv6 packet in s.
+static __always_inline int to_proxy6(struct __sk_buff *skb, struct scratch6 *s)
+{
+	struct pkt6 *p = &s->p;
+	struct bpf_sock_tuple *t = &s->tuple;
+	__builtin_memset(t, 0, sizeof(*t));
+	ip6_cp(t->ipv6.saddr, p->saddr);
+	ip6_cp(t->ipv6.daddr, p->daddr);
+	t->ipv6.sport = bpf_htons(p->sport);
+	t->ipv6.dport = bpf_htons(p->dport);
+	struct bpf_sock *sk = bpf_skc_lookup_tcp(skb, t, sizeof(t->ipv6), BPF_F_CURRENT_NETNS, 0);
+	if (sk && sk->state == TCP_TIME_WAIT) {
+		bpf_sk_release(sk);
+		goto mark;
+	}
+	if (sk && sk->state == TCP_LISTEN) {
+		bpf_sk_release(sk);
+		sk = 0;
+	}
+	if (!sk) {
+		__builtin_memset(t, 0, sizeof(*t));
+		t->ipv6.dport = bpf_htons(L7_PROXY_PORT);
+		sk = bpf_skc_lookup_tcp(skb, t, sizeof(t->ipv6), BPF_F_CURRENT_NETNS, 0);
+		if (!sk)
+			return -1;
+		if (sk->state != TCP_LISTEN) {
+			bpf_sk_release(sk);
+			return -1;
+		}
+	}
+	long err = bpf_sk_assign(skb, sk, 0);
+	bpf_sk_release(sk);
+	if (err)
+		return -1;
+mark:
+	skb->mark = MARK_TO_PROXY;
+	bpf_skb_change_type(skb, 0); // PACKET_HOST
+	return TC_ACT_OK;
+}
+
+// proxy6 hands a packet of a host-local flow for the L7 proxy to it
+// (from_ep_local's hand-over): with legacy host routing, as received by
+// the bridge device, addressed to it.
+static __always_inline int proxy6(struct __sk_buff *skb, struct scratch6 *s, struct endpoint *src,
+				  struct endpoint *dst)
+{
+	if (host_routing_bpf) {
+		if (to_proxy6(skb, s) == TC_ACT_OK)
+			return TC_ACT_OK;
+	} else {
+		if (bpf_skb_store_bytes(skb, 0, s->cfg.bridge_mac, 6, 0) < 0)
+			return TC_ACT_SHOT;
+		if (to_proxy6(skb, s) == TC_ACT_OK)
+			return bpf_redirect(s->cfg.bridge_ifindex, BPF_F_INGRESS);
+	}
+	return finish6(s, skb, dst->index, DIR_INGRESS, R_DROP_NO_PROXY, src->identity, dst->identity, NO_RULE);
+}
+
+// legacy_l7_6 is legacy_l7 for IPv6: with legacy host routing, a
+// connection from an endpoint to an L7 port of an endpoint of this host
+// is taken as a host-local one. It returns the destination, or 0.
+static __always_inline struct endpoint *legacy_l7_6(struct scratch6 *s, __u64 now)
+{
+	struct pkt6 *p = &s->p;
+	s->ipk.prefixlen = 128;
+	ip6_cp(s->ipk.ip, p->daddr);
+	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_local6, &s->ipk);
+	if (!dst)
+		return 0;
+	if ((p->tcpflags & (TCP_SYN | TCP_ACK)) != TCP_SYN) {
+		ct6_fill(&s->ct, p->saddr, p->daddr, p->sport, p->dport, p->proto, 0, 0);
+		struct ct_val *v = ct6_get(&s->ct, now);
+		return v && (v->flags & CT_PROXY) ? dst : 0;
+	}
+	__u32 rule;
+	__u8 proxied = 0;
+	verdict_of(&s->cfg, dst->index, DIR_INGRESS, peer_of6(s->cfg.gen, p->saddr, &s->ipk).key, p->proto,
+		   p->tcpflags, p->dport, &proxied, &rule, RC_NONE, 0);
+	return proxied ? dst : 0;
+}
+
+// from_proxy6 is cnlab_to_ep's MARK_FROM_PROXY for IPv6: the proxy's
+// answers to a client it was handed, and its connections to the server
+// (from the host's address), which get an entry for the server's answers.
+static __always_inline int from_proxy6(struct __sk_buff *skb, struct scratch6 *s, struct endpoint *dst, __u64 now)
+{
+	struct pkt6 *p = &s->p;
+	if (p->frag != 2) {
+		s->ipk.prefixlen = 128;
+		ip6_cp(s->ipk.ip, p->saddr);
+		if (!bpf_map_lookup_elem(&cnlab_local6, &s->ipk) &&
+		    !ct_lookup6(s->cfg.gen, s, 1 + DIR_INGRESS, 1 + DIR_EGRESS, dst->index, now))
+			ct_create6(s, 1 + DIR_INGRESS, dst->index, now);
+	}
+	return finish6(s, skb, dst->index, DIR_INGRESS, R_ALLOW_FROM_PROXY, 0, dst->identity, NO_RULE);
+}
+
+// l7_from_wire6 is l7_from_wire for IPv6 (cnlab_from_wire): a connection
+// from another host to an L7 port of an endpoint of this host goes to
+// the proxy; everything else passes untouched.
+__attribute__((noinline)) int l7_from_wire6(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct scratch6 *s = bpf_map_lookup_elem(&cnlab_scratch6, &zero);
+	if (!s || config(&s->cfg) || !(s->cfg.flags & FLAG_L7))
+		return TC_ACT_OK;
+	struct pkt6 *p = &s->p;
+	__builtin_memset(p, 0, sizeof(*p));
+	if (parse6(skb, p) || p->proto != IPPROTO_TCP || p->frag)
+		return TC_ACT_OK;
+	s->ipk.prefixlen = 128;
+	ip6_cp(s->ipk.ip, p->daddr);
+	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_local6, &s->ipk);
+	if (!dst)
+		return TC_ACT_OK;
+	struct config *cfg = &s->cfg;
+	__u64 now = bpf_ktime_get_ns();
+	__u8 scope = 1 + DIR_INGRESS;
+	__u32 rule = NO_RULE, peer_id = 0;
+	int r;
+	if ((p->tcpflags & (TCP_SYN | TCP_ACK)) != TCP_SYN) {
+		ct6_fill(&s->ct, p->saddr, p->daddr, p->sport, p->dport, p->proto, scope, dst->index);
+		struct ct_val *v = ct6_get(&s->ct, now);
+		if (!v || !(v->flags & CT_PROXY))
+			return TC_ACT_OK;
+		ct_touch(v, p->proto, p->tcpflags, now);
+		p->proxied = 1;
+		r = R_ALLOW_CT;
+	} else {
+		struct peer peer = peer_of6(cfg->gen, p->saddr, &s->ipk);
+		peer_id = peer.identity;
+		// A look ahead, as l7_from_wire's.
+		verdict_of(cfg, dst->index, DIR_INGRESS, peer.key, p->proto, p->tcpflags, p->dport, &p->proxied, &rule,
+			   RC_NONE, 0);
+		if (!p->proxied)
+			return TC_ACT_OK;
+		if (rule != NO_RULE) {
+			struct rule_key k = {.rule = rule, .slot = cfg->gen * cfg->max_ep + dst->index,
+					     .dir = DIR_INGRESS, .verdict = RV_ALLOW};
+			rule_count(&k, skb->len);
+		}
+		ct_create6(s, scope, dst->index, now);
+		r = R_ALLOW_PROXY;
+	}
+	finish6(s, skb, dst->index, DIR_INGRESS, r, peer_id, dst->identity, rule);
+	if (to_proxy6(skb, s) != TC_ACT_OK)
+		return finish6(s, skb, dst->index, DIR_INGRESS, R_DROP_NO_PROXY, peer_id, dst->identity, NO_RULE);
+	return TC_ACT_OK;
+}
+
 // from_ep6 is cnlab_from_ep for an IPv6 packet: source checks, then the
 // sender's egress for a remote destination, or (bpf host routing) both
 // sides for an endpoint of this host, delivered with bpf_redirect_peer.
@@ -3462,6 +3623,9 @@ __attribute__((noinline)) int from_ep6(struct __sk_buff *skb, struct endpoint *s
 		dst = bpf_map_lookup_elem(&cnlab_local6, &s->ipk);
 	else if (ss && ss->x.kind == XL_REV && bpf_map_lookup_elem(&cnlab_local6, &s->ipk))
 		ss->x.kind = 0;
+	if (!dst && !host_routing_bpf && (cfg->flags & FLAG_L7) && p->proto == IPPROTO_TCP && !p->frag &&
+	    !(ss && ss->x.kind == XL_REV))
+		dst = legacy_l7_6(s, now);
 	if (!dst) {
 		r = side6(s, src, DIR_EGRESS, now, &peer_id, &rule, skb->len);
 		if (!is_drop(r) && svc6_write(skb, s) < 0)
@@ -3484,15 +3648,19 @@ __attribute__((noinline)) int from_ep6(struct __sk_buff *skb, struct endpoint *s
 			__u32 skey = peer_of6(gen, p->saddr, &s->ipk).key;
 			r = verdict_of(cfg, dst->index, DIR_INGRESS, skey, p->proto, p->tcpflags, p->dport, &p->proxied,
 				       &rule, RC_ALL, skb->len);
-			if (!is_drop(r) && p->proxied)
-				r = R_DROP_NOT_PROXIED; // the L7 proxy takes IPv4 only
 			if (is_drop(r))
 				return finish6(s, skb, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
 			ct_create6(s, 0, 0, now);
 			if (p->frag == 1)
 				first_fragment6(s, 0, 0, now);
+			if (p->proxied)
+				r = R_ALLOW_PROXY;
 			finish6(s, skb, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
-			return svc6_deliver(skb, s, dst, r);
+			if (svc6_local(skb, s, r) < 0)
+				return TC_ACT_SHOT;
+			if (p->proxied)
+				return proxy6(skb, s, src, dst);
+			return deliver_as(skb, dst, ETH_P_IPV6);
 		}
 		if (p->frag == 1)
 			first_fragment6(s, 0, 0, now);
@@ -3501,7 +3669,11 @@ __attribute__((noinline)) int from_ep6(struct __sk_buff *skb, struct endpoint *s
 		return finish6(s, skb, src->index, DIR_EGRESS, r, src->identity, dst->identity, rule);
 	count(src->index, DIR_EGRESS, r, skb->len);
 	finish6(s, skb, dst->index, DIR_INGRESS, r, src->identity, dst->identity, rule);
-	return svc6_deliver(skb, s, dst, r);
+	if (svc6_local(skb, s, r) < 0)
+		return TC_ACT_SHOT;
+	if (p->proxied)
+		return proxy6(skb, s, src, dst);
+	return deliver_as(skb, dst, ETH_P_IPV6);
 }
 
 // to_ep6 is cnlab_to_ep for an IPv6 packet: neighbour discovery passes
@@ -3530,6 +3702,13 @@ __attribute__((noinline)) int to_ep6(struct __sk_buff *skb, struct endpoint *dst
 	if (ss) {
 		__builtin_memset(&ss->x, 0, sizeof(ss->x));
 		svc6_in(s, ss);
+	}
+	if ((skb->mark & MARK_MASK) == MARK_FROM_PROXY) {
+		// As cnlab_to_ep: the proxy's answer to a client is translated
+		// back like any reply of the flow.
+		if (svc6_write(skb, s) < 0)
+			return finish6(s, skb, dst->index, DIR_INGRESS, R_DROP_MALFORMED, 0, dst->identity, rule);
+		return from_proxy6(skb, s, dst, now);
 	}
 	r = side6(s, dst, DIR_INGRESS, now, &peer_id, &rule, skb->len);
 	if (!is_drop(r) && svc6_write(skb, s) < 0)
@@ -3831,12 +4010,17 @@ SEC("tc")
 int cnlab_from_wire(struct __sk_buff *skb)
 {
 	struct config snap, *cfg = &snap;
+	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		// A node port's masqueraded answer (to the masquerade address,
+		// no endpoint's), else the L7 proxy's connections from other
+		// hosts (to an endpoint).
+		int r6 = from_wire6(skb);
+		if (r6 >= 0)
+			return from_wire6_out(skb, r6);
+		return l7_from_wire6(skb);
+	}
 	struct svc_config *sc = svc_config();
 	int nodeports = sc && (sc->flags & SVC_NODEPORTS);
-	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
-		int r6 = from_wire6(skb);
-		return r6 < 0 ? TC_ACT_OK : from_wire6_out(skb, r6);
-	}
 	if (skb->protocol != bpf_htons(ETH_P_IP) || config(cfg) || (!nodeports && !(cfg->flags & FLAG_L7)))
 		return TC_ACT_OK;
 	struct pkt p = {};
