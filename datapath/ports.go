@@ -104,7 +104,11 @@ func PortScript(ports []Port) string {
 	// reads the inner header, and br_netfilter does not show tagged
 	// frames to the policy's chains, bridge-nf-filter-vlan-tagged being
 	// off: `ether type` still reads the tag.)
-	from, to := "ip : jump from4, arp : jump fromarp", "ip : jump to4"
+	// Out of a port, a tagged frame (from the wire or a VXLAN device:
+	// endpoints' own are dropped on the way in) is dropped too: `ether
+	// type` reads its tag, so it would meet neither family's
+	// destination check, and an endpoint's kernel takes VLAN 0 frames.
+	from, to := "ip : jump from4, arp : jump fromarp", "ip : jump to4, 8021q : drop, 8021ad : drop"
 	if v6 {
 		from, to = from+", ip6 : jump from6", to+", ip6 : jump to6"
 	}

@@ -30,7 +30,7 @@ func TestPortScript(t *testing.T) {
 		"add rule bridge cnlab fromarp iifname . ether saddr . arp saddr ether . arp saddr ip @arp4 accept\nadd rule bridge cnlab fromarp counter drop\n",
 		// Out of an endpoint's port, IPv4 only to its address.
 		"add chain bridge cnlab forward { type filter hook forward priority filter; policy accept; }\n" +
-			"add rule bridge cnlab forward oifname @ports ether type vmap { ip : jump to4 }\n" +
+			"add rule bridge cnlab forward oifname @ports ether type vmap { ip : jump to4, 8021q : drop, 8021ad : drop }\n" +
 			"add rule bridge cnlab to4 oifname . ip daddr != @dst4 counter drop\n",
 		`add element bridge cnlab dst4 { "vetha" . 10.0.0.10, "vethb" . 10.0.0.11 }` + "\n",
 		`add element bridge cnlab ports { "vetha", "vethb" }` + "\n",
@@ -70,7 +70,7 @@ func TestPortScriptDualStack(t *testing.T) {
 			"add rule bridge cnlab from6 counter drop\n",
 		"add rule bridge cnlab nd6check icmpv6 type { nd-router-advert, nd-redirect } counter drop\n" +
 			"add rule bridge cnlab nd6check icmpv6 type nd-neighbor-advert iifname . @th,64,128 != @nd6 counter drop\n",
-		"add rule bridge cnlab forward oifname @ports ether type vmap { ip : jump to4, ip6 : jump to6 }\n",
+		"add rule bridge cnlab forward oifname @ports ether type vmap { ip : jump to4, 8021q : drop, 8021ad : drop, ip6 : jump to6 }\n",
 		"add rule bridge cnlab to6 ip6 daddr { ff02::1, ff02::1:ff00:0/104 } icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept\n" +
 			"add rule bridge cnlab to6 oifname . ip6 daddr != @dst6 counter drop\n",
 		`add element bridge cnlab ip4 { "vetha" . 02:00:00:00:00:0a . 10.0.0.10 }` + "\n",
