@@ -323,10 +323,10 @@ func serve(ctx context.Context, p *Proxy, lns []net.Listener, conn func(net.Conn
 		}
 	}
 	errs := make(chan error, len(lns))
-	for _, ln := range lns[1:] {
+	for _, ln := range lns {
 		go func() { errs <- accept(ln) }()
 	}
-	err = accept(lns[0])
+	err = <-errs // the first loop to end, whichever family's
 	closeAll()
 	cl.Close()
 	for range lns[1:] {

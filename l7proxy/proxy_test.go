@@ -315,3 +315,41 @@ func TestProxyBothFamilies(t *testing.T) {
 		t.Errorf("the IPv6 server's request came from %q, want [::1]", a)
 	}
 }
+
+// TestProxyEndsWhenEitherListenerFails: a failing IPv6 accept loop ends
+// the proxy as an IPv4 one does, rather than leaving IPv6 connections
+// hanging on a listener nobody serves while IPv4 goes on.
+func TestProxyEndsWhenEitherListenerFails(t *testing.T) {
+	ln6, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	ln4, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeConfig(t, dir, Config{Set: "s"})
+	p := newProxy(dir)
+	if err := p.reload(false); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(context.Background(), p, []net.Listener{ln4, ln6}, func(net.Conn) *connInfo { return &connInfo{} })
+	}()
+	time.Sleep(50 * time.Millisecond)
+	ln6.Close() // as an accept error would end its loop
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("serve returned nil after its IPv6 listener failed, want the accept error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("serve still runs 5 s after its IPv6 listener failed")
+	}
+	if c, err := net.Dial("tcp4", ln4.Addr().String()); err == nil {
+		c.Close()
+		t.Error("the IPv4 listener still accepts after the proxy ended")
+	}
+}
