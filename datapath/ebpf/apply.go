@@ -126,10 +126,11 @@ func (d *Datapath) apply(ctx context.Context, lab *topology.Spec, from, c *polic
 		if err == nil {
 			err = stage(lab, s, plans[h.Name], graceOnce)
 		}
-		// The host's routing for the proxy, once: FLAG_L7 (sticky) says
-		// it was set up. Routing only: nothing goes there before the
-		// switch.
-		if err == nil && plans[h.Name].L7 && s.cfg.Flags&uint32(cnlabConfigFlagFLAG_L7) == 0 {
+		// The host's routing for the proxy, on every apply with L7 ports
+		// (it is idempotent: a few netlink calls), so that a host set up
+		// by an older cnlab gains what it lacks, as IPv6's rule and
+		// route. Routing only: nothing goes there before the switch.
+		if err == nil && plans[h.Name].L7 {
 			err = proxyRouting(lab, h)
 		}
 		if err == nil {
