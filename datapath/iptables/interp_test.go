@@ -59,6 +59,18 @@ func matches(t *testing.T, st hostState, rule string, p packet) (bool, []string,
 			switch w[i+1] {
 			case "tcp", "udp", "sctp", "comment":
 				i++
+			case "hl": // a new connection's first packet: hop limit 64, not 255
+				if w[i+2] != "--hl-eq" {
+					t.Fatalf("rule %q", rule)
+				}
+				ok = ok && w[i+3] == "64"
+				i += 3
+			case "icmp6": // the interpreter's ICMPv6 is an echo request
+				if w[i+2] != "--icmpv6-type" {
+					t.Fatalf("rule %q", rule)
+				}
+				ok = ok && p.proto == policy.ProtoICMPv6 && w[i+3] == "128"
+				i += 3
 			case "conntrack": // a new connection: neither ESTABLISHED nor INVALID
 				ok = ok && w[i+3] == "NEW"
 				i += 3
@@ -139,7 +151,11 @@ func forward(t *testing.T, st hostState, p packet) (outcome, []string) {
 			t.Fatal("a loop in the chains")
 		}
 		top := &stack[len(stack)-1]
-		rules, ok := st.Chains[top.chain]
+		chains := st.Chains
+		if p.dst.Is6() {
+			chains = st.Chains6
+		}
+		rules, ok := chains[top.chain]
 		if !ok {
 			t.Fatalf("jump to chain %s, not rendered", top.chain)
 		}

@@ -135,11 +135,73 @@ func checkAgainstIR(t *testing.T, lab *topology.Spec, m *policy.Model, c *policy
 			if dst.Host != src.Host {
 				hosts = append(hosts, states[dst.Host])
 			}
-			got, trace := crossing(t, hosts, packet{src.IP, dst.IP, tg.Proto, tg.Port})
+			sa, da := policytest.Addrs(src, dst, tg)
+			got, trace := crossing(t, hosts, packet{sa, da, tg.Proto, tg.Port})
 			return policytest.Crossing{Dropped: got == dropped, Redirected: got == redirected, Trace: trace}
 		})
 	if round%30 == 0 {
 		checkLogs(t, lab, c, fmt.Sprintf("round %d (ipsets %v)", round, lab.IPTables.IPSets()))
+	}
+}
+
+// TestTiersAgainstIRFamilies is TestTiersAgainstIR on the scenario lab
+// dual-stack and IPv6-only, with and without ipsets: the interpreter runs
+// each family's packets through that family's chains (ip6tables'
+// CNLAB-FWD and CNLAB-L7 for IPv6), each family's cells against the IR,
+// L7 ports included: over IPv6 as over IPv4, CNLAB-L7 redirects exactly
+// what the model proxies.
+func TestTiersAgainstIRFamilies(t *testing.T) {
+	rng := rand.New(rand.NewSource(39))
+	n := 60
+	if testing.Short() {
+		n = 15
+	}
+	for _, fams := range [][]int{{4, 6}, {6}} {
+		l7 := 0
+		for i := 0; i < n; i++ {
+			pols := policytest.RandomTiered(t, rng)
+			for _, ov := range []topology.Overrides{{}, ipsetsOpt} {
+				lab, err := topology.Parse([]byte(scenarios.LabFor(fams...)), "scenario lab", ov)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, err := policy.NewModel(lab, pols)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, err := m.Compile()
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkAgainstIR(t, lab, m, c, i)
+				if len(c.HTTP) > 0 && ov == (topology.Overrides{}) {
+					l7++
+				}
+			}
+		}
+		if l7 < n/10 {
+			t.Errorf("%v: only %d rounds of %d with L7 ports", fams, l7, n)
+		}
+		t.Logf("%v: %d rounds, %d with L7 ports", fams, n, l7)
+	}
+	// The L7 scenario beneath the Admin tier (TestTiersL7) over IPv6.
+	pols := append(policytest.Parse(t, scenarios.L7[0].Policies), l7PassGo()...)
+	for _, fams := range [][]int{{4, 6}, {6}} {
+		for _, ov := range []topology.Overrides{{}, ipsetsOpt} {
+			lab, err := topology.Parse([]byte(scenarios.LabFor(fams...)), "scenario lab", ov)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := policy.NewModel(lab, pols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := m.Compile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkAgainstIR(t, lab, m, c, -1)
+		}
 	}
 }
 
