@@ -76,7 +76,7 @@ type svcState struct {
 // base64 string of fixed-size records.
 type svcFrontends map[cnlabSvcKey]*svcEntry
 
-const svcRecord = 4 + 2 + 1 + 4 + 1 + 1 + 4 + 2 + 8
+const svcRecord = 4 + 2 + 1 + svcEntryBytes
 
 func (fs svcFrontends) MarshalJSON() ([]byte, error) {
 	// Records of 27 bytes are 36 characters of base64 each, without
@@ -103,13 +103,7 @@ func (fs *svcFrontends) UnmarshalJSON(data []byte) error {
 		r := b[i*svcRecord:]
 		k := cnlabSvcKey{Vip: binary.LittleEndian.Uint32(r), Port: binary.LittleEndian.Uint16(r[4:]), Proto: r[6]}
 		e := &es[i]
-		e.ID = binary.LittleEndian.Uint32(r[7:])
-		e.Half = r[11]
-		e.Drop = r[12]&1 != 0
-		e.Masq = r[12]&2 != 0
-		e.Affinity = binary.LittleEndian.Uint32(r[13:])
-		e.Count = binary.LittleEndian.Uint16(r[17:])
-		e.Sum = binary.LittleEndian.Uint64(r[19:])
+		readEntry(r[7:], e)
 		m[k] = e
 	}
 	*fs = m
@@ -686,6 +680,37 @@ func (ServiceProxy) Describe(ctx context.Context, lab *topology.Spec) (map[strin
 	return out, nil
 }
 
+// frontendLine describes a frontend (key, as svcKeyString or
+// svc6KeyString write it) and its backends, read by backend, for
+// describeServices and describeServices6.
+func frontendLine(key string, v cnlabSvcVal, backend func(cnlabBackendKey) (netip.AddrPort, error)) string {
+	line := fmt.Sprintf("%s id %d half %d", key, v.Id, v.Half)
+	if v.Affinity != 0 {
+		line += fmt.Sprintf(" affinity %ds", v.Affinity)
+	}
+	if v.Flags&uint8(cnlabSvcFlagSVC_MASQ) != 0 {
+		line += " masquerade"
+	}
+	var bs []string
+	for s := range v.Count {
+		b, err := backend(cnlabBackendKey{Id: v.Id, Slot: s, Half: v.Half})
+		if err != nil {
+			bs = append(bs, fmt.Sprintf("slot %d missing", s))
+			continue
+		}
+		bs = append(bs, b.String())
+	}
+	switch {
+	case len(bs) > 0:
+		line += " -> " + strings.Join(bs, " ")
+	case v.Flags&uint8(cnlabSvcFlagSVC_DROP) != 0:
+		line += " -> drop (no backend on this host)"
+	default:
+		line += " -> reject (no backend)"
+	}
+	return line
+}
+
 func describeServices(m *svcMaps) (string, error) {
 	var cfg cnlabSvcConfig
 	if err := m.config.Lookup(uint32(0), &cfg); err != nil {
@@ -696,31 +721,11 @@ func describeServices(m *svcMaps) (string, error) {
 	var v cnlabSvcVal
 	it := m.svc.Iterate()
 	for it.Next(&k, &v) {
-		line := fmt.Sprintf("%s id %d half %d", svcKeyString(k), v.Id, v.Half)
-		if v.Affinity != 0 {
-			line += fmt.Sprintf(" affinity %ds", v.Affinity)
-		}
-		if v.Flags&uint8(cnlabSvcFlagSVC_MASQ) != 0 {
-			line += " masquerade"
-		}
-		var bs []string
-		for s := range v.Count {
+		lines = append(lines, frontendLine(svcKeyString(k), v, func(key cnlabBackendKey) (netip.AddrPort, error) {
 			var b cnlabBackend
-			if err := m.backends.Lookup(cnlabBackendKey{Id: v.Id, Slot: s, Half: v.Half}, &b); err != nil {
-				bs = append(bs, fmt.Sprintf("slot %d missing", s))
-				continue
-			}
-			bs = append(bs, netip.AddrPortFrom(addrOf(b.Ip), htons(b.Port)).String())
-		}
-		switch {
-		case len(bs) > 0:
-			line += " -> " + strings.Join(bs, " ")
-		case v.Flags&uint8(cnlabSvcFlagSVC_DROP) != 0:
-			line += " -> drop (no backend on this host)"
-		default:
-			line += " -> reject (no backend)"
-		}
-		lines = append(lines, line)
+			err := m.backends.Lookup(key, &b)
+			return netip.AddrPortFrom(addrOf(b.Ip), htons(b.Port)), err
+		}))
 	}
 	if err := it.Err(); err != nil {
 		return "", err

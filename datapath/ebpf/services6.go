@@ -27,7 +27,7 @@ import (
 // base64 string of fixed-size records (as svcFrontends).
 type svcFrontends6 map[cnlabSvc6Key]*svcEntry
 
-const svcRecord6 = 16 + 2 + 1 + 4 + 1 + 1 + 4 + 2 + 8
+const svcRecord6 = 16 + 2 + 1 + svcEntryBytes
 
 func (fs svcFrontends6) MarshalJSON() ([]byte, error) {
 	keys := make([]cnlabSvc6Key, 0, len(fs))
@@ -42,19 +42,7 @@ func (fs svcFrontends6) MarshalJSON() ([]byte, error) {
 		b = append(b, a[:]...)
 		b = binary.LittleEndian.AppendUint16(b, k.Port)
 		b = append(b, k.Proto)
-		b = binary.LittleEndian.AppendUint32(b, e.ID)
-		b = append(b, e.Half)
-		var flags byte
-		if e.Drop {
-			flags |= 1
-		}
-		if e.Masq {
-			flags |= 2
-		}
-		b = append(b, flags)
-		b = binary.LittleEndian.AppendUint32(b, e.Affinity)
-		b = binary.LittleEndian.AppendUint16(b, e.Count)
-		b = binary.LittleEndian.AppendUint64(b, e.Sum)
+		b = appendEntry(b, e)
 	}
 	return json.Marshal(b)
 }
@@ -72,9 +60,8 @@ func (fs *svcFrontends6) UnmarshalJSON(data []byte) error {
 		r := b[i*svcRecord6:]
 		a := netip.AddrFrom16([16]byte(r[:16]))
 		k := cnlabSvc6Key{Vip: ip6(a), Port: binary.LittleEndian.Uint16(r[16:]), Proto: r[18]}
-		e := &svcEntry{ID: binary.LittleEndian.Uint32(r[19:]), Half: r[23], Drop: r[24]&1 != 0, Masq: r[24]&2 != 0,
-			Affinity: binary.LittleEndian.Uint32(r[25:]), Count: binary.LittleEndian.Uint16(r[29:]),
-			Sum: binary.LittleEndian.Uint64(r[31:])}
+		e := &svcEntry{}
+		readEntry(r[19:], e)
 		m[k] = e
 	}
 	*fs = m
@@ -338,31 +325,11 @@ func describeServices6(m *svcMaps) (string, error) {
 	var v cnlabSvcVal
 	it := m.svc6.Iterate()
 	for it.Next(&k, &v) {
-		line := fmt.Sprintf("%s id %d half %d", svc6KeyString(k), v.Id, v.Half)
-		if v.Affinity != 0 {
-			line += fmt.Sprintf(" affinity %ds", v.Affinity)
-		}
-		if v.Flags&uint8(cnlabSvcFlagSVC_MASQ) != 0 {
-			line += " masquerade"
-		}
-		var bs []string
-		for s := range v.Count {
+		lines = append(lines, frontendLine(svc6KeyString(k), v, func(key cnlabBackendKey) (netip.AddrPort, error) {
 			var b cnlabBackend6
-			if err := m.backends6.Lookup(cnlabBackendKey{Id: v.Id, Slot: s, Half: v.Half}, &b); err != nil {
-				bs = append(bs, fmt.Sprintf("slot %d missing", s))
-				continue
-			}
-			bs = append(bs, netip.AddrPortFrom(addrOf6(b.Ip), htons(b.Port)).String())
-		}
-		switch {
-		case len(bs) > 0:
-			line += " -> " + strings.Join(bs, " ")
-		case v.Flags&uint8(cnlabSvcFlagSVC_DROP) != 0:
-			line += " -> drop (no backend on this host)"
-		default:
-			line += " -> reject (no backend)"
-		}
-		lines = append(lines, line)
+			err := m.backends6.Lookup(key, &b)
+			return netip.AddrPortFrom(addrOf6(b.Ip), htons(b.Port)), err
+		}))
 	}
 	if err := it.Err(); err != nil {
 		return "", err

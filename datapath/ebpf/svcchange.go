@@ -72,6 +72,12 @@ func appendRecord(dst []byte, k cnlabSvcKey, e *svcEntry) []byte {
 	b := binary.LittleEndian.AppendUint32(raw[:0], k.Vip)
 	b = binary.LittleEndian.AppendUint16(b, k.Port)
 	b = append(b, k.Proto)
+	return base64.StdEncoding.AppendEncode(dst, appendEntry(b, e))
+}
+
+// appendEntry appends a frontend's entry to its state-file record, after
+// the key (svcEntryBytes bytes; readEntry reads it back).
+func appendEntry(b []byte, e *svcEntry) []byte {
 	b = binary.LittleEndian.AppendUint32(b, e.ID)
 	b = append(b, e.Half)
 	var flags byte
@@ -84,8 +90,21 @@ func appendRecord(dst []byte, k cnlabSvcKey, e *svcEntry) []byte {
 	b = append(b, flags)
 	b = binary.LittleEndian.AppendUint32(b, e.Affinity)
 	b = binary.LittleEndian.AppendUint16(b, e.Count)
-	b = binary.LittleEndian.AppendUint64(b, e.Sum)
-	return base64.StdEncoding.AppendEncode(dst, b)
+	return binary.LittleEndian.AppendUint64(b, e.Sum)
+}
+
+// svcEntryBytes is the length of a record's entry (appendEntry).
+const svcEntryBytes = 4 + 1 + 1 + 4 + 2 + 8
+
+// readEntry reads what appendEntry wrote at the start of r.
+func readEntry(r []byte, e *svcEntry) {
+	e.ID = binary.LittleEndian.Uint32(r)
+	e.Half = r[4]
+	e.Drop = r[5]&1 != 0
+	e.Masq = r[5]&2 != 0
+	e.Affinity = binary.LittleEndian.Uint32(r[6:])
+	e.Count = binary.LittleEndian.Uint16(r[10:])
+	e.Sum = binary.LittleEndian.Uint64(r[12:])
 }
 
 func udpKey(u proxy.UDPFrontend) cnlabSvcKey {
