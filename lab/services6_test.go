@@ -1,18 +1,13 @@
 package lab
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/svcscenarios"
 	"github.com/cnlab/cnlab/internal/testutil"
-	"github.com/cnlab/cnlab/policy"
-	"github.com/cnlab/cnlab/probe"
-	"github.com/cnlab/cnlab/service"
 	"github.com/cnlab/cnlab/topology"
 )
 
@@ -38,7 +33,6 @@ func to6Addr(s string) string {
 // for every client and frontend, as TestServiceScenarios does over IPv4.
 func TestServiceScenarios6(t *testing.T) {
 	testutil.RequireRoot(t)
-	ctx := context.Background()
 	for _, c := range []struct {
 		name, link string
 		ov         kind.Overrides
@@ -56,53 +50,7 @@ func TestServiceScenarios6(t *testing.T) {
 			}
 			spec = upForTest(t, spec)
 			for _, sc := range svcscenarios.Scenarios {
-				svcs, sls, err := service.Parse([]byte(to6Addr(sc.Services)), sc.Name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := DeleteServices(ctx, spec.Name, nil, true); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := ApplyServices(ctx, spec.Name, svcs, sls); err != nil {
-					t.Fatalf("%s: %v", sc.Name, err)
-				}
-				var pols []*policy.Policy
-				if sc.Policies != "" {
-					if pols, err = policy.Parse([]byte(sc.Policies), sc.Name); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if _, err := Replace(ctx, spec.Name, pols); err != nil {
-					t.Fatal(err)
-				}
-				m, err := ServiceModel(spec.Name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if msg := sc.Want(m); msg != "" {
-					t.Errorf("%s: %s", sc.Name, msg)
-				}
-				for _, ref := range sc.Probe {
-					f, err := m.Resolved.Frontend(ref)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !f.VIP.Is6() {
-						t.Fatalf("%s: %s has cluster IP %s", sc.Name, ref, f.VIP)
-					}
-					for _, node := range append([]string{""}, sc.Nodes...) {
-						res, err := probe.ProbeService(ctx, m, f, probe.ServiceOptions{Timeout: 300 * time.Millisecond, NodeHost: node})
-						if err != nil {
-							t.Fatal(err)
-						}
-						probe.CheckService(f, res, 0, testAlpha)
-						for _, r := range res {
-							for _, mm := range r.Mismatches {
-								t.Errorf("%s: %s (node port on %q) from %s: %s", sc.Name, ref, node, r.From, mm)
-							}
-						}
-					}
-				}
+				runServiceScenario(t, spec.Name, sc, to6Addr(sc.Services), 6)
 			}
 		})
 	}

@@ -43,57 +43,69 @@ func TestServiceScenarios(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "iptables-legacy-restore", "iptables")
 	testutil.RequireTool(t, "nft", "nftables")
-	ctx := context.Background()
 	for _, c := range serviceLabs() {
 		t.Run(c.name, func(t *testing.T) {
 			spec := upServiceLab(t, c.name, c.dp, c.proxy, c.link, kind.Overrides{SocketLB: c.socketLB})
 			for _, sc := range svcscenarios.Scenarios {
-				svcs, sls, err := service.Parse([]byte(sc.Services), sc.Name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := DeleteServices(ctx, spec.Name, nil, true); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := ApplyServices(ctx, spec.Name, svcs, sls); err != nil {
-					t.Fatalf("%s: %v", sc.Name, err)
-				}
-				var pols []*policy.Policy
-				if sc.Policies != "" {
-					if pols, err = policy.Parse([]byte(sc.Policies), sc.Name); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if _, err := Replace(ctx, spec.Name, pols); err != nil {
-					t.Fatal(err)
-				}
-				m, err := ServiceModel(spec.Name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if msg := sc.Want(m); msg != "" {
-					t.Errorf("%s: %s", sc.Name, msg)
-				}
-				for _, ref := range sc.Probe {
-					f, err := m.Resolved.Frontend(ref)
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, node := range append([]string{""}, sc.Nodes...) {
-						res, err := probe.ProbeService(ctx, m, f, probe.ServiceOptions{Timeout: 300 * time.Millisecond, NodeHost: node})
-						if err != nil {
-							t.Fatal(err)
-						}
-						probe.CheckService(f, res, 0, testAlpha)
-						for _, r := range res {
-							for _, mm := range r.Mismatches {
-								t.Errorf("%s: %s (node port on %q) from %s: %s", sc.Name, ref, node, r.From, mm)
-							}
-						}
-					}
-				}
+				runServiceScenario(t, spec.Name, sc, sc.Services, 4)
 			}
 		})
+	}
+}
+
+// runServiceScenario applies a service scenario (its services as
+// given: the scenario's, or their IPv6 form) and its policies on a lab,
+// checks the model against the scenario, and probes every frontend it
+// names (of family fam), and its node ports, against the model.
+func runServiceScenario(t *testing.T, lab string, sc svcscenarios.Scenario, services string, fam int) {
+	t.Helper()
+	ctx := context.Background()
+	svcs, sls, err := service.Parse([]byte(services), sc.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DeleteServices(ctx, lab, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ApplyServices(ctx, lab, svcs, sls); err != nil {
+		t.Fatalf("%s: %v", sc.Name, err)
+	}
+	var pols []*policy.Policy
+	if sc.Policies != "" {
+		if pols, err = policy.Parse([]byte(sc.Policies), sc.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Replace(ctx, lab, pols); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ServiceModel(lab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := sc.Want(m); msg != "" {
+		t.Errorf("%s: %s", sc.Name, msg)
+	}
+	for _, ref := range sc.Probe {
+		f, err := m.Resolved.Frontend(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.VIP.Is6() != (fam == 6) {
+			t.Fatalf("%s: %s has cluster IP %s, want IPv%d", sc.Name, ref, f.VIP, fam)
+		}
+		for _, node := range append([]string{""}, sc.Nodes...) {
+			res, err := probe.ProbeService(ctx, m, f, probe.ServiceOptions{Timeout: 300 * time.Millisecond, NodeHost: node})
+			if err != nil {
+				t.Fatal(err)
+			}
+			probe.CheckService(f, res, 0, testAlpha)
+			for _, r := range res {
+				for _, mm := range r.Mismatches {
+					t.Errorf("%s: %s (node port on %q) from %s: %s", sc.Name, ref, node, r.From, mm)
+				}
+			}
+		}
 	}
 }
 
