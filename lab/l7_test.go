@@ -25,6 +25,29 @@ import (
 	"github.com/cnlab/cnlab/topology"
 )
 
+// applyL7Scenario replaces a lab's policies with an L7 scenario's and
+// returns the model and what the lab compiled.
+func applyL7Scenario(t *testing.T, spec *topology.Spec, sc scenarios.L7Scenario) (*policy.Model, *policy.Compiled) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := Delete(ctx, spec.Name, nil, true, ""); err != nil {
+		t.Fatalf("%s: delete: %v", sc.Name, err)
+	}
+	pols, err := policy.Parse([]byte(sc.Policies), sc.Name)
+	if err != nil {
+		t.Fatalf("%s: %v", sc.Name, err)
+	}
+	ch, err := Apply(ctx, spec.Name, pols)
+	if err != nil {
+		t.Fatalf("%s: apply: %v", sc.Name, err)
+	}
+	m, err := policy.NewModel(spec, pols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, ch.Compiled
+}
+
 // TestL7Scenarios applies every L7 scenario on each datapath that
 // supports L7 rules (eBPF with both host routings), on a two-host lab (a
 // wire, and a VXLAN overlay for nftables and eBPF), and sends from every endpoint to
@@ -46,7 +69,6 @@ func TestL7Scenarios(t *testing.T) {
 		dp := run.dp
 		t.Run(dp+"-"+run.link, func(t *testing.T) {
 			spec := scenarioLab(t, "t-l7-"+shortName(dp)+"-"+run.link[:2], dp, run.link)
-			ctx := context.Background()
 			srv, err := probe.ListenHTTP(spec, scenarios.L7Port)
 			if err != nil {
 				t.Fatal(err)
@@ -57,22 +79,8 @@ func TestL7Scenarios(t *testing.T) {
 				t.Error("a host has the L7 proxy's ip rule before any L7 policy (every route lookup would pay for it)")
 			}
 			for _, sc := range scenarios.L7 {
-				if _, err := Delete(ctx, spec.Name, nil, true, ""); err != nil {
-					t.Fatalf("%s: delete: %v", sc.Name, err)
-				}
-				pols, err := policy.Parse([]byte(sc.Policies), sc.Name)
-				if err != nil {
-					t.Fatalf("%s: %v", sc.Name, err)
-				}
-				ch, err := Apply(ctx, spec.Name, pols)
-				if err != nil {
-					t.Fatalf("%s: apply: %v", sc.Name, err)
-				}
-				m, err := policy.NewModel(spec, pols)
-				if err != nil {
-					t.Fatal(err)
-				}
-				checkL7(t, sc, spec, m, ch.Compiled, srv, 0)
+				m, c := applyL7Scenario(t, spec, sc)
+				checkL7(t, sc, spec, m, c, srv, 0)
 			}
 			if ebpf && !proxyRule(t, spec) {
 				t.Error("no host has the L7 proxy's ip rule after L7 policies")
@@ -121,30 +129,15 @@ func TestL7ScenariosDualStack(t *testing.T) {
 		}
 		t.Run(run.dp+"-"+name, func(t *testing.T) {
 			spec := familyLab(t, "t-l7-"+shortName(run.dp)+"-"+name, run.dp, run.fams...)
-			ctx := context.Background()
 			srv, err := probe.ListenHTTP(spec, scenarios.L7Port)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer func() { srv.Close() }() // srv is started again below
 			for _, sc := range scenarios.L7 {
-				if _, err := Delete(ctx, spec.Name, nil, true, ""); err != nil {
-					t.Fatalf("%s: delete: %v", sc.Name, err)
-				}
-				pols, err := policy.Parse([]byte(sc.Policies), sc.Name)
-				if err != nil {
-					t.Fatalf("%s: %v", sc.Name, err)
-				}
-				ch, err := Apply(ctx, spec.Name, pols)
-				if err != nil {
-					t.Fatalf("%s: apply: %v", sc.Name, err)
-				}
-				m, err := policy.NewModel(spec, pols)
-				if err != nil {
-					t.Fatal(err)
-				}
+				m, c := applyL7Scenario(t, spec, sc)
 				for _, fam := range run.send {
-					checkL7(t, sc, spec, m, ch.Compiled, srv, fam)
+					checkL7(t, sc, spec, m, c, srv, fam)
 				}
 				if sc.Name == scenarios.L7[0].Name {
 					srv.Close() // the probe's servers take the port
