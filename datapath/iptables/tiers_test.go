@@ -161,18 +161,7 @@ func TestTiersAgainstIRFamilies(t *testing.T) {
 		for i := 0; i < n; i++ {
 			pols := policytest.RandomTiered(t, rng)
 			for _, ov := range []topology.Overrides{{}, ipsetsOpt} {
-				lab, err := topology.Parse([]byte(scenarios.LabFor(fams...)), "scenario lab", ov)
-				if err != nil {
-					t.Fatal(err)
-				}
-				m, err := policy.NewModel(lab, pols)
-				if err != nil {
-					t.Fatal(err)
-				}
-				c, err := m.Compile()
-				if err != nil {
-					t.Fatal(err)
-				}
+				lab, m, c := policytest.CompilePoliciesFor(t, pols, ov, fams...)
 				checkAgainstIR(t, lab, m, c, i)
 				if len(c.HTTP) > 0 && ov == (topology.Overrides{}) {
 					l7++
@@ -188,18 +177,7 @@ func TestTiersAgainstIRFamilies(t *testing.T) {
 	pols := append(policytest.Parse(t, scenarios.L7[0].Policies), l7PassGo()...)
 	for _, fams := range [][]int{{4, 6}, {6}} {
 		for _, ov := range []topology.Overrides{{}, ipsetsOpt} {
-			lab, err := topology.Parse([]byte(scenarios.LabFor(fams...)), "scenario lab", ov)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := policy.NewModel(lab, pols)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := m.Compile()
-			if err != nil {
-				t.Fatal(err)
-			}
+			lab, m, c := policytest.CompilePoliciesFor(t, pols, ov, fams...)
 			checkAgainstIR(t, lab, m, c, -1)
 		}
 	}

@@ -60,7 +60,18 @@ func L(kv ...string) map[string]string {
 // CompilePolicies compiles policies built in Go against the scenario lab.
 func CompilePolicies(t testing.TB, pols []*policy.Policy, ov topology.Overrides) (*topology.Spec, *policy.Model, *policy.Compiled) {
 	t.Helper()
-	lab, err := topology.Parse([]byte(scenarios.Lab), "scenario lab", ov)
+	return CompilePoliciesFor(t, pols, ov)
+}
+
+// CompilePoliciesFor compiles policies against the scenario lab with the
+// address families fams (scenarios.LabFor; none: the IPv4 lab).
+func CompilePoliciesFor(t testing.TB, pols []*policy.Policy, ov topology.Overrides, fams ...int) (*topology.Spec, *policy.Model, *policy.Compiled) {
+	t.Helper()
+	text := scenarios.Lab
+	if len(fams) > 0 {
+		text = scenarios.LabFor(fams...)
+	}
+	lab, err := topology.Parse([]byte(text), "scenario lab", ov)
 	if err != nil {
 		t.Fatal(err)
 	}
