@@ -330,19 +330,36 @@ func word(allowed bool) string {
 // A lab with two families gets one matrix per family probed, titled
 // with it.
 func printMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, proto string, port int) {
+	printPerFamily(w, spec, cells, fmt.Sprintf("%s/%d", proto, port), true, func(c probe.Cell) string {
+		mark := "✗"
+		if c.Allowed {
+			mark = "✓"
+		}
+		if !c.Matches() {
+			mark += "*"
+		}
+		return mark
+	})
+	fmt.Fprintln(w, "rows: from (sender), columns: to (receiver); ✓ allowed  ✗ denied  * differs from the policy model")
+}
+
+// printPerFamily prints one grid of cells per family they hold (in the
+// order first seen), titled with the family on a lab that has two;
+// always prints one (empty) grid when there are no cells.
+func printPerFamily(w io.Writer, spec *topology.Spec, cells []probe.Cell, title string, always bool, mark func(probe.Cell) string) {
 	var fams []int
 	for _, c := range cells {
 		if !slices.Contains(fams, c.Family) {
 			fams = append(fams, c.Family)
 		}
 	}
-	if len(fams) == 0 {
+	if len(fams) == 0 && always {
 		fams = []int{0}
 	}
 	for i, fam := range fams {
-		title := fmt.Sprintf("%s/%d", proto, port)
+		t := title
 		if len(spec.Families()) > 1 {
-			title = fmt.Sprintf("IPv%d %s", fam, title)
+			t = fmt.Sprintf("IPv%d %s", fam, title)
 		}
 		if i > 0 {
 			fmt.Fprintln(w)
@@ -353,18 +370,8 @@ func printMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, proto str
 				of = append(of, c)
 			}
 		}
-		printGrid(w, spec, of, title, func(c probe.Cell) string {
-			mark := "✗"
-			if c.Allowed {
-				mark = "✓"
-			}
-			if !c.Matches() {
-				mark += "*"
-			}
-			return mark
-		})
+		printGrid(w, spec, of, t, mark)
 	}
-	fmt.Fprintln(w, "rows: from (sender), columns: to (receiver); ✓ allowed  ✗ denied  * differs from the policy model")
 }
 
 // parseFamily reads --family: "" or "both" is 0 (every family of the
@@ -630,36 +637,15 @@ func httpNote(c probe.Cell) string {
 // A lab with two families gets one matrix per family probed, as
 // printMatrix.
 func printHTTPMatrix(w io.Writer, spec *topology.Spec, cells []probe.Cell, req probe.HTTPRequest, port int) {
-	var fams []int
-	for _, c := range cells {
-		if !slices.Contains(fams, c.Family) {
-			fams = append(fams, c.Family)
+	printPerFamily(w, spec, cells, fmt.Sprintf("%s %s :%d", req.Method, req.Path, port), false, func(c probe.Cell) string {
+		mark := "-"
+		if *c.Status != 0 {
+			mark = fmt.Sprint(*c.Status)
 		}
-	}
-	for i, fam := range fams {
-		title := fmt.Sprintf("%s %s :%d", req.Method, req.Path, port)
-		if len(spec.Families()) > 1 {
-			title = fmt.Sprintf("IPv%d %s", fam, title)
+		if c.ExpectedStatus != nil && (*c.ExpectedStatus != *c.Status || c.Reached != *c.Expected) {
+			mark += "*"
 		}
-		if i > 0 {
-			fmt.Fprintln(w)
-		}
-		var of []probe.Cell
-		for _, c := range cells {
-			if c.Family == fam {
-				of = append(of, c)
-			}
-		}
-		printGrid(w, spec, of, title, func(c probe.Cell) string {
-			mark := "-"
-			if *c.Status != 0 {
-				mark = fmt.Sprint(*c.Status)
-			}
-			if c.ExpectedStatus != nil && (*c.ExpectedStatus != *c.Status || c.Reached != *c.Expected) {
-				mark += "*"
-			}
-			return mark
-		})
-	}
+		return mark
+	})
 	fmt.Fprintln(w, "rows: from (sender), columns: to (receiver); status received, - no connection, * differs from the policy model")
 }
