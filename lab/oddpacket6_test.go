@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"syscall"
@@ -560,7 +559,7 @@ func checkICMPv6Errors(t *testing.T, l *oddLab6) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := tooBigUDP6(c, 1400, 1300); err != nil {
+	if err := tooBigOn(c, 1400, 1300); err != nil {
 		t.Errorf("x/a -> y/c [%s]:9, 1400 bytes unfragmentable over a 1300-byte hop: %v", yc6, err)
 	}
 	srv, err := testutil.ListenEcho(l.ep(t, "y/c").Netns, netip.AddrPortFrom(yc6, 8081))
@@ -602,36 +601,3 @@ func refused(c *net.UDPConn) error {
 	return err
 }
 
-// tooBigUDP6 sends n bytes that may not be fragmented on a connected
-// IPv6 socket and wants its next read to fail with EMSGSIZE and the
-// socket to know the path's MTU.
-func tooBigUDP6(c *net.UDPConn, n, mtu int) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
-	}); err != nil || serr != nil {
-		return errors.Join(err, serr)
-	}
-	if _, err := c.Write(make([]byte, n)); err != nil {
-		return err
-	}
-	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	_, err = c.Read(make([]byte, 65536))
-	if !errors.Is(err, syscall.EMSGSIZE) {
-		return fmt.Errorf("want EMSGSIZE, got %v", err)
-	}
-	var got int
-	if err := rc.Control(func(fd uintptr) {
-		got, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU)
-	}); err != nil || serr != nil {
-		return errors.Join(err, serr)
-	}
-	if got != mtu {
-		return fmt.Errorf("the socket's path MTU is %d, want %d", got, mtu)
-	}
-	return nil
-}

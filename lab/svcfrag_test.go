@@ -340,13 +340,24 @@ func tooBigUDP(spec *topology.Spec, from string, to netip.AddrPort, n, mtu int) 
 		return err
 	}
 	defer c.Close()
+	return tooBigOn(c, n, mtu)
+}
+
+// tooBigOn sends n bytes that may not be fragmented on a connected UDP
+// socket of either family and wants its next read to fail with EMSGSIZE
+// and the socket to know the path's MTU.
+func tooBigOn(c *net.UDPConn, n, mtu int) error {
+	level, discover, do, mtuOpt := syscall.IPPROTO_IP, syscall.IP_MTU_DISCOVER, syscall.IP_PMTUDISC_DO, syscall.IP_MTU
+	if a, ok := c.RemoteAddr().(*net.UDPAddr); ok && a.IP.To4() == nil {
+		level, discover, do, mtuOpt = syscall.IPPROTO_IPV6, syscall.IPV6_MTU_DISCOVER, syscall.IPV6_PMTUDISC_DO, syscall.IPV6_MTU
+	}
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, syscall.IP_MTU_DISCOVER, syscall.IP_PMTUDISC_DO)
+		serr = syscall.SetsockoptInt(int(fd), level, discover, do)
 	}); err != nil || serr != nil {
 		return errors.Join(err, serr)
 	}
@@ -360,7 +371,7 @@ func tooBigUDP(spec *topology.Spec, from string, to netip.AddrPort, n, mtu int) 
 	}
 	var got int
 	if err := rc.Control(func(fd uintptr) {
-		got, serr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_IP, syscall.IP_MTU)
+		got, serr = syscall.GetsockoptInt(int(fd), level, mtuOpt)
 	}); err != nil || serr != nil {
 		return errors.Join(err, serr)
 	}
