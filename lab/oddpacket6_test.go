@@ -600,4 +600,3 @@ func refused(c *net.UDPConn) error {
 	}
 	return err
 }
-
