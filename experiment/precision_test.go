@@ -90,7 +90,9 @@ quick: {precision: {target: 10%}}
 
 // precisionExp: tcp-stream, whose throughput varies by a percent or more
 // between samples, asked for ±0.001% (never reached: the cap stops it)
-// and ±50% (reached as soon as it is judged, at 3 samples).
+// and ±100% (reached as soon as it is judged, at 3 samples, unless the
+// samples' CV is above 40%: ±50% failed once, at a CV near 20%, on a
+// machine busy compiling).
 const precisionExp = `
 name: precision
 warmup: 0s
@@ -104,7 +106,7 @@ sweeps:
     precision: {target: 0.001%, maxRepetitions: 4}
   - name: loose
     matrix: {datapath: [iptables], policies: [0]}
-    precision: {target: 50%}
+    precision: {target: 100%}
 `
 
 // TestPrecisionRun runs points with a precision target through the real
