@@ -331,22 +331,35 @@ func TestService6FromWireVerdicts(t *testing.T) {
 			t.Errorf("%s: addressed to %x", c.what, r.out[0:6])
 		}
 	}
-	// The answer's conntrack entry at A's ingress goes (as when evicted),
-	// the translation stays: the answer is a new flow to A.
+	// The answer's conntrack entry at A goes (as when evicted), the
+	// translation stays: a TCP SYN-ACK is then invalid, a UDP
+	// one a new flow to A, judged by A's ingress policy. Each drop is
+	// counted and reported.
 	h.must(h.objs.CnlabCt6.Delete(cnlabCt6Key{Saddr: ip6(addrA6), Daddr: ip6(addrR26), Sport: 40000, Dport: 8080, Proto: protoTCP,
 		Scope: 1 + dirOut, Ep: uint16(a.index)}))
-	answer := l4Pkt6(addrR26, masq6, protoTCP, 8080, 40000, tcpSYN|tcpACK)
-	h.setPolicy(0, a, cnlabIsolationISO_INGRESS)
 	h.lease(MonitorDrops)
+	h.expect(t, "a SYN-ACK without its entry", h.objs.CnlabFromWire, l4Pkt6(addrR26, masq6, protoTCP, 8080, 40000, tcpSYN|tcpACK), actShot,
+		ingress(a, cnlabReasonR_DROP_INVALID))
+	h.setServices6(testFrontend{vip: ap(nodeAddr, 30080), proto: protoTCP, backends: []netip.AddrPort{ap(addrR26, 8080)}},
+		testFrontend{vip: ap(nodeAddr, 30053), proto: protoUDP, backends: []netip.AddrPort{ap(addrR26, 5353)}})
+	r = h.fromEp(t, "A to the UDP node port", l4Pkt6(addrA6, nodeAddr, protoUDP, 40001, 30053, 0), actOK, egress(a, cnlabReasonR_ALLOW_UNENFORCED))
+	out := parseOut6(t, r.out)
+	if out.src != masq6 || out.dst != addrR26 || out.dport != 5353 {
+		t.Fatalf("A's datagram: %s, want from %s to %s:5353", out, masq6, addrR26)
+	}
+	h.must(h.objs.CnlabCt6.Delete(cnlabCt6Key{Saddr: ip6(addrA6), Daddr: ip6(addrR26), Sport: 40001, Dport: 5353, Proto: protoUDP,
+		Scope: 1 + dirOut, Ep: uint16(a.index)}))
+	answer := l4Pkt6(addrR26, masq6, protoUDP, 5353, out.sport, 0)
+	h.setPolicy(0, a, cnlabIsolationISO_INGRESS)
 	h.expect(t, "an answer A's policy denies", h.objs.CnlabFromWire, answer, actShot, ingress(a, cnlabReasonR_DROP_DEFAULT))
-	if got := eventReasons(h.drain(t)); fmt.Sprint(got) != "[policy-default-deny:8080]" {
-		t.Errorf("events %v, want the drop's", got)
+	if got := eventReasons(h.drain(t)); fmt.Sprint(got) != "[invalid:8080 policy-default-deny:5353]" {
+		t.Errorf("events %v, want the two drops'", got)
 	}
 	h.setPolicy(0, a, 0)
 	r = h.expect(t, "an answer A's policy allows", h.objs.CnlabFromWire, answer, actRedirect, ingress(a, cnlabReasonR_ALLOW_UNENFORCED))
 	if r.ret == actRedirect {
-		if got := parseOut6(t, r.out); got.src != nodeAddr || got.sport != 30080 || got.dst != addrA6 || got.dport != 40000 {
-			t.Errorf("answer: %s, want %s:30080 -> %s:40000", got, nodeAddr, addrA6)
+		if got := parseOut6(t, r.out); got.src != nodeAddr || got.sport != 30053 || got.dst != addrA6 || got.dport != 40001 {
+			t.Errorf("answer: %s, want %s:30053 -> %s:40001", got, nodeAddr, addrA6)
 		}
 	}
 }
