@@ -290,3 +290,160 @@ func TestService6Affinity(t *testing.T) {
 		}
 	}
 }
+
+// TestService6FromWireVerdicts: at cnlab_from_wire, an ICMPv6 error a
+// router (world or CIDR identity, not the backend) sends about a
+// masqueraded node-port flow is translated and handed to the flow's
+// client, as IPv4's; an answer that reaches policy as a new flow (its
+// conntrack entry gone) is judged at the client's ingress: dropped and
+// counted (and reported) when denied, translated and delivered when
+// allowed.
+func TestService6FromWireVerdicts(t *testing.T) {
+	h, a, _ := harness6(t, kind.HostRoutingBPF)
+	h.setServices6(testFrontend{vip: ap(nodeAddr, 30080), proto: protoTCP, backends: []netip.AddrPort{ap(addrR26, 8080)}})
+	r := h.fromEp(t, "A to the node port", l4Pkt6(addrA6, nodeAddr, protoTCP, 40000, 30080, tcpSYN), actOK, egress(a, cnlabReasonR_ALLOW_UNENFORCED))
+	if got := parseOut6(t, r.out); got.src != masq6 || got.sport != 40000 || got.dst != addrR26 {
+		t.Fatalf("A's connection: %s, want %s:40000 -> %s:8080", got, masq6, addrR26)
+	}
+	sent := r.out[14:]
+	for _, c := range []struct {
+		what      string
+		from      netip.Addr
+		typ, code uint8
+	}{
+		{"time exceeded from a world router", addrX6, 3, 0},
+		{"packet too big from a world router", addrX6, 2, 0},
+		{"unreachable from a router in a CIDR", addrW6, 1, 0},
+	} {
+		r = h.expect(t, c.what, h.objs.CnlabFromWire, icmp6Error(c.from, masq6, c.typ, c.code, sent), actRedirect, ingress(a, cnlabReasonR_ALLOW_RELATED))
+		if r.ret != actRedirect {
+			continue
+		}
+		got := parseOut6(t, r.out)
+		q := got.l4[8:]
+		if got.src != c.from || got.dst != addrA6 || got.l4[0] != c.typ ||
+			netip.AddrFrom16([16]byte(q[8:24])) != addrA6 || netip.AddrFrom16([16]byte(q[24:40])) != nodeAddr ||
+			binary.BigEndian.Uint16(q[40:]) != 40000 || binary.BigEndian.Uint16(q[42:]) != 30080 {
+			t.Errorf("%s: %s -> %s quoting % x, want %s -> %s quoting %s:40000 -> %s:30080", c.what, got.src, got.dst, q[8:44],
+				c.from, addrA6, addrA6, nodeAddr)
+		}
+		if [6]byte(r.out[0:6]) != a.mac {
+			t.Errorf("%s: addressed to %x", c.what, r.out[0:6])
+		}
+	}
+	// The answer's conntrack entry at A goes (as when evicted), the
+	// translation stays: a TCP SYN-ACK is then invalid, a UDP
+	// one a new flow to A, judged by A's ingress policy. Each drop is
+	// counted and reported.
+	h.must(h.objs.CnlabCt6.Delete(cnlabCt6Key{Saddr: ip6(addrA6), Daddr: ip6(addrR26), Sport: 40000, Dport: 8080, Proto: protoTCP,
+		Scope: 1 + dirOut, Ep: uint16(a.index)}))
+	h.lease(MonitorDrops)
+	h.expect(t, "a SYN-ACK without its entry", h.objs.CnlabFromWire, l4Pkt6(addrR26, masq6, protoTCP, 8080, 40000, tcpSYN|tcpACK), actShot,
+		ingress(a, cnlabReasonR_DROP_INVALID))
+	h.setServices6(testFrontend{vip: ap(nodeAddr, 30080), proto: protoTCP, backends: []netip.AddrPort{ap(addrR26, 8080)}},
+		testFrontend{vip: ap(nodeAddr, 30053), proto: protoUDP, backends: []netip.AddrPort{ap(addrR26, 5353)}})
+	r = h.fromEp(t, "A to the UDP node port", l4Pkt6(addrA6, nodeAddr, protoUDP, 40001, 30053, 0), actOK, egress(a, cnlabReasonR_ALLOW_UNENFORCED))
+	out := parseOut6(t, r.out)
+	if out.src != masq6 || out.dst != addrR26 || out.dport != 5353 {
+		t.Fatalf("A's datagram: %s, want from %s to %s:5353", out, masq6, addrR26)
+	}
+	h.must(h.objs.CnlabCt6.Delete(cnlabCt6Key{Saddr: ip6(addrA6), Daddr: ip6(addrR26), Sport: 40001, Dport: 5353, Proto: protoUDP,
+		Scope: 1 + dirOut, Ep: uint16(a.index)}))
+	answer := l4Pkt6(addrR26, masq6, protoUDP, 5353, out.sport, 0)
+	h.setPolicy(0, a, cnlabIsolationISO_INGRESS)
+	h.expect(t, "an answer A's policy denies", h.objs.CnlabFromWire, answer, actShot, ingress(a, cnlabReasonR_DROP_DEFAULT))
+	if got := eventReasons(h.drain(t)); fmt.Sprint(got) != "[invalid:8080 policy-default-deny:5353]" {
+		t.Errorf("events %v, want the two drops'", got)
+	}
+	h.setPolicy(0, a, 0)
+	r = h.expect(t, "an answer A's policy allows", h.objs.CnlabFromWire, answer, actRedirect, ingress(a, cnlabReasonR_ALLOW_UNENFORCED))
+	if r.ret == actRedirect {
+		if got := parseOut6(t, r.out); got.src != nodeAddr || got.sport != 30053 || got.dst != addrA6 || got.dport != 40001 {
+			t.Errorf("answer: %s, want %s:30053 -> %s:40001", got, nodeAddr, addrA6)
+		}
+	}
+}
+
+// frag6 is a Fragment header: next header nxt, byte offset off (a
+// multiple of 8), more fragments, id.
+func frag6(nxt uint8, off uint16, more bool, id uint32) []byte {
+	b := []byte{nxt, 0, 0, 0, 0, 0, 0, 0}
+	v := off
+	if more {
+		v |= 1
+	}
+	binary.BigEndian.PutUint16(b[2:], v)
+	binary.BigEndian.PutUint32(b[4:], id)
+	return b
+}
+
+// fragUDP6 is a UDP datagram (its checksum over the whole) from src to
+// dst in two fragments with id, the first carrying pre (extension headers
+// after the Fragment header: destination options) and the UDP header and
+// 16 bytes, the later the rest. It returns the fragments and the offset
+// of the UDP header in the first.
+func fragUDP6(src, dst netip.Addr, sport, dport uint16, id uint32, pre []byte) (first, later []byte, l4 int) {
+	seg := udpHdr(sport, dport, make([]byte, 32))
+	binary.BigEndian.PutUint16(seg[6:], l4csum6(src, dst, protoUDP, seg))
+	part := append(append([]byte{}, pre...), seg[:24]...)
+	nxt := uint8(protoUDP)
+	if len(pre) > 0 {
+		nxt = nhDest
+	}
+	off := uint16(len(part))
+	first = frame(ethIPv6, ip6Hdr{src: src, dst: dst, nxt: nhFrag, ext: frag6(nxt, 0, true, id)}.bytes(part))
+	later = frame(ethIPv6, ip6Hdr{src: src, dst: dst, nxt: nhFrag, ext: frag6(nxt, off, false, id)}.bytes(seg[24:]))
+	return first, later, 14 + 40 + 8 + len(pre)
+}
+
+// reassembled checks two output fragments' addresses, and returns their
+// UDP datagram with its checksum verified under them.
+func reassembled(t *testing.T, first, later []byte, l4 int, src, dst netip.Addr) []byte {
+	t.Helper()
+	for i, f := range [][]byte{first, later} {
+		if s, d := netip.AddrFrom16([16]byte(f[22:38])), netip.AddrFrom16([16]byte(f[38:54])); s != src || d != dst {
+			t.Errorf("fragment %d: %s -> %s, want %s -> %s", i, s, d, src, dst)
+		}
+	}
+	end := func(f []byte) int { return 14 + 40 + int(binary.BigEndian.Uint16(f[18:])) }
+	seg := append(append([]byte{}, first[l4:end(first)]...), later[14+48:end(later)]...)
+	if l4csum6(src, dst, protoUDP, seg) != 0 {
+		t.Errorf("UDP checksum wrong over the reassembled datagram %s -> %s", src, dst)
+	}
+	return seg
+}
+
+// TestService6Fragments: a UDP datagram to an IPv6 frontend in
+// fragments, with or without destination options after the Fragment
+// header: every fragment goes to the backend (the later ones by the first
+// one's cnlab_svc_frag6 entry, keyed on the Fragment header's next
+// header, as the policy's), and the reply's fragments come back from the
+// frontend.
+func TestService6Fragments(t *testing.T) {
+	dopt := []byte{protoUDP, 0, 1, 4, 0, 0, 0, 0} // destination options, a PadN option
+	for i, pre := range [][]byte{nil, dopt} {
+		name := "plain"
+		if pre != nil {
+			name = "destination options"
+		}
+		t.Run(name, func(t *testing.T) {
+			h, a, _ := harness6(t, kind.HostRoutingBPF)
+			h.setServices6(testFrontend{vip: ap(vip6, 53), proto: protoUDP, backends: []netip.AddrPort{ap(addrR6, 5353)}})
+			sport := uint16(40000 + i)
+			first, later, l4 := fragUDP6(addrA6, vip6, sport, 53, 77, pre)
+			r1 := h.fromEp(t, "first fragment", first, actOK, egress(a, cnlabReasonR_ALLOW_UNENFORCED))
+			r2 := h.fromEp(t, "later fragment", later, actOK, egress(a, cnlabReasonR_ALLOW_FRAG))
+			seg := reassembled(t, r1.out, r2.out, l4, addrA6, addrR6)
+			if sp, dp := binary.BigEndian.Uint16(seg[0:]), binary.BigEndian.Uint16(seg[2:]); sp != sport || dp != 5353 {
+				t.Errorf("datagram's ports %d -> %d, want %d -> 5353", sp, dp, sport)
+			}
+			first, later, l4 = fragUDP6(addrR6, addrA6, 5353, sport, 78, pre)
+			r1 = h.toEp(t, "reply's first fragment", first, actOK, ingress(a, cnlabReasonR_ALLOW_CT))
+			r2 = h.toEp(t, "reply's later fragment", later, actOK, ingress(a, cnlabReasonR_ALLOW_FRAG))
+			seg = reassembled(t, r1.out, r2.out, l4, vip6, addrA6)
+			if sp, dp := binary.BigEndian.Uint16(seg[0:]), binary.BigEndian.Uint16(seg[2:]); sp != 53 || dp != sport {
+				t.Errorf("reply's ports %d -> %d, want 53 -> %d", sp, dp, sport)
+			}
+		})
+	}
+}

@@ -2483,10 +2483,11 @@ static __always_inline void first_fragment6(struct scratch6 *s, __u8 scope, __u1
 	bpf_map_update_elem(&cnlab_frag6, &s->frag, &fv, BPF_ANY);
 }
 
-static __always_inline void emit6(struct scratch6 *s, __u32 len, __u32 ep, __u8 dir, __u8 reason,
-				  __u32 src_id, __u32 dst_id, __u32 rule)
+// emit6_at is emit6 for the packet p (or connect6's attempt, at
+// AT_CONNECT), with fk the rate limit's key to fill.
+static __always_inline void emit6_at(struct pkt6 *p, struct flow6_key *fk, __u32 len, __u8 at, __u32 ep, __u8 dir,
+				     __u8 reason, __u32 src_id, __u32 dst_id, __u32 rule)
 {
-	struct pkt6 *p = &s->p;
 	__u32 zero = 0;
 	struct monitor *m = bpf_map_lookup_elem(&cnlab_monitor, &zero);
 	if (!m || m->level == MONITOR_OFF)
@@ -2503,7 +2504,6 @@ static __always_inline void emit6(struct scratch6 *s, __u32 len, __u32 ep, __u8 
 	if (now > m->until)
 		return;
 	if (limit) {
-		struct flow6_key *fk = &s->flow;
 		fk->sport = p->sport;
 		fk->dport = p->dport;
 		fk->proto = p->proto;
@@ -2532,7 +2532,7 @@ static __always_inline void emit6(struct scratch6 *s, __u32 len, __u32 ep, __u8 
 	e->proto = p->proto;
 	e->dir = dir;
 	e->reason = reason;
-	e->at = AT_TC;
+	e->at = at;
 	e->ep = ep;
 	e->src_identity = src_id;
 	e->dst_identity = dst_id;
@@ -2546,6 +2546,12 @@ static __always_inline void emit6(struct scratch6 *s, __u32 len, __u32 ep, __u8 
 	if (!limit && bpf_ringbuf_query(&cnlab_events, BPF_RB_AVAIL_DATA) < EVENT_BATCH * (sizeof(*e6) + 8))
 		wake = BPF_RB_NO_WAKEUP;
 	bpf_ringbuf_submit(e6, wake);
+}
+
+static __always_inline void emit6(struct scratch6 *s, __u32 len, __u32 ep, __u8 dir, __u8 reason,
+				  __u32 src_id, __u32 dst_id, __u32 rule)
+{
+	emit6_at(&s->p, &s->flow, len, AT_TC, ep, dir, reason, src_id, dst_id, rule);
 }
 
 static __always_inline int finish6(struct scratch6 *s, struct __sk_buff *skb, __u32 index,
@@ -2865,15 +2871,16 @@ static __always_inline int translatable6(struct pkt6 *p)
 }
 
 // svc_frag6 is svc_frag for IPv6 (by the Fragment header's id).
+// Keyed on the Fragment header's next header (as frag6_fill), which
+// every fragment carries: only a translated TCP/UDP first fragment
+// records one (xlate_write6).
 static __always_inline void svc_frag6(struct svc6_scratch *ss, struct pkt6 *p, __u64 now)
 {
-	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
-		return;
 	struct xlate6 *x = &ss->x;
 	ip6_cp(ss->fk.saddr, p->saddr);
 	ip6_cp(ss->fk.daddr, p->daddr);
 	ss->fk.id = p->fragid;
-	ss->fk.proto = p->proto;
+	ss->fk.proto = p->frag_nxt;
 	ss->fk.pad[0] = ss->fk.pad[1] = ss->fk.pad[2] = 0;
 	struct svc_frag6_val *v = bpf_map_lookup_elem(&cnlab_svc_frag6, &ss->fk);
 	if (!v || v->expires < now)
@@ -3067,7 +3074,7 @@ static __always_inline int xlate_write6(struct __sk_buff *skb, struct svc6_scrat
 		ip6_cp(ss->fk.saddr, x->o_saddr);
 		ip6_cp(ss->fk.daddr, x->o_daddr);
 		ss->fk.id = p->fragid;
-		ss->fk.proto = p->proto;
+		ss->fk.proto = p->frag_nxt; // not p->proto: svc_frag6
 		ss->fk.pad[0] = ss->fk.pad[1] = ss->fk.pad[2] = 0;
 		__builtin_memset(&ss->fv, 0, sizeof(ss->fv));
 		ss->fv.expires = now + LIFE_FRAG;
@@ -3284,6 +3291,10 @@ __attribute__((noinline)) int from_wire6_out(struct __sk_buff *skb, int r)
 	struct svc6_scratch *ss = svc6_scratch();
 	if (!s || !ss)
 		return TC_ACT_SHOT;
+	// The destination from_wire6 found, from the packet's (side6 may
+	// have left the source's address in s->ipk, looking up its identity).
+	s->ipk.prefixlen = 128;
+	ip6_cp(s->ipk.ip, s->p.daddr);
 	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_local6, &s->ipk);
 	if (!dst)
 		return TC_ACT_SHOT;
@@ -4344,7 +4355,16 @@ int cnlab_connect6(struct bpf_sock_addr *ctx)
 	if (!src || ip6_zero(src->ip6))
 		return 1;
 	if (sock_xlate6(ctx, src, ctx->protocol) < 0) {
+		// As connect4 (its keys on the stack, as sock_xlate6's).
+		struct pkt6 p = {.proto = ctx->protocol, .dport = bpf_ntohs((__u16)ctx->user_port)};
+		struct flow6_key fk;
+		ip6_cp(p.saddr, src->ip6);
+		p.daddr[0] = ctx->user_ip6[0];
+		p.daddr[1] = ctx->user_ip6[1];
+		p.daddr[2] = ctx->user_ip6[2];
+		p.daddr[3] = ctx->user_ip6[3];
 		count(src->index, DIR_EGRESS, R_DROP_SVC_REJECT, 0);
+		emit6_at(&p, &fk, 0, AT_CONNECT, src->index, DIR_EGRESS, R_DROP_SVC_REJECT, src->identity, 0, NO_RULE);
 		bpf_set_retval(-ECONNREFUSED);
 		return 0;
 	}
