@@ -621,14 +621,8 @@ func forgetUDP(m *svcMaps, flows []proxy.StaleFlow) error {
 	if err := sit.Err(); err != nil {
 		return err
 	}
-	for i, k := range sdel {
-		mp := m.sockFwd
-		if i%2 == 1 {
-			mp = m.sockRev
-		}
-		if err := mp.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
-		}
+	if err := deleteKeys(sdel, m.sockFwd, m.sockRev); err != nil {
+		return err
 	}
 	nat := m.nat
 	var del []cnlabNatKey
@@ -647,8 +641,15 @@ func forgetUDP(m *svcMaps, flows []proxy.StaleFlow) error {
 	if err := it.Err(); err != nil {
 		return err
 	}
-	for _, k := range del {
-		if err := nat.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	return deleteKeys(del, nat)
+}
+
+// deleteKeys deletes keys from maps in turn (keys[0] from maps[0],
+// keys[1] from maps[1 % len(maps)], ...: a forward entry and its reverse
+// one), a key already gone being no error.
+func deleteKeys[K any](keys []K, maps ...*ebpf.Map) error {
+	for i, k := range keys {
+		if err := maps[i%len(maps)].Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return err
 		}
 	}

@@ -277,14 +277,8 @@ func forgetUDP6(m *svcMaps, flows []proxy.StaleFlow) error {
 	if err := sit.Err(); err != nil {
 		return err
 	}
-	for i, k := range sdel {
-		mp := m.sock6Fwd
-		if i%2 == 1 {
-			mp = m.sock6Rev
-		}
-		if err := mp.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
-		}
+	if err := deleteKeys(sdel, m.sock6Fwd, m.sock6Rev); err != nil {
+		return err
 	}
 	var del []cnlabNat6Key
 	var k cnlabNat6Key
@@ -302,12 +296,7 @@ func forgetUDP6(m *svcMaps, flows []proxy.StaleFlow) error {
 	if err := it.Err(); err != nil {
 		return err
 	}
-	for _, k := range del {
-		if err := m.nat6.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
-		}
-	}
-	return nil
+	return deleteKeys(del, m.nat6)
 }
 
 // describeServices6 lists a host's IPv6 frontends as describeServices
