@@ -197,6 +197,7 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 		if k <= 0 {
 			k = DefaultConnections(len(e.Expected))
 		}
+		cip, _ := c.Addr(f.Family()) // the client's address of the frontend's family
 		r := &out[i]
 		*r = ServiceResult{From: c.ID(), Backends: map[string]int{}, Expected: e.Expected, exp: e, errs: map[string]int{}, proxied: map[string]bool{}}
 		if o.HTTP != nil {
@@ -248,7 +249,7 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 					mu.Lock()
 					defer mu.Unlock()
 					if local.IsValid() {
-						udpFlows = append(udpFlows, netip.AddrPortFrom(c.IP, local.Port()))
+						udpFlows = append(udpFlows, netip.AddrPortFrom(cip, local.Port()))
 					}
 					if status != 0 {
 						r.Statuses[fmt.Sprint(status)]++
@@ -270,9 +271,9 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 					switch {
 					case want.IsValid() && saw != want:
 						r.badSource = append(r.badSource, fmt.Sprintf("%s saw the connection come from %s, not from %s as the model says", id, saw, want))
-					case !masq && saw != c.IP:
-						r.badSource = append(r.badSource, fmt.Sprintf("%s saw the connection come from %s, not from the client's address %s", id, saw, c.IP))
-					case masq && saw == c.IP:
+					case !masq && saw != cip:
+						r.badSource = append(r.badSource, fmt.Sprintf("%s saw the connection come from %s, not from the client's address %s", id, saw, cip))
+					case masq && saw == cip:
 						r.badSource = append(r.badSource, fmt.Sprintf("%s saw the client's own address %s: the proxy did not masquerade", id, saw))
 					}
 					if f.Protocol == "udp" && replier != target {

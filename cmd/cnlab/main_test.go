@@ -89,6 +89,8 @@ func TestBadInputExitsTwoAndCreatesNothing(t *testing.T) {
 		{[]string{"policy", "trace", "lab", "--from", "a", "--to", "b", "--port", "80", "--family", "5"}, `--family "5": 4 or 6`},
 		{[]string{"probe", "lab", "--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"probe", "lab", "--protocol", "icmp"}, `--protocol "icmp": tcp, udp or sctp`},
+		{[]string{"probe", "lab", "--spoof", "--family", "6"}, "--family applies to the probe of every pair (--port, --protocol, --http) and --service"},
+		{[]string{"probe", "lab", "--service", "x/web", "--family", "7"}, `--family "7": 4, 6 or both`},
 		{[]string{"up", "--preset", "single-host", "--datapath", "nftables", "--filler", "10"}, "--filler: filler rules are for the iptables datapath, but the lab's datapath is nftables"},
 		{[]string{"up", "--preset", "single-host", "--host-routing", "legacy"}, "--host-routing: an option of the ebpf datapath, but the lab's datapath is iptables"},
 		{[]string{"up", "--preset", "single-host", "--datapath", "ebpf", "--ipsets"}, "--ipsets: an option of the iptables datapath, but the lab's datapath is ebpf"},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -49,7 +50,7 @@ func newProbeCmd(e *env) *cobra.Command {
 	var headers []string
 	var family string
 	cmd := &cobra.Command{
-		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--family 4|6|both] [--expect] [--spoof] [-o json]\n  cnlab probe LAB --port P --http \"METHOD PATH\" [--header \"Name: value\"]... [--family 4|6|both] [--expect] [-o json]\n  cnlab probe LAB --service NS/NAME[:PORTNAME] [--connections K] [--from NS/NAME]... [--http \"METHOD PATH\" [--header \"Name: value\"]...] [--expect] [-o json]",
+		Use:   "probe LAB [--port P] [--protocol tcp|udp|sctp] [--family 4|6|both] [--expect] [--spoof] [-o json]\n  cnlab probe LAB --port P --http \"METHOD PATH\" [--header \"Name: value\"]... [--family 4|6|both] [--expect] [-o json]\n  cnlab probe LAB --service NS/NAME[:PORTNAME] [--family 4|6|both] [--connections K] [--from NS/NAME]... [--http \"METHOD PATH\" [--header \"Name: value\"]...] [--expect] [-o json]",
 		Short: "Test connectivity between every ordered pair of endpoints with real packets",
 		Long: `Start listeners on every endpoint, then connect (TCP) or send a request and
 wait for the reply (UDP) from every endpoint to every other one, in
@@ -94,7 +95,10 @@ a miss is improbable), the spread is uneven (χ² at --alpha, default
 10⁻³: a fair proxy fails one client's check in a thousand), affinity
 did not hold, a connection failed although every backend is allowed, a
 backend saw another source than the client's, or a UDP reply came from
-another address than the Service's.
+another address than the Service's. A dual-stack Service is probed over
+each of its families (one table each; -o json: the primary family's, as
+before dual-stack), or over --family 4 or 6, or both (-o json: an array);
+each JSON view says its "family".
 
 With --service and --http (and --header), each connection sends that
 request instead: the backends' listeners speak HTTP/1.1 and answer with
@@ -112,6 +116,7 @@ proxy waits for a request; the probe says so.`,
   cnlab probe policy-lab --port 80 --http "GET /public" --expect
   cnlab probe policy-lab --port 80 --http "POST /api" --header "X-Token: 1" -o json
   cnlab probe svc-lab --service default/web:http --expect
+  cnlab probe dual-stack --service x/web --family 6 --expect -o json
   cnlab probe policy-lab --service x/web --http "GET /public" --expect -o json
   cnlab probe svc-lab --service default/web-udp --from default/client-1 --connections 200 -o json
   cnlab probe svc-lab --service default/web-np --node-port flap --expect`,
@@ -127,8 +132,8 @@ proxy waits for a request; the probe says so.`,
 			if err != nil {
 				return err
 			}
-			if cmd.Flags().Changed("family") && (svcRef != "" || spoof) {
-				return usagef("--family applies to the probe of every pair (--port, --protocol, --http)")
+			if cmd.Flags().Changed("family") && spoof {
+				return usagef("--family applies to the probe of every pair (--port, --protocol, --http) and --service")
 			}
 			if svcRef != "" {
 				if spoof || cmd.Flags().Changed("port") || cmd.Flags().Changed("protocol") {
@@ -158,7 +163,7 @@ proxy waits for a request; the probe says so.`,
 					return err
 				}
 				converge(cmd.Context(), e, args[0])
-				return runServiceProbe(cmd, e, args[0], svcRef, o, alpha, expect, output)
+				return runServiceProbe(cmd, e, args[0], svcRef, family, o, alpha, expect, output)
 			}
 			if httpReq == "" && len(headers) > 0 {
 				return usagef("--header needs --http")
@@ -431,6 +436,7 @@ type serviceProbeView struct {
 	VIP      string `json:"vip"`
 	Port     int    `json:"port"`
 	Protocol string `json:"protocol"`
+	Family   int    `json:"family"` // 4 or 6: the frontend's (VIP's) family
 	// With --node-port: the host, and the address and port connected to.
 	Node     string `json:"node,omitempty"`
 	NodePort int    `json:"nodePort,omitempty"`
@@ -443,18 +449,52 @@ type serviceProbeView struct {
 	Results     []probe.ServiceResult `json:"results"`
 }
 
-// runServiceProbe is `probe --service`.
-func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.ServiceOptions, alpha float64, expect bool, output string) error {
+// runServiceProbe is `probe --service`: each frontend of the Service
+// port that family names (serviceFrontends) in turn.
+func runServiceProbe(cmd *cobra.Command, e *env, labName, ref, family string, o probe.ServiceOptions, alpha float64, expect bool, output string) error {
 	m, err := lab.ServiceModel(labName)
 	if err != nil {
 		return err
 	}
-	f, err := m.Resolved.Frontend(ref)
+	fs, err := serviceFrontends(m.Resolved, ref, family, output == "json")
 	if err != nil {
 		return err
 	}
+	var views []serviceProbeView
+	var failed error
+	for i, f := range fs {
+		if i > 0 && output != "json" {
+			fmt.Fprintln(e.stdout)
+		}
+		v, err := probeFrontend(cmd, e, m, f, o, alpha, expect, output)
+		if err != nil {
+			if _, ok := err.(exitStatus); !ok {
+				return err
+			}
+			failed = err // another family's result is still worth having
+		}
+		v.Lab = labName
+		views = append(views, v)
+	}
+	if output == "json" {
+		var err error
+		if family == "both" {
+			err = writeJSON(e.stdout, views)
+		} else {
+			err = writeJSON(e.stdout, views[0])
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return failed
+}
+
+// probeFrontend probes one frontend: its JSON view, or its table printed.
+func probeFrontend(cmd *cobra.Command, e *env, m *service.Model, f *service.Frontend, o probe.ServiceOptions, alpha float64, expect bool, output string) (serviceProbeView, error) {
+	v := serviceProbeView{Service: f.Service, VIP: f.VIP.String(), Port: int(f.Port), Protocol: f.Protocol, Family: f.Family()}
 	if o.HTTP != nil && f.Protocol != "tcp" {
-		return usagef("--http speaks HTTP over TCP: %s is %s", f.Key(), f.Protocol)
+		return v, usagef("--http speaks HTTP over TCP: %s is %s", f.Key(), f.Protocol)
 	}
 	auto := o.HTTP == nil && probe.NeedsHTTP(m, f, o.From)
 	if auto {
@@ -463,7 +503,7 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.Se
 	}
 	res, err := probe.ProbeService(cmd.Context(), m, f, o)
 	if err != nil {
-		return err
+		return v, err
 	}
 	bad := probe.CheckService(f, res, o.Connections, alpha)
 	var expiry, expiryNote string
@@ -472,26 +512,27 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.Se
 			fmt.Fprintf(e.stderr, "cnlab: waiting out the %d s ClientIP affinity to check that it expires\n", f.Affinity)
 		}
 		if expiry, expiryNote, err = probe.CheckAffinityExpiry(cmd.Context(), m, f, o, res); err != nil {
-			return err
+			return v, err
 		}
 	}
+	var node netip.Addr
+	if o.NodeHost != "" {
+		node = service.NodeAddressOf(m.Lab.Host(o.NodeHost), f.Family())
+	}
 	if output == "json" {
-		v := serviceProbeView{Lab: labName, Service: f.Service, VIP: f.VIP.String(), Port: int(f.Port), Protocol: f.Protocol, Results: res, HTTPDefault: auto}
+		v.Results, v.HTTPDefault = res, auto
 		if o.HTTP != nil {
 			v.HTTP = o.HTTP.Method + " " + o.HTTP.Path
 		}
 		if o.NodeHost != "" {
 			v.Node, v.NodePort = o.NodeHost, int(f.NodePort)
-			v.Target = fmt.Sprintf("%s:%d", service.NodeAddress(m.Lab.Host(o.NodeHost)), f.NodePort)
-		}
-		if err := writeJSON(e.stdout, v); err != nil {
-			return err
+			v.Target = netip.AddrPortFrom(node, f.NodePort).String()
 		}
 	} else {
 		if o.NodeHost != "" {
-			fmt.Fprintf(e.stdout, "%s node port %d on host %s (%s:%d/%s)\n", f.Key(), f.NodePort, o.NodeHost, service.NodeAddress(m.Lab.Host(o.NodeHost)), f.NodePort, f.Protocol)
+			fmt.Fprintf(e.stdout, "%s node port %d on host %s (%s/%s)\n", f.Key(), f.NodePort, o.NodeHost, netip.AddrPortFrom(node, f.NodePort), f.Protocol)
 		} else {
-			fmt.Fprintf(e.stdout, "%s (%s:%d/%s)\n", f.Key(), f.VIP, f.Port, f.Protocol)
+			fmt.Fprintf(e.stdout, "%s (%s/%s)\n", f.Key(), netip.AddrPortFrom(f.VIP, f.Port), f.Protocol)
 		}
 		if auto {
 			fmt.Fprintf(e.stdout, "each connection sends GET / (HTTP/1.1): a backend's port has L7 rules, and the L7 proxy waits for a request (--http sets another)\n")
@@ -504,7 +545,35 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref string, o probe.Se
 			printService(e.stdout, res)
 		}
 	}
-	return judgeService(e, res, expect, expiry, expiryNote, bad)
+	return v, judgeService(e, res, expect, expiry, expiryNote, bad)
+}
+
+// serviceFrontends returns the frontends of a Service port (ref) that
+// `probe --service` and `service trace` act on: every family of the
+// Service in text, its primary one in JSON (as before dual-stack), or
+// the family --family names (4, 6, or both).
+func serviceFrontends(r *service.Resolved, ref, family string, json bool) ([]*service.Frontend, error) {
+	f, err := r.Frontend(ref)
+	if err != nil {
+		return nil, err
+	}
+	switch family {
+	case "":
+		fs := r.FamiliesOf(f)
+		if json {
+			fs = fs[:1]
+		}
+		return fs, nil
+	case "4", "6":
+		g, err := r.FrontendOf(ref, int(family[0]-'0'))
+		if err != nil {
+			return nil, err
+		}
+		return []*service.Frontend{g}, nil
+	case "both":
+		return r.FamiliesOf(f), nil
+	}
+	return nil, usagef("--family %q: give 4, 6 or both", family)
 }
 
 // printService prints the table of a service probe: per client, the

@@ -253,29 +253,9 @@ func newServiceTraceCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			f, err := m.Resolved.Frontend(args[1])
+			fs, err := serviceFrontends(m.Resolved, args[1], family, output == "json")
 			if err != nil {
 				return err
-			}
-			// The frontends traced: the Service's every family (text) or
-			// its primary one (-o json, as before dual-stack), unless
-			// --family names one or both.
-			fs := m.Resolved.FamiliesOf(f)
-			if output == "json" {
-				fs = fs[:1]
-			}
-			switch family {
-			case "":
-			case "4", "6":
-				g, err := m.Resolved.FrontendOf(args[1], int(family[0]-'0'))
-				if err != nil {
-					return err
-				}
-				fs = []*service.Frontend{g}
-			case "both":
-				fs = m.Resolved.FamiliesOf(f)
-			default:
-				return usagef("--family %q: give 4, 6 or both", family)
 			}
 			var xs []service.Expectation
 			for i, f := range fs {

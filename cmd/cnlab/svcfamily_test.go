@@ -1,0 +1,119 @@
+package main
+
+import (
+	"encoding/json"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cnlab/cnlab/internal/testutil"
+)
+
+// TestServiceProbeFamilies probes a dual-stack Service of the dual-stack
+// example lab (eBPF datapath and proxy) by family: --family 6 probes the
+// IPv6 cluster IP and says so in its JSON, --family both gives one view
+// per family, --node-port probes the host's address of the family, the
+// text output without --family has a table per family, and a
+// single-stack Service has no IPv6 frontend to probe. `service trace`
+// picks its families the same way.
+func TestServiceProbeFamilies(t *testing.T) {
+	testutil.RequireRoot(t)
+	const lab = "t-svcfam"
+	svc := tempWriter(t, t.TempDir())("web.yaml", `apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: x}
+spec:
+  type: NodePort
+  ipFamilyPolicy: PreferDualStack
+  selector: {app: web}
+  ports: [{port: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web4, namespace: x}
+spec:
+  selector: {app: web}
+  ports: [{port: 80}]
+`)
+	if _, stderr, code := runCLI(t, "up", "-f", filepath.Join("..", "..", "examples", "dual-stack.yaml"), "--name", lab, "--datapath", "ebpf", "--service-proxy", "ebpf"); code != 0 {
+		t.Fatalf("up: %s", stderr)
+	}
+	t.Cleanup(func() { runCLI(t, "down", lab) })
+	if _, stderr, code := runCLI(t, "service", "apply", lab, "-f", svc); code != 0 {
+		t.Fatalf("service apply: %s", stderr)
+	}
+	type view struct {
+		Service, VIP, Target string
+		Family, NodePort     int
+		Results              []struct {
+			From       string
+			Backends   map[string]int
+			Failed     int
+			Mismatches []string
+		}
+	}
+	// check reads one view: its family, its address's family, and every
+	// client reaching x/a only.
+	check := func(what string, v view, fam int) {
+		t.Helper()
+		vip, err := netip.ParseAddr(v.VIP)
+		if v.Family != fam || err != nil || vip.Is4() != (fam == 4) || v.Service != "x/web" {
+			t.Errorf("%s: family %d, vip %q, service %q; want family %d", what, v.Family, v.VIP, v.Service, fam)
+		}
+		if len(v.Results) != 9 {
+			t.Fatalf("%s: %d results, want 9 clients", what, len(v.Results))
+		}
+		for _, r := range v.Results {
+			if len(r.Mismatches) > 0 || r.Failed != 0 || len(r.Backends) != 1 || r.Backends["x/a"] == 0 {
+				t.Errorf("%s: %s: backends %v, %d failed, mismatches %q", what, r.From, r.Backends, r.Failed, r.Mismatches)
+			}
+		}
+	}
+	stdout, stderr, code := runCLI(t, "probe", lab, "--service", "x/web", "--family", "6", "--expect", "-o", "json")
+	var v view
+	if err := json.Unmarshal([]byte(stdout), &v); code != 0 || err != nil {
+		t.Fatalf("probe --family 6: exit %d, %v: %s %s", code, err, stdout, stderr)
+	}
+	check("--family 6", v, 6)
+
+	stdout, stderr, code = runCLI(t, "probe", lab, "--service", "x/web", "--family", "both", "--expect", "-o", "json")
+	var vs []view
+	if err := json.Unmarshal([]byte(stdout), &vs); code != 0 || err != nil || len(vs) != 2 {
+		t.Fatalf("probe --family both: exit %d, %v, %d views: %s %s", code, err, len(vs), stdout, stderr)
+	}
+	check("--family both, first", vs[0], 4)
+	check("--family both, second", vs[1], 6)
+
+	stdout, stderr, code = runCLI(t, "probe", lab, "--service", "x/web", "--family", "6", "--node-port", "flap", "--from", "x/b", "--expect", "-o", "json")
+	v = view{}
+	if err := json.Unmarshal([]byte(stdout), &v); code != 0 || err != nil {
+		t.Fatalf("probe --family 6 --node-port: exit %d, %v: %s %s", code, err, stdout, stderr)
+	}
+	if target, err := netip.ParseAddrPort(v.Target); err != nil || v.Family != 6 || !target.Addr().Is6() || int(target.Port()) != v.NodePort || v.NodePort == 0 {
+		t.Errorf("--family 6 --node-port flap: target %q, node port %d, family %d", v.Target, v.NodePort, v.Family)
+	}
+
+	// Text, no --family: a table per family, each titled with its address.
+	stdout, stderr, code = runCLI(t, "probe", lab, "--service", "x/web", "--from", "y/c", "--expect")
+	if code != 0 || strings.Count(stdout, "FROM") != 2 || !strings.Contains(stdout, "x/web (10.96.") || !strings.Contains(stdout, "x/web ([fd00:96::") {
+		t.Errorf("probe --service, text: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// JSON, no --family: the primary family's one view, as before dual-stack.
+	stdout, _, _ = runCLI(t, "probe", lab, "--service", "x/web", "--from", "y/c", "-o", "json")
+	v = view{}
+	if err := json.Unmarshal([]byte(stdout), &v); err != nil || v.Family != 4 {
+		t.Errorf("probe --service -o json: family %d, %v: %s", v.Family, err, stdout)
+	}
+	// service trace goes by the same choice of families.
+	stdout, stderr, code = runCLI(t, "service", "trace", lab, "x/web", "--from", "y/c", "--family", "both", "-o", "json")
+	var xs []json.RawMessage
+	if err := json.Unmarshal([]byte(stdout), &xs); code != 0 || err != nil || len(xs) != 2 {
+		t.Errorf("service trace --family both: exit %d, %v, %d: %s %s", code, err, len(xs), stdout, stderr)
+	}
+
+	_, stderr, code = runCLI(t, "probe", lab, "--service", "x/web4", "--family", "6")
+	if code == 0 || !strings.Contains(stderr, "Service x/web4 has no IPv6 cluster IP") {
+		t.Errorf("probe a single-stack Service over IPv6: exit %d: %s", code, stderr)
+	}
+}
