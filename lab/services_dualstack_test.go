@@ -230,10 +230,10 @@ func checkServices(t *testing.T, spec *topology.Spec, fams []int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Refused. IPv6: not always at once (known problem, see
-		// /work/reports/h6svc.md: the first SYN's port-unreachable is
-		// sometimes not sent, the retransmitted one's is), so within the
-		// first retransmission.
+		// Refused. IPv6: only at the first retransmission, the kernel's
+		// doing (docs/services.md, "Dual-stack": the first SYN's port
+		// unreachable arrives within connect(), while the socket is
+		// locked, and is kept as a soft error).
 		start := time.Now()
 		var conn net.Conn
 		err = netns.Do(c.Netns, func() (err error) {
@@ -250,7 +250,7 @@ func checkServices(t *testing.T, spec *topology.Spec, fams []int) {
 		case fam == 4 && took > 500*time.Millisecond:
 			t.Errorf("IPv4 Service without backends %s: refused after %s, want at once", empty.VIP, took)
 		case took > 500*time.Millisecond:
-			t.Logf("IPv6 Service without backends %s: refused after %s (the first SYN's reject was not sent)", empty.VIP, took)
+			t.Logf("IPv6 Service without backends %s: refused after %s (the kernel kept the first SYN's port unreachable as a soft error)", empty.VIP, took)
 		}
 		// A backend's port unreachable reaches the client's UDP socket
 		// translated back: through the cluster IP, and through flap's
