@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/cnlab/cnlab/experiment/results"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -85,7 +86,7 @@ func httpWorkload(w results.Workload, p results.Params) results.Workload {
 
 // httpURL is where an http or ab workload sends its requests.
 func httpURL(e sampleEnv, w results.Workload) string {
-	return fmt.Sprintf("http://%s:%d%s", e.ep.dest, HTTPPort, w.Path)
+	return "http://" + netip.AddrPortFrom(e.ep.dest, HTTPPort).String() + w.Path // [IPv6]:port
 }
 
 // httpServerArgv runs cnlab's HTTP server on HTTPPort.

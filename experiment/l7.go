@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/experiment/results"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -105,6 +106,15 @@ func resolveL7Params(p *results.Params, bad func(key, format string, args ...any
 	}
 	if p.Policies != 0 {
 		return bad("policies", "%d: an L7 point's policy is the one l7Mode generates (leave policies out of L7 sweeps)", p.Policies)
+	}
+	if p.L7Proxy == results.L7ProxyHAProxy && p.IPFamily == 6 && p.Datapath != kind.EBPF && p.L7Mode != results.L7None && p.L7Mode != results.L7L4 {
+		// Debian's HAProxy 2.6 asks a redirected connection for its
+		// original destination with SO_ORIGINAL_DST only, never
+		// IP6T_SO_ORIGINAL_DST (seen with strace): behind ip6tables' or
+		// nftables' REDIRECT it would judge every IPv6 request against
+		// the host's own address. eBPF's bpf_sk_assign keeps the
+		// destination on the socket.
+		return bad("l7Proxy", "haproxy with ipFamily 6 on datapath %s: HAProxy 2.6 reads no IPv6 original destination after a nat REDIRECT, so over IPv6 it stands in for cnlab's proxy on datapath ebpf only (drop iptables and nftables from that sweep's IPv6 HAProxy points, e.g. with a sweep of its own)", p.Datapath)
 	}
 	if p.L7Mode == results.L7None || p.L7Mode == results.L7L4 {
 		// No proxy: the same point whatever the proxy (the baseline the

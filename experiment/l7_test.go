@@ -206,6 +206,10 @@ func TestHTTPArgv(t *testing.T) {
 	if want := "/x/cnlab http client -o json --url http://10.0.0.2:80/match --method GET --mode new --concurrency 10 --duration 1.5s --expect 200,403"; got != want {
 		t.Errorf("http client:\n got %s\nwant %s", got, want)
 	}
+	e6 := sampleEnv{ep: endpoints{dest: netip.MustParseAddr("fd00:0:192::3")}}
+	if got := httpURL(e6, w); got != "http://[fd00:0:192::3]:80/match" {
+		t.Errorf("http URL over IPv6: %s", got)
+	}
 	if got := strings.Join(httpServerArgv(cnlab), " "); got != "/x/cnlab http server --listen :80 --name server" {
 		t.Errorf("http server: %s", got)
 	}
@@ -406,6 +410,7 @@ func TestL7ProxyPoints(t *testing.T) {
 		{"workloads: [{kind: http}]\nmatrix: {l7Proxy: [haproxy]}\n", "x.yaml: matrix.l7Proxy: haproxy: applies with an l7Mode that goes through the proxy"},
 		{"workloads: [{kind: http}]\nmatrix: {l7Mode: [rules], l7Rules: [1], l7Proxy: [envoy]}\n", `x.yaml: matrix.l7Proxy[0]: "envoy": cnlab or haproxy`},
 		{"workloads: [{kind: http}]\nmatrix: {topology: [chain], l7Proxy: [haproxy]}\n", "x.yaml: matrix.l7Mode: a chain (and topology direct, no CNI) has no policy datapath"},
+		{"workloads: [{kind: http}]\nmatrix: {datapath: [nftables], l7Mode: [http-any], l7Proxy: [haproxy], ipFamily: [6]}\n", "x.yaml: matrix.l7Proxy: haproxy with ipFamily 6 on datapath nftables: HAProxy 2.6 reads no IPv6 original destination"},
 	} {
 		if _, err := Parse([]byte(c.src), "x.yaml", false); err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("%q:\n got %v\nwant %s...", c.src, err, c.want)

@@ -33,7 +33,7 @@ func smallConfig() *l7proxy.Config {
 }
 
 func TestRenderSmall(t *testing.T) {
-	r, err := Render(smallConfig(), "/d")
+	r, err := Render(smallConfig(), "/d", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +52,13 @@ func TestRenderSmall(t *testing.T) {
 		if !strings.Contains(cfg, want) {
 			t.Errorf("config lacks %q:\n%s", want, cfg)
 		}
+	}
+	if strings.Contains(cfg, "ipv6@") {
+		t.Errorf("an IPv4 lab's config binds IPv6:\n%s", cfg)
+	}
+	r6, err := Render(smallConfig(), "/d", true)
+	if err != nil || !strings.Contains(r6[ConfigFile], "    bind 0.0.0.0:15001 transparent\n    bind ipv6@:::15001 v6only transparent\n") {
+		t.Errorf("a lab with IPv6: no IPv6 listener (%v):\n%s", err, r6[ConfigFile])
 	}
 	if got, want := r[literalsFile], "a10.0.0.4,10.0.0.2,80,PUT /only-c\ni8,10.0.0.2,80,GET /public\n"; got != want {
 		t.Errorf("literals:\n%s\nwant\n%s", got, want)
@@ -77,7 +84,7 @@ func manyRules(n int) *l7proxy.Config {
 }
 
 func TestRenderManyRules(t *testing.T) {
-	r, err := Render(manyRules(10000), "/d")
+	r, err := Render(manyRules(10000), "/d", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +111,7 @@ func TestHAProxyAccepts(t *testing.T) {
 			cfg = manyRules(n)
 		}
 		dir := t.TempDir()
-		r, err := Render(cfg, dir)
+		r, err := Render(cfg, dir, true)
 		if err != nil {
 			t.Fatal(err)
 		}

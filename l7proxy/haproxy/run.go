@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -78,7 +79,7 @@ func Start(ctx context.Context, lab *topology.Spec, host string, cfg *l7proxy.Co
 			_ = Stop(context.WithoutCancel(ctx), lab, host)
 		}
 	}()
-	r, err := Render(cfg, dir)
+	r, err := Render(cfg, dir, slices.Contains(lab.Families(), 6))
 	if err != nil {
 		return 0, fmt.Errorf("haproxy on host %s: %w", host, err)
 	}
