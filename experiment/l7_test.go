@@ -303,7 +303,8 @@ func TestHTTPResultJudged(t *testing.T) {
 }
 
 // l7Exp is the smallest L7 run: 10 rules on nftables, the request's rule
-// first or absent (403, expected by itself), cnlab's client and ab.
+// first or absent (403, expected by itself), cnlab's client and ab, over
+// IPv4 and IPv6 (a dual-stack lab).
 const l7Exp = `
 name: l7
 warmup: 0s
@@ -318,6 +319,7 @@ matrix:
   l7Mode: [rules]
   l7Rules: [10]
   l7Match: [first, absent]
+  ipFamily: [4, 6]
 `
 
 // TestRunL7 runs l7Exp end to end: every point measures requests per
@@ -327,7 +329,7 @@ func TestRunL7(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "nft", "nftables")
 	testutil.RequireTool(t, "ab", "apache2-utils")
-	for _, p := range runL7(t, l7Exp, "t-exp-l7", 4) {
+	for _, p := range runL7(t, l7Exp, "t-exp-l7", 8) {
 		m := p.Samples[0].Metrics
 		if m["requests_per_s"] <= 0 || m["unexpected"] != 0 || m["errors"] != 0 || m["latency_p50_us"] > m["latency_p99_us"] {
 			t.Errorf("%s (%s %s): %v", p.ID, p.Series, p.Workload.Name(), m)
@@ -418,7 +420,8 @@ func TestL7ProxyPoints(t *testing.T) {
 	}
 }
 
-// l7HAProxyExp puts HAProxy in the proxy's place on eBPF, with 10 rules.
+// l7HAProxyExp puts HAProxy in the proxy's place on eBPF, with 10 rules,
+// over IPv4 and IPv6.
 const l7HAProxyExp = `
 name: l7-haproxy
 warmup: 0s
@@ -433,6 +436,7 @@ matrix:
   l7Rules: [10]
   l7Match: [first, absent]
   l7Proxy: [haproxy]
+  ipFamily: [4, 6]
 `
 
 // TestRunL7HAProxy runs l7HAProxyExp end to end: HAProxy answers every
@@ -441,7 +445,7 @@ matrix:
 func TestRunL7HAProxy(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "haproxy", "haproxy")
-	for _, p := range runL7(t, l7HAProxyExp, "t-exp-hap", 2) {
+	for _, p := range runL7(t, l7HAProxyExp, "t-exp-hap", 4) {
 		m := p.Samples[0].Metrics
 		want := "status_200"
 		if p.Params.L7Match == results.MatchAbsent {
