@@ -217,3 +217,30 @@ func TestDualStackModel(t *testing.T) {
 		t.Errorf("FrontendOf a single-stack Service: %v", err)
 	}
 }
+
+// TestMasqAddressOf: the masquerade address is the last free address of
+// the host's pod prefix of a family (IPv4: below the broadcast address),
+// skipping endpoints' addresses. (The very last /64 of the IPv6 space,
+// where the search would start past the end, is multicast: topology
+// refuses it as a pod prefix.)
+func TestMasqAddressOf(t *testing.T) {
+	for _, c := range []struct {
+		cidrs, ips string
+		fam        int
+		want       string
+	}{
+		{"10.0.1.0/24, 'fd00:0:1::/64'", "10.0.1.2, 'fd00:0:1::2'", 4, "10.0.1.254"},
+		{"10.0.1.0/24, 'fd00:0:1::/64'", "10.0.1.254, 'fd00:0:1::ffff:ffff:ffff:ffff'", 4, "10.0.1.253"},
+		{"10.0.1.0/24, 'fd00:0:1::/64'", "10.0.1.2, 'fd00:0:1::2'", 6, "fd00:0:1:0:ffff:ffff:ffff:ffff"},
+		{"10.0.1.0/24, 'fd00:0:1::/64'", "10.0.1.2, 'fd00:0:1::ffff:ffff:ffff:ffff'", 6, "fd00:0:1:0:ffff:ffff:ffff:fffe"},
+	} {
+		spec, err := topology.Parse([]byte(fmt.Sprintf("name: m\nhosts: [{name: h, podCIDRs: [%s]}]\nendpoints: [{name: a, host: h, ip: [%s]}]\n", c.cidrs, c.ips)), "m.yaml", topology.Overrides{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := MasqAddressOf(spec, spec.Host("h"), c.fam)
+		if err != nil || got.String() != c.want {
+			t.Errorf("%s, endpoint %s, IPv%d: %v %v, want %s", c.cidrs, c.ips, c.fam, got, err, c.want)
+		}
+	}
+}
