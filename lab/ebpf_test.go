@@ -15,6 +15,7 @@ import (
 
 	ciliumebpf "github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/cnlab/cnlab/datapath/ebpf"
 	"github.com/cnlab/cnlab/datapath/kind"
@@ -25,7 +26,6 @@ import (
 	"github.com/cnlab/cnlab/internal/testutil"
 	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/topology"
-	"golang.org/x/sys/unix"
 )
 
 // dial connects from an endpoint and reports the error and how long it took.
