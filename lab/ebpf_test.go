@@ -15,6 +15,7 @@ import (
 
 	ciliumebpf "github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/cnlab/cnlab/datapath/ebpf"
 	"github.com/cnlab/cnlab/datapath/kind"
@@ -177,6 +178,163 @@ func TestConnectHook(t *testing.T) {
 			}
 		}
 		checkMatrix(t, sc.Name, spec, pols)
+	}
+}
+
+// dialSock6 connects from an endpoint with an AF_INET6 socket, as dial,
+// to any IPv6 address: IPv4-mapped ones too, which Go's dialer sends
+// over IPv4 sockets.
+func dialSock6(t testing.TB, from *topology.Endpoint, to netip.AddrPort, timeout time.Duration) (time.Duration, error) {
+	t.Helper()
+	var took time.Duration
+	err := netns.Do(from.Netns, func() error {
+		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		tv := unix.NsecToTimeval(timeout.Nanoseconds()) // a blocking connect's limit
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv); err != nil {
+			return err
+		}
+		start := time.Now()
+		err = unix.Connect(fd, &unix.SockaddrInet6{Addr: to.Addr().As16(), Port: int(to.Port())})
+		took = time.Since(start)
+		return err
+	})
+	return took, err
+}
+
+// TestConnectHookDualStack is TestConnectHook over both families of a
+// dual-stack lab: a denied IPv6 connect is refused at once and reported
+// by the monitor as the connect hook's; an allowed one connects; an
+// IPv4-mapped destination on an IPv6 socket (which leaves as IPv4) is
+// judged as IPv4; loopback and the endpoint's own addresses pass; the
+// probe sees the model's matrix in both families.
+func TestConnectHookDualStack(t *testing.T) {
+	spec := familyLab(t, "t-hook-ds", "ebpf-hook", 4, 6)
+	ctx := context.Background()
+	pols := mustParse(t, denyYToX)
+	if _, err := Apply(ctx, spec.Name, pols); err != nil {
+		t.Fatal(err)
+	}
+	checkMatrixFamilies(t, "deny y to x", spec, pols)
+	xa, _ := spec.Endpoint("x/a")
+	xc, _ := spec.Endpoint("x/c") // allowed, same host
+	yb, _ := spec.Endpoint("y/b") // denied, same host
+	a4, _ := xa.Addr(4)
+	a6, _ := xa.Addr(6)
+	mapped := netip.AddrFrom16(a4.As16()) // ::ffff:10.0.192.10
+	for _, a := range []netip.Addr{a4, a6} {
+		srv, err := testutil.ListenEcho(xa.Netns, netip.AddrPortFrom(a, 9000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+	}
+	// The monitor sees the IPv6 refusal as the connect hook's.
+	_, m, err := Model(spec.Name, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	events := make(chan ebpf.Event, 1000)
+	done := make(chan error, 1)
+	go func() {
+		done <- ebpf.Monitor(mctx, spec, ebpf.MonitorDrops, c.Rules, nil, func(ev ebpf.Event) error {
+			events <- ev
+			return nil
+		})
+	}()
+	time.Sleep(300 * time.Millisecond) // the lease is written before Monitor reads
+	for _, to := range []netip.AddrPort{netip.AddrPortFrom(a6, 9000), netip.AddrPortFrom(a4, 9000)} {
+		took, err := dial(t, yb, to, 5*time.Second)
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("y/b -> %s: %v after %v, want connection refused", to, err, took)
+		} else if took > time.Second {
+			t.Errorf("y/b -> %s: refusal took %v", to, took)
+		}
+		if _, err := dial(t, xc, to, 2*time.Second); err != nil {
+			t.Errorf("x/c -> %s (allowed): %v", to, err)
+		}
+	}
+	// An IPv4-mapped destination leaves as IPv4 (connect4 is not
+	// called): judged as IPv4, refused at once where IPv4 is.
+	to := netip.AddrPortFrom(mapped, 9000)
+	if took, err := dialSock6(t, yb, to, 2*time.Second); !errors.Is(err, syscall.ECONNREFUSED) || took > time.Second {
+		t.Errorf("y/b -> %s on an IPv6 socket: %v after %v, want connection refused at once", to, err, took)
+	}
+	if _, err := dialSock6(t, xc, to, 2*time.Second); err != nil {
+		t.Errorf("x/c -> %s on an IPv6 socket (allowed): %v", to, err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("monitor: %v", err)
+	}
+	close(events)
+	seen := false
+	for ev := range events {
+		if ev.Dst == netip.AddrPortFrom(a6, 9000) {
+			yb6, _ := yb.Addr(6)
+			if ev.At != "connect" || ev.From != "y/b" || ev.To != "x/a" || ev.Src.Addr() != yb6 || ev.Verdict != "dropped" ||
+				ev.Reason != "policy-default-deny" || ev.Direction != "ingress" || ev.Endpoint != "x/a" ||
+				ev.SrcIdentity != m.IdentityOf("y/b").ID || ev.DstIdentity != m.IdentityOf("x/a").ID || ev.Protocol != "tcp" {
+				t.Errorf("IPv6 drop event wrong: %+v", ev)
+			}
+			seen = true
+		}
+	}
+	if !seen {
+		t.Error("no drop event for y/b -> x/a over IPv6")
+	}
+	// Loopback, the unspecified address (Linux connects it to loopback)
+	// and the endpoint's own addresses pass an egress-isolated endpoint;
+	// other endpoints are refused, in each family and IPv4-mapped.
+	egress := mustParse(t, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: dns-only, namespace: x}\nspec:\n  podSelector: {matchLabels: {pod: a}}\n  policyTypes: [Egress]\n  egress:\n  - ports: [{port: 53, protocol: UDP}]\n")
+	if _, err := Apply(ctx, spec.Name, egress); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []struct{ listen, to netip.Addr }{
+		{netip.MustParseAddr("::1"), netip.MustParseAddr("::1")},
+		{netip.MustParseAddr("::1"), netip.IPv6Unspecified()},
+		{a6, a6},
+		{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::ffff:127.0.0.1")},
+		{a4, mapped},
+	} {
+		srv, err := testutil.ListenEcho(xa.Netns, netip.AddrPortFrom(l.listen, 9100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dialSock6(t, xa, netip.AddrPortFrom(l.to, 9100), 2*time.Second); err != nil {
+			t.Errorf("x/a -> %s with egress isolation: %v", l.to, err)
+		}
+		srv.Close()
+	}
+	b4, _ := yb.Addr(4)
+	b6, _ := yb.Addr(6)
+	for _, to := range []netip.Addr{b6, netip.AddrFrom16(b4.As16())} {
+		if took, err := dialSock6(t, xa, netip.AddrPortFrom(to, 80), 2*time.Second); !errors.Is(err, syscall.ECONNREFUSED) || took > time.Second {
+			t.Errorf("x/a -> %s with egress isolation: %v after %v, want refused at once", to, err, took)
+		}
+	}
+	// Scenarios with egress rules and CIDRs of both families.
+	for _, sc := range scenarios.All {
+		switch sc.Name {
+		case "deny all egress in x", "egress to an IPv6 ipBlock", "ipBlocks of both families",
+			"egress of the source and ingress of the destination both needed":
+		default:
+			continue
+		}
+		pols, err := applyScenario(t, spec, sc)
+		if err != nil {
+			t.Fatalf("%s: apply: %v", sc.Name, err)
+		}
+		checkMatrixFamilies(t, sc.Name, spec, pols)
 	}
 }
 

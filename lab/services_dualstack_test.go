@@ -16,6 +16,7 @@ import (
 	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/internal/testutil"
+	"github.com/cnlab/cnlab/policy"
 	"github.com/cnlab/cnlab/service"
 	"github.com/cnlab/cnlab/topology"
 )
@@ -47,10 +48,14 @@ func upDualStackLab(t *testing.T, name, proxy string, dual bool) *topology.Spec 
 			"'fd00:0:192::2'", "'fd00:0:191::2'", "'fd00:0:192::3'", "'fd00:0:191::3'")
 	}
 	ov := topology.Overrides{Datapath: proxy, Proxy: proxy} // each proxy on its own datapath
-	if proxy == "ebpf-legacy" {
+	switch proxy {
+	case "ebpf-legacy":
 		// Legacy host routing, with socket-level translation.
 		ov.Datapath, ov.Proxy = "ebpf", "ebpf"
 		ov.Options = kind.Overrides{HostRouting: kind.HostRoutingLegacy, SocketLB: true}
+	case "ebpf-hook":
+		ov.Datapath, ov.Proxy = "ebpf", "ebpf"
+		ov.Options = kind.Overrides{ConnectHook: true}
 	}
 	spec, err := topology.Parse([]byte(text), "dual-stack service lab", ov)
 	if err != nil {
@@ -59,10 +64,13 @@ func upDualStackLab(t *testing.T, name, proxy string, dual bool) *topology.Spec 
 	return upForTest(t, spec)
 }
 
-// labSuffix names a proxy variant's lab: ipt, nft, ebp, ebl.
+// labSuffix names a proxy variant's lab: ipt, nft, ebp, ebl, ebh.
 func labSuffix(proxy string) string {
-	if proxy == "ebpf-legacy" {
+	switch proxy {
+	case "ebpf-legacy":
 		return "ebl"
+	case "ebpf-hook":
+		return "ebh"
 	}
 	return proxy[:3]
 }
@@ -349,5 +357,62 @@ func TestIPv6OnlyServices(t *testing.T) {
 			}
 			checkServices(t, spec, []int{6})
 		})
+	}
+}
+
+// TestServiceConnectHookDualStack is TestServiceConnectHook over both
+// families: with the connect hook, a connect to a cluster IP or to a node
+// port of either family is judged after translation, on its backend (the
+// tc programs), not on the Service's or the node's address; a client
+// whose egress allows only the backends' port reaches both, and is
+// refused at once elsewhere.
+func TestServiceConnectHookDualStack(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireTool(t, "ip6tables-legacy-restore", "iptables")
+	ctx := context.Background()
+	spec := upDualStackLab(t, "t-svhook-ds", "ebpf-hook", true)
+	whoServers(t, spec, 8080)
+	p := "PreferDualStack"
+	svcs, sls, err := service.Parse([]byte(fmt.Sprintf(dsServices, p, p, p, p)), "dual-stack services")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ApplyServices(ctx, spec.Name, svcs, sls); err != nil {
+		t.Fatal(err)
+	}
+	pols, err := policy.Parse([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: web-only, namespace: y}\nspec:\n  podSelector: {}\n  policyTypes: [Egress]\n  egress: [{to: [{namespaceSelector: {matchLabels: {ns: x}}}], ports: [{port: 8080}]}]\n"), "web-only")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Replace(ctx, spec.Name, pols); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ServiceModel(spec.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := spec.Endpoint("y/c")
+	w1, _ := spec.Endpoint("x/w1")
+	flap := spec.Host("flap")
+	for _, fam := range []int{4, 6} {
+		web, err := m.Resolved.FrontendOf("x/web", fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, to := range []netip.AddrPort{netip.AddrPortFrom(web.VIP, web.Port),
+			netip.AddrPortFrom(service.NodeAddressOf(flap, fam), web.NodePort)} {
+			for i := 0; i < 4; i++ {
+				if _, _, err := who(c, to); err != nil {
+					t.Errorf("IPv%d y/c -> %s (egress allows the backends' port): %v", fam, to, err)
+					break
+				}
+			}
+		}
+		// The backend itself on another port: refused at the socket.
+		a, _ := w1.Addr(fam)
+		to := netip.AddrPortFrom(a, 9090)
+		if took, err := dial(t, c, to, 2*time.Second); !errors.Is(err, syscall.ECONNREFUSED) || took > time.Second {
+			t.Errorf("IPv%d y/c -> %s (egress denies the port): %v after %v, want refused at once", fam, to, err, took)
+		}
 	}
 }

@@ -141,29 +141,28 @@ func (d *Datapath) setupHost(ctx context.Context, lab *topology.Spec, h *topolog
 			}
 		}
 	}
-	if lab.EBPF.ConnectHook || lab.EBPF.SocketLB {
-		if err := attachCgroup(dir, "connect4", ebpf.AttachCGroupInet4Connect, objs.CnlabConnect4); err != nil {
-			return err
+	// The connect hook needs connect4 and connect6; socket LB all of them.
+	hook, lb := lab.EBPF.ConnectHook || lab.EBPF.SocketLB, lab.EBPF.SocketLB
+	for _, h := range []struct {
+		name string
+		typ  ebpf.AttachType
+		prog *ebpf.Program
+		on   bool
+	}{
+		{"connect4", ebpf.AttachCGroupInet4Connect, objs.CnlabConnect4, hook},
+		{"connect6", ebpf.AttachCGroupInet6Connect, objs.CnlabConnect6, hook},
+		{"sendmsg4", ebpf.AttachCGroupUDP4Sendmsg, objs.CnlabSendmsg4, lb},
+		{"recvmsg4", ebpf.AttachCGroupUDP4Recvmsg, objs.CnlabRecvmsg4, lb},
+		{"getpeername4", ebpf.AttachCgroupInet4GetPeername, objs.CnlabGetpeername4, lb},
+		{"sendmsg6", ebpf.AttachCGroupUDP6Sendmsg, objs.CnlabSendmsg6, lb},
+		{"recvmsg6", ebpf.AttachCGroupUDP6Recvmsg, objs.CnlabRecvmsg6, lb},
+		{"getpeername6", ebpf.AttachCgroupInet6GetPeername, objs.CnlabGetpeername6, lb},
+	} {
+		if !h.on {
+			continue
 		}
-	}
-	if lab.EBPF.SocketLB {
-		for _, h := range []struct {
-			name string
-			typ  ebpf.AttachType
-			prog *ebpf.Program
-		}{
-			{"sendmsg4", ebpf.AttachCGroupUDP4Sendmsg, objs.CnlabSendmsg4},
-			{"recvmsg4", ebpf.AttachCGroupUDP4Recvmsg, objs.CnlabRecvmsg4},
-			{"getpeername4", ebpf.AttachCgroupInet4GetPeername, objs.CnlabGetpeername4},
-			// IPv6 frontends (socket LB only: the connect hook is IPv4's).
-			{"connect6", ebpf.AttachCGroupInet6Connect, objs.CnlabConnect6},
-			{"sendmsg6", ebpf.AttachCGroupUDP6Sendmsg, objs.CnlabSendmsg6},
-			{"recvmsg6", ebpf.AttachCGroupUDP6Recvmsg, objs.CnlabRecvmsg6},
-			{"getpeername6", ebpf.AttachCgroupInet6GetPeername, objs.CnlabGetpeername6},
-		} {
-			if err := attachCgroup(dir, h.name, h.typ, h.prog); err != nil {
-				return err
-			}
+		if err := attachCgroup(dir, h.name, h.typ, h.prog); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -20,13 +20,14 @@
 //                       replies of masqueraded node-port connections, and
 //                       connections from other hosts to an L7 port; the
 //                       rest passes untouched.
-//   cnlab_connect4      cgroup connect4 at the root of the cgroup v2
-//                       hierarchy, with ebpf.connectHook or ebpf.socketLB:
-//                       socket-level Service translation, and the connect
-//                       hook's verdict on a TCP connect().
-//   cnlab_sendmsg4      cgroup sendmsg4, recvmsg4 and getpeername4, with
-//   cnlab_recvmsg4      ebpf.socketLB: socket-level translation of UDP
-//   cnlab_getpeername4  datagrams, their answers, and the peer a socket names.
+//   cnlab_connect4      cgroup connect4 and connect6 at the root of the
+//   cnlab_connect6      cgroup v2 hierarchy, with ebpf.connectHook or
+//                       ebpf.socketLB: socket-level Service translation,
+//                       and the connect hook's verdict on a TCP connect().
+//   cnlab_sendmsg4      cgroup sendmsg4, recvmsg4 and getpeername4 (and
+//   cnlab_recvmsg4      their IPv6 programs), with ebpf.socketLB:
+//   cnlab_getpeername4  socket-level translation of UDP datagrams, their
+//                       answers, and the peer a socket names.
 //
 // policy_verdict, from_ep_remote and from_ep_local are global functions
 // (noinline, verified once each); everything else is inlined. The host
@@ -2153,8 +2154,9 @@ static __always_inline struct endpoint *legacy_l7(struct config *cfg, struct end
 // policy key names a peer, whatever its family. The service proxy's IPv6
 // frontends are translated on it ("IPv6 Services" below), and the L7
 // proxy takes IPv6 connections as IPv4 ones (to_proxy6, on the proxy's
-// IPv6 listener). Not on this path: the connect hook's policy decision,
-// the IPv4 path's "fragmentation needed" for masqueraded packets.
+// IPv6 listener); the connect hook judges IPv6 connects with its maps
+// (cnlab_connect6). Not on this path: the IPv4 path's "fragmentation
+// needed" for masqueraded packets.
 
 #define NEXTHDR_HOP 0
 #define NEXTHDR_ROUTING 43
@@ -4132,38 +4134,15 @@ static __always_inline struct endpoint *sock_endpoint(struct bpf_sock_addr *ctx)
 	return bpf_map_lookup_elem(&cnlab_sockep, &cookie);
 }
 
-// cnlab_connect4 is attached to the root cgroup for the connect hook
-// (ebpf.connectHook) or socket-level translation (ebpf.socketLB), or
-// both. It first translates a connect to a frontend (refusing one without
-// backends with ECONNREFUSED), then, with the connect hook, decides a TCP
-// connect() made inside one of this host's endpoints before any packet
-// leaves, against the same policy maps (the endpoint's egress, and the
-// destination's ingress when the destination lives on this host). A
-// denied connect fails at once with ECONNREFUSED instead of timing out on
-// dropped SYNs.
-SEC("cgroup/connect4")
-int cnlab_connect4(struct bpf_sock_addr *ctx)
+// connect_policy4 is the connect hook's verdict on a TCP connect() from
+// src to the IPv4 address daddr (network order) and ctx's port: 1 to let
+// it go on, 0 (with ECONNREFUSED) to refuse it. It is connect4's, and
+// connect6's for an IPv4-mapped destination, which leaves as IPv4.
+static __always_inline int connect_policy4(struct bpf_sock_addr *ctx, struct config *cfg, struct endpoint *src,
+					   __u32 daddr)
 {
-	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
-		return 1;
-	struct endpoint *src = sock_endpoint(ctx);
-	struct config snap, *cfg = &snap;
-	if (!src || config(cfg))
-		return 1; // not one of our endpoints: not our business
-	__u32 vip = ctx->user_ip4;
-	__u16 vport = bpf_ntohs(ctx->user_port);
-	if (sock_xlate(ctx, src, ctx->protocol) < 0) {
-		struct pkt p = {.saddr = src->ip, .daddr = vip, .proto = ctx->protocol, .dport = vport};
-		count(src->index, DIR_EGRESS, R_DROP_SVC_REJECT, 0);
-		emit(cfg, 0, &p, AT_CONNECT, src->index, DIR_EGRESS, R_DROP_SVC_REJECT, src->identity, 0, NO_RULE);
-		bpf_set_retval(-ECONNREFUSED);
-		return 0;
-	}
-	if (!(cfg->flags & FLAG_CONNECT_HOOK) || ctx->protocol != IPPROTO_TCP)
-		return 1;
 	// Loopback and the endpoint's own address never reach the tc
 	// programs: not a policy decision here either.
-	__u32 daddr = ctx->user_ip4;
 	if ((bpf_ntohl(daddr) >> 24) == 127 || daddr == src->ip)
 		return 1;
 	// A Service's address not translated here is judged after
@@ -4199,6 +4178,38 @@ int cnlab_connect4(struct bpf_sock_addr *ctx)
 	emit(cfg, 0, &p, AT_CONNECT, index, dir, r, src->identity, dst ? dst->identity : dp.identity, rule);
 	bpf_set_retval(-ECONNREFUSED);
 	return 0;
+}
+
+// cnlab_connect4 is attached to the root cgroup for the connect hook
+// (ebpf.connectHook) or socket-level translation (ebpf.socketLB), or
+// both. It first translates a connect to a frontend (refusing one without
+// backends with ECONNREFUSED), then, with the connect hook, decides a TCP
+// connect() made inside one of this host's endpoints before any packet
+// leaves, against the same policy maps (the endpoint's egress, and the
+// destination's ingress when the destination lives on this host). A
+// denied connect fails at once with ECONNREFUSED instead of timing out on
+// dropped SYNs.
+SEC("cgroup/connect4")
+int cnlab_connect4(struct bpf_sock_addr *ctx)
+{
+	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
+		return 1;
+	struct endpoint *src = sock_endpoint(ctx);
+	struct config snap, *cfg = &snap;
+	if (!src || config(cfg))
+		return 1; // not one of our endpoints: not our business
+	__u32 vip = ctx->user_ip4;
+	__u16 vport = bpf_ntohs(ctx->user_port);
+	if (sock_xlate(ctx, src, ctx->protocol) < 0) {
+		struct pkt p = {.saddr = src->ip, .daddr = vip, .proto = ctx->protocol, .dport = vport};
+		count(src->index, DIR_EGRESS, R_DROP_SVC_REJECT, 0);
+		emit(cfg, 0, &p, AT_CONNECT, src->index, DIR_EGRESS, R_DROP_SVC_REJECT, src->identity, 0, NO_RULE);
+		bpf_set_retval(-ECONNREFUSED);
+		return 0;
+	}
+	if (!(cfg->flags & FLAG_CONNECT_HOOK) || ctx->protocol != IPPROTO_TCP)
+		return 1;
+	return connect_policy4(ctx, cfg, src, ctx->user_ip4);
 }
 
 // cnlab_sendmsg4: socket-level translation of an unconnected UDP
@@ -4256,8 +4267,8 @@ int cnlab_getpeername4(struct bpf_sock_addr *ctx)
 // ---- Socket-level translation over IPv6 ----
 //
 // connect6, sendmsg6, recvmsg6 and getpeername6 are connect4's and the
-// others' for IPv6 frontends (socket LB only: the connect hook's policy
-// decision is IPv4's). Their keys live on the stack, not in
+// others' for IPv6 frontends (connect6 also makes the connect hook's
+// policy decision over IPv6). Their keys live on the stack, not in
 // cnlab_svc6_scratch: a tc program may run on this CPU in the middle of a
 // socket hook (a softirq) and use the scratch.
 
@@ -4344,31 +4355,112 @@ static __always_inline int sock_xlate6(struct bpf_sock_addr *ctx, struct endpoin
 	return 0;
 }
 
-// cnlab_connect6: socket-level translation of an IPv6 connect() to a
-// frontend (refused with ECONNREFUSED when it has no backends).
+// v4mapped reports whether an IPv6 address is IPv4-mapped (::ffff:a.b.c.d).
+static __always_inline int v4mapped(const __u32 *a)
+{
+	return (a[0] | a[1]) == 0 && a[2] == bpf_htonl(0xffff);
+}
+
+// connect_policy6 is connect_policy4 for the IPv6 destination of ctx
+// (after socket-level translation): the same verdict with the IPv6
+// path's maps (cnlab_ipcache6 for the peers, cnlab_local6 for a
+// destination on this host) and the IPv6 service settings. p and fk are
+// the caller's, for the event (the socket hooks keep their keys on their
+// own stack: a tc program may use the scratch maps in the middle of one).
+static __always_inline int connect_policy6(struct bpf_sock_addr *ctx, struct config *cfg, struct endpoint *src,
+					   struct pkt6 *p, struct flow6_key *fk)
+{
+	p->daddr[0] = ctx->user_ip6[0];
+	p->daddr[1] = ctx->user_ip6[1];
+	p->daddr[2] = ctx->user_ip6[2];
+	p->daddr[3] = ctx->user_ip6[3];
+	// Loopback (::1, and ::, which Linux connects to as ::1) and the
+	// endpoint's own address never reach the tc programs.
+	if ((p->daddr[0] | p->daddr[1] | p->daddr[2]) == 0 && (p->daddr[3] == 0 || p->daddr[3] == bpf_htonl(1)))
+		return 1;
+	if (ip6_eq(p->daddr, src->ip6))
+		return 1;
+	// The IPv6 service CIDR and node ports are judged after
+	// translation, by the tc programs, as IPv4's.
+	struct svc6_config *sc = svc6_config();
+	if (sc && in_net6(sc, p->daddr))
+		return 1;
+	if (sc && (sc->flags & SVC_NODEPORTS) && p->dport >= NODEPORT_MIN && p->dport <= NODEPORT_MAX) {
+		struct svc6_key nk = {.port = (__u16)ctx->user_port, .proto = IPPROTO_TCP};
+		ip6_cp(nk.vip, p->daddr);
+		if (bpf_map_lookup_elem(&cnlab_svc6, &nk))
+			return 1;
+	}
+	ip6_cp(p->saddr, src->ip6);
+	__u32 rule = NO_RULE;
+	__u32 gen = cfg->gen;
+	struct ipcache6_key ik;
+	struct peer dp = peer_of6(gen, p->daddr, &ik);
+	int r = verdict_of(cfg, src->index, DIR_EGRESS, dp.key, IPPROTO_TCP, TCP_SYN, p->dport, &p->proxied, &rule,
+			   RC_DROPS, 0);
+	__u32 index = src->index;
+	__u8 dir = DIR_EGRESS;
+	ik.prefixlen = 128;
+	ip6_cp(ik.ip, p->daddr);
+	struct endpoint *dst = bpf_map_lookup_elem(&cnlab_local6, &ik);
+	if (!is_drop(r) && dst) {
+		struct peer sp = peer_of6(gen, p->saddr, &ik);
+		r = verdict_of(cfg, dst->index, DIR_INGRESS, sp.key, IPPROTO_TCP, TCP_SYN, p->dport, &p->proxied,
+			       &rule, RC_DROPS, 0);
+		index = dst->index;
+		dir = DIR_INGRESS;
+	}
+	if (!is_drop(r))
+		return 1;
+	count(index, dir, r, 0);
+	emit6_at(p, fk, 0, AT_CONNECT, index, dir, r, src->identity, dst ? dst->identity : dp.identity, rule);
+	bpf_set_retval(-ECONNREFUSED);
+	return 0;
+}
+
+// cnlab_connect6 is connect4 for an IPv6 socket: socket-level
+// translation of a connect() to an IPv6 frontend (refused with
+// ECONNREFUSED when it has no backends), then, with the connect hook, the
+// verdict on a TCP connect() (connect_policy6). A destination
+// IPv4-mapped (::ffff:a.b.c.d) on an IPv6 socket leaves as IPv4, without
+// connect4 (the kernel calls the IPv4 connect itself): it is judged as
+// connect4 judges its IPv4 address, and never translated here (the tc
+// programs translate a Service's, as for any socket without socket LB).
 SEC("cgroup/connect6")
 int cnlab_connect6(struct bpf_sock_addr *ctx)
 {
 	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
 		return 1;
 	struct endpoint *src = sock_endpoint(ctx);
-	if (!src || ip6_zero(src->ip6))
+	struct config snap, *cfg = &snap;
+	if (!src || config(cfg))
 		return 1;
+	int hook = (cfg->flags & FLAG_CONNECT_HOOK) && ctx->protocol == IPPROTO_TCP;
+	__u32 d[4] = {ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3]};
+	if (v4mapped(d)) {
+		if (!hook || src->ip == 0xffffffff)
+			return 1; // an endpoint without IPv4: nothing to judge (l3 drops what it sends)
+		return connect_policy4(ctx, cfg, src, d[3]);
+	}
+	if (ip6_zero(src->ip6))
+		return 1;
+	// Its keys on the stack, as sock_xlate6's.
+	struct pkt6 p = {.proto = ctx->protocol};
+	struct flow6_key fk;
 	if (sock_xlate6(ctx, src, ctx->protocol) < 0) {
-		// As connect4 (its keys on the stack, as sock_xlate6's).
-		struct pkt6 p = {.proto = ctx->protocol, .dport = bpf_ntohs((__u16)ctx->user_port)};
-		struct flow6_key fk;
+		p.dport = bpf_ntohs((__u16)ctx->user_port);
 		ip6_cp(p.saddr, src->ip6);
-		p.daddr[0] = ctx->user_ip6[0];
-		p.daddr[1] = ctx->user_ip6[1];
-		p.daddr[2] = ctx->user_ip6[2];
-		p.daddr[3] = ctx->user_ip6[3];
+		ip6_cp(p.daddr, d);
 		count(src->index, DIR_EGRESS, R_DROP_SVC_REJECT, 0);
 		emit6_at(&p, &fk, 0, AT_CONNECT, src->index, DIR_EGRESS, R_DROP_SVC_REJECT, src->identity, 0, NO_RULE);
 		bpf_set_retval(-ECONNREFUSED);
 		return 0;
 	}
-	return 1;
+	if (!hook)
+		return 1;
+	p.dport = bpf_ntohs((__u16)ctx->user_port);
+	p.tcpflags = TCP_SYN;
+	return connect_policy6(ctx, cfg, src, &p, &fk);
 }
 
 // cnlab_sendmsg6: an unconnected IPv6 UDP socket's datagram to a frontend.
