@@ -144,19 +144,24 @@ func TestConnectHook(t *testing.T) {
 	if took > time.Second {
 		t.Errorf("refusal took %v", took)
 	}
-	// Loopback and the endpoint's own address are not policy decisions:
-	// an egress-isolated endpoint still reaches itself.
+	// Loopback, the unspecified address (Linux connects it to loopback)
+	// and the endpoint's own address are not policy decisions: an
+	// egress-isolated endpoint still reaches itself.
 	egress := mustParse(t, "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: dns-only, namespace: x}\nspec:\n  podSelector: {matchLabels: {pod: a}}\n  policyTypes: [Egress]\n  egress:\n  - ports: [{port: 53, protocol: UDP}]\n")
 	if _, err := Apply(ctx, spec.Name, egress); err != nil {
 		t.Fatal(err)
 	}
-	for _, addr := range []netip.Addr{netip.MustParseAddr("127.0.0.1"), xa.IP} {
-		srv, err := testutil.ListenEcho(xa.Netns, netip.AddrPortFrom(addr, 9100))
+	for _, l := range []struct{ listen, to netip.Addr }{
+		{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.1")},
+		{netip.MustParseAddr("127.0.0.1"), netip.IPv4Unspecified()},
+		{xa.IP, xa.IP},
+	} {
+		srv, err := testutil.ListenEcho(xa.Netns, netip.AddrPortFrom(l.listen, 9100))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := dial(t, xa, netip.AddrPortFrom(addr, 9100), 2*time.Second); err != nil {
-			t.Errorf("x/a -> %s with egress isolation: %v", addr, err)
+		if _, err := dial(t, xa, netip.AddrPortFrom(l.to, 9100), 2*time.Second); err != nil {
+			t.Errorf("x/a -> %s with egress isolation: %v", l.to, err)
 		}
 		srv.Close()
 	}
@@ -304,6 +309,7 @@ func TestConnectHookDualStack(t *testing.T) {
 		{netip.MustParseAddr("::1"), netip.IPv6Unspecified()},
 		{a6, a6},
 		{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::ffff:127.0.0.1")},
+		{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::ffff:0.0.0.0")},
 		{a4, mapped},
 	} {
 		srv, err := testutil.ListenEcho(xa.Netns, netip.AddrPortFrom(l.listen, 9100))

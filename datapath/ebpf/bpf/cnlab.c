@@ -4141,9 +4141,10 @@ static __always_inline struct endpoint *sock_endpoint(struct bpf_sock_addr *ctx)
 static __always_inline int connect_policy4(struct bpf_sock_addr *ctx, struct config *cfg, struct endpoint *src,
 					   __u32 daddr)
 {
-	// Loopback and the endpoint's own address never reach the tc
+	// Loopback, the unspecified address (Linux connects it to
+	// loopback) and the endpoint's own address never reach the tc
 	// programs: not a policy decision here either.
-	if ((bpf_ntohl(daddr) >> 24) == 127 || daddr == src->ip)
+	if (daddr == 0 || (bpf_ntohl(daddr) >> 24) == 127 || daddr == src->ip)
 		return 1;
 	// A Service's address not translated here is judged after
 	// translation, by the tc programs: its own address is no policy peer.
