@@ -213,7 +213,7 @@ func ProbeService(ctx context.Context, m *service.Model, f *service.Frontend, o 
 					r.ExpectedStatuses[ep.ID()] = 200
 					continue
 				}
-				r.ExpectedStatuses[ep.ID()] = m.Policy.HTTPVerdict(c, ep, int(ch.Backend.Port), o.HTTP.Model(host)).Status
+				r.ExpectedStatuses[ep.ID()] = service.HTTPVerdict(m.Policy, c, ep, f, int(ch.Backend.Port), o.HTTP.Model(host)).Status
 				r.proxied[ep.ID()] = ch.Proxied
 			}
 		}

@@ -244,3 +244,49 @@ func TestMasqAddressOf(t *testing.T) {
 		}
 	}
 }
+
+// TestDualStackPolicyPerFamily: a connection through a frontend is
+// judged over the client's and the backend's addresses of the
+// frontend's family, so an ipBlock of one family allows the Service over
+// that family only (it judged both by the primary addresses).
+func TestDualStackPolicyPerFamily(t *testing.T) {
+	lab := loadLab(t, "dual-stack.yaml")
+	svcs, _ := parse(t, svc("web", "  ipFamilyPolicy: PreferDualStack\n  selector: {app: web}\n  ports: [{port: 80}]\n"))
+	r, err := Resolve(lab, svcs, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, _ := lab.Endpoint("x/b") // on flap: 10.0.191.11, fd00:0:191::11
+	for _, c := range []struct {
+		block string
+		want4 string
+		want6 string
+	}{
+		{"10.0.191.0/24", "[x/a]", "[]"},
+		{"fd00:0:191::/64", "[]", "[x/a]"},
+	} {
+		pols, err := policy.Parse([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: from-block, namespace: x}\nspec:\n  podSelector: {matchLabels: {pod: a}}\n  ingress: [{from: [{ipBlock: {cidr: '"+c.block+"'}}]}]\n"), "p.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pm, err := policy.NewModel(lab, pols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &Model{Lab: lab, Resolved: r, Policy: pm}
+		for fam, want := range map[int]string{4: c.want4, 6: c.want6} {
+			f, err := r.FrontendOf("x/web", fam)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := m.Expect(client, f)
+			if got := fmt.Sprint(e.Expected); got != want || e.MayFail != (want == "[]") {
+				t.Errorf("ipBlock %s, IPv%d frontend: expected %s (may fail %v), want %s", c.block, fam, got, e.MayFail, want)
+			}
+			backend, _ := lab.Endpoint("x/a")
+			if v := HTTPVerdict(pm, client, backend, f, 80, policy.Request{Method: "GET", Path: "/"}); v.Allowed != (want == "[x/a]") || v.Family != fam {
+				t.Errorf("ipBlock %s, IPv%d frontend: HTTP verdict allowed %v (family %d)", c.block, fam, v.Allowed, v.Family)
+			}
+		}
+	}
+}

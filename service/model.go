@@ -101,7 +101,7 @@ func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
 				break
 			}
 			c.Hairpin = ep.ID() == client.ID()
-			v := m.Policy.Verdict(client, ep, f.Protocol, int(b.Port))
+			v := m.Policy.VerdictOf(partyOf(client, f), partyOf(ep, f), f.Protocol, int(b.Port))
 			c.Verdict = &v
 			c.Reachable = v.Allowed || (c.Hairpin && e.HairpinLocal)
 			if c.Hairpin && e.HairpinLocal {
@@ -118,7 +118,7 @@ func (m *Model) Expect(client *topology.Endpoint, f *Frontend) Expectation {
 				c.Why += "; hairpin: the backend sees its host's address, not its own"
 			}
 			if c.Reachable && !(c.Hairpin && e.HairpinLocal) && f.Protocol == "tcp" {
-				c.Proxied = m.Policy.HTTPVerdict(client, ep, int(b.Port), policy.Request{Method: "GET", Path: "/"}).Proxied
+				c.Proxied = HTTPVerdict(m.Policy, client, ep, f, int(b.Port), policy.Request{Method: "GET", Path: "/"}).Proxied
 				if why := m.l7Unreachable(client, ep, c.Hairpin, c.Proxied, client.Host, false); why != "" {
 					c.Reachable = false
 					c.Why = why
@@ -201,6 +201,27 @@ func NodeAddress(h *topology.Host) netip.Addr { return h.Gateway }
 func NodeAddressOf(h *topology.Host, fam int) netip.Addr {
 	a, _ := h.GatewayOf(fam)
 	return a
+}
+
+// partyOf is an endpoint as the policy model judges it on a connection
+// through frontend f: by its address of f's family (a connection is
+// within one family, and CIDR rules match their own family's addresses
+// only), its primary address if it has none.
+func partyOf(ep *topology.Endpoint, f *Frontend) policy.Party {
+	if p, ok := policy.EndpointPartyOf(ep, f.Family()); ok {
+		return p
+	}
+	return policy.EndpointParty(ep)
+}
+
+// HTTPVerdict is the policy model's verdict on an HTTP request from
+// client to backend ep through frontend f: over their addresses of f's
+// family.
+func HTTPVerdict(pm *policy.Model, client, ep *topology.Endpoint, f *Frontend, port int, req policy.Request) policy.HTTPVerdict {
+	if v, ok := pm.HTTPVerdictFamily(client, ep, f.Family(), port, req); ok {
+		return v
+	}
+	return pm.HTTPVerdict(client, ep, port, req)
 }
 
 func denial(v policy.Verdict) string {

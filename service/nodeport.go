@@ -138,7 +138,7 @@ func (m *Model) nodePortHop(client, ep *topology.Endpoint, f *Frontend, b Backen
 	if !ok {
 		seen = client.IP
 	}
-	h := nodePortHop{egressTo: policy.EndpointParty(ep), egressPort: int(b.Port), ingressFrom: policy.EndpointParty(client), seen: seen}
+	h := nodePortHop{egressTo: partyOf(ep, f), egressPort: int(b.Port), ingressFrom: partyOf(client, f), seen: seen}
 	if m.Lab.Services.Proxy == kind.ProxyEBPF {
 		ch := m.Lab.Host(client.Host)
 		switch {
@@ -218,8 +218,8 @@ func (m *Model) ExpectNodePort(client *topology.Endpoint, f *Frontend, host stri
 				return e, err
 			}
 			c.Hairpin = ep.ID() == client.ID()
-			v := m.Policy.VerdictOf(policy.EndpointParty(client), hop.egressTo, f.Protocol, hop.egressPort)
-			in := m.Policy.VerdictOf(hop.ingressFrom, policy.EndpointParty(ep), f.Protocol, int(b.Port))
+			v := m.Policy.VerdictOf(partyOf(client, f), hop.egressTo, f.Protocol, hop.egressPort)
+			in := m.Policy.VerdictOf(hop.ingressFrom, partyOf(ep, f), f.Protocol, int(b.Port))
 			v.To, v.Port, v.Ingress = ep.ID(), int(b.Port), in.Ingress
 			v.Allowed = v.Egress.Allowed && v.Ingress.Allowed
 			c.Verdict = &v
@@ -228,7 +228,7 @@ func (m *Model) ExpectNodePort(client *topology.Endpoint, f *Frontend, host stri
 			judged := fmt.Sprintf("egress judged on %s %s/%d%s, ingress on %s%s", hop.egressTo.ID(), strings.ToUpper(f.Protocol), hop.egressPort, paren(hop.egressWhat),
 				hop.ingressFrom.ID(), paren(hop.ingressWhat))
 			if v.Allowed && f.Protocol == "tcp" {
-				c.Proxied = m.Policy.HTTPVerdict(client, ep, int(b.Port), policy.Request{Method: "GET", Path: "/"}).Proxied
+				c.Proxied = HTTPVerdict(m.Policy, client, ep, f, int(b.Port), policy.Request{Method: "GET", Path: "/"}).Proxied
 			}
 			if why := m.l7Unreachable(client, ep, c.Hairpin, c.Proxied, host, !f.ExternalLocal); v.Allowed && why != "" {
 				c.Reachable = false

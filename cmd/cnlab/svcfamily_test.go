@@ -16,7 +16,8 @@ import (
 // per family, --node-port probes the host's address of the family, the
 // text output without --family has a table per family, and a
 // single-stack Service has no IPv6 frontend to probe. `service trace`
-// picks its families the same way.
+// picks its families the same way. Under an IPv4 ipBlock the IPv6
+// frontend is denied, as the model says.
 func TestServiceProbeFamilies(t *testing.T) {
 	testutil.RequireRoot(t)
 	const lab = "t-svcfam"
@@ -110,6 +111,24 @@ spec:
 	var xs []json.RawMessage
 	if err := json.Unmarshal([]byte(stdout), &xs); code != 0 || err != nil || len(xs) != 2 {
 		t.Errorf("service trace --family both: exit %d, %v, %d: %s %s", code, err, len(xs), stdout, stderr)
+	}
+
+	// An ipBlock of one family: the Service reaches x/a from flap over
+	// IPv4 only, and the model judges each family by its addresses.
+	pol := tempWriter(t, t.TempDir())("pol.yaml", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: from-flap-v4, namespace: x}\nspec:\n  podSelector: {matchLabels: {pod: a}}\n  ingress: [{from: [{ipBlock: {cidr: 10.0.191.0/24}}]}]\n")
+	if _, stderr, code := runCLI(t, "policy", "apply", lab, "-f", pol); code != 0 {
+		t.Fatalf("policy apply: %s", stderr)
+	}
+	stdout, stderr, code = runCLI(t, "probe", lab, "--service", "x/web", "--family", "both", "--from", "x/b", "--connections", "5", "--timeout", "300ms", "--expect", "-o", "json")
+	vs = nil
+	if err := json.Unmarshal([]byte(stdout), &vs); code != 0 || err != nil || len(vs) != 2 {
+		t.Fatalf("probe --family both under an IPv4 ipBlock: exit %d, %v: %s %s", code, err, stdout, stderr)
+	}
+	for _, v := range vs {
+		r := v.Results[0]
+		if reach := r.Backends["x/a"] > 0; reach != (v.Family == 4) || len(r.Mismatches) > 0 {
+			t.Errorf("IPv%d under an IPv4 ipBlock: x/b reached %v, %d failed, mismatches %q", v.Family, r.Backends, r.Failed, r.Mismatches)
+		}
 	}
 
 	_, stderr, code = runCLI(t, "probe", lab, "--service", "x/web4", "--family", "6")
