@@ -362,6 +362,9 @@ func (s *Spec) resolveParams(p *results.Params, path string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkHAProxyFamily(*p, spec, bad); err != nil {
+		return err
+	}
 	for _, name := range []string{"client", "server"} {
 		ep, err := spec.Endpoint(topology.DefaultNamespace + "/" + name)
 		if err != nil || ep.Labels["app"] != name {

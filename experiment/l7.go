@@ -107,15 +107,6 @@ func resolveL7Params(p *results.Params, bad func(key, format string, args ...any
 	if p.Policies != 0 {
 		return bad("policies", "%d: an L7 point's policy is the one l7Mode generates (leave policies out of L7 sweeps)", p.Policies)
 	}
-	if p.L7Proxy == results.L7ProxyHAProxy && p.IPFamily == 6 && p.Datapath != kind.EBPF && p.L7Mode != results.L7None && p.L7Mode != results.L7L4 {
-		// Debian's HAProxy 2.6 asks a redirected connection for its
-		// original destination with SO_ORIGINAL_DST only, never
-		// IP6T_SO_ORIGINAL_DST (seen with strace): behind ip6tables' or
-		// nftables' REDIRECT it would judge every IPv6 request against
-		// the host's own address. eBPF's bpf_sk_assign keeps the
-		// destination on the socket.
-		return bad("l7Proxy", "haproxy with ipFamily 6 on datapath %s: HAProxy 2.6 reads no IPv6 original destination after a nat REDIRECT, so over IPv6 it stands in for cnlab's proxy on datapath ebpf only (drop iptables and nftables from that sweep's IPv6 HAProxy points, e.g. with a sweep of its own)", p.Datapath)
-	}
 	if p.L7Mode == results.L7None || p.L7Mode == results.L7L4 {
 		// No proxy: the same point whatever the proxy (the baseline the
 		// proxied points are measured against), measured once.
@@ -134,6 +125,27 @@ func resolveL7Params(p *results.Params, bad func(key, format string, args ...any
 		p.L7Match = results.MatchFirst // one rule is first and last: measured once
 	}
 	return nil
+}
+
+// checkHAProxyFamily refuses an l7Proxy haproxy point whose requests go
+// over IPv6 (its ipFamily, else the lab's primary family) behind a nat
+// REDIRECT (datapaths iptables and nftables): Debian's HAProxy 2.6 asks
+// a redirected connection for its original destination with
+// SO_ORIGINAL_DST only, never IP6T_SO_ORIGINAL_DST (seen with strace),
+// so it would judge every IPv6 request against the host's own address.
+// eBPF's bpf_sk_assign keeps the destination on the socket.
+func checkHAProxyFamily(p results.Params, lab *topology.Spec, bad func(key, format string, args ...any) error) error {
+	if p.L7Proxy != results.L7ProxyHAProxy || lab.Datapath == kind.EBPF {
+		return nil
+	}
+	fam := p.IPFamily
+	if fam == 0 {
+		fam = lab.Families()[0]
+	}
+	if fam != 6 {
+		return nil
+	}
+	return bad("l7Proxy", "haproxy over IPv6 on datapath %s: HAProxy 2.6 reads no IPv6 original destination after a nat REDIRECT, so over IPv6 it stands in for cnlab's proxy on datapath ebpf only (drop iptables and nftables from that sweep's IPv6 HAProxy points, e.g. with a sweep of its own)", lab.Datapath)
 }
 
 // l7Label describes an L7 point's policy for series names and tables.

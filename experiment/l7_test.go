@@ -412,7 +412,7 @@ func TestL7ProxyPoints(t *testing.T) {
 		{"workloads: [{kind: http}]\nmatrix: {l7Proxy: [haproxy]}\n", "x.yaml: matrix.l7Proxy: haproxy: applies with an l7Mode that goes through the proxy"},
 		{"workloads: [{kind: http}]\nmatrix: {l7Mode: [rules], l7Rules: [1], l7Proxy: [envoy]}\n", `x.yaml: matrix.l7Proxy[0]: "envoy": cnlab or haproxy`},
 		{"workloads: [{kind: http}]\nmatrix: {topology: [chain], l7Proxy: [haproxy]}\n", "x.yaml: matrix.l7Mode: a chain (and topology direct, no CNI) has no policy datapath"},
-		{"workloads: [{kind: http}]\nmatrix: {datapath: [nftables], l7Mode: [http-any], l7Proxy: [haproxy], ipFamily: [6]}\n", "x.yaml: matrix.l7Proxy: haproxy with ipFamily 6 on datapath nftables: HAProxy 2.6 reads no IPv6 original destination"},
+		{"workloads: [{kind: http}]\nmatrix: {datapath: [nftables], l7Mode: [http-any], l7Proxy: [haproxy], ipFamily: [6]}\n", "x.yaml: matrix.l7Proxy: haproxy over IPv6 on datapath nftables: HAProxy 2.6 reads no IPv6 original destination"},
 	} {
 		if _, err := Parse([]byte(c.src), "x.yaml", false); err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("%q:\n got %v\nwant %s...", c.src, err, c.want)

@@ -241,7 +241,8 @@ func checkServices(t *testing.T, spec *topology.Spec, fams []int) {
 		// Refused. IPv6: only at the first retransmission, the kernel's
 		// doing (docs/services.md, "Dual-stack": the first SYN's port
 		// unreachable arrives within connect(), while the socket is
-		// locked, and is kept as a soft error).
+		// held, is kept as a soft error and, without IPV6_RECVERR, wakes
+		// no one).
 		start := time.Now()
 		var conn net.Conn
 		err = netns.Do(c.Netns, func() (err error) {

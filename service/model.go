@@ -315,7 +315,7 @@ func (r *Resolved) FrontendOf(ref string, fam int) (*Frontend, error) {
 			return g, nil
 		}
 	}
-	return nil, fmt.Errorf("Service %s has no IPv%d cluster IP (its families: %s; set spec.ipFamilyPolicy: PreferDualStack on a dual-stack lab)", f.Service, fam, famNames(r.Families[f.Service]))
+	return nil, fmt.Errorf("Service %s has no IPv%d cluster IP (its families: %s; on a dual-stack lab, spec.ipFamilyPolicy: PreferDualStack gives it both)", f.Service, fam, famNames(r.Families[f.Service]))
 }
 
 // FamiliesOf returns the frontends of f's Service port, one per family

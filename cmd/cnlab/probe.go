@@ -255,7 +255,7 @@ proxy waits for a request; the probe says so.`,
 	f := cmd.Flags()
 	f.IntVar(&port, "port", 80, "destination port")
 	f.StringVar(&proto, "protocol", "tcp", "tcp, udp or sctp")
-	f.StringVar(&family, "family", "", "address family to probe: 4, 6 or both (default: every family the lab has)")
+	f.StringVar(&family, "family", "", "address family to probe: 4, 6 or both (default: every family the lab has; with --service -o json, the primary one)")
 	f.BoolVar(&expect, "expect", false, "compare with the policy model; exit 1 on any difference")
 	f.BoolVar(&explain, "explain", false, "with --expect: for each cell that differs from the model, the flows observed for it (which hook and rule dropped or forwarded it; a lab that records nothing records all for the probe)")
 	f.BoolVar(&spoof, "spoof", false, "send forged frames (and frames of other protocols) from every endpoint; exit 1 if one arrives")
@@ -456,9 +456,16 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref, family string, o 
 	if err != nil {
 		return err
 	}
-	fs, err := serviceFrontends(m.Resolved, ref, family, output == "json")
+	fs, array, err := serviceFrontends(m.Resolved, ref, family, output == "json")
 	if err != nil {
 		return err
+	}
+	if o.NodeHost != "" && m.Lab.Host(o.NodeHost) == nil {
+		var names []string
+		for _, h := range m.Lab.Hosts {
+			names = append(names, h.Name)
+		}
+		return usagef("--node-port %q: lab %s has no such host (hosts: %s)", o.NodeHost, labName, strings.Join(names, ", "))
 	}
 	var views []serviceProbeView
 	var failed error
@@ -466,7 +473,7 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref, family string, o 
 		if i > 0 && output != "json" {
 			fmt.Fprintln(e.stdout)
 		}
-		v, err := probeFrontend(cmd, e, m, f, o, alpha, expect, output)
+		v, err := probeFrontend(cmd, e, m, f, o, alpha, expect, output, len(fs) > 1)
 		if err != nil {
 			if _, ok := err.(exitStatus); !ok {
 				return err
@@ -478,7 +485,7 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref, family string, o 
 	}
 	if output == "json" {
 		var err error
-		if family == "both" {
+		if array {
 			err = writeJSON(e.stdout, views)
 		} else {
 			err = writeJSON(e.stdout, views[0])
@@ -491,7 +498,8 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref, family string, o 
 }
 
 // probeFrontend probes one frontend: its JSON view, or its table printed.
-func probeFrontend(cmd *cobra.Command, e *env, m *service.Model, f *service.Frontend, o probe.ServiceOptions, alpha float64, expect bool, output string) (serviceProbeView, error) {
+// With two families each line on stderr names the frontend's.
+func probeFrontend(cmd *cobra.Command, e *env, m *service.Model, f *service.Frontend, o probe.ServiceOptions, alpha float64, expect bool, output string, two bool) (serviceProbeView, error) {
 	v := serviceProbeView{Service: f.Service, VIP: f.VIP.String(), Port: int(f.Port), Protocol: f.Protocol, Family: f.Family()}
 	if o.HTTP != nil && f.Protocol != "tcp" {
 		return v, usagef("--http speaks HTTP over TCP: %s is %s", f.Key(), f.Protocol)
@@ -509,7 +517,7 @@ func probeFrontend(cmd *cobra.Command, e *env, m *service.Model, f *service.Fron
 	var expiry, expiryNote string
 	if expect && f.Affinity > 0 && bad == 0 {
 		if f.Affinity <= probe.MaxAffinityWait && output != "json" {
-			fmt.Fprintf(e.stderr, "cnlab: waiting out the %d s ClientIP affinity to check that it expires\n", f.Affinity)
+			fmt.Fprintf(e.stderr, "cnlab: %swaiting out the %d s ClientIP affinity to check that it expires\n", familyOf(f, two), f.Affinity)
 		}
 		if expiry, expiryNote, err = probe.CheckAffinityExpiry(cmd.Context(), m, f, o, res); err != nil {
 			return v, err
@@ -545,35 +553,35 @@ func probeFrontend(cmd *cobra.Command, e *env, m *service.Model, f *service.Fron
 			printService(e.stdout, res)
 		}
 	}
-	return v, judgeService(e, res, expect, expiry, expiryNote, bad)
+	return v, judgeService(e, res, expect, expiry, expiryNote, bad, familyOf(f, two))
 }
 
 // serviceFrontends returns the frontends of a Service port (ref) that
 // `probe --service` and `service trace` act on: every family of the
 // Service in text, its primary one in JSON (as before dual-stack), or
-// the family --family names (4, 6, or both).
-func serviceFrontends(r *service.Resolved, ref, family string, json bool) ([]*service.Frontend, error) {
+// the family --family names (as parseFamily reads it: 4, 6, or both);
+// array is true when --family asked for both (-o json: an array).
+func serviceFrontends(r *service.Resolved, ref, family string, json bool) (fs []*service.Frontend, array bool, err error) {
+	fam, err := parseFamily(family)
+	if err != nil {
+		return nil, false, err
+	}
+	if fam != 0 {
+		g, err := r.FrontendOf(ref, fam)
+		if err != nil {
+			return nil, false, usagef("%v", err)
+		}
+		return []*service.Frontend{g}, false, nil
+	}
 	f, err := r.Frontend(ref)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	switch family {
-	case "":
-		fs := r.FamiliesOf(f)
-		if json {
-			fs = fs[:1]
-		}
-		return fs, nil
-	case "4", "6":
-		g, err := r.FrontendOf(ref, int(family[0]-'0'))
-		if err != nil {
-			return nil, err
-		}
-		return []*service.Frontend{g}, nil
-	case "both":
-		return r.FamiliesOf(f), nil
+	fs = r.FamiliesOf(f)
+	if family == "" && json {
+		fs = fs[:1]
 	}
-	return nil, usagef("--family %q: give 4, 6 or both", family)
+	return fs, family != "", nil
 }
 
 // printService prints the table of a service probe: per client, the
@@ -626,23 +634,32 @@ func matchWord(r probe.ServiceResult) string {
 	return "yes"
 }
 
+// familyOf is "IPv6: " for a frontend of a probe of two families, to
+// begin its lines on stderr with.
+func familyOf(f *service.Frontend, two bool) string {
+	if !two {
+		return ""
+	}
+	return fmt.Sprintf("IPv%d: ", f.Family())
+}
+
 // judgeService prints a service probe's notes and, with --expect, what
 // differs from the model (exit 1) or that nothing does.
-func judgeService(e *env, res []probe.ServiceResult, expect bool, expiry, expiryNote string, bad int) error {
+func judgeService(e *env, res []probe.ServiceResult, expect bool, expiry, expiryNote string, bad int, fam string) error {
 	for _, r := range res {
 		for _, n := range r.Notes {
-			fmt.Fprintf(e.stderr, "cnlab: note: %s: %s\n", r.From, n)
+			fmt.Fprintf(e.stderr, "cnlab: note: %s%s: %s\n", fam, r.From, n)
 		}
 	}
 	if expiryNote != "" {
-		fmt.Fprintf(e.stderr, "cnlab: note: %s\n", expiryNote)
+		fmt.Fprintf(e.stderr, "cnlab: note: %s%s\n", fam, expiryNote)
 	}
 	if expiry != "" {
-		fmt.Fprintf(e.stderr, "cnlab: %s\n", expiry)
+		fmt.Fprintf(e.stderr, "cnlab: %s%s\n", fam, expiry)
 		return exitStatus(exitFail)
 	}
 	if expect && bad > 0 {
-		fmt.Fprintf(e.stderr, "cnlab: %d of %s differ from the service model:\n", bad, plural.N(len(res), "client"))
+		fmt.Fprintf(e.stderr, "cnlab: %s%d of %s differ from the service model:\n", fam, bad, plural.N(len(res), "client"))
 		for _, r := range res {
 			for _, m := range r.Mismatches {
 				fmt.Fprintf(e.stderr, "  %s: %s\n", r.From, m)
@@ -651,7 +668,7 @@ func judgeService(e *env, res []probe.ServiceResult, expect bool, expiry, expiry
 		return exitStatus(exitFail)
 	}
 	if expect {
-		fmt.Fprintf(e.stderr, "cnlab: all %s match the service model\n", plural.N(len(res), "client"))
+		fmt.Fprintf(e.stderr, "cnlab: %sall %s match the service model\n", fam, plural.N(len(res), "client"))
 	}
 	return nil
 }

@@ -253,7 +253,7 @@ func newServiceTraceCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fs, err := serviceFrontends(m.Resolved, args[1], family, output == "json")
+			fs, array, err := serviceFrontends(m.Resolved, args[1], family, output == "json")
 			if err != nil {
 				return err
 			}
@@ -287,7 +287,7 @@ func newServiceTraceCmd(e *env) *cobra.Command {
 			if output != "json" {
 				return nil
 			}
-			if family == "both" {
+			if array {
 				return writeJSON(e.stdout, xs)
 			}
 			return writeJSON(e.stdout, xs[0])

@@ -97,7 +97,8 @@ spec:
 
 	// Text, no --family: a table per family, each titled with its address.
 	stdout, stderr, code = runCLI(t, "probe", lab, "--service", "x/web", "--from", "y/c", "--expect")
-	if code != 0 || strings.Count(stdout, "FROM") != 2 || !strings.Contains(stdout, "x/web (10.96.") || !strings.Contains(stdout, "x/web ([fd00:96::") {
+	if code != 0 || strings.Count(stdout, "FROM") != 2 || !strings.Contains(stdout, "x/web (10.96.") || !strings.Contains(stdout, "x/web ([fd00:96::") ||
+		!strings.Contains(stderr, "cnlab: IPv4: all 1 client match the service model") || !strings.Contains(stderr, "cnlab: IPv6: all 1 client match the service model") {
 		t.Errorf("probe --service, text: exit %d\n%s%s", code, stdout, stderr)
 	}
 	// JSON, no --family: the primary family's one view, as before dual-stack.

@@ -57,8 +57,9 @@ type Rendered map[string]string
 // one ACL line each: a method, path and host regexp is anchored (the
 // whole method, request-target with its query, Host header), a header
 // match is an exact value of one of the header's lines (req.fhdr), or
-// its presence. With six (a lab with IPv6) it listens on [::] too, as
-// cnlab's proxy does (IPv6 only there: IPv4 keeps its own listener).
+// its presence. With six (a lab with IPv6, on eBPF: Start) it listens on
+// [::] too, as cnlab's proxy does (IPv6 only there: IPv4 keeps its own
+// listener).
 func Render(cfg *l7proxy.Config, dir string, six bool) (Rendered, error) {
 	var peers, addrs, lits, lines []string
 	for a, id := range cfg.Identities {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cnlab/cnlab/datapath/kind"
 	"github.com/cnlab/cnlab/internal/netns"
 	"github.com/cnlab/cnlab/l7proxy"
 	"github.com/cnlab/cnlab/topology"
@@ -79,7 +80,10 @@ func Start(ctx context.Context, lab *topology.Spec, host string, cfg *l7proxy.Co
 			_ = Stop(context.WithoutCancel(ctx), lab, host)
 		}
 	}()
-	r, err := Render(cfg, dir, slices.Contains(lab.Families(), 6))
+	// IPv6 on eBPF only: behind a nat REDIRECT (iptables, nftables)
+	// HAProxy 2.6 reads no IPv6 original destination and would answer
+	// every IPv6 request 403; unbound, the connection is refused.
+	r, err := Render(cfg, dir, slices.Contains(lab.Families(), 6) && lab.Datapath == kind.EBPF)
 	if err != nil {
 		return 0, fmt.Errorf("haproxy on host %s: %w", host, err)
 	}
