@@ -175,7 +175,9 @@ func monitorL7(ctx context.Context, e *env, spec *topology.Spec, typ, output str
 	}
 	byIP := map[string]string{}
 	for _, ep := range spec.Endpoints {
-		byIP[ep.IP.String()] = ep.ID()
+		for _, a := range ep.Addrs() { // every family's
+			byIP[a.String()] = ep.ID()
+		}
 	}
 	endpoint := func(addrPort string) string {
 		ap, err := netip.ParseAddrPort(addrPort)

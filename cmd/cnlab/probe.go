@@ -575,7 +575,7 @@ func serviceFrontends(r *service.Resolved, ref, family string, json bool) (fs []
 	}
 	f, err := r.Frontend(ref)
 	if err != nil {
-		return nil, false, err
+		return nil, false, usagef("%v", err) // a bad name: exit 2
 	}
 	fs = r.FamiliesOf(f)
 	if family == "" && json {

@@ -23,7 +23,7 @@ func newServiceCmd(e *env) *cobra.Command {
 discovery.k8s.io/v1 EndpointSlice documents, in multi-document YAML files,
 as written for a cluster. A Service with a selector gets its slices from
 the lab's endpoints, as the EndpointSlice controller makes them. The lab's
-service proxy (iptables or nftables, chosen at up) translates them;
+service proxy (iptables, nftables or ebpf, chosen at up) translates them;
 changes are incremental and atomic per host. docs/services.md says how.`,
 	}
 	cmd.AddCommand(newServiceApplyCmd(e), newServiceDeleteCmd(e), newServiceShowCmd(e), newServiceTraceCmd(e))
@@ -229,11 +229,12 @@ func printFrontends(w io.Writer, t *service.Table) {
 func newServiceTraceCmd(e *env) *cobra.Command {
 	var from, output, nodeHost, family string
 	cmd := &cobra.Command{
-		Use:   "trace LAB --from A NAMESPACE/NAME[:PORTNAME] [--node-port HOST] [-o json]",
+		Use:   "trace LAB --from A NAMESPACE/NAME[:PORTNAME] [--node-port HOST] [--family 4|6|both] [-o json]",
 		Short: "Explain which backends a client's new connections to a Service may reach, and why",
 		Example: `  cnlab service trace svc-lab --from default/client default/web:http
   cnlab service trace svc-lab --from x/a x/web -o json
-  cnlab service trace svc-lab --from x/a x/web --node-port node-2`,
+  cnlab service trace svc-lab --from x/a x/web --node-port node-2
+  cnlab service trace dual-stack --from y/a x/web --family both -o json`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {

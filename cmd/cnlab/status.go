@@ -56,9 +56,12 @@ type servicesView struct {
 
 type hostView struct {
 	Name    string `json:"name"`
-	PodCIDR string `json:"podCIDR"`
+	PodCIDR string `json:"podCIDR"` // the primary family's
 	Gateway string `json:"gateway"`
 	Netns   string `json:"netns"`
+	// Every family's, the primary first (a dual-stack lab).
+	PodCIDRs []netip.Prefix `json:"podCIDRs,omitempty"`
+	Gateways []netip.Addr   `json:"gateways,omitempty"`
 }
 
 type chainView struct {
@@ -72,7 +75,8 @@ type endpointView struct {
 	Name      string            `json:"name"`
 	Namespace string            `json:"namespace"`
 	Host      string            `json:"host,omitempty"`
-	IP        string            `json:"ip"`
+	IP        string            `json:"ip"`            // the primary family's
+	IPs       []netip.Addr      `json:"ips,omitempty"` // every family's, the primary first (a dual-stack lab)
 	Netns     string            `json:"netns"`
 	HostVeth  string            `json:"hostVeth,omitempty"`
 	Labels    map[string]string `json:"labels"`
@@ -98,13 +102,21 @@ func toView(s *lab.LabStatus) statusView {
 		v.Services = &servicesView{&sp.Services, lab.ServicesState(sp)}
 	}
 	for _, h := range sp.Hosts {
-		v.Hosts = append(v.Hosts, hostView{h.Name, h.PodCIDR.String(), h.Gateway.String(), h.Netns})
+		hv := hostView{Name: h.Name, PodCIDR: h.PodCIDR.String(), Gateway: h.Gateway.String(), Netns: h.Netns}
+		if len(h.PodCIDRs) > 1 {
+			hv.PodCIDRs, hv.Gateways = h.PodCIDRs, h.Gateways
+		}
+		v.Hosts = append(v.Hosts, hv)
 	}
 	if c := sp.Chain; c != nil {
 		v.Chain = &chainView{c.Length, c.Link, c.CIDR.String()}
 	}
 	for _, ep := range sp.Endpoints {
-		v.Endpoints = append(v.Endpoints, endpointView{ep.ID(), ep.Name, ep.Namespace, ep.Host, ep.IP.String(),
+		var ips []netip.Addr
+		if len(ep.IPs) > 1 {
+			ips = ep.IPs
+		}
+		v.Endpoints = append(v.Endpoints, endpointView{ep.ID(), ep.Name, ep.Namespace, ep.Host, ep.IP.String(), ips,
 			ep.Netns, ep.HostVeth, ep.Labels, ep.Ports})
 	}
 	return v
@@ -239,7 +251,11 @@ func printLab(w io.Writer, s *lab.LabStatus) {
 			fmt.Fprintln(tw, "HOST\tPOD CIDR\tBRIDGE\tNETNS")
 		}
 		for i, h := range sp.Hosts {
-			fmt.Fprintf(tw, "%s\t%s\t%s %s\t%s", h.Name, h.PodCIDR, h.Bridge, h.Gateway, h.Netns)
+			cidrs, gws := h.PodCIDR.String(), h.Gateway.String()
+			if len(h.PodCIDRs) > 1 { // dual-stack: every family's, the primary first
+				cidrs, gws = joinComma(h.PodCIDRs), joinComma(h.Gateways)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s %s\t%s", h.Name, cidrs, h.Bridge, gws, h.Netns)
 			if ps != nil && i < len(ps.Hosts) {
 				fmt.Fprintf(tw, "\t%s", hostSetText(ps.Hosts[i]))
 			}
@@ -272,9 +288,19 @@ func printEndpoints(w io.Writer, sp *topology.Spec) {
 		if host == "" {
 			host = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ep.ID(), host, ep.IP, labels.String(ep.Labels))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ep.ID(), host, joinComma(ep.Addrs()), labels.String(ep.Labels))
 	}
 	tw.Flush()
+}
+
+// joinComma is "a,b": a dual-stack lab's addresses or prefixes, the
+// primary family's first.
+func joinComma[T fmt.Stringer](xs []T) string {
+	var out []string
+	for _, x := range xs {
+		out = append(out, x.String())
+	}
+	return strings.Join(out, ",")
 }
 
 // abbreviate lists the first n items and says how many more there are.

@@ -17,7 +17,8 @@ import (
 // text output without --family has a table per family, and a
 // single-stack Service has no IPv6 frontend to probe. `service trace`
 // picks its families the same way. Under an IPv4 ipBlock the IPv6
-// frontend is denied, as the model says.
+// frontend is denied, as the model says. status shows every family's
+// addresses.
 func TestServiceProbeFamilies(t *testing.T) {
 	testutil.RequireRoot(t)
 	const lab = "t-svcfam"
@@ -43,6 +44,32 @@ spec:
 	t.Cleanup(func() { runCLI(t, "down", lab) })
 	if _, stderr, code := runCLI(t, "service", "apply", lab, "-f", svc); code != 0 {
 		t.Fatalf("service apply: %s", stderr)
+	}
+	// status gives every family's addresses (JSON: ips, podCIDRs and
+	// gateways beside the primary family's ip, podCIDR and gateway).
+	stdout, _, _ := runCLI(t, "status", lab, "-o", "json")
+	var st struct {
+		Hosts []struct {
+			Name, PodCIDR string
+			PodCIDRs      []string
+			Gateways      []string
+		}
+		Endpoints []struct {
+			ID, IP string
+			IPs    []string
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &st); err != nil || len(st.Hosts) != 2 || len(st.Endpoints) != 9 {
+		t.Fatalf("status -o json: %v: %s", err, stdout)
+	}
+	if h := st.Hosts[0]; h.Name != "flip" || h.PodCIDR != "10.0.192.0/24" || strings.Join(h.PodCIDRs, " ") != "10.0.192.0/24 fd00:0:192::/64" || strings.Join(h.Gateways, " ") != "10.0.192.1 fd00:0:192::1" {
+		t.Errorf("status -o json host: %+v", h)
+	}
+	if ep := st.Endpoints[0]; ep.ID != "x/a" || ep.IP != "10.0.192.10" || strings.Join(ep.IPs, " ") != "10.0.192.10 fd00:0:192::10" {
+		t.Errorf("status -o json endpoint: %+v", ep)
+	}
+	if stdout, _, _ = runCLI(t, "status", lab); !strings.Contains(stdout, "10.0.192.10,fd00:0:192::10") || !strings.Contains(stdout, "10.0.192.0/24,fd00:0:192::/64") {
+		t.Errorf("status: no IPv6 addresses:\n%s", stdout)
 	}
 	type view struct {
 		Service, VIP, Target string
@@ -133,7 +160,7 @@ spec:
 	}
 
 	_, stderr, code = runCLI(t, "probe", lab, "--service", "x/web4", "--family", "6")
-	if code == 0 || !strings.Contains(stderr, "Service x/web4 has no IPv6 cluster IP") {
+	if code != 2 || !strings.Contains(stderr, "Service x/web4 has no IPv6 cluster IP") {
 		t.Errorf("probe a single-stack Service over IPv6: exit %d: %s", code, stderr)
 	}
 }

@@ -166,7 +166,7 @@ func proxyHelp() string {
 	for _, p := range kind.Proxies() {
 		fmt.Fprintf(&b, "  %-9s %s\n", p, p.Summary())
 	}
-	b.WriteString("  (ipvs: not in this kernel; ebpf: not built yet)")
+	b.WriteString("  (ipvs: not in this kernel)")
 	return b.String()
 }
 
