@@ -24,7 +24,7 @@ func unicastRange(p netip.Prefix) error {
 func parsePrefix(s string) (netip.Prefix, error) {
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
-		return p, fmt.Errorf("%q is not a CIDR (e.g. 10.0.192.0/24)", s)
+		return p, fmt.Errorf("%q is not a CIDR (e.g. 10.0.192.0/24 or fd00:0:192::/64)", s)
 	}
 	if p.Addr().Is4In6() {
 		return p, fmt.Errorf("%s: an IPv4-mapped IPv6 prefix is not a pod range (write the IPv4 prefix)", s)

@@ -447,13 +447,16 @@ which sets the family.`,
 			if err != nil {
 				return err
 			}
+			famGiven := family != ""
 			for _, f := range []int{srcFam, dstFam} {
 				switch {
 				case f == 0:
 				case family == "":
 					family = strconv.Itoa(f)
+				case family != strconv.Itoa(f) && famGiven:
+					return usagef("--from %s and --to %s against --family %s: a connection is within one family (give addresses of IPv%s, or endpoint names)", from, to, family, family)
 				case family != strconv.Itoa(f):
-					return usagef("--from %s and --to %s: addresses of one family (a connection is within one), and --family %s agrees", from, to, family)
+					return usagef("--from %s is IPv%s, --to %s is IPv%d: a connection is within one family (give addresses of one, or endpoint names)", from, family, to, f)
 				}
 			}
 			portName := ""

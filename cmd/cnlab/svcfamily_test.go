@@ -159,6 +159,11 @@ spec:
 		}
 	}
 
+	// policy trace between addresses of two families names them.
+	_, stderr, code = runCLI(t, "policy", "trace", lab, "--from", "fd00:0:191::11", "--to", "10.0.192.10", "--port", "80")
+	if code != 2 || !strings.Contains(stderr, "--from fd00:0:191::11 is IPv6, --to 10.0.192.10 is IPv4: a connection is within one family") {
+		t.Errorf("policy trace across families: exit %d: %s", code, stderr)
+	}
 	_, stderr, code = runCLI(t, "probe", lab, "--service", "x/web4", "--family", "6")
 	if code != 2 || !strings.Contains(stderr, "Service x/web4 has no IPv6 cluster IP") {
 		t.Errorf("probe a single-stack Service over IPv6: exit %d: %s", code, stderr)
