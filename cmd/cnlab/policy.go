@@ -540,6 +540,25 @@ which sets the family.`,
 					fmt.Fprintf(e.stdout, "    %s\n", n)
 				}
 			}
+			// A dual-stack lab traced over its primary family by
+			// default: say when the other family's verdict differs (an
+			// ipBlock of one family, the classic hole).
+			if !famGiven && srcFam == 0 && dstFam == 0 && len(fams) > 1 {
+				other := fams[1]
+				differs := false
+				if hv != nil {
+					da, _ := dst.Addr(other)
+					req, _ := probe.ParseHTTPRequest(httpReq, headers)
+					x, _ := m.HTTPVerdictFamily(src, dst, other, port, req.Model(netip.AddrPortFrom(da, uint16(port)).String()))
+					differs = x.Status != hv.Status
+				} else {
+					x, _ := m.VerdictFamily(src, dst, other, p, port)
+					differs = x.Allowed != v.Allowed
+				}
+				if differs {
+					fmt.Fprintf(e.stdout, "  note: over IPv%d the verdict differs (cnlab policy trace ... --family %d)\n", other, other)
+				}
+			}
 			return nil
 		},
 	}

@@ -159,6 +159,11 @@ spec:
 		}
 	}
 
+	// policy trace, over the primary family, points at the other.
+	stdout, stderr, code = runCLI(t, "policy", "trace", lab, "--from", "x/b", "--to", "x/a", "--port", "80")
+	if code != 0 || !strings.Contains(stdout, "over IPv4: ALLOWED") || !strings.Contains(stdout, "note: over IPv6 the verdict differs (cnlab policy trace ... --family 6)") {
+		t.Errorf("policy trace under an IPv4 ipBlock: exit %d: %s %s", code, stdout, stderr)
+	}
 	// policy trace between addresses of two families names them.
 	_, stderr, code = runCLI(t, "policy", "trace", lab, "--from", "fd00:0:191::11", "--to", "10.0.192.10", "--port", "80")
 	if code != 2 || !strings.Contains(stderr, "--from fd00:0:191::11 is IPv6, --to 10.0.192.10 is IPv4: a connection is within one family") {
