@@ -460,6 +460,9 @@ func runServiceProbe(cmd *cobra.Command, e *env, labName, ref, family string, o 
 	if err != nil {
 		return err
 	}
+	if family == "" && output == "json" && len(m.Resolved.FamiliesOf(fs[0])) > 1 {
+		fmt.Fprintf(e.stderr, "cnlab: note: -o json probes %s's primary family (IPv%d) alone, as before dual-stack; --family both probes both (a JSON array)\n", fs[0].Service, fs[0].Family())
+	}
 	if o.NodeHost != "" && m.Lab.Host(o.NodeHost) == nil {
 		var names []string
 		for _, h := range m.Lab.Hosts {

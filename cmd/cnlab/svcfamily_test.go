@@ -129,10 +129,10 @@ spec:
 		t.Errorf("probe --service, text: exit %d\n%s%s", code, stdout, stderr)
 	}
 	// JSON, no --family: the primary family's one view, as before dual-stack.
-	stdout, _, _ = runCLI(t, "probe", lab, "--service", "x/web", "--from", "y/c", "-o", "json")
+	stdout, stderr, _ = runCLI(t, "probe", lab, "--service", "x/web", "--from", "y/c", "-o", "json")
 	v = view{}
-	if err := json.Unmarshal([]byte(stdout), &v); err != nil || v.Family != 4 {
-		t.Errorf("probe --service -o json: family %d, %v: %s", v.Family, err, stdout)
+	if err := json.Unmarshal([]byte(stdout), &v); err != nil || v.Family != 4 || !strings.Contains(stderr, "--family both probes both") {
+		t.Errorf("probe --service -o json: family %d, %v: %s %s", v.Family, err, stdout, stderr)
 	}
 	// service trace goes by the same choice of families.
 	stdout, stderr, code = runCLI(t, "service", "trace", lab, "x/web", "--from", "y/c", "--family", "both", "-o", "json")
