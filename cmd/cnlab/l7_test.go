@@ -123,12 +123,27 @@ func waitFollowing(t *testing.T, pid int, name string) {
 	}
 	var logs []string
 	for _, h := range st.Spec.Hosts {
-		if p, err := filepath.EvalSymlinks(l7proxy.AccessLog(name, h.Name)); err == nil {
-			logs = append(logs, p)
+		if _, err := os.Stat(l7proxy.AccessLog(name, h.Name)); err == nil {
+			logs = append(logs, l7proxy.AccessLog(name, h.Name))
 		}
 	}
 	if len(logs) == 0 {
 		t.Fatalf("lab %s has no L7 access log", name)
+	}
+	waitOpen(t, pid, logs...)
+}
+
+// waitOpen waits (up to 10 s) until process pid has every file of paths
+// open: a follower (observe --follow, monitor) reads from the end of what
+// it opened.
+func waitOpen(t *testing.T, pid int, paths ...string) {
+	t.Helper()
+	var want []string
+	for _, p := range paths {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		want = append(want, p)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		open := map[string]bool{}
@@ -138,12 +153,12 @@ func waitFollowing(t *testing.T, pid int, name string) {
 				open[p] = true
 			}
 		}
-		missing := slices.DeleteFunc(slices.Clone(logs), func(p string) bool { return open[p] })
+		missing := slices.DeleteFunc(slices.Clone(want), func(p string) bool { return open[p] })
 		if len(missing) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the monitor (pid %d) has not opened %v in 10 s", pid, missing)
+			t.Fatalf("process %d has not opened %v in 10 s", pid, missing)
 		}
 	}
 }
