@@ -24,6 +24,7 @@ import (
 var rrBinary string // a cnlab built for the rr workloads
 
 func TestMain(m *testing.M) {
+	var cleanup []func()
 	if os.Geteuid() == 0 {
 		dir, err := os.MkdirTemp("", "cnlab-exp-test")
 		if err != nil {
@@ -35,9 +36,10 @@ func TestMain(m *testing.M) {
 		if err := build.Run(); err != nil {
 			panic("build cnlab for the rr workloads: " + err.Error())
 		}
-		defer os.RemoveAll(dir)
+		// testutil.Main exits: a defer here would never run.
+		cleanup = append(cleanup, func() { os.RemoveAll(dir) })
 	}
-	testutil.Main(m)
+	testutil.Main(m, cleanup...)
 }
 
 // shortExp is a real experiment of about half a minute: every workload on
