@@ -342,18 +342,28 @@ func TestImagesContainerd(t *testing.T) {
 	if initPID == 0 {
 		t.Fatalf("no pid of the pause task in:\n%s", out)
 	}
+	execs := time.Now()
 	for i := 0; i < 10; i++ {
 		if out, err := ctr(append([]string{"task", "exec", "--exec-id", fmt.Sprintf("orphan%d", i), "--fifo-dir", filepath.Join(ctrd.dir, "fifo")},
-			"cnlabtest-pause", "/bin/sh", "-c", "sleep 2 </dev/null >/dev/null 2>&1 & exit 0")...); err != nil {
+			"cnlabtest-pause", "/bin/sh", "-c", "sleep 3 </dev/null >/dev/null 2>&1 & exit 0")...); err != nil {
 			t.Fatalf("ctr task exec: %v\n%s", err, out)
 		}
 	}
+	t.Logf("10 orphans made in %v", time.Since(execs))
 	if n, _ := imageTestChildren(initPID); n != 11 { // the long sleep and the orphans
 		t.Errorf("the pause image's PID 1 has %d children right after 10 orphans were made, want 11", n)
 	}
-	time.Sleep(3 * time.Second)
-	if n, zombies := imageTestChildren(initPID); n != 1 || zombies != 0 {
-		t.Errorf("the pause image's PID 1 has %d children, %d of them zombies, 1 s after its 10 orphans exited; want 1 and 0", n, zombies)
+	// The orphans exit 3 s after they were made: PID 1 must have reaped
+	// them all 10 s after the last was made (no zombie left).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		n, zombies := imageTestChildren(initPID)
+		if n == 1 && zombies == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the pause image's PID 1 has %d children, %d of them zombies, 7 s after its 10 orphans exited; want 1 and 0", n, zombies)
+			break
+		}
 	}
 	start := time.Now()
 	if out, err := ctr("task", "kill", "-s", "TERM", "cnlabtest-pause"); err != nil {

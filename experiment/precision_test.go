@@ -111,8 +111,9 @@ sweeps:
 
 // TestPrecisionRun runs points with a precision target through the real
 // runner: the tight one gets rounds beyond its minimum until its cap, the
-// loose one stops at its minimum, extra rounds come before nothing else
-// and the results validate.
+// loose one stops at the first judgement that reaches its target (its
+// minimum, unless the machine is too busy), extra rounds come before
+// nothing else and the results validate.
 func TestPrecisionRun(t *testing.T) {
 	testutil.RequireRoot(t)
 	out := filepath.Join(t.TempDir(), "run")
@@ -127,24 +128,76 @@ func TestPrecisionRun(t *testing.T) {
 	if bad := back.Check(); len(bad) > 0 {
 		t.Errorf("results.json does not validate:\n%s", strings.Join(bad, "\n"))
 	}
+	loose := 3 // the loose point's samples
 	for _, p := range r.Points {
 		want, n := results.PrecisionCapReps, 4
 		if p.Sweep == "loose" {
+			// Reached at 3 samples unless they vary beyond ±100% (a CV
+			// above 40%: 1 run in 8 under two CPU hogs). The runner must
+			// stop at the first judgement that reaches it: replay its
+			// judgements on the samples it got.
 			want, n = results.PrecisionReached, 3
+			for n < len(p.Samples) {
+				if more, st := judgedAt(p, n); !more {
+					t.Errorf("%s (loose): judged %+v at %d samples, yet measured %d", p.ID, st, n, len(p.Samples))
+					break
+				}
+				t.Logf("%s (loose): ±%.1f%% at %d samples, above the target (a busy machine): one more", p.ID, judged(p, n).HalfWidthPct, n)
+				n++
+			}
+			if more, st := judgedAt(p, n); more || st.State != results.PrecisionReached && (n == 3 || st.State != results.PrecisionCapReps) {
+				t.Errorf("%s (loose): judged %+v at its %d samples, want reached or capped", p.ID, st, n)
+			} else {
+				want = st.State
+			}
+			loose = n
 		}
 		if p.Status != results.PointDone || len(p.Samples) != n || p.Reached == nil || p.Reached.State != want || p.Reached.Samples != n {
 			t.Errorf("%s (%s): %s, %d samples, precision %+v; want done, %d samples, %s", p.ID, p.Sweep, p.Status, len(p.Samples), p.Reached, n, want)
 		}
 	}
 	// Rounds 1 and 2 (the minimum) and 3 (judged from 3 samples) hold
-	// both points, round 4 the tight one alone.
+	// both points, round 4 the tight one (and the loose one's extra
+	// rounds, if it needed any).
 	var reps []int
-	for _, j := range back.Order {
+	extra := map[string][]int{}
+	for i, j := range back.Order {
 		reps = append(reps, j.Repetition)
+		if i >= 6 {
+			extra[j.Point] = append(extra[j.Point], j.Repetition)
+		}
 	}
-	if !slices.Equal(reps, []int{0, 0, 1, 1, 2, 2, 3}) || back.Order[6].Point != r.Points[0].ID {
-		t.Errorf("order %v: want rounds 0-2 of both points, then round 3 of the tight one (%s)", back.Order, r.Points[0].ID)
+	wantExtra := map[string][]int{r.Points[0].ID: {3}}
+	for rep := 3; rep < loose; rep++ {
+		wantExtra[r.Points[1].ID] = append(wantExtra[r.Points[1].ID], rep)
 	}
+	sameExtra := len(extra) == len(wantExtra)
+	for id, w := range wantExtra {
+		sameExtra = sameExtra && slices.Equal(extra[id], w)
+	}
+	if len(reps) < 6 || !slices.Equal(reps[:6], []int{0, 0, 1, 1, 2, 2}) || !sameExtra ||
+		loose == 3 && (len(back.Order) != 7 || back.Order[6].Point != r.Points[0].ID) {
+		t.Errorf("order %v: want rounds 0-2 of both points, then round 3 of the tight one (%s) and rounds 3-%d of the loose one", back.Order, r.Points[0].ID, loose-1)
+	}
+}
+
+// judgedAt replays the runner's judgement of point p's precision on its
+// first n samples (by repetition): whether it needs another, and the
+// result.
+func judgedAt(p results.PointResult, n int) (bool, *results.PrecisionResult) {
+	q := p
+	q.Samples = slices.Clone(p.Samples)
+	slices.SortFunc(q.Samples, func(a, b results.Sample) int { return a.Repetition - b.Repetition })
+	q.Samples = q.Samples[:n]
+	q.Reached = nil
+	q.Summarize()
+	more := q.JudgePrecision(false)
+	return more, q.Reached
+}
+
+func judged(p results.PointResult, n int) *results.PrecisionResult {
+	_, st := judgedAt(p, n)
+	return st
 }
 
 func TestSamplesFor(t *testing.T) {

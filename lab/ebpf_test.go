@@ -69,27 +69,63 @@ func TestMonitorShowsDrops(t *testing.T) {
 		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		events := make(chan ebpf.Event, 1000)
 		done := make(chan error, 1)
+		started := make(chan struct{})
 		go func() {
-			done <- ebpf.Monitor(mctx, spec, level, c.Rules, nil, func(ev ebpf.Event) error {
+			done <- ebpf.Monitor(mctx, spec, level, c.Rules, func() { close(started) }, func(ev ebpf.Event) error {
 				events <- ev
 				return nil
 			})
 		}()
-		time.Sleep(300 * time.Millisecond) // the lease is written before Monitor reads
+		// Dial once the lease is written (started): the programs report
+		// nothing before.
+		select {
+		case <-started:
+		case err := <-done:
+			t.Fatalf("monitor: %v", err)
+		}
 		if _, err := dial(t, yb, netip.AddrPortFrom(xa.IP, 80), 300*time.Millisecond); err == nil {
 			t.Fatal("y/b -> x/a connected through a deny")
 		}
 		if _, err := dial(t, xc, netip.AddrPortFrom(xa.IP, 80), 2*time.Second); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Fatalf("x/c -> x/a: %v", err)
 		}
-		time.Sleep(500 * time.Millisecond)
+		// The events reach the reader within its poll (50 ms): wait for
+		// those wanted, up to 5 s, and 500 ms at least (an allowed flow
+		// wrongly reported at level drops has that long to show).
+		var got []ebpf.Event
+		wanted := func() bool {
+			var drop, allowed bool
+			for _, ev := range got {
+				drop = drop || ev.From == "y/b" && ev.To == "x/a"
+				allowed = allowed || ev.From == "x/c" && ev.To == "x/a"
+			}
+			return drop && (allowed || level != ebpf.MonitorAll)
+		}
+		least, most := time.After(500*time.Millisecond), time.After(5*time.Second)
+	wait:
+		for {
+			select {
+			case ev := <-events:
+				got = append(got, ev)
+			case <-least:
+				least = nil
+			case <-most:
+				break wait
+			}
+			if least == nil && wanted() {
+				break wait
+			}
+		}
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatalf("monitor: %v", err)
 		}
 		close(events)
-		var drop, allowed bool
 		for ev := range events {
+			got = append(got, ev)
+		}
+		var drop, allowed bool
+		for _, ev := range got {
 			if ev.From == "y/b" && ev.To == "x/a" && ev.Dst.Port() == 80 {
 				if ev.Verdict != "dropped" || ev.Reason != "policy-default-deny" || ev.Direction != "ingress" || ev.Endpoint != "x/a" ||
 					ev.SrcIdentity != m.IdentityOf("y/b").ID || ev.DstIdentity != m.IdentityOf("x/a").ID || ev.Protocol != "tcp" {

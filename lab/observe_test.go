@@ -46,24 +46,38 @@ func observeLab(t *testing.T, name, dp, level string) *topology.Spec {
 	return spec
 }
 
-// flowsSince reads the lab's flows since t, once the recorder wrote them.
-func flowsSince(t *testing.T, lab string, since time.Time) []*observe.Flow {
+// flowsSince reads the lab's flows since t once the recorder wrote them:
+// 300 ms after the traffic at least (the recorder flushes every 100 ms,
+// reading the events as they come), then, as long as complete says some
+// are missing (nil: none), again every 100 ms up to 5 s, for a recorder
+// that a busy machine held up.
+func flowsSince(t *testing.T, lab string, since time.Time, complete func([]*observe.Flow) bool) []*observe.Flow {
 	t.Helper()
-	time.Sleep(300 * time.Millisecond) // the recorder flushes every 100 ms
-	var out []*observe.Flow
-	flt := observe.Filter{Since: since}
-	if _, err := observe.Read(lab, func(r observe.Record) error {
-		if r.Lost != nil {
-			t.Errorf("the recorder lost %d events (%s on %s)", r.Lost.Lost, r.Lost.Source, r.Lost.Host)
+	time.Sleep(300 * time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var out []*observe.Flow
+		var lost []*observe.Lost
+		flt := observe.Filter{Since: since}
+		if _, err := observe.Read(lab, func(r observe.Record) error {
+			if r.Lost != nil {
+				lost = append(lost, r.Lost)
+			}
+			if r.Flow != nil && flt.Match(r.Flow) {
+				out = append(out, r.Flow)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
-		if r.Flow != nil && flt.Match(r.Flow) {
-			out = append(out, r.Flow)
+		if complete == nil || complete(out) || time.Now().After(deadline) {
+			for _, l := range lost {
+				t.Errorf("the recorder lost %d events (%s on %s)", l.Lost, l.Source, l.Host)
+			}
+			return out
 		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
+		time.Sleep(100 * time.Millisecond)
 	}
-	return out
 }
 
 // wantPolicy is the rule the model says decided a side, as flows name it.
@@ -114,24 +128,35 @@ func TestObserveScenarios(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: probe: %v", sc.Name, err)
 				}
-				checkFlows(t, sc.Name, spec, m, cells, flowsSince(t, spec.Name, start))
+				flows := flowsSince(t, spec.Name, start, func(fs []*observe.Flow) bool { return len(flowProblems(spec, m, cells, fs)) == 0 })
+				checkFlows(t, sc.Name, flowProblems(spec, m, cells, flows))
 			}
 		})
 	}
 }
 
-func checkFlows(t *testing.T, name string, spec *topology.Spec, m *policy.Model, cells []probe.Cell, flows []*observe.Flow) {
+// checkFlows reports the problems flowProblems found, the first eight.
+func checkFlows(t *testing.T, name string, problems []string) {
 	t.Helper()
+	for i, p := range problems {
+		if i == 8 {
+			t.Errorf("%s: %d problems in all", name, len(problems))
+			break
+		}
+		t.Errorf("%s: %s", name, p)
+	}
+}
+
+// flowProblems compares the flows with the probe's cells and the model.
+func flowProblems(spec *topology.Spec, m *policy.Model, cells []probe.Cell, flows []*observe.Flow) []string {
 	type key struct{ from, to, proto string }
 	byCell := map[key][]*observe.Flow{}
 	for _, f := range flows {
 		byCell[key{f.From, f.To, f.Protocol}] = append(byCell[key{f.From, f.To, f.Protocol}], f)
 	}
-	bad := 0
+	var problems []string
 	fail := func(format string, args ...any) {
-		if bad++; bad <= 8 {
-			t.Errorf("%s: "+format, append([]any{name}, args...)...)
-		}
+		problems = append(problems, fmt.Sprintf(format, args...))
 	}
 	for _, c := range cells {
 		src, _ := spec.Endpoint(c.From)
@@ -188,9 +213,7 @@ func checkFlows(t *testing.T, name string, spec *topology.Spec, m *policy.Model,
 			fail("%s: denied at %s by %q; flows: %q", cell, dir, want, drops)
 		}
 	}
-	if bad > 8 {
-		t.Errorf("%s: %d problems in all", name, bad)
-	}
+	return problems
 }
 
 // TestObserveLevels changes a running lab's level drops -> all -> off:
@@ -225,7 +248,18 @@ func TestObserveLevels(t *testing.T) {
 					t.Fatal(err)
 				}
 				n := map[string]int{}
-				for _, f := range flowsSince(t, spec.Name, start) {
+				// Read until the flows the level records arrived; a
+				// forwarded flow at level drops has the 300 ms the
+				// reading waits at least to show.
+				recorded := func(fs []*observe.Flow) bool {
+					drop, fwd := false, false
+					for _, f := range fs {
+						drop = drop || f.Verdict == observe.Dropped
+						fwd = fwd || f.Verdict == observe.Forwarded
+					}
+					return drop && (fwd || level != topology.ObserveAll)
+				}
+				for _, f := range flowsSince(t, spec.Name, start, recorded) {
 					n[f.Verdict]++
 				}
 				if n[observe.Dropped] == 0 {

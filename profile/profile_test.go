@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,9 +47,16 @@ func TestProfileLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Wait()
-	time.Sleep(200 * time.Millisecond)
-	if out, err := exec.CommandContext(ctx, "iperf3", "-c", "127.0.0.1", "-p", port, "-t", "1").CombinedOutput(); err != nil {
-		t.Errorf("iperf3 client: %v: %s", err, out)
+	for try := 0; ; try++ { // until the server listens (a refused connect leaves -1's one test to come)
+		out, err := exec.CommandContext(ctx, "iperf3", "-c", "127.0.0.1", "-p", port, "-t", "1").CombinedOutput()
+		if err == nil {
+			break
+		}
+		if try == 50 || !strings.Contains(string(out), "refused") {
+			t.Errorf("iperf3 client: %v: %s", err, out)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	res, err := p.Stop()
 	if err != nil {

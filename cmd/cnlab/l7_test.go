@@ -2,12 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cnlab/cnlab/internal/testutil"
+	"github.com/cnlab/cnlab/l7proxy"
+	"github.com/cnlab/cnlab/lab"
 )
 
 // TestL7CLI drives L7 policy as a user would, on nftables: the thesis's
@@ -44,7 +49,9 @@ func l7CLI(t *testing.T, dp string) {
 	if err := mon.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The monitor follows the access logs from their end when it opens
+	// them: probe once it has (it says nothing with -o json).
+	waitFollowing(t, mon.Process.Pid, lab)
 	stdout, stderr, code := runCLI(t, "probe", lab, "--port", "80", "--http", "GET /private", "--expect", "-o", "json")
 	if code != 0 {
 		t.Errorf("probe --http GET /private --expect: exit %d: %s", code, stderr)
@@ -102,6 +109,56 @@ func l7CLI(t *testing.T, dp string) {
 		if code != 0 || !strings.Contains(stdout, "L7 ports handed to the L7 proxy") || !strings.Contains(stdout, "to the L7 proxy)") ||
 			!strings.Contains(stdout, "to-l7-proxy") {
 			t.Errorf("policy show --kernel: exit %d %s\n%s", code, stderr, stdout)
+		}
+	}
+}
+
+// waitFollowing waits (up to 10 s) until process pid has every L7 access
+// log of the lab open.
+func waitFollowing(t *testing.T, pid int, name string) {
+	t.Helper()
+	st, err := lab.ReadState(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs []string
+	for _, h := range st.Spec.Hosts {
+		if _, err := os.Stat(l7proxy.AccessLog(name, h.Name)); err == nil {
+			logs = append(logs, l7proxy.AccessLog(name, h.Name))
+		}
+	}
+	if len(logs) == 0 {
+		t.Fatalf("lab %s has no L7 access log", name)
+	}
+	waitOpen(t, pid, logs...)
+}
+
+// waitOpen waits (up to 10 s) until process pid has every file of paths
+// open: a follower (observe --follow, monitor) reads from the end of what
+// it opened.
+func waitOpen(t *testing.T, pid int, paths ...string) {
+	t.Helper()
+	var want []string
+	for _, p := range paths {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		want = append(want, p)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		open := map[string]bool{}
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, fd := range fds {
+			if p, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil {
+				open[p] = true
+			}
+		}
+		missing := slices.DeleteFunc(slices.Clone(want), func(p string) bool { return open[p] })
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d has not opened %v in 10 s", pid, missing)
 		}
 	}
 }

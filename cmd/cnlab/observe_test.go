@@ -114,6 +114,8 @@ func TestObserveCLI(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// It follows the store from its end as of when it opens it.
+		waitOpen(t, cmd.Process.Pid, filepath.Join(observe.Dir(name), "flows.jsonl"))
 		time.Sleep(300 * time.Millisecond)
 		runCLI(t, "probe", name, "--port", "80")
 		sc := bufio.NewScanner(out)
